@@ -1,0 +1,258 @@
+"""One plain config object for every experiment.
+
+A `Config` holds three sections, `model`, `data` and `train`, each a flat dataclass of
+plain values. Every field is addressable by a dotted key (`model.decoder`,
+`train.lr`), which is how the command line overrides it (`--set train.lr=0.1`), how
+Optuna studies vary it, and how MLflow logs it as a param. Changing one field and
+holding every other equal is the whole point of an ablation, so nothing about a run
+lives outside this object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, get_type_hints
+
+DECODERS = ("transformer", "rnn", "convs2s")
+COVERAGES = ("none", "self", "cross", "fusion")
+DIRECTIONS = ("l2r", "r2l", "bi")
+TOKEN_POSITIONS = ("sin1d", "learned")
+IMAGE_POSITIONS = ("sin2d", "cape", "learned", "none")
+OPTIMIZERS = ("adadelta", "sgd", "adamw")
+
+
+@dataclass
+class ModelConfig:
+    """Architecture. Defaults are the BTTR paper model (bidirectional transformer)."""
+
+    vocab_size: int = 113  # 110 CROHME symbols + pad, sos, eos
+    d_model: int = 256
+    # Encoder: DenseNet-B as in DenseWAP / BTTR.
+    growth_rate: int = 24
+    num_dense_layers: int = 16  # layers per dense block
+    num_dense_blocks: int = 3
+    compression: float = 0.5
+    bottleneck: bool = True
+    encoder_dropout: float = 0.2
+    # Positional encodings.
+    token_pos: str = "sin1d"  # sin1d | learned (ConvS2S)
+    image_pos: str = "sin2d"  # sin2d | cape (StyTr2) | learned | none
+    cape_grid: int = 8  # n of CAPE's learned n x n position grid
+    max_len: int = 256  # longest target a learned token position table holds
+    # Decoder family.
+    decoder: str = "transformer"  # transformer | rnn | convs2s
+    num_decoder_layers: int = 3
+    nhead: int = 8
+    dim_feedforward: int = 1024
+    dropout: float = 0.3
+    # CoMER Attention Refinement Module (transformer only).
+    coverage: str = "none"  # none | self | cross | fusion
+    coverage_channels: int = 32  # d_c
+    coverage_kernel: int = 5
+    # WAP / DenseWAP GRU decoder.
+    rnn_hidden: int = 256
+    rnn_attention: int = 512
+    rnn_coverage_kernel: int = 11
+    rnn_embedding: int = 256
+    # ConvS2S decoder.
+    conv_layers: int = 3
+    conv_kernel: int = 3
+    # Direction of decoding: l2r, r2l, or bi (one decoder trained on both).
+    direction: str = "bi"
+
+    def validate(self) -> None:
+        _check_choice("model.decoder", self.decoder, DECODERS)
+        _check_choice("model.coverage", self.coverage, COVERAGES)
+        _check_choice("model.direction", self.direction, DIRECTIONS)
+        _check_choice("model.token_pos", self.token_pos, TOKEN_POSITIONS)
+        _check_choice("model.image_pos", self.image_pos, IMAGE_POSITIONS)
+        if self.coverage != "none" and self.decoder != "transformer":
+            raise ValueError(
+                f"model.coverage={self.coverage!r} needs model.decoder='transformer' "
+                f"(the RNN decoder has its own WAP coverage), got {self.decoder!r}"
+            )
+        if self.d_model % self.nhead:
+            raise ValueError(f"model.d_model={self.d_model} is not divisible by model.nhead={self.nhead}")
+        if self.d_model % 4:
+            raise ValueError(f"model.d_model={self.d_model} must be divisible by 4 for the 2-D sinusoidal encoding")
+
+
+@dataclass
+class DataConfig:
+    """Where the data is, how it is rendered, and how it is batched."""
+
+    path: str = ""  # folder or zip in the <split>/caption.txt layout; "" = $HMER_DATA or the default
+    # Renderer (InkML strokes -> 8-bit grey image, white ink on black).
+    render_height: int = 0  # 0 = scale from the ink's own size (see hmer.data.render)
+    stroke_width: float = 0.0  # 0 = renderer default
+    # Validation hold-out from train (never a test year).
+    val_fraction: float = 0.05
+    val_seed: int = 7
+    # Subsets (for smoke presets and the memorization test); 0 = everything.
+    train_limit: int = 0
+    val_limit: int = 0
+    test_limit: int = 0
+    test_years: str = "2014,2016,2019"
+    # Batching: bucket by image area under a pixel budget (BTTR: 320,000 px).
+    batch_pixels: int = 320_000
+    max_batch_size: int = 16
+    eval_batch_pixels: int = 1_600_000
+    eval_max_batch_size: int = 64
+    max_image_pixels: int = 400_000  # an evaluation image above this is resized, and counted
+    # Train-time scale augmentation (CoMER: x0.7 .. x1.4); 0 disables.
+    scale_aug_min: float = 0.0
+    scale_aug_max: float = 0.0
+    num_workers: int = 0
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation, schedule, limits, decoding at evaluation, and bookkeeping."""
+
+    recipe: str = "bttr"  # bttr | comer | custom: fills optimizer fields by name (see hmer.training.recipes)
+    optimizer: str = "adadelta"  # adadelta | sgd | adamw
+    lr: float = 1.0
+    momentum: float = 0.9
+    rho: float = 0.9
+    eps: float = 1e-6
+    weight_decay: float = 1e-4
+    warmup_steps: int = 0
+    # Reduce-on-plateau on validation ExpRate.
+    plateau_factor: float = 0.25
+    plateau_patience: int = 20
+    min_lr: float = 1e-6
+    grad_clip: float = 1.0
+    epochs: int = 300
+    time_budget_s: float = 0.0  # 0 = no wall-clock limit
+    val_every: int = 1  # epochs between validation passes
+    seed: int = 7
+    precision: str = "auto"  # auto (bf16 autocast on GPU, fp32 on CPU) | fp32 | bf16
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    compile: bool = False
+    # Decoding.
+    beam_size: int = 10
+    max_decode_len: int = 200
+    length_penalty: float = 1.0
+    val_beam_size: int = 1  # validation uses greedy by default: cheap, and ranks models the same way
+    # Artifacts.
+    attention_maps: int = 4  # validation images whose attention maps are logged as PNG
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    name: str = ""  # preset name this config came from, for tags
+
+    # ---- dotted-key access -------------------------------------------------------------
+    def to_flat_dict(self) -> dict[str, Any]:
+        """{"model.decoder": "transformer", ...}: the form MLflow params and Optuna use."""
+        flat: dict[str, Any] = {"name": self.name}
+        for section in ("model", "data", "train"):
+            for f in fields(getattr(self, section)):
+                flat[f"{section}.{f.name}"] = getattr(getattr(self, section), f.name)
+        return flat
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def override(self, values: dict[str, Any]) -> "Config":
+        """Return a copy with dotted keys set; strings are parsed to the field's type."""
+        new = copy_config(self)
+        for key, raw in values.items():
+            if key == "name":
+                new.name = str(raw)
+                continue
+            section, _, attr = key.partition(".")
+            if section not in ("model", "data", "train") or not attr:
+                raise KeyError(f"unknown config key {key!r}: use model.X, data.X or train.X")
+            target = getattr(new, section)
+            hints = get_type_hints(type(target))
+            if attr not in hints:
+                known = ", ".join(f"{section}.{f.name}" for f in fields(target))
+                raise KeyError(f"unknown config key {key!r}; known {section} keys: {known}")
+            setattr(target, attr, _coerce(key, raw, hints[attr]))
+        return new
+
+    def validate(self) -> "Config":
+        self.model.validate()
+        _check_choice("train.optimizer", self.train.optimizer, OPTIMIZERS)
+        return self
+
+    # ---- files ------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Config":
+        cfg = cls()
+        flat = {"name": d.get("name", "")}
+        for section in ("model", "data", "train"):
+            known = {f.name for f in fields(getattr(cfg, section))}
+            for k, v in (d.get(section) or {}).items():
+                if k in known:  # tolerate fields of older versions
+                    flat[f"{section}.{k}"] = v
+        return cfg.override(flat)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Config":
+        path = Path(path)
+        try:
+            return cls.from_dict(json.loads(path.read_text()))
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not a JSON config ({e})") from None
+
+    @classmethod
+    def from_flat_dict(cls, flat: dict[str, Any]) -> "Config":
+        return cls().override(flat)
+
+
+def copy_config(cfg: Config) -> Config:
+    return Config(
+        model=dataclasses.replace(cfg.model),
+        data=dataclasses.replace(cfg.data),
+        train=dataclasses.replace(cfg.train),
+        name=cfg.name,
+    )
+
+
+def parse_overrides(items: list[str] | None) -> dict[str, str]:
+    """["train.lr=0.1", "model.decoder=rnn"] -> {"train.lr": "0.1", ...}"""
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"override {item!r} is not of the form section.key=value")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _check_choice(key: str, value: str, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{key}={value!r} is not one of {', '.join(choices)}")
+
+
+def _coerce(key: str, raw: Any, typ: Any) -> Any:
+    if not isinstance(raw, str):
+        if typ is float and isinstance(raw, int) and not isinstance(raw, bool):
+            return float(raw)
+        return raw
+    try:
+        if typ is bool:
+            low = raw.lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if typ is int:
+            return int(float(raw)) if "e" in raw.lower() else int(raw)
+        if typ is float:
+            return float(raw)
+        return raw
+    except ValueError:
+        raise ValueError(f"{key}={raw!r} is not a valid {getattr(typ, '__name__', typ)}") from None
