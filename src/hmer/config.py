@@ -128,6 +128,7 @@ class TrainConfig:
     epochs: int = 300
     time_budget_s: float = 0.0  # 0 = no wall-clock limit
     val_every: int = 1  # epochs between validation passes
+    stop_at_val_exprate: float = 0.0  # stop early once validation ExpRate reaches this (0 = never)
     seed: int = 7
     precision: str = "auto"  # auto (bf16 autocast on GPU, fp32 on CPU) | fp32 | bf16
     device: str = "auto"  # auto | cpu | cuda | cuda:N

@@ -1,0 +1,326 @@
+"""The `hmer` command: a thin front end over the library.
+
+    hmer data check [DATA]              counts per split and every problem found
+    hmer data render [DATA] --out Z     the BTTR/CoMER data.zip layout, rendered
+    hmer models                         the model presets and their parameter counts
+    hmer train --preset bttr            train, tracked in MLflow (resume with --resume)
+    hmer evaluate RUN_OR_CHECKPOINT     per-year ExpRate table
+    hmer predict RUN_OR_CHECKPOINT F..  LaTeX for images or InkML files
+    hmer report --study NAME            tables (Markdown, CSV) and plots (PNG)
+    hmer bench train|decode             throughput benchmarks
+
+Bad input (a missing file, an unknown run id, a corrupt InkML, a token outside the
+vocabulary) ends with a one-line message and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+EXIT_USAGE = 2
+
+
+class UserError(Exception):
+    """An error in what the user asked for; printed as one line, exit status 2."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("hmer: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - sorted into user errors and bugs below
+        if _is_user_error(exc):
+            print(f"hmer: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        raise
+
+
+def _is_user_error(exc: BaseException) -> bool:
+    from .tracking.models import RunNotFoundError
+
+    user_types: tuple[type[BaseException], ...] = (UserError, RunNotFoundError, FileNotFoundError,
+                                                   IsADirectoryError, PermissionError, KeyError, ValueError)
+    return isinstance(exc, user_types)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hmer", description="Handwritten mathematical expression recognition: "
+                                "an ablation suite (BTTR, CoMER, WAP, ConvS2S) with MLflow and Optuna.")
+    sub = p.add_subparsers(title="commands", metavar="COMMAND")
+
+    # data
+    data = sub.add_parser("data", help="check or render a CROHME dataset")
+    dsub = data.add_subparsers(title="data commands", metavar="COMMAND")
+    check = dsub.add_parser("check", help="count every split and list every problem")
+    check.add_argument("data", nargs="?", help="folder or zip (default: $HMER_DATA, then data/crohme)")
+    check.set_defaults(func=cmd_data_check)
+    render = dsub.add_parser("render", help="render InkML into the BTTR/CoMER data.zip layout")
+    render.add_argument("data", nargs="?", help="folder or zip (default: $HMER_DATA, then data/crohme)")
+    render.add_argument("--out", required=True, help="the zip to write")
+    render.add_argument("--workers", type=int, default=None, help="render processes (default: all cores)")
+    render.set_defaults(func=cmd_data_render)
+
+    # models
+    models = sub.add_parser("models", help="list the model presets with their parameter counts")
+    models.set_defaults(func=cmd_models)
+
+    # train
+    tr = sub.add_parser("train", help="train a preset or config file, tracked in MLflow")
+    tr.add_argument("--preset", default=None, help="a preset from `hmer models` (default: bttr)")
+    tr.add_argument("--config", default=None, help="a JSON config file (as logged in a run's config.json)")
+    tr.add_argument("--recipe", choices=("bttr", "comer"), default=None, help="optimiser recipe")
+    tr.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="config overrides such as train.lr=0.5 model.direction=l2r")
+    tr.add_argument("--data", default=None, help="dataset folder or zip")
+    tr.add_argument("--device", default=None, help="auto, cpu, cuda or cuda:N")
+    tr.add_argument("--epochs", type=int, default=None)
+    tr.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                    help="wall-clock budget for training; then it checkpoints and evaluates")
+    tr.add_argument("--experiment", default="hmer", help="MLflow experiment (default: hmer)")
+    tr.add_argument("--run-name", default=None)
+    tr.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, then mlruns/")
+    tr.add_argument("--resume", nargs="?", const="latest", default=None, metavar="RUN_OR_CHECKPOINT",
+                    help="continue a killed run: a run id, a checkpoint, or the latest unfinished run")
+    tr.add_argument("--no-progress", action="store_true")
+    tr.set_defaults(func=cmd_train)
+
+    # evaluate
+    ev = sub.add_parser("evaluate", help="score a run or checkpoint on every test year")
+    ev.add_argument("model", metavar="RUN_OR_CHECKPOINT")
+    ev.add_argument("--data", default=None)
+    ev.add_argument("--years", default="2014,2016,2019")
+    ev.add_argument("--beam", type=int, default=None, help="beam size (default: the run's, 10)")
+    ev.add_argument("--limit", type=int, default=0, help="score only the first N of each year")
+    ev.add_argument("--device", default="auto")
+    ev.add_argument("--tracking-uri", default=None)
+    ev.set_defaults(func=cmd_evaluate)
+
+    # predict
+    pr = sub.add_parser("predict", help="print LaTeX for images or InkML files")
+    pr.add_argument("model", metavar="RUN_OR_CHECKPOINT")
+    pr.add_argument("files", nargs="+", metavar="FILE")
+    pr.add_argument("--beam", type=int, default=None)
+    pr.add_argument("--device", default="auto")
+    pr.add_argument("--tracking-uri", default=None)
+    pr.set_defaults(func=cmd_predict)
+
+    # report
+    rp = sub.add_parser("report", help="per-year ExpRate tables (Markdown, CSV) and plots (PNG)")
+    rp.add_argument("--study", default=None, help="an Optuna study / MLflow study name")
+    rp.add_argument("--experiment", default=None, help="an MLflow experiment name")
+    rp.add_argument("--runs", nargs="*", default=None, metavar="RUN_ID")
+    rp.add_argument("--tracking-uri", default=None)
+    rp.add_argument("--out", default=None, help="output folder (default: reports/<name>)")
+    rp.set_defaults(func=cmd_report)
+
+    # bench
+    bench = sub.add_parser("bench", help="throughput benchmarks; the last line is images_per_second=N")
+    bsub = bench.add_subparsers(title="benchmarks", metavar="WHAT")
+    for what in ("train", "decode"):
+        b = bsub.add_parser(what, help=f"{what} throughput")
+        b.add_argument("--preset", default="bttr")
+        b.add_argument("--device", default="auto")
+        b.add_argument("--data", default=None, help="real CROHME batches (default: synthetic images)")
+        b.add_argument("--images", type=int, default=0, help="images to process (default: by device)")
+        b.add_argument("--seconds", type=float, default=0.0, help="time limit")
+        b.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE")
+        b.set_defaults(func=cmd_bench, what=what)
+    return p
+
+
+# ---- data ------------------------------------------------------------------------------------
+
+def cmd_data_check(args) -> int:
+    from .data.commands import check_command
+
+    return check_command(args.data)
+
+
+def cmd_data_render(args) -> int:
+    from .data.commands import render_command
+
+    return render_command(args.data, args.out, workers=args.workers)
+
+
+# ---- models ----------------------------------------------------------------------------------
+
+def cmd_models(args) -> int:
+    from .model import list_presets
+
+    rows = list_presets()
+    width = max(len(r[0]) for r in rows)
+    print(f"{'preset':<{width}}  {'params':>9}  description")
+    for name, description, params in rows:
+        print(f"{name:<{width}}  {params / 1e6:>8.2f}M  {description}")
+    return 0
+
+
+# ---- train -----------------------------------------------------------------------------------
+
+def cmd_train(args) -> int:
+    from .config import Config, parse_overrides
+    from .presets import experiment_config
+    from .training import apply_recipe, train
+
+    if args.resume:
+        ckpt = _find_resume_checkpoint(args.resume, args.tracking_uri, args.experiment)
+        print(f"resuming from {ckpt}", file=sys.stderr)
+        result = train(Config(), tracking_uri=args.tracking_uri, experiment=args.experiment, resume=ckpt,
+                       progress=not args.no_progress)
+        _print_result(result)
+        return 0
+    if args.config and args.preset:
+        raise UserError("give --preset or --config, not both")
+    if args.config:
+        cfg = Config.load(args.config)
+    else:
+        cfg = experiment_config(args.preset or "bttr")
+    if args.recipe:
+        cfg = apply_recipe(cfg, args.recipe)
+    overrides = parse_overrides(args.overrides)
+    if args.data:
+        overrides["data.path"] = args.data
+    if args.device:
+        overrides["train.device"] = args.device
+    if args.epochs is not None:
+        overrides["train.epochs"] = str(args.epochs)
+    if args.budget is not None:
+        overrides["train.time_budget_s"] = str(args.budget)
+    cfg = cfg.override(overrides).validate()
+    result = train(cfg, tracking_uri=args.tracking_uri, experiment=args.experiment, run_name=args.run_name,
+                   progress=not args.no_progress)
+    _print_result(result)
+    return 0
+
+
+def _print_result(result) -> None:
+    if int(os.environ.get("RANK", "0")) != 0:
+        return
+    print(f"run {result.run_id}: {result.epochs} epochs (stopped by {result.stopped_by}), "
+          f"best validation ExpRate {result.best_val_exprate:.2f} at epoch {result.best_epoch}")
+    if result.test_scores:
+        _print_scores(result.test_scores)
+
+
+def _print_scores(scores) -> None:
+    print(f"{'year':<6} {'n':>5} {'ExpRate':>8} {'<=1':>7} {'<=2':>7}")
+    for year, s in scores.items():
+        print(f"{year:<6} {s.n:>5} {s.exprate:>8.2f} {s.le1:>7.2f} {s.le2:>7.2f}")
+
+
+def _find_resume_checkpoint(what: str, tracking_uri: str | None, experiment: str) -> Path:
+    """A checkpoint file, a run id, or 'latest': the newest unfinished run with a checkpoint."""
+    from .tracking.store import default_checkpoint_root
+
+    path = Path(what)
+    if path.is_file():
+        return path
+    root = default_checkpoint_root()
+    if what != "latest":
+        ckpt = root / what / "last.pt"
+        if not ckpt.is_file():
+            raise UserError(f"no checkpoint for run {what} under {root}")
+        return ckpt
+    candidates = sorted(root.glob("*/last.pt"), key=lambda p: p.stat().st_mtime, reverse=True)
+    from mlflow.tracking import MlflowClient
+
+    from .tracking.store import default_tracking_uri
+
+    client = MlflowClient(tracking_uri=tracking_uri or default_tracking_uri())
+    for ckpt in candidates:
+        try:
+            if client.get_run(ckpt.parent.name).info.status != "FINISHED":
+                return ckpt
+        except Exception:  # noqa: BLE001 - a checkpoint of another store
+            continue
+    raise UserError(f"no unfinished run with a checkpoint under {root}")
+
+
+# ---- evaluate / predict ------------------------------------------------------------------------
+
+def cmd_evaluate(args) -> int:
+    from .data import load_dataset
+    from .evaluation.evaluate import evaluate_split
+    from .tracking import load_model
+    from .training.trainer import autocast_dtype, resolve_device
+
+    device = resolve_device(args.device)
+    model, cfg, vocab = load_model(args.model, args.tracking_uri, device)
+    years = [y.strip() for y in args.years.split(",") if y.strip()]
+    data_cfg = cfg.data
+    data_cfg.test_limit = args.limit
+    data = load_dataset(args.data or cfg.data.path or None, data_cfg, splits=tuple(years))
+    scores = {}
+    for year in years:
+        res = evaluate_split(model, data[year], vocab, direction=cfg.model.direction, device=device,
+                             beam_size=args.beam or cfg.train.beam_size, max_len=cfg.train.max_decode_len,
+                             length_penalty=cfg.train.length_penalty,
+                             batch_pixels=cfg.data.eval_batch_pixels,
+                             max_batch_size=cfg.data.eval_max_batch_size,
+                             max_image_pixels=cfg.data.max_image_pixels,
+                             autocast_dtype=autocast_dtype(cfg.train.precision, device),
+                             progress=f"decoding {year}")
+        scores[year] = res.scores
+        if res.resized:
+            print(f"{year}: {res.resized} oversize images were resized to fit "
+                  f"{cfg.data.max_image_pixels} px (none dropped)", file=sys.stderr)
+    _print_scores(scores)
+    return 0
+
+
+def cmd_predict(args) -> int:
+    import torch
+
+    from .data import Expression, collate
+    from .data.files import read_expression_file
+    from .decoding import decode_batch
+    from .tracking import load_model
+    from .training.trainer import resolve_device
+
+    exprs: list[Expression] = []
+    for f in args.files:
+        exprs.append(read_expression_file(f))  # one-line error naming the file on bad input
+    device = resolve_device(args.device)
+    model, cfg, vocab = load_model(args.model, args.tracking_uri, device)
+    with torch.inference_mode():
+        for expr in exprs:
+            batch = collate([expr], vocab, max_pixels=cfg.data.max_image_pixels).to(device)
+            ids = decode_batch(model, batch.images, batch.image_mask, cfg.model.direction,
+                               beam_size=args.beam or cfg.train.beam_size, max_len=cfg.train.max_decode_len,
+                               length_penalty=cfg.train.length_penalty, sos_id=vocab.sos_id,
+                               eos_id=vocab.eos_id)[0]
+            latex = vocab.to_latex(ids)
+            print(f"{expr.name}\t{latex}" if len(exprs) > 1 else latex)
+    return 0
+
+
+# ---- report / bench ----------------------------------------------------------------------------
+
+def cmd_report(args) -> int:
+    from .reports.cli import report_command
+
+    if not (args.study or args.experiment or args.runs):
+        raise UserError("give --study NAME, --experiment NAME or --runs ID...")
+    return report_command(study=args.study, experiment=args.experiment, run_ids=args.runs,
+                          tracking_uri=args.tracking_uri, out_dir=args.out)
+
+
+def cmd_bench(args) -> int:
+    from .bench import run_benchmark
+
+    return run_benchmark(args.what, preset=args.preset, device=args.device, data=args.data,
+                         images=args.images, seconds=args.seconds, overrides=args.overrides)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

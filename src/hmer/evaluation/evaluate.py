@@ -1,0 +1,77 @@
+"""Decode a split with a model and score it: the one path shared by training, `hmer evaluate`
+and the studies, so a number in a table always means the same thing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+
+from ..data import Expression, Vocab, collate, make_batches
+from ..decoding import decode_batch
+from .metrics import Scores, expression_metrics
+
+
+@dataclass
+class SplitResult:
+    scores: Scores
+    names: list[str]
+    truths: list[list[str]]
+    predictions: list[list[str]]
+    resized: int  # evaluation images shrunk to fit max_image_pixels (never dropped)
+
+    def rows(self) -> list[dict[str, object]]:
+        """Rows of the predictions CSV: name, truth, prediction, distance."""
+        return [
+            {"name": n, "truth": " ".join(t), "prediction": " ".join(p), "distance": d}
+            for n, t, p, d in zip(self.names, self.truths, self.predictions, self.scores.distances)
+        ]
+
+
+@torch.inference_mode()
+def predict(
+    model: torch.nn.Module,
+    exprs: Sequence[Expression],
+    vocab: Vocab,
+    *,
+    direction: str,
+    device: torch.device,
+    beam_size: int = 10,
+    max_len: int = 200,
+    length_penalty: float = 1.0,
+    batch_pixels: int = 1_600_000,
+    max_batch_size: int = 64,
+    max_image_pixels: int = 400_000,
+    autocast_dtype: torch.dtype | None = None,
+    progress: str | None = None,
+) -> tuple[list[list[str]], int]:
+    """Predicted token sequences in the order of `exprs`, and the count of resized images."""
+    model.eval()
+    batches = make_batches(exprs, batch_pixels, max_batch_size, shuffle=False, seed=0,
+                           max_image_pixels=max_image_pixels)
+    predictions: list[list[str] | None] = [None] * len(exprs)
+    resized = 0
+    iterator = batches
+    if progress:
+        from tqdm.auto import tqdm
+
+        iterator = tqdm(batches, desc=progress, unit="batch", leave=False)
+    for idx in iterator:
+        batch = collate([exprs[i] for i in idx], vocab, max_pixels=max_image_pixels).to(device)
+        resized += batch.resized
+        with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            hyps = decode_batch(model, batch.images, batch.image_mask, direction,
+                                beam_size=beam_size, max_len=max_len, length_penalty=length_penalty,
+                                sos_id=vocab.sos_id, eos_id=vocab.eos_id)
+        for i, ids in zip(idx, hyps):
+            predictions[i] = vocab.decode(ids)
+    return [p if p is not None else [] for p in predictions], resized
+
+
+def evaluate_split(model, exprs: Sequence[Expression], vocab: Vocab, **kwargs) -> SplitResult:
+    """Decode every expression of a split and score it against its caption."""
+    preds, resized = predict(model, exprs, vocab, **kwargs)
+    truths = [list(e.tokens) for e in exprs]
+    scores = expression_metrics(preds, truths)
+    return SplitResult(scores, [e.name for e in exprs], truths, preds, resized)

@@ -1,0 +1,56 @@
+"""Reload a trained model from an MLflow run id or a checkpoint file."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import torch
+
+from ..config import Config
+from ..data import Vocab
+from ..training.checkpoint import load_checkpoint
+from .store import default_tracking_uri
+
+
+class RunNotFoundError(LookupError):
+    """Neither a checkpoint file nor a run id in the tracking store."""
+
+
+def resolve_checkpoint(run_or_checkpoint: str, tracking_uri: str | None = None) -> Path:
+    """A checkpoint path as given, or the run's `model/model.pt` artifact downloaded."""
+    path = Path(run_or_checkpoint)
+    if path.is_file():
+        return path
+    if path.suffix in (".pt", ".pth") or "/" in run_or_checkpoint:
+        raise RunNotFoundError(f"{run_or_checkpoint}: no such checkpoint file")
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    uri = tracking_uri or default_tracking_uri()
+    client = MlflowClient(tracking_uri=uri)
+    try:
+        client.get_run(run_or_checkpoint)
+    except MlflowException:
+        raise RunNotFoundError(f"{run_or_checkpoint}: not a checkpoint file, nor a run in {uri}") from None
+    dest = Path(tempfile.mkdtemp(prefix="hmer-model-"))
+    try:
+        local = client.download_artifacts(run_or_checkpoint, "model/model.pt", str(dest))
+    except (MlflowException, OSError):
+        raise RunNotFoundError(f"run {run_or_checkpoint} has no model/model.pt artifact "
+                               "(it may have failed before finishing)") from None
+    return Path(local)
+
+
+def load_model(run_or_checkpoint: str, tracking_uri: str | None = None,
+               device: str | torch.device = "cpu"):
+    """(model in eval mode, Config, Vocab) from a run id or a checkpoint (best.pt / last.pt / model.pt)."""
+    from ..model import build_model
+
+    ckpt = load_checkpoint(resolve_checkpoint(run_or_checkpoint, tracking_uri), map_location=device)
+    cfg = Config.from_dict(ckpt["config"])
+    vocab = Vocab(ckpt["vocab"][3:]) if "vocab" in ckpt else Vocab()
+    model = build_model(cfg.model)
+    model.load_state_dict(ckpt["model"])
+    model.to(device).eval()
+    return model, cfg, vocab

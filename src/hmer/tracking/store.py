@@ -1,0 +1,107 @@
+"""Where runs are recorded: the project's MLflow home and its defaults.
+
+The default store is embedded, so nothing has to be started: an SQLite database
+`mlruns/mlflow.db` with artifacts beside it in `mlruns/artifacts/` (MLflow 3 refuses a
+plain file store for new features, and SQLite keeps search fast). `MLFLOW_TRACKING_URI`
+overrides it, so a team can point every command at a tracking server instead.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+from urllib.parse import urlparse
+
+DEFAULT_EXPERIMENT = "hmer"
+
+
+def project_root() -> Path:
+    """The checkout this package runs from, else the current folder.
+
+    Found by walking up from the working directory to a `pyproject.toml` that names
+    this project, so `mlruns/` is the same whether a command runs from the repository
+    root, `notebooks/` or `studies/`.
+    """
+    here = Path.cwd().resolve()
+    for folder in (here, *here.parents):
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file() and 'name = "hmer"' in pyproject.read_text(errors="ignore"):
+            return folder
+    source_checkout = Path(__file__).resolve().parents[3]
+    if (source_checkout / "pyproject.toml").is_file():
+        return source_checkout
+    return here
+
+
+def mlruns_dir() -> Path:
+    """The MLflow home: `$HMER_MLRUNS`, else `<project root>/mlruns`."""
+    return Path(os.environ.get("HMER_MLRUNS") or project_root() / "mlruns").resolve()
+
+
+def default_tracking_uri() -> str:
+    """`$MLFLOW_TRACKING_URI`, else SQLite in the MLflow home."""
+    uri = os.environ.get("MLFLOW_TRACKING_URI")
+    if uri:
+        return uri
+    home = mlruns_dir()
+    home.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{home / 'mlflow.db'}"
+
+
+def artifact_root_for(tracking_uri: str) -> str | None:
+    """Artifacts beside a local SQLite store; a server decides for itself (None)."""
+    parsed = urlparse(tracking_uri)
+    if parsed.scheme == "sqlite":
+        db_path = Path(tracking_uri[len("sqlite:///"):])
+        return (db_path.parent / "artifacts").resolve().as_uri()
+    if parsed.scheme in ("", "file"):
+        return None
+    return None
+
+
+def default_checkpoint_root() -> Path:
+    """Local checkpoints of runs in progress: `<MLflow home>/checkpoints/<run id>/`."""
+    return mlruns_dir() / "checkpoints"
+
+
+def setup_mlflow(tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT) -> str:
+    """Point MLflow at the store and make sure the experiment exists; returns its id."""
+    import mlflow
+
+    uri = tracking_uri or default_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    existing = mlflow.get_experiment_by_name(experiment)
+    if existing is not None:
+        mlflow.set_experiment(experiment_id=existing.experiment_id)
+        return existing.experiment_id
+    root = artifact_root_for(uri)
+    try:
+        experiment_id = mlflow.create_experiment(
+            experiment, artifact_location=f"{root}/{experiment}" if root else None
+        )
+    except Exception:  # another worker created it first
+        found = mlflow.get_experiment_by_name(experiment)
+        if found is None:
+            raise
+        experiment_id = found.experiment_id
+    mlflow.set_experiment(experiment_id=experiment_id)
+    return experiment_id
+
+
+def git_commit() -> str:
+    """The commit of the checkout (with '-dirty' when it has changes), or 'unknown'."""
+    root = project_root()
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5
+        ).stdout.strip()
+        if not sha:
+            return "unknown"
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root, capture_output=True, text=True, timeout=5,
+        ).stdout.strip()
+        return sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"

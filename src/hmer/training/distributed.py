@@ -1,0 +1,95 @@
+"""Multi-process data-parallel training (`torchrun`), the same command as one process.
+
+`torchrun --nproc_per_node 4 -m hmer.cli train ...` sets RANK, WORLD_SIZE and
+LOCAL_RANK; `init_distributed` reads them, joins the process group (NCCL on GPUs,
+gloo on CPU) and pins each process to its GPU. Every rank builds the same bucketed
+batch list from the same seed and takes every `world_size`-th batch, so no sampler
+state has to be shared. Rank 0 alone validates, checkpoints and talks to MLflow;
+the validation score is broadcast so that every rank's schedule steps the same way.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Sequence, TypeVar
+
+import torch
+import torch.distributed as dist
+
+T = TypeVar("T")
+
+
+@dataclass
+class DistInfo:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def init_distributed(device: torch.device) -> tuple[DistInfo, torch.device]:
+    """Join the process group when launched by torchrun; otherwise a single process."""
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size <= 1:
+        return DistInfo(), device
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device.type == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        backend = "nccl"
+    else:
+        backend = "gloo"
+    if not dist.is_initialized():
+        dist.init_process_group(backend=backend)
+    return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank), device
+
+
+def shard(items: Sequence[T], info: DistInfo) -> list[T]:
+    """This rank's share of the batches, with every rank given the same number of steps.
+
+    DDP needs all ranks to run the same number of backward passes, so the list is cut
+    to a multiple of the world size; the few dropped batches change every epoch
+    because the batch order is reshuffled.
+    """
+    if not info.enabled:
+        return list(items)
+    usable = len(items) - len(items) % info.world_size
+    if usable == 0:  # fewer batches than ranks: every rank repeats the first ones
+        return [items[info.rank % len(items)]] if items else []
+    return list(items[info.rank:usable:info.world_size])
+
+
+def broadcast_float(value: float, info: DistInfo, device: torch.device) -> float:
+    if not info.enabled:
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.broadcast(t, src=0)
+    return float(t.item())
+
+
+def any_rank(flag: bool, info: DistInfo, device: torch.device) -> bool:
+    """True on every rank when it is true on one (e.g. the time budget ran out)."""
+    if not info.enabled:
+        return flag
+    t = torch.tensor([1.0 if flag else 0.0], device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item() > 0)
+
+
+def barrier(info: DistInfo) -> None:
+    if info.enabled:
+        dist.barrier()
+
+
+def cleanup(info: DistInfo) -> None:
+    if info.enabled and dist.is_initialized():
+        dist.destroy_process_group()

@@ -1,0 +1,96 @@
+"""Optimisation recipes of the reference papers, and the plateau schedule.
+
+A recipe only fills the optimiser fields of `TrainConfig`; every field stays
+overridable, so `--set train.recipe=comer train.lr=0.04` is a CoMER run at half the
+learning rate.
+
+- BTTR: Adadelta, lr 1.0, rho 0.9, eps 1e-6, weight decay 1e-4.
+- CoMER: SGD, lr 0.08, momentum 0.9, weight decay 1e-4.
+
+Both reduce the learning rate when validation ExpRate stops improving.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..config import Config, TrainConfig
+
+RECIPES: dict[str, dict[str, Any]] = {
+    "bttr": {"train.optimizer": "adadelta", "train.lr": 1.0, "train.rho": 0.9, "train.eps": 1e-6,
+             "train.weight_decay": 1e-4},
+    "comer": {"train.optimizer": "sgd", "train.lr": 0.08, "train.momentum": 0.9,
+              "train.weight_decay": 1e-4},
+}
+
+
+def apply_recipe(cfg: Config, recipe: str) -> Config:
+    """A copy of `cfg` with the recipe's optimiser fields, and train.recipe set."""
+    if recipe not in RECIPES:
+        raise ValueError(f"unknown recipe {recipe!r}; known: {', '.join(RECIPES)}")
+    return cfg.override({**RECIPES[recipe], "train.recipe": recipe})
+
+
+def build_optimizer(params, tc: TrainConfig) -> torch.optim.Optimizer:
+    if tc.optimizer == "adadelta":
+        return torch.optim.Adadelta(params, lr=tc.lr, rho=tc.rho, eps=tc.eps, weight_decay=tc.weight_decay)
+    if tc.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=tc.lr, momentum=tc.momentum, weight_decay=tc.weight_decay)
+    if tc.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=tc.lr, eps=tc.eps, weight_decay=tc.weight_decay)
+    raise ValueError(f"train.optimizer={tc.optimizer!r} is not one of adadelta, sgd, adamw")
+
+
+class LRSchedule:
+    """Linear warm-up over the first steps, then reduce-on-plateau on validation ExpRate.
+
+    The warm-up scales the base learning rate per optimiser step (large batches need
+    it); the plateau part multiplies the base rate by `plateau_factor` once validation
+    ExpRate has not improved for `plateau_patience` validations.
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, tc: TrainConfig):
+        self.optimizer = optimizer
+        self.warmup_steps = tc.warmup_steps
+        self.base_lrs = [g["lr"] for g in optimizer.param_groups]
+        self.plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(
+            optimizer, mode="max", factor=tc.plateau_factor, patience=tc.plateau_patience,
+            min_lr=tc.min_lr,
+        )
+        self.step_count = 0
+        self._apply_warmup()
+
+    def _apply_warmup(self) -> None:
+        if self.warmup_steps <= 0 or self.step_count > self.warmup_steps:
+            return
+        scale = min(1.0, (self.step_count + 1) / self.warmup_steps)
+        for group, base in zip(self.optimizer.param_groups, self.base_lrs):
+            group["lr"] = base * scale
+
+    def step_batch(self) -> None:
+        self.step_count += 1
+        self._apply_warmup()
+
+    def step_validation(self, val_exprate: float) -> None:
+        if self.step_count < self.warmup_steps:
+            return
+        before = [g["lr"] for g in self.optimizer.param_groups]
+        self.plateau.step(val_exprate)
+        after = [g["lr"] for g in self.optimizer.param_groups]
+        # Keep the warm-up's base in step with plateau reductions.
+        self.base_lrs = [b * (a / bf if bf else 1.0) for b, a, bf in zip(self.base_lrs, after, before)]
+
+    @property
+    def lr(self) -> float:
+        return float(self.optimizer.param_groups[0]["lr"])
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"plateau": self.plateau.state_dict(), "step_count": self.step_count,
+                "base_lrs": list(self.base_lrs)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.plateau.load_state_dict(state["plateau"])
+        self.step_count = int(state["step_count"])
+        self.base_lrs = [float(x) for x in state["base_lrs"]]

@@ -1,0 +1,410 @@
+"""Train one configuration end to end: data, model, recipe, checkpoints, MLflow, test scores.
+
+`train(cfg)` is the single entry point that `hmer train`, the Optuna studies and the
+tests all call. One call is one MLflow run:
+
+1. params (every config field), tags (variant, git commit, device) and `config.json`;
+2. per epoch: train loss, validation ExpRate and loss, learning rate, images per second
+   (step = epoch), then an atomic checkpoint of everything needed to continue;
+3. at the end (epochs done, or wall-clock budget spent): the best-on-validation weights
+   are decoded on every test year with the papers' beam search; per-year metrics,
+   predictions CSVs, attention maps and the reloadable model are logged.
+
+A killed run continues with `train(cfg, resume=<checkpoint or run id>)` in the same
+MLflow run. The batch order and augmentation of an epoch are drawn from
+(seed, epoch), and the torch RNG is restored from the checkpoint, so a resumed run ends
+with the same weights as one that was never interrupted.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import platform
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from ..config import Config
+from ..data import Vocab, collate, load_dataset, make_batches
+from ..evaluation.evaluate import SplitResult, evaluate_split
+from ..evaluation.metrics import Scores
+from ..model import build_model
+from ..tracking.store import default_checkpoint_root, git_commit, setup_mlflow
+from . import distributed as ddp
+from .checkpoint import atomic_torch_save, load_checkpoint, rng_state, set_rng_state
+from .recipes import LRSchedule, build_optimizer
+
+EpochCallback = Callable[[int, dict[str, float]], None]
+
+
+@dataclass
+class TrainResult:
+    run_id: str
+    best_val_exprate: float
+    best_epoch: int
+    epochs: int
+    stopped_by: str  # "epochs" | "budget" | "target" (stop_at_val_exprate reached)
+    test_scores: dict[str, Scores] = field(default_factory=dict)
+    checkpoint: Path | None = None
+    num_params: int = 0
+    train_seconds: float = 0.0
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
+    """bf16 autocast on GPU by default; full fp32 on CPU, where bf16 is slower and less exact."""
+    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
+        return torch.bfloat16
+    return None
+
+
+def seed_everything(seed: int) -> None:
+    import random
+
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+class _LossModule(torch.nn.Module):
+    """`forward` = the model's training loss, so DistributedDataParallel can wrap it."""
+
+    def __init__(self, model: torch.nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, images, image_mask, token_ids):
+        return self.model.loss(images, image_mask, token_ids)
+
+
+def train(
+    cfg: Config,
+    data: dict[str, list] | None = None,
+    *,
+    tracking_uri: str | None = None,
+    experiment: str = "hmer",
+    run_name: str | None = None,
+    parent_run_id: str | None = None,
+    tags: dict[str, str] | None = None,
+    epoch_callback: EpochCallback | None = None,
+    resume: bool | str | Path | None = False,
+    run_dir: str | Path | None = None,
+    progress: bool = False,
+) -> TrainResult:
+    """Train `cfg` and score it on every test year; see the module docstring."""
+    from mlflow.tracking import MlflowClient
+
+    ckpt = None
+    if resume:
+        ckpt = load_checkpoint(resume, map_location="cpu")
+        cfg = Config.from_dict(ckpt["config"])
+    cfg.validate()
+    tc = cfg.train
+    device = resolve_device(tc.device)
+    dist_info, device = ddp.init_distributed(device)
+    amp_dtype = autocast_dtype(tc.precision, device)
+    seed_everything(tc.seed + dist_info.rank)
+
+    vocab = Vocab()
+    if cfg.model.vocab_size != len(vocab):
+        raise ValueError(f"model.vocab_size={cfg.model.vocab_size} but the vocabulary has {len(vocab)} tokens")
+    if data is None:
+        data = load_dataset(cfg.data.path or None, cfg.data)
+    train_set, val_set = data["train"], data.get("val", [])
+    if not train_set:
+        raise ValueError("the training split is empty")
+    test_years = [y.strip() for y in cfg.data.test_years.split(",") if y.strip() and y.strip() in data]
+
+    model = build_model(cfg.model).to(device)
+    num_params = sum(p.numel() for p in model.parameters())
+    optimizer = build_optimizer(model.parameters(), tc)
+    schedule = LRSchedule(optimizer, tc)
+    loss_module: torch.nn.Module = _LossModule(model)
+    if dist_info.enabled:
+        loss_module = torch.nn.parallel.DistributedDataParallel(
+            loss_module, device_ids=[device.index] if device.type == "cuda" else None
+        )
+    if tc.compile:
+        loss_module = torch.compile(loss_module, dynamic=True)
+
+    start_epoch, best_val, best_epoch, elapsed_before = 1, -1.0, 0, 0.0
+    run_id = None
+    if ckpt is not None:
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        schedule.load_state_dict(ckpt["schedule"])
+        set_rng_state(ckpt["rng"])
+        start_epoch = int(ckpt["epoch"]) + 1
+        best_val, best_epoch = float(ckpt["best_val_exprate"]), int(ckpt["best_epoch"])
+        elapsed_before = float(ckpt.get("train_seconds", 0.0))
+        run_id = ckpt.get("run_id")
+
+    # ---- MLflow run (rank 0 only) ----------------------------------------------------------
+    client = None
+    if dist_info.is_main:
+        experiment_id = setup_mlflow(tracking_uri, experiment)
+        import mlflow
+
+        client = MlflowClient(tracking_uri=mlflow.get_tracking_uri())
+        if run_id is None:
+            run_tags = {
+                "hmer.variant": cfg.name or cfg.model.decoder,
+                "hmer.git_commit": git_commit(),
+                "hmer.device": _device_description(device),
+                "hmer.status": "running",
+                **(tags or {}),
+            }
+            if parent_run_id:
+                run_tags["mlflow.parentRunId"] = parent_run_id
+            run = client.create_run(experiment_id, run_name=run_name or cfg.name or None, tags=run_tags)
+            run_id = run.info.run_id
+            _log_params(client, run_id, {**cfg.to_flat_dict(), "num_params": num_params})
+            _log_text(client, run_id, json.dumps(cfg.to_dict(), indent=2, sort_keys=True), "config.json")
+        else:
+            client.update_run(run_id, status="RUNNING")
+            client.set_tag(run_id, "hmer.status", "running")
+            client.set_tag(run_id, "hmer.resumed", str(start_epoch))
+    run_dir = Path(run_dir) if run_dir else (
+        Path(resume).parent if resume and Path(str(resume)).is_file() else default_checkpoint_root() / str(run_id)
+    )
+    last_path, best_path = run_dir / "last.pt", run_dir / "best.pt"
+
+    status = "FAILED"
+    stopped_by = "epochs"
+    start_time = time.monotonic()
+    try:
+        for epoch in range(start_epoch, tc.epochs + 1):
+            epoch_start = time.monotonic()
+            loss_module.train()
+            batches = make_batches(train_set, cfg.data.batch_pixels, cfg.data.max_batch_size,
+                                   shuffle=True, seed=tc.seed * 100_003 + epoch)
+            batches = ddp.shard(batches, dist_info)
+            aug_rng = np.random.default_rng([tc.seed, epoch])
+            loss_sum = torch.zeros((), device=device)
+            n_images, n_steps = 0, 0
+            iterator = batches
+            if progress and dist_info.is_main:
+                from tqdm.auto import tqdm
+
+                iterator = tqdm(batches, desc=f"epoch {epoch}/{tc.epochs}", unit="batch", leave=False)
+            for idx in iterator:
+                scale = None
+                if cfg.data.scale_aug_max > 0:
+                    scale = float(aug_rng.uniform(cfg.data.scale_aug_min, cfg.data.scale_aug_max))
+                batch = collate([train_set[i] for i in idx], vocab, scale=scale).to(device)
+                with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                    loss = loss_module(batch.images, batch.image_mask, batch.token_ids)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                if tc.grad_clip > 0:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
+                optimizer.step()
+                schedule.step_batch()
+                loss_sum += loss.detach()
+                n_images += len(idx)
+                n_steps += 1
+                over_budget = tc.time_budget_s > 0 and (
+                    elapsed_before + time.monotonic() - start_time >= tc.time_budget_s)
+                if ddp.any_rank(over_budget, dist_info, device):
+                    stopped_by = "budget"
+                    break
+            train_seconds_epoch = time.monotonic() - epoch_start
+            train_loss = float(loss_sum.item()) / max(n_steps, 1)
+            if not math.isfinite(train_loss):
+                raise FloatingPointError(f"training loss became {train_loss} in epoch {epoch}")
+
+            metrics: dict[str, float] = {
+                "train_loss": train_loss,
+                "lr": schedule.lr,
+                "images_per_second": n_images * dist_info.world_size / max(train_seconds_epoch, 1e-9),
+                "epoch_seconds": train_seconds_epoch,
+            }
+            val_exprate = -1.0
+            if val_set and (epoch % tc.val_every == 0 or epoch == tc.epochs or stopped_by == "budget"):
+                if dist_info.is_main:
+                    val = evaluate_split(model, val_set, vocab, **_decode_kwargs(cfg, device, amp_dtype,
+                                                                                 beam=tc.val_beam_size))
+                    val_exprate = val.scores.exprate
+                    metrics["val_exprate"] = val_exprate
+                    metrics["val_le1"] = val.scores.le1
+                    metrics["val_loss"] = _mean_loss(model, val_set, vocab, cfg, device, amp_dtype)
+                val_exprate = ddp.broadcast_float(val_exprate, dist_info, device)
+                schedule.step_validation(val_exprate)
+                if val_exprate > best_val:
+                    best_val, best_epoch = val_exprate, epoch
+                    if dist_info.is_main:
+                        atomic_torch_save(_model_artifact(model, cfg, vocab, epoch, val_exprate), best_path)
+            elif not val_set and dist_info.is_main:
+                best_epoch = epoch  # no validation split: the last weights are the best we know
+                atomic_torch_save(_model_artifact(model, cfg, vocab, epoch, -1.0), best_path)
+
+            elapsed = elapsed_before + time.monotonic() - start_time
+            if dist_info.is_main:
+                assert client is not None
+                _log_metrics(client, run_id, metrics, step=epoch)
+                atomic_torch_save({
+                    "format": 1, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "schedule": schedule.state_dict(), "rng": rng_state(), "epoch": epoch,
+                    "best_val_exprate": best_val, "best_epoch": best_epoch, "train_seconds": elapsed,
+                    "config": cfg.to_dict(), "run_id": run_id,
+                }, last_path)
+            ddp.barrier(dist_info)
+            if epoch_callback is not None and dist_info.is_main:
+                epoch_callback(epoch, metrics)
+            if stopped_by == "budget":
+                break
+            if 0 < tc.stop_at_val_exprate <= val_exprate:
+                stopped_by = "target"
+                break
+
+        train_seconds = elapsed_before + time.monotonic() - start_time
+        result = TrainResult(run_id=str(run_id), best_val_exprate=best_val, best_epoch=best_epoch,
+                             epochs=epoch if tc.epochs >= start_epoch else start_epoch - 1,
+                             stopped_by=stopped_by, checkpoint=best_path, num_params=num_params,
+                             train_seconds=train_seconds)
+        if dist_info.is_main:
+            assert client is not None
+            _finish(client, run_id, cfg, model, vocab, data, test_years, best_path, device, amp_dtype,
+                    result, progress)
+        status = "FINISHED"
+        return result
+    except BaseException as exc:
+        if client is not None and run_id is not None:
+            pruned = type(exc).__name__ == "TrialPruned"
+            client.set_tag(run_id, "hmer.status", "pruned" if pruned else "failed")
+            if not pruned:
+                client.set_tag(run_id, "hmer.error", f"{type(exc).__name__}: {exc}"[:5000])
+            status = "KILLED" if pruned or isinstance(exc, KeyboardInterrupt) else "FAILED"
+        raise
+    finally:
+        if client is not None and run_id is not None:
+            if status == "FINISHED":
+                client.set_tag(run_id, "hmer.status", "finished")
+            client.set_terminated(run_id, status=status)
+        ddp.cleanup(dist_info)
+
+
+# ---- end of training: test years, artifacts ------------------------------------------------
+
+def _finish(client, run_id, cfg: Config, model, vocab: Vocab, data, test_years, best_path: Path,
+            device, amp_dtype, result: TrainResult, progress: bool) -> None:
+    if best_path.is_file():
+        best = load_checkpoint(best_path, map_location=device)
+        model.load_state_dict(best["model"])
+    model.eval()
+    final: dict[str, float] = {
+        "best_val_exprate": max(result.best_val_exprate, 0.0),
+        "best_epoch": result.best_epoch,
+        "train_seconds": result.train_seconds,
+        "gpu_minutes": result.train_seconds / 60.0 if device.type == "cuda" else 0.0,
+        "num_params": result.num_params,
+    }
+    n_train = len(data["train"])
+    if result.train_seconds > 0:
+        final["train_images_per_second"] = n_train * (result.epochs) / result.train_seconds
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+        (tmp_path / "predictions").mkdir()
+        for year in test_years:
+            exprs = data[year]
+            if not exprs:
+                continue
+            t0 = time.monotonic()
+            res: SplitResult = evaluate_split(
+                model, exprs, vocab,
+                **_decode_kwargs(cfg, device, amp_dtype, beam=cfg.train.beam_size,
+                                 progress=f"test {year}" if progress else None))
+            result.test_scores[year] = res.scores
+            final.update(res.scores.as_dict(f"test_{year}"))
+            final[f"test_{year}_resized"] = res.resized
+            final[f"test_{year}_decode_seconds"] = time.monotonic() - t0
+            _write_csv(tmp_path / "predictions" / f"test_{year}.csv", res.rows())
+        client.log_artifacts(run_id, str(tmp_path / "predictions"), "predictions")
+        if best_path.is_file():
+            # Logged as model/model.pt: what `hmer evaluate RUN_ID` and `hmer predict RUN_ID` fetch.
+            model_dir = tmp_path / "model"
+            model_dir.mkdir()
+            shutil.copyfile(best_path, model_dir / "model.pt")
+            client.log_artifacts(run_id, str(model_dir), "model")
+        try:
+            from ..tracking.artifacts import log_attention_maps
+
+            log_attention_maps(client, run_id, model, data.get("val") or data["train"], vocab, cfg,
+                               device, cfg.train.attention_maps)
+        except Exception as e:  # a picture must never cost a finished run
+            client.set_tag(run_id, "hmer.attention_maps_error", f"{type(e).__name__}: {e}"[:500])
+    _log_metrics(client, run_id, final, step=result.epochs)
+
+
+def _decode_kwargs(cfg: Config, device, amp_dtype, beam: int, progress: str | None = None) -> dict[str, Any]:
+    return dict(direction=cfg.model.direction, device=device, beam_size=beam,
+                max_len=cfg.train.max_decode_len, length_penalty=cfg.train.length_penalty,
+                batch_pixels=cfg.data.eval_batch_pixels, max_batch_size=cfg.data.eval_max_batch_size,
+                max_image_pixels=cfg.data.max_image_pixels, autocast_dtype=amp_dtype, progress=progress)
+
+
+@torch.inference_mode()
+def _mean_loss(model, exprs, vocab: Vocab, cfg: Config, device, amp_dtype) -> float:
+    model.eval()
+    total, count = torch.zeros((), device=device), 0
+    for idx in make_batches(exprs, cfg.data.eval_batch_pixels, cfg.data.eval_max_batch_size,
+                            shuffle=False, seed=0, max_image_pixels=cfg.data.max_image_pixels):
+        batch = collate([exprs[i] for i in idx], vocab, max_pixels=cfg.data.max_image_pixels).to(device)
+        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            total += model.loss(batch.images, batch.image_mask, batch.token_ids).float() * len(idx)
+        count += len(idx)
+    return float(total.item()) / max(count, 1)
+
+
+def _model_artifact(model, cfg: Config, vocab: Vocab, epoch: int, val_exprate: float) -> dict[str, Any]:
+    """What `hmer evaluate` / `hmer predict` reload: weights, config and vocabulary, nothing executable."""
+    return {"format": 1, "model": model.state_dict(), "config": cfg.to_dict(), "vocab": list(vocab.itos),
+            "epoch": epoch, "val_exprate": val_exprate}
+
+
+def _device_description(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+
+
+def _log_params(client, run_id: str, params: dict[str, Any]) -> None:
+    from mlflow.entities import Param
+
+    items = [Param(k, str(v)) for k, v in params.items()]
+    for i in range(0, len(items), 100):  # MLflow takes at most 100 params per batch
+        client.log_batch(run_id, params=items[i:i + 100])
+
+
+def _log_metrics(client, run_id: str, metrics: dict[str, float], step: int) -> None:
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    items = [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None]
+    for i in range(0, len(items), 1000):
+        client.log_batch(run_id, metrics=items[i:i + 1000])
+
+
+def _log_text(client, run_id: str, text: str, artifact_file: str) -> None:
+    client.log_text(run_id, text, artifact_file)
+
+
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["name", "truth", "prediction", "distance"])
+        writer.writeheader()
+        writer.writerows(rows)

@@ -1,0 +1,147 @@
+"""Training, checkpoints and resume, MLflow records, on tiny real training runs."""
+
+from __future__ import annotations
+
+import mlflow
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from hmer.config import Config
+from hmer.training import train
+from hmer.training.checkpoint import load_checkpoint
+from hmer.training.recipes import LRSchedule, apply_recipe, build_optimizer
+from tiny_dataset import tiny_config, tiny_data
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setenv("HMER_MLRUNS", str(tmp_path / "mlruns"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
+
+
+def test_recipes_fill_the_papers_optimisers():
+    bttr = apply_recipe(Config(), "bttr").train
+    assert (bttr.optimizer, bttr.lr, bttr.rho, bttr.eps, bttr.weight_decay) == ("adadelta", 1.0, 0.9, 1e-6, 1e-4)
+    comer = apply_recipe(Config(), "comer").train
+    assert (comer.optimizer, comer.lr, comer.momentum, comer.weight_decay) == ("sgd", 0.08, 0.9, 1e-4)
+    opt = build_optimizer([torch.nn.Parameter(torch.zeros(2))], comer)
+    assert isinstance(opt, torch.optim.SGD) and opt.param_groups[0]["momentum"] == 0.9
+
+
+def test_plateau_schedule_reduces_on_flat_validation_exprate():
+    tc = Config().override({"train.plateau_patience": 1, "train.plateau_factor": 0.5}).train
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = build_optimizer([p], tc)
+    sched = LRSchedule(opt, tc)
+    for score in (10.0, 10.0, 10.0):
+        sched.step_validation(score)
+    assert sched.lr == pytest.approx(0.5)
+
+
+def test_warmup_ramps_the_learning_rate():
+    tc = Config().override({"train.warmup_steps": 4, "train.optimizer": "sgd", "train.lr": 0.8}).train
+    opt = build_optimizer([torch.nn.Parameter(torch.zeros(1))], tc)
+    sched = LRSchedule(opt, tc)
+    lrs = [sched.lr]
+    for _ in range(5):
+        sched.step_batch()
+        lrs.append(sched.lr)
+    assert lrs[0] == pytest.approx(0.2) and lrs[-1] == pytest.approx(0.8)
+    assert lrs == sorted(lrs)
+
+
+def test_train_records_everything_in_mlflow(store, tmp_path):
+    result = train(tiny_config(), data=tiny_data(), tracking_uri=store, experiment="unit",
+                   run_dir=tmp_path / "ckpt")
+    assert result.epochs == 2 and result.stopped_by == "epochs"
+    assert set(result.test_scores) == {"2014"} and result.test_scores["2014"].n == 4
+
+    mlflow.set_tracking_uri(store)
+    runs = mlflow.search_runs(experiment_names=["unit"])
+    assert len(runs) == 1
+    row = runs.iloc[0]
+    assert row["status"] == "FINISHED" and row["tags.hmer.status"] == "finished"
+    assert row["params.model.decoder"] == "transformer" and row["params.train.optimizer"] == "adadelta"
+    for key in ("test_2014_exprate", "test_2014_le1", "test_2014_le2", "test_2014_n", "best_val_exprate",
+                "train_loss", "val_exprate", "lr", "images_per_second"):
+        assert f"metrics.{key}" in runs.columns, key
+    assert row["metrics.test_2014_n"] == 4
+    assert row["tags.hmer.git_commit"] and row["tags.hmer.device"].startswith("cpu")
+
+    client = MlflowClient(store)
+    history = client.get_metric_history(result.run_id, "train_loss")
+    assert [m.step for m in history] == [1, 2]
+    artifacts = {a.path for a in client.list_artifacts(result.run_id)}
+    assert {"config.json", "predictions", "model", "attention"} <= artifacts
+    preds = client.list_artifacts(result.run_id, "predictions")
+    assert [a.path for a in preds] == ["predictions/test_2014.csv"]
+    assert client.list_artifacts(result.run_id, "attention")
+
+    # The logged model reloads by run id and is safe to load.
+    from hmer.tracking import load_model
+
+    model, cfg, vocab = load_model(result.run_id, tracking_uri=store)
+    assert cfg.model.decoder == "transformer" and len(vocab) == 113
+    assert not model.training
+
+
+def test_time_budget_stops_cleanly_and_still_evaluates(store, tmp_path):
+    cfg = tiny_config(**{"train.epochs": 50, "train.time_budget_s": 0.5})
+    result = train(cfg, data=tiny_data(), tracking_uri=store, run_dir=tmp_path / "ckpt")
+    assert result.stopped_by == "budget" and result.epochs < 50
+    assert "2014" in result.test_scores
+    assert load_checkpoint(tmp_path / "ckpt" / "last.pt")["epoch"] == result.epochs
+
+
+class _Crash(Exception):
+    pass
+
+
+def test_resume_gives_the_same_weights_as_an_uninterrupted_run(store, tmp_path):
+    cfg = tiny_config(**{"train.epochs": 3, "data.scale_aug_min": 0.8, "data.scale_aug_max": 1.2})
+    data = tiny_data()
+    train(cfg, data=data, tracking_uri=store, run_dir=tmp_path / "straight")
+
+    def crash_after_first_epoch(epoch, metrics):
+        if epoch == 1:
+            raise _Crash("killed")
+
+    with pytest.raises(_Crash):
+        train(cfg, data=data, tracking_uri=store, run_dir=tmp_path / "crashed",
+              epoch_callback=crash_after_first_epoch)
+    first = load_checkpoint(tmp_path / "crashed" / "last.pt")
+    assert first["epoch"] == 1
+    client = MlflowClient(store)
+    assert client.get_run(first["run_id"]).info.status == "FAILED"
+
+    resumed = train(Config(), data=data, tracking_uri=store, resume=tmp_path / "crashed" / "last.pt")
+    assert resumed.run_id == first["run_id"] and resumed.epochs == 3
+    assert client.get_run(resumed.run_id).info.status == "FINISHED"
+    assert [m.step for m in client.get_metric_history(resumed.run_id, "train_loss")] == [1, 2, 3]
+
+    straight = load_checkpoint(tmp_path / "straight" / "last.pt")["model"]
+    again = load_checkpoint(tmp_path / "crashed" / "last.pt")["model"]
+    for name, tensor in straight.items():
+        torch.testing.assert_close(again[name], tensor, rtol=0, atol=0, msg=name)
+
+
+def test_pruned_trial_is_marked_in_mlflow(store, tmp_path):
+    optuna = pytest.importorskip("optuna")
+
+    def prune(epoch, metrics):
+        raise optuna.TrialPruned()
+
+    with pytest.raises(optuna.TrialPruned):
+        train(tiny_config(), data=tiny_data(), tracking_uri=store, run_dir=tmp_path / "c",
+              epoch_callback=prune)
+    run = mlflow.search_runs(experiment_names=["hmer"]).iloc[0]
+    assert run["tags.hmer.status"] == "pruned" and run["status"] == "KILLED"
+
+
+def test_checkpoints_load_weights_only(store, tmp_path):
+    train(tiny_config(**{"train.epochs": 1}), data=tiny_data(), tracking_uri=store, run_dir=tmp_path / "c")
+    for name in ("last.pt", "best.pt"):
+        ckpt = torch.load(tmp_path / "c" / name, weights_only=True)
+        assert "model" in ckpt and "config" in ckpt
