@@ -40,7 +40,7 @@ class ModelConfig:
     # Positional encodings.
     token_pos: str = "sin1d"  # sin1d | learned (ConvS2S)
     image_pos: str = "sin2d"  # sin2d | cape (StyTr2) | learned | none
-    cape_grid: int = 8  # n of CAPE's learned n x n position grid
+    cape_grid: int = 8  # n of CAPE's n x n content-pooled grid, and of the `learned` image table
     max_len: int = 256  # longest target a learned token position table holds
     # Decoder family.
     decoder: str = "transformer"  # transformer | rnn | convs2s
@@ -48,6 +48,7 @@ class ModelConfig:
     nhead: int = 8
     dim_feedforward: int = 1024
     dropout: float = 0.3
+    embed_norm: bool = False  # CoMER: LayerNorm after the token embedding and after adding positions
     # CoMER Attention Refinement Module (transformer only).
     coverage: str = "none"  # none | self | cross | fusion
     coverage_channels: int = 32  # d_c

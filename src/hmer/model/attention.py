@@ -1,0 +1,133 @@
+"""Multi-head attention that can expose its pre-softmax scores and take a refinement term.
+
+The fast path is `F.scaled_dot_product_attention` (flash / memory-efficient kernels on GPU).
+Two things need the explicit path, which materialises the scores [B, H, L, S]:
+
+  * a *refinement* (CoMER's Attention Refinement Module): a callable that receives the
+    attention probabilities of this call (softmax of the plain scores) and returns a term
+    that is subtracted from the scores before a second softmax:
+        scores  = q k^T / sqrt(d_head)          (padding -> -inf)
+        attn    = softmax(scores)
+        scores' = scores - refine(attn)
+        attn'   = softmax(scores')               (what the values are averaged with)
+  * `need_weights=True` (attention maps for visualisation, or a coverage that needs them).
+
+The weights returned are the final probabilities before dropout; dropout applies only to
+the copy that averages the values.
+
+Tensors are batch-first; heads live in dim 1: q [B, H, L, dh], k/v [B, H, S, dh].
+Masks are True at padding (`key_padding_mask` [B, S]).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+Refinement = Callable[[Tensor], Tensor]  # attn probs [B, H, L, S] -> term [B, H, L, S]
+
+
+def masked_softmax(scores: Tensor, pad: Optional[Tensor]) -> Tensor:
+    """softmax over the last dim, in float32 for stability, cast back to the scores' dtype."""
+    if pad is not None:
+        scores = scores.masked_fill(pad, float("-inf"))
+    return torch.softmax(scores.float(), dim=-1).to(scores.dtype)
+
+
+def causal_pad_mask(length: int, device: torch.device) -> Tensor:
+    """[L, L] True above the diagonal: position i may not look at j > i."""
+    return torch.ones(length, length, dtype=torch.bool, device=device).triu(1)
+
+
+class MultiHeadAttention(nn.Module):
+    """Scaled dot-product attention with `nhead` heads; projections with bias (as nn.MultiheadAttention)."""
+
+    def __init__(self, d_model: int, nhead: int, dropout: float = 0.0):
+        super().__init__()
+        if d_model % nhead:
+            raise ValueError(f"d_model={d_model} is not divisible by nhead={nhead}")
+        self.nhead = nhead
+        self.head_dim = d_model // nhead
+        self.dropout = dropout
+        self.q_proj = nn.Linear(d_model, d_model)
+        self.kv_proj = nn.Linear(d_model, 2 * d_model)
+        self.out_proj = nn.Linear(d_model, d_model)
+        # nn.MultiheadAttention's init: xavier-uniform projections, zero biases.
+        for lin in (self.q_proj, self.kv_proj):
+            nn.init.xavier_uniform_(lin.weight)
+            nn.init.zeros_(lin.bias)
+        nn.init.zeros_(self.out_proj.bias)
+
+    # ---- projections ------------------------------------------------------------------------
+    def split_heads(self, x: Tensor) -> Tensor:
+        """[B, L, d] -> [B, H, L, dh]"""
+        b, length, _ = x.shape
+        return x.view(b, length, self.nhead, self.head_dim).transpose(1, 2)
+
+    def project_q(self, x: Tensor) -> Tensor:
+        return self.split_heads(self.q_proj(x))
+
+    def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        k, v = self.kv_proj(x).chunk(2, dim=-1)
+        return self.split_heads(k), self.split_heads(v)
+
+    # ---- attention --------------------------------------------------------------------------
+    def scores(self, q: Tensor, k: Tensor) -> Tensor:
+        """Pre-softmax scores [B, H, L, S] = q k^T / sqrt(dh)."""
+        return torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
+
+    def attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_padding_mask: Optional[Tensor] = None,
+        causal: bool = False,
+        refine: Optional[Refinement] = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Optional[Tensor]]:
+        """(output [B, L, d] after out_proj, weights [B, H, L, S] or None)."""
+        dropout_p = self.dropout if self.training else 0.0
+        if refine is None and not need_weights:
+            attn_mask = None
+            if key_padding_mask is not None:
+                attn_mask = ~key_padding_mask[:, None, None, :]  # SDPA: True = may attend
+                if causal:
+                    attn_mask = attn_mask & ~causal_pad_mask(q.shape[2], q.device)
+                    causal = False
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=causal)
+            weights = None
+        else:
+            pad = None
+            if key_padding_mask is not None:
+                pad = key_padding_mask[:, None, None, :]
+            if causal:
+                c = causal_pad_mask(q.shape[2], q.device)
+                pad = c if pad is None else pad | c
+            scores = self.scores(q, k)
+            weights = masked_softmax(scores, pad)
+            if refine is not None:
+                weights = masked_softmax(scores - refine(weights), pad)
+            out = torch.matmul(F.dropout(weights, dropout_p, self.training), v)
+        b, _, length, _ = out.shape
+        out = out.transpose(1, 2).reshape(b, length, self.nhead * self.head_dim)
+        return self.out_proj(out), weights
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Optional[Tensor] = None,
+        key_padding_mask: Optional[Tensor] = None,
+        causal: bool = False,
+        refine: Optional[Refinement] = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Optional[Tensor]]:
+        """Self-attention over x [B, L, d], or cross-attention to memory [B, S, d]."""
+        q = self.project_q(x)
+        k, v = self.project_kv(x if memory is None else memory)
+        return self.attend(q, k, v, key_padding_mask, causal, refine, need_weights)

@@ -1,0 +1,68 @@
+"""Decoding direction: teacher-forcing targets for l2r, r2l and bidirectional training.
+
+    l2r   in  <sos> y1 .. yn          out  y1 .. yn <eos>
+    r2l   in  <eos> yn .. y1          out  yn .. y1 <sos>
+    bi    the l2r rows, then the r2l rows (BTTR): the batch doubles, one decoder learns both
+
+Rows are right-padded with pad to the longest sequence + 1. For `bi`, the image batch must be
+repeated in the same order (`torch.cat([x, x])`); `HMERModel` does that on the encoded
+features, so each image is encoded once.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import torch
+from torch import Tensor
+
+DIRECTIONS = ("l2r", "r2l", "bi")
+
+
+def special_ids(vocab=None) -> tuple[int, int, int]:
+    """(pad, sos, eos) from a Vocab-like object, a (pad, sos, eos) tuple, or the fixed 0, 1, 2."""
+    if vocab is None:
+        return 0, 1, 2
+    if isinstance(vocab, (tuple, list)):
+        pad, sos, eos = vocab
+        return int(pad), int(sos), int(eos)
+    return vocab.pad_id, vocab.sos_id, vocab.eos_id
+
+
+def directions_of(direction: str) -> tuple[str, ...]:
+    """The row blocks `make_targets` produces for `direction`."""
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction={direction!r} is not one of {', '.join(DIRECTIONS)}")
+    return ("l2r", "r2l") if direction == "bi" else (direction,)
+
+
+def make_targets(
+    token_ids: Sequence[Sequence[int]],
+    direction: str,
+    vocab=None,
+    device: Optional[torch.device | str] = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(tgt_in, tgt_out, pad_mask), long/long/bool [B', L] with B' = B (l2r, r2l) or 2B (bi).
+
+    token_ids: per expression, symbol ids without sos/eos. `vocab`: a Vocab (anything with
+    pad_id, sos_id, eos_id) or a (pad, sos, eos) tuple; default the project's fixed 0, 1, 2. pad_mask is True at padding.
+    """
+    pad, sos, eos = special_ids(vocab)
+    blocks = directions_of(direction)
+    length = max((len(s) for s in token_ids), default=0) + 1
+    ins: list[list[int]] = []
+    outs: list[list[int]] = []
+    for block in blocks:
+        start, stop = (sos, eos) if block == "l2r" else (eos, sos)
+        for seq in token_ids:
+            seq = list(seq) if block == "l2r" else list(seq)[::-1]
+            fill = [pad] * (length - 1 - len(seq))
+            ins.append([start] + seq + fill)
+            outs.append(seq + [stop] + fill)
+    # One tensor per list (not per row): this runs on the host for every training batch.
+    tgt_in = torch.tensor(ins, dtype=torch.long).view(len(ins), length)
+    tgt_out = torch.tensor(outs, dtype=torch.long).view(len(outs), length)
+    pad_mask = tgt_out == pad
+    if device is not None:
+        tgt_in, tgt_out, pad_mask = tgt_in.to(device), tgt_out.to(device), pad_mask.to(device)
+    return tgt_in, tgt_out, pad_mask

@@ -1,0 +1,93 @@
+"""build_model and the named model presets.
+
+    model = build_model(cfg.model)          # a ModelConfig
+    model = build_model("comer-fusion")     # a preset name
+    for name, description, num_params in list_presets(): ...
+
+A preset is a dict of ModelConfig field overrides over the defaults (which are BTTR).
+Naming: `<family>` trains bidirectionally (one decoder on l2r + r2l targets, as BTTR and
+CoMER); `<family>-l2r` is the same model trained left-to-right only. The `tiny*` presets are
+the same architectures shrunk for CPU tests and smoke runs (stride 8: two dense blocks).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+import torch.nn as nn
+
+from ..config import Config, ModelConfig
+from .hmer_model import HMERModel
+
+_COMER = {"decoder": "transformer", "embed_norm": True, "coverage_channels": 32, "coverage_kernel": 5}
+_WAP = {"decoder": "rnn", "image_pos": "none", "dropout": 0.2}
+_CONVS2S = {"decoder": "convs2s", "token_pos": "learned", "conv_layers": 3, "conv_kernel": 3, "dropout": 0.2}
+_TINY = {
+    "growth_rate": 8, "num_dense_layers": 4, "num_dense_blocks": 2, "d_model": 64, "nhead": 4,
+    "num_decoder_layers": 2, "dim_feedforward": 128, "dropout": 0.1, "encoder_dropout": 0.1,
+    "coverage_channels": 8, "rnn_hidden": 64, "rnn_attention": 64, "rnn_embedding": 64,
+    "conv_layers": 2,
+}
+
+_FAMILIES: dict[str, tuple[dict[str, Any], str]] = {
+    "bttr": ({"decoder": "transformer", "coverage": "none"}, "BTTR: DenseNet-B + transformer decoder"),
+    "comer-self": ({**_COMER, "coverage": "self"}, "CoMER, ARM with self coverage"),
+    "comer-cross": ({**_COMER, "coverage": "cross"}, "CoMER, ARM with cross coverage"),
+    "comer-fusion": ({**_COMER, "coverage": "fusion"}, "CoMER, ARM with fusion coverage (the paper's model)"),
+    "wap-rnn": (_WAP, "DenseWAP: DenseNet-B + GRU decoder with coverage attention"),
+    "convs2s": (_CONVS2S, "DenseNet-B + ConvS2S decoder (GLU convolutions, multi-step attention)"),
+}
+
+PRESETS: dict[str, dict[str, Any]] = {}
+DESCRIPTIONS: dict[str, str] = {}
+for _name, (_overrides, _text) in _FAMILIES.items():
+    PRESETS[_name] = {**_overrides, "direction": "bi"}
+    DESCRIPTIONS[_name] = f"{_text}; bidirectional"
+    PRESETS[f"{_name}-l2r"] = {**_overrides, "direction": "l2r"}
+    DESCRIPTIONS[f"{_name}-l2r"] = f"{_text}; left-to-right"
+
+_TINY_FAMILIES = {
+    "tiny": ({"decoder": "transformer"}, "transformer"),
+    "tiny-transformer": ({"decoder": "transformer"}, "transformer"),
+    "tiny-comer": ({**_COMER, "coverage": "fusion"}, "CoMER fusion coverage"),
+    "tiny-rnn": (_WAP, "GRU + coverage attention"),
+    "tiny-convs2s": (_CONVS2S, "ConvS2S"),
+}
+for _name, (_overrides, _text) in _TINY_FAMILIES.items():
+    PRESETS[_name] = {**_overrides, **_TINY, "direction": "bi"}  # the tiny sizes win
+    DESCRIPTIONS[_name] = f"tiny {_text} for CPU tests and smoke runs (growth 8, 2x4 dense layers, d 64)"
+
+
+def preset_config(name: str) -> ModelConfig:
+    """The ModelConfig of preset `name` (defaults + the preset's overrides)."""
+    if name not in PRESETS:
+        raise KeyError(f"unknown model preset {name!r}; known: {', '.join(PRESETS)}")
+    cfg = dataclasses.replace(ModelConfig(), **PRESETS[name])
+    cfg.validate()
+    return cfg
+
+
+def build_model(cfg: ModelConfig | Config | str) -> HMERModel:
+    """An HMERModel from a ModelConfig, a full Config (its .model) or a preset name."""
+    if isinstance(cfg, str):
+        cfg = preset_config(cfg)
+    elif isinstance(cfg, Config):
+        cfg = cfg.model
+    return HMERModel(cfg)
+
+
+def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+def list_presets() -> list[tuple[str, str, int]]:
+    """(name, description, number of parameters) for every preset, in definition order.
+    Models are built on the meta device: no memory, no initialisation cost."""
+    rows = []
+    for name in PRESETS:
+        with torch.device("meta"):
+            model = build_model(name)
+        rows.append((name, DESCRIPTIONS[name], count_parameters(model)))
+    return rows

@@ -1,0 +1,134 @@
+"""HMERModel: DenseNet-B encoder -> 1x1 conv to d_model -> image positions -> decoder.
+
+    feats, feat_mask = model.encode(images, image_mask)     # [B, h, w, d], bool [B, h, w]
+    logits = model(images, image_mask, tgt_in)              # [B', L, V]
+    loss = model.loss(images, image_mask, token_ids)        # what the trainer minimises
+    attn = model.attention_maps(images, image_mask, tgt_in) # [B', L, h, w]
+
+The projection follows BTTR's encoder: 1x1 conv (with bias) -> ReLU -> LayerNorm, then the
+image positional encoding is added (CoMER normalises after adding it instead; one order
+for every variant keeps the decoder/coverage ablations free of encoder differences).
+Padded feature positions are zeroed and masked out of every attention.
+
+Bidirectional training: `tgt_in` may hold k times as many rows as there are images (k = 2
+for `bi`: l2r rows, then r2l rows); the encoded features are then repeated k times in the
+same order, so each image is encoded once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..config import ModelConfig
+from .convs2s import ConvS2SDecoder
+from .decoder_base import Decoder
+from .direction import make_targets, special_ids
+from .encoder import DenseNetB
+from .posenc import make_image_positions
+from .refinement import exclusive_cumsum
+from .rnn import GRUDecoder
+from .transformer import TransformerDecoder
+
+
+def make_decoder(cfg: ModelConfig) -> Decoder:
+    if cfg.decoder == "transformer":
+        return TransformerDecoder(cfg)
+    if cfg.decoder == "rnn":
+        return GRUDecoder(cfg)
+    if cfg.decoder == "convs2s":
+        return ConvS2SDecoder(cfg)
+    raise ValueError(f"unknown decoder {cfg.decoder!r}")
+
+
+def repeat_rows(feats: Tensor, feat_mask: Tensor, rows: int) -> tuple[Tensor, Tensor]:
+    """Repeat [B, ...] features k = rows / B times along the batch (l2r block, r2l block, ...)."""
+    b = feats.shape[0]
+    if rows == b:
+        return feats, feat_mask
+    if rows % b:
+        raise ValueError(f"{rows} target rows for {b} images: expected a multiple (k directions x B)")
+    k = rows // b
+    return feats.repeat(k, 1, 1, 1), feat_mask.repeat(k, 1, 1)
+
+
+class HMERModel(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        cfg.validate()
+        self.cfg = dataclasses.replace(cfg)
+        self.encoder = DenseNetB(
+            growth_rate=cfg.growth_rate,
+            num_layers=cfg.num_dense_layers,
+            num_blocks=cfg.num_dense_blocks,
+            compression=cfg.compression,
+            bottleneck=cfg.bottleneck,
+            dropout=cfg.encoder_dropout,
+        )
+        self.feature_proj = nn.Conv2d(self.encoder.out_channels, cfg.d_model, kernel_size=1)
+        self.feature_norm = nn.LayerNorm(cfg.d_model)
+        self.image_pos = make_image_positions(cfg.image_pos, cfg.d_model, cfg.cape_grid)
+        self.decoder = make_decoder(cfg)
+
+    @property
+    def stride(self) -> int:
+        """Image pixels per feature position (16 for the paper encoders)."""
+        return self.encoder.stride
+
+    def encode(self, images: Tensor, image_mask: Tensor) -> tuple[Tensor, Tensor]:
+        """images [B, 1, H, W], image_mask [B, H, W] -> feats [B, h, w, d], feat_mask [B, h, w]."""
+        x, mask = self.encoder(images, image_mask)
+        x = F.relu(self.feature_proj(x)).permute(0, 2, 3, 1)
+        x = self.image_pos(self.feature_norm(x), mask)
+        return x.masked_fill(mask[..., None], 0.0), mask
+
+    def decode(
+        self,
+        feats: Tensor,
+        feat_mask: Tensor,
+        tgt_in: Tensor,
+        tgt_pad_mask: Optional[Tensor] = None,
+        return_attention: bool = False,
+    ):
+        """Teacher forcing on encoded features; tgt_in may have k * B rows (see module doc)."""
+        feats, feat_mask = repeat_rows(feats, feat_mask, tgt_in.shape[0])
+        return self.decoder(feats, feat_mask, tgt_in, tgt_pad_mask, return_attention=return_attention)
+
+    def forward(
+        self, images: Tensor, image_mask: Tensor, tgt_in: Tensor, tgt_pad_mask: Optional[Tensor] = None
+    ) -> Tensor:
+        feats, feat_mask = self.encode(images, image_mask)
+        return self.decode(feats, feat_mask, tgt_in, tgt_pad_mask)
+
+    def loss(
+        self,
+        images: Tensor,
+        image_mask: Tensor,
+        token_ids: Sequence[Sequence[int]],
+        direction: Optional[str] = None,
+    ) -> Tensor:
+        """Mean cross-entropy over the non-pad target tokens, in cfg.direction (or `direction`).
+
+        For `bi` both halves hold the same number of tokens (the same sequences, reversed), so
+        the token mean is exactly the average of the l2r and r2l losses.
+        """
+        tgt_in, tgt_out, _ = make_targets(token_ids, direction or self.cfg.direction, device=images.device)
+        logits = self(images, image_mask, tgt_in)
+        pad, _, _ = special_ids()
+        return F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=pad)
+
+    @torch.no_grad()
+    def attention_maps(
+        self, images: Tensor, image_mask: Tensor, tgt_in: Tensor, coverage: bool = False
+    ) -> Tensor:
+        """Cross-attention maps [B', L, h, w] for teacher-forced `tgt_in`: the last decoder layer's,
+        averaged over heads (row t: where the model looked to predict token t+1). With
+        coverage=True, the coverage instead: the sum of the maps of the steps before t."""
+        feats, feat_mask = self.encode(images, image_mask)
+        _, attn = self.decode(feats, feat_mask, tgt_in, return_attention=True)
+        return exclusive_cumsum(attn, dim=1) if coverage else attn

@@ -1,0 +1,222 @@
+"""Positional encodings for target tokens (1-D) and image features (2-D).
+
+Token positions (`ModelConfig.token_pos`), added to token embeddings [B, L, d]:
+  sin1d    fixed sinusoids (Vaswani et al.; BTTR's WordPosEnc)
+  learned  a learned table of `max_len` rows (ConvS2S)
+
+Image positions (`ModelConfig.image_pos`), added to features [B, h, w, d] with mask [B, h, w]:
+  sin2d    BTTR's ImgPosEnc: sinusoids of the row and column index, each normalised by the
+           unpadded height / width of that image, so that a position means "this fraction
+           of the formula" whatever the canvas; d/2 dims for x, d/2 for y, concatenated.
+  cape     StyTr^2's content-aware positional encoding (see `ContentAwareImagePositions`).
+  learned  a learned n x n table (n = cape_grid) bilinearly resized to each image's unpadded size.
+  none     nothing.
+
+Every image encoding is computed from the unpadded region of each image only, so padding
+an image onto a larger canvas never changes the encoding of its pixels.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+from torch import Tensor
+
+TEMPERATURE = 10000.0
+
+
+# ---- tokens ----------------------------------------------------------------------------------
+
+def sinusoid_table(length: int, d_model: int, temperature: float = TEMPERATURE) -> Tensor:
+    """[length, d_model]: even dims sin(pos * f_i), odd dims cos(pos * f_i), f_i = temperature^(-2i/d)."""
+    position = torch.arange(length, dtype=torch.float32)[:, None]
+    inv_freq = temperature ** (-torch.arange(0, d_model, 2, dtype=torch.float32) / d_model)
+    table = torch.zeros(length, d_model)
+    table[:, 0::2] = torch.sin(position * inv_freq)
+    table[:, 1::2] = torch.cos(position * inv_freq)
+    return table
+
+
+class SinusoidalTokenPositions(nn.Module):
+    """Fixed 1-D sinusoids. The table is a non-persistent buffer (not in checkpoints), so
+    it can be longer than any target without affecting saved models."""
+
+    def __init__(self, d_model: int, max_len: int = 1024):
+        super().__init__()
+        self.register_buffer("table", sinusoid_table(max_len, d_model), persistent=False)
+
+    def forward(self, length: int, start: int = 0) -> Tensor:
+        """[length, d] encodings of positions start .. start+length-1."""
+        return self.table[start:start + length]
+
+
+class LearnedTokenPositions(nn.Module):
+    """ConvS2S's learned absolute positions: one vector per position up to `max_len`."""
+
+    def __init__(self, d_model: int, max_len: int):
+        super().__init__()
+        self.table = nn.Embedding(max_len, d_model)
+        nn.init.normal_(self.table.weight, std=0.1)
+
+    def forward(self, length: int, start: int = 0) -> Tensor:
+        return self.table.weight[start:start + length]
+
+
+def make_token_positions(kind: str, d_model: int, max_len: int) -> nn.Module:
+    if kind == "sin1d":
+        return SinusoidalTokenPositions(d_model, max(1024, max_len))
+    if kind == "learned":
+        return LearnedTokenPositions(d_model, max_len)
+    raise ValueError(f"unknown token position encoding {kind!r}")
+
+
+# ---- helpers: per-image extents, resizing and pooling as matrices ------------------------------
+# Images in a batch have different unpadded sizes, so resizing "to the unpadded size" or pooling
+# "over the unpadded region" differs per image. We express both as small per-image matrices and
+# apply them with einsum: no Python loop over the batch, no host sync.
+
+def valid_extent(mask: Tensor) -> tuple[Tensor, Tensor]:
+    """Unpadded height and width of each image, [B] each (long, >= 1). Padding is bottom/right."""
+    heights = (~mask[:, :, 0]).sum(dim=1).clamp_min(1)
+    widths = (~mask[:, 0, :]).sum(dim=1).clamp_min(1)
+    return heights, widths
+
+
+def resize_matrix(n: int, extent: Tensor, size: int) -> Tensor:
+    """[B, size, n]: bilinear (align_corners=False) resampling of n grid cells onto `extent`
+    output pixels; rows at or beyond each image's extent are zero. Same weights as
+    F.interpolate(mode="bilinear", align_corners=False) on the unpadded region."""
+    out = torch.arange(size, device=extent.device, dtype=torch.float32)
+    ext = extent.to(torch.float32)[:, None]
+    src = ((out[None, :] + 0.5) * (n / ext) - 0.5).clamp(0, n - 1)  # [B, size]
+    lo = src.floor()
+    frac = src - lo
+    lo = lo.long()
+    hi = (lo + 1).clamp(max=n - 1)
+    cells = torch.arange(n, device=extent.device)
+    weights = (cells == lo[..., None]) * (1 - frac)[..., None] + (cells == hi[..., None]) * frac[..., None]
+    return weights * (out[None, :] < ext)[..., None]
+
+
+def adaptive_pool_matrix(n: int, extent: Tensor, size: int) -> Tensor:
+    """[B, n, size]: averaging weights of adaptive average pooling of `extent` pixels into n cells
+    (cell i covers [floor(i*E/n), ceil((i+1)*E/n)), as F.adaptive_avg_pool2d)."""
+    cells = torch.arange(n, device=extent.device)[None, :, None]
+    ext = extent[:, None, None]
+    start = (cells * ext) // n
+    end = ((cells + 1) * ext + n - 1) // n
+    pixel = torch.arange(size, device=extent.device)[None, None, :]
+    inside = (pixel >= start) & (pixel < end)
+    return inside.to(torch.float32) / (end - start).to(torch.float32)
+
+
+# ---- images ----------------------------------------------------------------------------------
+
+class NoImagePositions(nn.Module):
+    def forward(self, feats: Tensor, mask: Tensor) -> Tensor:
+        return feats
+
+
+class Sinusoidal2DImagePositions(nn.Module):
+    """BTTR's ImgPosEnc (normalize=True): position = cumulative count of unpadded rows/columns,
+    divided by the unpadded height/width and scaled to [0, 2*pi]; sin/cos of d/4 frequencies
+    per axis, interleaved; [x half, y half] concatenated."""
+
+    def __init__(self, d_model: int, temperature: float = TEMPERATURE):
+        super().__init__()
+        if d_model % 4:
+            raise ValueError(f"d_model={d_model} must be divisible by 4 for the 2-D sinusoidal encoding")
+        self.half = d_model // 2
+        self.temperature = temperature
+
+    def encoding(self, mask: Tensor) -> Tensor:
+        """[B, h, w, d] float32 encoding of the unpadded positions (meaningless at padding)."""
+        not_mask = ~mask
+        y = not_mask.cumsum(1, dtype=torch.float32)
+        x = not_mask.cumsum(2, dtype=torch.float32)
+        eps = 1e-6
+        y = y / (y[:, -1:, :] + eps) * (2 * math.pi)
+        x = x / (x[:, :, -1:] + eps) * (2 * math.pi)
+        # Computed here rather than stored, so that model.to(bfloat16) cannot round the frequencies.
+        inv_freq = self.temperature ** (
+            -torch.arange(0, self.half, 2, device=mask.device, dtype=torch.float32) / self.half
+        )
+        pos_x = x[..., None] * inv_freq
+        pos_y = y[..., None] * inv_freq
+        pos_x = torch.stack((pos_x.sin(), pos_x.cos()), dim=-1).flatten(-2)
+        pos_y = torch.stack((pos_y.sin(), pos_y.cos()), dim=-1).flatten(-2)
+        return torch.cat((pos_x, pos_y), dim=-1)
+
+    def forward(self, feats: Tensor, mask: Tensor) -> Tensor:
+        return feats + self.encoding(mask).to(feats.dtype)
+
+
+class LearnedImagePositions(nn.Module):
+    """A learned n x n x d table, bilinearly resized to each image's unpadded feature size.
+    Positions are therefore relative to the formula's extent, like `sin2d`, but learned."""
+
+    def __init__(self, d_model: int, grid: int):
+        super().__init__()
+        self.grid = nn.Parameter(torch.randn(grid, grid, d_model) * 0.02)
+
+    def forward(self, feats: Tensor, mask: Tensor) -> Tensor:
+        b, h, w, _ = feats.shape
+        heights, widths = valid_extent(mask)
+        n = self.grid.shape[0]
+        rows = resize_matrix(n, heights, h).to(feats.dtype)  # [B, h, n]
+        cols = resize_matrix(n, widths, w).to(feats.dtype)  # [B, w, n]
+        return feats + torch.einsum("bri,ijd,bcj->brcd", rows, self.grid.to(feats.dtype), cols)
+
+
+class ContentAwareImagePositions(nn.Module):
+    """StyTr^2's content-aware positional encoding (CAPE; Deng et al., CVPR 2022, eq. 6-7).
+
+    What StyTr^2 does (models/transformer.py: `averagepooling` + `new_ps` + interpolate):
+      1. P_L = F_pos(AvgPool_{n x n}(E)): the content features E are average-pooled to a fixed
+         n x n grid (n = 18 there, `cape_grid` here) and a learned 1x1 convolution F_pos maps
+         each pooled cell to a d-dim position code. The grid is therefore learned *as a
+         function of content*: the code of a cell says what kind of content sits in that
+         region, not its absolute coordinates;
+      2. P_CA(x, y) = sum_{k,l} a_kl P_L(x_k, y_l): P_L is bilinearly interpolated back to the
+         feature map, so every pixel gets the blend of its nearest grid cells' codes. Because
+         the grid has a fixed size, the encoding is scale-invariant: the same formula written
+         larger or smaller maps to the same n x n codes.
+    There is no free-standing learned grid in StyTr^2 (a content-independent learned table
+    is our `learned` option); the "positions" are the content-conditioned grid codes above.
+
+    Padding: the pooling runs over the unpadded region of each image only (exactly
+    F.adaptive_avg_pool2d of the cropped feature map) and the interpolation targets the
+    unpadded size, so a padded canvas gives the same encoding.
+    """
+
+    def __init__(self, d_model: int, grid: int):
+        super().__init__()
+        self.grid = grid
+        self.position_code = nn.Linear(d_model, d_model)  # F_pos, StyTr^2's 1x1 conv `new_ps`
+
+    def forward(self, feats: Tensor, mask: Tensor) -> Tensor:
+        b, h, w, _ = feats.shape
+        n = self.grid
+        heights, widths = valid_extent(mask)
+        content = feats.masked_fill(mask[..., None], 0)
+        pool_rows = adaptive_pool_matrix(n, heights, h).to(feats.dtype)  # [B, n, h]
+        pool_cols = adaptive_pool_matrix(n, widths, w).to(feats.dtype)  # [B, n, w]
+        pooled = torch.einsum("bih,bhwd,bjw->bijd", pool_rows, content, pool_cols)  # [B, n, n, d]
+        codes = self.position_code(pooled)
+        rows = resize_matrix(n, heights, h).to(feats.dtype)  # [B, h, n]
+        cols = resize_matrix(n, widths, w).to(feats.dtype)  # [B, w, n]
+        return feats + torch.einsum("bri,bijd,bcj->brcd", rows, codes, cols)
+
+
+def make_image_positions(kind: str, d_model: int, grid: int) -> nn.Module:
+    if kind == "sin2d":
+        return Sinusoidal2DImagePositions(d_model)
+    if kind == "cape":
+        return ContentAwareImagePositions(d_model, grid)
+    if kind == "learned":
+        return LearnedImagePositions(d_model, grid)
+    if kind == "none":
+        return NoImagePositions()
+    raise ValueError(f"unknown image position encoding {kind!r}")

@@ -1,0 +1,175 @@
+"""Transformer decoder (BTTR), optionally with CoMER's attention refinement (coverage).
+
+Each layer is PyTorch's nn.TransformerDecoderLayer default, which BTTR uses: post-norm,
+ReLU FFN, dropout on the attention weights and on every residual branch:
+
+    x = norm1(x + drop(causal_self_attn(x)))
+    x = norm2(x + drop(cross_attn(x, image)))          # CoMER: scores refined by the ARM
+    x = norm3(x + drop(linear2(drop(relu(linear1(x))))))
+
+then a linear projection to the vocabulary (no final LayerNorm, as in BTTR's and CoMER's code).
+
+Target padding: targets are right-padded and self-attention is causal, so a real token never
+attends to a pad token; `tgt_pad_mask` is therefore not needed and is ignored (the loss
+ignores pad positions), which keeps self-attention on the fast `is_causal` kernels.
+
+Incremental decoding caches, per layer, the keys/values of every token fed so far (each step
+projects only the new token) and, once per image, the keys/values of the image features.
+With coverage, the cache also holds each ARM layer's running sum of past attention maps.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch import Tensor
+
+from ..config import ModelConfig
+from .attention import MultiHeadAttention, Refinement
+from .decoder_base import Decoder, DecoderState
+from .embedding import TokenEmbedding
+from .refinement import AttentionRefinementModule, exclusive_cumsum
+
+
+class TransformerDecoderLayer(nn.Module):
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int, dropout: float):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, nhead, dropout)
+        self.cross_attn = MultiHeadAttention(d_model, nhead, dropout)
+        self.linear1 = nn.Linear(d_model, dim_feedforward)
+        self.linear2 = nn.Linear(dim_feedforward, d_model)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+        self.norm3 = nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def self_block(self, x: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
+        out, _ = self.self_attn.attend(self.self_attn.project_q(x), k, v, causal=causal)
+        return self.norm1(x + self.dropout(out))
+
+    def cross_block(
+        self, x: Tensor, k: Tensor, v: Tensor, pad: Tensor, refine: Optional[Refinement], need_weights: bool
+    ) -> tuple[Tensor, Optional[Tensor]]:
+        q = self.cross_attn.project_q(x)
+        out, weights = self.cross_attn.attend(q, k, v, pad, refine=refine, need_weights=need_weights)
+        return self.norm2(x + self.dropout(out)), weights
+
+    def ff_block(self, x: Tensor) -> Tensor:
+        y = self.linear2(self.dropout(F.relu(self.linear1(x))))
+        return self.norm3(x + self.dropout(y))
+
+
+class TransformerDecoder(Decoder):
+    """BTTR's decoder; with cfg.coverage in {self, cross, fusion}, CoMER's."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        d = cfg.d_model
+        self.embed = TokenEmbedding(cfg.vocab_size, d, cfg.token_pos, cfg.max_len, norm=cfg.embed_norm)
+        self.layers = nn.ModuleList(
+            TransformerDecoderLayer(d, cfg.nhead, cfg.dim_feedforward, cfg.dropout)
+            for _ in range(cfg.num_decoder_layers)
+        )
+        self.coverage = cfg.coverage
+        self.arm: Optional[AttentionRefinementModule] = None
+        if cfg.coverage != "none":
+            in_maps = 2 * cfg.nhead if cfg.coverage == "fusion" else cfg.nhead
+            self.arm = AttentionRefinementModule(cfg.nhead, in_maps, cfg.coverage_channels, cfg.coverage_kernel)
+        self.out = nn.Linear(d, cfg.vocab_size)
+
+    # ---- coverage -----------------------------------------------------------------------------
+    def _has_arm(self, i: int) -> bool:
+        return self.arm is not None and i > 0
+
+    def _needs_weights(self, i: int) -> bool:
+        """Layer i's attention feeds layer i+1's cross coverage."""
+        return self.coverage in ("cross", "fusion") and i < len(self.layers) - 1
+
+    def _coverage_maps(self, prev: Optional[Tensor], curr: Tensor) -> Tensor:
+        """The attention maps coverage accumulates, heads as channels: [*, C_in, L, S]."""
+        if self.coverage == "self":
+            return curr
+        if self.coverage == "cross":
+            return prev
+        return torch.cat([prev, curr], dim=1)  # fusion: [cross, self], as CoMER
+
+    # ---- teacher forcing ----------------------------------------------------------------------
+    def forward(
+        self,
+        feats: Tensor,
+        feat_mask: Tensor,
+        tgt_in: Tensor,
+        tgt_pad_mask: Optional[Tensor] = None,
+        return_attention: bool = False,
+    ):
+        b, h, w, d = feats.shape
+        memory = feats.reshape(b, h * w, d)
+        pad = feat_mask.reshape(b, h * w)
+        x = self.embed(tgt_in)
+        prev: Optional[Tensor] = None
+        last = len(self.layers) - 1
+        for i, layer in enumerate(self.layers):
+            k, v = layer.self_attn.project_kv(x)
+            x = layer.self_block(x, k, v, causal=True)
+            refine = None
+            if self._has_arm(i):
+                def refine(curr: Tensor, prev: Optional[Tensor] = prev) -> Tensor:
+                    coverage = exclusive_cumsum(self._coverage_maps(prev, curr), dim=2)
+                    return self.arm(coverage, feat_mask)
+            mk, mv = layer.cross_attn.project_kv(memory)
+            need = self._needs_weights(i) or (return_attention and i == last)
+            x, prev = layer.cross_block(x, mk, mv, pad, refine, need)
+            x = layer.ff_block(x)
+        logits = self.out(x)
+        if return_attention:
+            return logits, prev.mean(dim=1).view(b, -1, h, w)
+        return logits
+
+    # ---- incremental decoding -----------------------------------------------------------------
+    def init_state(self, feats: Tensor, feat_mask: Tensor) -> DecoderState:
+        b, h, w, d = feats.shape
+        memory_feats = feats.reshape(b, h * w, d)
+        memory: dict[str, Tensor] = {"mask": feat_mask}
+        for i, layer in enumerate(self.layers):
+            memory[f"k{i}"], memory[f"v{i}"] = layer.cross_attn.project_kv(memory_feats)
+        cache: dict[str, Tensor] = {}
+        nhead, head_dim = self.layers[0].self_attn.nhead, self.layers[0].self_attn.head_dim
+        for i in range(len(self.layers)):
+            cache[f"self_k{i}"] = feats.new_zeros(b, nhead, 0, head_dim)
+            cache[f"self_v{i}"] = feats.new_zeros(b, nhead, 0, head_dim)
+            if self._has_arm(i):
+                in_maps = self.arm.conv.in_channels
+                cache[f"cov{i}"] = feats.new_zeros(b, in_maps, h * w)
+        return DecoderState(t=0, memory=memory, cache=cache)
+
+    def step(self, state: DecoderState, tokens: Tensor) -> tuple[Tensor, DecoderState]:
+        feat_mask = state.rows("mask")
+        n = feat_mask.shape[0]
+        pad = feat_mask.reshape(n, -1)
+        x = self.embed(tokens.reshape(n, 1), start=state.t)
+        cache = dict(state.cache)
+        prev: Optional[Tensor] = None
+        for i, layer in enumerate(self.layers):
+            k, v = layer.self_attn.project_kv(x)
+            k = torch.cat([cache[f"self_k{i}"], k], dim=2)
+            v = torch.cat([cache[f"self_v{i}"], v], dim=2)
+            cache[f"self_k{i}"], cache[f"self_v{i}"] = k, v
+            x = layer.self_block(x, k, v, causal=False)  # the cache holds only the past and present
+            refine, seen = None, {}
+            if self._has_arm(i):
+                coverage = cache[f"cov{i}"]
+
+                def refine(curr: Tensor, coverage: Tensor = coverage, seen: dict = seen) -> Tensor:
+                    seen["curr"] = curr
+                    return self.arm(coverage[:, :, None, :], feat_mask)
+            need = self._needs_weights(i)
+            x, weights = layer.cross_block(x, state.rows(f"k{i}"), state.rows(f"v{i}"), pad, refine, need)
+            if self._has_arm(i):
+                cache[f"cov{i}"] = cache[f"cov{i}"] + self._coverage_maps(prev, seen["curr"])[:, :, 0]
+            prev = weights
+            x = layer.ff_block(x)
+        logits = self.out(x[:, 0])
+        return logits, DecoderState(t=state.t + 1, memory=state.memory, cache=cache, src_index=state.src_index)

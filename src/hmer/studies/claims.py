@@ -1,0 +1,289 @@
+"""Which grid cell a worker runs next, so that no cell runs twice and none is lost.
+
+Optuna's `GridSampler` alone does not give that: it counts a FAIL trial as a visited
+cell (a killed cell would never run again), and once every cell has been started it
+hands a worker a cell that another worker is still running. The study runner therefore
+decides the cell itself, and Optuna's storage (SQLite, PostgreSQL, any RDB) is the only
+thing the workers share:
+
+1. **Dead workers are found first.** A trial records its worker (host, pid, process start
+   time). A RUNNING trial whose worker is on this host and no longer exists is marked
+   FAIL at once; one from another host is failed by Optuna's heartbeat once its
+   heartbeat is older than the grace period (`optuna.storages.fail_stale_trials`).
+2. **A cell is open** when no trial of it is COMPLETE, none is RUNNING, and no other
+   worker holds a live claim on it. FAIL cells (crashed, killed) are open again.
+3. **Claiming is write-then-read.** A worker writes its claim (a study system attribute
+   of its own, so nothing is overwritten), then reads every claim and trial. If anyone
+   else claims or runs the cell, it withdraws and tries again after a random pause. Of
+   two workers racing for one cell, the one that reads last sees the other's claim, so
+   at most one proceeds (both may withdraw, then the pause separates them).
+4. The trial is created with the claimed cell (`ClaimedGridSampler`), gets the worker and
+   the cell as user attributes, and only then is the claim released. Readers read claims
+   before trials, so a released claim is always seen as its RUNNING trial.
+
+A claim that never became a trial (its worker died in between) expires: at once when its
+worker is on this host and gone, after `claim_ttl_s` otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import socket
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping, Sequence
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from .spec import SEED_KEY, cell_key
+
+CELL_ATTR = "hmer.cell_key"  # trial user attribute: the cell's identity (see spec.cell_key)
+WORKER_ATTR = "hmer.worker"  # trial user attribute: the worker that runs it
+ERROR_ATTR = "hmer.error"  # trial user attribute: why a trial failed in a live worker
+CLAIM_PREFIX = "hmer.claim:"  # study system attribute per worker: the cell it is claiming
+
+
+# ---- workers ------------------------------------------------------------------------------------
+
+def _process_start(pid: int) -> str:
+    """When process `pid` started (clock ticks since boot, from /proc), or "" where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return ""
+    # Fields after the command name, which is in parentheses and may contain spaces.
+    fields = stat[stat.rfind(")") + 2:].split()
+    return fields[19] if len(fields) > 19 else ""
+
+
+def _process_state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return ""
+    return stat[stat.rfind(")") + 2:].split()[0]
+
+
+@dataclass(frozen=True)
+class Worker:
+    """One worker process: where it runs, so that others can tell whether it still does."""
+
+    host: str
+    pid: int
+    started: str
+    token: str
+
+    @classmethod
+    def current(cls) -> "Worker":
+        pid = os.getpid()
+        return cls(host=socket.gethostname(), pid=pid, started=_process_start(pid),
+                   token=f"{socket.gethostname()}:{pid}:{uuid.uuid4().hex[:8]}")
+
+    def as_attr(self) -> dict[str, Any]:
+        return {"host": self.host, "pid": self.pid, "started": self.started, "token": self.token}
+
+
+def worker_alive(attr: Mapping[str, Any] | None) -> bool | None:
+    """Whether the worker described by `attr` still runs: True/False on its own host,
+    None when this machine cannot tell (another host, or no record)."""
+    if not attr or attr.get("host") != socket.gethostname():
+        return None
+    pid = int(attr.get("pid", -1))
+    if pid <= 0:
+        return None
+    if os.path.isdir("/proc"):
+        state = _process_state(pid)
+        if not state or state in ("Z", "X"):  # gone, or a zombie not yet reaped
+            return False
+        started = attr.get("started") or ""
+        return not started or _process_start(pid) == started  # a reused pid is another process
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# ---- the sampler --------------------------------------------------------------------------------
+
+class ClaimedGridSampler(optuna.samplers.GridSampler):
+    """A `GridSampler` whose next trial takes the cell its worker has claimed.
+
+    The study stays an ordinary grid study (trials carry GridSampler's `search_space`
+    and `grid_id`, so Optuna's tools read it as one); only the choice of cell moves to
+    `CellClaims`, and the decision to stop moves to the runner, which knows that a FAIL
+    cell must run again.
+    """
+
+    def __init__(self, search_space: Mapping[str, Sequence[Any]]):
+        super().__init__(search_space, seed=0)
+        self._next_cell: dict[str, Any] | None = None
+        self._on_start: Any = None
+
+    def assign(self, cell: Mapping[str, Any], on_start) -> None:
+        """The next trial of this process takes `cell`; `on_start(study, trial)` runs once it exists."""
+        self._next_cell = dict(cell)
+        self._on_start = on_start
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        cell, on_start = self._next_cell, self._on_start
+        self._next_cell, self._on_start = None, None
+        if cell is None:
+            raise RuntimeError("a grid trial was started without a claimed cell; "
+                               "studies are run by hmer.studies.runner.run_grid_study")
+        # GridSampler's own bookkeeping (private but stable since Optuna 2): the grid id of the cell.
+        grid_id = self._all_grids.index(tuple(cell[name] for name in self._param_names))
+        storage = study._storage
+        storage.set_trial_system_attr(trial._trial_id, "search_space", self._search_space)
+        storage.set_trial_system_attr(trial._trial_id, "grid_id", grid_id)
+        if on_start is not None:
+            on_start(study, trial)
+
+    def after_trial(self, study, trial, state, values) -> None:
+        """Never stops the study itself: a FAIL cell is not done (see the module docstring)."""
+
+
+# ---- claims -------------------------------------------------------------------------------------
+
+@dataclass
+class GridStatus:
+    """Where every cell of the grid stands, as one worker sees it now."""
+
+    complete: set[str]
+    running: set[str]
+    claimed: set[str]  # claimed by other live workers, not yet a trial
+    failed: set[str]  # has a FAIL trial and no COMPLETE one
+
+    def open_cells(self, cells: Iterable[Mapping[str, Any]], skip: set[str]) -> list[dict[str, Any]]:
+        busy = self.complete | self.running | self.claimed | skip
+        return [dict(c) for c in cells if cell_key(c) not in busy]
+
+
+class CellClaims:
+    """Claims grid cells for one worker in one study; see the module docstring."""
+
+    def __init__(self, study: optuna.Study, worker: Worker, claim_ttl_s: float = 120.0,
+                 rng: random.Random | None = None):
+        self.study = study
+        self.worker = worker
+        self.claim_ttl_s = claim_ttl_s
+        self.rng = rng or random.Random(worker.token)
+        self._storage = study._storage
+        self._study_id = study._study_id
+        self._claim_key = CLAIM_PREFIX + worker.token
+
+    # -- dead workers ---------------------------------------------------------------------------
+    def reap(self) -> list[FrozenTrial]:
+        """Mark FAIL every RUNNING trial whose worker is gone; returns the trials it failed.
+
+        Trials of this host are checked by process id; trials of other hosts by Optuna's
+        heartbeat (when the storage has one), once their heartbeat is past the grace period.
+        """
+        optuna.storages.fail_stale_trials(self.study)
+        failed = []
+        for trial in self._storage.get_all_trials(self._study_id, deepcopy=False, states=(TrialState.RUNNING,)):
+            worker = trial.user_attrs.get(WORKER_ATTR)
+            alive = worker_alive(worker)
+            orphan = worker is None and self._age_s(trial) > self.claim_ttl_s  # died before tagging it
+            if alive is False or orphan:
+                try:
+                    if self._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL):
+                        self._storage.set_trial_user_attr(
+                            trial._trial_id, "hmer.failed_by",
+                            f"worker {worker.get('token') if worker else '?'} is gone; marked FAIL by "
+                            f"{self.worker.token}")
+                        failed.append(self._storage.get_trial(trial._trial_id))
+                except optuna.exceptions.UpdateFinishedTrialError:
+                    pass  # another worker got there first
+        return failed
+
+    @staticmethod
+    def _age_s(trial: FrozenTrial) -> float:
+        if trial.datetime_start is None:
+            return 0.0
+        return (time.time() - trial.datetime_start.timestamp())
+
+    # -- status ----------------------------------------------------------------------------------
+    def status(self) -> GridStatus:
+        """Claims first, then trials: a claim released after our read shows as its trial."""
+        claimed = self._live_claims()
+        trials = self._storage.get_all_trials(self._study_id, deepcopy=False)
+        complete, running, failed = set(), set(), set()
+        for t in trials:
+            key = t.user_attrs.get(CELL_ATTR)
+            if key is None:
+                continue
+            if t.state == TrialState.COMPLETE:
+                complete.add(key)
+            elif t.state == TrialState.RUNNING:
+                running.add(key)
+            elif t.state == TrialState.FAIL:
+                failed.add(key)
+        return GridStatus(complete=complete, running=running, claimed=claimed, failed=failed - complete)
+
+    def _live_claims(self) -> set[str]:
+        out = set()
+        now = time.time()
+        for key, value in self._storage.get_study_system_attrs(self._study_id).items():
+            if not key.startswith(CLAIM_PREFIX) or key == self._claim_key or not isinstance(value, dict):
+                continue
+            if not value.get("cell"):
+                continue  # released
+            alive = worker_alive(value.get("worker"))
+            if alive is False or (alive is None and now - float(value.get("at", 0.0)) > self.claim_ttl_s):
+                continue  # its worker died before it became a trial
+            out.add(value["cell"])
+        return out
+
+    # -- claiming --------------------------------------------------------------------------------
+    def claim(self, cells: Sequence[Mapping[str, Any]], skip: set[str],
+              max_attempts: int = 50) -> dict[str, Any] | None:
+        """Claim an open cell (seed-major: the cells of the lowest open seed first).
+
+        Returns None when no cell is open. The claim is released by `started` once the
+        cell's trial exists, or by `release` when the worker gives it up.
+        """
+        for _ in range(max_attempts):
+            self.reap()
+            candidates = self.status().open_cells(cells, skip)
+            if not candidates:
+                return None
+            first_seed = min(c[SEED_KEY] for c in candidates)
+            cell = self.rng.choice([c for c in candidates if c[SEED_KEY] == first_seed])
+            key = cell_key(cell)
+            self._write_claim(key)
+            status = self.status()
+            if key not in (status.complete | status.running | status.claimed):
+                return cell
+            self.release()
+            time.sleep(self.rng.uniform(0.05, 1.0))  # two workers raced for it: separate them
+        raise RuntimeError(f"could not claim a grid cell in {max_attempts} attempts")
+
+    def started(self, trial: FrozenTrial, cell: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> None:
+        """Record the cell and worker on the new trial, then release the claim (in that order)."""
+        self._storage.set_trial_user_attr(trial._trial_id, WORKER_ATTR, self.worker.as_attr())
+        self._storage.set_trial_user_attr(trial._trial_id, CELL_ATTR, cell_key(cell))
+        for key, value in (extra or {}).items():
+            self._storage.set_trial_user_attr(trial._trial_id, key, value)
+        self.release()
+
+    def release(self) -> None:
+        self._storage.set_study_system_attr(self._study_id, self._claim_key,
+                                            {"cell": None, "at": time.time(), "worker": self.worker.as_attr()})
+
+    def _write_claim(self, key: str) -> None:
+        self._storage.set_study_system_attr(self._study_id, self._claim_key,
+                                            {"cell": key, "at": time.time(), "worker": self.worker.as_attr()})
+
+
+def describe_cell_key(key: str) -> str:
+    """A cell key as "model.direction=bi, train.seed=1"."""
+    return ", ".join(f"{k}={v}" for k, v in json.loads(key).items())

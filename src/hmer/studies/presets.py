@@ -1,0 +1,206 @@
+"""Study presets: how much compute one study may spend, as Config overrides.
+
+A study preset is orthogonal to the study itself: the direction ablation is the same
+three variants whether it runs as a ten-minute CPU smoke test or as the papers' full
+recipe. The preset decides the model size (the spec's tiny or full model preset), the
+data subset, the schedule, the decoding at test time, the seeds and the default number
+of workers, and it says what the study will cost before it starts:
+
+- ``smoke``: a tiny model on a few hundred short expressions, a few epochs, a small test
+  subset and beam 3; for a CPU. The direction ablation finishes on a 2-core CPU within
+  ten minutes end to end (``python studies/ablate_direction.py``).
+- ``short``: the full-size model on the full data, with a wall-clock budget per trial
+  sized so that the whole grid fits a 25-minute window on one H200 (several trials share
+  the GPU side by side).
+- ``paper``: the papers' full recipe (300 epochs, beam 10, full test sets, 3 seeds).
+
+Budgets are derived from the window and the grid, never fixed per trial: a grid of 12
+cells on 3 workers gives each trial ``(window - loading) * 3 / 12`` seconds, less the
+time reserved for decoding the test years.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+PRESET_NAMES = ("smoke", "short", "paper")
+
+
+@dataclass(frozen=True)
+class StudyPreset:
+    """The compute a study may spend; see the module docstring.
+
+    Attributes:
+        name: smoke, short or paper.
+        summary: one line for the start-of-study banner.
+        model_size: which of a study spec's model presets to use, "tiny" or "full".
+        overrides: Config overrides applied to every cell of every study (dotted keys).
+        seeds: the default seed axis of a grid study (``--seeds`` replaces it).
+        sweep_trials: the default number of finished trials a sweep aims for.
+        window_s: the wall-clock window a whole study is sized for; 0 = unbounded.
+        load_s: the time reserved for loading (and, once, rendering) the data.
+        eval_reserve_s: per trial, the time reserved after training for the test years.
+        default_jobs: worker processes when ``--n-jobs`` is not given.
+        trial_seconds: what one trial is expected to take when the preset has no window
+            (the paper recipe), used only for the printed cost.
+        hardware: the machine the preset is sized for, for the printed cost.
+    """
+
+    name: str
+    summary: str
+    model_size: str
+    overrides: Mapping[str, Any]
+    seeds: tuple[int, ...]
+    sweep_trials: int
+    window_s: float
+    load_s: float
+    eval_reserve_s: float
+    default_jobs: int
+    hardware: str
+    trial_seconds: float = 0.0
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def trial_budget_s(self, n_trials: int, n_jobs: int) -> float:
+        """Training seconds per trial so that `n_trials` on `n_jobs` workers fit the window.
+
+        0 (no budget) for a preset without a window. Trials run in ceil(n_trials / n_jobs)
+        rounds; each round gets an equal share of the window left after loading the data.
+        """
+        if self.window_s <= 0 or n_trials <= 0:
+            return 0.0
+        rounds = math.ceil(n_trials / max(1, n_jobs))
+        per_trial = (self.window_s - self.load_s) / rounds - self.eval_reserve_s
+        if per_trial <= 0:
+            raise ValueError(
+                f"preset {self.name!r}: {n_trials} trials on {n_jobs} worker(s) do not fit its "
+                f"{self.window_s / 60:.0f}-minute window; use fewer seeds or more --n-jobs")
+        return per_trial
+
+    def config_overrides(self, n_trials: int, n_jobs: int) -> dict[str, Any]:
+        """The preset's overrides plus the per-trial wall-clock budget for this grid."""
+        values = dict(self.overrides)
+        budget = self.trial_budget_s(n_trials, n_jobs)
+        if budget > 0:
+            values["train.time_budget_s"] = round(budget, 1)
+        return values
+
+    def expected_seconds(self, n_trials: int, n_jobs: int) -> float:
+        """The expected wall-clock time of a study of `n_trials` trials on `n_jobs` workers."""
+        rounds = math.ceil(n_trials / max(1, n_jobs))
+        if self.window_s > 0:
+            return min(self.window_s, self.load_s + rounds * self.trial_seconds) if self.trial_seconds \
+                else self.window_s
+        return self.load_s + rounds * self.trial_seconds
+
+    def describe(self, n_trials: int, n_jobs: int) -> str:
+        """The start-of-study banner: what the preset is and what the study will cost."""
+        budget = self.trial_budget_s(n_trials, n_jobs)
+        lines = [f"preset {self.name}: {self.summary}"]
+        cost = _format_duration(self.expected_seconds(n_trials, n_jobs))
+        if self.window_s > 0:
+            lines.append(
+                f"  expected cost: about {cost} on {self.hardware} for {n_trials} trials on {n_jobs} "
+                f"worker(s) (within the {_format_duration(self.window_s)} window: "
+                f"{_format_duration(budget)} of training per trial at most, "
+                f"{_format_duration(self.eval_reserve_s)} reserved for the test years)")
+        else:
+            lines.append(
+                f"  expected cost: about {cost} on {self.hardware} for {n_trials} trials on {n_jobs} "
+                f"worker(s) ({_format_duration(self.trial_seconds)} per trial)")
+        lines.extend(f"  {note}" for note in self.notes)
+        return "\n".join(lines)
+
+
+def _format_duration(seconds: float) -> str:
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.1f} days"
+    if seconds >= 2 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 120:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
+
+
+# What the smoke preset was measured at: `python studies/ablate_direction.py --preset smoke`
+# (3 variants x 2 seeds) on a 2-core CPU; see docs/studies.md for the measurement.
+_SMOKE_TRIAL_SECONDS = 60.0
+# The paper recipe: 300 epochs over the 8,835 training expressions. At the ~100 training
+# images per second of a BTTR step on one GPU (docs/benchmarks.md), one trial is ~7 GPU-hours.
+_PAPER_EPOCHS = 300
+_PAPER_TRIAL_SECONDS = _PAPER_EPOCHS * 8835 / 100.0
+
+PRESETS: dict[str, StudyPreset] = {
+    "smoke": StudyPreset(
+        name="smoke",
+        summary="tiny model, 400 short training expressions, 6 epochs, 100 test expressions per year, beam 3",
+        model_size="tiny",
+        overrides={
+            "data.train_limit": 400, "data.val_limit": 50, "data.test_limit": 100,
+            "train.epochs": 6, "train.beam_size": 3, "train.max_decode_len": 64,
+            "train.attention_maps": 1,
+        },
+        seeds=(1, 2),
+        sweep_trials=6,
+        window_s=9 * 60.0,
+        load_s=90.0,
+        eval_reserve_s=20.0,
+        default_jobs=1,
+        hardware="a 2-core CPU",
+        trial_seconds=_SMOKE_TRIAL_SECONDS,
+        notes=("2 seeds (the smoke preset may use fewer than the 3 of short and paper); numbers from it "
+               "show that the pipeline works, not which variant is better",),
+    ),
+    "short": StudyPreset(
+        name="short",
+        summary="full-size model on the full data, a wall-clock budget per trial, beam 10",
+        model_size="full",
+        overrides={"train.epochs": _PAPER_EPOCHS, "train.val_every": 1},
+        seeds=(1, 2, 3),
+        sweep_trials=12,
+        window_s=25 * 60.0,
+        load_s=120.0,
+        eval_reserve_s=90.0,
+        default_jobs=3,
+        hardware="one H200",
+        notes=("trials share the GPU side by side (3 workers by default); the budget per trial "
+               "follows from the grid size and --n-jobs",),
+    ),
+    "paper": StudyPreset(
+        name="paper",
+        summary=f"the papers' full recipes: {_PAPER_EPOCHS} epochs, full data, beam 10, 3 seeds",
+        model_size="full",
+        overrides={"train.epochs": _PAPER_EPOCHS},
+        seeds=(1, 2, 3),
+        sweep_trials=50,
+        window_s=0.0,
+        load_s=120.0,
+        eval_reserve_s=0.0,
+        default_jobs=1,
+        hardware="one GPU",
+        trial_seconds=_PAPER_TRIAL_SECONDS,
+        notes=("run several workers (--n-jobs, or the same command on more machines with a shared "
+               "--storage) to divide the wall-clock time",),
+    ),
+}
+
+
+def get_preset(name: str) -> StudyPreset:
+    """The preset called `name` (smoke, short or paper)."""
+    try:
+        return PRESETS[name]
+    except KeyError:
+        raise ValueError(f"unknown study preset {name!r}; known: {', '.join(PRESET_NAMES)}") from None
+
+
+def pick_preset(requested: str | None = None) -> tuple[StudyPreset, str]:
+    """The preset to use and why: `requested`, else short on a GPU and smoke otherwise."""
+    if requested:
+        return get_preset(requested), f"preset {requested} (--preset)"
+    import torch
+
+    if torch.cuda.is_available():
+        return PRESETS["short"], (f"preset short (no --preset given; a GPU is available: "
+                                  f"{torch.cuda.get_device_name(0)})")
+    return PRESETS["smoke"], "preset smoke (no --preset given and no GPU: the CPU-sized study)"

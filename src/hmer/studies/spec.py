@@ -1,0 +1,219 @@
+"""What a study varies: grid specs for the ablations and the search space of the sweep.
+
+A grid study is a `StudySpec`: one or more axes (dotted Config keys and their values;
+the first value of each axis is the baseline), a model preset per study preset size,
+overrides held equal in every cell, and, where a variant is more than one field, the
+fields that come with a value (ConvS2S brings its learned token positions). The seed is
+always one more axis, so every (variant, seed) pair is one grid cell and one trial.
+
+A sweep is a `SweepSpec`: a list of `SweepParam`, each a dotted key with a range that is
+absolute or relative to the preset's value (a learning-rate range of x1/8 to x4 means
+the same thing for Adadelta at 1.0 and SGD at 0.08).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+SEED_KEY = "train.seed"
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    """A grid ablation; see the module docstring.
+
+    Attributes:
+        name: the study family and script name, e.g. "ablate_direction".
+        description: one line for the banner and the MLflow parent run.
+        axes: dotted key -> values; the first value of each axis is the baseline variant.
+        model_presets: model preset per preset size: {"tiny": "tiny", "full": "bttr"}.
+        fixed: overrides held equal in every cell (on top of the model and study presets).
+        linked: axis key -> value -> overrides that come with that value.
+        baseline: the baseline cell (axis key -> value); default: the first value of each axis.
+    """
+
+    name: str
+    description: str
+    axes: Mapping[str, Sequence[Any]]
+    model_presets: Mapping[str, str]
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    linked: Mapping[str, Mapping[Any, Mapping[str, Any]]] = field(default_factory=dict)
+    baseline: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.axes:
+            raise ValueError(f"study {self.name!r} has no grid axis")
+        if SEED_KEY in self.axes:
+            raise ValueError(f"{SEED_KEY} is added by the study runner; give seeds with --seeds instead")
+        for key, values in self.axes.items():
+            if not values or len(set(map(repr, values))) != len(values):
+                raise ValueError(f"axis {key!r} of study {self.name!r} needs distinct values, got {values!r}")
+        for key, value in self.baseline_cell.items():
+            if value not in self.axes[key]:
+                raise ValueError(f"baseline {key}={value!r} is not on the axis {list(self.axes[key])!r}")
+
+    @property
+    def baseline_cell(self) -> dict[str, Any]:
+        """The baseline variant: axis key -> value."""
+        if self.baseline is not None:
+            return {key: self.baseline[key] for key in self.axes}
+        return {key: values[0] for key, values in self.axes.items()}
+
+    def model_preset(self, size: str) -> str:
+        """The model preset for a study preset's size ("tiny" or "full")."""
+        try:
+            return self.model_presets[size]
+        except KeyError:
+            raise ValueError(f"study {self.name!r} has no model preset of size {size!r}") from None
+
+    def search_space(self, seeds: Sequence[int]) -> dict[str, list[Any]]:
+        """The Optuna grid: every axis plus the seed axis."""
+        return {**{key: list(values) for key, values in self.axes.items()}, SEED_KEY: [int(s) for s in seeds]}
+
+    def cells(self, seeds: Sequence[int]) -> list[dict[str, Any]]:
+        """Every grid cell, seed-major (all variants of the first seed first), baseline first."""
+        import itertools
+
+        keys = list(self.axes)
+        cells = []
+        for seed in seeds:
+            for values in itertools.product(*(self.axes[k] for k in keys)):
+                cells.append({**dict(zip(keys, values)), SEED_KEY: int(seed)})
+        return cells
+
+    def overrides(self, cell: Mapping[str, Any]) -> dict[str, Any]:
+        """The Config overrides of one cell: the fixed ones, its axis values and what they bring."""
+        values: dict[str, Any] = dict(self.fixed)
+        for key in self.axes:
+            values[key] = cell[key]
+            values.update(self.linked.get(key, {}).get(cell[key], {}))
+        values[SEED_KEY] = int(cell[SEED_KEY])
+        return values
+
+
+def variant_label(cell: Mapping[str, Any]) -> str:
+    """The variant of a cell, without the seed: "bi", or "rnn/l2r" for two axes."""
+    return "/".join(str(v) for k, v in cell.items() if k != SEED_KEY)
+
+
+def cell_label(cell: Mapping[str, Any]) -> str:
+    """The variant as keys and values, without the seed: "model.direction=bi" (the hmer.cell tag)."""
+    return ",".join(f"{k}={v}" for k, v in cell.items() if k != SEED_KEY)
+
+
+def cell_key(cell: Mapping[str, Any]) -> str:
+    """A cell's identity, seed included, stable across processes: '{"model.direction": "bi", ...}'."""
+    return json.dumps({k: cell[k] for k in sorted(cell)}, sort_keys=True)
+
+
+@dataclass(frozen=True)
+class SweepParam:
+    """One dimension of a sweep.
+
+    A float or int range (`low`, `high`, `log`), or a list of `choices`. With `relative`,
+    bounds and choices are multiples of the preset's value of `key`. `scales` names keys
+    that move in proportion (the feed-forward width follows the model width).
+    """
+
+    key: str
+    low: float = 0.0
+    high: float = 0.0
+    log: bool = False
+    integer: bool = False
+    choices: tuple[float, ...] = ()
+    relative: bool = False
+    scales: tuple[str, ...] = ()
+
+    def distribution(self, base: Mapping[str, Any]):
+        """The Optuna distribution of this parameter given the base config's flat values."""
+        from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+        factor = float(base[self.key]) if self.relative else 1.0
+        if self.choices:
+            values = [c * factor for c in self.choices]
+            if self.integer:
+                values = [int(round(v)) for v in values]
+            return CategoricalDistribution(values)
+        low, high = self.low * factor, self.high * factor
+        if self.integer:
+            return IntDistribution(int(round(low)), int(round(high)), log=self.log)
+        return FloatDistribution(low, high, log=self.log)
+
+    def overrides(self, value: Any, base: Mapping[str, Any]) -> dict[str, Any]:
+        """The Config overrides for a sampled `value`, including the keys that scale with it."""
+        values = {self.key: value}
+        if self.scales:
+            ratio = float(value) / float(base[self.key])
+            for key in self.scales:
+                scaled = float(base[key]) * ratio
+                values[key] = int(round(scaled)) if isinstance(base[key], int) else scaled
+        return values
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    """A hyperparameter search with pruning; see the module docstring."""
+
+    name: str
+    description: str
+    params: tuple[SweepParam, ...]
+    model_presets: Mapping[str, str]
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    seed: int = 1  # every trial trains with this seed: the sweep varies hyperparameters, not luck
+
+    def model_preset(self, size: str) -> str:
+        try:
+            return self.model_presets[size]
+        except KeyError:
+            raise ValueError(f"sweep {self.name!r} has no model preset of size {size!r}") from None
+
+
+# ---- the studies of the suite ----------------------------------------------------------------
+
+DIRECTION = StudySpec(
+    name="ablate_direction",
+    description="decoding direction: left-to-right, right-to-left, bidirectional (BTTR)",
+    axes={"model.direction": ("l2r", "r2l", "bi")},
+    model_presets={"tiny": "tiny", "full": "bttr"},
+)
+
+DECODER = StudySpec(
+    name="ablate_decoder",
+    description="decoder family: GRU with coverage attention (WAP), transformer (BTTR), ConvS2S",
+    axes={"model.decoder": ("rnn", "transformer", "convs2s")},
+    model_presets={"tiny": "tiny", "full": "bttr"},
+    # ConvS2S's own position embeddings are learned (Gehring et al.); they come with the decoder.
+    linked={"model.decoder": {"convs2s": {"model.token_pos": "learned"}}},
+)
+
+COVERAGE = StudySpec(
+    name="ablate_coverage",
+    description="CoMER attention refinement: no coverage, self, cross, fusion",
+    axes={"model.coverage": ("none", "self", "cross", "fusion")},
+    model_presets={"tiny": "tiny-comer", "full": "comer-fusion"},
+)
+
+POSENC = StudySpec(
+    name="ablate_posenc",
+    description="image positional encoding: 2-D sinusoidal, learned, CAPE, none",
+    axes={"model.image_pos": ("sin2d", "learned", "cape", "none")},
+    model_presets={"tiny": "tiny", "full": "bttr"},
+)
+
+ABLATIONS: dict[str, StudySpec] = {s.name: s for s in (DIRECTION, DECODER, COVERAGE, POSENC)}
+
+SWEEP = SweepSpec(
+    name="sweep",
+    description="TPE over learning rate, dropout, model width, batch pixel budget and weight decay",
+    params=(
+        SweepParam("train.lr", low=1 / 8, high=4.0, log=True, relative=True),
+        SweepParam("model.dropout", low=0.0, high=0.5),
+        SweepParam("model.d_model", choices=(0.5, 1.0, 2.0), relative=True, integer=True,
+                   scales=("model.dim_feedforward",)),
+        SweepParam("data.batch_pixels", low=0.5, high=2.0, log=True, relative=True, integer=True),
+        SweepParam("train.weight_decay", low=1e-6, high=1e-3, log=True),
+    ),
+    model_presets={"tiny": "tiny", "full": "bttr"},
+)

@@ -1,0 +1,245 @@
+"""Every model variant on tiny configurations: shapes and dtypes (float32 and bfloat16), causality,
+incremental decoding against the teacher-forced pass, coverage using only the past, and padding
+invariance. Everything runs in eval mode where outputs are compared (dropout off, BatchNorm on
+its running statistics)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from hmer.model import build_model, make_targets, preset_config
+
+torch.set_num_threads(1)
+
+VOCAB = 113
+# (preset, overrides): every decoder, and every coverage mode of the transformer.
+DECODERS = {
+    "transformer": ("tiny", {}),
+    "comer-self": ("tiny-comer", {"coverage": "self"}),
+    "comer-cross": ("tiny-comer", {"coverage": "cross"}),
+    "comer-fusion": ("tiny-comer", {"coverage": "fusion"}),
+    "rnn": ("tiny-rnn", {}),
+    "convs2s": ("tiny-convs2s", {}),
+}
+# A smaller trunk still: these tests are about the decoders and the masks.
+SMALL = {"growth_rate": 4, "num_dense_layers": 2, "d_model": 32, "nhead": 4, "dim_feedforward": 64,
+         "rnn_hidden": 32, "rnn_attention": 32, "rnn_embedding": 32, "rnn_coverage_kernel": 5}
+
+
+def make_model(variant: str = "transformer", seed: int = 0, **overrides):
+    preset, extra = DECODERS[variant]
+    cfg = dataclasses.replace(preset_config(preset), **{**SMALL, **extra, **overrides})
+    torch.manual_seed(seed)
+    model = build_model(cfg)
+    _warm_batchnorm(model)
+    return model.eval()
+
+
+def _warm_batchnorm(model) -> None:
+    """Give BatchNorm non-trivial running statistics, so eval-mode tests exercise them."""
+    model.train()
+    images, mask = make_images([(24, 40), (16, 24)])
+    with torch.no_grad():
+        model.loss(images, mask, [[5, 6, 7], [8, 9]])
+
+
+def make_images(sizes, canvas=None, seed: int = 1):
+    """Random ink on zero background, zero-padded to `canvas` (default: the largest size)."""
+    g = torch.Generator().manual_seed(seed)
+    hmax = max(h for h, _ in sizes) if canvas is None else canvas[0]
+    wmax = max(w for _, w in sizes) if canvas is None else canvas[1]
+    images = torch.zeros(len(sizes), 1, hmax, wmax)
+    mask = torch.ones(len(sizes), hmax, wmax, dtype=torch.bool)
+    for i, (h, w) in enumerate(sizes):
+        images[i, 0, :h, :w] = (torch.rand(h, w, generator=g) > 0.7).float()
+        mask[i, :h, :w] = False
+    return images, mask
+
+
+TOKENS = [[5, 6, 7, 8, 9], [10, 11, 12]]
+SIZES = [(32, 48), (24, 32)]
+
+
+# ---- shapes and dtypes --------------------------------------------------------------------------
+
+def _check_forward(model, dtype, direction="bi"):
+    images, mask = make_images(SIZES)
+    model = model.to(dtype)
+    tgt_in, tgt_out, pad = make_targets(TOKENS, direction)
+    feats, feat_mask = model.encode(images.to(dtype), mask)
+    assert feats.dtype == dtype and feats.shape == (2, 4, 6, model.cfg.d_model)
+    assert feat_mask.dtype == torch.bool and feat_mask.shape == (2, 4, 6)
+    assert feat_mask[1, 3:].all() and feat_mask[1, :, 4:].all() and not feat_mask[1, :3, :4].any()
+    logits = model(images.to(dtype), mask, tgt_in)
+    assert logits.dtype == dtype and logits.shape == (tgt_in.shape[0], tgt_in.shape[1], VOCAB)
+    assert torch.isfinite(logits).all()
+    model.train()
+    loss = model.loss(images.to(dtype), mask, TOKENS)
+    assert loss.dim() == 0 and torch.isfinite(loss)
+    loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
+    model.eval()
+    state = model.decoder.init_state(feats, feat_mask)
+    step_logits, state = model.decoder.step(state, tgt_in[:2, 0])
+    assert step_logits.dtype == dtype and step_logits.shape == (2, VOCAB)
+    attn = model.attention_maps(images.to(dtype), mask, tgt_in)
+    assert attn.shape == (tgt_in.shape[0], tgt_in.shape[1], 4, 6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("variant", list(DECODERS))
+def test_every_decoder_runs_in_float32_and_bfloat16(variant, dtype):
+    _check_forward(make_model(variant), dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("image_pos", ["sin2d", "cape", "learned", "none"])
+def test_every_image_position_encoding_runs(image_pos, dtype):
+    _check_forward(make_model("transformer", image_pos=image_pos), dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("variant", ["transformer", "convs2s"])
+@pytest.mark.parametrize("token_pos", ["sin1d", "learned"])
+def test_every_token_position_encoding_runs(variant, token_pos, dtype):
+    _check_forward(make_model(variant, token_pos=token_pos), dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("direction", ["l2r", "r2l", "bi"])
+def test_every_direction_runs(direction, dtype):
+    _check_forward(make_model("comer-fusion", direction=direction), dtype, direction)
+
+
+def test_bf16_autocast_forward():
+    model = make_model("comer-fusion")
+    images, mask = make_images(SIZES)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model.loss(images, mask, TOKENS)
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+
+
+# ---- causality and incremental decoding ---------------------------------------------------------
+
+@pytest.mark.parametrize("variant", list(DECODERS))
+def test_logits_never_depend_on_later_tokens(variant):
+    model = make_model(variant)
+    images, mask = make_images(SIZES)
+    tgt_in, _, _ = make_targets([[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16]], "l2r")
+    t = 3
+    changed = tgt_in.clone()
+    changed[:, t + 1:] = torch.randint(3, VOCAB, changed[:, t + 1:].shape)
+    with torch.no_grad():
+        a, b = model(images, mask, tgt_in), model(images, mask, changed)
+    torch.testing.assert_close(a[:, : t + 1], b[:, : t + 1], rtol=0, atol=1e-5)
+    assert not torch.allclose(a[:, t + 1:], b[:, t + 1:])
+
+
+def _incremental(model, feats, feat_mask, tgt_in):
+    state = model.decoder.init_state(feats, feat_mask)
+    out = []
+    for t in range(tgt_in.shape[1]):
+        logits, state = model.decoder.step(state, tgt_in[:, t])
+        out.append(logits)
+    return torch.stack(out, 1)
+
+
+@pytest.mark.parametrize("variant", list(DECODERS))
+def test_incremental_decoding_equals_teacher_forcing(variant):
+    model = make_model(variant, image_pos="cape", token_pos="learned")
+    images, mask = make_images(SIZES)
+    tgt_in, _, _ = make_targets([[5, 6, 7, 8, 9, 10, 11], [12, 13, 14]], "r2l")
+    with torch.no_grad():
+        feats, feat_mask = model.encode(images, mask)
+        full = model.decode(feats, feat_mask, tgt_in)
+        steps = _incremental(model, feats, feat_mask, tgt_in)
+    torch.testing.assert_close(steps, full, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("variant", ["transformer", "comer-fusion", "rnn", "convs2s"])
+def test_reorder_state_expands_and_reorders_beams(variant):
+    """Expand 2 images to 3 beams each, feed each beam its own prefix, shuffle the beams midway:
+    every row's logits must equal a teacher-forced pass on that row's image and prefix."""
+    model = make_model(variant)
+    images, mask = make_images(SIZES)
+    beam = 3
+    g = torch.Generator().manual_seed(3)
+    prefixes = torch.randint(3, VOCAB, (2 * beam, 5), generator=g)
+    prefixes[:, 0] = 1
+    with torch.no_grad():
+        feats, feat_mask = model.encode(images, mask)
+        state = model.decoder.init_state(feats, feat_mask)
+        state = model.decoder.reorder_state(state, torch.arange(2).repeat_interleave(beam))
+        rows = torch.arange(2 * beam)  # which prefix each state row follows
+        for t in range(prefixes.shape[1]):
+            if t == 2:  # reorder within each image's beams, as beam search does
+                perm = torch.tensor([2, 0, 0, 4, 5, 3])
+                state = model.decoder.reorder_state(state, perm)
+                rows = rows[perm]
+            logits, state = model.decoder.step(state, prefixes[rows, t])
+        expected = model.decode(feats.repeat_interleave(beam, 0), feat_mask.repeat_interleave(beam, 0), prefixes)
+    torch.testing.assert_close(logits, expected[rows, -1], rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("coverage", ["self", "cross", "fusion"])
+def test_coverage_uses_only_past_attention(coverage):
+    model = make_model(f"comer-{coverage}")
+    images, mask = make_images(SIZES)
+    tgt_in, _, _ = make_targets([[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16]], "l2r")
+    attn = model.attention_maps(images, mask, tgt_in)
+    cov = model.attention_maps(images, mask, tgt_in, coverage=True)
+    assert (cov[:, 0] == 0).all()  # nothing before the first step
+    torch.testing.assert_close(cov[:, 1:] - cov[:, :-1], attn[:, :-1], rtol=0, atol=1e-5)  # step t excluded
+    t = 2
+    changed = tgt_in.clone()
+    changed[:, t + 1:] = 20
+    cov2 = model.attention_maps(images, mask, changed, coverage=True)
+    torch.testing.assert_close(cov2[:, : t + 2], cov[:, : t + 2], rtol=0, atol=1e-6)
+    # The refinement term itself: an ARM fed attention that differs only from step t on
+    # gives the same term up to step t.
+    arm, feat_mask = model.decoder.arm, model.encode(images, mask)[1]
+    from hmer.model.refinement import exclusive_cumsum
+    maps = torch.rand(2, arm.conv.in_channels, 6, feat_mask[0].numel())
+    later = maps.clone()
+    later[:, :, t:] = torch.rand_like(later[:, :, t:])
+    with torch.no_grad():
+        a, b = arm(exclusive_cumsum(maps, 2), feat_mask), arm(exclusive_cumsum(later, 2), feat_mask)
+    torch.testing.assert_close(a[:, :, : t + 1], b[:, :, : t + 1])
+    assert not torch.allclose(a[:, :, t + 1:], b[:, :, t + 1:])
+
+
+def test_attention_maps_are_distributions_over_the_unpadded_image():
+    model = make_model("comer-fusion")
+    images, mask = make_images(SIZES)
+    tgt_in, _, _ = make_targets(TOKENS, "l2r")
+    attn = model.attention_maps(images, mask, tgt_in)
+    feat_mask = model.encode(images, mask)[1]
+    assert (attn.masked_select(feat_mask[:, None]) == 0).all()
+    torch.testing.assert_close(attn.sum(dim=(2, 3)), torch.ones(2, tgt_in.shape[1]))
+
+
+# ---- padding ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("variant,image_pos", [(v, "sin2d") for v in DECODERS]
+                         + [("transformer", p) for p in ("cape", "learned", "none")])
+def test_padding_an_image_onto_a_bigger_canvas_changes_nothing(variant, image_pos):
+    """The same images alone on tight canvases and together on a larger one (whose size is not a
+    multiple of the stride), in eval mode: identical features and logits."""
+    model = make_model(variant, image_pos=image_pos)
+    sizes = [(29, 45), (19, 26)]
+    tgt_in, _, _ = make_targets(TOKENS, "bi")
+    big, big_mask = make_images(sizes, canvas=(45, 70))
+    with torch.no_grad():
+        big_feats, big_fmask = model.encode(big, big_mask)
+        big_logits = model(big, big_mask, tgt_in)
+        for i, (h, w) in enumerate(sizes):
+            img, m = big[i:i + 1, :, :h, :w], big_mask[i:i + 1, :h, :w]
+            feats, fmask = model.encode(img, m)
+            fh, fw = feats.shape[1:3]
+            assert not fmask.any() and not big_fmask[i, :fh, :fw].any() and big_fmask[i, fh:].all()
+            torch.testing.assert_close(big_feats[i:i + 1, :fh, :fw], feats, rtol=1e-4, atol=1e-4)
+            rows = [i, i + 2]  # the image's l2r and r2l rows
+            torch.testing.assert_close(big_logits[rows], model(img, m, tgt_in[rows]), rtol=1e-4, atol=1e-4)
