@@ -36,6 +36,9 @@ def directions_of(direction: str) -> tuple[str, ...]:
     return ("l2r", "r2l") if direction == "bi" else (direction,)
 
 
+# Host-side list work: under torch.compile this is a graph break, rather than a graph
+# specialised (and recompiled) on every batch's token ids.
+@torch.compiler.disable
 def make_targets(
     token_ids: Sequence[Sequence[int]],
     direction: str,
@@ -45,7 +48,8 @@ def make_targets(
     """(tgt_in, tgt_out, pad_mask), long/long/bool [B', L] with B' = B (l2r, r2l) or 2B (bi).
 
     token_ids: per expression, symbol ids without sos/eos. `vocab`: a Vocab (anything with
-    pad_id, sos_id, eos_id) or a (pad, sos, eos) tuple; default the project's fixed 0, 1, 2. pad_mask is True at padding.
+    pad_id, sos_id, eos_id) or a (pad, sos, eos) tuple; default the project's fixed 0, 1, 2.
+    pad_mask is True at padding (the same positions in tgt_in and tgt_out).
     """
     pad, sos, eos = special_ids(vocab)
     blocks = directions_of(direction)

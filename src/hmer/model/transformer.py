@@ -116,6 +116,7 @@ class TransformerDecoder(Decoder):
             x = layer.self_block(x, k, v, causal=True)
             refine = None
             if self._has_arm(i):
+                # curr: this layer's unrefined attention, all steps; prev: the layer below's refined one.
                 def refine(curr: Tensor, prev: Optional[Tensor] = prev) -> Tensor:
                     coverage = exclusive_cumsum(self._coverage_maps(prev, curr), dim=2)
                     return self.arm(coverage, feat_mask)
@@ -160,6 +161,8 @@ class TransformerDecoder(Decoder):
             x = layer.self_block(x, k, v, causal=False)  # the cache holds only the past and present
             refine, seen = None, {}
             if self._has_arm(i):
+                # The ARM reads the coverage of the steps before this one; this step's attention
+                # (captured in `seen` by the callback) joins the running sum afterwards.
                 coverage = cache[f"cov{i}"]
 
                 def refine(curr: Tensor, coverage: Tensor = coverage, seen: dict = seen) -> Tensor:

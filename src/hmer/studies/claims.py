@@ -33,6 +33,7 @@ import random
 import socket
 import time
 import uuid
+import warnings
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -187,7 +188,9 @@ class CellClaims:
         Trials of this host are checked by process id; trials of other hosts by Optuna's
         heartbeat (when the storage has one), once their heartbeat is past the grace period.
         """
-        optuna.storages.fail_stale_trials(self.study)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(self.study)
         failed = []
         for trial in self._storage.get_all_trials(self._study_id, deepcopy=False, states=(TrialState.RUNNING,)):
             worker = trial.user_attrs.get(WORKER_ATTR)

@@ -141,6 +141,17 @@ class SweepParam:
             return IntDistribution(int(round(low)), int(round(high)), log=self.log)
         return FloatDistribution(low, high, log=self.log)
 
+    def suggest(self, trial, base: Mapping[str, Any]) -> Any:
+        """Ask the Optuna trial for a value, under this parameter's (dotted-key) name."""
+        from optuna.distributions import CategoricalDistribution, IntDistribution
+
+        dist = self.distribution(base)
+        if isinstance(dist, CategoricalDistribution):
+            return trial.suggest_categorical(self.key, list(dist.choices))
+        if isinstance(dist, IntDistribution):
+            return trial.suggest_int(self.key, dist.low, dist.high, log=dist.log)
+        return trial.suggest_float(self.key, dist.low, dist.high, log=dist.log)
+
     def overrides(self, value: Any, base: Mapping[str, Any]) -> dict[str, Any]:
         """The Config overrides for a sampled `value`, including the keys that scale with it."""
         values = {self.key: value}

@@ -1,0 +1,92 @@
+"""The command line shared by every study script in `studies/`.
+
+    python studies/ablate_direction.py                      # smoke on a CPU, short on a GPU
+    python studies/ablate_direction.py --preset short --n-jobs 3
+    python studies/ablate_decoder.py --storage postgresql://user:pw@host/hmer   # one of many workers
+    python studies/sweep.py --preset short --trials 20
+
+Running the same command again resumes the study. Exit status: 0 when the study is
+complete, 1 when cells failed (run again to retry them), 2 on bad options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from .presets import PRESET_NAMES, pick_preset
+from .spec import StudySpec, SweepSpec
+
+EXIT_INCOMPLETE = 1
+EXIT_USAGE = 2
+
+
+def parse_seeds(text: str | None) -> tuple[int, ...] | None:
+    """"3" -> three seeds (1, 2, 3); "7,8,9" -> those seeds; None -> the preset's."""
+    if not text:
+        return None
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    try:
+        values = [int(t) for t in items]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds {text!r}: a count (3) or a list of integers (7,8,9)") from None
+    if len(values) == 1 and "," not in text:
+        if values[0] < 1:
+            raise argparse.ArgumentTypeError("--seeds needs at least one seed")
+        return tuple(range(1, values[0] + 1))
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"--seeds {text!r} repeats a seed")
+    return tuple(values)
+
+
+def build_parser(spec: StudySpec | SweepSpec, doc: str | None = None) -> argparse.ArgumentParser:
+    sweep = isinstance(spec, SweepSpec)
+    p = argparse.ArgumentParser(
+        prog=f"studies/{spec.name}.py", description=doc or spec.description,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Run the same command again to resume a killed study. See docs/studies.md.")
+    p.add_argument("--preset", choices=PRESET_NAMES, default=None,
+                   help="compute preset (default: short on a GPU, smoke otherwise)")
+    p.add_argument("--storage", default=None,
+                   help="Optuna RDB URL shared by all workers, e.g. postgresql://user:pw@host/db "
+                        "(default: SQLite optuna.db beside the MLflow store)")
+    p.add_argument("--n-jobs", type=int, default=None,
+                   help="worker processes on this machine, side by side (default: the preset's)")
+    p.add_argument("--data", default=None, help="dataset folder or zip (default: the usual search, see README)")
+    p.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
+    p.add_argument("--study-name", default=None, help=f"default: {spec.name}-<preset>")
+    if sweep:
+        p.add_argument("--trials", type=int, default=None, help="finished trials to aim for (default: the preset's)")
+    else:
+        p.add_argument("--seeds", type=parse_seeds, default=None,
+                       help="seed axis: a count (3 = seeds 1,2,3) or a list (7,8,9); default: the preset's")
+    p.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="config overrides held equal in every trial, e.g. train.epochs=2")
+    return p
+
+
+def main(spec: StudySpec | SweepSpec, argv: Sequence[str] | None = None, doc: str | None = None) -> int:
+    """Parse the options, run the study, print the table; returns the exit status."""
+    from ..config import parse_overrides
+    from .runner import run_grid_study, run_sweep
+
+    args = build_parser(spec, doc).parse_args(argv)
+    try:
+        if args.n_jobs is not None and args.n_jobs < 1:
+            raise ValueError("--n-jobs must be at least 1")
+        preset, why = pick_preset(args.preset)
+        print(f"using {why}", flush=True)
+        common = dict(storage=args.storage, tracking_uri=args.tracking_uri, n_jobs=args.n_jobs,
+                      data_path=args.data, study_name=args.study_name, overrides=parse_overrides(args.overrides))
+        if isinstance(spec, SweepSpec):
+            outcome = run_sweep(spec, preset, n_trials=args.trials, **common)
+        else:
+            outcome = run_grid_study(spec, preset, seeds=args.seeds, **common)
+    except KeyboardInterrupt:
+        print(f"{spec.name}: interrupted; run the same command to resume", file=sys.stderr)
+        return 130
+    except (ValueError, KeyError, FileNotFoundError) as exc:
+        print(f"{spec.name}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return 0 if outcome.complete else EXIT_INCOMPLETE

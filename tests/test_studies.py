@@ -1,0 +1,210 @@
+"""Optuna studies end to end: real training of a tiny model, a real SQLite Optuna storage and a
+real MLflow store in a temporary folder; resume after `kill -9`; two workers on one study."""
+
+from __future__ import annotations
+
+import collections
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+from optuna.trial import TrialState
+
+from hmer.studies import DIRECTION, SWEEP, run_grid_study, run_sweep
+from hmer.studies.claims import CELL_ATTR, WORKER_ATTR
+from tiny_dataset import tiny_data, write_dataset
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "studies" / "ablate_direction.py"
+
+# Held equal in every cell: a one-epoch tiny model, short decoding, one test year.
+TINY = {"train.epochs": 1, "train.beam_size": 2, "train.max_decode_len": 12, "train.attention_maps": 0,
+        "train.device": "cpu", "data.batch_pixels": 20_000, "data.max_batch_size": 8, "data.test_years": "2014"}
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def stores(tmp_path, monkeypatch):
+    """A private MLflow home (SQLite store + artifacts) and Optuna SQLite storage under tmp_path."""
+    torch.set_num_threads(1)
+    monkeypatch.setenv("HMER_MLRUNS", str(tmp_path / "mlruns"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    (tmp_path / "mlruns").mkdir()
+    return (f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}", f"sqlite:///{tmp_path / 'mlruns' / 'optuna.db'}")
+
+
+def _cells(study: optuna.Study, state: TrialState) -> collections.Counter:
+    return collections.Counter(t.user_attrs[CELL_ATTR] for t in study.get_trials(states=(state,)))
+
+
+def _child_runs(tracking: str, experiment: str):
+    """(parent runs, child runs) of the study's MLflow experiment."""
+    client = MlflowClient(tracking)
+    exp = client.get_experiment_by_name(experiment)
+    all_runs = client.search_runs([exp.experiment_id], max_results=1000)
+    parents = [r for r in all_runs if r.data.tags.get("hmer.role") == "study"]
+    children = [r for r in all_runs if r.data.tags.get("hmer.role") != "study"]
+    return parents, children
+
+
+def test_grid_study_end_to_end_and_rerun_runs_nothing(stores, capsys):
+    tracking, storage = stores
+    outcome = run_grid_study(DIRECTION, "smoke", storage=storage, tracking_uri=tracking, data=tiny_data(),
+                             seeds=(1,), overrides=TINY, study_name="direction-test")
+    assert outcome.complete and outcome.n_complete == outcome.n_expected == 3
+
+    study = optuna.load_study(study_name="direction-test", storage=storage)
+    complete = study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(study.trials) == 3 and len(complete) == 3
+    assert sorted(t.params["model.direction"] for t in complete) == ["bi", "l2r", "r2l"]
+    assert all(t.params["train.seed"] == 1 for t in complete)
+
+    parents, children = _child_runs(tracking, "direction-test")
+    assert len(parents) == 1 and len(children) == 3
+    parent = parents[0]
+    assert parent.info.status == "FINISHED" and parent.info.run_id == outcome.parent_run_id
+    assert {"study", "preset", "grid", "storage"} <= set(parent.data.params)
+    assert parent.data.params["preset"] == "smoke" and "model.direction" in parent.data.params["grid"]
+    by_trial = {t.number: t for t in complete}
+    for run in children:
+        tags = run.data.tags
+        assert run.info.status == "FINISHED" and tags["hmer.status"] == "finished"
+        assert tags["mlflow.parentRunId"] == parent.info.run_id
+        trial = by_trial[int(tags["hmer.trial"])]
+        assert tags["hmer.cell"] == f"model.direction={trial.params['model.direction']}"
+        assert tags["hmer.variant"] == trial.params["model.direction"] and tags["hmer.seed"] == "1"
+        assert trial.user_attrs["mlflow_run_id"] == run.info.run_id
+        assert run.data.params["model.direction"] == trial.params["model.direction"]
+        assert trial.user_attrs["test_2014_n"] == 4 and "test_2014_exprate" in trial.user_attrs
+    # Every other setting is held equal: the children's params differ only in the grid axis.
+    params = [{k: v for k, v in r.data.params.items() if k not in ("model.direction",)} for r in children]
+    assert all(p == params[0] for p in params)
+    out = capsys.readouterr().out
+    assert "preset smoke" in out and "expected cost" in out
+    assert "l2r" in out and "r2l" in out and "bi" in out  # the table
+
+    again = run_grid_study(DIRECTION, "smoke", storage=storage, tracking_uri=tracking, data=tiny_data(),
+                           seeds=(1,), overrides=TINY, study_name="direction-test")
+    assert again.complete and len(optuna.load_study(study_name="direction-test", storage=storage).trials) == 3
+    assert again.parent_run_id == outcome.parent_run_id
+
+
+def test_a_different_grid_under_the_same_name_is_refused(stores):
+    tracking, storage = stores
+    study = optuna.create_study(study_name="taken", storage=storage)
+    study.set_user_attr("hmer.kind", "grid")
+    study.set_user_attr("hmer.grid", {"model.direction": ["l2r"], "train.seed": [1]})
+    study.set_user_attr("hmer.config", {})
+    with pytest.raises(ValueError, match="use the same options"):
+        run_grid_study(DIRECTION, "smoke", storage=storage, tracking_uri=tracking, data=tiny_data(), seeds=(1,),
+                       overrides=TINY, study_name="taken")
+
+
+def _command(tmp_path: Path, tracking: str, storage: str, seeds: str) -> list[str]:
+    sets = [f"{k}={v}" for k, v in TINY.items()]
+    return [sys.executable, str(SCRIPT), "--preset", "smoke", "--seeds", seeds, "--data", str(tmp_path / "data"),
+            "--tracking-uri", tracking, "--storage", storage, "--study-name", "direction-cli", "--set", *sets]
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env.update(OMP_NUM_THREADS="1", HMER_MLRUNS=str(tmp_path / "mlruns"), PYTHONUNBUFFERED="1")
+    return env
+
+
+def _wait_for(predicate, proc: subprocess.Popen, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            raise AssertionError(f"the study ended (status {proc.returncode}) before {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.2)
+
+
+def test_a_study_killed_mid_trial_resumes_without_losing_or_repeating_a_cell(stores, tmp_path):
+    tracking, storage = stores
+    write_dataset(tmp_path / "data", {"train": 12, "2014": 4})
+    cmd, env = _command(tmp_path, tracking, storage, "1"), _env(tmp_path)
+    log = open(tmp_path / "first.log", "w")
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+
+    def one_complete_one_running() -> bool:
+        try:
+            study = optuna.load_study(study_name="direction-cli", storage=storage)
+        except KeyError:
+            return False
+        trials = study.get_trials(deepcopy=False)
+        return (any(t.state == TrialState.COMPLETE for t in trials)
+                and any(t.state == TrialState.RUNNING and WORKER_ATTR in t.user_attrs for t in trials))
+
+    try:
+        _wait_for(one_complete_one_running, proc, 240, "a trial completed and the next one started")
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    killed = optuna.load_study(study_name="direction-cli", storage=storage).get_trials(states=(TrialState.RUNNING,))
+    assert len(killed) == 1
+
+    second = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "resuming" in second.stdout
+
+    study = optuna.load_study(study_name="direction-cli", storage=storage)
+    complete, failed = _cells(study, TrialState.COMPLETE), _cells(study, TrialState.FAIL)
+    assert len(complete) == 3 and set(complete.values()) == {1}  # every cell complete exactly once
+    assert study.trials[killed[0].number].state == TrialState.FAIL
+    assert list(failed) == [killed[0].user_attrs[CELL_ATTR]]  # the killed cell, and it ran again
+    assert len(study.trials) == 4
+
+    parents, children = _child_runs(tracking, "direction-cli")
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    statuses = {int(r.data.tags["hmer.trial"]): r.info.status for r in children}
+    assert statuses[killed[0].number] == "FAILED"
+    assert sorted(statuses.values()) == ["FAILED", "FINISHED", "FINISHED", "FINISHED"]
+
+
+def test_two_workers_on_one_study_never_run_a_cell_twice(stores, tmp_path):
+    tracking, storage = stores
+    write_dataset(tmp_path / "data", {"train": 12, "2014": 4})
+    cmd, env = _command(tmp_path, tracking, storage, "2"), _env(tmp_path)
+    procs = [subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+             for _ in range(2)]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    for p, out in zip(procs, outputs):
+        assert p.returncode == 0, out
+
+    study = optuna.load_study(study_name="direction-cli", storage=storage)
+    assert len(study.trials) == 6
+    complete = _cells(study, TrialState.COMPLETE)
+    assert len(complete) == 6 and set(complete.values()) == {1}
+    workers = collections.Counter(t.user_attrs[WORKER_ATTR]["pid"] for t in study.trials)
+    assert set(workers) == {p.pid for p in procs}, workers  # both did work
+    parents, children = _child_runs(tracking, "direction-cli")
+    assert len(parents) == 1 and len(children) == 6
+    assert all(r.data.tags["mlflow.parentRunId"] == parents[0].info.run_id for r in children)
+
+
+def test_sweep_prunes_and_marks_pruned_trials_in_optuna_and_mlflow(stores):
+    tracking, storage = stores
+    # A real pruner that stops every trial at its first report: each trial is pruned after epoch 1.
+    outcome = run_sweep(SWEEP, "smoke", storage=storage, tracking_uri=tracking, data=tiny_data(), n_trials=2,
+                        overrides={**TINY, "train.epochs": 2}, study_name="sweep-test",
+                        pruner=optuna.pruners.ThresholdPruner(lower=101.0))
+    assert outcome.complete
+    study = optuna.load_study(study_name="sweep-test", storage=storage)
+    assert [t.state for t in study.trials] == [TrialState.PRUNED, TrialState.PRUNED]
+    assert all(set(t.params) == {p.key for p in SWEEP.params} for t in study.trials)
+    _, children = _child_runs(tracking, "sweep-test")
+    assert len(children) == 2
+    for run in children:
+        assert run.info.status == "KILLED" and run.data.tags["hmer.status"] == "pruned"
