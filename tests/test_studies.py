@@ -36,6 +36,7 @@ def stores(tmp_path, monkeypatch):
     """A private MLflow home (SQLite store + artifacts) and Optuna SQLite storage under tmp_path."""
     torch.set_num_threads(1)
     monkeypatch.setenv("HMER_MLRUNS", str(tmp_path / "mlruns"))
+    monkeypatch.setenv("HMER_CACHE", str(tmp_path / "cache"))  # rendered-data cache of the tiny dataset
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     (tmp_path / "mlruns").mkdir()
     return (f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}", f"sqlite:///{tmp_path / 'mlruns' / 'optuna.db'}")
@@ -49,6 +50,8 @@ def _child_runs(tracking: str, experiment: str):
     """(parent runs, child runs) of the study's MLflow experiment."""
     client = MlflowClient(tracking)
     exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        return [], []
     all_runs = client.search_runs([exp.experiment_id], max_results=1000)
     parents = [r for r in all_runs if r.data.tags.get("hmer.role") == "study"]
     children = [r for r in all_runs if r.data.tags.get("hmer.role") != "study"]
@@ -108,15 +111,16 @@ def test_a_different_grid_under_the_same_name_is_refused(stores):
                        overrides=TINY, study_name="taken")
 
 
-def _command(tmp_path: Path, tracking: str, storage: str, seeds: str) -> list[str]:
-    sets = [f"{k}={v}" for k, v in TINY.items()]
+def _command(tmp_path: Path, tracking: str, storage: str, seeds: str, epochs: int = 1) -> list[str]:
+    sets = [f"{k}={v}" for k, v in {**TINY, "train.epochs": epochs}.items()]
     return [sys.executable, str(SCRIPT), "--preset", "smoke", "--seeds", seeds, "--data", str(tmp_path / "data"),
             "--tracking-uri", tracking, "--storage", storage, "--study-name", "direction-cli", "--set", *sets]
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
-    env.update(OMP_NUM_THREADS="1", HMER_MLRUNS=str(tmp_path / "mlruns"), PYTHONUNBUFFERED="1")
+    env.update(OMP_NUM_THREADS="1", HMER_MLRUNS=str(tmp_path / "mlruns"), HMER_CACHE=str(tmp_path / "cache"),
+               PYTHONUNBUFFERED="1")
     return env
 
 
@@ -133,21 +137,26 @@ def _wait_for(predicate, proc: subprocess.Popen, timeout: float, what: str) -> N
 def test_a_study_killed_mid_trial_resumes_without_losing_or_repeating_a_cell(stores, tmp_path):
     tracking, storage = stores
     write_dataset(tmp_path / "data", {"train": 12, "2014": 4})
-    cmd, env = _command(tmp_path, tracking, storage, "1"), _env(tmp_path)
+    # Ten epochs make a trial last long enough to be killed in the middle of its training.
+    cmd, env = _command(tmp_path, tracking, storage, "1", epochs=10), _env(tmp_path)
     log = open(tmp_path / "first.log", "w")
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
 
-    def one_complete_one_running() -> bool:
+    def one_complete_one_training() -> bool:
+        """A trial is COMPLETE and the next one is RUNNING with its MLflow run started."""
         try:
             study = optuna.load_study(study_name="direction-cli", storage=storage)
         except KeyError:
             return False
         trials = study.get_trials(deepcopy=False)
-        return (any(t.state == TrialState.COMPLETE for t in trials)
-                and any(t.state == TrialState.RUNNING and WORKER_ATTR in t.user_attrs for t in trials))
+        running = [t.number for t in trials if t.state == TrialState.RUNNING]
+        if not running or not any(t.state == TrialState.COMPLETE for t in trials):
+            return False
+        _, children = _child_runs(tracking, "direction-cli")
+        return any(r.data.tags.get("hmer.trial") == str(running[0]) for r in children)
 
     try:
-        _wait_for(one_complete_one_running, proc, 240, "a trial completed and the next one started")
+        _wait_for(one_complete_one_training, proc, 240, "a trial completed and the next one started training")
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()

@@ -1,0 +1,28 @@
+"""Decoding: greedy, batched beam search, and BTTR's bidirectional approximate joint search.
+
+    from hmer.decoding import decode_batch
+    ids = decode_batch(model, images, image_mask, "bi", beam_size=10, max_len=200,
+                       length_penalty=1.0, sos_id=vocab.sos_id, eos_id=vocab.eos_id)
+    # -> list[list[int]] per image, left-to-right, without sos/eos
+
+Everything runs on the model's incremental interface (`model.decoder.init_state / step /
+reorder_state`); joint search also rescores with teacher forcing (`model.decode`).
+Scores follow BTTR's length normalisation: `log_prob / max(len, 1) ** length_penalty`.
+"""
+
+from .beam import beam_search
+from .decode import DIRECTIONS, decode_batch
+from .greedy import greedy_search
+from .hypothesis import Hypothesis, length_normalized
+from .joint import joint_beam_search, sequence_log_probs
+
+__all__ = [
+    "DIRECTIONS",
+    "Hypothesis",
+    "beam_search",
+    "decode_batch",
+    "greedy_search",
+    "joint_beam_search",
+    "length_normalized",
+    "sequence_log_probs",
+]

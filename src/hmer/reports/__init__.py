@@ -1,0 +1,40 @@
+"""Reports: MLflow runs turned into the tables a paper prints, plots, and `hmer report`.
+
+    from hmer.reports import study_table, format_table, plot_exprate
+    df = study_table("ablate_direction-smoke")   # one row per variant, per-year columns
+    print(format_table(df, "markdown"))
+
+- `runs`: load runs, metric histories and predictions out of MLflow as typed frames;
+- `tables`: per-variant, per-year tables (mean ± std over seeds, paired tests, cost);
+- `significance`: paired bootstrap and exact McNemar tests over test expressions;
+- `plots`: seaborn figures (ExpRate by variant and year, training curves, attention);
+- `attention`: per-token attention / coverage maps of a model over an image;
+- `cli`: `hmer report`, the same tables and plots as files.
+
+The names below are loaded on first use, so `import hmer.reports` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "NoRunsError": "runs", "PredictionsNotFound": "runs", "list_studies": "runs", "load_history": "runs",
+    "load_predictions": "runs", "load_runs": "runs", "scored_years": "runs",
+    "format_table": "tables", "scores_long": "tables", "study_table": "tables", "variant_table": "tables",
+    "compare": "significance", "mcnemar": "significance", "paired_bootstrap": "significance",
+    "plot_attention": "plots", "plot_exprate": "plots", "plot_training_curves": "plots", "save_figure": "plots",
+    "AttentionResult": "attention", "attend": "attention", "compare_models": "attention",
+    "pick_expressions": "attention",
+    "report_command": "cli",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hmer.reports' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module}", __name__), name)

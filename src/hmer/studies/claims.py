@@ -198,11 +198,10 @@ class CellClaims:
             orphan = worker is None and self._age_s(trial) > self.claim_ttl_s  # died before tagging it
             if alive is False or orphan:
                 try:
+                    self._storage.set_trial_user_attr(
+                        trial._trial_id, "hmer.failed_by",
+                        f"worker {worker.get('token') if worker else '?'} is gone; marked FAIL by {self.worker.token}")
                     if self._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL):
-                        self._storage.set_trial_user_attr(
-                            trial._trial_id, "hmer.failed_by",
-                            f"worker {worker.get('token') if worker else '?'} is gone; marked FAIL by "
-                            f"{self.worker.token}")
                         failed.append(self._storage.get_trial(trial._trial_id))
                 except optuna.exceptions.UpdateFinishedTrialError:
                     pass  # another worker got there first

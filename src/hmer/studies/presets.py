@@ -134,7 +134,7 @@ _PAPER_TRIAL_SECONDS = _PAPER_EPOCHS * 8835 / 100.0
 PRESETS: dict[str, StudyPreset] = {
     "smoke": StudyPreset(
         name="smoke",
-        summary="tiny model, 400 short training expressions, 6 epochs, 100 test expressions per year, beam 3",
+        summary="tiny model, 400 training expressions, 6 epochs, 100 test expressions per year, beam 3",
         model_size="tiny",
         overrides={
             "data.train_limit": 400, "data.val_limit": 50, "data.test_limit": 100,

@@ -25,6 +25,7 @@ import os
 import sys
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
@@ -85,8 +86,10 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         engine_kwargs["connect_args"] = {"timeout": 60}  # several workers wait for each other's writes
-    return _retry_first_use(lambda: optuna.storages.RDBStorage(
-        url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat, stable since 2.9
+        return _retry_first_use(lambda: optuna.storages.RDBStorage(
+            url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S))
 
 
 def _retry_first_use(make: Callable[[], Any], attempts: int = 6) -> Any:
@@ -124,23 +127,27 @@ def _study_runs_filter(study_name: str) -> str:
 
 
 def fail_dead_trial_runs(client, experiment_id: str, study: optuna.Study) -> list[str]:
-    """Mark FAILED the MLflow runs still RUNNING whose Optuna trial is no longer running.
+    """Mark FAILED the MLflow runs of trials that Optuna has marked FAIL but MLflow has not.
 
-    Such a run belongs to a worker that died (train() ends its own run on every exception
-    it sees); returns the run ids it marked.
+    That is a trial whose worker died: while training (the run is left RUNNING), or in
+    the moment between train() ending its run and Optuna recording the trial (the run is
+    FINISHED, but the cell runs again, so this run must not count twice in a table).
+    train() itself ends its run FAILED on every exception it sees. Returns the run ids marked.
     """
-    runs = client.search_runs([experiment_id], filter_string=(
-        f"{_study_runs_filter(study.study_name)} and attributes.status = 'RUNNING'"), max_results=10_000)
-    if not runs:
-        return []
+    runs = client.search_runs([experiment_id], filter_string=_study_runs_filter(study.study_name),
+                              max_results=10_000)
     states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
     marked = []
     for run in runs:
         number = run.data.tags.get("hmer.trial")
-        if number is None or states.get(int(number)) == TrialState.RUNNING:
-            continue  # the parent run, or a trial still running
+        if number is None or run.info.status in ("FAILED", "KILLED"):
+            continue  # the parent run, or already ended as failed / pruned
+        if states.get(int(number)) != TrialState.FAIL:
+            continue  # running, complete or pruned: MLflow agrees
+        was = run.info.status
         client.set_tag(run.info.run_id, "hmer.status", "failed")
-        client.set_tag(run.info.run_id, "hmer.error", f"the worker of trial {number} died; marked FAILED on resume")
+        client.set_tag(run.info.run_id, "hmer.error", f"the worker of trial {number} died (run {was.lower()}); "
+                                                      f"the trial is FAIL in Optuna and its cell runs again")
         client.set_terminated(run.info.run_id, status="FAILED")
         marked.append(run.info.run_id)
     return marked

@@ -1,0 +1,78 @@
+"""How long the data layer takes on this machine: rendering every expression into the cache
+(cold, into a fresh temporary cache folder), loading the cache back (warm), and the batching
+figures a training epoch sees.
+
+    python benchmarks/bench_data.py [DATA] [--workers N]
+
+DATA defaults to $HMER_DATA, then ../shared/crohme/crohme-inkml.zip beside the checkout. The lines
+printed are what goes into docs/data.md, with this command, the date and the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def main() -> int:
+    import torch
+
+    torch.set_num_threads(1)
+    from hmer.config import DataConfig
+    from hmer.data import load_dataset, make_batches, padding_share
+    from hmer.data.cache import default_workers
+
+    shared = Path(__file__).resolve().parents[2] / "shared" / "crohme" / "crohme-inkml.zip"
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("data", nargs="?", default=os.environ.get("HMER_DATA") or str(shared))
+    p.add_argument("--workers", type=int, default=None, help="render processes (default: all cores)")
+    args = p.parse_args()
+    workers = args.workers or default_workers()
+    splits = ("train", "2014", "2016", "2019")
+    cfg = DataConfig(val_fraction=0.0)  # whole splits: every expression is rendered and counted
+
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=Path(__file__).parent).stdout.strip()
+    print(f"# {datetime.datetime.now():%Y-%m-%d %H:%M} commit={commit} python={platform.python_version()}")
+    print(f"# machine: {platform.machine()}, {os.cpu_count()} CPU cores ({platform.processor() or 'unknown cpu'})")
+    print(f"# {' '.join([Path(sys.executable).name, *sys.argv])}")
+    print(f"data={args.data} workers={workers}")
+
+    with tempfile.TemporaryDirectory(prefix="hmer-bench-cache-") as cache:
+        os.environ["HMER_CACHE"] = cache
+        start = time.perf_counter()
+        cold = load_dataset(args.data, cfg, splits=splits, workers=workers)
+        cold_s = time.perf_counter() - start
+        n = sum(len(v) for v in cold.values())
+        size_mb = sum(f.stat().st_size for f in Path(cache).iterdir()) / 2**20
+        del cold
+
+        start = time.perf_counter()
+        warm = load_dataset(args.data, cfg, splits=splits, workers=workers)
+        warm_s = time.perf_counter() - start
+
+    pixels = sum(e.image.size for v in warm.values() for e in v)
+    print(f"expressions={n} " + " ".join(f"{k}={len(v)}" for k, v in warm.items()))
+    print(f"cold_render_seconds={cold_s:.1f} cold_images_per_second={n / cold_s:.0f} "
+          f"per_image_core_ms={1000 * cold_s * workers / n:.2f}")
+    print(f"warm_load_seconds={warm_s:.2f} warm_images_per_second={n / warm_s:.0f}")
+    print(f"cache_mb={size_mb:.1f} in_memory_mb={pixels / 2**20:.0f}")
+
+    train = warm["train"]
+    start = time.perf_counter()
+    batches = make_batches(train, cfg.batch_pixels, cfg.max_batch_size, shuffle=True, seed=0)
+    print(f"make_batches_ms={1000 * (time.perf_counter() - start):.0f} batches={len(batches)} "
+          f"padding_share={padding_share(train, batches):.3f} "
+          f"(train, {cfg.batch_pixels} px budget, max {cfg.max_batch_size} per batch)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

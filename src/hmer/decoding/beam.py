@@ -1,0 +1,192 @@
+"""Batched beam search: every image and every beam of a batch advance in one decoder step.
+
+Rows of the decoder state are laid out image-major, row = image * beam_size + beam, and the
+state is expanded to that layout once (`reorder_state`). Each step:
+
+1. every live hypothesis is extended by every token: `live sum + log p(token)`, per image
+   over its `beam_size * V` candidates (never across images: the sort is per image row);
+2. the best `2 * beam_size` candidates of each image are taken, in a stable order (ties go to
+   the lower beam, then the lower token id), so results never depend on the rest of the batch;
+3. an end-token candidate ranked within the first `beam_size` finishes: it leaves the live
+   beam and joins the image's pool of finished hypotheses, scored with BTTR's length
+   normalisation (`hypothesis.length_normalized`); the pool keeps its best `beam_size`;
+4. the live beam is refilled with the best `beam_size` non-end candidates, so it stays full
+   (CoMER's / Hugging Face's scheme; BTTR lets the beam shrink instead);
+5. an image is done when nothing can change its answer any more (see `_image_done`); its rows
+   leave the decoder state, and the loop stops when every image is done.
+
+A hypothesis that reaches `max_len` tokens without ending is closed there, with its end-token
+log-probability added, so every returned score is of the same kind.
+
+The pad token and the start token are never used to extend a hypothesis (neither can occur
+inside a sequence; a pad would also corrupt the teacher-forced rescoring of joint search).
+Their probability mass is not renormalised away: scores stay the model's own log-probabilities,
+which teacher forcing reproduces exactly.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .hypothesis import (
+    Hypothesis,
+    TokenIds,
+    at_least_float32,
+    check_search_args,
+    length_normalized,
+    per_image_ids,
+)
+
+NEG_INF = float("-inf")
+
+
+@torch.inference_mode()
+def beam_search(
+    model: torch.nn.Module,
+    feats: Tensor,
+    mask: Tensor,
+    start_id: TokenIds,
+    end_id: TokenIds,
+    beam_size: int = 10,
+    max_len: int = 200,
+    length_penalty: float = 1.0,
+    *,
+    pad_id: int = 0,
+    exhaustive: bool = False,
+) -> list[list[Hypothesis]]:
+    """Up to `beam_size` finished hypotheses per image, best first (tokens in decoding order).
+
+    model: anything with `.decoder` implementing `init_state` / `step` / `reorder_state`.
+    feats [B, h, w, d], mask [B, h, w] (True = pad): from `model.encode`.
+    start_id, end_id: an int, or one id per image (joint search runs l2r and r2l rows together).
+    length_penalty: alpha of `log_prob / max(len, 1) ** alpha`.
+    exhaustive: by default an image stops as soon as `beam_size` hypotheses have finished (BTTR's
+        rule), or earlier once no live hypothesis can beat its best finished one. With
+        exhaustive=True only the second rule (and max_len) applies: the returned best is then the
+        best the beam can reach, at the price of decoding longer (up to max_len for a weak model).
+
+    Deterministic, and one image's hypotheses are the same in any batch, as long as the model's
+    rows are independent of one another (its feature masks make padding irrelevant).
+    """
+    check_search_args(beam_size, max_len)
+    batch = feats.shape[0]
+    if batch == 0:
+        return []
+    decoder = model.decoder
+    device = feats.device
+    k = beam_size
+    alpha = float(length_penalty)
+    starts = per_image_ids(start_id, batch, device)
+    ends = per_image_ids(end_id, batch, device)
+
+    # Expand to image-major rows; only beam 0 is alive at first (the others would be copies).
+    state = decoder.init_state(feats, mask)
+    state = decoder.reorder_state(state, torch.arange(batch, device=device).repeat_interleave(k))
+    active = list(range(batch))  # original image of each image still decoding (host side)
+    scores = torch.full((batch, k), NEG_INF, device=device)  # summed log-probs of live hypotheses
+    scores[:, 0] = 0.0
+    history = torch.zeros((batch, k, 0), dtype=torch.long, device=device)  # their tokens so far
+    prev = starts.repeat_interleave(k)
+    pools: list[list[Hypothesis]] = [[] for _ in range(batch)]
+
+    for t in range(max_len + 1):  # at step t the live hypotheses hold t tokens
+        n = len(active)
+        logits, state = decoder.step(state, prev)
+        logp = torch.log_softmax(at_least_float32(logits), dim=-1)
+        vocab = logp.shape[-1]
+        logp = logp.view(n, k, vocab)
+        logp[:, :, pad_id] = NEG_INF
+        logp.scatter_(2, starts.view(n, 1, 1).expand(n, k, 1), NEG_INF)
+
+        if t == max_len:  # every hypothesis still live is closed with its end token
+            end_logp = logp.gather(2, ends.view(n, 1, 1).expand(n, k, 1)).squeeze(2)
+            closed = (scores + end_logp).tolist()
+            tokens = history.tolist()
+            for a, image in enumerate(active):
+                for lp, toks in zip(closed[a], tokens[a]):
+                    if lp > NEG_INF:
+                        _add(pools[image], Hypothesis(toks, length_normalized(lp, max_len, alpha), lp), k)
+            break
+
+        cand = (scores.unsqueeze(2) + logp).view(n, k * vocab)
+        width = min(2 * k, k * vocab)
+        # A stable full sort rather than topk: topk's order among equal scores is unspecified.
+        top_scores, top_idx = torch.sort(cand, dim=1, descending=True, stable=True)
+        top_scores, top_idx = top_scores[:, :width], top_idx[:, :width]
+        src_beam = torch.div(top_idx, vocab, rounding_mode="floor")
+        token = top_idx - src_beam * vocab
+        finite = torch.isfinite(top_scores)
+        is_end = token == ends.unsqueeze(1)
+        rank = torch.arange(width, device=device)
+        # An end candidate counts only where a plain top-k beam would have kept it (rank < k).
+        finishing = is_end & finite & (rank < k)
+        extendable = ~is_end & finite
+        # The first k extendable candidates, in rank order (at most k of the 2k are end tokens).
+        order = (~extendable).long().argsort(dim=1, stable=True)[:, :k]
+        new_scores = torch.where(extendable.gather(1, order), top_scores.gather(1, order), NEG_INF)
+        new_beam = src_beam.gather(1, order)
+        new_token = token.gather(1, order)
+
+        if bool(finishing.any()):  # host sync; finished hypotheses are few per step
+            a_idx, r_idx = finishing.nonzero(as_tuple=True)
+            fin_logp = top_scores[a_idx, r_idx].tolist()
+            fin_tokens = history[a_idx, src_beam[a_idx, r_idx]].tolist()
+            for a, lp, toks in zip(a_idx.tolist(), fin_logp, fin_tokens):
+                _add(pools[active[a]], Hypothesis(toks, length_normalized(lp, t, alpha), lp), k)
+
+        best_live = new_scores.max(dim=1).values.tolist()
+        keep = [
+            a for a in range(n)
+            if not _image_done(pools[active[a]], best_live[a], t + 1, k, max_len, alpha, exhaustive)
+        ]
+        if not keep:
+            break
+        keep_t = torch.tensor(keep, dtype=torch.long, device=device)
+        # Rows of the next state: each kept image's surviving beams, in one reorder.
+        rows = (keep_t.unsqueeze(1) * k + new_beam[keep_t]).view(-1)
+        state = decoder.reorder_state(state, rows)
+        history = torch.cat(
+            [history.view(n * k, t)[rows].view(len(keep), k, t), new_token[keep_t].unsqueeze(2)], dim=2
+        )
+        scores = new_scores[keep_t]
+        prev = new_token[keep_t].view(-1)
+        starts, ends = starts[keep_t], ends[keep_t]
+        active = [active[a] for a in keep]
+
+    for pool in pools:
+        if not pool:  # only a model that gives every token -inf gets here
+            pool.append(Hypothesis([], NEG_INF, NEG_INF))
+    return pools
+
+
+def _add(pool: list[Hypothesis], hyp: Hypothesis, capacity: int) -> None:
+    """Insert keeping the pool sorted best first and at most `capacity` long.
+    Python's sort is stable: among equal scores the earlier-found hypothesis stays ahead."""
+    pool.append(hyp)
+    pool.sort(key=lambda h: -h.score)
+    del pool[capacity:]
+
+
+def _image_done(
+    pool: list[Hypothesis],
+    best_live: float,
+    live_len: int,
+    beam_size: int,
+    max_len: int,
+    alpha: float,
+    exhaustive: bool,
+) -> bool:
+    """Whether decoding this image further can no longer change its pool's best hypothesis
+    (or, by default, whether `beam_size` hypotheses have finished, as in BTTR)."""
+    if best_live == NEG_INF:  # nothing left to extend
+        return True
+    if not pool:
+        return False
+    if not exhaustive and len(pool) >= beam_size:
+        return True
+    # Upper bound on the normalised score of any continuation: log-probs are <= 0, so the sum
+    # can only fall, while the length it is divided by lies in [live_len, max_len]; the ratio
+    # is monotonic in the length, so one of the two ends is the best case.
+    bound = max(length_normalized(best_live, live_len, alpha), length_normalized(best_live, max_len, alpha))
+    return bound <= pool[0].score

@@ -1,0 +1,136 @@
+"""BTTR's bidirectional approximate joint search.
+
+A bidirectional model is one decoder trained left-to-right (from `<sos>`, ending at `<eos>`)
+and right-to-left (from `<eos>`, ending at `<sos>`). Joint search (BTTR, `bttr/model/decoder.py`
+`beam_search` + `_cross_rate_score`, and `bttr/lit_bttr.py`):
+
+1. beam search in both directions; here in one batched search over 2B rows (the l2r rows of
+   every image, then its r2l rows), as CoMER does, so the two directions share every step;
+2. every finished hypothesis is rescored by the *opposite* direction with teacher forcing:
+   the summed log-probability of the sequence in that direction, its end token included
+   (BTTR's `to_tgt_output` puts the stop token in the target);
+3. joint score = (own log-prob + opposite log-prob) / max(len, 1) ** alpha, where own log-prob
+   includes its end token and len counts the tokens without start/end: BTTR adds the two raw
+   sums and normalises once, by `len(h) ** alpha` with `len` at least 1 (`Hypothesis.__len__`);
+4. the best joint score over both directions' hypotheses wins (ties: l2r before r2l, then
+   the beam's own order).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from .beam import NEG_INF, beam_search
+from .hypothesis import Hypothesis, at_least_float32, check_search_args, length_normalized
+
+
+@torch.inference_mode()
+def joint_beam_search(
+    model: torch.nn.Module,
+    feats: Tensor,
+    mask: Tensor,
+    sos_id: int = 1,
+    eos_id: int = 2,
+    beam_size: int = 10,
+    max_len: int = 200,
+    length_penalty: float = 1.0,
+    *,
+    pad_id: int = 0,
+    exhaustive: bool = False,
+) -> list[Hypothesis]:
+    """The best hypothesis per image by joint (l2r + r2l) score, tokens in left-to-right order.
+
+    model: anything with `.decoder` (incremental interface) and
+    `.decode(feats, feat_mask, tgt_in) -> logits [N, L, V]` (teacher forcing, one row per tgt row).
+    The returned `log_prob` is the joint sum, `score` its length-normalised value.
+    """
+    check_search_args(beam_size, max_len)
+    batch = feats.shape[0]
+    if batch == 0:
+        return []
+    pools = beam_search(
+        model,
+        torch.cat([feats, feats]),
+        torch.cat([mask, mask]),
+        [sos_id] * batch + [eos_id] * batch,
+        [eos_id] * batch + [sos_id] * batch,
+        beam_size,
+        max_len,
+        length_penalty,
+        pad_id=pad_id,
+        exhaustive=exhaustive,
+    )
+
+    # Every candidate in left-to-right order, with what the opposite direction must score.
+    images: list[int] = []
+    l2r_tokens: list[list[int]] = []
+    own_log_prob: list[float] = []
+    targets: list[list[int]] = []  # the sequence in the rescoring direction's order
+    starts: list[int] = []
+    ends: list[int] = []
+    for i in range(batch):
+        for hyp in pools[i]:  # found left-to-right: rescored right-to-left
+            images.append(i)
+            l2r_tokens.append(hyp.tokens)
+            own_log_prob.append(hyp.log_prob)
+            targets.append(hyp.tokens[::-1])
+            starts.append(eos_id)
+            ends.append(sos_id)
+        for hyp in pools[batch + i]:  # found right-to-left: rescored left-to-right
+            seq = hyp.tokens[::-1]
+            images.append(i)
+            l2r_tokens.append(seq)
+            own_log_prob.append(hyp.log_prob)
+            targets.append(seq)
+            starts.append(sos_id)
+            ends.append(eos_id)
+
+    other_log_prob = sequence_log_probs(model, feats, mask, images, targets, starts, ends, pad_id=pad_id)
+
+    alpha = float(length_penalty)
+    best: list[Hypothesis | None] = [None] * batch
+    for i, seq, own, other in zip(images, l2r_tokens, own_log_prob, other_log_prob):
+        total = own + other
+        cand = Hypothesis(list(seq), length_normalized(total, len(seq), alpha), total)
+        current = best[i]
+        if current is None or cand.score > current.score:  # strict: ties keep the earlier one
+            best[i] = cand
+    return [h if h is not None else Hypothesis([], NEG_INF, NEG_INF) for h in best]
+
+
+def sequence_log_probs(
+    model: torch.nn.Module,
+    feats: Tensor,
+    mask: Tensor,
+    images: Sequence[int],
+    sequences: Sequence[Sequence[int]],
+    start_ids: Sequence[int],
+    end_ids: Sequence[int],
+    *,
+    pad_id: int = 0,
+) -> list[float]:
+    """Teacher-forced summed log-probability of each `sequences[j]` (end token included), read
+    from image `images[j]`, decoded from `start_ids[j]`: one batched `model.decode` call.
+
+    `sequences[j]` is in the order the decoder reads it (reversed for a right-to-left start).
+    Rows are right-padded with `pad_id`; with causal self-attention a real position never sees
+    a pad, and pad positions are left out of the sum.
+    """
+    n = len(sequences)
+    if n == 0:
+        return []
+    if not (len(images) == len(start_ids) == len(end_ids) == n):
+        raise ValueError("images, sequences, start_ids and end_ids must have the same length")
+    device = feats.device
+    length = max(len(s) for s in sequences) + 1
+    tgt_in = [[s0] + list(seq) + [pad_id] * (length - 1 - len(seq)) for s0, seq in zip(start_ids, sequences)]
+    tgt_out = [list(seq) + [e] + [pad_id] * (length - 1 - len(seq)) for e, seq in zip(end_ids, sequences)]
+    tgt_in_t = torch.tensor(tgt_in, dtype=torch.long, device=device)
+    tgt_out_t = torch.tensor(tgt_out, dtype=torch.long, device=device)
+    index = torch.tensor(list(images), dtype=torch.long, device=device)
+    logits = model.decode(feats.index_select(0, index), mask.index_select(0, index), tgt_in_t)
+    logp = torch.log_softmax(at_least_float32(logits), dim=-1).gather(2, tgt_out_t.unsqueeze(2)).squeeze(2)
+    return logp.masked_fill(tgt_out_t == pad_id, 0.0).sum(dim=1).tolist()

@@ -1,0 +1,79 @@
+"""Expression-level scores: ExpRate and the <=1 / <=2 token-error rates of the HMER papers.
+
+An expression's distance is the Levenshtein distance between the predicted and the true
+token sequences (tokens, not characters: `\\frac` is one token). ExpRate is the share of
+exact matches, `le1` / `le2` the share within one / two token edits, all in percent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Hashable, Sequence
+
+import editdistance
+
+
+@dataclass
+class Scores:
+    """Rates in percent over `n` expressions; `distances` per expression, in input order
+    (for the predictions CSV and for paired significance tests). With n == 0 every rate is 0."""
+
+    n: int
+    exprate: float
+    le1: float
+    le2: float
+    distances: list[int] = field(default_factory=list)
+
+    def as_dict(self, prefix: str = "") -> dict[str, float | int]:
+        """{"<prefix>_exprate", "<prefix>_le1", "<prefix>_le2", "<prefix>_n"}: the MLflow keys
+        (`as_dict("test_2014")` -> `test_2014_exprate`, ...). No prefix: the bare names."""
+        head = f"{prefix}_" if prefix else ""
+        return {
+            f"{head}exprate": self.exprate,
+            f"{head}le1": self.le1,
+            f"{head}le2": self.le2,
+            f"{head}n": self.n,
+        }
+
+
+def token_distance(prediction: Sequence[Hashable], truth: Sequence[Hashable]) -> int:
+    """Levenshtein distance between two token sequences."""
+    return _distances([prediction], [truth])[0]
+
+
+def expression_metrics(
+    predictions: Sequence[Sequence[Hashable]], truths: Sequence[Sequence[Hashable]]
+) -> Scores:
+    """Score predicted token sequences against the true ones, pairwise in order."""
+    if len(predictions) != len(truths):
+        raise ValueError(
+            f"expression_metrics: {len(predictions)} predictions for {len(truths)} truths; "
+            "they must pair up one to one"
+        )
+    distances = _distances(predictions, truths)
+    n = len(distances)
+
+    def rate(max_errors: int) -> float:
+        return 100.0 * sum(d <= max_errors for d in distances) / n if n else 0.0
+
+    return Scores(n=n, exprate=rate(0), le1=rate(1), le2=rate(2), distances=distances)
+
+
+def _distances(
+    predictions: Sequence[Sequence[Hashable]], truths: Sequence[Sequence[Hashable]]
+) -> list[int]:
+    # Tokens become small ints through one shared table: editdistance compares elements by
+    # hash, so distinct ids make the comparison exact rather than hash-collision-prone.
+    ids: dict[Hashable, int] = {}
+    out = []
+    for j, (pred, truth) in enumerate(zip(predictions, truths)):
+        for what, seq in (("prediction", pred), ("truth", truth)):
+            if isinstance(seq, (str, bytes)):
+                raise TypeError(
+                    f"expression_metrics: {what} {j} is a string ({seq[:40]!r}); pass a list of tokens "
+                    "(e.g. latex.split()) so that distances count tokens, not characters"
+                )
+        p = [ids.setdefault(tok, len(ids)) for tok in pred]
+        t = [ids.setdefault(tok, len(ids)) for tok in truth]
+        out.append(int(editdistance.eval(p, t)))
+    return out

@@ -1,0 +1,133 @@
+"""`hmer report`: a study's (or an experiment's, or some runs') tables and plots as files.
+
+    hmer report --study ablate_direction-smoke          # -> reports/ablate_direction-smoke/
+    hmer report --experiment hmer --out /tmp/report
+    hmer report --runs 3f2a... 9c1b...
+
+writes, into the output folder:
+
+    table.md                   the tables as Markdown, with the plots embedded
+    table.csv                  one row per variant: every number of the table (see hmer.reports.tables)
+    runs.csv                   one row per run: variant, seed, state, test scores, cost
+    plots/exprate.png          ExpRate by variant and year, mean ± std over seeds, a dot per seed
+    plots/scores.png           the same for ExpRate, <=1 and <=2 side by side
+    plots/training_curves.png  validation ExpRate and losses against epoch and wall-clock time
+
+and prints the text table. The notebooks in `notebooks/` show the same tables and plots.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+
+from .plots import plot_exprate, plot_training_curves, save_figure
+from .runs import NoRunsError, load_history, load_predictions, load_runs, resolve_tracking_uri, scored_years
+from .significance import DEFAULT_RESAMPLES
+from .tables import format_table, scored, study_table, variant_table
+
+EXIT_OK = 0
+EXIT_NOTHING_SCORED = 1
+
+
+def report_name(study: str | None = None, experiment: str | None = None,
+                run_ids: Sequence[str] | None = None) -> str:
+    """The report's name (and default folder): the study, the experiment, or runs-<first id>."""
+    if study:
+        return study
+    if experiment:
+        return experiment
+    if run_ids:
+        return f"runs-{run_ids[0][:8]}" + (f"-and-{len(run_ids) - 1}-more" if len(run_ids) > 1 else "")
+    raise ValueError("give a study, an experiment or run ids")
+
+
+def default_out_dir(name: str) -> Path:
+    """`reports/<name>` under the project root (the checkout, else the current folder)."""
+    from ..tracking.store import project_root
+
+    safe = re.sub(r"[^A-Za-z0-9._=-]+", "_", name).strip("_") or "report"
+    return project_root() / "reports" / safe
+
+
+def runs_summary(runs: pd.DataFrame, years: Sequence[str]) -> pd.DataFrame:
+    """One row per run: the columns a reader checks a table against."""
+    cols = {"run_id": "run_id", "variant": "variant", "seed": "seed", "trial": "trial", "state": "state",
+            "run_name": "run_name"}
+    for year in years:
+        for m in ("exprate", "le1", "le2", "n"):
+            cols[f"metrics.test_{year}_{m}"] = f"test_{year}_{m}"
+    for m in ("best_val_exprate", "gpu_minutes", "train_seconds", "train_images_per_second", "num_params"):
+        cols[f"metrics.{m}"] = m
+    present = [c for c in cols if c in runs.columns]
+    return runs[present].rename(columns=cols)
+
+
+def write_report(runs: pd.DataFrame, table: pd.DataFrame, out_dir: Path, *, name: str,
+                 tracking_uri: str | None = None) -> list[Path]:
+    """Write every file of the report (see the module docstring); returns their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plots = out_dir / "plots"
+    written: list[Path] = []
+    order = list(table.index)
+    good = runs[scored(runs)] if not runs.empty else runs
+    figures: list[tuple[str, str]] = []
+    if not good.empty:
+        written.append(save_figure(plot_exprate(runs, order=order, title=name), plots / "exprate.png"))
+        figures.append(("ExpRate by variant and year", "plots/exprate.png"))
+        written.append(save_figure(plot_exprate(runs, order=order, measures=("exprate", "le1", "le2"), title=name),
+                                   plots / "scores.png"))
+        figures.append(("ExpRate, ≤1 and ≤2 by variant and year", "plots/scores.png"))
+        history = load_history(good, tracking_uri=tracking_uri)
+        if not history.empty:
+            written.append(save_figure(plot_training_curves(history, order=order, title=name),
+                                       plots / "training_curves.png"))
+            figures.append(("Training curves", "plots/training_curves.png"))
+    md = [f"# Report: {name}", "", format_table(table, "markdown")]
+    md += [f"![{caption}]({rel})\n" for caption, rel in figures]
+    (out_dir / "table.md").write_text("\n".join(md))
+    table.to_csv(out_dir / "table.csv")
+    runs_summary(runs, scored_years(runs)).to_csv(out_dir / "runs.csv", index=False)
+    written += [out_dir / "table.md", out_dir / "table.csv", out_dir / "runs.csv"]
+    return written
+
+
+def report_command(
+    study: str | None = None,
+    experiment: str | None = None,
+    run_ids: Sequence[str] | None = None,
+    tracking_uri: str | None = None,
+    out_dir: str | Path | None = None,
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+) -> int:
+    """`hmer report`: tables and plots of a study, an experiment or a list of runs, as files.
+
+    Returns 0, or 1 when no run has test scores (the table of excluded runs is still
+    written). Raises `NoRunsError` (a ValueError: one line from `hmer`) when nothing matches.
+    """
+    name = report_name(study, experiment, run_ids)
+    uri = resolve_tracking_uri(tracking_uri)
+    runs = load_runs(uri, experiment=experiment, study=study, run_ids=list(run_ids) if run_ids else None)
+    if runs.empty:
+        what = f"study {study!r}" if study else f"experiment {experiment!r}" if experiment else "those run ids"
+        raise NoRunsError(f"no training runs for {what} in the MLflow store {uri}")
+    if study:
+        table = study_table(study, uri, runs=runs, n_resamples=n_resamples)
+    else:
+        table = variant_table(runs, predictions=lambda run_id, year: load_predictions(run_id, year, uri),
+                              n_resamples=n_resamples, title=name)
+    out = Path(out_dir) if out_dir else default_out_dir(name)
+    written = write_report(runs, table, out, name=name, tracking_uri=uri)
+    print(format_table(table, "text"))
+    print(f"wrote {len(written)} files to {out}:")
+    for path in written:
+        print(f"  {path.relative_to(out)}")
+    if table.empty or int(table["seeds"].sum()) == 0:
+        print(f"hmer report: no run of {name} has test scores (failed, pruned or unfinished)", file=sys.stderr)
+        return EXIT_NOTHING_SCORED
+    return EXIT_OK

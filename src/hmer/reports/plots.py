@@ -1,0 +1,219 @@
+"""Plots of the runs: ExpRate by variant and year, training curves, attention maps.
+
+    fig = plot_exprate(runs)                        # bars = mean over seeds, whiskers = std, dots = seeds
+    fig = plot_training_curves(load_history(runs))  # validation ExpRate and losses vs epoch and vs time
+    fig = plot_attention([with_cov, without_cov])   # per-token maps of two models, one expression
+    save_figure(fig, "plots/exprate.png")
+
+Figures are built with matplotlib's object-oriented API (`matplotlib.figure.Figure`),
+never with `pyplot`: they render through the Agg canvas on a machine without a display,
+hold no global state (nothing to close, no figure leaks in a long study), and show
+inline in a notebook all the same.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from .tables import MEASURE_LABELS, scores_long, variant_order
+
+if TYPE_CHECKING:
+    from .attention import AttentionResult
+
+METRIC_LABELS = {
+    "val_exprate": "validation ExpRate (%)",
+    "val_loss": "validation loss",
+    "train_loss": "training loss",
+    "lr": "learning rate",
+    "images_per_second": "training images / s",
+    "epoch_seconds": "seconds per epoch",
+}
+CURVE_METRICS = ("val_exprate", "train_loss", "val_loss")
+PALETTE = "colorblind"
+DPI = 150
+
+
+def save_figure(fig: Figure, path: str | Path, dpi: int = DPI) -> Path:
+    """Write `fig` as PNG (folders made as needed); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=dpi, bbox_inches="tight", facecolor="white")
+    return path
+
+
+def _order(runs: pd.DataFrame, variant_col: str, order: Sequence[str] | None, present: Sequence[str]) -> list[str]:
+    if order is not None:
+        return [v for v in order if v in set(present)]
+    return [v for v in variant_order(runs, variant_col) if v in set(present)]
+
+
+def plot_exprate(
+    runs: pd.DataFrame,
+    *,
+    variant_col: str = "variant",
+    order: Sequence[str] | None = None,
+    years: Sequence[str] | None = None,
+    measures: Sequence[str] = ("exprate",),
+    title: str | None = None,
+    path: str | Path | None = None,
+) -> Figure:
+    """Test scores by year and variant: bars at the mean over seeds, whiskers ± 1 std, a dot per seed.
+
+    Args:
+        runs: a `load_runs` frame (runs without test scores are left out).
+        order: the variants left to right (default: the order they ran in; the baseline
+            first when `order` comes from `variant_table(...).index`).
+        measures: one panel per measure: "exprate", "le1", "le2".
+        path: also save the figure there as PNG.
+    """
+    import seaborn as sns
+
+    data = scores_long(runs, variant_col, years, measures)
+    if data.empty:
+        raise ValueError("no run with test scores to plot")
+    hue_order = _order(runs, variant_col, order, data["variant"].unique())
+    year_order = sorted(data["year"].unique())
+    fig = Figure(figsize=(max(4.5, 1.1 * len(year_order) * max(1, len(hue_order)) * 0.6 + 2) * len(measures), 4.2),
+                 layout="constrained")
+    axes = fig.subplots(1, len(measures), squeeze=False)[0]
+    colors = dict(zip(hue_order, sns.color_palette(PALETTE, len(hue_order))))
+    for ax, measure in zip(axes, measures):
+        sub = data[data["measure"] == measure]
+        sns.barplot(data=sub, x="year", y="value", hue="variant", order=year_order, hue_order=hue_order,
+                    palette=colors, errorbar="sd", capsize=0.15, err_kws={"linewidth": 1.2}, alpha=0.85, ax=ax)
+        sns.stripplot(data=sub, x="year", y="value", hue="variant", order=year_order, hue_order=hue_order,
+                      palette={v: "0.15" for v in hue_order}, dodge=True, size=4, jitter=0.08, legend=False, ax=ax)
+        ax.set_xlabel("CROHME test year")
+        ax.set_ylabel(f"{MEASURE_LABELS[measure]} (%)")
+        ax.set_ylim(0, max(5.0, float(sub["value"].max()) * 1.15))
+        ax.grid(axis="y", alpha=0.3)
+        if ax is not axes[-1] and ax.get_legend() is not None:
+            ax.get_legend().remove()
+    legend = axes[-1].get_legend()
+    if legend is not None:
+        legend.set_title(variant_col if variant_col != "variant" else "variant")
+        sns.move_legend(axes[-1], "upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    seeds = data.groupby("variant")["run_id"].nunique()
+    spread = f"mean ± std over {seeds.min()}–{seeds.max()} seeds" if seeds.min() != seeds.max() \
+        else f"mean ± std over {seeds.min()} seed{'s' if seeds.min() != 1 else ''}"
+    fig.suptitle(f"{title + ': ' if title else ''}{', '.join(MEASURE_LABELS[m] for m in measures)} by variant "
+                 f"and year ({spread}; dots: seeds)")
+    if path is not None:
+        save_figure(fig, path)
+    return fig
+
+
+def plot_training_curves(
+    history: pd.DataFrame,
+    *,
+    metrics: Sequence[str] = CURVE_METRICS,
+    order: Sequence[str] | None = None,
+    title: str | None = None,
+    path: str | Path | None = None,
+) -> Figure:
+    """Metrics against epoch (top row: mean ± std over seeds) and against wall-clock minutes
+    since each run started (bottom row: one line per run), coloured by variant.
+
+    Args:
+        history: a `load_history` frame with the `variant` column (give it the runs frame).
+        metrics: one column per metric present in `history`.
+    """
+    import seaborn as sns
+
+    if "variant" not in history.columns:
+        raise ValueError("the history needs a variant column: call load_history(runs_frame, ...)")
+    metrics = [m for m in metrics if m in set(history["metric"])]
+    if not metrics:
+        raise ValueError("none of the requested metrics was logged by these runs")
+    data = history[history["metric"].isin(metrics)].assign(minutes=lambda d: d["seconds"] / 60.0)
+    variants = list(dict.fromkeys(order or data["variant"].dropna().unique()))
+    colors = dict(zip(variants, sns.color_palette(PALETTE, len(variants))))
+    fig = Figure(figsize=(4.2 * len(metrics) + 1.5, 7.0), layout="constrained")
+    axes = fig.subplots(2, len(metrics), squeeze=False)
+    for j, metric in enumerate(metrics):
+        sub = data[data["metric"] == metric]
+        sns.lineplot(data=sub, x="step", y="value", hue="variant", hue_order=variants, palette=colors,
+                     errorbar="sd", marker="o", markersize=4, ax=axes[0, j], legend=j == len(metrics) - 1)
+        sns.lineplot(data=sub, x="minutes", y="value", hue="variant", hue_order=variants, palette=colors,
+                     units="run_id", estimator=None, marker="o", markersize=3, alpha=0.85, ax=axes[1, j],
+                     legend=False)
+        for i, xlabel in enumerate(("epoch", "wall-clock minutes since the run started")):
+            axes[i, j].set_xlabel(xlabel)
+            axes[i, j].set_ylabel(METRIC_LABELS.get(metric, metric))
+            axes[i, j].grid(alpha=0.3)
+        axes[0, j].xaxis.set_major_locator(MaxNLocator(integer=True))
+    legend_ax = axes[0, len(metrics) - 1]
+    if legend_ax.get_legend() is not None:
+        sns.move_legend(legend_ax, "upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    fig.suptitle(f"{title + ': ' if title else ''}training curves by variant "
+                 f"(top: per epoch, mean ± std over seeds; bottom: per run, against wall-clock time)")
+    if path is not None:
+        save_figure(fig, path)
+    return fig
+
+
+def _overlay(image: np.ndarray, heat: np.ndarray | None, vmax: float | None = None) -> np.ndarray:
+    """RGB [H, W, 3]: the grey image with `heat` in red-yellow on top (scaled to vmax or its max)."""
+    from matplotlib import colormaps
+
+    base = np.repeat((0.25 + 0.45 * image)[..., None], 3, axis=-1)
+    if heat is None:
+        return base
+    top = float(vmax if vmax is not None else heat.max())
+    level = np.clip(heat / top, 0.0, 1.0) if top > 0 else np.zeros_like(heat)
+    color = colormaps["inferno"](level)[..., :3]
+    alpha = (0.15 + 0.85 * level)[..., None]
+    return (1 - alpha) * base + alpha * color
+
+
+def _shorten(text: str, limit: int = 48) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def plot_attention(results: Sequence["AttentionResult"], *, max_columns: int = 8, title: str | None = None,
+                   path: str | Path | None = None) -> Figure:
+    """One expression as read by several models, side by side: a block of rows per model.
+
+    Each block shows the input (with the model's reading and its error type), one panel per
+    token with that token's attention (or coverage) over the image, and a last panel with
+    the attention summed over all tokens: bright ink was read more than once
+    (over-parsing), dark ink never (under-parsing). The summed panels of all models
+    share one colour scale.
+    """
+    if not results:
+        raise ValueError("no attention results to plot")
+    columns = min(max_columns, max(len(r.tokens) for r in results) + 2)
+    rows_per = [int(np.ceil((len(r.tokens) + 2) / columns)) for r in results]
+    h, w = results[0].image.shape
+    panel_w = 2.0
+    panel_h = max(0.9, panel_w * h / max(w, 1)) + 0.35
+    fig = Figure(figsize=(panel_w * columns, panel_h * sum(rows_per) + 0.6), layout="constrained")
+    axes = fig.subplots(sum(rows_per), columns, squeeze=False)
+    for ax in axes.flat:
+        ax.set_axis_off()
+    totals_max = max(float(r.total.max()) for r in results) if any(len(r.tokens) for r in results) else 1.0
+    row0 = 0
+    for result, n_rows in zip(results, rows_per):
+        panels: list[tuple[str, np.ndarray | None, float | None]] = []
+        reading = " ".join(result.tokens) or "(nothing)"
+        verdict = f" — {result.parse_error}, distance {result.distance}" if result.parse_error else ""
+        panels.append((f"{result.label}{verdict}\nread: {_shorten(reading)}", None, None))
+        panels += [(f"{i + 1}: {tok}", result.maps[i], None) for i, tok in enumerate(result.tokens)]
+        panels.append((f"Σ {result.kind} (max {result.total.max():.1f})" if len(result.tokens) else "Σ (none)",
+                       result.total if len(result.tokens) else None, totals_max))
+        for k, (label, heat, vmax) in enumerate(panels):
+            ax = axes[row0 + k // columns, k % columns]
+            ax.imshow(_overlay(result.image, heat, vmax), interpolation="nearest")
+            ax.set_title(label, fontsize=8, loc="left")
+        row0 += n_rows
+    truth = " ".join(results[0].truth) if results[0].truth is not None else None
+    fig.suptitle(f"{title or results[0].name}" + (f"   truth: {_shorten(truth, 90)}" if truth else ""), fontsize=10)
+    if path is not None:
+        save_figure(fig, path)
+    return fig

@@ -1,0 +1,384 @@
+"""Runs out of MLflow, as typed pandas frames: the input of every table and plot.
+
+    runs = load_runs(study="ablate_direction-smoke")          # one row per training run
+    history = load_history(runs, ["val_exprate", "train_loss"])  # long: one row per logged point
+    preds = load_predictions(run_id, "2014")                  # name, truth, prediction, distance, correct
+
+`load_runs` returns the columns of `mlflow.search_runs` (`run_id`, `experiment_id`,
+`status`, `start_time`, `end_time`, `artifact_uri`, `metrics.*`, `params.*`, `tags.*`)
+plus `experiment`, `run_name` and four derived columns every report uses: `variant`
+(tag `hmer.variant`), `seed` (tag `hmer.seed`, else param `train.seed`), `trial` (tag
+`hmer.trial`) and `state` (tag `hmer.status`, else MLflow's status in lower case).
+
+MLflow stores params as strings. Config keys (`train.lr`, `model.direction`, ...) are
+parsed back to the type of their `Config` field; any other param is read as an int, a
+float or a bool when it is one, and kept as a string otherwise. The runs are searched
+with an `MlflowClient` bound to the given store rather than with the module-level
+`mlflow.search_runs`, which would change the process-wide tracking URI (and the
+`MLFLOW_TRACKING_URI` variable of every child process) as a side effect.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import tempfile
+from contextlib import contextmanager
+from dataclasses import fields
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import pandas as pd
+
+STUDY_TAG = "hmer.study"
+ROLE_TAG = "hmer.role"
+EPOCH_METRICS = ("val_exprate", "val_loss", "train_loss", "lr", "images_per_second", "epoch_seconds")
+_PAGE = 1_000  # runs per search request
+_YEAR_METRIC = re.compile(r"^metrics\.test_(?P<year>\d{4})_exprate$")
+
+
+class NoRunsError(ValueError):
+    """Nothing in the store matches what was asked for (unknown study, experiment or run)."""
+
+
+class PredictionsNotFound(LookupError):
+    """A run has no `predictions/test_{year}.csv` artifact (failed, pruned, or not that year)."""
+
+
+# ---- the store --------------------------------------------------------------------------------
+
+def resolve_tracking_uri(tracking_uri: str | None = None) -> str:
+    """The given URI, else the project default (`$MLFLOW_TRACKING_URI`, else `mlruns/mlflow.db`)."""
+    if tracking_uri:
+        return tracking_uri
+    from ..tracking.store import default_tracking_uri
+
+    return default_tracking_uri()
+
+
+def client_for(tracking_uri: str | None = None):
+    """An `MlflowClient` on the store (the project default when None)."""
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=resolve_tracking_uri(tracking_uri))
+
+
+# ---- typing params back -----------------------------------------------------------------------
+
+@lru_cache(maxsize=1)
+def config_types() -> dict[str, type]:
+    """{dotted config key: its Python type}, e.g. {"train.lr": float, "model.direction": str}."""
+    from typing import get_type_hints
+
+    from ..config import Config
+
+    cfg = Config()
+    out: dict[str, type] = {"name": str}
+    for section in ("model", "data", "train"):
+        obj = getattr(cfg, section)
+        hints = get_type_hints(type(obj))
+        for f in fields(obj):
+            out[f"{section}.{f.name}"] = hints[f.name]
+    return out
+
+
+def parse_value(text: Any, typ: type | None = None) -> Any:
+    """One MLflow param string as `typ` (int, float, bool or str), or inferred when `typ` is None.
+
+    Unparseable values of a typed key stay strings rather than raising: an old run may
+    hold a value that a newer Config no longer accepts, and a report must still load it.
+    """
+    if text is None or (isinstance(text, float) and math.isnan(text)):
+        return None
+    if not isinstance(text, str) or typ is str:
+        return text
+    if typ is None:
+        return _infer(text)
+    try:
+        if typ is bool:
+            return _BOOLS.get(text.strip().lower(), text)
+        if typ is int:
+            try:
+                return int(text)
+            except ValueError:
+                return int(float(text))  # "1e3"
+        if typ is float:
+            return float(text)
+    except ValueError:
+        return text
+    return text
+
+
+_BOOLS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+
+
+def _infer(text: str) -> Any:
+    """A param of no known type: "true"/"false" as bool, then int, then float, else the string."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def typed_column(values: Iterable[Any]) -> pd.Series:
+    """A column of parsed values with a fitting dtype (nullable Int64/boolean where values are missing)."""
+    series = pd.Series(list(values), dtype=object)
+    present = series.dropna()
+    if present.empty:
+        return series
+    kinds = {type(v) for v in present}
+    if kinds == {bool}:
+        return series.astype("boolean")
+    if kinds == {int}:
+        return series.astype("Int64")
+    if kinds <= {int, float}:
+        return series.astype("float64")
+    return series
+
+
+# ---- runs -----------------------------------------------------------------------------------------
+
+def _filter(study: str | None) -> str:
+    return f"tags.`{STUDY_TAG}` = '{_quote(study)}'" if study else ""
+
+
+def _quote(value: str) -> str:
+    return value.replace("'", "\\'")
+
+
+def _experiment_ids(client, experiment: str | None, study: str | None) -> tuple[list[str], dict[str, str]]:
+    """Experiment ids to search and {id: name} for the `experiment` column."""
+    from mlflow.entities import ViewType
+
+    names = {e.experiment_id: e.name for e in client.search_experiments(view_type=ViewType.ALL)}
+    if experiment is None:
+        return list(names), names
+    found = [eid for eid, name in names.items() if name == experiment or eid == experiment]
+    if not found:
+        known = ", ".join(sorted(names.values())) or "none"
+        raise NoRunsError(f"no MLflow experiment {experiment!r} in the store (experiments: {known})")
+    return found, names
+
+
+def _search(client, experiment_ids: list[str], filter_string: str) -> list[Any]:
+    runs: list[Any] = []
+    token = None
+    while True:
+        page = client.search_runs(experiment_ids, filter_string=filter_string, max_results=_PAGE,
+                                  order_by=["attributes.start_time ASC"], page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def runs_frame(runs: Sequence[Any], experiment_names: dict[str, str] | None = None) -> pd.DataFrame:
+    """MLflow `Run` objects as the typed frame described in the module docstring."""
+    types = config_types()
+    rows: list[dict[str, Any]] = []
+    for run in runs:
+        info, data = run.info, run.data
+        row: dict[str, Any] = {
+            "run_id": info.run_id,
+            "experiment_id": info.experiment_id,
+            "experiment": (experiment_names or {}).get(info.experiment_id, info.experiment_id),
+            "run_name": info.run_name,
+            "status": info.status,
+            "start_time": pd.to_datetime(info.start_time, unit="ms", utc=True) if info.start_time else pd.NaT,
+            "end_time": pd.to_datetime(info.end_time, unit="ms", utc=True) if info.end_time else pd.NaT,
+            "artifact_uri": info.artifact_uri,
+        }
+        row.update({f"metrics.{k}": float(v) for k, v in data.metrics.items()})
+        row.update({f"params.{k}": v for k, v in data.params.items()})
+        row.update({f"tags.{k}": v for k, v in data.tags.items()})
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    if df.empty:
+        return pd.DataFrame(columns=["run_id", "experiment_id", "experiment", "run_name", "status", "start_time",
+                                     "end_time", "artifact_uri", "variant", "seed", "trial", "state"])
+    for col in [c for c in df.columns if c.startswith("params.")]:
+        key = col[len("params."):]
+        df[col] = typed_column(parse_value(v, types.get(key)) for v in df[col])
+    df["variant"] = [_variant(r) for r in df.to_dict("records")]
+    df["seed"] = typed_column(_seed(r) for r in df.to_dict("records"))
+    trial = df.get("tags.hmer.trial", pd.Series([None] * len(df)))
+    df["trial"] = typed_column(parse_value(v, int) for v in trial)
+    status_tag = df.get("tags.hmer.status", pd.Series([None] * len(df)))
+    df["state"] = [str(t) if isinstance(t, str) and t else str(s).lower() for t, s in zip(status_tag, df["status"])]
+    return df.reset_index(drop=True)
+
+
+def _variant(row: dict[str, Any]) -> str:
+    for key in ("tags.hmer.variant", "params.name", "run_name"):
+        value = row.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return str(row["run_id"])[:8]
+
+
+def _seed(row: dict[str, Any]) -> int | None:
+    for key in ("tags.hmer.seed", "params.train.seed"):
+        value = parse_value(row.get(key), int)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def load_runs(
+    tracking_uri: str | None = None,
+    experiment: str | None = None,
+    study: str | None = None,
+    run_ids: Sequence[str] | None = None,
+    *,
+    include_parents: bool = False,
+) -> pd.DataFrame:
+    """Runs of a study, an experiment or a list of run ids (or every run of the store).
+
+    Args:
+        tracking_uri: the MLflow store; default the project's (see `hmer.tracking`).
+        experiment: an experiment name (or id).
+        study: a study name: the runs tagged `hmer.study=<study>`, in any experiment.
+        run_ids: exactly these runs (an unknown id raises `NoRunsError`).
+        include_parents: keep the studies' parent runs (tag `hmer.role=study`), which are
+            bookkeeping, not training runs; dropped by default.
+
+    Returns:
+        One row per run, oldest first; see the module docstring for the columns.
+    """
+    client = client_for(tracking_uri)
+    if run_ids:
+        from mlflow.exceptions import MlflowException
+
+        names = {e.experiment_id: e.name for e in client.search_experiments()}
+        found = []
+        for run_id in run_ids:
+            try:
+                found.append(client.get_run(run_id))
+            except MlflowException:
+                raise NoRunsError(f"no run {run_id!r} in the MLflow store {resolve_tracking_uri(tracking_uri)}") \
+                    from None
+        df = runs_frame(found, names)
+    else:
+        ids, names = _experiment_ids(client, experiment, study)
+        df = runs_frame(_search(client, ids, _filter(study)) if ids else [], names)
+    if not include_parents and not df.empty and f"tags.{ROLE_TAG}" in df.columns:
+        df = df[df[f"tags.{ROLE_TAG}"].fillna("") != "study"].reset_index(drop=True)
+    return df
+
+
+def study_parent(study: str, tracking_uri: str | None = None) -> pd.Series | None:
+    """The parent run of a study (tag `hmer.role=study`) as a row of `load_runs`, or None."""
+    parents = load_runs(tracking_uri, study=study, include_parents=True)
+    if parents.empty or f"tags.{ROLE_TAG}" not in parents.columns:
+        return None
+    parents = parents[parents[f"tags.{ROLE_TAG}"] == "study"]
+    return None if parents.empty else parents.iloc[0]
+
+
+def list_studies(tracking_uri: str | None = None) -> pd.DataFrame:
+    """Every study in the store: study, experiment, kind, preset, state, runs, started; newest first.
+
+    A study is known by its parent run or, failing that, by the `hmer.study` tag of its runs.
+    """
+    runs = load_runs(tracking_uri, include_parents=True)
+    columns = ["study", "experiment", "kind", "preset", "state", "runs", "started"]
+    if runs.empty or f"tags.{STUDY_TAG}" not in runs.columns:
+        return pd.DataFrame(columns=columns)
+    runs = runs[runs[f"tags.{STUDY_TAG}"].notna()]
+    role = runs.get(f"tags.{ROLE_TAG}", pd.Series("", index=runs.index)).fillna("")
+    rows = []
+    for name, group in runs.groupby(f"tags.{STUDY_TAG}", sort=False):
+        parent = group[role.loc[group.index] == "study"]
+        head = parent.iloc[0] if not parent.empty else group.iloc[0]
+        rows.append({
+            "study": name,
+            "experiment": head["experiment"],
+            "kind": head.get("tags.hmer.kind") if not parent.empty else None,
+            "preset": head.get("tags.hmer.preset"),
+            "state": head["state"] if not parent.empty else None,
+            "runs": int((role.loc[group.index] != "study").sum()),
+            "started": group["start_time"].min(),
+        })
+    return pd.DataFrame(rows, columns=columns).sort_values("started", ascending=False).reset_index(drop=True)
+
+
+def scored_years(runs: pd.DataFrame) -> list[str]:
+    """The test years the runs were scored on (columns `metrics.test_{year}_exprate`), in order."""
+    years = {m.group("year") for c in runs.columns if (m := _YEAR_METRIC.match(str(c)))}
+    return sorted(years)
+
+
+# ---- histories and predictions ------------------------------------------------------------------
+
+def load_history(
+    run_ids: Sequence[str] | pd.DataFrame,
+    metrics: Sequence[str] = EPOCH_METRICS,
+    tracking_uri: str | None = None,
+) -> pd.DataFrame:
+    """Every logged point of `metrics` of the runs, long: one row per (run, metric, step).
+
+    Columns: `run_id`, `metric`, `step` (the epoch), `value`, `timestamp` (UTC) and
+    `seconds` (wall-clock seconds from the run's start to the point). Given a frame of
+    `load_runs` instead of ids, its `variant` and `seed` columns are joined in.
+    """
+    runs = run_ids if isinstance(run_ids, pd.DataFrame) else None
+    ids = list(runs["run_id"]) if runs is not None else list(run_ids)
+    client = client_for(tracking_uri)
+    rows: list[dict[str, Any]] = []
+    for run_id in ids:
+        start = client.get_run(run_id).info.start_time
+        for key in metrics:
+            for point in client.get_metric_history(run_id, key):
+                rows.append({"run_id": run_id, "metric": key, "step": int(point.step), "value": float(point.value),
+                             "timestamp": pd.to_datetime(point.timestamp, unit="ms", utc=True),
+                             "seconds": (point.timestamp - start) / 1000.0 if start else math.nan})
+    history = pd.DataFrame(rows, columns=["run_id", "metric", "step", "value", "timestamp", "seconds"])
+    history = history.sort_values(["run_id", "metric", "step", "timestamp"]).reset_index(drop=True)
+    if runs is not None:
+        extra = [c for c in ("variant", "seed") if c in runs.columns]
+        history = history.merge(runs[["run_id", *extra]], on="run_id", how="left")
+    return history
+
+
+@contextmanager
+def _quiet_downloads() -> Iterator[None]:
+    """No MLflow download progress bar per file (a table fetches one CSV per run and year)."""
+    key = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+    if key in os.environ:  # the user's own choice
+        yield
+        return
+    os.environ[key] = "false"
+    try:
+        yield
+    finally:
+        os.environ.pop(key, None)
+
+
+def load_predictions(run_id: str, year: str | int, tracking_uri: str | None = None) -> pd.DataFrame:
+    """The run's `predictions/test_{year}.csv`: name, truth, prediction, distance, and `correct`.
+
+    Raises `PredictionsNotFound` when the run has no such artifact.
+    """
+    from mlflow.exceptions import MlflowException
+
+    client = client_for(tracking_uri)
+    artifact = f"predictions/test_{year}.csv"
+    with tempfile.TemporaryDirectory(prefix="hmer-report-") as tmp, _quiet_downloads():
+        try:
+            local = client.download_artifacts(run_id, artifact, tmp)
+        except (MlflowException, OSError) as exc:
+            raise PredictionsNotFound(f"run {run_id} has no {artifact} ({type(exc).__name__})") from None
+        df = pd.read_csv(Path(local), dtype={"name": str, "truth": str, "prediction": str}, keep_default_na=False)
+    missing = {"name", "truth", "prediction", "distance"} - set(df.columns)
+    if missing:
+        raise PredictionsNotFound(f"run {run_id}: {artifact} lacks the column(s) {', '.join(sorted(missing))}")
+    df["distance"] = pd.to_numeric(df["distance"], errors="coerce").astype("Int64")
+    df["correct"] = (df["distance"] == 0).fillna(False).astype(bool)
+    return df

@@ -1,0 +1,216 @@
+"""Is a variant really better than the baseline? Paired tests over the test expressions.
+
+Two systems scored on the same test expressions are *paired*: each expression is
+either read correctly by both, by neither, or by one of them only. Two tests use that
+pairing:
+
+- **Paired bootstrap** (`paired_bootstrap`): resample the test expressions with
+  replacement, recompute the ExpRate difference each time; the percentile interval of
+  those differences is the confidence interval, and the two-sided p-value is the share
+  of resampled differences at least as far from the observed one as the observed one is
+  from zero (the bootstrap distribution shifted to the null of no difference).
+- **Exact McNemar test** (`mcnemar`): only the discordant expressions (right for one
+  system, wrong for the other) carry information; under the null each is equally likely
+  to favour either system, so the count favouring one is Binomial(discordant, 1/2) and
+  the two-sided p-value is exact, computed with integers.
+
+**Several seeds.** A variant trained with several seeds has a correctness vector per
+seed. The two tests pool them differently, and `compare` documents and applies both:
+
+- the bootstrap averages correctness over the seeds of each system per expression
+  (an expression read by 2 of 3 seeds counts 2/3), then resamples expressions. The
+  observed difference is then exactly the difference of the seed-mean ExpRates, the
+  seeds need not match, and the interval reflects the variation over test expressions
+  of the seed-averaged systems;
+- McNemar needs right/wrong outcomes, so it is applied to each *seed-matched* pair
+  (variant seed s against baseline seed s), and the reported p-value is the **largest**
+  of them: the intersection-union test, "the difference is significant for every seed".
+  It is valid whatever the dependence between seeds (they share the test set, so
+  summing discordant counts over seeds, or Fisher-combining the p-values, would not be).
+  With no matching seeds, the seeds are paired in sorted order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import comb
+from typing import Sequence
+
+import numpy as np
+
+DEFAULT_RESAMPLES = 10_000
+DEFAULT_CONFIDENCE = 0.95
+_CHUNK = 1_000  # bootstrap resamples drawn at a time (bounded memory on 1,000+ expressions)
+_TOLERANCE = 1e-12  # float slack when comparing resampled differences with the observed one
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    """A paired bootstrap of the ExpRate difference `variant - baseline`, in percentage points."""
+
+    difference: float
+    low: float
+    high: float
+    p_value: float
+    n: int
+    n_resamples: int
+    confidence: float
+
+
+@dataclass(frozen=True)
+class McNemarResult:
+    """Exact McNemar test on one pair of correctness vectors.
+
+    `baseline_only`: expressions the baseline reads and the variant does not;
+    `variant_only`: the reverse. `n` is the number of expressions.
+    """
+
+    baseline_only: int
+    variant_only: int
+    p_value: float
+    n: int
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """A variant against the baseline on one test year (see `compare`)."""
+
+    difference: float  # seed-mean ExpRate difference, percentage points
+    low: float  # confidence interval of the difference (paired bootstrap)
+    high: float
+    p_bootstrap: float
+    p_mcnemar: float  # largest McNemar p over the seed-matched pairs
+    n: int  # test expressions both systems were scored on
+    pairs: int  # seed pairs McNemar was run on
+    mcnemar: tuple[McNemarResult, ...] = ()
+
+
+def _as_matrix(correct: Sequence[bool] | Sequence[Sequence[bool]] | np.ndarray, name: str) -> np.ndarray:
+    """Correctness as a float matrix [seeds, expressions] with values in [0, 1]."""
+    arr = np.asarray(correct, dtype=np.float64)
+    if arr.ndim == 1:
+        arr = arr[None, :]
+    if arr.ndim != 2:
+        raise ValueError(f"{name}: expected correctness of shape [expressions] or [seeds, expressions], "
+                         f"got shape {arr.shape}")
+    if arr.shape[0] == 0:
+        raise ValueError(f"{name}: no runs")
+    if np.isnan(arr).any() or (arr < 0).any() or (arr > 1).any():
+        raise ValueError(f"{name}: correctness must be 0/1 (or True/False)")
+    return arr
+
+
+def paired_bootstrap(
+    baseline: Sequence[bool] | Sequence[Sequence[bool]] | np.ndarray,
+    variant: Sequence[bool] | Sequence[Sequence[bool]] | np.ndarray,
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = DEFAULT_CONFIDENCE,
+    seed: int = 0,
+) -> BootstrapResult:
+    """Paired bootstrap of the ExpRate difference `variant - baseline` over test expressions.
+
+    Args:
+        baseline, variant: per-expression correctness, `[expressions]` for one run or
+            `[seeds, expressions]` for several (averaged over seeds per expression; see
+            the module docstring). Both must list the same expressions in the same order.
+        n_resamples: bootstrap resamples.
+        confidence: level of the percentile interval.
+        seed: seed of the resampling, so that a table is reproducible.
+
+    Returns:
+        The observed difference (percentage points), its percentile interval and the
+        two-sided p-value `(1 + #{|d* - d| >= |d|}) / (1 + n_resamples)`, which is 1 for two
+        identical systems.
+    """
+    base = _as_matrix(baseline, "baseline").mean(axis=0)
+    var = _as_matrix(variant, "variant").mean(axis=0)
+    if base.shape != var.shape:
+        raise ValueError(f"baseline and variant are scored on different numbers of expressions "
+                         f"({base.shape[0]} and {var.shape[0]})")
+    n = base.shape[0]
+    if n == 0:
+        raise ValueError("no test expressions to compare")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples must be positive, got {n_resamples}")
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    per_expression = (var - base) * 100.0
+    observed = float(per_expression.mean())
+    rng = np.random.default_rng(seed)
+    resampled = np.empty(n_resamples, dtype=np.float64)
+    for start in range(0, n_resamples, _CHUNK):
+        stop = min(start + _CHUNK, n_resamples)
+        idx = rng.integers(0, n, size=(stop - start, n))
+        resampled[start:stop] = per_expression[idx].mean(axis=1)
+    alpha = 1.0 - confidence
+    low, high = np.quantile(resampled, [alpha / 2.0, 1.0 - alpha / 2.0])
+    extreme = int(np.count_nonzero(np.abs(resampled - observed) >= abs(observed) - _TOLERANCE))
+    p_value = (1.0 + extreme) / (1.0 + n_resamples)
+    return BootstrapResult(difference=observed, low=float(low), high=float(high), p_value=min(1.0, p_value),
+                           n=n, n_resamples=n_resamples, confidence=confidence)
+
+
+def exact_binomial_two_sided(k: int, n: int) -> float:
+    """P(X <= min(k, n-k)) * 2, capped at 1, for X ~ Binomial(n, 1/2); exact integer arithmetic."""
+    if n < 0 or not 0 <= k <= n:
+        raise ValueError(f"need 0 <= k <= n, got k={k}, n={n}")
+    if n == 0:
+        return 1.0
+    tail = sum(comb(n, i) for i in range(min(k, n - k) + 1))
+    return min(1.0, 2 * tail / 2**n)  # int / int: correctly rounded even for huge n
+
+
+def mcnemar(baseline: Sequence[bool] | np.ndarray, variant: Sequence[bool] | np.ndarray) -> McNemarResult:
+    """Exact (binomial) McNemar test on two correctness vectors over the same expressions."""
+    base = np.asarray(baseline, dtype=bool)
+    var = np.asarray(variant, dtype=bool)
+    if base.ndim != 1 or base.shape != var.shape:
+        raise ValueError(f"mcnemar needs two correctness vectors of one length, got shapes {base.shape} "
+                         f"and {var.shape}")
+    baseline_only = int(np.count_nonzero(base & ~var))
+    variant_only = int(np.count_nonzero(var & ~base))
+    p = exact_binomial_two_sided(variant_only, baseline_only + variant_only)
+    return McNemarResult(baseline_only=baseline_only, variant_only=variant_only, p_value=p, n=int(base.shape[0]))
+
+
+def seed_pairs(baseline_seeds: Sequence[int], variant_seeds: Sequence[int]) -> list[tuple[int, int]]:
+    """Index pairs (baseline row, variant row) of matching seeds; sorted order when none match."""
+    pairs = [(i, variant_seeds.index(s)) for i, s in enumerate(baseline_seeds) if s in variant_seeds]
+    if pairs:
+        return pairs
+    b_order = sorted(range(len(baseline_seeds)), key=lambda i: baseline_seeds[i])
+    v_order = sorted(range(len(variant_seeds)), key=lambda i: variant_seeds[i])
+    return list(zip(b_order, v_order))
+
+
+def compare(
+    baseline: Sequence[Sequence[bool]] | np.ndarray,
+    variant: Sequence[Sequence[bool]] | np.ndarray,
+    *,
+    baseline_seeds: Sequence[int] | None = None,
+    variant_seeds: Sequence[int] | None = None,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = DEFAULT_CONFIDENCE,
+    seed: int = 0,
+) -> Comparison:
+    """Both tests for a variant against the baseline on one test year.
+
+    Args:
+        baseline, variant: correctness `[seeds, expressions]` (one row per run), the same
+            expressions in the same order.
+        baseline_seeds, variant_seeds: the seed of each row, to pair runs for McNemar
+            (default: rows paired in order).
+    Returns:
+        A `Comparison`; see the module docstring for how seeds are pooled.
+    """
+    base = _as_matrix(baseline, "baseline")
+    var = _as_matrix(variant, "variant")
+    boot = paired_bootstrap(base, var, n_resamples=n_resamples, confidence=confidence, seed=seed)
+    b_seeds = list(baseline_seeds) if baseline_seeds is not None else list(range(base.shape[0]))
+    v_seeds = list(variant_seeds) if variant_seeds is not None else list(range(var.shape[0]))
+    if len(b_seeds) != base.shape[0] or len(v_seeds) != var.shape[0]:
+        raise ValueError("one seed per row of correctness is needed")
+    tests = tuple(mcnemar(base[i] > 0.5, var[j] > 0.5) for i, j in seed_pairs(b_seeds, v_seeds))
+    return Comparison(difference=boot.difference, low=boot.low, high=boot.high, p_bootstrap=boot.p_value,
+                      p_mcnemar=max(t.p_value for t in tests), n=boot.n, pairs=len(tests), mcnemar=tests)

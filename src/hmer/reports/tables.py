@@ -1,0 +1,465 @@
+"""The tables a paper prints: one row per variant, ExpRate / <=1 / <=2 per CROHME year.
+
+    df = study_table("ablate_direction-smoke")     # the study's runs, its baseline, paired tests
+    print(format_table(df))                        # aligned text; fmt="markdown" for a README
+    df.to_csv("table.csv")                         # the numbers behind it
+
+`variant_table(runs)` builds the same frame from any `load_runs` frame. Its columns:
+
+- `baseline` (bool), `seeds` (runs with test scores), `excluded` (runs of the variant
+  without test scores: failed, pruned or unfinished; left out of every number);
+- per test year `Y`: `Y_n` (test expressions), `Y_exprate_mean`, `Y_exprate_std`,
+  `Y_le1_mean`, `Y_le1_std`, `Y_le2_mean`, `Y_le2_std` (percent; mean and sample standard
+  deviation over seeds, NaN for one seed), `Y_delta` (ExpRate minus the baseline's, in
+  percentage points), `Y_delta_low`, `Y_delta_high` (its confidence interval by paired
+  bootstrap over test expressions), `Y_p_bootstrap` and `Y_p_mcnemar` (see
+  `hmer.reports.significance` for how seeds are pooled); NaN where the predictions
+  artifacts are missing;
+- training cost: `gpu_minutes`, `train_minutes`, `images_per_second` (means over seeds)
+  and `num_params`.
+
+The frame's `attrs` carry the title, baseline, years, excluded counts and test settings,
+which `format_table` prints around the table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from .runs import PredictionsNotFound, load_predictions, load_runs, scored_years, study_parent
+from .significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, compare
+
+MEASURES = ("exprate", "le1", "le2")
+MEASURE_LABELS = {"exprate": "ExpRate", "le1": "≤1", "le2": "≤2"}
+MISSING = "–"  # shown for a number that does not exist (std of one seed, no test, no baseline)
+EXCLUDED_STATES = ("failed", "pruned")
+
+PredictionLoader = Callable[[str, str], pd.DataFrame]
+
+
+# ---- which runs count ----------------------------------------------------------------------------
+
+def scored(runs: pd.DataFrame, years: Sequence[str] | None = None) -> pd.Series:
+    """True for the runs that count: scored on at least one test year, and not failed or pruned."""
+    years = list(years) if years is not None else scored_years(runs)
+    has_scores = pd.Series(False, index=runs.index)
+    for year in years:
+        col = f"metrics.test_{year}_exprate"
+        if col in runs.columns:
+            has_scores |= runs[col].notna()
+    state = runs["state"] if "state" in runs.columns else pd.Series("", index=runs.index)
+    return has_scores & ~state.isin(EXCLUDED_STATES)
+
+
+def variant_order(runs: pd.DataFrame, variant_col: str = "variant", baseline: str | None = None) -> list[str]:
+    """Variants in the order they first ran (trial number, then start time), the baseline first."""
+    keys = runs.assign(_trial=runs["trial"] if "trial" in runs.columns else np.nan,
+                       _start=runs["start_time"] if "start_time" in runs.columns else pd.NaT)
+    keys["_trial"] = pd.to_numeric(keys["_trial"], errors="coerce")
+    firsts = keys.groupby(variant_col, sort=False).agg(trial=("_trial", "min"), start=("_start", "min"))
+    order = list(firsts.sort_values(["trial", "start"], na_position="last", kind="stable").index)
+    if baseline in order:
+        order.remove(baseline)
+        order.insert(0, baseline)
+    return order
+
+
+def resolve_baseline(runs: pd.DataFrame, baseline: str | Mapping[str, Any] | None = None,
+                     variant_col: str = "variant") -> str | None:
+    """The baseline variant's label.
+
+    `baseline` may be a variant label ("l2r"), a grid cell as the `hmer.cell` tag writes it
+    ("model.direction=l2r"), a JSON object or mapping of axis values (the study parent
+    run's `baseline` param), or None: then the variant of the runs tagged
+    `hmer.baseline=true`, else the first variant that ran.
+    """
+    variants = [v for v in runs[variant_col].dropna().unique()]
+    if not variants:
+        return None
+    if baseline is None:
+        if "tags.hmer.baseline" in runs.columns:
+            tagged = runs.loc[runs["tags.hmer.baseline"].astype(str).str.lower() == "true", variant_col]
+            if not tagged.empty:
+                return str(tagged.iloc[0])
+        return variant_order(runs, variant_col)[0]
+    candidates = _baseline_candidates(baseline)
+    for candidate in candidates:
+        if candidate in variants:
+            return candidate
+    if "tags.hmer.cell" in runs.columns:
+        for candidate in candidates:
+            hit = runs.loc[runs["tags.hmer.cell"] == candidate, variant_col]
+            if not hit.empty:
+                return str(hit.iloc[0])
+    raise ValueError(f"baseline {baseline!r} is none of the variants {', '.join(map(str, variants))}")
+
+
+def _baseline_candidates(baseline: str | Mapping[str, Any]) -> list[str]:
+    """Labels a baseline may appear under: itself, and for axis values the cell and variant labels."""
+    cell: Mapping[str, Any] | None = baseline if isinstance(baseline, Mapping) else None
+    if isinstance(baseline, str):
+        try:
+            parsed = json.loads(baseline)
+        except json.JSONDecodeError:
+            parsed = None
+        if isinstance(parsed, dict):
+            cell = parsed
+        elif isinstance(parsed, str):
+            baseline = parsed
+    if cell is None:
+        return [str(baseline)]
+    return [",".join(f"{k}={v}" for k, v in cell.items()), "/".join(str(v) for v in cell.values())]
+
+
+# ---- the table ------------------------------------------------------------------------------------
+
+def variant_table(
+    runs: pd.DataFrame,
+    variant_col: str = "variant",
+    baseline: str | Mapping[str, Any] | None = None,
+    *,
+    years: Sequence[str] | None = None,
+    predictions: PredictionLoader | None = None,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = DEFAULT_CONFIDENCE,
+    seed: int = 0,
+    title: str = "",
+) -> pd.DataFrame:
+    """One row per variant of `runs` (a `load_runs` frame); see the module docstring for the columns.
+
+    Args:
+        runs: the runs; those without test scores, or failed or pruned, are counted in
+            `excluded` and left out of every number.
+        variant_col: the column that names a run's variant.
+        baseline: see `resolve_baseline`.
+        years: test years (default: every year the runs were scored on).
+        predictions: `(run_id, year) -> frame with name and correct`, e.g. a bound
+            `load_predictions`; without it the differences come from the metrics and
+            carry no interval or p-value.
+        n_resamples, confidence, seed: the paired bootstrap's settings.
+        title: printed above the table by `format_table`.
+    """
+    years = [str(y) for y in years] if years is not None else scored_years(runs)
+    counts = scored(runs, years) if not runs.empty else pd.Series(dtype=bool)
+    good = runs[counts] if not runs.empty else runs
+    bad = runs[~counts] if not runs.empty else runs
+    base = resolve_baseline(good if not good.empty else runs, baseline, variant_col) if not runs.empty else None
+    order = variant_order(runs, variant_col, base) if not runs.empty else []
+    correctness = _CorrectnessCache(predictions)
+    rows = []
+    for variant in order:
+        mine = good[good[variant_col] == variant]
+        row: dict[str, Any] = {"variant": variant, "baseline": variant == base, "seeds": len(mine),
+                               "excluded": int((bad[variant_col] == variant).sum())}
+        base_runs = good[good[variant_col] == base]
+        for year in years:
+            row.update(_year_cells(year, mine, base_runs, variant == base, correctness, n_resamples, confidence,
+                                   seed))
+        row.update(_cost_cells(mine))
+        rows.append(row)
+    df = pd.DataFrame(rows, columns=_columns(years)).set_index("variant")
+    df.attrs.update({
+        "title": title, "baseline": base, "years": list(years), "variant_col": variant_col,
+        "excluded": {str(k): int(v) for k, v in bad["state"].value_counts().items()} if "state" in bad else {},
+        "n_resamples": n_resamples, "confidence": confidence, "tested": correctness.used,
+    })
+    return df
+
+
+def _columns(years: Sequence[str]) -> list[str]:
+    cols = ["variant", "baseline", "seeds", "excluded"]
+    for year in years:
+        cols.append(f"{year}_n")
+        for m in MEASURES:
+            cols += [f"{year}_{m}_mean", f"{year}_{m}_std"]
+        cols += [f"{year}_delta", f"{year}_delta_low", f"{year}_delta_high", f"{year}_p_bootstrap",
+                 f"{year}_p_mcnemar"]
+    return cols + ["gpu_minutes", "train_minutes", "images_per_second", "num_params"]
+
+
+def _mean_std(values: pd.Series) -> tuple[float, float]:
+    values = pd.to_numeric(values, errors="coerce").dropna()
+    if values.empty:
+        return math.nan, math.nan
+    return float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else math.nan
+
+
+def _metric(runs: pd.DataFrame, name: str) -> pd.Series:
+    col = f"metrics.{name}"
+    return runs[col] if col in runs.columns else pd.Series(dtype=float)
+
+
+def _year_cells(year: str, mine: pd.DataFrame, base_runs: pd.DataFrame, is_base: bool,
+                correctness: "_CorrectnessCache", n_resamples: int, confidence: float, seed: int) -> dict[str, Any]:
+    cells: dict[str, Any] = {}
+    n = pd.to_numeric(_metric(mine, f"test_{year}_n"), errors="coerce").dropna()
+    cells[f"{year}_n"] = int(n.max()) if not n.empty else math.nan
+    for m in MEASURES:
+        cells[f"{year}_{m}_mean"], cells[f"{year}_{m}_std"] = _mean_std(_metric(mine, f"test_{year}_{m}"))
+    mean, _ = _mean_std(_metric(mine, f"test_{year}_exprate"))
+    base_mean, _ = _mean_std(_metric(base_runs, f"test_{year}_exprate"))
+    delta = {"delta": mean - base_mean, "delta_low": math.nan, "delta_high": math.nan,
+             "p_bootstrap": math.nan, "p_mcnemar": math.nan}
+    if is_base:
+        delta = {k: (0.0 if k.startswith("delta") and not math.isnan(mean) else math.nan) for k in delta}
+    elif not math.isnan(delta["delta"]):
+        matrices = correctness.aligned(base_runs, mine, year)
+        if matrices is not None:
+            (b, b_seeds), (v, v_seeds) = matrices
+            result = compare(b, v, baseline_seeds=b_seeds, variant_seeds=v_seeds, n_resamples=n_resamples,
+                             confidence=confidence, seed=seed)
+            delta = {"delta": result.difference, "delta_low": result.low, "delta_high": result.high,
+                     "p_bootstrap": result.p_bootstrap, "p_mcnemar": result.p_mcnemar}
+    cells.update({f"{year}_{k}": v for k, v in delta.items()})
+    return cells
+
+
+def _cost_cells(mine: pd.DataFrame) -> dict[str, Any]:
+    params = pd.to_numeric(_metric(mine, "num_params"), errors="coerce").dropna()
+    if params.empty and "params.num_params" in mine.columns:
+        params = pd.to_numeric(mine["params.num_params"], errors="coerce").dropna()
+    return {
+        "gpu_minutes": _mean_std(_metric(mine, "gpu_minutes"))[0],
+        "train_minutes": _mean_std(_metric(mine, "train_seconds") / 60.0)[0],
+        "images_per_second": _mean_std(_metric(mine, "train_images_per_second"))[0],
+        "num_params": int(params.iloc[0]) if not params.empty else math.nan,
+    }
+
+
+class _CorrectnessCache:
+    """Per-run correctness per year from the predictions artifacts, each fetched once."""
+
+    def __init__(self, loader: PredictionLoader | None):
+        self.loader = loader
+        self.cache: dict[tuple[str, str], pd.Series | None] = {}
+        self.used = False
+
+    def get(self, run_id: str, year: str) -> pd.Series | None:
+        if self.loader is None:
+            return None
+        key = (run_id, year)
+        if key not in self.cache:
+            try:
+                df = self.loader(run_id, year)
+                self.cache[key] = pd.Series(df["correct"].to_numpy(bool), index=df["name"].astype(str))
+            except PredictionsNotFound:
+                self.cache[key] = None
+        return self.cache[key]
+
+    def aligned(self, base_runs: pd.DataFrame, runs: pd.DataFrame, year: str):
+        """((baseline [seeds, n], seeds), (variant [seeds, n], seeds)) on the shared expressions, or None."""
+        sides = []
+        for frame in (base_runs, runs):
+            series, seeds = [], []
+            for i, (run_id, seed) in enumerate(zip(frame["run_id"], frame.get("seed", [None] * len(frame)))):
+                s = self.get(run_id, year)
+                if s is not None:
+                    series.append(s)
+                    seeds.append(int(seed) if seed is not None and not pd.isna(seed) else i)
+            if not series:
+                return None
+            sides.append((series, seeds))
+        names = None
+        for series, _ in sides:
+            for s in series:
+                names = s.index if names is None else names.intersection(s.index)
+        if names is None or len(names) == 0:
+            return None
+        names = names.sort_values()
+        self.used = True
+        return tuple((np.stack([s[~s.index.duplicated()].reindex(names).to_numpy(bool) for s in series]), seeds)
+                     for series, seeds in sides)
+
+
+def study_table(
+    study_name: str,
+    tracking_uri: str | None = None,
+    *,
+    runs: pd.DataFrame | None = None,
+    baseline: str | Mapping[str, Any] | None = None,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = DEFAULT_CONFIDENCE,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """The table of a study: its trial runs by variant, against its baseline, with paired tests.
+
+    The baseline is `baseline` if given, else the study parent run's `baseline` param, else
+    the runs tagged `hmer.baseline=true`, else the first variant. A study without runs
+    gives an empty table (which `format_table` prints as such) rather than an error, so a
+    study script can always end with its table.
+    """
+    runs = load_runs(tracking_uri, study=study_name) if runs is None else runs
+    if baseline is None:
+        parent = study_parent(study_name, tracking_uri)
+        if parent is not None and isinstance(parent.get("params.baseline"), str):
+            baseline = parent["params.baseline"]
+        if baseline is not None and not runs.empty:
+            try:
+                resolve_baseline(runs, baseline)
+            except ValueError:
+                baseline = None  # the parent names a cell no run has (e.g. all failed): fall back
+    loader = (lambda run_id, year: load_predictions(run_id, year, tracking_uri))
+    return variant_table(runs, "variant", baseline, predictions=loader, n_resamples=n_resamples,
+                         confidence=confidence, seed=seed, title=study_name)
+
+
+def scores_long(runs: pd.DataFrame, variant_col: str = "variant", years: Sequence[str] | None = None,
+                measures: Sequence[str] = MEASURES) -> pd.DataFrame:
+    """One row per (scored run, year, measure): variant, seed, run_id, year, measure, label, value.
+
+    The tidy form seaborn plots from; `label` is "ExpRate", "≤1" or "≤2".
+    """
+    years = list(years) if years is not None else scored_years(runs)
+    good = runs[scored(runs, years)] if not runs.empty else runs
+    rows = []
+    for _, run in good.iterrows():
+        for year in years:
+            for m in measures:
+                value = run.get(f"metrics.test_{year}_{m}")
+                if value is not None and not pd.isna(value):
+                    rows.append({"variant": run[variant_col], "seed": run.get("seed"), "run_id": run["run_id"],
+                                 "year": year, "measure": m, "label": MEASURE_LABELS[m], "value": float(value)})
+    return pd.DataFrame(rows, columns=["variant", "seed", "run_id", "year", "measure", "label", "value"])
+
+
+# ---- formatting -------------------------------------------------------------------------------------
+
+def _num(value: Any, digits: int = 1) -> str:
+    return MISSING if value is None or pd.isna(value) else f"{float(value):.{digits}f}"
+
+
+def _mean_pm_std(mean: Any, std: Any) -> str:
+    if mean is None or pd.isna(mean):
+        return MISSING
+    return f"{float(mean):.1f} ± {_num(std)}"
+
+
+def _p(value: Any) -> str:
+    if value is None or pd.isna(value):
+        return MISSING
+    return "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def _delta(row: pd.Series, year: str) -> str:
+    if bool(row.get("baseline", False)):
+        return "baseline"
+    d = row.get(f"{year}_delta")
+    if d is None or pd.isna(d):
+        return MISSING
+    low, high = row.get(f"{year}_delta_low"), row.get(f"{year}_delta_high")
+    if low is None or pd.isna(low):
+        return f"{d:+.1f}"
+    return f"{d:+.1f} [{low:+.1f}, {high:+.1f}]"
+
+
+def _params(value: Any) -> str:
+    if value is None or pd.isna(value):
+        return MISSING
+    n = int(value)
+    if n >= 1_000_000:
+        return f"{n / 1e6:.2f}M"
+    if n >= 1_000:
+        return f"{n / 1e3:.0f}k"
+    return str(n)
+
+
+def _years_of(df: pd.DataFrame) -> list[str]:
+    years = df.attrs.get("years")
+    if years:
+        return [str(y) for y in years]
+    return sorted({c.split("_", 1)[0] for c in map(str, df.columns) if c.endswith("_exprate_mean")})
+
+
+def format_table(df: pd.DataFrame, fmt: str = "text") -> str:
+    """The table as aligned text (`fmt="text"`) or GitHub Markdown (`fmt="markdown"`).
+
+    Two tables: the scores (mean ± std over seeds, per year) and, against the baseline,
+    the ExpRate difference with its confidence interval and p-values, beside the training
+    cost; then notes (test set sizes, excluded runs, how the tests were made). A missing
+    number (the std of one seed, a year a variant was not scored on) shows as "–".
+    """
+    if fmt not in ("text", "markdown"):
+        raise ValueError(f"fmt must be 'text' or 'markdown', got {fmt!r}")
+    md = fmt == "markdown"
+    title = df.attrs.get("title") or "runs"
+    years = _years_of(df)
+    if df.empty:
+        return f"{title}: no runs to tabulate" + _excluded_note(df)
+    baseline = df.attrs.get("baseline")
+    if baseline is None and "baseline" in df.columns and df["baseline"].any():
+        baseline = str(df.index[df["baseline"].astype(bool)][0])
+
+    def name(variant: Any, row: pd.Series) -> str:
+        return f"{variant} (baseline)" if bool(row.get("baseline", False)) else str(variant)
+
+    head1 = ["variant", "seeds"] + [f"{y} {MEASURE_LABELS[m]}" for y in years for m in MEASURES]
+    body1 = [[name(v, r), str(int(r["seeds"]))]
+             + [_mean_pm_std(r.get(f"{y}_{m}_mean"), r.get(f"{y}_{m}_std")) for y in years for m in MEASURES]
+             for v, r in df.iterrows()]
+    head2 = ["variant"] + [c for y in years for c in (f"{y} Δ ExpRate", f"{y} p")] + [
+        "GPU min", "train min", "img/s", "params"]
+    body2 = [[name(v, r)]
+             + [c for y in years for c in (_delta(r, y), _pair_p(r, y))]
+             + [_num(r.get("gpu_minutes")), _num(r.get("train_minutes")), _num(r.get("images_per_second"), 0),
+                _params(r.get("num_params"))]
+             for v, r in df.iterrows()]
+    confidence = float(df.attrs.get("confidence", DEFAULT_CONFIDENCE))
+    bold = (lambda s: f"**{s}**") if md else (lambda s: s)
+    intro1 = f"{bold(title)}: ExpRate, ≤1 and ≤2 edits (%) per test year, mean ± std over seeds"
+    intro2 = (f"Against the baseline {bold(str(baseline))}: Δ ExpRate in percentage points "
+              f"[{confidence:.0%} CI, paired bootstrap over test expressions], p = paired bootstrap / exact "
+              f"McNemar; training cost (means over seeds)")
+    render = _markdown if md else _text
+    sizes = ", ".join(f"{y}: {int(df[f'{y}_n'].max())}" for y in years
+                      if f"{y}_n" in df.columns and df[f"{y}_n"].notna().any())
+    notes = []
+    if sizes:
+        notes.append(f"Test expressions per year: {sizes}.")
+    excluded = _excluded_note(df).strip()
+    if excluded:
+        notes.append(excluded)
+    if not df.attrs.get("tested", True):
+        notes.append("No predictions artifacts: differences come from the metrics, without tests.")
+    else:
+        notes.append("Several seeds: the bootstrap averages correctness over seeds per expression; McNemar "
+                     "shows the largest p over seed-matched pairs.")
+    blocks = [intro1, render(head1, body1), intro2, render(head2, body2), " ".join(notes)]
+    return "\n\n".join(blocks) + "\n"
+
+
+def _pair_p(row: pd.Series, year: str) -> str:
+    if bool(row.get("baseline", False)):
+        return MISSING
+    boot, mcn = row.get(f"{year}_p_bootstrap"), row.get(f"{year}_p_mcnemar")
+    if (boot is None or pd.isna(boot)) and (mcn is None or pd.isna(mcn)):
+        return MISSING
+    return f"{_p(boot)} / {_p(mcn)}"
+
+
+def _excluded_note(df: pd.DataFrame) -> str:
+    excluded = df.attrs.get("excluded") or {}
+    total = sum(excluded.values())
+    if not total:
+        return ""
+    parts = ", ".join(f"{n} {state}" for state, n in sorted(excluded.items()))
+    return f" Runs without test scores, left out: {total} ({parts})."
+
+
+def _markdown(head: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join([":---"] + ["---:"] * (len(head) - 1)) + "|"]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def _text(head: list[str], body: list[list[str]]) -> str:
+    widths = [max(len(str(r[i])) for r in [head, *body]) for i in range(len(head))]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    return "\n".join([line(head), "  ".join("-" * w for w in widths), *[line(r) for r in body]])

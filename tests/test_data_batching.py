@@ -1,0 +1,123 @@
+"""Bucketing under a pixel budget, collating, scale augmentation and evaluation resizing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from hmer.data import Batch, Expression, Vocab, collate, fit_to_pixels, make_batches, padding_share
+
+
+def random_expressions(n: int, seed: int = 0) -> list[Expression]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(n):
+        h, w = int(rng.integers(20, 200)), int(rng.integers(20, 900))
+        image = (rng.random((h, w)) < 0.1).astype(np.uint8) * 255
+        out.append(Expression(name=f"e{i}", tokens=["x", "+", str(i % 10)], image=image))
+    return out
+
+
+EXPRS = random_expressions(300)
+BUDGET = 320_000
+
+
+def area(idx: list[int], exprs=EXPRS) -> int:
+    return len(idx) * max(exprs[i].image.shape[0] for i in idx) * max(exprs[i].image.shape[1] for i in idx)
+
+
+@pytest.mark.parametrize("cap", [16, 4, 0])
+def test_every_expression_exactly_once_within_budget_and_cap(cap):
+    batches = make_batches(EXPRS, BUDGET, cap, shuffle=True, seed=3)
+    flat = sorted(i for b in batches for i in b)
+    assert flat == list(range(len(EXPRS)))
+    for b in batches:
+        assert len(b) == 1 or area(b) <= BUDGET
+        if cap:
+            assert len(b) <= cap
+
+
+def test_an_image_above_the_budget_is_a_batch_of_its_own():
+    exprs = random_expressions(20) + [Expression("huge", ["x"], np.zeros((700, 700), dtype=np.uint8))]
+    batches = make_batches(exprs, BUDGET, 16, shuffle=False)
+    assert [20] in batches
+    assert sorted(i for b in batches for i in b) == list(range(21))
+
+
+def test_batches_are_deterministic_for_a_seed_and_shuffled_between_seeds():
+    a = make_batches(EXPRS, BUDGET, 16, shuffle=True, seed=11)
+    assert a == make_batches(EXPRS, BUDGET, 16, shuffle=True, seed=11)
+    b = make_batches(EXPRS, BUDGET, 16, shuffle=True, seed=12)
+    assert a != b and sorted(map(tuple, a)) == sorted(map(tuple, b))  # same buckets, other order
+
+
+def test_unshuffled_batches_go_from_small_to_large_images():
+    batches = make_batches(EXPRS, BUDGET, 16, shuffle=False)
+    heights = [max(EXPRS[i].image.shape[0] for i in b) for b in batches]
+    assert heights == sorted(heights)
+
+
+def test_padding_share_is_small_when_bucketed_and_zero_for_equal_sizes():
+    sorted_share = padding_share(EXPRS, make_batches(EXPRS, BUDGET, 16, shuffle=True, seed=0))
+    random_share = padding_share(EXPRS, [list(range(i, min(i + 8, 300))) for i in range(0, 300, 8)])
+    assert 0 <= sorted_share < random_share < 1
+    same = [Expression(f"s{i}", ["x"], np.zeros((30, 40), dtype=np.uint8)) for i in range(5)]
+    assert padding_share(same, [[0, 1, 2], [3, 4]]) == 0.0
+
+
+def test_collate_pads_bottom_right_with_masks_true_at_padding():
+    small = np.full((10, 20), 255, dtype=np.uint8)
+    large = np.zeros((30, 15), dtype=np.uint8)
+    large[0, 0] = 128
+    batch = collate([Expression("a", ["x"], small), Expression("b", ["1", "+", "2"], large)], Vocab())
+    assert isinstance(batch, Batch) and len(batch) == 2 and batch.names == ["a", "b"]
+    assert batch.images.shape == (2, 1, 30, 20) and batch.images.dtype == torch.float32
+    assert batch.image_mask.shape == (2, 30, 20) and batch.image_mask.dtype == torch.bool
+    assert batch.images[0, 0, :10, :20].eq(1).all() and batch.images[0, 0, 10:].eq(0).all()
+    assert not batch.image_mask[0, :10, :20].any() and batch.image_mask[0, 10:].all()
+    assert batch.image_mask[1, :, 15:].all() and not batch.image_mask[1, :, :15].any()
+    assert batch.images[1, 0, 0, 0].item() == pytest.approx(128 / 255)
+    vocab = Vocab()
+    assert batch.token_ids == [vocab.encode(["x"]), vocab.encode(["1", "+", "2"])]
+    assert batch.resized == 0
+
+
+def test_collate_scale_resizes_every_image():
+    exprs = [Expression("a", ["x"], np.full((40, 100), 255, dtype=np.uint8))]
+    assert collate(exprs, Vocab(), scale=0.7).images.shape[-2:] == (28, 70)
+    assert collate(exprs, Vocab(), scale=1.4).images.shape[-2:] == (56, 140)
+
+
+def test_oversize_evaluation_images_are_resized_and_counted_never_dropped():
+    exprs = [Expression("big", ["x"], np.full((400, 2000), 255, dtype=np.uint8)),
+             Expression("ok", ["y"], np.full((50, 60), 255, dtype=np.uint8))]
+    limit = 200_000
+    batches = make_batches(exprs, 1_600_000, 64, shuffle=False, max_image_pixels=limit)
+    assert sorted(i for b in batches for i in b) == [0, 1]
+    batch = collate(exprs, Vocab(), max_pixels=limit)
+    assert batch.resized == 1 and batch.names == ["big", "ok"]
+    h, w = fit_to_pixels(400, 2000, limit)
+    assert h * w <= limit and abs(w / h - 5) < 0.05
+    assert batch.images.shape[-2:] == (h, w)
+    assert (~batch.image_mask[0]).sum().item() == h * w
+
+
+def test_fit_to_pixels_leaves_small_images_alone():
+    assert fit_to_pixels(100, 200, 400_000) == (100, 200)
+    assert fit_to_pixels(100, 200, None) == (100, 200)
+    assert fit_to_pixels(1, 10_000_000, 1000) == (1, 1000)
+
+
+def test_batch_to_device_and_pinning():
+    batch = collate(random_expressions(3), Vocab())
+    moved = batch.to("cpu")
+    assert moved.images.device.type == "cpu" and moved.token_ids == batch.token_ids
+    assert torch.equal(moved.image_mask, batch.image_mask)
+
+
+def test_collate_rejects_unknown_tokens_naming_the_expression():
+    from hmer.data import UnknownTokenError
+
+    with pytest.raises(UnknownTokenError, match="odd"):
+        collate([Expression("odd", ["\\Pi"], np.zeros((5, 5), dtype=np.uint8))], Vocab())

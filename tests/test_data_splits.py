@@ -1,0 +1,66 @@
+"""load_dataset: the seeded validation hold-out, the test years, and deterministic subsets."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hmer.config import DataConfig
+from hmer.data import Expression, hold_out, load_dataset
+from hmer.data.splits import default_splits, hold_out_sizes, subset
+
+
+def named(n: int) -> list[Expression]:
+    return [Expression(f"n{i:03d}", ["x"], np.zeros((2, 2), dtype=np.uint8)) for i in range(n)]
+
+
+def test_hold_out_is_seeded_disjoint_and_independent_of_order():
+    exprs = named(200)
+    train, val = hold_out(exprs, 0.05, seed=7)
+    assert len(val) == 10 and len(train) == 190
+    assert not {e.name for e in train} & {e.name for e in val}
+    shuffled = [exprs[i] for i in np.random.default_rng(1).permutation(200)]
+    assert {e.name for e in hold_out(shuffled, 0.05, seed=7)[1]} == {e.name for e in val}
+    assert {e.name for e in hold_out(exprs, 0.05, seed=8)[1]} != {e.name for e in val}
+    assert [e.name for e in train] == sorted(e.name for e in train)  # input order kept
+
+
+def test_hold_out_sizes():
+    assert hold_out_sizes(8835, 0.05) == (8393, 442)
+    assert hold_out_sizes(12, 0.05) == (11, 1)
+    assert hold_out_sizes(1, 0.05) == (1, 0)
+    assert hold_out_sizes(100, 0.0) == (100, 0)
+
+
+def test_subset_is_deterministic_and_keeps_order():
+    exprs = named(50)
+    a = subset(exprs, 10, seed=7, label="2014")
+    assert len(a) == 10 and a == subset(exprs, 10, seed=7, label="2014")
+    assert [e.name for e in a] == sorted(e.name for e in a)
+    assert subset(exprs, 0, 7, "2014") == exprs and subset(exprs, 99, 7, "2014") == exprs
+
+
+def test_default_splits_follow_the_test_years():
+    assert default_splits(DataConfig()) == ("train", "val", "2014", "2016", "2019")
+    assert default_splits(DataConfig(test_years="2014")) == ("train", "val", "2014")
+
+
+def test_load_dataset_holds_out_val_from_train_only(inkml_dataset, isolated_cache):
+    root = inkml_dataset({"train": 40, "2014": 5, "2016": 4, "2019": 3})
+    cfg = DataConfig(path=str(root), val_fraction=0.1, val_seed=3)
+    ds = load_dataset(None, cfg)
+    assert list(ds) == ["train", "val", "2014", "2016", "2019"]
+    assert (len(ds["train"]), len(ds["val"])) == (36, 4)
+    assert all(e.name.startswith("train_") for e in ds["val"])
+    assert not {e.name for e in ds["train"]} & {e.name for e in ds["val"]}
+    assert [len(ds[y]) for y in ("2014", "2016", "2019")] == [5, 4, 3]
+    again = load_dataset(root, cfg)
+    assert [e.name for e in again["val"]] == [e.name for e in ds["val"]]
+
+
+def test_load_dataset_limits_and_chosen_splits(inkml_dataset, isolated_cache):
+    root = inkml_dataset({"train": 30, "2014": 6})
+    cfg = DataConfig(train_limit=5, val_limit=1, test_limit=2, val_fraction=0.1)
+    ds = load_dataset(root, cfg, splits=("train", "val", "2014"))
+    assert [len(ds[s]) for s in ("train", "val", "2014")] == [5, 1, 2]
+    assert load_dataset(root, cfg, splits=("2014",)).keys() == {"2014"}
+    assert [e.name for e in load_dataset(root, cfg, splits=("2014",))["2014"]] == [e.name for e in ds["2014"]]

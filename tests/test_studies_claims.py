@@ -1,0 +1,163 @@
+"""The parts of the studies that need no training: claiming grid cells against a real SQLite
+storage from several processes, reopening failed cells, presets and the command line."""
+
+from __future__ import annotations
+
+import collections
+import subprocess
+import sys
+import textwrap
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from hmer.studies import DIRECTION, PRESETS, StudySpec, get_preset
+from hmer.studies.claims import CELL_ATTR, WORKER_ATTR, CellClaims, ClaimedGridSampler, Worker, worker_alive
+from hmer.studies.cli import build_parser, parse_seeds
+from hmer.studies.runner import mask_url, open_storage
+from hmer.studies.spec import SEED_KEY, cell_key
+
+SPEC = StudySpec(name="claims", description="", axes={"model.direction": ("l2r", "r2l", "bi")}, model_presets={})
+
+# One worker: claims cells until none is open; each "trial" checks it got the cell it claimed.
+WORKER = textwrap.dedent("""
+    import sys, time
+    import optuna
+    from hmer.studies.claims import CellClaims, ClaimedGridSampler, Worker
+    from hmer.studies.runner import open_storage
+    from hmer.studies.spec import StudySpec, cell_key
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    spec = StudySpec(name="claims", description="", axes={"model.direction": ("l2r", "r2l", "bi")},
+                     model_presets={})
+    seeds = tuple(range(1, int(sys.argv[2]) + 1))
+    cells, space = spec.cells(seeds), spec.search_space(seeds)
+    sampler = ClaimedGridSampler(space)
+    study = optuna.create_study(study_name="s", storage=open_storage(sys.argv[1]), sampler=sampler,
+                                direction="maximize", load_if_exists=True)
+    claims = CellClaims(study, Worker.current())
+    while (cell := claims.claim(cells, set())) is not None:
+        sampler.assign(cell, lambda study, trial: claims.started(trial, cell))
+
+        def objective(trial):
+            params = {k: trial.suggest_categorical(k, v) for k, v in space.items()}
+            assert cell_key(params) == cell_key(cell), (params, cell)
+            time.sleep(0.01)
+            return 1.0
+
+        study.optimize(objective, n_trials=1)
+""")
+
+
+def _study(storage: str, seeds=(1,)) -> tuple[optuna.Study, ClaimedGridSampler, CellClaims]:
+    sampler = ClaimedGridSampler(SPEC.search_space(seeds))
+    study = optuna.create_study(study_name="s", storage=open_storage(storage), sampler=sampler,
+                                direction="maximize", load_if_exists=True)
+    return study, sampler, CellClaims(study, Worker.current())
+
+
+def _run_cell(study, sampler, claims, cell, fail: bool = False) -> None:
+    sampler.assign(cell, lambda s, trial: claims.started(trial, cell))
+
+    def objective(trial):
+        for key, values in SPEC.search_space((cell[SEED_KEY],)).items():
+            trial.suggest_categorical(key, values)
+        if fail:
+            raise RuntimeError("diverged")
+        return 1.0
+
+    study.optimize(objective, n_trials=1, catch=(RuntimeError,))
+
+
+def test_three_processes_claim_every_cell_exactly_once(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    procs = [subprocess.Popen([sys.executable, "-W", "ignore", str(script), storage, "6"], stderr=subprocess.PIPE,
+                              text=True) for _ in range(3)]
+    for p in procs:
+        _, err = p.communicate(timeout=240)
+        assert p.returncode == 0, err
+    study = optuna.load_study(study_name="s", storage=storage)
+    cells = collections.Counter(t.user_attrs[CELL_ATTR] for t in study.trials)
+    assert len(study.trials) == 18 and len(cells) == 18 and set(cells.values()) == {1}
+    assert all(t.state == TrialState.COMPLETE for t in study.trials)
+    assert len({t.user_attrs[WORKER_ATTR]["pid"] for t in study.trials}) >= 2
+
+
+def test_a_failed_cell_opens_again_but_a_complete_or_running_one_does_not(tmp_path):
+    study, sampler, claims = _study(f"sqlite:///{tmp_path / 'optuna.db'}")
+    cells = SPEC.cells((1,))
+    _run_cell(study, sampler, claims, cells[0])
+    _run_cell(study, sampler, claims, cells[1], fail=True)
+    status = claims.status()
+    assert status.complete == {cell_key(cells[0])} and status.failed == {cell_key(cells[1])}
+    # Optuna's GridSampler counts the FAIL cell as visited; the claims do not.
+    assert {cell_key(c) for c in status.open_cells(cells, set())} == {cell_key(cells[1]), cell_key(cells[2])}
+
+    # A trial RUNNING in a live worker (this process) holds its cell; another worker skips it.
+    sampler.assign(cells[2], lambda s, trial: claims.started(trial, cells[2]))
+    study.ask()
+    other = CellClaims(study, Worker(host="elsewhere", pid=1, started="", token="other"))
+    assert [cell_key(c) for c in other.status().open_cells(cells, set())] == [cell_key(cells[1])]
+    claimed = other.claim(cells, set())
+    assert claimed == cells[1]
+    # ...and that claim keeps this worker off the cell until it becomes a trial.
+    assert claims.claim(cells, set()) is None
+
+
+def test_a_running_trial_of_a_dead_process_is_failed_and_its_cell_reopened(tmp_path):
+    study, sampler, claims = _study(f"sqlite:///{tmp_path / 'optuna.db'}")
+    cells = SPEC.cells((1,))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    sampler.assign(cells[0], None)
+    trial = study.ask()
+    study._storage.set_trial_user_attr(trial._trial_id, WORKER_ATTR,
+                                       Worker(host=Worker.current().host, pid=dead.pid, started="1",
+                                              token="dead").as_attr())
+    study._storage.set_trial_user_attr(trial._trial_id, CELL_ATTR, cell_key(cells[0]))
+    assert worker_alive(study._storage.get_trial(trial._trial_id).user_attrs[WORKER_ATTR]) is False
+    reaped = claims.reap()
+    assert [t.number for t in reaped] == [trial.number]
+    assert study._storage.get_trial(trial._trial_id).state == TrialState.FAIL
+    assert cell_key(cells[0]) in {cell_key(c) for c in claims.status().open_cells(cells, set())}
+    assert worker_alive(Worker.current().as_attr()) is True
+
+
+def test_presets_size_the_budget_to_the_window():
+    short = get_preset("short")
+    # 12 cells on 3 workers: 4 rounds share the window left after loading.
+    assert short.trial_budget_s(12, 3) == pytest.approx((short.window_s - short.load_s) / 4 - short.eval_reserve_s)
+    assert short.config_overrides(12, 3)["train.time_budget_s"] == pytest.approx(short.trial_budget_s(12, 3), abs=0.1)
+    assert "train.time_budget_s" not in get_preset("paper").config_overrides(9, 1)
+    with pytest.raises(ValueError, match="do not fit"):
+        short.trial_budget_s(400, 1)
+    smoke = PRESETS["smoke"].describe(len(DIRECTION.cells(PRESETS["smoke"].seeds)), 1)
+    assert "expected cost" in smoke and "2-core CPU" in smoke
+    assert all(len(PRESETS[n].seeds) >= 3 for n in ("short", "paper"))
+    with pytest.raises(ValueError, match="unknown study preset"):
+        get_preset("huge")
+
+
+def test_command_line_options():
+    assert parse_seeds("3") == (1, 2, 3) and parse_seeds("7,9") == (7, 9) and parse_seeds(None) is None
+    args = build_parser(DIRECTION).parse_args(["--preset", "smoke", "--seeds", "2", "--n-jobs", "2", "--storage",
+                                               "postgresql://u:secret@db/hmer", "--set", "train.epochs=1"])
+    assert (args.preset, args.seeds, args.n_jobs, args.overrides) == ("smoke", (1, 2), 2, ["train.epochs=1"])
+    assert "secret" not in mask_url(args.storage) and "db/hmer" in mask_url(args.storage)
+
+
+def test_every_ablation_cell_is_a_valid_config():
+    from hmer.studies import ABLATIONS
+    from hmer.studies.runner import base_config
+
+    for spec in ABLATIONS.values():
+        for size, name in (("tiny", "smoke"), ("full", "paper")):
+            preset = get_preset(name)
+            base = base_config(spec.model_preset(size), preset, 9, 1, spec.fixed, None, None)
+            for cell in spec.cells(preset.seeds[:1]):
+                cfg = base.override(spec.overrides(cell)).validate()
+                for key, value in cell.items():
+                    assert cfg.to_flat_dict()[key] == value
