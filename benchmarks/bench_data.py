@@ -26,7 +26,8 @@ def main() -> int:
 
     torch.set_num_threads(1)
     from hmer.config import DataConfig
-    from hmer.data import load_dataset, make_batches, padding_share
+    from hmer.data import (RenderConfig, load_dataset, make_batches, open_source, padding_share, parse_inkml,
+                           render_ink)
     from hmer.data.cache import default_workers
 
     shared = Path(__file__).resolve().parents[2] / "shared" / "crohme" / "crohme-inkml.zip"
@@ -43,7 +44,8 @@ def main() -> int:
     print(f"# {datetime.datetime.now():%Y-%m-%d %H:%M} commit={commit} python={platform.python_version()}")
     print(f"# machine: {platform.machine()}, {os.cpu_count()} CPU cores ({platform.processor() or 'unknown cpu'})")
     print(f"# {' '.join([Path(sys.executable).name, *sys.argv])}")
-    print(f"data={args.data} workers={workers}")
+    print(f"data={args.data} workers={workers} load_average_before={os.getloadavg()[0]:.2f} "
+          "(other processes share these cores)")
 
     with tempfile.TemporaryDirectory(prefix="hmer-bench-cache-") as cache:
         os.environ["HMER_CACHE"] = cache
@@ -64,6 +66,21 @@ def main() -> int:
           f"per_image_core_ms={1000 * cold_s * workers / n:.2f}")
     print(f"warm_load_seconds={warm_s:.2f} warm_images_per_second={n / warm_s:.0f}")
     print(f"cache_mb={size_mb:.1f} in_memory_mb={pixels / 2**20:.0f}")
+
+    # One process, no pool and no cache: the cost of one expression, parse + render.
+    with open_source(args.data) as source:
+        names = sorted(source.list_files("2014"))[:300]
+        blobs = [source.read_bytes("2014", f"{n}.inkml") for n in names]
+
+    start = time.perf_counter()
+    inks = [parse_inkml(b, n) for n, b in zip(names, blobs)]
+    parse_s = time.perf_counter() - start
+    start = time.perf_counter()
+    for ink in inks:
+        render_ink(ink, RenderConfig())
+    render_s = time.perf_counter() - start
+    print(f"one_process_parse_ms={1000 * parse_s / len(inks):.2f} one_process_render_ms={1000 * render_s / len(inks):.2f} "
+          f"(mean over {len(inks)} 2014 expressions)")
 
     train = warm["train"]
     start = time.perf_counter()

@@ -234,7 +234,9 @@ def _find_resume_checkpoint(what: str, tracking_uri: str | None, experiment: str
     candidates = sorted(root.glob("*/last.pt"), key=lambda p: p.stat().st_mtime, reverse=True)
     from mlflow.tracking import MlflowClient
 
-    from .tracking.store import default_tracking_uri
+    from .tracking.store import default_tracking_uri, quiet_mlflow
+
+    quiet_mlflow()
 
     client = MlflowClient(tracking_uri=tracking_uri or default_tracking_uri())
     for ckpt in candidates:

@@ -20,13 +20,14 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "NoRunsError": "runs", "PredictionsNotFound": "runs", "list_studies": "runs", "load_history": "runs",
+    "NoRunsError": "runs", "PredictionsNotFound": "runs", "curve_runs": "runs", "list_studies": "runs", "load_history": "runs",
     "load_predictions": "runs", "load_runs": "runs", "scored_years": "runs",
-    "format_table": "tables", "scores_long": "tables", "study_table": "tables", "variant_table": "tables",
+    "format_table": "tables", "scored": "tables", "scores_long": "tables", "variant_order": "tables", "study_table": "tables", "variant_table": "tables",
     "compare": "significance", "mcnemar": "significance", "paired_bootstrap": "significance",
     "plot_attention": "plots", "plot_exprate": "plots", "plot_training_curves": "plots", "save_figure": "plots",
     "AttentionResult": "attention", "attend": "attention", "compare_models": "attention",
-    "pick_expressions": "attention",
+    "coverage_pair": "attention", "load_test_expressions": "attention", "model_label": "attention",
+    "pick_expressions": "attention", "tokens_from_predictions": "attention",
     "report_command": "cli",
 }
 

@@ -39,7 +39,8 @@ class AttentionResult:
         name: the expression's name.
         image: float [H, W] in [0, 1], white ink on black.
         tokens: the tokens the maps belong to, in reading order.
-        maps: float [len(tokens), H, W], upsampled to the image.
+        maps: float [len(tokens), H, W], upsampled to the image: each pixel holds the
+            attention weight of its feature cell (see `token_maps`).
         truth: the ground-truth tokens, when known.
         kind: "attention" or "coverage".
         forced: the tokens are the truth, teacher-forced (not what the model read).
@@ -96,6 +97,9 @@ def token_maps(model: Any, vocab: Any, image: np.ndarray, tokens: Sequence[str],
                kind: str = "attention", device: str | torch.device = "cpu") -> np.ndarray:
     """float [len(tokens), H, W]: where `model` looks to emit each of `tokens` over `image`.
 
+    A pixel holds the weight of the feature cell it lies in (interpolated between cell
+    centres), so a row's values are attention weights (or coverage sums), not densities.
+
     Args:
         model: an `HMERModel` (anything with `attention_maps(images, mask, tgt_in, coverage)`).
         vocab: the model's `Vocab`.
@@ -121,12 +125,11 @@ def token_maps(model: Any, vocab: Any, image: np.ndarray, tokens: Sequence[str],
     if reading == "r2l":
         maps = maps.flip(0)
     padded_h, padded_w = batch.images.shape[-2:]
+    # Each pixel gets the weight of the feature cell it lies in (bilinear between cell centres),
+    # not a per-pixel density: a token's map then peaks at its cell's weight, and the maps
+    # summed over tokens read as how many times a place was attended (1 = once).
     up = F.interpolate(maps[:, None], size=(padded_h, padded_w), mode="bilinear", align_corners=False)[:, 0]
     up = up[:, :height, :width].clamp_min(0)
-    # Bilinear upsampling spreads each feature cell over stride^2 pixels: rescale so that every
-    # row keeps the total mass it had on the feature grid (1 for attention).
-    mass = maps.flatten(1).sum(1)
-    up = up * (mass / up.flatten(1).sum(1).clamp_min(1e-12))[:, None, None]
     return up.cpu().numpy()
 
 
@@ -216,6 +219,14 @@ def compare_models(models: Mapping[str, tuple[Any, Any]], exprs: Sequence[Any], 
             row.append(result)
         out.append(row)
     return out
+
+
+def model_label(cfg: Any, run_id: str = "") -> str:
+    """A short name of a trained model for a figure: "tiny-comer: coverage cross, bi (1a2b3c4d)"."""
+    m = cfg.model
+    coverage = "WAP coverage" if m.decoder == "rnn" else f"coverage {m.coverage}"
+    name = f"{cfg.name}: " if cfg.name else ""
+    return f"{name}{m.decoder}, {coverage}, {m.direction}" + (f" ({run_id[:8]})" if run_id else "")
 
 
 def coverage_pair(runs: pd.DataFrame) -> tuple[str, str]:

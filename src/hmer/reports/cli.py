@@ -26,7 +26,7 @@ from typing import Sequence
 import pandas as pd
 
 from .plots import plot_exprate, plot_training_curves, save_figure
-from .runs import NoRunsError, load_history, load_predictions, load_runs, resolve_tracking_uri, scored_years
+from .runs import NoRunsError, curve_runs, load_history, load_predictions, load_runs, resolve_tracking_uri, scored_years
 from .significance import DEFAULT_RESAMPLES
 from .tables import format_table, scored, study_table, variant_table
 
@@ -82,7 +82,7 @@ def write_report(runs: pd.DataFrame, table: pd.DataFrame, out_dir: Path, *, name
         written.append(save_figure(plot_exprate(runs, order=order, measures=("exprate", "le1", "le2"), title=name),
                                    plots / "scores.png"))
         figures.append(("ExpRate, ≤1 and ≤2 by variant and year", "plots/scores.png"))
-        history = load_history(good, tracking_uri=tracking_uri)
+        history = load_history(curve_runs(runs), tracking_uri=tracking_uri)
         if not history.empty:
             written.append(save_figure(plot_training_curves(history, order=order, title=name),
                                        plots / "training_curves.png"))

@@ -159,16 +159,17 @@ def plot_training_curves(
 
 
 def _overlay(image: np.ndarray, heat: np.ndarray | None, vmax: float | None = None) -> np.ndarray:
-    """RGB [H, W, 3]: the grey image with `heat` in red-yellow on top (scaled to vmax or its max)."""
+    """RGB [H, W, 3]: the grey image with `heat` on top in the inferno colours, opaque where
+    `heat` reaches `vmax` (default: its own maximum) and transparent where it is zero."""
     from matplotlib import colormaps
 
-    base = np.repeat((0.25 + 0.45 * image)[..., None], 3, axis=-1)
+    base = np.repeat((0.15 + 0.6 * image)[..., None], 3, axis=-1)
     if heat is None:
         return base
     top = float(vmax if vmax is not None else heat.max())
     level = np.clip(heat / top, 0.0, 1.0) if top > 0 else np.zeros_like(heat)
-    color = colormaps["inferno"](level)[..., :3]
-    alpha = (0.15 + 0.85 * level)[..., None]
+    color = colormaps["inferno"](0.35 + 0.65 * level)[..., :3]
+    alpha = (0.8 * level)[..., None]
     return (1 - alpha) * base + alpha * color
 
 
@@ -176,7 +177,7 @@ def _shorten(text: str, limit: int = 48) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def plot_attention(results: Sequence["AttentionResult"], *, max_columns: int = 8, title: str | None = None,
+def plot_attention(results: Sequence["AttentionResult"], *, max_columns: int = 10, title: str | None = None,
                    path: str | Path | None = None) -> Figure:
     """One expression as read by several models, side by side: a block of rows per model.
 
@@ -192,20 +193,22 @@ def plot_attention(results: Sequence["AttentionResult"], *, max_columns: int = 8
     rows_per = [int(np.ceil((len(r.tokens) + 2) / columns)) for r in results]
     h, w = results[0].image.shape
     panel_w = 2.0
-    panel_h = max(0.9, panel_w * h / max(w, 1)) + 0.35
+    panel_h = panel_w * h / max(w, 1) + 0.5  # the image and a two-line title
     fig = Figure(figsize=(panel_w * columns, panel_h * sum(rows_per) + 0.6), layout="constrained")
     axes = fig.subplots(sum(rows_per), columns, squeeze=False)
     for ax in axes.flat:
         ax.set_axis_off()
-    totals_max = max(float(r.total.max()) for r in results) if any(len(r.tokens) for r in results) else 1.0
+    # The summed panels share one scale, at least 1 (a place attended once): brighter is read more.
+    totals_max = max([1.0] + [float(r.total.max()) for r in results if len(r.tokens)])
     row0 = 0
     for result, n_rows in zip(results, rows_per):
         panels: list[tuple[str, np.ndarray | None, float | None]] = []
         reading = " ".join(result.tokens) or "(nothing)"
         verdict = f" — {result.parse_error}, distance {result.distance}" if result.parse_error else ""
-        panels.append((f"{result.label}{verdict}\nread: {_shorten(reading)}", None, None))
+        verb = "forced" if result.forced else "read"
+        panels.append((f"{result.label}{verdict}\n{verb}: {_shorten(reading)}", None, None))
         panels += [(f"{i + 1}: {tok}", result.maps[i], None) for i, tok in enumerate(result.tokens)]
-        panels.append((f"Σ {result.kind} (max {result.total.max():.1f})" if len(result.tokens) else "Σ (none)",
+        panels.append((f"Σ over tokens (max {result.total.max():.2f})" if len(result.tokens) else "Σ (no tokens)",
                        result.total if len(result.tokens) else None, totals_max))
         for k, (label, heat, vmax) in enumerate(panels):
             ax = axes[row0 + k // columns, k % columns]

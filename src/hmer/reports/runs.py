@@ -317,6 +317,17 @@ def scored_years(runs: pd.DataFrame) -> list[str]:
 
 # ---- histories and predictions ------------------------------------------------------------------
 
+def curve_runs(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs whose training curves are worth drawing: all but the failed ones.
+
+    Pruned runs (a sweep's losers) and runs still in progress stay: their curves are the
+    point. A failed run's few points would only bend the mean over seeds.
+    """
+    if runs.empty or "state" not in runs.columns:
+        return runs
+    return runs[runs["state"] != "failed"]
+
+
 def load_history(
     run_ids: Sequence[str] | pd.DataFrame,
     metrics: Sequence[str] = EPOCH_METRICS,

@@ -386,6 +386,18 @@ def run_grid_study(
              "hmer.baseline": spec.baseline_cell, "hmer.experiment": name}
     study, base, created = _open_study(name=name, kind="grid", storage_url=storage_url, sampler=sampler,
                                        pruner=optuna.pruners.NopPruner(), attrs=attrs, base=base)
+    worker = Worker.current()
+    claims = CellClaims(study, worker)
+    reaped = claims.reap()
+    if reaped and main:
+        say(f"resuming: trial(s) {', '.join(str(t.number) for t in reaped)} of a dead worker marked FAIL; "
+            f"their cells run again")
+    status = claims.status()
+    done = sum(cell_key(c) in status.complete for c in cells)
+    if done and main:
+        say(f"resuming: {done} of {len(cells)} cells already complete")
+    if data is None and status.open_cells(cells, set()):
+        data = _load_data(base, say)  # before any MLflow run: a bad --data fails here, cleanly
     experiment_id, parent = _parent_run(
         study, created=created, tracking_uri=tracking_uri, experiment=name,
         params={"study": name, "kind": "grid", "spec": spec.name, "preset": preset.name,
@@ -397,18 +409,8 @@ def run_grid_study(
                   "baseline": spec.baseline_cell, "config": base.to_flat_dict()})
     session = _Session(study=study, storage_url=storage_url, tracking_uri=tracking_uri, experiment=name,
                        experiment_id=experiment_id, parent_run_id=parent, base=base, created=created,
-                       worker=Worker.current(), say=say)
-    claims = CellClaims(study, session.worker)
-    reaped = claims.reap()
-    if reaped and main:
-        say(f"resuming: trial(s) {', '.join(str(t.number) for t in reaped)} of a dead worker marked FAIL; "
-            f"their cells run again")
+                       worker=worker, say=say)
     fail_dead_trial_runs(session.client, experiment_id, study)
-    if main:
-        status = claims.status()
-        done = sum(cell_key(c) in status.complete for c in cells)
-        if done:
-            say(f"resuming: {done} of {len(cells)} cells already complete")
 
     children = _start_workers("grid", spec, preset, n_jobs, storage_url, tracking_uri, data_path, name, seeds,
                               overrides) if main else []
@@ -674,6 +676,14 @@ def run_sweep(
     study, base, created = _open_study(name=name, kind="sweep", storage_url=storage_url, sampler=sampler,
                                        pruner=pruner, attrs=attrs, base=base)
     base_flat = base.to_flat_dict()
+    worker = Worker.current()
+    claims = CellClaims(study, worker)  # used only to find the trials of dead workers
+    reaped = claims.reap()
+    if reaped and main:
+        say(f"resuming: trial(s) {', '.join(str(t.number) for t in reaped)} of a dead worker marked FAIL "
+            f"and replaced")
+    if data is None and _finished_trials(study) < n_trials:
+        data = _load_data(base, say)  # before any MLflow run: a bad --data fails here, cleanly
     experiment_id, parent = _parent_run(
         study, created=created, tracking_uri=tracking_uri, experiment=name,
         params={"study": name, "kind": "sweep", "spec": spec.name, "preset": preset.name,
@@ -684,12 +694,7 @@ def run_sweep(
                   "config": base_flat})
     session = _Session(study=study, storage_url=storage_url, tracking_uri=tracking_uri, experiment=name,
                        experiment_id=experiment_id, parent_run_id=parent, base=base, created=created,
-                       worker=Worker.current(), say=say)
-    claims = CellClaims(study, session.worker)  # used only to find trials of dead workers
-    reaped = claims.reap()
-    if reaped and main:
-        say(f"resuming: trial(s) {', '.join(str(t.number) for t in reaped)} of a dead worker marked FAIL "
-            f"and replaced")
+                       worker=worker, say=say)
     fail_dead_trial_runs(session.client, experiment_id, study)
 
     children = _start_workers("sweep", spec, preset, n_jobs, storage_url, tracking_uri, data_path, name, None,
@@ -699,7 +704,7 @@ def run_sweep(
     interrupted = False
     try:
         while _finished_trials(study) < n_trials:
-            if data is None:
+            if data is None:  # a trial of a dead worker must be replaced after all
                 data = _load_data(base, say)
             state = _run_sweep_trial(session, spec, preset, base_flat, data)
             failures_in_a_row = failures_in_a_row + 1 if state == TrialState.FAIL else 0

@@ -27,6 +27,9 @@ def resolve_checkpoint(run_or_checkpoint: str, tracking_uri: str | None = None) 
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
+    from .store import quiet_mlflow
+
+    quiet_mlflow()
     uri = tracking_uri or default_tracking_uri()
     client = MlflowClient(tracking_uri=uri)
     try:

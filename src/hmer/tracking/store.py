@@ -65,9 +65,22 @@ def default_checkpoint_root() -> Path:
     return mlruns_dir() / "checkpoints"
 
 
+def quiet_mlflow() -> None:
+    """Keep MLflow's and its migrations' INFO chatter ("Creating initial MLflow database
+    tables...") out of the terminal; warnings and errors still show."""
+    import logging
+
+    import mlflow  # noqa: F401 - configures its loggers on import; adjust them after
+
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
 def setup_mlflow(tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT) -> str:
     """Point MLflow at the store and make sure the experiment exists; returns its id."""
     import mlflow
+
+    quiet_mlflow()
 
     uri = tracking_uri or default_tracking_uri()
     mlflow.set_tracking_uri(uri)
