@@ -1,0 +1,32 @@
+"""The data layer: CROHME InkML in, batches of images and token ids out.
+
+    read_inkml -> Ink            strokes, truth and symbol segmentation of one InkML file
+    render_ink -> uint8 image    white ink on black, scaled like the standard offline images
+    load_split / load_dataset    a folder or zip in the <split>/caption.txt layout, via the cache
+    make_batches / collate       pixel-budget bucketing, padding and masks
+
+See docs/data.md for the layout, where to put CROHME, the error policy and the cache.
+"""
+
+from .batching import Batch, collate, fit_to_pixels, make_batches, padding_share
+from .errors import (CaptionError, DataError, DatasetNotFoundError, ImageReadError, InkMLError, MissingSplitError,
+                     UnknownTokenError)
+from .expression import Expression
+from .files import read_expression_file
+from .inkml import Ink, TraceGroup, parse_inkml, read_inkml
+from .render import RenderConfig, render_ink
+from .source import SPLITS, open_source, read_image
+from .splits import hold_out, load_dataset, load_split
+from .vocab import Vocab
+
+__all__ = [
+    "Batch", "collate", "fit_to_pixels", "make_batches", "padding_share",
+    "CaptionError", "DataError", "DatasetNotFoundError", "ImageReadError", "InkMLError", "MissingSplitError",
+    "UnknownTokenError",
+    "Expression", "read_expression_file",
+    "Ink", "TraceGroup", "parse_inkml", "read_inkml",
+    "RenderConfig", "render_ink",
+    "SPLITS", "load_split", "open_source", "read_image",
+    "hold_out", "load_dataset",
+    "Vocab",
+]

@@ -1,0 +1,136 @@
+"""Bucketing expressions into batches under a pixel budget, and collating a batch into tensors.
+
+Training (BTTR's scheme): sort by image size, fill each batch while `B * maxH * maxW` stays within
+the budget (BTTR: 320,000 px) and B within `max_batch_size`, then shuffle the order of the batches
+with the epoch's seed. Every expression lands in exactly one batch; an image larger than the budget
+forms a batch of its own. Sorting by size keeps the zero padding small; `padding_share` reports it.
+
+Evaluation never drops an expression: an image above `max_image_pixels` is resized down (keeping
+its aspect) in `collate(..., max_pixels=...)` and counted in `Batch.resized`; pass the same limit
+to `make_batches` so the bucketing sees the resized sizes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+import numpy as np
+import torch
+from PIL import Image
+
+from .expression import Expression
+from .vocab import Vocab
+
+
+@dataclass
+class Batch:
+    """A collated batch. Masks are True at padding."""
+
+    names: list[str]
+    images: torch.Tensor  # float32 [B, 1, H, W] in [0, 1], white ink on black, zero padded
+    image_mask: torch.Tensor  # bool [B, H, W]
+    token_ids: list[list[int]]  # without sos / eos
+    resized: int = 0  # images shrunk to fit max_pixels
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def to(self, device: torch.device | str, non_blocking: bool = True) -> "Batch":
+        return replace(self, images=self.images.to(device, non_blocking=non_blocking),
+                       image_mask=self.image_mask.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "Batch":
+        """Page-locked copies, so a later `.to(cuda, non_blocking=True)` overlaps with compute."""
+        return replace(self, images=self.images.pin_memory(), image_mask=self.image_mask.pin_memory())
+
+
+def fit_to_pixels(height: int, width: int, max_pixels: int | None) -> tuple[int, int]:
+    """(H, W) shrunk, keeping the aspect, so that H * W <= max_pixels (unchanged if it fits)."""
+    if not max_pixels or max_pixels <= 0 or height * width <= max_pixels:
+        return height, width
+    factor = math.sqrt(max_pixels / (height * width))
+    new_h = max(1, int(height * factor))
+    new_w = max(1, min(int(width * factor), max_pixels // new_h))  # a 1-px-high sliver still fits
+    return new_h, new_w
+
+
+def make_batches(exprs: Sequence[Expression], pixel_budget: int, max_batch_size: int, shuffle: bool = True,
+                 seed: int = 0, max_image_pixels: int | None = None) -> list[list[int]]:
+    """Indices into `exprs`, one list per batch (see the module docstring).
+
+    `max_batch_size` <= 0 means no cap. The result is the same for the same sizes and seed.
+    """
+    sizes = [fit_to_pixels(*e.image.shape[:2], max_image_pixels) for e in exprs]
+    order = sorted(range(len(exprs)), key=lambda i: (sizes[i][0], sizes[i][1], i))
+    cap = max_batch_size if max_batch_size > 0 else len(exprs) + 1
+    batches: list[list[int]] = []
+    current: list[int] = []
+    max_h = max_w = 0
+    for i in order:
+        h, w = sizes[i]
+        grown_h, grown_w = max(max_h, h), max(max_w, w)
+        if current and (len(current) >= cap or (len(current) + 1) * grown_h * grown_w > pixel_budget):
+            batches.append(current)
+            current, grown_h, grown_w = [], h, w
+        current.append(i)
+        max_h, max_w = grown_h, grown_w
+    if current:
+        batches.append(current)
+    if shuffle:
+        order_of_batches = np.random.default_rng(seed).permutation(len(batches))
+        batches = [batches[j] for j in order_of_batches]
+    return batches
+
+
+def padding_share(exprs: Sequence[Expression], batches: Sequence[Sequence[int]],
+                  max_image_pixels: int | None = None) -> float:
+    """Padded pixels / all pixels of the padded batches: the compute spent on nothing."""
+    total = real = 0
+    for idx in batches:
+        sizes = [fit_to_pixels(*exprs[i].image.shape[:2], max_image_pixels) for i in idx]
+        total += len(idx) * max(h for h, _ in sizes) * max(w for _, w in sizes)
+        real += sum(h * w for h, w in sizes)
+    return 1.0 - real / total if total else 0.0
+
+
+def resize_image(image: np.ndarray, height: int, width: int) -> np.ndarray:
+    """Bilinear resize of a uint8 [H, W] image (PIL, so deterministic)."""
+    if image.shape[:2] == (height, width):
+        return image
+    return np.asarray(Image.fromarray(image).resize((width, height), Image.BILINEAR), dtype=np.uint8)
+
+
+def collate(exprs: Sequence[Expression], vocab: Vocab, scale: float | None = None,
+            max_pixels: int | None = None) -> Batch:
+    """Stack expressions into a `Batch`, zero padded at the bottom and right.
+
+    `scale` (train-time augmentation, e.g. drawn from [0.7, 1.4] per batch) resizes every image
+    by that factor; `max_pixels` (evaluation) shrinks any image above that many pixels and counts it.
+    """
+    if not exprs:
+        raise ValueError("collate needs at least one expression")
+    images = []
+    resized = 0
+    for e in exprs:
+        image = e.image
+        if scale is not None and scale != 1.0:
+            h, w = image.shape[:2]
+            image = resize_image(image, max(1, round(h * scale)), max(1, round(w * scale)))
+        fitted = fit_to_pixels(*image.shape[:2], max_pixels)
+        if fitted != image.shape[:2]:
+            image = resize_image(image, *fitted)
+            resized += 1
+        images.append(image)
+    height = max(im.shape[0] for im in images)
+    width = max(im.shape[1] for im in images)
+    pixels = np.zeros((len(images), height, width), dtype=np.uint8)
+    mask = np.ones((len(images), height, width), dtype=bool)
+    for i, im in enumerate(images):
+        pixels[i, : im.shape[0], : im.shape[1]] = im
+        mask[i, : im.shape[0], : im.shape[1]] = False
+    tensor = torch.from_numpy(pixels).unsqueeze(1).float().div_(255.0)
+    token_ids = [vocab.encode(e.tokens, source=e.name) for e in exprs]
+    return Batch(names=[e.name for e in exprs], images=tensor, image_mask=torch.from_numpy(mask),
+                 token_ids=token_ids, resized=resized)

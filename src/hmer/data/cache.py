@@ -1,0 +1,268 @@
+"""The rendered cache: every split's images, rendered once, so training never waits on InkML.
+
+The first load of a split renders (or decodes) all its files in parallel, one worker process per
+core, and stores the result as one `.npz` per split: all pixels concatenated into one buffer (bit
+packed when the images are binary, as the default renderings are), plus offsets, shapes and names
+(and the files that could not be read, with why). Later loads read it back in a second or two;
+each image is a view into one uint8 buffer.
+
+The file name carries a hash of everything the pixels depend on: the renderer settings and
+`RENDERER_VERSION`, the split's source identity (for a zip its path, size and mtime; for a folder
+every file's name, size and mtime) and the list of names. Change any of these and a new entry is
+rendered; stale entries are never read (delete the folder to reclaim space).
+
+Where: `$HMER_CACHE`, else `<repository>/.cache/hmer` (gitignored), else `~/.cache/hmer` when the
+package is not run from a checkout. Entries are written to a temporary file and moved into place
+with `os.replace`, so a render that is killed leaves no half-written entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import multiprocessing
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+
+from .errors import DataError, ImageReadError, InkMLError
+from .inkml import parse_inkml
+from .render import RenderConfig
+from .source import DatasetSource, decode_image, file_to_image, open_source_spec, repo_root
+
+log = logging.getLogger(__name__)
+
+CACHE_FORMAT = 2  # bump when the .npz layout changes
+# Below this many files, starting worker processes costs more than it saves.
+_MIN_FILES_FOR_POOL = 64
+
+
+def cache_dir() -> Path:
+    """$HMER_CACHE, else <repo>/.cache/hmer, else ~/.cache/hmer."""
+    env = os.environ.get("HMER_CACHE")
+    if env:
+        return Path(env).expanduser()
+    root = repo_root()
+    return (root / ".cache" / "hmer") if root else Path.home() / ".cache" / "hmer"
+
+
+def default_workers() -> int:
+    """All the cores this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class LoadedImages:
+    """Images by name, and the names whose file could not be read (with the reason)."""
+
+    images: dict[str, np.ndarray]
+    failures: dict[str, str] = field(default_factory=dict)
+    from_cache: bool = False
+
+
+def cache_key(source: DatasetSource, split: str, names: Sequence[str], render_cfg: RenderConfig) -> str:
+    """A hash of everything the split's cached pixels depend on (see the module docstring)."""
+    payload = {
+        "format": CACHE_FORMAT,
+        "render": render_cfg.key(),
+        "source": source.identity(split),
+        "split": split,
+        "names": hashlib.sha256("\n".join(names).encode()).hexdigest(),
+    }
+    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:20]
+
+
+def load_images(source: DatasetSource, split: str, names: Sequence[str], files: Sequence[str],
+                render_cfg: RenderConfig, *, strict: bool = False, use_cache: bool = True,
+                workers: int | None = None) -> LoadedImages:
+    """The image of each `names[i]` (from `files[i]` of the split), via the cache when allowed.
+
+    Unreadable files are collected in `failures`, or raise at the first one when `strict`.
+    """
+    path = cache_dir() / f"{split}-{cache_key(source, split, names, render_cfg)}.npz" if use_cache else None
+    if path is not None and path.is_file():
+        try:
+            loaded = read_cache_file(path)
+        except (OSError, ValueError, KeyError) as exc:  # unreadable entry: render again
+            log.warning("ignoring unreadable cache entry %s (%s)", path, exc)
+        else:
+            if strict and loaded.failures:
+                raise DataError(next(iter(loaded.failures.values())))
+            return loaded
+
+    images: dict[str, np.ndarray] = {}
+    failures: dict[str, str] = {}
+    for index, image, error in render_files(source, split, files, render_cfg, workers=workers):
+        if image is None:
+            kind, message = error  # type: ignore[misc]
+            if strict:
+                raise _ERRORS.get(kind, DataError)(message)
+            failures[names[index]] = message
+        else:
+            images[names[index]] = image
+    if path is not None:
+        write_cache_file(path, names, images, failures, meta={"split": split, "source": source.identity(split),
+                                                             "render": render_cfg.key()})
+    return LoadedImages(images=images, failures=failures)
+
+
+# ---- parallel rendering ---------------------------------------------------------------------------
+
+_ERRORS: dict[str, type[DataError]] = {"inkml": InkMLError, "image": ImageReadError, "data": DataError}
+RenderResult = tuple[int, "np.ndarray | None", "tuple[str, str] | None"]
+
+_worker_state: tuple[DatasetSource, str, RenderConfig] | None = None
+
+
+def render_files(source: DatasetSource, split: str, files: Sequence[str], render_cfg: RenderConfig,
+                 workers: int | None = None) -> Iterator[RenderResult]:
+    """(index, image or None, (error kind, message) or None) for each file, in order.
+
+    Uses a process pool over files when there are enough of them: each worker reopens the
+    source itself (a zip handle cannot be shared), and only file names and pixels cross
+    process boundaries.
+    """
+    return _run_files(_render_one, source, split, files, render_cfg, workers, f"rendering {split}")
+
+
+def check_files(source: DatasetSource, split: str, files: Sequence[str],
+                workers: int | None = None) -> Iterator[tuple[int, str | None, list[str]]]:
+    """(index, error message or None, notes) for each file: parses InkML and decodes images
+    without rendering, for `hmer data check`."""
+    return _run_files(_check_one, source, split, files, RenderConfig(), workers, f"checking {split}")
+
+
+def _run_files(work, source: DatasetSource, split: str, files: Sequence[str], render_cfg: RenderConfig,
+               workers: int | None, desc: str) -> Iterator:
+    workers = workers or default_workers()
+    tasks = list(enumerate(files))
+    progress = _progress(len(tasks), desc)
+    try:
+        if workers <= 1 or len(tasks) < _MIN_FILES_FOR_POOL:
+            global _worker_state
+            saved, _worker_state = _worker_state, (source, split, render_cfg)
+            try:
+                for task in tasks:
+                    yield work(task)
+                    progress.update()
+            finally:
+                _worker_state = saved
+            return
+        log.info("%s: %d files with %d processes", desc, len(tasks), workers)
+        # fork where there is one: workers start at once and need not re-import the caller's
+        # __main__; they only use numpy, PIL and the standard library.
+        methods = multiprocessing.get_all_start_methods()
+        context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+        with context.Pool(workers, initializer=_init_worker, initargs=(source.spec(), split, render_cfg)) as pool:
+            chunk = max(1, min(64, len(tasks) // (workers * 8)))
+            for result in pool.imap(work, tasks, chunksize=chunk):
+                yield result
+                progress.update()
+    finally:
+        progress.close()
+
+
+def _init_worker(spec: tuple[str, str], split: str, render_cfg: RenderConfig) -> None:
+    global _worker_state
+    _worker_state = (open_source_spec(spec), split, render_cfg)
+
+
+def _render_one(task: tuple[int, str]) -> RenderResult:
+    index, filename = task
+    assert _worker_state is not None
+    source, split, cfg = _worker_state
+    where = source.describe(split, filename)
+    try:
+        image = file_to_image(source.read_bytes(split, filename), filename, where, cfg)
+    except InkMLError as exc:
+        return index, None, ("inkml", str(exc))
+    except ImageReadError as exc:
+        return index, None, ("image", str(exc))
+    except (DataError, OSError) as exc:
+        return index, None, ("data", str(exc) if where in str(exc) else f"{where}: {exc}")
+    return index, image, None
+
+
+def _check_one(task: tuple[int, str]) -> tuple[int, str | None, list[str]]:
+    index, filename = task
+    assert _worker_state is not None
+    source, split, _ = _worker_state
+    where = source.describe(split, filename)
+    try:
+        data = source.read_bytes(split, filename)
+        if filename.lower().endswith(".inkml"):
+            return index, None, [f"{where}: {note}" for note in parse_inkml(data, source=where).notes]
+        decode_image(data, where)
+    except (DataError, OSError) as exc:
+        return index, str(exc) if where in str(exc) else f"{where}: {exc}", []
+    return index, None, []
+
+
+def _progress(total: int, desc: str):
+    """A tqdm bar on an interactive terminal, silent otherwise."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="file", leave=False, disable=None)
+
+
+# ---- the .npz entries -------------------------------------------------------------------------------
+
+def write_cache_file(path: Path, names: Sequence[str], images: dict[str, np.ndarray],
+                     failures: dict[str, str], meta: dict[str, object] | None = None) -> None:
+    """Pack `images` (in `names` order) into one .npz, atomically."""
+    kept = [n for n in names if n in images]
+    shapes = np.array([images[n].shape for n in kept], dtype=np.int32).reshape(-1, 2)
+    sizes = shapes[:, 0].astype(np.int64) * shapes[:, 1]
+    offsets = np.zeros(len(kept) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    pixels = np.empty(int(offsets[-1]), dtype=np.uint8)
+    for i, name in enumerate(kept):
+        pixels[offsets[i]:offsets[i + 1]] = images[name].reshape(-1)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp", delete=False)
+    try:
+        with handle:
+            # The default renderings are binary: 1 bit per pixel makes the entry 8x smaller
+            # before compression and a warm load several times faster.
+            binary = not np.any((pixels != 0) & (pixels != 255))
+            packed = {"bits": np.packbits(pixels == 255)} if binary else {"pixels": pixels}
+            np.savez_compressed(
+                handle,
+                **packed, n_pixels=np.array(pixels.size), offsets=offsets, shapes=shapes,
+                names=np.array(kept, dtype=str),
+                failed_names=np.array(list(failures), dtype=str),
+                failed_reasons=np.array(list(failures.values()), dtype=str),
+                meta=np.array(json.dumps(meta or {}, sort_keys=True)),
+            )
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(handle.name, 0o644)  # temporary files are private; a cache entry need not be
+        os.replace(handle.name, path)
+    except BaseException:
+        Path(handle.name).unlink(missing_ok=True)
+        raise
+
+
+def read_cache_file(path: Path) -> LoadedImages:
+    with np.load(path, allow_pickle=False) as npz:
+        offsets, shapes = npz["offsets"], npz["shapes"]
+        if "bits" in npz.files:
+            pixels = np.unpackbits(npz["bits"], count=int(npz["n_pixels"]))
+            pixels *= 255
+        else:
+            pixels = npz["pixels"]
+        names = npz["names"].tolist()
+        failures = dict(zip(npz["failed_names"].tolist(), npz["failed_reasons"].tolist()))
+    images = {
+        name: pixels[offsets[i]:offsets[i + 1]].reshape(int(shapes[i, 0]), int(shapes[i, 1]))
+        for i, name in enumerate(names)
+    }
+    return LoadedImages(images=images, failures=failures, from_cache=True)

@@ -1,0 +1,216 @@
+"""`hmer data check` and `hmer data render`, as library functions returning an exit status.
+
+    check_command(data)                       counts per split and every problem found
+    render_command(data, "crohme-bmp.zip")    the BTTR/CoMER data.zip layout, rendered
+
+The rendered zip holds `data/<split>/caption.txt` and `data/<split>/<name>.bmp` (8-bit grey BMP,
+white ink on black, deflated), exactly the layout BTTR's and CoMER's data modules read; it loads
+back through `hmer.data.load_split` with the same names and counts.
+
+For your own testing: `python -m hmer.data.commands check [DATA]` and
+`python -m hmer.data.commands render [DATA] --out OUT.zip [--workers N] [--limit N]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence, TextIO
+
+import numpy as np
+from PIL import Image
+
+from ..config import DataConfig
+from .cache import check_files, load_images
+from .render import RenderConfig
+from .source import (CAPTION_FILE, SPLITS, DatasetSource, files_for_captions, open_source, parse_caption_line,
+                     parse_captions)
+from .splits import hold_out_sizes
+from .vocab import Vocab
+
+RENDERED_TOP_FOLDER = "data"  # BTTR / CoMER read data/<split>/...
+
+
+@dataclass(frozen=True)
+class Problem:
+    level: str  # "error" or "warning"
+    message: str
+
+
+@dataclass
+class SplitReport:
+    split: str
+    captions: int
+    files: int
+    usable: int  # captions without errors whose file exists and reads
+    problems: list[Problem]
+
+
+# ---- check ------------------------------------------------------------------------------------------
+
+def check_split(source: DatasetSource, split: str, vocab: Vocab, workers: int | None = None) -> SplitReport:
+    """Every problem of one split; never raises for problems in the data."""
+    problems: list[Problem] = []
+    caption_where = source.describe(split, CAPTION_FILE)
+    names: dict[str, int] = {}
+    bad_captions: set[str] = set()
+    for number, raw in enumerate(source.caption_text(split).splitlines(), start=1):
+        caption, problem = parse_caption_line(raw, number)
+        if problem:
+            problems.append(Problem("error", f"{caption_where}:{number}: {problem}"))
+        if caption is None:
+            continue
+        if caption.name in names:
+            problems.append(Problem("error", f"{caption_where}:{number}: {caption.name!r} already has a caption "
+                                             f"on line {names[caption.name]}"))
+            continue
+        names[caption.name] = number
+        for token in caption.tokens:
+            if token not in vocab:
+                bad_captions.add(caption.name)
+                problems.append(Problem("error", f"{caption_where}:{number}: token {token!r} is not in the vocabulary"))
+        depth, unbalanced = 0, False
+        for token in caption.tokens:
+            depth += (token == "{") - (token == "}")
+            unbalanced |= depth < 0
+        if unbalanced or depth:
+            problems.append(Problem("warning", f"{caption_where}:{number}: unbalanced braces in {caption.name!r}"))
+
+    files = source.list_files(split)
+    for name, line in names.items():
+        if name not in files:
+            problems.append(Problem("error", f"{caption_where}:{line}: no file for {name!r} in {source.describe(split)}"))
+    for name, found in files.items():
+        if name not in names:
+            problems.append(Problem("warning", f"{source.describe(split, found[0])}: no caption for this file"))
+        if len(found) > 1:
+            problems.append(Problem("warning", f"{source.describe(split, found[0])}: several files for {name!r} "
+                                               f"({', '.join(found)}); the first is used"))
+
+    captioned = [n for n in names if n in files]
+    usable = 0
+    for index, error, notes in check_files(source, split, [files[n][0] for n in captioned], workers=workers):
+        if error:
+            problems.append(Problem("error", error))
+        elif captioned[index] not in bad_captions:
+            usable += 1
+        problems.extend(Problem("warning", note) for note in notes)
+    return SplitReport(split, captions=len(names), files=len(files), usable=usable, problems=problems)
+
+
+def check_command(data: str | None, out: TextIO = sys.stdout, *, data_cfg: DataConfig | None = None,
+                  vocab: Vocab | None = None, workers: int | None = None) -> int:
+    """Print the count of each split and every problem; 0 when there is no error, else 1.
+
+    The hold-out sizes shown use `data_cfg` (default: `DataConfig()`)."""
+    cfg = data_cfg if data_cfg is not None else DataConfig()
+    vocab = vocab or Vocab()
+    with open_source(data or cfg.path or None) as source:
+        print(f"dataset: {source.location}", file=out)
+        present = source.split_names()
+        reports = [check_split(source, split, vocab, workers) for split in present]
+        missing = [Problem("warning", f"split {s!r} is missing (no {s}/{CAPTION_FILE} in {source.location})")
+                   for s in SPLITS if s not in present]
+
+    print(f"{'split':<10}{'captions':>10}{'files':>10}{'usable':>10}", file=out)
+    for r in reports:
+        print(f"{r.split:<10}{r.captions:>10}{r.files:>10}{r.usable:>10}", file=out)
+    train = next((r for r in reports if r.split == "train"), None)
+    if train is not None:
+        n_train, n_val = hold_out_sizes(train.usable, cfg.val_fraction)
+        print(f"train after the hold-out: {n_train} train + {n_val} val "
+              f"(val_fraction={cfg.val_fraction}, val_seed={cfg.val_seed})", file=out)
+
+    problems = missing + [p for r in reports for p in r.problems]
+    for p in problems:
+        print(f"{p.level}: {p.message}", file=out)
+    errors = sum(p.level == "error" for p in problems)
+    warnings = len(problems) - errors
+    print(f"{errors} error(s), {warnings} warning(s)", file=out)
+    return 0 if errors == 0 else 1
+
+
+# ---- render ----------------------------------------------------------------------------------------
+
+def encode_bmp(image: np.ndarray) -> bytes:
+    """uint8 [H, W] -> 8-bit grey BMP bytes."""
+    buffer = io.BytesIO()
+    Image.fromarray(image).save(buffer, format="BMP")
+    return buffer.getvalue()
+
+
+def render_command(data: str | None, out_zip: str | os.PathLike[str], render_cfg: RenderConfig | None = None,
+                   workers: int | None = None, out: TextIO = sys.stdout, *, limit: int = 0,
+                   splits: Sequence[str] | None = None, use_cache: bool = True) -> int:
+    """Write every split (or `splits`) as `data/<split>/{caption.txt,<name>.bmp}` into `out_zip`.
+
+    The zip is written to a temporary file beside `out_zip` and moved into place only when
+    complete, so a failure or a kill leaves no partial zip. `limit` > 0 keeps the first `limit`
+    captions of each split (for quick round trips). Returns 0, or 1 when files had to be skipped.
+    """
+    render_cfg = render_cfg or RenderConfig()
+    target = Path(out_zip)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    skipped = 0
+    with open_source(data) as source:
+        chosen = list(splits) if splits else source.split_names()
+        handle = tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp",
+                                             delete=False)
+        try:
+            with handle, zipfile.ZipFile(handle, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+                for split in chosen:
+                    written, failed = _render_split(source, split, archive, render_cfg, workers, limit, use_cache)
+                    skipped += failed
+                    note = f", {failed} skipped (unreadable; see `hmer data check`)" if failed else ""
+                    print(f"{split}: {written} images{note}", file=out)
+            os.chmod(handle.name, 0o644)  # temporary files are private; the result need not be
+            os.replace(handle.name, target)
+        except BaseException:
+            Path(handle.name).unlink(missing_ok=True)
+            raise
+    print(f"wrote {target}", file=out)
+    return 1 if skipped else 0
+
+
+def _render_split(source: DatasetSource, split: str, archive: zipfile.ZipFile, render_cfg: RenderConfig,
+                  workers: int | None, limit: int, use_cache: bool) -> tuple[int, int]:
+    captions = parse_captions(source.caption_text(split), source.describe(split, CAPTION_FILE))
+    if limit > 0:
+        captions = captions[:limit]
+    files = files_for_captions(source, split, captions)
+    loaded = load_images(source, split, [c.name for c in captions], files, render_cfg,
+                         use_cache=use_cache and limit <= 0, workers=workers)
+    kept = [c for c in captions if c.name in loaded.images]
+    folder = f"{RENDERED_TOP_FOLDER}/{split}"
+    archive.writestr(f"{folder}/{CAPTION_FILE}", "".join(f"{c.name}\t{' '.join(c.tokens)}\n" for c in kept))
+    for c in kept:
+        archive.writestr(f"{folder}/{c.name}.bmp", encode_bmp(loaded.images[c.name]))
+    return len(kept), len(captions) - len(kept)
+
+
+# ---- for testing without the CLI -------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m hmer.data.commands")
+    sub = p.add_subparsers(dest="command", required=True)
+    check = sub.add_parser("check")
+    check.add_argument("data", nargs="?")
+    render = sub.add_parser("render")
+    render.add_argument("data", nargs="?")
+    render.add_argument("--out", required=True)
+    render.add_argument("--workers", type=int, default=None)
+    render.add_argument("--limit", type=int, default=0)
+    args = p.parse_args(argv)
+    if args.command == "check":
+        return check_command(args.data)
+    return render_command(args.data, args.out, workers=args.workers, limit=args.limit)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

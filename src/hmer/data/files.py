@@ -1,0 +1,32 @@
+"""One expression from one file, strictly: what `hmer predict FILE...` reads.
+
+An `.inkml` file is rendered exactly as the training data is (same `RenderConfig`); an image is
+read as grey and inverted when it is black ink on white. Anything else, or a file that cannot be
+read, raises a `DataError` (a ValueError) whose message names the file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .errors import DataError
+from .expression import Expression
+from .inkml import read_inkml
+from .render import RenderConfig, render_ink
+from .source import CONTENT_SUFFIXES, IMAGE_SUFFIXES, read_image
+
+
+def read_expression_file(path: str | os.PathLike[str], render_cfg: RenderConfig | None = None) -> Expression:
+    """An `Expression` without tokens (its name is the file's stem)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in CONTENT_SUFFIXES:
+        raise DataError(f"{path}: not an InkML or image file (expected {', '.join(CONTENT_SUFFIXES)})")
+    if not path.is_file():
+        raise DataError(f"{path}: no such file")
+    if suffix in IMAGE_SUFFIXES:
+        image = read_image(path)
+    else:
+        image = render_ink(read_inkml(path), render_cfg or RenderConfig())
+    return Expression(name=path.stem, tokens=[], image=image)

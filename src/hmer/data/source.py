@@ -1,0 +1,402 @@
+"""Where a dataset lives and how its files are read: a folder or a zip in the BTTR/CoMER
+`data.zip` layout, one folder per split:
+
+    <split>/caption.txt          one line per expression: <name> TAB <space-separated tokens>
+    <split>/<name>.inkml         pen strokes (rendered on load), or
+    <split>/<name>.bmp|png|jpg   an image (read as grey; black-on-white images are inverted)
+
+possibly under one top folder (the shared zip has `crohme/<split>/...`, BTTR's has
+`data/<split>/...`). Splits are `train`, `2014`, `2016`, `2019` (any other folder with a
+caption.txt also loads by name).
+
+Finding the dataset: an explicit path, else `$HMER_DATA`, else `data/crohme` or
+`data/crohme.zip` under the repository root.
+
+Error policy (also in docs/data.md):
+
+- The dataset's structure must be right, always: a missing dataset or split, a malformed caption
+  line, a token outside the vocabulary (`UnknownTokenError` naming file, line and token) or a
+  caption whose file is missing raises at once, naming the file and line. Training on a silently
+  different set would be worse than stopping.
+- A single unusable content file (an empty or corrupt InkML, an undecodable image) raises for
+  single-file use (`read_inkml`, `read_image`, `hmer predict`, `load_split(strict=True)`); bulk
+  loading (`load_split`, `load_dataset`) skips it with one warning that counts the skipped files
+  and names the first few, because real collections contain such files (CROHME's source has an
+  empty `MfrDB3088.inkml`).
+- `hmer data check` lists every problem of both kinds, plus warnings (files without captions,
+  unbalanced braces).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Sequence
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from .errors import CaptionError, DatasetNotFoundError, ImageReadError, MissingSplitError
+from .inkml import Ink, parse_inkml
+from .render import RenderConfig, render_ink
+from .vocab import UnknownTokenError, Vocab
+
+SPLITS = ("train", "2014", "2016", "2019")
+IMAGE_SUFFIXES = (".bmp", ".png", ".jpg", ".jpeg")
+# When a name has several files, the first suffix in this order wins (ink beats a rendering of it).
+CONTENT_SUFFIXES = (".inkml", *IMAGE_SUFFIXES)
+CAPTION_FILE = "caption.txt"
+
+
+# ---- finding the dataset -------------------------------------------------------------------------
+
+def repo_root() -> Path | None:
+    """The checkout this package runs from (editable install), or None when installed elsewhere."""
+    root = Path(__file__).resolve().parents[3]
+    return root if (root / "pyproject.toml").is_file() else None
+
+
+def default_data_paths() -> list[Path]:
+    """Where a dataset is looked for when none is given and $HMER_DATA is unset."""
+    base = repo_root() or Path.cwd()
+    # Last, the shared CROHME zip that sits beside the checkout on the project's machines.
+    return [base / "data" / "crohme", base / "data" / "crohme.zip",
+            base.parent / "shared" / "crohme" / "crohme-inkml.zip"]
+
+
+def resolve_data_path(path: str | os.PathLike[str] | None = None) -> Path:
+    """Explicit path, else $HMER_DATA, else the first default that exists."""
+    if path:
+        found = Path(path).expanduser()
+        if not found.exists():
+            raise DatasetNotFoundError(f"dataset not found: {found} (expected a folder or zip with "
+                                       f"<split>/{CAPTION_FILE})")
+        return found
+    env = os.environ.get("HMER_DATA")
+    if env:
+        found = Path(env).expanduser()
+        if not found.exists():
+            raise DatasetNotFoundError(f"dataset not found: $HMER_DATA={env} does not exist")
+        return found
+    for candidate in default_data_paths():
+        if candidate.exists():
+            return candidate
+    tried = ", ".join(str(p) for p in default_data_paths())
+    raise DatasetNotFoundError(f"no dataset given, $HMER_DATA is unset, and none at {tried}; "
+                               "see docs/data.md for where to put CROHME")
+
+
+# ---- one dataset: a folder or a zip --------------------------------------------------------------
+
+class DatasetSource:
+    """Read access to one dataset's splits, the same for a folder and a zip.
+
+    `spec()` is a small picklable description from which `open_source_spec` reopens the same
+    source, so that worker processes can read files themselves.
+    """
+
+    location: Path
+
+    def split_names(self) -> list[str]:
+        """Every split folder that holds a caption.txt, known splits first."""
+        raise NotImplementedError
+
+    def has_split(self, split: str) -> bool:
+        return split in self.split_names()
+
+    def caption_text(self, split: str) -> str:
+        """The split's caption.txt as text; `MissingSplitError` when the split is not there."""
+        raise NotImplementedError
+
+    def list_files(self, split: str) -> dict[str, list[str]]:
+        """{name: [file names with a content suffix]} of the split's folder."""
+        raise NotImplementedError
+
+    def read_bytes(self, split: str, filename: str) -> bytes:
+        raise NotImplementedError
+
+    def describe(self, split: str, filename: str = "") -> str:
+        """How a file is named in messages (a path, or zip:member)."""
+        raise NotImplementedError
+
+    def identity(self, split: str) -> dict[str, object]:
+        """What the split's contents depend on (paths, sizes, mtimes), for cache keys."""
+        raise NotImplementedError
+
+    def spec(self) -> tuple[str, str]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "DatasetSource":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- conveniences shared by both kinds --
+    def missing_split_error(self, split: str) -> MissingSplitError:
+        have = ", ".join(self.split_names()) or "none"
+        return MissingSplitError(f"split {split!r} not found in {self.location} "
+                                 f"(no {split}/{CAPTION_FILE}; splits there: {have})")
+
+    def file_for(self, split: str, name: str) -> str | None:
+        """The file that holds expression `name` (by CONTENT_SUFFIXES order), or None."""
+        files = self.list_files(split).get(name)
+        return files[0] if files else None
+
+    def read_ink(self, split: str, name: str) -> Ink:
+        filename = f"{name}.inkml"
+        return parse_inkml(self.read_bytes(split, filename), source=self.describe(split, filename))
+
+
+def _order_splits(names: Sequence[str]) -> list[str]:
+    known = [s for s in SPLITS if s in names]
+    return known + sorted(n for n in names if n not in SPLITS)
+
+
+def _group_by_stem(filenames: Sequence[str]) -> dict[str, list[str]]:
+    files: dict[str, list[str]] = {}
+    for filename in filenames:
+        stem, dot, suffix = filename.rpartition(".")
+        if dot and f".{suffix.lower()}" in CONTENT_SUFFIXES:
+            files.setdefault(stem, []).append(filename)
+    rank = {s: i for i, s in enumerate(CONTENT_SUFFIXES)}
+    for names in files.values():
+        names.sort(key=lambda f: rank[f"." + f.rpartition(".")[2].lower()])
+    return files
+
+
+class FolderSource(DatasetSource):
+    def __init__(self, root: Path):
+        self.location = root
+        self.root = self._find_root(root)
+        self._files: dict[str, dict[str, list[str]]] = {}
+
+    @staticmethod
+    def _find_root(root: Path) -> Path:
+        def has_splits(folder: Path) -> bool:
+            return any((child / CAPTION_FILE).is_file() for child in folder.iterdir() if child.is_dir())
+
+        if has_splits(root):
+            return root
+        subfolders = [c for c in root.iterdir() if c.is_dir() and has_splits(c)]
+        return subfolders[0] if len(subfolders) == 1 else root  # one top folder is allowed
+
+    def split_names(self) -> list[str]:
+        return _order_splits([c.name for c in self.root.iterdir() if (c / CAPTION_FILE).is_file()])
+
+    def caption_text(self, split: str) -> str:
+        path = self.root / split / CAPTION_FILE
+        if not path.is_file():
+            raise self.missing_split_error(split)
+        return path.read_bytes().decode("utf-8")
+
+    def list_files(self, split: str) -> dict[str, list[str]]:
+        if split not in self._files:
+            folder = self.root / split
+            if not folder.is_dir():
+                raise self.missing_split_error(split)
+            self._files[split] = _group_by_stem([e.name for e in os.scandir(folder) if e.is_file()])
+        return self._files[split]
+
+    def read_bytes(self, split: str, filename: str) -> bytes:
+        return (self.root / split / filename).read_bytes()
+
+    def describe(self, split: str, filename: str = "") -> str:
+        return str(self.root / split / filename) if filename else str(self.root / split)
+
+    def identity(self, split: str) -> dict[str, object]:
+        folder = self.root / split
+        digest = hashlib.sha256()
+        for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+            if entry.is_file():
+                st = entry.stat()
+                digest.update(f"{entry.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        return {"kind": "folder", "path": str(folder.resolve()), "files": digest.hexdigest()}
+
+    def spec(self) -> tuple[str, str]:
+        return ("folder", str(self.location))
+
+
+class ZipSource(DatasetSource):
+    def __init__(self, path: Path):
+        self.location = path
+        try:
+            self.zip = zipfile.ZipFile(path)
+        except (zipfile.BadZipFile, OSError) as exc:
+            raise DatasetNotFoundError(f"{path}: not a readable zip ({exc})") from None
+        members = [m for m in self.zip.namelist() if not m.endswith("/")]
+        self.prefix = self._find_prefix(members)
+        self._by_split: dict[str, list[str]] = {}
+        for member in members:
+            if not member.startswith(self.prefix):
+                continue
+            parts = member[len(self.prefix):].split("/")
+            if len(parts) == 2:
+                self._by_split.setdefault(parts[0], []).append(parts[1])
+        self._files: dict[str, dict[str, list[str]]] = {}
+
+    @staticmethod
+    def _find_prefix(members: Sequence[str]) -> str:
+        """The folder inside the zip that holds the split folders ('' or e.g. 'crohme/')."""
+        prefixes: dict[str, set[str]] = {}
+        for member in members:
+            path = PurePosixPath(member)
+            if path.name == CAPTION_FILE and len(path.parts) >= 2:
+                parent = path.parent
+                prefix = f"{parent.parent.as_posix()}/" if parent.parent.as_posix() != "." else ""
+                prefixes.setdefault(prefix, set()).add(parent.name)
+        if not prefixes:
+            return ""
+        # Most known splits first, then the shallowest.
+        return min(prefixes, key=lambda p: (-len(prefixes[p] & set(SPLITS)), p.count("/"), p))
+
+    def split_names(self) -> list[str]:
+        return _order_splits([s for s, files in self._by_split.items() if CAPTION_FILE in files])
+
+    def caption_text(self, split: str) -> str:
+        if CAPTION_FILE not in self._by_split.get(split, []):
+            raise self.missing_split_error(split)
+        return self.zip.read(f"{self.prefix}{split}/{CAPTION_FILE}").decode("utf-8")
+
+    def list_files(self, split: str) -> dict[str, list[str]]:
+        if split not in self._files:
+            if split not in self._by_split:
+                raise self.missing_split_error(split)
+            self._files[split] = _group_by_stem(self._by_split[split])
+        return self._files[split]
+
+    def read_bytes(self, split: str, filename: str) -> bytes:
+        try:
+            return self.zip.read(f"{self.prefix}{split}/{filename}")
+        except KeyError:
+            raise FileNotFoundError(f"{self.describe(split, filename)}: no such member") from None
+
+    def describe(self, split: str, filename: str = "") -> str:
+        return f"{self.location}:{self.prefix}{split}/{filename}"
+
+    def identity(self, split: str) -> dict[str, object]:
+        st = self.location.stat()
+        return {"kind": "zip", "path": str(self.location.resolve()), "size": st.st_size,
+                "mtime_ns": st.st_mtime_ns, "member": f"{self.prefix}{split}/"}
+
+    def spec(self) -> tuple[str, str]:
+        return ("zip", str(self.location))
+
+    def close(self) -> None:
+        self.zip.close()
+
+
+def open_source(path: str | os.PathLike[str] | None = None) -> DatasetSource:
+    """Open the dataset at `path` (or $HMER_DATA, or the default place)."""
+    found = resolve_data_path(path)
+    if found.is_dir():
+        return FolderSource(found)
+    return ZipSource(found)
+
+
+def open_source_spec(spec: tuple[str, str]) -> DatasetSource:
+    """Reopen a source from its `spec()` (in a worker process)."""
+    kind, location = spec
+    return FolderSource(Path(location)) if kind == "folder" else ZipSource(Path(location))
+
+
+# ---- captions ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Caption:
+    name: str
+    tokens: list[str]
+    line: int  # 1-based line number in caption.txt
+
+
+def parse_captions(text: str, where: str, vocab: Vocab | None = None) -> list[Caption]:
+    """caption.txt -> captions, strictly: the first malformed line, duplicate name or unknown
+    token raises (naming `where`, the line and the token)."""
+    vocab = vocab or Vocab()
+    captions: list[Caption] = []
+    seen: dict[str, int] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        caption, problem = parse_caption_line(raw, number)
+        if problem:
+            raise CaptionError(f"{where}:{number}: {problem}")
+        if caption is None:
+            continue
+        if caption.name in seen:
+            raise CaptionError(f"{where}:{number}: {caption.name!r} already has a caption on line {seen[caption.name]}")
+        seen[caption.name] = number
+        for token in caption.tokens:
+            if token not in vocab:
+                raise UnknownTokenError(token, f"{where}:{number}")
+        captions.append(caption)
+    return captions
+
+
+def parse_caption_line(raw: str, number: int) -> tuple[Caption | None, str | None]:
+    """One caption line -> (caption, None), (None, None) for a blank line, or (None, problem)."""
+    line = raw.strip()
+    if not line:
+        return None, None
+    # The layout uses a tab; a space after the name is accepted as well.
+    name, _, rest = line.partition("\t") if "\t" in line else line.partition(" ")
+    name, tokens = name.strip(), rest.split()
+    if not tokens:
+        return None, f"no tokens after the name {name!r} (expected <name> TAB <tokens>)"
+    return Caption(name=name, tokens=tokens, line=number), None
+
+
+# ---- file contents -> images -------------------------------------------------------------------
+
+def decode_image(data: bytes, where: str) -> np.ndarray:
+    """Image bytes -> uint8 [H, W] with white ink on black (black-on-white images are inverted)."""
+    try:
+        with Image.open(io.BytesIO(data)) as img:
+            img.load()
+            if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
+                # Transparent background: what shows through is paper, i.e. white.
+                rgba = img.convert("RGBA")
+                paper = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
+                grey = Image.alpha_composite(paper, rgba).convert("L")
+            else:
+                grey = img.convert("L")
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+        raise ImageReadError(f"{where}: not a readable image ({exc})") from None
+    pixels = np.asarray(grey, dtype=np.uint8)
+    if pixels.size == 0:
+        raise ImageReadError(f"{where}: empty image")
+    if pixels.mean() > 127:  # mostly white: black ink on paper
+        pixels = 255 - pixels
+    return np.ascontiguousarray(pixels)
+
+
+def read_image(path: str | os.PathLike[str]) -> np.ndarray:
+    """Read an image file as uint8 [H, W], white ink on black; `ImageReadError` names the file."""
+    path = Path(path)
+    return decode_image(path.read_bytes(), str(path))
+
+
+def file_to_image(data: bytes, filename: str, where: str, render_cfg: RenderConfig) -> np.ndarray:
+    """The image an expression file stands for: rendered InkML, or the decoded image."""
+    if filename.lower().endswith(".inkml"):
+        return render_ink(parse_inkml(data, source=where), render_cfg)
+    return decode_image(data, where)
+
+
+def files_for_captions(source: DatasetSource, split: str, captions: Sequence[Caption]) -> list[str]:
+    """The file of each caption; `CaptionError` (file and line) for the first one without."""
+    files = []
+    for caption in captions:
+        filename = source.file_for(split, caption.name)
+        if filename is None:
+            raise CaptionError(
+                f"{source.describe(split, CAPTION_FILE)}:{caption.line}: no file for {caption.name!r} "
+                f"(looked for {caption.name}{{{','.join(CONTENT_SUFFIXES)}}} in {source.describe(split)})"
+            )
+        files.append(filename)
+    return files

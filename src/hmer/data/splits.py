@@ -1,0 +1,128 @@
+"""Loading splits: one split as it is on disk (`load_split`), or the splits a run uses
+(`load_dataset`): train minus a seeded validation hold-out, the hold-out itself, and the test
+years. Model selection uses `val`, never a test year.
+
+    ds = load_dataset(None, cfg.data)                    # train, val and cfg.data.test_years
+    ds = load_dataset("data/crohme.zip", cfg.data, splits=("2014",))
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+import zlib
+from typing import Sequence
+
+import numpy as np
+
+from ..config import DataConfig
+from .cache import load_images
+from .expression import Expression
+from .render import RenderConfig
+from .source import CAPTION_FILE, DatasetSource, files_for_captions, open_source, parse_captions
+from .vocab import Vocab
+
+VAL = "val"
+TRAIN = "train"
+
+
+def load_split(path: str | os.PathLike[str] | DatasetSource | None, split: str,
+               render_cfg: RenderConfig | None = None, *, vocab: Vocab | None = None, strict: bool = False,
+               limit: int = 0, use_cache: bool = True, workers: int | None = None) -> list[Expression]:
+    """Every expression of one split, in caption order (no hold-out; see `load_dataset`).
+
+    InkML is rendered with `render_cfg` through the rendered cache (`hmer.data.cache`), so only
+    the first load of a split renders. `limit` > 0 keeps the first `limit` caption lines and skips
+    the cache. Errors follow the policy in `hmer.data.source`'s docstring: structure errors raise;
+    an unusable file raises when `strict`, else it is skipped with one counted warning.
+    """
+    render_cfg = render_cfg or RenderConfig()
+    owned = not isinstance(path, DatasetSource)
+    source = open_source(path) if owned else path  # type: ignore[arg-type]
+    try:
+        captions = parse_captions(source.caption_text(split), source.describe(split, CAPTION_FILE), vocab)
+        if limit > 0:
+            captions = captions[:limit]
+        files = files_for_captions(source, split, captions)
+        loaded = load_images(source, split, [c.name for c in captions], files, render_cfg,
+                             strict=strict, use_cache=use_cache and limit <= 0, workers=workers)
+    finally:
+        if owned:
+            source.close()
+
+    if loaded.failures:
+        shown = "; ".join(list(loaded.failures.values())[:3])
+        more = f" (and {len(loaded.failures) - 3} more)" if len(loaded.failures) > 3 else ""
+        warnings.warn(f"{split}: skipped {len(loaded.failures)} of {len(captions)} files that could not be "
+                      f"read: {shown}{more}; `hmer data check` lists them all", stacklevel=2)
+    return [Expression(name=c.name, tokens=c.tokens, image=loaded.images[c.name])
+            for c in captions if c.name in loaded.images]
+
+
+def default_splits(data_cfg: DataConfig | None = None) -> tuple[str, ...]:
+    """train, val and the configured test years (DataConfig.test_years, e.g. "2014,2016,2019")."""
+    years = (data_cfg or DataConfig()).test_years
+    return (TRAIN, VAL, *[y.strip() for y in years.split(",") if y.strip()])
+
+
+def hold_out_sizes(n: int, fraction: float) -> tuple[int, int]:
+    """(train, val) sizes of the hold-out of `fraction` from `n` expressions."""
+    if fraction <= 0 or n < 2:
+        return n, 0
+    n_val = min(n - 1, max(1, int(round(n * fraction))))
+    return n - n_val, n_val
+
+
+def hold_out(exprs: Sequence[Expression], fraction: float, seed: int) -> tuple[list[Expression], list[Expression]]:
+    """Split into (train, val) with about `fraction` in val, the same for the same names and seed
+    whatever the input order; both keep the input order."""
+    n_val = hold_out_sizes(len(exprs), fraction)[1]
+    if n_val == 0:
+        return list(exprs), []
+    names = sorted(e.name for e in exprs)
+    chosen = np.random.default_rng(seed).permutation(len(names))[:n_val]
+    val_names = {names[i] for i in chosen}
+    return [e for e in exprs if e.name not in val_names], [e for e in exprs if e.name in val_names]
+
+
+def subset(exprs: Sequence[Expression], limit: int, seed: int, label: str) -> list[Expression]:
+    """A deterministic random `limit` of `exprs` in their order (all when limit <= 0). `label`
+    (the split) varies the draw between splits."""
+    if limit <= 0 or limit >= len(exprs):
+        return list(exprs)
+    rng = np.random.default_rng([seed, zlib.crc32(label.encode())])
+    keep = np.sort(rng.choice(len(exprs), size=limit, replace=False))
+    return [exprs[i] for i in keep]
+
+
+def load_dataset(path: str | os.PathLike[str] | None, data_cfg: DataConfig | None = None,
+                 splits: Sequence[str] | None = None, *, vocab: Vocab | None = None,
+                 workers: int | None = None) -> dict[str, list[Expression]]:
+    """{split: expressions} for `splits` (default: train, val and the configured test years).
+
+    `path` falls back to `data_cfg.path`, then $HMER_DATA, then the default place. `train` is the
+    train split minus the hold-out of `val_fraction` (seeded by `val_seed`), `val` is that
+    hold-out; `train_limit`, `val_limit` and `test_limit` (0 = all) then keep deterministic random
+    subsets (test_limit applies to every other split). Rendering goes through the cache.
+    """
+    cfg = data_cfg if data_cfg is not None else DataConfig()
+    wanted = tuple(splits) if splits is not None else default_splits(cfg)
+    render_cfg = RenderConfig.from_data_config(cfg)
+    seed = cfg.val_seed
+    source: DatasetSource = open_source(path or cfg.path or None)
+    out: dict[str, list[Expression]] = {}
+    try:
+        if TRAIN in wanted or VAL in wanted:
+            full = load_split(source, TRAIN, render_cfg, vocab=vocab, workers=workers)
+            train, val = hold_out(full, cfg.val_fraction, seed)
+            if TRAIN in wanted:
+                out[TRAIN] = subset(train, cfg.train_limit, seed, TRAIN)
+            if VAL in wanted:
+                out[VAL] = subset(val, cfg.val_limit, seed, VAL)
+        for split in wanted:
+            if split not in (TRAIN, VAL):
+                exprs = load_split(source, split, render_cfg, vocab=vocab, workers=workers)
+                out[split] = subset(exprs, cfg.test_limit, seed, split)
+    finally:
+        source.close()
+    return {split: out[split] for split in wanted}

@@ -1,0 +1,113 @@
+"""The standard offline CROHME 2014 test images (the WAP authors' renderings), for comparing the
+project's renderer with them: their sizes, and a side-by-side picture.
+
+The tarball (`wap-offline-2014-test.tar.gz`, JianshuZhang/WAP `data/off_image_test.tar.gz`) holds
+986 8-bit BMPs named `<name>_0.bmp`. Nothing here writes anything derived from it, except the
+picture that `python -m hmer.data.standard --out PNG` draws on request.
+
+    python -m hmer.data.standard [--inkml ZIP] [--tar TAR.GZ] [--out docs/rendering_side_by_side.png]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+import tarfile
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from .render import RenderConfig, render_ink
+
+STANDARD_SUFFIX = "_0.bmp"
+
+
+def iter_standard_images(tar_path: str | Path, names: Iterable[str] | None = None) -> Iterator[tuple[str, np.ndarray]]:
+    """(name, uint8 [H, W]) for each standard image, or for `names` only, in archive order."""
+    wanted = set(names) if names is not None else None
+    with tarfile.open(tar_path, "r:*") as tar:
+        for member in tar:
+            if not (member.isfile() and member.name.endswith(STANDARD_SUFFIX)):
+                continue
+            name = Path(member.name).name[: -len(STANDARD_SUFFIX)]
+            if wanted is not None and name not in wanted:
+                continue
+            data = tar.extractfile(member).read()  # type: ignore[union-attr]
+            with Image.open(io.BytesIO(data)) as img:
+                yield name, np.asarray(img.convert("L"), dtype=np.uint8)
+
+
+def standard_sizes(tar_path: str | Path) -> dict[str, tuple[int, int]]:
+    """{name: (height, width)} of every standard image (decodes headers, not pixels)."""
+    sizes = {}
+    with tarfile.open(tar_path, "r:*") as tar:
+        for member in tar:
+            if member.isfile() and member.name.endswith(STANDARD_SUFFIX):
+                data = tar.extractfile(member).read()  # type: ignore[union-attr]
+                with Image.open(io.BytesIO(data)) as img:
+                    width, height = img.size
+                sizes[Path(member.name).name[: -len(STANDARD_SUFFIX)]] = (height, width)
+    return sizes
+
+
+def size_statistics(shapes: Sequence[tuple[int, int]]) -> dict[str, float]:
+    """Median height, median width and largest area of a list of (H, W)."""
+    arr = np.asarray(shapes, dtype=np.int64)
+    return {
+        "n": float(len(arr)),
+        "median_height": float(np.median(arr[:, 0])),
+        "median_width": float(np.median(arr[:, 1])),
+        "max_area": float((arr[:, 0] * arr[:, 1]).max()),
+    }
+
+
+def side_by_side(pairs: Sequence[tuple[str, np.ndarray, np.ndarray]], gap: int = 12) -> Image.Image:
+    """One picture: per row, the name, then ours (left) and the standard image (right)."""
+    label_h = 14
+    col_w = max(max(o.shape[1] for _, o, _ in pairs), max(t.shape[1] for _, _, t in pairs))
+    height = sum(label_h + max(o.shape[0], t.shape[0]) + gap for _, o, t in pairs) + label_h
+    canvas = Image.new("L", (2 * col_w + 3 * gap, height), 128)
+    draw = ImageDraw.Draw(canvas)
+    draw.text((gap, 2), "ours (hmer.data.render)", fill=255)
+    draw.text((2 * gap + col_w, 2), "standard (WAP off_image_test)", fill=255)
+    y = label_h
+    for name, ours, theirs in pairs:
+        draw.text((gap, y + 1), f"{name}: {ours.shape[0]}x{ours.shape[1]}", fill=255)
+        draw.text((2 * gap + col_w, y + 1), f"{theirs.shape[0]}x{theirs.shape[1]}", fill=255)
+        y += label_h
+        canvas.paste(Image.fromarray(ours), (gap, y))
+        canvas.paste(Image.fromarray(theirs), (2 * gap + col_w, y))
+        y += max(ours.shape[0], theirs.shape[0]) + gap
+    return canvas
+
+
+DEFAULT_EXAMPLES = ("18_em_0", "RIT_2014_145", "508_em_87", "RIT_2014_277", "35_em_19", "501_em_18")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .source import open_source
+
+    repo_shared = Path(__file__).resolve().parents[4] / "shared" / "crohme"
+    p = argparse.ArgumentParser(prog="python -m hmer.data.standard", description=__doc__.split("\n\n")[0])
+    p.add_argument("--inkml", default=str(repo_shared / "crohme-inkml.zip"), help="dataset with the 2014 InkML")
+    p.add_argument("--tar", default=str(repo_shared / "wap-offline-2014-test.tar.gz"), help="standard images")
+    p.add_argument("--out", default=None, help="write the side-by-side PNG here")
+    p.add_argument("--names", default=",".join(DEFAULT_EXAMPLES), help="comma-separated 2014 names to show")
+    args = p.parse_args(argv)
+
+    cfg = RenderConfig()
+    source = open_source(args.inkml)
+    names = [n for n in args.names.split(",") if n]
+    theirs = dict(iter_standard_images(args.tar, names))
+    pairs = [(n, render_ink(source.read_ink("2014", n), cfg), theirs[n]) for n in names if n in theirs]
+    if args.out:
+        side_by_side(pairs).save(args.out, optimize=True)
+        print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""An MLflow store made by a real smoke study, shared by the report and notebook tests.
+
+One grid study (`hmer.studies.run_grid_study`, real training of the tiny CoMER model):
+coverage none (the baseline) against cross coverage, one seed, one epoch, on a tiny
+dataset written to disk (so the runs record `data.path` and the attention notebook can
+load the test images back), scored on the 2014, 2016 and 2019 test splits. Coverage
+rather than direction is the axis so that the attention-maps notebook has a model with
+and one without coverage to put side by side.
+
+The study runs once per test session, whichever test module asks first; pytest would
+run a session fixture imported into two modules twice, so the store is cached here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from tiny_dataset import write_dataset
+
+STUDY_NAME = "report-smoke"
+VARIANTS = ("none", "cross")  # model.coverage: the baseline first
+TEST_SPLITS = {"train": 12, "2014": 4, "2016": 3, "2019": 3}
+# Held equal in every cell: one epoch, short decoding on CPU, every test year.
+OVERRIDES = {"train.epochs": 1, "train.beam_size": 2, "train.max_decode_len": 12, "train.attention_maps": 1,
+             "train.device": "cpu", "data.batch_pixels": 20_000, "data.max_batch_size": 8,
+             "data.test_years": "2014,2016,2019"}
+
+
+@dataclass(frozen=True)
+class StudyStore:
+    """Where the smoke study left its runs."""
+
+    root: Path
+    tracking_uri: str
+    storage: str
+    study: str
+    data_path: Path
+    cache: Path
+    parent_run_id: str
+
+
+_STORE: StudyStore | None = None
+
+
+def study_store(root: Path) -> StudyStore:
+    """Run the smoke study into `root` (first call of the session), or return the store it made."""
+    global _STORE
+    if _STORE is not None:
+        return _STORE
+    import torch
+
+    from hmer.studies import COVERAGE, StudySpec, run_grid_study
+
+    spec = StudySpec(name="ablate_coverage", description="coverage: none against cross (report tests)",
+                     axes={"model.coverage": VARIANTS}, model_presets=COVERAGE.model_presets)
+    root.mkdir(parents=True, exist_ok=True)
+    data_path = write_dataset(root / "data", TEST_SPLITS)
+    tracking_uri = f"sqlite:///{root / 'mlflow.db'}"
+    storage = f"sqlite:///{root / 'optuna.db'}"
+    cache = root / "cache"
+    saved = {k: os.environ.get(k) for k in ("HMER_CACHE", "HMER_MLRUNS")}
+    threads = torch.get_num_threads()
+    os.environ["HMER_CACHE"] = str(cache)
+    os.environ["HMER_MLRUNS"] = str(root)
+    torch.set_num_threads(1)
+    try:
+        outcome = run_grid_study(spec, "smoke", storage=storage, tracking_uri=tracking_uri, data_path=str(data_path),
+                                 seeds=(1,), overrides=OVERRIDES, study_name=STUDY_NAME, print_table=False)
+    finally:
+        torch.set_num_threads(threads)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    assert outcome.complete, f"the smoke study did not complete: {outcome.failed}"
+    _STORE = StudyStore(root=root, tracking_uri=tracking_uri, storage=storage, study=STUDY_NAME,
+                        data_path=data_path, cache=cache, parent_run_id=outcome.parent_run_id)
+    return _STORE
