@@ -22,7 +22,7 @@ def test_small_model_memorizes_16_expressions_and_beam_search_reads_them_back(sh
     cfg = experiment_config("tiny").override({
         "train.device": "cpu", "train.optimizer": "adamw", "train.lr": 3e-3, "train.weight_decay": 0.0,
         "train.epochs": 400, "train.val_every": 10, "train.stop_at_val_exprate": 100.0,
-        "train.plateau_patience": 1000, "train.beam_size": 10, "train.max_decode_len": 40,
+        "train.plateau_patience": 1000, "train.beam_size": 10, "train.val_beam_size": 10, "train.max_decode_len": 40,
         "train.attention_maps": 0, "model.dropout": 0.0, "model.encoder_dropout": 0.0,
         "model.direction": "l2r", "data.test_years": "memorized", "data.batch_pixels": 2_000_000,
         "data.max_batch_size": 16,

@@ -137,8 +137,8 @@ PRESETS: dict[str, StudyPreset] = {
         summary="tiny model, 400 training expressions, 6 epochs, 100 test expressions per year, beam 3",
         model_size="tiny",
         overrides={
-            "data.train_limit": 400, "data.val_limit": 50, "data.test_limit": 100,
-            "train.epochs": 6, "train.beam_size": 3, "train.max_decode_len": 64,
+            "data.render_height": 48, "data.train_limit": 400, "data.val_limit": 50, "data.test_limit": 100,
+            "train.epochs": 8, "train.beam_size": 3, "train.max_decode_len": 48,
             "train.attention_maps": 1,
         },
         seeds=(1, 2),
