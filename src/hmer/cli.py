@@ -68,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("data", nargs="?", help="folder or zip (default: $HMER_DATA, then data/crohme)")
     render.add_argument("--out", required=True, help="the zip to write")
     render.add_argument("--workers", type=int, default=None, help="render processes (default: all cores)")
+    render.add_argument("--limit", type=int, default=0, help="only the first N expressions of each split")
     render.set_defaults(func=cmd_data_render)
 
     # models
@@ -149,7 +150,7 @@ def cmd_data_check(args) -> int:
 def cmd_data_render(args) -> int:
     from .data.commands import render_command
 
-    return render_command(args.data, args.out, workers=args.workers)
+    return render_command(args.data, args.out, workers=args.workers, limit=args.limit)
 
 
 # ---- models ----------------------------------------------------------------------------------
@@ -289,11 +290,16 @@ def cmd_predict(args) -> int:
     from .tracking import load_model
     from .training.trainer import resolve_device
 
-    exprs: list[Expression] = []
+    from .data import RenderConfig
+
+    # Every file is read once before the model is loaded, so a bad file fails fast, naming it.
     for f in args.files:
-        exprs.append(read_expression_file(f))  # one-line error naming the file on bad input
+        read_expression_file(f)
     device = resolve_device(args.device)
     model, cfg, vocab = load_model(args.model, args.tracking_uri, device)
+    # ...and then rendered as the model's training data was.
+    render_cfg = RenderConfig.from_data_config(cfg.data)
+    exprs: list[Expression] = [read_expression_file(f, render_cfg) for f in args.files]
     with torch.inference_mode():
         for expr in exprs:
             batch = collate([expr], vocab, max_pixels=cfg.data.max_image_pixels).to(device)
