@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -14,7 +13,7 @@ import pytest
 from hmer.reports.runs import PredictionsNotFound, parse_value, typed_column
 from hmer.reports.significance import (compare, exact_binomial_two_sided, mcnemar, paired_bootstrap,
                                        seed_pairs)
-from hmer.reports.tables import MISSING, format_table, resolve_baseline, variant_table
+from hmer.reports.tables import MISSING, format_table, grid_order, resolve_baseline, variant_table
 from study_store import OVERRIDES, STUDY_NAME, TEST_SPLITS, VARIANTS, study_store
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -117,7 +116,8 @@ def _runs(rows: list[dict]) -> pd.DataFrame:
     out = []
     for i, r in enumerate(rows):
         row = {"run_id": f"run{i}", "variant": r["variant"], "seed": r.get("seed", 1), "trial": i,
-               "state": r.get("state", "finished"), "start_time": pd.Timestamp("2026-01-01", tz="UTC") + pd.Timedelta(i, "min"),
+               "state": r.get("state", "finished"),
+               "start_time": pd.Timestamp("2026-01-01", tz="UTC") + pd.Timedelta(i, "min"),
                "metrics.num_params": 1_500_000, "metrics.gpu_minutes": r.get("gpu", 2.0),
                "metrics.train_seconds": 600.0, "metrics.train_images_per_second": 100.0}
         for year, score in r.get("scores", {}).items():
@@ -209,6 +209,16 @@ def test_baseline_from_tag_cell_or_json():
         resolve_baseline(runs, "r2l")
 
 
+def test_rows_follow_the_study_grid_with_the_baseline_first():
+    parent = pd.Series({"params.grid": json.dumps({"model.direction": ["l2r", "r2l", "bi"], "train.seed": [1, 2]})})
+    assert grid_order(parent) == ["l2r", "r2l", "bi"]
+    two_axes = pd.Series({"params.grid": json.dumps({"model.decoder": ["rnn", "transformer"], "train.lr": [0.5, 1.0]})})
+    assert grid_order(two_axes) == ["rnn/0.5", "rnn/1.0", "transformer/0.5", "transformer/1.0"]
+    assert grid_order(None) == [] and grid_order(pd.Series({"params.grid": "not json"})) == []
+    runs = _runs(HAND)  # ran in the order l2r, r2l, bi
+    assert list(variant_table(runs, order=["bi", "l2r", "r2l"]).index) == ["l2r", "bi", "r2l"]
+
+
 # ---- on the store a real smoke study made --------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -295,7 +305,7 @@ def test_hmer_report_command_line_for_a_study_an_experiment_and_runs(store, tmp_
 @pytest.mark.slow
 def test_attention_maps_of_a_model_with_and_without_coverage(store):
     from hmer.reports import coverage_pair, load_runs, load_test_expressions, plot_attention
-    from hmer.reports.attention import compare_models, model_label, token_maps
+    from hmer.reports.attention import attend, compare_models, model_label, token_maps
     from hmer.tracking import load_model
 
     with_cov, without_cov = coverage_pair(load_runs(store.tracking_uri, study=store.study))
@@ -311,6 +321,8 @@ def test_attention_maps_of_a_model_with_and_without_coverage(store):
     coverage = token_maps(model, vocab, expr.image, expr.tokens, kind="coverage")
     assert np.allclose(coverage[0], 0.0)  # nothing is covered before the first token
     assert coverage[-1].sum() > maps[0].sum()  # and then the attention of the steps before accumulates
+    decoded = attend(model, vocab, expr, cfg=configs[with_cov], label="decoded here")  # no tokens given: decode
+    assert decoded.maps.shape == (len(decoded.tokens), *expr.image.shape) and decoded.forced is False
     rows = compare_models(models, [expr], truth=True)
     assert [r.forced for r in rows[0]] == [True, True] and rows[0][0].tokens == list(expr.tokens)
     fig = plot_attention(rows[0])

@@ -1,45 +1,114 @@
 """Throughput benchmarks behind `hmer bench train` and `hmer bench decode`.
 
-Both print what they measured, one `key=value` per line, and end with
+Both print what they measured, one or more `key=value` per line, and end with
 `images_per_second=<number>` so scripts can read the last line. Batches are real
 CROHME renderings when `--data` (or $HMER_DATA) is given, otherwise synthetic
-stroke images with the standard images' size distribution, bucketed exactly as in
-training. Timing starts after warm-up steps, and on a GPU it synchronises only at the
-ends of the timed region, never inside the step.
+stroke images whose heights, widths and caption lengths follow the CROHME training
+set's joint distribution, bucketed exactly as in training (or evaluation). Timing
+starts after warm-up steps, and on a GPU it synchronises only at the ends of the timed
+region, never inside the step.
+
+The training step is the trainer's (`hmer.training.trainer`): collate (with the
+preset's scale augmentation), autocast, `model.loss`, backward, gradient clipping,
+optimiser step; `--set train.compile=true` compiles it as the trainer does. The decode
+step is `decode_batch` with the preset's beam size, maximum length and direction
+(`bi`: BTTR's joint search), on the evaluation bucketing.
+
+Benchmark-only knobs go through `--set bench.KEY=VALUE` beside the config overrides:
+
+    bench.pool=N             synthetic expressions generated, which the bucketing sees (default: 8,393
+                             for train, as CROHME train after the hold-out; 1,000 for decode, a
+                             test year): the padding share depends on it
+    bench.warmup=N           untimed steps on the smallest batches first (default: 2 train / 1 decode,
+                             6 when compiling)
+    bench.prefetch=N         batches collated ahead in a background thread (default 2 on GPU, 0 on CPU)
+    bench.pin=0|1            page-locked batches, copied with non_blocking (default 1 on GPU)
+    bench.channels_last=0|1  channels-last weights and images (default 1 on GPU)
+    bench.host_targets=0|1   build the teacher-forcing targets on the host and copy them without
+                             blocking, instead of `model.loss`'s blocking copies (a measured
+                             what-if for the trainer; default 0 = exactly the trainer's step)
+    bench.weights=PATH|RUN   decode (or start training) with trained weights: a checkpoint or a
+                             run id. Untrained weights rarely emit <eos>, so their hypotheses run
+                             to max_len and the decode figure is a pessimistic bound; the
+                             `mean_hyp_tokens` line says which case a figure is.
+    bench.check_unbatched=N  decode, after timing: N images one at a time, compared with their
+                             batched hypotheses (`unbatched_match=k/N`)
+    bench.start_at=T         wait after warm-up until Unix time T before the timed region (side-by-
+                             side processes: `benchmarks/bench_concurrency.py`)
+
+Besides images per second (wall clock) it prints `cpu_seconds` and
+`images_per_cpu_second` of the timed region, which move much less than wall time
+when other jobs share the CPU, the padding share of the batches, the share of wall
+time the step loop spent waiting for data (`data_wait_share`), and peak memory
+(GPU: `max_memory_allocated`; CPU: the process's peak resident set, data included).
 """
 
 from __future__ import annotations
 
+import math
 import os
+import queue
 import resource
 import sys
+import threading
 import time
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
 
+# CROHME train (8,393 expressions after the validation hold-out, standard renderer): means, standard
+# deviations and correlations of log height, log width and log caption length.
+_LOG_MEAN = np.array([4.576, 5.500, 2.358])
+_LOG_STD = np.array([0.352, 0.761, 0.979])
+_LOG_CORR = np.array([[1.0, 0.542, 0.704], [0.542, 1.0, 0.821], [0.704, 0.821, 1.0]])
+
+BENCH_DEFAULTS: dict[str, Any] = {
+    "pool": 0, "warmup": -1, "prefetch": -1, "pin": -1, "channels_last": -1, "host_targets": 0,
+    "weights": "", "check_unbatched": 0, "start_at": 0.0,
+}
+
 
 def synthetic_expressions(n: int, seed: int = 0):
-    """Stroke-like images with CROHME's size spread (median about 94 x 256) and captions."""
+    """Stroke-like images and captions whose (height, width, length) follow CROHME train's joint
+    log-normal fit (median about 97 x 245 px, 11 tokens; wider images hold longer captions)."""
     from PIL import Image, ImageDraw
 
     from .data import Expression
     from .data.vocab import CROHME_SYMBOLS
 
     rng = np.random.default_rng(seed)
+    cov = _LOG_CORR * np.outer(_LOG_STD, _LOG_STD)
+    logs = rng.multivariate_normal(_LOG_MEAN, cov, size=n)
     out = []
     for i in range(n):
-        h = int(np.clip(rng.lognormal(np.log(94), 0.35), 32, 380))
-        w = int(np.clip(rng.lognormal(np.log(256), 0.5), 48, 1400))
+        h = int(np.clip(round(math.exp(logs[i, 0])), 24, 488))
+        w = int(np.clip(round(math.exp(logs[i, 1])), 24, 2048))
+        length = int(np.clip(round(math.exp(logs[i, 2])), 1, 96))
         img = Image.new("L", (w, h), 0)
         draw = ImageDraw.Draw(img)
         for _ in range(max(2, w // 25)):
             pts = [(float(rng.uniform(0, w)), float(rng.uniform(0, h))) for _ in range(4)]
             draw.line(pts, fill=255, width=3)
-        length = int(np.clip(rng.lognormal(np.log(14), 0.6), 1, 150))
         tokens = [CROHME_SYMBOLS[j] for j in rng.integers(0, len(CROHME_SYMBOLS), length)]
         out.append(Expression(name=f"synthetic_{i}", tokens=tokens, image=np.asarray(img, dtype=np.uint8)))
     return out
+
+
+def split_overrides(overrides: Sequence[str] | None) -> tuple[list[str], dict[str, Any]]:
+    """(config overrides, bench knobs): `bench.KEY=VALUE` items are the benchmark's own."""
+    config_items, knobs = [], dict(BENCH_DEFAULTS)
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        if not key.startswith("bench."):
+            config_items.append(item)
+            continue
+        name = key[len("bench."):].strip()
+        if not sep or name not in BENCH_DEFAULTS:
+            raise ValueError(f"unknown benchmark setting {item!r}; known: "
+                             + ", ".join(f"bench.{k}" for k in BENCH_DEFAULTS))
+        knobs[name] = type(BENCH_DEFAULTS[name])(value.strip())
+    return config_items, knobs
 
 
 def _peak_memory_mb(device: torch.device) -> float:
@@ -53,87 +122,248 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _prefetched(make: Callable[[Sequence[int]], Any], order: Iterator[Sequence[int]], depth: int) -> Iterator[Any]:
+    """make(idx) for each idx of `order`, computed `depth` batches ahead in one background thread."""
+    if depth <= 0:
+        for idx in order:
+            yield make(idx)
+        return
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def work():
+        try:
+            for idx in order:
+                if stop.is_set():
+                    return
+                q.put(make(idx))
+        except BaseException as exc:  # re-raised in the consumer
+            q.put(exc)
+        q.put(None)
+
+    thread = threading.Thread(target=work, daemon=True, name="hmer-bench-prefetch")
+    thread.start()
+    try:
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():  # let the worker see `stop` rather than block on a full queue
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                thread.join(0.05)
+
+
 def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: str | None = None,
                   images: int = 0, seconds: float = 0.0, overrides: list[str] | None = None,
-                  out=sys.stdout) -> int:
+                  out=None) -> int:
+    """Run one benchmark and print its figures to `out` (default: the current sys.stdout); the last
+    line is `images_per_second=<number>`. Returns the exit status (0)."""
+    out = out if out is not None else sys.stdout
     from .config import parse_overrides
     from .data import Vocab, collate, load_dataset, make_batches
     from .data.batching import padding_share
     from .model import build_model
+    from .model.direction import make_targets
     from .presets import experiment_config
     from .training.recipes import build_optimizer
-    from .training.trainer import autocast_dtype, resolve_device
+    from .training.trainer import _LossModule, autocast_dtype, resolve_device
 
-    cfg = experiment_config(preset).override(parse_overrides(overrides))
+    if what not in ("train", "decode"):
+        raise ValueError(f"unknown benchmark {what!r}: train or decode")
+    config_items, knobs = split_overrides(overrides)
+    cfg = experiment_config(preset).override(parse_overrides(config_items))
     dev = resolve_device(device)
+    gpu = dev.type == "cuda"
+    prefetch = knobs["prefetch"] if knobs["prefetch"] >= 0 else (2 if gpu else 0)
+    pin = bool(knobs["pin"]) if knobs["pin"] >= 0 else gpu
+    pin = pin and gpu
+    channels_last = bool(knobs["channels_last"]) if knobs["channels_last"] >= 0 else gpu
+    compiled = bool(cfg.train.compile) and what == "train"
+    warmup = knobs["warmup"] if knobs["warmup"] >= 0 else ((6 if compiled else 2) if what == "train" else 1)
+
+    torch.manual_seed(0)
+    weights = knobs["weights"]
+    if weights:
+        from .tracking.models import load_model
+
+        model, wcfg, _ = load_model(weights, device="cpu")
+        cfg.model = wcfg.model
+        model = model.to(dev)
+    else:
+        model = build_model(cfg.model).to(dev)
     amp = autocast_dtype(cfg.train.precision, dev)
     if not images:
-        images = (4096 if what == "train" else 1000) if dev.type == "cuda" else (48 if what == "train" else 8)
+        images = (4096 if what == "train" else 1000) if gpu else (48 if what == "train" else 8)
     data_path = data or os.environ.get("HMER_DATA")
     if data_path:
         split = "train" if what == "train" else "2014"
         exprs = load_dataset(data_path, cfg.data, splits=(split,))[split]
         source = f"CROHME {split} ({data_path})"
     else:
-        exprs = synthetic_expressions(min(images, 2000))
-        source = "synthetic"
+        exprs = synthetic_expressions(knobs["pool"] or (8393 if what == "train" else 1000))
+        source = f"synthetic ({len(exprs)} expressions)"
     vocab = Vocab()
-    torch.manual_seed(0)
-    model = build_model(cfg.model).to(dev)
-    if dev.type == "cuda":
+    if channels_last:
         model = model.to(memory_format=torch.channels_last)
     params = sum(p.numel() for p in model.parameters())
     print(f"benchmark={what} preset={preset} device={dev} precision={amp or torch.float32} "
           f"params={params} source={source}", file=out)
+    print(f"weights={weights or 'random'} threads={torch.get_num_threads()} compile={compiled} "
+          f"prefetch={prefetch} pin_memory={pin} channels_last={channels_last} "
+          f"host_targets={bool(knobs['host_targets'])}", file=out)
+
+    def to_device(b):
+        if pin:
+            b = b.pin_memory()
+        b = b.to(dev, non_blocking=True)
+        if channels_last:
+            b.images = b.images.contiguous(memory_format=torch.channels_last)
+        return b
 
     if what == "train":
         batches = make_batches(exprs, cfg.data.batch_pixels, cfg.data.max_batch_size, shuffle=True, seed=0)
-        print(f"padding_share={padding_share(exprs, batches):.3f}", file=out)
+        print(f"padding_share={padding_share(exprs, batches):.3f} batches={len(batches)} "
+              f"mean_batch_size={len(exprs) / len(batches):.2f}", file=out)
         opt = build_optimizer(model.parameters(), cfg.train)
         model.train()
+        loss_module: torch.nn.Module = _LossModule(model)
+        if compiled:
+            loss_module = torch.compile(loss_module, dynamic=True)
+        aug_rng = np.random.default_rng(0)
+        host_targets = bool(knobs["host_targets"])
 
-        def step(idx):
-            b = collate([exprs[i] for i in idx], vocab).to(dev)
+        def make(idx):
+            scale = None
+            if cfg.data.scale_aug_max > 0:  # the trainer's per-batch scale augmentation (CoMER)
+                scale = float(aug_rng.uniform(cfg.data.scale_aug_min, cfg.data.scale_aug_max))
+            b = to_device(collate([exprs[i] for i in idx], vocab, scale=scale))
+            targets = None
+            if host_targets:
+                tgt_in, tgt_out, _ = make_targets(b.token_ids, cfg.model.direction)
+                if pin:
+                    tgt_in, tgt_out = tgt_in.pin_memory(), tgt_out.pin_memory()
+                targets = (tgt_in.to(dev, non_blocking=True), tgt_out.to(dev, non_blocking=True))
+            return len(idx), b, targets
+
+        def step(item):
+            n, b, targets = item
             with torch.autocast(dev.type, dtype=amp, enabled=amp is not None):
-                loss = model.loss(b.images, b.image_mask, b.token_ids)
+                if targets is None:
+                    loss = loss_module(b.images, b.image_mask, b.token_ids)
+                else:
+                    logits = model(b.images, b.image_mask, targets[0])
+                    loss = torch.nn.functional.cross_entropy(
+                        logits.flatten(0, 1).float(), targets[1].flatten(), ignore_index=vocab.pad_id)
             opt.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+            if cfg.train.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
             opt.step()
-            return len(idx)
+            return n
     else:
         from .decoding import decode_batch
 
+        max_px = cfg.data.max_image_pixels
+        # Shuffled batch order: a subset of a year is then a fair sample of its sizes.
         batches = make_batches(exprs, cfg.data.eval_batch_pixels, cfg.data.eval_max_batch_size,
-                               shuffle=False, seed=0, max_image_pixels=cfg.data.max_image_pixels)
+                               shuffle=True, seed=0, max_image_pixels=max_px)
+        print(f"padding_share={padding_share(exprs, batches, max_px):.3f} batches={len(batches)} "
+              f"mean_batch_size={len(exprs) / len(batches):.2f}", file=out)
         model.eval()
+        hyp_tokens = [0, 0]  # tokens, hypotheses (timed region only)
+
+        def decode(b):
+            with torch.autocast(dev.type, dtype=amp, enabled=amp is not None):
+                return decode_batch(model, b.images, b.image_mask, cfg.model.direction,
+                                    beam_size=cfg.train.beam_size, max_len=cfg.train.max_decode_len,
+                                    length_penalty=cfg.train.length_penalty,
+                                    sos_id=vocab.sos_id, eos_id=vocab.eos_id, pad_id=vocab.pad_id)
+
+        def make(idx):
+            return len(idx), to_device(collate([exprs[i] for i in idx], vocab, max_pixels=max_px))
 
         @torch.inference_mode()
-        def step(idx):
-            b = collate([exprs[i] for i in idx], vocab, max_pixels=cfg.data.max_image_pixels).to(dev)
-            with torch.autocast(dev.type, dtype=amp, enabled=amp is not None):
-                decode_batch(model, b.images, b.image_mask, cfg.model.direction, beam_size=cfg.train.beam_size,
-                             max_len=cfg.train.max_decode_len, length_penalty=cfg.train.length_penalty)
-            return len(idx)
+        def step(item):
+            n, b = item
+            hyps = decode(b)
+            hyp_tokens[0] += sum(len(h) for h in hyps)
+            hyp_tokens[1] += len(hyps)
+            return n
 
-    warmup = 2 if what == "train" else 1
-    order = [batches[i % len(batches)] for i in range(len(batches) * 1000)]
-    for idx in order[:warmup]:
-        step(idx)
+    def order() -> Iterator[Sequence[int]]:
+        while True:
+            yield from batches
+
+    # Warm-up on the smallest batches (allocator, kernels, optimiser state; compile traces
+    # with dynamic shapes): a random batch can cost minutes on a CPU and teaches nothing more.
+    area = {id(idx): len(idx) * max(exprs[i].image.shape[0] for i in idx) * max(exprs[i].image.shape[1] for i in idx)
+            for idx in batches}
+    smallest = sorted(batches, key=lambda idx: area[id(idx)])
+    for k in range(warmup):
+        step(make(smallest[k % len(smallest)]))
     _sync(dev)
-    if dev.type == "cuda":
+    stream = _prefetched(make, order(), prefetch)
+    if what == "decode":
+        hyp_tokens[:] = [0, 0]
+    if gpu:
         torch.cuda.reset_peak_memory_stats(dev)
-    done, start = 0, time.perf_counter()
-    for idx in order[warmup:]:
-        done += step(idx)
+    if knobs["start_at"]:
+        late = time.time() - knobs["start_at"]
+        if late > 0:
+            print(f"late_start_s={late:.2f} (warm-up ended after bench.start_at)", file=out)
+        else:
+            time.sleep(-late)
+    done, waited = 0, 0.0
+    cpu0, start = time.process_time(), time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        item = next(stream)
+        waited += time.perf_counter() - t0
+        done += step(item)
         if done >= images or (seconds and time.perf_counter() - start >= seconds):
             break
     _sync(dev)
     elapsed = time.perf_counter() - start
+    cpu = time.process_time() - cpu0
+    stream.close()
     ips = done / elapsed
-    print(f"images={done} seconds={elapsed:.2f}", file=out)
+    print(f"images={done} seconds={elapsed:.2f} cpu_seconds={cpu:.2f} images_per_cpu_second={done / cpu:.3f} "
+          f"data_wait_share={waited / elapsed:.3f}", file=out)
     print(f"peak_memory_mb={_peak_memory_mb(dev):.0f}", file=out)
     if what == "train":
         print(f"epoch_seconds_8835={8835 / ips:.1f}", file=out)
-    print(f"images_per_second={ips:.2f}", file=out)
+    else:
+        print(f"mean_hyp_tokens={hyp_tokens[0] / max(hyp_tokens[1], 1):.1f} "
+              f"max_decode_len={cfg.train.max_decode_len} beam_size={cfg.train.beam_size} "
+              f"direction={cfg.model.direction}", file=out)
+        if data_path:
+            print(f"year_seconds_{split}={len(exprs) / ips:.1f} (all {len(exprs)} images of {split})", file=out)
+        if knobs["check_unbatched"] > 0:
+            print(f"unbatched_match={_check_unbatched(knobs['check_unbatched'], batches, exprs, make, decode)}",
+                  file=out)
+    print(f"images_per_second={ips:.2f}" if ips >= 1 else f"images_per_second={ips:.3g}", file=out)
     return 0
+
+
+@torch.inference_mode()
+def _check_unbatched(n: int, batches, exprs, make, decode) -> str:
+    """Decode the images of the first batches (n in all) in their batches and one at a time."""
+    same = total = 0
+    for idx in batches:
+        if total >= n:
+            break
+        idx = list(idx)[: n - total]
+        _, b = make(idx)
+        batched = decode(b)
+        for i, hyp in zip(idx, batched):
+            _, alone = make([i])
+            same += int(decode(alone)[0] == hyp)
+            total += 1
+    return f"{same}/{total}"

@@ -20,9 +20,10 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "NoRunsError": "runs", "PredictionsNotFound": "runs", "curve_runs": "runs", "list_studies": "runs", "load_history": "runs",
-    "load_predictions": "runs", "load_runs": "runs", "scored_years": "runs",
-    "format_table": "tables", "scored": "tables", "scores_long": "tables", "variant_order": "tables", "study_table": "tables", "variant_table": "tables",
+    "NoRunsError": "runs", "PredictionsNotFound": "runs", "curve_runs": "runs", "list_studies": "runs",
+    "load_history": "runs", "load_predictions": "runs", "load_runs": "runs", "scored_years": "runs",
+    "format_table": "tables", "scored": "tables", "scores_long": "tables", "study_table": "tables",
+    "variant_order": "tables", "variant_table": "tables",
     "compare": "significance", "mcnemar": "significance", "paired_bootstrap": "significance",
     "plot_attention": "plots", "plot_exprate": "plots", "plot_training_curves": "plots", "save_figure": "plots",
     "AttentionResult": "attention", "attend": "attention", "compare_models": "attention",
@@ -39,3 +40,7 @@ def __getattr__(name: str) -> Any:
     if module is None:
         raise AttributeError(f"module 'hmer.reports' has no attribute {name!r}")
     return getattr(importlib.import_module(f".{module}", __name__), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -184,9 +184,10 @@ def pick_expressions(first: pd.DataFrame, second: pd.DataFrame, k: int = 3) -> l
     truth_len = merged["truth"].str.split().str.len()
     len_a = merged["prediction_a"].str.split().str.len()
     len_b = merged["prediction_b"].str.split().str.len()
-    right_a, right_b = merged["distance_a"] == 0, merged["distance_b"] == 0
+    right_a = merged["distance_a"].eq(0).fillna(False).astype(bool).to_numpy()
+    right_b = merged["distance_b"].eq(0).fillna(False).astype(bool).to_numpy()
     one_right = right_a != right_b
-    wrong_len = np.where(right_a, len_b, len_a) != truth_len
+    wrong_len = np.where(right_a, len_b, len_a) != truth_len.to_numpy()
     rank = np.select([one_right & wrong_len, one_right, ~right_a & ~right_b], [0, 1, 2], default=3)
     merged = merged.assign(_rank=rank, _len=truth_len).sort_values(["_rank", "_len", "name"], kind="stable")
     return list(merged["name"].head(k))

@@ -13,6 +13,7 @@ inline in a notebook all the same.
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
@@ -79,8 +80,8 @@ def plot_exprate(
         raise ValueError("no run with test scores to plot")
     hue_order = _order(runs, variant_col, order, data["variant"].unique())
     year_order = sorted(data["year"].unique())
-    fig = Figure(figsize=(max(4.5, 1.1 * len(year_order) * max(1, len(hue_order)) * 0.6 + 2) * len(measures), 4.2),
-                 layout="constrained")
+    panel_width = max(4.0, 1.5 + 0.35 * len(year_order) * len(hue_order))  # room for every bar
+    fig = Figure(figsize=(panel_width * len(measures) + 1.5, 4.2), layout="constrained")
     axes = fig.subplots(1, len(measures), squeeze=False)[0]
     colors = dict(zip(hue_order, sns.color_palette(PALETTE, len(hue_order))))
     for ax, measure in zip(axes, measures):
@@ -91,7 +92,9 @@ def plot_exprate(
                       palette={v: "0.15" for v in hue_order}, dodge=True, size=4, jitter=0.08, legend=False, ax=ax)
         ax.set_xlabel("CROHME test year")
         ax.set_ylabel(f"{MEASURE_LABELS[measure]} (%)")
-        ax.set_ylim(0, max(5.0, float(sub["value"].max()) * 1.15))
+        stats = sub.groupby(["variant", "year"])["value"].agg(["mean", "std"]).fillna(0.0)
+        top = max(float(sub["value"].max()), float((stats["mean"] + stats["std"]).max()))
+        ax.set_ylim(0, max(5.0, top * 1.15))  # room for the highest seed and whisker
         ax.grid(axis="y", alpha=0.3)
         if ax is not axes[-1] and ax.get_legend() is not None:
             ax.get_legend().remove()
@@ -173,7 +176,10 @@ def _overlay(image: np.ndarray, heat: np.ndarray | None, vmax: float | None = No
     return (1 - alpha) * base + alpha * color
 
 
-def _shorten(text: str, limit: int = 48) -> str:
+_TITLE_CHARS = 34  # characters of a panel title line that fit over a panel 2 inches wide
+
+
+def _shorten(text: str, limit: int = _TITLE_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -193,7 +199,7 @@ def plot_attention(results: Sequence["AttentionResult"], *, max_columns: int = 1
     rows_per = [int(np.ceil((len(r.tokens) + 2) / columns)) for r in results]
     h, w = results[0].image.shape
     panel_w = 2.0
-    panel_h = panel_w * h / max(w, 1) + 0.5  # the image and a two-line title
+    panel_h = panel_w * h / max(w, 1) + 0.75  # the image and a title of up to four lines
     fig = Figure(figsize=(panel_w * columns, panel_h * sum(rows_per) + 0.6), layout="constrained")
     axes = fig.subplots(sum(rows_per), columns, squeeze=False)
     for ax in axes.flat:
@@ -206,7 +212,8 @@ def plot_attention(results: Sequence["AttentionResult"], *, max_columns: int = 1
         reading = " ".join(result.tokens) or "(nothing)"
         verdict = f" — {result.parse_error}, distance {result.distance}" if result.parse_error else ""
         verb = "forced" if result.forced else "read"
-        panels.append((f"{result.label}{verdict}\n{verb}: {_shorten(reading)}", None, None))
+        header = textwrap.fill(f"{result.label}{verdict}", _TITLE_CHARS)
+        panels.append((f"{header}\n{_shorten(f'{verb}: {reading}', _TITLE_CHARS)}", None, None))
         panels += [(f"{i + 1}: {tok}", result.maps[i], None) for i, tok in enumerate(result.tokens)]
         panels.append((f"Σ over tokens (max {result.total.max():.2f})" if len(result.tokens) else "Σ (no tokens)",
                        result.total if len(result.tokens) else None, totals_max))

@@ -38,6 +38,7 @@ MEASURES = ("exprate", "le1", "le2")
 MEASURE_LABELS = {"exprate": "ExpRate", "le1": "≤1", "le2": "≤2"}
 MISSING = "–"  # shown for a number that does not exist (std of one seed, no test, no baseline)
 EXCLUDED_STATES = ("failed", "pruned")
+SEED_KEY = "train.seed"  # the seed axis of a study grid (hmer.studies.spec.SEED_KEY)
 
 PredictionLoader = Callable[[str, str], pd.DataFrame]
 
@@ -56,13 +57,17 @@ def scored(runs: pd.DataFrame, years: Sequence[str] | None = None) -> pd.Series:
     return has_scores & ~state.isin(EXCLUDED_STATES)
 
 
-def variant_order(runs: pd.DataFrame, variant_col: str = "variant", baseline: str | None = None) -> list[str]:
-    """Variants in the order they first ran (trial number, then start time), the baseline first."""
+def variant_order(runs: pd.DataFrame, variant_col: str = "variant", baseline: str | None = None,
+                  preferred: Sequence[str] | None = None) -> list[str]:
+    """The variants of `runs`, the baseline first, then those of `preferred` (e.g. the study's
+    grid order) in that order, then the others in the order they first ran (trial, start time)."""
     keys = runs.assign(_trial=runs["trial"] if "trial" in runs.columns else np.nan,
                        _start=runs["start_time"] if "start_time" in runs.columns else pd.NaT)
     keys["_trial"] = pd.to_numeric(keys["_trial"], errors="coerce")
     firsts = keys.groupby(variant_col, sort=False).agg(trial=("_trial", "min"), start=("_start", "min"))
     order = list(firsts.sort_values(["trial", "start"], na_position="last", kind="stable").index)
+    if preferred:
+        order = [v for v in preferred if v in order] + [v for v in order if v not in set(preferred)]
     if baseline in order:
         order.remove(baseline)
         order.insert(0, baseline)
@@ -125,6 +130,7 @@ def variant_table(
     *,
     years: Sequence[str] | None = None,
     predictions: PredictionLoader | None = None,
+    order: Sequence[str] | None = None,
     n_resamples: int = DEFAULT_RESAMPLES,
     confidence: float = DEFAULT_CONFIDENCE,
     seed: int = 0,
@@ -141,31 +147,30 @@ def variant_table(
         predictions: `(run_id, year) -> frame with name and correct`, e.g. a bound
             `load_predictions`; without it the differences come from the metrics and
             carry no interval or p-value.
+        order: the rows after the baseline (default: the order the variants first ran).
         n_resamples, confidence, seed: the paired bootstrap's settings.
         title: printed above the table by `format_table`.
     """
     years = [str(y) for y in years] if years is not None else scored_years(runs)
-    counts = scored(runs, years) if not runs.empty else pd.Series(dtype=bool)
-    good = runs[counts] if not runs.empty else runs
-    bad = runs[~counts] if not runs.empty else runs
+    counts = scored(runs, years) if not runs.empty else pd.Series(False, index=runs.index)
+    good, bad = runs[counts], runs[~counts]
     base = resolve_baseline(good if not good.empty else runs, baseline, variant_col) if not runs.empty else None
-    order = variant_order(runs, variant_col, base) if not runs.empty else []
     correctness = _CorrectnessCache(predictions)
     rows = []
-    for variant in order:
-        mine = good[good[variant_col] == variant]
+    for variant in variant_order(runs, variant_col, base, order) if not runs.empty else []:
+        mine, base_runs = good[good[variant_col] == variant], good[good[variant_col] == base]
         row: dict[str, Any] = {"variant": variant, "baseline": variant == base, "seeds": len(mine),
                                "excluded": int((bad[variant_col] == variant).sum())}
-        base_runs = good[good[variant_col] == base]
         for year in years:
             row.update(_year_cells(year, mine, base_runs, variant == base, correctness, n_resamples, confidence,
                                    seed))
         row.update(_cost_cells(mine))
         rows.append(row)
     df = pd.DataFrame(rows, columns=_columns(years)).set_index("variant")
+    excluded = bad["state"].value_counts() if "state" in bad.columns else pd.Series(dtype=int)
     df.attrs.update({
         "title": title, "baseline": base, "years": list(years), "variant_col": variant_col,
-        "excluded": {str(k): int(v) for k, v in bad["state"].value_counts().items()} if "state" in bad else {},
+        "excluded": {str(k): int(v) for k, v in excluded.items()},
         "n_resamples": n_resamples, "confidence": confidence, "tested": correctness.used,
     })
     return df
@@ -294,8 +299,8 @@ def study_table(
     study script can always end with its table.
     """
     runs = load_runs(tracking_uri, study=study_name) if runs is None else runs
+    parent = study_parent(study_name, tracking_uri)
     if baseline is None:
-        parent = study_parent(study_name, tracking_uri)
         if parent is not None and isinstance(parent.get("params.baseline"), str):
             baseline = parent["params.baseline"]
         if baseline is not None and not runs.empty:
@@ -304,8 +309,28 @@ def study_table(
             except ValueError:
                 baseline = None  # the parent names a cell no run has (e.g. all failed): fall back
     loader = (lambda run_id, year: load_predictions(run_id, year, tracking_uri))
-    return variant_table(runs, "variant", baseline, predictions=loader, n_resamples=n_resamples,
-                         confidence=confidence, seed=seed, title=study_name)
+    return variant_table(runs, "variant", baseline, predictions=loader, order=grid_order(parent),
+                         n_resamples=n_resamples, confidence=confidence, seed=seed, title=study_name)
+
+
+def grid_order(parent: pd.Series | None) -> list[str]:
+    """The variant labels of a grid study in grid order, from its parent run's `grid` param.
+
+    The grid is `{axis: [values]}` with the seed axis (`train.seed`) among them; a variant
+    label joins a cell's axis values with "/" (as the `hmer.variant` tag does). Empty for
+    a sweep or a parent without a grid.
+    """
+    import itertools
+
+    raw = parent.get("params.grid") if parent is not None else None
+    try:
+        grid = json.loads(raw) if isinstance(raw, str) else None
+    except json.JSONDecodeError:
+        return []
+    if not isinstance(grid, dict):
+        return []
+    axes = [values for key, values in grid.items() if key != SEED_KEY and isinstance(values, list)]
+    return ["/".join(str(v) for v in cell) for cell in itertools.product(*axes)] if axes else []
 
 
 def scores_long(runs: pd.DataFrame, variant_col: str = "variant", years: Sequence[str] | None = None,
@@ -425,7 +450,7 @@ def format_table(df: pd.DataFrame, fmt: str = "text") -> str:
         notes.append(excluded)
     if not df.attrs.get("tested", True):
         notes.append("No predictions artifacts: differences come from the metrics, without tests.")
-    else:
+    elif "seeds" in df.columns and df["seeds"].max() > 1:
         notes.append("Several seeds: the bootstrap averages correctness over seeds per expression; McNemar "
                      "shows the largest p over seed-matched pairs.")
     blocks = [intro1, render(head1, body1), intro2, render(head2, body2), " ".join(notes)]

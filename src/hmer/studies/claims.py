@@ -231,6 +231,16 @@ class CellClaims:
                 failed.add(key)
         return GridStatus(complete=complete, running=running, claimed=claimed, failed=failed - complete)
 
+    def errored_since(self, since: float) -> set[str]:
+        """Cells whose trial raised an error in a live worker (not a killed one) since `since`
+        (a Unix time): a worker does not retry those in the same session; a rerun does."""
+        out = set()
+        for t in self._storage.get_all_trials(self._study_id, deepcopy=False, states=(TrialState.FAIL,)):
+            key = t.user_attrs.get(CELL_ATTR)
+            if key and ERROR_ATTR in t.user_attrs and t.datetime_start and t.datetime_start.timestamp() >= since:
+                out.add(key)
+        return out
+
     def _live_claims(self) -> set[str]:
         out = set()
         now = time.time()
@@ -248,18 +258,20 @@ class CellClaims:
     # -- claiming --------------------------------------------------------------------------------
     def claim(self, cells: Sequence[Mapping[str, Any]], skip: set[str],
               max_attempts: int = 50) -> dict[str, Any] | None:
-        """Claim an open cell (seed-major: the cells of the lowest open seed first).
+        """Claim an open cell: the first in `cells` order (seed-major, baseline first), or after
+        a lost race a random one among those of the lowest open seed.
 
         Returns None when no cell is open. The claim is released by `started` once the
         cell's trial exists, or by `release` when the worker gives it up.
         """
-        for _ in range(max_attempts):
+        for attempt in range(max_attempts):
             self.reap()
             candidates = self.status().open_cells(cells, skip)
             if not candidates:
                 return None
-            first_seed = min(c[SEED_KEY] for c in candidates)
-            cell = self.rng.choice([c for c in candidates if c[SEED_KEY] == first_seed])
+            first_seed = candidates[0][SEED_KEY]
+            cell = candidates[0] if attempt == 0 else self.rng.choice(
+                [c for c in candidates if c[SEED_KEY] == first_seed])
             key = cell_key(cell)
             self._write_claim(key)
             status = self.status()

@@ -72,6 +72,9 @@ def main(spec: StudySpec | SweepSpec, argv: Sequence[str] | None = None, doc: st
     from .runner import run_grid_study, run_sweep
 
     args = build_parser(spec, doc).parse_args(argv)
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the runner prints every trial itself
     try:
         if args.n_jobs is not None and args.n_jobs < 1:
             raise ValueError("--n-jobs must be at least 1")
@@ -88,5 +91,9 @@ def main(spec: StudySpec | SweepSpec, argv: Sequence[str] | None = None, doc: st
         return 130
     except (ValueError, KeyError, FileNotFoundError) as exc:
         print(f"{spec.name}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ImportError as exc:  # a storage URL whose database driver is not installed
+        hint = " (for postgresql:// URLs: pip install psycopg2-binary)" if "DB access" in str(exc) else ""
+        print(f"{spec.name}: error: {exc}{hint}", file=sys.stderr)
         return EXIT_USAGE
     return 0 if outcome.complete else EXIT_INCOMPLETE

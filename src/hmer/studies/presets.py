@@ -6,9 +6,10 @@ recipe. The preset decides the model size (the spec's tiny or full model preset)
 data subset, the schedule, the decoding at test time, the seeds and the default number
 of workers, and it says what the study will cost before it starts:
 
-- ``smoke``: a tiny model on a few hundred short expressions, a few epochs, a small test
-  subset and beam 3; for a CPU. The direction ablation finishes on a 2-core CPU within
-  ten minutes end to end (``python studies/ablate_direction.py``).
+- ``smoke``: a tiny model on 400 training expressions rendered 48 px high, at most 8
+  epochs, 50 test expressions per year and beam 3; for a CPU. The direction ablation
+  finishes on a 2-core CPU within ten minutes end to end (``python studies/ablate_direction.py``;
+  measured 5.7 to 7.6 minutes, see docs/studies.md).
 - ``short``: the full-size model on the full data, with a wall-clock budget per trial
   sized so that the whole grid fits a 25-minute window on one H200 (several trials share
   the GPU side by side).
@@ -87,7 +88,8 @@ class StudyPreset:
         return values
 
     def expected_seconds(self, n_trials: int, n_jobs: int) -> float:
-        """The expected wall-clock time of a study of `n_trials` trials on `n_jobs` workers."""
+        """The expected wall-clock time of a study of `n_trials` trials on `n_jobs` workers
+        (0 when unknown: no window and no measured trial time)."""
         rounds = math.ceil(n_trials / max(1, n_jobs))
         if self.window_s > 0:
             return min(self.window_s, self.load_s + rounds * self.trial_seconds) if self.trial_seconds \
@@ -97,7 +99,8 @@ class StudyPreset:
     def describe(self, n_trials: int, n_jobs: int) -> str:
         """The start-of-study banner: what the preset is and what the study will cost."""
         budget = self.trial_budget_s(n_trials, n_jobs)
-        lines = [f"preset {self.name}: {self.summary}"]
+        settings = ", ".join(f"{k}={v}" for k, v in self.overrides.items())
+        lines = [f"preset {self.name}: {self.summary}", f"  settings: {settings}"]
         cost = _format_duration(self.expected_seconds(n_trials, n_jobs))
         if self.window_s > 0:
             lines.append(
@@ -105,10 +108,17 @@ class StudyPreset:
                 f"worker(s) (within the {_format_duration(self.window_s)} window: "
                 f"{_format_duration(budget)} of training per trial at most, "
                 f"{_format_duration(self.eval_reserve_s)} reserved for the test years)")
-        else:
+        elif self.trial_seconds > 0:
             lines.append(
                 f"  expected cost: about {cost} on {self.hardware} for {n_trials} trials on {n_jobs} "
                 f"worker(s) ({_format_duration(self.trial_seconds)} per trial)")
+        else:
+            epochs = int(self.overrides.get("train.epochs", 0))
+            images = epochs * CROHME_TRAIN_EXPRESSIONS
+            lines.append(
+                f"  expected cost: no time limit; each of the {n_trials} trials trains {epochs} epochs over "
+                f"{CROHME_TRAIN_EXPRESSIONS:,} expressions ({images / 1e6:.2f} M images): divide by the images per "
+                f"second of `hmer bench train` on your GPU for the hours per trial, then by the workers")
         lines.extend(f"  {note}" for note in self.notes)
         return "\n".join(lines)
 
@@ -123,45 +133,42 @@ def _format_duration(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
-# What the smoke preset was measured at: `python studies/ablate_direction.py --preset smoke`
-# (3 variants x 2 seeds) on a 2-core CPU; see docs/studies.md for the measurement.
-_SMOKE_TRIAL_SECONDS = 60.0
-# The paper recipe: 300 epochs over the 8,835 training expressions. At the ~100 training
-# images per second of a BTTR step on one GPU (docs/benchmarks.md), one trial is ~7 GPU-hours.
+# One smoke trial (training budget, validation, three test years, MLflow), as measured with
+# `python studies/ablate_direction.py --preset smoke` on a 2-core CPU; see docs/studies.md.
+_SMOKE_TRIAL_SECONDS = 55.0
+# The papers train 300 epochs over the CROHME training set (8,835 expressions).
 _PAPER_EPOCHS = 300
-_PAPER_TRIAL_SECONDS = _PAPER_EPOCHS * 8835 / 100.0
+CROHME_TRAIN_EXPRESSIONS = 8835
 
 PRESETS: dict[str, StudyPreset] = {
     "smoke": StudyPreset(
         name="smoke",
-        summary="tiny model, 400 training expressions, 6 epochs, 100 test expressions per year, beam 3",
+        summary="the tiny model on a CPU-sized subset, images rendered 48 px high, beam 3",
         model_size="tiny",
         overrides={
-            "data.render_height": 48, "data.train_limit": 400, "data.val_limit": 50, "data.test_limit": 100,
-            "train.epochs": 8, "train.beam_size": 3, "train.max_decode_len": 48,
-            "train.attention_maps": 1,
+            "data.render_height": 48, "data.train_limit": 400, "data.val_limit": 50, "data.test_limit": 50,
+            "train.epochs": 8, "train.beam_size": 3, "train.max_decode_len": 40, "train.attention_maps": 1,
         },
         seeds=(1, 2),
         sweep_trials=6,
         window_s=9 * 60.0,
-        load_s=90.0,
-        eval_reserve_s=20.0,
+        load_s=60.0,
+        eval_reserve_s=40.0,
         default_jobs=1,
         hardware="a 2-core CPU",
         trial_seconds=_SMOKE_TRIAL_SECONDS,
-        notes=("2 seeds (the smoke preset may use fewer than the 3 of short and paper); numbers from it "
-               "show that the pipeline works, not which variant is better",),
+        notes=("a smoke study shows that the pipeline works end to end, not which variant is better",),
     ),
     "short": StudyPreset(
         name="short",
         summary="full-size model on the full data, a wall-clock budget per trial, beam 10",
         model_size="full",
-        overrides={"train.epochs": _PAPER_EPOCHS, "train.val_every": 1},
+        overrides={"train.epochs": _PAPER_EPOCHS},
         seeds=(1, 2, 3),
         sweep_trials=12,
         window_s=25 * 60.0,
         load_s=120.0,
-        eval_reserve_s=90.0,
+        eval_reserve_s=150.0,
         default_jobs=3,
         hardware="one H200",
         notes=("trials share the GPU side by side (3 workers by default); the budget per trial "
@@ -179,7 +186,6 @@ PRESETS: dict[str, StudyPreset] = {
         eval_reserve_s=0.0,
         default_jobs=1,
         hardware="one GPU",
-        trial_seconds=_PAPER_TRIAL_SECONDS,
         notes=("run several workers (--n-jobs, or the same command on more machines with a shared "
                "--storage) to divide the wall-clock time",),
     ),

@@ -18,27 +18,28 @@ with the same `--storage` adds more.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import multiprocessing
 import os
-import sys
 import tempfile
 import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ..config import Config
-from .claims import CELL_ATTR, ERROR_ATTR, WORKER_ATTR, CellClaims, ClaimedGridSampler, Worker, describe_cell_key
+from .claims import ERROR_ATTR, WORKER_ATTR, CellClaims, ClaimedGridSampler, Worker, describe_cell_key
 from .presets import StudyPreset, get_preset
 from .spec import SEED_KEY, StudySpec, SweepSpec, cell_key, cell_label, variant_label
 
 PARENT_ATTR = "hmer.parent_run_id"  # study user attribute: the MLflow parent run
+CONFIG_ATTR = "hmer.config"  # study system attribute: the base config of every cell (flat dict)
 HEARTBEAT_S = 20  # Optuna heartbeat of a running trial; a trial silent for GRACE_S is stale
 GRACE_S = 60
 POLL_S = 5.0  # how often a worker with nothing to claim looks at the others' trials
@@ -86,24 +87,38 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         engine_kwargs["connect_args"] = {"timeout": 60}  # several workers wait for each other's writes
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), _first_use_lock(url):
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat, stable since 2.9
-        return _retry_first_use(lambda: optuna.storages.RDBStorage(
-            url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_S, grace_period=GRACE_S))
+        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_S,
+                                          grace_period=GRACE_S)
 
 
-def _retry_first_use(make: Callable[[], Any], attempts: int = 6) -> Any:
-    """`make()`, retried: workers that start together race to create a new database's tables."""
-    import random
+@contextlib.contextmanager
+def _first_use_lock(url: str) -> Iterator[None]:
+    """Hold an exclusive lock beside a local SQLite database while it is opened.
 
-    for attempt in range(attempts):
+    The first use of a new database creates its tables, and MLflow then runs its schema
+    migrations; two processes doing that at once break each other (SQLite's batch
+    migrations leave half-copied tables behind). Workers on one machine therefore take
+    turns here. Server databases (PostgreSQL, MySQL) need no lock: their DDL is transactional.
+    """
+    path = url[len("sqlite:///"):] if url.startswith("sqlite:///") else ""
+    if not path or path == ":memory:":
+        yield
+        return
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: first use by several processes at once is not supported
+        yield
+        return
+    lock_path = Path(path).with_name(Path(path).name + ".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
         try:
-            return make()
-        except Exception:  # noqa: BLE001 - "table already exists" and kin; the last attempt re-raises
-            if attempt == attempts - 1:
-                raise
-            time.sleep(random.uniform(0.2, 1.0) * (attempt + 1))
-    raise AssertionError("unreachable")
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def mask_url(url: str) -> str:
@@ -123,7 +138,8 @@ def _mlflow_client(tracking_uri: str):
 
 
 def _study_runs_filter(study_name: str) -> str:
-    return f"tags.`hmer.study` = '{study_name}'"
+    quoted = study_name.replace("'", "\\'")
+    return f"tags.`hmer.study` = '{quoted}'"
 
 
 def fail_dead_trial_runs(client, experiment_id: str, study: optuna.Study) -> list[str]:
@@ -195,19 +211,19 @@ def _open_study(*, name: str, kind: str, storage_url: str, sampler, pruner, attr
         for key, value in attrs.items():
             study.set_user_attr(key, value)
         study.set_user_attr("hmer.kind", kind)
-        study.set_user_attr("hmer.config", flat)
+        _set_system_attr(study, CONFIG_ATTR, flat)
         return study, base, True
-    stored = _wait_for_attr(study, "hmer.config", timeout_s=60.0)
+    stored = _wait_for_attr(study, CONFIG_ATTR, timeout_s=60.0, system=True)
     if stored is None:  # its creator died before recording it: this worker records it now
         for key, value in attrs.items():
             study.set_user_attr(key, value)
         study.set_user_attr("hmer.kind", kind)
-        study.set_user_attr("hmer.config", flat)
+        _set_system_attr(study, CONFIG_ATTR, flat)
         return study, base, False
     if study.user_attrs.get("hmer.kind", kind) != kind:
         raise ValueError(f"study {name!r} is a {study.user_attrs['hmer.kind']} study, not a {kind}; "
                          f"choose another --study-name")
-    for key in ("hmer.grid", "hmer.spec"):
+    for key in ("hmer.grid", "hmer.space", "hmer.spec"):
         if key in attrs and study.user_attrs.get(key) != attrs[key]:
             raise ValueError(f"study {name!r} exists with {key} = {study.user_attrs.get(key)!r}, "
                              f"but this command asks for {attrs[key]!r}; use the same options to resume "
@@ -222,11 +238,16 @@ def _open_study(*, name: str, kind: str, storage_url: str, sampler, pruner, attr
     return study, resumed, False
 
 
-def _wait_for_attr(study: optuna.Study, key: str, timeout_s: float) -> Any:
-    """A study user attribute that its creator (another worker) is about to set."""
+def _set_system_attr(study: optuna.Study, key: str, value: Any) -> None:
+    study._storage.set_study_system_attr(study._study_id, key, value)
+
+
+def _wait_for_attr(study: optuna.Study, key: str, timeout_s: float, system: bool = False) -> Any:
+    """A study attribute that its creator (another worker) is about to set."""
     deadline = time.monotonic() + timeout_s
     while True:
-        value = study.user_attrs.get(key)  # read from the storage on every access
+        attrs = study._storage.get_study_system_attrs(study._study_id) if system else study.user_attrs
+        value = attrs.get(key)  # read from the storage every time
         if value is not None or time.monotonic() > deadline:
             return value
         time.sleep(0.5)
@@ -237,7 +258,8 @@ def _parent_run(study: optuna.Study, *, created: bool, tracking_uri: str, experi
     """The study's MLflow parent run, created once and reopened on resume: (experiment id, run id)."""
     from ..tracking.store import setup_mlflow
 
-    experiment_id = _retry_first_use(lambda: setup_mlflow(tracking_uri, experiment))
+    with _first_use_lock(tracking_uri):  # MLflow's first use of a new store migrates its schema
+        experiment_id = setup_mlflow(tracking_uri, experiment)
     client = _mlflow_client(tracking_uri)
     run_id = None if created else _wait_for_attr(study, PARENT_ATTR, timeout_s=60.0)
     if run_id is not None:
@@ -377,8 +399,9 @@ def run_grid_study(
     if main:
         say(f"study {name}: {spec.description}")
         say(preset.describe(len(cells), n_jobs))
-        say(f"  grid: {', '.join(f'{k} in {list(v)}' for k, v in space.items())} = {len(cells)} trials; "
-            f"baseline {cell_label(spec.baseline_cell)}; model preset {spec.model_preset(preset.model_size)}")
+        say(f"  grid: {', '.join(f'{k} in {list(v)}' for k, v in space.items())} = {len(cells)} trials "
+            f"({len(seeds)} seed{'s' if len(seeds) > 1 else ''} per variant); baseline "
+            f"{cell_label(spec.baseline_cell)}; model preset {spec.model_preset(preset.model_size)}")
         say(f"  Optuna storage {mask_url(storage_url)}; MLflow {tracking_uri}, experiment {name}")
 
     sampler = ClaimedGridSampler(space)
@@ -396,8 +419,6 @@ def run_grid_study(
     done = sum(cell_key(c) in status.complete for c in cells)
     if done and main:
         say(f"resuming: {done} of {len(cells)} cells already complete")
-    if data is None and status.open_cells(cells, set()):
-        data = _load_data(base, say)  # before any MLflow run: a bad --data fails here, cleanly
     experiment_id, parent = _parent_run(
         study, created=created, tracking_uri=tracking_uri, experiment=name,
         params={"study": name, "kind": "grid", "spec": spec.name, "preset": preset.name,
@@ -412,12 +433,16 @@ def run_grid_study(
                        worker=worker, say=say)
     fail_dead_trial_runs(session.client, experiment_id, study)
 
-    children = _start_workers("grid", spec, preset, n_jobs, storage_url, tracking_uri, data_path, name, seeds,
-                              overrides) if main else []
-    _set_threads(n_jobs)
+    children: list = []
     failed_here: set[str] = set()
     interrupted = False
     try:
+        if data is None and status.open_cells(cells, set()):
+            data = _load_data(base, say)  # once per process; the extra workers then read the warm cache
+        if main:
+            children = _start_workers("grid", spec, preset, n_jobs, storage_url, tracking_uri, data_path, name,
+                                      seeds, overrides)
+        _set_threads(n_jobs)
         _grid_worker_loop(session, spec, preset, sampler, claims, cells, space, data, failed_here, wait=main)
     except KeyboardInterrupt:
         interrupted = True
@@ -439,7 +464,7 @@ def run_grid_study(
         say(f"study {name}: {n_complete} of {len(cells)} cells complete"
             + ("" if complete else f"; failed: {'; '.join(outcome.failed) or 'none here'} "
                f"(run the same command to retry them)"))
-        outcome.table = grid_table(name, tracking_uri, study, spec)
+        outcome.table = grid_table(name, tracking_uri)
         if print_table and outcome.table:
             print(outcome.table, flush=True)
     return outcome
@@ -448,8 +473,14 @@ def run_grid_study(
 def _grid_worker_loop(session: _Session, spec: StudySpec, preset: StudyPreset, sampler: ClaimedGridSampler,
                       claims: CellClaims, cells: list[dict[str, Any]], space: Mapping[str, Sequence[Any]],
                       data: dict[str, list] | None, failed_here: set[str], wait: bool) -> None:
-    """Claim and run cells until none is open; with `wait`, also wait out the other workers."""
+    """Claim and run cells until none is open; with `wait`, also wait out the other workers.
+
+    A cell whose trial raised an error in this session (in any worker) is not retried until
+    the command runs again; `failed_here` collects them.
+    """
+    started = time.time()
     while True:
+        failed_here |= claims.errored_since(started)
         if data is None and claims.status().open_cells(cells, failed_here):
             # Before claiming: a claim must turn into a trial within seconds, loading takes minutes.
             data = _load_data(session.base, session.say)
@@ -467,7 +498,7 @@ def _grid_worker_loop(session: _Session, spec: StudySpec, preset: StudyPreset, s
             continue
         state = _run_grid_trial(session, spec, preset, sampler, claims, cell, space, data)
         if state != TrialState.COMPLETE:
-            failed_here.add(cell_key(cell))  # not again in this process: a rerun retries it
+            failed_here.add(cell_key(cell))  # not again in this session: a rerun retries it
 
 
 def _run_grid_trial(session: _Session, spec: StudySpec, preset: StudyPreset, sampler: ClaimedGridSampler,
@@ -537,7 +568,7 @@ def _start_workers(kind: str, spec, preset: StudyPreset, n_jobs: int, storage_ur
     procs = []
     for _ in range(n_jobs - 1):
         proc = ctx.Process(target=_worker_main, kwargs=dict(
-            kind=kind, spec=spec, preset=preset.name, n_jobs=n_jobs, storage=storage_url,
+            kind=kind, spec=spec, preset=preset, n_jobs=n_jobs, storage=storage_url,
             tracking_uri=tracking_uri, data_path=data_path, study_name=name, seeds=seeds,
             overrides=dict(overrides or {}), n_trials=n_trials))
         proc.start()
@@ -545,78 +576,28 @@ def _start_workers(kind: str, spec, preset: StudyPreset, n_jobs: int, storage_ur
     return procs
 
 
-def _worker_main(kind: str, spec, preset: str, n_jobs: int, storage: str, tracking_uri: str, data_path: str | None,
+def _worker_main(kind: str, spec, preset: StudyPreset, n_jobs: int, storage: str, tracking_uri: str, data_path: str | None,
                  study_name: str, seeds, overrides: dict[str, Any], n_trials: int) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     common = dict(storage=storage, tracking_uri=tracking_uri, n_jobs=n_jobs, data_path=data_path,
                   study_name=study_name, overrides=overrides, role="worker")
-    if kind == "grid":
-        run_grid_study(spec, preset, seeds=seeds, print_table=False, **common)
-    else:
-        run_sweep(spec, preset, n_trials=n_trials, **common)
+    try:
+        if kind == "grid":
+            run_grid_study(spec, preset, seeds=seeds, print_table=False, **common)
+        else:
+            run_sweep(spec, preset, n_trials=n_trials, **common)
+    except KeyboardInterrupt:  # Ctrl-C reaches every process of the group; the main one reports it
+        pass
 
 
 # ---- the table ------------------------------------------------------------------------------------
 
-def grid_table(study_name: str, tracking_uri: str, study: optuna.Study, spec: StudySpec) -> str:
-    """The per-year table of the study, from `hmer.reports` (mean ± std over seeds, paired tests).
+def grid_table(study_name: str, tracking_uri: str) -> str:
+    """The per-year table of the study from `hmer.reports`: mean ± std over seeds of ExpRate,
+    <=1 and <=2, and each variant against the baseline with paired tests over test expressions."""
+    from ..reports.tables import format_table, study_table
 
-    Where the reports module cannot be imported, a plain table from the trials' own
-    scores (no significance tests) stands in, so a finished study always shows its numbers.
-    """
-    try:
-        from ..reports.tables import format_table, study_table
-    except ImportError as exc:
-        return _trials_table(study, spec) + f"\n(significance tests need hmer.reports: {exc})"
     return format_table(study_table(study_name, tracking_uri))
-
-
-def _trials_table(study: optuna.Study, spec: StudySpec) -> str:
-    """Per year and variant: mean ± std over seeds of ExpRate, <=1, <=2, and the mean paired
-    difference of ExpRate against the baseline variant (same seed)."""
-    import pandas as pd
-
-    rows = []
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        for key, value in t.user_attrs.items():
-            if key.startswith("test_") and key.endswith("_exprate"):
-                year = key[len("test_"):-len("_exprate")]
-                rows.append({"variant": t.user_attrs.get("hmer.variant"), "seed": t.user_attrs.get("hmer.seed"),
-                             "year": year, "exprate": value, "le1": t.user_attrs.get(f"test_{year}_le1"),
-                             "le2": t.user_attrs.get(f"test_{year}_le2")})
-    if not rows:
-        return "(no complete trials yet)"
-    df = pd.DataFrame(rows)
-    baseline = variant_label(spec.baseline_cell)
-    order = [variant_label({k: v}) for k, values in spec.axes.items() for v in values] if len(spec.axes) == 1 \
-        else sorted(df["variant"].unique())
-    lines = []
-    for year, part in df.groupby("year", sort=True):
-        base = part[part["variant"] == baseline].set_index("seed")["exprate"]
-        out = []
-        for variant in [v for v in order if v in set(part["variant"])]:
-            v = part[part["variant"] == variant]
-            paired = v.set_index("seed")["exprate"] - base
-            paired = paired.dropna()
-            out.append({
-                "variant": variant + (" (baseline)" if variant == baseline else ""),
-                "seeds": len(v),
-                "ExpRate": _mean_std(v["exprate"]), "<=1": _mean_std(v["le1"]), "<=2": _mean_std(v["le2"]),
-                "vs baseline": "" if variant == baseline or paired.empty else f"{paired.mean():+.2f}",
-            })
-        lines.append(f"CROHME {year}\n" + pd.DataFrame(out).to_string(index=False))
-    return "\n\n".join(lines)
-
-
-def _mean_std(values) -> str:
-    values = [float(v) for v in values if v is not None]
-    if not values:
-        return ""
-    mean = sum(values) / len(values)
-    if len(values) < 2:
-        return f"{mean:.2f}"
-    std = math.sqrt(sum((x - mean) ** 2 for x in values) / (len(values) - 1))
-    return f"{mean:.2f} ± {std:.2f}"
 
 
 # ---- sweeps -----------------------------------------------------------------------------------------
@@ -682,8 +663,6 @@ def run_sweep(
     if reaped and main:
         say(f"resuming: trial(s) {', '.join(str(t.number) for t in reaped)} of a dead worker marked FAIL "
             f"and replaced")
-    if data is None and _finished_trials(study) < n_trials:
-        data = _load_data(base, say)  # before any MLflow run: a bad --data fails here, cleanly
     experiment_id, parent = _parent_run(
         study, created=created, tracking_uri=tracking_uri, experiment=name,
         params={"study": name, "kind": "sweep", "spec": spec.name, "preset": preset.name,
@@ -697,12 +676,16 @@ def run_sweep(
                        worker=worker, say=say)
     fail_dead_trial_runs(session.client, experiment_id, study)
 
-    children = _start_workers("sweep", spec, preset, n_jobs, storage_url, tracking_uri, data_path, name, None,
-                              overrides, n_trials) if main else []
-    _set_threads(n_jobs)
+    children: list = []
     failures_in_a_row = 0
     interrupted = False
     try:
+        if data is None and _finished_trials(study) < n_trials:
+            data = _load_data(base, say)  # once per process; the extra workers then read the warm cache
+        if main:
+            children = _start_workers("sweep", spec, preset, n_jobs, storage_url, tracking_uri, data_path, name,
+                                      None, overrides, n_trials)
+        _set_threads(n_jobs)
         while _finished_trials(study) < n_trials:
             if data is None:  # a trial of a dead worker must be replaced after all
                 data = _load_data(base, say)

@@ -77,11 +77,9 @@ class StudySpec:
         import itertools
 
         keys = list(self.axes)
-        cells = []
-        for seed in seeds:
-            for values in itertools.product(*(self.axes[k] for k in keys)):
-                cells.append({**dict(zip(keys, values)), SEED_KEY: int(seed)})
-        return cells
+        baseline = tuple(self.baseline_cell[k] for k in keys)
+        variants = sorted(itertools.product(*(self.axes[k] for k in keys)), key=lambda v: v != baseline)
+        return [{**dict(zip(keys, values)), SEED_KEY: int(seed)} for seed in seeds for values in variants]
 
     def overrides(self, cell: Mapping[str, Any]) -> dict[str, Any]:
         """The Config overrides of one cell: the fixed ones, its axis values and what they bring."""

@@ -1,0 +1,50 @@
+"""`hmer bench train|decode` end to end on CPU with tiny sizes: both run through the CLI and end
+with a line `images_per_second=<positive number>` that scripts read (benchmarks/*.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hmer.bench import split_overrides, synthetic_expressions
+from hmer.cli import main
+
+
+def _last_figure(text: str) -> float:
+    last = text.strip().splitlines()[-1]
+    key, _, value = last.partition("=")
+    assert key == "images_per_second", last
+    return float(value)
+
+
+def test_bench_train_tiny_on_cpu_ends_with_images_per_second(capsys, one_thread):
+    assert main(["bench", "train", "--preset", "tiny", "--device", "cpu", "--images", "8",
+                 "--set", "bench.pool=300"]) == 0
+    out = capsys.readouterr().out
+    assert _last_figure(out) > 0
+    assert "padding_share=" in out and "epoch_seconds_8835=" in out and "peak_memory_mb=" in out
+
+
+def test_bench_decode_tiny_on_cpu_ends_with_images_per_second(capsys, one_thread):
+    assert main(["bench", "decode", "--preset", "tiny", "--device", "cpu", "--images", "2",
+                 "--set", "bench.pool=40", "data.eval_max_batch_size=2", "train.beam_size=2",
+                 "train.max_decode_len=6", "bench.check_unbatched=2"]) == 0
+    out = capsys.readouterr().out
+    assert _last_figure(out) > 0
+    assert "mean_hyp_tokens=" in out
+    assert "unbatched_match=2/2" in out
+
+
+def test_bench_settings_are_split_from_config_overrides():
+    config, knobs = split_overrides(["train.lr=0.1", "bench.prefetch=3", "bench.weights=run"])
+    assert config == ["train.lr=0.1"]
+    assert knobs["prefetch"] == 3 and knobs["weights"] == "run"
+    with pytest.raises(ValueError, match="bench.nonsense"):
+        split_overrides(["bench.nonsense=1"])
+
+
+def test_synthetic_sizes_follow_crohme():
+    exprs = synthetic_expressions(400)
+    heights = sorted(e.image.shape[0] for e in exprs)
+    widths = sorted(e.image.shape[1] for e in exprs)
+    lengths = sorted(len(e.tokens) for e in exprs)
+    assert 70 <= heights[200] <= 125 and 170 <= widths[200] <= 340 and 6 <= lengths[200] <= 18
