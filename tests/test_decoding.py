@@ -78,6 +78,28 @@ def test_a_beam_wide_enough_to_keep_every_prefix_finds_the_brute_force_best(alph
     assert [h.score for h in pool] == sorted((h.score for h in pool), reverse=True)
 
 
+def sure_of_a_long_answer_model() -> TableModel:
+    """Sure (0.99 a step) of [A A A A A A]; every other prefix ends with probability 0.6. The
+    junk prefixes that the beam keeps beside the answer therefore finish first and fill the
+    pool of finished hypotheses long before the answer does."""
+    answer = (SOS,) + (A,) * 6
+    table = {answer[:i]: {A: 0.99} for i in range(1, len(answer))}
+    table[answer] = {EOS: 0.99}
+    return TableModel(8, table=table, defaults={SOS: {EOS: 0.6}})
+
+
+@pytest.mark.parametrize("beam_size", [2, 3, 10])
+def test_beam_search_keeps_decoding_a_sure_long_answer_after_short_junk_has_filled_the_pool(beam_size):
+    # Regression: stopping as soon as `beam_size` hypotheses had finished returned junk here
+    # (seen on a real model that read 16 memorized formulas back greedily but not by beam).
+    model = sure_of_a_long_answer_model()
+    _, _, feats, mask = one_image(model)
+    assert greedy_search(model, feats, mask, SOS, EOS, max_len=10) == [[A] * 6]
+    pool = beam_search(model, feats, mask, SOS, EOS, beam_size=beam_size, max_len=10, length_penalty=1.0)[0]
+    assert pool[0].tokens == [A] * 6
+    assert pool[0].log_prob == pytest.approx(7 * torch.tensor(0.99).log().item(), abs=1e-5)
+
+
 # ---- the batched search against a plain one-image reference ----------------------------------
 
 def reference_beam(model: ToyModel, key: float, start: int, end: int, k: int, max_len: int, alpha: float,
@@ -114,7 +136,7 @@ def reference_beam(model: ToyModel, key: float, start: int, end: int, k: int, ma
                 new_live.append((prefix + (tok,), score))
         live = new_live
         best_live = max(s for _, s in live)
-        if pool and (not exhaustive and len(pool) >= k):
+        if pool and not exhaustive and len(pool) >= k and normalized(best_live, t + 1, alpha) <= pool[-1][1]:
             break
         bound = max(normalized(best_live, t + 1, alpha), normalized(best_live, max_len, alpha))
         if pool and bound <= pool[0][1]:

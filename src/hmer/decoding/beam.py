@@ -12,7 +12,7 @@ state is expanded to that layout once (`reorder_state`). Each step:
    normalisation (`hypothesis.length_normalized`); the pool keeps its best `beam_size`;
 4. the live beam is refilled with the best `beam_size` non-end candidates, so it stays full
    (CoMER's / Hugging Face's scheme; BTTR lets the beam shrink instead);
-5. an image is done when nothing can change its answer any more (see `_image_done`); its rows
+5. an image is done when its answer can no longer change (see `_image_done`); its rows
    leave the decoder state, and the loop stops when every image is done.
 
 A hypothesis that reaches `max_len` tokens without ending is closed there, with its end-token
@@ -61,10 +61,12 @@ def beam_search(
     feats [B, h, w, d], mask [B, h, w] (True = pad): from `model.encode`.
     start_id, end_id: an int, or one id per image (joint search runs l2r and r2l rows together).
     length_penalty: alpha of `log_prob / max(len, 1) ** alpha`.
-    exhaustive: by default an image stops as soon as `beam_size` hypotheses have finished (BTTR's
-        rule), or earlier once no live hypothesis can beat its best finished one. With
-        exhaustive=True only the second rule (and max_len) applies: the returned best is then the
-        best the beam can reach, at the price of decoding longer (up to max_len for a weak model).
+    exhaustive: by default an image stops once `beam_size` hypotheses have finished and the best
+        live one, scored at its current length, ranks below all of them (Hugging Face's
+        `early_stopping=False`, as in BTTR and CoMER), or earlier once no continuation can beat
+        the best finished one. With exhaustive=True only the second rule (and max_len) applies:
+        the returned best is then the best the beam can reach, at the price of decoding longer
+        (up to max_len for a weak model).
 
     Deterministic, and one image's hypotheses are the same in any batch, as long as the model's
     rows are independent of one another (its feature masks make padding irrelevant).
@@ -177,13 +179,20 @@ def _image_done(
     alpha: float,
     exhaustive: bool,
 ) -> bool:
-    """Whether decoding this image further can no longer change its pool's best hypothesis
-    (or, by default, whether `beam_size` hypotheses have finished, as in BTTR)."""
+    """Whether to stop decoding this image.
+
+    Exact rule (always on): no continuation of a live hypothesis can beat the pool's best.
+    Default rule (off when `exhaustive`): the pool is full and the best live hypothesis, scored
+    at its current length, already ranks below the pool's worst; this is Hugging Face's
+    `early_stopping=False` test, used by BTTR and CoMER. Stopping merely because `beam_size`
+    hypotheses have finished is wrong: a model that is sure of a long answer lets short junk
+    hypotheses end first, and would then lose its answer.
+    """
     if best_live == NEG_INF:  # nothing left to extend
         return True
     if not pool:
         return False
-    if not exhaustive and len(pool) >= beam_size:
+    if not exhaustive and len(pool) >= beam_size and length_normalized(best_live, live_len, alpha) <= pool[-1].score:
         return True
     # Upper bound on the normalised score of any continuation: log-probs are <= 0, so the sum
     # can only fall, while the length it is divided by lies in [live_len, max_len]; the ratio
