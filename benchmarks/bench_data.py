@@ -88,6 +88,16 @@ def main() -> int:
     print(f"make_batches_ms={1000 * (time.perf_counter() - start):.0f} batches={len(batches)} "
           f"padding_share={padding_share(train, batches):.3f} "
           f"(train, {cfg.batch_pixels} px budget, max {cfg.max_batch_size} per batch)")
+    # The padding of the default sort (height bins of 16 px, then width) against BTTR's exact
+    # (height, width) sort, for training and for evaluation batches.
+    max_px = cfg.max_image_pixels
+    for split, budget, cap, limit in (("train", cfg.batch_pixels, cfg.max_batch_size, None),
+                                      ("2014", cfg.eval_batch_pixels, cfg.eval_max_batch_size, max_px)):
+        exprs = warm[split]
+        shares = {b: padding_share(exprs, make_batches(exprs, budget, cap, shuffle=False, max_image_pixels=limit,
+                                                       height_bin=b), limit) for b in (1, 16)}
+        print(f"padding_{split}_exact_sort={shares[1]:.3f} padding_{split}_height_bins_16={shares[16]:.3f} "
+              f"({split}, {budget} px budget, max {cap} per batch)")
     return 0
 
 

@@ -124,7 +124,6 @@ def main() -> int:
         runs.append(("large-naive", base.override(large_settings),
                      f"batch {big_batch} img / {big_pixels:,} px, lr {base.train.lr:g}, no warm-up"))
 
-    import mlflow
     from mlflow.tracking import MlflowClient
 
     uri = args.tracking_uri or default_tracking_uri()

@@ -35,9 +35,9 @@ def test_bench_decode_tiny_on_cpu_ends_with_images_per_second(capsys, one_thread
 
 
 def test_bench_settings_are_split_from_config_overrides():
-    config, knobs = split_overrides(["train.lr=0.1", "bench.prefetch=3", "bench.weights=run"])
+    config, knobs = split_overrides(["train.lr=0.1", "bench.warmup=3", "bench.weights=run"])
     assert config == ["train.lr=0.1"]
-    assert knobs["prefetch"] == 3 and knobs["weights"] == "run"
+    assert knobs["warmup"] == 3 and knobs["weights"] == "run"
     with pytest.raises(ValueError, match="bench.nonsense"):
         split_overrides(["bench.nonsense=1"])
 

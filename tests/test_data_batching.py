@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from hmer.data import Batch, Expression, Vocab, collate, fit_to_pixels, make_batches, padding_share
+from hmer.data.batching import HEIGHT_BIN
 
 
 def random_expressions(n: int, seed: int = 0) -> list[Expression]:
@@ -52,10 +53,20 @@ def test_batches_are_deterministic_for_a_seed_and_shuffled_between_seeds():
     assert a != b and sorted(map(tuple, a)) == sorted(map(tuple, b))  # same buckets, other order
 
 
-def test_unshuffled_batches_go_from_small_to_large_images():
+def test_unshuffled_batches_go_from_short_to_tall_images_in_16_px_height_bins():
     batches = make_batches(EXPRS, BUDGET, 16, shuffle=False)
-    heights = [max(EXPRS[i].image.shape[0] for i in b) for b in batches]
+    bins = [max(EXPRS[i].image.shape[0] for i in b) // HEIGHT_BIN for b in batches]
+    assert bins == sorted(bins)
+    exact = make_batches(EXPRS, BUDGET, 16, shuffle=False, height_bin=1)
+    heights = [max(EXPRS[i].image.shape[0] for i in b) for b in exact]
     assert heights == sorted(heights)
+
+
+def test_height_bins_pad_less_than_an_exact_height_sort():
+    # Heights vary less than widths: binning them lets the widths line up inside a batch.
+    binned = padding_share(EXPRS, make_batches(EXPRS, BUDGET, 16, shuffle=False))
+    exact = padding_share(EXPRS, make_batches(EXPRS, BUDGET, 16, shuffle=False, height_bin=1))
+    assert binned < exact
 
 
 def test_padding_share_is_small_when_bucketed_and_zero_for_equal_sizes():

@@ -8,9 +8,12 @@ set's joint distribution, bucketed exactly as in training (or evaluation). Timin
 starts after warm-up steps, and on a GPU it synchronises only at the ends of the timed
 region, never inside the step.
 
-The training step is the trainer's (`hmer.training.trainer`): collate (with the
-preset's scale augmentation), autocast, `model.loss`, backward, gradient clipping,
-optimiser step; `--set train.compile=true` compiles it as the trainer does. The decode
+The training step is the trainer's, fed by the trainer's input pipeline
+(`hmer.training.loader`: collate with the preset's scale augmentation, targets built on
+the host, pinned and copied without blocking on a GPU, `data.prefetch` batches ahead in a
+thread), then autocast, `loss_from_targets`, backward, gradient clipping, optimiser step.
+The trainer's settings apply as they do there: `--set train.compile=true`,
+`train.channels_last=true`, `data.prefetch=N`, `train.precision=fp32`. The decode
 step is `decode_batch` with the preset's beam size, maximum length and direction
 (`bi`: BTTR's joint search), on the evaluation bucketing.
 
@@ -21,12 +24,6 @@ Benchmark-only knobs go through `--set bench.KEY=VALUE` beside the config overri
                              test year): the padding share depends on it
     bench.warmup=N           untimed steps on the smallest batches first (default: 2 train / 1 decode,
                              6 when compiling)
-    bench.prefetch=N         batches collated ahead in a background thread (default 2 on GPU, 0 on CPU)
-    bench.pin=0|1            page-locked batches, copied with non_blocking (default 1 on GPU)
-    bench.channels_last=0|1  channels-last weights and images (default 1 on GPU)
-    bench.host_targets=0|1   build the teacher-forcing targets on the host and copy them without
-                             blocking, instead of `model.loss`'s blocking copies (a measured
-                             what-if for the trainer; default 0 = exactly the trainer's step)
     bench.weights=PATH|RUN   decode (or start training) with trained weights: a checkpoint or a
                              run id. Untrained weights rarely emit <eos>, so their hypotheses run
                              to max_len and the decode figure is a pessimistic bound; the
@@ -47,12 +44,10 @@ from __future__ import annotations
 
 import math
 import os
-import queue
 import resource
 import sys
-import threading
 import time
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -64,8 +59,7 @@ _LOG_STD = np.array([0.352, 0.761, 0.979])
 _LOG_CORR = np.array([[1.0, 0.542, 0.704], [0.542, 1.0, 0.821], [0.704, 0.821, 1.0]])
 
 BENCH_DEFAULTS: dict[str, Any] = {
-    "pool": 0, "warmup": -1, "prefetch": -1, "pin": -1, "channels_last": -1, "host_targets": 0,
-    "weights": "", "check_unbatched": 0, "start_at": 0.0,
+    "pool": 0, "warmup": -1, "weights": "", "check_unbatched": 0, "start_at": 0.0,
 }
 
 
@@ -122,44 +116,6 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _prefetched(make: Callable[[Sequence[int]], Any], order: Iterator[Sequence[int]], depth: int) -> Iterator[Any]:
-    """make(idx) for each idx of `order`, computed `depth` batches ahead in one background thread."""
-    if depth <= 0:
-        for idx in order:
-            yield make(idx)
-        return
-    q: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def work():
-        try:
-            for idx in order:
-                if stop.is_set():
-                    return
-                q.put(make(idx))
-        except BaseException as exc:  # re-raised in the consumer
-            q.put(exc)
-        q.put(None)
-
-    thread = threading.Thread(target=work, daemon=True, name="hmer-bench-prefetch")
-    thread.start()
-    try:
-        while True:
-            item = q.get()
-            if item is None:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        while thread.is_alive():  # let the worker see `stop` rather than block on a full queue
-            try:
-                q.get_nowait()
-            except queue.Empty:
-                thread.join(0.05)
-
-
 def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: str | None = None,
                   images: int = 0, seconds: float = 0.0, overrides: list[str] | None = None,
                   out=None) -> int:
@@ -170,9 +126,9 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
     from .data import Vocab, collate, load_dataset, make_batches
     from .data.batching import padding_share
     from .model import build_model
-    from .model.direction import make_targets
     from .presets import experiment_config
     from .training.recipes import build_optimizer
+    from .training.loader import auto_prefetch, make_train_batch, prefetched
     from .training.trainer import _LossModule, autocast_dtype, resolve_device
 
     if what not in ("train", "decode"):
@@ -181,10 +137,8 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
     cfg = experiment_config(preset).override(parse_overrides(config_items))
     dev = resolve_device(device)
     gpu = dev.type == "cuda"
-    prefetch = knobs["prefetch"] if knobs["prefetch"] >= 0 else (2 if gpu else 0)
-    pin = bool(knobs["pin"]) if knobs["pin"] >= 0 else gpu
-    pin = pin and gpu
-    channels_last = bool(knobs["channels_last"]) if knobs["channels_last"] >= 0 else gpu
+    prefetch = auto_prefetch(cfg.data.prefetch, dev)
+    channels_last = bool(cfg.train.channels_last)
     compiled = bool(cfg.train.compile) and what == "train"
     warmup = knobs["warmup"] if knobs["warmup"] >= 0 else ((6 if compiled else 2) if what == "train" else 1)
 
@@ -216,11 +170,10 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
     print(f"benchmark={what} preset={preset} device={dev} precision={amp or torch.float32} "
           f"params={params} source={source}", file=out)
     print(f"weights={weights or 'random'} threads={torch.get_num_threads()} compile={compiled} "
-          f"prefetch={prefetch} pin_memory={pin} channels_last={channels_last} "
-          f"host_targets={bool(knobs['host_targets'])}", file=out)
+          f"prefetch={prefetch} pin_memory={gpu} channels_last={channels_last}", file=out)
 
-    def to_device(b):
-        if pin:
+    def to_device(b):  # decoding's batches: as the training loader does it
+        if gpu:
             b = b.pin_memory()
         b = b.to(dev, non_blocking=True)
         if channels_last:
@@ -237,36 +190,22 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
         if compiled:
             loss_module = torch.compile(loss_module, dynamic=True)
         aug_rng = np.random.default_rng(0)
-        host_targets = bool(knobs["host_targets"])
 
         def make(idx):
             scale = None
             if cfg.data.scale_aug_max > 0:  # the trainer's per-batch scale augmentation (CoMER)
                 scale = float(aug_rng.uniform(cfg.data.scale_aug_min, cfg.data.scale_aug_max))
-            b = to_device(collate([exprs[i] for i in idx], vocab, scale=scale))
-            targets = None
-            if host_targets:
-                tgt_in, tgt_out, _ = make_targets(b.token_ids, cfg.model.direction)
-                if pin:
-                    tgt_in, tgt_out = tgt_in.pin_memory(), tgt_out.pin_memory()
-                targets = (tgt_in.to(dev, non_blocking=True), tgt_out.to(dev, non_blocking=True))
-            return len(idx), b, targets
+            return make_train_batch([exprs[i] for i in idx], vocab, cfg.model.direction, dev, scale, channels_last)
 
-        def step(item):
-            n, b, targets = item
+        def step(tb):
             with torch.autocast(dev.type, dtype=amp, enabled=amp is not None):
-                if targets is None:
-                    loss = loss_module(b.images, b.image_mask, b.token_ids)
-                else:
-                    logits = model(b.images, b.image_mask, targets[0])
-                    loss = torch.nn.functional.cross_entropy(
-                        logits.flatten(0, 1).float(), targets[1].flatten(), ignore_index=vocab.pad_id)
+                loss = loss_module(tb.batch.images, tb.batch.image_mask, tb.tgt_in, tb.tgt_out)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if cfg.train.grad_clip > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
             opt.step()
-            return n
+            return len(tb)
     else:
         from .decoding import decode_batch
 
@@ -309,7 +248,7 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
     for k in range(warmup):
         step(make(smallest[k % len(smallest)]))
     _sync(dev)
-    stream = _prefetched(make, order(), prefetch)
+    stream = prefetched(make, order(), prefetch)
     if what == "decode":
         hyp_tokens[:] = [0, 0]
     if gpu:

@@ -282,33 +282,29 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_predict(args) -> int:
-    import torch
-
-    from .data import Expression, collate
-    from .data.files import read_expression_file
-    from .decoding import decode_batch
-    from .tracking import load_model
-    from .training.trainer import resolve_device
-
     from .data import RenderConfig
+    from .data.files import check_expression_file, read_expression_file
+    from .evaluation.evaluate import predict
+    from .tracking import load_model
+    from .training.trainer import autocast_dtype, resolve_device
 
-    # Every file is read once before the model is loaded, so a bad file fails fast, naming it.
-    for f in args.files:
-        read_expression_file(f)
+    for f in args.files:  # a missing file or a wrong suffix fails before the model is loaded
+        check_expression_file(f)
     device = resolve_device(args.device)
     model, cfg, vocab = load_model(args.model, args.tracking_uri, device)
-    # ...and then rendered as the model's training data was.
+    # Each file is read once, and rendered (InkML) as the model's training data was; a corrupt
+    # file fails here, naming itself.
     render_cfg = RenderConfig.from_data_config(cfg.data)
-    exprs: list[Expression] = [read_expression_file(f, render_cfg) for f in args.files]
-    with torch.inference_mode():
-        for expr in exprs:
-            batch = collate([expr], vocab, max_pixels=cfg.data.max_image_pixels).to(device)
-            ids = decode_batch(model, batch.images, batch.image_mask, cfg.model.direction,
-                               beam_size=args.beam or cfg.train.beam_size, max_len=cfg.train.max_decode_len,
-                               length_penalty=cfg.train.length_penalty, sos_id=vocab.sos_id,
-                               eos_id=vocab.eos_id)[0]
-            latex = vocab.to_latex(ids)
-            print(f"{expr.name}\t{latex}" if len(exprs) > 1 else latex)
+    exprs = [read_expression_file(f, render_cfg) for f in args.files]
+    preds, _ = predict(model, exprs, vocab, direction=cfg.model.direction, device=device,
+                       beam_size=args.beam or cfg.train.beam_size, max_len=cfg.train.max_decode_len,
+                       length_penalty=cfg.train.length_penalty, batch_pixels=cfg.data.eval_batch_pixels,
+                       max_batch_size=cfg.data.eval_max_batch_size, max_image_pixels=cfg.data.max_image_pixels,
+                       autocast_dtype=autocast_dtype(cfg.train.precision, device),
+                       progress="decoding" if len(exprs) > 1 else None)
+    for expr, tokens in zip(exprs, preds):
+        latex = " ".join(tokens)
+        print(f"{expr.name}\t{latex}" if len(exprs) > 1 else latex)
     return 0
 
 

@@ -106,7 +106,9 @@ class DataConfig:
     # Train-time scale augmentation (CoMER: x0.7 .. x1.4); 0 disables.
     scale_aug_min: float = 0.0
     scale_aug_max: float = 0.0
-    num_workers: int = 0
+    # Batches collated (and copied to the device) ahead of the step in a background thread;
+    # -1 = 2 on a GPU, 0 on a CPU. See hmer.training.loader.
+    prefetch: int = -1
 
 
 @dataclass
@@ -134,6 +136,7 @@ class TrainConfig:
     precision: str = "auto"  # auto (bf16 autocast on GPU, fp32 on CPU) | fp32 | bf16
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     compile: bool = False
+    channels_last: bool = False  # NHWC encoder weights and images; measure with `hmer bench` first
     # Decoding.
     beam_size: int = 10
     max_decode_len: int = 200

@@ -1,9 +1,16 @@
 """Bucketing expressions into batches under a pixel budget, and collating a batch into tensors.
 
-Training (BTTR's scheme): sort by image size, fill each batch while `B * maxH * maxW` stays within
-the budget (BTTR: 320,000 px) and B within `max_batch_size`, then shuffle the order of the batches
-with the epoch's seed. Every expression lands in exactly one batch; an image larger than the budget
-forms a batch of its own. Sorting by size keeps the zero padding small; `padding_share` reports it.
+Training (BTTR's scheme, with a better sort): sort by image size, fill each batch while
+`B * maxH * maxW` stays within the budget (BTTR: 320,000 px) and B within `max_batch_size`, then
+shuffle the order of the batches with the epoch's seed. Every expression lands in exactly one
+batch; an image larger than the budget forms a batch of its own. `padding_share` reports the
+zero padding that is left.
+
+The sort key is (height // 16, width), not (height, width): 16 px is the encoder's stride, so
+heights within a bin make feature maps of nearly the same height, and inside a bin the widths,
+which vary far more than heights, line up. On CROHME this cuts the padding of training batches
+(320,000 px, <= 16 images) from 10.1 % to 5.3 %, and of evaluation batches (1.6 M px, <= 64
+images, 2014 test) from 53 % to 35 % (`python benchmarks/bench_data.py`).
 
 Evaluation never drops an expression: an image above `max_image_pixels` is resized down (keeping
 its aspect) in `collate(..., max_pixels=...)` and counted in `Batch.resized`; pass the same limit
@@ -56,14 +63,20 @@ def fit_to_pixels(height: int, width: int, max_pixels: int | None) -> tuple[int,
     return new_h, new_w
 
 
+HEIGHT_BIN = 16  # px; the encoder's stride (see the module docstring)
+
+
 def make_batches(exprs: Sequence[Expression], pixel_budget: int, max_batch_size: int, shuffle: bool = True,
-                 seed: int = 0, max_image_pixels: int | None = None) -> list[list[int]]:
+                 seed: int = 0, max_image_pixels: int | None = None,
+                 height_bin: int = HEIGHT_BIN) -> list[list[int]]:
     """Indices into `exprs`, one list per batch (see the module docstring).
 
-    `max_batch_size` <= 0 means no cap. The result is the same for the same sizes and seed.
+    `max_batch_size` <= 0 means no cap; `height_bin=1` sorts by exact (height, width), as BTTR.
+    The result is the same for the same sizes and seed.
     """
     sizes = [fit_to_pixels(*e.image.shape[:2], max_image_pixels) for e in exprs]
-    order = sorted(range(len(exprs)), key=lambda i: (sizes[i][0], sizes[i][1], i))
+    bin_ = max(1, height_bin)
+    order = sorted(range(len(exprs)), key=lambda i: (sizes[i][0] // bin_, sizes[i][1], sizes[i][0], i))
     cap = max_batch_size if max_batch_size > 0 else len(exprs) + 1
     batches: list[list[int]] = []
     current: list[int] = []

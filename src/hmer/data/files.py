@@ -17,14 +17,21 @@ from .render import RenderConfig, render_ink
 from .source import CONTENT_SUFFIXES, IMAGE_SUFFIXES, read_image
 
 
-def read_expression_file(path: str | os.PathLike[str], render_cfg: RenderConfig | None = None) -> Expression:
-    """An `Expression` without tokens (its name is the file's stem)."""
+def check_expression_file(path: str | os.PathLike[str]) -> Path:
+    """The cheap checks of `read_expression_file` (suffix, existence), without reading the file."""
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in CONTENT_SUFFIXES:
         raise DataError(f"{path}: not an InkML or image file (expected {', '.join(CONTENT_SUFFIXES)})")
     if not path.is_file():
         raise DataError(f"{path}: no such file")
+    return path
+
+
+def read_expression_file(path: str | os.PathLike[str], render_cfg: RenderConfig | None = None) -> Expression:
+    """An `Expression` without tokens (its name is the file's stem)."""
+    path = check_expression_file(path)
+    suffix = path.suffix.lower()
     if suffix in IMAGE_SUFFIXES:
         image = read_image(path)
     else:

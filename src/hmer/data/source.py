@@ -168,7 +168,7 @@ def _group_by_stem(filenames: Sequence[str]) -> dict[str, list[str]]:
             files.setdefault(stem, []).append(filename)
     rank = {s: i for i, s in enumerate(CONTENT_SUFFIXES)}
     for names in files.values():
-        names.sort(key=lambda f: rank[f"." + f.rpartition(".")[2].lower()])
+        names.sort(key=lambda f: rank["." + f.rpartition(".")[2].lower()])
     return files
 
 

@@ -45,7 +45,7 @@ GRACE_S = 60
 POLL_S = 5.0  # how often a worker with nothing to claim looks at the others' trials
 # Keys that may differ between the workers of one study: where the data is, how long to train
 # (derived from the number of workers) and the device string.
-_MAY_DIFFER = ("data.path", "train.time_budget_s", "data.num_workers")
+_MAY_DIFFER = ("data.path", "train.time_budget_s", "data.prefetch")
 
 
 @dataclass
@@ -234,7 +234,7 @@ def _open_study(*, name: str, kind: str, storage_url: str, sampler, pruner, attr
         raise ValueError(f"study {name!r} exists with another base config ({'; '.join(differences[:6])}); "
                          f"use the same options to resume it, or another --study-name for a new study")
     resumed = Config.from_flat_dict({k: v for k, v in stored.items()}).override(
-        {"data.path": flat["data.path"], "data.num_workers": flat["data.num_workers"]})
+        {"data.path": flat["data.path"], "data.prefetch": flat["data.prefetch"]})
     return study, resumed, False
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 import platform
 import shutil
 import tempfile
@@ -41,6 +40,7 @@ from ..model import build_model
 from ..tracking.store import default_checkpoint_root, git_commit, setup_mlflow
 from . import distributed as ddp
 from .checkpoint import atomic_torch_save, load_checkpoint, rng_state, set_rng_state
+from .loader import auto_prefetch, train_batches
 from .recipes import LRSchedule, build_optimizer
 
 EpochCallback = Callable[[int, dict[str, float]], None]
@@ -56,7 +56,9 @@ class TrainResult:
     test_scores: dict[str, Scores] = field(default_factory=dict)
     checkpoint: Path | None = None
     num_params: int = 0
-    train_seconds: float = 0.0
+    train_seconds: float = 0.0  # wall clock of the whole loop, validation included
+    step_seconds: float = 0.0  # time in training steps only (what images per second divides by)
+    images_trained: int = 0  # images seen by training steps, all ranks and epochs
 
 
 def resolve_device(name: str) -> torch.device:
@@ -87,8 +89,8 @@ class _LossModule(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, images, image_mask, token_ids):
-        return self.model.loss(images, image_mask, token_ids)
+    def forward(self, images, image_mask, tgt_in, tgt_out):
+        return self.model.loss_from_targets(images, image_mask, tgt_in, tgt_out)
 
 
 def train(
@@ -130,6 +132,9 @@ def train(
     test_years = [y.strip() for y in cfg.data.test_years.split(",") if y.strip() and y.strip() in data]
 
     model = build_model(cfg.model).to(device)
+    if tc.channels_last:  # NHWC convolutions for the encoder (tensor cores prefer them on a GPU)
+        model = model.to(memory_format=torch.channels_last)
+    prefetch = auto_prefetch(cfg.data.prefetch, device)
     num_params = sum(p.numel() for p in model.parameters())
     optimizer = build_optimizer(model.parameters(), tc)
     schedule = LRSchedule(optimizer, tc)
@@ -142,6 +147,7 @@ def train(
         loss_module = torch.compile(loss_module, dynamic=True)
 
     start_epoch, best_val, best_epoch, elapsed_before = 1, -1.0, 0, 0.0
+    step_seconds, images_trained = 0.0, 0
     run_id = None
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
@@ -151,6 +157,7 @@ def train(
         start_epoch = int(ckpt["epoch"]) + 1
         best_val, best_epoch = float(ckpt["best_val_exprate"]), int(ckpt["best_epoch"])
         elapsed_before = float(ckpt.get("train_seconds", 0.0))
+        step_seconds, images_trained = float(ckpt.get("step_seconds", 0.0)), int(ckpt.get("images_trained", 0))
         run_id = ckpt.get("run_id")
 
     # ---- MLflow run (rank 0 only) ----------------------------------------------------------
@@ -193,21 +200,21 @@ def train(
             batches = make_batches(train_set, cfg.data.batch_pixels, cfg.data.max_batch_size,
                                    shuffle=True, seed=tc.seed * 100_003 + epoch)
             batches = ddp.shard(batches, dist_info)
-            aug_rng = np.random.default_rng([tc.seed, epoch])
+            epoch_batches = train_batches(
+                train_set, batches, vocab, cfg.model.direction, device,
+                scale_range=(cfg.data.scale_aug_min, cfg.data.scale_aug_max),
+                rng=np.random.default_rng([tc.seed, epoch]), prefetch=prefetch, channels_last=tc.channels_last)
             loss_sum = torch.zeros((), device=device)
             n_images, n_steps = 0, 0
-            iterator = batches
+            iterator = epoch_batches
             if progress and dist_info.is_main:
                 from tqdm.auto import tqdm
 
-                iterator = tqdm(batches, desc=f"epoch {epoch}/{tc.epochs}", unit="batch", leave=False)
-            for idx in iterator:
-                scale = None
-                if cfg.data.scale_aug_max > 0:
-                    scale = float(aug_rng.uniform(cfg.data.scale_aug_min, cfg.data.scale_aug_max))
-                batch = collate([train_set[i] for i in idx], vocab, scale=scale).to(device)
+                iterator = tqdm(epoch_batches, total=len(batches), desc=f"epoch {epoch}/{tc.epochs}",
+                                unit="batch", leave=False)
+            for tb in iterator:
                 with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-                    loss = loss_module(batch.images, batch.image_mask, batch.token_ids)
+                    loss = loss_module(tb.batch.images, tb.batch.image_mask, tb.tgt_in, tb.tgt_out)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 if tc.grad_clip > 0:
@@ -215,14 +222,17 @@ def train(
                 optimizer.step()
                 schedule.step_batch()
                 loss_sum += loss.detach()
-                n_images += len(idx)
+                n_images += len(tb)
                 n_steps += 1
                 over_budget = tc.time_budget_s > 0 and (
                     elapsed_before + time.monotonic() - start_time >= tc.time_budget_s)
-                if ddp.any_rank(over_budget, dist_info, device):
+                # The all-reduce is skipped without a budget: it would sync the host every step.
+                if tc.time_budget_s > 0 and ddp.any_rank(over_budget, dist_info, device):
                     stopped_by = "budget"
                     break
             train_seconds_epoch = time.monotonic() - epoch_start
+            step_seconds += train_seconds_epoch
+            images_trained += n_images * dist_info.world_size
             train_loss = float(loss_sum.item()) / max(n_steps, 1)
             if not math.isfinite(train_loss):
                 raise FloatingPointError(f"training loss became {train_loss} in epoch {epoch}")
@@ -260,6 +270,7 @@ def train(
                     "format": 1, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
                     "schedule": schedule.state_dict(), "rng": rng_state(), "epoch": epoch,
                     "best_val_exprate": best_val, "best_epoch": best_epoch, "train_seconds": elapsed,
+                    "step_seconds": step_seconds, "images_trained": images_trained,
                     "config": cfg.to_dict(), "run_id": run_id,
                 }, last_path)
             ddp.barrier(dist_info)
@@ -275,7 +286,8 @@ def train(
         result = TrainResult(run_id=str(run_id), best_val_exprate=best_val, best_epoch=best_epoch,
                              epochs=epoch if tc.epochs >= start_epoch else start_epoch - 1,
                              stopped_by=stopped_by, checkpoint=best_path, num_params=num_params,
-                             train_seconds=train_seconds)
+                             train_seconds=train_seconds, step_seconds=step_seconds,
+                             images_trained=images_trained)
         if dist_info.is_main:
             assert client is not None
             _finish(client, run_id, cfg, model, vocab, data, test_years, best_path, device, amp_dtype,
@@ -313,9 +325,8 @@ def _finish(client, run_id, cfg: Config, model, vocab: Vocab, data, test_years, 
         "gpu_minutes": result.train_seconds / 60.0 if device.type == "cuda" else 0.0,
         "num_params": result.num_params,
     }
-    n_train = len(data["train"])
-    if result.train_seconds > 0:
-        final["train_images_per_second"] = n_train * (result.epochs) / result.train_seconds
+    if result.step_seconds > 0:  # training steps only; validation passes are not counted
+        final["train_images_per_second"] = result.images_trained / result.step_seconds
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         (tmp_path / "predictions").mkdir()

@@ -1,0 +1,124 @@
+"""The training input pipeline: batches collated ahead, targets built on the host, copies that
+never block.
+
+A training step on an H200 takes a few milliseconds, so anything the host does in the step, or
+any copy that waits for the GPU, shows up as idle GPU time. Each batch is therefore prepared
+off the step's critical path:
+
+1. collate the images (with the per-batch scale augmentation) and build the teacher-forcing
+   targets `tgt_in` / `tgt_out` on the host, as tensors (`make_targets`: list work in Python);
+2. on a GPU, put them in page-locked memory, so that
+3. `.to(device, non_blocking=True)` queues the copies without waiting for the GPU;
+4. with `prefetch > 0`, steps 1-3 run `prefetch` batches ahead in one background thread.
+
+The step then only launches kernels (`HMERModel.loss_from_targets`). Augmentation draws happen
+in batch order whichever thread runs them, so a run is the same with or without prefetching.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..data import Batch, Expression, Vocab, collate
+from ..model.direction import make_targets
+
+
+@dataclass
+class TrainBatch:
+    """A collated batch on its device, with its targets ([B', L], B' = 2B for `bi`)."""
+
+    batch: Batch
+    tgt_in: Tensor
+    tgt_out: Tensor
+
+    def __len__(self) -> int:
+        return len(self.batch)
+
+
+def auto_prefetch(prefetch: int, device: torch.device) -> int:
+    """`data.prefetch`: -1 means 2 batches ahead on a GPU and none on a CPU (where the thread
+    would only take a core from the step)."""
+    if prefetch >= 0:
+        return prefetch
+    return 2 if device.type == "cuda" else 0
+
+
+def make_train_batch(exprs: Sequence[Expression], vocab: Vocab, direction: str, device: torch.device,
+                     scale: float | None = None, channels_last: bool = False) -> TrainBatch:
+    """Steps 1-3 of the module docstring for one batch."""
+    batch = collate(exprs, vocab, scale=scale)
+    tgt_in, tgt_out, _ = make_targets(batch.token_ids, direction, vocab)
+    if device.type == "cuda":
+        batch = batch.pin_memory()
+        tgt_in, tgt_out = tgt_in.pin_memory(), tgt_out.pin_memory()
+    batch = batch.to(device, non_blocking=True)
+    if channels_last:
+        batch.images = batch.images.contiguous(memory_format=torch.channels_last)
+    return TrainBatch(batch, tgt_in.to(device, non_blocking=True), tgt_out.to(device, non_blocking=True))
+
+
+def train_batches(exprs: Sequence[Expression], batches: Iterable[Sequence[int]], vocab: Vocab, direction: str,
+                  device: torch.device, *, scale_range: tuple[float, float] | None = None,
+                  rng: np.random.Generator | None = None, prefetch: int = 0,
+                  channels_last: bool = False) -> Iterator[TrainBatch]:
+    """The batches of one epoch, in the order given, ready for the step.
+
+    scale_range: (min, max) of the per-batch scale augmentation (CoMER: 0.7, 1.4), drawn from
+    `rng` once per batch in batch order; None or max <= 0 disables it.
+    """
+    augment = scale_range is not None and scale_range[1] > 0
+    if augment and rng is None:
+        raise ValueError("scale augmentation needs an rng")
+
+    def make(idx: Sequence[int]) -> TrainBatch:
+        scale = float(rng.uniform(*scale_range)) if augment else None  # type: ignore[union-attr,misc]
+        return make_train_batch([exprs[i] for i in idx], vocab, direction, device, scale, channels_last)
+
+    return prefetched(make, iter(batches), prefetch)
+
+
+def prefetched(make: Callable[[Sequence[int]], Any], order: Iterator[Sequence[int]], depth: int) -> Iterator[Any]:
+    """make(idx) for each idx of `order`, computed `depth` items ahead in one background thread
+    (depth 0: in the caller's thread). An exception in `make` is raised in the consumer; closing
+    the iterator early (a `break` in the epoch loop) stops the thread."""
+    if depth <= 0:
+        for idx in order:
+            yield make(idx)
+        return
+    q: queue.Queue = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def work() -> None:
+        try:
+            for idx in order:
+                if stop.is_set():
+                    return
+                q.put(make(idx))
+        except BaseException as exc:  # re-raised in the consumer
+            q.put(exc)
+        q.put(None)
+
+    thread = threading.Thread(target=work, daemon=True, name="hmer-prefetch")
+    thread.start()
+    try:
+        while True:
+            item = q.get()
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():  # let the worker see `stop` rather than block on a full queue
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                thread.join(0.05)
