@@ -141,7 +141,10 @@ class TrainConfig:
     beam_size: int = 10
     max_decode_len: int = 200
     length_penalty: float = 1.0
-    val_beam_size: int = 1  # validation uses greedy by default: cheap, and ranks models the same way
+    # Validation decoding: greedy by default, which is cheap; BTTR and CoMER validate with the
+    # full beam (the `paper` study preset does too). For `bi` models greedy reads l2r only and can
+    # rank checkpoints differently from the joint search of the test (see tests/test_memorize.py).
+    val_beam_size: int = 1
     # Artifacts.
     attention_maps: int = 4  # validation images whose attention maps are logged as PNG
 

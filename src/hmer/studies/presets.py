@@ -13,7 +13,8 @@ of workers, and it says what the study will cost before it starts:
 - ``short``: the full-size model on the full data, with a wall-clock budget per trial
   sized so that the whole grid fits a 25-minute window on one H200 (several trials share
   the GPU side by side).
-- ``paper``: the papers' full recipe (300 epochs, beam 10, full test sets, 3 seeds).
+- ``paper``: the papers' full recipe (300 epochs, beam 10 for validation and test, full test
+  sets, 3 seeds).
 
 Budgets are derived from the window and the grid, never fixed per trial: a grid of 12
 cells on 3 workers gives each trial ``(window - loading) * 3 / 12`` seconds, less the
@@ -176,9 +177,9 @@ PRESETS: dict[str, StudyPreset] = {
     ),
     "paper": StudyPreset(
         name="paper",
-        summary=f"the papers' full recipes: {_PAPER_EPOCHS} epochs, full data, beam 10, 3 seeds",
+        summary=f"the papers' full recipes: {_PAPER_EPOCHS} epochs, full data, beam 10 (validation too), 3 seeds",
         model_size="full",
-        overrides={"train.epochs": _PAPER_EPOCHS},
+        overrides={"train.epochs": _PAPER_EPOCHS, "train.val_beam_size": 10},
         seeds=(1, 2, 3),
         sweep_trials=50,
         window_s=0.0,
