@@ -127,6 +127,18 @@ def test_resume_gives_the_same_weights_as_an_uninterrupted_run(store, tmp_path):
         torch.testing.assert_close(again[name], tensor, rtol=0, atol=0, msg=name)
 
 
+def test_prefetching_batches_in_a_thread_trains_the_same_weights(store, tmp_path):
+    # data.prefetch only moves collation (and its augmentation draws) to another thread.
+    cfg = tiny_config(**{"train.epochs": 2, "data.scale_aug_min": 0.8, "data.scale_aug_max": 1.2})
+    data = tiny_data()
+    train(cfg.override({"data.prefetch": 0}), data=data, tracking_uri=store, run_dir=tmp_path / "inline")
+    train(cfg.override({"data.prefetch": 2}), data=data, tracking_uri=store, run_dir=tmp_path / "ahead")
+    inline = load_checkpoint(tmp_path / "inline" / "last.pt")["model"]
+    ahead = load_checkpoint(tmp_path / "ahead" / "last.pt")["model"]
+    for name, tensor in inline.items():
+        torch.testing.assert_close(ahead[name], tensor, rtol=0, atol=0, msg=name)
+
+
 def test_pruned_trial_is_marked_in_mlflow(store, tmp_path):
     optuna = pytest.importorskip("optuna")
 
