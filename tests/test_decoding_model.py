@@ -50,3 +50,22 @@ def test_real_model_beam_scores_equal_teacher_forced_scores():
         forced = sequence_log_probs(model, feats, fmask, [i for i, _ in hyps], [h.tokens for _, h in hyps],
                                     [start] * len(hyps), [end] * len(hyps))
         assert forced == pytest.approx([h.log_prob for _, h in hyps], abs=1e-8)
+
+
+@pytest.mark.parametrize("preset", ["tiny", "tiny-comer"])
+def test_rescoring_in_memory_bounded_chunks_gives_the_same_log_probs(preset):
+    # Joint search rescores every hypothesis by teacher forcing, in chunks of rows sorted by
+    # length; the chunking (down to one row per call) must not change a single score.
+    model = tiny_model(preset)
+    images, mask, _ = padded_batch(SIZES, seed=2)
+    feats, fmask = model.encode(images.double(), mask)
+    generator = torch.Generator().manual_seed(0)
+    images_of_rows = [int(i) for i in torch.randint(0, len(SIZES), (12,), generator=generator)]
+    rows = [torch.randint(3, 20, (int(n),), generator=generator).tolist()
+            for n in torch.randint(0, 9, (12,), generator=generator)]
+    starts = [SOS if j % 2 else EOS for j in range(12)]
+    ends = [EOS if s == SOS else SOS for s in starts]
+    whole = sequence_log_probs(model, feats, fmask, images_of_rows, rows, starts, ends, max_cells=1 << 40)
+    for cells in (1, 200, 2_000):
+        chunked = sequence_log_probs(model, feats, fmask, images_of_rows, rows, starts, ends, max_cells=cells)
+        assert chunked == pytest.approx(whole, abs=1e-9), cells
