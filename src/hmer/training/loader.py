@@ -20,7 +20,7 @@ from __future__ import annotations
 import queue
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Generator, Iterable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -67,7 +67,7 @@ def make_train_batch(exprs: Sequence[Expression], vocab: Vocab, direction: str, 
 def train_batches(exprs: Sequence[Expression], batches: Iterable[Sequence[int]], vocab: Vocab, direction: str,
                   device: torch.device, *, scale_range: tuple[float, float] | None = None,
                   rng: np.random.Generator | None = None, prefetch: int = 0,
-                  channels_last: bool = False) -> Iterator[TrainBatch]:
+                  channels_last: bool = False) -> Generator[TrainBatch, None, None]:
     """The batches of one epoch, in the order given, ready for the step.
 
     scale_range: (min, max) of the per-batch scale augmentation (CoMER: 0.7, 1.4), drawn from
@@ -84,7 +84,8 @@ def train_batches(exprs: Sequence[Expression], batches: Iterable[Sequence[int]],
     return prefetched(make, iter(batches), prefetch)
 
 
-def prefetched(make: Callable[[Sequence[int]], Any], order: Iterator[Sequence[int]], depth: int) -> Iterator[Any]:
+def prefetched(make: Callable[[Sequence[int]], Any], order: Iterator[Sequence[int]],
+               depth: int) -> Generator[Any, None, None]:
     """make(idx) for each idx of `order`, computed `depth` items ahead in one background thread
     (depth 0: in the caller's thread). An exception in `make` is raised in the consumer; closing
     the iterator early (a `break` in the epoch loop) stops the thread."""

@@ -230,6 +230,7 @@ def train(
                 if tc.time_budget_s > 0 and ddp.any_rank(over_budget, dist_info, device):
                     stopped_by = "budget"
                     break
+            epoch_batches.close()  # after a budget break: stops the prefetch thread now, not at GC
             train_seconds_epoch = time.monotonic() - epoch_start
             step_seconds += train_seconds_epoch
             images_trained += n_images * dist_info.world_size
