@@ -9,7 +9,7 @@ of workers, and it says what the study will cost before it starts:
 - ``smoke``: a tiny model on 400 training expressions rendered 48 px high, at most 8
   epochs, 50 test expressions per year and beam 3; for a CPU. The direction ablation
   finishes on a 2-core CPU within ten minutes end to end (``python studies/ablate_direction.py``;
-  measured 5.7 to 7.6 minutes, see docs/studies.md).
+  measured 2.8 minutes on an idle machine and 5.7 to 7.6 on a shared one, see docs/studies.md).
 - ``short``: the full-size model on the full data, with a wall-clock budget per trial
   sized so that the whole grid fits a 25-minute window on one H200 (several trials share
   the GPU side by side).
@@ -135,8 +135,9 @@ def _format_duration(seconds: float) -> str:
 
 
 # One smoke trial (training budget, validation, three test years, MLflow), as measured with
-# `python studies/ablate_direction.py --preset smoke` on a 2-core CPU; see docs/studies.md.
-_SMOKE_TRIAL_SECONDS = 55.0
+# `python studies/ablate_direction.py --preset smoke` on an idle 2-core CPU (22-29 s; 38-117 s when the
+# cores are shared with other jobs); see docs/studies.md.
+_SMOKE_TRIAL_SECONDS = 30.0
 # The papers train 300 epochs over the CROHME training set (8,835 expressions).
 _PAPER_EPOCHS = 300
 CROHME_TRAIN_EXPRESSIONS = 8835
