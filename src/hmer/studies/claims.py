@@ -50,25 +50,24 @@ CLAIM_PREFIX = "hmer.claim:"  # study system attribute per worker: the cell it i
 
 # ---- workers ------------------------------------------------------------------------------------
 
-def _process_start(pid: int) -> str:
-    """When process `pid` started (clock ticks since boot, from /proc), or "" where unknown."""
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command name (state first), or [] where unknown.
+    The command name is in parentheses and may contain spaces, so fields start after the last ")"."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
     except OSError:
-        return ""
-    # Fields after the command name, which is in parentheses and may contain spaces.
-    fields = stat[stat.rfind(")") + 2:].split()
+        return []
+    return stat[stat.rfind(")") + 2:].split()
+
+
+def _start_time(fields: list[str]) -> str:
+    """The process start time (clock ticks since boot) from `_stat_fields`, or "" where unknown."""
     return fields[19] if len(fields) > 19 else ""
 
 
-def _process_state(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            stat = f.read()
-    except OSError:
-        return ""
-    return stat[stat.rfind(")") + 2:].split()[0]
+def _process_start(pid: int) -> str:
+    return _start_time(_stat_fields(pid))
 
 
 @dataclass(frozen=True)
@@ -99,11 +98,11 @@ def worker_alive(attr: Mapping[str, Any] | None) -> bool | None:
     if pid <= 0:
         return None
     if os.path.isdir("/proc"):
-        state = _process_state(pid)
-        if not state or state in ("Z", "X"):  # gone, or a zombie not yet reaped
+        fields = _stat_fields(pid)  # one read: state, then start time
+        if not fields or fields[0] in ("Z", "X"):  # gone, or a zombie not yet reaped
             return False
         started = attr.get("started") or ""
-        return not started or _process_start(pid) == started  # a reused pid is another process
+        return not started or _start_time(fields) == started  # a reused pid is another process
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
