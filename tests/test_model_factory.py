@@ -16,19 +16,9 @@ from hmer.model import PRESETS, build_model, count_parameters, list_presets, mak
 from hmer.model.attention import MultiHeadAttention
 from hmer.model.posenc import ContentAwareImagePositions, adaptive_pool_matrix, resize_matrix
 from hmer.model.refinement import MaskedBatchNorm, exclusive_cumsum
+from tiny_dataset import make_images
 
 torch.set_num_threads(1)
-
-
-def make_images(sizes, seed: int = 1):
-    g = torch.Generator().manual_seed(seed)
-    hmax, wmax = max(h for h, _ in sizes), max(w for _, w in sizes)
-    images = torch.zeros(len(sizes), 1, hmax, wmax)
-    mask = torch.ones(len(sizes), hmax, wmax, dtype=torch.bool)
-    for i, (h, w) in enumerate(sizes):
-        images[i, 0, :h, :w] = (torch.rand(h, w, generator=g) > 0.7).float()
-        mask[i, :h, :w] = False
-    return images, mask
 
 
 # ---- presets ------------------------------------------------------------------------------------

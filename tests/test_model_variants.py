@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from hmer.model import build_model, make_targets, preset_config
+from tiny_dataset import make_images
 
 torch.set_num_threads(1)
 
@@ -44,19 +45,6 @@ def _warm_batchnorm(model) -> None:
     images, mask = make_images([(24, 40), (16, 24)])
     with torch.no_grad():
         model.loss(images, mask, [[5, 6, 7], [8, 9]])
-
-
-def make_images(sizes, canvas=None, seed: int = 1):
-    """Random ink on zero background, zero-padded to `canvas` (default: the largest size)."""
-    g = torch.Generator().manual_seed(seed)
-    hmax = max(h for h, _ in sizes) if canvas is None else canvas[0]
-    wmax = max(w for _, w in sizes) if canvas is None else canvas[1]
-    images = torch.zeros(len(sizes), 1, hmax, wmax)
-    mask = torch.ones(len(sizes), hmax, wmax, dtype=torch.bool)
-    for i, (h, w) in enumerate(sizes):
-        images[i, 0, :h, :w] = (torch.rand(h, w, generator=g) > 0.7).float()
-        mask[i, :h, :w] = False
-    return images, mask
 
 
 TOKENS = [[5, 6, 7, 8, 9], [10, 11, 12]]

@@ -1,5 +1,6 @@
 """Tiny datasets that tests make themselves: a few rendered "expressions" in the
-`<split>/caption.txt` + `<split>/<name>.png` layout, and the matching Config.
+`<split>/caption.txt` + `<split>/<name>.png` layout, the matching Config, and random padded
+image batches for the model tests.
 
 The images are drawn from the caption (one glyph-like mark per token at a position
 given by its index), so a tiny model can actually learn to read them back.
@@ -10,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import torch
 from PIL import Image, ImageDraw
 
 from hmer.config import Config
@@ -78,3 +80,17 @@ def tiny_config(**overrides) -> Config:
     }
     values.update(overrides)
     return cfg.override(values).validate()
+
+
+def make_images(sizes, canvas=None, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random ink on zero background, zero-padded to `canvas` (default: the largest size), for the
+    model tests: (images [B, 1, H, W], mask [B, H, W] True at padding)."""
+    g = torch.Generator().manual_seed(seed)
+    hmax = max(h for h, _ in sizes) if canvas is None else canvas[0]
+    wmax = max(w for _, w in sizes) if canvas is None else canvas[1]
+    images = torch.zeros(len(sizes), 1, hmax, wmax)
+    mask = torch.ones(len(sizes), hmax, wmax, dtype=torch.bool)
+    for i, (h, w) in enumerate(sizes):
+        images[i, 0, :h, :w] = (torch.rand(h, w, generator=g) > 0.7).float()
+        mask[i, :h, :w] = False
+    return images, mask
