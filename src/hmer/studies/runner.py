@@ -191,6 +191,47 @@ class _Session:
         return _mlflow_client(self.tracking_uri)
 
 
+@dataclass
+class _Setup:
+    """What a grid study and a sweep resolve the same way before opening their study."""
+
+    preset: StudyPreset
+    n_jobs: int
+    name: str  # the study's, and its MLflow experiment's
+    main: bool
+    say: Callable[[str], None]
+    tracking_uri: str
+    storage_url: str
+
+
+def _setup(spec_name: str, preset: str | StudyPreset, *, n_jobs: int | None, data, study_name: str | None,
+           role: str, tracking_uri: str | None, storage: str | None) -> _Setup:
+    from ..tracking.store import default_tracking_uri
+
+    preset = get_preset(preset) if isinstance(preset, str) else preset
+    n_jobs = max(1, n_jobs or preset.default_jobs)
+    if data is not None and n_jobs > 1:
+        raise ValueError("n_jobs > 1 starts worker processes that load the data themselves: give data_path")
+    main = role == "main"
+    tracking_uri = tracking_uri or default_tracking_uri()
+    return _Setup(preset=preset, n_jobs=n_jobs, name=study_name or f"{spec_name}-{preset.name}", main=main,
+                  say=_printer("" if main else f"[worker {os.getpid()}] "), tracking_uri=tracking_uri,
+                  storage_url=storage or default_storage(tracking_uri))
+
+
+def _open_session(setup: _Setup, study: optuna.Study, base: Config, created: bool, worker: Worker, *,
+                  params: Mapping[str, Any], tags: Mapping[str, str], artifact: Mapping[str, Any]) -> _Session:
+    """The study's MLflow parent run (created or reopened) and this worker's session; MLflow runs
+    of trials whose worker died are marked FAILED on the way."""
+    experiment_id, parent = _parent_run(study, created=created, tracking_uri=setup.tracking_uri,
+                                        experiment=setup.name, params=params, tags=tags, artifact=artifact)
+    session = _Session(study=study, storage_url=setup.storage_url, tracking_uri=setup.tracking_uri,
+                       experiment=setup.name, experiment_id=experiment_id, parent_run_id=parent, base=base,
+                       created=created, worker=worker, say=setup.say)
+    fail_dead_trial_runs(session.client, experiment_id, study)
+    return session
+
+
 def _open_study(*, name: str, kind: str, storage_url: str, sampler, pruner, attrs: Mapping[str, Any],
                 base: Config) -> tuple[optuna.Study, Config, bool]:
     """Create the study (recording `attrs` and the base config), or load it and check it matches.
@@ -380,20 +421,13 @@ def run_grid_study(
         role: "main" prints the banner and the table and waits for the other workers;
             "worker" (the extra processes of n_jobs) only runs trials.
     """
-    preset = get_preset(preset) if isinstance(preset, str) else preset
-    n_jobs = max(1, n_jobs or preset.default_jobs)
-    if data is not None and n_jobs > 1:
-        raise ValueError("n_jobs > 1 starts worker processes that load the data themselves: give data_path")
+    setup = _setup(spec.name, preset, n_jobs=n_jobs, data=data, study_name=study_name, role=role,
+                   tracking_uri=tracking_uri, storage=storage)
+    preset, n_jobs, name, main, say = setup.preset, setup.n_jobs, setup.name, setup.main, setup.say
+    tracking_uri, storage_url = setup.tracking_uri, setup.storage_url
     seeds = tuple(int(s) for s in (seeds or preset.seeds))
     cells = spec.cells(seeds)
     space = spec.search_space(seeds)
-    name = study_name or f"{spec.name}-{preset.name}"
-    main = role == "main"
-    say = _printer("" if main else f"[worker {os.getpid()}] ")
-    from ..tracking.store import default_tracking_uri
-
-    tracking_uri = tracking_uri or default_tracking_uri()
-    storage_url = storage or default_storage(tracking_uri)
     base = base_config(spec.model_preset(preset.model_size), preset, len(cells), n_jobs, spec.fixed, overrides,
                        data_path)
     if main:
@@ -419,8 +453,8 @@ def run_grid_study(
     done = sum(cell_key(c) in status.complete for c in cells)
     if done and main:
         say(f"resuming: {done} of {len(cells)} cells already complete")
-    experiment_id, parent = _parent_run(
-        study, created=created, tracking_uri=tracking_uri, experiment=name,
+    session = _open_session(
+        setup, study, base, created, worker,
         params={"study": name, "kind": "grid", "spec": spec.name, "preset": preset.name,
                 "grid": json.dumps(space), "baseline": json.dumps(spec.baseline_cell),
                 "storage": mask_url(storage_url), "n_trials": len(cells),
@@ -428,10 +462,7 @@ def run_grid_study(
         tags={"hmer.preset": preset.name, "hmer.kind": "grid", "hmer.variant": spec.name},
         artifact={"spec": spec.name, "description": spec.description, "grid": space,
                   "baseline": spec.baseline_cell, "config": base.to_flat_dict()})
-    session = _Session(study=study, storage_url=storage_url, tracking_uri=tracking_uri, experiment=name,
-                       experiment_id=experiment_id, parent_run_id=parent, base=base, created=created,
-                       worker=worker, say=say)
-    fail_dead_trial_runs(session.client, experiment_id, study)
+    experiment_id, parent = session.experiment_id, session.parent_run_id
 
     children: list = []
     failed_here: set[str] = set()
@@ -626,18 +657,11 @@ def run_sweep(
     With several workers the study may end up to n_jobs - 1 trials over `n_trials`.
     `pruner` replaces the median pruner (the extra workers of n_jobs keep the median pruner).
     """
-    preset = get_preset(preset) if isinstance(preset, str) else preset
-    n_jobs = max(1, n_jobs or preset.default_jobs)
-    if data is not None and n_jobs > 1:
-        raise ValueError("n_jobs > 1 starts worker processes that load the data themselves: give data_path")
+    setup = _setup(spec.name, preset, n_jobs=n_jobs, data=data, study_name=study_name, role=role,
+                   tracking_uri=tracking_uri, storage=storage)
+    preset, n_jobs, name, main, say = setup.preset, setup.n_jobs, setup.name, setup.main, setup.say
+    tracking_uri, storage_url = setup.tracking_uri, setup.storage_url
     n_trials = int(n_trials or preset.sweep_trials)
-    name = study_name or f"{spec.name}-{preset.name}"
-    main = role == "main"
-    say = _printer("" if main else f"[worker {os.getpid()}] ")
-    from ..tracking.store import default_tracking_uri
-
-    tracking_uri = tracking_uri or default_tracking_uri()
-    storage_url = storage or default_storage(tracking_uri)
     base = base_config(spec.model_preset(preset.model_size), preset, n_trials, n_jobs, spec.fixed, overrides,
                        data_path).override({SEED_KEY: spec.seed})
     base_flat = base.to_flat_dict()
@@ -663,18 +687,15 @@ def run_sweep(
     if reaped and main:
         say(f"resuming: trial(s) {', '.join(str(t.number) for t in reaped)} of a dead worker marked FAIL "
             f"and replaced")
-    experiment_id, parent = _parent_run(
-        study, created=created, tracking_uri=tracking_uri, experiment=name,
+    session = _open_session(
+        setup, study, base, created, worker,
         params={"study": name, "kind": "sweep", "spec": spec.name, "preset": preset.name,
                 "space": json.dumps(space), "n_trials": n_trials, "storage": mask_url(storage_url),
                 "model_preset": spec.model_preset(preset.model_size)},
         tags={"hmer.preset": preset.name, "hmer.kind": "sweep", "hmer.variant": spec.name},
         artifact={"spec": spec.name, "description": spec.description, "space": space, "n_trials": n_trials,
                   "config": base_flat})
-    session = _Session(study=study, storage_url=storage_url, tracking_uri=tracking_uri, experiment=name,
-                       experiment_id=experiment_id, parent_run_id=parent, base=base, created=created,
-                       worker=worker, say=say)
-    fail_dead_trial_runs(session.client, experiment_id, study)
+    experiment_id, parent = session.experiment_id, session.parent_run_id
 
     children: list = []
     failures_in_a_row = 0
