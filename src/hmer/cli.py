@@ -253,7 +253,7 @@ def _find_resume_checkpoint(what: str, tracking_uri: str | None, experiment: str
 
 def cmd_evaluate(args) -> int:
     from .data import load_dataset
-    from .evaluation.evaluate import evaluate_split
+    from .evaluation.evaluate import decode_options, evaluate_split
     from .tracking import load_model
     from .training.trainer import autocast_dtype, resolve_device
 
@@ -265,14 +265,9 @@ def cmd_evaluate(args) -> int:
     data = load_dataset(args.data or cfg.data.path or None, data_cfg, splits=tuple(years))
     scores = {}
     for year in years:
-        res = evaluate_split(model, data[year], vocab, direction=cfg.model.direction, device=device,
-                             beam_size=args.beam or cfg.train.beam_size, max_len=cfg.train.max_decode_len,
-                             length_penalty=cfg.train.length_penalty,
-                             batch_pixels=cfg.data.eval_batch_pixels,
-                             max_batch_size=cfg.data.eval_max_batch_size,
-                             max_image_pixels=cfg.data.max_image_pixels,
-                             autocast_dtype=autocast_dtype(cfg.train.precision, device),
-                             progress=f"decoding {year}")
+        res = evaluate_split(model, data[year], vocab,
+                             **decode_options(cfg, device, autocast_dtype(cfg.train.precision, device),
+                                              beam=args.beam or None, progress=f"decoding {year}"))
         scores[year] = res.scores
         if res.resized:
             print(f"{year}: {res.resized} oversize images were resized to fit "
@@ -284,7 +279,7 @@ def cmd_evaluate(args) -> int:
 def cmd_predict(args) -> int:
     from .data import RenderConfig
     from .data.files import check_expression_file, read_expression_file
-    from .evaluation.evaluate import predict
+    from .evaluation.evaluate import decode_options, predict
     from .tracking import load_model
     from .training.trainer import autocast_dtype, resolve_device
 
@@ -296,12 +291,9 @@ def cmd_predict(args) -> int:
     # file fails here, naming itself.
     render_cfg = RenderConfig.from_data_config(cfg.data)
     exprs = [read_expression_file(f, render_cfg) for f in args.files]
-    preds, _ = predict(model, exprs, vocab, direction=cfg.model.direction, device=device,
-                       beam_size=args.beam or cfg.train.beam_size, max_len=cfg.train.max_decode_len,
-                       length_penalty=cfg.train.length_penalty, batch_pixels=cfg.data.eval_batch_pixels,
-                       max_batch_size=cfg.data.eval_max_batch_size, max_image_pixels=cfg.data.max_image_pixels,
-                       autocast_dtype=autocast_dtype(cfg.train.precision, device),
-                       progress="decoding" if len(exprs) > 1 else None)
+    preds, _ = predict(model, exprs, vocab,
+                       **decode_options(cfg, device, autocast_dtype(cfg.train.precision, device),
+                                        beam=args.beam or None, progress="decoding" if len(exprs) > 1 else None))
     for expr, tokens in zip(exprs, preds):
         latex = " ".join(tokens)
         print(f"{expr.name}\t{latex}" if len(exprs) > 1 else latex)

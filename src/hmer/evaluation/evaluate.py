@@ -4,7 +4,7 @@ and the studies, so a number in a table always means the same thing."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -27,6 +27,17 @@ class SplitResult:
             {"name": n, "truth": " ".join(t), "prediction": " ".join(p), "distance": d}
             for n, t, p, d in zip(self.names, self.truths, self.predictions, self.scores.distances)
         ]
+
+
+def decode_options(cfg, device: torch.device, autocast_dtype: torch.dtype | None, beam: int | None = None,
+                   progress: str | None = None) -> dict[str, Any]:
+    """The keyword arguments of `predict` / `evaluate_split` for a run's `Config`: its decoding
+    (direction, beam size unless `beam` is given, max length, length penalty) and its evaluation
+    batching. Training, `hmer evaluate` and `hmer predict` all decode through this."""
+    return dict(direction=cfg.model.direction, device=device, beam_size=cfg.train.beam_size if beam is None else beam,
+                max_len=cfg.train.max_decode_len, length_penalty=cfg.train.length_penalty,
+                batch_pixels=cfg.data.eval_batch_pixels, max_batch_size=cfg.data.eval_max_batch_size,
+                max_image_pixels=cfg.data.max_image_pixels, autocast_dtype=autocast_dtype, progress=progress)
 
 
 @torch.inference_mode()

@@ -34,7 +34,7 @@ import torch
 
 from ..config import Config
 from ..data import Vocab, collate, load_dataset, make_batches
-from ..evaluation.evaluate import SplitResult, evaluate_split
+from ..evaluation.evaluate import SplitResult, decode_options, evaluate_split
 from ..evaluation.metrics import Scores
 from ..model import build_model
 from ..tracking.store import default_checkpoint_root, git_commit, setup_mlflow
@@ -247,7 +247,7 @@ def train(
             val_exprate = -1.0
             if val_set and (epoch % tc.val_every == 0 or epoch == tc.epochs or stopped_by == "budget"):
                 if dist_info.is_main:
-                    val = evaluate_split(model, val_set, vocab, **_decode_kwargs(cfg, device, amp_dtype,
+                    val = evaluate_split(model, val_set, vocab, **decode_options(cfg, device, amp_dtype,
                                                                                  beam=tc.val_beam_size))
                     val_exprate = val.scores.exprate
                     metrics["val_exprate"] = val_exprate
@@ -338,7 +338,7 @@ def _finish(client, run_id, cfg: Config, model, vocab: Vocab, data, test_years, 
             t0 = time.monotonic()
             res: SplitResult = evaluate_split(
                 model, exprs, vocab,
-                **_decode_kwargs(cfg, device, amp_dtype, beam=cfg.train.beam_size,
+                **decode_options(cfg, device, amp_dtype, beam=cfg.train.beam_size,
                                  progress=f"test {year}" if progress else None))
             result.test_scores[year] = res.scores
             final.update(res.scores.as_dict(f"test_{year}"))
@@ -360,13 +360,6 @@ def _finish(client, run_id, cfg: Config, model, vocab: Vocab, data, test_years, 
         except Exception as e:  # a picture must never cost a finished run
             client.set_tag(run_id, "hmer.attention_maps_error", f"{type(e).__name__}: {e}"[:500])
     _log_metrics(client, run_id, final, step=result.epochs)
-
-
-def _decode_kwargs(cfg: Config, device, amp_dtype, beam: int, progress: str | None = None) -> dict[str, Any]:
-    return dict(direction=cfg.model.direction, device=device, beam_size=beam,
-                max_len=cfg.train.max_decode_len, length_penalty=cfg.train.length_penalty,
-                batch_pixels=cfg.data.eval_batch_pixels, max_batch_size=cfg.data.eval_max_batch_size,
-                max_image_pixels=cfg.data.max_image_pixels, autocast_dtype=amp_dtype, progress=progress)
 
 
 @torch.inference_mode()
