@@ -52,8 +52,9 @@ def main() -> int:
     setup = args.setup_seconds or (120.0 if gpu else 45.0)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
+    from hmer.tracking.store import git_commit
+
+    commit = git_commit(short=True, root=ROOT)  # "-dirty" when tracked files have uncommitted changes
     print(f"# {datetime.datetime.now():%Y-%m-%d %H:%M} device={args.device} commit={commit} cores={cores} "
           f"python={platform.python_version()} load_average={os.getloadavg()[0]:.2f}")
     print(f"# {shlex.join(['python', 'benchmarks/bench_concurrency.py', *sys.argv[1:]])}")

@@ -14,7 +14,6 @@ import argparse
 import datetime
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,8 +38,9 @@ def main() -> int:
     splits = ("train", "2014", "2016", "2019")
     cfg = DataConfig(val_fraction=0.0)  # whole splits: every expression is rendered and counted
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).parent).stdout.strip()
+    from hmer.tracking.store import git_commit
+
+    commit = git_commit(short=True, root=Path(__file__).parent)  # "-dirty" with uncommitted changes
     print(f"# {datetime.datetime.now():%Y-%m-%d %H:%M} commit={commit} python={platform.python_version()}")
     print(f"# machine: {platform.machine()}, {os.cpu_count()} CPU cores ({platform.processor() or 'unknown cpu'})")
     print(f"# {' '.join([Path(sys.executable).name, *sys.argv])}")

@@ -97,12 +97,11 @@ def main() -> int:
     def sets(items: list[str]) -> list[str]:
         return ["--set", *items] if items else []
 
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                           text=True, cwd=ROOT).stdout.strip()
-    print(f"# {datetime.datetime.now():%Y-%m-%d %H:%M} device={args.device} commit={commit}"
-          f"{' (with uncommitted changes)' if dirty else ''} python={platform.python_version()}")
+    from hmer.tracking.store import git_commit
+
+    commit = git_commit(short=True, root=ROOT)  # "-dirty" when tracked files have uncommitted changes
+    print(f"# {datetime.datetime.now():%Y-%m-%d %H:%M} device={args.device} commit={commit} "
+          f"python={platform.python_version()}")
     print(f"# {shlex.join(['python', 'benchmarks/bench_models.py', *sys.argv[1:]])}")
     commands: list[str] = []
     rows: list[str] = []

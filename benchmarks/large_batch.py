@@ -27,7 +27,6 @@ import math
 import os
 import platform
 import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -83,8 +82,9 @@ def main() -> int:
     from hmer.training import train
 
     started = time.perf_counter()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=ROOT).stdout.strip()
+    from hmer.tracking.store import git_commit
+
+    commit = git_commit(short=True, root=ROOT)  # "-dirty" when tracked files have uncommitted changes
     command = shlex.join(["python", "benchmarks/large_batch.py", *sys.argv[1:]])
     print(f"# {datetime.datetime.now():%Y-%m-%d %H:%M} device={args.device} commit={commit} "
           f"python={platform.python_version()} load_average={os.getloadavg()[0]:.2f}")

@@ -102,12 +102,14 @@ def setup_mlflow(tracking_uri: str | None = None, experiment: str = DEFAULT_EXPE
     return experiment_id
 
 
-def git_commit() -> str:
-    """The commit of the checkout (with '-dirty' when it has changes), or 'unknown'."""
-    root = project_root()
+def git_commit(short: bool = False, root: str | os.PathLike[str] | None = None) -> str:
+    """The commit of the checkout at `root` (default: `project_root()`), with '-dirty' when tracked
+    files have changes, or 'unknown'. `short`: the abbreviated hash, as the benchmark scripts print it."""
+    root = root or project_root()
     try:
         sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5
+            ["git", "rev-parse", *(["--short"] if short else []), "HEAD"], cwd=root, capture_output=True,
+            text=True, timeout=5,
         ).stdout.strip()
         if not sha:
             return "unknown"
