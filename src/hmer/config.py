@@ -22,6 +22,8 @@ DIRECTIONS = ("l2r", "r2l", "bi")
 TOKEN_POSITIONS = ("sin1d", "learned")
 IMAGE_POSITIONS = ("sin2d", "cape", "learned", "none")
 OPTIMIZERS = ("adadelta", "sgd", "adamw")
+VAL_SPLITS = ("writer", "random")
+SCHEDULES = ("plateau", "cosine")  # hmer.data.holdout holds the rules
 
 
 @dataclass
@@ -89,7 +91,10 @@ class DataConfig:
     # Renderer (InkML strokes -> 8-bit grey image, white ink on black).
     render_height: int = 0  # 0 = scale from the ink's own size (see hmer.data.render)
     stroke_width: float = 0.0  # 0 = renderer default
-    # Validation hold-out from train (never a test year).
+    # Validation hold-out from train (never a test year). `writer`: whole writers held out and no
+    # caption on both sides, so validation looks like a test year; `random`: the old random
+    # expressions, which share captions with training (see hmer.data.holdout).
+    val_split: str = "writer"  # writer | random
     val_fraction: float = 0.05
     val_seed: int = 7
     # Subsets (for smoke presets and the memorization test); 0 = everything.
@@ -123,6 +128,9 @@ class TrainConfig:
     eps: float = 1e-6
     weight_decay: float = 1e-4
     warmup_steps: int = 0
+    # After the warm-up: plateau (reduce when validation ExpRate stalls; BTTR, CoMER) or cosine
+    # (decay to min_lr over train.epochs; for fixed short budgets, see docs/cpu_protocol.md).
+    schedule: str = "plateau"  # plateau | cosine
     # Reduce-on-plateau on validation ExpRate.
     plateau_factor: float = 0.25
     plateau_patience: int = 20
@@ -189,6 +197,8 @@ class Config:
     def validate(self) -> "Config":
         self.model.validate()
         _check_choice("train.optimizer", self.train.optimizer, OPTIMIZERS)
+        _check_choice("data.val_split", self.data.val_split, VAL_SPLITS)
+        _check_choice("train.schedule", self.train.schedule, SCHEDULES)
         return self
 
     # ---- files ------------------------------------------------------------------------------

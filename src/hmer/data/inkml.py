@@ -113,6 +113,24 @@ def parse_inkml(data: bytes, source: str = "<memory>") -> Ink:
     return Ink(strokes=strokes, trace_ids=trace_ids, truth=truth, groups=groups, source=source, notes=notes)
 
 
+_WRITER = re.compile(rb'<annotation\s+type\s*=\s*"writer"\s*>([^<]*)</annotation>')
+_FIRST_TRACE = re.compile(rb"<trace[\s>]")  # not <traceFormat>, which comes before the annotations
+UNKNOWN_WRITERS = frozenset({"", "unknown", "none", "anonymous"})
+
+
+def writer_of(data: bytes) -> str | None:
+    """The writer an InkML document names (`<annotation type="writer">`), or None when it names
+    none or an unknown one. Only the header is scanned: the annotation precedes the traces, and
+    this runs over a whole training split before any rendering."""
+    first_trace = _FIRST_TRACE.search(data)
+    head = data[:first_trace.start()] if first_trace else data
+    match = _WRITER.search(head)
+    if not match:
+        return None
+    writer = match.group(1).decode("utf-8", "replace").strip()
+    return None if writer.lower() in UNKNOWN_WRITERS else writer
+
+
 # ---- helpers ------------------------------------------------------------------------------------
 
 def _local(tag: str) -> str:

@@ -18,6 +18,8 @@ import numpy as np
 from ..config import DataConfig
 from .cache import load_images
 from .expression import Expression
+from .holdout import HoldOut, split_validation
+from .inkml import writer_of
 from .render import RenderConfig
 from .source import CAPTION_FILE, DatasetSource, files_for_captions, open_source, parse_captions
 from .vocab import Vocab
@@ -74,15 +76,34 @@ def hold_out_sizes(n: int, fraction: float) -> tuple[int, int]:
 
 
 def hold_out(exprs: Sequence[Expression], fraction: float, seed: int) -> tuple[list[Expression], list[Expression]]:
-    """Split into (train, val) with about `fraction` in val, the same for the same names and seed
-    whatever the input order; both keep the input order."""
-    n_val = hold_out_sizes(len(exprs), fraction)[1]
-    if n_val == 0:
-        return list(exprs), []
-    names = sorted(e.name for e in exprs)
-    chosen = np.random.default_rng(seed).permutation(len(names))[:n_val]
-    val_names = {names[i] for i in chosen}
+    """Split into (train, val) with about `fraction` of random expressions in val (the `random`
+    rule), the same for the same names and seed whatever the input order; both keep the input
+    order. Runs use `validation_hold_out`, whose default rule holds out whole writers."""
+    held = split_validation([e.name for e in exprs], {e.name: " ".join(e.tokens) for e in exprs}, {},
+                            "random", fraction, seed)
+    val_names = set(held.val)
     return [e for e in exprs if e.name not in val_names], [e for e in exprs if e.name in val_names]
+
+
+def read_writers(source: DatasetSource, split: str, names: Sequence[str]) -> dict[str, str | None]:
+    """{name: the writer its InkML names, or None} (None for image files, which name nobody)."""
+    writers: dict[str, str | None] = {}
+    for name in names:
+        filename = source.file_for(split, name)
+        writers[name] = writer_of(source.read_bytes(split, filename)) \
+            if filename and filename.endswith(".inkml") else None
+    return writers
+
+
+def validation_hold_out(source: DatasetSource, data_cfg: DataConfig, *, vocab: Vocab | None = None) -> HoldOut:
+    """The names of the training part and the validation hold-out of the train split, by
+    `data.val_split` (see `hmer.data.holdout`). Reads captions and InkML headers only: no
+    rendering, so `hmer data split` is quick."""
+    captions = parse_captions(source.caption_text(TRAIN), source.describe(TRAIN, CAPTION_FILE), vocab)
+    names = [c.name for c in captions]
+    writers = read_writers(source, TRAIN, names) if data_cfg.val_split == "writer" else {}
+    return split_validation(names, {c.name: " ".join(c.tokens) for c in captions}, writers,
+                            data_cfg.val_split, data_cfg.val_fraction, data_cfg.val_seed)
 
 
 def subset(exprs: Sequence[Expression], limit: int, seed: int, label: str) -> list[Expression]:
@@ -100,9 +121,9 @@ def load_dataset(path: str | os.PathLike[str] | None, data_cfg: DataConfig | Non
                  workers: int | None = None) -> dict[str, list[Expression]]:
     """{split: expressions} for `splits` (default: train, val and the configured test years).
 
-    `path` falls back to `data_cfg.path`, then $HMER_DATA, then the default place. `train` is the
-    train split minus the hold-out of `val_fraction` (seeded by `val_seed`), `val` is that
-    hold-out; `train_limit`, `val_limit` and `test_limit` (0 = all) then keep deterministic random
+    `path` falls back to `data_cfg.path`, then $HMER_DATA, then the default place. `val` is the
+    hold-out of the train split by `val_split` (whole writers by default; `val_fraction` of it,
+    seeded by `val_seed`; see `hmer.data.holdout`), `train` is the rest; `train_limit`, `val_limit` and `test_limit` (0 = all) then keep deterministic random
     subsets (test_limit applies to every other split). Rendering goes through the cache.
     """
     cfg = data_cfg if data_cfg is not None else DataConfig()
@@ -113,8 +134,11 @@ def load_dataset(path: str | os.PathLike[str] | None, data_cfg: DataConfig | Non
     out: dict[str, list[Expression]] = {}
     try:
         if TRAIN in wanted or VAL in wanted:
-            full = load_split(source, TRAIN, render_cfg, vocab=vocab, workers=workers)
-            train, val = hold_out(full, cfg.val_fraction, seed)
+            held = validation_hold_out(source, cfg, vocab=vocab)
+            full = {e.name: e for e in load_split(source, TRAIN, render_cfg, vocab=vocab, workers=workers)}
+            # (a file that could not be read is missing from `full`, and from both sides)
+            train = [full[n] for n in held.train if n in full]
+            val = [full[n] for n in held.val if n in full]
             if TRAIN in wanted:
                 out[TRAIN] = subset(train, cfg.train_limit, seed, TRAIN)
             if VAL in wanted:

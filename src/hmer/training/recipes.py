@@ -12,6 +12,7 @@ Both reduce the learning rate when validation ExpRate stops improving.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -44,16 +45,25 @@ def build_optimizer(params, tc: TrainConfig) -> torch.optim.Optimizer:
 
 
 class LRSchedule:
-    """Linear warm-up over the first steps, then reduce-on-plateau on validation ExpRate.
+    """Linear warm-up over the first steps, then reduce-on-plateau on validation ExpRate
+    (`train.schedule=plateau`, the papers' choice) or a cosine decay to `min_lr` at the last
+    step of `train.epochs` (`train.schedule=cosine`, which needs `total_steps`).
 
     The warm-up scales the base learning rate per optimiser step (large batches need
     it); the plateau part multiplies the base rate by `plateau_factor` once validation
-    ExpRate has not improved for `plateau_patience` validations.
+    ExpRate has not improved for `plateau_patience` validations. A fixed number of epochs on a
+    small budget is what the cosine form is for: it does not wait on validation to decay.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, tc: TrainConfig):
+    def __init__(self, optimizer: torch.optim.Optimizer, tc: TrainConfig, total_steps: int = 0):
         self.optimizer = optimizer
         self.warmup_steps = tc.warmup_steps
+        self.cosine = tc.schedule == "cosine"
+        if self.cosine and total_steps <= tc.warmup_steps:
+            raise ValueError(f"train.schedule=cosine needs more steps ({total_steps}) than "
+                             f"train.warmup_steps ({tc.warmup_steps})")
+        self.total_steps = total_steps
+        self.min_lr = tc.min_lr
         self.base_lrs = [g["lr"] for g in optimizer.param_groups]
         self.plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(
             optimizer, mode="max", factor=tc.plateau_factor, patience=tc.plateau_patience,
@@ -63,6 +73,11 @@ class LRSchedule:
         self._apply_warmup()
 
     def _apply_warmup(self) -> None:
+        if self.cosine and self.step_count >= self.warmup_steps:
+            progress = min(1.0, (self.step_count - self.warmup_steps) / (self.total_steps - self.warmup_steps))
+            for group, base in zip(self.optimizer.param_groups, self.base_lrs):
+                group["lr"] = self.min_lr + (base - self.min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
+            return
         if self.warmup_steps <= 0 or self.step_count > self.warmup_steps:
             return
         scale = min(1.0, (self.step_count + 1) / self.warmup_steps)
@@ -74,7 +89,7 @@ class LRSchedule:
         self._apply_warmup()
 
     def step_validation(self, val_exprate: float) -> None:
-        if self.step_count < self.warmup_steps:
+        if self.cosine or self.step_count < self.warmup_steps:
             return
         before = [g["lr"] for g in self.optimizer.param_groups]
         self.plateau.step(val_exprate)

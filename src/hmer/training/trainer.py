@@ -106,8 +106,12 @@ def train(
     resume: bool | str | Path | None = False,
     run_dir: str | Path | None = None,
     progress: bool = False,
+    log_prefix: str = "",
 ) -> TrainResult:
-    """Train `cfg` and score it on every test year; see the module docstring."""
+    """Train `cfg` and score it on every test year; see the module docstring.
+
+    `progress` shows progress bars (a terminal); without them one line per epoch is printed,
+    starting with `log_prefix` (a study names its trial there), so a log file shows the run."""
     from mlflow.tracking import MlflowClient
 
     ckpt = None
@@ -137,7 +141,10 @@ def train(
     prefetch = auto_prefetch(cfg.data.prefetch, device)
     num_params = sum(p.numel() for p in model.parameters())
     optimizer = build_optimizer(model.parameters(), tc)
-    schedule = LRSchedule(optimizer, tc)
+    # make_batches fixes the number of batches of an epoch whatever its shuffle seed
+    steps_per_epoch = len(ddp.shard(make_batches(train_set, cfg.data.batch_pixels, cfg.data.max_batch_size,
+                                                 shuffle=True, seed=0), dist_info))
+    schedule = LRSchedule(optimizer, tc, total_steps=steps_per_epoch * tc.epochs)
     loss_module: torch.nn.Module = _LossModule(model)
     if dist_info.enabled:
         loss_module = torch.nn.parallel.DistributedDataParallel(
@@ -181,6 +188,9 @@ def train(
             run_id = run.info.run_id
             _log_params(client, run_id, {**cfg.to_flat_dict(), "num_params": num_params})
             _log_text(client, run_id, json.dumps(cfg.to_dict(), indent=2, sort_keys=True), "config.json")
+            # What this run trained and selected on, by name, so anyone can audit the split.
+            for split, exprs in (("train", train_set), ("val", val_set)):
+                _log_text(client, run_id, "".join(f"{e.name}\n" for e in exprs), f"split/{split}.txt")
         else:
             client.update_run(run_id, status="RUNNING")
             client.set_tag(run_id, "hmer.status", "running")
@@ -275,6 +285,9 @@ def train(
                     "config": cfg.to_dict(), "run_id": run_id,
                 }, last_path)
             ddp.barrier(dist_info)
+            if dist_info.is_main and not progress:
+                print(_epoch_line(log_prefix, epoch, tc.epochs, metrics, elapsed, start_epoch,
+                                  elapsed - elapsed_before), flush=True)
             if epoch_callback is not None and dist_info.is_main:
                 epoch_callback(epoch, metrics)
             if stopped_by == "budget":
@@ -331,20 +344,23 @@ def _finish(client, run_id, cfg: Config, model, vocab: Vocab, data, test_years, 
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         (tmp_path / "predictions").mkdir()
-        for year in test_years:
-            exprs = data[year]
+        # Validation decoded as the test years are (beam, joint search for bi), beside them: how
+        # well the split that selected the checkpoint predicts the test years.
+        splits = [("val", "val_final", data.get("val") or [])] + [(y, f"test_{y}", data[y]) for y in test_years]
+        for split, key, exprs in splits:
             if not exprs:
                 continue
             t0 = time.monotonic()
             res: SplitResult = evaluate_split(
                 model, exprs, vocab,
                 **decode_options(cfg, device, amp_dtype, beam=cfg.train.beam_size,
-                                 progress=f"test {year}" if progress else None))
-            result.test_scores[year] = res.scores
-            final.update(res.scores.as_dict(f"test_{year}"))
-            final[f"test_{year}_resized"] = res.resized
-            final[f"test_{year}_decode_seconds"] = time.monotonic() - t0
-            _write_csv(tmp_path / "predictions" / f"test_{year}.csv", res.rows())
+                                 progress=f"{key} decoding" if progress else None))
+            if split != "val":
+                result.test_scores[split] = res.scores
+            final.update(res.scores.as_dict(key))
+            final[f"{key}_resized"] = res.resized
+            final[f"{key}_decode_seconds"] = time.monotonic() - t0
+            _write_csv(tmp_path / "predictions" / f"{key}.csv", res.rows())
         client.log_artifacts(run_id, str(tmp_path / "predictions"), "predictions")
         if best_path.is_file():
             # Logged as model/model.pt: what `hmer evaluate RUN_ID` and `hmer predict RUN_ID` fetch.
@@ -379,6 +395,23 @@ def _model_artifact(model, cfg: Config, vocab: Vocab, epoch: int, val_exprate: f
     """What `hmer evaluate` / `hmer predict` reload: weights, config and vocabulary, nothing executable."""
     return {"format": 1, "model": model.state_dict(), "config": cfg.to_dict(), "vocab": list(vocab.itos),
             "epoch": epoch, "val_exprate": val_exprate}
+
+
+def _epoch_line(prefix: str, epoch: int, epochs: int, metrics: dict[str, float], elapsed: float,
+                start_epoch: int, elapsed_this_process: float) -> str:
+    """One log line per epoch: what a log file of a run without a terminal shows."""
+    done = epoch - start_epoch + 1
+    eta = elapsed_this_process / done * (epochs - epoch)
+    val = f"val ExpRate {metrics['val_exprate']:.2f}" if "val_exprate" in metrics else "val -"
+    head = f"{prefix}: " if prefix else ""
+    return (f"{head}epoch {epoch}/{epochs}  train loss {metrics['train_loss']:.4f}  {val}  "
+            f"{metrics['images_per_second']:.1f} img/s  lr {metrics['lr']:.3g}  "
+            f"elapsed {_clock(elapsed)}  ETA {_clock(eta)}")
+
+
+def _clock(seconds: float) -> str:
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
 def _device_description(device: torch.device) -> str:
