@@ -145,7 +145,8 @@ def test_command_line_options():
     assert parse_seeds("3") == (1, 2, 3) and parse_seeds("7,9") == (7, 9) and parse_seeds(None) is None
     args = build_parser(DIRECTION).parse_args(["--preset", "smoke", "--seeds", "2", "--n-jobs", "2", "--storage",
                                                "postgresql://u:secret@db/hmer", "--set", "train.epochs=1"])
-    assert (args.preset, args.seeds, args.n_jobs, args.overrides) == ("smoke", (1, 2), 2, ["train.epochs=1"])
+    assert (args.budget, args.seeds, args.n_jobs, args.overrides) == ("smoke", (1, 2), 2, ["train.epochs=1"])
+    assert build_parser(DIRECTION).parse_args(["--budget", "cpu"]).budget == "cpu"  # --preset is the old name
     assert "secret" not in mask_url(args.storage) and "db/hmer" in mask_url(args.storage)
 
 

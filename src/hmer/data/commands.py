@@ -1,6 +1,8 @@
-"""`hmer data check` and `hmer data render`, as library functions returning an exit status.
+"""`hmer data check`, `hmer data split` and `hmer data render`, as library functions returning
+an exit status.
 
     check_command(data)                       counts per split and every problem found
+    split_command(data, cfg.data, out_dir)    the validation hold-out a run would use, audited
     render_command(data, "crohme-bmp.zip")    the BTTR/CoMER data.zip layout, rendered
 
 The rendered zip holds `data/<split>/caption.txt` and `data/<split>/<name>.bmp` (8-bit grey BMP,
@@ -31,7 +33,7 @@ from .cache import check_files, load_images
 from .render import RenderConfig
 from .source import (CAPTION_FILE, SPLITS, DatasetSource, files_for_captions, open_source, parse_caption_line,
                      parse_captions)
-from .splits import hold_out_sizes
+from .splits import TRAIN, read_writers, validation_hold_out
 from .vocab import Vocab
 
 RENDERED_TOP_FOLDER = "data"  # BTTR / CoMER read data/<split>/...
@@ -117,15 +119,17 @@ def check_command(data: str | None, out: TextIO = sys.stdout, *, data_cfg: DataC
         reports = [check_split(source, split, vocab, workers) for split in present]
         missing = [Problem("warning", f"split {s!r} is missing (no {s}/{CAPTION_FILE} in {source.location})")
                    for s in SPLITS if s not in present]
+        errors_in_train = any(p.level == "error" for r in reports if r.split == TRAIN for p in r.problems)
+        held = validation_hold_out(source, cfg) if TRAIN in present and not errors_in_train else None
 
     print(f"{'split':<10}{'captions':>10}{'files':>10}{'usable':>10}", file=out)
     for r in reports:
         print(f"{r.split:<10}{r.captions:>10}{r.files:>10}{r.usable:>10}", file=out)
-    train = next((r for r in reports if r.split == "train"), None)
-    if train is not None:
-        n_train, n_val = hold_out_sizes(train.usable, cfg.val_fraction)
-        print(f"train after the hold-out: {n_train} train + {n_val} val "
-              f"(val_fraction={cfg.val_fraction}, val_seed={cfg.val_seed})", file=out)
+    if held is not None:
+        left_out = f", {len(held.left_out)} left out" if held.left_out else ""
+        print(f"train after the hold-out: {len(held.train)} train + {len(held.val)} val{left_out} "
+              f"(rule {held.rule}, val_fraction={cfg.val_fraction}, val_seed={cfg.val_seed}; "
+              f"`hmer data split` for more)", file=out)
 
     problems = missing + [p for r in reports for p in r.problems]
     for p in problems:
@@ -134,6 +138,61 @@ def check_command(data: str | None, out: TextIO = sys.stdout, *, data_cfg: DataC
     warnings = len(problems) - errors
     print(f"{errors} error(s), {warnings} warning(s)", file=out)
     return 0 if errors == 0 else 1
+
+
+# ---- split ------------------------------------------------------------------------------------------
+
+def split_command(data: str | None, data_cfg: DataConfig, out_dir: str | os.PathLike[str] | None = None,
+                  out: TextIO = sys.stdout) -> int:
+    """Print the validation hold-out of `data_cfg` (sizes, writers, left out, target lengths per
+    side and test year, what the sides share); with `out_dir`, write `train.txt` and `val.txt`,
+    one expression name per line, as every run logs them."""
+    with open_source(data or data_cfg.path or None) as source:
+        held = validation_hold_out(source, data_cfg)
+        captions = {c.name: c.tokens for c in parse_captions(source.caption_text(TRAIN),
+                                                              source.describe(TRAIN, CAPTION_FILE))}
+        writers = read_writers(source, TRAIN, list(captions))
+        years = [s for s in source.split_names() if s != TRAIN]
+        year_lengths = {y: [len(c.tokens) for c in parse_captions(source.caption_text(y), source.describe(y))]
+                        for y in years}
+        location = source.location
+
+    n = len(captions)
+    print(f"dataset: {location}", file=out)
+    print(f"rule: {held.rule} (data.val_split={data_cfg.val_split}, data.val_fraction={data_cfg.val_fraction}, "
+          f"data.val_seed={data_cfg.val_seed})", file=out)
+    if held.note:
+        print(f"note: {held.note}", file=out)
+    print(f"{'side':<10}{'expressions':>12}{'share':>8}{'writers':>9}{'no writer':>11}{'mean tokens':>13}", file=out)
+    for side, names in (("train", held.train), ("val", held.val), ("left out", held.left_out)):
+        known = {writers[x] for x in names if writers[x]}
+        print(f"{side:<10}{len(names):>12}{len(names) / n:>8.1%}{len(known):>9}"
+              f"{sum(not writers[x] for x in names):>11}{_mean([len(captions[x]) for x in names]):>13.1f}", file=out)
+    for year, lengths in year_lengths.items():
+        print(f"{'test ' + year:<10}{len(lengths):>12}{'':>8}{'':>9}{'':>11}{_mean(lengths):>13.1f}", file=out)
+    train_captions = {" ".join(captions[x]) for x in held.train}
+    train_writers = {writers[x] for x in held.train if writers[x]}
+    shared_captions = {" ".join(captions[x]) for x in held.val} & train_captions
+    shared_writers = {writers[x] for x in held.val if writers[x]} & train_writers
+    print(f"shared between val and train: {len(shared_captions)} captions, {len(shared_writers)} known writers",
+          file=out)
+    if out_dir is not None:
+        folder = Path(out_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        for side, names in (("train", held.train), ("val", held.val)):
+            _write_atomically(folder / f"{side}.txt", "".join(f"{x}\n" for x in names))
+        print(f"wrote {folder / 'train.txt'} and {folder / 'val.txt'}", file=out)
+    return 0
+
+
+def _mean(values: Sequence[int]) -> float:
+    return float(np.mean(values)) if len(values) else float("nan")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 # ---- render ----------------------------------------------------------------------------------------

@@ -46,8 +46,10 @@ def build_parser(spec: StudySpec | SweepSpec, doc: str | None = None) -> argpars
         prog=f"studies/{spec.name}.py", description=doc or spec.description,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Run the same command again to resume a killed study. See docs/studies.md.")
-    p.add_argument("--preset", choices=PRESET_NAMES, default=None,
-                   help="compute preset (default: short on a GPU, smoke otherwise)")
+    # --preset is the older name of --budget (a study's compute budget, not a model preset).
+    p.add_argument("--budget", "--preset", dest="budget", choices=PRESET_NAMES, default=None,
+                   help="compute budget (default: short on a GPU, cpu otherwise; smoke: a 3-minute "
+                        "pipeline check); --preset is an alias")
     p.add_argument("--storage", default=None,
                    help="Optuna RDB URL shared by all workers, e.g. postgresql://user:pw@host/db "
                         "(default: SQLite optuna.db beside the MLflow store)")
@@ -78,7 +80,7 @@ def main(spec: StudySpec | SweepSpec, argv: Sequence[str] | None = None, doc: st
     try:
         if args.n_jobs is not None and args.n_jobs < 1:
             raise ValueError("--n-jobs must be at least 1")
-        preset, why = pick_preset(args.preset)
+        preset, why = pick_preset(args.budget)
         print(f"using {why}", flush=True)
         common = dict(storage=args.storage, tracking_uri=args.tracking_uri, n_jobs=args.n_jobs,
                       data_path=args.data, study_name=args.study_name, overrides=parse_overrides(args.overrides))

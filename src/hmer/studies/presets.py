@@ -10,6 +10,11 @@ of workers, and it says what the study will cost before it starts:
   epochs, 50 test expressions per year and beam 3; for a CPU. The direction ablation
   finishes on a 2-core CPU within ten minutes end to end (``python studies/ablate_direction.py``;
   measured 2.8 minutes on an idle machine and 5.7 to 7.6 on a shared one, see docs/studies.md).
+- ``cpu``: real results on a 2-core CPU, no GPU: the tiny model on the full training split
+  rendered 64 px high, the protocol of docs/cpu_protocol.md (AdamW, warm-up, cosine decay over a
+  fixed number of epochs, so results do not depend on machine load), selection on the writer
+  hold-out, the full test years decoded with beam 10 (joint search for bi), 3 seeds, 2 workers of
+  one thread each. The default on a machine without a GPU.
 - ``short``: the full-size model on the full data, with a wall-clock budget per trial
   sized so that the whole grid fits a 25-minute window on one H200 (several trials share
   the GPU side by side).
@@ -27,7 +32,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-PRESET_NAMES = ("smoke", "short", "paper")
+PRESET_NAMES = ("smoke", "cpu", "short", "paper")
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,10 @@ def _format_duration(seconds: float) -> str:
 # `python studies/ablate_direction.py --preset smoke` on an idle 2-core CPU (22-29 s; 38-117 s when the
 # cores are shared with other jobs); see docs/studies.md.
 _SMOKE_TRIAL_SECONDS = 30.0
+# The cpu preset: epochs and the time of one trial (training, validation, the three test years with
+# beam 10) as measured by its committed direction study; see docs/cpu_protocol.md.
+_CPU_EPOCHS = 4
+_CPU_TRIAL_SECONDS = 15 * 60.0
 # The papers train 300 epochs over the CROHME training set (8,835 expressions).
 _PAPER_EPOCHS = 300
 CROHME_TRAIN_EXPRESSIONS = 8835
@@ -160,6 +169,28 @@ PRESETS: dict[str, StudyPreset] = {
         hardware="a 2-core CPU",
         trial_seconds=_SMOKE_TRIAL_SECONDS,
         notes=("a smoke study shows that the pipeline works end to end, not which variant is better",),
+    ),
+    "cpu": StudyPreset(
+        name="cpu",
+        summary=(f"the tiny model on the full training split, 64 px renderings, {_CPU_EPOCHS} epochs of AdamW "
+                 "with warm-up and cosine decay, the full test years with beam 10; one thread per worker"),
+        model_size="tiny",
+        overrides={
+            "data.render_height": 64, "train.epochs": _CPU_EPOCHS,
+            "train.recipe": "custom", "train.optimizer": "adamw", "train.lr": 2e-3, "train.weight_decay": 0.01,
+            "train.eps": 1e-8, "train.warmup_steps": 300, "train.schedule": "cosine", "train.min_lr": 1e-5,
+            "train.beam_size": 10, "train.max_decode_len": 200, "train.device": "cpu",
+        },
+        seeds=(1, 2, 3),
+        sweep_trials=9,
+        window_s=0.0,
+        load_s=60.0,
+        eval_reserve_s=0.0,
+        default_jobs=2,
+        hardware="a 2-core CPU (2 workers, one thread each)",
+        trial_seconds=_CPU_TRIAL_SECONDS,
+        notes=("epochs are fixed, not a wall-clock budget: the numbers do not depend on how busy the machine "
+               "is, only the time does", "how this protocol was chosen: docs/cpu_protocol.md"),
     ),
     "short": StudyPreset(
         name="short",
@@ -203,12 +234,13 @@ def get_preset(name: str) -> StudyPreset:
 
 
 def pick_preset(requested: str | None = None) -> tuple[StudyPreset, str]:
-    """The preset to use and why: `requested`, else short on a GPU and smoke otherwise."""
+    """The preset to use and why: `requested`, else short on a GPU and cpu otherwise."""
     if requested:
-        return get_preset(requested), f"preset {requested} (--preset)"
+        return get_preset(requested), f"budget {requested} (--budget)"
     import torch
 
     if torch.cuda.is_available():
         return PRESETS["short"], (f"preset short (no --preset given; a GPU is available: "
                                   f"{torch.cuda.get_device_name(0)})")
-    return PRESETS["smoke"], "preset smoke (no --preset given and no GPU: the CPU-sized study)"
+    return PRESETS["cpu"], ("budget cpu (no --budget given and no GPU: real results on a CPU; "
+                            "--budget smoke is the 3-minute pipeline check)")

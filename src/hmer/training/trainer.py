@@ -346,6 +346,8 @@ def _finish(client, run_id, cfg: Config, model, vocab: Vocab, data, test_years, 
         (tmp_path / "predictions").mkdir()
         # Validation decoded as the test years are (beam, joint search for bi), beside them: how
         # well the split that selected the checkpoint predicts the test years.
+        # Its predictions go beside the split's name list (split/), the test years' to predictions/.
+        (tmp_path / "split").mkdir()
         splits = [("val", "val_final", data.get("val") or [])] + [(y, f"test_{y}", data[y]) for y in test_years]
         for split, key, exprs in splits:
             if not exprs:
@@ -360,8 +362,12 @@ def _finish(client, run_id, cfg: Config, model, vocab: Vocab, data, test_years, 
             final.update(res.scores.as_dict(key))
             final[f"{key}_resized"] = res.resized
             final[f"{key}_decode_seconds"] = time.monotonic() - t0
-            _write_csv(tmp_path / "predictions" / f"{key}.csv", res.rows())
+            csv_path = tmp_path / "split" / "val_predictions.csv" if split == "val" else \
+                tmp_path / "predictions" / f"{key}.csv"
+            _write_csv(csv_path, res.rows())
         client.log_artifacts(run_id, str(tmp_path / "predictions"), "predictions")
+        if any((tmp_path / "split").iterdir()):
+            client.log_artifacts(run_id, str(tmp_path / "split"), "split")
         if best_path.is_file():
             # Logged as model/model.pt: what `hmer evaluate RUN_ID` and `hmer predict RUN_ID` fetch.
             model_dir = tmp_path / "model"

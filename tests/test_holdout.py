@@ -1,0 +1,155 @@
+"""The validation hold-out (issue 19): whole writers held out, no caption on both sides; the
+caption rule for datasets that name no writer; `hmer data split`; the lists every run logs."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from mlflow.tracking import MlflowClient
+
+from hmer.config import DataConfig
+from hmer.data.commands import split_command
+from hmer.data.holdout import MAX_LEFT_OUT, HoldOutError, split_validation
+from hmer.data.inkml import writer_of
+from hmer.data.source import open_source, parse_captions
+from hmer.data.splits import read_writers, validation_hold_out
+from hmer.training import train
+from tiny_dataset import tiny_config, tiny_data
+
+
+def toy_collection(n_writers: int = 40, per_writer: int = 10, unknown: int = 60, seed: int = 0):
+    """Writers who each write mostly their own formulas and a few shared ones, plus expressions
+    without a writer; names, captions and writers as `split_validation` takes them."""
+    rng = np.random.default_rng(seed)
+    names, captions, writers = [], {}, {}
+    for w in range(n_writers):
+        for i in range(per_writer):
+            name = f"w{w:02d}_{i}"
+            shared = rng.random() < 0.2
+            captions[name] = f"shared {rng.integers(5)}" if shared else f"own {w} {i}"
+            writers[name] = f"writer{w}"
+            names.append(name)
+    for i in range(unknown):
+        name = f"u{i:03d}"
+        captions[name] = f"shared {i % 5}" if i % 3 == 0 else f"anon {i}"
+        writers[name] = None
+        names.append(name)
+    return names, captions, writers
+
+
+def test_writer_hold_out_shares_no_writer_and_no_caption_and_keeps_unknown_writers_in_training():
+    names, captions, writers = toy_collection()
+    held = split_validation(names, captions, writers, "writer", 0.1, seed=7)
+    assert held.rule == "writer" and len(held.val) >= round(0.1 * len(names))
+    train_captions = {captions[n] for n in held.train}
+    assert not any(captions[n] in train_captions for n in held.val)
+    assert not {writers[n] for n in held.val} & {writers[n] for n in held.train if writers[n]}
+    assert all(writers[n] for n in held.val)  # no unknown writer in validation
+    assert all(writers[n] in held.val_writers for n in held.left_out)  # only held-out writers are left out
+    # every name on exactly one side
+    assert sorted(held.train + held.val + held.left_out) == sorted(names)
+
+
+def test_writer_hold_out_is_seeded_and_independent_of_input_order():
+    names, captions, writers = toy_collection()
+    a = split_validation(names, captions, writers, "writer", 0.1, seed=7)
+    shuffled = [names[i] for i in np.random.default_rng(3).permutation(len(names))]
+    b = split_validation(shuffled, captions, writers, "writer", 0.1, seed=7)
+    assert set(a.val) == set(b.val) and set(a.train) == set(b.train)
+    assert b.val == [n for n in shuffled if n in set(b.val)]  # input order kept
+    assert set(split_validation(names, captions, writers, "writer", 0.1, seed=8).val) != set(a.val)
+
+
+def test_without_writers_whole_captions_are_held_out_and_the_split_says_so():
+    names, captions, _ = toy_collection()
+    held = split_validation(names, captions, {}, "writer", 0.1, seed=7)
+    assert held.rule == "caption" and "no writer" in held.note
+    assert not {captions[n] for n in held.val} & {captions[n] for n in held.train}
+    assert len(held.val) >= round(0.1 * len(names))
+
+
+def test_a_hold_out_that_cannot_be_filled_says_so():
+    names, captions, writers = toy_collection(n_writers=3)
+    with pytest.raises(HoldOutError, match="known writers gives only"):
+        split_validation(names, captions, writers, "writer", 0.5, seed=7)
+    with pytest.raises(HoldOutError, match="data.val_split='bogus' is not one of writer, random"):
+        split_validation(names, captions, writers, "bogus", 0.1, seed=7)
+
+
+def test_random_rule_is_the_old_hold_out():
+    names, captions, writers = toy_collection()
+    held = split_validation(names, captions, writers, "random", 0.05, seed=7)
+    assert held.rule == "random" and len(held.val) == round(0.05 * len(names)) and not held.left_out
+
+
+def test_writer_of_reads_the_header_only_and_ignores_unknown_writers():
+    head = b'<ink><traceFormat><channel name="X"/></traceFormat><annotation type="writer">User194</annotation>'
+    assert writer_of(head + b'<trace id="0">1 2</trace></ink>') == "User194"
+    assert writer_of(b'<ink><annotation type="writer"> Unknown </annotation><trace>1 2</trace></ink>') is None
+    assert writer_of(b'<ink><trace>1 2</trace><annotation type="writer">late</annotation></ink>') is None
+    assert writer_of(b"<ink><trace>1 2</trace></ink>") is None
+
+
+def test_a_bad_val_split_exits_2_with_one_line(inkml_dataset):
+    root = inkml_dataset({"train": 6, "2014": 2})
+    proc = subprocess.run([sys.executable, "-m", "hmer.cli", "data", "split", str(root), "--set",
+                           "data.val_split=bogus"], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == ["hmer: error: data.val_split='bogus' is not one of writer, random"]
+
+
+def test_a_run_logs_the_names_it_trained_and_selected_on(tmp_path):
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    data = tiny_data()
+    result = train(tiny_config(**{"train.epochs": 1}), data=data, tracking_uri=store, run_dir=tmp_path / "run")
+    client = MlflowClient(tracking_uri=store)
+    for split in ("train", "val"):
+        path = client.download_artifacts(result.run_id, f"split/{split}.txt", str(tmp_path))
+        assert open(path).read().split() == [e.name for e in data[split]]
+    # the validation split decoded as the test years are, beside them
+    metrics = client.get_run(result.run_id).data.metrics
+    assert metrics["val_final_n"] == len(data["val"]) and "val_final_exprate" in metrics
+
+
+# ---- the real training split ------------------------------------------------------------------
+
+def _real_split(shared_crohme, seed: int):
+    with open_source(shared_crohme) as source:
+        held = validation_hold_out(source, DataConfig(val_seed=seed))
+        captions = {c.name: c.tokens for c in parse_captions(source.caption_text("train"), "train")}
+        writers = read_writers(source, "train", list(captions))
+        year_lengths = [len(c.tokens) for y in ("2014", "2016", "2019")
+                        for c in parse_captions(source.caption_text(y), y)]
+    return held, captions, writers, float(np.mean(year_lengths))
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("seed", [7, 1, 2])
+def test_real_split_looks_like_a_test_year(shared_crohme, seed):
+    held, captions, writers, test_mean = _real_split(shared_crohme, seed)
+    n = len(captions)
+    assert held.rule == "writer"
+    assert 0.03 * n <= len(held.val) <= 0.10 * n
+    assert len(held.left_out) <= MAX_LEFT_OUT * n
+    train_captions = {" ".join(captions[x]) for x in held.train}
+    assert not any(" ".join(captions[x]) in train_captions for x in held.val)
+    assert not {writers[x] for x in held.val} & {writers[x] for x in held.train if writers[x]}
+    val_mean = float(np.mean([len(captions[x]) for x in held.val]))
+    assert abs(val_mean - test_mean) < 2.5, (val_mean, test_mean)  # train's own mean is 15.5
+
+
+@pytest.mark.shared_data
+def test_real_split_is_the_same_for_a_seed_and_differs_for_another(shared_crohme, tmp_path):
+    first = _real_split(shared_crohme, 7)[0]
+    again = _real_split(shared_crohme, 7)[0]
+    other = _real_split(shared_crohme, 1)[0]
+    assert first.val == again.val and first.train == again.train and set(other.val) != set(first.val)
+    out = io.StringIO()
+    assert split_command(str(shared_crohme), DataConfig(), tmp_path / "lists", out=out) == 0
+    assert (tmp_path / "lists" / "val.txt").read_text().split() == first.val
+    assert (tmp_path / "lists" / "train.txt").read_text().split() == first.train
+    assert "shared between val and train: 0 captions, 0 known writers" in out.getvalue()
