@@ -379,11 +379,13 @@ def load_predictions(run_id: str, year: str | int, tracking_uri: str | None = No
     """
     from mlflow.exceptions import MlflowException
 
+    from ..tracking.portable import download_run_artifact
+
     client = client_for(tracking_uri)
     artifact = f"predictions/test_{year}.csv"
     with tempfile.TemporaryDirectory(prefix="hmer-report-") as tmp, _quiet_downloads():
         try:
-            local = client.download_artifacts(run_id, artifact, tmp)
+            local = download_run_artifact(client, run_id, artifact, tmp)
         except (MlflowException, OSError) as exc:
             raise PredictionsNotFound(f"run {run_id} has no {artifact} ({type(exc).__name__})") from None
         df = pd.read_csv(Path(local), dtype={"name": str, "truth": str, "prediction": str}, keep_default_na=False)

@@ -27,6 +27,7 @@ def resolve_checkpoint(run_or_checkpoint: str, tracking_uri: str | None = None) 
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
+    from .portable import download_run_artifact
     from .store import quiet_mlflow
 
     quiet_mlflow()
@@ -38,7 +39,7 @@ def resolve_checkpoint(run_or_checkpoint: str, tracking_uri: str | None = None) 
         raise RunNotFoundError(f"{run_or_checkpoint}: not a checkpoint file, nor a run in {uri}") from None
     dest = Path(tempfile.mkdtemp(prefix="hmer-model-"))
     try:
-        local = client.download_artifacts(run_or_checkpoint, "model/model.pt", str(dest))
+        local = download_run_artifact(client, run_or_checkpoint, "model/model.pt", str(dest))
     except (MlflowException, OSError):
         raise RunNotFoundError(f"run {run_or_checkpoint} has no model/model.pt artifact "
                                "(it may have failed before finishing)") from None

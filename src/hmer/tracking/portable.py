@@ -1,0 +1,78 @@
+"""A committed MLflow store that works from any clone: artifact locations relative to the checkout.
+
+MLflow records where a run's artifacts are as an absolute location (`file:///home/me/hmer/mlruns/
+artifacts/...`), resolved when the experiment is created; no public API records a relative one.
+A store committed to the repository must open anywhere it is cloned, so `make_portable` rewrites
+the locations that lie inside the store's own `artifacts/` folder to `mlruns/artifacts/...`,
+relative to the checkout. MLflow reads such a location relative to the working directory, so
+`mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db`, started from the checkout as the
+README says, shows every artifact; the suite's own readers (`hmer report`, `evaluate`, `predict`,
+the notebooks) resolve it against the store's location instead, so they work from any folder.
+
+This is the one place that writes MLflow's tables directly (SQLite only): the workaround for the
+missing public API, kept small. Runs still being written should not be in a store made portable
+(their artifacts would be logged relative to the working directory): make a finished copy portable.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+ARTIFACTS = "artifacts"
+STORE_FOLDER = "mlruns"  # the store's folder name in the checkout (`<checkout>/mlruns/mlflow.db`)
+
+
+def sqlite_path(tracking_uri: str) -> Path | None:
+    """The database file of a `sqlite:///...` tracking URI, else None."""
+    if not tracking_uri.startswith("sqlite:///"):
+        return None
+    return Path(tracking_uri[len("sqlite:///"):])
+
+
+def _relative(location: str) -> str | None:
+    """`file:///any/where/artifacts/exp/...` -> `mlruns/artifacts/exp/...` (None if not local)."""
+    parsed = urlparse(location)
+    if parsed.scheme not in ("", "file") or (parsed.scheme == "" and not location.startswith("/")):
+        return None
+    path = unquote(parsed.path)
+    marker = f"/{ARTIFACTS}/"
+    if marker not in path:
+        return None
+    return f"{STORE_FOLDER}/{ARTIFACTS}/{path.rsplit(marker, 1)[1]}"
+
+
+def make_portable(db_path: str | Path) -> int:
+    """Rewrite absolute artifact locations under the store's `artifacts/` folder as relative ones
+    (see the module docstring); returns how many experiments and runs changed."""
+    changed = 0
+    with sqlite3.connect(db_path) as db:
+        for table, key, column in (("experiments", "experiment_id", "artifact_location"),
+                                   ("runs", "run_uuid", "artifact_uri")):
+            for row_id, location in db.execute(f"SELECT {key}, {column} FROM {table}").fetchall():
+                relative = _relative(location or "")
+                if relative and relative != location:
+                    db.execute(f"UPDATE {table} SET {column} = ? WHERE {key} = ?", (relative, row_id))
+                    changed += 1
+    return changed
+
+
+def resolve_artifact_uri(artifact_uri: str, tracking_uri: str) -> str:
+    """Where a run's artifacts really are: a relative location (a portable store) is resolved
+    against the folder that holds the store's folder; anything else is returned as it is."""
+    if "://" in artifact_uri or artifact_uri.startswith("/") or ":" in artifact_uri.split("/", 1)[0]:
+        return artifact_uri
+    db = sqlite_path(tracking_uri)
+    base = db.resolve().parent.parent if db is not None else Path.cwd()
+    return (base / artifact_uri).as_uri()
+
+
+def download_run_artifact(client, run_id: str, path: str, dest: str) -> str:
+    """`client.download_artifacts(run_id, path, dest)`, also for runs of a portable store read
+    from any working directory."""
+    import mlflow.artifacts
+
+    run = client.get_run(run_id)
+    root = resolve_artifact_uri(run.info.artifact_uri, client.tracking_uri)
+    return mlflow.artifacts.download_artifacts(artifact_uri=f"{root}/{path}", dst_path=dest)

@@ -1,0 +1,58 @@
+"""A committed MLflow store opens from any clone path (issue 12): artifact locations made relative
+to the checkout, read by MLflow from the checkout and by the suite from anywhere."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+from mlflow.tracking import MlflowClient
+
+from hmer.tracking.portable import download_run_artifact, make_portable, resolve_artifact_uri
+from hmer.tracking.store import setup_mlflow
+
+
+def _store_with_one_run(checkout):
+    (checkout / "mlruns").mkdir(parents=True)
+    uri = f"sqlite:///{checkout / 'mlruns' / 'mlflow.db'}"
+    experiment_id = setup_mlflow(uri, "results")
+    client = MlflowClient(uri)
+    run = client.create_run(experiment_id)
+    client.log_text(run.info.run_id, "name,truth,prediction,distance\nx,a,a,0\n", "predictions/test_2014.csv")
+    client.set_terminated(run.info.run_id)
+    assert client.get_run(run.info.run_id).info.artifact_uri.startswith("file:///")  # MLflow's absolute default
+    return run.info.run_id
+
+
+def test_a_portable_store_reads_its_artifacts_after_the_checkout_moves(tmp_path, monkeypatch):
+    run_id = _store_with_one_run(tmp_path / "first")
+    assert make_portable(tmp_path / "first" / "mlruns" / "mlflow.db") == 2  # the experiment and the run
+    shutil.move(tmp_path / "first", tmp_path / "clone")  # a clone somewhere else; the old path is gone
+    uri = f"sqlite:///{tmp_path / 'clone' / 'mlruns' / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    assert client.get_run(run_id).info.artifact_uri == f"mlruns/artifacts/results/{run_id}/artifacts"
+
+    # The suite's readers, from a working directory that is not the checkout (a notebook's folder):
+    monkeypatch.chdir(tmp_path)
+    local = download_run_artifact(client, run_id, "predictions/test_2014.csv", str(tmp_path / "dl"))
+    assert open(local).read().startswith("name,truth")
+    assert resolve_artifact_uri("mlruns/artifacts/x", uri) == (tmp_path / "clone" / "mlruns/artifacts/x").as_uri()
+    assert resolve_artifact_uri("file:///else/where", uri) == "file:///else/where"
+
+    # MLflow itself, started from the checkout as the README says (`mlflow ui` reads the same way):
+    script = ("from mlflow.tracking import MlflowClient; c = MlflowClient('sqlite:///mlruns/mlflow.db'); "
+              f"print([a.path for a in c.list_artifacts('{run_id}', 'predictions')])")
+    out = subprocess.run([sys.executable, "-c", script], cwd=tmp_path / "clone", capture_output=True, text=True)
+    assert "predictions/test_2014.csv" in out.stdout, out.stderr
+
+
+def test_make_portable_leaves_other_locations_alone(tmp_path):
+    run_id = _store_with_one_run(tmp_path / "c")
+    db = tmp_path / "c" / "mlruns" / "mlflow.db"
+    make_portable(db)
+    assert make_portable(db) == 0  # idempotent
+    client = MlflowClient(f"sqlite:///{db}")
+    assert client.get_run(run_id).info.artifact_uri.startswith("mlruns/artifacts/")
+    assert client.get_experiment("0").artifact_location.startswith("file:") or \
+        client.get_experiment("0").artifact_location.startswith("/")  # MLflow's Default, outside artifacts/
