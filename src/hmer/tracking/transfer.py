@@ -236,7 +236,7 @@ def import_runs(path: str | os.PathLike[str], *, tracking_uri: str | None = None
         if manifest.get("format") != FORMAT:
             raise ValueError(f"{path}: export format {manifest.get('format')!r}, this hmer reads {FORMAT}")
         label = Path(path).name.split(PART_SUFFIX)[0]
-        exp_ids = {name: _ensure_experiment(client, name, manifest.get("experiment_tags", {}).get(name, {}))
+        exp_ids = {name: ensure_experiment(client, name, manifest.get("experiment_tags", {}).get(name, {}))
                    for name in manifest["experiments"]}
         existing = _existing_by_source(client)
         for rec in _parents_first(manifest["runs"]):
@@ -263,9 +263,20 @@ def import_runs(path: str | os.PathLike[str], *, tracking_uri: str | None = None
                                         tags=new_tags, run_name=rec.get("run_name"))
                 target = run.info.run_id
                 result.created.append(target)
+                newer = True
             else:
                 result.updated.append(target)
-                _set_tags(client, target, new_tags)
+                have = client.get_run(target)
+                # The record wins where it is at least as recent as what is here (a later slice's export);
+                # an older one (imported after a newer) only adds what is missing.
+                newer = (rec.get("end_time") or 0) >= (have.info.end_time or 0)
+                if newer:
+                    _set_tags(client, target, new_tags)
+                    for key in set(have.data.tags) - set(new_tags):
+                        if not key.startswith("mlflow.") and key != PARENT_TAG:
+                            client.delete_tag(target, key)  # e.g. hmer.error of an interruption since resumed
+                else:
+                    _set_tags(client, target, {k: v for k, v in new_tags.items() if k not in have.data.tags})
             result.id_map[src] = target
             _merge_params(client, target, rec["params"])
             _merge_metrics(client, target, rec["metrics"])
@@ -273,19 +284,20 @@ def import_runs(path: str | os.PathLike[str], *, tracking_uri: str | None = None
             if folder.is_dir() and any(folder.iterdir()):
                 client.log_artifacts(target, str(folder))
             status = rec.get("status")
-            if status in _TERMINAL:
+            if status in _TERMINAL and newer:
                 client.set_terminated(target, status=status, end_time=rec.get("end_time"))
     return result
 
 
-def _ensure_experiment(client, name: str, tags: dict[str, str]) -> str:
+def ensure_experiment(client, name: str, tags: dict[str, str] | None = None) -> str:
+    """The id of experiment `name`, created (artifacts beside a SQLite store) when missing."""
     from .store import artifact_root_for
 
     found = client.get_experiment_by_name(name)
     if found is not None:
         return found.experiment_id
     root = artifact_root_for(client.tracking_uri)
-    keep = {k: v for k, v in tags.items() if not k.startswith("mlflow.")}
+    keep = {k: v for k, v in (tags or {}).items() if not k.startswith("mlflow.")}
     try:
         return client.create_experiment(name, artifact_location=f"{root}/{name}" if root else None, tags=keep or None)
     except Exception:  # created meanwhile by another process
