@@ -17,7 +17,9 @@ alike. That API gives every created run a new id, so the original id is kept as 
 itself). The import is a merge keyed by that tag: a run already imported is brought up to date
 (new metric points, new tags and params, artifacts, status) instead of being created again, so
 importing the same file twice, or the exports of successive slices of one campaign, never
-duplicates a run. Parent links (`mlflow.parentRunId`, e.g. a study's trials) are remapped to the
+duplicates a run. Where the file's copy of a run is at least as recent (end time) as the store's,
+it wins: its status, its tags, and tags it no longer has are removed (e.g. the `hmer.error` of an
+interruption that was later resumed); an older copy only adds what is missing. Parent links (`mlflow.parentRunId`, e.g. a study's trials) are remapped to the
 new ids; a parent that is neither in the file nor in the store is kept only as
 `hmer.source_parent_run_id`. `hmer evaluate` and `hmer predict` accept the source id too.
 """
