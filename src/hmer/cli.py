@@ -132,6 +132,23 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--out", default=None, help="output folder (default: reports/<name>)")
     rp.set_defaults(func=cmd_report)
 
+    # runs: move MLflow runs between stores (a GPU machine's and mlruns/)
+    runs = sub.add_parser("runs", help="export MLflow runs to one file, or merge such a file into the store")
+    rsub = runs.add_subparsers(title="runs commands", metavar="COMMAND")
+    ex = rsub.add_parser("export", help="write runs (params, metric histories, tags, artifacts) to a .tar.gz")
+    ex.add_argument("file", metavar="FILE")
+    ex.add_argument("--experiment", action="append", default=None, help="only this experiment (repeatable)")
+    ex.add_argument("--runs", nargs="*", default=None, metavar="RUN_ID", help="only these runs")
+    ex.add_argument("--max-artifact-mb", type=float, default=0.0, help="leave out larger artifact files")
+    ex.add_argument("--part-mb", type=float, default=0.0, help="split into FILE.part-NNN of at most N MiB")
+    ex.add_argument("--tracking-uri", default=None)
+    ex.set_defaults(func=cmd_runs_export)
+    im = rsub.add_parser("import", help="merge an export into the store (idempotent; keeps the source run id "
+                         "as tag hmer.source_run_id)")
+    im.add_argument("files", nargs="+", metavar="FILE", help="an export, or any of its FILE.part-NNN")
+    im.add_argument("--tracking-uri", default=None)
+    im.set_defaults(func=cmd_runs_import)
+
     # bench
     bench = sub.add_parser("bench", help="throughput benchmarks; the last line is images_per_second=N")
     bsub = bench.add_subparsers(title="benchmarks", metavar="WHAT")
@@ -329,6 +346,28 @@ def cmd_report(args) -> int:
         raise UserError("give --study NAME, --experiment NAME or --runs ID...")
     return report_command(study=args.study, experiment=args.experiment, run_ids=args.runs,
                           tracking_uri=args.tracking_uri, out_dir=args.out)
+
+
+def cmd_runs_export(args) -> int:
+    from .tracking.transfer import export_runs
+
+    res = export_runs(args.file, tracking_uri=args.tracking_uri, experiments=args.experiment, run_ids=args.runs,
+                      max_artifact_mb=args.max_artifact_mb, part_mb=args.part_mb)
+    print(f"exported {res.runs} runs to " + ", ".join(str(f) for f in res.files))
+    for item in res.omitted_artifacts:
+        print(f"  left out {item}", file=sys.stderr)
+    return 0
+
+
+def cmd_runs_import(args) -> int:
+    from .tracking.transfer import import_runs
+
+    for f in args.files:
+        res = import_runs(f, tracking_uri=args.tracking_uri)
+        print(f"{f}: {len(res.created)} runs created, {len(res.updated)} already there (brought up to date)")
+        for src, rid in res.id_map.items():
+            print(f"  {src} -> {rid}")
+    return 0
 
 
 def cmd_bench(args) -> int:

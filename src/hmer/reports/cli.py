@@ -57,7 +57,7 @@ def default_out_dir(name: str) -> Path:
 def runs_summary(runs: pd.DataFrame, years: Sequence[str]) -> pd.DataFrame:
     """One row per run: the columns a reader checks a table against."""
     cols = {"run_id": "run_id", "variant": "variant", "seed": "seed", "trial": "trial", "state": "state",
-            "run_name": "run_name"}
+            "run_name": "run_name", "tags.hmer.device": "device"}
     for year in years:
         for m in ("exprate", "le1", "le2", "n"):
             cols[f"metrics.test_{year}_{m}"] = f"test_{year}_{m}"

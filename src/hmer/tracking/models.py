@@ -36,7 +36,13 @@ def resolve_checkpoint(run_or_checkpoint: str, tracking_uri: str | None = None) 
     try:
         client.get_run(run_or_checkpoint)
     except MlflowException:
-        raise RunNotFoundError(f"{run_or_checkpoint}: not a checkpoint file, nor a run in {uri}") from None
+        # A run imported by `hmer runs import` has a new id; its original one is a tag.
+        from .transfer import find_by_source_id
+
+        imported = find_by_source_id(client, run_or_checkpoint)
+        if imported is None:
+            raise RunNotFoundError(f"{run_or_checkpoint}: not a checkpoint file, nor a run in {uri}") from None
+        run_or_checkpoint = imported
     dest = Path(tempfile.mkdtemp(prefix="hmer-model-"))
     try:
         local = download_run_artifact(client, run_or_checkpoint, "model/model.pt", str(dest))

@@ -1,0 +1,376 @@
+"""Move MLflow runs between stores as one file: `hmer runs export` and `hmer runs import`.
+
+    hmer runs export gpu-runs.tar.gz                       # every run of the store
+    hmer runs export --experiment gpu-campaign gpu-runs.tar.gz
+    hmer runs import gpu-runs.tar.gz                       # into mlruns/ (or --tracking-uri)
+
+An export is a gzipped tar: `hmer-runs.json` (experiments, and per run its info, params, tags
+and the full history of every metric: value, timestamp and step) followed by
+`artifacts/<run id>/...`, every artifact file of the run. `--part-mb N` splits the file into
+`FILE.part-000`, `FILE.part-001`, ... of at most N MiB each (a GPU machine returns files of at
+most 16 MiB); `hmer runs import FILE` finds the parts by itself.
+
+The import goes through MLflow's public client API only (create_experiment, create_run,
+log_batch, log_artifacts, set_terminated), so it works against SQLite and tracking servers
+alike. That API gives every created run a new id, so the original id is kept as the tag
+`hmer.source_run_id` (an id that is already a source id keeps it: a run exported twice stays
+itself). The import is a merge keyed by that tag: a run already imported is brought up to date
+(new metric points, new tags and params, artifacts, status) instead of being created again, so
+importing the same file twice, or the exports of successive slices of one campaign, never
+duplicates a run. Where the file's copy of a run is at least as recent (end time) as the store's,
+it wins: its status, its tags, and tags it no longer has are removed (e.g. the `hmer.error` of an
+interruption that was later resumed); an older copy only adds what is missing. Parent links (`mlflow.parentRunId`, e.g. a study's trials) are remapped to the
+new ids; a parent that is neither in the file nor in the store is kept only as
+`hmer.source_parent_run_id`. `hmer evaluate` and `hmer predict` accept the source id too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+SOURCE_RUN_TAG = "hmer.source_run_id"
+SOURCE_PARENT_TAG = "hmer.source_parent_run_id"
+IMPORTED_FROM_TAG = "hmer.imported_from"
+PARENT_TAG = "mlflow.parentRunId"
+MANIFEST = "hmer-runs.json"
+FORMAT = 1
+PART_SUFFIX = ".part-"
+_TERMINAL = ("FINISHED", "FAILED", "KILLED")
+
+
+@dataclass
+class ExportResult:
+    files: list[Path]
+    runs: int
+    omitted_artifacts: list[str] = field(default_factory=list)  # "<run id>/<path> (<bytes>)"
+
+
+@dataclass
+class ImportResult:
+    created: list[str] = field(default_factory=list)   # new run ids
+    updated: list[str] = field(default_factory=list)   # run ids already there, brought up to date
+    id_map: dict[str, str] = field(default_factory=dict)  # source run id -> run id in this store
+
+
+def _client(tracking_uri: str | None):
+    from mlflow.tracking import MlflowClient
+
+    from .store import default_tracking_uri, quiet_mlflow
+
+    quiet_mlflow()
+    return MlflowClient(tracking_uri=tracking_uri or default_tracking_uri())
+
+
+def source_id(run) -> str:
+    """The id a run is known by across stores: its `hmer.source_run_id` tag, else its own id."""
+    return run.data.tags.get(SOURCE_RUN_TAG) or run.info.run_id
+
+
+def _all_runs(client, experiment_ids: Sequence[str], filter_string: str = "") -> list:
+    from mlflow.entities import ViewType
+
+    runs, token = [], None
+    while experiment_ids:
+        page = client.search_runs(list(experiment_ids), filter_string=filter_string, run_view_type=ViewType.ACTIVE_ONLY,
+                                  max_results=1000, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            break
+    return runs
+
+
+def _experiments(client) -> list:
+    from mlflow.entities import ViewType
+
+    return list(client.search_experiments(view_type=ViewType.ACTIVE_ONLY))
+
+
+def find_by_source_id(client, run_id: str) -> str | None:
+    """The run of this store whose `hmer.source_run_id` is `run_id` (an imported run), or None."""
+    ids = [e.experiment_id for e in _experiments(client)]
+    found = _all_runs(client, ids, f"tags.`{SOURCE_RUN_TAG}` = '{run_id}'")
+    return found[0].info.run_id if found else None
+
+
+# ---- export ------------------------------------------------------------------------------------
+
+def export_runs(out_file: str | os.PathLike[str], *, tracking_uri: str | None = None,
+                experiments: Sequence[str] | None = None, run_ids: Sequence[str] | None = None,
+                max_artifact_mb: float = 0.0, part_mb: float = 0.0) -> ExportResult:
+    """Write the runs of `experiments` (names; default: all), or just `run_ids`, to `out_file`.
+
+    Artifact files over `max_artifact_mb` (0: no limit) are left out and listed in the manifest.
+    With `part_mb` > 0 a file larger than that is split into `out_file.part-NNN`.
+    """
+    client = _client(tracking_uri)
+    exps = {e.experiment_id: e for e in _experiments(client)}
+    if run_ids:
+        runs = [client.get_run(r) for r in run_ids]
+    else:
+        chosen = list(exps)
+        if experiments:
+            by_name = {e.name: i for i, e in exps.items()}
+            missing = [n for n in experiments if n not in by_name]
+            if missing:
+                raise ValueError(f"no experiment named {', '.join(missing)} in {client.tracking_uri}")
+            chosen = [by_name[n] for n in experiments]
+        runs = _all_runs(client, chosen)
+    for run in runs:  # run ids given explicitly may live in experiments the listing did not cover
+        if run.info.experiment_id not in exps:
+            exps[run.info.experiment_id] = client.get_experiment(run.info.experiment_id)
+    out = Path(out_file)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for old in _parts(out):
+        old.unlink()
+    limit = int(max_artifact_mb * 2**20) if max_artifact_mb > 0 else 0
+    omitted: list[str] = []
+    records = []
+    with tempfile.TemporaryDirectory(prefix="hmer-export-") as tmp:
+        tmp_path = Path(tmp)
+        for run in runs:
+            rid = run.info.run_id
+            history = {key: [[m.value, m.timestamp, m.step] for m in client.get_metric_history(rid, key)]
+                       for key in run.data.metrics}
+            folder = tmp_path / "artifacts" / rid
+            folder.mkdir(parents=True)
+            if client.list_artifacts(rid):
+                client.download_artifacts(rid, "", str(folder))
+            for f in sorted(p for p in folder.rglob("*") if p.is_file()):
+                size = f.stat().st_size
+                if limit and size > limit:
+                    omitted.append(f"{rid}/{f.relative_to(folder).as_posix()} ({size} bytes)")
+                    f.unlink()
+            info = run.info
+            records.append({
+                "run_id": rid, "experiment": exps[info.experiment_id].name, "run_name": info.run_name,
+                "status": info.status, "start_time": info.start_time, "end_time": info.end_time,
+                "params": dict(run.data.params), "tags": dict(run.data.tags), "metrics": history,
+            })
+        manifest = {
+            "format": FORMAT, "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "tracking_uri": client.tracking_uri,
+            "experiments": sorted({r["experiment"] for r in records}),
+            "experiment_tags": {exps[i].name: dict(exps[i].tags) for i in exps
+                                if exps[i].name in {r["experiment"] for r in records}},
+            "runs": records, "omitted_artifacts": omitted,
+        }
+        (tmp_path / MANIFEST).write_text(json.dumps(manifest, indent=1))
+        partial = out.with_name(out.name + ".tmp")
+        with tarfile.open(partial, "w:gz") as tar:
+            tar.add(tmp_path / MANIFEST, arcname=MANIFEST)  # first: a reader can stop after it
+            tar.add(tmp_path / "artifacts", arcname="artifacts")
+        os.replace(partial, out)
+    files = split_file(out, int(part_mb * 2**20)) if part_mb > 0 else [out]
+    return ExportResult(files=files, runs=len(records), omitted_artifacts=omitted)
+
+
+def split_file(path: Path, part_bytes: int) -> list[Path]:
+    """`path` as is when it is at most `part_bytes`, else `path.part-000`, ... (and `path` removed)."""
+    if part_bytes <= 0 or path.stat().st_size <= part_bytes:
+        return [path]
+    parts = []
+    with path.open("rb") as src:
+        while chunk := src.read(part_bytes):
+            part = path.with_name(f"{path.name}{PART_SUFFIX}{len(parts):03d}")
+            part.write_bytes(chunk)
+            parts.append(part)
+    path.unlink()
+    return parts
+
+
+def _parts(path: Path) -> list[Path]:
+    return sorted(path.parent.glob(f"{path.name}{PART_SUFFIX}[0-9][0-9][0-9]"))
+
+
+def resolve_parts(path: str | os.PathLike[str]) -> list[Path]:
+    """The file itself, or its parts `FILE.part-NNN` (naming any one part finds them all)."""
+    p = Path(path)
+    base, sep, number = p.name.rpartition(PART_SUFFIX)
+    if sep and number.isdigit():
+        p = p.with_name(base)
+    if p.is_file():
+        return [p]
+    parts = _parts(p)
+    if not parts:
+        raise FileNotFoundError(f"{p}: no such export (nor {p.name}{PART_SUFFIX}000, ...)")
+    expected = [p.with_name(f"{p.name}{PART_SUFFIX}{i:03d}") for i in range(len(parts))]
+    if parts != expected:
+        raise FileNotFoundError(f"{p}: parts are missing (found {', '.join(x.name for x in parts)})")
+    return parts
+
+
+# ---- import ------------------------------------------------------------------------------------
+
+def import_runs(path: str | os.PathLike[str], *, tracking_uri: str | None = None,
+                tags: dict[str, str] | None = None) -> ImportResult:
+    """Merge the export at `path` (or its parts) into the store; see the module docstring."""
+    client = _client(tracking_uri)
+    parts = resolve_parts(path)
+    result = ImportResult()
+    with tempfile.TemporaryDirectory(prefix="hmer-import-") as tmp:
+        tmp_path = Path(tmp)
+        archive = parts[0]
+        if len(parts) > 1:
+            archive = tmp_path / "joined.tar.gz"
+            with archive.open("wb") as joined:
+                for part in parts:
+                    with part.open("rb") as src:
+                        shutil.copyfileobj(src, joined)
+        unpacked = tmp_path / "unpacked"
+        with tarfile.open(archive, "r:gz") as tar:
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(unpacked, filter="data")
+            else:  # Python < 3.11.4: no extraction filters; refuse paths that leave the folder
+                for member in tar.getmembers():
+                    if member.name.startswith("/") or ".." in Path(member.name).parts:
+                        raise ValueError(f"{archive}: unsafe path {member.name!r}")
+                tar.extractall(unpacked)
+        manifest = json.loads((unpacked / MANIFEST).read_text())
+        if manifest.get("format") != FORMAT:
+            raise ValueError(f"{path}: export format {manifest.get('format')!r}, this hmer reads {FORMAT}")
+        label = Path(path).name.split(PART_SUFFIX)[0]
+        exp_ids = {name: ensure_experiment(client, name, manifest.get("experiment_tags", {}).get(name, {}))
+                   for name in manifest["experiments"]}
+        existing = _existing_by_source(client)
+        for rec in _parents_first(manifest["runs"]):
+            src = rec["tags"].get(SOURCE_RUN_TAG) or rec["run_id"]
+            target = existing.get(src)
+            if target is None and _run_exists(client, src):
+                target = src  # the very store it came from
+            new_tags = {k: v for k, v in rec["tags"].items() if k not in (PARENT_TAG, "mlflow.runName")}
+            new_tags[SOURCE_RUN_TAG] = src
+            new_tags[IMPORTED_FROM_TAG] = new_tags.get(IMPORTED_FROM_TAG) or label
+            new_tags.update(tags or {})
+            parent = rec["tags"].get(PARENT_TAG)
+            if parent:
+                parent_src = next((r["tags"].get(SOURCE_RUN_TAG) or r["run_id"] for r in manifest["runs"]
+                                   if r["run_id"] == parent), parent)
+                mapped = result.id_map.get(parent_src) or existing.get(parent_src) or (
+                    parent_src if _run_exists(client, parent_src) else None)
+                if mapped:
+                    new_tags[PARENT_TAG] = mapped
+                else:
+                    new_tags[SOURCE_PARENT_TAG] = parent_src
+            if target is None:
+                run = client.create_run(exp_ids[rec["experiment"]], start_time=rec.get("start_time"),
+                                        tags=new_tags, run_name=rec.get("run_name"))
+                target = run.info.run_id
+                result.created.append(target)
+                newer = True
+            else:
+                result.updated.append(target)
+                have = client.get_run(target)
+                # The record wins where it is at least as recent as what is here (a later slice's export);
+                # an older one (imported after a newer) only adds what is missing.
+                newer = (rec.get("end_time") or 0) >= (have.info.end_time or 0)
+                if newer:
+                    _set_tags(client, target, new_tags)
+                    for key in set(have.data.tags) - set(new_tags):
+                        if not key.startswith("mlflow.") and key != PARENT_TAG:
+                            client.delete_tag(target, key)  # e.g. hmer.error of an interruption since resumed
+                else:
+                    _set_tags(client, target, {k: v for k, v in new_tags.items() if k not in have.data.tags})
+            result.id_map[src] = target
+            _merge_params(client, target, rec["params"])
+            _merge_metrics(client, target, rec["metrics"])
+            folder = unpacked / "artifacts" / rec["run_id"]
+            if folder.is_dir() and any(folder.iterdir()):
+                client.log_artifacts(target, str(folder))
+            status = rec.get("status")
+            if status in _TERMINAL and newer:
+                client.set_terminated(target, status=status, end_time=rec.get("end_time"))
+    return result
+
+
+def ensure_experiment(client, name: str, tags: dict[str, str] | None = None) -> str:
+    """The id of experiment `name`, created (artifacts beside a SQLite store) when missing."""
+    from .store import artifact_root_for
+
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    root = artifact_root_for(client.tracking_uri)
+    keep = {k: v for k, v in (tags or {}).items() if not k.startswith("mlflow.")}
+    try:
+        return client.create_experiment(name, artifact_location=f"{root}/{name}" if root else None, tags=keep or None)
+    except Exception:  # created meanwhile by another process
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
+def _existing_by_source(client) -> dict[str, str]:
+    ids = [e.experiment_id for e in _experiments(client)]
+    return {r.data.tags[SOURCE_RUN_TAG]: r.info.run_id
+            for r in _all_runs(client, ids, f"tags.`{SOURCE_RUN_TAG}` != ''")}
+
+
+def _run_exists(client, run_id: str) -> bool:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_run(run_id).info.lifecycle_stage == "active"
+    except MlflowException:
+        return False
+
+
+def _parents_first(records: list[dict]) -> list[dict]:
+    by_id = {r["run_id"]: r for r in records}
+    ordered, seen = [], set()
+
+    def visit(rec, depth=0):
+        if rec["run_id"] in seen or depth > len(records):
+            return
+        parent = by_id.get(rec["tags"].get(PARENT_TAG, ""))
+        if parent is not None:
+            visit(parent, depth + 1)
+        seen.add(rec["run_id"])
+        ordered.append(rec)
+
+    for rec in records:
+        visit(rec)
+    return ordered
+
+
+def _set_tags(client, run_id: str, tags: dict[str, str]) -> None:
+    from mlflow.entities import RunTag
+
+    items = [RunTag(k, str(v)) for k, v in tags.items()]
+    for i in range(0, len(items), 100):
+        client.log_batch(run_id, tags=items[i:i + 100])
+
+
+def _merge_params(client, run_id: str, params: dict[str, str]) -> None:
+    from mlflow.entities import Param
+
+    have = client.get_run(run_id).data.params
+    # A param that already has a value keeps it: MLflow params are write-once.
+    items = [Param(k, v) for k, v in params.items() if k not in have]
+    for i in range(0, len(items), 100):
+        client.log_batch(run_id, params=items[i:i + 100])
+
+
+def _merge_metrics(client, run_id: str, history: dict[str, list]) -> None:
+    from mlflow.entities import Metric
+
+    have_keys = client.get_run(run_id).data.metrics
+    items = []
+    for key, points in history.items():
+        # repr: NaN != NaN, but its repr equals itself, so a NaN point is not logged twice
+        have = {(repr(m.value), m.timestamp, m.step) for m in client.get_metric_history(run_id, key)} \
+            if key in have_keys else set()
+        items += [Metric(key, float(v), int(ts), int(step)) for v, ts, step in points
+                  if (repr(float(v)), int(ts), int(step)) not in have]
+    for i in range(0, len(items), 1000):
+        client.log_batch(run_id, metrics=items[i:i + 1000])
+
