@@ -75,4 +75,4 @@ def download_run_artifact(client, run_id: str, path: str, dest: str) -> str:
 
     run = client.get_run(run_id)
     root = resolve_artifact_uri(run.info.artifact_uri, client.tracking_uri)
-    return mlflow.artifacts.download_artifacts(artifact_uri=f"{root}/{path}", dst_path=dest)
+    return mlflow.artifacts.download_artifacts(artifact_uri=f"{root}/{path}" if path else root, dst_path=dest)

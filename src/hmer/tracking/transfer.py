@@ -36,6 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+import mlflow.artifacts
+
+from .portable import download_run_artifact, resolve_artifact_uri
+
 SOURCE_RUN_TAG = "hmer.source_run_id"
 SOURCE_PARENT_TAG = "hmer.source_parent_run_id"
 IMPORTED_FROM_TAG = "hmer.imported_from"
@@ -142,8 +146,10 @@ def export_runs(out_file: str | os.PathLike[str], *, tracking_uri: str | None = 
                        for key in run.data.metrics}
             folder = tmp_path / "artifacts" / rid
             folder.mkdir(parents=True)
-            if client.list_artifacts(rid):
-                client.download_artifacts(rid, "", str(folder))
+            # (through the portable-store resolution: a committed store is read from any folder)
+            if mlflow.artifacts.list_artifacts(
+                    artifact_uri=resolve_artifact_uri(run.info.artifact_uri, client.tracking_uri)):
+                download_run_artifact(client, rid, "", str(folder))
             for f in sorted(p for p in folder.rglob("*") if p.is_file()):
                 size = f.stat().st_size
                 if limit and size > limit:
