@@ -56,3 +56,34 @@ def test_make_portable_leaves_other_locations_alone(tmp_path):
     assert client.get_run(run_id).info.artifact_uri.startswith("mlruns/artifacts/")
     assert client.get_experiment("0").artifact_location.startswith("file:") or \
         client.get_experiment("0").artifact_location.startswith("/")  # MLflow's Default, outside artifacts/
+
+
+def test_publish_and_workspace_round_trip(tmp_path):
+    """A study's store in a work folder -> published into a checkout's mlruns/ (portable) -> a
+    workspace copy (absolute again) where a new run logs artifacts, from any working directory."""
+    work = tmp_path / "work"
+    run_id = _store_with_one_run(work)  # work/mlruns/mlflow.db
+    (work / "mlruns" / "optuna.db").write_bytes(b"optuna storage stand-in")
+    (work / "mlruns" / "checkpoints").mkdir()
+    (work / "mlruns" / "checkpoints" / "last.pt").write_bytes(b"never published")
+    checkout = tmp_path / "checkout"
+    (checkout / "mlruns").mkdir(parents=True)
+    (checkout / "pyproject.toml").write_text('[project]\nname = "hmer"\n')
+    env = {**__import__("os").environ, "HMER_MLRUNS": str(checkout / "mlruns")}
+    out = subprocess.run([sys.executable, "-m", "hmer.cli", "runs", "publish", str(work / "mlruns")],
+                         capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert (checkout / "mlruns" / "optuna.db").read_bytes() == b"optuna storage stand-in"
+    assert not (checkout / "mlruns" / "checkpoints").exists()
+    client = MlflowClient(f"sqlite:///{checkout / 'mlruns' / 'mlflow.db'}")
+    assert client.get_run(run_id).info.artifact_uri.startswith("mlruns/artifacts/")
+
+    out = subprocess.run([sys.executable, "-m", "hmer.cli", "runs", "workspace", str(tmp_path / "more")],
+                         capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    more = MlflowClient(f"sqlite:///{tmp_path / 'more' / 'mlflow.db'}")
+    assert more.get_run(run_id).info.artifact_uri == (tmp_path / "more" / "artifacts" / "results" / run_id /
+                                                       "artifacts").as_uri()
+    new = more.create_run(more.get_experiment_by_name("results").experiment_id)
+    more.log_text(new.info.run_id, "x", "a.txt")
+    assert (tmp_path / "more" / "artifacts" / "results" / new.info.run_id / "artifacts" / "a.txt").is_file()

@@ -148,6 +148,14 @@ def build_parser() -> argparse.ArgumentParser:
     im.add_argument("files", nargs="+", metavar="FILE", help="an export, or any of its FILE.part-NNN")
     im.add_argument("--tracking-uri", default=None)
     im.set_defaults(func=cmd_runs_import)
+    pub = rsub.add_parser("publish", help="copy a finished local store (FOLDER/mlflow.db, optuna.db, artifacts/) "
+                          "into mlruns/, made portable so that it can be committed")
+    pub.add_argument("folder", metavar="FOLDER")
+    pub.set_defaults(func=cmd_runs_publish)
+    ws = rsub.add_parser("workspace", help="copy the committed store in mlruns/ to FOLDER to run more studies "
+                         "there (then `hmer runs publish FOLDER`)")
+    ws.add_argument("folder", metavar="FOLDER")
+    ws.set_defaults(func=cmd_runs_workspace)
 
     # bench
     bench = sub.add_parser("bench", help="throughput benchmarks; the last line is images_per_second=N")
@@ -356,6 +364,25 @@ def cmd_runs_export(args) -> int:
     print(f"exported {res.runs} runs to " + ", ".join(str(f) for f in res.files))
     for item in res.omitted_artifacts:
         print(f"  left out {item}", file=sys.stderr)
+    return 0
+
+
+def cmd_runs_publish(args) -> int:
+    from .tracking.portable import copy_store
+    from .tracking.store import mlruns_dir
+
+    db = copy_store(args.folder, mlruns_dir(), portable=True)
+    print(f"published {args.folder} to {db.parent} (artifact locations relative to the checkout)")
+    return 0
+
+
+def cmd_runs_workspace(args) -> int:
+    from .tracking.portable import copy_store
+    from .tracking.store import mlruns_dir
+
+    db = copy_store(mlruns_dir(), args.folder, portable=False)
+    print(f"copied {mlruns_dir()} to {db.parent}; run studies with HMER_MLRUNS={db.parent}, "
+          f"then `hmer runs publish {db.parent}`")
     return 0
 
 

@@ -58,14 +58,61 @@ def make_portable(db_path: str | Path) -> int:
     return changed
 
 
+def make_local(db_path: str | Path) -> int:
+    """The inverse of `make_portable`: relative artifact locations become absolute ones at the
+    store's current place, so that new runs can be logged into it from any working directory.
+    Returns how many experiments and runs changed."""
+    db_path = Path(db_path).resolve()
+    changed = 0
+    with sqlite3.connect(db_path) as db:
+        for table, key, column in (("experiments", "experiment_id", "artifact_location"),
+                                   ("runs", "run_uuid", "artifact_uri")):
+            for row_id, location in db.execute(f"SELECT {key}, {column} FROM {table}").fetchall():
+                if location and location.startswith(f"{STORE_FOLDER}/{ARTIFACTS}/"):
+                    absolute = (db_path.parent / location[len(STORE_FOLDER) + 1:]).as_uri()
+                    db.execute(f"UPDATE {table} SET {column} = ? WHERE {key} = ?", (absolute, row_id))
+                    changed += 1
+    return changed
+
+
+STORE_FILES = ("mlflow.db", "optuna.db")
+
+
+def copy_store(source: str | Path, dest: str | Path, *, portable: bool) -> Path:
+    """Copy a local store (`mlflow.db`, `optuna.db` where present, and `artifacts/`) from the folder
+    `source` to the folder `dest` (its files replaced), then make the copy portable (to commit it)
+    or local (to run more studies in it). Run checkpoints (`checkpoints/`) are never copied: the
+    best weights of a run are its `model/model.pt` artifact. Returns the copied database."""
+    import shutil
+
+    source, dest = Path(source).resolve(), Path(dest).resolve()
+    if not (source / "mlflow.db").is_file():
+        raise FileNotFoundError(f"{source}: no mlflow.db (not a local MLflow store)")
+    if source == dest:
+        raise ValueError(f"{source}: copying a store onto itself")
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in STORE_FILES:
+        if (source / name).is_file():
+            shutil.copy2(source / name, dest / name)
+    if (dest / ARTIFACTS).exists():
+        shutil.rmtree(dest / ARTIFACTS)
+    if (source / ARTIFACTS).is_dir():
+        shutil.copytree(source / ARTIFACTS, dest / ARTIFACTS)
+    make_portable(dest / "mlflow.db")  # from wherever the source was
+    if not portable:
+        make_local(dest / "mlflow.db")  # to where the copy is
+    return dest / "mlflow.db"
+
+
 def resolve_artifact_uri(artifact_uri: str, tracking_uri: str) -> str:
-    """Where a run's artifacts really are: a relative location (a portable store) is resolved
-    against the folder that holds the store's folder; anything else is returned as it is."""
-    if "://" in artifact_uri or artifact_uri.startswith("/") or ":" in artifact_uri.split("/", 1)[0]:
-        return artifact_uri
+    """Where a run's artifacts really are: a relative location of a portable store
+    (`mlruns/artifacts/...`) lies in the store's own folder, wherever that is (whatever its
+    name); anything else is returned as it is."""
+    prefix = f"{STORE_FOLDER}/"
     db = sqlite_path(tracking_uri)
-    base = db.resolve().parent.parent if db is not None else Path.cwd()
-    return (base / artifact_uri).as_uri()
+    if not artifact_uri.startswith(prefix) or db is None:
+        return artifact_uri
+    return (db.resolve().parent / artifact_uri[len(prefix):]).as_uri()
 
 
 def download_run_artifact(client, run_id: str, path: str, dest: str) -> str:
