@@ -60,9 +60,10 @@ for _name, (_overrides, _text) in _TINY_FAMILIES.items():
     DESCRIPTIONS[_name] = f"tiny {_text} for CPU tests and smoke runs (growth 8, 2x4 dense layers, d 64)"
 
 # Between tiny and the paper size, for CPU training (docs/cpu_protocol.md): twice tiny's width.
-_SMALL = {**_TINY, "growth_rate": 12, "d_model": 128, "nhead": 8, "dim_feedforward": 256, "coverage_channels": 16,
-          "rnn_hidden": 128, "rnn_attention": 128, "rnn_embedding": 128}
-PRESETS["small"] = {"decoder": "transformer", **_SMALL, "direction": "bi"}
+# The `cpu` study budget applies the same widths to every study's tiny preset.
+SMALL_WIDTHS = {"growth_rate": 12, "d_model": 128, "nhead": 8, "dim_feedforward": 256, "coverage_channels": 16,
+                "rnn_hidden": 128, "rnn_attention": 128, "rnn_embedding": 128}
+PRESETS["small"] = {"decoder": "transformer", **_TINY, **SMALL_WIDTHS, "direction": "bi"}
 DESCRIPTIONS["small"] = "small transformer for CPU training (growth 12, 2x4 dense layers, d 128)"
 
 

@@ -10,7 +10,7 @@ of workers, and it says what the study will cost before it starts:
   epochs, 50 test expressions per year and beam 3; for a CPU. The direction ablation
   finishes on a 2-core CPU within ten minutes end to end (``python studies/ablate_direction.py``;
   measured 2.8 minutes on an idle machine and 5.7 to 7.6 on a shared one, see docs/studies.md).
-- ``cpu``: real results on a 2-core CPU, no GPU: the tiny model on the full training split
+- ``cpu``: real results on a 2-core CPU, no GPU: the small model on the full training split
   rendered 64 px high, the protocol of docs/cpu_protocol.md (AdamW, warm-up, cosine decay over a
   fixed number of epochs, so results do not depend on machine load), selection on the writer
   hold-out, the full test years decoded with beam 10 (joint search for bi), 3 seeds, 2 workers of
@@ -31,6 +31,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
+
+from ..model.factory import SMALL_WIDTHS
 
 PRESET_NAMES = ("smoke", "cpu", "short", "paper")
 
@@ -172,10 +174,13 @@ PRESETS: dict[str, StudyPreset] = {
     ),
     "cpu": StudyPreset(
         name="cpu",
-        summary=(f"the tiny model on the full training split, 64 px renderings, {_CPU_EPOCHS} epochs of AdamW "
+        summary=(f"the small model on the full training split, 64 px renderings, {_CPU_EPOCHS} epochs of AdamW "
                  "with warm-up and cosine decay, the full test years with beam 10; one thread per worker"),
         model_size="tiny",
         overrides={
+            # the tiny presets at the `small` model preset's widths (twice tiny's): per CPU-minute they
+            # learned faster than tiny in the pilot (docs/cpu_protocol.md)
+            **{f"model.{key}": value for key, value in SMALL_WIDTHS.items()},
             "data.render_height": 64, "train.epochs": _CPU_EPOCHS,
             "train.recipe": "custom", "train.optimizer": "adamw", "train.lr": 2e-3, "train.weight_decay": 0.01,
             "train.eps": 1e-8, "train.warmup_steps": 300, "train.schedule": "cosine", "train.min_lr": 1e-5,
