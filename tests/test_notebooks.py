@@ -54,7 +54,8 @@ def test_notebook_runs_against_a_smoke_study(name, store, monkeypatch):
         tables = "\n".join(_outputs(nb, "text/markdown"))
         assert f"**{STUDY_NAME}**" in tables and "| variant | seeds | 2014 ExpRate" in tables
         assert "2016 ≤1" in tables and "2019 Δ ExpRate" in tables and "none (baseline)" in tables
-        assert len(images) == 1  # the one study's plot
+        assert "by target length and structure" in tables and "Published ExpRate" in tables
+        assert len(images) == 2  # the one study's scores, and where its variants fail
     elif name == "training_curves":
         assert len(images) == 1
         assert "val_exprate" in "\n".join(_outputs(nb, "text/html"))

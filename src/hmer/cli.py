@@ -7,6 +7,7 @@
     hmer evaluate RUN_OR_CHECKPOINT     per-year ExpRate table
     hmer predict RUN_OR_CHECKPOINT F..  LaTeX for images or InkML files
     hmer report --study NAME            tables (Markdown, CSV) and plots (PNG)
+    hmer analyze RUN [RUN_B]            errors by length and structure, token edits, A vs B
     hmer bench train|decode             throughput benchmarks
 
 Bad input (a missing file, an unknown run id, a corrupt InkML, a token outside the
@@ -130,6 +131,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--runs", nargs="*", default=None, metavar="RUN_ID")
     rp.add_argument("--tracking-uri", default=None)
     rp.add_argument("--out", default=None, help="output folder (default: reports/<name>)")
+    rp.add_argument("--analysis", action="store_true",
+                    help="also the error analysis per variant (as hmer analyze) into OUT/analysis/")
+    rp.add_argument("--published", action="store_true", help="print the papers' published ExpRates alone")
     rp.set_defaults(func=cmd_report)
 
     # runs: move MLflow runs between stores (a GPU machine's and mlruns/)
@@ -156,6 +160,15 @@ def build_parser() -> argparse.ArgumentParser:
                          "there (then `hmer runs publish FOLDER`)")
     ws.add_argument("folder", metavar="FOLDER")
     ws.set_defaults(func=cmd_runs_workspace)
+
+    # analyze
+    an = sub.add_parser("analyze", help="error analysis of a run's predictions, or two runs compared")
+    an.add_argument("runs", nargs="+", metavar="RUN_ID", help="one run, or two to compare (A then B)")
+    an.add_argument("--format", dest="fmt", choices=("markdown", "csv"), default="markdown")
+    an.add_argument("--out", default=None, help="also write the tables (Markdown, CSV) and a plot here")
+    an.add_argument("--top", type=int, default=10, help="token edits listed per kind (default 10)")
+    an.add_argument("--tracking-uri", default=None)
+    an.set_defaults(func=cmd_analyze)
 
     # bench
     bench = sub.add_parser("bench", help="throughput benchmarks; the last line is images_per_second=N")
@@ -350,10 +363,25 @@ def cmd_predict(args) -> int:
 def cmd_report(args) -> int:
     from .reports.cli import report_command
 
+    if args.published:
+        from .reports.published import format_published
+
+        if args.study or args.experiment or args.runs or args.analysis:
+            raise UserError("--published prints the published figures alone; drop --study/--experiment/--runs")
+        print(format_published("text"), end="")
+        return 0
     if not (args.study or args.experiment or args.runs):
         raise UserError("give --study NAME, --experiment NAME or --runs ID...")
     return report_command(study=args.study, experiment=args.experiment, run_ids=args.runs,
-                          tracking_uri=args.tracking_uri, out_dir=args.out)
+                          tracking_uri=args.tracking_uri, out_dir=args.out, analysis=args.analysis)
+
+
+def cmd_analyze(args) -> int:
+    from .reports.analysis import analyze_command
+
+    if len(args.runs) > 2:
+        raise UserError(f"give one run to analyse or two to compare, not {len(args.runs)}")
+    return analyze_command(args.runs, tracking_uri=args.tracking_uri, fmt=args.fmt, out_dir=args.out, top=args.top)
 
 
 def cmd_runs_export(args) -> int:

@@ -9,6 +9,8 @@
 - `significance`: paired bootstrap and exact McNemar tests over test expressions;
 - `plots`: seaborn figures (ExpRate by variant and year, training curves, attention);
 - `attention`: per-token attention / coverage maps of a model over an image;
+- `analysis`: error analysis of a run's predictions (by length and structure, token edits, two runs);
+- `published`: the papers' published ExpRates and which preset is which paper's model;
 - `cli`: `hmer report`, the same tables and plots as files.
 
 The names below are loaded on first use, so `import hmer.reports` stays cheap.
@@ -29,6 +31,11 @@ _EXPORTS = {
     "AttentionResult": "attention", "attend": "attention", "compare_models": "attention",
     "coverage_pair": "attention", "load_test_expressions": "attention", "model_label": "attention",
     "pick_expressions": "attention", "tokens_from_predictions": "attention",
+    "align": "analysis", "analyse": "analysis", "analyze_command": "analysis", "breakdown": "analysis",
+    "compare_runs": "analysis", "confusions": "analysis", "format_breakdown": "analysis",
+    "format_comparison": "analysis", "format_confusions": "analysis", "plot_breakdown": "analysis",
+    "run_expressions": "analysis", "top_confusions": "analysis", "variant_analysis": "analysis",
+    "format_published": "published", "paper_of": "published", "published_table": "published",
     "report_command": "cli",
 }
 

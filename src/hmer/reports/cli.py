@@ -13,7 +13,9 @@ writes, into the output folder:
     plots/scores.png           the same for ExpRate, <=1 and <=2 side by side
     plots/training_curves.png  validation ExpRate and losses against epoch and wall-clock time
 
-and prints the text table. The notebooks in `notebooks/` show the same tables and plots.
+and prints the text table. With `analysis=True` (`hmer report --analysis`) it also writes the
+error analysis per variant into `analysis/` (see hmer.reports.analysis). The notebooks in
+`notebooks/` show the same tables and plots.
 """
 
 from __future__ import annotations
@@ -96,6 +98,22 @@ def write_report(runs: pd.DataFrame, table: pd.DataFrame, out_dir: Path, *, name
     return written
 
 
+def write_variant_analysis(runs: pd.DataFrame, out: Path, name: str, order: list[str],
+                           tracking_uri: str) -> list[Path]:
+    """The error analysis per variant (seeds pooled) into `out/analysis/`, linked from table.md."""
+    from .analysis import variant_analysis
+
+    result = variant_analysis(runs, tracking_uri, order=order)
+    if result is None:
+        print("hmer report: no run has predictions artifacts: no error analysis", file=sys.stderr)
+        return []
+    print(result.markdown("text"))
+    written = result.write(out / "analysis", name)
+    with (out / "table.md").open("a") as md:
+        md.write("\n[Error analysis by target length and structure, and token edits](analysis/analysis.md)\n")
+    return written
+
+
 def report_command(
     study: str | None = None,
     experiment: str | None = None,
@@ -104,6 +122,7 @@ def report_command(
     out_dir: str | Path | None = None,
     *,
     n_resamples: int = DEFAULT_RESAMPLES,
+    analysis: bool = False,
 ) -> int:
     """`hmer report`: tables and plots of a study, an experiment or a list of runs, as files.
 
@@ -124,6 +143,8 @@ def report_command(
     out = Path(out_dir) if out_dir else default_out_dir(name)
     written = write_report(runs, table, out, name=name, tracking_uri=uri)
     print(format_table(table, "text"))
+    if analysis:
+        written += write_variant_analysis(runs, out, name, list(table.index), uri)
     print(f"wrote {len(written)} files to {out}:")
     for path in written:
         print(f"  {path.relative_to(out)}")

@@ -16,7 +16,13 @@
   `hmer.reports.significance` for how seeds are pooled); NaN where the predictions
   artifacts are missing;
 - training cost: `gpu_minutes`, `train_minutes`, `images_per_second` (means over seeds)
-  and `num_params`.
+  and `num_params`;
+- validation: `val_n`, `val_exprate_mean`, `val_exprate_std`, `val_le1_*`, `val_le2_*` (the
+  validation split decoded at the end of the run as the test years are: metrics
+  `val_final_*`), `best_val_exprate_mean`, `best_val_exprate_std` (the validation ExpRate
+  that picked the checkpoint, decoded as during training); NaN where a run has none;
+- published: `paper` (the paper whose model the variant trains, see
+  `hmer.reports.published`, else empty) and `Y_published` (its published ExpRate).
 
 The frame's `attrs` carry the title, baseline, years, excluded counts and test settings,
 which `format_table` prints around the table.
@@ -165,6 +171,8 @@ def variant_table(
             row.update(_year_cells(year, mine, base_runs, variant == base, correctness, n_resamples, confidence,
                                    seed))
         row.update(_cost_cells(mine))
+        row.update(_validation_cells(mine))
+        row.update(_published_cells(mine, years))
         rows.append(row)
     df = pd.DataFrame(rows, columns=_columns(years)).set_index("variant")
     excluded = bad["state"].value_counts() if "state" in bad.columns else pd.Series(dtype=int)
@@ -184,7 +192,9 @@ def _columns(years: Sequence[str]) -> list[str]:
             cols += [f"{year}_{m}_mean", f"{year}_{m}_std"]
         cols += [f"{year}_delta", f"{year}_delta_low", f"{year}_delta_high", f"{year}_p_bootstrap",
                  f"{year}_p_mcnemar"]
-    return cols + ["gpu_minutes", "train_minutes", "images_per_second", "num_params"]
+    cols += ["gpu_minutes", "train_minutes", "images_per_second", "num_params", "val_n"]
+    cols += [f"val_{m}_{s}" for m in MEASURES for s in ("mean", "std")]
+    return cols + ["best_val_exprate_mean", "best_val_exprate_std", "paper"] + [f"{y}_published" for y in years]
 
 
 def _mean_std(values: pd.Series) -> tuple[float, float]:
@@ -234,6 +244,31 @@ def _cost_cells(mine: pd.DataFrame) -> dict[str, Any]:
         "images_per_second": _mean_std(_metric(mine, "train_images_per_second"))[0],
         "num_params": int(params.iloc[0]) if not params.empty else math.nan,
     }
+
+
+def _validation_cells(mine: pd.DataFrame) -> dict[str, Any]:
+    """The validation split's scores: decoded as the test years (`val_final_*`) and as for
+    checkpoint selection (`best_val_exprate`). A run that never validated logs
+    `best_val_exprate` 0 and no `val_exprate` curve: its figure is missing, not 0."""
+    n = pd.to_numeric(_metric(mine, "val_final_n"), errors="coerce").dropna()
+    cells: dict[str, Any] = {"val_n": int(n.max()) if not n.empty else math.nan}
+    for m in MEASURES:
+        cells[f"val_{m}_mean"], cells[f"val_{m}_std"] = _mean_std(_metric(mine, f"val_final_{m}"))
+    best = _metric(mine, "best_val_exprate")
+    if "metrics.val_exprate" in mine.columns and not best.empty:
+        best = best.where(mine["metrics.val_exprate"].notna())
+    else:
+        best = pd.Series(dtype=float)
+    cells["best_val_exprate_mean"], cells["best_val_exprate_std"] = _mean_std(best)
+    return cells
+
+
+def _published_cells(mine: pd.DataFrame, years: Sequence[str]) -> dict[str, Any]:
+    from .published import paper_of, published_exprate
+
+    paper = paper_of(mine)
+    figures = published_exprate(paper) if paper else {}
+    return {"paper": paper or "", **{f"{y}_published": figures.get(str(y), math.nan) for y in years}}
 
 
 class _CorrectnessCache:
@@ -453,8 +488,70 @@ def format_table(df: pd.DataFrame, fmt: str = "text") -> str:
     elif "seeds" in df.columns and df["seeds"].max() > 1:
         notes.append("Several seeds: the bootstrap averages correctness over seeds per expression; McNemar "
                      "shows the largest p over seed-matched pairs.")
-    blocks = [intro1, render(head1, body1), intro2, render(head2, body2), " ".join(notes)]
+    blocks = [intro1, render(head1, body1), intro2, render(head2, body2)]
+    blocks += _validation_block(df, years, render, bold) + _published_block(df, years, render, bold)
+    blocks.append(" ".join(notes))
     return "\n\n".join(blocks) + "\n"
+
+
+def _has_any(df: pd.DataFrame, columns: Sequence[str]) -> bool:
+    return any(c in df.columns and df[c].notna().any() for c in columns)
+
+
+def _validation_block(df: pd.DataFrame, years: Sequence[str], render, bold) -> list[str]:
+    """Validation beside the test years, when any run has validation scores."""
+    if not _has_any(df, ["val_exprate_mean", "best_val_exprate_mean"]):
+        return []
+    head = (["variant", "val n"] + [f"val {MEASURE_LABELS[m]}" for m in MEASURES] + ["val ExpRate (selection)"]
+            + [f"{y} ExpRate" for y in years])
+    body = [[str(v), _count(r.get("val_n"))]
+            + [_mean_pm_std(r.get(f"val_{m}_mean"), r.get(f"val_{m}_std")) for m in MEASURES]
+            + [_mean_pm_std(r.get("best_val_exprate_mean"), r.get("best_val_exprate_std"))]
+            + [_mean_pm_std(r.get(f"{y}_exprate_mean"), r.get(f"{y}_exprate_std")) for y in years]
+            for v, r in df.iterrows()]
+    intro = (f"{bold('Validation beside the test years')}: the validation split decoded as the test years are "
+             "(val ExpRate, ≤1, ≤2), and as it was when it picked the checkpoint (selection); mean ± std over seeds")
+    blocks = [intro, render(head, body)]
+    ranks = _rank_agreement(df, years)
+    if ranks:
+        blocks.append("Spearman rank correlation of validation and test ExpRate over the variants: " + ranks + ".")
+    return blocks
+
+
+def _rank_agreement(df: pd.DataFrame, years: Sequence[str]) -> str:
+    """How well validation orders the variants as each test year does (three variants or more)."""
+    parts = []
+    for y in years:
+        col = f"{y}_exprate_mean"
+        if col not in df.columns or "val_exprate_mean" not in df.columns:
+            continue
+        pair = df[["val_exprate_mean", col]].dropna()
+        if len(pair) >= 3 and pair.nunique().min() > 1:
+            parts.append(f"{y} {pair['val_exprate_mean'].corr(pair[col], method='spearman'):+.2f}")
+    return ", ".join(parts)
+
+
+def _published_block(df: pd.DataFrame, years: Sequence[str], render, bold) -> list[str]:
+    """The papers' published ExpRate beside ours, for the variants that train a paper's model."""
+    if "paper" not in df.columns or not (df["paper"].fillna("") != "").any():
+        return []
+    head = ["variant", "paper"] + [c for y in years for c in (f"{y} measured", f"{y} published", f"{y} Δ")]
+    body = []
+    for v, r in df[df["paper"].fillna("") != ""].iterrows():
+        cells = [str(v), str(r["paper"])]
+        for y in years:
+            mean, pub = r.get(f"{y}_exprate_mean"), r.get(f"{y}_published")
+            delta = MISSING if mean is None or pub is None or pd.isna(mean) or pd.isna(pub) else f"{mean - pub:+.1f}"
+            cells += [_mean_pm_std(mean, r.get(f"{y}_exprate_std")), _num(pub, 2), delta]
+        body.append(cells)
+    intro = (f"{bold('Published beside measured')}: ExpRate (%) measured here (mean ± std over seeds) and as "
+             "published by the paper whose model the variant trains; Δ = measured − published "
+             "(sources: `hmer report --published`)")
+    return [intro, render(head, body)]
+
+
+def _count(value: Any) -> str:
+    return MISSING if value is None or pd.isna(value) else str(int(value))
 
 
 def _pair_p(row: pd.Series, year: str) -> str:

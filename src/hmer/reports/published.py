@@ -1,0 +1,107 @@
+"""The papers' published ExpRates, beside ours.
+
+    published_table()               # model, year, exprate, paper, venue, source, note
+    print(format_published())       # the table `hmer report --published` prints
+    paper_of(runs_of_a_variant)     # "BTTR", "CoMER" or None
+
+The figures live in `published.csv` in this package, one row per model and test year with
+the paper, its venue and where in it the figure stands. Only figures that were checked
+against the paper (its abstract) or its listing are there; see docs/reports.md.
+
+A variant is a paper's model when every run of it trained the preset named in
+`PAPER_OF_PRESET` (the run's `name` param) and its model fields are the preset's: an
+ablation cell that changed, say, the coverage of `comer-fusion` is not CoMER any more.
+The tiny presets are no paper's model.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import pandas as pd
+
+# preset name -> the model name in published.csv
+PAPER_OF_PRESET = {"bttr": "BTTR", "comer-fusion": "CoMER"}
+COLUMNS = ["model", "year", "exprate", "paper", "venue", "source", "note"]
+
+
+@lru_cache(maxsize=1)
+def _load() -> pd.DataFrame:
+    with resources.files(__package__).joinpath("published.csv").open("r", encoding="utf-8") as f:
+        df = pd.read_csv(f, dtype={"year": str, "model": str}, keep_default_na=False)
+    missing = set(COLUMNS) - set(df.columns)
+    if missing:
+        raise ValueError(f"hmer/reports/published.csv lacks the column(s) {', '.join(sorted(missing))}")
+    df["exprate"] = pd.to_numeric(df["exprate"], errors="raise")
+    return df[COLUMNS]
+
+
+def published_table() -> pd.DataFrame:
+    """Every published figure: model, year, exprate (percent), paper, venue, source, note."""
+    return _load().copy()
+
+
+def published_exprate(model: str) -> dict[str, float]:
+    """{year: published ExpRate} of a model of `published.csv` (empty when it has none)."""
+    df = _load()
+    part = df[df["model"] == model]
+    return dict(zip(part["year"], part["exprate"].astype(float)))
+
+
+def _model_fields_match(run: pd.Series, preset: str) -> bool:
+    """True when every `params.model.*` the run logged equals the preset's value."""
+    from ..presets import model_config
+    from .runs import parse_value
+
+    expected = {f"params.model.{k}": v for k, v in vars(model_config(preset)).items()}
+    for col, want in expected.items():
+        have = run.get(col)
+        if have is None or (isinstance(have, float) and pd.isna(have)) or have is pd.NA:
+            continue  # an older run without that field
+        if isinstance(have, str) and not isinstance(want, str):
+            have = parse_value(have, type(want))
+        if have != want:
+            return False
+    return True
+
+
+def paper_of(runs: pd.DataFrame) -> str | None:
+    """The paper model (`BTTR`, `CoMER`) the runs of one variant all trained, or None."""
+    if runs.empty or "params.name" not in runs.columns:
+        return None
+    names = set(runs["params.name"].astype(str))
+    if len(names) != 1:
+        return None
+    preset = names.pop()
+    model = PAPER_OF_PRESET.get(preset)
+    if model is None or not published_exprate(model):
+        return None
+    if not all(_model_fields_match(run, preset) for _, run in runs.iterrows()):
+        return None
+    return model
+
+
+def format_published(fmt: str = "text") -> str:
+    """The published table (a row per model, its ExpRate per year), then each figure's source."""
+    from .tables import MISSING, _markdown, _text
+
+    if fmt not in ("text", "markdown"):
+        raise ValueError(f"fmt must be 'text' or 'markdown', got {fmt!r}")
+    df = _load()
+    years = sorted(set(df["year"]))
+    head = ["model"] + [f"{y} ExpRate" for y in years]
+    body: list[list[Any]] = []
+    sources = []
+    for model, part in df.groupby("model", sort=False):
+        by_year = dict(zip(part["year"], part["exprate"]))
+        body.append([model] + [f"{by_year[y]:.2f}" if y in by_year else MISSING for y in years])
+        first = part.iloc[0]
+        note = f" ({first['note']})" if first["note"] else ""
+        sources.append(f"- {model}: {first['paper']}. {first['venue']}. Figures from: {first['source']}{note}.")
+    presets = ", ".join(f"`{p}` -> {m}" for p, m in PAPER_OF_PRESET.items())
+    bold = (lambda s: f"**{s}**") if fmt == "markdown" else (lambda s: s)
+    return (f"{bold('Published ExpRate (%)')}, as the papers report them (not measured here)\n\n"
+            + (_markdown if fmt == "markdown" else _text)(head, body) + "\n\n" + "\n".join(sources)
+            + f"\n\nReport tables show these beside the variants that train these presets: {presets}.\n")
