@@ -6,7 +6,7 @@
     hmer train --preset bttr            train, tracked in MLflow (resume with --resume)
     hmer evaluate RUN_OR_CHECKPOINT     per-year ExpRate table
     hmer predict RUN_OR_CHECKPOINT F..  LaTeX for images or InkML files
-    hmer report --study NAME            tables (Markdown, CSV) and plots (PNG)
+    hmer report [--study NAME]          tables (Markdown, CSV) and plots (PNG); --list: every study
     hmer analyze RUN [RUN_B]            errors by length and structure, token edits, A vs B
     hmer bench train|decode             throughput benchmarks
 
@@ -35,6 +35,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
+        if hasattr(args, "tracking_uri"):  # a command that talks to MLflow: is its server up?
+            from .tracking.store import check_tracking_server
+
+            check_tracking_server(args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", ""))
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("hmer: interrupted", file=sys.stderr)
@@ -129,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--study", default=None, help="an Optuna study / MLflow study name")
     rp.add_argument("--experiment", default=None, help="an MLflow experiment name")
     rp.add_argument("--runs", nargs="*", default=None, metavar="RUN_ID")
+    rp.add_argument("--list", action="store_true", help="list the studies in the store with their state and trials")
     rp.add_argument("--tracking-uri", default=None)
     rp.add_argument("--out", default=None, help="output folder (default: reports/<name>)")
     rp.add_argument("--analysis", action="store_true",
@@ -361,7 +366,7 @@ def cmd_predict(args) -> int:
 # ---- report / bench ----------------------------------------------------------------------------
 
 def cmd_report(args) -> int:
-    from .reports.cli import report_command
+    from .reports.cli import latest_study, list_command, report_command
 
     if args.published:
         from .reports.published import format_published
@@ -370,8 +375,11 @@ def cmd_report(args) -> int:
             raise UserError("--published prints the published figures alone; drop --study/--experiment/--runs")
         print(format_published("text"), end="")
         return 0
-    if not (args.study or args.experiment or args.runs):
-        raise UserError("give --study NAME, --experiment NAME or --runs ID...")
+    if args.list:
+        return list_command(args.tracking_uri)
+    if not (args.study or args.experiment or args.runs):  # as `optuna`/`mlflow` do: a useful default
+        args.study = latest_study(args.tracking_uri)
+        print(f"hmer report: the latest study, {args.study} (hmer report --list shows them all)", flush=True)
     return report_command(study=args.study, experiment=args.experiment, run_ids=args.runs,
                           tracking_uri=args.tracking_uri, out_dir=args.out, analysis=args.analysis)
 

@@ -353,10 +353,21 @@ def parse_caption_line(raw: str, number: int) -> tuple[Caption | None, str | Non
 
 # ---- file contents -> images -------------------------------------------------------------------
 
+# An input image above this is refused before it is decoded. A formula needs well under 1 MP
+# (CROHME's are about 0.05 MP); a 100-MP scan would take minutes and gigabytes to decode and
+# shrink, and is a mistake (the wrong file, or a page instead of a formula).
+MAX_INPUT_PIXELS = 20_000_000
+
+
 def decode_image(data: bytes, where: str) -> np.ndarray:
     """Image bytes -> uint8 [H, W] with white ink on black (black-on-white images are inverted)."""
     try:
         with Image.open(io.BytesIO(data)) as img:
+            width, height = img.size  # from the header, before anything is decoded
+            if width * height > MAX_INPUT_PIXELS:
+                raise ImageReadError(f"{where}: {width} x {height} pixels ({width * height / 1e6:.0f} MP) is more "
+                                     f"than an input image may have ({MAX_INPUT_PIXELS / 1e6:.0f} MP); "
+                                     f"crop or scale it to the formula")
             img.load()
             if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
                 # Transparent background: what shows through is paper, i.e. white.
@@ -365,7 +376,9 @@ def decode_image(data: bytes, where: str) -> np.ndarray:
                 grey = Image.alpha_composite(paper, rgba).convert("L")
             else:
                 grey = img.convert("L")
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
+    except ImageReadError:
+        raise
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
         raise ImageReadError(f"{where}: not a readable image ({exc})") from None
     pixels = np.asarray(grey, dtype=np.uint8)
     if pixels.size == 0:

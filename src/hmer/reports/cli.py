@@ -3,6 +3,8 @@
     hmer report --study ablate_direction-smoke          # -> reports/ablate_direction-smoke/
     hmer report --experiment hmer --out /tmp/report
     hmer report --runs 3f2a... 9c1b...
+    hmer report                                         # the latest study, named on the first line
+    hmer report --list                                  # every study: state and trials
 
 writes, into the output folder:
 
@@ -28,7 +30,9 @@ from typing import Sequence
 import pandas as pd
 
 from .plots import plot_exprate, plot_training_curves, save_figure
-from .runs import NoRunsError, curve_runs, load_history, load_predictions, load_runs, resolve_tracking_uri, scored_years
+from ..tracking.store import mask_password
+from .runs import (NoRunsError, curve_runs, list_studies, load_history, load_predictions, load_runs,
+                   resolve_tracking_uri, scored_years)
 from .significance import DEFAULT_RESAMPLES
 from .tables import format_table, scored, study_table, variant_table
 
@@ -112,6 +116,29 @@ def write_variant_analysis(runs: pd.DataFrame, out: Path, name: str, order: list
     with (out / "table.md").open("a") as md:
         md.write("\n[Error analysis by target length and structure, and token edits](analysis/analysis.md)\n")
     return written
+
+
+def latest_study(tracking_uri: str | None = None) -> str:
+    """The name of the newest study in the store (`list_studies`' first row)."""
+    uri = resolve_tracking_uri(tracking_uri)
+    studies = list_studies(uri)
+    if studies.empty:
+        raise NoRunsError(f"no study in the MLflow store {mask_password(uri)}; give --experiment NAME or --runs ID")
+    return str(studies.loc[0, "study"])
+
+
+def list_command(tracking_uri: str | None = None) -> int:
+    """`hmer report --list`: every study in the store, newest first, with its state and trials."""
+    uri = resolve_tracking_uri(tracking_uri)
+    studies = list_studies(uri)
+    if studies.empty:
+        raise NoRunsError(f"no study in the MLflow store {mask_password(uri)}")
+    shown = studies.drop(columns=["experiment"]).copy()
+    shown["state"] = shown["state"].fillna("(no parent run)").str.lower()
+    shown["started"] = pd.to_datetime(shown["started"]).dt.strftime("%Y-%m-%d %H:%M")
+    print(f"{len(shown)} stud{'y' if len(shown) == 1 else 'ies'} in {mask_password(uri)}, newest first:")
+    print(shown.to_string(index=False))
+    return EXIT_OK
 
 
 def report_command(

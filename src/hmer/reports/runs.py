@@ -283,12 +283,13 @@ def study_parent(study: str, tracking_uri: str | None = None) -> pd.Series | Non
 
 
 def list_studies(tracking_uri: str | None = None) -> pd.DataFrame:
-    """Every study in the store: study, experiment, kind, preset, state, runs, started; newest first.
+    """Every study in the store: study, experiment, kind, preset, state, runs, trials (the runs
+    counted by state, "6 finished, 2 failed"), started; newest first.
 
     A study is known by its parent run or, failing that, by the `hmer.study` tag of its runs.
     """
     runs = load_runs(tracking_uri, include_parents=True)
-    columns = ["study", "experiment", "kind", "preset", "state", "runs", "started"]
+    columns = ["study", "experiment", "kind", "preset", "state", "runs", "trials", "started"]
     if runs.empty or f"tags.{STUDY_TAG}" not in runs.columns:
         return pd.DataFrame(columns=columns)
     runs = runs[runs[f"tags.{STUDY_TAG}"].notna()]
@@ -297,6 +298,7 @@ def list_studies(tracking_uri: str | None = None) -> pd.DataFrame:
     for name, group in runs.groupby(f"tags.{STUDY_TAG}", sort=False):
         parent = group[role.loc[group.index] == "study"]
         head = parent.iloc[0] if not parent.empty else group.iloc[0]
+        states = group.loc[role.loc[group.index] != "study", "state"].value_counts()
         rows.append({
             "study": name,
             "experiment": head["experiment"],
@@ -304,6 +306,7 @@ def list_studies(tracking_uri: str | None = None) -> pd.DataFrame:
             "preset": head.get("tags.hmer.preset"),
             "state": head["state"] if not parent.empty else None,
             "runs": int((role.loc[group.index] != "study").sum()),
+            "trials": ", ".join(f"{n} {state}" for state, n in states.items()) or "none",
             "started": group["start_time"].min(),
         })
     return pd.DataFrame(rows, columns=columns).sort_values("started", ascending=False).reset_index(drop=True)

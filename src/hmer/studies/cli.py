@@ -17,6 +17,7 @@ from typing import Sequence
 
 from .presets import PRESET_NAMES, pick_preset
 from .spec import StudySpec, SweepSpec
+from .storage import StorageUnreachable
 
 EXIT_INCOMPLETE = 1
 EXIT_USAGE = 2
@@ -91,6 +92,9 @@ def main(spec: StudySpec | SweepSpec, argv: Sequence[str] | None = None, doc: st
     except KeyboardInterrupt:
         print(f"{spec.name}: interrupted; run the same command to resume", file=sys.stderr)
         return 130
+    except StorageUnreachable as exc:  # the database stayed down: nothing is lost, the study resumes
+        print(f"{spec.name}: error: {exc}; run the same command to resume once it is back", file=sys.stderr)
+        return EXIT_INCOMPLETE
     except (ValueError, KeyError, FileNotFoundError) as exc:
         print(f"{spec.name}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

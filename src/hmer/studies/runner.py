@@ -34,14 +34,15 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ..config import Config
+from ..tracking.store import mask_password
 from .claims import ERROR_ATTR, WORKER_ATTR, CellClaims, ClaimedGridSampler, Worker, describe_cell_key
 from .presets import StudyPreset, get_preset
 from .spec import SEED_KEY, StudySpec, SweepSpec, cell_key, cell_label, variant_label
 
 PARENT_ATTR = "hmer.parent_run_id"  # study user attribute: the MLflow parent run
 CONFIG_ATTR = "hmer.config"  # study system attribute: the base config of every cell (flat dict)
-HEARTBEAT_S = 20  # Optuna heartbeat of a running trial; a trial silent for GRACE_S is stale
-GRACE_S = 60
+HEARTBEAT_S = 20  # Optuna heartbeat of a running trial; a trial silent for 3 heartbeats is stale
+HEARTBEAT_ENV = "HMER_STUDY_HEARTBEAT_S"  # another heartbeat, in whole seconds (the tests use a short one)
 POLL_S = 5.0  # how often a worker with nothing to claim looks at the others' trials
 # Keys that may differ between the workers of one study: where the data is, how long to train
 # (derived from the number of workers) and the device string.
@@ -81,16 +82,54 @@ def default_storage(tracking_uri: str | None = None) -> str:
 
 def open_storage(url: str) -> optuna.storages.RDBStorage:
     """An RDB storage with Optuna's heartbeat (so trials of dead workers on other hosts go FAIL)."""
+    from .storage import PatientRDBStorage, connection_error, first_line
+
     engine_kwargs: dict[str, Any] = {}
+    storage_class = optuna.storages.RDBStorage
     if url.startswith("sqlite"):
         path = url.split(":///", 1)[-1]
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         engine_kwargs["connect_args"] = {"timeout": 60}  # several workers wait for each other's writes
-    with warnings.catch_warnings(), _first_use_lock(url):
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat, stable since 2.9
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=HEARTBEAT_S,
-                                          grace_period=GRACE_S)
+    else:  # a database server: it may restart under running workers
+        storage_class = PatientRDBStorage
+        engine_kwargs["pool_pre_ping"] = True  # pooled connections from before a restart are dead
+    heartbeat = heartbeat_s()
+    try:
+        with warnings.catch_warnings(), _first_use_lock(url):
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat, stable since 2.9
+            storage = storage_class(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat,
+                                    grace_period=3 * heartbeat)
+    except Exception as exc:  # noqa: BLE001 - a server that is down or refuses us: one line, no traceback
+        cause = connection_error(exc)
+        if cause is None:
+            raise
+        raise ValueError(f"cannot open the Optuna storage {mask_url(url)}: {first_line(cause)}") from None
+    if isinstance(storage, PatientRDBStorage):
+        storage.display_url = mask_url(url)
+    return storage
+
+
+def study_exists(storage_url: str, name: str) -> bool:
+    """Whether the storage holds a study of that name (opening the storage, and failing on
+    one line when its server is down)."""
+    try:
+        open_storage(storage_url).get_study_id_from_name(name)
+    except KeyError:
+        return False
+    return True
+
+
+def heartbeat_s() -> int:
+    """Optuna's heartbeat interval for running trials: $HMER_STUDY_HEARTBEAT_S, else HEARTBEAT_S."""
+    text = os.environ.get(HEARTBEAT_ENV, "")
+    try:
+        value = int(text) if text else HEARTBEAT_S
+    except ValueError:
+        raise ValueError(f"{HEARTBEAT_ENV}={text!r}: give whole seconds, e.g. 20") from None
+    if value < 1:
+        raise ValueError(f"{HEARTBEAT_ENV}={text!r}: give at least 1 second")
+    return value
 
 
 @contextlib.contextmanager
@@ -206,7 +245,7 @@ class _Setup:
 
 def _setup(spec_name: str, preset: str | StudyPreset, *, n_jobs: int | None, data, study_name: str | None,
            role: str, tracking_uri: str | None, storage: str | None) -> _Setup:
-    from ..tracking.store import default_tracking_uri
+    from ..tracking.store import check_tracking_server, default_tracking_uri
 
     preset = get_preset(preset) if isinstance(preset, str) else preset
     n_jobs = max(1, n_jobs or preset.default_jobs)
@@ -214,6 +253,7 @@ def _setup(spec_name: str, preset: str | StudyPreset, *, n_jobs: int | None, dat
         raise ValueError("n_jobs > 1 starts worker processes that load the data themselves: give data_path")
     main = role == "main"
     tracking_uri = tracking_uri or default_tracking_uri()
+    check_tracking_server(tracking_uri)
     return _Setup(preset=preset, n_jobs=n_jobs, name=study_name or f"{spec_name}-{preset.name}", main=main,
                   say=_printer("" if main else f"[worker {os.getpid()}] "), tracking_uri=tracking_uri,
                   storage_url=storage or default_storage(tracking_uri))
@@ -436,8 +476,10 @@ def run_grid_study(
         say(f"  grid: {', '.join(f'{k} in {list(v)}' for k, v in space.items())} = {len(cells)} trials "
             f"({len(seeds)} seed{'s' if len(seeds) > 1 else ''} per variant); baseline "
             f"{cell_label(spec.baseline_cell)}; model preset {spec.model_preset(preset.model_size)}")
-        say(f"  Optuna storage {mask_url(storage_url)}; MLflow {tracking_uri}, experiment {name}")
+        say(f"  Optuna storage {mask_url(storage_url)}; MLflow {mask_password(tracking_uri)}, experiment {name}")
 
+    if data is None and not study_exists(storage_url, name):
+        data = _load_data(base, say)  # bad data fails here, before a study or an MLflow run exists
     sampler = ClaimedGridSampler(space)
     attrs = {"hmer.spec": spec.name, "hmer.preset": preset.name, "hmer.grid": space,
              "hmer.baseline": spec.baseline_cell, "hmer.experiment": name}
@@ -571,11 +613,25 @@ def _run_grid_trial(session: _Session, spec: StudySpec, preset: StudyPreset, sam
         return result.best_val_exprate
 
     sampler.assign(ordered, on_start)
-    session.study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=True)
+    return _optimize_one(session, objective, numbers)
+
+
+def _optimize_one(session: _Session, objective: Callable[[optuna.Trial], float], numbers: list[int]) -> TrialState:
+    """Run one trial of `objective` (which appends its trial number to `numbers`); its final state."""
+    try:
+        session.study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=True)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        # Another worker failed the trial while it ran: its heartbeat was silent for longer than
+        # the grace period (a database outage, a frozen machine). Its cell is open again.
+        session.say(f"trial {numbers[0] if numbers else '?'}: was marked FAIL by another worker while it ran "
+                    f"(no heartbeat for {3 * heartbeat_s()} s); its result is not kept and its cell runs again")
+        fail_dead_trial_runs(session.client, session.experiment_id, session.study)
+        return TrialState.FAIL
     if not numbers:
         return TrialState.FAIL
-    return session.study._storage.get_trial(
-        session.study._storage.get_trial_id_from_study_id_trial_number(session.study._study_id, numbers[0])).state
+    storage = session.study._storage
+    return storage.get_trial(storage.get_trial_id_from_study_id_trial_number(session.study._study_id,
+                                                                            numbers[0])).state
 
 
 def _record_result(trial: optuna.Trial, result) -> None:
@@ -671,8 +727,10 @@ def run_sweep(
         say(preset.describe(n_trials, n_jobs))
         say(f"  search space: {'; '.join(f'{k} {v}' for k, v in space.items())}; {n_trials} trials, "
             f"TPE + median pruning on validation ExpRate per epoch")
-        say(f"  Optuna storage {mask_url(storage_url)}; MLflow {tracking_uri}, experiment {name}")
+        say(f"  Optuna storage {mask_url(storage_url)}; MLflow {mask_password(tracking_uri)}, experiment {name}")
 
+    if data is None and not study_exists(storage_url, name):
+        data = _load_data(base, say)  # bad data fails here, before a study or an MLflow run exists
     sampler = optuna.samplers.TPESampler(multivariate=True, constant_liar=True,
                                          n_startup_trials=max(2, min(10, n_trials // 3)))
     pruner = pruner or optuna.pruners.MedianPruner(n_startup_trials=max(2, n_trials // 5), n_warmup_steps=1)
@@ -805,12 +863,7 @@ def _run_sweep_trial(session: _Session, spec: SweepSpec, preset: StudyPreset, ba
                     f"({time.monotonic() - t0:.0f} s, {result.epochs} epochs)")
         return result.best_val_exprate
 
-    session.study.optimize(objective, n_trials=1, catch=(Exception,), gc_after_trial=True)
-    if not numbers:
-        return TrialState.FAIL
-    storage = session.study._storage
-    return storage.get_trial(storage.get_trial_id_from_study_id_trial_number(session.study._study_id,
-                                                                            numbers[0])).state
+    return _optimize_one(session, objective, numbers)
 
 
 def _short(value: Any) -> str:

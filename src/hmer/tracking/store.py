@@ -60,6 +60,37 @@ def artifact_root_for(tracking_uri: str) -> str | None:
     return None
 
 
+def mask_password(uri: str) -> str:
+    """`uri` with the password of its user part replaced by *** (scheme://user:***@host/...)."""
+    parsed = urlparse(uri)
+    if parsed.password is None:
+        return uri
+    netloc = f"{parsed.username}:***@{parsed.hostname}" + (f":{parsed.port}" if parsed.port else "")
+    return parsed._replace(netloc=netloc).geturl()
+
+
+def check_tracking_server(uri: str, timeout_s: float = 10.0) -> None:
+    """Raise ValueError (one line, naming the URI) when `uri` is an http(s) tracking server that
+    cannot be reached. MLflow's own client retries a refused connection for minutes before it
+    says so; a command should say at once that its server is down. Any HTTP answer counts as
+    reachable (a proxy may refuse /health without credentials)."""
+    import urllib.error
+    import urllib.request
+
+    parsed = urlparse(uri)
+    if parsed.scheme not in ("http", "https"):
+        return
+    bare = parsed._replace(netloc=parsed.netloc.rpartition("@")[2]).geturl()  # urllib takes no user:password@
+    try:
+        with urllib.request.urlopen(bare.rstrip("/") + "/health", timeout=timeout_s):
+            return
+    except urllib.error.HTTPError:
+        return
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ValueError(f"cannot reach the MLflow tracking server {mask_password(uri)}: {reason}") from None
+
+
 def default_checkpoint_root() -> Path:
     """Local checkpoints of runs in progress: `<MLflow home>/checkpoints/<run id>/`."""
     return mlruns_dir() / "checkpoints"
