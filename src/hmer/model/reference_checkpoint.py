@@ -141,6 +141,8 @@ def reference_config(family: str, hp: Mapping[str, Any], vocab_size: int, path="
     }
     if family == "comer":
         values["model.coverage_channels"] = hp["dc"]
+    else:  # BTTR decodes one image at a time; unmasked padding would change the features of a batch
+        values["data.eval_max_batch_size"] = 1
     for ref_key, key in (("beam_size", "train.beam_size"), ("max_len", "train.max_decode_len"),
                          ("alpha", "train.length_penalty")):
         if ref_key in hp:
