@@ -78,14 +78,28 @@ def import_reference(checkpoint: str | Path, *, tracking_uri: str | None = None,
         registered = None
         if register_as is not None:
             name = register_as or f"{cfg.name}-reference"
-            version = mlflow.register_model(f"runs:/{run_id}/model", name)
-            registered = f"{name}/{version.version}"
+            registered = _register(client, name, run_id)
             client.set_tag(run_id, "hmer.registered_model", registered)
         client.set_tag(run_id, "hmer.status", "finished")
         status = "FINISHED"
         return ImportResult(run_id, ref, registered, scores)
     finally:
         client.set_terminated(run_id, status=status)
+
+
+def _register(client, name: str, run_id: str) -> str:
+    """A new version of registered model `name` whose source is the run's `model/` folder (the
+    project's checkpoint, not an MLflow flavour, so `mlflow.register_model` would refuse it)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_registered_model(name)
+    except MlflowException:
+        client.create_registered_model(name, description="imported with `hmer import`; reload with "
+                                                         "`hmer evaluate RUN` / `hmer predict RUN`")
+    source = f"{client.get_run(run_id).info.artifact_uri}/model"
+    version = client.create_model_version(name, source, run_id=run_id)
+    return f"{name}/{version.version}"
 
 
 def _score_years(client, run_id: str, ref: ReferenceModel, data: str | None, years: Sequence[str], limit: int,
