@@ -52,6 +52,9 @@ def test_import_evaluate_predict_report(env, capsys):
     assert main(["evaluate", run_id, "--data", env["data"], "--years", "2014", "--limit", "2",
                  "--device", "cpu"]) == 0
     assert "2014" in capsys.readouterr().out
+    assert main(["evaluate", run_id, "--data", env["data"], "--years", "2014", "--limit", "1",
+                 "--device", "cpu", "--search-rule", "hmer"]) == 0  # the project's rule on the same weights
+    assert "2014" in capsys.readouterr().out
 
     image = Path(env["data"]) / "2014" / "2014_0.png"
     assert main(["predict", run_id, str(image), "--device", "cpu"]) == 0

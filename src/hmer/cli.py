@@ -55,6 +55,8 @@ def _is_user_error(exc: BaseException) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .config import SEARCH_RULES
+
     p = argparse.ArgumentParser(prog="hmer", description="Handwritten mathematical expression recognition: "
                                 "an ablation suite (BTTR, CoMER, WAP, ConvS2S) with MLflow and Optuna.")
     sub = p.add_subparsers(title="commands", metavar="COMMAND")
@@ -103,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--years", default="2014,2016,2019")
     ev.add_argument("--beam", type=int, default=None, help="beam size (default: the run's, 10)")
     ev.add_argument("--limit", type=int, default=0, help="score only the first N of each year")
+    ev.add_argument("--search-rule", choices=SEARCH_RULES, default=None,
+                    help="beam search rule (default: the run's train.search_rule)")
     ev.add_argument("--device", default="auto")
     ev.add_argument("--tracking-uri", default=None)
     ev.set_defaults(func=cmd_evaluate)
@@ -275,6 +279,7 @@ def cmd_evaluate(args) -> int:
     device = resolve_device(args.device)
     model, cfg, vocab = load_model(args.model, args.tracking_uri, device)
     years = [y.strip() for y in args.years.split(",") if y.strip()]
+    cfg.train.search_rule = args.search_rule or cfg.train.search_rule
     data_cfg = cfg.data
     data_cfg.test_limit = args.limit
     data = load_dataset(args.data or cfg.data.path or None, data_cfg, splits=tuple(years))
