@@ -215,3 +215,45 @@ def test_encoder_stride_and_channels():
     with torch.no_grad():
         feats, feat_mask = model.eval().encode(images, mask)
     assert feats.shape == (1, 4, 6, 256) and feat_mask.shape == (1, 4, 6)
+
+
+def test_reference_presets_and_the_tiny_presets_pin_their_encoders():
+    """bttr / comer-* are the reference code's functions; the tiny presets keep the project's
+    choices, which are also the ModelConfig defaults (old run records reload unchanged)."""
+    bttr, comer = preset_config("bttr"), preset_config("comer-fusion")
+    assert (bttr.mask_padding, bttr.encoder_tail, bttr.image_pos, bttr.embed_norm, bttr.embed_pos_norm) == \
+        (False, "relu-norm-pos", "sin2d-bttr", True, False)
+    assert (comer.mask_padding, comer.encoder_tail, comer.image_pos, comer.embed_norm, comer.embed_pos_norm) == \
+        (False, "pos-norm", "sin2d", True, True)
+    defaults = ModelConfig()
+    for name in ("tiny", "tiny-transformer", "tiny-comer", "tiny-rnn", "tiny-convs2s"):
+        cfg = preset_config(name)
+        assert (cfg.mask_padding, cfg.encoder_tail) == (defaults.mask_padding, defaults.encoder_tail) == \
+            (True, "relu-norm-pos")
+    assert preset_config("tiny").image_pos == "sin2d" and preset_config("tiny").embed_norm is False
+    assert Config().train.search_rule == "hmer"
+
+
+@torch.no_grad()
+def test_mask_padding_makes_batched_features_batch_invariant_and_its_absence_does_not():
+    torch.manual_seed(0)
+    images = torch.rand(2, 1, 40, 72)
+    mask = torch.zeros(2, 40, 72, dtype=torch.bool)
+    mask[1, 24:, :] = True
+    mask[1, :, 40:] = True
+    images[1, :, 24:, :] = 0.0
+    images[1, :, :, 40:] = 0.0
+    for mask_padding, invariant in ((True, True), (False, False)):
+        model = build_model(dataclasses.replace(preset_config("tiny"), mask_padding=mask_padding)).eval()
+        batched, _ = model.encode(images, mask)
+        alone, _ = model.encode(images[1:, :, :24, :40], mask[1:, :24, :40])
+        assert torch.allclose(batched[1, :alone.shape[1], :alone.shape[2]], alone[0], atol=1e-5) is invariant
+
+
+def test_the_two_sinusoid_variants_differ_only_in_their_frequencies():
+    from hmer.model.posenc import BTTRSinusoidal2DImagePositions, Sinusoidal2DImagePositions
+
+    mask = torch.zeros(1, 3, 5, dtype=torch.bool)
+    comer, bttr = Sinusoidal2DImagePositions(16).encoding(mask), BTTRSinusoidal2DImagePositions(16).encoding(mask)
+    assert torch.allclose(comer[..., 0], bttr[..., 0])  # sin at frequency 1 in both
+    assert not torch.allclose(comer[..., 1], bttr[..., 1])  # cos(f0) against cos(f1)

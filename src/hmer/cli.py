@@ -6,6 +6,7 @@
     hmer train --preset bttr            train, tracked in MLflow (resume with --resume)
     hmer evaluate RUN_OR_CHECKPOINT     per-year ExpRate table
     hmer predict RUN_OR_CHECKPOINT F..  LaTeX for images or InkML files
+    hmer import CHECKPOINT              a published BTTR / CoMER checkpoint as a run
     hmer report [--study NAME]          tables (Markdown, CSV) and plots (PNG); --list: every study
     hmer analyze RUN [RUN_B]            errors by length and structure, token edits, A vs B
     hmer bench train|decode             throughput benchmarks
@@ -59,6 +60,8 @@ def _is_user_error(exc: BaseException) -> bool:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .config import SEARCH_RULES
+
     p = argparse.ArgumentParser(prog="hmer", description="Handwritten mathematical expression recognition: "
                                 "an ablation suite (BTTR, CoMER, WAP, ConvS2S) with MLflow and Optuna.")
     sub = p.add_subparsers(title="commands", metavar="COMMAND")
@@ -115,6 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--years", default="2014,2016,2019")
     ev.add_argument("--beam", type=int, default=None, help="beam size (default: the run's, 10)")
     ev.add_argument("--limit", type=int, default=0, help="score only the first N of each year")
+    ev.add_argument("--search-rule", choices=SEARCH_RULES, default=None,
+                    help="beam search rule (default: the run's train.search_rule)")
     ev.add_argument("--device", default="auto")
     ev.add_argument("--tracking-uri", default=None)
     ev.set_defaults(func=cmd_evaluate)
@@ -127,6 +132,20 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--device", default="auto")
     pr.add_argument("--tracking-uri", default=None)
     pr.set_defaults(func=cmd_predict)
+
+    # import
+    im = sub.add_parser("import", help="record a BTTR or CoMER Lightning checkpoint as a run (read safely)")
+    im.add_argument("checkpoint", metavar="CHECKPOINT")
+    im.add_argument("--dictionary", default=None, help="its dictionary.txt (default: the family's own)")
+    im.add_argument("--register", default="", metavar="NAME", help="registered model (default: <preset>-reference)")
+    im.add_argument("--years", default="", help="test years to score now, e.g. 2014,2016,2019 (default: none)")
+    im.add_argument("--data", default=None)
+    im.add_argument("--limit", type=int, default=0, help="score only the first N of each year")
+    im.add_argument("--device", default="auto")
+    im.add_argument("--experiment", default="hmer")
+    im.add_argument("--run-name", default=None)
+    im.add_argument("--tracking-uri", default=None)
+    im.set_defaults(func=cmd_import)
 
     # report
     rp = sub.add_parser("report", help="per-year ExpRate tables (Markdown, CSV) and plots (PNG)")
@@ -323,6 +342,7 @@ def cmd_evaluate(args) -> int:
     device = resolve_device(args.device)
     model, cfg, vocab = load_model(args.model, args.tracking_uri, device)
     years = [y.strip() for y in args.years.split(",") if y.strip()]
+    cfg.train.search_rule = args.search_rule or cfg.train.search_rule
     data_cfg = cfg.data
     data_cfg.test_limit = args.limit
     data = load_dataset(args.data or cfg.data.path or None, data_cfg, splits=tuple(years))
@@ -360,6 +380,25 @@ def cmd_predict(args) -> int:
     for expr, tokens in zip(exprs, preds):
         latex = " ".join(tokens)
         print(f"{expr.name}\t{latex}" if len(exprs) > 1 else latex)
+    return 0
+
+
+def cmd_import(args) -> int:
+    from .tracking.import_reference import import_reference
+
+    years = [y.strip() for y in args.years.split(",") if y.strip()]
+    result = import_reference(args.checkpoint, tracking_uri=args.tracking_uri, experiment=args.experiment,
+                              run_name=args.run_name, dictionary=args.dictionary, register_as=args.register,
+                              data=args.data, years=years, limit=args.limit, device=args.device)
+    ref = result.reference
+    print(f"run {result.run_id}: {ref.preset} from {ref.path.name} (search rule {ref.config.train.search_rule}"
+          + (f", registered as {result.registered}" if result.registered else "") + ")")
+    for what, symbols in (("symbols only the reference has (appended)", ref.mapping.reference_only),
+                          ("project symbols it never predicts", ref.mapping.project_only)):
+        if symbols:
+            print(f"{what}: {' '.join(symbols)}")
+    if result.scores:
+        _print_scores(result.scores)
     return 0
 
 

@@ -20,7 +20,9 @@ DECODERS = ("transformer", "rnn", "convs2s")
 COVERAGES = ("none", "self", "cross", "fusion")
 DIRECTIONS = ("l2r", "r2l", "bi")
 TOKEN_POSITIONS = ("sin1d", "learned")
-IMAGE_POSITIONS = ("sin2d", "cape", "learned", "none")
+IMAGE_POSITIONS = ("sin2d", "sin2d-bttr", "cape", "learned", "none")
+ENCODER_TAILS = ("relu-norm-pos", "pos-norm")
+SEARCH_RULES = ("hmer", "bttr", "comer")
 OPTIMIZERS = ("adadelta", "sgd", "adamw")
 VAL_SPLITS = ("writer", "random")
 SCHEDULES = ("plateau", "cosine")  # hmer.data.holdout holds the rules
@@ -28,7 +30,11 @@ SCHEDULES = ("plateau", "cosine")  # hmer.data.holdout holds the rules
 
 @dataclass
 class ModelConfig:
-    """Architecture. Defaults are the BTTR paper model (bidirectional transformer)."""
+    """Architecture. Defaults are the BTTR paper's sizes (bidirectional transformer) with the
+    project's own choices where it departs from the reference code (`mask_padding`, the `sin2d`
+    image positions, no token-embedding norm): run records written before a field existed reload
+    with its default, so a default never changes. The `bttr` and `comer-*` presets pin the
+    references' functions (see hmer.model.factory)."""
 
     vocab_size: int = 113  # 110 CROHME symbols + pad, sos, eos
     d_model: int = 256
@@ -39,9 +45,16 @@ class ModelConfig:
     compression: float = 0.5
     bottleneck: bool = True
     encoder_dropout: float = 0.2
+    # Padded pixels zeroed before every 3x3 conv and pool, so a batched image gets the features it
+    # has alone (batch invariance). BTTR and CoMER do not mask (False): padding leaks into the
+    # features near the bottom/right border of the smaller images of a batch.
+    mask_padding: bool = True
+    # After the DenseNet: 1x1 conv, then `relu-norm-pos` (ReLU, LayerNorm, + image positions;
+    # BTTR) or `pos-norm` (+ image positions, LayerNorm; CoMER).
+    encoder_tail: str = "relu-norm-pos"
     # Positional encodings.
     token_pos: str = "sin1d"  # sin1d | learned (ConvS2S)
-    image_pos: str = "sin2d"  # sin2d | cape (StyTr2) | learned | none
+    image_pos: str = "sin2d"  # sin2d (CoMER's) | sin2d-bttr | cape (StyTr2) | learned | none
     cape_grid: int = 8  # n of CAPE's n x n content-pooled grid, and of the `learned` image table
     max_len: int = 256  # longest target a learned token position table holds
     # Decoder family.
@@ -50,7 +63,8 @@ class ModelConfig:
     nhead: int = 8
     dim_feedforward: int = 1024
     dropout: float = 0.3
-    embed_norm: bool = False  # CoMER: LayerNorm after the token embedding and after adding positions
+    embed_norm: bool = False  # LayerNorm after the token embedding (BTTR, CoMER)
+    embed_pos_norm: bool = True  # with embed_norm: a second LayerNorm after adding positions (CoMER; not BTTR)
     # CoMER Attention Refinement Module (transformer only).
     coverage: str = "none"  # none | self | cross | fusion
     coverage_channels: int = 32  # d_c
@@ -72,6 +86,7 @@ class ModelConfig:
         _check_choice("model.direction", self.direction, DIRECTIONS)
         _check_choice("model.token_pos", self.token_pos, TOKEN_POSITIONS)
         _check_choice("model.image_pos", self.image_pos, IMAGE_POSITIONS)
+        _check_choice("model.encoder_tail", self.encoder_tail, ENCODER_TAILS)
         if self.coverage != "none" and self.decoder != "transformer":
             raise ValueError(
                 f"model.coverage={self.coverage!r} needs model.decoder='transformer' "
@@ -149,6 +164,10 @@ class TrainConfig:
     beam_size: int = 10
     max_decode_len: int = 200
     length_penalty: float = 1.0
+    # Beam search rules (hmer.decoding.search_rules): `hmer` (batched; pad and start tokens never
+    # extend a hypothesis; length normalised by n), `bttr` or `comer` (the references' searches,
+    # reproduced to their scores; slower, one image at a time). Greedy decoding ignores it.
+    search_rule: str = "hmer"
     # Validation decoding: greedy by default, which is cheap; BTTR and CoMER validate with the
     # full beam (the `paper` study preset does too). For `bi` models greedy reads l2r only and can
     # rank checkpoints differently from the joint search of the test (see tests/test_memorize.py).
@@ -199,6 +218,7 @@ class Config:
         _check_choice("train.optimizer", self.train.optimizer, OPTIMIZERS)
         _check_choice("data.val_split", self.data.val_split, VAL_SPLITS)
         _check_choice("train.schedule", self.train.schedule, SCHEDULES)
+        _check_choice("train.search_rule", self.train.search_rule, SEARCH_RULES)
         return self
 
     # ---- files ------------------------------------------------------------------------------

@@ -8,6 +8,7 @@
 Everything runs on the model's incremental interface (`model.decoder.init_state / step /
 reorder_state`); joint search also rescores with teacher forcing (`model.decode`).
 Scores follow BTTR's length normalisation: `log_prob / max(len, 1) ** length_penalty`.
+`reference_search` holds BTTR's and CoMER's own searches (`search_rule="bttr"` / `"comer"`).
 """
 
 from .beam import beam_search

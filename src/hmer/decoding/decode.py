@@ -13,6 +13,7 @@ from .beam import beam_search
 from .greedy import greedy_search
 from .hypothesis import check_search_args
 from .joint import joint_beam_search
+from .reference_search import reference_decode
 
 DIRECTIONS = ("l2r", "r2l", "bi")
 
@@ -29,6 +30,7 @@ def decode_batch(
     sos_id: int = 1,
     eos_id: int = 2,
     pad_id: int = 0,
+    search_rule: str = "hmer",
 ) -> list[list[int]]:
     """Per image, the decoded symbol ids in left-to-right order, without sos/eos.
 
@@ -37,6 +39,8 @@ def decode_batch(
       l2r              beam search from `<sos>`;
       r2l              beam search from `<eos>`, the tokens reversed;
       bi               BTTR's joint search (both directions, each rescored by the other).
+    `search_rule` (beam_size > 1): `hmer`, the project's batched searches above, or `bttr` /
+    `comer`, the references' own searches (hmer.decoding.reference_search).
     The model should be in eval mode (incremental decoding reproduces teacher forcing only
     there); this function does not change its mode.
     """
@@ -50,6 +54,10 @@ def decode_batch(
 
     if beam_size == 1:
         seqs = greedy_search(model, feats, mask, start, end, max_len, pad_id=pad_id)
+    elif search_rule != "hmer":
+        results = reference_decode(model, feats, mask, search_rule, direction, sos_id, eos_id, beam_size, max_len,
+                                   length_penalty, pad_id=pad_id)
+        return [r.best.tokens for r in results]  # already left to right
     elif direction == "bi":
         return [
             h.tokens

@@ -32,10 +32,11 @@ class SplitResult:
 def decode_options(cfg, device: torch.device, autocast_dtype: torch.dtype | None, beam: int | None = None,
                    progress: str | None = None) -> dict[str, Any]:
     """The keyword arguments of `predict` / `evaluate_split` for a run's `Config`: its decoding
-    (direction, beam size unless `beam` is given, max length, length penalty) and its evaluation
+    (direction, beam size unless `beam` is given, max length, length penalty, search rule) and its evaluation
     batching. Training, `hmer evaluate` and `hmer predict` all decode through this."""
     return dict(direction=cfg.model.direction, device=device, beam_size=cfg.train.beam_size if beam is None else beam,
                 max_len=cfg.train.max_decode_len, length_penalty=cfg.train.length_penalty,
+                search_rule=cfg.train.search_rule,
                 batch_pixels=cfg.data.eval_batch_pixels, max_batch_size=cfg.data.eval_max_batch_size,
                 max_image_pixels=cfg.data.max_image_pixels, autocast_dtype=autocast_dtype, progress=progress)
 
@@ -51,6 +52,7 @@ def predict(
     beam_size: int = 10,
     max_len: int = 200,
     length_penalty: float = 1.0,
+    search_rule: str = "hmer",
     batch_pixels: int = 1_600_000,
     max_batch_size: int = 64,
     max_image_pixels: int = 400_000,
@@ -74,7 +76,7 @@ def predict(
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
             hyps = decode_batch(model, batch.images, batch.image_mask, direction,
                                 beam_size=beam_size, max_len=max_len, length_penalty=length_penalty,
-                                sos_id=vocab.sos_id, eos_id=vocab.eos_id)
+                                sos_id=vocab.sos_id, eos_id=vocab.eos_id, search_rule=search_rule)
         for i, ids in zip(idx, hyps):
             predictions[i] = vocab.decode(ids)
     return [p if p is not None else [] for p in predictions], resized

@@ -84,7 +84,8 @@ class ConvS2SDecoder(Decoder):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         d = cfg.d_model
-        self.embed = TokenEmbedding(cfg.vocab_size, d, cfg.token_pos, cfg.max_len, norm=cfg.embed_norm)
+        self.embed = TokenEmbedding(cfg.vocab_size, d, cfg.token_pos, cfg.max_len, norm=cfg.embed_norm,
+                                    pos_norm=cfg.embed_pos_norm)
         self.blocks = nn.ModuleList(ConvBlock(d, cfg.conv_kernel, cfg.dropout) for _ in range(cfg.conv_layers))
         self.dropout = nn.Dropout(cfg.dropout)
         self.out = nn.Linear(d, cfg.vocab_size)

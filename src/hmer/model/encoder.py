@@ -31,11 +31,16 @@ an output position is valid iff the first pixel of its window is, which for bott
 padding is the same as "its window holds a valid pixel" and matches the ceil-mode sizes.
 BatchNorm in training mode still sees padded positions in its batch statistics, as in
 BTTR; in eval mode it is pointwise, so the invariance holds exactly (up to float error).
+
+`mask_padding=False` is the references' encoder: no masking at all (plain ceil-mode pools,
+3x3 convs that see whatever BN/ReLU made of the zero padding). Only the mask is downsampled.
+A single image (no padding) gets the same features either way; a padded one does not.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 import torch
 import torch.nn as nn
@@ -71,9 +76,10 @@ class BottleneckLayer(nn.Module):
         self.norm2 = nn.BatchNorm2d(growth_rate)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, valid: Tensor) -> Tensor:
+    def forward(self, x: Tensor, valid: Optional[Tensor]) -> Tensor:
         y = self.dropout(F.relu(self.norm1(self.conv1(x))))
-        y = y * valid  # the 3x3 conv must see zeros at padding, as at a tight canvas's border
+        if valid is not None:
+            y = y * valid  # the 3x3 conv must see zeros at padding, as at a tight canvas's border
         y = self.dropout(F.relu(self.norm2(self.conv2(y))))
         return torch.cat([x, y], dim=1)
 
@@ -87,8 +93,8 @@ class SingleLayer(nn.Module):
         self.norm = nn.BatchNorm2d(growth_rate)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, valid: Tensor) -> Tensor:
-        y = self.dropout(F.relu(self.norm(self.conv(x * valid))))
+    def forward(self, x: Tensor, valid: Optional[Tensor]) -> Tensor:
+        y = self.dropout(F.relu(self.norm(self.conv(x if valid is None else x * valid))))
         return torch.cat([x, y], dim=1)
 
 
@@ -101,14 +107,14 @@ class DenseBlock(nn.Module):
         )
         self.out_channels = in_channels + num_layers * growth_rate
 
-    def forward(self, x: Tensor, valid: Tensor) -> Tensor:
+    def forward(self, x: Tensor, valid: Optional[Tensor]) -> Tensor:
         for layer in self.layers:
             x = layer(x, valid)
         return x
 
 
 class Transition(nn.Module):
-    """1x1 conv (compression) -> BN -> ReLU -> dropout -> masked 2x2 average pool."""
+    """1x1 conv (compression) -> BN -> ReLU -> dropout -> masked 2x2 average pool (plain one if valid is None)."""
 
     def __init__(self, in_channels: int, out_channels: int, dropout: float):
         super().__init__()
@@ -116,8 +122,11 @@ class Transition(nn.Module):
         self.norm = nn.BatchNorm2d(out_channels)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, valid: Tensor) -> Tensor:
-        return masked_avg_pool2x2(self.dropout(F.relu(self.norm(self.conv(x)))), valid)
+    def forward(self, x: Tensor, valid: Optional[Tensor]) -> Tensor:
+        x = self.dropout(F.relu(self.norm(self.conv(x))))
+        if valid is None:
+            return F.avg_pool2d(x, 2, ceil_mode=True)
+        return masked_avg_pool2x2(x, valid)
 
 
 class DenseNetB(nn.Module):
@@ -131,8 +140,10 @@ class DenseNetB(nn.Module):
         compression: float = 0.5,
         bottleneck: bool = True,
         dropout: float = 0.2,
+        mask_padding: bool = True,
     ):
         super().__init__()
+        self.mask_padding = mask_padding
         channels = 2 * growth_rate
         self.stem_conv = nn.Conv2d(1, channels, kernel_size=7, stride=2, padding=3, bias=False)
         self.stem_norm = nn.BatchNorm2d(channels)
@@ -153,13 +164,14 @@ class DenseNetB(nn.Module):
     def forward(self, images: Tensor, image_mask: Tensor) -> tuple[Tensor, Tensor]:
         x = self.stem_conv(images)
         mask = downsample_mask(image_mask)
-        valid = (~mask).unsqueeze(1).to(x.dtype)
-        # Zero the padding before the max-pool: ReLU output >= 0, so zeros never win over image pixels.
-        x = F.relu(self.stem_norm(x)) * valid
+        x = F.relu(self.stem_norm(x))
+        if self.mask_padding:
+            # Zero the padding before the max-pool: ReLU output >= 0, so zeros never win over image pixels.
+            x = x * (~mask).unsqueeze(1).to(x.dtype)
         x = F.max_pool2d(x, 2, ceil_mode=True)
         mask = downsample_mask(mask)
         for i, block in enumerate(self.blocks):
-            valid = (~mask).unsqueeze(1).to(x.dtype)
+            valid = (~mask).unsqueeze(1).to(x.dtype) if self.mask_padding else None
             x = block(x, valid)
             if i < len(self.transitions):
                 x = self.transitions[i](x, valid)

@@ -4,10 +4,17 @@
     model = build_model("comer-fusion")     # a preset name
     for name, description, num_params in list_presets(): ...
 
-A preset is a dict of ModelConfig field overrides over the defaults (which are BTTR).
+A preset is a dict of ModelConfig field overrides over the defaults (BTTR's sizes).
 Naming: `<family>` trains bidirectionally (one decoder on l2r + r2l targets, as BTTR and
 CoMER); `<family>-l2r` is the same model trained left-to-right only. The `tiny*` presets are
 the same architectures shrunk for CPU tests and smoke runs (stride 8: two dense blocks).
+
+`bttr` and `comer-*` compute the reference code's functions (Green-Wood/BTTR 43cabd4,
+Green-Wood/CoMER ee15cdb; checked against their outputs in tests/test_reference_fidelity.py):
+no padding mask in the encoder, each one's encoder tail and image positions, BTTR's
+embedding LayerNorm. The project's alternatives are config values, measured by
+`studies/ablate_encoder.py`. The `tiny*` presets pin the project's choices, so that they
+compute what they always have.
 """
 
 from __future__ import annotations
@@ -21,7 +28,12 @@ import torch.nn as nn
 from ..config import Config, ModelConfig
 from .hmer_model import HMERModel
 
-_COMER = {"decoder": "transformer", "embed_norm": True, "coverage_channels": 32, "coverage_kernel": 5}
+# What the reference code does where the project's defaults differ.
+_REFERENCE_ENCODER = {"mask_padding": False}
+_BTTR = {**_REFERENCE_ENCODER, "decoder": "transformer", "coverage": "none", "encoder_tail": "relu-norm-pos",
+         "image_pos": "sin2d-bttr", "embed_norm": True, "embed_pos_norm": False}
+_COMER = {**_REFERENCE_ENCODER, "decoder": "transformer", "encoder_tail": "pos-norm", "image_pos": "sin2d",
+          "embed_norm": True, "embed_pos_norm": True, "coverage_channels": 32, "coverage_kernel": 5}
 _WAP = {"decoder": "rnn", "image_pos": "none", "dropout": 0.2}
 _CONVS2S = {"decoder": "convs2s", "token_pos": "learned", "conv_layers": 3, "conv_kernel": 3, "dropout": 0.2}
 _TINY = {
@@ -29,10 +41,12 @@ _TINY = {
     "num_decoder_layers": 2, "dim_feedforward": 128, "dropout": 0.1, "encoder_dropout": 0.1,
     "coverage_channels": 8, "rnn_hidden": 64, "rnn_attention": 64, "rnn_embedding": 64,
     "conv_layers": 2,
+    # The project's own encoder, as the tiny presets have always had it (runs on record use them).
+    "mask_padding": True, "encoder_tail": "relu-norm-pos",
 }
 
 _FAMILIES: dict[str, tuple[dict[str, Any], str]] = {
-    "bttr": ({"decoder": "transformer", "coverage": "none"}, "BTTR: DenseNet-B + transformer decoder"),
+    "bttr": (_BTTR, "BTTR: DenseNet-B + transformer decoder"),
     "comer-self": ({**_COMER, "coverage": "self"}, "CoMER, ARM with self coverage"),
     "comer-cross": ({**_COMER, "coverage": "cross"}, "CoMER, ARM with cross coverage"),
     "comer-fusion": ({**_COMER, "coverage": "fusion"}, "CoMER, ARM with fusion coverage (the paper's model)"),

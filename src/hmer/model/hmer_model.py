@@ -5,10 +5,10 @@
     loss = model.loss(images, image_mask, token_ids)        # what the trainer minimises
     attn = model.attention_maps(images, image_mask, tgt_in) # [B', L, h, w]
 
-The projection follows BTTR's encoder: 1x1 conv (with bias) -> ReLU -> LayerNorm, then the
-image positional encoding is added (CoMER normalises after adding it instead; one order
-for every variant keeps the decoder/coverage ablations free of encoder differences).
-Padded feature positions are zeroed and masked out of every attention.
+The encoder tail (`model.encoder_tail`) after the 1x1 conv (with bias) is BTTR's
+`relu-norm-pos` (ReLU -> LayerNorm -> + image positions) or CoMER's `pos-norm` (+ image
+positions -> LayerNorm, no ReLU). Padded feature positions are masked out of every attention;
+with `model.mask_padding` they are also zeroed (the references leave them as computed).
 
 Bidirectional training: `tgt_in` may hold k times as many rows as there are images (k = 2
 for `bi`: l2r rows, then r2l rows); the encoded features are then repeated k times in the
@@ -69,6 +69,7 @@ class HMERModel(nn.Module):
             compression=cfg.compression,
             bottleneck=cfg.bottleneck,
             dropout=cfg.encoder_dropout,
+            mask_padding=cfg.mask_padding,
         )
         self.feature_proj = nn.Conv2d(self.encoder.out_channels, cfg.d_model, kernel_size=1)
         self.feature_norm = nn.LayerNorm(cfg.d_model)
@@ -83,9 +84,14 @@ class HMERModel(nn.Module):
     def encode(self, images: Tensor, image_mask: Tensor) -> tuple[Tensor, Tensor]:
         """images [B, 1, H, W], image_mask [B, H, W] -> feats [B, h, w, d], feat_mask [B, h, w]."""
         x, mask = self.encoder(images, image_mask)
-        x = F.relu(self.feature_proj(x)).permute(0, 2, 3, 1)
-        x = self.image_pos(self.feature_norm(x), mask)
-        return x.masked_fill(mask[..., None], 0.0), mask
+        if self.cfg.encoder_tail == "relu-norm-pos":
+            x = F.relu(self.feature_proj(x)).permute(0, 2, 3, 1)
+            x = self.image_pos(self.feature_norm(x), mask)
+        else:  # pos-norm
+            x = self.feature_norm(self.image_pos(self.feature_proj(x).permute(0, 2, 3, 1), mask))
+        if self.cfg.mask_padding:
+            x = x.masked_fill(mask[..., None], 0.0)
+        return x, mask
 
     def decode(
         self,

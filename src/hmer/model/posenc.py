@@ -5,9 +5,12 @@ Token positions (`ModelConfig.token_pos`), added to token embeddings [B, L, d]:
   learned  a learned table of `max_len` rows (ConvS2S)
 
 Image positions (`ModelConfig.image_pos`), added to features [B, h, w, d] with mask [B, h, w]:
-  sin2d    BTTR's ImgPosEnc: sinusoids of the row and column index, each normalised by the
+  sin2d    CoMER's ImgPosEnc: sinusoids of the row and column index, each normalised by the
            unpadded height / width of that image, so that a position means "this fraction
-           of the formula" whatever the canvas; d/2 dims for x, d/2 for y, concatenated.
+           of the formula" whatever the canvas; d/2 dims for x, d/2 for y, concatenated;
+           per axis, sin and cos of the same d/4 frequencies, interleaved.
+  sin2d-bttr  BTTR's ImgPosEnc: the same positions, but d/2 frequencies per axis, sin of the
+           even-numbered and cos of the odd-numbered ones (so no sin/cos pair shares a frequency).
   cape     StyTr^2's content-aware positional encoding (see `ContentAwareImagePositions`).
   learned  a learned n x n table (n = cape_grid) bilinearly resized to each image's unpadded size.
   none     nothing.
@@ -120,7 +123,7 @@ class NoImagePositions(nn.Module):
 
 
 class Sinusoidal2DImagePositions(nn.Module):
-    """BTTR's ImgPosEnc (normalize=True): position = cumulative count of unpadded rows/columns,
+    """CoMER's ImgPosEnc (normalize=True): position = cumulative count of unpadded rows/columns,
     divided by the unpadded height/width and scaled to [0, 2*pi]; sin/cos of d/4 frequencies
     per axis, interleaved; [x half, y half] concatenated."""
 
@@ -151,6 +154,27 @@ class Sinusoidal2DImagePositions(nn.Module):
 
     def forward(self, feats: Tensor, mask: Tensor) -> Tensor:
         return feats + self.encoding(mask).to(feats.dtype)
+
+
+class BTTRSinusoidal2DImagePositions(Sinusoidal2DImagePositions):
+    """BTTR's ImgPosEnc (normalize=True): the positions of `sin2d`, encoded with d/2 frequencies
+    f_j = temperature^(-j / (d/2)) per axis, dim j = sin(p f_j) for even j, cos(p f_j) for odd j."""
+
+    def encoding(self, mask: Tensor) -> Tensor:
+        not_mask = ~mask
+        y = not_mask.cumsum(1, dtype=torch.float32)
+        x = not_mask.cumsum(2, dtype=torch.float32)
+        eps = 1e-6
+        y = y / (y[:, -1:, :] + eps) * (2 * math.pi)
+        x = x / (x[:, :, -1:] + eps) * (2 * math.pi)
+        inv_freq = 1.0 / self.temperature ** (
+            torch.arange(self.half, device=mask.device, dtype=torch.float32) / self.half
+        )
+        pos_x = x[..., None] * inv_freq
+        pos_y = y[..., None] * inv_freq
+        pos_x = torch.stack((pos_x[..., 0::2].sin(), pos_x[..., 1::2].cos()), dim=-1).flatten(-2)
+        pos_y = torch.stack((pos_y[..., 0::2].sin(), pos_y[..., 1::2].cos()), dim=-1).flatten(-2)
+        return torch.cat((pos_x, pos_y), dim=-1)
 
 
 class LearnedImagePositions(nn.Module):
@@ -213,6 +237,8 @@ class ContentAwareImagePositions(nn.Module):
 def make_image_positions(kind: str, d_model: int, grid: int) -> nn.Module:
     if kind == "sin2d":
         return Sinusoidal2DImagePositions(d_model)
+    if kind == "sin2d-bttr":
+        return BTTRSinusoidal2DImagePositions(d_model)
     if kind == "cape":
         return ContentAwareImagePositions(d_model, grid)
     if kind == "learned":

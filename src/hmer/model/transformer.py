@@ -10,8 +10,10 @@ ReLU FFN, dropout on the attention weights and on every residual branch:
 then a linear projection to the vocabulary (no final LayerNorm, as in BTTR's and CoMER's code).
 
 Target padding: targets are right-padded and self-attention is causal, so a real token never
-attends to a pad token; `tgt_pad_mask` is therefore not needed and is ignored (the loss
-ignores pad positions), which keeps self-attention on the fast `is_causal` kernels.
+attends to a pad token; training therefore passes no `tgt_pad_mask` (the loss ignores pad
+positions), which keeps self-attention on the fast `is_causal` kernels. Given one, pad keys are
+masked as in BTTR's and CoMER's decoders: that only changes the logits at pad positions, and
+those of a sequence with a pad token inside (which the references' searches can produce).
 
 Incremental decoding caches, per layer, the keys/values of every token fed so far (each step
 projects only the new token) and, once per image, the keys/values of the image features.
@@ -46,8 +48,8 @@ class TransformerDecoderLayer(nn.Module):
         self.norm3 = nn.LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
 
-    def self_block(self, x: Tensor, k: Tensor, v: Tensor, causal: bool) -> Tensor:
-        out, _ = self.self_attn.attend(self.self_attn.project_q(x), k, v, causal=causal)
+    def self_block(self, x: Tensor, k: Tensor, v: Tensor, causal: bool, pad: Optional[Tensor] = None) -> Tensor:
+        out, _ = self.self_attn.attend(self.self_attn.project_q(x), k, v, pad, causal=causal)
         return self.norm1(x + self.dropout(out))
 
     def cross_block(
@@ -68,7 +70,8 @@ class TransformerDecoder(Decoder):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         d = cfg.d_model
-        self.embed = TokenEmbedding(cfg.vocab_size, d, cfg.token_pos, cfg.max_len, norm=cfg.embed_norm)
+        self.embed = TokenEmbedding(cfg.vocab_size, d, cfg.token_pos, cfg.max_len, norm=cfg.embed_norm,
+                                    pos_norm=cfg.embed_pos_norm)
         self.layers = nn.ModuleList(
             TransformerDecoderLayer(d, cfg.nhead, cfg.dim_feedforward, cfg.dropout)
             for _ in range(cfg.num_decoder_layers)
@@ -113,7 +116,7 @@ class TransformerDecoder(Decoder):
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
             k, v = layer.self_attn.project_kv(x)
-            x = layer.self_block(x, k, v, causal=True)
+            x = layer.self_block(x, k, v, causal=True, pad=tgt_pad_mask)
             refine = None
             if self._has_arm(i):
                 # curr: this layer's unrefined attention, all steps; prev: the layer below's refined one.

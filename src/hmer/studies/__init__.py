@@ -9,10 +9,10 @@ See `runner` (running and resuming a study), `claims` (why no grid cell runs twi
 
 from .presets import PRESETS, StudyPreset, get_preset, pick_preset
 from .runner import StudyOutcome, default_storage, run_grid_study, run_sweep
-from .spec import ABLATIONS, COVERAGE, DECODER, DIRECTION, POSENC, SWEEP, StudySpec, SweepParam, SweepSpec
+from .spec import ABLATIONS, COVERAGE, DECODER, DIRECTION, ENCODER, POSENC, SWEEP, StudySpec, SweepParam, SweepSpec
 
 __all__ = [
-    "ABLATIONS", "COVERAGE", "DECODER", "DIRECTION", "POSENC", "PRESETS", "SWEEP", "StudyOutcome",
+    "ABLATIONS", "COVERAGE", "DECODER", "DIRECTION", "ENCODER", "POSENC", "PRESETS", "SWEEP", "StudyOutcome",
     "StudyPreset", "StudySpec", "SweepParam", "SweepSpec", "default_storage", "get_preset", "pick_preset",
     "run_grid_study", "run_sweep",
 ]

@@ -211,7 +211,18 @@ POSENC = StudySpec(
     model_presets={"tiny": "tiny", "full": "bttr"},
 )
 
-ABLATIONS: dict[str, StudySpec] = {s.name: s for s in (DIRECTION, DECODER, COVERAGE, POSENC)}
+ENCODER = StudySpec(
+    name="ablate_encoder",
+    description="where the project's encoder departs from BTTR's code: padding mask, tail order, sinusoids",
+    # Baseline: BTTR's code (the `bttr` preset). The other values are the project's choices
+    # (kept by the tiny presets) and CoMER's tail, in every combination, since they interact:
+    # the tail decides whether positions are added before or after the LayerNorm.
+    axes={"model.mask_padding": (False, True), "model.encoder_tail": ("relu-norm-pos", "pos-norm"),
+          "model.image_pos": ("sin2d-bttr", "sin2d")},
+    model_presets={"tiny": "tiny", "full": "bttr"},
+)
+
+ABLATIONS: dict[str, StudySpec] = {s.name: s for s in (DIRECTION, DECODER, COVERAGE, POSENC, ENCODER)}
 
 SWEEP = SweepSpec(
     name="sweep",

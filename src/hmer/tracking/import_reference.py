@@ -1,0 +1,134 @@
+"""`hmer import CHECKPOINT`: a published BTTR / CoMER checkpoint as an MLflow run of the suite.
+
+The run holds what a trained run holds for reloading: params (the flat Config, with the
+reference's search rule), `config.json`, and `model/model.pt` in the project's checkpoint
+format, so `hmer evaluate RUN` and `hmer predict RUN` work on it unchanged. The model is
+also a registered model version (default name `<preset>-reference`). With `years`, the test
+years are scored at import, logged as trained runs log them (`test_<year>_exprate`, ...,
+`predictions/test_<year>.csv`), so `hmer report --runs` sets the run beside trained ones.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence
+
+import torch
+
+from ..model.reference_checkpoint import REFERENCES, ReferenceModel, read_reference_checkpoint
+from .store import git_commit, setup_mlflow
+
+CHECKPOINT_FORMAT = 1  # hmer.training.checkpoint's model artifact
+
+
+@dataclass
+class ImportResult:
+    run_id: str
+    reference: ReferenceModel
+    registered: Optional[str]  # "name/version", or None
+    scores: dict  # year -> Scores, for the years scored at import
+
+
+def import_reference(checkpoint: str | Path, *, tracking_uri: str | None = None, experiment: str = "hmer",
+                     run_name: str | None = None, dictionary: str | Path | None = None,
+                     register_as: str | None = "", data: str | None = None, years: Sequence[str] = (),
+                     limit: int = 0, device: str = "cpu") -> ImportResult:
+    """Record `checkpoint` as a run (module doc). register_as: "" = `<preset>-reference`, None = not."""
+    from mlflow.tracking import MlflowClient
+
+    ref = read_reference_checkpoint(checkpoint, dictionary)
+    cfg = ref.config
+    experiment_id = setup_mlflow(tracking_uri, experiment)
+    import mlflow
+
+    client = MlflowClient(tracking_uri=mlflow.get_tracking_uri())
+    repo, _ = REFERENCES[ref.family]
+    tags = {
+        "hmer.variant": f"{cfg.name} (reference)",
+        "hmer.status": "running",
+        "hmer.git_commit": git_commit(),
+        "hmer.import.source": str(Path(checkpoint).resolve()),
+        "hmer.import.reference": repo,
+        "hmer.import.lightning_version": ref.lightning_version,
+        "hmer.import.epoch": str(ref.epoch),
+        "hmer.import.hyper_parameters": json.dumps(ref.hyper_parameters, sort_keys=True, default=str)[:5000],
+        "hmer.import.reference_only_symbols": " ".join(ref.mapping.reference_only),
+        "hmer.import.never_predicted_symbols": " ".join(ref.mapping.project_only),
+    }
+    run = client.create_run(experiment_id, run_name=run_name or f"{cfg.name}-reference", tags=tags)
+    run_id = run.info.run_id
+    status = "FAILED"
+    try:
+        from ..training.trainer import _log_params
+
+        num_params = sum(p.numel() for p in ref.model.parameters())
+        _log_params(client, run_id, {**cfg.to_flat_dict(), "num_params": num_params})
+        client.log_text(run_id, json.dumps(cfg.to_dict(), indent=2, sort_keys=True), "config.json")
+        artifact = {"format": CHECKPOINT_FORMAT, "model": ref.model.state_dict(), "config": cfg.to_dict(),
+                    "vocab": list(ref.vocab.itos), "epoch": ref.epoch, "val_exprate": -1.0}
+        with tempfile.TemporaryDirectory() as tmp:
+            model_dir = Path(tmp) / "model"
+            model_dir.mkdir()
+            torch.save(artifact, model_dir / "model.pt")
+            client.log_artifacts(run_id, str(model_dir), "model")
+        scores = _score_years(client, run_id, ref, data, years, limit, device) if years else {}
+        registered = None
+        if register_as is not None:
+            name = register_as or f"{cfg.name}-reference"
+            registered = _register(client, name, run_id)
+            client.set_tag(run_id, "hmer.registered_model", registered)
+        client.set_tag(run_id, "hmer.status", "finished")
+        status = "FINISHED"
+        return ImportResult(run_id, ref, registered, scores)
+    finally:
+        client.set_terminated(run_id, status=status)
+
+
+def _register(client, name: str, run_id: str) -> str:
+    """A new version of registered model `name` whose source is the run's `model/` folder (the
+    project's checkpoint, not an MLflow flavour, so `mlflow.register_model` would refuse it)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_registered_model(name)
+    except MlflowException:
+        client.create_registered_model(name, description="imported with `hmer import`; reload with "
+                                                         "`hmer evaluate RUN` / `hmer predict RUN`")
+    source = f"{client.get_run(run_id).info.artifact_uri}/model"
+    version = client.create_model_version(name, source, run_id=run_id)
+    return f"{name}/{version.version}"
+
+
+def _score_years(client, run_id: str, ref: ReferenceModel, data: str | None, years: Sequence[str], limit: int,
+                 device: str) -> dict:
+    """Decode and score the test years as training's final evaluation does, logged the same way."""
+    import time
+
+    from ..data import load_dataset
+    from ..evaluation.evaluate import decode_options, evaluate_split
+    from ..training.trainer import _log_metrics, _write_csv, autocast_dtype, resolve_device
+
+    cfg = ref.config
+    dev = resolve_device(device)
+    model = ref.model.to(dev)
+    data_cfg = cfg.data
+    data_cfg.test_limit = limit
+    splits = load_dataset(data or cfg.data.path or None, data_cfg, splits=tuple(years))
+    metrics: dict[str, float] = {}
+    scores = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for year in years:
+            t0 = time.monotonic()
+            res = evaluate_split(model, splits[year], ref.vocab,
+                                 **decode_options(cfg, dev, autocast_dtype(cfg.train.precision, dev)))
+            scores[year] = res.scores
+            metrics.update(res.scores.as_dict(f"test_{year}"))
+            metrics[f"test_{year}_resized"] = res.resized
+            metrics[f"test_{year}_decode_seconds"] = time.monotonic() - t0
+            _write_csv(Path(tmp) / f"test_{year}.csv", res.rows())
+        client.log_artifacts(run_id, tmp, "predictions")
+    _log_metrics(client, run_id, metrics, step=0)
+    return scores
