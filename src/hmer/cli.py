@@ -120,6 +120,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--limit", type=int, default=0, help="score only the first N of each year")
     ev.add_argument("--search-rule", choices=SEARCH_RULES, default=None,
                     help="beam search rule (default: the run's train.search_rule)")
+    ev.add_argument("--standard-2014", nargs="?", const="", default=None, metavar="TAR",
+                    help="also score the WAP authors' standard 2014 images (default: ../shared/crohme/"
+                         "wap-offline-2014-test.tar.gz), scaled to the run's rendering height, as 2014-std")
+    ev.add_argument("--log", action="store_true",
+                    help="record the scores (test_<year>_*) and predictions in the run itself")
     ev.add_argument("--device", default="auto")
     ev.add_argument("--tracking-uri", default=None)
     ev.set_defaults(func=cmd_evaluate)
@@ -346,16 +351,31 @@ def cmd_evaluate(args) -> int:
     data_cfg = cfg.data
     data_cfg.test_limit = args.limit
     data = load_dataset(args.data or cfg.data.path or None, data_cfg, splits=tuple(years))
-    scores = {}
+    if args.standard_2014 is not None:
+        from .data.standard import STANDARD_2014, default_standard_tar, standard_2014_expressions
+
+        captions = {e.name: e.tokens for e in load_dataset(args.data or cfg.data.path or None, data_cfg,
+                                                            splits=("2014",))["2014"]}
+        tar = args.standard_2014 or default_standard_tar()
+        data[STANDARD_2014] = standard_2014_expressions(tar, captions, cfg.data.render_height)
+        years.append(STANDARD_2014)
+    if args.log and Path(args.model).is_file():
+        raise UserError("--log records into a run: give a run id, not a checkpoint file")
+    scores, results = {}, {}
     for year in years:
         res = evaluate_split(model, data[year], vocab,
                              **decode_options(cfg, device, autocast_dtype(cfg.train.precision, device),
                                               beam=args.beam or None, progress=f"decoding {year}"))
-        scores[year] = res.scores
+        scores[year], results[year] = res.scores, res
         if res.resized:
             print(f"{year}: {res.resized} oversize images were resized to fit "
                   f"{cfg.data.max_image_pixels} px (none dropped)", file=sys.stderr)
     _print_scores(scores)
+    if args.log:
+        from .tracking.models import log_evaluation
+
+        log_evaluation(args.model, results, args.tracking_uri)
+        print(f"recorded in run {args.model}: " + ", ".join(f"test_{y}_*" for y in results))
     return 0
 
 

@@ -40,6 +40,38 @@ def iter_standard_images(tar_path: str | Path, names: Iterable[str] | None = Non
                 yield name, np.asarray(img.convert("L"), dtype=np.uint8)
 
 
+STANDARD_2014 = "2014-std"  # the split name its scores are logged under (test_2014-std_exprate)
+
+
+def default_standard_tar() -> Path:
+    """The standard images beside the checkout, where the project's machines keep them."""
+    from .source import default_data_paths
+
+    return default_data_paths()[-1].parent / "wap-offline-2014-test.tar.gz"
+
+
+def standard_2014_expressions(tar_path: str | Path, captions: dict[str, list[str]], height: int = 0) -> list:
+    """The standard 2014 images as Expressions with the 2014 captions, in caption order, each scaled
+    to `height` pixels (keeping its aspect ratio; 0 = as they are), so that a model trained on the
+    suite's renderings at that height reads them at the scale it knows. An image missing from the
+    archive is an error naming it."""
+    from .expression import Expression
+
+    images = dict(iter_standard_images(tar_path, captions))
+    missing = [n for n in captions if n not in images]
+    if missing:
+        raise FileNotFoundError(f"{tar_path}: no standard image for {len(missing)} 2014 caption(s), "
+                                f"e.g. {missing[0]}{STANDARD_SUFFIX}")
+    out = []
+    for name, tokens in captions.items():
+        image = images[name]
+        if height > 0 and image.shape[0] != height:
+            width = max(1, round(image.shape[1] * height / image.shape[0]))
+            image = np.asarray(Image.fromarray(image).resize((width, height), Image.BILINEAR), dtype=np.uint8)
+        out.append(Expression(name=name, tokens=tokens, image=image))
+    return out
+
+
 def standard_sizes(tar_path: str | Path) -> dict[str, tuple[int, int]]:
     """{name: (height, width)} of every standard image (decodes headers, not pixels)."""
     sizes = {}

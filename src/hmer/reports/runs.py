@@ -36,7 +36,8 @@ STUDY_TAG = "hmer.study"
 ROLE_TAG = "hmer.role"
 EPOCH_METRICS = ("val_exprate", "val_loss", "train_loss", "lr", "images_per_second", "epoch_seconds")
 _PAGE = 1_000  # runs per search request
-_YEAR_METRIC = re.compile(r"^metrics\.test_(?P<year>\d{4})_exprate$")
+# a year, or the standard 2014 images (2014-std, `hmer evaluate --standard-2014 --log`)
+_YEAR_METRIC = re.compile(r"^metrics\.test_(?P<year>\d{4}(?:-std)?)_exprate$")
 
 
 class NoRunsError(ValueError):

@@ -64,3 +64,37 @@ def load_model(run_or_checkpoint: str, tracking_uri: str | None = None,
     model.load_state_dict(ckpt["model"])
     model.to(device).eval()
     return model, cfg, vocab
+
+
+def log_evaluation(run_id: str, results: dict, tracking_uri: str | None = None) -> None:
+    """Record `hmer evaluate` results in the run, as the trainer records its test years: metrics
+    `test_<split>_exprate|le1|le2|n` and `predictions/test_<split>.csv` (`results`: {split:
+    SplitResult}). A later evaluation of the same split replaces the CSV and adds a metric point."""
+    import csv
+    import time
+
+    from mlflow.entities import Metric
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri or default_tracking_uri())
+    try:
+        client.get_run(run_id)
+    except MlflowException:
+        from .transfer import find_by_source_id
+
+        found = find_by_source_id(client, run_id)
+        if found is None:
+            raise RunNotFoundError(f"{run_id}: not a run in {client.tracking_uri}") from None
+        run_id = found
+    now = int(time.time() * 1000)
+    metrics = [Metric(key, float(value), now, 0) for split, res in results.items()
+               for key, value in res.scores.as_dict(f"test_{split}").items()]
+    client.log_batch(run_id, metrics=metrics)
+    with tempfile.TemporaryDirectory(prefix="hmer-evaluate-") as tmp:
+        for split, res in results.items():
+            with (Path(tmp) / f"test_{split}.csv").open("w", newline="") as f:
+                writer = csv.DictWriter(f, fieldnames=["name", "truth", "prediction", "distance"])
+                writer.writeheader()
+                writer.writerows(res.rows())
+        client.log_artifacts(run_id, tmp, "predictions")

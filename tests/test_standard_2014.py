@@ -1,0 +1,52 @@
+"""The standard 2014 images (the WAP authors' renderings) scored beside the suite's own renderings:
+`hmer evaluate RUN --standard-2014 --log` records them in the run as the split `2014-std`, which
+reports show as a column of its own (issue 12)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from hmer.data.source import open_source, parse_captions
+from hmer.data.standard import STANDARD_2014, standard_2014_expressions
+from hmer.reports.runs import load_runs, scored_years
+from hmer.training import train
+from tiny_dataset import tiny_config, tiny_data
+
+pytestmark = pytest.mark.shared_data
+
+
+def _captions_2014(shared_crohme, n: int) -> dict[str, list[str]]:
+    with open_source(shared_crohme) as source:
+        return {c.name: c.tokens for c in parse_captions(source.caption_text("2014"), "2014")[:n]}
+
+
+def test_standard_images_are_scaled_to_the_rendering_height(shared_crohme, shared_standard_images):
+    captions = _captions_2014(shared_crohme, 5)
+    exprs = standard_2014_expressions(shared_standard_images, captions, height=64)
+    assert [e.name for e in exprs] == list(captions) and all(e.image.shape[0] == 64 for e in exprs)
+    assert [e.tokens for e in exprs] == list(captions.values())
+    as_they_are = standard_2014_expressions(shared_standard_images, captions, height=0)
+    assert any(e.image.shape[0] != 64 for e in as_they_are)
+    with pytest.raises(FileNotFoundError, match="no standard image"):
+        standard_2014_expressions(shared_standard_images, {"no_such_expression": ["x"]})
+
+
+def test_evaluate_logs_the_standard_images_as_their_own_column(shared_crohme, shared_standard_images, tmp_path):
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_id = train(tiny_config(**{"train.epochs": 1}), data=tiny_data(), tracking_uri=store,
+                   run_dir=tmp_path / "run").run_id
+    proc = subprocess.run([sys.executable, "-m", "hmer.cli", "evaluate", run_id, "--tracking-uri", store,
+                           "--data", str(shared_crohme), "--years", "2014", "--limit", "4", "--beam", "2",
+                           "--standard-2014", str(shared_standard_images), "--log"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert STANDARD_2014 in proc.stdout and f"recorded in run {run_id}" in proc.stdout
+    metrics = MlflowClient(store).get_run(run_id).data.metrics
+    assert metrics[f"test_{STANDARD_2014}_n"] == 4 and f"test_{STANDARD_2014}_exprate" in metrics
+    artifacts = {a.path for a in MlflowClient(store).list_artifacts(run_id, "predictions")}
+    assert f"predictions/test_{STANDARD_2014}.csv" in artifacts
+    assert scored_years(load_runs(store, run_ids=[run_id])) == ["2014", STANDARD_2014]
