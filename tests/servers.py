@@ -143,7 +143,7 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
 
 
 @contextlib.contextmanager
-def mlflow_server(backend_store_uri: str, artifacts: Path, timeout_s: float = 120.0) -> Iterator[str]:
+def mlflow_server(backend_store_uri: str, artifacts: Path, timeout_s: float = 600.0) -> Iterator[str]:
     """`mlflow server` on 127.0.0.1 with `backend_store_uri` and artifacts proxied into `artifacts`;
     yields its http:// URI. Its output goes to artifacts/../mlflow-server.log."""
     require_servers()

@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import warnings
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -362,7 +363,10 @@ MAX_INPUT_PIXELS = 20_000_000
 def decode_image(data: bytes, where: str) -> np.ndarray:
     """Image bytes -> uint8 [H, W] with white ink on black (black-on-white images are inverted)."""
     try:
-        with Image.open(io.BytesIO(data)) as img:
+        with warnings.catch_warnings():  # PIL's bomb warning: the size is checked here, on one line
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            img = Image.open(io.BytesIO(data))
+        with img:
             width, height = img.size  # from the header, before anything is decoded
             if width * height > MAX_INPUT_PIXELS:
                 raise ImageReadError(f"{where}: {width} x {height} pixels ({width * height / 1e6:.0f} MP) is more "

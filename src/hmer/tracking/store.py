@@ -98,8 +98,11 @@ def default_checkpoint_root() -> Path:
 
 def quiet_mlflow() -> None:
     """Keep MLflow's and its migrations' INFO chatter ("Creating initial MLflow database
-    tables...") out of the terminal; warnings and errors still show."""
+    tables...") and its artifact download bars out of the terminal; warnings and errors still show."""
     import logging
+
+    # Three "Downloading artifacts" bars on stderr for one model made an error no longer one line.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
     import mlflow  # noqa: F401 - configures its loggers on import; adjust them after
 
