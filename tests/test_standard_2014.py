@@ -40,7 +40,7 @@ def test_evaluate_logs_the_standard_images_as_their_own_column(shared_crohme, sh
     run_id = train(tiny_config(**{"train.epochs": 1}), data=tiny_data(), tracking_uri=store,
                    run_dir=tmp_path / "run").run_id
     proc = subprocess.run([sys.executable, "-m", "hmer.cli", "evaluate", run_id, "--tracking-uri", store,
-                           "--data", str(shared_crohme), "--years", "2014", "--limit", "4", "--beam", "2",
+                           "--data", str(shared_crohme), "--years", "2014", "--limit", "4",
                            "--standard-2014", str(shared_standard_images), "--log"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -50,3 +50,7 @@ def test_evaluate_logs_the_standard_images_as_their_own_column(shared_crohme, sh
     artifacts = {a.path for a in MlflowClient(store).list_artifacts(run_id, "predictions")}
     assert f"predictions/test_{STANDARD_2014}.csv" in artifacts
     assert scored_years(load_runs(store, run_ids=[run_id])) == ["2014", STANDARD_2014]
+    refused = subprocess.run([sys.executable, "-m", "hmer.cli", "evaluate", run_id, "--tracking-uri", store,
+                              "--data", str(shared_crohme), "--years", "2014", "--limit", "4", "--beam", "3",
+                              "--log"], capture_output=True, text=True)
+    assert refused.returncode == 2 and "--log records only the run's own decoding" in refused.stderr

@@ -347,6 +347,7 @@ def cmd_evaluate(args) -> int:
     device = resolve_device(args.device)
     model, cfg, vocab = load_model(args.model, args.tracking_uri, device)
     years = [y.strip() for y in args.years.split(",") if y.strip()]
+    run_rule = cfg.train.search_rule
     cfg.train.search_rule = args.search_rule or cfg.train.search_rule
     data_cfg = cfg.data
     data_cfg.test_limit = args.limit
@@ -361,6 +362,9 @@ def cmd_evaluate(args) -> int:
         years.append(STANDARD_2014)
     if args.log and Path(args.model).is_file():
         raise UserError("--log records into a run: give a run id, not a checkpoint file")
+    if args.log and (args.beam or (args.search_rule and args.search_rule != run_rule)):
+        # the run's test_<year>_* are its scores under its own decoding (a --limit shows in test_<year>_n)
+        raise UserError("--log records only the run's own decoding: drop --beam and --search-rule")
     scores, results = {}, {}
     for year in years:
         res = evaluate_split(model, data[year], vocab,
