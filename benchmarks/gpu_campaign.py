@@ -167,7 +167,10 @@ class Campaign:
             saves = 0
             interrupted = False
             while proc.poll() is None:
-                if time.monotonic() - start >= cap or (stop_after_checkpoints and saves >= stop_after_checkpoints):
+                # (the stand-in never interrupts after the last epoch: that run is in its final
+                # evaluation, which a real slice reserves time for)
+                if time.monotonic() - start >= cap or (stop_after_checkpoints and saves >= stop_after_checkpoints
+                                                       and not _in_last_epoch(log_path)):
                     interrupted = True
                     self.log(f"interrupting after {time.monotonic() - start:.0f} s")
                     _signal(proc, signal.SIGINT)
@@ -402,6 +405,12 @@ class Campaign:
         self.log(f"slice {self.slice} done in {time.monotonic() - self.t0:.0f} s; $OUT: "
                  + ", ".join(sorted(p.name for p in self.out.iterdir())))
         shutil.copyfile(self.home / "campaign.log", self.out / f"campaign-slice{self.slice}.log")
+
+
+def _in_last_epoch(log_path: Path) -> bool:
+    """Whether the trainer's latest per-epoch line (`epoch N/N ...`) is its last epoch's."""
+    epochs = re.findall(r"^epoch (\d+)/(\d+) ", log_path.read_text(errors="replace"), re.M)
+    return bool(epochs) and epochs[-1][0] == epochs[-1][1]
 
 
 def _signal(proc, sig) -> None:
