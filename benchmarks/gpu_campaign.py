@@ -151,26 +151,17 @@ class Campaign:
         env.pop("MLFLOW_TRACKING_URI", None)
         return env
 
-    def run(self, cmd: list[str], cap: float, *, stop_after_checkpoints: int = 0,
-            checkpoint_glob: str = "") -> tuple[int | None, str, float]:
-        """Run `cmd` for at most `cap` s (then SIGINT, 20 s later SIGKILL): (exit status or None, output, s).
-
-        With `stop_after_checkpoints`, it is also interrupted once files matching `checkpoint_glob`
-        have been rewritten that many times (the rehearsal's stand-in for running out of slice)."""
+    def run(self, cmd: list[str], cap: float) -> tuple[int | None, str, float]:
+        """Run `cmd` for at most `cap` s (then SIGINT, 20 s later SIGKILL): (exit status or None, output, s)."""
         self.log("$ " + " ".join(cmd) + f"   (cap {cap:.0f} s)")
         start = time.monotonic()
         log_path = self.home / "last-step.out"
         with log_path.open("w") as sink:
             proc = subprocess.Popen(cmd, cwd=REPO, env=self.env(), stdout=sink, stderr=subprocess.STDOUT,
                                     start_new_session=True)
-            seen = {f: os.path.getmtime(f) for f in glob.glob(checkpoint_glob)} if checkpoint_glob else {}
-            saves = 0
             interrupted = False
             while proc.poll() is None:
-                # (the stand-in never interrupts after the last epoch: that run is in its final
-                # evaluation, which a real slice reserves time for)
-                if time.monotonic() - start >= cap or (stop_after_checkpoints and saves >= stop_after_checkpoints
-                                                       and not _in_last_epoch(log_path)):
+                if time.monotonic() - start >= cap:
                     interrupted = True
                     self.log(f"interrupting after {time.monotonic() - start:.0f} s")
                     _signal(proc, signal.SIGINT)
@@ -181,12 +172,6 @@ class Campaign:
                         proc.wait()
                     break
                 time.sleep(0.2)
-                if stop_after_checkpoints:
-                    for f in glob.glob(checkpoint_glob):
-                        m = os.path.getmtime(f)
-                        if seen.get(f) != m:  # a checkpoint written: one more epoch done
-                            saves += 1
-                            seen[f] = m
         out = log_path.read_text(errors="replace")
         seconds = time.monotonic() - start
         rc = proc.returncode
@@ -354,8 +339,9 @@ class Campaign:
             return None
         tr["started"] = True
         self.save()
-        rc, out, _ = self.run(cmd, run_for, stop_after_checkpoints=self.args.epochs_per_slice,
-                              checkpoint_glob=str(self.home / "mlruns" / "checkpoints" / "*" / "last.pt"))
+        if self.args.epochs_per_slice:  # the rehearsal's stand-in for running out of slice, deterministic
+            cmd += ["--pause-after-epochs", str(self.args.epochs_per_slice)]
+        rc, out, _ = self.run(cmd, run_for)
         match = re.search(r"^run ([0-9a-f]{32}): ", out, re.M)
         if match:
             tr["run_id"] = match.group(1)
@@ -405,12 +391,6 @@ class Campaign:
         self.log(f"slice {self.slice} done in {time.monotonic() - self.t0:.0f} s; $OUT: "
                  + ", ".join(sorted(p.name for p in self.out.iterdir())))
         shutil.copyfile(self.home / "campaign.log", self.out / f"campaign-slice{self.slice}.log")
-
-
-def _in_last_epoch(log_path: Path) -> bool:
-    """Whether the trainer's latest per-epoch line (`epoch N/N ...`) is its last epoch's."""
-    epochs = re.findall(r"^epoch (\d+)/(\d+) ", log_path.read_text(errors="replace"), re.M)
-    return bool(epochs) and epochs[-1][0] == epochs[-1][1]
 
 
 def _signal(proc, sig) -> None:

@@ -60,7 +60,10 @@ def test_build_model_accepts_a_preset_name_a_model_config_or_a_config():
         build_model(dataclasses.replace(cfg, coverage="self"))
 
 
-@pytest.mark.parametrize("name", [n for n in PRESETS if not n.startswith("tiny")])
+CPU_SIZED = [n for n in PRESETS if n.startswith("tiny") or n == "small"]  # stride 8: two dense blocks
+
+
+@pytest.mark.parametrize("name", [n for n in PRESETS if n not in CPU_SIZED])
 def test_paper_presets_build_and_run_forward(name):
     torch.manual_seed(0)
     model = build_model(name).eval()
@@ -72,7 +75,7 @@ def test_paper_presets_build_and_run_forward(name):
     assert model.stride == 16
 
 
-@pytest.mark.parametrize("name", [n for n in PRESETS if n.startswith("tiny")])
+@pytest.mark.parametrize("name", CPU_SIZED)
 def test_tiny_presets_train(name):
     torch.manual_seed(0)
     model = build_model(name)

@@ -157,3 +157,14 @@ def test_checkpoints_load_weights_only(store, tmp_path):
     for name in ("last.pt", "best.pt"):
         ckpt = torch.load(tmp_path / "c" / name, weights_only=True)
         assert "model" in ckpt and "config" in ckpt
+
+
+def test_pause_after_epochs_checkpoints_and_resume_finishes_the_run(store, tmp_path):
+    cfg = tiny_config(**{"train.epochs": 3})
+    paused = train(cfg, data=tiny_data(), tracking_uri=store, run_dir=tmp_path / "c", pause_after_epochs=1)
+    assert paused.stopped_by == "paused" and paused.epochs == 1 and not paused.test_scores
+    run = MlflowClient(store).get_run(paused.run_id)
+    assert run.info.status == "KILLED" and run.data.tags["hmer.status"] == "paused"
+    done = train(cfg, data=tiny_data(), tracking_uri=store, resume=tmp_path / "c" / "last.pt", pause_after_epochs=5)
+    assert done.run_id == paused.run_id and done.epochs == 3 and done.stopped_by == "epochs" and done.test_scores
+    assert MlflowClient(store).get_run(paused.run_id).info.status == "FINISHED"

@@ -109,6 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--resume", nargs="?", const="latest", default=None, metavar="RUN_OR_CHECKPOINT",
                     help="continue a killed run: a run id, a checkpoint, or the latest unfinished run")
     tr.add_argument("--no-progress", action="store_true")
+    tr.add_argument("--pause-after-epochs", type=int, default=0, metavar="N",
+                    help="train N epochs, checkpoint and exit with status 3 (continue with --resume)")
     tr.set_defaults(func=cmd_train)
 
     # evaluate
@@ -264,9 +266,8 @@ def cmd_train(args) -> int:
         ckpt = _find_resume_checkpoint(args.resume, args.tracking_uri, args.experiment)
         print(f"resuming from {ckpt}", file=sys.stderr)
         result = train(Config(), tracking_uri=args.tracking_uri, experiment=args.experiment, resume=ckpt,
-                       progress=not args.no_progress)
-        _print_result(result)
-        return 0
+                       progress=not args.no_progress, pause_after_epochs=args.pause_after_epochs)
+        return _print_result(result)
     if args.config and args.preset:
         raise UserError("give --preset or --config, not both")
     if args.config:
@@ -286,18 +287,25 @@ def cmd_train(args) -> int:
         overrides["train.time_budget_s"] = str(args.budget)
     cfg = cfg.override(overrides).validate()
     result = train(cfg, tracking_uri=args.tracking_uri, experiment=args.experiment, run_name=args.run_name,
-                   progress=not args.no_progress)
-    _print_result(result)
-    return 0
+                   progress=not args.no_progress, pause_after_epochs=args.pause_after_epochs)
+    return _print_result(result)
 
 
-def _print_result(result) -> None:
+EXIT_PAUSED = 3  # `hmer train --pause-after-epochs`: checkpointed, to be continued with --resume
+
+
+def _print_result(result) -> int:
+    if result.stopped_by == "paused":
+        print(f"paused run {result.run_id} after epoch {result.epochs}; continue with "
+              f"hmer train --resume {result.run_id}")
+        return EXIT_PAUSED
     if int(os.environ.get("RANK", "0")) != 0:
-        return
+        return 0
     print(f"run {result.run_id}: {result.epochs} epochs (stopped by {result.stopped_by}), "
           f"best validation ExpRate {result.best_val_exprate:.2f} at epoch {result.best_epoch}")
     if result.test_scores:
         _print_scores(result.test_scores)
+    return 0
 
 
 def _print_scores(scores) -> None:

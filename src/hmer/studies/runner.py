@@ -80,6 +80,11 @@ def default_storage(tracking_uri: str | None = None) -> str:
     return f"sqlite:///{folder / 'optuna.db'}"
 
 
+# PostgreSQL's answers while it restarts; opening a storage waits them out for up to RESTART_WAIT_S.
+_RESTARTING = ("the database system is starting up", "the database system is shutting down")
+RESTART_WAIT_S = 120.0
+
+
 def open_storage(url: str) -> optuna.storages.RDBStorage:
     """An RDB storage with Optuna's heartbeat (so trials of dead workers on other hosts go FAIL)."""
     from .storage import PatientRDBStorage, connection_error, first_line
@@ -95,16 +100,24 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
         storage_class = PatientRDBStorage
         engine_kwargs["pool_pre_ping"] = True  # pooled connections from before a restart are dead
     heartbeat = heartbeat_s()
-    try:
-        with warnings.catch_warnings(), _first_use_lock(url):
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # the heartbeat, stable since 2.9
-            storage = storage_class(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat,
-                                    grace_period=3 * heartbeat)
-    except Exception as exc:  # noqa: BLE001 - a server that is down or refuses us: one line, no traceback
-        cause = connection_error(exc)
-        if cause is None:
-            raise
-        raise ValueError(f"cannot open the Optuna storage {mask_url(url)}: {first_line(cause)}") from None
+    deadline = time.monotonic() + RESTART_WAIT_S
+    while True:
+        try:
+            with warnings.catch_warnings(), _first_use_lock(url):
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeat: stable since 2.9
+                storage = storage_class(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat,
+                                        grace_period=3 * heartbeat)
+            break
+        except Exception as exc:  # noqa: BLE001 - a server that is down or refuses us: one line, no traceback
+            cause = connection_error(exc)
+            if cause is None:
+                raise
+            # A server that says it is starting or shutting down is restarting: wait for it. One that
+            # refuses connections is down, and the user hears so at once.
+            if any(state in str(cause) for state in _RESTARTING) and time.monotonic() < deadline:
+                time.sleep(1.0)
+                continue
+            raise ValueError(f"cannot open the Optuna storage {mask_url(url)}: {first_line(cause)}") from None
     if isinstance(storage, PatientRDBStorage):
         storage.display_url = mask_url(url)
     return storage

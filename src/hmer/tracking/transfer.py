@@ -147,9 +147,10 @@ def export_runs(out_file: str | os.PathLike[str], *, tracking_uri: str | None = 
             folder = tmp_path / "artifacts" / rid
             folder.mkdir(parents=True)
             # (through the portable-store resolution: a committed store is read from any folder)
-            if mlflow.artifacts.list_artifacts(
+            for entry in mlflow.artifacts.list_artifacts(
                     artifact_uri=resolve_artifact_uri(run.info.artifact_uri, client.tracking_uri)):
-                download_run_artifact(client, rid, "", str(folder))
+                # (listed by URI, an entry's path starts with the root's own name: keep the last part)
+                download_run_artifact(client, rid, entry.path.rsplit("/", 1)[-1], str(folder))
             for f in sorted(p for p in folder.rglob("*") if p.is_file()):
                 size = f.stat().st_size
                 if limit and size > limit:

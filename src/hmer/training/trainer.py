@@ -52,7 +52,7 @@ class TrainResult:
     best_val_exprate: float
     best_epoch: int
     epochs: int
-    stopped_by: str  # "epochs" | "budget" | "target" (stop_at_val_exprate reached)
+    stopped_by: str  # "epochs" | "budget" | "target" (stop_at_val_exprate reached) | "paused"
     test_scores: dict[str, Scores] = field(default_factory=dict)
     checkpoint: Path | None = None
     num_params: int = 0
@@ -107,11 +107,14 @@ def train(
     run_dir: str | Path | None = None,
     progress: bool = False,
     log_prefix: str = "",
+    pause_after_epochs: int = 0,
 ) -> TrainResult:
     """Train `cfg` and score it on every test year; see the module docstring.
 
     `progress` shows progress bars (a terminal); without them one line per epoch is printed,
-    starting with `log_prefix` (a study names its trial there), so a log file shows the run."""
+    starting with `log_prefix` (a study names its trial there), so a log file shows the run.
+    `pause_after_epochs` > 0: after that many epochs in this call, checkpoint and return
+    (stopped_by "paused", no test years) for `resume` to continue: a machine lent by the slice."""
     from mlflow.tracking import MlflowClient
 
     ckpt = None
@@ -292,6 +295,9 @@ def train(
                 epoch_callback(epoch, metrics)
             if stopped_by == "budget":
                 break
+            if 0 < pause_after_epochs <= epoch - start_epoch + 1 and epoch < tc.epochs:
+                stopped_by = "paused"
+                break
             if 0 < tc.stop_at_val_exprate <= val_exprate:
                 stopped_by = "target"
                 break
@@ -302,6 +308,11 @@ def train(
                              stopped_by=stopped_by, checkpoint=best_path, num_params=num_params,
                              train_seconds=train_seconds, step_seconds=step_seconds,
                              images_trained=images_trained)
+        if stopped_by == "paused":  # the run goes on with `resume`; it is not over
+            status = "KILLED"
+            if client is not None:
+                client.set_tag(run_id, "hmer.status", "paused")
+            return result
         if dist_info.is_main:
             assert client is not None
             _finish(client, run_id, cfg, model, vocab, data, test_years, best_path, device, amp_dtype,
