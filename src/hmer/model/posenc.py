@@ -134,14 +134,18 @@ class Sinusoidal2DImagePositions(nn.Module):
         self.half = d_model // 2
         self.temperature = temperature
 
-    def encoding(self, mask: Tensor) -> Tensor:
-        """[B, h, w, d] float32 encoding of the unpadded positions (meaningless at padding)."""
+    @staticmethod
+    def normalized_positions(mask: Tensor) -> tuple[Tensor, Tensor]:
+        """(y, x), each [B, h, w]: the unpadded positions scaled to (0, 2 pi] per image."""
         not_mask = ~mask
         y = not_mask.cumsum(1, dtype=torch.float32)
         x = not_mask.cumsum(2, dtype=torch.float32)
         eps = 1e-6
-        y = y / (y[:, -1:, :] + eps) * (2 * math.pi)
-        x = x / (x[:, :, -1:] + eps) * (2 * math.pi)
+        return y / (y[:, -1:, :] + eps) * (2 * math.pi), x / (x[:, :, -1:] + eps) * (2 * math.pi)
+
+    def encoding(self, mask: Tensor) -> Tensor:
+        """[B, h, w, d] float32 encoding of the unpadded positions (meaningless at padding)."""
+        y, x = self.normalized_positions(mask)
         # Computed here rather than stored, so that model.to(bfloat16) cannot round the frequencies.
         inv_freq = self.temperature ** (
             -torch.arange(0, self.half, 2, device=mask.device, dtype=torch.float32) / self.half
@@ -161,12 +165,7 @@ class BTTRSinusoidal2DImagePositions(Sinusoidal2DImagePositions):
     f_j = temperature^(-j / (d/2)) per axis, dim j = sin(p f_j) for even j, cos(p f_j) for odd j."""
 
     def encoding(self, mask: Tensor) -> Tensor:
-        not_mask = ~mask
-        y = not_mask.cumsum(1, dtype=torch.float32)
-        x = not_mask.cumsum(2, dtype=torch.float32)
-        eps = 1e-6
-        y = y / (y[:, -1:, :] + eps) * (2 * math.pi)
-        x = x / (x[:, :, -1:] + eps) * (2 * math.pi)
+        y, x = self.normalized_positions(mask)
         inv_freq = 1.0 / self.temperature ** (
             torch.arange(self.half, device=mask.device, dtype=torch.float32) / self.half
         )

@@ -33,16 +33,7 @@ def resolve_checkpoint(run_or_checkpoint: str, tracking_uri: str | None = None) 
     quiet_mlflow()
     uri = tracking_uri or default_tracking_uri()
     client = MlflowClient(tracking_uri=uri)
-    try:
-        client.get_run(run_or_checkpoint)
-    except MlflowException:
-        # A run imported by `hmer runs import` has a new id; its original one is a tag.
-        from .transfer import find_by_source_id
-
-        imported = find_by_source_id(client, run_or_checkpoint)
-        if imported is None:
-            raise RunNotFoundError(f"{run_or_checkpoint}: not a checkpoint file, nor a run in {uri}") from None
-        run_or_checkpoint = imported
+    run_or_checkpoint = _run_id_in_store(client, run_or_checkpoint, "not a checkpoint file, nor a run in")
     dest = Path(tempfile.mkdtemp(prefix="hmer-model-"))
     try:
         local = download_run_artifact(client, run_or_checkpoint, "model/model.pt", str(dest))
@@ -74,19 +65,10 @@ def log_evaluation(run_id: str, results: dict, tracking_uri: str | None = None) 
     import time
 
     from mlflow.entities import Metric
-    from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri or default_tracking_uri())
-    try:
-        client.get_run(run_id)
-    except MlflowException:
-        from .transfer import find_by_source_id
-
-        found = find_by_source_id(client, run_id)
-        if found is None:
-            raise RunNotFoundError(f"{run_id}: not a run in {client.tracking_uri}") from None
-        run_id = found
+    run_id = _run_id_in_store(client, run_id, "not a run in")
     now = int(time.time() * 1000)
     metrics = [Metric(key, float(value), now, 0) for split, res in results.items()
                for key, value in res.scores.as_dict(f"test_{split}").items()]
@@ -98,3 +80,20 @@ def log_evaluation(run_id: str, results: dict, tracking_uri: str | None = None) 
                 writer.writeheader()
                 writer.writerows(res.rows())
         client.log_artifacts(run_id, tmp, "predictions")
+
+
+def _run_id_in_store(client, run_id: str, missing: str) -> str:
+    """`run_id` if the store has that run, else the run imported from it by `hmer runs import`
+    (which gets a new id and keeps the original as a tag); RunNotFoundError naming the store."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_run(run_id)
+        return run_id
+    except MlflowException:
+        from .transfer import find_by_source_id
+
+        imported = find_by_source_id(client, run_id)
+        if imported is None:
+            raise RunNotFoundError(f"{run_id}: {missing} {client.tracking_uri}") from None
+        return imported
