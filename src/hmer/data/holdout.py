@@ -24,7 +24,6 @@ Rules (`data.val_split`):
 
 from __future__ import annotations
 
-import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
@@ -154,6 +153,3 @@ def _caption_hold_out(names: Sequence[str], captions: Mapping[str, str], target:
             val.update(by_caption[caption])
     return _hold_out(names, val, rule="caption")
 
-
-def mean_length(token_counts: Sequence[int]) -> float:
-    return float(np.mean(token_counts)) if len(token_counts) else math.nan
