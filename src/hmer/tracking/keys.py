@@ -1,0 +1,56 @@
+"""Every tag, attribute and param key the suite writes into MLflow and Optuna, named once.
+
+The strings are part of the stored records: committed stores (mlruns/) and studies resumed across
+versions read them back, so a value here never changes once released; rename the constant instead.
+Keys of one kind share a prefix: `hmer.` for the suite's own, `mlflow.` for MLflow's reserved tags.
+"""
+
+# ---- MLflow tags on every training run ----------------------------------------------------------
+VARIANT = "hmer.variant"          # the run's variant label (config name or decoder), or a study's spec
+STATUS = "hmer.status"            # running | finished | failed | pruned | paused | interrupted | incomplete
+ERROR = "hmer.error"              # one line: why a run or trial failed
+GIT_COMMIT = "hmer.git_commit"    # the commit that produced the run, "-dirty" with uncommitted changes
+DEVICE = "hmer.device"            # the device it trained on, in words
+RESUMED = "hmer.resumed"          # the epoch a resumed run continued from
+ATTENTION_MAPS_ERROR = "hmer.attention_maps_error"  # why the attention-map figures are missing
+REGISTERED_MODEL = "hmer.registered_model"          # the MLflow model-registry name, when registered
+
+# ---- studies: MLflow tags on parent and child runs, Optuna user attributes ---------------------
+STUDY = "hmer.study"              # the Optuna study name (parent and every child run)
+ROLE = "hmer.role"                # "study" on a study's parent run
+KIND = "hmer.kind"                # grid | sweep
+# Stored as "hmer.preset" since before study budgets had their own name; the value is the budget.
+BUDGET = "hmer.preset"
+SPEC = "hmer.spec"                # the study spec's name (ablate_direction, sweep, ...)
+GRID = "hmer.grid"                # a grid study's search space, as JSON
+SPACE = "hmer.space"              # a sweep's search space, as JSON
+EXPERIMENT = "hmer.experiment"    # the MLflow experiment a study logs to
+BASELINE = "hmer.baseline"        # a grid study's baseline cell
+N_TRIALS = "hmer.n_trials"        # a sweep's trial count
+CONFIG = "hmer.config"            # study system attribute: the base config of every cell, flat
+PARENT_RUN_ID = "hmer.parent_run_id"  # study user attribute: the MLflow parent run
+TRIAL = "hmer.trial"              # the Optuna trial number of a child run
+CELL = "hmer.cell"                # a grid cell in words, on a child run
+CELL_KEY = "hmer.cell_key"        # trial user attribute: the cell's identity (see studies.spec.cell_key)
+SEED = "hmer.seed"                # the child run's seed
+WORKER = "hmer.worker"            # trial user attribute: the worker that runs it
+FAILED_BY = "hmer.failed_by"      # trial user attribute: who marked a dead worker's trial FAIL
+FAILED = "hmer.failed"            # parent-run tag: the trials that failed, in words
+
+# ---- moving runs between stores (hmer runs export / import) -----------------------------------
+SOURCE_RUN_ID = "hmer.source_run_id"
+SOURCE_PARENT_RUN_ID = "hmer.source_parent_run_id"
+IMPORTED_FROM = "hmer.imported_from"
+
+# ---- reference checkpoints imported with `hmer import` ----------------------------------------
+IMPORT_SOURCE = "hmer.import.source"
+IMPORT_REFERENCE = "hmer.import.reference"
+IMPORT_LIGHTNING_VERSION = "hmer.import.lightning_version"
+IMPORT_EPOCH = "hmer.import.epoch"
+IMPORT_HYPER_PARAMETERS = "hmer.import.hyper_parameters"
+IMPORT_REFERENCE_ONLY_SYMBOLS = "hmer.import.reference_only_symbols"
+IMPORT_NEVER_PREDICTED_SYMBOLS = "hmer.import.never_predicted_symbols"
+
+# ---- MLflow's own reserved tags the suite sets ---------------------------------------------------
+MLFLOW_PARENT_RUN_ID = "mlflow.parentRunId"
+MLFLOW_RUN_NAME = "mlflow.runName"
