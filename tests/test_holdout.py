@@ -11,9 +11,11 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from hmer.config import DataConfig
+from hmer.config import Config, DataConfig
 from hmer.data.commands import split_command
-from hmer.data.holdout import MAX_LEFT_OUT, HoldOutError, split_validation
+import editdistance
+
+from hmer.data.holdout import MAX_LEFT_OUT, HoldOutError, near_captions, split_validation
 from hmer.data.inkml import writer_of
 from hmer.data.source import open_source, parse_captions
 from hmer.data.splits import read_writers, validation_hold_out
@@ -30,7 +32,8 @@ def toy_collection(n_writers: int = 40, per_writer: int = 10, unknown: int = 60,
         for i in range(per_writer):
             name = f"w{w:02d}_{i}"
             shared = rng.random() < 0.2
-            captions[name] = f"shared {rng.integers(5)}" if shared else f"own {w} {i}"
+            # own captions differ from one another in two tokens: no near twins (data.val_min_edits)
+            captions[name] = f"shared {rng.integers(5)}" if shared else f"own {w}-{i} {i}-{w}"
             writers[name] = f"writer{w}"
             names.append(name)
     for i in range(unknown):
@@ -78,6 +81,64 @@ def test_a_hold_out_that_cannot_be_filled_says_so():
         split_validation(names, captions, writers, "writer", 0.5, seed=7)
     with pytest.raises(HoldOutError, match="data.val_split='bogus' is not one of writer, random"):
         split_validation(names, captions, writers, "bogus", 0.1, seed=7)
+
+
+@pytest.mark.parametrize("max_edits", [1, 2])
+def test_near_captions_finds_exactly_the_captions_within_the_edits(max_edits):
+    rng = np.random.default_rng(max_edits)
+    captions = {" ".join(rng.choice(list("ab+x^{}"), size=rng.integers(1, 7))) for _ in range(300)}
+    near = near_captions(captions, max_edits)
+    for a in captions:
+        expected = {b for b in captions if editdistance.eval(a.split(), b.split()) <= max_edits}
+        assert near[a] == expected, a
+    exact = near_captions(captions, 0)
+    assert all(exact[a] == {a} for a in captions)
+
+
+def near_twin_collection():
+    """Forty writers of their own formulas, each with a one-token variant by a writer of the
+    other half (x -> y), so a writer hold-out meets near twins; a few expressions without a writer."""
+    names, captions, writers = [], {}, {}
+    for w in range(40):
+        for i in range(10):
+            name = f"w{w:02d}_{i}"
+            base = w % 20
+            captions[name] = (f"own {base}-{i} {i}-{base} {'x' if w < 20 else 'y'}" if i < 3
+                              else f"solo {w}-{i} {i}-{w} + z")
+            writers[name] = f"writer{w}"
+            names.append(name)
+    names += [f"u{i}" for i in range(20)]
+    captions.update({f"u{i}": f"anon {i}" for i in range(20)})
+    writers.update({f"u{i}": None for i in range(20)})
+    return names, captions, writers
+
+
+def test_validation_keeps_no_caption_within_val_min_edits_of_training_and_1_is_the_old_rule():
+    names, captions, writers = near_twin_collection()
+
+    def nearest(held, n):
+        return min(editdistance.eval(captions[n].split(), captions[t].split()) for t in held.train)
+
+    held = split_validation(names, captions, writers, "writer", 0.1, seed=7)  # min_edits 2, the default
+    assert held.val and all(nearest(held, n) >= 2 for n in held.val)
+    assert held.left_out and all(nearest(held, n) <= 1 for n in held.left_out)
+    old = split_validation(names, captions, writers, "writer", 0.1, seed=7, min_edits=1)
+    assert all(nearest(old, n) >= 1 for n in old.val) and any(nearest(old, n) == 1 for n in old.val)
+    assert sorted(held.train + held.val + held.left_out) == sorted(names)
+    with pytest.raises(HoldOutError, match="data.val_min_edits=0 must be at least 1"):
+        split_validation(names, captions, writers, "writer", 0.1, seed=7, min_edits=0)
+
+
+def test_a_config_stored_before_val_min_edits_existed_keeps_the_old_rule():
+    assert Config().data.val_min_edits == 2
+    stored = Config().to_flat_dict()
+    del stored["data.val_min_edits"]
+    assert Config.from_flat_dict(stored, stored=True).data.val_min_edits == 1  # a study or checkpoint from then
+    assert Config.from_flat_dict(stored).data.val_min_edits == 2  # a config a user writes gets today's default
+    nested = Config().to_dict()
+    del nested["data"]["val_min_edits"]
+    assert Config.from_dict(nested, stored=True).data.val_min_edits == 1
+    assert Config.from_flat_dict({**stored, "data.val_min_edits": 3}, stored=True).data.val_min_edits == 3
 
 
 def test_random_rule_is_the_old_hold_out():
@@ -137,6 +198,9 @@ def test_real_split_looks_like_a_test_year(shared_crohme, seed):
     assert len(held.left_out) <= MAX_LEFT_OUT * n
     train_captions = {" ".join(captions[x]) for x in held.train}
     assert not any(" ".join(captions[x]) in train_captions for x in held.val)
+    # nor a near twin: no training caption within one token edit (data.val_min_edits=2)
+    near = near_captions(train_captions | {" ".join(captions[x]) for x in held.val}, 1)
+    assert not any(near[" ".join(captions[x])] & train_captions for x in held.val)
     assert not {writers[x] for x in held.val} & {writers[x] for x in held.train if writers[x]}
     val_mean = float(np.mean([len(captions[x]) for x in held.val]))
     assert abs(val_mean - test_mean) < 2.5, (val_mean, test_mean)  # train's own mean is 15.5

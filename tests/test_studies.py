@@ -125,6 +125,28 @@ def test_a_cell_that_fails_is_marked_failed_and_retried_by_the_next_run(stores):
     assert len(optuna.load_study(study_name="lr-test", storage=storage).get_trials(states=(TrialState.FAIL,))) == 2
 
 
+def test_a_study_begun_before_a_config_key_existed_resumes_with_the_value_it_began_with(stores):
+    tracking, storage = stores
+    # One cell that fails in its first step (NaN loss): quick, and it runs again on every resume.
+    spec = StudySpec(name="old", description="a study from an older version", axes={"train.lr": (1e30,)},
+                     model_presets={"tiny": "tiny"})
+    run_grid_study(spec, "smoke", storage=storage, tracking_uri=tracking, data=tiny_data(), seeds=(1,),
+                   overrides=TINY, study_name="old-test")
+    # As a version before data.val_min_edits stored it: the base config without the key.
+    rdb = optuna.storages.RDBStorage(storage)
+    study_id = rdb.get_study_id_from_name("old-test")
+    base = dict(rdb.get_study_system_attrs(study_id)["hmer.config"])
+    del base["data.val_min_edits"]
+    rdb.set_study_system_attr(study_id, "hmer.config", base)
+
+    again = run_grid_study(spec, "smoke", storage=storage, tracking_uri=tracking, data=tiny_data(), seeds=(1,),
+                           overrides=TINY, study_name="old-test")  # not "exists with another base config"
+    assert again.failed == ["train.lr=1e+30, train.seed=1"]
+    _, children = _child_runs(tracking, "old-test")
+    latest = max(children, key=lambda r: r.info.start_time)
+    assert latest.data.params["data.val_min_edits"] == "1"  # the rule it began with, not today's 2
+
+
 def test_a_different_grid_under_the_same_name_is_refused(stores):
     tracking, storage = stores
     study = optuna.create_study(study_name="taken", storage=storage)

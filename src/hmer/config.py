@@ -112,6 +112,9 @@ class DataConfig:
     val_split: str = "writer"  # writer | random
     val_fraction: float = 0.05
     val_seed: int = 7
+    # writer rule: a validation caption is at least this many token edits from every training
+    # caption (1: only no exact twins, the rule before this key existed)
+    val_min_edits: int = 2
     # Subsets (for smoke presets and the memorization test); 0 = everything.
     train_limit: int = 0
     val_limit: int = 0
@@ -226,7 +229,9 @@ class Config:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Config":
+    def from_dict(cls, d: dict[str, Any], *, stored: bool = False) -> "Config":
+        """From nested sections. `stored`: `d` was written by an earlier run (a checkpoint, a
+        study), so a key it lacks takes the value it had then (`VALUES_BEFORE_KEY_EXISTED`)."""
         cfg = cls()
         flat = {"name": d.get("name", "")}
         for section in ("model", "data", "train"):
@@ -234,7 +239,7 @@ class Config:
             for k, v in (d.get(section) or {}).items():
                 if k in known:  # tolerate fields of older versions
                     flat[f"{section}.{k}"] = v
-        return cfg.override(flat)
+        return cls.from_flat_dict(flat, stored=stored)
 
     @classmethod
     def load(cls, path: str | Path) -> "Config":
@@ -245,8 +250,19 @@ class Config:
             raise ValueError(f"{path}: not a JSON config ({e})") from None
 
     @classmethod
-    def from_flat_dict(cls, flat: dict[str, Any]) -> "Config":
+    def from_flat_dict(cls, flat: dict[str, Any], *, stored: bool = False) -> "Config":
+        """From "section.key" keys; `stored` as in `from_dict`."""
+        if stored:
+            flat = {**{k: v for k, v in VALUES_BEFORE_KEY_EXISTED.items() if k not in flat}, **flat}
         return cls().override(flat)
+
+
+# Keys added after configs were first stored (checkpoints, studies, MLflow params), with the value
+# that reproduces what a config stored before the key existed did. A resumed run or study keeps
+# behaving as it began, whatever today's default is.
+VALUES_BEFORE_KEY_EXISTED: dict[str, Any] = {
+    "data.val_min_edits": 1,  # only exact caption twins were kept out of validation
+}
 
 
 def copy_config(cfg: Config) -> Config:

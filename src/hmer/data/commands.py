@@ -33,6 +33,7 @@ from .cache import check_files, load_images
 from .render import RenderConfig
 from .source import (CAPTION_FILE, SPLITS, DatasetSource, files_for_captions, open_source, parse_caption_line,
                      parse_captions)
+from .holdout import near_captions
 from .splits import TRAIN, read_writers, validation_hold_out
 from .vocab import Vocab
 
@@ -153,14 +154,15 @@ def split_command(data: str | None, data_cfg: DataConfig, out_dir: str | os.Path
                                                               source.describe(TRAIN, CAPTION_FILE))}
         writers = read_writers(source, TRAIN, list(captions))
         years = [s for s in source.split_names() if s != TRAIN]
-        year_lengths = {y: [len(c.tokens) for c in parse_captions(source.caption_text(y), source.describe(y))]
-                        for y in years}
+        year_captions = {y: [c.tokens for c in parse_captions(source.caption_text(y), source.describe(y))]
+                         for y in years}
         location = source.location
+    year_lengths = {y: [len(t) for t in tokens] for y, tokens in year_captions.items()}
 
     n = len(captions)
     print(f"dataset: {location}", file=out)
     print(f"rule: {held.rule} (data.val_split={data_cfg.val_split}, data.val_fraction={data_cfg.val_fraction}, "
-          f"data.val_seed={data_cfg.val_seed})", file=out)
+          f"data.val_seed={data_cfg.val_seed}, data.val_min_edits={data_cfg.val_min_edits})", file=out)
     if held.note:
         print(f"note: {held.note}", file=out)
     print(f"{'side':<10}{'expressions':>12}{'share':>8}{'writers':>9}{'no writer':>11}{'mean tokens':>13}", file=out)
@@ -176,6 +178,12 @@ def split_command(data: str | None, data_cfg: DataConfig, out_dir: str | os.Path
     shared_writers = {writers[x] for x in held.val if writers[x]} & train_writers
     print(f"shared between val and train: {len(shared_captions)} captions, {len(shared_writers)} known writers",
           file=out)
+    # How new each side's captions are to training: a test year has few near twins, and
+    # validation should not have many more (see hmer.data.holdout).
+    sides = {"val": [captions[x] for x in held.val], **{f"test {y}": t for y, t in year_captions.items()}}
+    twins = near_twin_shares(train_captions, {side: [" ".join(t) for t in tokens] for side, tokens in sides.items()})
+    print("captions with a training caption within 1 token edit (itself included): "
+          + ", ".join(f"{side} {share:.1%}" for side, share in twins.items()), file=out)
     if out_dir is not None:
         folder = Path(out_dir)
         folder.mkdir(parents=True, exist_ok=True)
@@ -183,6 +191,13 @@ def split_command(data: str | None, data_cfg: DataConfig, out_dir: str | os.Path
             _write_atomically(folder / f"{side}.txt", "".join(f"{x}\n" for x in names))
         print(f"wrote {folder / 'train.txt'} and {folder / 'val.txt'}", file=out)
     return 0
+
+
+def near_twin_shares(train_captions: set[str], sides: dict[str, list[str]]) -> dict[str, float]:
+    """{side: the share of its captions that training has, or has within one token edit}."""
+    near = near_captions(set(train_captions).union(*sides.values()), 1)
+    return {side: float(np.mean([any(c in train_captions for c in near[caption]) for caption in found]))
+            for side, found in sides.items() if found}
 
 
 def _mean(values: Sequence[int]) -> float:

@@ -103,7 +103,8 @@ def validation_hold_out(source: DatasetSource, data_cfg: DataConfig, *, vocab: V
     names = [c.name for c in captions]
     writers = read_writers(source, TRAIN, names) if data_cfg.val_split == "writer" else {}
     return split_validation(names, {c.name: " ".join(c.tokens) for c in captions}, writers,
-                            data_cfg.val_split, data_cfg.val_fraction, data_cfg.val_seed)
+                            data_cfg.val_split, data_cfg.val_fraction, data_cfg.val_seed,
+                            min_edits=data_cfg.val_min_edits)
 
 
 def subset(exprs: Sequence[Expression], limit: int, seed: int, label: str) -> list[Expression]:

@@ -322,12 +322,14 @@ def _open_study(*, name: str, kind: str, storage_url: str, sampler, pruner, attr
             raise ValueError(f"study {name!r} exists with {key} = {study.user_attrs.get(key)!r}, "
                              f"but this command asks for {attrs[key]!r}; use the same options to resume "
                              f"it, or another --study-name for a new study")
-    differences = [f"{k}: study {stored.get(k)!r}, now {flat.get(k)!r}" for k in sorted(set(stored) | set(flat))
+    # A key the stored config lacks was added to the suite after the study began: the study keeps
+    # the value it ran with (config.VALUES_BEFORE_KEY_EXISTED), so it is not a difference.
+    differences = [f"{k}: study {stored.get(k)!r}, now {flat.get(k)!r}" for k in sorted(stored)
                    if k not in _MAY_DIFFER and stored.get(k) != flat.get(k)]
     if differences:
         raise ValueError(f"study {name!r} exists with another base config ({'; '.join(differences[:6])}); "
                          f"use the same options to resume it, or another --study-name for a new study")
-    resumed = Config.from_flat_dict({k: v for k, v in stored.items()}).override(
+    resumed = Config.from_flat_dict(dict(stored), stored=True).override(
         {"data.path": flat["data.path"], "data.prefetch": flat["data.prefetch"]})
     return study, resumed, False
 

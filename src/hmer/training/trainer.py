@@ -120,7 +120,7 @@ def train(
     ckpt = None
     if resume:
         ckpt = load_checkpoint(resume, map_location="cpu")
-        cfg = Config.from_dict(ckpt["config"])
+        cfg = Config.from_dict(ckpt["config"], stored=True)
     cfg.validate()
     tc = cfg.train
     device = resolve_device(tc.device)
