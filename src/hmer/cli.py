@@ -245,13 +245,9 @@ def cmd_data_render(args) -> int:
 # ---- models ----------------------------------------------------------------------------------
 
 def cmd_models(args) -> int:
-    from .model import list_presets
+    from .model import models_table
 
-    rows = list_presets()
-    width = max(len(r[0]) for r in rows)
-    print(f"{'preset':<{width}}  {'params':>9}  description")
-    for name, description, params in rows:
-        print(f"{name:<{width}}  {params / 1e6:>8.2f}M  {description}")
+    print(models_table())
     return 0
 
 

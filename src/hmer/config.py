@@ -16,13 +16,15 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
-DECODERS = ("transformer", "rnn", "convs2s")
-COVERAGES = ("none", "self", "cross", "fusion")
+# The swappable parts (decoders, position encodings, coverage kinds, search rules) are not
+# listed here: each registers itself by name where it is defined (see hmer.registry), and
+# validation reads those registries.
+from .registry import COVERAGES, DECODERS, IMAGE_POSITIONS, SEARCH_RULES, TOKEN_POSITIONS
+
+# Decoding directions, defined once (hmer.model.direction builds their targets, hmer.decoding
+# their searches): l2r, r2l, or bi (one decoder trained on both, BTTR).
 DIRECTIONS = ("l2r", "r2l", "bi")
-TOKEN_POSITIONS = ("sin1d", "learned")
-IMAGE_POSITIONS = ("sin2d", "sin2d-bttr", "cape", "learned", "none")
 ENCODER_TAILS = ("relu-norm-pos", "pos-norm")
-SEARCH_RULES = ("hmer", "bttr", "comer")
 OPTIMIZERS = ("adadelta", "sgd", "adamw")
 VAL_SPLITS = ("writer", "random")
 SCHEDULES = ("plateau", "cosine")  # hmer.data.holdout holds the rules
@@ -53,20 +55,21 @@ class ModelConfig:
     # BTTR) or `pos-norm` (+ image positions, LayerNorm; CoMER).
     encoder_tail: str = "relu-norm-pos"
     # Positional encodings.
-    token_pos: str = "sin1d"  # sin1d | learned (ConvS2S)
-    image_pos: str = "sin2d"  # sin2d (CoMER's) | sin2d-bttr | cape (StyTr2) | learned | none
+    # A name in hmer.registry.TOKEN_POSITIONS / IMAGE_POSITIONS (`hmer models` lists them).
+    token_pos: str = "sin1d"  # e.g. sin1d, learned (ConvS2S)
+    image_pos: str = "sin2d"  # e.g. sin2d (CoMER's), sin2d-bttr, cape (StyTr2), learned, none
     cape_grid: int = 8  # n of CAPE's n x n content-pooled grid, and of the `learned` image table
     max_len: int = 256  # longest target a learned token position table holds
-    # Decoder family.
-    decoder: str = "transformer"  # transformer | rnn | convs2s
+    # Decoder family: a name in hmer.registry.DECODERS (`hmer models` lists them).
+    decoder: str = "transformer"  # e.g. transformer, rnn, convs2s
     num_decoder_layers: int = 3
     nhead: int = 8
     dim_feedforward: int = 1024
     dropout: float = 0.3
     embed_norm: bool = False  # LayerNorm after the token embedding (BTTR, CoMER)
     embed_pos_norm: bool = True  # with embed_norm: a second LayerNorm after adding positions (CoMER; not BTTR)
-    # CoMER Attention Refinement Module (transformer only).
-    coverage: str = "none"  # none | self | cross | fusion
+    # CoMER Attention Refinement Module (decoders that support it: the transformer).
+    coverage: str = "none"  # a name in hmer.registry.COVERAGES: none, self, cross, fusion
     coverage_channels: int = 32  # d_c
     coverage_kernel: int = 5
     # WAP / DenseWAP GRU decoder.
@@ -81,16 +84,18 @@ class ModelConfig:
     direction: str = "bi"
 
     def validate(self) -> None:
-        _check_choice("model.decoder", self.decoder, DECODERS)
-        _check_choice("model.coverage", self.coverage, COVERAGES)
+        decoder = DECODERS.get(self.decoder)
+        coverage = COVERAGES.get(self.coverage)
         _check_choice("model.direction", self.direction, DIRECTIONS)
-        _check_choice("model.token_pos", self.token_pos, TOKEN_POSITIONS)
-        _check_choice("model.image_pos", self.image_pos, IMAGE_POSITIONS)
+        TOKEN_POSITIONS.check(self.token_pos)
+        IMAGE_POSITIONS.check(self.image_pos)
         _check_choice("model.encoder_tail", self.encoder_tail, ENCODER_TAILS)
-        if self.coverage != "none" and self.decoder != "transformer":
+        if coverage.refines and not getattr(decoder, "supports_coverage", False):
+            able = [name for name in DECODERS.names() if getattr(DECODERS.get(name), "supports_coverage", False)]
             raise ValueError(
-                f"model.coverage={self.coverage!r} needs model.decoder='transformer' "
-                f"(the RNN decoder has its own WAP coverage), got {self.decoder!r}"
+                f"model.coverage={self.coverage!r} needs a decoder with CoMER's attention refinement "
+                f"(model.decoder={' or '.join(map(repr, able))}; the RNN decoder has its own WAP coverage), "
+                f"got {self.decoder!r}"
             )
         if self.d_model % self.nhead:
             raise ValueError(f"model.d_model={self.d_model} is not divisible by model.nhead={self.nhead}")
@@ -167,7 +172,7 @@ class TrainConfig:
     beam_size: int = 10
     max_decode_len: int = 200
     length_penalty: float = 1.0
-    # Beam search rules (hmer.decoding.search_rules): `hmer` (batched; pad and start tokens never
+    # Beam search rule, a name in hmer.registry.SEARCH_RULES: `hmer` (batched; pad and start tokens never
     # extend a hypothesis; length normalised by n), `bttr` or `comer` (the references' searches,
     # reproduced to their scores; slower, one image at a time). Greedy decoding ignores it.
     search_rule: str = "hmer"
@@ -221,7 +226,7 @@ class Config:
         _check_choice("train.optimizer", self.train.optimizer, OPTIMIZERS)
         _check_choice("data.val_split", self.data.val_split, VAL_SPLITS)
         _check_choice("train.schedule", self.train.schedule, SCHEDULES)
-        _check_choice("train.search_rule", self.train.search_rule, SEARCH_RULES)
+        SEARCH_RULES.check(self.train.search_rule)
         return self
 
     # ---- files ------------------------------------------------------------------------------

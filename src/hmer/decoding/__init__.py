@@ -9,13 +9,20 @@ Everything runs on the model's incremental interface (`model.decoder.init_state 
 reorder_state`); joint search also rescores with teacher forcing (`model.decode`).
 Scores follow BTTR's length normalisation: `log_prob / max(len, 1) ** length_penalty`.
 `reference_search` holds BTTR's and CoMER's own searches (`search_rule="bttr"` / `"comer"`).
+
+Beam search rules register themselves by name where they are defined (hmer.registry.SEARCH_RULES);
+every module of this package is imported here, so a new rule is one new module.
 """
 
+from ..config import DIRECTIONS
+from ..registry import import_submodules
 from .beam import beam_search
-from .decode import DIRECTIONS, decode_batch
+from .decode import decode_batch
 from .greedy import greedy_search
 from .hypothesis import Hypothesis, length_normalized
 from .joint import joint_beam_search, sequence_log_probs
+
+import_submodules(__name__, __path__)
 
 __all__ = [
     "DIRECTIONS",

@@ -1,7 +1,9 @@
-"""`decode_batch`: images in, token ids out, with the search the model's direction calls for.
+"""`decode_batch`: images in, token ids out, with the search the config calls for.
 
 The one entry point that training, evaluation, the CLI and the benchmarks use, so every
-number in a table comes from the same decoding.
+number in a table comes from the same decoding. Beam searches are looked up by their rule
+(`train.search_rule`) in hmer.registry.SEARCH_RULES; this module registers the project's own
+rule, `hmer`, and `reference_search` registers BTTR's and CoMER's.
 """
 
 from __future__ import annotations
@@ -9,13 +11,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ..config import DIRECTIONS
+from ..registry import SEARCH_RULES
 from .beam import beam_search
 from .greedy import greedy_search
 from .hypothesis import check_search_args
 from .joint import joint_beam_search
-from .reference_search import reference_decode
-
-DIRECTIONS = ("l2r", "r2l", "bi")
 
 
 @torch.inference_mode()
@@ -35,12 +36,11 @@ def decode_batch(
     """Per image, the decoded symbol ids in left-to-right order, without sos/eos.
 
     images [B, 1, H, W], image_mask [B, H, W] (True = pad). Encodes once, then:
-      beam_size == 1   greedy; from `<sos>` for l2r and bi, from `<eos>` (then reversed) for r2l;
-      l2r              beam search from `<sos>`;
-      r2l              beam search from `<eos>`, the tokens reversed;
-      bi               BTTR's joint search (both directions, each rescored by the other).
-    `search_rule` (beam_size > 1): `hmer`, the project's batched searches above, or `bttr` /
-    `comer`, the references' own searches (hmer.decoding.reference_search).
+      beam_size == 1   greedy, whatever the rule; from `<sos>` for l2r and bi, from `<eos>`
+                       (then reversed) for r2l;
+      beam_size > 1    the beam search registered as `search_rule`: `hmer` (the project's
+                       batched searches, below) or `bttr` / `comer`, the references' own
+                       searches (hmer.decoding.reference_search).
     The model should be in eval mode (incremental decoding reproduces teacher forcing only
     there); this function does not change its mode.
     """
@@ -49,23 +49,29 @@ def decode_batch(
     check_search_args(beam_size, max_len)
     if images.shape[0] == 0:
         return []
+    search = None if beam_size == 1 else SEARCH_RULES.get(search_rule)
     feats, mask = model.encode(images, image_mask)
-    start, end = (eos_id, sos_id) if direction == "r2l" else (sos_id, eos_id)
-
-    if beam_size == 1:
+    if search is None:
+        start, end = (eos_id, sos_id) if direction == "r2l" else (sos_id, eos_id)
         seqs = greedy_search(model, feats, mask, start, end, max_len, pad_id=pad_id)
-    elif search_rule != "hmer":
-        results = reference_decode(model, feats, mask, search_rule, direction, sos_id, eos_id, beam_size, max_len,
-                                   length_penalty, pad_id=pad_id)
-        return [r.best.tokens for r in results]  # already left to right
-    elif direction == "bi":
-        return [
-            h.tokens
-            for h in joint_beam_search(
-                model, feats, mask, sos_id, eos_id, beam_size, max_len, length_penalty, pad_id=pad_id
-            )
-        ]
-    else:
-        pools = beam_search(model, feats, mask, start, end, beam_size, max_len, length_penalty, pad_id=pad_id)
-        seqs = [pool[0].tokens for pool in pools]
+        return [s[::-1] for s in seqs] if direction == "r2l" else seqs
+    return search(model, feats, mask, direction, beam_size=beam_size, max_len=max_len,
+                  length_penalty=length_penalty, sos_id=sos_id, eos_id=eos_id, pad_id=pad_id)
+
+
+@SEARCH_RULES.register("hmer")
+def hmer_search(model, feats: Tensor, mask: Tensor, direction: str, *, beam_size: int, max_len: int,
+                length_penalty: float, sos_id: int, eos_id: int, pad_id: int) -> list[list[int]]:
+    """The project's batched searches: beam search in one direction; BTTR's joint search for bi.
+
+    l2r beam search from `<sos>`; r2l from `<eos>`, the tokens reversed; bi both directions,
+    each hypothesis rescored by the other (hmer.decoding.joint).
+    """
+    if direction == "bi":
+        hyps = joint_beam_search(model, feats, mask, sos_id, eos_id, beam_size, max_len, length_penalty,
+                                 pad_id=pad_id)
+        return [h.tokens for h in hyps]
+    start, end = (eos_id, sos_id) if direction == "r2l" else (sos_id, eos_id)
+    pools = beam_search(model, feats, mask, start, end, beam_size, max_len, length_penalty, pad_id=pad_id)
+    seqs = [pool[0].tokens for pool in pools]
     return [s[::-1] for s in seqs] if direction == "r2l" else seqs

@@ -32,9 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..registry import SEARCH_RULES
 from .hypothesis import at_least_float32
-
-RULES = ("bttr", "comer")
 
 
 @dataclass
@@ -236,12 +235,34 @@ def _first_max(values: list[float]) -> int:
     return best or 0
 
 
+# The references' searches by rule name; each is also registered as a beam search rule below.
+SEARCHES = {"bttr": bttr_search, "comer": comer_search}
+RULES = tuple(SEARCHES)
+
+
 @torch.inference_mode()
 def reference_decode(model, feats: Tensor, mask: Tensor, rule: str, direction: str, sos_id: int, eos_id: int,
                      beam_size: int, max_len: int, alpha: float, pad_id: int = 0) -> list[ReferenceSearchResult]:
     """`rule`'s search for every image of encoded features feats [B, h, w, d] / mask [B, h, w]."""
-    search = {"bttr": bttr_search, "comer": comer_search}.get(rule)
+    search = SEARCHES.get(rule)
     if search is None:
         raise ValueError(f"search rule {rule!r} is not one of {', '.join(RULES)}")
     return [search(model, feats[i:i + 1], mask[i:i + 1], direction, sos_id, eos_id, beam_size, max_len,
                    float(alpha), pad_id) for i in range(feats.shape[0])]
+
+
+def _best_tokens(rule: str):
+    """`rule`'s search as a registered beam search rule: the chosen hypothesis of each image."""
+    def search(model, feats: Tensor, mask: Tensor, direction: str, *, beam_size: int, max_len: int,
+               length_penalty: float, sos_id: int, eos_id: int, pad_id: int) -> list[list[int]]:
+        results = reference_decode(model, feats, mask, rule, direction, sos_id, eos_id, beam_size, max_len,
+                                   length_penalty, pad_id=pad_id)
+        return [r.best.tokens for r in results]  # already left to right
+
+    return search
+
+
+SEARCH_RULES.register("bttr", _best_tokens("bttr"),
+                      description="BTTR's own beam search (43cabd4), rule for rule; one image at a time")
+SEARCH_RULES.register("comer", _best_tokens("comer"),
+                      description="CoMER's own beam search (ee15cdb), rule for rule; one image at a time")

@@ -3,6 +3,10 @@
 An expression's distance is the Levenshtein distance between the predicted and the true
 token sequences (tokens, not characters: `\\frac` is one token). ExpRate is the share of
 exact matches, `le1` / `le2` the share within one / two token edits, all in percent.
+
+Each metric is a function of the distances, registered by name (hmer.registry.METRICS);
+`expression_metrics` computes every registered one, and a metric beyond the three papers'
+goes into `Scores.extra`, and from there into MLflow as `test_{year}_{name}`.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Hashable, Sequence
 
 import editdistance
+
+from ..registry import METRICS
 
 
 @dataclass
@@ -23,17 +29,43 @@ class Scores:
     le1: float
     le2: float
     distances: list[int] = field(default_factory=list)
+    extra: dict[str, float] = field(default_factory=dict)  # registered metrics beyond the three above
 
     def as_dict(self, prefix: str = "") -> dict[str, float | int]:
-        """{"<prefix>_exprate", "<prefix>_le1", "<prefix>_le2", "<prefix>_n"}: the MLflow keys
-        (`as_dict("test_2014")` -> `test_2014_exprate`, ...). No prefix: the bare names."""
+        """{"<prefix>_exprate", "<prefix>_le1", "<prefix>_le2", "<prefix>_n"} (and one key per extra
+        metric): the MLflow keys (`as_dict("test_2014")` -> `test_2014_exprate`, ...). No prefix: the
+        bare names."""
         head = f"{prefix}_" if prefix else ""
         return {
             f"{head}exprate": self.exprate,
             f"{head}le1": self.le1,
             f"{head}le2": self.le2,
             f"{head}n": self.n,
+            **{f"{head}{name}": value for name, value in self.extra.items()},
         }
+
+
+def within(distances: Sequence[int], max_errors: int) -> float:
+    """The share of expressions within `max_errors` token edits, in percent (0 for none)."""
+    return 100.0 * sum(d <= max_errors for d in distances) / len(distances) if distances else 0.0
+
+
+@METRICS.register("exprate")
+def exprate(distances: Sequence[int]) -> float:
+    """ExpRate: exact matches, in percent."""
+    return within(distances, 0)
+
+
+@METRICS.register("le1")
+def le1(distances: Sequence[int]) -> float:
+    """Within one token edit, in percent."""
+    return within(distances, 1)
+
+
+@METRICS.register("le2")
+def le2(distances: Sequence[int]) -> float:
+    """Within two token edits, in percent."""
+    return within(distances, 2)
 
 
 def token_distance(prediction: Sequence[Hashable], truth: Sequence[Hashable]) -> int:
@@ -51,12 +83,9 @@ def expression_metrics(
             "they must pair up one to one"
         )
     distances = _distances(predictions, truths)
-    n = len(distances)
-
-    def rate(max_errors: int) -> float:
-        return 100.0 * sum(d <= max_errors for d in distances) / n if n else 0.0
-
-    return Scores(n=n, exprate=rate(0), le1=rate(1), le2=rate(2), distances=distances)
+    values = {name: METRICS.get(name)(distances) for name in METRICS.names()}
+    papers = {name: values.pop(name) for name in ("exprate", "le1", "le2")}
+    return Scores(n=len(distances), **papers, distances=distances, extra=values)
 
 
 def _distances(

@@ -3,12 +3,19 @@ ConvS2S decoders, direction helpers, and the factory with its named presets.
 
     from hmer.model import build_model, list_presets
     model = build_model("bttr")            # or build_model(cfg.model)
+
+Decoders, position encodings and coverage kinds register themselves by name in the module
+that defines them (hmer.registry). Every module of this package is imported here, so a new
+variant is one new module: nothing else names it.
 """
 
+from ..registry import import_submodules
 from .decoder_base import Decoder, DecoderState
 from .direction import make_targets
-from .factory import DESCRIPTIONS, PRESETS, build_model, count_parameters, list_presets, preset_config
+from .factory import DESCRIPTIONS, PRESETS, build_model, count_parameters, list_presets, models_table, preset_config
 from .hmer_model import HMERModel
+
+import_submodules(__name__, __path__)
 
 __all__ = [
     "DESCRIPTIONS",
@@ -20,5 +27,6 @@ __all__ = [
     "count_parameters",
     "list_presets",
     "make_targets",
+    "models_table",
     "preset_config",
 ]

@@ -34,6 +34,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..config import ModelConfig
+from ..registry import DECODERS
 from .decoder_base import Decoder, DecoderState
 from .embedding import TokenEmbedding
 
@@ -80,7 +81,12 @@ class ConvBlock(nn.Module):
         return F.glu(self.conv(window.transpose(1, 2)), dim=1).transpose(1, 2)
 
 
+# ConvS2S's own position embeddings are learned (Gehring et al.): a study that varies the decoder
+# gives them to this one.
+@DECODERS.register("convs2s", linked={"model.token_pos": "learned"})
 class ConvS2SDecoder(Decoder):
+    """ConvS2S decoder: gated causal convolutions with multi-step attention (Gehring et al.)."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         d = cfg.d_model

@@ -16,7 +16,7 @@ from typing import Optional, Sequence
 import torch
 from torch import Tensor
 
-DIRECTIONS = ("l2r", "r2l", "bi")
+from ..config import DIRECTIONS
 
 
 def special_ids(vocab=None) -> tuple[int, int, int]:

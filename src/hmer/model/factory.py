@@ -3,6 +3,7 @@
     model = build_model(cfg.model)          # a ModelConfig
     model = build_model("comer-fusion")     # a preset name
     for name, description, num_params in list_presets(): ...
+    print(models_table())                   # what `hmer models` prints: presets, then every variant
 
 A preset is a dict of ModelConfig field overrides over the defaults (BTTR's sizes).
 Naming: `<family>` trains bidirectionally (one decoder on l2r + r2l targets, as BTTR and
@@ -26,6 +27,7 @@ import torch
 import torch.nn as nn
 
 from ..config import Config, ModelConfig
+from ..registry import catalogue
 from .hmer_model import HMERModel
 
 # What the reference code does where the project's defaults differ.
@@ -112,3 +114,21 @@ def list_presets() -> list[tuple[str, str, int]]:
             model = build_model(name)
         rows.append((name, DESCRIPTIONS[name], count_parameters(model)))
     return rows
+
+
+def models_table() -> str:
+    """`hmer models`: the presets with their parameter counts, then the registered variants that
+    a config can name (decoders, coverages, positions, search rules, metrics)."""
+    rows = list_presets()
+    width = max(len(r[0]) for r in rows)
+    lines = [f"{'preset':<{width}}  {'params':>9}  description"]
+    lines += [f"{name:<{width}}  {params / 1e6:>8.2f}M  {description}" for name, description, params in rows]
+    variants = catalogue()
+    key_width = max(len(key) for key, _, _ in variants)
+    name_width = max(len(name) for _, name, _ in variants)
+    lines += ["", f"{'variant of':<{key_width}}  {'name':<{name_width}}  description"]
+    previous = None
+    for key, name, description in variants:
+        lines.append(f"{key if key != previous else '':<{key_width}}  {name:<{name_width}}  {description}")
+        previous = key
+    return "\n".join(lines)

@@ -26,24 +26,17 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..config import ModelConfig
-from .convs2s import ConvS2SDecoder
+from ..registry import DECODERS
 from .decoder_base import Decoder
 from .direction import make_targets, special_ids
 from .encoder import DenseNetB
 from .posenc import make_image_positions
 from .refinement import exclusive_cumsum
-from .rnn import GRUDecoder
-from .transformer import TransformerDecoder
 
 
 def make_decoder(cfg: ModelConfig) -> Decoder:
-    if cfg.decoder == "transformer":
-        return TransformerDecoder(cfg)
-    if cfg.decoder == "rnn":
-        return GRUDecoder(cfg)
-    if cfg.decoder == "convs2s":
-        return ConvS2SDecoder(cfg)
-    raise ValueError(f"unknown decoder {cfg.decoder!r}")
+    """The decoder registered as `cfg.decoder` (hmer.registry.DECODERS), built from the config."""
+    return DECODERS.get(cfg.decoder)(cfg)
 
 
 def repeat_rows(feats: Tensor, feat_mask: Tensor, rows: int) -> tuple[Tensor, Tensor]:

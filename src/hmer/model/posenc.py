@@ -17,6 +17,9 @@ Image positions (`ModelConfig.image_pos`), added to features [B, h, w, d] with m
 
 Every image encoding is computed from the unpadded region of each image only, so padding
 an image onto a larger canvas never changes the encoding of its pixels.
+
+Each encoding registers itself under its config name (hmer.registry TOKEN_POSITIONS,
+IMAGE_POSITIONS): a builder `make(d_model, max_len)` for tokens, `make(d_model, grid)` for images.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import math
 import torch
 import torch.nn as nn
 from torch import Tensor
+
+from ..registry import IMAGE_POSITIONS, TOKEN_POSITIONS
 
 TEMPERATURE = 10000.0
 
@@ -55,6 +60,13 @@ class SinusoidalTokenPositions(nn.Module):
         return self.table[start:start + length]
 
 
+@TOKEN_POSITIONS.register("sin1d", description="fixed 1-D sinusoids (Vaswani et al.; BTTR)")
+def _sin1d(d_model: int, max_len: int) -> nn.Module:
+    # The table is not saved, so it is made long enough for any decoding length.
+    return SinusoidalTokenPositions(d_model, max(1024, max_len))
+
+
+@TOKEN_POSITIONS.register("learned")
 class LearnedTokenPositions(nn.Module):
     """ConvS2S's learned absolute positions: one vector per position up to `max_len`."""
 
@@ -68,11 +80,8 @@ class LearnedTokenPositions(nn.Module):
 
 
 def make_token_positions(kind: str, d_model: int, max_len: int) -> nn.Module:
-    if kind == "sin1d":
-        return SinusoidalTokenPositions(d_model, max(1024, max_len))
-    if kind == "learned":
-        return LearnedTokenPositions(d_model, max_len)
-    raise ValueError(f"unknown token position encoding {kind!r}")
+    """The token position encoding registered as `kind` (`model.token_pos`)."""
+    return TOKEN_POSITIONS.get(kind)(d_model, max_len)
 
 
 # ---- helpers: per-image extents, resizing and pooling as matrices ------------------------------
@@ -118,6 +127,8 @@ def adaptive_pool_matrix(n: int, extent: Tensor, size: int) -> Tensor:
 # ---- images ----------------------------------------------------------------------------------
 
 class NoImagePositions(nn.Module):
+    """No image positions: the features as they are."""
+
     def forward(self, feats: Tensor, mask: Tensor) -> Tensor:
         return feats
 
@@ -234,14 +245,17 @@ class ContentAwareImagePositions(nn.Module):
 
 
 def make_image_positions(kind: str, d_model: int, grid: int) -> nn.Module:
-    if kind == "sin2d":
-        return Sinusoidal2DImagePositions(d_model)
-    if kind == "sin2d-bttr":
-        return BTTRSinusoidal2DImagePositions(d_model)
-    if kind == "cape":
-        return ContentAwareImagePositions(d_model, grid)
-    if kind == "learned":
-        return LearnedImagePositions(d_model, grid)
-    if kind == "none":
-        return NoImagePositions()
-    raise ValueError(f"unknown image position encoding {kind!r}")
+    """The image position encoding registered as `kind` (`model.image_pos`)."""
+    return IMAGE_POSITIONS.get(kind)(d_model, grid)
+
+
+# Registered in the order `hmer models` lists them; `grid` is n of the n x n tables.
+IMAGE_POSITIONS.register("sin2d", lambda d_model, grid: Sinusoidal2DImagePositions(d_model),
+                         description="2-D sinusoids of the normalised row and column (CoMER)")
+IMAGE_POSITIONS.register("sin2d-bttr", lambda d_model, grid: BTTRSinusoidal2DImagePositions(d_model),
+                         description="BTTR's 2-D sinusoids: d/2 frequencies per axis")
+IMAGE_POSITIONS.register("cape", ContentAwareImagePositions,
+                         description="content-aware positions pooled on an n x n grid (StyTr^2)")
+IMAGE_POSITIONS.register("learned", LearnedImagePositions,
+                         description="a learned n x n table resized to each image")
+IMAGE_POSITIONS.register("none", lambda d_model, grid: NoImagePositions(), description="no image positions")

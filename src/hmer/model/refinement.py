@@ -29,10 +29,46 @@ running statistics, so incremental decoding (one step at a time) equals the full
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Optional
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
+
+from ..registry import COVERAGES
+
+
+@dataclass(frozen=True)
+class CoverageKind:
+    """Which attention maps the ARM sums (`model.coverage`): this layer's own (`reads_self`), the
+    layer below's refined ones (`reads_below`), both, or none (no ARM at all)."""
+
+    reads_below: bool
+    reads_self: bool
+
+    @property
+    def refines(self) -> bool:
+        return self.reads_below or self.reads_self
+
+    def in_maps(self, nhead: int) -> int:
+        """Channels of the coverage the ARM reads: nhead per attention it sums."""
+        return nhead * (int(self.reads_below) + int(self.reads_self))
+
+    def maps(self, below: Optional[Tensor], own: Tensor) -> Tensor:
+        """The maps to accumulate, heads as channels [*, C_in, ...]: [below, own] (fusion, as CoMER)."""
+        parts = ([below] if self.reads_below else []) + ([own] if self.reads_self else [])
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+
+
+COVERAGES.register("none", CoverageKind(reads_below=False, reads_self=False), description="no coverage (BTTR)")
+COVERAGES.register("self", CoverageKind(reads_below=False, reads_self=True),
+                   description="CoMER: each layer's own attention of the earlier steps")
+COVERAGES.register("cross", CoverageKind(reads_below=True, reads_self=False),
+                   description="CoMER: the layer below's refined attention of the earlier steps")
+COVERAGES.register("fusion", CoverageKind(reads_below=True, reads_self=True),
+                   description="CoMER: both, as [cross, self] (the paper's model)")
 
 
 def exclusive_cumsum(x: Tensor, dim: int) -> Tensor:

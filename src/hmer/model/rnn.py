@@ -30,6 +30,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from ..config import ModelConfig
+from ..registry import DECODERS
 from .decoder_base import Decoder, DecoderState
 
 
@@ -57,6 +58,7 @@ class CoverageAttention(nn.Module):
         return context, alpha
 
 
+@DECODERS.register("rnn")
 class GRUDecoder(Decoder):
     """WAP / DenseWAP decoder: two GRU cells around a coverage attention."""
 

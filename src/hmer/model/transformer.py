@@ -30,10 +30,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..config import ModelConfig
+from ..registry import COVERAGES, DECODERS
 from .attention import MultiHeadAttention, Refinement
 from .decoder_base import Decoder, DecoderState
 from .embedding import TokenEmbedding
-from .refinement import AttentionRefinementModule, exclusive_cumsum
+from .refinement import AttentionRefinementModule, CoverageKind, exclusive_cumsum
 
 
 class TransformerDecoderLayer(nn.Module):
@@ -64,8 +65,11 @@ class TransformerDecoderLayer(nn.Module):
         return self.norm3(x + self.dropout(y))
 
 
+@DECODERS.register("transformer")
 class TransformerDecoder(Decoder):
-    """BTTR's decoder; with cfg.coverage in {self, cross, fusion}, CoMER's."""
+    """BTTR's transformer decoder; with a coverage (model.coverage), CoMER's."""
+
+    supports_coverage = True  # the ARM refines its cross-attention (config validation reads this)
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -77,9 +81,10 @@ class TransformerDecoder(Decoder):
             for _ in range(cfg.num_decoder_layers)
         )
         self.coverage = cfg.coverage
+        self.coverage_kind: CoverageKind = COVERAGES.get(cfg.coverage)
         self.arm: Optional[AttentionRefinementModule] = None
-        if cfg.coverage != "none":
-            in_maps = 2 * cfg.nhead if cfg.coverage == "fusion" else cfg.nhead
+        if self.coverage_kind.refines:
+            in_maps = self.coverage_kind.in_maps(cfg.nhead)
             self.arm = AttentionRefinementModule(cfg.nhead, in_maps, cfg.coverage_channels, cfg.coverage_kernel)
         self.out = nn.Linear(d, cfg.vocab_size)
 
@@ -89,15 +94,11 @@ class TransformerDecoder(Decoder):
 
     def _needs_weights(self, i: int) -> bool:
         """Layer i's attention feeds layer i+1's cross coverage."""
-        return self.coverage in ("cross", "fusion") and i < len(self.layers) - 1
+        return self.coverage_kind.reads_below and i < len(self.layers) - 1
 
     def _coverage_maps(self, prev: Optional[Tensor], curr: Tensor) -> Tensor:
         """The attention maps coverage accumulates, heads as channels: [*, C_in, L, S]."""
-        if self.coverage == "self":
-            return curr
-        if self.coverage == "cross":
-            return prev
-        return torch.cat([prev, curr], dim=1)  # fusion: [cross, self], as CoMER
+        return self.coverage_kind.maps(prev, curr)
 
     # ---- teacher forcing ----------------------------------------------------------------------
     def forward(

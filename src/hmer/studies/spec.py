@@ -3,7 +3,8 @@
 A grid study is a `StudySpec`: one or more axes (dotted Config keys and their values;
 the first value of each axis is the baseline), a model preset per study preset size,
 overrides held equal in every cell, and, where a variant is more than one field, the
-fields that come with a value (ConvS2S brings its learned token positions). The seed is
+fields that come with a value: a registered variant names its own when it registers
+(ConvS2S brings its learned token positions; hmer.registry), a spec may add more. The seed is
 always one more axis, so every (variant, seed) pair is one grid cell and one trial.
 
 A sweep is a `SweepSpec`: a list of `SweepParam`, each a dotted key with a range that is
@@ -16,6 +17,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
+
+from ..registry import linked_overrides
 
 SEED_KEY = "train.seed"
 
@@ -30,7 +33,8 @@ class StudySpec:
         axes: dotted key -> values; the first value of each axis is the baseline variant.
         model_presets: model preset per preset size: {"tiny": "tiny", "full": "bttr"}.
         fixed: overrides held equal in every cell (on top of the model and study presets).
-        linked: axis key -> value -> overrides that come with that value.
+        linked: axis key -> value -> overrides that come with that value, on top of those the
+            value's registry entry brings (`Registry.register(..., linked=...)`).
         baseline: the baseline cell (axis key -> value); default: the first value of each axis.
     """
 
@@ -86,6 +90,7 @@ class StudySpec:
         values: dict[str, Any] = dict(self.fixed)
         for key in self.axes:
             values[key] = cell[key]
+            values.update(linked_overrides(key, cell[key]))
             values.update(self.linked.get(key, {}).get(cell[key], {}))
         values[SEED_KEY] = int(cell[SEED_KEY])
         return values
@@ -193,8 +198,7 @@ DECODER = StudySpec(
     description="decoder family: GRU with coverage attention (WAP), transformer (BTTR), ConvS2S",
     axes={"model.decoder": ("rnn", "transformer", "convs2s")},
     model_presets={"tiny": "tiny", "full": "bttr"},
-    # ConvS2S's own position embeddings are learned (Gehring et al.); they come with the decoder.
-    linked={"model.decoder": {"convs2s": {"model.token_pos": "learned"}}},
+    # ConvS2S's learned token positions come with it from its registration (hmer.model.convs2s).
 )
 
 COVERAGE = StudySpec(

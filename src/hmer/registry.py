@@ -1,0 +1,170 @@
+"""Registries: every swappable part of the suite, looked up by the name a config gives it.
+
+    from hmer.registry import DECODERS
+
+    @DECODERS.register("my-decoder")
+    class MyDecoder(Decoder):
+        ...
+
+    DECODERS.get("my-decoder")      # the class; an unknown name raises one line naming the known ones
+    DECODERS.names()                # ("convs2s", "my-decoder", "rnn", "transformer")
+
+A variant registers itself in the module that defines it, with a decorator (or
+`register(name, obj)`). Nothing else names it: the factory, config validation, `hmer models`
+and the study specs all read the registry. The packages that hold the built-in variants
+(`hmer.model`, `hmer.decoding`) import every one of their modules, so a new module there
+registers itself without a line anywhere else; a variant defined outside the package (a
+notebook, a test) registers when its own module runs.
+
+Each registry names the package whose import fills it (`home`). It is imported at the first
+lookup, so that config validation in a fresh process (which imports nothing but the config)
+sees the built-in variants too. That import is the registry's only dependency on a higher
+layer, and it is by name, at use time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import Any, Callable, Generic, Iterator, Mapping, TypeVar
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """Named variants of one kind: `key` is the config key that selects one (`model.decoder`)."""
+
+    def __init__(self, key: str, home: str | None = None):
+        self.key = key
+        self.home = home
+        self._entries: dict[str, T] = {}
+        self._linked: dict[str, dict[str, Any]] = {}
+        self._descriptions: dict[str, str] = {}
+        self._home_imported = home is None
+
+    # ---- registering ---------------------------------------------------------------------
+    def register(self, name: str, obj: T | None = None, *, linked: Mapping[str, Any] | None = None,
+                 description: str = "") -> Any:
+        """Register `obj` as `name`; without `obj`, a decorator that registers what it decorates.
+
+        linked: config overrides that come with this variant when a study varies `key`
+            (ConvS2S brings its learned token positions); `hmer.studies.spec` applies them.
+        description: one line for `hmer models`; default the first line of obj's docstring.
+        """
+        def add(target: T) -> T:
+            if name in self._entries:
+                raise ValueError(f"{self.key}={name!r} is registered already (by {_origin(self._entries[name])})")
+            self._entries[name] = target
+            self._linked[name] = dict(linked or {})
+            self._descriptions[name] = description or _first_line(getattr(target, "__doc__", None))
+            return target
+
+        return add if obj is None else add(obj)
+
+    def unregister(self, name: str) -> None:
+        """Forget `name` (tests that register a variant of their own clean up with this)."""
+        self.get(name)
+        for table in (self._entries, self._linked, self._descriptions):
+            del table[name]
+
+    # ---- looking up ----------------------------------------------------------------------
+    def get(self, name: str) -> T:
+        entries = self._filled()
+        if name not in entries:
+            raise ValueError(f"{self.key}={name!r} is not one of {', '.join(entries)}")
+        return entries[name]
+
+    def check(self, name: str) -> None:
+        """Raise the one-line error of `get` if `name` is not registered."""
+        self.get(name)
+
+    def names(self) -> tuple[str, ...]:
+        """Every registered name, in registration order."""
+        return tuple(self._filled())
+
+    def linked(self, name: str) -> dict[str, Any]:
+        """The config overrides that come with variant `name` in a study (often none)."""
+        self.get(name)
+        return dict(self._linked[name])
+
+    def description(self, name: str) -> str:
+        self.get(name)
+        return self._descriptions[name]
+
+    # A registry stands where a tuple of names stood (`choices=` of argparse, `in`, `join`).
+    def __contains__(self, name: object) -> bool:
+        return name in self._filled()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self._filled())
+
+    def __repr__(self) -> str:
+        return f"Registry({self.key!r}: {', '.join(self._entries) or 'nothing yet'})"
+
+    def _filled(self) -> dict[str, T]:
+        if not self._home_imported:
+            # Set first: the home package's own import may read this registry (and must not recurse).
+            self._home_imported = True
+            try:
+                importlib.import_module(self.home)
+            except BaseException:
+                self._home_imported = False
+                raise
+        return self._entries
+
+
+def import_submodules(package: str, path: list[str]) -> None:
+    """Import every module of `package` (whose `__path__` is `path`), so that each one's
+    registrations are made: the pattern of fairseq's model folders. Called from the package's
+    `__init__`; a new variant module needs no import line anywhere."""
+    for info in pkgutil.iter_modules(path):
+        importlib.import_module(f"{package}.{info.name}")
+
+
+def _first_line(doc: str | None) -> str:
+    return (doc or "").strip().split("\n", 1)[0].strip().rstrip(".")
+
+
+def _origin(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
+
+
+# ---- the registries of the suite ------------------------------------------------------------------
+# Each names the config key that selects a variant and the package whose modules register them.
+
+DECODERS: Registry[Callable[..., Any]] = Registry("model.decoder", home="hmer.model")
+"""Decoder classes: `cls(cfg: ModelConfig)` -> a `hmer.model.Decoder`."""
+
+TOKEN_POSITIONS: Registry[Callable[..., Any]] = Registry("model.token_pos", home="hmer.model")
+"""Token position encodings: `make(d_model, max_len)` -> module; `module(length, start)` -> [length, d]."""
+
+IMAGE_POSITIONS: Registry[Callable[..., Any]] = Registry("model.image_pos", home="hmer.model")
+"""Image position encodings: `make(d_model, grid)` -> module; `module(feats, mask)` -> feats + positions."""
+
+COVERAGES: Registry[Any] = Registry("model.coverage", home="hmer.model")
+"""CoMER coverage kinds (`hmer.model.refinement.CoverageKind`): which attention maps the ARM sums."""
+
+SEARCH_RULES: Registry[Callable[..., Any]] = Registry("train.search_rule", home="hmer.decoding")
+"""Beam search rules: `search(model, feats, mask, direction, *, beam_size, max_len, length_penalty,
+sos_id, eos_id, pad_id)` -> per image, token ids left to right without sos/eos."""
+
+METRICS: Registry[Callable[..., float]] = Registry("metric", home="hmer.evaluation.metrics")
+"""Expression metrics: `metric(distances)` -> a rate in percent, from per-expression token edit
+distances; each is logged per test year as `test_{year}_{name}`."""
+
+ALL: dict[str, Registry[Any]] = {r.key: r for r in (DECODERS, TOKEN_POSITIONS, IMAGE_POSITIONS, COVERAGES,
+                                                   SEARCH_RULES, METRICS)}
+
+
+def catalogue() -> list[tuple[str, str, str]]:
+    """(key, name, description) of every registered variant, registry by registry (`hmer models`)."""
+    return [(r.key, name, r.description(name)) for r in ALL.values() for name in r.names()]
+
+
+def linked_overrides(key: str, value: Any) -> dict[str, Any]:
+    """What comes with `key=value` when a study varies `key` (nothing for keys without a registry)."""
+    registry = ALL.get(key)
+    return registry.linked(value) if registry is not None else {}

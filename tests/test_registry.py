@@ -1,0 +1,195 @@
+"""Registries, and the proof that adding a variant touches one place: a decoder defined and
+registered in this file alone is built by the factory, decoded by every search, trained by the
+trainer and run as a one-cell study, then unregistered so that no other test sees it."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import pytest
+import torch
+import torch.nn as nn
+from mlflow.tracking import MlflowClient
+from torch import Tensor
+
+from hmer.cli import main
+from hmer.config import Config
+from hmer.decoding import decode_batch
+from hmer.evaluation import expression_metrics
+from hmer.model import Decoder, DecoderState, build_model, make_targets
+from hmer.model.embedding import TokenEmbedding
+from hmer.registry import DECODERS, METRICS, SEARCH_RULES, Registry
+from hmer.tracking import keys
+from tiny_dataset import make_images, tiny_config, tiny_data
+
+TOY = "toy-glance"
+
+# A one-epoch tiny model, short decoding, one test year (as tests/test_studies.py).
+TINY = {"train.epochs": 1, "train.beam_size": 2, "train.max_decode_len": 12, "train.attention_maps": 0,
+        "train.device": "cpu", "data.batch_pixels": 20_000, "data.max_batch_size": 8, "data.test_years": "2014"}
+
+
+# ---- the registry itself ----------------------------------------------------------------------------
+
+def test_a_registry_registers_looks_up_and_forgets_by_name():
+    kinds = Registry("test.kind")
+
+    @kinds.register("first", linked={"test.other": 1})
+    def first():
+        """The first one.
+
+        More text that is not the description."""
+
+    kinds.register("second", len, description="the built-in len")
+    assert kinds.names() == ("first", "second") and list(kinds) == ["first", "second"] and len(kinds) == 2
+    assert kinds.get("first") is first and "second" in kinds and "third" not in kinds
+    assert kinds.description("first") == "The first one" and kinds.description("second") == "the built-in len"
+    assert kinds.linked("first") == {"test.other": 1} and kinds.linked("second") == {}
+
+    with pytest.raises(ValueError, match=r"^test.kind='third' is not one of first, second$"):
+        kinds.get("third")
+    with pytest.raises(ValueError, match="registered already"):
+        kinds.register("first", print)
+    kinds.unregister("first")
+    assert kinds.names() == ("second",)
+    with pytest.raises(ValueError, match="not one of second"):
+        kinds.unregister("first")
+
+
+def test_a_registry_imports_its_home_package_at_the_first_lookup():
+    assert "transformer" in DECODERS and "hmer" in SEARCH_RULES and "exprate" in METRICS
+    missing = Registry("test.kind", home="hmer.no_such_package")
+    with pytest.raises(ModuleNotFoundError):
+        missing.names()
+    with pytest.raises(ModuleNotFoundError):  # tried again, not remembered as done
+        missing.names()
+
+
+def test_config_validation_reads_the_registries():
+    with pytest.raises(ValueError, match=r"model.decoder='nope' is not one of .*transformer"):
+        Config().override({"model.decoder": "nope"}).validate()
+    with pytest.raises(ValueError, match=r"model.image_pos='nope' is not one of .*sin2d"):
+        Config().override({"model.image_pos": "nope"}).validate()
+    with pytest.raises(ValueError, match="model.coverage='fusion' needs a decoder"):
+        Config().override({"model.decoder": "rnn", "model.coverage": "fusion"}).validate()
+
+
+# ---- a decoder of this file's own --------------------------------------------------------------------
+
+class GlanceDecoder(Decoder):
+    """Toy decoder: each token glances at the image once; no memory of the prefix."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, cfg.token_pos, cfg.max_len)
+        self.query = nn.Linear(cfg.d_model, cfg.d_model)
+        self.out = nn.Linear(cfg.d_model, cfg.vocab_size)
+
+    def forward(self, feats: Tensor, feat_mask: Tensor, tgt_in: Tensor, tgt_pad_mask: Optional[Tensor] = None,
+                return_attention: bool = False, start: int = 0):
+        b, h, w, d = feats.shape
+        x = self.embed(tgt_in, start=start)  # [B, L, d]
+        memory = feats.reshape(b, h * w, d)
+        scores = self.query(x) @ memory.transpose(1, 2) / math.sqrt(d)  # [B, L, h*w]
+        attn = scores.masked_fill(feat_mask.reshape(b, 1, h * w), float("-inf")).softmax(dim=-1)
+        logits = self.out(x + attn @ memory)
+        return (logits, attn.view(b, -1, h, w)) if return_attention else logits
+
+    # Each step needs only its own token and position: the state is the image, nothing else.
+    def init_state(self, feats: Tensor, feat_mask: Tensor) -> DecoderState:
+        return DecoderState(t=0, memory={"feats": feats, "mask": feat_mask})
+
+    def step(self, state: DecoderState, tokens: Tensor) -> tuple[Tensor, DecoderState]:
+        logits = self(state.rows("feats"), state.rows("mask"), tokens[:, None], start=state.t)[:, 0]
+        return logits, DecoderState(t=state.t + 1, memory=state.memory, src_index=state.src_index)
+
+
+@pytest.fixture
+def toy_decoder():
+    """GlanceDecoder registered as TOY (bringing learned token positions in a study), and gone after."""
+    DECODERS.register(TOY, GlanceDecoder, linked={"model.token_pos": "learned"})
+    yield TOY
+    DECODERS.unregister(TOY)
+    assert TOY not in DECODERS
+
+
+def test_the_factory_builds_it_and_every_search_decodes_it(toy_decoder, capsys):
+    torch.manual_seed(0)
+    cfg = tiny_config(**{"model.decoder": toy_decoder})
+    model = build_model(cfg).eval()
+    assert isinstance(model.decoder, GlanceDecoder)
+
+    images, mask = make_images([(24, 40), (32, 24)])
+    tgt_in, tgt_out, _ = make_targets([[5, 6, 7], [8]], "l2r")
+    teacher = model(images, mask, tgt_in)
+    state = model.decoder.init_state(*model.encode(images, mask))
+    for t in range(tgt_in.shape[1]):  # incremental decoding reproduces teacher forcing
+        logits, state = model.decoder.step(state, tgt_in[:, t])
+        torch.testing.assert_close(logits, teacher[:, t])
+    assert model.attention_maps(images, mask, tgt_in).shape[:2] == tgt_in.shape
+
+    for direction in ("l2r", "r2l", "bi"):
+        for beam, rule in ((1, "hmer"), (3, "hmer"), (3, "bttr"), (3, "comer")):
+            hyps = decode_batch(model, images, mask, direction, beam_size=beam, max_len=6, search_rule=rule)
+            assert len(hyps) == 2 and all(len(h) <= 6 for h in hyps), (direction, beam, rule)
+
+    assert main(["models"]) == 0  # `hmer models` lists it from the registry
+    assert toy_decoder in capsys.readouterr().out
+
+
+def test_the_trainer_trains_and_decodes_it(toy_decoder, tmp_path, monkeypatch):
+    from hmer.training import train
+
+    monkeypatch.setenv("HMER_MLRUNS", str(tmp_path / "mlruns"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    store = f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
+    torch.set_num_threads(1)
+    result = train(tiny_config(**{"model.decoder": toy_decoder, "train.epochs": 1}), data=tiny_data(),
+                   tracking_uri=store, experiment="toy", run_dir=tmp_path / "ckpt")
+    assert result.epochs == 1 and result.test_scores["2014"].n == 4
+    run = MlflowClient(store).get_run(result.run_id)
+    assert run.info.status == "FINISHED" and run.data.params["model.decoder"] == toy_decoder
+    assert "test_2014_exprate" in run.data.metrics
+
+
+@pytest.mark.slow
+def test_a_one_cell_study_runs_it(toy_decoder, tmp_path, monkeypatch):
+    from hmer.studies import StudySpec, run_grid_study
+
+    monkeypatch.setenv("HMER_MLRUNS", str(tmp_path / "mlruns"))
+    monkeypatch.setenv("HMER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    (tmp_path / "mlruns").mkdir()
+    tracking, storage = (f"sqlite:///{tmp_path / 'mlruns' / name}" for name in ("mlflow.db", "optuna.db"))
+    torch.set_num_threads(1)
+    spec = StudySpec(name="toy", description="the toy decoder alone", axes={"model.decoder": (toy_decoder,)},
+                     model_presets={"tiny": "tiny"})
+    outcome = run_grid_study(spec, "smoke", storage=storage, tracking_uri=tracking, data=tiny_data(), seeds=(1,),
+                             overrides=TINY, study_name="toy-test", print_table=False)
+    assert outcome.complete and outcome.n_complete == outcome.n_expected == 1
+
+    client = MlflowClient(tracking)
+    experiment = client.get_experiment_by_name("toy-test")
+    runs = [r for r in client.search_runs([experiment.experiment_id]) if r.data.tags.get(keys.ROLE) != "study"]
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"
+    params = runs[0].data.params
+    # What the registration links to the decoder comes with it in the study.
+    assert params["model.decoder"] == toy_decoder and params["model.token_pos"] == "learned"
+
+
+# ---- a metric of this file's own ---------------------------------------------------------------------
+
+def test_a_registered_metric_is_computed_and_logged_under_its_name():
+    @METRICS.register("le3")
+    def le3(distances):
+        """Within three token edits, in percent."""
+        return 100.0 * sum(d <= 3 for d in distances) / len(distances) if distances else 0.0
+
+    try:
+        scores = expression_metrics([["a"], ["a", "b", "c", "d"]], [["a"], ["x"]])
+        assert scores.extra == {"le3": 50.0} and scores.exprate == 50.0
+        assert scores.as_dict("test_2014")["test_2014_le3"] == 50.0
+    finally:
+        METRICS.unregister("le3")
+    assert expression_metrics([["a"]], [["a"]]).extra == {}
