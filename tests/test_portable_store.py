@@ -10,7 +10,7 @@ import sys
 from mlflow.tracking import MlflowClient
 
 from hmer.tracking.portable import download_run_artifact, make_portable, resolve_artifact_uri
-from hmer.tracking.store import setup_mlflow
+from hmer.tracking.store import artifact_root_for, setup_mlflow
 
 
 def _store_with_one_run(checkout):
@@ -87,3 +87,14 @@ def test_publish_and_workspace_round_trip(tmp_path):
     new = more.create_run(more.get_experiment_by_name("results").experiment_id)
     more.log_text(new.info.run_id, "x", "a.txt")
     assert (tmp_path / "more" / "artifacts" / "results" / new.info.run_id / "artifacts" / "a.txt").is_file()
+
+
+def test_new_experiments_never_put_artifacts_under_the_working_folder(tmp_path, monkeypatch):
+    # MLflow's own default is ./mlruns under the process's folder: a run started from a checkout
+    # would write into the committed store. SQLite keeps them beside the store, another database
+    # under the MLflow home, and a server decides for itself.
+    monkeypatch.setenv("HMER_MLRUNS", str(tmp_path / "home"))
+    assert artifact_root_for(f"sqlite:///{tmp_path / 's' / 'mlflow.db'}") == (tmp_path / "s" / "artifacts").as_uri()
+    for uri in ("postgresql://hmer:pw@127.0.0.1:5432/mlflow", "postgresql+psycopg2://h@db/m", "mysql://u@h/m"):
+        assert artifact_root_for(uri) == (tmp_path / "home" / "artifacts").as_uri(), uri
+    assert artifact_root_for("http://127.0.0.1:5000") is None

@@ -44,7 +44,7 @@ def test_export_import_round_trip_keeps_everything_and_is_idempotent(stores, tmp
     cfg = tiny_config(**{"train.epochs": 2, "data.path": str(data), "data.test_years": "2014"})
     client_a = MlflowClient(a)
     # A study-like parent with the trained run as its child, as `hmer.studies` records them.
-    exp = client_a.create_experiment("unit")
+    exp = client_a.create_experiment("unit", artifact_location=(tmp_path / "a" / "artifacts").as_uri())
     parent = client_a.create_run(exp, run_name="study", tags={"hmer.role": "study"}).info.run_id
     trained = train(cfg, tracking_uri=a, experiment="unit", parent_run_id=parent, run_name="child").run_id
     client_a.set_terminated(parent)

@@ -50,13 +50,17 @@ def default_tracking_uri() -> str:
 
 
 def artifact_root_for(tracking_uri: str) -> str | None:
-    """Artifacts beside a local SQLite store; a server decides for itself (None)."""
+    """Where a new experiment keeps its artifacts: beside a local SQLite store; under the MLflow
+    home for another database (PostgreSQL, MySQL), since MLflow's own default there is `./mlruns`
+    under whatever folder the process happens to run in; a tracking server or a file store decides
+    for itself (None)."""
     parsed = urlparse(tracking_uri)
-    if parsed.scheme == "sqlite":
+    scheme = parsed.scheme.split("+")[0]  # postgresql+psycopg2 -> postgresql
+    if scheme == "sqlite":
         db_path = Path(tracking_uri[len("sqlite:///"):])
         return (db_path.parent / "artifacts").resolve().as_uri()
-    if parsed.scheme in ("", "file"):
-        return None
+    if scheme in ("postgresql", "mysql", "mssql"):
+        return (mlruns_dir() / "artifacts").resolve().as_uri()
     return None
 
 
