@@ -125,11 +125,12 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
     from .config import parse_overrides
     from .data import Vocab, collate, load_dataset, make_batches
     from .data.batching import padding_share
+    from .device import autocast_dtype, resolve_device
     from .model import build_model
     from .presets import experiment_config
     from .training.recipes import build_optimizer
     from .training.loader import auto_prefetch, make_train_batch, prefetched
-    from .training.trainer import _LossModule, autocast_dtype, resolve_device
+    from .training.setup import LossModule
 
     if what not in ("train", "decode"):
         raise ValueError(f"unknown benchmark {what!r}: train or decode")
@@ -186,7 +187,7 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
               f"mean_batch_size={len(exprs) / len(batches):.2f}", file=out)
         opt = build_optimizer(model.parameters(), cfg.train)
         model.train()
-        loss_module: torch.nn.Module = _LossModule(model)
+        loss_module: torch.nn.Module = LossModule(model)
         if compiled:
             loss_module = torch.compile(loss_module, dynamic=True)
         aug_rng = np.random.default_rng(0)

@@ -346,7 +346,7 @@ def cmd_evaluate(args) -> int:
     from .data import load_dataset
     from .evaluation.evaluate import decode_options, evaluate_split
     from .tracking import load_model
-    from .training.trainer import autocast_dtype, resolve_device
+    from .device import autocast_dtype, resolve_device
 
     device = resolve_device(args.device)
     model, cfg, vocab = load_model(args.model, args.tracking_uri, device)
@@ -392,7 +392,7 @@ def cmd_predict(args) -> int:
     from .data.files import check_expression_file, read_expression_file
     from .evaluation.evaluate import decode_options, predict
     from .tracking import load_model
-    from .training.trainer import autocast_dtype, resolve_device
+    from .device import autocast_dtype, resolve_device
 
     for f in args.files:  # a missing file or a wrong suffix fails before the model is loaded
         check_expression_file(f)

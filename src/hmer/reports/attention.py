@@ -25,9 +25,12 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 import torch
-import torch.nn.functional as F
 
-KINDS = ("attention", "coverage")
+# The maps themselves are computed where a run's logged pictures are drawn from them too.
+from ..tracking.artifacts import KINDS, token_maps
+
+__all__ = ["KINDS", "AttentionResult", "attend", "compare_models", "coverage_pair", "decode_tokens",
+           "load_test_expressions", "model_label", "pick_expressions", "token_maps", "tokens_from_predictions"]
 
 
 @dataclass
@@ -84,53 +87,6 @@ class AttentionResult:
         if len(self.tokens) < len(self.truth):
             return "under-parsed"
         return "misread"
-
-
-def _reading_direction(model: Any, direction: str | None) -> str:
-    """l2r or r2l: the direction the maps are computed in (a bidirectional model reads l2r)."""
-    direction = direction or getattr(getattr(model, "cfg", None), "direction", "l2r")
-    return "r2l" if direction == "r2l" else "l2r"
-
-
-@torch.inference_mode()
-def token_maps(model: Any, vocab: Any, image: np.ndarray, tokens: Sequence[str], *, direction: str | None = None,
-               kind: str = "attention", device: str | torch.device = "cpu") -> np.ndarray:
-    """float [len(tokens), H, W]: where `model` looks to emit each of `tokens` over `image`.
-
-    A pixel holds the weight of the feature cell it lies in (interpolated between cell
-    centres), so a row's values are attention weights (or coverage sums), not densities.
-
-    Args:
-        model: an `HMERModel` (anything with `attention_maps(images, mask, tgt_in, coverage)`).
-        vocab: the model's `Vocab`.
-        image: uint8 [H, W] with 255 = ink (an `Expression.image`).
-        tokens: the tokens, in reading order (decoded, or the truth).
-        direction: l2r or r2l; default the model's (`bi` models are read l2r).
-        kind: "attention" or "coverage".
-    """
-    from ..data import Expression, collate
-    from ..model.direction import make_targets
-
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    height, width = image.shape[:2]
-    if not tokens:
-        return np.zeros((0, height, width), dtype=np.float32)
-    model.eval()
-    batch = collate([Expression(name="", tokens=list(tokens), image=image)], vocab).to(device)
-    reading = _reading_direction(model, direction)
-    tgt_in, _, _ = make_targets(batch.token_ids, reading, vocab, device=batch.images.device)
-    maps = model.attention_maps(batch.images, batch.image_mask, tgt_in, coverage=kind == "coverage")
-    maps = maps[0, : len(tokens)].float()  # row t emits token t; the last row would emit <eos>
-    if reading == "r2l":
-        maps = maps.flip(0)
-    padded_h, padded_w = batch.images.shape[-2:]
-    # Each pixel gets the weight of the feature cell it lies in (bilinear between cell centres),
-    # not a per-pixel density: a token's map then peaks at its cell's weight, and the maps
-    # summed over tokens read as how many times a place was attended (1 = once).
-    up = F.interpolate(maps[:, None], size=(padded_h, padded_w), mode="bilinear", align_corners=False)[:, 0]
-    up = up[:, :height, :width].clamp_min(0)
-    return up.cpu().numpy()
 
 
 def decode_tokens(model: Any, cfg: Any, vocab: Any, image: np.ndarray, *, device: str | torch.device = "cpu",

@@ -32,8 +32,10 @@ from typing import Any, Iterable, Iterator, Sequence
 
 import pandas as pd
 
-STUDY_TAG = "hmer.study"
-ROLE_TAG = "hmer.role"
+from ..tracking import keys
+
+STUDY_TAG = keys.STUDY
+ROLE_TAG = keys.ROLE
 EPOCH_METRICS = ("val_exprate", "val_loss", "train_loss", "lr", "images_per_second", "epoch_seconds")
 _PAGE = 1_000  # runs per search request
 # a year, or the standard 2014 images (2014-std, `hmer evaluate --standard-2014 --log`)
@@ -209,15 +211,15 @@ def runs_frame(runs: Sequence[Any], experiment_names: dict[str, str] | None = No
         df[col] = typed_column(parse_value(v, types.get(key)) for v in df[col])
     df["variant"] = [_variant(r) for r in df.to_dict("records")]
     df["seed"] = typed_column(_seed(r) for r in df.to_dict("records"))
-    trial = df.get("tags.hmer.trial", pd.Series([None] * len(df)))
+    trial = df.get(f"tags.{keys.TRIAL}", pd.Series([None] * len(df)))
     df["trial"] = typed_column(parse_value(v, int) for v in trial)
-    status_tag = df.get("tags.hmer.status", pd.Series([None] * len(df)))
+    status_tag = df.get(f"tags.{keys.STATUS}", pd.Series([None] * len(df)))
     df["state"] = [str(t) if isinstance(t, str) and t else str(s).lower() for t, s in zip(status_tag, df["status"])]
     return df.reset_index(drop=True)
 
 
 def _variant(row: dict[str, Any]) -> str:
-    for key in ("tags.hmer.variant", "params.name", "run_name"):
+    for key in (f"tags.{keys.VARIANT}", "params.name", "run_name"):
         value = row.get(key)
         if isinstance(value, str) and value:
             return value
@@ -225,7 +227,7 @@ def _variant(row: dict[str, Any]) -> str:
 
 
 def _seed(row: dict[str, Any]) -> int | None:
-    for key in ("tags.hmer.seed", "params.train.seed"):
+    for key in (f"tags.{keys.SEED}", "params.train.seed"):
         value = parse_value(row.get(key), int)
         if isinstance(value, int):
             return value
@@ -303,8 +305,8 @@ def list_studies(tracking_uri: str | None = None) -> pd.DataFrame:
         rows.append({
             "study": name,
             "experiment": head["experiment"],
-            "kind": head.get("tags.hmer.kind") if not parent.empty else None,
-            "preset": head.get("tags.hmer.preset"),
+            "kind": head.get(f"tags.{keys.KIND}") if not parent.empty else None,
+            "preset": head.get(f"tags.{keys.BUDGET}"),
             "state": head["state"] if not parent.empty else None,
             "runs": int((role.loc[group.index] != "study").sum()),
             "trials": ", ".join(f"{n} {state}" for state, n in states.items()) or "none",

@@ -1,7 +1,35 @@
-"""Experiment tracking: the MLflow store, run artifacts, and reloading trained models."""
+"""Experiment tracking: the MLflow store, one training run's lifecycle, run artifacts, and reloading
+trained models.
 
-from .models import RunNotFoundError, load_model, resolve_checkpoint
-from .store import default_tracking_uri, mlruns_dir, project_root, setup_mlflow
+- `keys`: every tag and attribute key the suite writes, named once;
+- `store`: where runs are recorded (the project's MLflow home, its defaults);
+- `run`: one training run from start (or resume) to its final status, behind a small logger;
+- `artifacts`: per-token attention maps and the pictures and prediction files logged with a run;
+- `models`: a trained model reloaded from a run id or a checkpoint;
+- `transfer`, `portable`: runs moved between stores; the committed store read from any folder.
 
-__all__ = ["RunNotFoundError", "default_tracking_uri", "load_model", "mlruns_dir", "project_root",
-           "resolve_checkpoint", "setup_mlflow"]
+The names below are loaded on first use, so `from hmer.tracking import keys` does not import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "RunNotFoundError": "models", "load_model": "models", "resolve_checkpoint": "models",
+    "default_tracking_uri": "store", "mlruns_dir": "store", "project_root": "store", "setup_mlflow": "store",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hmer.tracking' has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{module}", __name__), name)
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

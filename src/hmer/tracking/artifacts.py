@@ -1,24 +1,74 @@
-"""Pictures logged with a run: the decoder's attention over the image, token by token.
+"""What a run logs besides metrics: per-token attention maps and their pictures, prediction files.
 
-Each validation image gets one PNG: the image on top, then one panel per decoded token
-with that token's cross-attention (the coverage-refined attention for CoMER models)
-over the image, so over-parsing (attending to ink twice) and under-parsing (never
-attending to some ink) can be seen at a glance.
+`token_maps` is the one implementation of "where the model looks for each token": the run's
+`attention/*.png` are drawn from it here, and `hmer.reports.attention` builds its figures on it.
+
+Each logged picture is one validation image on top, then one panel per decoded token with that
+token's cross-attention over the image, so over-parsing (attending to ink twice) and
+under-parsing (never attending to some ink) can be seen at a glance.
 """
 
 from __future__ import annotations
 
+import csv
 import tempfile
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Iterable, Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from PIL import Image, ImageDraw
 
-from ..config import Config
-from ..data import Expression, Vocab, collate
-from ..decoding import decode_batch
+KINDS = ("attention", "coverage")
+PREDICTION_COLUMNS = ["name", "truth", "prediction", "distance"]
+
+
+def _reading_direction(model: Any, direction: str | None) -> str:
+    """l2r or r2l: the direction the maps are computed in (a bidirectional model reads l2r)."""
+    direction = direction or getattr(getattr(model, "cfg", None), "direction", "l2r")
+    return "r2l" if direction == "r2l" else "l2r"
+
+
+@torch.inference_mode()
+def token_maps(model: Any, vocab: Any, image: np.ndarray, tokens: Sequence[str], *, direction: str | None = None,
+               kind: str = "attention", device: str | torch.device = "cpu") -> np.ndarray:
+    """float [len(tokens), H, W]: where `model` looks to emit each of `tokens` over `image`.
+
+    A pixel holds the weight of the feature cell it lies in (interpolated between cell
+    centres), so a row's values are attention weights (or coverage sums), not densities.
+
+    Args:
+        model: an `HMERModel` (anything with `attention_maps(images, mask, tgt_in, coverage)`).
+        vocab: the model's `Vocab`.
+        image: uint8 [H, W] with 255 = ink (an `Expression.image`).
+        tokens: the tokens, in reading order (decoded, or the truth).
+        direction: l2r or r2l; default the model's (`bi` models are read l2r).
+        kind: "attention" or "coverage".
+    """
+    from ..data import Expression, collate
+    from ..model.direction import make_targets
+
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    height, width = image.shape[:2]
+    if not tokens:
+        return np.zeros((0, height, width), dtype=np.float32)
+    model.eval()
+    batch = collate([Expression(name="", tokens=list(tokens), image=image)], vocab).to(device)
+    reading = _reading_direction(model, direction)
+    tgt_in, _, _ = make_targets(batch.token_ids, reading, vocab, device=batch.images.device)
+    maps = model.attention_maps(batch.images, batch.image_mask, tgt_in, coverage=kind == "coverage")
+    maps = maps[0, : len(tokens)].float()  # row t emits token t; the last row would emit <eos>
+    if reading == "r2l":
+        maps = maps.flip(0)
+    padded_h, padded_w = batch.images.shape[-2:]
+    # Each pixel gets the weight of the feature cell it lies in (bilinear between cell centres),
+    # not a per-pixel density: a token's map then peaks at its cell's weight, and the maps
+    # summed over tokens read as how many times a place was attended (1 = once).
+    up = F.interpolate(maps[:, None], size=(padded_h, padded_w), mode="bilinear", align_corners=False)[:, 0]
+    up = up[:, :height, :width].clamp_min(0)
+    return up.cpu().numpy()
 
 
 def attention_grid(image: np.ndarray, maps: np.ndarray, tokens: Sequence[str], columns: int = 4) -> Image.Image:
@@ -49,39 +99,34 @@ def _panel(image: np.ndarray, attn: np.ndarray | None, label: str) -> Image.Imag
 
 
 @torch.inference_mode()
-def attention_for(model, exprs: Sequence[Expression], vocab: Vocab, cfg: Config, device) -> list[tuple]:
-    """(expression, decoded tokens, maps [L, h, w]) for each expression, decoded greedily."""
+def _greedy_tokens(model, exprs: Sequence[Any], vocab: Any, cfg: Any, device) -> list[list[str]]:
+    """What the model reads in each image, decoded greedily in one batch (cheap: pictures only)."""
+    from ..data import collate
+    from ..decoding import decode_batch
+
     model.eval()
     batch = collate(list(exprs), vocab).to(device)
-    hyps = decode_batch(model, batch.images, batch.image_mask, "l2r" if cfg.model.direction == "bi"
-                        else cfg.model.direction, beam_size=1, max_len=cfg.train.max_decode_len,
-                        sos_id=vocab.sos_id, eos_id=vocab.eos_id)
-    out = []
-    for i, (expr, ids) in enumerate(zip(exprs, hyps)):
-        ids = list(ids)
-        if cfg.model.direction == "r2l":
-            start, seq = vocab.eos_id, ids[::-1]
-        else:
-            start, seq = vocab.sos_id, ids
-        tgt_in = torch.tensor([[start] + seq], dtype=torch.long, device=device)
-        maps = model.attention_maps(batch.images[i:i + 1], batch.image_mask[i:i + 1], tgt_in)[0]
-        h, w = expr.image.shape
-        fh = int((~batch.image_mask[i, :, 0]).sum().item())  # unpadded rows/cols of the image
-        fw = int((~batch.image_mask[i, 0, :]).sum().item())
-        full_h, full_w = batch.image_mask.shape[1:]
-        mh = max(1, round(maps.shape[1] * fh / full_h))
-        mw = max(1, round(maps.shape[2] * fw / full_w))
-        maps = maps[:, :mh, :mw].float().cpu().numpy()
-        out.append((expr, vocab.decode(seq), maps[: len(seq)]))
-    return out
+    direction = "l2r" if cfg.model.direction == "bi" else cfg.model.direction
+    hyps = decode_batch(model, batch.images, batch.image_mask, direction, beam_size=1,
+                        max_len=cfg.train.max_decode_len, sos_id=vocab.sos_id, eos_id=vocab.eos_id)
+    return [vocab.decode(ids) for ids in hyps]
 
 
-def log_attention_maps(client, run_id: str, model, exprs: Sequence[Expression], vocab: Vocab,
-                       cfg: Config, device, count: int) -> None:
+def log_attention_maps(run, model, exprs: Sequence[Any], vocab: Any, cfg: Any, device, count: int) -> None:
+    """`attention/<name>.png` for the first `count` of `exprs`, into `run` (anything with `log_artifacts`)."""
     if count <= 0 or not exprs or not hasattr(model, "attention_maps"):
         return
     chosen = list(exprs[:count])
     with tempfile.TemporaryDirectory() as tmp:
-        for expr, tokens, maps in attention_for(model, chosen, vocab, cfg, device):
+        for expr, tokens in zip(chosen, _greedy_tokens(model, chosen, vocab, cfg, device)):
+            maps = token_maps(model, vocab, expr.image, tokens, direction=cfg.model.direction, device=device)
             attention_grid(expr.image, maps, tokens).save(Path(tmp) / f"{expr.name}.png")
-        client.log_artifacts(run_id, tmp, "attention")
+        run.log_artifacts(tmp, "attention")
+
+
+def write_predictions_csv(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
+    """A predictions file as runs log them (`predictions/test_<year>.csv`): name, truth, prediction, distance."""
+    with Path(path).open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=PREDICTION_COLUMNS)
+        writer.writeheader()
+        writer.writerows(rows)

@@ -18,10 +18,11 @@ from typing import Optional, Sequence
 
 import torch
 
+from ..checkpoint import model_artifact
 from ..model.reference_checkpoint import REFERENCES, ReferenceModel, read_reference_checkpoint
+from . import keys
+from .run import log_metrics, log_params, split_metrics
 from .store import git_commit, setup_mlflow
-
-CHECKPOINT_FORMAT = 1  # hmer.training.checkpoint's model artifact
 
 
 @dataclass
@@ -47,28 +48,25 @@ def import_reference(checkpoint: str | Path, *, tracking_uri: str | None = None,
     client = MlflowClient(tracking_uri=mlflow.get_tracking_uri())
     repo, _ = REFERENCES[ref.family]
     tags = {
-        "hmer.variant": f"{cfg.name} (reference)",
-        "hmer.status": "running",
-        "hmer.git_commit": git_commit(),
-        "hmer.import.source": str(Path(checkpoint).resolve()),
-        "hmer.import.reference": repo,
-        "hmer.import.lightning_version": ref.lightning_version,
-        "hmer.import.epoch": str(ref.epoch),
-        "hmer.import.hyper_parameters": json.dumps(ref.hyper_parameters, sort_keys=True, default=str)[:5000],
-        "hmer.import.reference_only_symbols": " ".join(ref.mapping.reference_only),
-        "hmer.import.never_predicted_symbols": " ".join(ref.mapping.project_only),
+        keys.VARIANT: f"{cfg.name} (reference)",
+        keys.STATUS: "running",
+        keys.GIT_COMMIT: git_commit(),
+        keys.IMPORT_SOURCE: str(Path(checkpoint).resolve()),
+        keys.IMPORT_REFERENCE: repo,
+        keys.IMPORT_LIGHTNING_VERSION: ref.lightning_version,
+        keys.IMPORT_EPOCH: str(ref.epoch),
+        keys.IMPORT_HYPER_PARAMETERS: json.dumps(ref.hyper_parameters, sort_keys=True, default=str)[:5000],
+        keys.IMPORT_REFERENCE_ONLY_SYMBOLS: " ".join(ref.mapping.reference_only),
+        keys.IMPORT_NEVER_PREDICTED_SYMBOLS: " ".join(ref.mapping.project_only),
     }
     run = client.create_run(experiment_id, run_name=run_name or f"{cfg.name}-reference", tags=tags)
     run_id = run.info.run_id
     status = "FAILED"
     try:
-        from ..training.trainer import _log_params
-
         num_params = sum(p.numel() for p in ref.model.parameters())
-        _log_params(client, run_id, {**cfg.to_flat_dict(), "num_params": num_params})
+        log_params(client, run_id, {**cfg.to_flat_dict(), "num_params": num_params})
         client.log_text(run_id, json.dumps(cfg.to_dict(), indent=2, sort_keys=True), "config.json")
-        artifact = {"format": CHECKPOINT_FORMAT, "model": ref.model.state_dict(), "config": cfg.to_dict(),
-                    "vocab": list(ref.vocab.itos), "epoch": ref.epoch, "val_exprate": -1.0}
+        artifact = model_artifact(ref.model, cfg, ref.vocab, ref.epoch, -1.0)
         with tempfile.TemporaryDirectory() as tmp:
             model_dir = Path(tmp) / "model"
             model_dir.mkdir()
@@ -79,8 +77,8 @@ def import_reference(checkpoint: str | Path, *, tracking_uri: str | None = None,
         if register_as is not None:
             name = register_as or f"{cfg.name}-reference"
             registered = _register(client, name, run_id)
-            client.set_tag(run_id, "hmer.registered_model", registered)
-        client.set_tag(run_id, "hmer.status", "finished")
+            client.set_tag(run_id, keys.REGISTERED_MODEL, registered)
+        client.set_tag(run_id, keys.STATUS, "finished")
         status = "FINISHED"
         return ImportResult(run_id, ref, registered, scores)
     finally:
@@ -108,8 +106,9 @@ def _score_years(client, run_id: str, ref: ReferenceModel, data: str | None, yea
     import time
 
     from ..data import load_dataset
+    from ..device import autocast_dtype, resolve_device
     from ..evaluation.evaluate import decode_options, evaluate_split
-    from ..training.trainer import _log_metrics, _write_csv, autocast_dtype, resolve_device
+    from .artifacts import write_predictions_csv
 
     cfg = ref.config
     dev = resolve_device(device)
@@ -125,10 +124,8 @@ def _score_years(client, run_id: str, ref: ReferenceModel, data: str | None, yea
             res = evaluate_split(model, splits[year], ref.vocab,
                                  **decode_options(cfg, dev, autocast_dtype(cfg.train.precision, dev)))
             scores[year] = res.scores
-            metrics.update(res.scores.as_dict(f"test_{year}"))
-            metrics[f"test_{year}_resized"] = res.resized
-            metrics[f"test_{year}_decode_seconds"] = time.monotonic() - t0
-            _write_csv(Path(tmp) / f"test_{year}.csv", res.rows())
+            metrics.update(split_metrics(f"test_{year}", res, time.monotonic() - t0))
+            write_predictions_csv(Path(tmp) / f"test_{year}.csv", res.rows())
         client.log_artifacts(run_id, tmp, "predictions")
-    _log_metrics(client, run_id, metrics, step=0)
+    log_metrics(client, run_id, metrics, step=0)
     return scores

@@ -9,7 +9,7 @@ import torch
 
 from ..config import Config
 from ..data import Vocab
-from ..training.checkpoint import load_checkpoint
+from ..checkpoint import load_checkpoint
 from .store import default_tracking_uri
 
 
@@ -49,7 +49,7 @@ def load_model(run_or_checkpoint: str, tracking_uri: str | None = None,
     from ..model import build_model
 
     ckpt = load_checkpoint(resolve_checkpoint(run_or_checkpoint, tracking_uri), map_location=device)
-    cfg = Config.from_dict(ckpt["config"])
+    cfg = Config.from_dict(ckpt["config"], stored=True)
     vocab = Vocab(ckpt["vocab"][3:]) if "vocab" in ckpt else Vocab()
     model = build_model(cfg.model)
     model.load_state_dict(ckpt["model"])
@@ -61,11 +61,12 @@ def log_evaluation(run_id: str, results: dict, tracking_uri: str | None = None) 
     """Record `hmer evaluate` results in the run, as the trainer records its test years: metrics
     `test_<split>_exprate|le1|le2|n` and `predictions/test_<split>.csv` (`results`: {split:
     SplitResult}). A later evaluation of the same split replaces the CSV and adds a metric point."""
-    import csv
     import time
 
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
+
+    from .artifacts import write_predictions_csv
 
     client = MlflowClient(tracking_uri=tracking_uri or default_tracking_uri())
     run_id = _run_id_in_store(client, run_id, "not a run in")
@@ -75,10 +76,7 @@ def log_evaluation(run_id: str, results: dict, tracking_uri: str | None = None) 
     client.log_batch(run_id, metrics=metrics)
     with tempfile.TemporaryDirectory(prefix="hmer-evaluate-") as tmp:
         for split, res in results.items():
-            with (Path(tmp) / f"test_{split}.csv").open("w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=["name", "truth", "prediction", "distance"])
-                writer.writeheader()
-                writer.writerows(res.rows())
+            write_predictions_csv(Path(tmp) / f"test_{split}.csv", res.rows())
         client.log_artifacts(run_id, tmp, "predictions")
 
 

@@ -38,12 +38,13 @@ from typing import Sequence
 
 import mlflow.artifacts
 
+from . import keys
 from .portable import download_run_artifact, resolve_artifact_uri
 
-SOURCE_RUN_TAG = "hmer.source_run_id"
-SOURCE_PARENT_TAG = "hmer.source_parent_run_id"
-IMPORTED_FROM_TAG = "hmer.imported_from"
-PARENT_TAG = "mlflow.parentRunId"
+SOURCE_RUN_TAG = keys.SOURCE_RUN_ID
+SOURCE_PARENT_TAG = keys.SOURCE_PARENT_RUN_ID
+IMPORTED_FROM_TAG = keys.IMPORTED_FROM
+PARENT_TAG = keys.MLFLOW_PARENT_RUN_ID
 MANIFEST = "hmer-runs.json"
 FORMAT = 1
 PART_SUFFIX = ".part-"
@@ -253,7 +254,7 @@ def import_runs(path: str | os.PathLike[str], *, tracking_uri: str | None = None
             target = existing.get(src)
             if target is None and _run_exists(client, src):
                 target = src  # the very store it came from
-            new_tags = {k: v for k, v in rec["tags"].items() if k not in (PARENT_TAG, "mlflow.runName")}
+            new_tags = {k: v for k, v in rec["tags"].items() if k not in (PARENT_TAG, keys.MLFLOW_RUN_NAME)}
             new_tags[SOURCE_RUN_TAG] = src
             new_tags[IMPORTED_FROM_TAG] = new_tags.get(IMPORTED_FROM_TAG) or label
             new_tags.update(tags or {})

@@ -53,6 +53,13 @@ def init_distributed(device: torch.device) -> tuple[DistInfo, torch.device]:
     return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank), device
 
 
+def wrap(module: torch.nn.Module, info: DistInfo, device: torch.device) -> torch.nn.Module:
+    """`module` as DistributedDataParallel when there are several processes, else as it is."""
+    if not info.enabled:
+        return module
+    return torch.nn.parallel.DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None)
+
+
 def shard(items: Sequence[T], info: DistInfo) -> list[T]:
     """This rank's share of the batches, with every rank given the same number of steps.
 

@@ -1,0 +1,84 @@
+"""Checkpoints: written atomically, loaded safely.
+
+Below training and tracking alike: the trainer writes checkpoints, `hmer evaluate` and the
+tracking store read them back, and neither has to import the other for it.
+
+A checkpoint holds only tensors and plain Python values, so it loads with
+`torch.load(weights_only=True)`: opening a checkpoint from someone else cannot run code.
+It is written to a temporary file in the same folder and moved into place with
+`os.replace`, so a run killed mid-write leaves the previous checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+
+def atomic_torch_save(obj: Any, path: str | Path) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} does not exist")
+    try:
+        ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as e:  # corrupt file or foreign pickle
+        raise ValueError(f"{path}: not a readable hmer checkpoint ({type(e).__name__}: {e})") from None
+    if not isinstance(ckpt, dict) or "model" not in ckpt or "config" not in ckpt:
+        raise ValueError(f"{path}: not an hmer checkpoint (no model weights and config inside)")
+    return ckpt
+
+
+def model_artifact(model: Any, cfg: Any, vocab: Any, epoch: int, val_exprate: float) -> dict[str, Any]:
+    """What `hmer evaluate` / `hmer predict` reload (a run's `model/model.pt`): weights, config and
+    vocabulary, nothing executable. `cfg` is a Config, `vocab` a Vocab."""
+    return {"format": 1, "model": model.state_dict(), "config": cfg.to_dict(), "vocab": list(vocab.itos),
+            "epoch": epoch, "val_exprate": val_exprate}
+
+
+def rng_state() -> dict[str, Any]:
+    """Every random generator the training loop touches, as tensors and plain values."""
+    np_state = np.random.get_state()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": {"keys": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
+                  "has_gauss": int(np_state[3]), "gauss": float(np_state[4])},
+        "python": _python_state_to_plain(random.getstate()),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"].cpu())
+    np_state = state["numpy"]
+    np.random.set_state(("MT19937", np_state["keys"].numpy().astype(np.uint32), np_state["pos"],
+                         np_state["has_gauss"], np_state["gauss"]))
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
+
+
+def _python_state_to_plain(st: tuple) -> list:
+    version, internal, gauss = st
+    return [version, list(internal), gauss]

@@ -1,0 +1,194 @@
+"""One training run in MLflow, from its first tags to its final status.
+
+    run = TrainingRun.start(experiment="hmer", variant="tiny", device="cpu (x86_64, 2 threads)")
+    with run:                                  # the run's status is settled on the way out
+        run.log_params(cfg.to_flat_dict())
+        for epoch in ...:
+            run.log_metrics(metrics, step=epoch)
+    # or, to continue a killed run in place:  TrainingRun.resume(run_id, from_epoch=3)
+
+How a run ends, by how its `with` block ends:
+
+    returns                         hmer.status finished           MLflow FINISHED
+    returns after run.pause()       hmer.status paused             MLflow KILLED (resumable)
+    raises optuna.TrialPruned       hmer.status pruned             MLflow KILLED
+    raises KeyboardInterrupt        hmer.status failed, hmer.error MLflow KILLED
+    raises anything else            hmer.status failed, hmer.error MLflow FAILED
+
+The trainer sees only the methods of `RunLogger`, so it never imports MLflow; a process that must
+not log (a DDP rank other than 0) is given a `NullRun`, which has the same methods and does nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Protocol
+
+from . import keys
+from .store import git_commit, setup_mlflow
+
+MAX_PARAMS_PER_BATCH = 100  # MLflow refuses larger log_batch calls
+MAX_METRICS_PER_BATCH = 1000
+
+
+class RunLogger(Protocol):
+    """What a training loop may do with its run."""
+
+    run_id: str | None
+
+    def log_params(self, params: dict[str, Any]) -> None: ...
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
+    def log_text(self, text: str, artifact_file: str) -> None: ...
+    def log_artifacts(self, local_dir: str, artifact_path: str) -> None: ...
+    def set_tag(self, key: str, value: str) -> None: ...
+    def pause(self) -> None: ...
+    def __enter__(self) -> RunLogger: ...
+    def __exit__(self, exc_type, exc, tb) -> bool: ...
+
+
+class TrainingRun:
+    """An MLflow run that a training writes to, and whose status its `with` block settles."""
+
+    def __init__(self, client, run_id: str):
+        self.client = client
+        self.run_id = run_id
+        self._paused = False
+
+    @classmethod
+    def start(cls, *, tracking_uri: str | None = None, experiment: str = "hmer", variant: str, device: str,
+              run_name: str | None = None, parent_run_id: str | None = None,
+              tags: dict[str, str] | None = None) -> TrainingRun:
+        """A new run, tagged with its variant, the code's commit, the device and status `running`;
+        `tags` are added (and win), `parent_run_id` nests it under a study's parent run."""
+        client, experiment_id = _client(tracking_uri, experiment)
+        run_tags = {
+            keys.VARIANT: variant,
+            keys.GIT_COMMIT: git_commit(),
+            keys.DEVICE: device,
+            keys.STATUS: "running",
+            **(tags or {}),
+        }
+        if parent_run_id:
+            run_tags[keys.MLFLOW_PARENT_RUN_ID] = parent_run_id
+        run = client.create_run(experiment_id, run_name=run_name, tags=run_tags)
+        return cls(client, run.info.run_id)
+
+    @classmethod
+    def resume(cls, run_id: str, *, tracking_uri: str | None = None, experiment: str = "hmer",
+               from_epoch: int) -> TrainingRun:
+        """The run `run_id` running again, from epoch `from_epoch` (tagged `hmer.resumed`)."""
+        client, _ = _client(tracking_uri, experiment)
+        client.update_run(run_id, status="RUNNING")
+        client.set_tag(run_id, keys.STATUS, "running")
+        client.set_tag(run_id, keys.RESUMED, str(from_epoch))
+        return cls(client, run_id)
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        log_params(self.client, self.run_id, params)
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        log_metrics(self.client, self.run_id, metrics, step)
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        self.client.log_text(self.run_id, text, artifact_file)
+
+    def log_artifacts(self, local_dir: str, artifact_path: str) -> None:
+        self.client.log_artifacts(self.run_id, local_dir, artifact_path)
+
+    def set_tag(self, key: str, value: str) -> None:
+        self.client.set_tag(self.run_id, key, value)
+
+    def pause(self) -> None:
+        """The run stops here but is not over: `resume` continues it (it ends KILLED, not FINISHED)."""
+        self.set_tag(keys.STATUS, "paused")
+        self._paused = True
+
+    def __enter__(self) -> TrainingRun:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        status = "FAILED"
+        try:
+            if exc is None:
+                status = "KILLED" if self._paused else "FINISHED"
+                if not self._paused:
+                    self.set_tag(keys.STATUS, "finished")
+            else:
+                # Matched by name: Optuna need not be installed for a run to train.
+                pruned = type(exc).__name__ == "TrialPruned"
+                self.set_tag(keys.STATUS, "pruned" if pruned else "failed")
+                if not pruned:
+                    self.set_tag(keys.ERROR, f"{type(exc).__name__}: {exc}"[:5000])
+                status = "KILLED" if pruned or isinstance(exc, KeyboardInterrupt) else "FAILED"
+        finally:
+            self.client.set_terminated(self.run_id, status=status)
+        return False
+
+
+class NullRun:
+    """A `RunLogger` that records nothing: what DDP ranks other than 0 log to."""
+
+    def __init__(self, run_id: str | None = None):
+        self.run_id = run_id
+
+    def log_params(self, params: dict[str, Any]) -> None:
+        pass
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        pass
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        pass
+
+    def log_artifacts(self, local_dir: str, artifact_path: str) -> None:
+        pass
+
+    def set_tag(self, key: str, value: str) -> None:
+        pass
+
+    def pause(self) -> None:
+        pass
+
+    def __enter__(self) -> NullRun:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        return False
+
+
+def split_metrics(key: str, result: Any, decode_seconds: float) -> dict[str, float]:
+    """The final metrics of one decoded split (`key` = `test_2014`, `val_final`, ...), as every run logs
+    them: the scores (`<key>_exprate`, `_le1`, `_le2`, `_n`), `<key>_resized` and `<key>_decode_seconds`.
+    `result` is an `evaluation.SplitResult`."""
+    return {**result.scores.as_dict(key), f"{key}_resized": result.resized, f"{key}_decode_seconds": decode_seconds}
+
+
+def log_params(client, run_id: str, params: dict[str, Any]) -> None:
+    """Every param (values as strings), in as few requests as MLflow allows."""
+    from mlflow.entities import Param
+
+    _in_batches([Param(k, str(v)) for k, v in params.items()], MAX_PARAMS_PER_BATCH,
+                lambda items: client.log_batch(run_id, params=items))
+
+
+def log_metrics(client, run_id: str, metrics: dict[str, float], step: int) -> None:
+    """Every metric that has a value, at one step and one timestamp, in as few requests as MLflow allows."""
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    _in_batches([Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None],
+                MAX_METRICS_PER_BATCH, lambda items: client.log_batch(run_id, metrics=items))
+
+
+def _in_batches(items: list, size: int, send) -> None:
+    for i in range(0, len(items), size):
+        send(items[i:i + size])
+
+
+def _client(tracking_uri: str | None, experiment: str):
+    """(MLflow client, experiment id), the experiment created if needed and made MLflow's current one."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    experiment_id = setup_mlflow(tracking_uri, experiment)
+    return MlflowClient(tracking_uri=mlflow.get_tracking_uri()), experiment_id

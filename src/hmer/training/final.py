@@ -1,0 +1,78 @@
+"""The end of a run: the best-on-validation weights decoded on every test year, and what is logged.
+
+Final metrics (step = the last epoch): `best_val_exprate`, `best_epoch`, the clocks, `num_params`,
+then per split `<key>_exprate|le1|le2|n|resized|decode_seconds` for `val_final` and each
+`test_<year>`. Artifacts: `predictions/test_<year>.csv`, `split/val_predictions.csv` (beside the
+split's name list), `model/model.pt` (what `hmer evaluate RUN` and `hmer predict RUN` fetch) and
+`attention/*.png`.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..checkpoint import load_checkpoint
+from ..evaluation.evaluate import decode_options, evaluate_split
+from ..tracking import keys
+from ..tracking.artifacts import log_attention_maps, write_predictions_csv
+from ..tracking.run import RunLogger, split_metrics
+from .setup import Setup
+
+if TYPE_CHECKING:
+    from .trainer import TrainResult
+
+
+def final_evaluation(run: RunLogger, setup: Setup, result: TrainResult, best_path: Path, progress: bool) -> None:
+    """Decode validation and the test years with the best weights; fill `result.test_scores`; log it all."""
+    cfg, model, data = setup.cfg, setup.model, setup.data
+    if best_path.is_file():
+        model.load_state_dict(load_checkpoint(best_path, map_location=setup.device)["model"])
+    model.eval()
+    final: dict[str, float] = {
+        "best_val_exprate": max(result.best_val_exprate, 0.0),
+        "best_epoch": result.best_epoch,
+        "train_seconds": result.train_seconds,
+        "gpu_minutes": result.train_seconds / 60.0 if setup.device.type == "cuda" else 0.0,
+        "num_params": result.num_params,
+    }
+    if result.step_seconds > 0:  # training steps only; validation passes are not counted
+        final["train_images_per_second"] = result.images_trained / result.step_seconds
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+        (tmp_path / "predictions").mkdir()
+        (tmp_path / "split").mkdir()
+        # Validation decoded as the test years are (beam, joint search for bi), beside them: how
+        # well the split that selected the checkpoint predicts the test years.
+        splits = [("val", "val_final", data.get("val") or [])]
+        splits += [(y, f"test_{y}", data[y]) for y in setup.test_years]
+        for split, key, exprs in splits:
+            if not exprs:
+                continue
+            t0 = time.monotonic()
+            res = evaluate_split(model, exprs, setup.vocab, **decode_options(
+                cfg, setup.device, setup.amp_dtype, beam=cfg.train.beam_size,
+                progress=f"{key} decoding" if progress else None))
+            if split != "val":
+                result.test_scores[split] = res.scores
+            final.update(split_metrics(key, res, time.monotonic() - t0))
+            csv_path = tmp_path / "split" / "val_predictions.csv" if split == "val" else \
+                tmp_path / "predictions" / f"{key}.csv"
+            write_predictions_csv(csv_path, res.rows())
+        run.log_artifacts(str(tmp_path / "predictions"), "predictions")
+        if any((tmp_path / "split").iterdir()):
+            run.log_artifacts(str(tmp_path / "split"), "split")
+        if best_path.is_file():
+            model_dir = tmp_path / "model"
+            model_dir.mkdir()
+            shutil.copyfile(best_path, model_dir / "model.pt")
+            run.log_artifacts(str(model_dir), "model")
+        try:
+            log_attention_maps(run, model, data.get("val") or data["train"], setup.vocab, cfg, setup.device,
+                               cfg.train.attention_maps)
+        except Exception as e:  # a picture must never cost a finished run
+            run.set_tag(keys.ATTENTION_MAPS_ERROR, f"{type(e).__name__}: {e}"[:500])
+    run.log_metrics(final, step=result.epochs)

@@ -1,0 +1,76 @@
+"""Continuing a killed run exactly: what `last.pt` holds and how it is put back.
+
+After every epoch the trainer writes `last.pt`: the weights, the optimiser and schedule, every
+random generator, and the `TrainState` (epoch, best validation so far, clocks, run id). The batch
+order and augmentation of an epoch are drawn from (seed, epoch) alone, so with these restored a
+resumed run takes the very steps the uninterrupted one would have taken and ends with the same
+weights.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..checkpoint import atomic_torch_save, rng_state, set_rng_state
+from ..tracking.store import default_checkpoint_root
+from .setup import Setup
+
+
+@dataclass
+class TrainState:
+    """Where a training stands between two epochs (a fresh run: nothing done yet)."""
+
+    epoch: int = 0                   # the last epoch done
+    best_val_exprate: float = -1.0
+    best_epoch: int = 0
+    train_seconds: float = 0.0       # wall clock of all epochs so far, validation included
+    step_seconds: float = 0.0        # time in training steps only
+    images_trained: int = 0          # images seen by training steps, all ranks
+    run_id: str | None = None
+
+
+def restore(ckpt: dict[str, Any], setup: Setup) -> TrainState:
+    """Put `ckpt` (a `last.pt`) back into the model, optimiser, schedule and RNGs; its TrainState."""
+    setup.model.load_state_dict(ckpt["model"])
+    setup.optimizer.load_state_dict(ckpt["optimizer"])
+    setup.schedule.load_state_dict(ckpt["schedule"])
+    set_rng_state(ckpt["rng"])
+    return TrainState(epoch=int(ckpt["epoch"]), best_val_exprate=float(ckpt["best_val_exprate"]),
+                      best_epoch=int(ckpt["best_epoch"]), train_seconds=float(ckpt.get("train_seconds", 0.0)),
+                      step_seconds=float(ckpt.get("step_seconds", 0.0)),
+                      images_trained=int(ckpt.get("images_trained", 0)), run_id=ckpt.get("run_id"))
+
+
+def save_last(path: Path, setup: Setup, state: TrainState) -> None:
+    """Everything `restore` needs, written atomically (a kill mid-write keeps the previous file)."""
+    atomic_torch_save({
+        "format": 1, "model": setup.model.state_dict(), "optimizer": setup.optimizer.state_dict(),
+        "schedule": setup.schedule.state_dict(), "rng": rng_state(), "epoch": state.epoch,
+        "best_val_exprate": state.best_val_exprate, "best_epoch": state.best_epoch,
+        "train_seconds": state.train_seconds, "step_seconds": state.step_seconds,
+        "images_trained": state.images_trained, "config": setup.cfg.to_dict(), "run_id": state.run_id,
+    }, path)
+
+
+def checkpoint_dir(run_dir: str | Path | None, resume: bool | str | Path | None, run_id: str | None) -> Path:
+    """Where `last.pt` and `best.pt` go: `run_dir` when given, else beside the checkpoint resumed
+    from, else `<MLflow home>/checkpoints/<run id>/`."""
+    if run_dir:
+        return Path(run_dir)
+    if resume and Path(str(resume)).is_file():
+        return Path(str(resume)).parent
+    return default_checkpoint_root() / str(run_id)
+
+
+class Clock:
+    """A run's wall clock across processes: the seconds of the runs before a resume plus this one's."""
+
+    def __init__(self, before: float = 0.0):
+        self.before = before
+        self.start = time.monotonic()
+
+    def elapsed(self) -> float:
+        return self.before + time.monotonic() - self.start

@@ -1,0 +1,124 @@
+"""One training run's lifecycle in MLflow (hmer.tracking.run), and the layers it keeps apart."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from hmer.tracking import keys
+from hmer.tracking.run import NullRun, TrainingRun
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "hmer"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("mlruns")
+    return f"sqlite:///{folder / 'mlflow.db'}"
+
+
+def _start(store, **kwargs) -> TrainingRun:
+    return TrainingRun.start(tracking_uri=store, experiment="lifecycle", variant="tiny", device="cpu (test)",
+                             **kwargs)
+
+
+class TrialPruned(Exception):
+    """Named as Optuna's: the run recognises pruning by the exception's name."""
+
+
+def test_a_run_that_returns_is_finished_with_its_start_tags(store):
+    parent = _start(store, run_name="parent")
+    with parent:
+        pass
+    run = _start(store, run_name="child", parent_run_id=parent.run_id, tags={keys.TRIAL: "3"})
+    with run:
+        run.log_params({f"p{i}": i for i in range(150)})  # more than one MLflow batch
+        run.log_metrics({"train_loss": 1.5, "skipped": None}, step=1)
+        run.log_metrics({"train_loss": 1.0}, step=2)
+        run.log_text("{}", "config.json")
+    got = MlflowClient(store).get_run(run.run_id)
+    assert got.info.status == "FINISHED" and got.info.run_name == "child"
+    tags = got.data.tags
+    assert tags[keys.STATUS] == "finished" and tags[keys.VARIANT] == "tiny" and tags[keys.DEVICE] == "cpu (test)"
+    assert tags[keys.GIT_COMMIT] and tags[keys.TRIAL] == "3" and tags[keys.MLFLOW_PARENT_RUN_ID] == parent.run_id
+    assert len(got.data.params) == 150 and "skipped" not in got.data.metrics
+    history = MlflowClient(store).get_metric_history(run.run_id, "train_loss")
+    assert [(m.step, m.value) for m in history] == [(1, 1.5), (2, 1.0)]
+
+
+@pytest.mark.parametrize("exc, status, tag, error", [
+    (TrialPruned("pruned at epoch 2"), "KILLED", "pruned", None),
+    (KeyboardInterrupt(), "KILLED", "failed", "KeyboardInterrupt: "),
+    (FloatingPointError("training loss became nan"), "FAILED", "failed", "FloatingPointError: training loss became nan"),
+])
+def test_an_exception_ends_the_run_with_its_status_and_goes_on(store, exc, status, tag, error):
+    run = _start(store)
+    with pytest.raises(type(exc)):
+        with run:
+            raise exc
+    got = MlflowClient(store).get_run(run.run_id)
+    assert got.info.status == status and got.data.tags[keys.STATUS] == tag
+    assert got.data.tags.get(keys.ERROR) == error
+
+
+def test_a_paused_run_is_killed_and_resumes_in_place(store):
+    run = _start(store)
+    with run:
+        run.pause()
+    client = MlflowClient(store)
+    got = client.get_run(run.run_id)
+    assert got.info.status == "KILLED" and got.data.tags[keys.STATUS] == "paused"
+    again = TrainingRun.resume(run.run_id, tracking_uri=store, experiment="lifecycle", from_epoch=4)
+    got = client.get_run(run.run_id)
+    assert got.info.status == "RUNNING" and got.data.tags[keys.STATUS] == "running"
+    assert got.data.tags[keys.RESUMED] == "4"
+    with again:
+        pass
+    assert client.get_run(run.run_id).info.status == "FINISHED"
+
+
+def test_a_null_run_records_nothing_and_lets_exceptions_through():
+    run = NullRun("abc")
+    with pytest.raises(ValueError):
+        with run:
+            run.log_params({"a": 1})
+            run.log_metrics({"x": 1.0}, step=1)
+            run.set_tag(keys.STATUS, "x")
+            run.pause()
+            raise ValueError("through")
+    assert run.run_id == "abc"
+
+
+def _imports(path: Path) -> set[str]:
+    """The absolute module names `path` imports (relative imports resolved within hmer)."""
+    package = ".".join(path.relative_to(SRC.parent).with_suffix("").parts[:-1])
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            module = ".".join(p for p in (base, node.module or "") if p)
+            found |= {module} | {f"{module}.{a.name}" for a in node.names}
+    return found
+
+
+def test_training_never_imports_mlflow_and_tracking_never_imports_training():
+    for path in sorted((SRC / "training").glob("*.py")):
+        assert not any(m.split(".")[0] == "mlflow" for m in _imports(path)), path.name
+    for path in [*sorted((SRC / "tracking").glob("*.py")), SRC / "checkpoint.py", SRC / "device.py"]:
+        upward = {m for m in _imports(path) if m.startswith(("hmer.training", "hmer.studies", "hmer.reports"))}
+        assert not upward, f"{path.name} imports {upward}"
+
+
+def test_tag_keys_are_named_once():
+    files = [*(SRC / "training").glob("*.py"), *(SRC / "tracking").glob("*.py"), SRC / "reports" / "runs.py"]
+    for path in files:
+        if path.name == "keys.py":
+            continue
+        literals = [n.value for n in ast.walk(ast.parse(path.read_text()))
+                    if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("hmer.")]
+        assert not literals, f"{path.name}: {literals}"
