@@ -98,3 +98,27 @@ def test_new_experiments_never_put_artifacts_under_the_working_folder(tmp_path, 
     for uri in ("postgresql://hmer:pw@127.0.0.1:5432/mlflow", "postgresql+psycopg2://h@db/m", "mysql://u@h/m"):
         assert artifact_root_for(uri) == (tmp_path / "home" / "artifacts").as_uri(), uri
     assert artifact_root_for("http://127.0.0.1:5000") is None
+
+
+def test_loading_a_run_s_model_leaves_no_download_behind(tmp_path, monkeypatch):
+    import tempfile
+
+    from hmer.checkpoint import atomic_torch_save, model_artifact
+    from hmer.data import Vocab
+    from hmer.model import build_model
+    from hmer.config import Config
+    from hmer.presets import model_config
+    from hmer.tracking.models import load_model
+
+    uri = f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
+    (tmp_path / "mlruns").mkdir()
+    client = MlflowClient(uri)
+    run_id = client.create_run(setup_mlflow(uri, "results")).info.run_id
+    cfg = Config(model=model_config("tiny"))
+    atomic_torch_save(model_artifact(build_model(cfg.model), cfg, Vocab(), 1, 0.0), tmp_path / "model.pt")
+    client.log_artifact(run_id, str(tmp_path / "model.pt"), "model")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    model, loaded, _ = load_model(run_id, uri)
+    assert loaded.model == cfg.model
+    assert list((tmp_path / "tmp").iterdir()) == []  # the downloaded model.pt is gone again

@@ -17,7 +17,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "RunNotFoundError": "models", "load_model": "models", "resolve_checkpoint": "models",
+    "RunNotFoundError": "models", "load_model": "models", "checkpoint_file": "models",
     "default_tracking_uri": "store", "mlruns_dir": "store", "project_root": "store", "setup_mlflow": "store",
 }
 

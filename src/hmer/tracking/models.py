@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import torch
 
@@ -17,11 +20,14 @@ class RunNotFoundError(LookupError):
     """Neither a checkpoint file nor a run id in the tracking store."""
 
 
-def resolve_checkpoint(run_or_checkpoint: str, tracking_uri: str | None = None) -> Path:
-    """A checkpoint path as given, or the run's `model/model.pt` artifact downloaded."""
+@contextlib.contextmanager
+def checkpoint_file(run_or_checkpoint: str, tracking_uri: str | None = None) -> Iterator[Path]:
+    """A checkpoint path as given, or the run's `model/model.pt` artifact downloaded into a
+    temporary folder that is removed again when the block ends."""
     path = Path(run_or_checkpoint)
     if path.is_file():
-        return path
+        yield path
+        return
     if path.suffix in (".pt", ".pth") or "/" in run_or_checkpoint:
         raise RunNotFoundError(f"{run_or_checkpoint}: no such checkpoint file")
     from mlflow.exceptions import MlflowException
@@ -36,11 +42,14 @@ def resolve_checkpoint(run_or_checkpoint: str, tracking_uri: str | None = None) 
     run_or_checkpoint = _run_id_in_store(client, run_or_checkpoint, "not a checkpoint file, nor a run in")
     dest = Path(tempfile.mkdtemp(prefix="hmer-model-"))
     try:
-        local = download_run_artifact(client, run_or_checkpoint, "model/model.pt", str(dest))
-    except (MlflowException, OSError):
-        raise RunNotFoundError(f"run {run_or_checkpoint} has no model/model.pt artifact "
-                               "(it may have failed before finishing)") from None
-    return Path(local)
+        try:
+            local = download_run_artifact(client, run_or_checkpoint, "model/model.pt", str(dest))
+        except (MlflowException, OSError):
+            raise RunNotFoundError(f"run {run_or_checkpoint} has no model/model.pt artifact "
+                                   "(it may have failed before finishing)") from None
+        yield Path(local)
+    finally:
+        shutil.rmtree(dest, ignore_errors=True)
 
 
 def load_model(run_or_checkpoint: str, tracking_uri: str | None = None,
@@ -48,7 +57,8 @@ def load_model(run_or_checkpoint: str, tracking_uri: str | None = None,
     """(model in eval mode, Config, Vocab) from a run id or a checkpoint (best.pt / last.pt / model.pt)."""
     from ..model import build_model
 
-    ckpt = load_checkpoint(resolve_checkpoint(run_or_checkpoint, tracking_uri), map_location=device)
+    with checkpoint_file(run_or_checkpoint, tracking_uri) as path:
+        ckpt = load_checkpoint(path, map_location=device)
     cfg = Config.from_dict(ckpt["config"], stored=True)
     vocab = Vocab(ckpt["vocab"][3:]) if "vocab" in ckpt else Vocab()
     model = build_model(cfg.model)
