@@ -6,7 +6,7 @@ The objective is the best validation ExpRate (never a test year); the table at t
 lists every trial with its test scores.
 
     python studies/sweep.py                          # smoke on a CPU, short on a GPU
-    python studies/sweep.py --preset short --trials 24 --n-jobs 3
+    python studies/sweep.py --budget short --trials 24 --n-jobs 3
 
 Run it again to resume (killed trials are replaced). Options: --help, and docs/studies.md.
 """

@@ -77,6 +77,7 @@ class Machine:
         self.tmp = tmp / f"tmp-{name}"
         self.tmp.mkdir(parents=True)
         self.log_path = tmp / f"{name}.log"
+        self.checkpoints = tmp / f"mlruns-{name}" / "checkpoints"  # a study's trials checkpoint there
         env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
         env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", TMPDIR=str(self.tmp),
                    HMER_MLRUNS=str(tmp / f"mlruns-{name}"), HMER_CACHE=str(tmp / f"cache-{name}"),
@@ -140,14 +141,14 @@ def _wait(predicate, machines: list[Machine], timeout_s: float, what: str, poll_
 
 
 def _catch_checkpoint_write(machine: Machine, timeout_s: float) -> list[str]:
-    """Poll the machine's temp folder until a checkpoint is half-written (atomic_torch_save's
+    """Poll the machine's checkpoint folder until a checkpoint is half-written (atomic_torch_save's
     temporary file exists), then SIGKILL the worker at once; returns the files it left."""
-    pattern = str(machine.tmp / "hmer-*" / ".*.pt.*.tmp")
+    pattern = str(machine.checkpoints / "*" / ".*.pt.*.tmp")
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if glob.glob(pattern):
             machine.kill()
-            return glob.glob(str(machine.tmp / "hmer-*" / "*")) + glob.glob(str(machine.tmp / "hmer-*" / ".*"))
+            return glob.glob(str(machine.checkpoints / "*" / "*")) + glob.glob(str(machine.checkpoints / "*" / ".*"))
         if machine.proc.poll() is not None:
             break
         time.sleep(0.001)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,6 +20,7 @@ from optuna.trial import TrialState
 
 from hmer.studies import DIRECTION, SWEEP, StudySpec, run_grid_study, run_sweep
 from hmer.studies.claims import CELL_ATTR, ERROR_ATTR, WORKER_ATTR
+from hmer.training.checkpoint import load_checkpoint
 from tiny_dataset import tiny_data, write_dataset
 
 REPO = Path(__file__).resolve().parents[1]
@@ -158,8 +160,8 @@ def test_a_different_grid_under_the_same_name_is_refused(stores):
                        overrides=TINY, study_name="taken")
 
 
-def _command(tmp_path: Path, tracking: str, storage: str, seeds: str, epochs: int = 1) -> list[str]:
-    sets = [f"{k}={v}" for k, v in {**TINY, "train.epochs": epochs}.items()]
+def _command(tmp_path: Path, tracking: str, storage: str, seeds: str, epochs: int = 1, **more) -> list[str]:
+    sets = [f"{k}={v}" for k, v in {**TINY, "train.epochs": epochs, **more}.items()]
     return [sys.executable, str(SCRIPT), "--preset", "smoke", "--seeds", seeds, "--data", str(tmp_path / "data"),
             "--tracking-uri", tracking, "--storage", storage, "--study-name", "direction-cli", "--set", *sets]
 
@@ -210,6 +212,10 @@ def test_a_study_killed_mid_trial_resumes_without_losing_or_repeating_a_cell(sto
     assert proc.returncode == -signal.SIGKILL
     killed = optuna.load_study(study_name="direction-cli", storage=storage).get_trials(states=(TrialState.RUNNING,))
     assert len(killed) == 1
+    # No checkpoint of the killed trial survives here (as on a machine that is gone), so its cell
+    # trains again from scratch in a new run; test_a_killed_trial_continues_from_its_checkpoint
+    # is the case where it survives.
+    shutil.rmtree(tmp_path / "mlruns" / "checkpoints", ignore_errors=True)
 
     second = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO, timeout=300)
     assert second.returncode == 0, second.stdout + second.stderr
@@ -227,6 +233,96 @@ def test_a_study_killed_mid_trial_resumes_without_losing_or_repeating_a_cell(sto
     statuses = {int(r.data.tags["hmer.trial"]): r.info.status for r in children}
     assert statuses[killed[0].number] == "FAILED"
     assert sorted(statuses.values()) == ["FAILED", "FINISHED", "FINISHED", "FINISHED"]
+
+
+def _metrics(tracking: str, run_id: str) -> dict[str, list[float]]:
+    """Every metric of a run: its values in step order (one per epoch, or the final one)."""
+    client = MlflowClient(tracking)
+    out = {}
+    for key in client.get_run(run_id).data.metrics:
+        out[key] = [m.value for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)]
+    return out
+
+
+def test_a_killed_trial_continues_from_its_checkpoint(stores, tmp_path):
+    """A worker killed after some epochs of a trial: the rerun continues that trial's MLflow run
+    from its last checkpoint, and the cell ends with the numbers of a run that was never killed."""
+    tracking, storage = stores
+    data = write_dataset(tmp_path / "data", {"train": 12, "2014": 4})
+    # Enough epochs to be killed in the middle; no wall-clock limit, so the numbers are the epochs'.
+    cmd = _command(tmp_path, tracking, storage, "1", epochs=12, **{"train.time_budget_s": 0})
+    env = _env(tmp_path)
+    checkpoints = tmp_path / "mlruns" / "checkpoints"
+    killed: dict = {}
+
+    def two_epochs_checkpointed() -> bool:
+        """The first trial is RUNNING, its run has logged two epochs and left a checkpoint."""
+        try:
+            study = optuna.load_study(study_name="direction-cli", storage=storage)
+        except KeyError:
+            return False
+        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        if not running:  # (and MLflow's store may still be being created: not touched before)
+            return False
+        _, children = _child_runs(tracking, "direction-cli")
+        runs = [r for r in children if r.data.tags.get("hmer.trial") == str(running[0].number)]
+        if not runs or not (checkpoints / runs[0].info.run_id / "last.pt").is_file():
+            return False
+        if len(MlflowClient(tracking).get_metric_history(runs[0].info.run_id, "train_loss")) < 2:
+            return False
+        killed.update(number=running[0].number, run_id=runs[0].info.run_id)
+        return True
+
+    with open(tmp_path / "first.log", "w") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        try:
+            _wait_for(two_epochs_checkpointed, proc, 240, "two epochs of the first trial")
+            os.kill(proc.pid, signal.SIGKILL)
+        finally:
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    epoch = int(load_checkpoint(checkpoints / killed["run_id"] / "last.pt")["epoch"])
+    assert 2 <= epoch < 12
+
+    second = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert f"resuming run {killed['run_id']} from epoch {epoch + 1}" in second.stdout, second.stdout
+
+    # Optuna: every cell complete once; the killed trial FAIL, its cell's new trial has its run.
+    study = optuna.load_study(study_name="direction-cli", storage=storage)
+    complete = _cells(study, TrialState.COMPLETE)
+    assert len(complete) == 3 and set(complete.values()) == {1} and len(study.trials) == 4
+    dead = study.trials[killed["number"]]
+    assert dead.state == TrialState.FAIL
+    again = next(t for t in study.get_trials(states=(TrialState.COMPLETE,))
+                 if t.user_attrs[CELL_ATTR] == dead.user_attrs[CELL_ATTR])
+    assert again.user_attrs["mlflow_run_id"] == killed["run_id"]
+    assert again.user_attrs["hmer.resumed_from"]["trial"] == killed["number"]
+
+    # MLflow: three children, all FINISHED; the killed run now belongs to the new trial.
+    parents, children = _child_runs(tracking, "direction-cli")
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED" and len(children) == 3
+    assert all(r.info.status == "FINISHED" and r.data.tags["hmer.status"] == "finished" for r in children)
+    run = next(r for r in children if r.info.run_id == killed["run_id"])
+    assert run.data.tags["hmer.trial"] == str(again.number) and "hmer.error" not in run.data.tags
+    assert run.data.tags["hmer.resumed"] == str(epoch + 1)
+    assert not any(checkpoints.iterdir())  # the finished trials' checkpoints are gone
+
+    # The same cell trained without a kill, in another study: the same epochs, the same numbers.
+    direction = dead.params["model.direction"]
+    spec = StudySpec(name="ablate_direction", description="one cell", axes={"model.direction": (direction,)},
+                     model_presets=DIRECTION.model_presets)
+    reference = run_grid_study(spec, "smoke", storage=storage, tracking_uri=tracking, data_path=str(data),
+                               seeds=(1,), study_name="direction-reference", print_table=False,
+                               overrides={**TINY, "train.epochs": 12, "train.time_budget_s": 0})
+    assert reference.complete
+    _, (uninterrupted,) = _child_runs(tracking, "direction-reference")
+    resumed, expected = _metrics(tracking, killed["run_id"]), _metrics(tracking, uninterrupted.info.run_id)
+    assert len(resumed["train_loss"]) == 12
+    for key in ("train_loss", "val_exprate", "best_val_exprate", "test_2014_exprate", "test_2014_le1",
+                "test_2014_le2", "test_2014_n"):
+        if key in expected:
+            assert resumed[key] == pytest.approx(expected[key], rel=1e-6, abs=1e-9), key
 
 
 def test_two_workers_on_one_study_never_run_a_cell_twice(stores, tmp_path):

@@ -33,10 +33,11 @@ WORKER = textwrap.dedent("""
                      model_presets={})
     seeds = tuple(range(1, int(sys.argv[2]) + 1))
     cells, space = spec.cells(seeds), spec.search_space(seeds)
-    sampler = ClaimedGridSampler(space)
-    study = optuna.create_study(study_name="s", storage=open_storage(sys.argv[1]), sampler=sampler,
+    storage = open_storage(sys.argv[1])
+    sampler = ClaimedGridSampler(space, storage)
+    study = optuna.create_study(study_name="s", storage=storage, sampler=sampler,
                                 direction="maximize", load_if_exists=True)
-    claims = CellClaims(study, Worker.current())
+    claims = CellClaims(study, Worker.current(), storage)
     while (cell := claims.claim(cells, set())) is not None:
         sampler.assign(cell, lambda study, trial: claims.started(trial, cell))
 
@@ -51,10 +52,11 @@ WORKER = textwrap.dedent("""
 
 
 def _study(storage: str, seeds=(1,)) -> tuple[optuna.Study, ClaimedGridSampler, CellClaims]:
-    sampler = ClaimedGridSampler(SPEC.search_space(seeds))
-    study = optuna.create_study(study_name="s", storage=open_storage(storage), sampler=sampler,
+    store = open_storage(storage)
+    sampler = ClaimedGridSampler(SPEC.search_space(seeds), store)
+    study = optuna.create_study(study_name="s", storage=store, sampler=sampler,
                                 direction="maximize", load_if_exists=True)
-    return study, sampler, CellClaims(study, Worker.current())
+    return study, sampler, CellClaims(study, Worker.current(), store)
 
 
 def _run_cell(study, sampler, claims, cell, fail: bool = False) -> None:
@@ -99,7 +101,7 @@ def test_a_failed_cell_opens_again_but_a_complete_or_running_one_does_not(tmp_pa
     # A trial RUNNING in a live worker (this process) holds its cell; another worker skips it.
     sampler.assign(cells[2], lambda s, trial: claims.started(trial, cells[2]))
     study.ask()
-    other = CellClaims(study, Worker(host="elsewhere", pid=1, started="", token="other"))
+    other = CellClaims(study, Worker(host="elsewhere", pid=1, started="", token="other"), claims.storage)
     assert [cell_key(c) for c in other.status().open_cells(cells, set())] == [cell_key(cells[1])]
     claimed = other.claim(cells, set())
     assert claimed == cells[1]

@@ -40,12 +40,14 @@ from typing import Any, Iterable, Mapping, Sequence
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from ..tracking import keys
+from .optuna_compat import grid_attrs
 from .spec import SEED_KEY, cell_key
 
-CELL_ATTR = "hmer.cell_key"  # trial user attribute: the cell's identity (see spec.cell_key)
-WORKER_ATTR = "hmer.worker"  # trial user attribute: the worker that runs it
-ERROR_ATTR = "hmer.error"  # trial user attribute: why a trial failed in a live worker
-CLAIM_PREFIX = "hmer.claim:"  # study system attribute per worker: the cell it is claiming
+CELL_ATTR = keys.CELL_KEY  # trial user attribute: the cell's identity (see spec.cell_key)
+WORKER_ATTR = keys.WORKER  # trial user attribute: the worker that runs it
+ERROR_ATTR = keys.ERROR  # trial user attribute: why a trial failed in a live worker
+CLAIM_PREFIX = keys.CLAIM_PREFIX  # study system attribute per worker: the cell it is claiming
 
 
 # ---- workers ------------------------------------------------------------------------------------
@@ -120,30 +122,30 @@ class ClaimedGridSampler(optuna.samplers.GridSampler):
     The study stays an ordinary grid study (trials carry GridSampler's `search_space`
     and `grid_id`, so Optuna's tools read it as one); only the choice of cell moves to
     `CellClaims`, and the decision to stop moves to the runner, which knows that a FAIL
-    cell must run again.
+    cell must run again. `storage` is the study's storage, where the cell is written.
     """
 
-    def __init__(self, search_space: Mapping[str, Sequence[Any]]):
+    def __init__(self, search_space: Mapping[str, Sequence[Any]], storage: optuna.storages.BaseStorage):
         super().__init__(search_space, seed=0)
-        self._next_cell: dict[str, Any] | None = None
-        self._on_start: Any = None
+        self.storage = storage
+        self.next_cell: dict[str, Any] | None = None
+        self.on_start: Any = None
 
     def assign(self, cell: Mapping[str, Any], on_start) -> None:
         """The next trial of this process takes `cell`; `on_start(study, trial)` runs once it exists."""
-        self._next_cell = dict(cell)
-        self._on_start = on_start
+        self.next_cell = dict(cell)
+        self.on_start = on_start
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        cell, on_start = self._next_cell, self._on_start
-        self._next_cell, self._on_start = None, None
+        cell, on_start = self.next_cell, self.on_start
+        self.next_cell, self.on_start = None, None
         if cell is None:
             raise RuntimeError("a grid trial was started without a claimed cell; "
-                               "studies are run by hmer.studies.runner.run_grid_study")
-        # GridSampler's own bookkeeping (private but stable since Optuna 2): the grid id of the cell.
-        grid_id = self._all_grids.index(tuple(cell[name] for name in self._param_names))
-        storage = study._storage
-        storage.set_trial_system_attr(trial._trial_id, "search_space", self._search_space)
-        storage.set_trial_system_attr(trial._trial_id, "grid_id", grid_id)
+                               "studies are run by hmer.studies.run_grid_study")
+        tid = self.storage.get_trial_id_from_study_id_trial_number(
+            self.storage.get_study_id_from_name(study.study_name), trial.number)
+        for key, value in grid_attrs(self, cell).items():
+            self.storage.set_trial_system_attr(tid, key, value)
         if on_start is not None:
             on_start(study, trial)
 
@@ -170,15 +172,18 @@ class GridStatus:
 class CellClaims:
     """Claims grid cells for one worker in one study; see the module docstring."""
 
-    def __init__(self, study: optuna.Study, worker: Worker, claim_ttl_s: float = 120.0,
-                 rng: random.Random | None = None):
+    def __init__(self, study: optuna.Study, worker: Worker, storage: optuna.storages.BaseStorage,
+                 claim_ttl_s: float = 120.0, rng: random.Random | None = None):
         self.study = study
         self.worker = worker
+        self.storage = storage  # the study's: its public methods read and write what the workers share
+        self.study_id = storage.get_study_id_from_name(study.study_name)
         self.claim_ttl_s = claim_ttl_s
         self.rng = rng or random.Random(worker.token)
-        self._storage = study._storage
-        self._study_id = study._study_id
-        self._claim_key = CLAIM_PREFIX + worker.token
+        self.claim_key = CLAIM_PREFIX + worker.token
+
+    def trial_id(self, trial: FrozenTrial) -> int:
+        return self.storage.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
 
     # -- dead workers ---------------------------------------------------------------------------
     def reap(self) -> list[FrozenTrial]:
@@ -191,17 +196,18 @@ class CellClaims:
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             optuna.storages.fail_stale_trials(self.study)
         failed = []
-        for trial in self._storage.get_all_trials(self._study_id, deepcopy=False, states=(TrialState.RUNNING,)):
+        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             worker = trial.user_attrs.get(WORKER_ATTR)
             alive = worker_alive(worker)
             orphan = worker is None and self._age_s(trial) > self.claim_ttl_s  # died before tagging it
             if alive is False or orphan:
                 try:
-                    self._storage.set_trial_user_attr(
-                        trial._trial_id, "hmer.failed_by",
+                    tid = self.trial_id(trial)
+                    self.storage.set_trial_user_attr(
+                        tid, keys.FAILED_BY,
                         f"worker {worker.get('token') if worker else '?'} is gone; marked FAIL by {self.worker.token}")
-                    if self._storage.set_trial_state_values(trial._trial_id, TrialState.FAIL):
-                        failed.append(self._storage.get_trial(trial._trial_id))
+                    if self.storage.set_trial_state_values(tid, TrialState.FAIL):
+                        failed.append(self.storage.get_trial(tid))
                 except optuna.exceptions.UpdateFinishedTrialError:
                     pass  # another worker got there first
         return failed
@@ -216,7 +222,7 @@ class CellClaims:
     def status(self) -> GridStatus:
         """Claims first, then trials: a claim released after our read shows as its trial."""
         claimed = self._live_claims()
-        trials = self._storage.get_all_trials(self._study_id, deepcopy=False)
+        trials = self.study.get_trials(deepcopy=False)
         complete, running, failed = set(), set(), set()
         for t in trials:
             key = t.user_attrs.get(CELL_ATTR)
@@ -234,7 +240,7 @@ class CellClaims:
         """Cells whose trial raised an error in a live worker (not a killed one) since `since`
         (a Unix time): a worker does not retry those in the same session; a rerun does."""
         out = set()
-        for t in self._storage.get_all_trials(self._study_id, deepcopy=False, states=(TrialState.FAIL,)):
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
             key = t.user_attrs.get(CELL_ATTR)
             if key and ERROR_ATTR in t.user_attrs and t.datetime_start and t.datetime_start.timestamp() >= since:
                 out.add(key)
@@ -243,8 +249,8 @@ class CellClaims:
     def _live_claims(self) -> set[str]:
         out = set()
         now = time.time()
-        for key, value in self._storage.get_study_system_attrs(self._study_id).items():
-            if not key.startswith(CLAIM_PREFIX) or key == self._claim_key or not isinstance(value, dict):
+        for key, value in self.storage.get_study_system_attrs(self.study_id).items():
+            if not key.startswith(CLAIM_PREFIX) or key == self.claim_key or not isinstance(value, dict):
                 continue
             if not value.get("cell"):
                 continue  # released
@@ -282,19 +288,20 @@ class CellClaims:
 
     def started(self, trial: FrozenTrial, cell: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> None:
         """Record the cell and worker on the new trial, then release the claim (in that order)."""
-        self._storage.set_trial_user_attr(trial._trial_id, WORKER_ATTR, self.worker.as_attr())
-        self._storage.set_trial_user_attr(trial._trial_id, CELL_ATTR, cell_key(cell))
+        tid = self.trial_id(trial)
+        self.storage.set_trial_user_attr(tid, WORKER_ATTR, self.worker.as_attr())
+        self.storage.set_trial_user_attr(tid, CELL_ATTR, cell_key(cell))
         for key, value in (extra or {}).items():
-            self._storage.set_trial_user_attr(trial._trial_id, key, value)
+            self.storage.set_trial_user_attr(tid, key, value)
         self.release()
 
     def release(self) -> None:
-        self._storage.set_study_system_attr(self._study_id, self._claim_key,
-                                            {"cell": None, "at": time.time(), "worker": self.worker.as_attr()})
+        self.storage.set_study_system_attr(self.study_id, self.claim_key,
+                                           {"cell": None, "at": time.time(), "worker": self.worker.as_attr()})
 
     def _write_claim(self, key: str) -> None:
-        self._storage.set_study_system_attr(self._study_id, self._claim_key,
-                                            {"cell": key, "at": time.time(), "worker": self.worker.as_attr()})
+        self.storage.set_study_system_attr(self.study_id, self.claim_key,
+                                           {"cell": key, "at": time.time(), "worker": self.worker.as_attr()})
 
 
 def describe_cell_key(key: str) -> str:

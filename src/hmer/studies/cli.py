@@ -1,9 +1,9 @@
 """The command line shared by every study script in `studies/`.
 
     python studies/ablate_direction.py                      # smoke on a CPU, short on a GPU
-    python studies/ablate_direction.py --preset short --n-jobs 3
+    python studies/ablate_direction.py --budget short --n-jobs 3
     python studies/ablate_decoder.py --storage postgresql://user:pw@host/hmer   # one of many workers
-    python studies/sweep.py --preset short --trials 20
+    python studies/sweep.py --budget short --trials 20
 
 Running the same command again resumes the study. Exit status: 0 when the study is
 complete, 1 when cells failed (run again to retry them), 2 on bad options.
@@ -15,7 +15,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from .presets import PRESET_NAMES, pick_preset
+from .budgets import BUDGET_NAMES, pick_budget
 from .spec import StudySpec, SweepSpec
 from .storage import StorageUnreachable
 
@@ -24,7 +24,7 @@ EXIT_USAGE = 2
 
 
 def parse_seeds(text: str | None) -> tuple[int, ...] | None:
-    """"3" -> three seeds (1, 2, 3); "7,8,9" -> those seeds; None -> the preset's."""
+    """"3" -> three seeds (1, 2, 3); "7,8,9" -> those seeds; None -> the budget's."""
     if not text:
         return None
     items = [t.strip() for t in text.split(",") if t.strip()]
@@ -48,22 +48,22 @@ def build_parser(spec: StudySpec | SweepSpec, doc: str | None = None) -> argpars
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Run the same command again to resume a killed study. See docs/studies.md.")
     # --preset is the older name of --budget (a study's compute budget, not a model preset).
-    p.add_argument("--budget", "--preset", dest="budget", choices=PRESET_NAMES, default=None,
+    p.add_argument("--budget", "--preset", dest="budget", choices=BUDGET_NAMES, default=None,
                    help="compute budget (default: short on a GPU, cpu otherwise; smoke: a 3-minute "
                         "pipeline check); --preset is an alias")
     p.add_argument("--storage", default=None,
                    help="Optuna RDB URL shared by all workers, e.g. postgresql://user:pw@host/db "
                         "(default: SQLite optuna.db beside the MLflow store)")
     p.add_argument("--n-jobs", type=int, default=None,
-                   help="worker processes on this machine, side by side (default: the preset's)")
+                   help="worker processes on this machine, side by side (default: the budget's)")
     p.add_argument("--data", default=None, help="dataset folder or zip (default: the usual search, see README)")
     p.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
-    p.add_argument("--study-name", default=None, help=f"default: {spec.name}-<preset>")
+    p.add_argument("--study-name", default=None, help=f"default: {spec.name}-<budget>")
     if sweep:
-        p.add_argument("--trials", type=int, default=None, help="finished trials to aim for (default: the preset's)")
+        p.add_argument("--trials", type=int, default=None, help="finished trials to aim for (default: the budget's)")
     else:
         p.add_argument("--seeds", type=parse_seeds, default=None,
-                       help="seed axis: a count (3 = seeds 1,2,3) or a list (7,8,9); default: the preset's")
+                       help="seed axis: a count (3 = seeds 1,2,3) or a list (7,8,9); default: the budget's")
     p.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
                    help="config overrides held equal in every trial, e.g. train.epochs=2")
     return p
@@ -72,7 +72,8 @@ def build_parser(spec: StudySpec | SweepSpec, doc: str | None = None) -> argpars
 def main(spec: StudySpec | SweepSpec, argv: Sequence[str] | None = None, doc: str | None = None) -> int:
     """Parse the options, run the study, print the table; returns the exit status."""
     from ..config import parse_overrides
-    from .runner import run_grid_study, run_sweep
+    from .grid import run_grid_study
+    from .sweeps import run_sweep
 
     args = build_parser(spec, doc).parse_args(argv)
     import optuna
@@ -81,14 +82,14 @@ def main(spec: StudySpec | SweepSpec, argv: Sequence[str] | None = None, doc: st
     try:
         if args.n_jobs is not None and args.n_jobs < 1:
             raise ValueError("--n-jobs must be at least 1")
-        preset, why = pick_preset(args.budget)
+        budget, why = pick_budget(args.budget)
         print(f"using {why}", flush=True)
         common = dict(storage=args.storage, tracking_uri=args.tracking_uri, n_jobs=args.n_jobs,
                       data_path=args.data, study_name=args.study_name, overrides=parse_overrides(args.overrides))
         if isinstance(spec, SweepSpec):
-            outcome = run_sweep(spec, preset, n_trials=args.trials, **common)
+            outcome = run_sweep(spec, budget, n_trials=args.trials, **common)
         else:
-            outcome = run_grid_study(spec, preset, seeds=args.seeds, **common)
+            outcome = run_grid_study(spec, budget, seeds=args.seeds, **common)
     except KeyboardInterrupt:
         print(f"{spec.name}: interrupted; run the same command to resume", file=sys.stderr)
         return 130

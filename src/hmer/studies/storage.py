@@ -1,4 +1,13 @@
-"""An Optuna storage on a database server that waits out a restart of the server.
+"""Optuna storage: a URL in, an `optuna.storages.RDBStorage` out.
+
+    storage = open_storage("sqlite:///mlruns/optuna.db")      # or postgresql://user:pw@host/db
+    study = optuna.create_study(study_name=name, storage=storage, ...)
+
+The session creates the storage object here and holds it: the claims and the session read and
+write study and trial attributes through its public methods (Optuna has no public accessor for
+a study's storage). Every storage has Optuna's heartbeat, so trials of dead workers on other
+hosts go FAIL. SQLite beside the MLflow store is the default; a database server may restart
+under running workers, and `PatientRDBStorage` waits that out:
 
 Workers on many machines share one PostgreSQL (or MySQL) database. When it restarts, every
 query fails for a few seconds. Optuna's `RDBStorage` then raises into the worker, and worse,
@@ -17,15 +26,140 @@ finished (the runner treats that as a trial failed by others; its cell runs agai
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import sys
 import threading
 import time
-from typing import Any, Callable
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Iterator
 
 import optuna
 
+from .optuna_compat import private_storage_calls
+
 OUTAGE_S = 600.0  # how long a worker waits for its database to come back before it gives up
+HEARTBEAT_S = 20  # Optuna heartbeat of a running trial; a trial silent for 3 heartbeats is stale
+HEARTBEAT_ENV = "HMER_STUDY_HEARTBEAT_S"  # another heartbeat, in whole seconds (the tests use a short one)
+# PostgreSQL's answers while it restarts; opening a storage waits them out for up to RESTART_WAIT_S.
+_RESTARTING = ("the database system is starting up", "the database system is shutting down")
+RESTART_WAIT_S = 120.0
+
+
+def default_storage(tracking_uri: str | None = None) -> str:
+    """SQLite `optuna.db` beside the MLflow SQLite store, else in the MLflow home."""
+    from ..tracking.store import default_tracking_uri, mlruns_dir
+
+    uri = tracking_uri or default_tracking_uri()
+    if uri.startswith("sqlite:///"):
+        folder = Path(uri[len("sqlite:///"):]).parent
+    else:
+        folder = mlruns_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{folder / 'optuna.db'}"
+
+
+def open_storage(url: str) -> optuna.storages.RDBStorage:
+    """An RDB storage with Optuna's heartbeat (so trials of dead workers on other hosts go FAIL)."""
+    engine_kwargs: dict[str, Any] = {}
+    storage_class = optuna.storages.RDBStorage
+    if url.startswith("sqlite"):
+        path = url.split(":///", 1)[-1]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine_kwargs["connect_args"] = {"timeout": 60}  # several workers wait for each other's writes
+    else:  # a database server: it may restart under running workers
+        storage_class = PatientRDBStorage
+        engine_kwargs["pool_pre_ping"] = True  # pooled connections from before a restart are dead
+    heartbeat = heartbeat_s()
+    deadline = time.monotonic() + RESTART_WAIT_S
+    while True:
+        try:
+            with warnings.catch_warnings(), first_use_lock(url):
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeat: stable since 2.9
+                storage = storage_class(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat,
+                                        grace_period=3 * heartbeat)
+            break
+        except Exception as exc:  # noqa: BLE001 - a server that is down or refuses us: one line, no traceback
+            cause = connection_error(exc)
+            if cause is None:
+                raise
+            # A server that says it is starting or shutting down is restarting: wait for it. One that
+            # refuses connections is down, and the user hears so at once.
+            if any(state in str(cause) for state in _RESTARTING) and time.monotonic() < deadline:
+                time.sleep(1.0)
+                continue
+            raise ValueError(f"cannot open the Optuna storage {mask_url(url)}: {first_line(cause)}") from None
+    if isinstance(storage, PatientRDBStorage):
+        storage.display_url = mask_url(url)
+    return storage
+
+
+def study_exists(storage_url: str, name: str) -> bool:
+    """Whether the storage holds a study of that name (opening the storage, and failing on
+    one line when its server is down)."""
+    try:
+        open_storage(storage_url).get_study_id_from_name(name)
+    except KeyError:
+        return False
+    return True
+
+
+def trial_id(storage: optuna.storages.BaseStorage, study: optuna.Study, number: int) -> int:
+    """The storage's id of trial `number` of `study` (what the storage's trial methods take)."""
+    return storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study.study_name), number)
+
+
+def heartbeat_s() -> int:
+    """Optuna's heartbeat interval for running trials: $HMER_STUDY_HEARTBEAT_S, else HEARTBEAT_S."""
+    text = os.environ.get(HEARTBEAT_ENV, "")
+    try:
+        value = int(text) if text else HEARTBEAT_S
+    except ValueError:
+        raise ValueError(f"{HEARTBEAT_ENV}={text!r}: give whole seconds, e.g. 20") from None
+    if value < 1:
+        raise ValueError(f"{HEARTBEAT_ENV}={text!r}: give at least 1 second")
+    return value
+
+
+@contextlib.contextmanager
+def first_use_lock(url: str) -> Iterator[None]:
+    """Hold an exclusive lock beside a local SQLite database while it is opened.
+
+    The first use of a new database creates its tables, and MLflow then runs its schema
+    migrations; two processes doing that at once break each other (SQLite's batch
+    migrations leave half-copied tables behind). Workers on one machine therefore take
+    turns here. Server databases (PostgreSQL, MySQL) need no lock: their DDL is transactional.
+    """
+    path = url[len("sqlite:///"):] if url.startswith("sqlite:///") else ""
+    if not path or path == ":memory:":
+        yield
+        return
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: first use by several processes at once is not supported
+        yield
+        return
+    lock_path = Path(path).with_name(Path(path).name + ".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def mask_url(url: str) -> str:
+    """A storage URL without its password, for params and printing."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - not an SQLAlchemy URL: print as given
+        return url
 
 
 def connection_error(exc: BaseException | None) -> BaseException | None:
@@ -101,7 +235,7 @@ def _patient(method: Callable[..., Any]) -> Callable[..., Any]:
 
 # Every call that reads or writes the database, the heartbeat's two included.
 for _name in [n for n in vars(optuna.storages.RDBStorage) if not n.startswith("_")
-              and callable(getattr(optuna.storages.RDBStorage, n))] + ["_get_stale_trial_ids"]:
+              and callable(getattr(optuna.storages.RDBStorage, n))] + list(private_storage_calls()):
     if _name not in ("upgrade", "remove_session", "get_heartbeat_interval", "get_heartbeat_stale_trial_callback",
                      "get_failed_trial_callback", "get_current_version", "get_head_version", "get_all_versions"):
         setattr(PatientRDBStorage, _name, _patient(getattr(optuna.storages.RDBStorage, _name)))

@@ -36,6 +36,8 @@ SEED = "hmer.seed"                # the child run's seed
 WORKER = "hmer.worker"            # trial user attribute: the worker that runs it
 FAILED_BY = "hmer.failed_by"      # trial user attribute: who marked a dead worker's trial FAIL
 FAILED = "hmer.failed"            # parent-run tag: the trials that failed, in words
+CLAIM_PREFIX = "hmer.claim:"      # study system attribute per worker (+ its token): the cell it claims
+RESUMED_FROM = "hmer.resumed_from"  # trial attribute and run tag: the dead trial whose run a trial continued
 
 # ---- moving runs between stores (hmer runs export / import) -----------------------------------
 SOURCE_RUN_ID = "hmer.source_run_id"

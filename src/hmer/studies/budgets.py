@@ -1,0 +1,264 @@
+"""Study budgets: how much compute one study may spend, as Config overrides.
+
+A study budget is orthogonal to the study itself: the direction ablation is the same
+three variants whether it runs as a ten-minute CPU smoke test or as the papers' full
+recipe. The budget decides the model size (the spec's tiny or full model preset), the
+data subset, the schedule, the decoding at test time, the seeds and the default number
+of workers, and it says what the study will cost before it starts:
+
+- ``smoke``: a tiny model on 400 training expressions rendered 48 px high, at most 8
+  epochs, 50 test expressions per year and beam 3; for a CPU. The direction ablation
+  finishes on a 2-core CPU within ten minutes end to end (``python studies/ablate_direction.py``;
+  measured 2.8 minutes on an idle machine and 5.7 to 7.6 on a shared one, see docs/studies.md).
+- ``cpu``: real results on a 2-core CPU, no GPU: the small model on the full training split
+  rendered 64 px high, the protocol of docs/cpu_protocol.md (AdamW, warm-up, cosine decay over a
+  fixed number of epochs, so results do not depend on machine load), selection on the writer
+  hold-out, the full test years decoded with beam 10 (joint search for bi), 3 seeds, 2 workers of
+  one thread each. The default on a machine without a GPU.
+- ``short``: the full-size model on the full data, with a wall-clock budget per trial
+  sized so that the whole grid fits a 25-minute window on one H200 (several trials share
+  the GPU side by side).
+- ``paper``: the papers' full recipe (300 epochs, beam 10 for validation and test, full test
+  sets, 3 seeds).
+
+A trial's time limit is derived from the window and the grid, never fixed per trial: a grid of 12
+cells on 3 workers gives each trial ``(window - loading) * 3 / 12`` seconds, less the
+time reserved for decoding the test years.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ..model.factory import SMALL_WIDTHS
+
+BUDGET_NAMES = ("smoke", "cpu", "short", "paper")
+
+
+@dataclass(frozen=True)
+class StudyBudget:
+    """The compute a study may spend; see the module docstring.
+
+    Attributes:
+        name: smoke, short or paper.
+        summary: one line for the start-of-study banner.
+        model_size: which of a study spec's model presets to use, "tiny" or "full".
+        overrides: Config overrides applied to every cell of every study (dotted keys).
+        seeds: the default seed axis of a grid study (``--seeds`` replaces it).
+        sweep_trials: the default number of finished trials a sweep aims for.
+        window_s: the wall-clock window a whole study is sized for; 0 = unbounded.
+        load_s: the time reserved for loading (and, once, rendering) the data.
+        eval_reserve_s: per trial, the time reserved after training for the test years.
+        default_jobs: worker processes when ``--n-jobs`` is not given.
+        trial_seconds: what one trial is expected to take when the budget has no window
+            (the paper recipe), used only for the printed cost.
+        hardware: the machine the budget is sized for, for the printed cost.
+    """
+
+    name: str
+    summary: str
+    model_size: str
+    overrides: Mapping[str, Any]
+    seeds: tuple[int, ...]
+    sweep_trials: int
+    window_s: float
+    load_s: float
+    eval_reserve_s: float
+    default_jobs: int
+    hardware: str
+    trial_seconds: float = 0.0
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def trial_budget_s(self, n_trials: int, n_jobs: int) -> float:
+        """Training seconds per trial so that `n_trials` on `n_jobs` workers fit the window.
+
+        0 (no limit) for a budget without a window. Trials run in ceil(n_trials / n_jobs)
+        rounds; each round gets an equal share of the window left after loading the data.
+        """
+        if self.window_s <= 0 or n_trials <= 0:
+            return 0.0
+        rounds = math.ceil(n_trials / max(1, n_jobs))
+        per_trial = (self.window_s - self.load_s) / rounds - self.eval_reserve_s
+        if per_trial <= 0:
+            raise ValueError(
+                f"budget {self.name!r}: {n_trials} trials on {n_jobs} worker(s) do not fit its "
+                f"{self.window_s / 60:.0f}-minute window; use fewer seeds or more --n-jobs")
+        return per_trial
+
+    def config_overrides(self, n_trials: int, n_jobs: int) -> dict[str, Any]:
+        """The budget's overrides plus the per-trial wall-clock limit for this grid."""
+        values = dict(self.overrides)
+        budget = self.trial_budget_s(n_trials, n_jobs)
+        if budget > 0:
+            values["train.time_budget_s"] = round(budget, 1)
+        return values
+
+    def expected_seconds(self, n_trials: int, n_jobs: int) -> float:
+        """The expected wall-clock time of a study of `n_trials` trials on `n_jobs` workers
+        (0 when unknown: no window and no measured trial time)."""
+        rounds = math.ceil(n_trials / max(1, n_jobs))
+        if self.window_s > 0:
+            return min(self.window_s, self.load_s + rounds * self.trial_seconds) if self.trial_seconds \
+                else self.window_s
+        return self.load_s + rounds * self.trial_seconds
+
+    def describe(self, n_trials: int, n_jobs: int) -> str:
+        """The start-of-study banner: what the budget is and what the study will cost."""
+        budget = self.trial_budget_s(n_trials, n_jobs)
+        settings = ", ".join(f"{k}={v}" for k, v in self.overrides.items())
+        lines = [f"budget {self.name} (formerly preset {self.name}): {self.summary}", f"  settings: {settings}"]
+        cost = _format_duration(self.expected_seconds(n_trials, n_jobs))
+        if self.window_s > 0:
+            lines.append(
+                f"  expected cost: about {cost} on {self.hardware} for {n_trials} trials on {n_jobs} "
+                f"worker(s) (within the {_format_duration(self.window_s)} window: "
+                f"{_format_duration(budget)} of training per trial at most, "
+                f"{_format_duration(self.eval_reserve_s)} reserved for the test years)")
+        elif self.trial_seconds > 0:
+            lines.append(
+                f"  expected cost: about {cost} on {self.hardware} for {n_trials} trials on {n_jobs} "
+                f"worker(s) ({_format_duration(self.trial_seconds)} per trial)")
+        else:
+            epochs = int(self.overrides.get("train.epochs", 0))
+            images = epochs * CROHME_TRAIN_EXPRESSIONS
+            lines.append(
+                f"  expected cost: no time limit; each of the {n_trials} trials trains {epochs} epochs over "
+                f"{CROHME_TRAIN_EXPRESSIONS:,} expressions ({images / 1e6:.2f} M images): divide by the images per "
+                f"second of `hmer bench train` on your GPU for the hours per trial, then by the workers")
+        lines.extend(f"  {note}" for note in self.notes)
+        return "\n".join(lines)
+
+
+def _format_duration(seconds: float) -> str:
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.1f} days"
+    if seconds >= 2 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 120:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
+
+
+# One smoke trial (training budget, validation, three test years, MLflow), as measured with
+# `python studies/ablate_direction.py --budget smoke` on an idle 2-core CPU (22-29 s; 38-117 s when the
+# cores are shared with other jobs); see docs/studies.md.
+_SMOKE_TRIAL_SECONDS = 30.0
+# The cpu budget: 4 epochs of the small model. One trial's time is put together from the pilot's
+# measured parts (docs/cpu_protocol.md): an epoch of training 4.3-5.3 min on one core, greedy
+# validation ~0.4 min, and the final decoding of validation and the three test years with beam 10,
+# ~18 min for a bidirectional model (joint search) and less for l2r / r2l: ~32 min on average.
+# Replace it by the measured mean once the committed direction study has run.
+_CPU_EPOCHS = 4
+_CPU_TRIAL_SECONDS = 32 * 60.0
+# The papers train 300 epochs over the CROHME training set (8,835 expressions).
+_PAPER_EPOCHS = 300
+CROHME_TRAIN_EXPRESSIONS = 8835
+
+BUDGETS: dict[str, StudyBudget] = {
+    "smoke": StudyBudget(
+        name="smoke",
+        summary="the tiny model on a CPU-sized subset, images rendered 48 px high, beam 3",
+        model_size="tiny",
+        overrides={
+            "data.render_height": 48, "data.train_limit": 400, "data.val_limit": 50, "data.test_limit": 50,
+            "train.epochs": 8, "train.beam_size": 3, "train.max_decode_len": 40, "train.attention_maps": 1,
+        },
+        seeds=(1, 2),
+        sweep_trials=6,
+        window_s=9 * 60.0,
+        load_s=60.0,
+        eval_reserve_s=40.0,
+        default_jobs=1,
+        hardware="a 2-core CPU",
+        trial_seconds=_SMOKE_TRIAL_SECONDS,
+        notes=("a smoke study shows that the pipeline works end to end, not which variant is better",),
+    ),
+    "cpu": StudyBudget(
+        name="cpu",
+        summary=(f"the small model on the full training split, 64 px renderings, {_CPU_EPOCHS} epochs of AdamW "
+                 "with warm-up and cosine decay, the full test years with beam 10; one thread per worker"),
+        model_size="tiny",
+        overrides={
+            # the tiny presets at the `small` model preset's widths (twice tiny's): per CPU-minute they
+            # learned faster than tiny in the pilot (docs/cpu_protocol.md)
+            **{f"model.{key}": value for key, value in SMALL_WIDTHS.items()},
+            "data.render_height": 64, "train.epochs": _CPU_EPOCHS,
+            "train.recipe": "custom", "train.optimizer": "adamw", "train.lr": 2e-3, "train.weight_decay": 0.01,
+            "train.eps": 1e-8, "train.warmup_steps": 300, "train.schedule": "cosine", "train.min_lr": 1e-5,
+            "train.beam_size": 10, "train.max_decode_len": 200, "train.device": "cpu",
+        },
+        seeds=(1, 2, 3),
+        sweep_trials=9,
+        window_s=0.0,
+        load_s=60.0,
+        eval_reserve_s=0.0,
+        default_jobs=2,
+        hardware="a 2-core CPU (2 workers, one thread each)",
+        trial_seconds=_CPU_TRIAL_SECONDS,
+        notes=("epochs are fixed, not a wall-clock budget: the numbers do not depend on how busy the machine "
+               "is, only the time does", "how this protocol was chosen: docs/cpu_protocol.md"),
+    ),
+    "short": StudyBudget(
+        name="short",
+        summary="full-size model on the full data, a wall-clock budget per trial, beam 10",
+        model_size="full",
+        overrides={"train.epochs": _PAPER_EPOCHS},
+        seeds=(1, 2, 3),
+        sweep_trials=12,
+        window_s=25 * 60.0,
+        load_s=120.0,
+        eval_reserve_s=150.0,
+        default_jobs=3,
+        hardware="one H200",
+        notes=("trials share the GPU side by side (3 workers by default); the budget per trial "
+               "follows from the grid size and --n-jobs",),
+    ),
+    "paper": StudyBudget(
+        name="paper",
+        summary=f"the papers' full recipes: {_PAPER_EPOCHS} epochs, full data, beam 10 (validation too), 3 seeds",
+        model_size="full",
+        overrides={"train.epochs": _PAPER_EPOCHS, "train.val_beam_size": 10},
+        seeds=(1, 2, 3),
+        sweep_trials=50,
+        window_s=0.0,
+        load_s=120.0,
+        eval_reserve_s=0.0,
+        default_jobs=1,
+        hardware="one GPU",
+        notes=("run several workers (--n-jobs, or the same command on more machines with a shared "
+               "--storage) to divide the wall-clock time",),
+    ),
+}
+
+
+def get_budget(name: str) -> StudyBudget:
+    """The budget called `name` (smoke, cpu, short or paper)."""
+    try:
+        return BUDGETS[name]
+    except KeyError:
+        raise ValueError(f"unknown study preset or budget {name!r}; known budgets: {', '.join(BUDGET_NAMES)}") \
+            from None
+
+
+def pick_budget(requested: str | None = None) -> tuple[StudyBudget, str]:
+    """The budget to use and why: `requested`, else short on a GPU and cpu otherwise."""
+    if requested:
+        return get_budget(requested), f"budget {requested} (--budget)"
+    import torch
+
+    if torch.cuda.is_available():
+        return BUDGETS["short"], (f"budget short (no --budget given; a GPU is available: "
+                                  f"{torch.cuda.get_device_name(0)})")
+    return BUDGETS["cpu"], ("budget cpu (no --budget given and no GPU: real results on a CPU; "
+                            "--budget smoke is the 3-minute pipeline check)")
+
+
+# The names before study budgets had their own word ("preset" also names model and experiment
+# presets); kept so that code written against them still runs.
+StudyPreset = StudyBudget
+PRESETS = BUDGETS
+PRESET_NAMES = BUDGET_NAMES
+get_preset = get_budget
+pick_preset = pick_budget

@@ -1,0 +1,115 @@
+"""A study's MLflow side: its parent run, and the child runs of trials whose worker died.
+
+One study is one MLflow parent run (tags `hmer.study=<name>`, `hmer.role=study`; params: the
+study name, budget, grid and storage), created once and reopened on resume. Every trial is one
+child run made by `hmer.training.train`, tagged with the study and the trial number.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping, Sequence
+
+import optuna
+from optuna.trial import TrialState
+
+from ..tracking import keys
+from .storage import first_use_lock
+
+
+def mlflow_client(tracking_uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def study_runs_filter(study_name: str) -> str:
+    """An MLflow filter for every run of the study, the parent included."""
+    quoted = study_name.replace("'", "\\'")
+    return f"tags.`{keys.STUDY}` = '{quoted}'"
+
+
+def parent_run(study: optuna.Study, known: str | None, *, tracking_uri: str, experiment: str,
+               params: Mapping[str, Any], tags: Mapping[str, str], artifact: Mapping[str, Any]) -> tuple[str, str]:
+    """The study's MLflow parent run, created once and reopened on resume: (experiment id, run id).
+
+    `known` is the run id the study recorded (None for a new study); a run of another MLflow
+    store is looked up by its tags instead.
+    """
+    from mlflow.entities import Param
+
+    from ..tracking.store import setup_mlflow
+
+    with first_use_lock(tracking_uri):  # MLflow's first use of a new store migrates its schema
+        experiment_id = setup_mlflow(tracking_uri, experiment)
+    client = mlflow_client(tracking_uri)
+    run_id = known
+    if run_id is not None:
+        try:
+            client.get_run(run_id)
+        except Exception:  # noqa: BLE001 - recorded in another MLflow store
+            run_id = None
+    if run_id is None:
+        found = client.search_runs([experiment_id], filter_string=(
+            f"{study_runs_filter(study.study_name)} and tags.`{keys.ROLE}` = 'study'"),
+            order_by=["attributes.start_time ASC"], max_results=1)
+        run_id = found[0].info.run_id if found else None
+    if run_id is None:
+        run = client.create_run(experiment_id, run_name=study.study_name,
+                                tags={keys.STUDY: study.study_name, keys.ROLE: "study", keys.STATUS: "running",
+                                      **tags})
+        run_id = run.info.run_id
+        items = [Param(k, str(v)[:6000]) for k, v in params.items()]
+        for i in range(0, len(items), 100):
+            client.log_batch(run_id, params=items[i:i + 100])
+        client.log_text(run_id, json.dumps(artifact, indent=2, sort_keys=True, default=str), "study.json")
+    else:
+        client.update_run(run_id, status="RUNNING")
+        client.set_tag(run_id, keys.STATUS, "running")
+    return experiment_id, run_id
+
+
+def finish_parent(client, study: optuna.Study, parent_run_id: str, complete: bool, failed: Sequence[str],
+                  interrupted: bool) -> None:
+    """FINISHED when the study is complete; FAILED/KILLED when it stops short and no one else runs it."""
+    running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    if complete:
+        client.set_tag(parent_run_id, keys.STATUS, "finished")
+        client.set_terminated(parent_run_id, status="FINISHED")
+    elif not running:
+        client.set_tag(parent_run_id, keys.STATUS, "interrupted" if interrupted else "incomplete")
+        if failed:
+            client.set_tag(parent_run_id, keys.FAILED, "; ".join(failed)[:5000])
+        client.set_terminated(parent_run_id, status="KILLED" if interrupted else "FAILED")
+
+
+def trial_runs(client, experiment_id: str, study_name: str) -> list:
+    """The child runs of the study's trials (every run that has a trial number)."""
+    runs = client.search_runs([experiment_id], filter_string=study_runs_filter(study_name), max_results=10_000)
+    return [run for run in runs if keys.TRIAL in run.data.tags]
+
+
+def fail_dead_trial_runs(client, experiment_id: str, study: optuna.Study) -> list[str]:
+    """Mark FAILED the MLflow runs of trials that Optuna has marked FAIL but MLflow has not.
+
+    That is a trial whose worker died: while training (the run is left RUNNING), or in
+    the moment between train() ending its run and Optuna recording the trial (the run is
+    FINISHED, but the cell runs again, so this run must not count twice in a table).
+    train() itself ends its run FAILED on every exception it sees. A run that a later trial
+    continues carries that trial's number and is left alone. Returns the run ids marked.
+    """
+    states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
+    marked = []
+    for run in trial_runs(client, experiment_id, study.study_name):
+        number = run.data.tags[keys.TRIAL]
+        if run.info.status in ("FAILED", "KILLED"):
+            continue  # already ended as failed / pruned
+        if states.get(int(number)) != TrialState.FAIL:
+            continue  # running, complete or pruned: MLflow agrees
+        was = run.info.status
+        client.set_tag(run.info.run_id, keys.STATUS, "failed")
+        client.set_tag(run.info.run_id, keys.ERROR, f"the worker of trial {number} died (run {was.lower()}); "
+                                                    f"the trial is FAIL in Optuna and its cell runs again")
+        client.set_terminated(run.info.run_id, status="FAILED")
+        marked.append(run.info.run_id)
+    return marked

@@ -1,0 +1,126 @@
+"""The objective every study shares: train one config as one trial.
+
+    def objective(trial):
+        cell = {key: trial.suggest_categorical(key, values) for key, values in space.items()}
+        cfg = base.override(spec.overrides(cell)).validate()
+        return train_trial(trial, cfg, session, data, name=..., tags=...).best_val_exprate
+
+`train_trial` makes the trial one MLflow child run of the study's parent run (through
+`hmer.training.train`), records the run id and the test scores on the trial, and says what
+happened on one line. A trial that continues a killed one (see `resume.py`) continues that
+trial's MLflow run from its last checkpoint instead of training from epoch 1.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from typing import Callable, Mapping
+
+import optuna
+from optuna.trial import TrialState
+
+from ..config import Config
+from ..tracking import keys
+from .claims import ERROR_ATTR
+from .mlflow_runs import study_runs_filter
+from .resume import Resumable, adopt, checkpoint_dir, find_resumable
+from .session import Session
+from .storage import heartbeat_s, trial_id
+
+
+def train_trial(trial: optuna.Trial, cfg: Config, session: Session, data: dict[str, list], *, name: str,
+                tags: Mapping[str, str], run_name: str, cell_key: str | None = None,
+                report: Callable[[int, dict[str, float]], None] | None = None):
+    """Train `cfg` as `trial` and return the `TrainResult`.
+
+    Args:
+        name: the trial in words for the log ("model.direction=bi, seed 1").
+        tags: MLflow tags of the run besides the study and the trial number.
+        run_name: the MLflow run's name.
+        cell_key: the grid cell (`spec.cell_key`); a killed trial of the same cell with the same
+            config is continued from its checkpoint. None (sweeps): always from scratch.
+        report: called after every epoch with its metrics (a sweep reports to its pruner there).
+    """
+    from ..training import train
+
+    resumable = find_resumable(session, cell_key, cfg) if cell_key else None
+    tags = {keys.STUDY: session.name, keys.TRIAL: str(trial.number), **tags}
+    if resumable is not None:
+        adopt(resumable, trial, session)
+        session.say(f"trial {trial.number}: {name}: resuming run {resumable.run_id} from epoch "
+                    f"{resumable.epoch + 1} (trial {resumable.trial} stopped there: its worker died)")
+    else:
+        session.say(f"trial {trial.number}: {name} ...")
+    t0 = time.monotonic()
+    try:
+        result = train(cfg, data=data, tracking_uri=session.tracking_uri, experiment=session.experiment,
+                       run_name=run_name, parent_run_id=session.parent_run_id, tags=tags, epoch_callback=report,
+                       resume=resumable.checkpoint if resumable else False,
+                       run_dir=checkpoint_dir(resumable.run_id) if resumable else None)
+    except optuna.TrialPruned as exc:
+        _drop_checkpoints(session, trial.number, resumable)
+        session.say(f"trial {trial.number}: pruned ({exc})")
+        raise
+    except Exception as exc:
+        trial.set_user_attr(ERROR_ATTR, f"{type(exc).__name__}: {exc}"[:2000])
+        _drop_checkpoints(session, trial.number, resumable)
+        session.say(f"trial {trial.number}: {name} FAILED: {type(exc).__name__}: {exc}")
+        raise
+    # A KeyboardInterrupt leaves the checkpoints: the next run of the command continues from them.
+    record_result(trial, result)
+    shutil.rmtree(checkpoint_dir(result.run_id), ignore_errors=True)  # the model is in MLflow now
+    scores = ", ".join(f"{y} {s.exprate:.1f}" for y, s in result.test_scores.items())
+    session.say(f"trial {trial.number}: {name}: validation ExpRate {result.best_val_exprate:.1f}, "
+                f"test ExpRate {scores or '-'} ({time.monotonic() - t0:.0f} s, {result.epochs} epochs, "
+                f"stopped by {result.stopped_by})")
+    return result
+
+
+def _drop_checkpoints(session: Session, number: int, resumable: Resumable | None) -> None:
+    """Delete the checkpoints of a trial that ended in a live worker (failed or pruned): it is
+    never continued (a rerun retries a failed cell from scratch)."""
+    if resumable is not None:
+        run_ids = [resumable.run_id]
+    else:
+        runs = session.client.search_runs(
+            [session.experiment_id], max_results=5,
+            filter_string=f"{study_runs_filter(session.name)} and tags.`{keys.TRIAL}` = '{number}'")
+        run_ids = [run.info.run_id for run in runs]
+    for run_id in run_ids:
+        shutil.rmtree(checkpoint_dir(run_id), ignore_errors=True)
+
+
+def record_result(trial: optuna.Trial, result) -> None:
+    """The run id and test scores on the trial, where `optuna trials` and the dashboard show them."""
+    trial.set_user_attr("mlflow_run_id", result.run_id)
+    trial.set_user_attr("epochs", result.epochs)
+    trial.set_user_attr("stopped_by", result.stopped_by)
+    for year, scores in result.test_scores.items():
+        trial.set_user_attr(f"test_{year}_exprate", scores.exprate)
+        trial.set_user_attr(f"test_{year}_le1", scores.le1)
+        trial.set_user_attr(f"test_{year}_le2", scores.le2)
+        trial.set_user_attr(f"test_{year}_n", scores.n)
+
+
+def run_one_trial(session: Session, objective: Callable[[optuna.Trial], float]) -> TrialState:
+    """Run one trial of `objective` in this worker; its final state (FAIL when another worker
+    failed it while it ran)."""
+    numbers: list[int] = []
+
+    def numbered(trial: optuna.Trial) -> float:
+        numbers.append(trial.number)
+        return objective(trial)
+
+    try:
+        session.study.optimize(numbered, n_trials=1, catch=(Exception,), gc_after_trial=True)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        # Another worker failed the trial while it ran: its heartbeat was silent for longer than
+        # the grace period (a database outage, a frozen machine). Its cell is open again.
+        session.say(f"trial {numbers[0] if numbers else '?'}: was marked FAIL by another worker while it ran "
+                    f"(no heartbeat for {3 * heartbeat_s()} s); its result is not kept and its cell runs again")
+        session.fail_dead_trial_runs()
+        return TrialState.FAIL
+    if not numbers:
+        return TrialState.FAIL
+    return session.storage.get_trial(trial_id(session.storage, session.study, numbers[0])).state

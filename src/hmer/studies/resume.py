@@ -1,0 +1,124 @@
+"""A killed trial continues from its last epoch, not from scratch.
+
+When a worker dies, its trial is marked FAIL and its grid cell runs again. The trainer saved a
+checkpoint of everything needed to continue after every epoch (`last.pt`: weights, optimizer,
+schedule, random state), and `train(cfg, resume=last.pt)` continues a run exactly: the result is
+the one an uninterrupted run would have reached. So before the cell's new trial trains, it looks
+for the dead trial's MLflow run and checkpoint:
+
+1. a FAIL trial of the same study and cell that did not fail by itself (no `hmer.error`: its
+   worker died, or Ctrl-C), the latest first;
+2. its MLflow run (tags `hmer.study`, `hmer.trial`), and that run's `last.pt`, under
+   `<MLflow home>/checkpoints/<run id>/` (or, for trials of studies started before checkpoints
+   were kept there, in the temporary folder `hmer-<study>-<trial>-*` the old runner used);
+3. the checkpoint's config must equal the cell's (where the data lives may differ).
+
+Found, the new trial adopts the run: the run is tagged with the new trial number (so that
+`fail_dead_trial_runs` no longer takes it for a dead trial's run), and training continues in it.
+Not found (another machine's disk, a checkpoint from before the first epoch), the cell trains
+from scratch in a new run, as it always did.
+"""
+
+from __future__ import annotations
+
+import glob
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from ..config import Config
+from ..tracking import keys
+from .claims import CELL_ATTR, ERROR_ATTR
+from .mlflow_runs import trial_runs
+
+# Config keys a resumed checkpoint may differ in: where this worker finds the data, and how far
+# ahead it loads batches. Neither changes what is trained.
+MAY_DIFFER = ("data.path", "data.prefetch")
+
+
+@dataclass(frozen=True)
+class Resumable:
+    """A dead trial's run that the new trial of its cell continues."""
+
+    trial: int  # the dead trial's number
+    run_id: str
+    checkpoint: Path  # its last.pt
+    epoch: int  # the last epoch the checkpoint holds
+
+
+def checkpoint_dir(run_id: str) -> Path:
+    """Where a study's trial keeps its checkpoints while it trains (the trainer's default)."""
+    from ..tracking.store import default_checkpoint_root
+
+    return default_checkpoint_root() / str(run_id)
+
+
+def find_resumable(session, cell_key: str, cfg: Config) -> Resumable | None:
+    """The run and checkpoint a new trial of `cell_key` continues, or None; see the module."""
+    study = session.study
+    dead = [t for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+            if t.user_attrs.get(CELL_ATTR) == cell_key and ERROR_ATTR not in t.user_attrs]
+    if not dead:
+        return None
+    runs = {int(r.data.tags[keys.TRIAL]): r for r in trial_runs(session.client, session.experiment_id, session.name)}
+    for trial in sorted(dead, key=lambda t: t.number, reverse=True):
+        run = runs.get(trial.number)
+        if run is None:
+            continue  # killed before its run existed
+        found = _checkpoint(session.name, trial.number, run.info.run_id, cfg)
+        if found is not None:
+            path, epoch = found
+            return Resumable(trial=trial.number, run_id=run.info.run_id, checkpoint=path, epoch=epoch)
+    return None
+
+
+def _checkpoint(study_name: str, number: int, run_id: str, cfg: Config) -> tuple[Path, int] | None:
+    """The run's last.pt and its epoch, if it exists, belongs to the run and holds `cfg`."""
+    from ..training.checkpoint import load_checkpoint
+
+    candidates = [checkpoint_dir(run_id) / "last.pt"]
+    legacy = f"{glob.escape(tempfile.gettempdir())}/{glob.escape(f'hmer-{study_name}-{number}-')}*/last.pt"
+    candidates += [Path(p) for p in sorted(glob.glob(legacy))]
+    for path in candidates:
+        if not path.is_file():
+            continue
+        try:
+            ckpt = load_checkpoint(path, map_location="cpu")
+        except (OSError, ValueError):
+            continue  # unreadable: train from scratch
+        if ckpt.get("run_id") != run_id or not same_config(ckpt["config"], cfg):
+            continue
+        if path.parent != checkpoint_dir(run_id):  # from the old runner's temporary folder: keep it with the run
+            checkpoint_dir(run_id).parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(path.parent), str(checkpoint_dir(run_id)))
+            path = checkpoint_dir(run_id) / "last.pt"
+        return path, int(ckpt["epoch"])
+    return None
+
+
+def same_config(stored: dict, cfg: Config) -> bool:
+    """Whether a checkpoint's config (`Config.to_dict()`) trains what `cfg` trains."""
+    try:
+        flat = Config.from_dict(stored, stored=True).to_flat_dict()
+    except (KeyError, TypeError, ValueError):
+        return False
+    mine = cfg.to_flat_dict()
+    return all(flat.get(k) == mine.get(k) for k in set(flat) | set(mine) if k not in MAY_DIFFER)
+
+
+def adopt(resumable: Resumable, trial: optuna.Trial, session) -> None:
+    """Make the dead trial's run the new trial's: its trial number, no error any more.
+    `train(resume=...)` then marks it RUNNING and records the epoch it resumed from."""
+    client = session.client
+    client.set_tag(resumable.run_id, keys.TRIAL, str(trial.number))
+    client.set_tag(resumable.run_id, keys.RESUMED_FROM, str(resumable.trial))
+    try:
+        client.delete_tag(resumable.run_id, keys.ERROR)
+    except Exception:  # noqa: BLE001 - no such tag (the run was never marked failed)
+        pass
+    trial.set_user_attr(keys.RESUMED_FROM, {"trial": resumable.trial, "run": resumable.run_id,
+                                            "epoch": resumable.epoch})

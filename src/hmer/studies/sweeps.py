@@ -1,0 +1,211 @@
+"""Sweeps: TPE over a `SweepSpec`'s search space with median pruning, every trial a training run.
+
+    outcome = run_sweep(SWEEP, "short", n_jobs=3)         # python studies/sweep.py
+
+Trials report validation ExpRate every epoch; the median pruner stops the ones below the median
+of earlier trials at the same epoch (Optuna state PRUNED, MLflow tag hmer.status=pruned, run
+KILLED). A trial that fails in a live worker (diverged, out of memory) counts as finished; one
+whose worker died is marked FAIL and replaced by a new trial (TPE samples it afresh).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any, Mapping
+
+import optuna
+from optuna.trial import TrialState
+
+from ..tracking import keys
+from ..tracking.store import mask_password
+from .budgets import StudyBudget
+from .claims import ERROR_ATTR, WORKER_ATTR, CellClaims, Worker
+from .mlflow_runs import finish_parent
+from .objective import run_one_trial, train_trial
+from .session import (POLL_S, Session, StudyOutcome, base_config, load_data, open_session, open_study, resolve,
+                      set_threads, start_workers)
+from .spec import SEED_KEY, SweepSpec
+from .storage import mask_url, open_storage, study_exists
+
+
+def run_sweep(
+    spec: SweepSpec,
+    budget: str | StudyBudget = "smoke",
+    *,
+    storage: str | None = None,
+    tracking_uri: str | None = None,
+    n_jobs: int | None = None,
+    data_path: str | None = None,
+    data: dict[str, list] | None = None,
+    study_name: str | None = None,
+    n_trials: int | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    pruner: optuna.pruners.BasePruner | None = None,
+    role: str = "main",
+) -> StudyOutcome:
+    """Run (or resume) a TPE sweep with median pruning until `n_trials` trials have finished.
+
+    With several workers the study may end up to n_jobs - 1 trials over `n_trials`. `pruner`
+    replaces the median pruner (the extra workers of n_jobs keep the median pruner). The other
+    arguments are those of `run_grid_study`.
+    """
+    setup = resolve(spec.name, budget, n_jobs=n_jobs, data=data, study_name=study_name, role=role,
+                    tracking_uri=tracking_uri, storage=storage)
+    budget, n_jobs, name, main, say = setup.budget, setup.n_jobs, setup.name, setup.main, setup.say
+    n_trials = int(n_trials or budget.sweep_trials)
+    model_preset = spec.model_preset(budget.model_size)
+    base = base_config(model_preset, budget, n_trials, n_jobs, spec.fixed, overrides,
+                       data_path).override({SEED_KEY: spec.seed})
+    space = {p.key: _describe_param(p, base.to_flat_dict()) for p in spec.params}
+    if main:
+        say(f"study {name}: {spec.description}")
+        say(budget.describe(n_trials, n_jobs))
+        say(f"  search space: {'; '.join(f'{k} {v}' for k, v in space.items())}; {n_trials} trials, "
+            f"TPE + median pruning on validation ExpRate per epoch")
+        say(f"  Optuna storage {mask_url(setup.storage_url)}; MLflow {mask_password(setup.tracking_uri)}, "
+            f"experiment {name}")
+
+    if data is None and not study_exists(setup.storage_url, name):
+        data = load_data(base, say)  # bad data fails here, before a study or an MLflow run exists
+    sampler = optuna.samplers.TPESampler(multivariate=True, constant_liar=True,
+                                         n_startup_trials=max(2, min(10, n_trials // 3)))
+    pruner = pruner or optuna.pruners.MedianPruner(n_startup_trials=max(2, n_trials // 5), n_warmup_steps=1)
+    attrs = {keys.SPEC: spec.name, keys.BUDGET: budget.name, keys.SPACE: space, keys.EXPERIMENT: name,
+             keys.N_TRIALS: n_trials}
+    store = open_storage(setup.storage_url)
+    study, base, created = open_study(setup, store, kind="sweep", sampler=sampler, pruner=pruner, attrs=attrs,
+                                      base=base)
+    worker = Worker.current()
+    claims = CellClaims(study, worker, store)  # used only to find the trials of dead workers
+    reaped = claims.reap()
+    if reaped and main:
+        say(f"resuming: trial(s) {', '.join(str(t.number) for t in reaped)} of a dead worker marked FAIL "
+            f"and replaced")
+    session = open_session(
+        setup, store, study, base, created, worker,
+        params={"study": name, "kind": "sweep", "spec": spec.name, "preset": budget.name,
+                "space": json.dumps(space), "n_trials": n_trials, "storage": mask_url(setup.storage_url),
+                "model_preset": model_preset},
+        tags={keys.BUDGET: budget.name, keys.KIND: "sweep", keys.VARIANT: spec.name},
+        artifact={"spec": spec.name, "description": spec.description, "space": space, "n_trials": n_trials,
+                  "config": base.to_flat_dict()})
+
+    children: list = []
+    failures_in_a_row = 0
+    interrupted = False
+    try:
+        if data is None and _finished_trials(study) < n_trials:
+            data = load_data(base, say)  # once per process; the extra workers then read the warm cache
+        if main:
+            children = start_workers("sweep", spec, budget, n_jobs, setup.storage_url, setup.tracking_uri,
+                                     data_path, name, None, overrides, n_trials)
+        set_threads(n_jobs)
+        while _finished_trials(study) < n_trials:
+            if data is None:  # a trial of a dead worker must be replaced after all
+                data = load_data(base, say)
+            state = run_one_trial(session, _objective(session, spec, data))
+            failures_in_a_row = failures_in_a_row + 1 if state == TrialState.FAIL else 0
+            if failures_in_a_row >= 3:
+                say("three trials in a row failed in this worker: stopping it (see the errors above)")
+                break
+            claims.reap()
+            session.fail_dead_trial_runs()
+        if main:
+            while study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+                time.sleep(POLL_S)  # the other workers' last trials
+                claims.reap()
+    except KeyboardInterrupt:
+        interrupted = True
+        say("interrupted: the trial in progress is marked FAIL; run the same command to resume")
+        raise
+    finally:
+        for child in children:
+            child.join()
+        n_finished = _finished_trials(study)
+        complete = n_finished >= n_trials
+        if main:
+            session.fail_dead_trial_runs()
+            finish_parent(session.client, study, session.parent_run_id, complete, [], interrupted)
+    outcome = StudyOutcome(study_name=name, storage=setup.storage_url, tracking_uri=setup.tracking_uri,
+                           experiment=name, parent_run_id=session.parent_run_id, complete=complete,
+                           n_complete=n_finished, n_expected=n_trials)
+    if main:
+        outcome.table = sweep_table(study)
+        print(outcome.table, flush=True)
+    return outcome
+
+
+def _objective(session: Session, spec: SweepSpec, data: dict[str, list]):
+    """The sweep's objective: sample the spec's parameters, train, report every epoch for pruning."""
+    base_flat = session.base.to_flat_dict()
+
+    def objective(trial: optuna.Trial) -> float:
+        trial.set_user_attr(WORKER_ATTR, session.worker.as_attr())
+        values: dict[str, Any] = {}
+        for param in spec.params:
+            values.update(param.overrides(param.suggest(trial, base_flat), base_flat))
+        label = ",".join(f"{k}={_short(v)}" for k, v in values.items())
+        trial.set_user_attr(keys.CELL, label)
+        cfg = session.base.override(values).validate()
+        tags = {keys.CELL: label, keys.SEED: str(cfg.train.seed), keys.VARIANT: f"trial {trial.number}",
+                keys.BUDGET: session.budget.name}
+
+        def report(epoch: int, metrics: dict[str, float]) -> None:
+            value = metrics.get("val_exprate")
+            if value is None:
+                return
+            trial.report(value, epoch)
+            if trial.should_prune():
+                raise optuna.TrialPruned(f"validation ExpRate {value:.2f} at epoch {epoch} is below the median")
+
+        result = train_trial(trial, cfg, session, data, name=label, tags=tags, run_name=f"trial {trial.number}",
+                             report=report)
+        return result.best_val_exprate
+
+    return objective
+
+
+def _describe_param(param, base_flat: Mapping[str, Any]) -> str:
+    dist = param.distribution(base_flat)
+    if hasattr(dist, "choices"):
+        return f"in {list(dist.choices)}"
+    return f"in [{dist.low:g}, {dist.high:g}]" + (" (log)" if dist.log else "")
+
+
+def _finished_trials(study: optuna.Study) -> int:
+    """COMPLETE and PRUNED trials, and FAIL ones that failed in a live worker (a real outcome)."""
+    count = 0
+    for t in study.get_trials(deepcopy=False):
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
+            count += 1
+        elif t.state == TrialState.FAIL and ERROR_ATTR in t.user_attrs:
+            count += 1
+    return count
+
+
+def _short(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def sweep_table(study: optuna.Study) -> str:
+    """The sweep's trials, best validation ExpRate first, with their test scores and parameters."""
+    import pandas as pd
+
+    rows = []
+    for t in study.get_trials(deepcopy=False):
+        row: dict[str, Any] = {"trial": t.number, "state": t.state.name,
+                               "val ExpRate": t.value if t.value is not None else math.nan}
+        for key, value in t.user_attrs.items():
+            if key.startswith("test_") and key.endswith("_exprate"):
+                row[key[len("test_"):-len("_exprate")] + " ExpRate"] = value
+        if t.state == TrialState.PRUNED and t.intermediate_values:
+            row["val ExpRate"] = max(t.intermediate_values.values())
+        row.update({k: _short(v) for k, v in t.params.items()})
+        rows.append(row)
+    if not rows:
+        return "(no trials)"
+    df = pd.DataFrame(rows).sort_values("val ExpRate", ascending=False, na_position="last")
+    counts = ", ".join(f"{n} {s.lower()}" for s, n in df["state"].value_counts().items())
+    return f"sweep {study.study_name}: {len(df)} trials ({counts})\n" + df.to_string(index=False, float_format="%.2f")
