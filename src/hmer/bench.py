@@ -126,7 +126,7 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
     from .data import Vocab, collate, load_dataset, make_batches
     from .data.batching import padding_share
     from .model import build_model
-    from .presets import experiment_config
+    from .presets import preset_with_recipe
     from .training.recipes import build_optimizer
     from .training.loader import auto_prefetch, make_train_batch, prefetched
     from .training.trainer import _LossModule, autocast_dtype, resolve_device
@@ -134,7 +134,7 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
     if what not in ("train", "decode"):
         raise ValueError(f"unknown benchmark {what!r}: train or decode")
     config_items, knobs = split_overrides(overrides)
-    cfg = experiment_config(preset).override(parse_overrides(config_items))
+    cfg = preset_with_recipe(preset).override(parse_overrides(config_items))
     dev = resolve_device(device)
     gpu = dev.type == "cuda"
     prefetch = auto_prefetch(cfg.data.prefetch, dev)
