@@ -77,7 +77,7 @@ def main() -> int:
     from hmer.config import parse_overrides
     from hmer.data import load_dataset, make_batches
     from hmer.data.splits import subset
-    from hmer.presets import experiment_config
+    from hmer.presets import preset_with_recipe
     from hmer.tracking.store import default_tracking_uri
     from hmer.training import train
 
@@ -90,7 +90,7 @@ def main() -> int:
           f"python={platform.python_version()} load_average={os.getloadavg()[0]:.2f}")
     print(f"# {command}")
 
-    base = experiment_config(args.preset).override({
+    base = preset_with_recipe(args.preset).override({
         "train.device": args.device, "train.epochs": args.epochs, "train.val_every": 1,
         "train.attention_maps": 0, "train.plateau_patience": 10 * args.epochs + 10, "data.test_years": "",
         "data.batch_pixels": args.batch_pixels, "data.max_batch_size": args.max_batch,

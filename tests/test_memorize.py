@@ -13,7 +13,7 @@ import mlflow
 import pytest
 
 from hmer.data import load_split
-from hmer.presets import experiment_config
+from hmer.presets import preset_with_recipe
 from hmer.training import train
 
 pytestmark = [pytest.mark.shared_data, pytest.mark.slow]
@@ -39,7 +39,7 @@ def test_small_model_memorizes_16_expressions_and_beam_search_reads_them_back(si
     # and the joint search then rightly prefers another reading.) The test year then reloads the
     # best checkpoint and decodes again, and MLflow must hold the result.
     data = {"train": chosen, "val": chosen, "memorized": chosen}
-    cfg = experiment_config("tiny").override({
+    cfg = preset_with_recipe("tiny").override({
         "train.device": "cpu", "train.optimizer": "adamw", "train.lr": 3e-3, "train.weight_decay": 0.0,
         "train.epochs": 150, "train.val_every": 10, "train.stop_at_val_exprate": 100.0,
         "train.plateau_patience": 1000, "train.attention_maps": 0, "train.val_beam_size": 10,

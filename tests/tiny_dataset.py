@@ -70,9 +70,9 @@ def write_dataset(root: Path, splits: dict[str, int] | None = None) -> Path:
 
 def tiny_config(**overrides) -> Config:
     """A model small enough to train a few steps per second on one CPU core."""
-    from hmer.presets import experiment_config
+    from hmer.presets import preset_with_recipe
 
-    cfg = experiment_config("tiny")
+    cfg = preset_with_recipe("tiny")
     values = {
         "train.epochs": 2, "train.device": "cpu", "train.beam_size": 2, "train.max_decode_len": 12,
         "train.attention_maps": 1, "data.test_years": "2014", "data.batch_pixels": 20_000,

@@ -127,7 +127,7 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
     from .data.batching import padding_share
     from .device import autocast_dtype, resolve_device
     from .model import build_model
-    from .presets import experiment_config
+    from .presets import preset_with_recipe
     from .training.recipes import build_optimizer
     from .training.loader import auto_prefetch, make_train_batch, prefetched
     from .training.setup import LossModule
@@ -135,7 +135,7 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
     if what not in ("train", "decode"):
         raise ValueError(f"unknown benchmark {what!r}: train or decode")
     config_items, knobs = split_overrides(overrides)
-    cfg = experiment_config(preset).override(parse_overrides(config_items))
+    cfg = preset_with_recipe(preset).override(parse_overrides(config_items))
     dev = resolve_device(device)
     gpu = dev.type == "cuda"
     prefetch = auto_prefetch(cfg.data.prefetch, dev)

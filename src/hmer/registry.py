@@ -16,7 +16,7 @@ and the study specs all read the registry. The packages that hold the built-in v
 registers itself without a line anywhere else; a variant defined outside the package (a
 notebook, a test) registers when its own module runs.
 
-Each registry names the package whose import fills it (`home`). It is imported at the first
+Each registry names the package whose import fills it (`home`, relative to `hmer`). It is imported at the first
 lookup, so that config validation in a fresh process (which imports nothing but the config)
 sees the built-in variants too. That import is the registry's only dependency on a higher
 layer, and it is by name, at use time.
@@ -109,7 +109,7 @@ class Registry(Generic[T]):
             # Set first: the home package's own import may read this registry (and must not recurse).
             self._home_imported = True
             try:
-                importlib.import_module(self.home)
+                importlib.import_module(self.home, package=__package__)
             except BaseException:
                 self._home_imported = False
                 raise
@@ -135,23 +135,23 @@ def _origin(obj: Any) -> str:
 # ---- the registries of the suite ------------------------------------------------------------------
 # Each names the config key that selects a variant and the package whose modules register them.
 
-DECODERS: Registry[Callable[..., Any]] = Registry("model.decoder", home="hmer.model")
+DECODERS: Registry[Callable[..., Any]] = Registry("model.decoder", home=".model")
 """Decoder classes: `cls(cfg: ModelConfig)` -> a `hmer.model.Decoder`."""
 
-TOKEN_POSITIONS: Registry[Callable[..., Any]] = Registry("model.token_pos", home="hmer.model")
+TOKEN_POSITIONS: Registry[Callable[..., Any]] = Registry("model.token_pos", home=".model")
 """Token position encodings: `make(d_model, max_len)` -> module; `module(length, start)` -> [length, d]."""
 
-IMAGE_POSITIONS: Registry[Callable[..., Any]] = Registry("model.image_pos", home="hmer.model")
+IMAGE_POSITIONS: Registry[Callable[..., Any]] = Registry("model.image_pos", home=".model")
 """Image position encodings: `make(d_model, grid)` -> module; `module(feats, mask)` -> feats + positions."""
 
-COVERAGES: Registry[Any] = Registry("model.coverage", home="hmer.model")
+COVERAGES: Registry[Any] = Registry("model.coverage", home=".model")
 """CoMER coverage kinds (`hmer.model.refinement.CoverageKind`): which attention maps the ARM sums."""
 
-SEARCH_RULES: Registry[Callable[..., Any]] = Registry("train.search_rule", home="hmer.decoding")
+SEARCH_RULES: Registry[Callable[..., Any]] = Registry("train.search_rule", home=".decoding")
 """Beam search rules: `search(model, feats, mask, direction, *, beam_size, max_len, length_penalty,
 sos_id, eos_id, pad_id)` -> per image, token ids left to right without sos/eos."""
 
-METRICS: Registry[Callable[..., float]] = Registry("metric", home="hmer.evaluation.metrics")
+METRICS: Registry[Callable[..., float]] = Registry("metric", home=".evaluation.metrics")
 """Expression metrics: `metric(distances)` -> a rate in percent, from per-expression token edit
 distances; each is logged per test year as `test_{year}_{name}`."""
 

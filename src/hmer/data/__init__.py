@@ -13,9 +13,10 @@ from .errors import (CaptionError, DataError, DatasetNotFoundError, ImageReadErr
                      UnknownTokenError)
 from .expression import Expression
 from .files import read_expression_file
+from .images import read_image
 from .inkml import Ink, TraceGroup, parse_inkml, read_inkml
 from .render import RenderConfig, render_ink
-from .source import SPLITS, open_source, read_image
+from .source import SPLITS, open_source
 from .splits import hold_out, load_dataset, load_split
 from .vocab import Vocab
 

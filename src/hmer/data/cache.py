@@ -31,9 +31,10 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from .errors import DataError, ImageReadError, InkMLError
+from .images import decode_image, file_to_image
 from .inkml import parse_inkml
 from .render import RenderConfig
-from .source import DatasetSource, decode_image, file_to_image, open_source_spec, repo_root
+from .source import DatasetSource, open_source_spec, repo_root
 
 log = logging.getLogger(__name__)
 

@@ -30,10 +30,10 @@ from PIL import Image
 
 from ..config import DataConfig
 from .cache import check_files, load_images
+from .captions import parse_caption_line, parse_captions
 from .render import RenderConfig
-from .source import (CAPTION_FILE, SPLITS, DatasetSource, files_for_captions, open_source, parse_caption_line,
-                     parse_captions)
 from .holdout import near_captions
+from .source import CAPTION_FILE, SPLITS, DatasetSource, files_for_captions, open_source
 from .splits import TRAIN, read_writers, validation_hold_out
 from .vocab import Vocab
 

@@ -2,7 +2,7 @@
 one-line user error, and every message names the file (and the line where one is known).
 
 Which of them stop a bulk load and which are skipped with a count is the error policy, set out
-in `hmer.data.source.load_split` and in docs/data.md.
+in `hmer.data.splits.load_split` and in docs/data.md.
 """
 
 from __future__ import annotations

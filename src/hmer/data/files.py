@@ -12,9 +12,10 @@ from pathlib import Path
 
 from .errors import DataError
 from .expression import Expression
+from .images import read_image
 from .inkml import read_inkml
 from .render import RenderConfig, render_ink
-from .source import CONTENT_SUFFIXES, IMAGE_SUFFIXES, read_image
+from .source import CONTENT_SUFFIXES, IMAGE_SUFFIXES
 
 
 def check_expression_file(path: str | os.PathLike[str]) -> Path:

@@ -16,7 +16,7 @@ with a clear error rather than misread.
 An empty file, XML that is not well formed, or a file without a single point of ink raises
 `InkMLError`, whose message starts with the file's name (and the line, where the XML parser gives
 one). This reader is strict; whether a bulk load skips such a file is decided by its caller (see
-`hmer.data.source.load_split`).
+`hmer.data.splits.load_split`).
 """
 
 from __future__ import annotations

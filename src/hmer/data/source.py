@@ -10,7 +10,8 @@ possibly under one top folder (the shared zip has `crohme/<split>/...`, BTTR's h
 caption.txt also loads by name).
 
 Finding the dataset: an explicit path, else `$HMER_DATA`, else `data/crohme` or
-`data/crohme.zip` under the repository root.
+`data/crohme.zip` under the repository root. A caption.txt is read by `hmer.data.captions`,
+a file's contents become an image in `hmer.data.images`.
 
 Error policy (also in docs/data.md):
 
@@ -30,21 +31,16 @@ Error policy (also in docs/data.md):
 from __future__ import annotations
 
 import hashlib
-import io
 import os
-import warnings
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Sequence
 
-import numpy as np
-from PIL import Image, UnidentifiedImageError
-
-from .errors import CaptionError, DatasetNotFoundError, ImageReadError, MissingSplitError
+# Captions and images were read here before they had modules of their own; they import from here too.
+from .captions import Caption, parse_caption_line, parse_captions  # noqa: F401
+from .errors import CaptionError, DatasetNotFoundError, MissingSplitError
+from .images import MAX_INPUT_PIXELS, decode_image, file_to_image, read_image  # noqa: F401
 from .inkml import Ink, parse_inkml
-from .render import RenderConfig, render_ink
-from .vocab import UnknownTokenError, Vocab
 
 SPLITS = ("train", "2014", "2016", "2019")
 IMAGE_SUFFIXES = (".bmp", ".png", ".jpg", ".jpeg")
@@ -308,102 +304,7 @@ def open_source_spec(spec: tuple[str, str]) -> DatasetSource:
     return FolderSource(Path(location)) if kind == "folder" else ZipSource(Path(location))
 
 
-# ---- captions ------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Caption:
-    name: str
-    tokens: list[str]
-    line: int  # 1-based line number in caption.txt
-
-
-def parse_captions(text: str, where: str, vocab: Vocab | None = None) -> list[Caption]:
-    """caption.txt -> captions, strictly: the first malformed line, duplicate name or unknown
-    token raises (naming `where`, the line and the token)."""
-    vocab = vocab or Vocab()
-    captions: list[Caption] = []
-    seen: dict[str, int] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        caption, problem = parse_caption_line(raw, number)
-        if problem:
-            raise CaptionError(f"{where}:{number}: {problem}")
-        if caption is None:
-            continue
-        if caption.name in seen:
-            raise CaptionError(f"{where}:{number}: {caption.name!r} already has a caption on line {seen[caption.name]}")
-        seen[caption.name] = number
-        for token in caption.tokens:
-            if token not in vocab:
-                raise UnknownTokenError(token, f"{where}:{number}")
-        captions.append(caption)
-    return captions
-
-
-def parse_caption_line(raw: str, number: int) -> tuple[Caption | None, str | None]:
-    """One caption line -> (caption, None), (None, None) for a blank line, or (None, problem)."""
-    line = raw.strip()
-    if not line:
-        return None, None
-    # The layout uses a tab; a space after the name is accepted as well.
-    name, _, rest = line.partition("\t") if "\t" in line else line.partition(" ")
-    name, tokens = name.strip(), rest.split()
-    if not tokens:
-        return None, f"no tokens after the name {name!r} (expected <name> TAB <tokens>)"
-    return Caption(name=name, tokens=tokens, line=number), None
-
-
-# ---- file contents -> images -------------------------------------------------------------------
-
-# An input image above this is refused before it is decoded. A formula needs well under 1 MP
-# (CROHME's are about 0.05 MP); a 100-MP scan would take minutes and gigabytes to decode and
-# shrink, and is a mistake (the wrong file, or a page instead of a formula).
-MAX_INPUT_PIXELS = 20_000_000
-
-
-def decode_image(data: bytes, where: str) -> np.ndarray:
-    """Image bytes -> uint8 [H, W] with white ink on black (black-on-white images are inverted)."""
-    try:
-        with warnings.catch_warnings():  # PIL's bomb warning: the size is checked here, on one line
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            img = Image.open(io.BytesIO(data))
-        with img:
-            width, height = img.size  # from the header, before anything is decoded
-            if width * height > MAX_INPUT_PIXELS:
-                raise ImageReadError(f"{where}: {width} x {height} pixels ({width * height / 1e6:.0f} MP) is more "
-                                     f"than an input image may have ({MAX_INPUT_PIXELS / 1e6:.0f} MP); "
-                                     f"crop or scale it to the formula")
-            img.load()
-            if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
-                # Transparent background: what shows through is paper, i.e. white.
-                rgba = img.convert("RGBA")
-                paper = Image.new("RGBA", rgba.size, (255, 255, 255, 255))
-                grey = Image.alpha_composite(paper, rgba).convert("L")
-            else:
-                grey = img.convert("L")
-    except ImageReadError:
-        raise
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
-        raise ImageReadError(f"{where}: not a readable image ({exc})") from None
-    pixels = np.asarray(grey, dtype=np.uint8)
-    if pixels.size == 0:
-        raise ImageReadError(f"{where}: empty image")
-    if pixels.mean() > 127:  # mostly white: black ink on paper
-        pixels = 255 - pixels
-    return np.ascontiguousarray(pixels)
-
-
-def read_image(path: str | os.PathLike[str]) -> np.ndarray:
-    """Read an image file as uint8 [H, W], white ink on black; `ImageReadError` names the file."""
-    path = Path(path)
-    return decode_image(path.read_bytes(), str(path))
-
-
-def file_to_image(data: bytes, filename: str, where: str, render_cfg: RenderConfig) -> np.ndarray:
-    """The image an expression file stands for: rendered InkML, or the decoded image."""
-    if filename.lower().endswith(".inkml"):
-        return render_ink(parse_inkml(data, source=where), render_cfg)
-    return decode_image(data, where)
-
+# ---- captions to files ----------------------------------------------------------------------------
 
 def files_for_captions(source: DatasetSource, split: str, captions: Sequence[Caption]) -> list[str]:
     """The file of each caption; `CaptionError` (file and line) for the first one without."""

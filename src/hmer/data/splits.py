@@ -21,7 +21,8 @@ from .expression import Expression
 from .holdout import HoldOut, split_validation
 from .inkml import writer_of
 from .render import RenderConfig
-from .source import CAPTION_FILE, DatasetSource, files_for_captions, open_source, parse_captions
+from .captions import parse_captions
+from .source import CAPTION_FILE, DatasetSource, files_for_captions, open_source
 from .vocab import Vocab
 
 VAL = "val"

@@ -119,7 +119,7 @@ def _coverage(hp: Mapping[str, Any], path) -> str:
 
 def reference_config(family: str, hp: Mapping[str, Any], vocab_size: int, path="checkpoint") -> Config:
     """The project Config computing the reference model of `hyper_parameters` `hp`, with its search."""
-    from ..presets import experiment_config
+    from ..presets import preset_with_recipe
 
     needed = ("d_model", "growth_rate", "num_layers", "nhead", "num_decoder_layers", "dim_feedforward", "dropout")
     missing = [k for k in needed + (("dc",) if family == "comer" else ()) if k not in hp]
@@ -147,7 +147,7 @@ def reference_config(family: str, hp: Mapping[str, Any], vocab_size: int, path="
                          ("alpha", "train.length_penalty")):
         if ref_key in hp:
             values[key] = hp[ref_key]
-    return experiment_config(preset).override(values).validate()
+    return preset_with_recipe(preset).override(values).validate()
 
 
 # ---- weights ----------------------------------------------------------------------------------------

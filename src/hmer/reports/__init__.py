@@ -4,12 +4,16 @@
     df = study_table("ablate_direction-smoke")   # one row per variant, per-year columns
     print(format_table(df, "markdown"))
 
-- `runs`: load runs, metric histories and predictions out of MLflow as typed frames;
-- `tables`: per-variant, per-year tables (mean ± std over seeds, paired tests, cost);
+- `runs`: load runs, metric histories and predictions out of MLflow as typed frames
+  (`params`: MLflow's string params back to Python values);
+- `tables`: per-variant, per-year tables (mean ± std over seeds, paired tests, cost), built
+  from `correctness` (which expressions each run read right) and printed by `table_format`;
+- `markup`: numbers as strings and rows as Markdown or aligned text, for every table;
 - `significance`: paired bootstrap and exact McNemar tests over test expressions;
-- `plots`: seaborn figures (ExpRate by variant and year, training curves, attention);
+- `plots`: seaborn figures (ExpRate by variant and year, training curves, attention, error analysis);
 - `attention`: per-token attention / coverage maps of a model over an image;
-- `analysis`: error analysis of a run's predictions (by length and structure, token edits, two runs);
+- `analysis`: error analysis of a run's predictions (by length and structure, token edits, two runs),
+  over `buckets` (target length, structure) and `alignment` (token edits), printed by `analysis_format`;
 - `published`: the papers' published ExpRates and which preset is which paper's model;
 - `cli`: `hmer report`, the same tables and plots as files.
 
@@ -24,16 +28,16 @@ from typing import Any
 _EXPORTS = {
     "NoRunsError": "runs", "PredictionsNotFound": "runs", "curve_runs": "runs", "list_studies": "runs",
     "load_history": "runs", "load_predictions": "runs", "load_runs": "runs", "scored_years": "runs",
-    "format_table": "tables", "scored": "tables", "scores_long": "tables", "study_table": "tables",
+    "format_table": "table_format", "scored": "tables", "scores_long": "tables", "study_table": "tables",
     "variant_order": "tables", "variant_table": "tables",
     "compare": "significance", "mcnemar": "significance", "paired_bootstrap": "significance",
     "plot_attention": "plots", "plot_exprate": "plots", "plot_training_curves": "plots", "save_figure": "plots",
     "AttentionResult": "attention", "attend": "attention", "compare_models": "attention",
     "coverage_pair": "attention", "load_test_expressions": "attention", "model_label": "attention",
     "pick_expressions": "attention", "tokens_from_predictions": "attention",
-    "align": "analysis", "analyse": "analysis", "analyze_command": "analysis", "breakdown": "analysis",
-    "compare_runs": "analysis", "confusions": "analysis", "format_breakdown": "analysis",
-    "format_comparison": "analysis", "format_confusions": "analysis", "plot_breakdown": "analysis",
+    "align": "alignment", "analyse": "analysis", "analyze_command": "analysis", "breakdown": "analysis",
+    "compare_runs": "analysis", "confusions": "analysis", "format_breakdown": "analysis_format",
+    "format_comparison": "analysis_format", "format_confusions": "analysis_format", "plot_breakdown": "plots",
     "run_expressions": "analysis", "top_confusions": "analysis", "variant_analysis": "analysis",
     "format_published": "published", "paper_of": "published", "published_table": "published",
     "report_command": "cli",

@@ -11,19 +11,10 @@ which every training run logs. `hmer analyze RUN [RUN_B]` prints these tables an
 `--out DIR` writes them (Markdown, CSV) with a plot; `hmer report --analysis` adds them
 per variant to a report.
 
-**Buckets.** Target length is the number of tokens of the truth: 1-10, 11-20, 21-40, >40;
-these partition a year's expressions. The structure buckets are *not* a partition: an
-expression is in `\\frac` when its truth holds a `\\frac` token, in `^ or _` when it holds
-`^` or `_`, in `\\sqrt` when it holds `\\sqrt`, and in "none of these" when it holds none
-of them. `x ^ { \\frac { 1 } { 2 } }` counts under both `\\frac` and `^ or _`, so the
-structure rows add up to at least the year's size; "none of these" plus the expressions
-in at least one structure bucket add up to exactly the year's size.
-
-**Alignment.** `align` is a Levenshtein dynamic programme over tokens with a backtrace;
-its edit count is the distance `editdistance` gives. Where several alignments are equally
-short the backtrace, walking from the ends of both sequences, prefers the diagonal (a
-match or a substitution), then a deletion (a truth token the prediction lacks), then an
-insertion (a predicted token the truth lacks): the same pair always gives the same edits.
+The buckets (target length, structure) are defined and explained in `hmer.reports.buckets`,
+the token alignment behind the edits in `hmer.reports.alignment`; the tables are written by
+`hmer.reports.analysis_format` and the plot by `hmer.reports.plots.plot_breakdown`. The
+names of the first three import from here as well.
 """
 
 from __future__ import annotations
@@ -33,27 +24,26 @@ import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
 
+from .alignment import EDIT_KINDS, Edit, align, edit_count
+from .analysis_format import format_breakdown, format_comparison, format_confusions
+from .buckets import (ALL, AXES, LENGTH_BUCKETS, NO_STRUCTURE, STRUCTURE_TOKENS, length_bucket, length_labels,
+                      structure_labels, structures)
+from .markup import MEASURES
 from .runs import NoRunsError, PredictionsNotFound, client_for, load_predictions, load_runs, resolve_tracking_uri
-from .tables import MEASURE_LABELS, MISSING, MEASURES, _markdown, _text
 
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
+__all__ = [
+    "ALL", "AXES", "DEFAULT_TOP", "EDIT_KINDS", "LENGTH_BUCKETS", "NO_STRUCTURE", "STRUCTURE_TOKENS",
+    "Analysis", "AnalysisError", "Edit", "align", "analyse", "analyze_command", "breakdown", "compare_runs",
+    "confusions", "edit_count", "expressions", "format_breakdown", "format_comparison", "format_confusions",
+    "length_bucket", "prediction_years", "run_expressions", "run_label", "structures",
+    "top_confusions", "variant_analysis",
+]
 
-LENGTH_BUCKETS: tuple[tuple[str, int], ...] = (("1-10", 10), ("11-20", 20), ("21-40", 40), (">40", math.inf))
-STRUCTURE_TOKENS: tuple[tuple[str, frozenset[str]], ...] = (
-    ("\\frac", frozenset({"\\frac"})),
-    ("^ or _", frozenset({"^", "_"})),
-    ("\\sqrt", frozenset({"\\sqrt"})),
-)
-NO_STRUCTURE = "none of these"
-ALL = "all"
-AXES = ("all", "length", "structure")
-EDIT_KINDS = ("substitution", "insertion", "deletion")
 DEFAULT_TOP = 10
 _PREDICTIONS_FILE = re.compile(r"^test_(?P<year>[^/]+)\.csv$")
 
@@ -62,74 +52,7 @@ class AnalysisError(ValueError):
     """A run cannot be analysed (no predictions artifacts); printed by `hmer` as one line, exit 2."""
 
 
-# ---- the alignment ------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Edit:
-    """One step of an alignment: `kind` is match, substitution, insertion or deletion.
-
-    `truth` is None for an insertion, `prediction` None for a deletion.
-    """
-
-    kind: str
-    truth: str | None
-    prediction: str | None
-
-
-def align(truth: Sequence[str], prediction: Sequence[str]) -> list[Edit]:
-    """The edits that turn `truth` into `prediction`, in reading order (see the module docstring
-    for the tie-breaking). The number of edits other than matches is the Levenshtein distance."""
-    n, m = len(truth), len(prediction)
-    # cost[i][j]: fewest edits turning truth[:i] into prediction[:j]
-    cost = [[0] * (m + 1) for _ in range(n + 1)]
-    for i in range(n + 1):
-        cost[i][0] = i
-    for j in range(m + 1):
-        cost[0][j] = j
-    for i in range(1, n + 1):
-        row, above, t = cost[i], cost[i - 1], truth[i - 1]
-        for j in range(1, m + 1):
-            row[j] = min(above[j - 1] + (t != prediction[j - 1]), above[j] + 1, row[j - 1] + 1)
-    edits: list[Edit] = []
-    i, j = n, m
-    while i > 0 or j > 0:
-        if i > 0 and j > 0:
-            same = truth[i - 1] == prediction[j - 1]
-            if cost[i][j] == cost[i - 1][j - 1] + (not same):
-                edits.append(Edit("match" if same else "substitution", truth[i - 1], prediction[j - 1]))
-                i, j = i - 1, j - 1
-                continue
-        if i > 0 and cost[i][j] == cost[i - 1][j] + 1:
-            edits.append(Edit("deletion", truth[i - 1], None))
-            i -= 1
-        else:
-            edits.append(Edit("insertion", None, prediction[j - 1]))
-            j -= 1
-    edits.reverse()
-    return edits
-
-
-def edit_count(edits: Iterable[Edit]) -> int:
-    """The distance an alignment stands for: its edits other than matches."""
-    return sum(e.kind != "match" for e in edits)
-
-
-# ---- expressions and buckets ------------------------------------------------------------------
-
-def length_bucket(n_tokens: int) -> str:
-    """The target-length bucket of a truth of `n_tokens` tokens (an empty truth counts as 1-10)."""
-    for label, upper in LENGTH_BUCKETS:
-        if n_tokens <= upper:
-            return label
-    raise AssertionError("unreachable: the last bucket has no upper bound")
-
-
-def structures(tokens: Iterable[str]) -> list[str]:
-    """The structure buckets of a truth: any of \\frac, "^ or _", \\sqrt, else ["none of these"]."""
-    present = set(tokens)
-    found = [label for label, marks in STRUCTURE_TOKENS if present & marks]
-    return found or [NO_STRUCTURE]
-
+# ---- expressions ------------------------------------------------------------------------------
 
 def expressions(predictions: pd.DataFrame, year: str, label: str, run_id: str = "") -> pd.DataFrame:
     """One row per predicted expression: label, run_id, year, name, truth and prediction
@@ -207,11 +130,11 @@ def breakdown(rows: pd.DataFrame) -> pd.DataFrame:
         runs = group["run_id"].nunique()
         base = {"label": label, "year": year, "runs": runs}
         out.append({**base, "axis": "all", "bucket": ALL, "n": group["name"].nunique(), **_rates(group)})
-        for bucket, _ in LENGTH_BUCKETS:
+        for bucket in length_labels():
             part = group[group["length_bucket"] == bucket]
             out.append({**base, "axis": "length", "bucket": bucket, "n": part["name"].nunique(), **_rates(part)})
         flat = exploded[(exploded["label"] == label) & (exploded["year"] == year)]
-        for bucket in [s for s, _ in STRUCTURE_TOKENS] + [NO_STRUCTURE]:
+        for bucket in structure_labels():
             part = flat[flat["structures"] == bucket]
             out.append({**base, "axis": "structure", "bucket": bucket, "n": part["name"].nunique(), **_rates(part)})
     return pd.DataFrame(out, columns=["label", "year", "axis", "bucket", "n", "runs", *MEASURES])
@@ -278,9 +201,8 @@ def compare_runs(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> pd.DataFrame:
         group = pair[pair["year"] == year]
         exploded = group.explode("structures")
         parts = [("all", ALL, group)]
-        parts += [("length", b, group[group["length_bucket"] == b]) for b, _ in LENGTH_BUCKETS]
-        parts += [("structure", b, exploded[exploded["structures"] == b])
-                  for b in [s for s, _ in STRUCTURE_TOKENS] + [NO_STRUCTURE]]
+        parts += [("length", b, group[group["length_bucket"] == b]) for b in length_labels()]
+        parts += [("structure", b, exploded[exploded["structures"] == b]) for b in structure_labels()]
         for axis, bucket, part in parts:
             a_ok, b_ok = part["distance_a"].to_numpy() == 0, part["distance_b"].to_numpy() == 0
             n = len(part)
@@ -298,117 +220,6 @@ def compare_runs(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> pd.DataFrame:
             })
     return pd.DataFrame(out, columns=["year", "axis", "bucket", "n", "a_exprate", "b_exprate", "delta", "both",
                                       "only_a", "only_b", "neither", "a_le1", "b_le1", "a_le2", "b_le2"])
-
-
-# ---- formatting ----------------------------------------------------------------------------------
-
-def _pct(value: float) -> str:
-    return MISSING if value is None or pd.isna(value) else f"{float(value):.1f}"
-
-
-def _row_name(axis: str, bucket: str) -> str:
-    if axis == "all":
-        return "all"
-    return f"{'length' if axis == 'length' else 'has'} {bucket}" if bucket != NO_STRUCTURE else bucket
-
-
-def _render(fmt: str):
-    if fmt not in ("text", "markdown"):
-        raise ValueError(f"fmt must be 'text' or 'markdown', got {fmt!r}")
-    return _markdown if fmt == "markdown" else _text
-
-
-def format_breakdown(table: pd.DataFrame, fmt: str = "markdown") -> str:
-    """One table per label: a row per bucket; per year n, ExpRate, ≤1, ≤2 (percent)."""
-    render = _render(fmt)
-    blocks = []
-    for label, part in table.groupby("label", sort=False):
-        years = list(dict.fromkeys(part["year"]))
-        runs = int(part["runs"].max())
-        head = ["bucket"] + [f"{y} {c}" for y in years for c in ("n", *(MEASURE_LABELS[m] for m in MEASURES))]
-        body = []
-        for (axis, bucket), rows in part.groupby(["axis", "bucket"], sort=False):
-            cells = [_row_name(axis, bucket)]
-            for year in years:
-                r = rows[rows["year"] == year]
-                if r.empty:
-                    cells += [MISSING] * 4
-                    continue
-                r = r.iloc[0]
-                cells += [str(int(r["n"]))] + [_pct(r[m]) for m in MEASURES]
-            body.append(cells)
-        pooled = f" (pooled over {runs} runs)" if runs > 1 else ""
-        title = f"**{label}**" if fmt == "markdown" else str(label)
-        blocks.append(f"{title}: ExpRate, ≤1 and ≤2 (%) by target length and structure{pooled}\n\n"
-                      + render(head, body))
-    blocks.append("Length buckets partition each year. Structure buckets overlap: an expression holding "
-                  "\\frac and ^ counts under both, so those rows add up to more than the year's n.")
-    return "\n\n".join(blocks) + "\n"
-
-
-def format_confusions(top: pd.DataFrame, fmt: str = "markdown") -> str:
-    """The most frequent substitutions, insertions and deletions of each label, with counts per year."""
-    render = _render(fmt)
-    if top.empty:
-        return "No token edits: every expression was read right.\n"
-    years = [c for c in top.columns if c not in ("label", "kind", "truth", "prediction", "count")]
-    blocks = []
-    for label, part in top.groupby("label", sort=False):
-        head = ["edit", "truth", "prediction", "count", *years]
-        body = [[r["kind"], r["truth"] or MISSING, r["prediction"] or MISSING, str(int(r["count"])),
-                 *[str(int(r[y])) for y in years]] for _, r in part.iterrows()]
-        title = f"**{label}**" if fmt == "markdown" else str(label)
-        blocks.append(f"{title}: the most frequent token edits (alignment of truth to prediction)\n\n"
-                      + render(head, body))
-    return "\n\n".join(blocks) + "\n"
-
-
-def format_comparison(table: pd.DataFrame, label_a: str, label_b: str, fmt: str = "markdown") -> str:
-    """Per year and bucket: A's and B's ExpRate, B − A, and the expressions only one read right."""
-    render = _render(fmt)
-    head = ["year", "bucket", "n", "A ExpRate", "B ExpRate", "Δ (B − A)", "only A", "only B", "both", "neither"]
-    body = [[str(r["year"]), _row_name(r["axis"], r["bucket"]), str(int(r["n"])), _pct(r["a_exprate"]),
-             _pct(r["b_exprate"]), MISSING if pd.isna(r["delta"]) else f"{r['delta']:+.1f}",
-             str(r["only_a"]), str(r["only_b"]), str(r["both"]), str(r["neither"])] for _, r in table.iterrows()]
-    bold = (lambda s: f"**{s}**") if fmt == "markdown" else (lambda s: s)
-    intro = (f"A = {bold(label_a)}, B = {bold(label_b)}: ExpRate (%) on the expressions both were scored on; "
-             "Δ in percentage points; only A / only B = expressions one read right and the other did not")
-    return f"{intro}\n\n{render(head, body)}\n"
-
-
-# ---- plot ---------------------------------------------------------------------------------------
-
-def plot_breakdown(table: pd.DataFrame, title: str | None = None) -> "Figure":
-    """ExpRate by bucket: a row of panels per axis (length, structure), a column per year,
-    a bar per label (run or variant)."""
-    import seaborn as sns
-    from matplotlib.figure import Figure
-
-    data = table[table["axis"].isin(["length", "structure"])].copy()
-    if data.empty:
-        raise ValueError("nothing to plot: the breakdown is empty")
-    years = list(dict.fromkeys(data["year"]))
-    axes_names = ["length", "structure"]
-    labels = list(dict.fromkeys(data["label"]))
-    fig = Figure(figsize=(4.2 * len(years), 6.4), layout="constrained")
-    grid = fig.subplots(len(axes_names), len(years), squeeze=False, sharey=True)
-    palette = dict(zip(labels, sns.color_palette("colorblind", len(labels))))
-    for r, axis in enumerate(axes_names):
-        order = [b for b, _ in LENGTH_BUCKETS] if axis == "length" else \
-            [s for s, _ in STRUCTURE_TOKENS] + [NO_STRUCTURE]
-        for c, year in enumerate(years):
-            ax = grid[r][c]
-            part = data[(data["axis"] == axis) & (data["year"] == year)]
-            sns.barplot(part, x="bucket", y="exprate", hue="label", order=order, hue_order=labels,
-                        palette=palette, ax=ax, legend=(r == 0 and c == len(years) - 1))
-            ax.set_title(f"{year}: by {'target length' if axis == 'length' else 'structure'}", fontsize=10)
-            ax.set_xlabel("tokens" if axis == "length" else "")
-            ax.set_ylabel("ExpRate (%)" if c == 0 else "")
-            ax.set_ylim(0, 100)
-            ax.tick_params(axis="x", labelsize=8)
-    if title:
-        fig.suptitle(title)
-    return fig
 
 
 # ---- writing --------------------------------------------------------------------------------------
@@ -437,7 +248,7 @@ class Analysis:
 
     def write(self, out_dir: str | Path, title: str) -> list[Path]:
         """analysis.md, breakdown.csv, confusions.csv, (comparison.csv) and analysis.png into `out_dir`."""
-        from .plots import save_figure
+        from .plots import plot_breakdown, save_figure
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -509,3 +320,4 @@ def variant_analysis(runs: pd.DataFrame, tracking_uri: str | None = None,
     if not frames:
         return None
     return analyse(pd.concat(frames, ignore_index=True), top=top)
+

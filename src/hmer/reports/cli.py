@@ -29,8 +29,9 @@ from typing import Sequence
 
 import pandas as pd
 
-from .plots import plot_exprate, plot_training_curves, save_figure
+from ..tracking import keys
 from ..tracking.store import mask_password
+from .plots import plot_exprate, plot_training_curves, save_figure
 from .runs import (NoRunsError, curve_runs, list_studies, load_history, load_predictions, load_runs,
                    resolve_tracking_uri, scored_years)
 from .significance import DEFAULT_RESAMPLES
@@ -63,7 +64,7 @@ def default_out_dir(name: str) -> Path:
 def runs_summary(runs: pd.DataFrame, years: Sequence[str]) -> pd.DataFrame:
     """One row per run: the columns a reader checks a table against."""
     cols = {"run_id": "run_id", "variant": "variant", "seed": "seed", "trial": "trial", "state": "state",
-            "run_name": "run_name", "tags.hmer.device": "device"}
+            "run_name": "run_name", f"tags.{keys.DEVICE}": "device"}
     for year in years:
         for m in ("exprate", "le1", "le2", "n"):
             cols[f"metrics.test_{year}_{m}"] = f"test_{year}_{m}"

@@ -1,8 +1,9 @@
-"""Plots of the runs: ExpRate by variant and year, training curves, attention maps.
+"""Plots of the runs: ExpRate by variant and year, training curves, attention maps, error analysis.
 
     fig = plot_exprate(runs)                        # bars = mean over seeds, whiskers = std, dots = seeds
     fig = plot_training_curves(load_history(runs))  # validation ExpRate and losses vs epoch and vs time
     fig = plot_attention([with_cov, without_cov])   # per-token maps of two models, one expression
+    fig = plot_breakdown(analyse(rows).breakdown)   # ExpRate by target length and structure
     save_figure(fig, "plots/exprate.png")
 
 Figures are built with matplotlib's object-oriented API (`matplotlib.figure.Figure`),
@@ -22,7 +23,9 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from .tables import MEASURE_LABELS, scores_long, variant_order
+from .buckets import length_labels, structure_labels
+from .markup import MEASURE_LABELS
+from .tables import scores_long, variant_order
 
 if TYPE_CHECKING:
     from .attention import AttentionResult
@@ -226,4 +229,35 @@ def plot_attention(results: Sequence["AttentionResult"], *, max_columns: int = 1
     fig.suptitle(f"{title or results[0].name}" + (f"   truth: {_shorten(truth, 90)}" if truth else ""), fontsize=10)
     if path is not None:
         save_figure(fig, path)
+    return fig
+
+
+def plot_breakdown(table: pd.DataFrame, title: str | None = None) -> Figure:
+    """ExpRate by bucket (a `breakdown` frame of `hmer.reports.analysis`): a row of panels per axis
+    (length, structure), a column per year, a bar per label (run or variant)."""
+    import seaborn as sns
+
+    data = table[table["axis"].isin(["length", "structure"])].copy()
+    if data.empty:
+        raise ValueError("nothing to plot: the breakdown is empty")
+    years = list(dict.fromkeys(data["year"]))
+    axes_names = ["length", "structure"]
+    labels = list(dict.fromkeys(data["label"]))
+    fig = Figure(figsize=(4.2 * len(years), 6.4), layout="constrained")
+    grid = fig.subplots(len(axes_names), len(years), squeeze=False, sharey=True)
+    palette = dict(zip(labels, sns.color_palette("colorblind", len(labels))))
+    for r, axis in enumerate(axes_names):
+        order = length_labels() if axis == "length" else structure_labels()
+        for c, year in enumerate(years):
+            ax = grid[r][c]
+            part = data[(data["axis"] == axis) & (data["year"] == year)]
+            sns.barplot(part, x="bucket", y="exprate", hue="label", order=order, hue_order=labels,
+                        palette=palette, ax=ax, legend=(r == 0 and c == len(years) - 1))
+            ax.set_title(f"{year}: by {'target length' if axis == 'length' else 'structure'}", fontsize=10)
+            ax.set_xlabel("tokens" if axis == "length" else "")
+            ax.set_ylabel("ExpRate (%)" if c == 0 else "")
+            ax.set_ylim(0, 100)
+            ax.tick_params(axis="x", labelsize=8)
+    if title:
+        fig.suptitle(title)
     return fig

@@ -22,6 +22,8 @@ from typing import Any
 
 import pandas as pd
 
+from .markup import MISSING, bold, layout
+
 # preset name -> the model name in published.csv
 PAPER_OF_PRESET = {"bttr": "BTTR", "comer-fusion": "CoMER"}
 COLUMNS = ["model", "year", "exprate", "paper", "venue", "source", "note"]
@@ -53,7 +55,7 @@ def published_exprate(model: str) -> dict[str, float]:
 def _model_fields_match(run: pd.Series, preset: str) -> bool:
     """True when every `params.model.*` the run logged equals the preset's value."""
     from ..presets import model_config
-    from .runs import parse_value
+    from .params import parse_value
 
     expected = {f"params.model.{k}": v for k, v in vars(model_config(preset)).items()}
     for col, want in expected.items():
@@ -85,10 +87,7 @@ def paper_of(runs: pd.DataFrame) -> str | None:
 
 def format_published(fmt: str = "text") -> str:
     """The published table (a row per model, its ExpRate per year), then each figure's source."""
-    from .tables import MISSING, _markdown, _text
-
-    if fmt not in ("text", "markdown"):
-        raise ValueError(f"fmt must be 'text' or 'markdown', got {fmt!r}")
+    render = layout(fmt)
     df = _load()
     years = sorted(set(df["year"]))
     head = ["model"] + [f"{y} ExpRate" for y in years]
@@ -101,7 +100,6 @@ def format_published(fmt: str = "text") -> str:
         note = f" ({first['note']})" if first["note"] else ""
         sources.append(f"- {model}: {first['paper']}. {first['venue']}. Figures from: {first['source']}{note}.")
     presets = ", ".join(f"`{p}` -> {m}" for p, m in PAPER_OF_PRESET.items())
-    bold = (lambda s: f"**{s}**") if fmt == "markdown" else (lambda s: s)
-    return (f"{bold('Published ExpRate (%)')}, as the papers report them (not measured here)\n\n"
-            + (_markdown if fmt == "markdown" else _text)(head, body) + "\n\n" + "\n".join(sources)
+    return (f"{bold(fmt)('Published ExpRate (%)')}, as the papers report them (not measured here)\n\n"
+            + render(head, body) + "\n\n" + "\n".join(sources)
             + f"\n\nReport tables show these beside the variants that train these presets: {presets}.\n")

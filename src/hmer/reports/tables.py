@@ -32,21 +32,25 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from .runs import PredictionsNotFound, load_predictions, load_runs, scored_years, study_parent
+from ..tracking import keys
+from .correctness import CorrectnessCache, PredictionLoader
+from .markup import MEASURE_LABELS, MEASURES, MISSING
+from .runs import load_predictions, load_runs, scored_years, study_parent
 from .significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, compare
+from .table_format import format_table
 
-MEASURES = ("exprate", "le1", "le2")
-MEASURE_LABELS = {"exprate": "ExpRate", "le1": "≤1", "le2": "≤2"}
-MISSING = "–"  # shown for a number that does not exist (std of one seed, no test, no baseline)
+__all__ = ["MEASURES", "MEASURE_LABELS", "MISSING", "format_table", "grid_order", "resolve_baseline", "scored",
+           "scores_long", "study_table", "variant_order", "variant_table"]
+
 EXCLUDED_STATES = ("failed", "pruned")
 SEED_KEY = "train.seed"  # the seed axis of a study grid (hmer.studies.spec.SEED_KEY)
-
-PredictionLoader = Callable[[str, str], pd.DataFrame]
+BASELINE_TAG = f"tags.{keys.BASELINE}"
+CELL_TAG = f"tags.{keys.CELL}"
 
 
 # ---- which runs count ----------------------------------------------------------------------------
@@ -93,8 +97,8 @@ def resolve_baseline(runs: pd.DataFrame, baseline: str | Mapping[str, Any] | Non
     if not variants:
         return None
     if baseline is None:
-        if "tags.hmer.baseline" in runs.columns:
-            tagged = runs.loc[runs["tags.hmer.baseline"].astype(str).str.lower() == "true", variant_col]
+        if BASELINE_TAG in runs.columns:
+            tagged = runs.loc[runs[BASELINE_TAG].astype(str).str.lower() == "true", variant_col]
             if not tagged.empty:
                 return str(tagged.iloc[0])
         return variant_order(runs, variant_col)[0]
@@ -102,9 +106,9 @@ def resolve_baseline(runs: pd.DataFrame, baseline: str | Mapping[str, Any] | Non
     for candidate in candidates:
         if candidate in variants:
             return candidate
-    if "tags.hmer.cell" in runs.columns:
+    if CELL_TAG in runs.columns:
         for candidate in candidates:
-            hit = runs.loc[runs["tags.hmer.cell"] == candidate, variant_col]
+            hit = runs.loc[runs[CELL_TAG] == candidate, variant_col]
             if not hit.empty:
                 return str(hit.iloc[0])
     raise ValueError(f"baseline {baseline!r} is none of the variants {', '.join(map(str, variants))}")
@@ -161,7 +165,7 @@ def variant_table(
     counts = scored(runs, years) if not runs.empty else pd.Series(False, index=runs.index)
     good, bad = runs[counts], runs[~counts]
     base = resolve_baseline(good if not good.empty else runs, baseline, variant_col) if not runs.empty else None
-    correctness = _CorrectnessCache(predictions)
+    correctness = CorrectnessCache(predictions)
     rows = []
     for variant in variant_order(runs, variant_col, base, order) if not runs.empty else []:
         mine, base_runs = good[good[variant_col] == variant], good[good[variant_col] == base]
@@ -210,7 +214,7 @@ def _metric(runs: pd.DataFrame, name: str) -> pd.Series:
 
 
 def _year_cells(year: str, mine: pd.DataFrame, base_runs: pd.DataFrame, is_base: bool,
-                correctness: "_CorrectnessCache", n_resamples: int, confidence: float, seed: int) -> dict[str, Any]:
+                correctness: CorrectnessCache, n_resamples: int, confidence: float, seed: int) -> dict[str, Any]:
     cells: dict[str, Any] = {}
     n = pd.to_numeric(_metric(mine, f"test_{year}_n"), errors="coerce").dropna()
     cells[f"{year}_n"] = int(n.max()) if not n.empty else math.nan
@@ -269,51 +273,6 @@ def _published_cells(mine: pd.DataFrame, years: Sequence[str]) -> dict[str, Any]
     paper = paper_of(mine)
     figures = published_exprate(paper) if paper else {}
     return {"paper": paper or "", **{f"{y}_published": figures.get(str(y), math.nan) for y in years}}
-
-
-class _CorrectnessCache:
-    """Per-run correctness per year from the predictions artifacts, each fetched once."""
-
-    def __init__(self, loader: PredictionLoader | None):
-        self.loader = loader
-        self.cache: dict[tuple[str, str], pd.Series | None] = {}
-        self.used = False
-
-    def get(self, run_id: str, year: str) -> pd.Series | None:
-        if self.loader is None:
-            return None
-        key = (run_id, year)
-        if key not in self.cache:
-            try:
-                df = self.loader(run_id, year)
-                self.cache[key] = pd.Series(df["correct"].to_numpy(bool), index=df["name"].astype(str))
-            except PredictionsNotFound:
-                self.cache[key] = None
-        return self.cache[key]
-
-    def aligned(self, base_runs: pd.DataFrame, runs: pd.DataFrame, year: str):
-        """((baseline [seeds, n], seeds), (variant [seeds, n], seeds)) on the shared expressions, or None."""
-        sides = []
-        for frame in (base_runs, runs):
-            series, seeds = [], []
-            for i, (run_id, seed) in enumerate(zip(frame["run_id"], frame.get("seed", [None] * len(frame)))):
-                s = self.get(run_id, year)
-                if s is not None:
-                    series.append(s)
-                    seeds.append(int(seed) if seed is not None and not pd.isna(seed) else i)
-            if not series:
-                return None
-            sides.append((series, seeds))
-        names = None
-        for series, _ in sides:
-            for s in series:
-                names = s.index if names is None else names.intersection(s.index)
-        if names is None or len(names) == 0:
-            return None
-        names = names.sort_values()
-        self.used = True
-        return tuple((np.stack([s[~s.index.duplicated()].reindex(names).to_numpy(bool) for s in series]), seeds)
-                     for series, seeds in sides)
 
 
 def study_table(
@@ -385,203 +344,3 @@ def scores_long(runs: pd.DataFrame, variant_col: str = "variant", years: Sequenc
                     rows.append({"variant": run[variant_col], "seed": run.get("seed"), "run_id": run["run_id"],
                                  "year": year, "measure": m, "label": MEASURE_LABELS[m], "value": float(value)})
     return pd.DataFrame(rows, columns=["variant", "seed", "run_id", "year", "measure", "label", "value"])
-
-
-# ---- formatting -------------------------------------------------------------------------------------
-
-def _num(value: Any, digits: int = 1) -> str:
-    return MISSING if value is None or pd.isna(value) else f"{float(value):.{digits}f}"
-
-
-def _mean_pm_std(mean: Any, std: Any) -> str:
-    if mean is None or pd.isna(mean):
-        return MISSING
-    return f"{float(mean):.1f} ± {_num(std)}"
-
-
-def _p(value: Any) -> str:
-    if value is None or pd.isna(value):
-        return MISSING
-    return "<0.001" if value < 0.001 else f"{value:.3f}"
-
-
-def _delta(row: pd.Series, year: str) -> str:
-    if bool(row.get("baseline", False)):
-        return "baseline"
-    d = row.get(f"{year}_delta")
-    if d is None or pd.isna(d):
-        return MISSING
-    low, high = row.get(f"{year}_delta_low"), row.get(f"{year}_delta_high")
-    if low is None or pd.isna(low):
-        return f"{d:+.1f}"
-    return f"{d:+.1f} [{low:+.1f}, {high:+.1f}]"
-
-
-def _params(value: Any) -> str:
-    if value is None or pd.isna(value):
-        return MISSING
-    n = int(value)
-    if n >= 1_000_000:
-        return f"{n / 1e6:.2f}M"
-    if n >= 1_000:
-        return f"{n / 1e3:.0f}k"
-    return str(n)
-
-
-def _years_of(df: pd.DataFrame) -> list[str]:
-    years = df.attrs.get("years")
-    if years:
-        return [str(y) for y in years]
-    return sorted({c.split("_", 1)[0] for c in map(str, df.columns) if c.endswith("_exprate_mean")})
-
-
-def format_table(df: pd.DataFrame, fmt: str = "text") -> str:
-    """The table as aligned text (`fmt="text"`) or GitHub Markdown (`fmt="markdown"`).
-
-    Two tables: the scores (mean ± std over seeds, per year) and, against the baseline,
-    the ExpRate difference with its confidence interval and p-values, beside the training
-    cost; then notes (test set sizes, excluded runs, how the tests were made). A missing
-    number (the std of one seed, a year a variant was not scored on) shows as "–".
-    """
-    if fmt not in ("text", "markdown"):
-        raise ValueError(f"fmt must be 'text' or 'markdown', got {fmt!r}")
-    md = fmt == "markdown"
-    title = df.attrs.get("title") or "runs"
-    years = _years_of(df)
-    if df.empty:
-        return f"{title}: no runs to tabulate" + _excluded_note(df)
-    baseline = df.attrs.get("baseline")
-    if baseline is None and "baseline" in df.columns and df["baseline"].any():
-        baseline = str(df.index[df["baseline"].astype(bool)][0])
-
-    def name(variant: Any, row: pd.Series) -> str:
-        return f"{variant} (baseline)" if bool(row.get("baseline", False)) else str(variant)
-
-    head1 = ["variant", "seeds"] + [f"{y} {MEASURE_LABELS[m]}" for y in years for m in MEASURES]
-    body1 = [[name(v, r), str(int(r["seeds"]))]
-             + [_mean_pm_std(r.get(f"{y}_{m}_mean"), r.get(f"{y}_{m}_std")) for y in years for m in MEASURES]
-             for v, r in df.iterrows()]
-    head2 = ["variant"] + [c for y in years for c in (f"{y} Δ ExpRate", f"{y} p")] + [
-        "GPU min", "train min", "img/s", "params"]
-    body2 = [[name(v, r)]
-             + [c for y in years for c in (_delta(r, y), _pair_p(r, y))]
-             + [_num(r.get("gpu_minutes")), _num(r.get("train_minutes")), _num(r.get("images_per_second"), 0),
-                _params(r.get("num_params"))]
-             for v, r in df.iterrows()]
-    confidence = float(df.attrs.get("confidence", DEFAULT_CONFIDENCE))
-    bold = (lambda s: f"**{s}**") if md else (lambda s: s)
-    intro1 = f"{bold(title)}: ExpRate, ≤1 and ≤2 edits (%) per test year, mean ± std over seeds"
-    intro2 = (f"Against the baseline {bold(str(baseline))}: Δ ExpRate in percentage points "
-              f"[{confidence:.0%} CI, paired bootstrap over test expressions], p = paired bootstrap / exact "
-              f"McNemar; training cost (means over seeds)")
-    render = _markdown if md else _text
-    sizes = ", ".join(f"{y}: {int(df[f'{y}_n'].max())}" for y in years
-                      if f"{y}_n" in df.columns and df[f"{y}_n"].notna().any())
-    notes = []
-    if sizes:
-        notes.append(f"Test expressions per year: {sizes}.")
-    excluded = _excluded_note(df).strip()
-    if excluded:
-        notes.append(excluded)
-    if not df.attrs.get("tested", True):
-        notes.append("No predictions artifacts: differences come from the metrics, without tests.")
-    elif "seeds" in df.columns and df["seeds"].max() > 1:
-        notes.append("Several seeds: the bootstrap averages correctness over seeds per expression; McNemar "
-                     "shows the largest p over seed-matched pairs.")
-    blocks = [intro1, render(head1, body1), intro2, render(head2, body2)]
-    blocks += _validation_block(df, years, render, bold) + _published_block(df, years, render, bold)
-    blocks.append(" ".join(notes))
-    return "\n\n".join(blocks) + "\n"
-
-
-def _has_any(df: pd.DataFrame, columns: Sequence[str]) -> bool:
-    return any(c in df.columns and df[c].notna().any() for c in columns)
-
-
-def _validation_block(df: pd.DataFrame, years: Sequence[str], render, bold) -> list[str]:
-    """Validation beside the test years, when any run has validation scores."""
-    if not _has_any(df, ["val_exprate_mean", "best_val_exprate_mean"]):
-        return []
-    head = (["variant", "val n"] + [f"val {MEASURE_LABELS[m]}" for m in MEASURES] + ["val ExpRate (selection)"]
-            + [f"{y} ExpRate" for y in years])
-    body = [[str(v), _count(r.get("val_n"))]
-            + [_mean_pm_std(r.get(f"val_{m}_mean"), r.get(f"val_{m}_std")) for m in MEASURES]
-            + [_mean_pm_std(r.get("best_val_exprate_mean"), r.get("best_val_exprate_std"))]
-            + [_mean_pm_std(r.get(f"{y}_exprate_mean"), r.get(f"{y}_exprate_std")) for y in years]
-            for v, r in df.iterrows()]
-    intro = (f"{bold('Validation beside the test years')}: the validation split decoded as the test years are "
-             "(val ExpRate, ≤1, ≤2), and as it was when it picked the checkpoint (selection); mean ± std over seeds")
-    blocks = [intro, render(head, body)]
-    ranks = _rank_agreement(df, years)
-    if ranks:
-        blocks.append("Spearman rank correlation of validation and test ExpRate over the variants: " + ranks + ".")
-    return blocks
-
-
-def _rank_agreement(df: pd.DataFrame, years: Sequence[str]) -> str:
-    """How well validation orders the variants as each test year does (three variants or more)."""
-    parts = []
-    for y in years:
-        col = f"{y}_exprate_mean"
-        if col not in df.columns or "val_exprate_mean" not in df.columns:
-            continue
-        pair = df[["val_exprate_mean", col]].dropna()
-        if len(pair) >= 3 and pair.nunique().min() > 1:
-            parts.append(f"{y} {pair['val_exprate_mean'].corr(pair[col], method='spearman'):+.2f}")
-    return ", ".join(parts)
-
-
-def _published_block(df: pd.DataFrame, years: Sequence[str], render, bold) -> list[str]:
-    """The papers' published ExpRate beside ours, for the variants that train a paper's model."""
-    if "paper" not in df.columns or not (df["paper"].fillna("") != "").any():
-        return []
-    head = ["variant", "paper"] + [c for y in years for c in (f"{y} measured", f"{y} published", f"{y} Δ")]
-    body = []
-    for v, r in df[df["paper"].fillna("") != ""].iterrows():
-        cells = [str(v), str(r["paper"])]
-        for y in years:
-            mean, pub = r.get(f"{y}_exprate_mean"), r.get(f"{y}_published")
-            delta = MISSING if mean is None or pub is None or pd.isna(mean) or pd.isna(pub) else f"{mean - pub:+.1f}"
-            cells += [_mean_pm_std(mean, r.get(f"{y}_exprate_std")), _num(pub, 2), delta]
-        body.append(cells)
-    intro = (f"{bold('Published beside measured')}: ExpRate (%) measured here (mean ± std over seeds) and as "
-             "published by the paper whose model the variant trains; Δ = measured − published "
-             "(sources: `hmer report --published`)")
-    return [intro, render(head, body)]
-
-
-def _count(value: Any) -> str:
-    return MISSING if value is None or pd.isna(value) else str(int(value))
-
-
-def _pair_p(row: pd.Series, year: str) -> str:
-    if bool(row.get("baseline", False)):
-        return MISSING
-    boot, mcn = row.get(f"{year}_p_bootstrap"), row.get(f"{year}_p_mcnemar")
-    if (boot is None or pd.isna(boot)) and (mcn is None or pd.isna(mcn)):
-        return MISSING
-    return f"{_p(boot)} / {_p(mcn)}"
-
-
-def _excluded_note(df: pd.DataFrame) -> str:
-    excluded = df.attrs.get("excluded") or {}
-    total = sum(excluded.values())
-    if not total:
-        return ""
-    parts = ", ".join(f"{n} {state}" for state, n in sorted(excluded.items()))
-    return f" Runs without test scores, left out: {total} ({parts})."
-
-
-def _markdown(head: list[str], body: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "|" + "|".join([":---"] + ["---:"] * (len(head) - 1)) + "|"]
-    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in body]
-    return "\n".join(lines)
-
-
-def _text(head: list[str], body: list[list[str]]) -> str:
-    widths = [max(len(str(r[i])) for r in [head, *body]) for i in range(len(head))]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
-
-    return "\n".join([line(head), "  ".join("-" * w for w in widths), *[line(r) for r in body]])

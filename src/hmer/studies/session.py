@@ -193,9 +193,9 @@ def open_session(setup: Setup, storage: optuna.storages.BaseStorage, study: optu
 def base_config(model_preset: str, budget: StudyBudget, n_trials: int, n_jobs: int,
                 fixed: Mapping[str, Any], overrides: Mapping[str, Any] | None, data_path: str | None) -> Config:
     """The config every cell starts from: model preset + its recipe, study budget, spec, user."""
-    from ..presets import experiment_config
+    from ..presets import preset_with_recipe
 
-    cfg = experiment_config(model_preset)
+    cfg = preset_with_recipe(model_preset)
     cfg = cfg.override(budget.config_overrides(n_trials, n_jobs)).override(dict(fixed))
     values = dict(overrides or {})
     if data_path:

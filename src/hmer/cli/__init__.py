@@ -1,0 +1,73 @@
+"""The `hmer` command: a thin front end over the library.
+
+    hmer data check [DATA]              counts per split and every problem found
+    hmer data render [DATA] --out Z     the BTTR/CoMER data.zip layout, rendered
+    hmer models                         the model presets and their parameter counts
+    hmer train --preset bttr            train, tracked in MLflow (resume with --resume)
+    hmer evaluate RUN_OR_CHECKPOINT     per-year ExpRate table
+    hmer predict RUN_OR_CHECKPOINT F..  LaTeX for images or InkML files
+    hmer import CHECKPOINT              a published BTTR / CoMER checkpoint as a run
+    hmer report [--study NAME]          tables (Markdown, CSV) and plots (PNG); --list: every study
+    hmer analyze RUN [RUN_B]            errors by length and structure, token edits, A vs B
+    hmer bench train|decode             throughput benchmarks
+
+One module per command (`hmer.cli.train` is `hmer train`): each adds its parser to the
+command list and holds the functions that run it. They import the library inside those
+functions, so that `hmer --help` stays fast.
+
+Bad input (a missing file, an unknown run id, a corrupt InkML, a token outside the
+vocabulary) ends with a one-line message and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from . import analyze, bench, data, evaluate, models, predict, reference, report, runs, train
+from .errors import EXIT_USAGE, UserError
+
+__all__ = ["EXIT_USAGE", "UserError", "build_parser", "main"]
+
+# In the order `hmer --help` lists them.
+COMMANDS = (data, models, train, evaluate, predict, reference, report, runs, analyze, bench)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        if hasattr(args, "tracking_uri"):  # a command that talks to MLflow: is its server up?
+            from ..tracking.store import check_tracking_server
+
+            check_tracking_server(args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", ""))
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("hmer: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - sorted into user errors and bugs below
+        if _is_user_error(exc):
+            print(f"hmer: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        raise
+
+
+def _is_user_error(exc: BaseException) -> bool:
+    from ..tracking.models import RunNotFoundError
+
+    user_types: tuple[type[BaseException], ...] = (UserError, RunNotFoundError, FileNotFoundError,
+                                                   IsADirectoryError, PermissionError, KeyError, ValueError)
+    return isinstance(exc, user_types)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="hmer", description="Handwritten mathematical expression recognition: "
+                                "an ablation suite (BTTR, CoMER, WAP, ConvS2S) with MLflow and Optuna.")
+    sub = p.add_subparsers(title="commands", metavar="COMMAND")
+    for command in COMMANDS:
+        command.add_parser(sub)
+    return p

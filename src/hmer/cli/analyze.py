@@ -1,0 +1,23 @@
+"""`hmer analyze`: the error analysis of a run's predictions, or of two runs compared."""
+
+from __future__ import annotations
+
+from .errors import UserError
+
+
+def add_parser(sub) -> None:
+    an = sub.add_parser("analyze", help="error analysis of a run's predictions, or two runs compared")
+    an.add_argument("runs", nargs="+", metavar="RUN_ID", help="one run, or two to compare (A then B)")
+    an.add_argument("--format", dest="fmt", choices=("markdown", "csv"), default="markdown")
+    an.add_argument("--out", default=None, help="also write the tables (Markdown, CSV) and a plot here")
+    an.add_argument("--top", type=int, default=10, help="token edits listed per kind (default 10)")
+    an.add_argument("--tracking-uri", default=None)
+    an.set_defaults(func=cmd_analyze)
+
+
+def cmd_analyze(args) -> int:
+    from ..reports.analysis import analyze_command
+
+    if len(args.runs) > 2:
+        raise UserError(f"give one run to analyse or two to compare, not {len(args.runs)}")
+    return analyze_command(args.runs, tracking_uri=args.tracking_uri, fmt=args.fmt, out_dir=args.out, top=args.top)

@@ -1,0 +1,24 @@
+"""`hmer bench train | decode`: training or decoding throughput, ending with images_per_second=N."""
+
+from __future__ import annotations
+
+
+def add_parser(sub) -> None:
+    bench = sub.add_parser("bench", help="throughput benchmarks; the last line is images_per_second=N")
+    bsub = bench.add_subparsers(title="benchmarks", metavar="WHAT")
+    for what in ("train", "decode"):
+        b = bsub.add_parser(what, help=f"{what} throughput")
+        b.add_argument("--preset", default="bttr")
+        b.add_argument("--device", default="auto")
+        b.add_argument("--data", default=None, help="real CROHME batches (default: synthetic images)")
+        b.add_argument("--images", type=int, default=0, help="images to process (default: by device)")
+        b.add_argument("--seconds", type=float, default=0.0, help="time limit")
+        b.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE")
+        b.set_defaults(func=cmd_bench, what=what)
+
+
+def cmd_bench(args) -> int:
+    from ..bench import run_benchmark
+
+    return run_benchmark(args.what, preset=args.preset, device=args.device, data=args.data,
+                         images=args.images, seconds=args.seconds, overrides=args.overrides)

@@ -1,0 +1,53 @@
+"""`hmer data check | split | render`: a CROHME dataset checked, its validation hold-out shown, or rendered."""
+
+from __future__ import annotations
+
+from .errors import UserError
+
+DATA_HELP = "folder or zip (default: $HMER_DATA, then data/crohme)"
+
+
+def add_parser(sub) -> None:
+    data = sub.add_parser("data", help="check or render a CROHME dataset")
+    dsub = data.add_subparsers(title="data commands", metavar="COMMAND")
+    check = dsub.add_parser("check", help="count every split and list every problem")
+    check.add_argument("data", nargs="?", help=DATA_HELP)
+    check.set_defaults(func=cmd_data_check)
+    split = dsub.add_parser("split", help="the validation hold-out a run would use: sizes, writers, lengths")
+    split.add_argument("data", nargs="?", help=DATA_HELP)
+    split.add_argument("--preset", default=None, help="a preset from `hmer models` (default: bttr)")
+    split.add_argument("--config", default=None, help="a config.json")
+    split.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
+                       help="config overrides, e.g. data.val_split=random data.val_seed=3")
+    split.add_argument("--out", default=None, metavar="DIR", help="write DIR/train.txt and DIR/val.txt")
+    split.set_defaults(func=cmd_data_split)
+    render = dsub.add_parser("render", help="render InkML into the BTTR/CoMER data.zip layout")
+    render.add_argument("data", nargs="?", help=DATA_HELP)
+    render.add_argument("--out", required=True, help="the zip to write")
+    render.add_argument("--workers", type=int, default=None, help="render processes (default: all cores)")
+    render.add_argument("--limit", type=int, default=0, help="only the first N expressions of each split")
+    render.set_defaults(func=cmd_data_render)
+
+
+def cmd_data_check(args) -> int:
+    from ..data.commands import check_command
+
+    return check_command(args.data)
+
+
+def cmd_data_split(args) -> int:
+    from ..config import Config, parse_overrides
+    from ..data.commands import split_command
+    from ..presets import preset_with_recipe
+
+    if args.config and args.preset:
+        raise UserError("give --preset or --config, not both")
+    cfg = Config.load(args.config) if args.config else preset_with_recipe(args.preset or "bttr")
+    cfg = cfg.override(parse_overrides(args.overrides)).validate()
+    return split_command(args.data, cfg.data, args.out)
+
+
+def cmd_data_render(args) -> int:
+    from ..data.commands import render_command
+
+    return render_command(args.data, args.out, workers=args.workers, limit=args.limit)

@@ -1,0 +1,81 @@
+"""`hmer evaluate`: a run or checkpoint scored on every test year (ExpRate, <=1, <=2)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from .errors import UserError
+
+
+def add_parser(sub) -> None:
+    from ..config import SEARCH_RULES
+
+    ev = sub.add_parser("evaluate", help="score a run or checkpoint on every test year")
+    ev.add_argument("model", metavar="RUN_OR_CHECKPOINT")
+    ev.add_argument("--data", default=None)
+    ev.add_argument("--years", default="2014,2016,2019")
+    ev.add_argument("--beam", type=int, default=None, help="beam size (default: the run's, 10)")
+    ev.add_argument("--limit", type=int, default=0, help="score only the first N of each year")
+    ev.add_argument("--search-rule", choices=SEARCH_RULES, default=None,
+                    help="beam search rule (default: the run's train.search_rule)")
+    ev.add_argument("--standard-2014", nargs="?", const="", default=None, metavar="TAR",
+                    help="also score the WAP authors' standard 2014 images (default: ../shared/crohme/"
+                         "wap-offline-2014-test.tar.gz), scaled to the run's rendering height, as 2014-std")
+    ev.add_argument("--log", action="store_true",
+                    help="record the scores (test_<year>_*) and predictions in the run itself")
+    ev.add_argument("--device", default="auto")
+    ev.add_argument("--tracking-uri", default=None)
+    ev.set_defaults(func=cmd_evaluate)
+
+
+def print_scores(scores) -> None:
+    """The per-year table every command that scores prints: year, n, ExpRate, <=1, <=2."""
+    print(f"{'year':<6} {'n':>5} {'ExpRate':>8} {'<=1':>7} {'<=2':>7}")
+    for year, s in scores.items():
+        print(f"{year:<6} {s.n:>5} {s.exprate:>8.2f} {s.le1:>7.2f} {s.le2:>7.2f}")
+
+
+def cmd_evaluate(args) -> int:
+    from ..data import load_dataset
+    from ..evaluation.evaluate import decode_options, evaluate_split
+    from ..tracking import load_model
+    from ..device import autocast_dtype, resolve_device
+
+    device = resolve_device(args.device)
+    model, cfg, vocab = load_model(args.model, args.tracking_uri, device)
+    years = [y.strip() for y in args.years.split(",") if y.strip()]
+    run_rule = cfg.train.search_rule
+    cfg.train.search_rule = args.search_rule or cfg.train.search_rule
+    data_cfg = cfg.data
+    data_cfg.test_limit = args.limit
+    data = load_dataset(args.data or cfg.data.path or None, data_cfg, splits=tuple(years))
+    if args.standard_2014 is not None:
+        from ..data.standard import STANDARD_2014, default_standard_tar, standard_2014_expressions
+
+        captions = {e.name: e.tokens for e in load_dataset(args.data or cfg.data.path or None, data_cfg,
+                                                            splits=("2014",))["2014"]}
+        tar = args.standard_2014 or default_standard_tar()
+        data[STANDARD_2014] = standard_2014_expressions(tar, captions, cfg.data.render_height)
+        years.append(STANDARD_2014)
+    if args.log and Path(args.model).is_file():
+        raise UserError("--log records into a run: give a run id, not a checkpoint file")
+    if args.log and (args.beam or (args.search_rule and args.search_rule != run_rule)):
+        # the run's test_<year>_* are its scores under its own decoding (a --limit shows in test_<year>_n)
+        raise UserError("--log records only the run's own decoding: drop --beam and --search-rule")
+    scores, results = {}, {}
+    for year in years:
+        res = evaluate_split(model, data[year], vocab,
+                             **decode_options(cfg, device, autocast_dtype(cfg.train.precision, device),
+                                              beam=args.beam or None, progress=f"decoding {year}"))
+        scores[year], results[year] = res.scores, res
+        if res.resized:
+            print(f"{year}: {res.resized} oversize images were resized to fit "
+                  f"{cfg.data.max_image_pixels} px (none dropped)", file=sys.stderr)
+    print_scores(scores)
+    if args.log:
+        from ..tracking.models import log_evaluation
+
+        log_evaluation(args.model, results, args.tracking_uri)
+        print(f"recorded in run {args.model}: " + ", ".join(f"test_{y}_*" for y in results))
+    return 0

@@ -1,0 +1,37 @@
+"""`hmer predict`: LaTeX for image or InkML files, read by a run's or a checkpoint's model."""
+
+from __future__ import annotations
+
+
+def add_parser(sub) -> None:
+    pr = sub.add_parser("predict", help="print LaTeX for images or InkML files")
+    pr.add_argument("model", metavar="RUN_OR_CHECKPOINT")
+    pr.add_argument("files", nargs="+", metavar="FILE")
+    pr.add_argument("--beam", type=int, default=None)
+    pr.add_argument("--device", default="auto")
+    pr.add_argument("--tracking-uri", default=None)
+    pr.set_defaults(func=cmd_predict)
+
+
+def cmd_predict(args) -> int:
+    from ..data import RenderConfig
+    from ..data.files import check_expression_file, read_expression_file
+    from ..evaluation.evaluate import decode_options, predict
+    from ..tracking import load_model
+    from ..device import autocast_dtype, resolve_device
+
+    for f in args.files:  # a missing file or a wrong suffix fails before the model is loaded
+        check_expression_file(f)
+    device = resolve_device(args.device)
+    model, cfg, vocab = load_model(args.model, args.tracking_uri, device)
+    # Each file is read once, and rendered (InkML) as the model's training data was; a corrupt
+    # file fails here, naming itself.
+    render_cfg = RenderConfig.from_data_config(cfg.data)
+    exprs = [read_expression_file(f, render_cfg) for f in args.files]
+    preds, _ = predict(model, exprs, vocab,
+                       **decode_options(cfg, device, autocast_dtype(cfg.train.precision, device),
+                                        beam=args.beam or None, progress="decoding" if len(exprs) > 1 else None))
+    for expr, tokens in zip(exprs, preds):
+        latex = " ".join(tokens)
+        print(f"{expr.name}\t{latex}" if len(exprs) > 1 else latex)
+    return 0

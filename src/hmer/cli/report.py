@@ -1,0 +1,38 @@
+"""`hmer report`: a study's (an experiment's, some runs') tables and plots as files; `--list`: every study."""
+
+from __future__ import annotations
+
+from .errors import UserError
+
+
+def add_parser(sub) -> None:
+    rp = sub.add_parser("report", help="per-year ExpRate tables (Markdown, CSV) and plots (PNG)")
+    rp.add_argument("--study", default=None, help="an Optuna study / MLflow study name")
+    rp.add_argument("--experiment", default=None, help="an MLflow experiment name")
+    rp.add_argument("--runs", nargs="*", default=None, metavar="RUN_ID")
+    rp.add_argument("--list", action="store_true", help="list the studies in the store with their state and trials")
+    rp.add_argument("--tracking-uri", default=None)
+    rp.add_argument("--out", default=None, help="output folder (default: reports/<name>)")
+    rp.add_argument("--analysis", action="store_true",
+                    help="also the error analysis per variant (as hmer analyze) into OUT/analysis/")
+    rp.add_argument("--published", action="store_true", help="print the papers' published ExpRates alone")
+    rp.set_defaults(func=cmd_report)
+
+
+def cmd_report(args) -> int:
+    from ..reports.cli import latest_study, list_command, report_command
+
+    if args.published:
+        from ..reports.published import format_published
+
+        if args.study or args.experiment or args.runs or args.analysis:
+            raise UserError("--published prints the published figures alone; drop --study/--experiment/--runs")
+        print(format_published("text"), end="")
+        return 0
+    if args.list:
+        return list_command(args.tracking_uri)
+    if not (args.study or args.experiment or args.runs):  # as `optuna`/`mlflow` do: a useful default
+        args.study = latest_study(args.tracking_uri)
+        print(f"hmer report: the latest study, {args.study} (hmer report --list shows them all)", flush=True)
+    return report_command(study=args.study, experiment=args.experiment, run_ids=args.runs,
+                          tracking_uri=args.tracking_uri, out_dir=args.out, analysis=args.analysis)

@@ -1,0 +1,75 @@
+"""`hmer runs export | import | publish | workspace`: MLflow runs moved between stores
+(a GPU machine's and the committed one in mlruns/)."""
+
+from __future__ import annotations
+
+import sys
+
+
+def add_parser(sub) -> None:
+    runs = sub.add_parser("runs", help="export MLflow runs to one file, or merge such a file into the store")
+    rsub = runs.add_subparsers(title="runs commands", metavar="COMMAND")
+    ex = rsub.add_parser("export", help="write runs (params, metric histories, tags, artifacts) to a .tar.gz")
+    ex.add_argument("file", metavar="FILE")
+    ex.add_argument("--experiment", action="append", default=None, help="only this experiment (repeatable)")
+    ex.add_argument("--runs", nargs="*", default=None, metavar="RUN_ID", help="only these runs")
+    ex.add_argument("--max-artifact-mb", type=float, default=0.0, help="leave out larger artifact files")
+    ex.add_argument("--part-mb", type=float, default=0.0, help="split into FILE.part-NNN of at most N MiB")
+    ex.add_argument("--tracking-uri", default=None)
+    ex.set_defaults(func=cmd_runs_export)
+    # The tag's name is written out (it is tracking.keys.SOURCE_RUN_ID): importing hmer.tracking
+    # loads torch and MLflow, seconds that `hmer --help` should not wait for.
+    im = rsub.add_parser("import", help="merge an export into the store (idempotent; keeps the source run id "
+                         "as tag hmer.source_run_id)")
+    im.add_argument("files", nargs="+", metavar="FILE", help="an export, or any of its FILE.part-NNN")
+    im.add_argument("--tracking-uri", default=None)
+    im.set_defaults(func=cmd_runs_import)
+    pub = rsub.add_parser("publish", help="copy a finished local store (FOLDER/mlflow.db, optuna.db, artifacts/) "
+                          "into mlruns/, made portable so that it can be committed")
+    pub.add_argument("folder", metavar="FOLDER")
+    pub.set_defaults(func=cmd_runs_publish)
+    ws = rsub.add_parser("workspace", help="copy the committed store in mlruns/ to FOLDER to run more studies "
+                         "there (then `hmer runs publish FOLDER`)")
+    ws.add_argument("folder", metavar="FOLDER")
+    ws.set_defaults(func=cmd_runs_workspace)
+
+
+def cmd_runs_export(args) -> int:
+    from ..tracking.transfer import export_runs
+
+    res = export_runs(args.file, tracking_uri=args.tracking_uri, experiments=args.experiment, run_ids=args.runs,
+                      max_artifact_mb=args.max_artifact_mb, part_mb=args.part_mb)
+    print(f"exported {res.runs} runs to " + ", ".join(str(f) for f in res.files))
+    for item in res.omitted_artifacts:
+        print(f"  left out {item}", file=sys.stderr)
+    return 0
+
+
+def cmd_runs_publish(args) -> int:
+    from ..tracking.portable import copy_store
+    from ..tracking.store import mlruns_dir
+
+    db = copy_store(args.folder, mlruns_dir(), portable=True)
+    print(f"published {args.folder} to {db.parent} (artifact locations relative to the checkout)")
+    return 0
+
+
+def cmd_runs_workspace(args) -> int:
+    from ..tracking.portable import copy_store
+    from ..tracking.store import mlruns_dir
+
+    db = copy_store(mlruns_dir(), args.folder, portable=False)
+    print(f"copied {mlruns_dir()} to {db.parent}; run studies with HMER_MLRUNS={db.parent}, "
+          f"then `hmer runs publish {db.parent}`")
+    return 0
+
+
+def cmd_runs_import(args) -> int:
+    from ..tracking.transfer import import_runs
+
+    for f in args.files:
+        res = import_runs(f, tracking_uri=args.tracking_uri)
+        print(f"{f}: {len(res.created)} runs created, {len(res.updated)} already there (brought up to date)")
+        for src, rid in res.id_map.items():
+            print(f"  {src} -> {rid}")
+    return 0

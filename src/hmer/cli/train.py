@@ -1,0 +1,114 @@
+"""`hmer train`: a preset (its model with its recipe) or a config file, trained and tracked in MLflow."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from .errors import UserError
+from .evaluate import print_scores
+
+EXIT_PAUSED = 3  # `hmer train --pause-after-epochs`: checkpointed, to be continued with --resume
+
+
+def add_parser(sub) -> None:
+    tr = sub.add_parser("train", help="train a preset or config file, tracked in MLflow")
+    tr.add_argument("--preset", default=None, help="a preset from `hmer models` (default: bttr)")
+    tr.add_argument("--config", default=None, help="a JSON config file (as logged in a run's config.json)")
+    tr.add_argument("--recipe", choices=("bttr", "comer"), default=None, help="optimiser recipe")
+    tr.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="config overrides such as train.lr=0.5 model.direction=l2r")
+    tr.add_argument("--data", default=None, help="dataset folder or zip")
+    tr.add_argument("--device", default=None, help="auto, cpu, cuda or cuda:N")
+    tr.add_argument("--epochs", type=int, default=None)
+    tr.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                    help="wall-clock budget for training; then it checkpoints and evaluates")
+    tr.add_argument("--experiment", default="hmer", help="MLflow experiment (default: hmer)")
+    tr.add_argument("--run-name", default=None)
+    tr.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, then mlruns/")
+    tr.add_argument("--resume", nargs="?", const="latest", default=None, metavar="RUN_OR_CHECKPOINT",
+                    help="continue a killed run: a run id, a checkpoint, or the latest unfinished run")
+    tr.add_argument("--no-progress", action="store_true")
+    tr.add_argument("--pause-after-epochs", type=int, default=0, metavar="N",
+                    help="train N epochs, checkpoint and exit with status 3 (continue with --resume)")
+    tr.set_defaults(func=cmd_train)
+
+
+def cmd_train(args) -> int:
+    from ..config import Config, parse_overrides
+    from ..presets import preset_with_recipe
+    from ..training import apply_recipe, train
+
+    if args.resume:
+        ckpt = find_resume_checkpoint(args.resume, args.tracking_uri, args.experiment)
+        print(f"resuming from {ckpt}", file=sys.stderr)
+        result = train(Config(), tracking_uri=args.tracking_uri, experiment=args.experiment, resume=ckpt,
+                       progress=not args.no_progress, pause_after_epochs=args.pause_after_epochs)
+        return print_result(result)
+    if args.config and args.preset:
+        raise UserError("give --preset or --config, not both")
+    if args.config:
+        cfg = Config.load(args.config)
+    else:
+        cfg = preset_with_recipe(args.preset or "bttr")
+    if args.recipe:
+        cfg = apply_recipe(cfg, args.recipe)
+    overrides = parse_overrides(args.overrides)
+    if args.data:
+        overrides["data.path"] = args.data
+    if args.device:
+        overrides["train.device"] = args.device
+    if args.epochs is not None:
+        overrides["train.epochs"] = str(args.epochs)
+    if args.budget is not None:
+        overrides["train.time_budget_s"] = str(args.budget)
+    cfg = cfg.override(overrides).validate()
+    result = train(cfg, tracking_uri=args.tracking_uri, experiment=args.experiment, run_name=args.run_name,
+                   progress=not args.no_progress, pause_after_epochs=args.pause_after_epochs)
+    return print_result(result)
+
+
+def print_result(result) -> int:
+    """The run's outcome in a few lines; the exit status (3 when paused)."""
+    if result.stopped_by == "paused":
+        print(f"paused run {result.run_id} after epoch {result.epochs}; continue with "
+              f"hmer train --resume {result.run_id}")
+        return EXIT_PAUSED
+    if int(os.environ.get("RANK", "0")) != 0:
+        return 0
+    print(f"run {result.run_id}: {result.epochs} epochs (stopped by {result.stopped_by}), "
+          f"best validation ExpRate {result.best_val_exprate:.2f} at epoch {result.best_epoch}")
+    if result.test_scores:
+        print_scores(result.test_scores)
+    return 0
+
+
+def find_resume_checkpoint(what: str, tracking_uri: str | None, experiment: str) -> Path:
+    """A checkpoint file, a run id, or 'latest': the newest unfinished run with a checkpoint."""
+    from ..tracking.store import default_checkpoint_root
+
+    path = Path(what)
+    if path.is_file():
+        return path
+    root = default_checkpoint_root()
+    if what != "latest":
+        ckpt = root / what / "last.pt"
+        if not ckpt.is_file():
+            raise UserError(f"no checkpoint for run {what} under {root}")
+        return ckpt
+    candidates = sorted(root.glob("*/last.pt"), key=lambda p: p.stat().st_mtime, reverse=True)
+    from mlflow.tracking import MlflowClient
+
+    from ..tracking.store import default_tracking_uri, quiet_mlflow
+
+    quiet_mlflow()
+
+    client = MlflowClient(tracking_uri=tracking_uri or default_tracking_uri())
+    for ckpt in candidates:
+        try:
+            if client.get_run(ckpt.parent.name).info.status != "FINISHED":
+                return ckpt
+        except Exception:  # noqa: BLE001 - a checkpoint of another store
+            continue
+    raise UserError(f"no unfinished run with a checkpoint under {root}")

@@ -1,0 +1,65 @@
+"""Token alignment of a truth and a prediction: the edits that turn one into the other.
+
+`align` is a Levenshtein dynamic programme over tokens with a backtrace; its edit count is
+the distance `editdistance` gives. Where several alignments are equally short the
+backtrace, walking from the ends of both sequences, prefers the diagonal (a match or a
+substitution), then a deletion (a truth token the prediction lacks), then an insertion (a
+predicted token the truth lacks): the same pair always gives the same edits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+EDIT_KINDS = ("substitution", "insertion", "deletion")  # every kind but "match", in the order tables list them
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One step of an alignment: `kind` is match, substitution, insertion or deletion.
+
+    `truth` is None for an insertion, `prediction` None for a deletion.
+    """
+
+    kind: str
+    truth: str | None
+    prediction: str | None
+
+
+def align(truth: Sequence[str], prediction: Sequence[str]) -> list[Edit]:
+    """The edits that turn `truth` into `prediction`, in reading order (see the module docstring
+    for the tie-breaking). The number of edits other than matches is the Levenshtein distance."""
+    n, m = len(truth), len(prediction)
+    # cost[i][j]: fewest edits turning truth[:i] into prediction[:j]
+    cost = [[0] * (m + 1) for _ in range(n + 1)]
+    for i in range(n + 1):
+        cost[i][0] = i
+    for j in range(m + 1):
+        cost[0][j] = j
+    for i in range(1, n + 1):
+        row, above, t = cost[i], cost[i - 1], truth[i - 1]
+        for j in range(1, m + 1):
+            row[j] = min(above[j - 1] + (t != prediction[j - 1]), above[j] + 1, row[j - 1] + 1)
+    edits: list[Edit] = []
+    i, j = n, m
+    while i > 0 or j > 0:
+        if i > 0 and j > 0:
+            same = truth[i - 1] == prediction[j - 1]
+            if cost[i][j] == cost[i - 1][j - 1] + (not same):
+                edits.append(Edit("match" if same else "substitution", truth[i - 1], prediction[j - 1]))
+                i, j = i - 1, j - 1
+                continue
+        if i > 0 and cost[i][j] == cost[i - 1][j] + 1:
+            edits.append(Edit("deletion", truth[i - 1], None))
+            i -= 1
+        else:
+            edits.append(Edit("insertion", None, prediction[j - 1]))
+            j -= 1
+    edits.reverse()
+    return edits
+
+
+def edit_count(edits: Iterable[Edit]) -> int:
+    """The distance an alignment stands for: its edits other than matches."""
+    return sum(e.kind != "match" for e in edits)

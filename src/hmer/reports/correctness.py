@@ -1,0 +1,62 @@
+"""Which test expressions each run read right, from its predictions artifacts, lined up for the
+paired tests of `hmer.reports.significance`: the same expressions, in the same order, for the
+baseline's runs and a variant's.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+from .runs import PredictionsNotFound
+
+# (run_id, year) -> a frame with the columns name and correct, e.g. a bound `load_predictions`
+PredictionLoader = Callable[[str, str], pd.DataFrame]
+
+
+class CorrectnessCache:
+    """Per-run correctness per year from the predictions artifacts, each fetched once."""
+
+    def __init__(self, loader: PredictionLoader | None):
+        self.loader = loader
+        self.cache: dict[tuple[str, str], pd.Series | None] = {}
+        self.used = False  # whether any pair of runs was aligned: the table carries tests
+
+    def get(self, run_id: str, year: str) -> pd.Series | None:
+        """{expression name: read right} of one run and year; None without the artifact."""
+        if self.loader is None:
+            return None
+        key = (run_id, year)
+        if key not in self.cache:
+            try:
+                df = self.loader(run_id, year)
+                self.cache[key] = pd.Series(df["correct"].to_numpy(bool), index=df["name"].astype(str))
+            except PredictionsNotFound:
+                self.cache[key] = None
+        return self.cache[key]
+
+    def aligned(self, base_runs: pd.DataFrame, runs: pd.DataFrame, year: str):
+        """((baseline [seeds, n], seeds), (variant [seeds, n], seeds)) on the shared expressions, or None."""
+        sides = []
+        for frame in (base_runs, runs):
+            series, seeds = [], []
+            for i, (run_id, seed) in enumerate(zip(frame["run_id"], frame.get("seed", [None] * len(frame)))):
+                s = self.get(run_id, year)
+                if s is not None:
+                    series.append(s)
+                    seeds.append(int(seed) if seed is not None and not pd.isna(seed) else i)
+            if not series:
+                return None
+            sides.append((series, seeds))
+        names = None
+        for series, _ in sides:
+            for s in series:
+                names = s.index if names is None else names.intersection(s.index)
+        if names is None or len(names) == 0:
+            return None
+        names = names.sort_values()
+        self.used = True
+        return tuple((np.stack([s[~s.index.duplicated()].reindex(names).to_numpy(bool) for s in series]), seeds)
+                     for series, seeds in sides)

@@ -1,0 +1,88 @@
+"""How every report writes its numbers: the measures and their labels, numbers as strings, and
+rows of strings as a GitHub Markdown table or as aligned plain text.
+
+    render = layout("markdown")                       # or "text"
+    print(render(["variant", "2014 ExpRate"], [["bttr", mean_pm_std(55.2, 0.4)]]))
+
+Shared by `tables` (the variant tables), `analysis` and `published`, so that a missing
+number looks the same everywhere.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pandas as pd
+
+MEASURES = ("exprate", "le1", "le2")
+MEASURE_LABELS = {"exprate": "ExpRate", "le1": "≤1", "le2": "≤2"}
+MISSING = "–"  # shown for a number that does not exist (std of one seed, no test, no baseline)
+FORMATS = ("text", "markdown")
+
+Layout = Callable[[list[str], list[list[str]]], str]
+
+
+def is_missing(value: Any) -> bool:
+    return value is None or pd.isna(value)
+
+
+def number(value: Any, digits: int = 1) -> str:
+    return MISSING if is_missing(value) else f"{float(value):.{digits}f}"
+
+
+def mean_pm_std(mean: Any, std: Any) -> str:
+    """"55.2 ± 0.4"; "55.2 ± –" for one seed; "–" without a mean."""
+    if is_missing(mean):
+        return MISSING
+    return f"{float(mean):.1f} ± {number(std)}"
+
+
+def p_value(value: Any) -> str:
+    if is_missing(value):
+        return MISSING
+    return "<0.001" if value < 0.001 else f"{value:.3f}"
+
+
+def count(value: Any) -> str:
+    return MISSING if is_missing(value) else str(int(value))
+
+
+def parameter_count(value: Any) -> str:
+    """A model's size: "6.38M", "150k" or the number itself."""
+    if is_missing(value):
+        return MISSING
+    n = int(value)
+    if n >= 1_000_000:
+        return f"{n / 1e6:.2f}M"
+    if n >= 1_000:
+        return f"{n / 1e3:.0f}k"
+    return str(n)
+
+
+def markdown(head: list[str], body: list[list[str]]) -> str:
+    """A GitHub Markdown table: the first column left-aligned, the others right-aligned."""
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join([":---"] + ["---:"] * (len(head) - 1)) + "|"]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in body]
+    return "\n".join(lines)
+
+
+def text(head: list[str], body: list[list[str]]) -> str:
+    """Aligned plain text under a dashed rule: the first column left-aligned, the others right-aligned."""
+    widths = [max(len(str(r[i])) for r in [head, *body]) for i in range(len(head))]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    return "\n".join([line(head), "  ".join("-" * w for w in widths), *[line(r) for r in body]])
+
+
+def layout(fmt: str) -> Layout:
+    """`markdown` or `text` by name; a ValueError for any other."""
+    if fmt not in FORMATS:
+        raise ValueError(f"fmt must be 'text' or 'markdown', got {fmt!r}")
+    return markdown if fmt == "markdown" else text
+
+
+def bold(fmt: str) -> Callable[[str], str]:
+    """**s** in Markdown, s as it is in text."""
+    return (lambda s: f"**{s}**") if fmt == "markdown" else (lambda s: s)

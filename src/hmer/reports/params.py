@@ -1,0 +1,91 @@
+"""MLflow params back to Python values: MLflow stores every param as a string.
+
+Config keys (`train.lr`, `model.direction`, ...) are parsed back to the type of their
+`Config` field; any other param is read as an int, a float or a bool when it is one, and kept
+as a string otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import fields
+from functools import lru_cache
+from typing import Any, Iterable
+
+import pandas as pd
+
+
+@lru_cache(maxsize=1)
+def config_types() -> dict[str, type]:
+    """{dotted config key: its Python type}, e.g. {"train.lr": float, "model.direction": str}."""
+    from typing import get_type_hints
+
+    from ..config import Config
+
+    cfg = Config()
+    out: dict[str, type] = {"name": str}
+    for section in ("model", "data", "train"):
+        obj = getattr(cfg, section)
+        hints = get_type_hints(type(obj))
+        for f in fields(obj):
+            out[f"{section}.{f.name}"] = hints[f.name]
+    return out
+
+
+def parse_value(text: Any, typ: type | None = None) -> Any:
+    """One MLflow param string as `typ` (int, float, bool or str), or inferred when `typ` is None.
+
+    Unparseable values of a typed key stay strings rather than raising: an old run may
+    hold a value that a newer Config no longer accepts, and a report must still load it.
+    """
+    if text is None or (isinstance(text, float) and math.isnan(text)):
+        return None
+    if not isinstance(text, str) or typ is str:
+        return text
+    if typ is None:
+        return _infer(text)
+    try:
+        if typ is bool:
+            return _BOOLS.get(text.strip().lower(), text)
+        if typ is int:
+            try:
+                return int(text)
+            except ValueError:
+                return int(float(text))  # "1e3"
+        if typ is float:
+            return float(text)
+    except ValueError:
+        return text
+    return text
+
+
+_BOOLS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+
+
+def _infer(text: str) -> Any:
+    """A param of no known type: "true"/"false" as bool, then int, then float, else the string."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def typed_column(values: Iterable[Any]) -> pd.Series:
+    """A column of parsed values with a fitting dtype (nullable Int64/boolean where values are missing)."""
+    series = pd.Series(list(values), dtype=object)
+    present = series.dropna()
+    if present.empty:
+        return series
+    kinds = {type(v) for v in present}
+    if kinds == {bool}:
+        return series.astype("boolean")
+    if kinds == {int}:
+        return series.astype("Int64")
+    if kinds <= {int, float}:
+        return series.astype("float64")
+    return series
