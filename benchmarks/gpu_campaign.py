@@ -23,7 +23,7 @@ ESTIMATE, none has been measured on a GPU yet; the log of each slice gives the r
                                    reference batch; large batch (k = 8); channels-last; torch.compile;
                                    compile + channels-last + large (compile figures capped at 150 s)
     train         rest    ~760 s   comer-fusion (CoMER's best coverage variant, bidirectional) with
-                                   --budget 720 s: slice 1's remainder, all of slice 2, part of slice 3;
+                                   --time-budget 720 s: slice 1's remainder, all of slice 2, part of slice 3;
                                    killed (SIGINT) before a slice ends and resumed with `hmer train --resume`
                                    from its last epoch's checkpoint; then the trainer's own evaluation of
                                    2014, 2016 and 2019 with beam 10 and joint search (~240 s, reserved)
@@ -326,7 +326,7 @@ class Campaign:
                 self.log("train: the earlier attempt left no checkpoint (it died in its first epoch): starting anew")
             sets = [] if self.gpu else REHEARSAL_TRAIN_SET
             cmd = self.hmer("train", "--preset", preset, "--device", self.args.device, "--data", str(self.data_path()),
-                            "--budget", str(self.args.train_budget), "--experiment", EXPERIMENT,
+                            "--time-budget", str(self.args.train_budget), "--experiment", EXPERIMENT,
                             "--run-name", f"campaign-{preset}", "--no-progress", "--set", *sets)
         done_s = self._trained_seconds()
         remaining = max(self.args.train_budget - done_s, 0.0)
@@ -664,7 +664,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slice-seconds", type=float, default=540.0)
     p.add_argument("--wrapup-seconds", type=float, default=60.0, help="kept free at the end of a slice")
     p.add_argument("--train-preset", default="comer-fusion")
-    p.add_argument("--train-budget", type=float, default=720.0, help="training seconds in all (hmer train --budget)")
+    p.add_argument("--train-budget", type=float, default=720.0, help="training seconds in all (hmer train --time-budget)")
     p.add_argument("--eval-seconds", type=float, default=240.0, help="reserved for the three test years")
     p.add_argument("--cap-scale", type=float, default=1.0,
                    help="multiply every step's cap (a rehearsal on a machine shared with other jobs)")

@@ -108,3 +108,11 @@ def test_kill_9_mid_training_then_resume_in_the_same_run(env):
     steps = sorted({m.step for m in client.get_metric_history(run_id, "train_loss")})
     assert steps == list(range(1, 41)) and set(logged_before) <= set(steps)
     assert "test_2014_exprate" in run.data.metrics
+
+
+def test_a_run_s_wall_clock_limit_is_time_budget_and_budget_still_works():
+    from hmer.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["train", "--time-budget", "60"]).budget == 60.0
+    assert parser.parse_args(["train", "--budget", "90"]).budget == 90.0  # the old name

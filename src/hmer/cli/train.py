@@ -22,8 +22,10 @@ def add_parser(sub) -> None:
     tr.add_argument("--data", default=None, help="dataset folder or zip")
     tr.add_argument("--device", default=None, help="auto, cpu, cuda or cuda:N")
     tr.add_argument("--epochs", type=int, default=None)
-    tr.add_argument("--budget", type=float, default=None, metavar="SECONDS",
-                    help="wall-clock budget for training; then it checkpoints and evaluates")
+    # "budget" alone names a study's compute budget (smoke|cpu|short|paper); a run's limit is time.
+    tr.add_argument("--time-budget", "--budget", dest="budget", type=float, default=None, metavar="SECONDS",
+                    help="wall-clock limit for training (train.time_budget_s); then it checkpoints and evaluates "
+                         "(--budget is the old name)")
     tr.add_argument("--experiment", default="hmer", help="MLflow experiment (default: hmer)")
     tr.add_argument("--run-name", default=None)
     tr.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, then mlruns/")
