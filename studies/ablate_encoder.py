@@ -8,7 +8,7 @@ Each cell is one training run (an MLflow child run of the study's parent run); t
 script ends with the per-year ExpRate table (mean and standard deviation over seeds,
 within 1 and 2 edits, and the paired difference of each variant against the baseline).
 
-    python studies/ablate_encoder.py                   # smoke on a CPU, short on a GPU
+    python studies/ablate_encoder.py                   # budget cpu without a GPU, short with one
     python studies/ablate_encoder.py --budget paper --n-jobs 2
 
 Run it again to resume. Options: --help, and docs/studies.md.

@@ -5,7 +5,7 @@ Pruned trials are PRUNED in Optuna and tagged hmer.status=pruned (run KILLED) in
 The objective is the best validation ExpRate (never a test year); the table at the end
 lists every trial with its test scores.
 
-    python studies/sweep.py                          # smoke on a CPU, short on a GPU
+    python studies/sweep.py                          # budget cpu without a GPU, short with one
     python studies/sweep.py --budget short --trials 24 --n-jobs 3
 
 Run it again to resume (killed trials are replaced). Options: --help, and docs/studies.md.

@@ -1,6 +1,6 @@
 """The command line shared by every study script in `studies/`.
 
-    python studies/ablate_direction.py                      # smoke on a CPU, short on a GPU
+    python studies/ablate_direction.py                      # budget cpu without a GPU, short with one
     python studies/ablate_direction.py --budget short --n-jobs 3
     python studies/ablate_decoder.py --storage postgresql://user:pw@host/hmer   # one of many workers
     python studies/sweep.py --budget short --trials 20
