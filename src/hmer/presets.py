@@ -2,7 +2,7 @@
 
 Two words, two things. A **preset** is a named model, one of `hmer models` (the factory's
 `PRESETS`): the ModelConfig of one of the papers' models, or a tiny or small one for a CPU.
-A **recipe** is how a model is optimised (`hmer.training.recipes`: `bttr`, `comer`). A preset
+A **recipe** is how a model is optimised (`hmer.recipes`: `bttr`, `comer`). A preset
 trains with the recipe of its paper unless told otherwise:
 
     preset_with_recipe("comer-fusion")   # CoMER fusion, CoMER recipe (SGD 0.08, momentum 0.9,
@@ -15,7 +15,7 @@ Every field of the result remains overridable (`--recipe`, `--set`).
 from __future__ import annotations
 
 from .config import Config, ModelConfig
-from .training.recipes import apply_recipe
+from .recipes import apply_recipe
 
 
 def model_config(name: str) -> ModelConfig:

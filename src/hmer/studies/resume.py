@@ -78,7 +78,7 @@ def find_resumable(session, cell_key: str, cfg: Config) -> Resumable | None:
 
 def _checkpoint(study_name: str, number: int, run_id: str, cfg: Config) -> tuple[Path, int] | None:
     """The run's last.pt and its epoch, if it exists, belongs to the run and holds `cfg`."""
-    from ..training.checkpoint import load_checkpoint
+    from ..checkpoint import load_checkpoint
 
     candidates = [checkpoint_dir(run_id) / "last.pt"]
     legacy = f"{glob.escape(tempfile.gettempdir())}/{glob.escape(f'hmer-{study_name}-{number}-')}*/last.pt"

@@ -3,7 +3,8 @@
     setup = resolve(spec.name, budget, ...)          # budget, workers, names, storage URL
     storage = open_storage(setup.storage_url)        # held by the session: see storage.py
     study, base, created = open_study(setup, storage, kind="grid", sampler=..., attrs=..., base=...)
-    session = open_session(setup, storage, study, base, created, params=..., tags=..., artifact=...)
+    session = open_session(setup, storage, study, base, created, Worker.current(), params=..., tags=...,
+                           artifact=...)
 
 Opening a study creates it (recording its options and the base config every cell starts from)
 or loads it and refuses other options, so that every trial of a study trains under one config.

@@ -17,21 +17,11 @@ from typing import Any
 
 import torch
 
-from ..config import Config, TrainConfig
+from ..config import TrainConfig
 
-RECIPES: dict[str, dict[str, Any]] = {
-    "bttr": {"train.optimizer": "adadelta", "train.lr": 1.0, "train.rho": 0.9, "train.eps": 1e-6,
-             "train.weight_decay": 1e-4},
-    "comer": {"train.optimizer": "sgd", "train.lr": 0.08, "train.momentum": 0.9,
-              "train.weight_decay": 1e-4},
-}
-
-
-def apply_recipe(cfg: Config, recipe: str) -> Config:
-    """A copy of `cfg` with the recipe's optimiser fields, and train.recipe set."""
-    if recipe not in RECIPES:
-        raise ValueError(f"unknown recipe {recipe!r}; known: {', '.join(RECIPES)}")
-    return cfg.override({**RECIPES[recipe], "train.recipe": recipe})
+# The recipes themselves are plain config values, below every layer that reads them (a model
+# preset with its paper's recipe is built without importing training).
+from ..recipes import RECIPES, apply_recipe  # noqa: E402,F401  (re-exported)
 
 
 def build_optimizer(params, tc: TrainConfig) -> torch.optim.Optimizer:

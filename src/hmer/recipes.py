@@ -1,0 +1,26 @@
+"""The reference papers' optimisation recipes as config values (`train.recipe`).
+
+A recipe only fills the optimiser fields of `TrainConfig`; every field stays overridable, so
+`--set train.recipe=comer train.lr=0.04` is a CoMER run at half the learning rate. What the
+fields build (optimisers, schedules) is `hmer.training.recipes`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .config import Config
+
+RECIPES: dict[str, dict[str, Any]] = {
+    "bttr": {"train.optimizer": "adadelta", "train.lr": 1.0, "train.rho": 0.9, "train.eps": 1e-6,
+             "train.weight_decay": 1e-4},
+    "comer": {"train.optimizer": "sgd", "train.lr": 0.08, "train.momentum": 0.9,
+              "train.weight_decay": 1e-4},
+}
+
+
+def apply_recipe(cfg: Config, recipe: str) -> Config:
+    """A copy of `cfg` with the recipe's optimiser fields, and train.recipe set."""
+    if recipe not in RECIPES:
+        raise ValueError(f"unknown recipe {recipe!r}; known: {', '.join(RECIPES)}")
+    return cfg.override({**RECIPES[recipe], "train.recipe": recipe})
