@@ -23,6 +23,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+import sqlalchemy.pool
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
@@ -37,8 +38,13 @@ STUDY = "direction-servers"
 HEARTBEAT_S = 4  # so that a worker killed on "another machine" is found 12 s after its last heartbeat
 # A tiny model, short decoding, one test year; several epochs, so that a trial lasts long enough
 # to be killed in the middle and writes several checkpoints.
-SETTINGS = {"train.epochs": 6, "train.beam_size": 2, "train.max_decode_len": 12, "train.attention_maps": 0,
+SETTINGS = {"train.epochs": 16, "train.beam_size": 2, "train.max_decode_len": 12, "train.attention_maps": 0,
             "train.device": "cpu", "data.batch_pixels": 20_000, "data.max_batch_size": 8, "data.test_years": "2014"}
+
+# Three directions by three seeds: enough work (each trial a few seconds) that the surviving
+# worker is still training when the replacement machine has started up and claims a cell.
+SEEDS = 3
+CELLS = 3 * SEEDS
 
 pytestmark = pytest.mark.slow
 
@@ -49,6 +55,11 @@ class Servers:
     storage: str  # postgresql://hmer:<password>@127.0.0.1:<port>/optuna
     tracking_uri: str  # http://127.0.0.1:<port>
     root: Path
+    # The test's own reader of the study, opened once. `optuna.load_study(storage=url)` on every
+    # poll would build an engine each time whose pooled connections live until the garbage collector
+    # finds them: on a slow machine they filled the cluster's 100 connections. Without a pool, a
+    # poll holds no connection between polls and needs no revalidation after the database restart.
+    reader: optuna.storages.RDBStorage
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +69,9 @@ def servers(tmp_path_factory):
         pg.create_database("mlflow")
         root = tmp_path_factory.mktemp("servers")
         with mlflow_server(pg.url("mlflow"), root / "artifacts") as tracking_uri:
-            yield Servers(pg=pg, storage=pg.url("optuna"), tracking_uri=tracking_uri, root=root)
+            reader = optuna.storages.RDBStorage(pg.url("optuna"),
+                                                engine_kwargs={"poolclass": sqlalchemy.pool.NullPool})
+            yield Servers(pg=pg, storage=pg.url("optuna"), tracking_uri=tracking_uri, root=root, reader=reader)
 
 
 def _own_hostnames() -> bool:
@@ -97,14 +110,14 @@ class Machine:
 
 def _command(servers: Servers, data: Path) -> list[str]:
     sets = [f"{k}={v}" for k, v in SETTINGS.items()]
-    return [sys.executable, str(SCRIPT), "--preset", "smoke", "--seeds", "2", "--data", str(data),
+    return [sys.executable, str(SCRIPT), "--preset", "smoke", "--seeds", str(SEEDS), "--data", str(data),
             "--storage", servers.storage, "--tracking-uri", servers.tracking_uri, "--study-name", STUDY,
             "--set", *sets]
 
 
 def _study(servers: Servers) -> optuna.Study | None:
     try:
-        return optuna.load_study(study_name=STUDY, storage=servers.storage)
+        return optuna.load_study(study_name=STUDY, storage=servers.reader)
     except KeyError:
         return None
 
@@ -195,7 +208,7 @@ def test_workers_killed_and_a_database_restart_lose_and_repeat_nothing(servers, 
     study = _study(servers)
     trials = study.get_trials(deepcopy=False)
     complete = collections.Counter(t.user_attrs[CELL_ATTR] for t in trials if t.state == TrialState.COMPLETE)
-    assert len(complete) == 6 and set(complete.values()) == {1}, complete
+    assert len(complete) == CELLS and set(complete.values()) == {1}, complete
     assert not [t.number for t in trials if t.state == TrialState.RUNNING]
     failed = [t for t in trials if t.state == TrialState.FAIL]
     killed_pids = {a.proc.pid, b.proc.pid}
@@ -246,9 +259,9 @@ def test_workers_killed_and_a_database_restart_lose_and_repeat_nothing(servers, 
     rows = {line.split(",")[0]: line for line in table[1:]}
     assert set(rows) == {"l2r", "r2l", "bi"}, table
     header = table[0].split(",")
-    assert all(row.split(",")[header.index("seeds")] == "2" for row in rows.values()), table
+    assert all(row.split(",")[header.index("seeds")] == str(SEEDS) for row in rows.values()), table
     listing = subprocess.run([sys.executable, "-m", "hmer.cli", "report", "--list", "--tracking-uri",
                               servers.tracking_uri], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     assert listing.returncode == 0, listing.stderr
     line = next(line for line in listing.stdout.splitlines() if STUDY in line)
-    assert "finished" in line and f"6 finished, {len(failed)} failed" in line, listing.stdout
+    assert "finished" in line and f"{CELLS} finished, {len(failed)} failed" in line, listing.stdout

@@ -236,11 +236,16 @@ def test_a_study_killed_mid_trial_resumes_without_losing_or_repeating_a_cell(sto
 
 
 def _metrics(tracking: str, run_id: str) -> dict[str, list[float]]:
-    """Every metric of a run: its values in step order (one per epoch, or the final one)."""
+    """Every metric of a run: its values in step order (one per epoch, or the final one).
+
+    One value per step: a worker killed after an epoch's metrics were logged but before its
+    checkpoint was written repeats that epoch when resumed, and logs the same values again."""
     client = MlflowClient(tracking)
     out = {}
     for key in client.get_run(run_id).data.metrics:
-        out[key] = [m.value for m in sorted(client.get_metric_history(run_id, key), key=lambda m: m.step)]
+        by_step = {m.step: m.value for m in sorted(client.get_metric_history(run_id, key),
+                                                       key=lambda m: (m.step, m.timestamp))}
+        out[key] = [by_step[step] for step in sorted(by_step)]
     return out
 
 
@@ -266,11 +271,15 @@ def test_a_killed_trial_continues_from_its_checkpoint(stores, tmp_path):
             return False
         _, children = _child_runs(tracking, "direction-cli")
         runs = [r for r in children if r.data.tags.get("hmer.trial") == str(running[0].number)]
-        if not runs or not (checkpoints / runs[0].info.run_id / "last.pt").is_file():
+        # The checkpoint's own epoch, not the logged metrics: an epoch's metrics are logged just
+        # before its checkpoint is written.
+        try:
+            epoch = int(load_checkpoint(checkpoints / runs[0].info.run_id / "last.pt")["epoch"])
+        except (FileNotFoundError, ValueError):  # none yet, or the finished trial has just removed it
             return False
-        if len(MlflowClient(tracking).get_metric_history(runs[0].info.run_id, "train_loss")) < 2:
+        if epoch < 2:
             return False
-        killed.update(number=running[0].number, run_id=runs[0].info.run_id)
+        killed.update(number=running[0].number, run_id=runs[0].info.run_id, epoch=epoch)
         return True
 
     with open(tmp_path / "first.log", "w") as log:
@@ -282,7 +291,7 @@ def test_a_killed_trial_continues_from_its_checkpoint(stores, tmp_path):
             proc.wait()
     assert proc.returncode == -signal.SIGKILL
     epoch = int(load_checkpoint(checkpoints / killed["run_id"] / "last.pt")["epoch"])
-    assert 2 <= epoch < 12
+    assert killed["epoch"] <= epoch < 12
 
     second = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO, timeout=300)
     assert second.returncode == 0, second.stdout + second.stderr

@@ -9,6 +9,7 @@
     hmer import CHECKPOINT              a published BTTR / CoMER checkpoint as a run
     hmer report [--study NAME]          tables (Markdown, CSV) and plots (PNG); --list: every study
     hmer analyze RUN [RUN_B]            errors by length and structure, token edits, A vs B
+    hmer notebooks [NAME..]             the report notebooks run against a store, with outputs
     hmer bench train|decode             throughput benchmarks
 
 One module per command (`hmer.cli.train` is `hmer train`): each adds its parser to the
@@ -25,13 +26,13 @@ import argparse
 import os
 import sys
 
-from . import analyze, bench, data, evaluate, models, predict, reference, report, runs, train
+from . import analyze, bench, data, evaluate, models, notebooks, predict, reference, report, runs, train
 from .errors import EXIT_USAGE, UserError
 
 __all__ = ["EXIT_USAGE", "UserError", "build_parser", "main"]
 
 # In the order `hmer --help` lists them.
-COMMANDS = (data, models, train, evaluate, predict, reference, report, runs, analyze, bench)
+COMMANDS = (data, models, train, evaluate, predict, reference, report, runs, analyze, notebooks, bench)
 
 
 def main(argv: list[str] | None = None) -> int:
