@@ -6,6 +6,7 @@ against the committed store, and says so in its metadata."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import nbformat
@@ -50,7 +51,7 @@ def test_stored_notebook_is_a_source_or_shows_the_committed_store(name):
     assert record["tracking_uri"].startswith("mlruns/mlflow.db") or record["tracking_uri"] == "sqlite:///mlruns/mlflow.db"
     assert record["git_commit"] and not record["git_commit"].endswith("-dirty"), record
     text = json.dumps([cell.outputs for cell in code])
-    assert "/tmp/" not in text and "Traceback" not in text
+    assert "/tmp/" not in text and str(REPO) not in text and "Traceback" not in text  # no local path, no error
     assert not [o for cell in code for o in cell.outputs if o.get("output_type") == "error"]
     counts = [cell.execution_count for cell in code]
     assert counts == list(range(1, len(code) + 1)), f"{name}: cells run out of order or some not run: {counts}"
@@ -62,7 +63,11 @@ def test_notebook_runs_against_a_smoke_study(name, store, tmp_path):
     (done,) = run_notebooks(notebooks_dir=NOTEBOOKS, out_dir=tmp_path, tracking_uri=store.tracking_uri,
                             study=store.study, names=(name,), env=_kernel_env(store))  # raises if a cell raises
     assert done.path == tmp_path / f"{name}.ipynb"
+    umask = os.umask(0)
+    os.umask(umask)
+    assert done.path.stat().st_mode & 0o777 == 0o666 & ~umask  # as any file the user saves, not private
     nb = nbformat.read(done.path, as_version=4)
+    assert "IProgress" not in str([c.outputs for c in nb.cells if c.cell_type == "code"])  # no widget warning
     assert nb.metadata[METADATA_KEY]["study"] == store.study
     assert nb.metadata[METADATA_KEY]["tracking_uri"] == store.tracking_uri
     images = _outputs(nb, "image/png")

@@ -51,7 +51,10 @@ def run_notebooks(*, notebooks_dir: str | Path = "notebooks", out_dir: str | Pat
         raise FileNotFoundError(f"{source_dir}: no notebook {', '.join(f'{n}.ipynb' for n in missing)} "
                                 f"(run from the project's checkout, or give --notebooks DIR)")
     target_dir.mkdir(parents=True, exist_ok=True)
-    kernel_env = {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", **(env or {})}
+    # No progress bars in a stored notebook: MLflow's per download, and tqdm's complaint (Optuna
+    # imports tqdm.auto) that a headless kernel has no ipywidgets, which prints a local path.
+    warnings = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), "ignore:IProgress not found"]))
+    kernel_env = {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "PYTHONWARNINGS": warnings, **(env or {})}
     if tracking_uri:
         kernel_env["MLFLOW_TRACKING_URI"] = tracking_uri
     if study:
@@ -108,6 +111,10 @@ def _write_atomically(nb, path: Path) -> None:
     nbformat.validate(nb)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes the file private; a notebook keeps its mode, a new one gets the umask's.
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~umask)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             nbformat.write(nb, f)
         os.replace(tmp, path)
