@@ -13,12 +13,11 @@ import nbformat
 import pytest
 
 from hmer.cli import main as hmer_main
-from hmer.reports.notebooks import METADATA_KEY, run_notebooks
+from hmer.reports.notebooks import METADATA_KEY, NAMES, run_notebooks
 from study_store import STUDY_NAME, study_store
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
-NAMES = ("exprate_tables", "training_curves", "attention_maps")
 
 
 @pytest.fixture(scope="module")

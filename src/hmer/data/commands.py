@@ -29,6 +29,7 @@ import numpy as np
 from PIL import Image
 
 from ..config import DataConfig
+from ..atomic import write_text_atomically
 from .cache import check_files, load_images
 from .captions import parse_caption_line, parse_captions
 from .render import RenderConfig
@@ -188,7 +189,7 @@ def split_command(data: str | None, data_cfg: DataConfig, out_dir: str | os.Path
         folder = Path(out_dir)
         folder.mkdir(parents=True, exist_ok=True)
         for side, names in (("train", held.train), ("val", held.val)):
-            _write_atomically(folder / f"{side}.txt", "".join(f"{x}\n" for x in names))
+            write_text_atomically(folder / f"{side}.txt", "".join(f"{x}\n" for x in names))
         print(f"wrote {folder / 'train.txt'} and {folder / 'val.txt'}", file=out)
     return 0
 
@@ -203,11 +204,6 @@ def near_twin_shares(train_captions: set[str], sides: dict[str, list[str]]) -> d
 def _mean(values: Sequence[int]) -> float:
     return float(np.mean(values)) if len(values) else float("nan")
 
-
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 # ---- render ----------------------------------------------------------------------------------------

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..atomic import write_text_atomically
 
 NAMES = ("exprate_tables", "training_curves", "attention_maps")
 METADATA_KEY = "hmer"  # notebook.metadata["hmer"]: what produced the outputs
@@ -54,7 +55,10 @@ def run_notebooks(*, notebooks_dir: str | Path = "notebooks", out_dir: str | Pat
     # No progress bars in a stored notebook: MLflow's per download, and tqdm's complaint (Optuna
     # imports tqdm.auto) that a headless kernel has no ipywidgets, which prints a local path.
     warnings = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), "ignore:IProgress not found"]))
-    kernel_env = {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "PYTHONWARNINGS": warnings, **(env or {})}
+    # The kernel's whole environment: it is given to the kernel's start (jupyter_client's
+    # start_kernel), not set on this process.
+    kernel_env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "PYTHONWARNINGS": warnings,
+                  **(env or {})}
     if tracking_uri:
         kernel_env["MLFLOW_TRACKING_URI"] = tracking_uri
     if study:
@@ -62,29 +66,17 @@ def run_notebooks(*, notebooks_dir: str | Path = "notebooks", out_dir: str | Pat
     record = {"tracking_uri": tracking_uri or "mlruns/mlflow.db (the project's store)", "study": study,
               "git_commit": git_commit(),
               "executed": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-              "env": {k: v for k, v in (env or {}).items()}}
+              "env": dict(env or {})}
     done = []
-    saved = {k: os.environ.get(k) for k in kernel_env}
-    os.environ.update(kernel_env)  # the kernel inherits this process's environment
-    try:
-        for name in names:
-            nb = nbformat.read(source_dir / f"{name}.ipynb", as_version=4)
-            for cell in nb.cells:  # a clean start: no output of an earlier run survives a cell
-                if cell.cell_type == "code":
-                    cell.outputs, cell.execution_count = [], None
-            t0 = time.monotonic()
-            NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
-                           resources={"metadata": {"path": str(source_dir.resolve())}}).execute()
-            nb.metadata[METADATA_KEY] = record
-            path = target_dir / f"{name}.ipynb"
-            _write_atomically(nb, path)
-            done.append(ExecutedNotebook(name=name, path=path, seconds=time.monotonic() - t0))
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    for name in names:
+        nb = _without_outputs(nbformat.read(source_dir / f"{name}.ipynb", as_version=4))
+        t0 = time.monotonic()
+        NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
+                       resources={"metadata": {"path": str(source_dir.resolve())}}).execute(env=kernel_env)
+        nb.metadata[METADATA_KEY] = record
+        path = target_dir / f"{name}.ipynb"
+        _write(nb, path)
+        done.append(ExecutedNotebook(name=name, path=path, seconds=time.monotonic() - t0))
     return done
 
 
@@ -95,29 +87,24 @@ def clear_outputs(*, notebooks_dir: str | Path = "notebooks", names: tuple[str, 
     paths = []
     for name in names:
         path = Path(notebooks_dir) / f"{name}.ipynb"
-        nb = nbformat.read(path, as_version=4)
-        for cell in nb.cells:
-            if cell.cell_type == "code":
-                cell.outputs, cell.execution_count = [], None
+        nb = _without_outputs(nbformat.read(path, as_version=4))
         nb.metadata.pop(METADATA_KEY, None)
-        _write_atomically(nb, path)
+        _write(nb, path)
         paths.append(path)
     return paths
 
 
-def _write_atomically(nb, path: Path) -> None:
+def _without_outputs(nb):
+    """`nb` with no output and no execution count in any code cell (changed in place)."""
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return nb
+
+
+def _write(nb, path: Path) -> None:
+    """Validate, then replace the file whole (a failure leaves it as it was)."""
     import nbformat
 
     nbformat.validate(nb)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        # mkstemp makes the file private; a notebook keeps its mode, a new one gets the umask's.
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~umask)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            nbformat.write(nb, f)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomically(path, nbformat.writes(nb))

@@ -1,0 +1,29 @@
+"""Files written whole or not at all.
+
+A file is written to a temporary file in its own folder and moved into place with
+`os.replace`, so a process killed mid-write leaves the previous version (or nothing), never a
+half-written file that a later reader takes for a complete one.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+
+def write_text_atomically(path: str | Path, text: str) -> None:
+    """Replace `path` with `text` (UTF-8) in one step. An existing file keeps its mode; a new one
+    gets the mode the umask gives (mkstemp's temporary files are private, the result need not be)."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~umask)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
