@@ -27,7 +27,7 @@ def _store_with_one_run(checkout):
 
 def test_a_portable_store_reads_its_artifacts_after_the_checkout_moves(tmp_path, monkeypatch):
     run_id = _store_with_one_run(tmp_path / "first")
-    assert make_portable(tmp_path / "first" / "mlruns" / "mlflow.db") == 2  # the experiment and the run
+    assert make_portable(tmp_path / "first" / "mlruns" / "mlflow.db") == 3  # two experiments (with Default) and the run
     shutil.move(tmp_path / "first", tmp_path / "clone")  # a clone somewhere else; the old path is gone
     uri = f"sqlite:///{tmp_path / 'clone' / 'mlruns' / 'mlflow.db'}"
     client = MlflowClient(uri)
@@ -47,15 +47,19 @@ def test_a_portable_store_reads_its_artifacts_after_the_checkout_moves(tmp_path,
     assert "predictions/test_2014.csv" in out.stdout, out.stderr
 
 
-def test_make_portable_leaves_other_locations_alone(tmp_path):
+def test_make_portable_names_no_local_folder_and_leaves_remote_locations_alone(tmp_path):
     run_id = _store_with_one_run(tmp_path / "c")
     db = tmp_path / "c" / "mlruns" / "mlflow.db"
+    client = MlflowClient(f"sqlite:///{db}")
+    remote = client.create_experiment("remote", artifact_location="s3://bucket/hmer")
     make_portable(db)
     assert make_portable(db) == 0  # idempotent
-    client = MlflowClient(f"sqlite:///{db}")
     assert client.get_run(run_id).info.artifact_uri.startswith("mlruns/artifacts/")
-    assert client.get_experiment("0").artifact_location.startswith("file:") or \
-        client.get_experiment("0").artifact_location.startswith("/")  # MLflow's Default, outside artifacts/
+    # MLflow's Default experiment lives in its default root outside artifacts/, under the folder the
+    # store was made in: a committed store must not name it
+    assert client.get_experiment("0").artifact_location == "mlruns/artifacts/0"
+    assert client.get_experiment(remote).artifact_location == "s3://bucket/hmer"
+    assert str(tmp_path) not in db.read_bytes().decode("latin-1")
 
 
 def test_publish_and_workspace_round_trip(tmp_path):

@@ -145,13 +145,12 @@ def _format_duration(seconds: float) -> str:
 # `python studies/ablate_direction.py --budget smoke` on an idle 2-core CPU (22-29 s; 38-117 s when the
 # cores are shared with other jobs); see docs/studies.md.
 _SMOKE_TRIAL_SECONDS = 30.0
-# The cpu budget: 4 epochs of the small model. One trial's time is put together from the pilot's
-# measured parts (docs/cpu_protocol.md): an epoch of training 4.3-5.3 min on one core, greedy
-# validation ~0.4 min, and the final decoding of validation and the three test years with beam 10,
-# ~18 min for a bidirectional model (joint search) and less for l2r / r2l: ~32 min on average.
-# Replace it by the measured mean once the committed direction study has run.
+# The cpu budget: 4 epochs of the small model. One trial's time, as the committed direction study
+# (ablate_direction-cpu, commit 637da9a) measured it with the two cores to itself: l2r 23, r2l 21
+# and bi 34 minutes (the seed-3 trials; bi decodes with the joint search), 26 on average. Its
+# earlier trials took longer (up to 55 minutes) because test suites shared the cores.
 _CPU_EPOCHS = 4
-_CPU_TRIAL_SECONDS = 32 * 60.0
+_CPU_TRIAL_SECONDS = 26 * 60.0
 # The papers train 300 epochs over the CROHME training set (8,835 expressions).
 _PAPER_EPOCHS = 300
 CROHME_TRAIN_EXPRESSIONS = 8835

@@ -31,10 +31,16 @@ def sqlite_path(tracking_uri: str) -> Path | None:
     return Path(tracking_uri[len("sqlite:///"):])
 
 
+def _is_local(location: str) -> bool:
+    """An absolute local path or file: URI (not a relative one, not a remote store)."""
+    parsed = urlparse(location)
+    return parsed.scheme == "file" or (parsed.scheme == "" and location.startswith("/"))
+
+
 def _relative(location: str) -> str | None:
     """`file:///any/where/artifacts/exp/...` -> `mlruns/artifacts/exp/...` (None if not local)."""
     parsed = urlparse(location)
-    if parsed.scheme not in ("", "file") or (parsed.scheme == "" and not location.startswith("/")):
+    if not _is_local(location):
         return None
     path = unquote(parsed.path)
     marker = f"/{ARTIFACTS}/"
@@ -45,13 +51,18 @@ def _relative(location: str) -> str | None:
 
 def make_portable(db_path: str | Path) -> int:
     """Rewrite absolute artifact locations under the store's `artifacts/` folder as relative ones
-    (see the module docstring); returns how many experiments and runs changed."""
+    (see the module docstring), and an experiment's local location elsewhere (MLflow's Default) as
+    `mlruns/artifacts/<experiment id>`; returns how many experiments and runs changed."""
     changed = 0
     with sqlite3.connect(db_path) as db:
         for table, key, column in (("experiments", "experiment_id", "artifact_location"),
                                    ("runs", "run_uuid", "artifact_uri")):
             for row_id, location in db.execute(f"SELECT {key}, {column} FROM {table}").fetchall():
                 relative = _relative(location or "")
+                if relative is None and table == "experiments" and _is_local(location or ""):
+                    # MLflow's Default experiment sits in its default root (`<cwd>/mlruns/0`), which
+                    # would name the publishing machine's folder in the committed store
+                    relative = f"{STORE_FOLDER}/{ARTIFACTS}/{row_id}"
                 if relative and relative != location:
                     db.execute(f"UPDATE {table} SET {column} = ? WHERE {key} = ?", (relative, row_id))
                     changed += 1

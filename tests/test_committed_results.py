@@ -1,0 +1,85 @@
+"""The committed results (issue 12): the store in mlruns/ opens from a clone, holds the finished
+direction study with its weights, and the README prints the table `hmer report` makes from it.
+Read-only: every check works on a copy or only reads."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sqlite3
+from pathlib import Path
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+
+from hmer.cli import main as hmer_main
+
+REPO = Path(__file__).resolve().parents[1]
+MLRUNS = REPO / "mlruns"
+STUDY = "ablate_direction-cpu"
+YEARS = ("2014", "2016", "2019")
+
+pytestmark = pytest.mark.skipif(not (MLRUNS / "mlflow.db").exists() or not (MLRUNS / "optuna.db").exists(),
+                                reason="no committed store in mlruns/ (a checkout without results)")
+
+
+@pytest.fixture(scope="module")
+def clone(tmp_path_factory):
+    """The store as a fresh clone in another folder has it (its artifacts, its databases)."""
+    root = tmp_path_factory.mktemp("clone")
+    shutil.copytree(MLRUNS, root / "mlruns", ignore=shutil.ignore_patterns("checkpoints", "*.lock"))
+    return root
+
+
+def _study_runs(client: MlflowClient):
+    experiment = client.get_experiment_by_name(STUDY)
+    assert experiment is not None, f"experiment {STUDY} is not in the committed store"
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    return [r for r in runs if r.data.tags.get("hmer.role") != "parent" and r.info.status == "FINISHED"
+            and "test_2014_exprate" in r.data.metrics]
+
+
+def test_every_artifact_location_is_relative_to_the_checkout():
+    db = sqlite3.connect(f"file:{MLRUNS / 'mlflow.db'}?mode=ro", uri=True)
+    try:
+        locations = [row[0] for row in db.execute("SELECT artifact_location FROM experiments")]
+        locations += [row[0] for row in db.execute("SELECT artifact_uri FROM runs")]
+    finally:
+        db.close()
+    absolute = [loc for loc in locations if loc and (loc.startswith(("file:", "/")) or re.match(r"^[A-Za-z]:", loc))]
+    assert not absolute, f"absolute artifact locations in the committed store: {absolute[:3]}"
+
+
+def test_the_direction_study_is_complete_with_weights_and_no_training_state(clone, monkeypatch):
+    monkeypatch.chdir(clone)
+    client = MlflowClient("sqlite:///mlruns/mlflow.db")
+    runs = _study_runs(client)
+    cells = {(r.data.params["model.direction"], r.data.tags["hmer.seed"]) for r in runs}
+    assert {d for d, _ in cells} == {"l2r", "r2l", "bi"} and len(cells) >= 9, sorted(cells)
+    for run in runs:
+        folder = clone / run.info.artifact_uri
+        assert (folder / "model" / "model.pt").is_file(), f"run {run.info.run_id} has no weights"
+        assert not list(folder.rglob("last.pt")) and not list(folder.rglob("*optim*")), run.info.run_id
+        assert (folder / "split" / "val.txt").is_file()
+    for direction in ("l2r", "r2l", "bi"):
+        for year in YEARS:
+            scores = [r.data.metrics[f"test_{year}_exprate"] for r in runs if r.data.params["model.direction"] == direction]
+            assert sum(scores) > 0, f"{direction} reads nothing right on {year}"
+
+    study = optuna.load_study(study_name=STUDY, storage=f"sqlite:///{clone / 'mlruns' / 'optuna.db'}")
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(complete) >= 9
+
+
+def test_the_readme_prints_the_table_hmer_report_makes(clone, monkeypatch, capsys):
+    monkeypatch.chdir(clone)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("HMER_MLRUNS", str(clone / "mlruns"))
+    assert hmer_main(["report", "--study", STUDY, "--out", str(clone / "report")]) == 0
+    printed = capsys.readouterr().out
+    readme = (REPO / "README.md").read_text()
+    table_rows = [line for line in printed.splitlines() if re.match(r"^(l2r \(baseline\)|r2l|bi) ", line)]
+    assert len(table_rows) >= 6  # the per-year table and the paired differences, three variants each
+    for row in table_rows[:6]:
+        assert row in readme, f"the README does not print this row of `hmer report --study {STUDY}`:\n{row}"
