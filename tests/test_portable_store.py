@@ -9,7 +9,8 @@ import sys
 
 from mlflow.tracking import MlflowClient
 
-from hmer.tracking.portable import download_run_artifact, make_portable, resolve_artifact_uri
+from hmer.reports.analysis import prediction_years
+from hmer.tracking.portable import download_run_artifact, list_run_artifacts, make_portable, resolve_artifact_uri
 from hmer.tracking.store import artifact_root_for, setup_mlflow
 
 
@@ -37,6 +38,8 @@ def test_a_portable_store_reads_its_artifacts_after_the_checkout_moves(tmp_path,
     monkeypatch.chdir(tmp_path)
     local = download_run_artifact(client, run_id, "predictions/test_2014.csv", str(tmp_path / "dl"))
     assert open(local).read().startswith("name,truth")
+    assert list_run_artifacts(client, run_id, "predictions") == ["test_2014.csv"]
+    assert prediction_years(run_id, uri) == ["2014"]  # the error analysis finds the run's predictions
     assert resolve_artifact_uri("mlruns/artifacts/x", uri) == (tmp_path / "clone" / "mlruns/artifacts/x").as_uri()
     assert resolve_artifact_uri("file:///else/where", uri) == "file:///else/where"
 

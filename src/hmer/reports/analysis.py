@@ -78,12 +78,13 @@ def expressions(predictions: pd.DataFrame, year: str, label: str, run_id: str = 
 
 def prediction_years(run_id: str, tracking_uri: str | None = None) -> list[str]:
     """The years of the run's `predictions/test_<year>.csv` artifacts, sorted."""
-    client = client_for(tracking_uri)
-    try:
-        files = client.list_artifacts(run_id, "predictions")
+    from ..tracking.portable import list_run_artifacts
+
+    try:  # (a committed store's runs are listed from any working directory, the notebooks' too)
+        names = list_run_artifacts(client_for(tracking_uri), run_id, "predictions")
     except Exception:  # noqa: BLE001 - an artifact store without that folder: no years
         return []
-    years = [m.group("year") for f in files if (m := _PREDICTIONS_FILE.match(Path(f.path).name))]
+    years = [m.group("year") for name in names if (m := _PREDICTIONS_FILE.match(name))]
     return sorted(years)
 
 

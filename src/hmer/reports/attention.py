@@ -179,11 +179,13 @@ def compare_models(models: Mapping[str, tuple[Any, Any]], exprs: Sequence[Any], 
 
 
 def model_label(cfg: Any, run_id: str = "") -> str:
-    """A short name of a trained model for a figure: "tiny-comer: coverage cross, bi (1a2b3c4d)"."""
+    """A short name of a trained model for a figure: "tiny-comer: transformer d 64, coverage cross, bi
+    (1a2b3c4d)". The width is named because a study budget may resize a preset (the `cpu` budget
+    trains the tiny presets at the `small` widths)."""
     m = cfg.model
     coverage = "WAP coverage" if m.decoder == "rnn" else f"coverage {m.coverage}"
     name = f"{cfg.name}: " if cfg.name else ""
-    return f"{name}{m.decoder}, {coverage}, {m.direction}" + (f" ({run_id[:8]})" if run_id else "")
+    return f"{name}{m.decoder} d {m.d_model}, {coverage}, {m.direction}" + (f" ({run_id[:8]})" if run_id else "")
 
 
 def coverage_pair(runs: pd.DataFrame) -> tuple[str, str]:

@@ -126,6 +126,17 @@ def resolve_artifact_uri(artifact_uri: str, tracking_uri: str) -> str:
     return (db.resolve().parent / artifact_uri[len(prefix):]).as_uri()
 
 
+def list_run_artifacts(client, run_id: str, path: str = "") -> list[str]:
+    """The names of the files and folders directly in a run's artifact folder `path` ("" = its
+    root), also for runs of a portable store read from any working directory."""
+    import mlflow.artifacts
+
+    root = resolve_artifact_uri(client.get_run(run_id).info.artifact_uri, client.tracking_uri)
+    entries = mlflow.artifacts.list_artifacts(artifact_uri=f"{root}/{path}" if path else root)
+    # listed by URI, an entry's path starts with the listed folder's own name: keep the last part
+    return [entry.path.rsplit("/", 1)[-1] for entry in entries]
+
+
 def download_run_artifact(client, run_id: str, path: str, dest: str) -> str:
     """`client.download_artifacts(run_id, path, dest)`, also for runs of a portable store read
     from any working directory."""

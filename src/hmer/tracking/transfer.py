@@ -36,10 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-import mlflow.artifacts
-
 from . import keys
-from .portable import download_run_artifact, resolve_artifact_uri
+from .portable import download_run_artifact, list_run_artifacts
 
 SOURCE_RUN_TAG = keys.SOURCE_RUN_ID
 SOURCE_PARENT_TAG = keys.SOURCE_PARENT_RUN_ID
@@ -148,10 +146,8 @@ def export_runs(out_file: str | os.PathLike[str], *, tracking_uri: str | None = 
             folder = tmp_path / "artifacts" / rid
             folder.mkdir(parents=True)
             # (through the portable-store resolution: a committed store is read from any folder)
-            for entry in mlflow.artifacts.list_artifacts(
-                    artifact_uri=resolve_artifact_uri(run.info.artifact_uri, client.tracking_uri)):
-                # (listed by URI, an entry's path starts with the root's own name: keep the last part)
-                download_run_artifact(client, rid, entry.path.rsplit("/", 1)[-1], str(folder))
+            for name in list_run_artifacts(client, rid):
+                download_run_artifact(client, rid, name, str(folder))
             for f in sorted(p for p in folder.rglob("*") if p.is_file()):
                 size = f.stat().st_size
                 if limit and size > limit:
