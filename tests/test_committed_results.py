@@ -83,3 +83,17 @@ def test_the_readme_prints_the_table_hmer_report_makes(clone, monkeypatch, capsy
     assert len(table_rows) >= 6  # the per-year table and the paired differences, three variants each
     for row in table_rows[:6]:
         assert row in readme, f"the README does not print this row of `hmer report --study {STUDY}`:\n{row}"
+
+
+def test_the_readme_quotes_the_test_within_two_edits(clone, monkeypatch, capsys):
+    monkeypatch.chdir(clone)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("HMER_MLRUNS", str(clone / "mlruns"))
+    assert hmer_main(["report", "--study", STUDY, "--measure", "le2", "--out", str(clone / "report-le2")]) == 0
+    printed = capsys.readouterr().out
+    bi = next(line for line in printed.splitlines() if line.startswith("bi ") and "[" in line)
+    quoted = [line.rstrip() for line in (REPO / "README.md").read_text().splitlines()
+              if line.startswith("bi ") and "≤2" not in line and line.count("[") == 3]
+    # the README prints the row up to the last year's p-values (not the cost columns)
+    assert any(bi.startswith(line) and len(line) > 60 for line in quoted), \
+        f"the README does not quote `hmer report --study {STUDY} --measure le2`:\n{bi}"

@@ -195,6 +195,33 @@ def test_table_with_predictions_has_paired_tests():
     assert "<0.001" in format_table(df) or "0.00" in format_table(df)
 
 
+def test_differences_and_tests_within_two_edits():
+    """`measure="le2"`: a variant that reads no formula exactly but gets close is told apart."""
+    names = [f"e{i}" for i in range(60)]
+    runs = _runs(HAND[:5])
+    # l2r is off by 3 or more edits everywhere; bi by exactly 2 on 40 of the 60 (never exact)
+    distance = {r: np.full(60, 3) for r in runs["run_id"]}
+    for r, v in zip(runs["run_id"], runs["variant"]):
+        if v == "bi":
+            distance[r][:40] = 2
+
+    def loader(run_id: str, year: str) -> pd.DataFrame:
+        d = distance[run_id]
+        return pd.DataFrame({"name": names, "distance": d, "correct": d == 0})
+
+    exact = variant_table(runs, years=["2014"], predictions=loader, n_resamples=1_000)
+    assert exact.loc["bi", "2014_p_bootstrap"] == 1.0 and exact.loc["bi", "2014_p_mcnemar"] == 1.0
+    assert exact.loc["bi", "2014_delta"] == 0.0  # from the predictions: neither reads one exactly
+    within = variant_table(runs, years=["2014"], predictions=loader, measure="le2", n_resamples=1_000)
+    assert within.loc["bi", "2014_delta_low"] > 0 and within.loc["bi", "2014_p_bootstrap"] < 0.01
+    assert within.loc["bi", "2014_p_mcnemar"] < 0.001  # 40 discordant pairs, all one way
+    assert within.attrs["measure"] == "le2"
+    text = format_table(within)
+    assert "2014 Δ ≤2" in text and "Δ ≤2 in percentage points" in text and "Δ ExpRate" not in text
+    with pytest.raises(ValueError, match="unknown measure 'le3'"):
+        variant_table(runs, predictions=loader, measure="le3")
+
+
 def test_baseline_from_tag_cell_or_json():
     runs = _runs([{"variant": v, "scores": {"2014": 10.0}, "tags": {"hmer.cell": f"model.direction={v}",
                                                                        "hmer.baseline": str(v == "bi").lower()}}

@@ -16,6 +16,9 @@ def add_parser(sub) -> None:
     rp.add_argument("--analysis", action="store_true",
                     help="also the error analysis per variant (as hmer analyze) into OUT/analysis/")
     rp.add_argument("--published", action="store_true", help="print the papers' published ExpRates alone")
+    rp.add_argument("--measure", choices=("exprate", "le1", "le2"), default="exprate",
+                    help="what the differences against the baseline and the paired tests are on: exact "
+                         "readings (default), or readings within 1 or 2 edits")
     rp.set_defaults(func=cmd_report)
 
 
@@ -35,4 +38,5 @@ def cmd_report(args) -> int:
         args.study = latest_study(args.tracking_uri)
         print(f"hmer report: the latest study, {args.study} (hmer report --list shows them all)", flush=True)
     return report_command(study=args.study, experiment=args.experiment, run_ids=args.runs,
-                          tracking_uri=args.tracking_uri, out_dir=args.out, analysis=args.analysis)
+                          tracking_uri=args.tracking_uri, out_dir=args.out, analysis=args.analysis,
+                          measure=args.measure)

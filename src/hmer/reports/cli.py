@@ -151,6 +151,7 @@ def report_command(
     *,
     n_resamples: int = DEFAULT_RESAMPLES,
     analysis: bool = False,
+    measure: str = "exprate",
 ) -> int:
     """`hmer report`: tables and plots of a study, an experiment or a list of runs, as files.
 
@@ -164,10 +165,10 @@ def report_command(
         what = f"study {study!r}" if study else f"experiment {experiment!r}" if experiment else "those run ids"
         raise NoRunsError(f"no training runs for {what} in the MLflow store {uri}")
     if study:
-        table = study_table(study, uri, runs=runs, n_resamples=n_resamples)
+        table = study_table(study, uri, runs=runs, measure=measure, n_resamples=n_resamples)
     else:
         table = variant_table(runs, predictions=lambda run_id, year: load_predictions(run_id, year, uri),
-                              n_resamples=n_resamples, title=name)
+                              measure=measure, n_resamples=n_resamples, title=name)
     out = Path(out_dir) if out_dir else default_out_dir(name)
     written = write_report(runs, table, out, name=name, tracking_uri=uri)
     print(format_table(table, "text"))

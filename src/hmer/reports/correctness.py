@@ -16,11 +16,22 @@ from .runs import PredictionsNotFound
 PredictionLoader = Callable[[str, str], pd.DataFrame]
 
 
-class CorrectnessCache:
-    """Per-run correctness per year from the predictions artifacts, each fetched once."""
+# the edits a reading may have and still count, per measure (`hmer.reports.markup.MEASURES`)
+EDITS_ALLOWED = {"exprate": 0, "le1": 1, "le2": 2}
 
-    def __init__(self, loader: PredictionLoader | None):
+
+class CorrectnessCache:
+    """Per-run correctness per year from the predictions artifacts, each fetched once.
+
+    `measure` says what counts as read right: `exprate` (the default) an exact reading, `le1` and
+    `le2` a reading within one or two token edits of the truth (the `distance` column).
+    """
+
+    def __init__(self, loader: PredictionLoader | None, measure: str = "exprate"):
+        if measure not in EDITS_ALLOWED:
+            raise ValueError(f"unknown measure {measure!r}; known: {', '.join(EDITS_ALLOWED)}")
         self.loader = loader
+        self.edits = EDITS_ALLOWED[measure]
         self.cache: dict[tuple[str, str], pd.Series | None] = {}
         self.used = False  # whether any pair of runs was aligned: the table carries tests
 
@@ -32,7 +43,9 @@ class CorrectnessCache:
         if key not in self.cache:
             try:
                 df = self.loader(run_id, year)
-                self.cache[key] = pd.Series(df["correct"].to_numpy(bool), index=df["name"].astype(str))
+                right = df["correct"] if self.edits == 0 else \
+                    (pd.to_numeric(df["distance"], errors="coerce") <= self.edits).fillna(False)
+                self.cache[key] = pd.Series(right.to_numpy(bool), index=df["name"].astype(str))
             except PredictionsNotFound:
                 self.cache[key] = None
         return self.cache[key]

@@ -44,7 +44,8 @@ def format_table(df: pd.DataFrame, fmt: str = "text") -> str:
     body1 = [[name(v, r), str(int(r["seeds"]))]
              + [mean_pm_std(r.get(f"{y}_{m}_mean"), r.get(f"{y}_{m}_std")) for y in years for m in MEASURES]
              for v, r in df.iterrows()]
-    head2 = ["variant"] + [c for y in years for c in (f"{y} Δ ExpRate", f"{y} p")] + [
+    tested = MEASURE_LABELS[df.attrs.get("measure", "exprate")]
+    head2 = ["variant"] + [c for y in years for c in (f"{y} Δ {tested}", f"{y} p")] + [
         "GPU min", "train min", "img/s", "params"]
     body2 = [[name(v, r)]
              + [c for y in years for c in (_delta(r, y), _pair_p(r, y))]
@@ -53,7 +54,7 @@ def format_table(df: pd.DataFrame, fmt: str = "text") -> str:
              for v, r in df.iterrows()]
     confidence = float(df.attrs.get("confidence", DEFAULT_CONFIDENCE))
     intro1 = f"{strong(title)}: ExpRate, ≤1 and ≤2 edits (%) per test year, mean ± std over seeds"
-    intro2 = (f"Against the baseline {strong(str(baseline))}: Δ ExpRate in percentage points "
+    intro2 = (f"Against the baseline {strong(str(baseline))}: Δ {tested} in percentage points "
               f"[{confidence:.0%} CI, paired bootstrap over test expressions], p = paired bootstrap / exact "
               f"McNemar; training cost (means over seeds)")
     blocks = [intro1, render(head1, body1), intro2, render(head2, body2)]

@@ -11,7 +11,7 @@
 - per test year `Y`: `Y_n` (test expressions), `Y_exprate_mean`, `Y_exprate_std`,
   `Y_le1_mean`, `Y_le1_std`, `Y_le2_mean`, `Y_le2_std` (percent; mean and sample standard
   deviation over seeds, NaN for one seed), `Y_delta` (ExpRate minus the baseline's, in
-  percentage points), `Y_delta_low`, `Y_delta_high` (its confidence interval by paired
+  percentage points; ≤1 or ≤2 with `measure="le1"` or `"le2"`), `Y_delta_low`, `Y_delta_high` (its confidence interval by paired
   bootstrap over test expressions), `Y_p_bootstrap` and `Y_p_mcnemar` (see
   `hmer.reports.significance` for how seeds are pooled); NaN where the predictions
   artifacts are missing;
@@ -140,6 +140,7 @@ def variant_table(
     *,
     years: Sequence[str] | None = None,
     predictions: PredictionLoader | None = None,
+    measure: str = "exprate",
     order: Sequence[str] | None = None,
     n_resamples: int = DEFAULT_RESAMPLES,
     confidence: float = DEFAULT_CONFIDENCE,
@@ -157,6 +158,9 @@ def variant_table(
         predictions: `(run_id, year) -> frame with name and correct`, e.g. a bound
             `load_predictions`; without it the differences come from the metrics and
             carry no interval or p-value.
+        measure: what the differences and paired tests are on: `exprate` (exact readings),
+            `le1` or `le2` (within one or two edits), which tells models apart that read few
+            formulas exactly.
         order: the rows after the baseline (default: the order the variants first ran).
         n_resamples, confidence, seed: the paired bootstrap's settings.
         title: printed above the table by `format_table`.
@@ -165,15 +169,15 @@ def variant_table(
     counts = scored(runs, years) if not runs.empty else pd.Series(False, index=runs.index)
     good, bad = runs[counts], runs[~counts]
     base = resolve_baseline(good if not good.empty else runs, baseline, variant_col) if not runs.empty else None
-    correctness = CorrectnessCache(predictions)
+    correctness = CorrectnessCache(predictions, measure)
     rows = []
     for variant in variant_order(runs, variant_col, base, order) if not runs.empty else []:
         mine, base_runs = good[good[variant_col] == variant], good[good[variant_col] == base]
         row: dict[str, Any] = {"variant": variant, "baseline": variant == base, "seeds": len(mine),
                                "excluded": int((bad[variant_col] == variant).sum())}
         for year in years:
-            row.update(_year_cells(year, mine, base_runs, variant == base, correctness, n_resamples, confidence,
-                                   seed))
+            row.update(_year_cells(year, mine, base_runs, variant == base, correctness, measure, n_resamples,
+                                   confidence, seed))
         row.update(_cost_cells(mine))
         row.update(_validation_cells(mine))
         row.update(_published_cells(mine, years))
@@ -183,7 +187,7 @@ def variant_table(
     df.attrs.update({
         "title": title, "baseline": base, "years": list(years), "variant_col": variant_col,
         "excluded": {str(k): int(v) for k, v in excluded.items()},
-        "n_resamples": n_resamples, "confidence": confidence, "tested": correctness.used,
+        "n_resamples": n_resamples, "confidence": confidence, "tested": correctness.used, "measure": measure,
     })
     return df
 
@@ -214,14 +218,15 @@ def _metric(runs: pd.DataFrame, name: str) -> pd.Series:
 
 
 def _year_cells(year: str, mine: pd.DataFrame, base_runs: pd.DataFrame, is_base: bool,
-                correctness: CorrectnessCache, n_resamples: int, confidence: float, seed: int) -> dict[str, Any]:
+                correctness: CorrectnessCache, measure: str, n_resamples: int, confidence: float,
+                seed: int) -> dict[str, Any]:
     cells: dict[str, Any] = {}
     n = pd.to_numeric(_metric(mine, f"test_{year}_n"), errors="coerce").dropna()
     cells[f"{year}_n"] = int(n.max()) if not n.empty else math.nan
     for m in MEASURES:
         cells[f"{year}_{m}_mean"], cells[f"{year}_{m}_std"] = _mean_std(_metric(mine, f"test_{year}_{m}"))
-    mean, _ = _mean_std(_metric(mine, f"test_{year}_exprate"))
-    base_mean, _ = _mean_std(_metric(base_runs, f"test_{year}_exprate"))
+    mean, _ = _mean_std(_metric(mine, f"test_{year}_{measure}"))
+    base_mean, _ = _mean_std(_metric(base_runs, f"test_{year}_{measure}"))
     delta = {"delta": mean - base_mean, "delta_low": math.nan, "delta_high": math.nan,
              "p_bootstrap": math.nan, "p_mcnemar": math.nan}
     if is_base:
@@ -281,11 +286,13 @@ def study_table(
     *,
     runs: pd.DataFrame | None = None,
     baseline: str | Mapping[str, Any] | None = None,
+    measure: str = "exprate",
     n_resamples: int = DEFAULT_RESAMPLES,
     confidence: float = DEFAULT_CONFIDENCE,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """The table of a study: its trial runs by variant, against its baseline, with paired tests.
+    """The table of a study: its trial runs by variant, against its baseline, with paired tests
+    on `measure` (see `variant_table`).
 
     The baseline is `baseline` if given, else the study parent run's `baseline` param, else
     the runs tagged `hmer.baseline=true`, else the first variant. A study without runs
@@ -303,7 +310,7 @@ def study_table(
             except ValueError:
                 baseline = None  # the parent names a cell no run has (e.g. all failed): fall back
     loader = (lambda run_id, year: load_predictions(run_id, year, tracking_uri))
-    return variant_table(runs, "variant", baseline, predictions=loader, order=grid_order(parent),
+    return variant_table(runs, "variant", baseline, predictions=loader, measure=measure, order=grid_order(parent),
                          n_resamples=n_resamples, confidence=confidence, seed=seed, title=study_name)
 
 
