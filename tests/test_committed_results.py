@@ -97,3 +97,15 @@ def test_the_readme_quotes_the_test_within_two_edits(clone, monkeypatch, capsys)
     # the README prints the row up to the last year's p-values (not the cost columns)
     assert any(bi.startswith(line) and len(line) > 60 for line in quoted), \
         f"the README does not quote `hmer report --study {STUDY} --measure le2`:\n{bi}"
+
+
+def test_the_readme_states_the_best_cpu_model_as_stored():
+    client = MlflowClient(f"sqlite:///{MLRUNS / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("cpu-best")
+    assert experiment is not None, "the best CPU model (experiment cpu-best) is not in the committed store"
+    (run,) = [r for r in client.search_runs([experiment.experiment_id]) if r.info.status == "FINISHED"]
+    readme = (REPO / "README.md").read_text()
+    heading = next(line for line in readme.splitlines() if line.startswith("### The best CPU model"))
+    figures = " / ".join(f"{run.data.metrics[f'test_{year}_exprate']:.1f}" for year in YEARS)
+    assert figures in heading, f"README says {heading!r}; the store says {figures}"
+    assert f"| ExpRate | {run.data.metrics['val_final_exprate']:.1f} |" in readme
