@@ -10,14 +10,11 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from .markup import EDITS_ALLOWED
 from .runs import PredictionsNotFound
 
 # (run_id, year) -> a frame with the columns name and correct, e.g. a bound `load_predictions`
 PredictionLoader = Callable[[str, str], pd.DataFrame]
-
-
-# the edits a reading may have and still count, per measure (`hmer.reports.markup.MEASURES`)
-EDITS_ALLOWED = {"exprate": 0, "le1": 1, "le2": 2}
 
 
 class CorrectnessCache:

@@ -16,6 +16,7 @@ import pandas as pd
 
 MEASURES = ("exprate", "le1", "le2")
 MEASURE_LABELS = {"exprate": "ExpRate", "le1": "≤1", "le2": "≤2"}
+EDITS_ALLOWED = {"exprate": 0, "le1": 1, "le2": 2}  # the token edits a reading may have and still count
 MISSING = "–"  # shown for a number that does not exist (std of one seed, no test, no baseline)
 FORMATS = ("text", "markdown")
 
