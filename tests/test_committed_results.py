@@ -14,6 +14,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from hmer.cli import main as hmer_main
+from hmer.tracking import keys
 
 REPO = Path(__file__).resolve().parents[1]
 MLRUNS = REPO / "mlruns"
@@ -36,7 +37,7 @@ def _study_runs(client: MlflowClient):
     experiment = client.get_experiment_by_name(STUDY)
     assert experiment is not None, f"experiment {STUDY} is not in the committed store"
     runs = client.search_runs([experiment.experiment_id], max_results=1000)
-    return [r for r in runs if r.data.tags.get("hmer.role") != "parent" and r.info.status == "FINISHED"
+    return [r for r in runs if keys.ROLE not in r.data.tags and r.info.status == "FINISHED"
             and "test_2014_exprate" in r.data.metrics]
 
 
@@ -55,7 +56,7 @@ def test_the_direction_study_is_complete_with_weights_and_no_training_state(clon
     monkeypatch.chdir(clone)
     client = MlflowClient("sqlite:///mlruns/mlflow.db")
     runs = _study_runs(client)
-    cells = {(r.data.params["model.direction"], r.data.tags["hmer.seed"]) for r in runs}
+    cells = {(r.data.params["model.direction"], r.data.tags[keys.SEED]) for r in runs}
     assert {d for d, _ in cells} == {"l2r", "r2l", "bi"} and len(cells) >= 9, sorted(cells)
     for run in runs:
         folder = clone / run.info.artifact_uri
@@ -72,12 +73,18 @@ def test_the_direction_study_is_complete_with_weights_and_no_training_state(clon
     assert len(complete) >= 9
 
 
-def test_the_readme_prints_the_table_hmer_report_makes(clone, monkeypatch, capsys):
+def _report(clone, monkeypatch, capsys, *options: str) -> str:
+    """What `hmer report --study STUDY [options]` prints, run in the clone on its store."""
     monkeypatch.chdir(clone)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("HMER_MLRUNS", str(clone / "mlruns"))
-    assert hmer_main(["report", "--study", STUDY, "--out", str(clone / "report")]) == 0
-    printed = capsys.readouterr().out
+    capsys.readouterr()
+    assert hmer_main(["report", "--study", STUDY, *options, "--out", str(clone / "report")]) == 0
+    return capsys.readouterr().out
+
+
+def test_the_readme_prints_the_table_hmer_report_makes(clone, monkeypatch, capsys):
+    printed = _report(clone, monkeypatch, capsys)
     readme = (REPO / "README.md").read_text()
     table_rows = [line for line in printed.splitlines() if re.match(r"^(l2r \(baseline\)|r2l|bi) ", line)]
     assert len(table_rows) >= 6  # the per-year table and the paired differences, three variants each
@@ -86,11 +93,7 @@ def test_the_readme_prints_the_table_hmer_report_makes(clone, monkeypatch, capsy
 
 
 def test_the_readme_quotes_the_test_within_two_edits(clone, monkeypatch, capsys):
-    monkeypatch.chdir(clone)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.setenv("HMER_MLRUNS", str(clone / "mlruns"))
-    assert hmer_main(["report", "--study", STUDY, "--measure", "le2", "--out", str(clone / "report-le2")]) == 0
-    printed = capsys.readouterr().out
+    printed = _report(clone, monkeypatch, capsys, "--measure", "le2")
     bi = next(line for line in printed.splitlines() if line.startswith("bi ") and "[" in line)
     quoted = [line.rstrip() for line in (REPO / "README.md").read_text().splitlines()
               if line.startswith("bi ") and "≤2" not in line and line.count("[") == 3]
