@@ -138,6 +138,15 @@ class DataConfig:
     # -1 = 2 on a GPU, 0 on a CPU. See hmer.training.loader.
     prefetch: int = -1
 
+    # The fields that decide what `hmer.data.load_dataset` returns (which files, how they are
+    # rendered, how validation is held out); the others act on batches. Two configs with the same
+    # loading fields can share loaded data (a sweep over rendering heights cannot).
+    LOADING_FIELDS = ("path", "render_height", "stroke_width", "val_split", "val_fraction", "val_seed",
+                      "val_min_edits", "train_limit", "val_limit", "test_limit", "test_years")
+
+    def loading_key(self) -> tuple:
+        return tuple(getattr(self, name) for name in self.LOADING_FIELDS)
+
 
 @dataclass
 class TrainConfig:
@@ -159,6 +168,9 @@ class TrainConfig:
     plateau_patience: int = 20
     min_lr: float = 1e-6
     grad_clip: float = 1.0
+    # Share of each target token's probability spread over the vocabulary in the loss; 0 = plain
+    # cross-entropy, as BTTR and CoMER train.
+    label_smoothing: float = 0.0
     epochs: int = 300
     time_budget_s: float = 0.0  # 0 = no wall-clock limit
     val_every: int = 1  # epochs between validation passes

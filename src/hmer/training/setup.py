@@ -31,12 +31,13 @@ def seed_everything(seed: int) -> None:
 class LossModule(torch.nn.Module):
     """`forward` = the model's training loss, so DistributedDataParallel can wrap it."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, label_smoothing: float = 0.0):
         super().__init__()
         self.model = model
+        self.label_smoothing = label_smoothing
 
     def forward(self, images, image_mask, tgt_in, tgt_out):
-        return self.model.loss_from_targets(images, image_mask, tgt_in, tgt_out)
+        return self.model.loss_from_targets(images, image_mask, tgt_in, tgt_out, self.label_smoothing)
 
 
 @dataclass
@@ -87,7 +88,7 @@ def build(cfg: Config, data: dict[str, list] | None, device: torch.device, dist:
     steps_per_epoch = len(ddp.shard(make_batches(data["train"], cfg.data.batch_pixels, cfg.data.max_batch_size,
                                                  shuffle=True, seed=0), dist))
     schedule = LRSchedule(optimizer, tc, total_steps=steps_per_epoch * tc.epochs)
-    loss_module: Any = ddp.wrap(LossModule(model), dist, device)
+    loss_module: Any = ddp.wrap(LossModule(model, cfg.train.label_smoothing), dist, device)
     if tc.compile:
         loss_module = torch.compile(loss_module, dynamic=True)
     return Setup(cfg=cfg, vocab=vocab, data=data, test_years=test_years, model=model, loss_module=loss_module,
