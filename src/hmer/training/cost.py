@@ -38,6 +38,8 @@ def train_seconds_per_image(cfg: Config, exprs: Sequence[Expression], n_batches:
     rng_state = torch.get_rng_state()
     try:
         model = build_model(cfg.model)
+        if cfg.train.channels_last:
+            model = model.to(memory_format=torch.channels_last)
         model.train()
         loss_module = LossModule(model, cfg.train.label_smoothing)
         opt = build_optimizer(model.parameters(), cfg.train)
@@ -47,7 +49,8 @@ def train_seconds_per_image(cfg: Config, exprs: Sequence[Expression], n_batches:
         for k, idx in enumerate(sample):
             scale = float(aug.uniform(cfg.data.scale_aug_min, cfg.data.scale_aug_max)) if cfg.data.scale_aug_max > 0 \
                 else None
-            tb = make_train_batch([exprs[i] for i in idx], vocab, cfg.model.direction, device, scale)
+            tb = make_train_batch([exprs[i] for i in idx], vocab, cfg.model.direction, device, scale,
+                                  cfg.train.channels_last)
             t0 = time.process_time()
             loss = loss_module(tb.batch.images, tb.batch.image_mask, tb.tgt_in, tb.tgt_out)
             opt.zero_grad(set_to_none=True)
