@@ -369,7 +369,7 @@ def test_sweep_prunes_and_marks_pruned_trials_in_optuna_and_mlflow(stores):
     assert outcome.complete
     study = optuna.load_study(study_name="sweep-test", storage=storage)
     assert [t.state for t in study.trials] == [TrialState.PRUNED, TrialState.PRUNED]
-    assert all(set(t.params) == {p.key for p in SWEEP.params} for t in study.trials)
+    assert all(set(t.params) == {p.name for p in SWEEP.params} for t in study.trials)
     _, children = _child_runs(tracking, "sweep-test")
     assert len(children) == 2
     for run in children:

@@ -117,7 +117,10 @@ class SweepParam:
 
     A float or int range (`low`, `high`, `log`), or a list of `choices`. With `relative`,
     bounds and choices are multiples of the preset's value of `key`. `scales` names keys
-    that move in proportion (the feed-forward width follows the model width).
+    that move in proportion (the feed-forward width follows the model width). With
+    `share_of_training`, the value sampled is a share of the trial's training steps and `key`
+    gets that many steps (a warm-up of 1,000 steps is a tenth of one trial and all of another
+    when trials train different epochs); Optuna then knows the parameter as `name`.
     """
 
     key: str
@@ -128,6 +131,12 @@ class SweepParam:
     choices: tuple[Any, ...] = ()
     relative: bool = False
     scales: tuple[str, ...] = ()
+    share_of_training: bool = False
+
+    @property
+    def name(self) -> str:
+        """The parameter's name in Optuna: the key, or what the sampled share is of."""
+        return f"{self.key} (share of training)" if self.share_of_training else self.key
 
     def distribution(self, base: Mapping[str, Any]):
         """The Optuna distribution of this parameter given the base config's flat values."""
@@ -150,13 +159,16 @@ class SweepParam:
 
         dist = self.distribution(base)
         if isinstance(dist, CategoricalDistribution):
-            return trial.suggest_categorical(self.key, list(dist.choices))
+            return trial.suggest_categorical(self.name, list(dist.choices))
         if isinstance(dist, IntDistribution):
-            return trial.suggest_int(self.key, dist.low, dist.high, log=dist.log)
-        return trial.suggest_float(self.key, dist.low, dist.high, log=dist.log)
+            return trial.suggest_int(self.name, dist.low, dist.high, log=dist.log)
+        return trial.suggest_float(self.name, dist.low, dist.high, log=dist.log)
 
-    def overrides(self, value: Any, base: Mapping[str, Any]) -> dict[str, Any]:
-        """The Config overrides for a sampled `value`, including the keys that scale with it."""
+    def overrides(self, value: Any, base: Mapping[str, Any], training_steps: int = 0) -> dict[str, Any]:
+        """The Config overrides for a sampled `value`, including the keys that scale with it
+        (`training_steps`: the trial's, for a share of training)."""
+        if self.share_of_training:
+            return {self.key: int(round(float(value) * training_steps))}
         values = {self.key: value}
         if self.scales:
             ratio = float(value) / float(base[self.key])
@@ -236,7 +248,7 @@ SWEEP = SweepSpec(
                  "and trains the epochs that fit it"),
     params=(
         SweepParam("train.lr", low=1 / 4, high=4.0, log=True, relative=True),
-        SweepParam("train.warmup_steps", low=0, high=1000, integer=True),
+        SweepParam("train.warmup_steps", low=0.0, high=0.15, share_of_training=True),
         SweepParam("train.schedule", choices=("cosine", "plateau")),
         SweepParam("data.max_batch_size", choices=(8, 16, 32), integer=True, scales=("data.batch_pixels",)),
         SweepParam("train.label_smoothing", low=0.0, high=0.2),

@@ -19,6 +19,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ..config import Config
+from ..data import make_batches
 from ..tracking import keys
 from ..training.cost import epochs_for_budget, train_seconds_per_image
 from ..tracking.store import mask_password
@@ -61,7 +62,7 @@ def run_sweep(
     model_preset = spec.model_preset(budget.model_size)
     base = base_config(model_preset, budget, n_trials, n_jobs, spec.fixed, overrides,
                        data_path).override({SEED_KEY: spec.seed})
-    space = {p.key: _describe_param(p, base.to_flat_dict()) for p in spec.params}
+    space = {p.name: _describe_param(p, base.to_flat_dict()) for p in spec.params}
     if main:
         say(f"study {name}: {spec.description}")
         say(budget.describe(n_trials, n_jobs))
@@ -167,24 +168,28 @@ def _objective(session: Session, spec: SweepSpec, data_for: Callable[[Config], d
 
     def objective(trial: optuna.Trial) -> float:
         trial.set_user_attr(WORKER_ATTR, session.worker.as_attr())
+        sampled = {param: param.suggest(trial, base_flat) for param in spec.params}
         values: dict[str, Any] = {}
-        for param in spec.params:
-            values.update(param.overrides(param.suggest(trial, base_flat), base_flat))
-        try:
-            cfg = session.base.override(values).validate()
-        except (KeyError, ValueError) as exc:
-            raise ValueError(f"the sweep's search space sampled an invalid config ({exc}): fix the space in "
-                             f"hmer.studies.spec") from exc
+        for param, value in sampled.items():
+            if not param.share_of_training:
+                values.update(param.overrides(value, base_flat))
+        cfg = _checked(session.base.override(values))
         data = data_for(cfg)
         if cpu_minutes > 0:
             per_image = train_seconds_per_image(cfg, data["train"])
             values["train.epochs"] = epochs_for_budget(cpu_minutes * 60, per_image, len(data["train"]),
                                                        MAX_SWEEP_EPOCHS)
-            cfg = cfg.override({"train.epochs": values["train.epochs"]})
             trial.set_user_attr("train_cpu_seconds_per_image", per_image)
             trial.set_user_attr("train_epochs", values["train.epochs"])
             session.say(f"trial {trial.number}: {per_image * 1000:.1f} CPU-ms per training image: "
                         f"{values['train.epochs']} epochs fit its {cpu_minutes:g} CPU-minutes")
+        cfg = _checked(session.base.override(values))
+        steps = cfg.train.epochs * len(make_batches(data["train"], cfg.data.batch_pixels, cfg.data.max_batch_size,
+                                                    shuffle=True, seed=0))
+        for param, value in sampled.items():
+            if param.share_of_training:
+                values.update(param.overrides(value, base_flat, training_steps=steps))
+        cfg = _checked(session.base.override(values))
         label = ",".join(f"{k}={_short(v)}" for k, v in values.items())
         trial.set_user_attr(keys.CELL, label)
         tags = {keys.CELL: label, keys.SEED: str(cfg.train.seed), keys.VARIANT: f"trial {trial.number}",
@@ -209,6 +214,14 @@ def _objective(session: Session, spec: SweepSpec, data_for: Callable[[Config], d
         return result.best_val_exprate
 
     return objective
+
+
+def _checked(cfg: Config) -> Config:
+    try:
+        return cfg.validate()
+    except (KeyError, ValueError) as exc:
+        raise ValueError(f"the sweep's search space sampled an invalid config ({exc}): fix the space in "
+                         f"hmer.studies.spec") from exc
 
 
 def _describe_param(param, base_flat: Mapping[str, Any]) -> str:
