@@ -197,7 +197,7 @@ BUDGETS: dict[str, StudyBudget] = {
             "train.beam_size": 10, "train.max_decode_len": 200, "train.device": "cpu",
         },
         seeds=(1, 2, 3),
-        sweep_trials=9,
+        sweep_trials=24,
         window_s=0.0,
         load_s=60.0,
         eval_reserve_s=0.0,
