@@ -449,13 +449,16 @@ def check_section(section: Any, prefix: str, only: tuple[str, ...] | None = None
                 rule.check(flat)
 
 
-def check_value(key: str, value: Any) -> Any:
+def check_value(key: str, value: Any, option: str = "") -> Any:
     """`value` read for the dotted `key` (a string as on the command line, or a typed value), checked
     against what the field allows; the value, of the field's type. For options that stand for a field
-    (`hmer evaluate --beam` is train.beam_size)."""
+    (`hmer evaluate --beam` is train.beam_size): `option` names it in the error."""
     section, _, attr = key.partition(".")
     cls = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}[section]
-    return _coerce(key, value, get_type_hints(cls)[attr], allowed_of(cls, attr))
+    try:
+        return _coerce(key, value, get_type_hints(cls)[attr], allowed_of(cls, attr))
+    except ConfigError as exc:
+        raise ConfigError(f"{option} {value}: {exc}" if option else str(exc)) from None
 
 
 def _refuse(key: str, value: Any, typ: type, rule: Allowed) -> ConfigError:

@@ -58,6 +58,7 @@ def run_sweep(
     model_preset = spec.model_preset(budget.model_size)
     base = base_config(model_preset, budget, n_trials, n_jobs, spec.fixed, overrides,
                        data_path).override({SEED_KEY: spec.seed})
+    spec.check_space(base)  # a range that leaves what its key allows is refused before any trial
     space = {p.key: _describe_param(p, base.to_flat_dict()) for p in spec.params}
     if main:
         say(f"study {name}: {spec.description}")
@@ -122,6 +123,8 @@ def run_sweep(
         raise
     finally:
         for child in children:
+            if interrupted:  # a SIGTERM sent to this process alone: the workers stop their trials too
+                child.terminate()
             child.join()
         n_finished = _finished_trials(study)
         complete = n_finished >= n_trials
@@ -148,7 +151,7 @@ def _objective(session: Session, spec: SweepSpec, data: dict[str, list]):
             values.update(param.overrides(param.suggest(trial, base_flat), base_flat))
         label = ",".join(f"{k}={_short(v)}" for k, v in values.items())
         trial.set_user_attr(keys.CELL, label)
-        cfg = session.base.override(values).validate()
+        cfg = spec.sampled_config(session.base, values, trial.number)
         tags = {keys.CELL: label, keys.SEED: str(cfg.train.seed), keys.VARIANT: f"trial {trial.number}",
                 keys.BUDGET: session.budget.name}
 
