@@ -308,7 +308,7 @@ def test_every_config_field_refuses_out_of_range_and_wrong_type_values_before_lo
             stored[attr] = wrong
         config = tmp_path / "config.json"
         config.write_text(json.dumps(stored))
-        _train_refuses(capsys, ["--config", str(config), "--data", str(no_data)], key,
+        _train_refuses(capsys, ["--config", str(config), "--data", str(no_data)], str(config), key,
                        repr(wrong))
         tried += 1
     assert tried > 2 * len(_fields())

@@ -335,7 +335,7 @@ class Config:
         return dataclasses.asdict(self)
 
     def override(self, values: dict[str, Any]) -> "Config":
-        """Return a copy with dotted keys set; strings are parsed to the field's type."""
+        """A copy with dotted keys set (text parsed to the field's type), checked whole (`validate`)."""
         new = copy_config(self)
         for key, raw in values.items():
             if key == "name":
@@ -387,6 +387,8 @@ class Config:
             return cls.from_dict(json.loads(path.read_text()))
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}: not a JSON config ({e})") from None
+        except ConfigError as e:  # a value it holds is not allowed: name the file too
+            raise ConfigError(f"{path}: {e}") from None
 
     @classmethod
     def from_flat_dict(cls, flat: dict[str, Any], *, stored: bool = False) -> "Config":
