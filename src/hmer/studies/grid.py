@@ -69,6 +69,7 @@ def run_grid_study(
     space = spec.search_space(seeds)
     model_preset = spec.model_preset(budget.model_size)
     base = base_config(model_preset, budget, len(cells), n_jobs, spec.fixed, overrides, data_path)
+    spec.check_cells(base, seeds)  # a cell its keys do not allow fails now, not after the cells before it
     if main:
         say(f"study {name}: {spec.description}")
         say(budget.describe(len(cells), n_jobs))
@@ -122,6 +123,8 @@ def run_grid_study(
         raise
     finally:
         for child in children:
+            if interrupted:  # a SIGTERM sent to this process alone: the workers stop their trials too
+                child.terminate()
             child.join()
         status = claims.status()
         n_complete = sum(cell_key(c) in status.complete for c in cells)

@@ -186,6 +186,9 @@ def open_session(setup: Setup, storage: optuna.storages.BaseStorage, study: optu
                       experiment=setup.name, experiment_id=experiment_id, parent_run_id=parent, base=base,
                       created=created, worker=worker, budget=setup.budget, say=setup.say)
     session.fail_dead_trial_runs()
+    from ..tracking.run import fail_runs_of_dead_processes
+
+    fail_runs_of_dead_processes(setup.tracking_uri)  # e.g. a `hmer train` of this machine killed with -9
     return session
 
 

@@ -23,6 +23,10 @@ from ..registry import linked_overrides
 SEED_KEY = "train.seed"
 
 
+class SearchSpaceError(ValueError):
+    """A study's grid or search space reaches a value its config key does not allow (a bug in the spec)."""
+
+
 @dataclass(frozen=True)
 class StudySpec:
     """A grid ablation; see the module docstring.
@@ -84,6 +88,16 @@ class StudySpec:
         baseline = tuple(self.baseline_cell[k] for k in keys)
         variants = sorted(itertools.product(*(self.axes[k] for k in keys)), key=lambda v: v != baseline)
         return [{**dict(zip(keys, values)), SEED_KEY: int(seed)} for seed in seeds for values in variants]
+
+    def check_cells(self, base, seeds: Sequence[int]) -> None:
+        """Every cell's config is allowed (`base`: the study's base Config); a ValueError naming the
+        study, the cell and the key before anything runs. A refused cell is a bug in the spec."""
+        for cell in self.cells(seeds):
+            try:
+                base.override(self.overrides(cell))
+            except ValueError as exc:
+                raise SearchSpaceError(f"study {self.name!r}: cell {cell_label(cell)} is not a valid config, a bug in "
+                                       f"the study's grid: {exc}") from None
 
     def overrides(self, cell: Mapping[str, Any]) -> dict[str, Any]:
         """The Config overrides of one cell: the fixed ones, its axis values and what they bring."""
@@ -194,6 +208,25 @@ class SweepSpec:
             return self.model_presets[size]
         except KeyError:
             raise ValueError(f"sweep {self.name!r} has no model preset of size {size!r}") from None
+
+    def sampled_config(self, base, values: Mapping[str, Any], trial: int | str = "?"):
+        """`base` (a Config) with a trial's sampled `values`; a value its field does not allow is a
+        bug in the search space, and the SearchSpaceError says so."""
+        try:
+            return base.override(values)
+        except ValueError as exc:
+            raise SearchSpaceError(f"sweep {self.name!r}, trial {trial}: a sampled value is outside what its key "
+                                   f"allows, a bug in the search space: {exc}") from None
+
+    def check_space(self, base) -> None:
+        """Both ends of every range (and every choice) of the search space are allowed values of `base`
+        (a Config), so no trial can sample one that is not; SearchSpaceError before anything runs."""
+        flat = base.to_flat_dict()
+        for param in self.params:
+            dist = param.distribution(flat)
+            ends = list(dist.choices) if hasattr(dist, "choices") else [dist.low, dist.high]
+            for value in ends:
+                self.sampled_config(base, param.overrides(value, flat), trial=f"(range of {param.key})")
 
 
 # ---- the studies of the suite ----------------------------------------------------------------

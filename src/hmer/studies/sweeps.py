@@ -62,6 +62,7 @@ def run_sweep(
     model_preset = spec.model_preset(budget.model_size)
     base = base_config(model_preset, budget, n_trials, n_jobs, spec.fixed, overrides,
                        data_path).override({SEED_KEY: spec.seed})
+    spec.check_space(base)  # a range that leaves what its key allows is refused before any trial
     space = {p.name: _describe_param(p, base.to_flat_dict()) for p in spec.params}
     if main:
         say(f"study {name}: {spec.description}")
@@ -138,6 +139,8 @@ def run_sweep(
         raise
     finally:
         for child in children:
+            if interrupted:  # a SIGTERM sent to this process alone: the workers stop their trials too
+                child.terminate()
             child.join()
         n_finished = _finished_trials(study)
         complete = n_finished >= n_trials
@@ -173,7 +176,7 @@ def _objective(session: Session, spec: SweepSpec, data_for: Callable[[Config], d
         for param, value in sampled.items():
             if not param.share_of_training:
                 values.update(param.overrides(value, base_flat))
-        cfg = _checked(session.base.override(values))
+        cfg = spec.sampled_config(session.base, values, trial.number)
         data = data_for(cfg)
         if cpu_minutes > 0:
             per_image = train_seconds_per_image(cfg, data["train"])
@@ -183,13 +186,13 @@ def _objective(session: Session, spec: SweepSpec, data_for: Callable[[Config], d
             trial.set_user_attr("train_epochs", values["train.epochs"])
             session.say(f"trial {trial.number}: {per_image * 1000:.1f} CPU-ms per training image: "
                         f"{values['train.epochs']} epochs fit its {cpu_minutes:g} CPU-minutes")
-        cfg = _checked(session.base.override(values))
+        cfg = spec.sampled_config(session.base, values, trial.number)
         steps = cfg.train.epochs * len(make_batches(data["train"], cfg.data.batch_pixels, cfg.data.max_batch_size,
                                                     shuffle=True, seed=0))
         for param, value in sampled.items():
             if param.share_of_training:
                 values.update(param.overrides(value, base_flat, training_steps=steps))
-        cfg = _checked(session.base.override(values))
+        cfg = spec.sampled_config(session.base, values, trial.number)
         label = ",".join(f"{k}={_short(v)}" for k, v in values.items())
         trial.set_user_attr(keys.CELL, label)
         tags = {keys.CELL: label, keys.SEED: str(cfg.train.seed), keys.VARIANT: f"trial {trial.number}",
@@ -214,14 +217,6 @@ def _objective(session: Session, spec: SweepSpec, data_for: Callable[[Config], d
         return result.best_val_exprate
 
     return objective
-
-
-def _checked(cfg: Config) -> Config:
-    try:
-        return cfg.validate()
-    except (KeyError, ValueError) as exc:
-        raise ValueError(f"the sweep's search space sampled an invalid config ({exc}): fix the space in "
-                         f"hmer.studies.spec") from exc
 
 
 def _describe_param(param, base_flat: Mapping[str, Any]) -> str:

@@ -7,11 +7,14 @@ Keys of one kind share a prefix: `hmer.` for the suite's own, `mlflow.` for MLfl
 
 # ---- MLflow tags on every training run ----------------------------------------------------------
 VARIANT = "hmer.variant"          # the run's variant label (config name or decoder), or a study's spec
-STATUS = "hmer.status"            # running | finished | failed | pruned | paused | interrupted | incomplete
+STATUS = "hmer.status"            # running | finished | failed | pruned | paused | killed | interrupted | incomplete
 ERROR = "hmer.error"              # one line: why a run or trial failed
 GIT_COMMIT = "hmer.git_commit"    # the commit that produced the run, "-dirty" with uncommitted changes
 DEVICE = "hmer.device"            # the device it trained on, in words
 RESUMED = "hmer.resumed"          # the epoch a resumed run continued from
+STOPPED_BY = "hmer.stopped_by"    # a run closed KILLED by SIGTERM/SIGINT: the signal, and where training stood
+PID = "hmer.pid"                  # the process that trains the run (the last one, after a resume)
+HOST = "hmer.host"                # the machine it runs on: a RUNNING run of this host whose pid is gone died
 ATTENTION_MAPS_ERROR = "hmer.attention_maps_error"  # why the attention-map figures are missing
 REGISTERED_MODEL = "hmer.registered_model"          # the MLflow model-registry name, when registered
 
