@@ -134,9 +134,44 @@ class DataConfig:
     # Train-time scale augmentation (CoMER: x0.7 .. x1.4); 0 disables.
     scale_aug_min: float = 0.0
     scale_aug_max: float = 0.0
+    # Renderer augmentation (hmer.data.augment; all off by default): this share of the training
+    # images of each batch is drawn again from its strokes with a random pen and distortions.
+    aug_share: float = 0.0  # 0 = off; 1 = every training image redrawn
+    aug_width_min: float = 1.0  # pen width, as a multiple of stroke_width, drawn uniformly in [min, max]
+    aug_width_max: float = 1.0
+    aug_pressure: float = 0.0  # pen width varies along each stroke by +- this fraction
+    aug_antialias: float = 0.0  # probability of grey (4x supersampled) edges
+    aug_downscale: float = 0.0  # probability of drawing at the ink's own scale, then scaling bilinearly to render_height
+    aug_blur: float = 0.0  # Gaussian blur, sigma uniform in [0, aug_blur] px
+    aug_slant: float = 0.0  # shear, uniform in +- this many degrees
+    aug_rotate: float = 0.0  # rotation, uniform in +- this many degrees
+    aug_jitter: float = 0.0  # Gaussian noise on every pen point, this many px (standard deviation)
+    aug_elastic: float = 0.0  # smooth random displacement of the ink, this many px amplitude
+    # Validation drawn a second time in another style and decoded at the end of training as
+    # `val-alt_final_*` ("" = off; `standard-like`: the standard images' pipeline, hmer.data.augment).
+    val_alt: str = ""
     # Batches collated (and copied to the device) ahead of the step in a background thread;
     # -1 = 2 on a GPU, 0 on a CPU. See hmer.training.loader.
     prefetch: int = -1
+
+
+VAL_ALT_STYLES = ("", "standard-like")  # hmer.data.augment draws them
+
+
+def _check_augmentation(data: DataConfig) -> None:
+    _check_choice("data.val_alt", data.val_alt, VAL_ALT_STYLES)
+    for key in ("aug_share", "aug_pressure", "aug_antialias", "aug_downscale"):
+        value = getattr(data, key)
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"data.{key}={value} must be between 0 and 1")
+    for key in ("aug_blur", "aug_slant", "aug_rotate", "aug_jitter", "aug_elastic"):
+        if getattr(data, key) < 0:
+            raise ValueError(f"data.{key}={getattr(data, key)} must be >= 0")
+    if not 0 < data.aug_width_min <= data.aug_width_max:
+        raise ValueError(f"data.aug_width_min={data.aug_width_min} and data.aug_width_max={data.aug_width_max}: "
+                         f"need 0 < min <= max")
+    if data.aug_slant >= 60 or data.aug_rotate >= 60:
+        raise ValueError("data.aug_slant and data.aug_rotate are small angles in degrees (< 60)")
 
 
 @dataclass
@@ -225,6 +260,7 @@ class Config:
         self.model.validate()
         _check_choice("train.optimizer", self.train.optimizer, OPTIMIZERS)
         _check_choice("data.val_split", self.data.val_split, VAL_SPLITS)
+        _check_augmentation(self.data)
         _check_choice("train.schedule", self.train.schedule, SCHEDULES)
         SEARCH_RULES.check(self.train.search_rule)
         return self

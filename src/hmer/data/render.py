@@ -67,11 +67,21 @@ class RenderConfig:
         return {"renderer_version": RENDERER_VERSION, **dataclasses.asdict(self)}
 
 
-def render_ink(ink: Ink | Sequence[np.ndarray], cfg: RenderConfig | None = None) -> np.ndarray:
-    """Render an `Ink` (or a list of [N, 2] stroke arrays) to uint8 [H, W], 255 = ink."""
+def render_ink(ink: Ink | Sequence[np.ndarray], cfg: RenderConfig | None = None, *,
+               scale: float | None = None, stroke_widths: Sequence[float] | None = None) -> np.ndarray:
+    """Render an `Ink` (or a list of [N, 2] stroke arrays) to uint8 [H, W], 255 = ink.
+
+    For augmentation (`hmer.data.augment`): `scale` (px per device unit) replaces the size
+    normalisation (the size clamps still apply), and `stroke_widths` gives each stroke its own pen
+    width in px (drawn with that pen directly, without the 3x3 brush of the uniform pen).
+    """
     cfg = cfg or RenderConfig()
     strokes = [np.asarray(s, dtype=np.float64).reshape(-1, 2) for s in
                (ink.strokes if isinstance(ink, Ink) else ink)]
+    if stroke_widths is not None:
+        if len(stroke_widths) != len(strokes):
+            raise ValueError(f"{len(stroke_widths)} stroke widths for {len(strokes)} strokes")
+        widths = [float(w) for w, s in zip(stroke_widths, strokes) if len(s)]
     strokes = [s for s in strokes if len(s)]
     if not strokes:
         source = ink.source if isinstance(ink, Ink) else "strokes"
@@ -80,9 +90,9 @@ def render_ink(ink: Ink | Sequence[np.ndarray], cfg: RenderConfig | None = None)
     points = np.concatenate(strokes)
     low = points.min(axis=0)
     extent = points.max(axis=0) - low  # (width, height) in device units
-    scale = _scale(strokes, extent, cfg)
+    scale = _scale(strokes, extent, cfg) if scale is None else float(scale)
 
-    width_px = max(1.0, cfg.stroke_width)
+    width_px = max(1.0, cfg.stroke_width if stroke_widths is None else max(widths))
     # Room for the pen itself around the centre line, then the blank margin.
     border = cfg.padding + (width_px - 1) / 2
     limit_w = cfg.max_width - 2 * border - 1
@@ -99,12 +109,13 @@ def render_ink(ink: Ink | Sequence[np.ndarray], cfg: RenderConfig | None = None)
     # images have none (no ink run is shorter than 3 px), as if a 3x3 brush were dragged along
     # the path. So in binary mode draw the centre line 2 px thinner and grow it with a 3x3 max
     # filter: 3 px strokes become a 1 px line dilated by 3x3, exactly that brush.
-    grow = not cfg.antialias and pen >= 3
-    line_width = pen - 2 if grow else pen
+    grow = not cfg.antialias and pen >= 3 and stroke_widths is None
+    pens = [pen - 2 if grow else pen] * len(strokes) if stroke_widths is None else \
+        [max(1, int(round(max(1.0, w) * factor))) for w in widths]
     canvas = Image.new("L", (out_w * factor, out_h * factor), 0)
     draw = ImageDraw.Draw(canvas)
     offset = border * factor + (factor - 1) / 2  # pixel centres of the fine grid
-    for stroke in strokes:
+    for stroke, line_width in zip(strokes, pens):
         xy = _snap((stroke - low) * (scale * factor) + offset).astype(np.int64)
         # Consecutive repeats (pens sample faster than they move) only cost drawing time.
         keep = np.ones(len(xy), dtype=bool)

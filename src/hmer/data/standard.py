@@ -72,6 +72,20 @@ def standard_2014_expressions(tar_path: str | Path, captions: dict[str, list[str
     return out
 
 
+def standard_2014_if_available(exprs_2014: Sequence, height: int = 0, tar_path: str | Path | None = None) -> list | None:
+    """`standard_2014_expressions` for the given 2014 expressions (a run's test split, its
+    `test_limit` included), or None when the tarball is absent (default: `default_standard_tar()`)
+    or lacks one of them (the data is not CROHME 2014): what a run's final evaluation scores as
+    `test_2014-std_*` when it can."""
+    tar = Path(tar_path) if tar_path is not None else default_standard_tar()
+    if not exprs_2014 or not tar.is_file():
+        return None
+    try:
+        return standard_2014_expressions(tar, {e.name: e.tokens for e in exprs_2014}, height)
+    except FileNotFoundError:
+        return None
+
+
 def standard_sizes(tar_path: str | Path) -> dict[str, tuple[int, int]]:
     """{name: (height, width)} of every standard image (decodes headers, not pixels)."""
     sizes = {}
