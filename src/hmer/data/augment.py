@@ -50,8 +50,8 @@ from .errors import DataError
 from .inkml import Ink, parse_inkml
 from .render import RenderConfig, ink_scale, render_ink
 
-# The points of a pressure piece: the pen width changes every this many points along a stroke.
-_PRESSURE_PIECE = 4
+# Pen pressure is drawn at a knot every this many pen points along a stroke (linear between).
+_PRESSURE_PIECE = 8
 
 
 @dataclass(frozen=True)
@@ -134,13 +134,17 @@ def augmented_image(strokes: Sequence[np.ndarray], render_cfg: RenderConfig, aug
     pieces, widths = [], []
     if aug.pressure > 0:
         pressure = np.random.default_rng(rng.integers(2**63))
+        factor = 4 if draw_cfg.antialias else 1  # render_ink's pens are whole pixels of its grid
         for st in strokes:
-            level = 1.0 + aug.pressure * (2 * pressure.random() - 1)
-            for start in range(0, max(1, len(st) - 1), _PRESSURE_PIECE):
-                pieces.append(st[start:start + _PRESSURE_PIECE + 1])
-                widths.append(width * level)
-                level = float(np.clip(level + aug.pressure * (pressure.random() - 0.5), 1 - aug.pressure,
-                                      1 + aug.pressure))
+            # the pressure: random levels at knots every few points, linear between them
+            knots = np.arange(0, len(st) + _PRESSURE_PIECE, _PRESSURE_PIECE)
+            level = 1.0 + aug.pressure * (2 * pressure.random(len(knots)) - 1)
+            pens = np.maximum(1, np.rint(width * factor * np.interp(np.arange(len(st)), knots, level)))
+            # one piece per run of the same pen, each overlapping the next by a point
+            starts = np.concatenate([[0], np.flatnonzero(pens[1:] != pens[:-1]) + 1])
+            for a, b in zip(starts, np.append(starts[1:], len(st))):
+                pieces.append(st[a:min(b + 1, len(st))])
+                widths.append(float(pens[a]) / factor)
         scale = ink_scale(strokes, draw_cfg)  # after the displacements, as render_ink would take it
         image = render_ink(pieces, draw_cfg, scale=scale, stroke_widths=widths)
     else:
