@@ -9,8 +9,8 @@ Four image sets of the same 986 expressions are measured, each as a column:
 - `ours@H` / `standard@H`: what a model trained at `data.render_height=H` sees: ours rendered at
   exactly H px, the standard images scaled to H px with bilinear filtering, as `hmer evaluate
   --standard-2014` and the final evaluation feed them (`hmer.data.standard.standard_2014_expressions`);
-- `standard-like@H`: the second style (`hmer.data.augment.STANDARD_LIKE`, what `data.val_alt`
-  renders validation with): ours drawn at the standard scale, then scaled to H the same way.
+- `standard-like@H`: `data.render_style=standard-like` (also what `data.val_alt=standard-like` draws
+  validation with): ours drawn at the standard scale, then scaled to H the same way.
 
 Measures (medians over images unless said): height and width; the blank margin to the ink on each
 side; polarity (background and ink level); grey levels (share of pixels strictly between 0 and 255,
@@ -83,7 +83,6 @@ def measure(images: list[np.ndarray]) -> dict[str, str]:
 def main() -> int:
     from hmer.config import DataConfig
     from hmer.data import RenderConfig, load_split, open_source
-    from hmer.data.augment import STANDARD_LIKE, restyle
     from hmer.data.standard import standard_2014_expressions
 
     shared = Path(__file__).resolve().parents[2] / "shared" / "crohme"
@@ -99,7 +98,8 @@ def main() -> int:
         ours = load_split(source, "2014", RenderConfig(), limit=args.limit)
         ours_h = load_split(source, "2014", RenderConfig.from_data_config(DataConfig(render_height=args.height)),
                             limit=args.limit)
-        like = [restyle(source.read_ink("2014", e.name), STANDARD_LIKE, args.height) for e in ours]
+        like = [e.image for e in load_split(source, "2014", RenderConfig.from_data_config(
+            DataConfig(render_height=args.height, render_style="standard-like")), limit=args.limit)]
     captions = {e.name: e.tokens for e in ours}
     standard = standard_2014_expressions(args.tar, captions, 0)
     standard_h = standard_2014_expressions(args.tar, captions, args.height)

@@ -108,7 +108,7 @@ def test_renders_an_ink_object():
 
 # ---- renderer augmentation and the second style (hmer.data.augment) ----------------------------------
 
-from hmer.data.augment import STANDARD_LIKE, AugmentConfig, augmented_image, restyle  # noqa: E402
+from hmer.data.augment import AugmentConfig, augmented_image, val_alt_render_config  # noqa: E402
 
 AT_64 = RenderConfig(height=64)
 
@@ -176,15 +176,23 @@ def test_augmentation_options_come_from_the_config_and_are_checked():
 
 def test_the_standard_like_style_is_drawn_at_its_own_scale_then_scaled_down():
     strokes = glyph_strokes(3) + [s + [0.0, 80.0] for s in glyph_strokes(3)]  # two rows, as a fraction
-    native = render_ink(strokes, STANDARD_LIKE)
+    native = render_ink(strokes)
     assert native.shape[0] > 64
-    image = restyle(strokes, STANDARD_LIKE, 64)
-    assert image.shape[0] == 64
-    assert image.shape[1] == round(native.shape[1] * 64 / native.shape[0])
+    like = RenderConfig.from_data_config(DataConfig(render_height=64, render_style="standard-like"))
+    assert like.downscale and like.height == 64
+    image = render_ink(strokes, like)
+    assert image.shape == (64, round(native.shape[1] * 64 / native.shape[0]))
     # thinner and grey at the training height, unlike the binary 3-px renderings at 64 px
     assert ((image > 0) & (image < 255)).any()
-    assert _ink_mass(image) < _ink_mass(render_ink(strokes, AT_64))
-    assert restyle(strokes, STANDARD_LIKE, 0).tobytes() == native.tobytes()
+    assert _ink_mass(image) < 0.8 * _ink_mass(render_ink(strokes, AT_64))
+    # the cache key of the default style is what it was before the style existed
+    assert "downscale" not in RenderConfig().key() and like.key()["downscale"] is True
+    # data.val_alt draws validation in the named style, with the run's other renderer settings
+    assert val_alt_render_config(DataConfig(render_height=64, val_alt="standard-like")) == like
+    assert val_alt_render_config(DataConfig(render_height=64, render_style="standard-like",
+                                            val_alt="direct")) == AT_64
+    # augmentation's downscale draws the same image when nothing else is on
+    assert _redraw(AugmentConfig(share=1.0, downscale=1.0), strokes=strokes).tobytes() == image.tobytes()
 
 
 def test_per_stroke_widths_must_match_the_strokes():

@@ -111,6 +111,9 @@ class DataConfig:
     # Renderer (InkML strokes -> 8-bit grey image, white ink on black).
     render_height: int = 0  # 0 = scale from the ink's own size (see hmer.data.render)
     stroke_width: float = 0.0  # 0 = renderer default
+    # direct: drawn at render_height; standard-like: drawn at the ink's own scale and scaled to
+    # render_height bilinearly, as the standard images reach a model (docs/data.md, issue 26)
+    render_style: str = "direct"
     # Validation hold-out from train (never a test year). `writer`: whole writers held out and no
     # caption on both sides, so validation looks like a test year; `random`: the old random
     # expressions, which share captions with training (see hmer.data.holdout).
@@ -147,19 +150,21 @@ class DataConfig:
     aug_rotate: float = 0.0  # rotation, uniform in +- this many degrees
     aug_jitter: float = 0.0  # Gaussian noise on every pen point, this many px (standard deviation)
     aug_elastic: float = 0.0  # smooth random displacement of the ink, this many px amplitude
-    # Validation drawn a second time in another style and decoded at the end of training as
-    # `val-alt_final_*` ("" = off; `standard-like`: the standard images' pipeline, hmer.data.augment).
+    # Validation drawn a second time in another render_style and decoded at the end of training as
+    # `val-alt_final_*` ("" = off; `standard-like` for a run trained on `direct`; hmer.data.augment).
     val_alt: str = ""
     # Batches collated (and copied to the device) ahead of the step in a background thread;
     # -1 = 2 on a GPU, 0 on a CPU. See hmer.training.loader.
     prefetch: int = -1
 
 
-VAL_ALT_STYLES = ("", "standard-like")  # hmer.data.augment draws them
+RENDER_STYLES = ("direct", "standard-like")  # hmer.data.render (RenderConfig.downscale)
+VAL_ALT_STYLES = ("", *RENDER_STYLES)  # "" = no second validation
 
 
 def _check_augmentation(data: DataConfig) -> None:
     _check_choice("data.val_alt", data.val_alt, VAL_ALT_STYLES)
+    _check_choice("data.render_style", data.render_style, RENDER_STYLES)
     for key in ("aug_share", "aug_pressure", "aug_antialias", "aug_downscale"):
         value = getattr(data, key)
         if not 0.0 <= value <= 1.0:

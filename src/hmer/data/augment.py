@@ -26,8 +26,10 @@ are taken in batch order, so a run is reproducible, the same with or without pre
 resumed run continues the same stream. The strokes of the training split are parsed once and
 cached beside the rendered cache (`strokes-*.npz`).
 
-The second style (`STANDARD_LIKE`, `restyle`): the default renderer at the ink's own scale, then
-scaled to the training height bilinearly: the standard images' pipeline with our pen.
+The second style (`data.val_alt`, `val_alt_render_config`): validation drawn again in the other
+`data.render_style`, e.g. `standard-like` for a run trained on `direct` renderings: the default
+renderer at the ink's own scale, then scaled to the training height bilinearly, the standard
+images' pipeline with our pen. Its measured look matches the standard images (docs/data.md).
 """
 
 from __future__ import annotations
@@ -47,8 +49,8 @@ from PIL import Image, ImageFilter
 
 from ..config import DataConfig
 from .errors import DataError
-from .inkml import Ink, parse_inkml
-from .render import RenderConfig, ink_scale, render_ink
+from .inkml import parse_inkml
+from .render import RenderConfig, ink_scale, render_ink, scale_to_height
 
 # Pen pressure is drawn at a knot every this many pen points along a stroke (linear between).
 _PRESSURE_PIECE = 8
@@ -103,8 +105,10 @@ def augmented_image(strokes: Sequence[np.ndarray], render_cfg: RenderConfig, aug
 
     downscale = u[2] < aug.downscale
     height = render_cfg.height
-    draw_cfg = RenderConfig(stroke_width=render_cfg.stroke_width, antialias=bool(u[3] < aug.antialias)) if downscale \
-        else dataclasses.replace(render_cfg, antialias=bool(u[3] < aug.antialias))
+    # (drawn at the ink's own scale when downscaling, whatever data.render_style is)
+    downscale = downscale or (render_cfg.downscale and height > 0)
+    draw_cfg = dataclasses.replace(render_cfg, antialias=bool(u[3] < aug.antialias),
+                                   **({"height": 0, "downscale": False} if downscale else {}))
     scale = ink_scale(strokes, draw_cfg)
 
     # 2. displacements in pixels of the drawing, converted to device units
@@ -155,7 +159,7 @@ def augmented_image(strokes: Sequence[np.ndarray], render_cfg: RenderConfig, aug
 
     # 4. drawn at the ink's own scale: down to the training height as the standard images are
     if downscale and height > 0:
-        image = _to_height(image, height)
+        image = scale_to_height(image, height)
     # 5. blur
     sigma = float(aug.blur * u[5])
     if sigma > 0.05:
@@ -163,27 +167,16 @@ def augmented_image(strokes: Sequence[np.ndarray], render_cfg: RenderConfig, aug
     return image
 
 
-def _to_height(image: np.ndarray, height: int) -> np.ndarray:
-    """Bilinear scaling to `height` px, keeping the aspect (what `standard_2014_expressions` does)."""
-    if image.shape[0] == height:
-        return image
-    width = max(1, round(image.shape[1] * height / image.shape[0]))
-    return np.asarray(Image.fromarray(image).resize((width, height), Image.BILINEAR), dtype=np.uint8)
-
-
 # ---- the second style, for validation --------------------------------------------------------------
 
-# The standard images' pipeline with the suite's pen: drawn at the ink's own scale (28.5 px stroke
-# height, 3-px binary strokes, as the standard 2014 images measure), then scaled to the training height.
-STANDARD_LIKE = RenderConfig()
-VAL_ALT_STYLES = {"standard-like": STANDARD_LIKE}
-VAL_ALT = "val-alt"  # the split name: its final scores are logged as val-alt_final_exprate etc.  # the names data.val_alt accepts (hmer.config)
+VAL_ALT = "val-alt"  # the split name: its final scores are logged as val-alt_final_exprate etc.
 
 
-def restyle(ink: Ink | Sequence[np.ndarray], style: RenderConfig, height: int) -> np.ndarray:
-    """`ink` drawn in `style` at its own scale, then scaled to `height` px (0: as drawn)."""
-    image = render_ink(ink, style)
-    return _to_height(image, height) if height > 0 else image
+def val_alt_render_config(data_cfg: DataConfig) -> RenderConfig:
+    """How `data.val_alt` draws validation: the run's renderer settings in that style
+    (`standard-like`: drawn at the ink's own scale, then scaled to render_height bilinearly, the
+    standard images' pipeline with the suite's pen; `direct`: drawn at render_height)."""
+    return dataclasses.replace(RenderConfig.from_data_config(data_cfg), downscale=data_cfg.val_alt == "standard-like")
 
 
 # ---- the strokes of a split, parsed once ------------------------------------------------------------

@@ -54,17 +54,26 @@ class RenderConfig:
     max_height: int = 512  # px; a taller expression is scaled down to fit (keeping aspect)
     max_width: int = 2048  # px; likewise
     antialias: bool = False
+    # With height > 0: draw at the ink's own scale (stroke_height), then scale the image to
+    # `height` with bilinear filtering: the standard images' way to a model trained at that
+    # height (thinner, grey strokes; docs/data.md measures it). data.render_style=standard-like.
+    downscale: bool = False
 
     @classmethod
     def from_data_config(cls, data_cfg: DataConfig) -> "RenderConfig":
         """From `DataConfig.render_height` and `.stroke_width`, where 0 means the default."""
         default = cls()
         return dataclasses.replace(default, height=int(data_cfg.render_height),
-                                   stroke_width=float(data_cfg.stroke_width) or default.stroke_width)
+                                   stroke_width=float(data_cfg.stroke_width) or default.stroke_width,
+                                   downscale=data_cfg.render_style == "standard-like")
 
     def key(self) -> dict[str, object]:
-        """Everything that decides the pixels, for cache keys."""
-        return {"renderer_version": RENDERER_VERSION, **dataclasses.asdict(self)}
+        """Everything that decides the pixels, for cache keys (`downscale` only when on, so that
+        the entries rendered before it existed keep their keys)."""
+        fields = dataclasses.asdict(self)
+        if not self.downscale:
+            del fields["downscale"]
+        return {"renderer_version": RENDERER_VERSION, **fields}
 
 
 def render_ink(ink: Ink | Sequence[np.ndarray], cfg: RenderConfig | None = None, *,
@@ -76,6 +85,10 @@ def render_ink(ink: Ink | Sequence[np.ndarray], cfg: RenderConfig | None = None,
     width in px (drawn with that pen directly, without the 3x3 brush of the uniform pen).
     """
     cfg = cfg or RenderConfig()
+    if cfg.downscale and cfg.height > 0:
+        drawn = render_ink(ink, dataclasses.replace(cfg, height=0, downscale=False), scale=scale,
+                           stroke_widths=stroke_widths)
+        return scale_to_height(drawn, cfg.height)
     strokes = [np.asarray(s, dtype=np.float64).reshape(-1, 2) for s in
                (ink.strokes if isinstance(ink, Ink) else ink)]
     if stroke_widths is not None:
@@ -199,6 +212,15 @@ def _grow_square(pixels: np.ndarray, pen: int) -> np.ndarray:
                 dst[axis], src[axis] = slice(None, n - shift), slice(shift, None)
                 np.maximum(grown[tuple(dst)], source[tuple(src)], out=grown[tuple(dst)])
     return grown
+
+
+def scale_to_height(image: np.ndarray, height: int) -> np.ndarray:
+    """`image` scaled to `height` px with bilinear filtering, keeping its aspect: how the standard
+    images are brought to a model's height (`hmer.data.standard`), and `downscale` rendering."""
+    if height <= 0 or image.shape[0] == height:
+        return image
+    width = max(1, round(image.shape[1] * height / image.shape[0]))
+    return np.asarray(Image.fromarray(image).resize((width, height), Image.BILINEAR), dtype=np.uint8)
 
 
 def _grow_3x3(pixels: np.ndarray) -> np.ndarray:

@@ -20,7 +20,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .render import RenderConfig, render_ink
+from .render import RenderConfig, render_ink, scale_to_height
 
 STANDARD_SUFFIX = "_0.bmp"
 
@@ -65,9 +65,7 @@ def standard_2014_expressions(tar_path: str | Path, captions: dict[str, list[str
     out = []
     for name, tokens in captions.items():
         image = images[name]
-        if height > 0 and image.shape[0] != height:
-            width = max(1, round(image.shape[1] * height / image.shape[0]))
-            image = np.asarray(Image.fromarray(image).resize((width, height), Image.BILINEAR), dtype=np.uint8)
+        image = scale_to_height(image, height)
         out.append(Expression(name=name, tokens=tokens, image=image))
     return out
 

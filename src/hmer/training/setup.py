@@ -15,7 +15,8 @@ import torch
 
 from ..config import Config
 from ..data import Expression, Vocab, load_dataset, make_batches, open_source
-from ..data.augment import VAL_ALT, VAL_ALT_STYLES, AugmentConfig, load_strokes, restyle
+from ..data.augment import VAL_ALT, AugmentConfig, load_strokes, val_alt_render_config
+from ..data.render import render_ink
 from ..data.standard import STANDARD_2014, standard_2014_if_available
 from ..device import autocast_dtype
 from ..model import build_model
@@ -116,9 +117,8 @@ def _add_restyled_splits(cfg: Config, data: dict[str, list], test_years: list[st
         with open_source(cfg.data.path or None) as source:
             strokes = load_strokes(source, "train", names)
     if cfg.data.val_alt and val:
-        style = VAL_ALT_STYLES[cfg.data.val_alt]
-        data[VAL_ALT] = [Expression(name=e.name, tokens=e.tokens,
-                                    image=restyle(strokes[e.name], style, cfg.data.render_height))  # type: ignore[index]
+        style = val_alt_render_config(cfg.data)
+        data[VAL_ALT] = [Expression(name=e.name, tokens=e.tokens, image=render_ink(strokes[e.name], style))  # type: ignore[index]
                          for e in val]
     if "2014" in test_years and STANDARD_2014 not in data:
         standard = standard_2014_if_available(data["2014"], cfg.data.render_height)
