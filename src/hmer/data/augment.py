@@ -50,7 +50,7 @@ from PIL import Image, ImageFilter
 from ..config import DataConfig
 from .errors import DataError
 from .inkml import parse_inkml
-from .render import RenderConfig, ink_scale, render_ink, scale_to_height
+from .render import SUPERSAMPLE, RenderConfig, ink_scale, render_ink, scale_to_height
 
 # Pen pressure is drawn at a knot every this many pen points along a stroke (linear between).
 _PRESSURE_PIECE = 8
@@ -138,7 +138,7 @@ def augmented_image(strokes: Sequence[np.ndarray], render_cfg: RenderConfig, aug
     pieces, widths = [], []
     if aug.pressure > 0:
         pressure = np.random.default_rng(rng.integers(2**63))
-        factor = 4 if draw_cfg.antialias else 1  # render_ink's pens are whole pixels of its grid
+        factor = SUPERSAMPLE if draw_cfg.antialias else 1  # render_ink's pens are whole pixels of its grid
         for st in strokes:
             # the pressure: random levels at knots every few points, linear between them
             knots = np.arange(0, len(st) + _PRESSURE_PIECE, _PRESSURE_PIECE)

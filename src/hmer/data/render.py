@@ -39,7 +39,7 @@ from .inkml import Ink
 # Bump when a change to this module changes any rendered pixel: it is part of the cache key.
 RENDERER_VERSION = 1
 
-_SUPERSAMPLE = 4  # anti-aliased mode draws at this multiple, then averages each block
+SUPERSAMPLE = 4  # anti-aliased mode draws at this multiple, then averages each block
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,7 @@ def render_ink(ink: Ink | Sequence[np.ndarray], cfg: RenderConfig | None = None,
     out_w = int(_snap(extent[0] * scale + 2 * border)) + 1
     out_h = int(_snap(extent[1] * scale + 2 * border)) + 1
 
-    factor = _SUPERSAMPLE if cfg.antialias else 1
+    factor = SUPERSAMPLE if cfg.antialias else 1
     pen = max(1, int(round(width_px * factor)))
     # PIL draws wide lines as polygons, which leave 1-2 px thin spots on diagonals. The standard
     # images have none (no ink run is shorter than 3 px), as if a 3x3 brush were dragged along

@@ -82,6 +82,7 @@ def build(cfg: Config, data: dict[str, list] | None, device: torch.device, dist:
         data = load_dataset(cfg.data.path or None, cfg.data)
     if not data["train"]:
         raise ValueError("the training split is empty")
+    data = dict(data)  # the restyled splits below are this run's, not the caller's
     test_years = [y.strip() for y in cfg.data.test_years.split(",") if y.strip() and y.strip() in data]
     train_strokes = _add_restyled_splits(cfg, data, test_years)
 
@@ -120,8 +121,8 @@ def _add_restyled_splits(cfg: Config, data: dict[str, list], test_years: list[st
         style = val_alt_render_config(cfg.data)
         data[VAL_ALT] = [Expression(name=e.name, tokens=e.tokens, image=render_ink(strokes[e.name], style))  # type: ignore[index]
                          for e in val]
-    if "2014" in test_years and STANDARD_2014 not in data:
-        standard = standard_2014_if_available(data["2014"], cfg.data.render_height)
+    if "2014" in test_years and STANDARD_2014 not in test_years:
+        standard = data.get(STANDARD_2014) or standard_2014_if_available(data["2014"], cfg.data.render_height)
         if standard is not None:
             data[STANDARD_2014] = standard
             test_years.insert(test_years.index("2014") + 1, STANDARD_2014)
