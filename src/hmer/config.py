@@ -30,6 +30,8 @@ ENCODER_TAILS = ("relu-norm-pos", "pos-norm")
 OPTIMIZERS = ("adadelta", "sgd", "adamw")
 VAL_SPLITS = ("writer", "random")
 SCHEDULES = ("plateau", "cosine")  # hmer.data.holdout holds the rules
+RENDER_STYLES = ("direct", "standard-like")  # hmer.data.render (RenderConfig.downscale)
+VAL_ALT_STYLES = ("", *RENDER_STYLES)  # "" = no second validation
 PRECISIONS = ("auto", "fp32", "bf16")
 TEST_YEARS_SAY = ("comma-separated test split names, each a folder of the dataset (2014,2016,2019 for CROHME), "
                   "not train or val, none twice")
@@ -154,6 +156,8 @@ RULES: tuple[Rule, ...] = (
          "data.scale_aug_min must not exceed data.scale_aug_max (unless scale_aug_max=0: none)"),
     Rule(("data.scale_aug_min", "data.scale_aug_max"), lambda lo, hi: hi == 0 or lo > 0,
          "scale augmentation draws from [min, max]: give both > 0, or scale_aug_max=0 for none"),
+    Rule(("data.aug_width_min", "data.aug_width_max"), lambda lo, hi: lo <= hi,
+         "data.aug_width_min must not exceed data.aug_width_max"),
     Rule(("train.min_lr", "train.lr"), lambda low, lr: low <= lr,
          "train.min_lr must not exceed train.lr"),
 )
@@ -242,6 +246,9 @@ class DataConfig:
     # Renderer (InkML strokes -> 8-bit grey image, white ink on black).
     render_height: int = allowed(0, ge=0)  # 0 = scale from the ink's own size (see hmer.data.render)
     stroke_width: float = allowed(0.0, ge=0)  # 0 = renderer default
+    # direct: drawn at render_height; standard-like: drawn at the ink's own scale and scaled to
+    # render_height bilinearly, as the standard images reach a model (docs/data.md, issue 26)
+    render_style: str = allowed("direct", one_of=RENDER_STYLES)
     # Validation hold-out from train (never a test year). `writer`: whole writers held out and no
     # caption on both sides, so validation looks like a test year; `random`: the old random
     # expressions, which share captions with training (see hmer.data.holdout).
@@ -265,6 +272,23 @@ class DataConfig:
     # Train-time scale augmentation (CoMER: x0.7 .. x1.4); 0 disables.
     scale_aug_min: float = allowed(0.0, ge=0)
     scale_aug_max: float = allowed(0.0, ge=0)
+    # Renderer augmentation (hmer.data.augment; all off by default): this share of the training
+    # images of each batch is drawn again from its strokes with a random pen and distortions.
+    aug_share: float = allowed(0.0, ge=0, le=1)  # 0 = off; 1 = every training image redrawn
+    aug_width_min: float = allowed(1.0, gt=0)  # pen width, as a multiple of stroke_width, drawn uniformly in [min, max]
+    aug_width_max: float = allowed(1.0, gt=0)
+    aug_pressure: float = allowed(0.0, ge=0, le=1)  # pen width varies along each stroke by +- this fraction
+    aug_antialias: float = allowed(0.0, ge=0, le=1)  # probability of grey (4x supersampled) edges
+    # probability of drawing at the ink's own scale, then scaling bilinearly to render_height
+    aug_downscale: float = allowed(0.0, ge=0, le=1)
+    aug_blur: float = allowed(0.0, ge=0)  # Gaussian blur, sigma uniform in [0, aug_blur] px
+    aug_slant: float = allowed(0.0, ge=0, lt=60)  # shear, uniform in +- this many degrees (a small angle)
+    aug_rotate: float = allowed(0.0, ge=0, lt=60)  # rotation, uniform in +- this many degrees (a small angle)
+    aug_jitter: float = allowed(0.0, ge=0)  # Gaussian noise on every pen point, this many px (standard deviation)
+    aug_elastic: float = allowed(0.0, ge=0)  # smooth random displacement of the ink, this many px amplitude
+    # Validation drawn a second time in another render_style and decoded at the end of training as
+    # `val-alt_final_*` ("" = off; `standard-like` for a run trained on `direct`; hmer.data.augment).
+    val_alt: str = allowed("", one_of=VAL_ALT_STYLES)
     # Batches collated (and copied to the device) ahead of the step in a background thread;
     # -1 = 2 on a GPU, 0 on a CPU. See hmer.training.loader.
     prefetch: int = allowed(-1, ge=-1)
@@ -272,11 +296,13 @@ class DataConfig:
     # The fields that decide what `hmer.data.load_dataset` returns (which files, how they are
     # rendered, how validation is held out); the others act on batches. Two configs with the same
     # loading fields can share loaded data (a sweep over rendering heights cannot).
-    LOADING_FIELDS = ("path", "render_height", "stroke_width", "val_split", "val_fraction", "val_seed",
-                      "val_min_edits", "train_limit", "val_limit", "test_limit", "test_years")
+    LOADING_FIELDS = ("path", "render_height", "stroke_width", "render_style", "val_split",
+                      "val_fraction", "val_seed", "val_min_edits", "train_limit", "val_limit", "test_limit",
+                      "test_years")
 
     def loading_key(self) -> tuple:
         return tuple(getattr(self, name) for name in self.LOADING_FIELDS)
+
 
 
 @dataclass

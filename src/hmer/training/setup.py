@@ -14,7 +14,10 @@ import numpy as np
 import torch
 
 from ..config import Config
-from ..data import Expression, Vocab, load_dataset, make_batches
+from ..data import Expression, Vocab, load_dataset, make_batches, open_source
+from ..data.augment import VAL_ALT, AugmentConfig, load_strokes, val_alt_render_config
+from ..data.render import render_ink
+from ..data.standard import STANDARD_2014, standard_2014_if_available
 from ..device import autocast_dtype
 from ..model import build_model
 from . import distributed as ddp
@@ -58,6 +61,8 @@ class Setup:
     dist: ddp.DistInfo
     prefetch: int
     num_params: int
+    # The training split's strokes by name, when `data.aug_share` redraws training images.
+    train_strokes: dict[str, list[np.ndarray]] | None = None
 
     @property
     def train_set(self) -> list[Expression]:
@@ -78,7 +83,9 @@ def build(cfg: Config, data: dict[str, list] | None, device: torch.device, dist:
         data = load_dataset(cfg.data.path or None, cfg.data)
     if not data["train"]:
         raise ValueError("the training split is empty")
+    data = dict(data)  # the restyled splits below are this run's, not the caller's
     test_years = [y.strip() for y in cfg.data.test_years.split(",") if y.strip() and y.strip() in data]
+    train_strokes = _add_restyled_splits(cfg, data, test_years)
 
     model = build_model(cfg.model).to(device)
     if tc.channels_last:  # NHWC convolutions for the encoder (tensor cores prefer them on a GPU)
@@ -95,4 +102,29 @@ def build(cfg: Config, data: dict[str, list] | None, device: torch.device, dist:
                  optimizer=optimizer, schedule=schedule, device=device,
                  amp_dtype=autocast_dtype(tc.precision, device), dist=dist,
                  prefetch=auto_prefetch(cfg.data.prefetch, device),
-                 num_params=sum(p.numel() for p in model.parameters()))
+                 num_params=sum(p.numel() for p in model.parameters()), train_strokes=train_strokes)
+
+
+def _add_restyled_splits(cfg: Config, data: dict[str, list], test_years: list[str]) -> dict | None:
+    """The splits that other renderings of the same expressions make (issue 26), added to `data`:
+    `val-alt` (validation in the `data.val_alt` style) and `2014-std` (the standard 2014 images of
+    the 2014 expressions, when they are beside the checkout; appended to `test_years`). Returns the
+    training strokes when `data.aug_share` redraws training images, else None."""
+    augmenting = AugmentConfig.from_data_config(cfg.data).enabled
+    val = data.get("val") or []
+    strokes = None
+    if augmenting or (cfg.data.val_alt and val):
+        names = [e.name for e in data["train"]] if augmenting else []
+        names += [e.name for e in val] if cfg.data.val_alt else []
+        with open_source(cfg.data.path or None) as source:
+            strokes = load_strokes(source, "train", names)
+    if cfg.data.val_alt and val:
+        style = val_alt_render_config(cfg.data)
+        data[VAL_ALT] = [Expression(name=e.name, tokens=e.tokens, image=render_ink(strokes[e.name], style))  # type: ignore[index]
+                         for e in val]
+    if "2014" in test_years and STANDARD_2014 not in test_years:
+        standard = data.get(STANDARD_2014) or standard_2014_if_available(data["2014"], cfg.data.render_height)
+        if standard is not None:
+            data[STANDARD_2014] = standard
+            test_years.insert(test_years.index("2014") + 1, STANDARD_2014)
+    return strokes if augmenting else None

@@ -34,7 +34,8 @@ import torch
 
 from ..checkpoint import atomic_torch_save, load_checkpoint, model_artifact
 from ..config import Config
-from ..data import Vocab, collate, make_batches
+from ..data import RenderConfig, Vocab, collate, make_batches
+from ..data.augment import AugmentConfig
 from ..device import device_description, resolve_device
 from ..evaluation.evaluate import decode_options, evaluate_split
 from ..evaluation.metrics import Scores
@@ -42,7 +43,7 @@ from ..signals import Stopped, deferred, stop_on_signals
 from ..tracking.run import NullRun, RunLogger, TrainingRun
 from . import distributed as ddp
 from .final import final_evaluation
-from .loader import train_batches
+from .loader import Redraw, train_batches
 from .resume import Clock, TrainState, checkpoint_dir, restore, save_last
 from .setup import Setup, build, seed_everything
 
@@ -176,6 +177,17 @@ def _open_run(setup: Setup, state: TrainState, *, tracking_uri: str | None, expe
     return run
 
 
+def _redraw(setup: Setup, epoch: int) -> Redraw | None:
+    """The epoch's renderer augmentation (`data.aug_*`), or None when it is off. Its generator is
+    seeded by (seed, epoch, 1), apart from the scale draws' (seed, epoch), so turning it on leaves
+    the scale stream as it was, and a resumed epoch redraws the same images."""
+    aug = AugmentConfig.from_data_config(setup.cfg.data)
+    if not aug.enabled or setup.train_strokes is None:
+        return None
+    return Redraw(setup.train_strokes, RenderConfig.from_data_config(setup.cfg.data), aug,
+                  np.random.default_rng([setup.cfg.train.seed, epoch, 1]))
+
+
 def _train_epoch(setup: Setup, state: TrainState, epoch: int, clock: Clock,
                  progress: bool) -> tuple[dict[str, float], bool]:
     """One pass over the training split (this rank's share). Returns the epoch's metrics and
@@ -188,7 +200,8 @@ def _train_epoch(setup: Setup, state: TrainState, epoch: int, clock: Clock,
     epoch_batches = train_batches(
         setup.train_set, batches, setup.vocab, cfg.model.direction, setup.device,
         scale_range=(cfg.data.scale_aug_min, cfg.data.scale_aug_max),
-        rng=np.random.default_rng([tc.seed, epoch]), prefetch=setup.prefetch, channels_last=tc.channels_last)
+        rng=np.random.default_rng([tc.seed, epoch]), prefetch=setup.prefetch, channels_last=tc.channels_last,
+        redraw=_redraw(setup, epoch))
     iterator = epoch_batches
     if progress and dist.is_main:
         from tqdm.auto import tqdm
