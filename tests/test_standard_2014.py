@@ -102,3 +102,28 @@ def test_the_redrawn_epoch_is_reproducible_and_differs_from_the_cached_images(sh
     first, again, ahead, plain = epoch(0), epoch(0), epoch(2), epoch(0, redraw=False)
     assert all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in zip(first, again, ahead))
     assert any(a.shape != p.shape or not torch.equal(a, p) for a, p in zip(first, plain))
+
+
+def test_the_sweep_searches_its_whole_space_on_ink(shared_crohme, tmp_path, monkeypatch):
+    # The sweep's renderer augmentation and second validation style redraw strokes, so its whole
+    # space runs only on InkML: one trial on a few real expressions, scored on both styles.
+    import optuna
+
+    from hmer.studies import SWEEP, run_sweep
+    from hmer.studies.sweeps import sweep_objective  # noqa: F401  (the objective the value comes from)
+
+    monkeypatch.setenv("HMER_MLRUNS", str(tmp_path / "mlruns"))
+    storage, store = f"sqlite:///{tmp_path / 'optuna.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    outcome = run_sweep(SWEEP, "smoke", storage=storage, tracking_uri=store, data_path=str(shared_crohme),
+                        n_trials=1, study_name="sweep-ink", overrides={
+                            "data.train_limit": 16, "data.val_limit": 4, "train.epochs": 1, "train.beam_size": 2,
+                            "train.max_decode_len": 12, "train.attention_maps": 0, "train.device": "cpu"})
+    assert outcome.complete
+    (trial,) = optuna.load_study(study_name="sweep-ink", storage=storage).trials
+    assert set(trial.params) == {p.name for p in SWEEP.params}
+    (run,) = MlflowClient(store).search_runs(
+        [MlflowClient(store).get_experiment_by_name("sweep-ink").experiment_id], "tags.`hmer.trial` = '0'")
+    metrics = run.data.metrics
+    assert metrics["val-alt_final_n"] == metrics["val_final_n"] == 4
+    assert not any(key.startswith("test_") for key in metrics)  # a sweep reads no test year
+    assert trial.value == pytest.approx((metrics["val_final_exprate"] + metrics["val-alt_final_exprate"]) / 2)

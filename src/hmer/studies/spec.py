@@ -276,9 +276,9 @@ ABLATIONS: dict[str, StudySpec] = {s.name: s for s in (DIRECTION, DECODER, COVER
 SWEEP = SweepSpec(
     name="sweep",
     description=("what learns most per CPU-minute: TPE over the learning rate, warm-up, schedule, batch size, "
-                 "label smoothing, dropout, rendering height, scale augmentation, encoder and decoder width "
-                 "and depth; every trial gets the same training compute (the budget's sweep_trial_cpu_minutes) "
-                 "and trains the epochs that fit it"),
+                 "label smoothing, dropout, rendering height and style, scale and renderer augmentation, "
+                 "encoder and decoder width and depth; every trial gets the same training compute (the "
+                 "budget's sweep_trial_cpu_minutes) and trains the epochs that fit it"),
     params=(
         SweepParam("train.lr", low=1 / 4, high=4.0, log=True, relative=True),
         SweepParam("train.warmup_steps", low=0.0, high=0.15, share_of_training=True),
@@ -289,6 +289,8 @@ SWEEP = SweepSpec(
         SweepParam("model.encoder_dropout", low=0.0, high=0.2),
         SweepParam("data.render_height", choices=(48, 64, 80), integer=True),
         SweepParam("data.scale_aug_max", choices=(0.0, 1.4)),
+        SweepParam("data.render_style", choices=("direct", "standard-like")),
+        SweepParam("data.aug_share", low=0.0, high=1.0),
         SweepParam("model.growth_rate", choices=(8, 12, 16), integer=True),
         SweepParam("model.num_dense_layers", choices=(3, 4, 6), integer=True),
         SweepParam("model.d_model", choices=(0.75, 1.0, 1.5), relative=True, integer=True,
@@ -296,7 +298,14 @@ SWEEP = SweepSpec(
         SweepParam("model.num_decoder_layers", choices=(1, 2, 3), integer=True),
     ),
     model_presets={"tiny": "tiny", "full": "bttr"},
-    # Scale augmentation, when a trial turns it on, is CoMER's range x0.7 .. x1.4. No test year is
-    # decoded: a sweep selects on validation only, and its winner is trained again by the studies.
-    fixed={"data.scale_aug_min": 0.7, "data.test_years": ""},
+    # Scale augmentation, when a trial turns it on, is CoMER's range x0.7 .. x1.4. Renderer
+    # augmentation redraws `data.aug_share` of the training images with one recipe of moderate
+    # distortions (docs/data.md measures each; antialiasing, the costly one, is left to downscaling,
+    # which gives the same grey edges). Validation is also drawn standard-like and the objective
+    # reads both (sweeps.sweep_objective). No test year is decoded: a sweep selects on validation
+    # only, and its winner is trained again by the studies.
+    fixed={"data.scale_aug_min": 0.7, "data.test_years": "", "data.val_alt": "standard-like",
+           "data.aug_width_min": 0.5, "data.aug_width_max": 1.5, "data.aug_pressure": 0.3,
+           "data.aug_downscale": 0.5, "data.aug_blur": 0.8, "data.aug_slant": 8.0, "data.aug_rotate": 3.0,
+           "data.aug_jitter": 0.5, "data.aug_elastic": 1.5},
 )

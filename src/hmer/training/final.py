@@ -59,7 +59,9 @@ def final_evaluation(run: RunLogger, setup: Setup, result: TrainResult, best_pat
             res = evaluate_split(model, exprs, setup.vocab, **decode_options(
                 cfg, setup.device, setup.amp_dtype, beam=cfg.train.beam_size,
                 progress=f"{key} decoding" if progress else None))
-            if split not in ("val", VAL_ALT):
+            if split in ("val", VAL_ALT):
+                result.validation_scores[split] = res.scores
+            else:
                 result.test_scores[split] = res.scores
             final.update(split_metrics(key, res, time.monotonic() - t0))
             csv_path = tmp_path / "split" / f"{split}_predictions.csv" if split in ("val", VAL_ALT) else \
