@@ -20,6 +20,7 @@ from optuna.trial import TrialState
 
 from ..tracking import keys
 from ..tracking.store import mask_password
+from ..tracking.ui import ui_hint
 from .budgets import StudyBudget
 from .claims import ERROR_ATTR, WORKER_ATTR, CellClaims, Worker
 from .mlflow_runs import finish_parent
@@ -90,7 +91,8 @@ def run_sweep(
                 "model_preset": model_preset},
         tags={keys.BUDGET: budget.name, keys.KIND: "sweep", keys.VARIANT: spec.name},
         artifact={"spec": spec.name, "description": spec.description, "space": space, "n_trials": n_trials,
-                  "config": base.to_flat_dict()})
+                  "config": base.to_flat_dict()},
+        reopen=_finished_trials(study) < n_trials)
 
     children: list = []
     failures_in_a_row = 0
@@ -134,6 +136,7 @@ def run_sweep(
     if main:
         outcome.table = sweep_table(study)
         print(outcome.table, flush=True)
+        say(ui_hint(setup.tracking_uri, session.experiment_id))
     return outcome
 
 
