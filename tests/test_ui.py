@@ -94,7 +94,7 @@ def browser():
 def page(browser, site):
     """One tab per store, in a fresh profile: MLflow's app loads once (tens of seconds of JavaScript
     on a busy core), then each test moves within it by URL, as a user following links does."""
-    context = browser.new_context(viewport={"width": 1500, "height": 950})
+    context = browser.new_context(viewport={"width": 1600, "height": 1000})
     opened = context.new_page()
     opened.set_default_timeout(LOAD_TIMEOUT_MS)
     yield opened
@@ -102,12 +102,10 @@ def page(browser, site):
 
 
 def _close_assistant(page) -> None:
-    """Hide MLflow's assistant side panel, which opens by default and covers the charts."""
-    panel = page.get_by_text("MLflow Assistant", exact=True)
-    if panel.count():
-        buttons = page.locator("button[aria-label='Close'], button[aria-label='Close assistant']")
-        if buttons.count():
-            buttons.last.click()
+    """Hide MLflow's assistant side panel, which opens by default beside the runs (for the pictures)."""
+    close = page.locator("button[data-component-id='mlflow.assistant.chat_panel.close']")
+    if close.count():
+        close.first.click()
 
 
 def _study_rows(site: Site) -> dict[str, list[str]]:
@@ -153,7 +151,10 @@ def test_the_parent_run_shows_the_study_table(site, page):
     assert shown == expected, f"the description's table differs from hmer report's:\n{shown}\n{expected}"
     if site.name == "committed":
         _close_assistant(page)
-        page.get_by_text("Description").first.scroll_into_view_if_needed()
+        more = page.get_by_text("Show more", exact=True)
+        if more.count():
+            more.first.click()
+        page.get_by_text("Description").first.evaluate("e => e.scrollIntoView({block: 'start'})")
         screenshot(page, "ui_mlflow_parent_run")
 
 
