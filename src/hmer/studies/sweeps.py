@@ -23,6 +23,7 @@ from ..data import make_batches
 from ..tracking import keys
 from ..training.cost import epochs_for_budget, train_seconds_per_image
 from ..tracking.store import mask_password
+from ..tracking.ui import ui_hint
 from .budgets import StudyBudget
 from .claims import ERROR_ATTR, WORKER_ATTR, CellClaims, Worker
 from .mlflow_runs import finish_parent
@@ -96,7 +97,8 @@ def run_sweep(
                 "model_preset": model_preset},
         tags={keys.BUDGET: budget.name, keys.KIND: "sweep", keys.VARIANT: spec.name},
         artifact={"spec": spec.name, "description": spec.description, "space": space, "n_trials": n_trials,
-                  "config": base.to_flat_dict()})
+                  "config": base.to_flat_dict()},
+        reopen=_finished_trials(study) < n_trials)
 
     loaded: dict[tuple, dict[str, list]] = {}
 
@@ -153,6 +155,7 @@ def run_sweep(
     if main:
         outcome.table = sweep_table(study)
         print(outcome.table, flush=True)
+        say(ui_hint(setup.tracking_uri, session.experiment_id))
     return outcome
 
 

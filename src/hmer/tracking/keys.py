@@ -59,3 +59,8 @@ IMPORT_NEVER_PREDICTED_SYMBOLS = "hmer.import.never_predicted_symbols"
 # ---- MLflow's own reserved tags the suite sets ---------------------------------------------------
 MLFLOW_PARENT_RUN_ID = "mlflow.parentRunId"
 MLFLOW_RUN_NAME = "mlflow.runName"
+MLFLOW_NOTE = "mlflow.note.content"  # a run's (or experiment's) description in the UI, Markdown
+# What an experiment is for, read by MLflow's UI to choose between its GenAI and model-training
+# views; the suite's experiments hold training runs (see tracking/ui.py).
+MLFLOW_EXPERIMENT_KIND = "mlflow.experimentKind"
+EXPERIMENT_KIND_TRAINING = "custom_model_development"

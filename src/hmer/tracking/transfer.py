@@ -328,14 +328,17 @@ def _unpack(archive: Path, folder: Path, named: Path) -> dict:
 
 
 def ensure_experiment(client, name: str, tags: dict[str, str] | None = None) -> str:
-    """The id of experiment `name`, created (artifacts beside a SQLite store) when missing."""
+    """The id of experiment `name`, created (artifacts beside a SQLite store, a model-training
+    experiment) when missing."""
     from .store import artifact_root_for
 
     found = client.get_experiment_by_name(name)
     if found is not None:
         return found.experiment_id
     root = artifact_root_for(client.tracking_uri)
-    keep = {k: v for k, v in (tags or {}).items() if not k.startswith("mlflow.")}
+    from .ui import TRAINING_EXPERIMENT_TAGS
+
+    keep = {**TRAINING_EXPERIMENT_TAGS, **{k: v for k, v in (tags or {}).items() if not k.startswith("mlflow.")}}
     try:
         return client.create_experiment(name, artifact_location=f"{root}/{name}" if root else None, tags=keep or None)
     except Exception:  # created meanwhile by another process
