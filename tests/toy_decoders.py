@@ -69,7 +69,8 @@ class ToyModel:
         logits = torch.stack(rows) if rows else torch.zeros((0, self.vocab_size), dtype=torch.float64)
         return logits.float().to(tokens.device), ToyState(prefix, state.key)
 
-    def reorder_state(self, state: ToyState, index: Tensor) -> ToyState:
+    def reorder_state(self, state: ToyState, index: Tensor, group: int = 0) -> ToyState:
+        # group: beam search's promise that rows are grouped by image; a toy state has no memory to cut.
         index = index.cpu()
         return ToyState(state.prefix.index_select(0, index), state.key.index_select(0, index))
 
