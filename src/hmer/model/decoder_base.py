@@ -65,7 +65,14 @@ class DecoderState:
 
 
 class Decoder(nn.Module):
-    """Base class: subclasses implement forward, init_state and step; reorder_state is shared."""
+    """Base class: subclasses implement forward, init_state and step; reorder_state is shared.
+
+    A decoder whose `reads_grouped_memory` is True also takes `forward(..., group=g)`: feats
+    [B, ...] and tgt_in [B * g, L], row r reading image r // g, each image's memory projected
+    once (joint search's rescoring); HMERModel.decode repeats the features for the others.
+    """
+
+    reads_grouped_memory = False
 
     def forward(
         self,

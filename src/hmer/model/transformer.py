@@ -62,14 +62,15 @@ class TransformerDecoderLayer(nn.Module):
         return self.norm2(x + self.dropout(out)), weights
 
     def cross_block_grouped(self, x: Tensor, k: Tensor, v: Tensor, pad: Tensor, group: int) -> Tensor:
-        """cross_block for rows in contiguous groups of `group` that share an image: x [N, 1, d],
-        k/v [N // group, H, S, dh], pad [N // group, S]. Each image is attended once, by its
-        group's rows as one block of queries, so its keys/values are never copied per row."""
-        n, _, d = x.shape
+        """cross_block for rows in contiguous groups of `group` that share an image: x [N, L, d],
+        k/v [N // group, H, S, dh], pad [N // group, S]. Each image is attended once, by all its
+        group's positions as one block of queries (cross-attention never mixes queries), so its
+        keys/values are neither projected nor copied per row."""
+        n, length, d = x.shape
         attn = self.cross_attn
-        q = attn.q_proj(x).view(n // group, group, attn.nhead, attn.head_dim).transpose(1, 2)
-        out, _ = attn.attend(q, k, v, pad)  # [N // group, group, d]
-        return self.norm2(x + self.dropout(out.reshape(n, 1, d)))
+        q = attn.q_proj(x).view(n // group, group * length, attn.nhead, attn.head_dim).transpose(1, 2)
+        out, _ = attn.attend(q, k, v, pad)  # [N // group, group * L, d]
+        return self.norm2(x + self.dropout(out.reshape(n, length, d)))
 
     def ff_block(self, x: Tensor) -> Tensor:
         y = self.linear2(self.dropout(F.relu(self.linear1(x))))
@@ -103,6 +104,11 @@ class TransformerDecoder(Decoder):
     def _has_arm(self, i: int) -> bool:
         return self.arm is not None and i > 0
 
+    @property
+    def reads_grouped_memory(self) -> bool:
+        """Rows grouped by image can share its memory (no coverage: the ARM and its maps are per row)."""
+        return self.arm is None and not self.coverage_kind.reads_below
+
     def _needs_weights(self, i: int) -> bool:
         """Layer i's attention feeds layer i+1's cross coverage."""
         return self.coverage_kind.reads_below and i < len(self.layers) - 1
@@ -119,7 +125,10 @@ class TransformerDecoder(Decoder):
         tgt_in: Tensor,
         tgt_pad_mask: Optional[Tensor] = None,
         return_attention: bool = False,
+        group: int = 0,
     ):
+        if group and (return_attention or not self.reads_grouped_memory):
+            feats, feat_mask, group = feats.repeat_interleave(group, 0), feat_mask.repeat_interleave(group, 0), 0
         b, h, w, d = feats.shape
         memory = feats.reshape(b, h * w, d)
         pad = feat_mask.reshape(b, h * w)
@@ -136,8 +145,11 @@ class TransformerDecoder(Decoder):
                     coverage = exclusive_cumsum(self._coverage_maps(prev, curr), dim=2)
                     return self.arm(coverage, feat_mask)
             mk, mv = layer.cross_attn.project_kv(memory)
-            need = self._needs_weights(i) or (return_attention and i == last)
-            x, prev = layer.cross_block(x, mk, mv, pad, refine, need)
+            if group:
+                x = layer.cross_block_grouped(x, mk, mv, pad, group)
+            else:
+                need = self._needs_weights(i) or (return_attention and i == last)
+                x, prev = layer.cross_block(x, mk, mv, pad, refine, need)
             x = layer.ff_block(x)
         logits = self.out(x)
         if return_attention:
@@ -164,7 +176,7 @@ class TransformerDecoder(Decoder):
     def step(self, state: DecoderState, tokens: Tensor) -> tuple[Tensor, DecoderState]:
         n = tokens.shape[0]
         x = self.embed(tokens.reshape(n, 1), start=state.t)
-        if state.group > 0 and self.arm is None and not self.coverage_kind.reads_below:
+        if state.group > 0 and self.reads_grouped_memory:
             # Beam search's grouped rows: attend to each image once per group (see Decoder State).
             return self._step_grouped(state, x)
         feat_mask = state.rows("mask")
