@@ -172,6 +172,43 @@ def test_reorder_state_expands_and_reorders_beams(variant):
     torch.testing.assert_close(logits, expected[rows, -1], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("variant", ["transformer", "comer-fusion", "rnn", "convs2s"])
+def test_grouped_rows_read_each_image_once_and_drop_finished_images(variant):
+    """Beam search's layout (reorder_state(..., group=beam)): rows image-major, beams reordered
+    within each image, then the first image dropped; the transformer then attends per image
+    (state.groups) and memory is cut to the live image. Every row's logits must still equal a
+    teacher-forced pass on its image and prefix, and the teacher-forced pass with group=beam
+    (joint search's rescoring) must equal the one on repeated features."""
+    model = make_model(variant)
+    images, mask = make_images(SIZES)
+    beam = 3
+    g = torch.Generator().manual_seed(4)
+    prefixes = torch.randint(3, VOCAB, (2 * beam, 6), generator=g)
+    prefixes[:, 0] = 1
+    with torch.no_grad():
+        feats, feat_mask = model.encode(images, mask)
+        state = model.decoder.init_state(feats, feat_mask)
+        state = model.decoder.reorder_state(state, torch.arange(2).repeat_interleave(beam), group=beam)
+        rows = torch.arange(2 * beam)
+        for t in range(prefixes.shape[1]):
+            if t == 2:
+                perm = torch.tensor([2, 0, 0, 4, 5, 3])
+                state = model.decoder.reorder_state(state, perm, group=beam)
+                rows = rows[perm]
+            if t == 4:  # image 0 is done: only image 1's beams go on
+                keep = torch.tensor([3, 5, 4])
+                state = model.decoder.reorder_state(state, keep, group=beam)
+                rows = rows[keep]
+                assert state.memory["mask"].shape[0] == 1  # memory holds the live image only
+            logits, state = model.decoder.step(state, prefixes[rows, t])
+        repeated = model.decode(feats.repeat_interleave(beam, 0), feat_mask.repeat_interleave(beam, 0), prefixes)
+        grouped = model.decode(feats, feat_mask, prefixes, group=beam)
+    torch.testing.assert_close(logits, repeated[rows, -1], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(grouped, repeated, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="groups of 4"):
+        model.decoder.reorder_state(state, torch.arange(3), group=4)
+
+
 @pytest.mark.parametrize("coverage", ["self", "cross", "fusion"])
 def test_coverage_uses_only_past_attention(coverage):
     model = make_model(f"comer-{coverage}")

@@ -69,12 +69,15 @@ class ToyModel:
         logits = torch.stack(rows) if rows else torch.zeros((0, self.vocab_size), dtype=torch.float64)
         return logits.float().to(tokens.device), ToyState(prefix, state.key)
 
-    def reorder_state(self, state: ToyState, index: Tensor) -> ToyState:
+    def reorder_state(self, state: ToyState, index: Tensor, group: int = 0) -> ToyState:
+        # group: beam search's promise that rows are grouped by image; a toy state has no memory to cut.
         index = index.cpu()
         return ToyState(state.prefix.index_select(0, index), state.key.index_select(0, index))
 
-    def decode(self, feats: Tensor, mask: Tensor, tgt_in: Tensor) -> Tensor:
+    def decode(self, feats: Tensor, mask: Tensor, tgt_in: Tensor, group: int = 0) -> Tensor:
         keys = self.image_keys(feats, mask).tolist()
+        if group:  # row r reads image r // group
+            keys = [key for key in keys for _ in range(group)]
         out = torch.zeros((tgt_in.shape[0], tgt_in.shape[1], self.vocab_size))
         for i, (row, key) in enumerate(zip(tgt_in.tolist(), keys)):
             for t in range(len(row)):

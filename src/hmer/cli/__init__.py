@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
+    from ..allocator import tune_malloc
+
+    tune_malloc()  # keep freed tensor memory in the process (hmer.allocator): decoding 6-8 % faster
     try:
         if hasattr(args, "tracking_uri"):  # a command that talks to MLflow: is its server up?
             from ..tracking.store import check_tracking_server

@@ -84,7 +84,7 @@ def beam_search(
 
     # Expand to image-major rows; only beam 0 is alive at first (the others would be copies).
     state = decoder.init_state(feats, mask)
-    state = decoder.reorder_state(state, torch.arange(batch, device=device).repeat_interleave(k))
+    state = decoder.reorder_state(state, torch.arange(batch, device=device).repeat_interleave(k), group=k)
     active = list(range(batch))  # original image of each image still decoding (host side)
     scores = torch.full((batch, k), NEG_INF, device=device)  # summed log-probs of live hypotheses
     scores[:, 0] = 0.0
@@ -147,7 +147,7 @@ def beam_search(
         keep_t = torch.tensor(keep, dtype=torch.long, device=device)
         # Rows of the next state: each kept image's surviving beams, in one reorder.
         rows = (keep_t.unsqueeze(1) * k + new_beam[keep_t]).view(-1)
-        state = decoder.reorder_state(state, rows)
+        state = decoder.reorder_state(state, rows, group=k)
         history = torch.cat(
             [history.view(n * k, t)[rows].view(len(keep), k, t), new_token[keep_t].unsqueeze(2)], dim=2
         )

@@ -44,7 +44,8 @@ def joint_beam_search(
     """The best hypothesis per image by joint (l2r + r2l) score, tokens in left-to-right order.
 
     model: anything with `.decoder` (incremental interface) and
-    `.decode(feats, feat_mask, tgt_in) -> logits [N, L, V]` (teacher forcing, one row per tgt row).
+    `.decode(feats, feat_mask, tgt_in, group=g) -> logits [N, L, V]` (teacher forcing, one row per
+    tgt row, row r reading image r // g).
     The returned `log_prob` is the joint sum, `score` its length-normalised value.
     """
     check_search_args(beam_size, max_len)
@@ -127,10 +128,15 @@ def sequence_log_probs(
     from image `images[j]`, decoded from `start_ids[j]`.
 
     `sequences[j]` is in the order the decoder reads it (reversed for a right-to-left start).
-    Rows are sorted by length and decoded in chunks of at most `max_cells` rows x length x
-    feature cells (at least one row each), so that each chunk pads only to its own longest row
-    and memory stays bounded. Rows are right-padded with `pad_id`; with causal self-attention a
-    real position never sees a pad, and pad positions are left out of the sum.
+    Rows are grouped by image: one `model.decode(..., group=g)` call reads each image's features
+    once for all its rows (a transformer then projects and attends to them once per image, not
+    once per row; joint search rescores 2 x beam rows an image). Groups are sorted by their
+    longest row and decoded in chunks of at most `max_cells` rows x length x feature cells, so
+    that each chunk pads only to its own longest row and memory stays bounded; an image whose
+    rows alone exceed the budget is split into several groups (at least one row each). A chunk's
+    groups are padded to the same number of rows with all-pad rows. Rows are right-padded with
+    `pad_id`; with causal self-attention a real position never sees a pad, and pad positions are
+    left out of the sum.
     """
     n = len(sequences)
     if n == 0:
@@ -138,30 +144,58 @@ def sequence_log_probs(
     if not (len(images) == len(start_ids) == len(end_ids) == n):
         raise ValueError("images, sequences, start_ids and end_ids must have the same length")
     cells = int(feats.shape[1]) * int(feats.shape[2])
-    order = sorted(range(n), key=lambda j: len(sequences[j]))
+    by_image: dict[int, list[int]] = {}
+    for j in range(n):
+        by_image.setdefault(int(images[j]), []).append(j)
+    groups: list[tuple[int, list[int]]] = []  # (image, its rows), each within the budget alone
+    for image, rows in by_image.items():
+        rows = sorted(rows, key=lambda j: len(sequences[j]))
+        group: list[int] = []
+        for j in rows:
+            if group and (len(group) + 1) * (len(sequences[j]) + 1) * cells > max_cells:
+                groups.append((image, group))
+                group = []
+            group.append(j)
+        groups.append((image, group))
+    groups.sort(key=lambda g: (max(len(sequences[j]) for j in g[1]) + 1, g[0]))
     out = [0.0] * n
-    chunk: list[int] = []
-    for j in order:
-        longest = len(sequences[j]) + 1  # sorted: the newest row is the chunk's longest
-        if chunk and (len(chunk) + 1) * longest * cells > max_cells:
-            _rescore_chunk(model, feats, mask, images, sequences, start_ids, end_ids, chunk, out, pad_id)
-            chunk = []
-        chunk.append(j)
-    _rescore_chunk(model, feats, mask, images, sequences, start_ids, end_ids, chunk, out, pad_id)
+    chunk: list[tuple[int, list[int]]] = []
+    width = longest = 0  # the chunk's rows per group, and its longest row (+1 for the start)
+    for image, rows in groups:
+        new_width = max(width, len(rows))
+        new_longest = max(longest, max(len(sequences[j]) for j in rows) + 1)
+        if chunk and (len(chunk) + 1) * new_width * new_longest * cells > max_cells:
+            _rescore_chunk(model, feats, mask, sequences, start_ids, end_ids, chunk, width, out, pad_id)
+            chunk, new_width, new_longest = [], len(rows), max(len(sequences[j]) for j in rows) + 1
+        chunk.append((image, rows))
+        width, longest = new_width, new_longest
+    _rescore_chunk(model, feats, mask, sequences, start_ids, end_ids, chunk, width, out, pad_id)
     return out
 
 
-def _rescore_chunk(model, feats: Tensor, mask: Tensor, images, sequences, start_ids, end_ids,
-                   rows: list[int], out: list[float], pad_id: int) -> None:
-    """One batched `model.decode` over `rows`; writes their summed log-probabilities into `out`."""
+def _rescore_chunk(model, feats: Tensor, mask: Tensor, sequences, start_ids, end_ids,
+                   groups: list[tuple[int, list[int]]], width: int, out: list[float], pad_id: int) -> None:
+    """One batched `model.decode(..., group=width)` over `groups` (image, rows), each padded to
+    `width` rows; writes the rows' summed log-probabilities into `out`."""
     device = feats.device
-    length = max(len(sequences[j]) for j in rows) + 1
-    tgt_in = [[start_ids[j]] + list(sequences[j]) + [pad_id] * (length - 1 - len(sequences[j])) for j in rows]
-    tgt_out = [list(sequences[j]) + [end_ids[j]] + [pad_id] * (length - 1 - len(sequences[j])) for j in rows]
+    length = max(len(sequences[j]) for _, rows in groups for j in rows) + 1
+    filler = [pad_id] * length
+    tgt_in, tgt_out, where = [], [], []
+    for _, rows in groups:
+        for j in rows:
+            gap = [pad_id] * (length - 1 - len(sequences[j]))
+            tgt_in.append([start_ids[j]] + list(sequences[j]) + gap)
+            tgt_out.append(list(sequences[j]) + [end_ids[j]] + gap)
+            where.append(j)
+        for _ in range(width - len(rows)):
+            tgt_in.append(filler)
+            tgt_out.append(filler)
+            where.append(-1)
     tgt_in_t = torch.tensor(tgt_in, dtype=torch.long, device=device)
     tgt_out_t = torch.tensor(tgt_out, dtype=torch.long, device=device)
-    index = torch.tensor([images[j] for j in rows], dtype=torch.long, device=device)
-    logits = model.decode(feats.index_select(0, index), mask.index_select(0, index), tgt_in_t)
+    index = torch.tensor([image for image, _ in groups], dtype=torch.long, device=device)
+    logits = model.decode(feats.index_select(0, index), mask.index_select(0, index), tgt_in_t, group=width)
     logp = torch.log_softmax(at_least_float32(logits), dim=-1).gather(2, tgt_out_t.unsqueeze(2)).squeeze(2)
-    for j, value in zip(rows, logp.masked_fill(tgt_out_t == pad_id, 0.0).sum(dim=1).tolist()):
-        out[j] = value
+    for j, value in zip(where, logp.masked_fill(tgt_out_t == pad_id, 0.0).sum(dim=1).tolist()):
+        if j >= 0:
+            out[j] = value

@@ -26,6 +26,7 @@ the start, like the padding) and convolves that window with the new input.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Optional
 
 import torch
@@ -144,4 +145,4 @@ class ConvS2SDecoder(Decoder):
             y, _ = block.attention(y, g, memory, pad, need_weights=False)
             x = (y + x) * HALF
         logits = self.out(x[:, 0])
-        return logits, DecoderState(t=state.t + 1, memory=state.memory, cache=cache, src_index=state.src_index)
+        return logits, replace(state, t=state.t + 1, cache=cache)

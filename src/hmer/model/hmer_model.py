@@ -93,8 +93,20 @@ class HMERModel(nn.Module):
         tgt_in: Tensor,
         tgt_pad_mask: Optional[Tensor] = None,
         return_attention: bool = False,
+        group: int = 0,
     ):
-        """Teacher forcing on encoded features; tgt_in may have k * B rows (see module doc)."""
+        """Teacher forcing on encoded features; tgt_in may have k * B rows (see module doc).
+
+        group > 0: tgt_in has B * group rows instead, image-major (row r reads image r // group),
+        and a decoder that can (`reads_grouped_memory`) reads each image's memory once for them.
+        """
+        if group > 0:
+            if tgt_in.shape[0] != feats.shape[0] * group:
+                raise ValueError(f"{tgt_in.shape[0]} target rows for {feats.shape[0]} images in groups of {group}")
+            if getattr(self.decoder, "reads_grouped_memory", False):
+                return self.decoder(feats, feat_mask, tgt_in, tgt_pad_mask, return_attention=return_attention,
+                                    group=group)
+            feats, feat_mask = feats.repeat_interleave(group, 0), feat_mask.repeat_interleave(group, 0)
         feats, feat_mask = repeat_rows(feats, feat_mask, tgt_in.shape[0])
         return self.decoder(feats, feat_mask, tgt_in, tgt_pad_mask, return_attention=return_attention)
 

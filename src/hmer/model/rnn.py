@@ -23,6 +23,7 @@ the readout) is computed for all steps at once outside the loop.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 import torch
@@ -136,4 +137,4 @@ class GRUDecoder(Decoder):
         hidden = self.gru2(ctx, h1)
         logits = self._readout(hidden, emb, ctx)
         cache = {"hidden": hidden, "coverage": state.cache["coverage"] + alpha}
-        return logits, DecoderState(t=state.t + 1, memory=state.memory, cache=cache, src_index=state.src_index)
+        return logits, replace(state, t=state.t + 1, cache=cache)

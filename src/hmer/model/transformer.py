@@ -22,6 +22,7 @@ With coverage, the cache also holds each ARM layer's running sum of past attenti
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 import torch
@@ -61,6 +62,17 @@ class TransformerDecoderLayer(nn.Module):
         out, weights = self.cross_attn.attend(q, k, v, pad, refine=refine, need_weights=need_weights)
         return self.norm2(x + self.dropout(out)), weights
 
+    def cross_block_grouped(self, x: Tensor, k: Tensor, v: Tensor, pad: Tensor, group: int) -> Tensor:
+        """cross_block for rows in contiguous groups of `group` that share an image: x [N, L, d],
+        k/v [N // group, H, S, dh], pad [N // group, S]. Each image is attended once, by all its
+        group's positions as one block of queries (cross-attention never mixes queries), so its
+        keys/values are neither projected nor copied per row."""
+        n, length, d = x.shape
+        attn = self.cross_attn
+        q = attn.q_proj(x).view(n // group, group * length, attn.nhead, attn.head_dim).transpose(1, 2)
+        out, _ = attn.attend(q, k, v, pad)  # [N // group, group * L, d]
+        return self.norm2(x + self.dropout(out.reshape(n, length, d)))
+
     def ff_block(self, x: Tensor) -> Tensor:
         y = self.linear2(self.dropout(F.relu(self.linear1(x))))
         return self.norm3(x + self.dropout(y))
@@ -93,6 +105,11 @@ class TransformerDecoder(Decoder):
     def _has_arm(self, i: int) -> bool:
         return self.arm is not None and i > 0
 
+    @property
+    def reads_grouped_memory(self) -> bool:
+        """Rows grouped by image can share its memory (no coverage: the ARM and its maps are per row)."""
+        return self.arm is None and not self.coverage_kind.reads_below
+
     def _needs_weights(self, i: int) -> bool:
         """Layer i's attention feeds layer i+1's cross coverage."""
         return self.coverage_kind.reads_below and i < len(self.layers) - 1
@@ -109,7 +126,10 @@ class TransformerDecoder(Decoder):
         tgt_in: Tensor,
         tgt_pad_mask: Optional[Tensor] = None,
         return_attention: bool = False,
+        group: int = 0,
     ):
+        if group and (return_attention or not self.reads_grouped_memory):
+            feats, feat_mask, group = feats.repeat_interleave(group, 0), feat_mask.repeat_interleave(group, 0), 0
         b, h, w, d = feats.shape
         memory = feats.reshape(b, h * w, d)
         pad = feat_mask.reshape(b, h * w)
@@ -126,8 +146,11 @@ class TransformerDecoder(Decoder):
                     coverage = exclusive_cumsum(self._coverage_maps(prev, curr), dim=2)
                     return self.arm(coverage, feat_mask)
             mk, mv = layer.cross_attn.project_kv(memory)
-            need = self._needs_weights(i) or (return_attention and i == last)
-            x, prev = layer.cross_block(x, mk, mv, pad, refine, need)
+            if group:
+                x = layer.cross_block_grouped(x, mk, mv, pad, group)
+            else:
+                need = self._needs_weights(i) or (return_attention and i == last)
+                x, prev = layer.cross_block(x, mk, mv, pad, refine, need)
             x = layer.ff_block(x)
         logits = self.out(x)
         if return_attention:
@@ -152,10 +175,13 @@ class TransformerDecoder(Decoder):
         return DecoderState(t=0, memory=memory, cache=cache)
 
     def step(self, state: DecoderState, tokens: Tensor) -> tuple[Tensor, DecoderState]:
-        feat_mask = state.rows("mask")
-        n = feat_mask.shape[0]
-        pad = feat_mask.reshape(n, -1)
+        n = tokens.shape[0]
         x = self.embed(tokens.reshape(n, 1), start=state.t)
+        if state.group > 0 and self.reads_grouped_memory:
+            # Beam search's grouped rows: attend to each image once per group (see Decoder State).
+            return self._step_grouped(state, x)
+        feat_mask = state.rows("mask")
+        pad = feat_mask.reshape(n, -1)
         cache = dict(state.cache)
         prev: Optional[Tensor] = None
         for i, layer in enumerate(self.layers):
@@ -180,4 +206,20 @@ class TransformerDecoder(Decoder):
             prev = weights
             x = layer.ff_block(x)
         logits = self.out(x[:, 0])
-        return logits, DecoderState(t=state.t + 1, memory=state.memory, cache=cache, src_index=state.src_index)
+        return logits, replace(state, t=state.t + 1, cache=cache)
+
+    def _step_grouped(self, state: DecoderState, x: Tensor) -> tuple[Tensor, DecoderState]:
+        """`step` without coverage, for rows grouped by image: the image's keys/values are read
+        per group (`state.groups`), never gathered per row."""
+        pad = state.groups("mask").flatten(1)
+        cache = dict(state.cache)
+        for i, layer in enumerate(self.layers):
+            k, v = layer.self_attn.project_kv(x)
+            k = torch.cat([cache[f"self_k{i}"], k], dim=2)
+            v = torch.cat([cache[f"self_v{i}"], v], dim=2)
+            cache[f"self_k{i}"], cache[f"self_v{i}"] = k, v
+            x = layer.self_block(x, k, v, causal=False)
+            x = layer.cross_block_grouped(x, state.groups(f"k{i}"), state.groups(f"v{i}"), pad, state.group)
+            x = layer.ff_block(x)
+        logits = self.out(x[:, 0])
+        return logits, replace(state, t=state.t + 1, cache=cache)
