@@ -67,7 +67,15 @@ def run_sweep(
     space = {p.name: _describe_param(p, base.to_flat_dict()) for p in spec.params}
     if main:
         say(f"study {name}: {spec.description}")
-        say(budget.describe(n_trials, n_jobs))
+        if budget.sweep_trial_cpu_minutes > 0:
+            # The grid's trial time says nothing of a sweep whose trials get a fixed compute.
+            m = budget.sweep_trial_cpu_minutes
+            say(f"budget {budget.name}: {budget.summary}; each trial gets {m:g} CPU-minutes of training "
+                f"(one thread) and trains the epochs that fit, plus greedy validation after each epoch and "
+                f"the final validation decode; {n_trials} trials on {n_jobs} worker(s) take at least "
+                f"{m * math.ceil(n_trials / max(n_jobs, 1)) / 60:.1f} h of training before pruning saves some")
+        else:
+            say(budget.describe(n_trials, n_jobs))
         say(f"  search space: {'; '.join(f'{k} {v}' for k, v in space.items())}; {n_trials} trials, "
             f"TPE + median pruning on validation ExpRate per epoch")
         say(f"  Optuna storage {mask_url(setup.storage_url)}; MLflow {mask_password(setup.tracking_uri)}, "
