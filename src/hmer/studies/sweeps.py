@@ -99,8 +99,8 @@ def run_sweep(
         if data is None and _finished_trials(study) < n_trials:
             data = load_data(base, say)  # once per process; the extra workers then read the warm cache
         if main:
-            children = start_workers("sweep", spec, budget, n_jobs, setup.storage_url, setup.tracking_uri,
-                                     data_path, name, None, overrides, n_trials)
+            children = start_workers(run_sweep, spec, budget, n_jobs, setup.storage_url, setup.tracking_uri,
+                                     data_path, name, overrides, n_trials=n_trials)
         set_threads(n_jobs)
         while _finished_trials(study) < n_trials:
             if data is None:  # a trial of a dead worker must be replaced after all
