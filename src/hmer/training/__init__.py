@@ -3,6 +3,7 @@ resume (resume), the final scoring on the test years (final), input pipeline (lo
 multi-process scale-out (distributed). Checkpoint I/O lives below, in `hmer.checkpoint`."""
 
 from .recipes import RECIPES, apply_recipe
-from .trainer import TrainResult, train
+from .result import TrainResult
+from .trainer import train
 
 __all__ = ["RECIPES", "TrainResult", "apply_recipe", "train"]
