@@ -1,6 +1,6 @@
 """`bttr` and `comer-*` against the golden outputs of the reference code (../shared/peers).
 
-Every golden checkpoint is imported with `hmer.model.reference_checkpoint` and run by the
+Every golden checkpoint is imported with `hmer.tracking.reference_checkpoint` and run by the
 project: encoder features (one image, and the padded batch), teacher-forced L2R and R2L logits,
 and the beam searches under the matching search rule, hypothesis for hypothesis and score for
 score. The full-size key manifests must map onto the `bttr` and `comer-fusion` presets exactly.
@@ -21,7 +21,7 @@ from hmer.decoding.reference_search import reference_decode
 from hmer.model import build_model
 from hmer.model.factory import count_parameters, preset_config
 from hmer.model.posenc import sinusoid_table
-from hmer.model.reference_checkpoint import (
+from hmer.tracking.reference_checkpoint import (
     REFERENCES,
     ReferenceCheckpointError,
     VocabularyMapping,

@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 import torch
 
 from ..checkpoint import model_artifact
-from ..model.reference_checkpoint import REFERENCES, ReferenceModel, read_reference_checkpoint
+from .reference_checkpoint import REFERENCES, ReferenceModel, read_reference_checkpoint
 from . import keys
 from .run import log_metrics, log_params, split_metrics
 from .store import git_commit, setup_mlflow
