@@ -20,6 +20,7 @@ from optuna.trial import TrialState
 
 from hmer.studies import DIRECTION, SWEEP, StudySpec, run_grid_study, run_sweep
 from hmer.studies.claims import CELL_ATTR, ERROR_ATTR, WORKER_ATTR
+from hmer.tracking import keys
 from hmer.training.checkpoint import load_checkpoint
 from tiny_dataset import tiny_data, write_dataset
 
@@ -86,7 +87,7 @@ def test_grid_study_end_to_end_and_rerun_runs_nothing(stores, capsys):
         trial = by_trial[int(tags["hmer.trial"])]
         assert tags["hmer.cell"] == f"model.direction={trial.params['model.direction']}"
         assert tags["hmer.variant"] == trial.params["model.direction"] and tags["hmer.seed"] == "1"
-        assert trial.user_attrs["mlflow_run_id"] == run.info.run_id
+        assert trial.user_attrs[keys.TRIAL_RUN_ID] == run.info.run_id
         assert run.data.params["model.direction"] == trial.params["model.direction"]
         assert trial.user_attrs["test_2014_n"] == 4 and "test_2014_exprate" in trial.user_attrs
     # Every other setting is held equal: the children's params differ only in the grid axis.
@@ -307,7 +308,7 @@ def test_a_killed_trial_continues_from_its_checkpoint(stores, tmp_path):
     assert dead.state == TrialState.FAIL
     again = next(t for t in study.get_trials(states=(TrialState.COMPLETE,))
                  if t.user_attrs[CELL_ATTR] == dead.user_attrs[CELL_ATTR])
-    assert again.user_attrs["mlflow_run_id"] == killed["run_id"]
+    assert again.user_attrs[keys.TRIAL_RUN_ID] == killed["run_id"]
     assert again.user_attrs["hmer.resumed_from"]["trial"] == killed["number"]
 
     # MLflow: three children, all FINISHED; the killed run now belongs to the new trial.

@@ -80,16 +80,33 @@ def test_a_paused_run_is_killed_and_resumes_in_place(store):
     assert client.get_run(run.run_id).info.status == "FINISHED"
 
 
-def test_a_null_run_records_nothing_and_lets_exceptions_through():
-    run = NullRun("abc")
-    with pytest.raises(ValueError):
+def test_a_null_run_records_nothing_and_lets_exceptions_through(store, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)  # where anything it did log would land
+    rank0 = _start(store, run_name="rank 0")  # the run the other ranks' NullRun stands for
+    with rank0:
+        pass
+    client = MlflowClient(store)
+
+    def everything() -> list:
+        runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+        return sorted((r.info.run_id, r.info.status, sorted(r.data.params.items()), sorted(r.data.metrics.items()),
+                       sorted(r.data.tags.items()), [a.path for a in client.list_artifacts(r.info.run_id)])
+                      for r in runs)
+
+    before = everything()
+    (tmp_path / "attention.png").write_bytes(b"not logged")
+    run = NullRun(rank0.run_id)
+    with pytest.raises(ValueError, match="through"):
         with run:
             run.log_params({"a": 1})
             run.log_metrics({"x": 1.0}, step=1)
+            run.log_text("{}", "config.json")
+            run.log_artifacts(str(tmp_path), "attention")
             run.set_tag(keys.STATUS, "x")
             run.pause()
             raise ValueError("through")
-    assert run.run_id == "abc"
+    assert run.run_id == rank0.run_id
+    assert everything() == before
 
 
 def _imports(path: Path) -> set[str]:

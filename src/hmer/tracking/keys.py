@@ -38,6 +38,12 @@ FAILED_BY = "hmer.failed_by"      # trial user attribute: who marked a dead work
 FAILED = "hmer.failed"            # parent-run tag: the trials that failed, in words
 CLAIM_PREFIX = "hmer.claim:"      # study system attribute per worker (+ its token): the cell it claims
 RESUMED_FROM = "hmer.resumed_from"  # trial attribute and run tag: the dead trial whose run a trial continued
+# Trial user attributes a finished trial records (studies.objective.record_result), beside its test
+# scores under their metric names (`test_2014_exprate`, ...). Stored without the `hmer.` prefix since
+# the first studies; committed studies are read by these names.
+TRIAL_RUN_ID = "mlflow_run_id"    # the trial's MLflow run
+TRIAL_EPOCHS = "epochs"           # the epochs it trained
+TRIAL_STOPPED_BY = "stopped_by"   # why it stopped: epochs | budget | target | paused
 
 # ---- moving runs between stores (hmer runs export / import) -----------------------------------
 SOURCE_RUN_ID = "hmer.source_run_id"
