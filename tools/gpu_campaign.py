@@ -1,10 +1,10 @@
 """A GPU lease as one rehearsed command per 9-minute slice: install, check, benchmark, train, evaluate,
 and bring back the MLflow records.
 
-    python3 benchmarks/gpu_campaign.py --slice 1      # on the GPU machine, one device command each
-    python3 benchmarks/gpu_campaign.py --slice 2
-    python3 benchmarks/gpu_campaign.py --slice 3
-    python benchmarks/gpu_campaign.py --slice 1 --device cpu --rehearse --out /tmp/out   # the CI rehearsal
+    python3 tools/gpu_campaign.py --slice 1      # on the GPU machine, one device command each
+    python3 tools/gpu_campaign.py --slice 2
+    python3 tools/gpu_campaign.py --slice 3
+    python tools/gpu_campaign.py --slice 1 --device cpu --rehearse --out /tmp/out   # the CI rehearsal
 
 docs/benchmarks.md section 5 gives the exact device calls (command and carry list) and what to do
 with what comes back (`hmer runs import`).
@@ -56,7 +56,7 @@ $OUT (at most 8 files, 16 MiB each): campaign-slice<N>.log (the log of every sli
 .part-NNN pieces; import with `hmer runs import`) and resume.tar.
 
 The driver uses the standard library only, so it runs before anything is installed; steps that need
-torch and hmer run as subprocesses (`python3 benchmarks/gpu_campaign.py _STEP ...`).
+torch and hmer run as subprocesses (`python3 tools/gpu_campaign.py _STEP ...`).
 """
 
 from __future__ import annotations
