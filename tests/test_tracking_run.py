@@ -172,3 +172,11 @@ def test_the_key_check_sees_a_spelled_key(tmp_path):
                        'run.data.tags.get("hmer.study")\nstudy.user_attrs[f"claim{n}"]\n')
     assert _spelled_keys(spelled) == ["line 1: 'mlflow_run_id'", "line 3: 'hmer.study'", "line 3: 'hmer.study'",
                                       "line 4: f'claim{n}'"]
+
+
+def test_one_place_builds_the_mlflow_client():
+    """`tracking.store.mlflow_client` opens every store the package reads or writes."""
+    builders = [f"{path.relative_to(SRC)}:{node.lineno}" for path in sorted(SRC.rglob("*.py"))
+                for node in ast.walk(ast.parse(path.read_text()))
+                if isinstance(node, ast.Call) and "MlflowClient" in ast.unparse(node.func)]
+    assert len(builders) == 1 and builders[0].startswith("tracking/store.py:"), builders

@@ -100,13 +100,11 @@ def find_resume_checkpoint(what: str, tracking_uri: str | None, experiment: str)
             raise UserError(f"no checkpoint for run {what} under {root}")
         return ckpt
     candidates = sorted(root.glob("*/last.pt"), key=lambda p: p.stat().st_mtime, reverse=True)
-    from mlflow.tracking import MlflowClient
-
-    from ..tracking.store import default_tracking_uri, quiet_mlflow
+    from ..tracking.store import mlflow_client, quiet_mlflow
 
     quiet_mlflow()
 
-    client = MlflowClient(tracking_uri=tracking_uri or default_tracking_uri())
+    client = mlflow_client(tracking_uri)
     for ckpt in candidates:
         try:
             if client.get_run(ckpt.parent.name).info.status != "FINISHED":

@@ -27,7 +27,8 @@ from ..config import Config
 from ..tracking import keys
 from .budgets import StudyBudget, get_budget
 from .claims import Worker
-from .mlflow_runs import fail_dead_trial_runs, mlflow_client, parent_run
+from ..tracking.store import mlflow_client
+from .mlflow_runs import fail_dead_trial_runs, parent_run
 from .storage import default_storage
 
 POLL_S = 5.0  # how often a worker with nothing to claim looks at the others' trials

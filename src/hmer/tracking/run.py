@@ -25,7 +25,7 @@ import time
 from typing import Any, Protocol
 
 from . import keys
-from .store import git_commit, setup_mlflow
+from .store import git_commit, mlflow_client, setup_mlflow
 
 MAX_PARAMS_PER_BATCH = 100  # MLflow refuses larger log_batch calls
 MAX_METRICS_PER_BATCH = 1000
@@ -188,7 +188,6 @@ def _in_batches(items: list, size: int, send) -> None:
 def _client(tracking_uri: str | None, experiment: str):
     """(MLflow client, experiment id), the experiment created if needed and made MLflow's current one."""
     import mlflow
-    from mlflow.tracking import MlflowClient
 
     experiment_id = setup_mlflow(tracking_uri, experiment)
-    return MlflowClient(tracking_uri=mlflow.get_tracking_uri()), experiment_id
+    return mlflow_client(mlflow.get_tracking_uri()), experiment_id

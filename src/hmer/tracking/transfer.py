@@ -64,12 +64,10 @@ class ImportResult:
 
 
 def _client(tracking_uri: str | None):
-    from mlflow.tracking import MlflowClient
-
-    from .store import default_tracking_uri, quiet_mlflow
+    from .store import mlflow_client, quiet_mlflow
 
     quiet_mlflow()
-    return MlflowClient(tracking_uri=tracking_uri or default_tracking_uri())
+    return mlflow_client(tracking_uri)
 
 
 def source_id(run) -> str:
