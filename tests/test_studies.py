@@ -19,9 +19,8 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from hmer.studies import DIRECTION, SWEEP, StudySpec, run_grid_study, run_sweep
-from hmer.studies.claims import CELL_ATTR, ERROR_ATTR, WORKER_ATTR
 from hmer.tracking import keys
-from hmer.training.checkpoint import load_checkpoint
+from hmer.checkpoint import load_checkpoint
 from tiny_dataset import tiny_data, write_dataset
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,7 +45,7 @@ def stores(tmp_path, monkeypatch):
 
 
 def _cells(study: optuna.Study, state: TrialState) -> collections.Counter:
-    return collections.Counter(t.user_attrs[CELL_ATTR] for t in study.get_trials(states=(state,)))
+    return collections.Counter(t.user_attrs[keys.CELL_KEY] for t in study.get_trials(states=(state,)))
 
 
 def _child_runs(tracking: str, experiment: str):
@@ -115,7 +114,7 @@ def test_a_cell_that_fails_is_marked_failed_and_retried_by_the_next_run(stores):
     study = optuna.load_study(study_name="lr-test", storage=storage)
     failed = study.get_trials(states=(TrialState.FAIL,))
     assert len(study.trials) == 2 and len(failed) == 1  # not retried in the same run
-    assert "FloatingPointError" in failed[0].user_attrs[ERROR_ATTR]
+    assert "FloatingPointError" in failed[0].user_attrs[keys.ERROR]
 
     parents, children = _child_runs(tracking, "lr-test")
     assert parents[0].info.status == "FAILED" and parents[0].data.tags["hmer.status"] == "incomplete"
@@ -226,7 +225,7 @@ def test_a_study_killed_mid_trial_resumes_without_losing_or_repeating_a_cell(sto
     complete, failed = _cells(study, TrialState.COMPLETE), _cells(study, TrialState.FAIL)
     assert len(complete) == 3 and set(complete.values()) == {1}  # every cell complete exactly once
     assert study.trials[killed[0].number].state == TrialState.FAIL
-    assert list(failed) == [killed[0].user_attrs[CELL_ATTR]]  # the killed cell, and it ran again
+    assert list(failed) == [killed[0].user_attrs[keys.CELL_KEY]]  # the killed cell, and it ran again
     assert len(study.trials) == 4
 
     parents, children = _child_runs(tracking, "direction-cli")
@@ -307,7 +306,7 @@ def test_a_killed_trial_continues_from_its_checkpoint(stores, tmp_path):
     dead = study.trials[killed["number"]]
     assert dead.state == TrialState.FAIL
     again = next(t for t in study.get_trials(states=(TrialState.COMPLETE,))
-                 if t.user_attrs[CELL_ATTR] == dead.user_attrs[CELL_ATTR])
+                 if t.user_attrs[keys.CELL_KEY] == dead.user_attrs[keys.CELL_KEY])
     assert again.user_attrs[keys.TRIAL_RUN_ID] == killed["run_id"]
     assert again.user_attrs["hmer.resumed_from"]["trial"] == killed["number"]
 
@@ -353,7 +352,7 @@ def test_two_workers_on_one_study_never_run_a_cell_twice(stores, tmp_path):
     assert len(study.trials) == 9
     complete = _cells(study, TrialState.COMPLETE)
     assert len(complete) == 9 and set(complete.values()) == {1}
-    workers = collections.Counter(t.user_attrs[WORKER_ATTR]["pid"] for t in study.trials)
+    workers = collections.Counter(t.user_attrs[keys.WORKER]["pid"] for t in study.trials)
     assert procs[0].pid in workers and len(workers) >= 2, workers
     parents, children = _child_runs(tracking, "direction-cli")
     assert len(parents) == 1 and parents[0].info.status == "FINISHED" and len(children) == 9

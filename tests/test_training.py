@@ -9,8 +9,9 @@ from mlflow.tracking import MlflowClient
 
 from hmer.config import Config
 from hmer.training import train
-from hmer.training.checkpoint import load_checkpoint
-from hmer.training.recipes import LRSchedule, apply_recipe, build_optimizer
+from hmer.checkpoint import load_checkpoint
+from hmer.recipes import apply_recipe
+from hmer.training.recipes import LRSchedule, build_optimizer
 from tiny_dataset import tiny_config, tiny_data
 
 

@@ -22,7 +22,6 @@ from optuna.trial import TrialState
 
 from ..config import Config
 from ..tracking import keys
-from .claims import ERROR_ATTR
 from .mlflow_runs import study_runs_filter
 from .resume import Resumable, adopt, checkpoint_dir, find_resumable
 from .session import Session
@@ -63,7 +62,7 @@ def train_trial(trial: optuna.Trial, cfg: Config, session: Session, data: dict[s
         session.say(f"trial {trial.number}: pruned ({exc})")
         raise
     except Exception as exc:
-        trial.set_user_attr(ERROR_ATTR, f"{type(exc).__name__}: {exc}"[:2000])
+        trial.set_user_attr(keys.ERROR, f"{type(exc).__name__}: {exc}"[:2000])
         _drop_checkpoints(session, trial.number, resumable)
         session.say(f"trial {trial.number}: {name} FAILED: {type(exc).__name__}: {exc}")
         raise

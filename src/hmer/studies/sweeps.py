@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 from ..tracking import keys
 from ..tracking.store import mask_password
 from .budgets import StudyBudget
-from .claims import ERROR_ATTR, WORKER_ATTR, CellClaims, Worker
+from .claims import CellClaims, Worker
 from .mlflow_runs import finish_parent
 from .objective import run_one_trial, train_trial
 from .session import (POLL_S, Session, StudyOutcome, base_config, load_data, open_session, open_study, resolve,
@@ -142,7 +142,7 @@ def _objective(session: Session, spec: SweepSpec, data: dict[str, list]):
     base_flat = session.base.to_flat_dict()
 
     def objective(trial: optuna.Trial) -> float:
-        trial.set_user_attr(WORKER_ATTR, session.worker.as_attr())
+        trial.set_user_attr(keys.WORKER, session.worker.as_attr())
         values: dict[str, Any] = {}
         for param in spec.params:
             values.update(param.overrides(param.suggest(trial, base_flat), base_flat))
@@ -180,7 +180,7 @@ def _finished_trials(study: optuna.Study) -> int:
     for t in study.get_trials(deepcopy=False):
         if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
             count += 1
-        elif t.state == TrialState.FAIL and ERROR_ATTR in t.user_attrs:
+        elif t.state == TrialState.FAIL and keys.ERROR in t.user_attrs:
             count += 1
     return count
 
