@@ -12,6 +12,7 @@ ERROR = "hmer.error"              # one line: why a run or trial failed
 GIT_COMMIT = "hmer.git_commit"    # the commit that produced the run, "-dirty" with uncommitted changes
 DEVICE = "hmer.device"            # the device it trained on, in words
 RESUMED = "hmer.resumed"          # the epoch a resumed run continued from
+WARM_RESTART = "hmer.warm_restart"  # the epoch a run restarted from fp16 weights (tools/gpu_campaign.py)
 ATTENTION_MAPS_ERROR = "hmer.attention_maps_error"  # why the attention-map figures are missing
 REGISTERED_MODEL = "hmer.registered_model"          # the MLflow model-registry name, when registered
 
