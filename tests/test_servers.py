@@ -110,7 +110,7 @@ class Machine:
 
 def _command(servers: Servers, data: Path) -> list[str]:
     sets = [f"{k}={v}" for k, v in SETTINGS.items()]
-    return [sys.executable, str(SCRIPT), "--preset", "smoke", "--seeds", str(SEEDS), "--data", str(data),
+    return [sys.executable, str(SCRIPT), "--budget", "smoke", "--seeds", str(SEEDS), "--data", str(data),
             "--storage", servers.storage, "--tracking-uri", servers.tracking_uri, "--study-name", STUDY,
             "--set", *sets]
 

@@ -93,7 +93,7 @@ def test_grid_study_end_to_end_and_rerun_runs_nothing(stores, capsys):
     params = [{k: v for k, v in r.data.params.items() if k not in ("model.direction",)} for r in children]
     assert all(p == params[0] for p in params)
     out = capsys.readouterr().out
-    assert "preset smoke" in out and "expected cost" in out
+    assert "budget smoke" in out and "expected cost" in out
     assert "l2r" in out and "r2l" in out and "bi" in out  # the table
 
     again = run_grid_study(DIRECTION, "smoke", storage=storage, tracking_uri=tracking, data=tiny_data(),
@@ -162,7 +162,7 @@ def test_a_different_grid_under_the_same_name_is_refused(stores):
 
 def _command(tmp_path: Path, tracking: str, storage: str, seeds: str, epochs: int = 1, **more) -> list[str]:
     sets = [f"{k}={v}" for k, v in {**TINY, "train.epochs": epochs, **more}.items()]
-    return [sys.executable, str(SCRIPT), "--preset", "smoke", "--seeds", seeds, "--data", str(tmp_path / "data"),
+    return [sys.executable, str(SCRIPT), "--budget", "smoke", "--seeds", seeds, "--data", str(tmp_path / "data"),
             "--tracking-uri", tracking, "--storage", storage, "--study-name", "direction-cli", "--set", *sets]
 
 
