@@ -19,15 +19,15 @@ import multiprocessing
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import optuna
 
 from ..config import Config
 from ..tracking import keys
+from ..tracking.store import mlflow_client
 from .budgets import StudyBudget, get_budget
 from .claims import Worker
-from ..tracking.store import mlflow_client
 from .mlflow_runs import fail_dead_trial_runs, parent_run
 from .storage import default_storage
 
