@@ -1,18 +1,26 @@
 """Every user-facing command, fed the mistakes users make, through the real command line.
 
 Each mistake must end with exit status 2 and one line on stderr naming the file, the line,
-the token or the URL; and nothing half-written may be left: no partial cache file, no MLflow
-run left RUNNING (or created at all), no half-created Optuna study.
+the token, the config key or the URL; and nothing half-written may be left: no partial cache
+file, no MLflow run left RUNNING (or created at all), no half-created Optuna study, no half-merged
+import. A config value is refused before any data is loaded, whichever command builds the config.
+A training ended by SIGTERM closes its run KILLED and resumes exactly; one ended by SIGKILL is
+closed FAILED by the next `hmer train --resume`.
 """
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import zipfile
+from dataclasses import fields
 from pathlib import Path
 
 import optuna
@@ -20,8 +28,19 @@ import pytest
 from mlflow.tracking import MlflowClient
 from PIL import Image
 
+import torch
 from conftest import glyph_strokes, inkml_document
 from tiny_dataset import write_dataset
+
+from hmer import cli
+from hmer.config import RULES, Config, DataConfig, ModelConfig, TrainConfig, allowed_of
+from hmer.model.factory import PRESETS
+from hmer.presets import preset_with_recipe
+from hmer.recipes import RECIPES, apply_recipe
+from hmer.studies import cli as study_cli
+from hmer.studies.budgets import BUDGETS
+from hmer.studies.session import base_config
+from hmer.studies.spec import ABLATIONS, DIRECTION, SWEEP, SweepParam, SweepSpec
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY_SCRIPT = REPO / "studies" / "ablate_direction.py"
@@ -47,8 +66,9 @@ def home(tmp_path_factory):
     env.update(HMER_MLRUNS=str(root / "mlruns"), HMER_CACHE=str(root / "cache"), OMP_NUM_THREADS="1",
                PYTHONUNBUFFERED="1")
     data = write_dataset(root / "data")
-    done = subprocess.run([sys.executable, "-m", "hmer.cli", "train", *TINY, "--data", str(data)], env=env,
-                          capture_output=True, text=True, cwd=REPO, timeout=600)
+    # three epochs: the run that the SIGTERM-ed and resumed one must equal
+    done = subprocess.run([sys.executable, "-m", "hmer.cli", "train", *TINY, "--epochs", "3", "--data", str(data)],
+                          env=env, capture_output=True, text=True, cwd=REPO, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     store = f"sqlite:///{root / 'mlruns' / 'mlflow.db'}"
     runs = MlflowClient(store).search_runs([MlflowClient(store).get_experiment_by_name("hmer").experiment_id])
@@ -182,3 +202,264 @@ def test_a_tracking_server_that_is_down_is_named(home, tmp_path):
     _one_line(_run(home, "--budget", "smoke", "--data", str(home["data"]), "--storage", storage, "--tracking-uri",
                    uri, "--study-name", "no-tracking", script=STUDY_SCRIPT), uri)
     assert not optuna.get_all_study_names(storage)  # refused before the study was created
+
+
+# ---- config values: every field, before any data is loaded ------------------------------------------
+
+SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+
+
+def _fields() -> list[tuple[str, type, object]]:
+    """(dotted key, type, Allowed) of every config field; fails naming each field declared without
+    `allowed(...)`, or with nothing that bounds it (see the comment above hmer.config.ALLOWED)."""
+    from typing import get_type_hints
+
+    found, undeclared = [], []
+    for prefix, cls in [*SECTIONS.items(), ("", Config)]:
+        hints = get_type_hints(cls)
+        for f in fields(cls):
+            if prefix == "" and f.name in SECTIONS:
+                continue
+            key = f"{prefix}.{f.name}" if prefix else f.name
+            try:
+                rule = allowed_of(cls, f.name)
+            except TypeError:
+                undeclared.append(key)
+                continue
+            typ = hints[f.name]
+            bounded = (rule.one_of is not None or rule.check is not None or rule.text or typ is bool
+                       or any(b is not None for b in (rule.ge, rule.gt, rule.le, rule.lt)))
+            if not bounded:
+                undeclared.append(f"{key} (declared without a range)")
+            found.append((key, typ, rule))
+    assert not undeclared, ("config fields without what they allow; declare each as "
+                            f"`name: type = allowed(default, ge=..)` (hmer/config.py): {undeclared}")
+    return found
+
+
+def _out_of_range(typ: type, rule) -> list[str]:
+    """Values the declaration refuses, as text for --set (none for free text and bools)."""
+    if rule.one_of is not None:
+        return ["no-such-choice"]
+    if rule.check is not None:
+        return [str(rule.bad_example)]
+    if typ not in (int, float):
+        return []
+    step = 1 if typ is int else 0.5
+    values = []
+    if rule.ge is not None:
+        values.append(rule.ge - step)
+    if rule.gt is not None:
+        values.append(rule.gt)
+    if rule.le is not None:
+        values.append(rule.le + step)
+    if rule.lt is not None:
+        values.append(rule.lt)
+    return [str(int(v) if typ is int else v) for v in values]
+
+
+WRONG_TYPE_TEXT = {int: "many", float: "lots", bool: "maybe"}  # as typed after --set
+
+
+def _train_refuses(capsys, argv: list[str], *names: str) -> str:
+    """`hmer train ARGV` in this process: exit 2 and one line on stderr naming every one of `names`."""
+    rc = cli.main(["train", *argv])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2, (argv, rc, err)
+    assert len(err.splitlines()) == 1, err
+    for name in names:
+        assert name in err, (name, err)
+    return err
+
+
+@pytest.fixture
+def no_data(tmp_path, monkeypatch):
+    """A private MLflow home, and a data path that does not exist: an error that names a config key
+    instead of this path came before any data was read."""
+    monkeypatch.setenv("HMER_MLRUNS", str(tmp_path / "mlruns"))
+    monkeypatch.setenv("HMER_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    return tmp_path / "no-such-data.zip"
+
+
+def test_every_config_field_refuses_out_of_range_and_wrong_type_values_before_loading_data(capsys, tmp_path,
+                                                                                          no_data):
+    base = ["--preset", "tiny", "--no-progress", "--data", str(no_data)]  # no option that sets a field
+    tried = 0
+    for key, typ, rule in _fields():
+        section, _, attr = key.rpartition(".")
+        values = _out_of_range(typ, rule)
+        if typ in WRONG_TYPE_TEXT:
+            values.append(WRONG_TYPE_TEXT[typ])
+        for value in values:
+            if key == "data.path":
+                continue  # --data sets it
+            err = _train_refuses(capsys, [*base, "--set", f"{key}={value}"], key, value)
+            assert str(no_data) not in err, err
+            assert "is not one of" in err or "takes" in err, err  # ... and says what is allowed
+            tried += 1
+        # A wrong JSON type in a config file (as a stored config.json is read back): a number where
+        # text belongs, a list where a number or a bool does.
+        stored = Config().to_dict()
+        wrong = 5 if typ is str else [1]
+        if section:
+            stored[section][attr] = wrong
+        else:
+            stored[attr] = wrong
+        config = tmp_path / "config.json"
+        config.write_text(json.dumps(stored))
+        _train_refuses(capsys, ["--config", str(config), "--data", str(no_data)], str(config), key,
+                       repr(wrong))
+        tried += 1
+    assert tried > 2 * len(_fields())
+    assert not (tmp_path / "mlruns" / "checkpoints").exists()
+
+
+# Cases that break each cross-field rule of hmer.config.RULES, by the rule's keys.
+RULE_CASES = {
+    ("model.d_model", "model.nhead"): {"model.d_model": "36", "model.nhead": "8"},
+    ("model.d_model",): {"model.d_model": "6", "model.nhead": "2"},
+    ("model.coverage", "model.decoder"): {"model.coverage": "fusion", "model.decoder": "rnn"},
+    ("data.scale_aug_min", "data.scale_aug_max"): {"data.scale_aug_min": "2", "data.scale_aug_max": "1"},
+    ("data.aug_width_min", "data.aug_width_max"): {"data.aug_width_min": "1.5", "data.aug_width_max": "1.2"},
+    ("train.min_lr", "train.lr"): {"train.lr": "1e-4", "train.min_lr": "1e-3"},
+}
+
+
+def test_every_cross_field_rule_refuses_before_loading_data(capsys, no_data):
+    missing = {rule.keys for rule in RULES} - set(RULE_CASES)
+    assert not missing, f"add a case that breaks each new rule to RULE_CASES: {missing}"
+    base = ["--preset", "tiny", "--device", "cpu", "--data", str(no_data)]
+    for keys, values in RULE_CASES.items():
+        err = _train_refuses(capsys, [*base, "--set", *(f"{k}={v}" for k, v in values.items())], *keys)
+        assert str(no_data) not in err
+    # scale_aug_min > 0 with max 0 is no augmentation, and allowed: both 0, or min in (0, max]
+    with pytest.raises(ValueError, match="scale_aug"):
+        Config().override({"data.scale_aug_min": 0.0, "data.scale_aug_max": 1.4})
+
+
+def test_every_preset_recipe_budget_and_study_is_allowed():
+    for name in PRESETS:
+        cfg = preset_with_recipe(name)
+        for recipe in RECIPES:
+            apply_recipe(cfg, recipe)
+    for budget in BUDGETS.values():
+        # one trial: whether a whole grid fits a budget's window is the budget's own check, not a value's
+        for spec in ABLATIONS.values():
+            base = base_config(spec.model_preset(budget.model_size), budget, 1, 1, spec.fixed, None, None)
+            spec.check_cells(base, budget.seeds)
+        SWEEP.check_space(base_config(SWEEP.model_preset(budget.model_size), budget, 1, 1, SWEEP.fixed, None, None))
+
+
+def test_option_for_a_field_and_study_overrides_are_checked_before_anything_runs(capsys, no_data, tmp_path):
+    assert cli.main(["evaluate", MISSING_RUN, "--beam", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--beam 0" in err and "train.beam_size" in err, err
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    common = ["--budget", "smoke", "--data", str(no_data), "--storage", storage, "--tracking-uri", store]
+    assert study_cli.main(DIRECTION, [*common, "--set", "train.epochs=-1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "train.epochs=-1" in err and str(no_data) not in err, err
+    # A sweep whose range leaves what its key allows is a bug in the search space, and says so.
+    broken = SweepSpec(name="broken-sweep", description="dropout up to 1.5",
+                       params=(SweepParam("model.dropout", low=0.0, high=1.5),), model_presets={"tiny": "tiny"})
+    assert study_cli.main(broken, [*common, "--trials", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "search space" in err and "model.dropout=1.5" in err and str(no_data) not in err, err
+    assert not (tmp_path / "optuna.db").exists() and not (tmp_path / "mlflow.db").exists()  # no study, no run
+
+
+# ---- files that are not what they claim to be -------------------------------------------------------
+
+def _export_with(manifest: dict, out: Path) -> Path:
+    with tarfile.open(out, "w:gz") as tar:
+        data = json.dumps(manifest).encode()
+        info = tarfile.TarInfo("hmer-runs.json")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    return out
+
+
+def test_bad_exports_and_checkpoints_give_one_line_and_change_nothing(home, tmp_path, capsys):
+    store = f"sqlite:///{tmp_path / 'target.db'}"
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_bytes(b"not a tar file at all\n")
+    plain = tmp_path / "plain.tar.gz"
+    with tarfile.open(plain, "w:gz") as tar:
+        tar.add(home["data"] / "train" / "caption.txt", "caption.txt")
+    good_run = {"run_id": "a" * 32, "experiment": "e", "tags": {}, "params": {}, "metrics": {}}
+    half = _export_with({"format": 1, "experiments": ["e"], "runs": [good_run, {"run_id": "b" * 32}]},
+                        tmp_path / "half.tar.gz")
+    for bad in (junk, plain, half):  # in this process: no global MLflow state is set by an import
+        assert cli.main(["runs", "import", str(bad), "--tracking-uri", store]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and bad.name in err, err
+    client = MlflowClient(store)
+    assert [e.name for e in client.search_experiments()] == ["Default"]  # nothing merged, not even "e"
+    assert not client.search_runs([e.experiment_id for e in client.search_experiments()])
+
+    checkpoint = tmp_path / "random.ckpt"
+    checkpoint.write_bytes(os.urandom(4096))
+    image = next((home["data"] / "2014").glob("*.png"))
+    before = len(_runs(home))
+    _one_line(_run(home, "import", str(checkpoint)), checkpoint.name)
+    _one_line(_run(home, "predict", str(checkpoint), str(image)), checkpoint.name)
+    assert len(_runs(home)) == before
+
+
+# ---- signals ----------------------------------------------------------------------------------------
+
+def _start_training(home, *args: str) -> subprocess.Popen:
+    """A tiny three-epoch training, read until its first epoch is done."""
+    proc = subprocess.Popen([sys.executable, "-m", "hmer.cli", "train", *TINY, "--epochs", "3", "--data",
+                             str(home["data"]), *args], env=home["env"], cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for line in proc.stdout:
+        if line.startswith("epoch 1/3"):
+            return proc
+    proc.wait(timeout=60)
+    raise AssertionError(f"no first epoch (status {proc.returncode}): {proc.stderr.read()[-3000:]}")
+
+
+def _weights(run_id: str, home) -> dict[str, torch.Tensor]:
+    path = home["root"] / "mlruns" / "checkpoints" / run_id / "last.pt"
+    return torch.load(path, map_location="cpu", weights_only=True)["model"]
+
+
+def test_sigterm_closes_the_run_killed_and_it_resumes_exactly_and_sigkill_is_closed_failed(home):
+    client = MlflowClient(home["store"])
+    stopped = _start_training(home, "--run-name", "sigterm")
+    stopped.send_signal(signal.SIGTERM)
+    out, err = stopped.communicate(timeout=120)
+    assert stopped.returncode == 128 + signal.SIGTERM, err[-3000:]
+    assert "stopped by SIGTERM" in err.strip().splitlines()[-1], err[-3000:]
+    run = next(r for r in _runs(home) if r.info.run_name == "sigterm")
+    assert run.info.status == "KILLED"
+    assert run.data.tags["hmer.status"] == "killed"
+    assert re.match(r"stopped by SIGTERM in (epoch [23] of 3, which is dropped|the final evaluation)",
+                    run.data.tags["hmer.stopped_by"]), run.data.tags
+
+    killed = _start_training(home, "--run-name", "sigkill")
+    killed.send_signal(signal.SIGKILL)
+    killed.communicate(timeout=60)
+    dead = next(r for r in _runs(home) if r.info.run_name == "sigkill")
+    assert dead.info.status == "RUNNING"  # the store says a dead run is alive, until the next resume
+
+    resumed = _run(home, "train", "--resume", run.info.run_id, "--no-progress")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"run {dead.info.run_id}: its process is gone; marked FAILED" in resumed.stderr
+    dead = client.get_run(dead.info.run_id)
+    assert dead.info.status == "FAILED" and "pid" in dead.data.tags["hmer.error"]
+    run = client.get_run(run.info.run_id)
+    assert run.info.status == "FINISHED" and "hmer.stopped_by" not in run.data.tags
+    # exactly the uninterrupted run: every epoch's loss, the final weights and the test scores
+    whole = client.get_run(home["run_id"])
+    for key in ("train_loss", "val_exprate"):
+        assert [m.value for m in client.get_metric_history(run.info.run_id, key)] == \
+            [m.value for m in client.get_metric_history(home["run_id"], key)], key
+    mine, theirs = _weights(run.info.run_id, home), _weights(home["run_id"], home)
+    assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+    assert {k: v for k, v in run.data.metrics.items() if k.startswith("test_") and "seconds" not in k} == \
+        {k: v for k, v in whole.data.metrics.items() if k.startswith("test_") and "seconds" not in k}

@@ -22,6 +22,21 @@ def test_bench_train_tiny_on_cpu_ends_with_images_per_second(capsys, one_thread)
     out = capsys.readouterr().out
     assert _last_figure(out) > 0
     assert "padding_share=" in out and "epoch_seconds_8835=" in out and "peak_memory_mb=" in out
+    figures = dict(item.split("=") for line in out.splitlines() if line.startswith("gflop_per_image=")
+                   for item in line.split())
+    # forward + backward of a real tiny model: some MFLOPs an image, a share of the peak in (0, 1]
+    assert 1e-4 < float(figures["gflop_per_image"]) < 10
+    assert float(figures["peak_gflops"]) > 0
+    assert 0 < float(figures["share_of_peak"]) <= 1.0
+    assert float(figures["achieved_gflops"]) == pytest.approx(
+        float(figures["gflop_per_image"]) * _last_figure(out), rel=0.02, abs=0.05)
+
+
+def test_bench_peak_times_a_matmul_on_this_process_threads(capsys, one_thread):
+    assert main(["bench", "peak", "--threads", "1", "--size", "256"]) == 0
+    out = capsys.readouterr().out
+    assert "threads=1 matmul_size=256" in out
+    assert float(out.strip().splitlines()[-1].partition("=")[2]) > 0.1
 
 
 def test_bench_decode_tiny_on_cpu_ends_with_images_per_second(capsys, one_thread):

@@ -112,3 +112,16 @@ def test_the_readme_states_the_best_cpu_model_as_stored():
     figures = " / ".join(f"{run.data.metrics[f'test_{year}_exprate']:.1f}" for year in YEARS)
     assert figures in heading, f"README says {heading!r}; the store says {figures}"
     assert f"| ExpRate | {run.data.metrics['val_final_exprate']:.1f} |" in readme
+
+
+def test_the_readme_links_the_direction_study_as_mlflow_ui_opens_it():
+    """The README's link opens the committed study's runs as model training, and the study is
+    marked as such in the store, with its table on the parent run (issue 28)."""
+    from hmer.tracking.ui import ui_url
+
+    client = MlflowClient(f"sqlite:///{MLRUNS / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name(STUDY)
+    assert experiment.tags.get(keys.MLFLOW_EXPERIMENT_KIND) == keys.EXPERIMENT_KIND_TRAINING
+    assert f"<{ui_url(experiment.experiment_id)}>" in (REPO / "README.md").read_text()
+    (parent,) = [r for r in client.search_runs([experiment.experiment_id]) if r.data.tags.get(keys.ROLE) == "study"]
+    assert "| l2r (baseline) | 3 |" in parent.data.tags.get(keys.MLFLOW_NOTE, "")

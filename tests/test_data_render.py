@@ -104,3 +104,97 @@ def test_renders_an_ink_object():
     doc = "<ink><trace>0 0, 10 10</trace><trace>20 0, 20 10</trace></ink>"
     ink = parse_inkml(doc.encode())
     assert render_ink(ink).tobytes() == render_ink(ink.strokes).tobytes()
+
+
+# ---- renderer augmentation and the second style (hmer.data.augment) ----------------------------------
+
+from hmer.data.augment import AugmentConfig, augmented_image, val_alt_render_config  # noqa: E402
+
+AT_64 = RenderConfig(height=64)
+
+
+def _redraw(aug: AugmentConfig, seed: int = 0, strokes=None) -> np.ndarray:
+    return augmented_image(strokes or glyph_strokes(3), AT_64, aug, np.random.default_rng(seed))
+
+
+def test_augmentation_with_neutral_options_redraws_the_cached_image_byte_for_byte():
+    assert _redraw(AugmentConfig(share=1.0)).tobytes() == render_ink(glyph_strokes(3), AT_64).tobytes()
+
+
+def test_augmentation_is_seeded_and_takes_the_same_draws_whatever_is_on():
+    aug = AugmentConfig(share=1.0, width_min=0.5, width_max=1.5, pressure=0.3, antialias=0.5, downscale=0.5,
+                        blur=1.0, slant=10, rotate=3, jitter=0.5, elastic=2)
+    assert _redraw(aug, 4).tobytes() == _redraw(aug, 4).tobytes()
+    assert len({_redraw(aug, seed).tobytes() for seed in range(6)}) == 6
+    # the generator ends in the same state with every option on or off, so switching one option
+    # does not shift the draws of the images after it
+    states = []
+    for options in (AugmentConfig(share=1.0), aug):
+        rng = np.random.default_rng(9)
+        augmented_image(glyph_strokes(3), AT_64, options, rng)
+        states.append(rng.random())
+    assert states[0] == states[1]
+
+
+def _ink_mass(image: np.ndarray) -> float:
+    return float(image.sum()) / 255.0
+
+
+@pytest.mark.parametrize("options, check", [
+    (dict(width_min=2.0, width_max=2.0), lambda img, base: _ink_mass(img) > 1.3 * _ink_mass(base)),
+    (dict(width_min=0.34, width_max=0.34), lambda img, base: _ink_mass(img) < 0.7 * _ink_mass(base)),
+    (dict(antialias=1.0), lambda img, base: ((img > 0) & (img < 255)).any()),
+    (dict(blur=2.0), lambda img, base: ((img > 0) & (img < 255)).mean() > 0.05),
+    (dict(downscale=1.0), lambda img, base: img.shape[0] == 64 and ((img > 0) & (img < 255)).any()),
+    (dict(pressure=0.5), lambda img, base: img.tobytes() != base.tobytes()),
+    (dict(slant=20.0), lambda img, base: img.shape[1] != base.shape[1] or img.tobytes() != base.tobytes()),
+    (dict(rotate=10.0), lambda img, base: img.tobytes() != base.tobytes()),
+    (dict(jitter=1.0), lambda img, base: img.tobytes() != base.tobytes()),
+    (dict(elastic=3.0), lambda img, base: img.tobytes() != base.tobytes()),
+])
+def test_each_augmentation_option_changes_the_drawing(options, check):
+    base = render_ink(glyph_strokes(3), AT_64)
+    image = _redraw(AugmentConfig(share=1.0, **options))
+    assert image.dtype == np.uint8 and image.ndim == 2 and image.max() > 0
+    assert check(image, base)
+
+
+def test_augmentation_options_come_from_the_config_and_are_checked():
+    from hmer.config import Config
+
+    cfg = Config().override({"data.aug_share": 0.5, "data.aug_width_min": 0.5, "data.aug_width_max": 1.5,
+                             "data.aug_slant": 8.0}).validate()
+    aug = AugmentConfig.from_data_config(cfg.data)
+    assert aug.enabled and (aug.share, aug.width_min, aug.width_max, aug.slant) == (0.5, 0.5, 1.5, 8.0)
+    assert not AugmentConfig.from_data_config(DataConfig()).enabled  # off by default
+    for bad, match in (({"data.aug_share": 1.5}, "aug_share"), ({"data.aug_blur": -1.0}, "aug_blur"),
+                       ({"data.aug_width_min": 2.0, "data.aug_width_max": 1.0}, "aug_width_min"),
+                       ({"data.val_alt": "fancy"}, "val_alt")):
+        with pytest.raises(ValueError, match=match):
+            Config().override(bad).validate()
+
+
+def test_the_standard_like_style_is_drawn_at_its_own_scale_then_scaled_down():
+    strokes = glyph_strokes(3) + [s + [0.0, 80.0] for s in glyph_strokes(3)]  # two rows, as a fraction
+    native = render_ink(strokes)
+    assert native.shape[0] > 64
+    like = RenderConfig.from_data_config(DataConfig(render_height=64, render_style="standard-like"))
+    assert like.downscale and like.height == 64
+    image = render_ink(strokes, like)
+    assert image.shape == (64, round(native.shape[1] * 64 / native.shape[0]))
+    # thinner and grey at the training height, unlike the binary 3-px renderings at 64 px
+    assert ((image > 0) & (image < 255)).any()
+    assert _ink_mass(image) < 0.8 * _ink_mass(render_ink(strokes, AT_64))
+    # the cache key of the default style is what it was before the style existed
+    assert "downscale" not in RenderConfig().key() and like.key()["downscale"] is True
+    # data.val_alt draws validation in the named style, with the run's other renderer settings
+    assert val_alt_render_config(DataConfig(render_height=64, val_alt="standard-like")) == like
+    assert val_alt_render_config(DataConfig(render_height=64, render_style="standard-like",
+                                            val_alt="direct")) == AT_64
+    # augmentation's downscale draws the same image when nothing else is on
+    assert _redraw(AugmentConfig(share=1.0, downscale=1.0), strokes=strokes).tobytes() == image.tobytes()
+
+
+def test_per_stroke_widths_must_match_the_strokes():
+    with pytest.raises(ValueError, match="2 stroke widths for 3 strokes"):
+        render_ink(glyph_strokes(4), stroke_widths=[3.0, 3.0])

@@ -54,3 +54,76 @@ def test_evaluate_logs_the_standard_images_as_their_own_column(shared_crohme, sh
                               "--data", str(shared_crohme), "--years", "2014", "--limit", "4", "--beam", "3",
                               "--log"], capture_output=True, text=True)
     assert refused.returncode == 2 and "--log records only the run's own decoding" in refused.stderr
+
+
+def test_a_run_scores_the_standard_images_and_the_restyled_validation_at_its_end(shared_crohme, shared_standard_images,
+                                                                                tmp_path):
+    # Real CROHME ink: the training images are redrawn from their strokes (data.aug_*), validation
+    # is drawn a second time in the standard-like style, and the final evaluation scores the
+    # standard images of the same 2014 expressions beside 2014 (issue 26).
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = tiny_config(**{
+        "train.epochs": 1, "data.path": str(shared_crohme), "data.render_height": 32,
+        "data.train_limit": 16, "data.val_limit": 4, "data.test_limit": 3, "data.val_alt": "standard-like",
+        "data.aug_share": 0.5, "data.aug_width_min": 0.5, "data.aug_width_max": 1.5, "data.aug_downscale": 0.5,
+        "data.aug_slant": 5.0, "data.aug_jitter": 0.3})
+    result = train(cfg, tracking_uri=store, run_dir=tmp_path / "run")
+    metrics = MlflowClient(store).get_run(result.run_id).data.metrics
+    assert metrics[f"test_{STANDARD_2014}_n"] == metrics["test_2014_n"] == 3
+    assert metrics["val-alt_final_n"] == metrics["val_final_n"] == 4
+    assert list(result.test_scores) == ["2014", STANDARD_2014]
+    artifacts = {a.path for a in MlflowClient(store).list_artifacts(result.run_id, "split")}
+    assert "split/val-alt_predictions.csv" in artifacts
+    assert scored_years(load_runs(store, run_ids=[result.run_id])) == ["2014", STANDARD_2014]
+
+
+def test_the_redrawn_epoch_is_reproducible_and_differs_from_the_cached_images(shared_crohme):
+    import numpy as np
+    import torch
+
+    from hmer.config import DataConfig
+    from hmer.data import RenderConfig, Vocab, load_dataset, make_batches
+    from hmer.data.augment import AugmentConfig, load_strokes
+    from hmer.training.loader import Redraw, train_batches
+
+    data_cfg = DataConfig(render_height=32, train_limit=12)
+    train_set = load_dataset(shared_crohme, data_cfg, splits=("train",))["train"]
+    with open_source(shared_crohme) as source:
+        strokes = load_strokes(source, "train", [e.name for e in train_set])
+    batches = make_batches(train_set, 20_000, 4, shuffle=True, seed=1)
+    aug = AugmentConfig(share=1.0, width_min=0.5, width_max=1.5, blur=1.0, rotate=3.0)
+
+    def epoch(prefetch: int, redraw: bool = True):
+        red = Redraw(strokes, RenderConfig.from_data_config(data_cfg), aug, np.random.default_rng([7, 1, 1])) \
+            if redraw else None
+        return [tb.batch.images for tb in train_batches(train_set, batches, Vocab(), "l2r", torch.device("cpu"),
+                                                        prefetch=prefetch, redraw=red)]
+
+    first, again, ahead, plain = epoch(0), epoch(0), epoch(2), epoch(0, redraw=False)
+    assert all(torch.equal(a, b) and torch.equal(a, c) for a, b, c in zip(first, again, ahead))
+    assert any(a.shape != p.shape or not torch.equal(a, p) for a, p in zip(first, plain))
+
+
+def test_the_sweep_searches_its_whole_space_on_ink(shared_crohme, tmp_path, monkeypatch):
+    # The sweep's renderer augmentation and second validation style redraw strokes, so its whole
+    # space runs only on InkML: one trial on a few real expressions, scored on both styles.
+    import optuna
+
+    from hmer.studies import SWEEP, run_sweep
+    from hmer.studies.sweeps import sweep_objective  # noqa: F401  (the objective the value comes from)
+
+    monkeypatch.setenv("HMER_MLRUNS", str(tmp_path / "mlruns"))
+    storage, store = f"sqlite:///{tmp_path / 'optuna.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}"
+    outcome = run_sweep(SWEEP, "smoke", storage=storage, tracking_uri=store, data_path=str(shared_crohme),
+                        n_trials=1, study_name="sweep-ink", overrides={
+                            "data.train_limit": 16, "data.val_limit": 4, "train.epochs": 1, "train.beam_size": 2,
+                            "train.max_decode_len": 12, "train.attention_maps": 0, "train.device": "cpu"})
+    assert outcome.complete
+    (trial,) = optuna.load_study(study_name="sweep-ink", storage=storage).trials
+    assert set(trial.params) == {p.name for p in SWEEP.params}
+    (run,) = MlflowClient(store).search_runs(
+        [MlflowClient(store).get_experiment_by_name("sweep-ink").experiment_id], "tags.`hmer.trial` = '0'")
+    metrics = run.data.metrics
+    assert metrics["val-alt_final_n"] == metrics["val_final_n"] == 4
+    assert not any(key.startswith("test_") for key in metrics)  # a sweep reads no test year
+    assert trial.value == pytest.approx((metrics["val_final_exprate"] + metrics["val-alt_final_exprate"]) / 2)

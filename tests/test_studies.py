@@ -4,6 +4,7 @@ real MLflow store in a temporary folder; resume after `kill -9`; two workers on 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import shutil
 import signal
@@ -96,10 +97,31 @@ def test_grid_study_end_to_end_and_rerun_runs_nothing(stores, capsys):
     assert "budget smoke" in out and "expected cost" in out
     assert "l2r" in out and "r2l" in out and "bi" in out  # the table
 
+    # What the MLflow UI shows (tests/test_ui.py looks at it in a browser): a model-training
+    # experiment, readable child runs, the table on the parent run, its summary metrics, the link
+    client = MlflowClient(tracking)
+    experiment = client.get_experiment_by_name("direction-test")
+    assert experiment.tags.get("mlflow.experimentKind") == "custom_model_development"
+    assert sorted(r.info.run_name for r in children) == ["bi seed 1", "l2r seed 1", "r2l seed 1"]
+    parent = client.get_run(parent.info.run_id)
+    note = parent.data.tags.get("mlflow.note.content", "")
+    assert "| l2r (baseline) | 1 |" in note and "| bi | 1 |" in note and "2014 ExpRate" in note
+    assert {f"test_2014_exprate_mean/{d}" for d in ("l2r", "r2l", "bi")} <= set(parent.data.metrics)
+    table_md = Path(parent.info.artifact_uri.removeprefix("file://")) / "table.md"
+    assert table_md.read_text() in note
+    assert f"#/experiments/{experiment.experiment_id}/runs?workflowType=machine_learning" in out
+
+    # Running the finished study again prints its table and writes nothing: not a byte of either
+    # database, nor the parent run's artifacts (a fresh clone's main job leaves `git status` clean)
+    home = Path(tracking[len("sqlite:///"):]).parent
+    before = {f: f.read_bytes() for f in (home / "mlflow.db", home / "optuna.db", table_md)}
     again = run_grid_study(DIRECTION, "smoke", storage=storage, tracking_uri=tracking, data=tiny_data(),
                            seeds=(1,), overrides=TINY, study_name="direction-test")
     assert again.complete and len(optuna.load_study(study_name="direction-test", storage=storage).trials) == 3
     assert again.parent_run_id == outcome.parent_run_id
+    assert "l2r (baseline)" in capsys.readouterr().out
+    changed = [f.name for f, content in before.items() if f.read_bytes() != content]
+    assert not changed, f"running a finished study again rewrote {changed}"
 
 
 def test_a_cell_that_fails_is_marked_failed_and_retried_by_the_next_run(stores):
@@ -360,16 +382,23 @@ def test_two_workers_on_one_study_never_run_a_cell_twice(stores, tmp_path):
     assert all("l2r (baseline)" in out for out in outputs)  # each command ends with the table
 
 
+# The tiny datasets are images, not ink: the sweep without what redraws strokes (renderer
+# augmentation, the second validation style). tests/test_data_shared.py runs the whole space on InkML.
+IMAGE_SWEEP = dataclasses.replace(
+    SWEEP, params=tuple(p for p in SWEEP.params if p.key != "data.aug_share"),
+    fixed={k: v for k, v in SWEEP.fixed.items() if k != "data.val_alt"})
+
+
 def test_sweep_prunes_and_marks_pruned_trials_in_optuna_and_mlflow(stores):
     tracking, storage = stores
     # A real pruner that stops every trial at its first report: each trial is pruned after epoch 1.
-    outcome = run_sweep(SWEEP, "smoke", storage=storage, tracking_uri=tracking, data=tiny_data(), n_trials=2,
+    outcome = run_sweep(IMAGE_SWEEP, "smoke", storage=storage, tracking_uri=tracking, data=tiny_data(), n_trials=2,
                         overrides={**TINY, "train.epochs": 2}, study_name="sweep-test",
                         pruner=optuna.pruners.ThresholdPruner(lower=101.0))
     assert outcome.complete
     study = optuna.load_study(study_name="sweep-test", storage=storage)
     assert [t.state for t in study.trials] == [TrialState.PRUNED, TrialState.PRUNED]
-    assert all(set(t.params) == {p.key for p in SWEEP.params} for t in study.trials)
+    assert all(set(t.params) == {p.name for p in IMAGE_SWEEP.params} for t in study.trials)
     _, children = _child_runs(tracking, "sweep-test")
     assert len(children) == 2
     for run in children:

@@ -31,6 +31,28 @@ def test_recipes_fill_the_papers_optimisers():
     assert isinstance(opt, torch.optim.SGD) and opt.param_groups[0]["momentum"] == 0.9
 
 
+def test_label_smoothing_spreads_the_target_probability():
+    from hmer.model import build_model
+    from hmer.model.direction import make_targets
+    from hmer.data import Vocab, collate
+    from hmer.training.setup import LossModule
+
+    torch.manual_seed(0)
+    model = build_model("tiny").eval()
+    vocab = Vocab()
+    batch = collate(tiny_data()["train"][:2], vocab)
+    tgt_in, tgt_out, _ = make_targets(batch.token_ids, "bi", vocab)
+    plain, smooth = LossModule(model), LossModule(model, label_smoothing=0.1)
+    logits = model(batch.images, batch.image_mask, tgt_in).flatten(0, 1)
+    keep = tgt_out.flatten() != vocab.pad_id
+    log_p = logits.log_softmax(-1)[keep]
+    nll = -log_p.gather(1, tgt_out.flatten()[keep, None]).mean()
+    uniform = -log_p.mean()
+    args = (batch.images, batch.image_mask, tgt_in, tgt_out)
+    assert torch.allclose(plain(*args), nll, atol=1e-5)
+    assert torch.allclose(smooth(*args), 0.9 * nll + 0.1 * uniform, atol=1e-5)
+
+
 def test_plateau_schedule_reduces_on_flat_validation_exprate():
     tc = Config().override({"train.plateau_patience": 1, "train.plateau_factor": 0.5}).train
     p = torch.nn.Parameter(torch.zeros(1))

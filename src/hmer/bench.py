@@ -32,6 +32,14 @@ Benchmark-only knobs go through `--set bench.KEY=VALUE` beside the config overri
                              batched hypotheses (`unbatched_match=k/N`)
     bench.start_at=T         wait after warm-up until Unix time T before the timed region (side-by-
                              side processes: `benchmarks/bench_concurrency.py`)
+    bench.flop_batches=N     batches whose FLOPs are counted after the timed region (default: 8 train,
+                             2 decode; 0 = no FLOP count and no peak)
+
+After the timed region it counts the FLOPs of a few of the same batches with
+`torch.utils.flop_counter` (forward and backward for training; the whole search for
+decoding) and times a float32 matmul on the same threads (`hmer bench peak`), and prints
+`gflop_per_image`, `achieved_gflops` (FLOPs per image times images per second),
+`peak_gflops` and `share_of_peak`: how close the step comes to what the core can do.
 
 Besides images per second (wall clock) it prints `cpu_seconds` and
 `images_per_cpu_second` of the timed region, which move much less than wall time
@@ -59,8 +67,51 @@ _LOG_STD = np.array([0.352, 0.761, 0.979])
 _LOG_CORR = np.array([[1.0, 0.542, 0.704], [0.542, 1.0, 0.821], [0.704, 0.821, 1.0]])
 
 BENCH_DEFAULTS: dict[str, Any] = {
-    "pool": 0, "warmup": -1, "weights": "", "check_unbatched": 0, "start_at": 0.0,
+    "pool": 0, "warmup": -1, "weights": "", "check_unbatched": 0, "start_at": 0.0, "flop_batches": -1,
 }
+
+PEAK_MATMUL_SIZE = 2048
+
+
+def matmul_peak_gflops(size: int = PEAK_MATMUL_SIZE, seconds: float = 1.0, device: torch.device | None = None,
+                       ) -> float:
+    """The float32 GFLOP/s of a `size` x `size` matmul on this process's threads: the ceiling a
+    model's dense arithmetic can reach here, measured rather than read off a data sheet (the
+    cores that CI and developers get differ, and so does what else runs on them)."""
+    device = device or torch.device("cpu")
+    a = torch.randn(size, size, device=device)
+    b = torch.randn(size, size, device=device)
+    torch.mm(a, b)  # warm-up: the library picks its kernel, the pages are touched
+    _sync(device)
+    reps, start = 0, time.perf_counter()
+    while True:
+        torch.mm(a, b)
+        reps += 1
+        _sync(device)
+        elapsed = time.perf_counter() - start
+        if elapsed >= seconds:
+            return 2 * size**3 * reps / elapsed / 1e9
+
+
+def count_flops(run) -> int:
+    """The floating-point operations `run()` performs, as torch.utils.flop_counter counts them
+    (matmuls, convolutions and attention: the work that scales; elementwise ops count 0)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    counter = FlopCounterMode(display=False)
+    with counter:
+        run()
+    return counter.get_total_flops()
+
+
+def run_peak(threads: int = 0, size: int = PEAK_MATMUL_SIZE, out=None) -> int:
+    """`hmer bench peak`: the matmul ceiling of this process's threads, as `bench train|decode` measure it."""
+    out = out if out is not None else sys.stdout
+    if threads:
+        torch.set_num_threads(threads)
+    print(f"threads={torch.get_num_threads()} matmul_size={size} dtype=float32", file=out)
+    print(f"peak_gflops={matmul_peak_gflops(size):.1f}", file=out)
+    return 0
 
 
 def synthetic_expressions(n: int, seed: int = 0):
@@ -187,7 +238,7 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
               f"mean_batch_size={len(exprs) / len(batches):.2f}", file=out)
         opt = build_optimizer(model.parameters(), cfg.train)
         model.train()
-        loss_module: torch.nn.Module = LossModule(model)
+        loss_module: torch.nn.Module = LossModule(model, cfg.train.label_smoothing)
         if compiled:
             loss_module = torch.compile(loss_module, dynamic=True)
         aug_rng = np.random.default_rng(0)
@@ -274,13 +325,26 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
     cpu = time.process_time() - cpu0
     stream.close()
     ips = done / elapsed
+    timed_hyp_tokens = list(hyp_tokens) if what == "decode" else []  # the FLOP count below decodes again
+    flop_batches = knobs["flop_batches"] if knobs["flop_batches"] >= 0 else (8 if what == "train" else 2)
+    flop_line = ""
+    if flop_batches > 0:
+        counted = [make(idx) for idx in batches[:flop_batches]]
+        n_counted = sum(len(idx) for idx in batches[:flop_batches])
+        flops = count_flops(lambda: [step(item) for item in counted])
+        gflop_per_image = flops / n_counted / 1e9
+        peak = matmul_peak_gflops(device=dev)
+        flop_line = (f"gflop_per_image={gflop_per_image:.4f} achieved_gflops={gflop_per_image * ips:.1f} "
+                     f"peak_gflops={peak:.1f} share_of_peak={gflop_per_image * ips / peak:.3f}")
     print(f"images={done} seconds={elapsed:.2f} cpu_seconds={cpu:.2f} images_per_cpu_second={done / cpu:.3f} "
           f"data_wait_share={waited / elapsed:.3f}", file=out)
     print(f"peak_memory_mb={_peak_memory_mb(dev):.0f}", file=out)
+    if flop_line:
+        print(flop_line, file=out)
     if what == "train":
         print(f"epoch_seconds_8835={8835 / ips:.1f}", file=out)
     else:
-        print(f"mean_hyp_tokens={hyp_tokens[0] / max(hyp_tokens[1], 1):.1f} "
+        print(f"mean_hyp_tokens={timed_hyp_tokens[0] / max(timed_hyp_tokens[1], 1):.1f} "
               f"max_decode_len={cfg.train.max_decode_len} beam_size={cfg.train.beam_size} "
               f"direction={cfg.model.direction}", file=out)
         if data_path:

@@ -41,7 +41,11 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # corrupt file or foreign pickle
-        raise ValueError(f"{path}: not a readable hmer checkpoint ({type(e).__name__}: {e})") from None
+        # torch's message runs over many lines; its last specific one says what is wrong
+        lines = [line.strip() for line in str(e).splitlines()
+                 if line.strip() and not line.startswith("Check the documentation")]
+        raise ValueError(f"{path}: not a readable hmer checkpoint ({type(e).__name__}: "
+                         f"{lines[-1][:200] if lines else 'empty message'})") from None
     if not isinstance(ckpt, dict) or "model" not in ckpt or "config" not in ckpt:
         raise ValueError(f"{path}: not an hmer checkpoint (no model weights and config inside)")
     return ckpt

@@ -47,12 +47,13 @@ def main(argv: list[str] | None = None) -> int:
 
             check_tracking_server(args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", ""))
         return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print("hmer: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:  # Ctrl-C, or hmer.signals.Stopped (SIGTERM/SIGINT during training)
+        print(f"hmer: {exc}" if getattr(exc, "signal_name", None) else "hmer: interrupted", file=sys.stderr)
+        return getattr(exc, "exit_status", 130)  # 128 + the signal's number, as a shell reports it
     except Exception as exc:  # noqa: BLE001 - sorted into user errors and bugs below
         if _is_user_error(exc):
-            print(f"hmer: error: {exc}", file=sys.stderr)
+            # one line, whatever the library's message: a log reader greps for it
+            print(f"hmer: error: {' '.join(str(exc).split())}", file=sys.stderr)
             return EXIT_USAGE
         raise
 

@@ -1,4 +1,5 @@
-"""`hmer bench train | decode`: training or decoding throughput, ending with images_per_second=N."""
+"""`hmer bench train | decode`: training or decoding throughput, ending with images_per_second=N;
+`hmer bench peak`: the matmul ceiling those figures are read against."""
 
 from __future__ import annotations
 
@@ -15,6 +16,11 @@ def add_parser(sub) -> None:
         b.add_argument("--seconds", type=float, default=0.0, help="time limit")
         b.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE")
         b.set_defaults(func=cmd_bench, what=what)
+    peak = bsub.add_parser("peak", help="the float32 matmul GFLOP/s of this process's threads (the share-of-peak "
+                                        "denominator of train and decode)")
+    peak.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
+    peak.add_argument("--size", type=int, default=2048, help="the matmul's size")
+    peak.set_defaults(func=cmd_peak)
 
 
 def cmd_bench(args) -> int:
@@ -22,3 +28,9 @@ def cmd_bench(args) -> int:
 
     return run_benchmark(args.what, preset=args.preset, device=args.device, data=args.data,
                          images=args.images, seconds=args.seconds, overrides=args.overrides)
+
+
+def cmd_peak(args) -> int:
+    from ..bench import run_peak
+
+    return run_peak(threads=args.threads, size=args.size)

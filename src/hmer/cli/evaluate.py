@@ -42,13 +42,18 @@ def cmd_evaluate(args) -> int:
     from ..tracking import load_model
     from ..device import autocast_dtype, resolve_device
 
+    from ..config import check_value
+
+    # The options that stand for config fields are checked before the model loads, as the fields are.
+    if args.beam is not None:
+        check_value("train.beam_size", args.beam, "--beam")
+    check_value("data.test_limit", args.limit, "--limit")
     device = resolve_device(args.device)
     model, cfg, vocab = load_model(args.model, args.tracking_uri, device)
     years = [y.strip() for y in args.years.split(",") if y.strip()]
     run_rule = cfg.train.search_rule
-    cfg.train.search_rule = args.search_rule or cfg.train.search_rule
+    cfg = cfg.override({"train.search_rule": args.search_rule or run_rule, "data.test_limit": args.limit})
     data_cfg = cfg.data
-    data_cfg.test_limit = args.limit
     data = load_dataset(args.data or cfg.data.path or None, data_cfg, splits=tuple(years))
     if args.standard_2014 is not None:
         from ..data.standard import STANDARD_2014, default_standard_tar, standard_2014_expressions

@@ -20,6 +20,10 @@ def cmd_predict(args) -> int:
     from ..tracking import load_model
     from ..device import autocast_dtype, resolve_device
 
+    from ..config import check_value
+
+    if args.beam is not None:
+        check_value("train.beam_size", args.beam, "--beam")
     for f in args.files:  # a missing file or a wrong suffix fails before the model is loaded
         check_expression_file(f)
     device = resolve_device(args.device)

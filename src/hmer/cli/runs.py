@@ -25,7 +25,9 @@ def add_parser(sub) -> None:
     im.add_argument("--tracking-uri", default=None)
     im.set_defaults(func=cmd_runs_import)
     pub = rsub.add_parser("publish", help="copy a finished local store (FOLDER/mlflow.db, optuna.db, artifacts/) "
-                          "into mlruns/, made portable so that it can be committed")
+                          "into mlruns/, made portable so that it can be committed; its experiments are "
+                          "marked as model training and each finished grid study's parent run gets its "
+                          "table and summary metrics (for mlflow ui)")
     pub.add_argument("folder", metavar="FOLDER")
     pub.set_defaults(func=cmd_runs_publish)
     ws = rsub.add_parser("workspace", help="copy the committed store in mlruns/ to FOLDER to run more studies "
@@ -46,11 +48,24 @@ def cmd_runs_export(args) -> int:
 
 
 def cmd_runs_publish(args) -> int:
-    from ..tracking.portable import copy_store
-    from ..tracking.store import mlruns_dir
+    from ..reports.study_run import annotate_studies
+    from ..tracking.portable import copy_store, make_portable
+    from ..tracking.store import mlflow_client, mlruns_dir, quiet_mlflow
+    from ..tracking.ui import mark_training_experiments
 
-    db = copy_store(args.folder, mlruns_dir(), portable=True)
+    quiet_mlflow()
+    # The copy is brought up to date while its artifact locations are still absolute (an artifact
+    # written to a portable store would land relative to the working folder), then made portable.
+    db = copy_store(args.folder, mlruns_dir(), portable=False)
+    uri = f"sqlite:///{db}"
+    marked = mark_training_experiments(mlflow_client(uri))
+    annotated = {study: changes for study, changes in annotate_studies(uri).items() if changes}
+    make_portable(db)
     print(f"published {args.folder} to {db.parent} (artifact locations relative to the checkout)")
+    if marked:
+        print(f"  experiments marked as model training (tag mlflow.experimentKind): {', '.join(marked)}")
+    for study, changes in annotated.items():
+        print(f"  study {study}: its parent run got {', '.join(changes)}")
     return 0
 
 

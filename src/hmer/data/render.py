@@ -39,7 +39,7 @@ from .inkml import Ink
 # Bump when a change to this module changes any rendered pixel: it is part of the cache key.
 RENDERER_VERSION = 1
 
-_SUPERSAMPLE = 4  # anti-aliased mode draws at this multiple, then averages each block
+SUPERSAMPLE = 4  # anti-aliased mode draws at this multiple, then averages each block
 
 
 @dataclass(frozen=True)
@@ -54,24 +54,47 @@ class RenderConfig:
     max_height: int = 512  # px; a taller expression is scaled down to fit (keeping aspect)
     max_width: int = 2048  # px; likewise
     antialias: bool = False
+    # With height > 0: draw at the ink's own scale (stroke_height), then scale the image to
+    # `height` with bilinear filtering: the standard images' way to a model trained at that
+    # height (thinner, grey strokes; docs/data.md measures it). data.render_style=standard-like.
+    downscale: bool = False
 
     @classmethod
     def from_data_config(cls, data_cfg: DataConfig) -> "RenderConfig":
         """From `DataConfig.render_height` and `.stroke_width`, where 0 means the default."""
         default = cls()
         return dataclasses.replace(default, height=int(data_cfg.render_height),
-                                   stroke_width=float(data_cfg.stroke_width) or default.stroke_width)
+                                   stroke_width=float(data_cfg.stroke_width) or default.stroke_width,
+                                   downscale=data_cfg.render_style == "standard-like")
 
     def key(self) -> dict[str, object]:
-        """Everything that decides the pixels, for cache keys."""
-        return {"renderer_version": RENDERER_VERSION, **dataclasses.asdict(self)}
+        """Everything that decides the pixels, for cache keys (`downscale` only when on, so that
+        the entries rendered before it existed keep their keys)."""
+        fields = dataclasses.asdict(self)
+        if not self.downscale:
+            del fields["downscale"]
+        return {"renderer_version": RENDERER_VERSION, **fields}
 
 
-def render_ink(ink: Ink | Sequence[np.ndarray], cfg: RenderConfig | None = None) -> np.ndarray:
-    """Render an `Ink` (or a list of [N, 2] stroke arrays) to uint8 [H, W], 255 = ink."""
+def render_ink(ink: Ink | Sequence[np.ndarray], cfg: RenderConfig | None = None, *,
+               scale: float | None = None, stroke_widths: Sequence[float] | None = None) -> np.ndarray:
+    """Render an `Ink` (or a list of [N, 2] stroke arrays) to uint8 [H, W], 255 = ink.
+
+    For augmentation (`hmer.data.augment`): `scale` (px per device unit) replaces the size
+    normalisation (the size clamps still apply), and `stroke_widths` gives each stroke its own pen
+    width in px (drawn with that pen directly, without the 3x3 brush of the uniform pen).
+    """
     cfg = cfg or RenderConfig()
+    if cfg.downscale and cfg.height > 0:
+        drawn = render_ink(ink, dataclasses.replace(cfg, height=0, downscale=False), scale=scale,
+                           stroke_widths=stroke_widths)
+        return scale_to_height(drawn, cfg.height)
     strokes = [np.asarray(s, dtype=np.float64).reshape(-1, 2) for s in
                (ink.strokes if isinstance(ink, Ink) else ink)]
+    if stroke_widths is not None:
+        if len(stroke_widths) != len(strokes):
+            raise ValueError(f"{len(stroke_widths)} stroke widths for {len(strokes)} strokes")
+        widths = [float(w) for w, s in zip(stroke_widths, strokes) if len(s)]
     strokes = [s for s in strokes if len(s)]
     if not strokes:
         source = ink.source if isinstance(ink, Ink) else "strokes"
@@ -80,9 +103,9 @@ def render_ink(ink: Ink | Sequence[np.ndarray], cfg: RenderConfig | None = None)
     points = np.concatenate(strokes)
     low = points.min(axis=0)
     extent = points.max(axis=0) - low  # (width, height) in device units
-    scale = _scale(strokes, extent, cfg)
+    scale = _scale(strokes, extent, cfg) if scale is None else float(scale)
 
-    width_px = max(1.0, cfg.stroke_width)
+    width_px = max(1.0, cfg.stroke_width if stroke_widths is None else max(widths))
     # Room for the pen itself around the centre line, then the blank margin.
     border = cfg.padding + (width_px - 1) / 2
     limit_w = cfg.max_width - 2 * border - 1
@@ -93,24 +116,26 @@ def render_ink(ink: Ink | Sequence[np.ndarray], cfg: RenderConfig | None = None)
     out_w = int(_snap(extent[0] * scale + 2 * border)) + 1
     out_h = int(_snap(extent[1] * scale + 2 * border)) + 1
 
-    factor = _SUPERSAMPLE if cfg.antialias else 1
+    factor = SUPERSAMPLE if cfg.antialias else 1
     pen = max(1, int(round(width_px * factor)))
     # PIL draws wide lines as polygons, which leave 1-2 px thin spots on diagonals. The standard
     # images have none (no ink run is shorter than 3 px), as if a 3x3 brush were dragged along
     # the path. So in binary mode draw the centre line 2 px thinner and grow it with a 3x3 max
     # filter: 3 px strokes become a 1 px line dilated by 3x3, exactly that brush.
-    grow = not cfg.antialias and pen >= 3
-    line_width = pen - 2 if grow else pen
-    canvas = Image.new("L", (out_w * factor, out_h * factor), 0)
-    draw = ImageDraw.Draw(canvas)
+    grow = not cfg.antialias and pen >= 3 and stroke_widths is None
+    pens = [pen - 2 if grow else pen] * len(strokes) if stroke_widths is None else \
+        [max(1, int(round(max(1.0, w) * factor))) for w in widths]
+    size = (out_w * factor, out_h * factor)
     offset = border * factor + (factor - 1) / 2  # pixel centres of the fine grid
-    for stroke in strokes:
-        xy = _snap((stroke - low) * (scale * factor) + offset).astype(np.int64)
-        # Consecutive repeats (pens sample faster than they move) only cost drawing time.
-        keep = np.ones(len(xy), dtype=bool)
-        keep[1:] = np.any(xy[1:] != xy[:-1], axis=1)
-        xy = xy[keep]
-        coords = [tuple(p) for p in xy.tolist()]
+    paths = _paths(strokes, (low, scale * factor, offset))
+    if stroke_widths is not None:
+        pixels = _brushed(paths, pens, size)
+        if factor > 1:
+            pixels = np.asarray(Image.fromarray(pixels).reduce(factor), dtype=np.uint8)
+        return pixels
+    canvas = Image.new("L", size, 0)
+    draw = ImageDraw.Draw(canvas)
+    for coords, line_width in zip(paths, pens):
         if len(coords) > 1:
             draw.line(coords, fill=255, width=line_width, joint="curve" if line_width > 2 else None)
         # Round pen tips at both ends (and a dot for a single-point stroke).
@@ -126,6 +151,76 @@ def render_ink(ink: Ink | Sequence[np.ndarray], cfg: RenderConfig | None = None)
         canvas = canvas.reduce(factor)
     pixels = np.asarray(canvas, dtype=np.uint8)
     return _grow_3x3(pixels) if grow else pixels.copy()
+
+
+def _paths(strokes: list[np.ndarray], transform: tuple[np.ndarray, float, float]) -> list[list[tuple[int, int]]]:
+    """Each stroke's points on the pixel grid ((point - low) * scale + offset, whole pixels),
+    without consecutive repeats (pens sample faster than they move, and repeats only cost drawing
+    time). All strokes at once: augmentation draws hundreds of short pieces per image."""
+    low, scale, offset = transform
+    lengths = [len(s) for s in strokes]
+    xy = _snap((np.concatenate(strokes) - low) * scale + offset).astype(np.int64)
+    starts = np.cumsum([0] + lengths[:-1])
+    keep = np.ones(len(xy), dtype=bool)
+    keep[1:] = np.any(xy[1:] != xy[:-1], axis=1)
+    keep[starts] = True
+    kept_per_stroke = np.add.reduceat(keep, starts) if len(strokes) else np.array([], dtype=np.int64)
+    points = xy[keep].tolist()
+    out, at = [], 0
+    for n in kept_per_stroke.tolist():
+        out.append([tuple(p) for p in points[at:at + n]])
+        at += n
+    return out
+
+
+def _brushed(paths: list[list[tuple[int, int]]], pens: list[int], size: tuple[int, int]) -> np.ndarray:
+    """Each path dragged with a square brush as wide as its pen: the 1-px centre lines of the
+    paths that share a pen, grown by that brush (separable maxima), then the pens' layers
+    overlaid. A handful of pens per image keeps this cheap where PIL's wide lines with round caps
+    per piece of stroke (pen pressure) cost ten times more."""
+    out = np.zeros(size[::-1], dtype=np.uint8)
+    for pen in sorted(set(pens)):
+        layer = Image.new("L", size, 0)
+        draw = ImageDraw.Draw(layer)
+        for coords, p in zip(paths, pens):
+            if p != pen:
+                continue
+            if len(coords) > 1:
+                draw.line(coords, fill=255, width=1)
+            else:
+                draw.point(coords, fill=255)
+        np.maximum(out, _grow_square(np.asarray(layer, dtype=np.uint8), pen), out=out)
+    return out
+
+
+def _grow_square(pixels: np.ndarray, pen: int) -> np.ndarray:
+    """Dilation by a pen x pen square, centred (the extra row and column of an even pen below and right)."""
+    low, high = (pen - 1) // 2, pen // 2
+    grown = pixels.copy()
+    for axis in (0, 1):
+        source = grown.copy()
+        n = source.shape[axis]
+        for shift in range(1, max(low, high) + 1):
+            if shift <= high and shift < n:  # ink spreads down / right
+                dst = [slice(None)] * 2
+                src = [slice(None)] * 2
+                dst[axis], src[axis] = slice(shift, None), slice(None, n - shift)
+                np.maximum(grown[tuple(dst)], source[tuple(src)], out=grown[tuple(dst)])
+            if shift <= low and shift < n:  # and up / left
+                dst = [slice(None)] * 2
+                src = [slice(None)] * 2
+                dst[axis], src[axis] = slice(None, n - shift), slice(shift, None)
+                np.maximum(grown[tuple(dst)], source[tuple(src)], out=grown[tuple(dst)])
+    return grown
+
+
+def scale_to_height(image: np.ndarray, height: int) -> np.ndarray:
+    """`image` scaled to `height` px with bilinear filtering, keeping its aspect: how the standard
+    images are brought to a model's height (`hmer.data.standard`), and `downscale` rendering."""
+    if height <= 0 or image.shape[0] == height:
+        return image
+    width = max(1, round(image.shape[1] * height / image.shape[0]))
+    return np.asarray(Image.fromarray(image).resize((width, height), Image.BILINEAR), dtype=np.uint8)
 
 
 def _grow_3x3(pixels: np.ndarray) -> np.ndarray:

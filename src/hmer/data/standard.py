@@ -20,7 +20,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .render import RenderConfig, render_ink
+from .render import RenderConfig, render_ink, scale_to_height
 
 STANDARD_SUFFIX = "_0.bmp"
 
@@ -65,11 +65,23 @@ def standard_2014_expressions(tar_path: str | Path, captions: dict[str, list[str
     out = []
     for name, tokens in captions.items():
         image = images[name]
-        if height > 0 and image.shape[0] != height:
-            width = max(1, round(image.shape[1] * height / image.shape[0]))
-            image = np.asarray(Image.fromarray(image).resize((width, height), Image.BILINEAR), dtype=np.uint8)
+        image = scale_to_height(image, height)
         out.append(Expression(name=name, tokens=tokens, image=image))
     return out
+
+
+def standard_2014_if_available(exprs_2014: Sequence, height: int = 0, tar_path: str | Path | None = None) -> list | None:
+    """`standard_2014_expressions` for the given 2014 expressions (a run's test split, its
+    `test_limit` included), or None when the tarball is absent (default: `default_standard_tar()`)
+    or lacks one of them (the data is not CROHME 2014): what a run's final evaluation scores as
+    `test_2014-std_*` when it can."""
+    tar = Path(tar_path) if tar_path is not None else default_standard_tar()
+    if not exprs_2014 or not tar.is_file():
+        return None
+    try:
+        return standard_2014_expressions(tar, {e.name: e.tokens for e in exprs_2014}, height)
+    except FileNotFoundError:
+        return None
 
 
 def standard_sizes(tar_path: str | Path) -> dict[str, tuple[int, int]]:
@@ -96,15 +108,16 @@ def size_statistics(shapes: Sequence[tuple[int, int]]) -> dict[str, float]:
     }
 
 
-def side_by_side(pairs: Sequence[tuple[str, np.ndarray, np.ndarray]], gap: int = 12) -> Image.Image:
+def side_by_side(pairs: Sequence[tuple[str, np.ndarray, np.ndarray]], gap: int = 12,
+                 titles: tuple[str, str] = ("ours (hmer.data.render)", "standard (WAP off_image_test)")) -> Image.Image:
     """One picture: per row, the name, then ours (left) and the standard image (right)."""
     label_h = 14
     col_w = max(max(o.shape[1] for _, o, _ in pairs), max(t.shape[1] for _, _, t in pairs))
     height = sum(label_h + max(o.shape[0], t.shape[0]) + gap for _, o, t in pairs) + label_h
     canvas = Image.new("L", (2 * col_w + 3 * gap, height), 128)
     draw = ImageDraw.Draw(canvas)
-    draw.text((gap, 2), "ours (hmer.data.render)", fill=255)
-    draw.text((2 * gap + col_w, 2), "standard (WAP off_image_test)", fill=255)
+    draw.text((gap, 2), titles[0], fill=255)
+    draw.text((2 * gap + col_w, 2), titles[1], fill=255)
     y = label_h
     for name, ours, theirs in pairs:
         draw.text((gap, y + 1), f"{name}: {ours.shape[0]}x{ours.shape[1]}", fill=255)
@@ -128,15 +141,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tar", default=str(repo_shared / "wap-offline-2014-test.tar.gz"), help="standard images")
     p.add_argument("--out", default=None, help="write the side-by-side PNG here")
     p.add_argument("--names", default=",".join(DEFAULT_EXAMPLES), help="comma-separated 2014 names to show")
+    p.add_argument("--height", type=int, default=0,
+                   help="as a model trained at data.render_height=H sees them: ours rendered at H px, the standard "
+                        "images scaled to H px as the final evaluation scales them (0: both as drawn)")
+    p.add_argument("--zoom", type=int, default=1, help="enlarge the picture this many times (nearest pixel)")
     args = p.parse_args(argv)
 
-    cfg = RenderConfig()
+    cfg = RenderConfig(height=max(0, args.height))
     source = open_source(args.inkml)
     names = [n for n in args.names.split(",") if n]
     theirs = dict(iter_standard_images(args.tar, names))
+    if args.height > 0:
+        theirs = {e.name: e.image for e in standard_2014_expressions(
+            args.tar, {n: [] for n in names if n in theirs}, args.height)}
     pairs = [(n, render_ink(source.read_ink("2014", n), cfg), theirs[n]) for n in names if n in theirs]
     if args.out:
-        side_by_side(pairs).save(args.out, optimize=True)
+        titles = (f"ours at {args.height} px", f"standard scaled to {args.height} px") if args.height > 0 else \
+            ("ours (hmer.data.render)", "standard (WAP off_image_test)")
+        picture = side_by_side(pairs, titles=titles)
+        if args.zoom > 1:
+            picture = picture.resize((picture.width * args.zoom, picture.height * args.zoom), Image.NEAREST)
+        picture.save(args.out, optimize=True)
         print(f"wrote {args.out}")
     return 0
 

@@ -13,7 +13,8 @@ Two things need the explicit path, which materialises the scores [B, H, L, S]:
   * `need_weights=True` (attention maps for visualisation, or a coverage that needs them).
 
 The weights returned are the final probabilities before dropout; dropout applies only to
-the copy that averages the values.
+the copy that averages the values. Training with dropout on a CPU also takes the explicit
+path, whose dropout masks are cheap there (hmer.model.dropout).
 
 Tensors are batch-first; heads live in dim 1: q [B, H, L, dh], k/v [B, H, S, dh].
 Masks are True at padding (`key_padding_mask` [B, S]).
@@ -28,6 +29,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
+
+from .dropout import dropout
 
 Refinement = Callable[[Tensor], Tensor]  # attn probs [B, H, L, S] -> term [B, H, L, S]
 
@@ -78,8 +81,9 @@ class MultiHeadAttention(nn.Module):
 
     # ---- attention --------------------------------------------------------------------------
     def scores(self, q: Tensor, k: Tensor) -> Tensor:
-        """Pre-softmax scores [B, H, L, S] = q k^T / sqrt(dh)."""
-        return torch.matmul(q, k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
+        """Pre-softmax scores [B, H, L, S] = (q / sqrt(dh)) k^T: the scale applied to q, S / dh
+        times fewer multiplies than to the scores (and as many fewer in backward)."""
+        return torch.matmul(q * (1.0 / math.sqrt(self.head_dim)), k.transpose(-2, -1))
 
     def attend(
         self,
@@ -93,7 +97,12 @@ class MultiHeadAttention(nn.Module):
     ) -> tuple[Tensor, Optional[Tensor]]:
         """(output [B, L, d] after out_proj, weights [B, H, L, S] or None)."""
         dropout_p = self.dropout if self.training else 0.0
-        if refine is None and not need_weights:
+        if key_padding_mask is not None and key_padding_mask.device.type == "cpu" and not key_padding_mask.any():
+            key_padding_mask = None  # nothing to mask: spares a pass over the scores (read without a GPU sync)
+        # SDPA draws its attention dropout with bernoulli_, slow on a CPU (hmer.model.dropout):
+        # training with dropout on a CPU takes the explicit path and the cheap masks instead.
+        fused = refine is None and not need_weights and (dropout_p == 0.0 or q.device.type != "cpu")
+        if fused:
             attn_mask = None
             if key_padding_mask is not None:
                 attn_mask = ~key_padding_mask[:, None, None, :]  # SDPA: True = may attend
@@ -113,7 +122,7 @@ class MultiHeadAttention(nn.Module):
             weights = masked_softmax(scores, pad)
             if refine is not None:
                 weights = masked_softmax(scores - refine(weights), pad)
-            out = torch.matmul(F.dropout(weights, dropout_p, self.training), v)
+            out = torch.matmul(dropout(weights, dropout_p, self.training), v)
         b, _, length, _ = out.shape
         out = out.transpose(1, 2).reshape(b, length, self.nhead * self.head_dim)
         return self.out_proj(out), weights

@@ -36,6 +36,7 @@ from torch import Tensor
 from ..config import ModelConfig
 from ..registry import DECODERS
 from .decoder_base import Decoder, DecoderState
+from .dropout import Dropout
 from .embedding import TokenEmbedding
 
 HALF = math.sqrt(0.5)
@@ -74,7 +75,7 @@ class ConvBlock(nn.Module):
         self.kernel_size = kernel_size
         self.conv = nn.Conv1d(d_model, 2 * d_model, kernel_size)
         self.attention = ImageAttention(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def glu_conv(self, window: Tensor) -> Tensor:
         """window [N, T + k - 1, d] (left context included) -> [N, T, d]"""
@@ -93,7 +94,7 @@ class ConvS2SDecoder(Decoder):
         self.embed = TokenEmbedding(cfg.vocab_size, d, cfg.token_pos, cfg.max_len, norm=cfg.embed_norm,
                                     pos_norm=cfg.embed_pos_norm)
         self.blocks = nn.ModuleList(ConvBlock(d, cfg.conv_kernel, cfg.dropout) for _ in range(cfg.conv_layers))
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.out = nn.Linear(d, cfg.vocab_size)
 
     def forward(

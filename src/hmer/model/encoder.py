@@ -47,19 +47,22 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from .dropout import Dropout
+
 
 def downsample_mask(mask: Tensor) -> Tensor:
     """Padding mask [B, H, W] (True = pad) -> [B, ceil(H/2), ceil(W/2)], matching a stride-2, ceil-mode op."""
     return mask[:, 0::2, 0::2]
 
 
-def masked_avg_pool2x2(x: Tensor, valid: Tensor) -> Tensor:
+def masked_avg_pool2x2(x: Tensor, valid: Tensor, zero_at_padding: bool = False) -> Tensor:
     """2x2 ceil-mode average over the valid pixels of each window only.
 
-    x: [B, C, H, W]; valid: [B, 1, H, W] float (1 = image, 0 = pad).
+    x: [B, C, H, W]; valid: [B, 1, H, W] float (1 = image, 0 = pad); `zero_at_padding`: x is
+    already 0 there (the caller folded the mask into its dropout), so it is not multiplied again.
     The divisor of both pools is the same, so their ratio is sum(x * valid) / count(valid).
     """
-    num = F.avg_pool2d(x * valid, 2, ceil_mode=True)
+    num = F.avg_pool2d(x if zero_at_padding else x * valid, 2, ceil_mode=True)
     den = F.avg_pool2d(valid, 2, ceil_mode=True)
     return num / den.clamp_min(1e-6)
 
@@ -74,12 +77,11 @@ class BottleneckLayer(nn.Module):
         self.norm1 = nn.BatchNorm2d(inner)
         self.conv2 = nn.Conv2d(inner, growth_rate, kernel_size=3, padding=1, bias=False)
         self.norm2 = nn.BatchNorm2d(growth_rate)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor, valid: Optional[Tensor]) -> Tensor:
-        y = self.dropout(F.relu(self.norm1(self.conv1(x))))
-        if valid is not None:
-            y = y * valid  # the 3x3 conv must see zeros at padding, as at a tight canvas's border
+        # the 3x3 conv must see zeros at padding, as at a tight canvas's border
+        y = self.dropout(F.relu(self.norm1(self.conv1(x))), valid)
         y = self.dropout(F.relu(self.norm2(self.conv2(y))))
         return torch.cat([x, y], dim=1)
 
@@ -91,7 +93,7 @@ class SingleLayer(nn.Module):
         super().__init__()
         self.conv = nn.Conv2d(in_channels, growth_rate, kernel_size=3, padding=1, bias=False)
         self.norm = nn.BatchNorm2d(growth_rate)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor, valid: Optional[Tensor]) -> Tensor:
         y = self.dropout(F.relu(self.norm(self.conv(x if valid is None else x * valid))))
@@ -120,13 +122,13 @@ class Transition(nn.Module):
         super().__init__()
         self.conv = nn.Conv2d(in_channels, out_channels, kernel_size=1, bias=False)
         self.norm = nn.BatchNorm2d(out_channels)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor, valid: Optional[Tensor]) -> Tensor:
-        x = self.dropout(F.relu(self.norm(self.conv(x))))
+        x = self.dropout(F.relu(self.norm(self.conv(x))), valid)  # zero at padding: the pool's numerator
         if valid is None:
             return F.avg_pool2d(x, 2, ceil_mode=True)
-        return masked_avg_pool2x2(x, valid)
+        return masked_avg_pool2x2(x, valid, zero_at_padding=True)
 
 
 class DenseNetB(nn.Module):
@@ -165,13 +167,17 @@ class DenseNetB(nn.Module):
         x = self.stem_conv(images)
         mask = downsample_mask(image_mask)
         x = F.relu(self.stem_norm(x))
-        if self.mask_padding:
+        # A batch without padding (common: batches are grouped by size) needs no masking at all,
+        # which saves a multiply of every feature map. The check reads the mask: on a CPU only,
+        # where it costs no synchronisation.
+        masking = self.mask_padding and (mask.device.type != "cpu" or bool(mask.any()))
+        if masking:
             # Zero the padding before the max-pool: ReLU output >= 0, so zeros never win over image pixels.
             x = x * (~mask).unsqueeze(1).to(x.dtype)
         x = F.max_pool2d(x, 2, ceil_mode=True)
         mask = downsample_mask(mask)
         for i, block in enumerate(self.blocks):
-            valid = (~mask).unsqueeze(1).to(x.dtype) if self.mask_padding else None
+            valid = (~mask).unsqueeze(1).to(x.dtype) if masking else None
             x = block(x, valid)
             if i < len(self.transitions):
                 x = self.transitions[i](x, valid)

@@ -119,13 +119,16 @@ class HMERModel(nn.Module):
         tgt_in, tgt_out, _ = make_targets(token_ids, direction or self.cfg.direction, device=images.device)
         return self.loss_from_targets(images, image_mask, tgt_in, tgt_out)
 
-    def loss_from_targets(self, images: Tensor, image_mask: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> Tensor:
+    def loss_from_targets(self, images: Tensor, image_mask: Tensor, tgt_in: Tensor, tgt_out: Tensor,
+                          label_smoothing: float = 0.0) -> Tensor:
         """`loss` with the targets already built (`make_targets`) and on the device: what the
         trainer's step calls, so the step itself never copies from the host (which would block
-        until the GPU has caught up)."""
+        until the GPU has caught up). `label_smoothing` (train.label_smoothing) spreads that
+        share of each target's probability evenly over the vocabulary (Szegedy et al., 2016)."""
         logits = self(images, image_mask, tgt_in)
         pad, _, _ = special_ids()
-        return F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=pad)
+        return F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=pad,
+                               label_smoothing=label_smoothing)
 
     @torch.no_grad()
     def attention_maps(

@@ -32,6 +32,7 @@ from torch import Tensor
 from ..config import ModelConfig
 from ..registry import DECODERS
 from .decoder_base import Decoder, DecoderState
+from .dropout import Dropout
 
 
 class CoverageAttention(nn.Module):
@@ -75,7 +76,7 @@ class GRUDecoder(Decoder):
         self.readout_hidden = nn.Linear(hid, emb)
         self.readout_embed = nn.Linear(emb, emb)
         self.readout_context = nn.Linear(d, emb)
-        self.dropout = nn.Dropout(cfg.dropout)
+        self.dropout = Dropout(cfg.dropout)
         self.out = nn.Linear(emb // 2, cfg.vocab_size)
 
     def _initial_hidden(self, memory: Tensor, pad: Tensor) -> Tensor:

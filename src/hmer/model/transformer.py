@@ -33,6 +33,7 @@ from ..config import ModelConfig
 from ..registry import COVERAGES, DECODERS
 from .attention import MultiHeadAttention, Refinement
 from .decoder_base import Decoder, DecoderState
+from .dropout import Dropout
 from .embedding import TokenEmbedding
 from .refinement import AttentionRefinementModule, CoverageKind, exclusive_cumsum
 
@@ -47,7 +48,7 @@ class TransformerDecoderLayer(nn.Module):
         self.norm1 = nn.LayerNorm(d_model)
         self.norm2 = nn.LayerNorm(d_model)
         self.norm3 = nn.LayerNorm(d_model)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def self_block(self, x: Tensor, k: Tensor, v: Tensor, causal: bool, pad: Optional[Tensor] = None) -> Tensor:
         out, _ = self.self_attn.attend(self.self_attn.project_q(x), k, v, pad, causal=causal)

@@ -15,7 +15,7 @@ writes, into the output folder:
     plots/scores.png           the same for ExpRate, <=1 and <=2 side by side
     plots/training_curves.png  validation ExpRate and losses against epoch and wall-clock time
 
-and prints the text table. With `analysis=True` (`hmer report --analysis`) it also writes the
+and prints the text table, then the `mlflow ui` command and the link that compare the runs there. With `analysis=True` (`hmer report --analysis`) it also writes the
 error analysis per variant into `analysis/` (see hmer.reports.analysis). The notebooks in
 `notebooks/` show the same tables and plots.
 """
@@ -31,6 +31,7 @@ import pandas as pd
 
 from ..tracking import keys
 from ..tracking.store import mask_password
+from ..tracking.ui import ui_hint
 from .plots import plot_exprate, plot_training_curves, save_figure
 from .runs import (NoRunsError, curve_runs, list_studies, load_history, load_predictions, load_runs,
                    resolve_tracking_uri, scored_years)
@@ -177,6 +178,9 @@ def report_command(
     print(f"wrote {len(written)} files to {out}:")
     for path in written:
         print(f"  {path.relative_to(out)}")
+    experiments = runs["experiment_id"].dropna().unique() if "experiment_id" in runs.columns else []
+    if len(experiments) == 1:
+        print(ui_hint(uri, str(experiments[0])))
     if table.empty or int(table["seeds"].sum()) == 0:
         print(f"hmer report: no run of {name} has test scores (failed, pruned or unfinished)", file=sys.stderr)
         return EXIT_NOTHING_SCORED

@@ -70,6 +70,10 @@ class StudyBudget:
     hardware: str
     trial_seconds: float = 0.0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # A sweep trial's training compute in CPU-minutes of its worker (one thread): each trial
+    # measures its own cost per image and trains the epochs that fit (hmer.training.cost).
+    # 0 = every trial trains the budget's epochs.
+    sweep_trial_cpu_minutes: float = 0.0
 
     def trial_budget_s(self, n_trials: int, n_jobs: int) -> float:
         """Training seconds per trial so that `n_trials` on `n_jobs` workers fit the window.
@@ -150,6 +154,10 @@ _SMOKE_TRIAL_SECONDS = 30.0
 # and bi 34 minutes (the seed-3 trials; bi decodes with the joint search), 26 on average. Its
 # earlier trials took longer (up to 55 minutes) because test suites shared the cores.
 _CPU_EPOCHS = 4
+# The sweep's trials (studies/sweep.py --budget cpu) each get this much training on one core and
+# train the epochs that fit; with greedy validation after each epoch and no test year, a trial
+# costs about half an hour.
+_CPU_SWEEP_TRIAL_MINUTES = 25.0
 _CPU_TRIAL_SECONDS = 26 * 60.0
 # The papers train 300 epochs over the CROHME training set (8,835 expressions).
 _PAPER_EPOCHS = 300
@@ -189,7 +197,7 @@ BUDGETS: dict[str, StudyBudget] = {
             "train.beam_size": 10, "train.max_decode_len": 200, "train.device": "cpu",
         },
         seeds=(1, 2, 3),
-        sweep_trials=9,
+        sweep_trials=24,
         window_s=0.0,
         load_s=60.0,
         eval_reserve_s=0.0,
@@ -198,6 +206,7 @@ BUDGETS: dict[str, StudyBudget] = {
         trial_seconds=_CPU_TRIAL_SECONDS,
         notes=("epochs are fixed, not a wall-clock budget: the numbers do not depend on how busy the machine "
                "is, only the time does", "how this protocol was chosen: docs/cpu_protocol.md"),
+        sweep_trial_cpu_minutes=_CPU_SWEEP_TRIAL_MINUTES,
     ),
     "short": StudyBudget(
         name="short",

@@ -15,6 +15,7 @@ import argparse
 import sys
 from typing import Sequence
 
+from ..signals import stop_on_signals
 from .budgets import BUDGET_NAMES, pick_budget
 from .spec import StudySpec, SweepSpec
 from .storage import StorageUnreachable
@@ -70,14 +71,24 @@ def build_parser(spec: StudySpec | SweepSpec, doc: str | None = None) -> argpars
 
 def main(spec: StudySpec | SweepSpec, argv: Sequence[str] | None = None, doc: str | None = None) -> int:
     """Parse the options, run the study, print the table; returns the exit status."""
-    from ..config import parse_overrides
-    from .grid import run_grid_study
-    from .sweeps import run_sweep
-
     args = build_parser(spec, doc).parse_args(argv)
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the runner prints every trial itself
+    try:
+        with stop_on_signals():  # SIGTERM as Ctrl-C: the trial in progress closes KILLED, resumable
+            return _run(spec, args)
+    except KeyboardInterrupt as exc:
+        print(f"{spec.name}: {'stopped by ' + exc.signal_name if hasattr(exc, 'signal_name') else 'interrupted'}; "
+              f"run the same command to resume", file=sys.stderr)
+        return getattr(exc, "exit_status", 130)
+
+
+def _run(spec: StudySpec | SweepSpec, args) -> int:
+    from ..config import parse_overrides
+    from .grid import run_grid_study
+    from .sweeps import run_sweep
+
     try:
         if args.n_jobs is not None and args.n_jobs < 1:
             raise ValueError("--n-jobs must be at least 1")
@@ -89,9 +100,6 @@ def main(spec: StudySpec | SweepSpec, argv: Sequence[str] | None = None, doc: st
             outcome = run_sweep(spec, budget, n_trials=args.trials, **common)
         else:
             outcome = run_grid_study(spec, budget, seeds=args.seeds, **common)
-    except KeyboardInterrupt:
-        print(f"{spec.name}: interrupted; run the same command to resume", file=sys.stderr)
-        return 130
     except StorageUnreachable as exc:  # the database stayed down: nothing is lost, the study resumes
         print(f"{spec.name}: error: {exc}; run the same command to resume once it is back", file=sys.stderr)
         return EXIT_INCOMPLETE

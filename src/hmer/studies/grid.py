@@ -19,6 +19,7 @@ from optuna.trial import TrialState
 
 from ..tracking import keys
 from ..tracking.store import mask_password
+from ..tracking.ui import ui_hint
 from .budgets import StudyBudget
 from .claims import CellClaims, ClaimedGridSampler, Worker, describe_cell_key
 from .mlflow_runs import finish_parent
@@ -69,6 +70,7 @@ def run_grid_study(
     space = spec.search_space(seeds)
     model_preset = spec.model_preset(budget.model_size)
     base = base_config(model_preset, budget, len(cells), n_jobs, spec.fixed, overrides, data_path)
+    spec.check_cells(base, seeds)  # a cell its keys do not allow fails now, not after the cells before it
     if main:
         say(f"study {name}: {spec.description}")
         say(budget.describe(len(cells), n_jobs))
@@ -103,7 +105,8 @@ def run_grid_study(
                 "storage": mask_url(setup.storage_url), "n_trials": len(cells), "model_preset": model_preset},
         tags={keys.BUDGET: budget.name, keys.KIND: "grid", keys.VARIANT: spec.name},
         artifact={"spec": spec.name, "description": spec.description, "grid": space,
-                  "baseline": spec.baseline_cell, "config": base.to_flat_dict()})
+                  "baseline": spec.baseline_cell, "config": base.to_flat_dict()},
+        reopen=done < len(cells))
 
     children: list = []
     failed_here: set[str] = set()
@@ -122,6 +125,8 @@ def run_grid_study(
         raise
     finally:
         for child in children:
+            if interrupted:  # a SIGTERM sent to this process alone: the workers stop their trials too
+                child.terminate()
             child.join()
         status = claims.status()
         n_complete = sum(cell_key(c) in status.complete for c in cells)
@@ -137,10 +142,24 @@ def run_grid_study(
         say(f"study {name}: {n_complete} of {len(cells)} cells complete"
             + ("" if complete else f"; failed: {'; '.join(outcome.failed) or 'none here'} "
                f"(run the same command to retry them)"))
-        outcome.table = grid_table(name, setup.tracking_uri)
+        outcome.table = _end_of_study(session, complete)
         if print_table and outcome.table:
             print(outcome.table, flush=True)
+            say(ui_hint(setup.tracking_uri, session.experiment_id))
     return outcome
+
+
+def _end_of_study(session: Session, complete: bool) -> str:
+    """The study's table as text; a complete study's parent run also gets it as its description,
+    with the variants' summary metrics (`hmer.reports.study_run`: written only where they changed,
+    so a finished study run again writes nothing)."""
+    from ..reports.study_run import annotate_study
+    from ..reports.tables import format_table, study_table
+
+    table = study_table(session.name, session.tracking_uri)
+    if complete:
+        annotate_study(session.name, session.tracking_uri, table=table)
+    return format_table(table)
 
 
 def _worker_loop(session: Session, spec: StudySpec, sampler: ClaimedGridSampler, claims: CellClaims,

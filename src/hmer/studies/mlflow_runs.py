@@ -25,11 +25,13 @@ def study_runs_filter(study_name: str) -> str:
 
 
 def parent_run(study: optuna.Study, known: str | None, *, tracking_uri: str, experiment: str,
-               params: Mapping[str, Any], tags: Mapping[str, str], artifact: Mapping[str, Any]) -> tuple[str, str]:
+               params: Mapping[str, Any], tags: Mapping[str, str], artifact: Mapping[str, Any],
+               reopen: bool = True) -> tuple[str, str]:
     """The study's MLflow parent run, created once and reopened on resume: (experiment id, run id).
 
     `known` is the run id the study recorded (None for a new study); a run of another MLflow
-    store is looked up by its tags instead.
+    store is looked up by its tags instead. `reopen=False` (a study with nothing left to run)
+    finds the run without marking it RUNNING again, so that reading a finished study writes nothing.
     """
     from mlflow.entities import Param
 
@@ -58,7 +60,7 @@ def parent_run(study: optuna.Study, known: str | None, *, tracking_uri: str, exp
         for i in range(0, len(items), 100):
             client.log_batch(run_id, params=items[i:i + 100])
         client.log_text(run_id, json.dumps(artifact, indent=2, sort_keys=True, default=str), "study.json")
-    else:
+    elif reopen:
         client.update_run(run_id, status="RUNNING")
         client.set_tag(run_id, keys.STATUS, "running")
     return experiment_id, run_id
@@ -66,9 +68,13 @@ def parent_run(study: optuna.Study, known: str | None, *, tracking_uri: str, exp
 
 def finish_parent(client, study: optuna.Study, parent_run_id: str, complete: bool, failed: Sequence[str],
                   interrupted: bool) -> None:
-    """FINISHED when the study is complete; FAILED/KILLED when it stops short and no one else runs it."""
+    """FINISHED when the study is complete; FAILED/KILLED when it stops short and no one else runs it.
+    A parent already FINISHED is left as it is (its end time stays the study's)."""
     running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     if complete:
+        run = client.get_run(parent_run_id)
+        if run.info.status == "FINISHED" and run.data.tags.get(keys.STATUS) == "finished":
+            return
         client.set_tag(parent_run_id, keys.STATUS, "finished")
         client.set_terminated(parent_run_id, status="FINISHED")
     elif not running:

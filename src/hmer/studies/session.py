@@ -175,18 +175,22 @@ def wait_for_attr(read: Callable[[], Mapping[str, Any]], key: str, timeout_s: fl
 
 def open_session(setup: Setup, storage: optuna.storages.BaseStorage, study: optuna.Study, base: Config,
                  created: bool, worker: Worker, *, params: Mapping[str, Any], tags: Mapping[str, str],
-                 artifact: Mapping[str, Any]) -> Session:
-    """The study's MLflow parent run (created or reopened) and this worker's session; MLflow runs
-    of trials whose worker died are marked FAILED on the way."""
+                 artifact: Mapping[str, Any], reopen: bool = True) -> Session:
+    """The study's MLflow parent run (created, or reopened unless `reopen` is False: nothing is left
+    to run) and this worker's session; MLflow runs of trials whose worker died are marked FAILED on
+    the way."""
     known = None if created else wait_for_attr(lambda: study.user_attrs, keys.PARENT_RUN_ID, timeout_s=60.0)
     experiment_id, parent = parent_run(study, known, tracking_uri=setup.tracking_uri, experiment=setup.name,
-                                       params=params, tags=tags, artifact=artifact)
+                                       params=params, tags=tags, artifact=artifact, reopen=reopen)
     if study.user_attrs.get(keys.PARENT_RUN_ID) != parent:
         study.set_user_attr(keys.PARENT_RUN_ID, parent)
     session = Session(study=study, storage=storage, storage_url=setup.storage_url, tracking_uri=setup.tracking_uri,
                       experiment=setup.name, experiment_id=experiment_id, parent_run_id=parent, base=base,
                       created=created, worker=worker, budget=setup.budget, say=setup.say)
     session.fail_dead_trial_runs()
+    from ..tracking.run import fail_runs_of_dead_processes
+
+    fail_runs_of_dead_processes(setup.tracking_uri)  # e.g. a `hmer train` of this machine killed with -9
     return session
 
 

@@ -23,6 +23,10 @@ from ..registry import linked_overrides
 SEED_KEY = "train.seed"
 
 
+class SearchSpaceError(ValueError):
+    """A study's grid or search space reaches a value its config key does not allow (a bug in the spec)."""
+
+
 @dataclass(frozen=True)
 class StudySpec:
     """A grid ablation; see the module docstring.
@@ -85,6 +89,16 @@ class StudySpec:
         variants = sorted(itertools.product(*(self.axes[k] for k in keys)), key=lambda v: v != baseline)
         return [{**dict(zip(keys, values)), SEED_KEY: int(seed)} for seed in seeds for values in variants]
 
+    def check_cells(self, base, seeds: Sequence[int]) -> None:
+        """Every cell's config is allowed (`base`: the study's base Config); a ValueError naming the
+        study, the cell and the key before anything runs. A refused cell is a bug in the spec."""
+        for cell in self.cells(seeds):
+            try:
+                base.override(self.overrides(cell))
+            except ValueError as exc:
+                raise SearchSpaceError(f"study {self.name!r}: cell {cell_label(cell)} is not a valid config, a bug in "
+                                       f"the study's grid: {exc}") from None
+
     def overrides(self, cell: Mapping[str, Any]) -> dict[str, Any]:
         """The Config overrides of one cell: the fixed ones, its axis values and what they bring."""
         values: dict[str, Any] = dict(self.fixed)
@@ -117,7 +131,10 @@ class SweepParam:
 
     A float or int range (`low`, `high`, `log`), or a list of `choices`. With `relative`,
     bounds and choices are multiples of the preset's value of `key`. `scales` names keys
-    that move in proportion (the feed-forward width follows the model width).
+    that move in proportion (the feed-forward width follows the model width). With
+    `share_of_training`, the value sampled is a share of the trial's training steps and `key`
+    gets that many steps (a warm-up of 1,000 steps is a tenth of one trial and all of another
+    when trials train different epochs); Optuna then knows the parameter as `name`.
     """
 
     key: str
@@ -125,9 +142,15 @@ class SweepParam:
     high: float = 0.0
     log: bool = False
     integer: bool = False
-    choices: tuple[float, ...] = ()
+    choices: tuple[Any, ...] = ()
     relative: bool = False
     scales: tuple[str, ...] = ()
+    share_of_training: bool = False
+
+    @property
+    def name(self) -> str:
+        """The parameter's name in Optuna: the key, or what the sampled share is of."""
+        return f"{self.key} (share of training)" if self.share_of_training else self.key
 
     def distribution(self, base: Mapping[str, Any]):
         """The Optuna distribution of this parameter given the base config's flat values."""
@@ -135,7 +158,7 @@ class SweepParam:
 
         factor = float(base[self.key]) if self.relative else 1.0
         if self.choices:
-            values = [c * factor for c in self.choices]
+            values = [c * factor for c in self.choices] if self.relative else list(self.choices)
             if self.integer:
                 values = [int(round(v)) for v in values]
             return CategoricalDistribution(values)
@@ -150,13 +173,16 @@ class SweepParam:
 
         dist = self.distribution(base)
         if isinstance(dist, CategoricalDistribution):
-            return trial.suggest_categorical(self.key, list(dist.choices))
+            return trial.suggest_categorical(self.name, list(dist.choices))
         if isinstance(dist, IntDistribution):
-            return trial.suggest_int(self.key, dist.low, dist.high, log=dist.log)
-        return trial.suggest_float(self.key, dist.low, dist.high, log=dist.log)
+            return trial.suggest_int(self.name, dist.low, dist.high, log=dist.log)
+        return trial.suggest_float(self.name, dist.low, dist.high, log=dist.log)
 
-    def overrides(self, value: Any, base: Mapping[str, Any]) -> dict[str, Any]:
-        """The Config overrides for a sampled `value`, including the keys that scale with it."""
+    def overrides(self, value: Any, base: Mapping[str, Any], training_steps: int = 0) -> dict[str, Any]:
+        """The Config overrides for a sampled `value`, including the keys that scale with it
+        (`training_steps`: the trial's, for a share of training)."""
+        if self.share_of_training:
+            return {self.key: int(round(float(value) * training_steps))}
         values = {self.key: value}
         if self.scales:
             ratio = float(value) / float(base[self.key])
@@ -182,6 +208,25 @@ class SweepSpec:
             return self.model_presets[size]
         except KeyError:
             raise ValueError(f"sweep {self.name!r} has no model preset of size {size!r}") from None
+
+    def sampled_config(self, base, values: Mapping[str, Any], trial: int | str = "?"):
+        """`base` (a Config) with a trial's sampled `values`; a value its field does not allow is a
+        bug in the search space, and the SearchSpaceError says so."""
+        try:
+            return base.override(values)
+        except ValueError as exc:
+            raise SearchSpaceError(f"sweep {self.name!r}, trial {trial}: a sampled value is outside what its key "
+                                   f"allows, a bug in the search space: {exc}") from None
+
+    def check_space(self, base) -> None:
+        """Both ends of every range (and every choice) of the search space are allowed values of `base`
+        (a Config), so no trial can sample one that is not; SearchSpaceError before anything runs."""
+        flat = base.to_flat_dict()
+        for param in self.params:
+            dist = param.distribution(flat)
+            ends = list(dist.choices) if hasattr(dist, "choices") else [dist.low, dist.high]
+            for value in ends:
+                self.sampled_config(base, param.overrides(value, flat), trial=f"(range of {param.key})")
 
 
 # ---- the studies of the suite ----------------------------------------------------------------
@@ -230,14 +275,37 @@ ABLATIONS: dict[str, StudySpec] = {s.name: s for s in (DIRECTION, DECODER, COVER
 
 SWEEP = SweepSpec(
     name="sweep",
-    description="TPE over learning rate, dropout, model width, batch pixel budget and weight decay",
+    description=("what learns most per CPU-minute: TPE over the learning rate, warm-up, schedule, batch size, "
+                 "label smoothing, dropout, rendering height and style, scale and renderer augmentation, "
+                 "encoder and decoder width and depth; every trial gets the same training compute (the "
+                 "budget's sweep_trial_cpu_minutes) and trains the epochs that fit it"),
     params=(
-        SweepParam("train.lr", low=1 / 8, high=4.0, log=True, relative=True),
-        SweepParam("model.dropout", low=0.0, high=0.5),
-        SweepParam("model.d_model", choices=(0.5, 1.0, 2.0), relative=True, integer=True,
+        SweepParam("train.lr", low=1 / 4, high=4.0, log=True, relative=True),
+        SweepParam("train.warmup_steps", low=0.0, high=0.15, share_of_training=True),
+        SweepParam("train.schedule", choices=("cosine", "plateau")),
+        SweepParam("data.max_batch_size", choices=(8, 16, 32), integer=True, scales=("data.batch_pixels",)),
+        SweepParam("train.label_smoothing", low=0.0, high=0.2),
+        SweepParam("model.dropout", low=0.0, high=0.3),
+        SweepParam("model.encoder_dropout", low=0.0, high=0.2),
+        SweepParam("data.render_height", choices=(48, 64, 80), integer=True),
+        SweepParam("data.scale_aug_max", choices=(0.0, 1.4)),
+        SweepParam("data.render_style", choices=("direct", "standard-like")),
+        SweepParam("data.aug_share", low=0.0, high=1.0),
+        SweepParam("model.growth_rate", choices=(8, 12, 16), integer=True),
+        SweepParam("model.num_dense_layers", choices=(3, 4, 6), integer=True),
+        SweepParam("model.d_model", choices=(0.75, 1.0, 1.5), relative=True, integer=True,
                    scales=("model.dim_feedforward",)),
-        SweepParam("data.batch_pixels", low=0.5, high=2.0, log=True, relative=True, integer=True),
-        SweepParam("train.weight_decay", low=1e-6, high=1e-3, log=True),
+        SweepParam("model.num_decoder_layers", choices=(1, 2, 3), integer=True),
     ),
     model_presets={"tiny": "tiny", "full": "bttr"},
+    # Scale augmentation, when a trial turns it on, is CoMER's range x0.7 .. x1.4. Renderer
+    # augmentation redraws `data.aug_share` of the training images with one recipe of moderate
+    # distortions (docs/data.md measures each; antialiasing, the costly one, is left to downscaling,
+    # which gives the same grey edges). Validation is also drawn standard-like and the objective
+    # reads both (sweeps.sweep_objective). No test year is decoded: a sweep selects on validation
+    # only, and its winner is trained again by the studies.
+    fixed={"data.scale_aug_min": 0.7, "data.test_years": "", "data.val_alt": "standard-like",
+           "data.aug_width_min": 0.5, "data.aug_width_max": 1.5, "data.aug_pressure": 0.3,
+           "data.aug_downscale": 0.5, "data.aug_blur": 0.8, "data.aug_slant": 8.0, "data.aug_rotate": 3.0,
+           "data.aug_jitter": 0.5, "data.aug_elastic": 1.5},
 )

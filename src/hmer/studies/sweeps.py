@@ -13,13 +13,17 @@ from __future__ import annotations
 import json
 import math
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import optuna
 from optuna.trial import TrialState
 
+from ..config import Config
+from ..data import make_batches
 from ..tracking import keys
+from ..training.cost import epochs_for_budget, train_seconds_per_image
 from ..tracking.store import mask_password
+from ..tracking.ui import ui_hint
 from .budgets import StudyBudget
 from .claims import CellClaims, Worker
 from .mlflow_runs import finish_parent
@@ -51,6 +55,7 @@ def run_sweep(
     replaces the median pruner (the extra workers of n_jobs keep the median pruner). The other
     arguments are those of `run_grid_study`.
     """
+    injected = data is not None  # data given in memory serves every trial as it is
     setup = resolve(spec.name, budget, n_jobs=n_jobs, data=data, study_name=study_name, role=role,
                     tracking_uri=tracking_uri, storage=storage)
     budget, n_jobs, name, main, say = setup.budget, setup.n_jobs, setup.name, setup.main, setup.say
@@ -58,7 +63,8 @@ def run_sweep(
     model_preset = spec.model_preset(budget.model_size)
     base = base_config(model_preset, budget, n_trials, n_jobs, spec.fixed, overrides,
                        data_path).override({SEED_KEY: spec.seed})
-    space = {p.key: _describe_param(p, base.to_flat_dict()) for p in spec.params}
+    spec.check_space(base)  # a range that leaves what its key allows is refused before any trial
+    space = {p.name: _describe_param(p, base.to_flat_dict()) for p in spec.params}
     if main:
         say(f"study {name}: {spec.description}")
         say(budget.describe(n_trials, n_jobs))
@@ -71,7 +77,8 @@ def run_sweep(
         data = load_data(base, say)  # bad data fails here, before a study or an MLflow run exists
     sampler = optuna.samplers.TPESampler(multivariate=True, constant_liar=True,
                                          n_startup_trials=max(2, min(10, n_trials // 3)))
-    pruner = pruner or optuna.pruners.MedianPruner(n_startup_trials=max(2, n_trials // 5), n_warmup_steps=1)
+    # pruning from half of a trial's training on (steps are % of its training, see PRUNE_STEPS)
+    pruner = pruner or optuna.pruners.MedianPruner(n_startup_trials=max(2, n_trials // 5), n_warmup_steps=50)
     attrs = {keys.SPEC: spec.name, keys.BUDGET: budget.name, keys.SPACE: space, keys.EXPERIMENT: name,
              keys.N_TRIALS: n_trials}
     store = open_storage(setup.storage_url)
@@ -90,7 +97,19 @@ def run_sweep(
                 "model_preset": model_preset},
         tags={keys.BUDGET: budget.name, keys.KIND: "sweep", keys.VARIANT: spec.name},
         artifact={"spec": spec.name, "description": spec.description, "space": space, "n_trials": n_trials,
-                  "config": base.to_flat_dict()})
+                  "config": base.to_flat_dict()},
+        reopen=_finished_trials(study) < n_trials)
+
+    loaded: dict[tuple, dict[str, list]] = {}
+
+    def data_for(cfg) -> dict[str, list]:
+        """The data a trial's config loads: the process's own unless the trial renders differently."""
+        if injected or cfg.data.loading_key() == base.data.loading_key():
+            return data
+        key = cfg.data.loading_key()
+        if key not in loaded:
+            loaded[key] = load_data(cfg, say)  # from the rendered cache after the first time
+        return loaded[key]
 
     children: list = []
     failures_in_a_row = 0
@@ -105,7 +124,7 @@ def run_sweep(
         while _finished_trials(study) < n_trials:
             if data is None:  # a trial of a dead worker must be replaced after all
                 data = load_data(base, say)
-            state = run_one_trial(session, _objective(session, spec, data))
+            state = run_one_trial(session, _objective(session, spec, data_for))
             failures_in_a_row = failures_in_a_row + 1 if state == TrialState.FAIL else 0
             if failures_in_a_row >= 3:
                 say("three trials in a row failed in this worker: stopping it (see the errors above)")
@@ -122,6 +141,8 @@ def run_sweep(
         raise
     finally:
         for child in children:
+            if interrupted:  # a SIGTERM sent to this process alone: the workers stop their trials too
+                child.terminate()
             child.join()
         n_finished = _finished_trials(study)
         complete = n_finished >= n_trials
@@ -134,37 +155,80 @@ def run_sweep(
     if main:
         outcome.table = sweep_table(study)
         print(outcome.table, flush=True)
+        say(ui_hint(setup.tracking_uri, session.experiment_id))
     return outcome
 
 
-def _objective(session: Session, spec: SweepSpec, data: dict[str, list]):
-    """The sweep's objective: sample the spec's parameters, train, report every epoch for pruning."""
+# A sweep trial's epochs when the budget gives it CPU-minutes instead: at most this many.
+MAX_SWEEP_EPOCHS = 60
+# The pruner compares trials at the same share of their training (steps 25, 50, 75, 100 %), not
+# at the same epoch: trials given the same compute run different numbers of epochs.
+PRUNE_STEPS = 4
+
+
+def _objective(session: Session, spec: SweepSpec, data_for: Callable[[Config], dict[str, list]]):
+    """The sweep's objective: sample the spec's parameters, fit the epochs to the trial's compute,
+    train, report at each quarter of the training for pruning."""
     base_flat = session.base.to_flat_dict()
+    cpu_minutes = session.budget.sweep_trial_cpu_minutes
 
     def objective(trial: optuna.Trial) -> float:
         trial.set_user_attr(keys.WORKER, session.worker.as_attr())
+        sampled = {param: param.suggest(trial, base_flat) for param in spec.params}
         values: dict[str, Any] = {}
-        for param in spec.params:
-            values.update(param.overrides(param.suggest(trial, base_flat), base_flat))
+        for param, value in sampled.items():
+            if not param.share_of_training:
+                values.update(param.overrides(value, base_flat))
+        cfg = spec.sampled_config(session.base, values, trial.number)
+        data = data_for(cfg)
+        if cpu_minutes > 0:
+            per_image = train_seconds_per_image(cfg, data["train"])
+            values["train.epochs"] = epochs_for_budget(cpu_minutes * 60, per_image, len(data["train"]),
+                                                       MAX_SWEEP_EPOCHS)
+            trial.set_user_attr(keys.TRIAL_CPU_SECONDS_PER_IMAGE, per_image)
+            trial.set_user_attr(keys.TRIAL_FITTED_EPOCHS, values["train.epochs"])
+            session.say(f"trial {trial.number}: {per_image * 1000:.1f} CPU-ms per training image: "
+                        f"{values['train.epochs']} epochs fit its {cpu_minutes:g} CPU-minutes")
+        cfg = spec.sampled_config(session.base, values, trial.number)
+        steps = cfg.train.epochs * len(make_batches(data["train"], cfg.data.batch_pixels, cfg.data.max_batch_size,
+                                                    shuffle=True, seed=0))
+        for param, value in sampled.items():
+            if param.share_of_training:
+                values.update(param.overrides(value, base_flat, training_steps=steps))
+        cfg = spec.sampled_config(session.base, values, trial.number)
         label = ",".join(f"{k}={_short(v)}" for k, v in values.items())
         trial.set_user_attr(keys.CELL, label)
-        cfg = session.base.override(values).validate()
         tags = {keys.CELL: label, keys.SEED: str(cfg.train.seed), keys.VARIANT: f"trial {trial.number}",
                 keys.BUDGET: session.budget.name}
+        reported: set[int] = set()
 
         def report(epoch: int, metrics: dict[str, float]) -> None:
             value = metrics.get("val_exprate")
             if value is None:
                 return
-            trial.report(value, epoch)
+            step = 100 * (PRUNE_STEPS * epoch // cfg.train.epochs) // PRUNE_STEPS  # % of training, in quarters
+            if step == 0 or step in reported:
+                return
+            reported.add(step)
+            trial.report(value, step)
             if trial.should_prune():
-                raise optuna.TrialPruned(f"validation ExpRate {value:.2f} at epoch {epoch} is below the median")
+                raise optuna.TrialPruned(f"validation ExpRate {value:.2f} after {step} % of its training "
+                                         f"(epoch {epoch}) is below the median")
 
         result = train_trial(trial, cfg, session, data, name=label, tags=tags, run_name=f"trial {trial.number}",
                              report=report)
-        return result.best_val_exprate
+        return sweep_objective(result)
 
     return objective
+
+
+def sweep_objective(result) -> float:
+    """What a sweep maximises: the validation ExpRate decoded as the test years are (beam, joint
+    search), averaged with the same writers drawn in the other style (`data.val_alt`) when the trial
+    has it, so that a setting must read both renderers' strokes (issue 26) and no test year is read.
+    Without a final validation decode: the best greedy validation ExpRate of the epochs."""
+    scores = [s.exprate for key, s in sorted(result.validation_scores.items()) if s.n > 0]
+    return sum(scores) / len(scores) if scores else result.best_val_exprate
 
 
 def _describe_param(param, base_flat: Mapping[str, Any]) -> str:

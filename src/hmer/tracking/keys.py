@@ -7,12 +7,15 @@ Keys of one kind share a prefix: `hmer.` for the suite's own, `mlflow.` for MLfl
 
 # ---- MLflow tags on every training run ----------------------------------------------------------
 VARIANT = "hmer.variant"          # the run's variant label (config name or decoder), or a study's spec
-STATUS = "hmer.status"            # running | finished | failed | pruned | paused | interrupted | incomplete
+STATUS = "hmer.status"            # running | finished | failed | pruned | paused | killed | interrupted | incomplete
 ERROR = "hmer.error"              # one line: why a run or trial failed
 GIT_COMMIT = "hmer.git_commit"    # the commit that produced the run, "-dirty" with uncommitted changes
 DEVICE = "hmer.device"            # the device it trained on, in words
 RESUMED = "hmer.resumed"          # the epoch a resumed run continued from
 WARM_RESTART = "hmer.warm_restart"  # the epoch a run restarted from fp16 weights (tools/gpu_campaign.py)
+STOPPED_BY = "hmer.stopped_by"    # a run closed KILLED by SIGTERM/SIGINT: the signal, and where training stood
+PID = "hmer.pid"                  # the process that trains the run (the last one, after a resume)
+HOST = "hmer.host"                # the machine it runs on: a RUNNING run of this host whose pid is gone died
 ATTENTION_MAPS_ERROR = "hmer.attention_maps_error"  # why the attention-map figures are missing
 REGISTERED_MODEL = "hmer.registered_model"          # the MLflow model-registry name, when registered
 
@@ -45,6 +48,9 @@ RESUMED_FROM = "hmer.resumed_from"  # trial attribute and run tag: the dead tria
 TRIAL_RUN_ID = "mlflow_run_id"    # the trial's MLflow run
 TRIAL_EPOCHS = "epochs"           # the epochs it trained
 TRIAL_STOPPED_BY = "stopped_by"   # why it stopped: epochs | budget | target | paused
+# A sweep trial given CPU-minutes (studies.sweeps): its measured cost and the epochs that fit.
+TRIAL_CPU_SECONDS_PER_IMAGE = "train_cpu_seconds_per_image"
+TRIAL_FITTED_EPOCHS = "train_epochs"
 
 # ---- moving runs between stores (hmer runs export / import) -----------------------------------
 SOURCE_RUN_ID = "hmer.source_run_id"
@@ -63,3 +69,8 @@ IMPORT_NEVER_PREDICTED_SYMBOLS = "hmer.import.never_predicted_symbols"
 # ---- MLflow's own reserved tags the suite sets ---------------------------------------------------
 MLFLOW_PARENT_RUN_ID = "mlflow.parentRunId"
 MLFLOW_RUN_NAME = "mlflow.runName"
+MLFLOW_NOTE = "mlflow.note.content"  # a run's (or experiment's) description in the UI, Markdown
+# What an experiment is for, read by MLflow's UI to choose between its GenAI and model-training
+# views; the suite's experiments hold training runs (see tracking/ui.py).
+MLFLOW_EXPERIMENT_KIND = "mlflow.experimentKind"
+EXPERIMENT_KIND_TRAINING = "custom_model_development"

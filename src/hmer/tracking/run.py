@@ -12,8 +12,13 @@ How a run ends, by how its `with` block ends:
     returns                         hmer.status finished           MLflow FINISHED
     returns after run.pause()       hmer.status paused             MLflow KILLED (resumable)
     raises optuna.TrialPruned       hmer.status pruned             MLflow KILLED
+    raises hmer.signals.Stopped     hmer.status killed, hmer.stopped_by  MLflow KILLED (resumable)
     raises KeyboardInterrupt        hmer.status failed, hmer.error MLflow KILLED
     raises anything else            hmer.status failed, hmer.error MLflow FAILED
+
+Each run records the process that trains it (`hmer.pid`, `hmer.host`), so that a run left RUNNING
+by a process killed outright (SIGKILL, out of memory) can be told from a live one and closed FAILED
+by the next `hmer train --resume` or study start (`fail_runs_of_dead_processes`).
 
 The trainer sees only the methods of `RunLogger`, so it never imports MLflow; a process that must
 not log (a DDP rank other than 0) is given a `NullRun`, which has the same methods and does nothing.
@@ -21,6 +26,8 @@ not log (a DDP rank other than 0) is given a `NullRun`, which has the same metho
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from typing import Any, Protocol
 
@@ -66,6 +73,7 @@ class TrainingRun:
             keys.GIT_COMMIT: git_commit(),
             keys.DEVICE: device,
             keys.STATUS: "running",
+            **_process_tags(),
             **(tags or {}),
         }
         if parent_run_id:
@@ -81,6 +89,10 @@ class TrainingRun:
         client.update_run(run_id, status="RUNNING")
         client.set_tag(run_id, keys.STATUS, "running")
         client.set_tag(run_id, keys.RESUMED, str(from_epoch))
+        for key, value in _process_tags().items():
+            client.set_tag(run_id, key, value)
+        if keys.STOPPED_BY in client.get_run(run_id).data.tags:  # the stop is over: the run goes on
+            client.delete_tag(run_id, keys.STOPPED_BY)
         return cls(client, run_id)
 
     def log_params(self, params: dict[str, Any]) -> None:
@@ -113,6 +125,10 @@ class TrainingRun:
                 status = "KILLED" if self._paused else "FINISHED"
                 if not self._paused:
                     self.set_tag(keys.STATUS, "finished")
+            elif getattr(exc, "signal_name", None):  # hmer.signals.Stopped: resumable from its last checkpoint
+                self.set_tag(keys.STATUS, "killed")
+                self.set_tag(keys.STOPPED_BY, str(exc)[:5000])
+                status = "KILLED"
             else:
                 # Matched by name: Optuna need not be installed for a run to train.
                 pruned = type(exc).__name__ == "TrialPruned"
@@ -123,6 +139,46 @@ class TrainingRun:
         finally:
             self.client.set_terminated(self.run_id, status=status)
         return False
+
+
+def _process_tags() -> dict[str, str]:
+    return {keys.PID: str(os.getpid()), keys.HOST: socket.gethostname()}
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def fail_runs_of_dead_processes(tracking_uri: str | None = None) -> list[str]:
+    """Close FAILED every RUNNING run of this machine whose process is gone (killed by SIGKILL or the
+    out-of-memory killer, which no handler sees); tag `hmer.error` says so. Returns their ids.
+    Runs of other machines, and runs written before the process was recorded, are left alone."""
+    from .store import quiet_mlflow
+
+    quiet_mlflow()
+    client = mlflow_client(tracking_uri)
+    experiment_ids = [e.experiment_id for e in client.search_experiments()]
+    if not experiment_ids:
+        return []
+    host = socket.gethostname()
+    filter_string = f"attributes.status = 'RUNNING' and tags.`{keys.HOST}` = '{host}'"
+    marked = []
+    for run in client.search_runs(experiment_ids, filter_string=filter_string, max_results=10_000):
+        pid = run.data.tags.get(keys.PID, "")
+        if not pid.isdigit() or int(pid) == os.getpid() or _process_alive(int(pid)):
+            continue
+        client.set_tag(run.info.run_id, keys.STATUS, "failed")
+        client.set_tag(run.info.run_id, keys.ERROR, f"its process (pid {pid} on {host}) ended without closing "
+                                                    f"the run: killed outright (SIGKILL, out of memory)")
+        client.set_terminated(run.info.run_id, status="FAILED")
+        marked.append(run.info.run_id)
+    return marked
 
 
 class NullRun:

@@ -123,8 +123,11 @@ def quiet_mlflow() -> None:
 
 
 def setup_mlflow(tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT) -> str:
-    """Point MLflow at the store and make sure the experiment exists; returns its id."""
+    """Point MLflow at the store and make sure the experiment exists (created as a model-training
+    experiment, see tracking/ui.py); returns its id."""
     import mlflow
+
+    from .ui import TRAINING_EXPERIMENT_TAGS
 
     quiet_mlflow()
 
@@ -137,7 +140,7 @@ def setup_mlflow(tracking_uri: str | None = None, experiment: str = DEFAULT_EXPE
     root = artifact_root_for(uri)
     try:
         experiment_id = mlflow.create_experiment(
-            experiment, artifact_location=f"{root}/{experiment}" if root else None
+            experiment, artifact_location=f"{root}/{experiment}" if root else None, tags=TRAINING_EXPERIMENT_TAGS
         )
     except Exception:  # another worker created it first
         found = mlflow.get_experiment_by_name(experiment)

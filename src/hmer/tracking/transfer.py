@@ -224,17 +224,7 @@ def import_runs(path: str | os.PathLike[str], *, tracking_uri: str | None = None
                     with part.open("rb") as src:
                         shutil.copyfileobj(src, joined)
         unpacked = tmp_path / "unpacked"
-        with tarfile.open(archive, "r:gz") as tar:
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(unpacked, filter="data")
-            else:  # Python < 3.11.4: no extraction filters; refuse paths that leave the folder
-                for member in tar.getmembers():
-                    if member.name.startswith("/") or ".." in Path(member.name).parts:
-                        raise ValueError(f"{archive}: unsafe path {member.name!r}")
-                tar.extractall(unpacked)
-        manifest = json.loads((unpacked / MANIFEST).read_text())
-        if manifest.get("format") != FORMAT:
-            raise ValueError(f"{path}: export format {manifest.get('format')!r}, this hmer reads {FORMAT}")
+        manifest = _unpack(archive, unpacked, Path(path))  # a bad file fails here, before the store is touched
         label = Path(path).name.split(PART_SUFFIX)[0]
         exp_ids = {name: ensure_experiment(client, name, manifest.get("experiment_tags", {}).get(name, {}))
                    for name in manifest["experiments"]}
@@ -289,15 +279,60 @@ def import_runs(path: str | os.PathLike[str], *, tracking_uri: str | None = None
     return result
 
 
+def _unpack(archive: Path, folder: Path, named: Path) -> dict:
+    """Unpack the export `archive` into `folder` and return its checked manifest; a ValueError naming
+    `named` (the file the user gave) and what is wrong with it, when it is not a whole export."""
+    import zlib
+
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(folder, filter="data")
+            else:  # Python < 3.11.4: no extraction filters; refuse paths that leave the folder
+                for member in tar.getmembers():
+                    if member.name.startswith("/") or ".." in Path(member.name).parts:
+                        raise ValueError(f"{named}: unsafe path {member.name!r}")
+                tar.extractall(folder)
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
+        if isinstance(exc, (FileNotFoundError, PermissionError)):
+            raise
+        raise ValueError(f"{named}: not an hmer runs export (a .tar.gz from `hmer runs export`): "
+                         f"{type(exc).__name__}: {exc}") from None
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except FileNotFoundError:
+        raise ValueError(f"{named}: a tar.gz without {MANIFEST}, so not an hmer runs export") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{named}: {MANIFEST} is not JSON ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        found = manifest.get("format") if isinstance(manifest, dict) else None
+        raise ValueError(f"{named}: export format {found!r}, this hmer reads {FORMAT}")
+    experiments, runs = manifest.get("experiments"), manifest.get("runs")
+    if not isinstance(experiments, list) or not isinstance(runs, list):
+        raise ValueError(f"{named}: {MANIFEST} lacks its experiments or runs lists")
+    for i, rec in enumerate(runs):
+        missing = [k for k in ("run_id", "experiment", "tags", "params", "metrics")
+                   if not isinstance(rec, dict) or k not in rec]
+        if missing:
+            raise ValueError(f"{named}: run record {i} of {MANIFEST} lacks {', '.join(missing)}")
+        if rec["experiment"] not in experiments:
+            raise ValueError(f"{named}: run {rec['run_id']} names experiment {rec['experiment']!r}, "
+                             f"which the export does not list")
+    return manifest
+
+
 def ensure_experiment(client, name: str, tags: dict[str, str] | None = None) -> str:
-    """The id of experiment `name`, created (artifacts beside a SQLite store) when missing."""
+    """The id of experiment `name`, created (artifacts beside a SQLite store, a model-training
+    experiment) when missing."""
     from .store import artifact_root_for
 
     found = client.get_experiment_by_name(name)
     if found is not None:
         return found.experiment_id
     root = artifact_root_for(client.tracking_uri)
-    keep = {k: v for k, v in (tags or {}).items() if not k.startswith("mlflow.")}
+    from .ui import TRAINING_EXPERIMENT_TAGS
+
+    keep = {**TRAINING_EXPERIMENT_TAGS, **{k: v for k, v in (tags or {}).items() if not k.startswith("mlflow.")}}
     try:
         return client.create_experiment(name, artifact_location=f"{root}/{name}" if root else None, tags=keep or None)
     except Exception:  # created meanwhile by another process

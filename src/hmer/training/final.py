@@ -1,9 +1,11 @@
 """The end of a run: the best-on-validation weights decoded on every test year, and what is logged.
 
 Final metrics (step = the last epoch): `best_val_exprate`, `best_epoch`, the clocks, `num_params`,
-then per split `<key>_exprate|le1|le2|n|resized|decode_seconds` for `val_final` and each
-`test_<year>`. Artifacts: `predictions/test_<year>.csv`, `split/val_predictions.csv` (beside the
-split's name list), `model/model.pt` (what `hmer evaluate RUN` and `hmer predict RUN` fetch) and
+then per split `<key>_exprate|le1|le2|n|resized|decode_seconds` for `val_final`, `val-alt_final`
+(validation drawn in the `data.val_alt` style, when set) and each `test_<year>`, `test_2014-std`
+included when the standard 2014 images are beside the checkout (see `setup._add_restyled_splits`).
+Artifacts: `predictions/test_<year>.csv`, `split/val_predictions.csv` and
+`split/val-alt_predictions.csv` (beside the split's name list), `model/model.pt` (what `hmer evaluate RUN` and `hmer predict RUN` fetch) and
 `attention/*.png`.
 """
 
@@ -15,6 +17,7 @@ import time
 from pathlib import Path
 
 from ..checkpoint import load_checkpoint
+from ..data.augment import VAL_ALT
 from ..evaluation.evaluate import decode_options, evaluate_split
 from ..tracking import keys
 from ..tracking.artifacts import log_attention_maps, write_predictions_csv
@@ -44,7 +47,7 @@ def final_evaluation(run: RunLogger, setup: Setup, result: TrainResult, best_pat
         (tmp_path / "split").mkdir()
         # Validation decoded as the test years are (beam, joint search for bi), beside them: how
         # well the split that selected the checkpoint predicts the test years.
-        splits = [("val", "val_final", data.get("val") or [])]
+        splits = [("val", "val_final", data.get("val") or []), (VAL_ALT, f"{VAL_ALT}_final", data.get(VAL_ALT) or [])]
         splits += [(y, f"test_{y}", data[y]) for y in setup.test_years]
         for split, key, exprs in splits:
             if not exprs:
@@ -53,10 +56,12 @@ def final_evaluation(run: RunLogger, setup: Setup, result: TrainResult, best_pat
             res = evaluate_split(model, exprs, setup.vocab, **decode_options(
                 cfg, setup.device, setup.amp_dtype, beam=cfg.train.beam_size,
                 progress=f"{key} decoding" if progress else None))
-            if split != "val":
+            if split in ("val", VAL_ALT):
+                result.validation_scores[split] = res.scores
+            else:
                 result.test_scores[split] = res.scores
             final.update(split_metrics(key, res, time.monotonic() - t0))
-            csv_path = tmp_path / "split" / "val_predictions.csv" if split == "val" else \
+            csv_path = tmp_path / "split" / f"{split}_predictions.csv" if split in ("val", VAL_ALT) else \
                 tmp_path / "predictions" / f"{key}.csv"
             write_predictions_csv(csv_path, res.rows())
         run.log_artifacts(str(tmp_path / "predictions"), "predictions")

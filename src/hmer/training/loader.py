@@ -26,7 +26,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..data import Batch, Expression, Vocab, collate
+from ..data import Batch, Expression, RenderConfig, Vocab, collate
+from ..data.augment import AugmentConfig, augmented_image
 from ..model.direction import make_targets
 
 
@@ -67,11 +68,13 @@ def make_train_batch(exprs: Sequence[Expression], vocab: Vocab, direction: str, 
 def train_batches(exprs: Sequence[Expression], batches: Iterable[Sequence[int]], vocab: Vocab, direction: str,
                   device: torch.device, *, scale_range: tuple[float, float] | None = None,
                   rng: np.random.Generator | None = None, prefetch: int = 0,
-                  channels_last: bool = False) -> Generator[TrainBatch, None, None]:
+                  channels_last: bool = False, redraw: "Redraw | None" = None) -> Generator[TrainBatch, None, None]:
     """The batches of one epoch, in the order given, ready for the step.
 
     scale_range: (min, max) of the per-batch scale augmentation (CoMER: 0.7, 1.4), drawn from
     `rng` once per batch in batch order; None or max <= 0 disables it.
+    redraw: the renderer augmentation (`data.aug_*`): a share of each batch's images drawn again
+    from their strokes, with draws from its own generator, in batch order.
     """
     augment = scale_range is not None and scale_range[1] > 0
     if augment and rng is None:
@@ -79,9 +82,33 @@ def train_batches(exprs: Sequence[Expression], batches: Iterable[Sequence[int]],
 
     def make(idx: Sequence[int]) -> TrainBatch:
         scale = float(rng.uniform(*scale_range)) if augment else None  # type: ignore[union-attr,misc]
-        return make_train_batch([exprs[i] for i in idx], vocab, direction, device, scale, channels_last)
+        chosen = [exprs[i] for i in idx]
+        if redraw is not None:
+            chosen = redraw.apply(chosen)
+        return make_train_batch(chosen, vocab, direction, device, scale, channels_last)
 
     return prefetched(make, iter(batches), prefetch)
+
+
+@dataclass
+class Redraw:
+    """Renderer augmentation for training batches (`hmer.data.augment`): each expression is drawn
+    again from `strokes[name]` with probability `aug.share`, with draws from `rng`."""
+
+    strokes: dict[str, list[np.ndarray]]
+    render_cfg: RenderConfig
+    aug: AugmentConfig
+    rng: np.random.Generator
+
+    def apply(self, exprs: Sequence[Expression]) -> list[Expression]:
+        out = []
+        for e in exprs:
+            # one draw per expression whatever the outcome, and a fixed number inside augmented_image
+            if self.rng.random() < self.aug.share:
+                e = Expression(name=e.name, tokens=e.tokens,
+                               image=augmented_image(self.strokes[e.name], self.render_cfg, self.aug, self.rng))
+            out.append(e)
+        return out
 
 
 def prefetched(make: Callable[[Sequence[int]], Any], order: Iterator[Sequence[int]],

@@ -17,6 +17,8 @@ class TrainResult:
     epochs: int
     stopped_by: str  # "epochs" | "budget" | "target" (stop_at_val_exprate reached) | "paused"
     test_scores: dict[str, Scores] = field(default_factory=dict)
+    # validation decoded as the test years are at the end ("val", and "val-alt" with data.val_alt)
+    validation_scores: dict[str, Scores] = field(default_factory=dict)
     checkpoint: Path | None = None
     num_params: int = 0
     train_seconds: float = 0.0  # wall clock of the whole loop, validation included

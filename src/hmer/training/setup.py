@@ -14,7 +14,10 @@ import numpy as np
 import torch
 
 from ..config import Config
-from ..data import Expression, Vocab, load_dataset, make_batches
+from ..data import Expression, Vocab, load_dataset, make_batches, open_source
+from ..data.augment import VAL_ALT, AugmentConfig, load_strokes, val_alt_render_config
+from ..data.render import render_ink
+from ..data.standard import STANDARD_2014, standard_2014_if_available
 from ..device import autocast_dtype
 from ..model import build_model
 from . import distributed as ddp
@@ -31,12 +34,13 @@ def seed_everything(seed: int) -> None:
 class LossModule(torch.nn.Module):
     """`forward` = the model's training loss, so DistributedDataParallel can wrap it."""
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, label_smoothing: float = 0.0):
         super().__init__()
         self.model = model
+        self.label_smoothing = label_smoothing
 
     def forward(self, images, image_mask, tgt_in, tgt_out):
-        return self.model.loss_from_targets(images, image_mask, tgt_in, tgt_out)
+        return self.model.loss_from_targets(images, image_mask, tgt_in, tgt_out, self.label_smoothing)
 
 
 @dataclass
@@ -57,6 +61,8 @@ class Setup:
     dist: ddp.DistInfo
     prefetch: int
     num_params: int
+    # The training split's strokes by name, when `data.aug_share` redraws training images.
+    train_strokes: dict[str, list[np.ndarray]] | None = None
 
     @property
     def train_set(self) -> list[Expression]:
@@ -77,7 +83,9 @@ def build(cfg: Config, data: dict[str, list] | None, device: torch.device, dist:
         data = load_dataset(cfg.data.path or None, cfg.data)
     if not data["train"]:
         raise ValueError("the training split is empty")
+    data = dict(data)  # the restyled splits below are this run's, not the caller's
     test_years = [y.strip() for y in cfg.data.test_years.split(",") if y.strip() and y.strip() in data]
+    train_strokes = _add_restyled_splits(cfg, data, test_years)
 
     model = build_model(cfg.model).to(device)
     if tc.channels_last:  # NHWC convolutions for the encoder (tensor cores prefer them on a GPU)
@@ -87,11 +95,36 @@ def build(cfg: Config, data: dict[str, list] | None, device: torch.device, dist:
     steps_per_epoch = len(ddp.shard(make_batches(data["train"], cfg.data.batch_pixels, cfg.data.max_batch_size,
                                                  shuffle=True, seed=0), dist))
     schedule = LRSchedule(optimizer, tc, total_steps=steps_per_epoch * tc.epochs)
-    loss_module: Any = ddp.wrap(LossModule(model), dist, device)
+    loss_module: Any = ddp.wrap(LossModule(model, cfg.train.label_smoothing), dist, device)
     if tc.compile:
         loss_module = torch.compile(loss_module, dynamic=True)
     return Setup(cfg=cfg, vocab=vocab, data=data, test_years=test_years, model=model, loss_module=loss_module,
                  optimizer=optimizer, schedule=schedule, device=device,
                  amp_dtype=autocast_dtype(tc.precision, device), dist=dist,
                  prefetch=auto_prefetch(cfg.data.prefetch, device),
-                 num_params=sum(p.numel() for p in model.parameters()))
+                 num_params=sum(p.numel() for p in model.parameters()), train_strokes=train_strokes)
+
+
+def _add_restyled_splits(cfg: Config, data: dict[str, list], test_years: list[str]) -> dict | None:
+    """The splits that other renderings of the same expressions make (issue 26), added to `data`:
+    `val-alt` (validation in the `data.val_alt` style) and `2014-std` (the standard 2014 images of
+    the 2014 expressions, when they are beside the checkout; appended to `test_years`). Returns the
+    training strokes when `data.aug_share` redraws training images, else None."""
+    augmenting = AugmentConfig.from_data_config(cfg.data).enabled
+    val = data.get("val") or []
+    strokes = None
+    if augmenting or (cfg.data.val_alt and val):
+        names = [e.name for e in data["train"]] if augmenting else []
+        names += [e.name for e in val] if cfg.data.val_alt else []
+        with open_source(cfg.data.path or None) as source:
+            strokes = load_strokes(source, "train", names)
+    if cfg.data.val_alt and val:
+        style = val_alt_render_config(cfg.data)
+        data[VAL_ALT] = [Expression(name=e.name, tokens=e.tokens, image=render_ink(strokes[e.name], style))  # type: ignore[index]
+                         for e in val]
+    if "2014" in test_years and STANDARD_2014 not in test_years:
+        standard = data.get(STANDARD_2014) or standard_2014_if_available(data["2014"], cfg.data.render_height)
+        if standard is not None:
+            data[STANDARD_2014] = standard
+            test_years.insert(test_years.index("2014") + 1, STANDARD_2014)
+    return strokes if augmenting else None

@@ -13,6 +13,11 @@ tests all call. One call is one tracked run (`hmer.tracking.run`):
 A killed run continues with `train(cfg, resume=<checkpoint>)` in the same run. The batch order
 and augmentation of an epoch are drawn from (seed, epoch), and every RNG is restored from the
 checkpoint (`resume.py`), so a resumed run ends with the same weights as one never interrupted.
+
+SIGTERM or SIGINT (`hmer.signals`) drops the epoch in progress, closes the run KILLED with the tag
+`hmer.stopped_by` saying why and where, and raises `Stopped`: the last epoch's checkpoint is what
+`resume` continues from, as after a kill -9. Checkpoints and the epoch's records are written whole
+(a signal waits for them).
 """
 
 from __future__ import annotations
@@ -28,13 +33,15 @@ import torch
 
 from ..checkpoint import atomic_torch_save, load_checkpoint, model_artifact
 from ..config import Config
-from ..data import Vocab, collate, make_batches
+from ..data import RenderConfig, Vocab, collate, make_batches
+from ..data.augment import AugmentConfig
 from ..device import device_description, resolve_device
 from ..evaluation.evaluate import decode_options, evaluate_split
+from ..signals import Stopped, deferred, stop_on_signals
 from ..tracking.run import NullRun, RunLogger, TrainingRun
 from . import distributed as ddp
 from .final import final_evaluation
-from .loader import train_batches
+from .loader import Redraw, train_batches
 from .result import TrainResult
 from .resume import Clock, TrainState, checkpoint_dir, restore, save_last
 from .setup import Setup, build, seed_everything
@@ -64,6 +71,17 @@ def train(
     starting with `log_prefix` (a study names its trial there), so a log file shows the run.
     `pause_after_epochs` > 0: after that many epochs in this call, checkpoint and return
     (stopped_by "paused", no test years) for `resume` to continue: a machine lent by the slice."""
+    with stop_on_signals():
+        return _train(cfg, data, tracking_uri=tracking_uri, experiment=experiment, run_name=run_name,
+                      parent_run_id=parent_run_id, tags=tags, epoch_callback=epoch_callback, resume=resume,
+                      run_dir=run_dir, progress=progress, log_prefix=log_prefix,
+                      pause_after_epochs=pause_after_epochs)
+
+
+def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | None, experiment: str,
+           run_name: str | None, parent_run_id: str | None, tags: dict[str, str] | None,
+           epoch_callback: EpochCallback | None, resume: bool | str | Path | None, run_dir: str | Path | None,
+           progress: bool, log_prefix: str, pause_after_epochs: int) -> TrainResult:
     ckpt = load_checkpoint(resume, map_location="cpu") if resume else None
     if ckpt is not None:
         cfg = Config.from_dict(ckpt["config"], stored=True)
@@ -73,41 +91,52 @@ def train(
     seed_everything(tc.seed + dist.rank)
     setup = build(cfg, data, device, dist)
     state = restore(ckpt, setup) if ckpt is not None else TrainState()
-    run = _open_run(setup, state, tracking_uri=tracking_uri, experiment=experiment, run_name=run_name,
-                    parent_run_id=parent_run_id, tags=tags)
+    with deferred():  # a run is opened whole: tags, params and config together
+        run = _open_run(setup, state, tracking_uri=tracking_uri, experiment=experiment, run_name=run_name,
+                        parent_run_id=parent_run_id, tags=tags)
     state.run_id = run.run_id
     folder = checkpoint_dir(run_dir, resume, state.run_id)
     last_path, best_path = folder / "last.pt", folder / "best.pt"
-    first_epoch, epoch, stopped_by = state.epoch + 1, state.epoch, "epochs"
+    first_epoch, epoch, stopped_by, finishing = state.epoch + 1, state.epoch, "epochs", False
     clock = Clock(before=state.train_seconds)
     try:
-        with run:  # settles the run's status: finished, paused, pruned or failed
-            for epoch in range(first_epoch, tc.epochs + 1):
-                metrics, over_budget = _train_epoch(setup, state, epoch, clock, progress)
-                val_exprate = _validate(setup, state, epoch, metrics, best_path, last=over_budget)
-                state.epoch, state.train_seconds = epoch, clock.elapsed()
-                run.log_metrics(metrics, step=epoch)
-                if dist.is_main:
-                    save_last(last_path, setup, state)
-                ddp.barrier(dist)
-                if dist.is_main and not progress:
-                    print(_epoch_line(log_prefix, epoch, tc.epochs, metrics, state.train_seconds, first_epoch,
-                                      state.train_seconds - clock.before), flush=True)
-                if epoch_callback is not None and dist.is_main:
-                    epoch_callback(epoch, metrics)
-                stopped_by = _stop_reason(cfg, epoch, first_epoch, over_budget, val_exprate, pause_after_epochs)
-                if stopped_by != "epochs":
-                    break
-            result = TrainResult(run_id=str(state.run_id), best_val_exprate=state.best_val_exprate,
-                                 best_epoch=state.best_epoch, epochs=epoch, stopped_by=stopped_by,
-                                 checkpoint=best_path, num_params=setup.num_params,
-                                 train_seconds=clock.elapsed(), step_seconds=state.step_seconds,
-                                 images_trained=state.images_trained)
-            if stopped_by == "paused":  # the run goes on with `resume`; it is not over
-                run.pause()
-            elif dist.is_main:
-                final_evaluation(run, setup, result, best_path, progress)
-            return result
+        with run:  # settles the run's status: finished, paused, pruned, killed (a signal) or failed
+            try:
+                for epoch in range(first_epoch, tc.epochs + 1):
+                    metrics, over_budget = _train_epoch(setup, state, epoch, clock, progress)
+                    val_exprate = _validate(setup, state, epoch, metrics, best_path, last=over_budget)
+                    with deferred():  # the epoch's metrics and its checkpoint, both or neither
+                        state.epoch, state.train_seconds = epoch, clock.elapsed()
+                        run.log_metrics(metrics, step=epoch)
+                        if dist.is_main:
+                            save_last(last_path, setup, state)
+                    ddp.barrier(dist)
+                    if dist.is_main and not progress:
+                        print(_epoch_line(log_prefix, epoch, tc.epochs, metrics, state.train_seconds, first_epoch,
+                                          state.train_seconds - clock.before), flush=True)
+                    if epoch_callback is not None and dist.is_main:
+                        epoch_callback(epoch, metrics)
+                    stopped_by = _stop_reason(cfg, epoch, first_epoch, over_budget, val_exprate, pause_after_epochs)
+                    if stopped_by != "epochs":
+                        break
+                result = TrainResult(run_id=str(state.run_id), best_val_exprate=state.best_val_exprate,
+                                     best_epoch=state.best_epoch, epochs=epoch, stopped_by=stopped_by,
+                                     checkpoint=best_path, num_params=setup.num_params,
+                                     train_seconds=clock.elapsed(), step_seconds=state.step_seconds,
+                                     images_trained=state.images_trained)
+                if stopped_by == "paused":  # the run goes on with `resume`; it is not over
+                    run.pause()
+                elif dist.is_main:
+                    finishing = True
+                    final_evaluation(run, setup, result, best_path, progress)
+                return result
+            except Stopped as stop:
+                where = (f"in the final evaluation after epoch {state.epoch}" if finishing else
+                         f"in epoch {state.epoch + 1} of {tc.epochs}, which is dropped")
+                stop.detail = (f"{where}; continue from the checkpoint of epoch {state.epoch} with "
+                               f"hmer train --resume {state.run_id}" if state.epoch else
+                               f"{where}; no epoch was complete, so there is no checkpoint to continue from")
+                raise
     finally:
         ddp.cleanup(dist)
 
@@ -132,6 +161,17 @@ def _open_run(setup: Setup, state: TrainState, *, tracking_uri: str | None, expe
     return run
 
 
+def _redraw(setup: Setup, epoch: int) -> Redraw | None:
+    """The epoch's renderer augmentation (`data.aug_*`), or None when it is off. Its generator is
+    seeded by (seed, epoch, 1), apart from the scale draws' (seed, epoch), so turning it on leaves
+    the scale stream as it was, and a resumed epoch redraws the same images."""
+    aug = AugmentConfig.from_data_config(setup.cfg.data)
+    if not aug.enabled or setup.train_strokes is None:
+        return None
+    return Redraw(setup.train_strokes, RenderConfig.from_data_config(setup.cfg.data), aug,
+                  np.random.default_rng([setup.cfg.train.seed, epoch, 1]))
+
+
 def _train_epoch(setup: Setup, state: TrainState, epoch: int, clock: Clock,
                  progress: bool) -> tuple[dict[str, float], bool]:
     """One pass over the training split (this rank's share). Returns the epoch's metrics and
@@ -144,7 +184,8 @@ def _train_epoch(setup: Setup, state: TrainState, epoch: int, clock: Clock,
     epoch_batches = train_batches(
         setup.train_set, batches, setup.vocab, cfg.model.direction, setup.device,
         scale_range=(cfg.data.scale_aug_min, cfg.data.scale_aug_max),
-        rng=np.random.default_rng([tc.seed, epoch]), prefetch=setup.prefetch, channels_last=tc.channels_last)
+        rng=np.random.default_rng([tc.seed, epoch]), prefetch=setup.prefetch, channels_last=tc.channels_last,
+        redraw=_redraw(setup, epoch))
     iterator = epoch_batches
     if progress and dist.is_main:
         from tqdm.auto import tqdm
@@ -153,15 +194,17 @@ def _train_epoch(setup: Setup, state: TrainState, epoch: int, clock: Clock,
                         leave=False)
     loss_sum = torch.zeros((), device=setup.device)
     n_images, n_steps, over_budget = 0, 0, False
-    for tb in iterator:
-        loss_sum += _step(setup, tb)
-        n_images += len(tb)
-        n_steps += 1
-        # The all-reduce is skipped without a budget: it would sync the host every step.
-        if tc.time_budget_s > 0 and ddp.any_rank(clock.elapsed() >= tc.time_budget_s, dist, setup.device):
-            over_budget = True
-            break
-    epoch_batches.close()  # after a budget break: stops the prefetch thread now, not at GC
+    try:
+        for tb in iterator:
+            loss_sum += _step(setup, tb)
+            n_images += len(tb)
+            n_steps += 1
+            # The all-reduce is skipped without a budget: it would sync the host every step.
+            if tc.time_budget_s > 0 and ddp.any_rank(clock.elapsed() >= tc.time_budget_s, dist, setup.device):
+                over_budget = True
+                break
+    finally:  # after a budget break or a signal: stops the prefetch thread now, not at GC
+        epoch_batches.close()
     seconds = time.monotonic() - epoch_start
     state.step_seconds += seconds
     state.images_trained += n_images * dist.world_size

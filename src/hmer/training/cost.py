@@ -1,0 +1,72 @@
+"""What one training image costs on this thread, measured on real batches: how a fixed CPU
+budget becomes a number of epochs.
+
+A sweep over what learns fastest per CPU-minute (model width, rendering height, batch size,
+dropout...) must give every trial the same compute, not the same epochs: a 48 px model runs
+about twice as many epochs as an 80 px one in the same time. Training itself runs fixed epochs
+(results then do not depend on how busy the machine is), so a trial first measures the CPU
+seconds per image of its own configuration on a sample of its own training batches, then
+trains `cpu_seconds / (seconds_per_image * training images)` epochs. The measurement is
+recorded with the run; the epochs are a config value like any other, so the run reproduces.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from ..config import Config
+from ..data import Expression, Vocab, make_batches
+
+
+def train_seconds_per_image(cfg: Config, exprs: Sequence[Expression], n_batches: int = 8, seed: int = 0) -> float:
+    """CPU seconds (this process, all its threads) per training image of `cfg`'s step on a
+    shuffled sample of its training batches, after one untimed warm-up step. The model is a
+    fresh one; the process's RNG state is restored afterwards, so the measurement does not
+    change the training that follows."""
+    from ..model import build_model
+    from .loader import make_train_batch
+    from .recipes import build_optimizer
+    from .setup import LossModule
+
+    batches = make_batches(list(exprs), cfg.data.batch_pixels, cfg.data.max_batch_size, shuffle=True, seed=seed)
+    sample = batches[: n_batches + 1]
+    rng_state = torch.get_rng_state()
+    try:
+        model = build_model(cfg.model)
+        if cfg.train.channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        model.train()
+        loss_module = LossModule(model, cfg.train.label_smoothing)
+        opt = build_optimizer(model.parameters(), cfg.train)
+        aug = np.random.default_rng(seed)
+        vocab, device = Vocab(), torch.device("cpu")
+        images, cpu = 0, 0.0
+        for k, idx in enumerate(sample):
+            scale = float(aug.uniform(cfg.data.scale_aug_min, cfg.data.scale_aug_max)) if cfg.data.scale_aug_max > 0 \
+                else None
+            tb = make_train_batch([exprs[i] for i in idx], vocab, cfg.model.direction, device, scale,
+                                  cfg.train.channels_last)
+            t0 = time.process_time()
+            loss = loss_module(tb.batch.images, tb.batch.image_mask, tb.tgt_in, tb.tgt_out)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if cfg.train.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
+            opt.step()
+            if k > 0:  # the first step warms the allocator and the kernels up
+                cpu += time.process_time() - t0
+                images += len(idx)
+    finally:
+        torch.set_rng_state(rng_state)
+    return cpu / max(images, 1)
+
+
+def epochs_for_budget(cpu_seconds: float, seconds_per_image: float, n_images: int, max_epochs: int) -> int:
+    """The whole epochs of `n_images` that fit `cpu_seconds` (at least 1, at most `max_epochs`)."""
+    fit = math.floor(cpu_seconds / max(seconds_per_image * n_images, 1e-9))
+    return int(min(max(fit, 1), max_epochs))

@@ -1,0 +1,143 @@
+"""A real browser and the two web UIs a user opens on a store: `mlflow ui` and `optuna-dashboard`.
+
+    with mlflow_ui(tracking_uri, cwd) as base, optuna_dashboard(storage) as dash, chromium() as browser:
+        page = browser.new_page()
+        page.goto(base + "/#/experiments/1/runs?workflowType=machine_learning")
+
+Debian's Chromium (`apt-get install chromium`) driven by Playwright's Python package with the
+system browser's executable, headless, in a fresh profile, with the background services that
+would try to reach the internet turned off (without them a machine with no network fills the
+log with refused connections). The servers listen on 127.0.0.1 on free ports and are stopped
+afterwards.
+
+`require_browser()` skips a test when Chromium, Playwright or optuna-dashboard is missing; with
+HMER_REQUIRE_BROWSER=1 (set by .ci/run) it fails instead, so CI cannot pass without them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from servers import free_port
+
+# Playwright adds --headless itself; the rest keep a sandbox-less container's Chromium quiet and offline.
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+START_TIMEOUT_S = 180.0  # `mlflow ui` takes 10-30 s to start on a busy 2-core machine
+
+
+def chromium_path() -> str | None:
+    """`$HMER_CHROMIUM`, else Debian's `chromium` (or `chromium-browser`) on PATH."""
+    return os.environ.get("HMER_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _beside_python(name: str) -> str | None:
+    beside = Path(sys.executable).parent / name  # the venv running the tests
+    return str(beside) if beside.is_file() else shutil.which(name)
+
+
+def require_browser() -> None:
+    """Skip (or, with HMER_REQUIRE_BROWSER=1, fail) unless Chromium, Playwright, mlflow and
+    optuna-dashboard are all here."""
+    missing = []
+    if chromium_path() is None:
+        missing.append("chromium (apt-get install -y chromium)")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        missing.append("the playwright module (pip install -e '.[test]')")
+    for name in ("mlflow", "optuna-dashboard"):
+        if _beside_python(name) is None:
+            missing.append(f"{name} (pip install -e '.[test]')")
+    if not missing:
+        return
+    reason = f"{', '.join(missing)} not found"
+    if os.environ.get("HMER_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"HMER_REQUIRE_BROWSER=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator:
+    """A headless Chromium (Playwright `Browser`) in a fresh, empty profile; closed afterwards."""
+    from playwright.sync_api import sync_playwright
+
+    require_browser()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+@contextlib.contextmanager
+def _server(cmd: list[str], url: str, log_path: Path, cwd: Path | None = None) -> Iterator[str]:
+    """Start `cmd` (its own process group), wait until `url` answers 200, yield it; stop it after."""
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{cmd[0]} did not start (status {proc.poll()}):\n"
+                                   + log_path.read_text(errors="replace")[-3000:])
+            time.sleep(0.5)
+        yield url
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, 15)  # the server and its workers
+        try:
+            proc.wait(timeout=5)  # uvicorn's graceful shutdown can take longer; nothing is left to save
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            proc.wait()
+
+
+@contextlib.contextmanager
+def mlflow_ui(backend_store_uri: str, cwd: Path, log_dir: Path) -> Iterator[str]:
+    """`mlflow ui --backend-store-uri URI` as the README has users run it, from `cwd` (a checkout:
+    a portable store's artifact locations are relative to it), one worker; yields http://127.0.0.1:PORT."""
+    require_browser()
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    cmd = [_beside_python("mlflow"), "ui", "--backend-store-uri", backend_store_uri, "--host", "127.0.0.1",
+           "--port", str(port), "--workers", "1"]
+    with _server(cmd, f"{base}/health", log_dir / f"mlflow-ui-{port}.log", cwd=cwd):
+        yield base
+
+
+@contextlib.contextmanager
+def optuna_dashboard(storage: str, log_dir: Path) -> Iterator[str]:
+    """`optuna-dashboard STORAGE` on 127.0.0.1; yields its http://127.0.0.1:PORT."""
+    require_browser()
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    cmd = [_beside_python("optuna-dashboard"), storage, "--host", "127.0.0.1", "--port", str(port)]
+    with _server(cmd, f"{base}/dashboard/", log_dir / f"optuna-dashboard-{port}.log"):
+        yield base
+
+
+def screenshot(page, name: str) -> None:
+    """Save the page as `$HMER_SCREENSHOTS/<name>.png` when that folder is set (`HMER_SCREENSHOTS=docs`
+    refreshes the README's pictures); normal runs write nothing."""
+    folder = os.environ.get("HMER_SCREENSHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(folder) / f"{name}.png"))
