@@ -78,7 +78,7 @@ def main() -> int:
     from hmer.data import load_dataset, make_batches
     from hmer.data.splits import subset
     from hmer.presets import preset_with_recipe
-    from hmer.tracking.store import default_tracking_uri
+    from hmer.tracking.store import default_tracking_uri, mlflow_client
     from hmer.training import train
 
     started = time.perf_counter()
@@ -124,8 +124,6 @@ def main() -> int:
         runs.append(("large-naive", base.override(large_settings),
                      f"batch {big_batch} img / {big_pixels:,} px, lr {base.train.lr:g}, no warm-up"))
 
-    from mlflow.tracking import MlflowClient
-
     uri = args.tracking_uri or default_tracking_uri()
     run_ids: dict[str, str] = {}
     seconds: dict[str, float] = {}
@@ -142,7 +140,7 @@ def main() -> int:
         print(f"  run_id={result.run_id} best_val_exprate={result.best_val_exprate:.1f} "
               f"seconds={seconds[name]:.0f}", flush=True)
 
-    client = MlflowClient(tracking_uri=uri)
+    client = mlflow_client(uri)
     curves: dict[str, dict[str, list[tuple[int, float]]]] = {}
     labels: dict[str, str] = {}
     for name, run_id in run_ids.items():

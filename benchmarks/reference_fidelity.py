@@ -22,7 +22,7 @@ import torch
 
 from hmer.decoding.reference_search import reference_decode
 from hmer.model import build_model
-from hmer.model.reference_checkpoint import read_reference_checkpoint
+from hmer.tracking.reference_checkpoint import read_reference_checkpoint
 
 GOLDEN = ("bttr", "comer_fusion", "comer_self", "comer_cross")
 

@@ -141,7 +141,7 @@ def test_a_zip_without_a_split_names_the_zip_and_the_split(home, tmp_path):
     before = len(_runs(home))
     _one_line(_run(home, "train", *TINY, "--data", str(archive)), "no2019.zip", "2019")
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
-    _one_line(_run(home, "--preset", "smoke", "--data", str(archive), "--storage", storage, "--tracking-uri",
+    _one_line(_run(home, "--budget", "smoke", "--data", str(archive), "--storage", storage, "--tracking-uri",
                    home["store"], "--study-name", "no-split", "--set", "train.epochs=1", script=STUDY_SCRIPT),
               "no2019.zip", "2019")
     assert len(_runs(home)) == before  # no run, not even the study's parent run
@@ -186,7 +186,7 @@ def test_a_storage_whose_server_is_down_is_named_without_its_password(home, tmp_
     url = f"postgresql://hmer:pw-not-shown@127.0.0.1:{_closed_port()}/studies"
     pytest.importorskip("psycopg", reason="the psycopg module (PostgreSQL driver) is not installed")
     before = len(_runs(home))
-    err = _one_line(_run(home, "--preset", "smoke", "--data", str(home["data"]), "--storage", url,
+    err = _one_line(_run(home, "--budget", "smoke", "--data", str(home["data"]), "--storage", url,
                          "--tracking-uri", home["store"], "--study-name", "down", script=STUDY_SCRIPT),
                     url.replace("pw-not-shown", "***"))
     assert "pw-not-shown" not in err
@@ -199,7 +199,7 @@ def test_a_tracking_server_that_is_down_is_named(home, tmp_path):
     _one_line(_run(home, "train", *TINY, "--data", str(home["data"]), "--tracking-uri", uri), uri)
     _one_line(_run(home, "report", "--tracking-uri", uri), uri)
     _one_line(_run(home, "evaluate", home["run_id"], "--tracking-uri", uri), uri)
-    _one_line(_run(home, "--preset", "smoke", "--data", str(home["data"]), "--storage", storage, "--tracking-uri",
+    _one_line(_run(home, "--budget", "smoke", "--data", str(home["data"]), "--storage", storage, "--tracking-uri",
                    uri, "--study-name", "no-tracking", script=STUDY_SCRIPT), uri)
     assert not optuna.get_all_study_names(storage)  # refused before the study was created
 

@@ -110,9 +110,11 @@ def test_kill_9_mid_training_then_resume_in_the_same_run(env):
     assert "test_2014_exprate" in run.data.metrics
 
 
-def test_a_run_s_wall_clock_limit_is_time_budget_and_budget_still_works():
+def test_a_run_s_wall_clock_limit_is_time_budget(capsys):
     from hmer.cli import build_parser
 
     parser = build_parser()
-    assert parser.parse_args(["train", "--time-budget", "60"]).budget == 60.0
-    assert parser.parse_args(["train", "--budget", "90"]).budget == 90.0  # the old name
+    assert parser.parse_args(["train", "--time-budget", "60"]).time_budget == 60.0
+    with pytest.raises(SystemExit) as exit_info:  # "budget" alone is a study's compute budget
+        parser.parse_args(["train", "--budget", "90"])
+    assert exit_info.value.code == 2 and "--budget" in capsys.readouterr().err

@@ -5,30 +5,27 @@ from __future__ import annotations
 import numpy as np
 
 from hmer.config import DataConfig
-from hmer.data import Expression, hold_out, load_dataset
-from hmer.data.splits import default_splits, hold_out_sizes, subset
+from hmer.data import Expression, load_dataset
+from hmer.data.holdout import split_validation
+from hmer.data.splits import default_splits, subset
 
 
 def named(n: int) -> list[Expression]:
     return [Expression(f"n{i:03d}", ["x"], np.zeros((2, 2), dtype=np.uint8)) for i in range(n)]
 
 
-def test_hold_out_is_seeded_disjoint_and_independent_of_order():
-    exprs = named(200)
-    train, val = hold_out(exprs, 0.05, seed=7)
-    assert len(val) == 10 and len(train) == 190
-    assert not {e.name for e in train} & {e.name for e in val}
-    shuffled = [exprs[i] for i in np.random.default_rng(1).permutation(200)]
-    assert {e.name for e in hold_out(shuffled, 0.05, seed=7)[1]} == {e.name for e in val}
-    assert {e.name for e in hold_out(exprs, 0.05, seed=8)[1]} != {e.name for e in val}
-    assert [e.name for e in train] == sorted(e.name for e in train)  # input order kept
+def test_the_random_hold_out_is_seeded_disjoint_and_independent_of_order():
+    names = [e.name for e in named(200)]
 
+    def random_val(order, seed):
+        return split_validation(order, {n: "x" for n in order}, {}, "random", 0.05, seed)
 
-def test_hold_out_sizes():
-    assert hold_out_sizes(8835, 0.05) == (8393, 442)
-    assert hold_out_sizes(12, 0.05) == (11, 1)
-    assert hold_out_sizes(1, 0.05) == (1, 0)
-    assert hold_out_sizes(100, 0.0) == (100, 0)
+    held = random_val(names, 7)
+    assert len(held.val) == 10 and len(held.train) == 190 and not set(held.train) & set(held.val)
+    shuffled = [names[i] for i in np.random.default_rng(1).permutation(200)]
+    assert set(random_val(shuffled, 7).val) == set(held.val)
+    assert set(random_val(names, 8).val) != set(held.val)
+    assert held.train == sorted(held.train)  # input order kept
 
 
 def test_subset_is_deterministic_and_keeps_order():

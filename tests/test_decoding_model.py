@@ -8,9 +8,8 @@ import pytest
 import torch
 
 from hmer.decoding import beam_search, decode_batch, sequence_log_probs
+from hmer.model import build_model
 from toy_decoders import EOS, SOS, padded_batch
-
-model_pkg = pytest.importorskip("hmer.model")
 
 torch.set_num_threads(1)
 
@@ -23,7 +22,7 @@ def tiny_model(preset: str) -> torch.nn.Module:
         torch.manual_seed(0)
         # float64: an untrained model's distributions are nearly flat, and float32 rounding that
         # differs between batch shapes could flip a near-tie; here we test the bookkeeping.
-        return model_pkg.build_model(preset).eval().double()
+        return build_model(preset).eval().double()
 
 
 @pytest.mark.parametrize("preset", ["tiny", "tiny-comer", "tiny-rnn", "tiny-convs2s"])

@@ -1,4 +1,4 @@
-"""The GPU campaign (benchmarks/gpu_campaign.py) rehearsed on the CPU: three slices with tiny presets,
+"""The GPU campaign (tools/gpu_campaign.py) rehearsed on the CPU: three slices with tiny presets,
 training interrupted at the end of slice 1, resumed on the same machine in slice 2 and on a fresh
 machine (from the resumable copy in $OUT) in slice 3, then the exported runs merged into a fresh
 MLflow store, where `hmer report` shows them with their device."""
@@ -20,7 +20,7 @@ from hmer.cli import main
 from tiny_dataset import write_dataset
 
 REPO = Path(__file__).resolve().parents[1]
-SCRIPT = REPO / "benchmarks" / "gpu_campaign.py"
+SCRIPT = REPO / "tools" / "gpu_campaign.py"
 
 
 def _slice(n: int, home: Path, out: Path, data: Path, resume: Path) -> dict:

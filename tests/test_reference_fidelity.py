@@ -1,6 +1,6 @@
 """`bttr` and `comer-*` against the golden outputs of the reference code (../shared/peers).
 
-Every golden checkpoint is imported with `hmer.model.reference_checkpoint` and run by the
+Every golden checkpoint is imported with `hmer.tracking.reference_checkpoint` and run by the
 project: encoder features (one image, and the padded batch), teacher-forced L2R and R2L logits,
 and the beam searches under the matching search rule, hypothesis for hypothesis and score for
 score. The full-size key manifests must map onto the `bttr` and `comer-fusion` presets exactly.
@@ -18,10 +18,11 @@ import pytest
 import torch
 
 from hmer.decoding.reference_search import reference_decode
+from hmer.data.vocab import Vocab
 from hmer.model import build_model
 from hmer.model.factory import count_parameters, preset_config
 from hmer.model.posenc import sinusoid_table
-from hmer.model.reference_checkpoint import (
+from hmer.tracking.reference_checkpoint import (
     REFERENCES,
     ReferenceCheckpointError,
     VocabularyMapping,
@@ -64,6 +65,12 @@ def test_the_golden_files_are_the_ones_described(golden):
     assert ref.preset == {"bttr": "bttr", "comer_fusion": "comer-fusion", "comer_self": "comer-self",
                           "comer_cross": "comer-cross"}[gold["model"]]
     assert ref.config.train.search_rule == ref.family
+    # The imported model is the one the golden set's own hyper_parameters describe, whatever its size.
+    hp, model = gold["hyper_parameters"], ref.config.model
+    assert (model.d_model, model.growth_rate, model.num_dense_layers, model.nhead, model.num_decoder_layers,
+            model.dim_feedforward) == (hp["d_model"], hp["growth_rate"], hp["num_layers"], hp["nhead"],
+                                       hp["num_decoder_layers"], hp["dim_feedforward"])
+    assert ref.config.train.beam_size == hp["beam_size"] == gold["beam"]["beam_size"]
 
 
 @torch.no_grad()
@@ -159,7 +166,8 @@ def test_checkpoints_load_only_with_the_allow_list(peers):
     with pytest.raises(pickle.UnpicklingError):
         torch.load(peers / "bttr.ckpt", weights_only=True)  # Lightning's AttributeDict
     ckpt = load_lightning_checkpoint(peers / "bttr.ckpt")
-    assert type(ckpt["hyper_parameters"]) is dict and ckpt["hyper_parameters"]["d_model"] == 64
+    gold = torch.load(peers / "bttr.golden.pt", weights_only=True)  # its generator copied them there
+    assert type(ckpt["hyper_parameters"]) is dict and ckpt["hyper_parameters"] == gold["hyper_parameters"]
 
 
 def test_a_foreign_global_is_refused_by_name(tmp_path):
@@ -188,14 +196,21 @@ def test_unmapped_keys_and_unknown_families_are_listed(peers):
 
 def test_comer_vocabulary_is_permuted_by_symbol(peers):
     ref = read_reference_checkpoint(peers / "comer_fusion.ckpt")
-    assert ref.mapping.reference_only == ["\\Pi"] and ref.mapping.project_only == ["'"]
+    comer_symbols = [line.strip() for line in (peers / "comer_dictionary.txt").read_text().splitlines() if line.strip()]
+    project_symbols = Vocab().itos[3:]
+    reference_only = [s for s in comer_symbols if s not in project_symbols]  # CoMER's \\Pi
+    project_only = [s for s in project_symbols if s not in comer_symbols]  # the project's '
+    assert reference_only and project_only
+    assert ref.mapping.reference_only == reference_only and ref.mapping.project_only == project_only
     ckpt = load_lightning_checkpoint(peers / "comer_fusion.ckpt")
-    comer_ids = {s: i + 3 for i, s in enumerate(reference_dictionary("comer"))}
+    gold = torch.load(peers / "comer_fusion.golden.pt", weights_only=True)
+    comer_ids = {s: i for i, s in enumerate(gold["vocab"])}  # the reference's id of each symbol
     out = ref.model.decoder.out
-    for symbol in ("x", "\\frac", "\\Pi"):
+    for symbol in ("x", "\\frac", *reference_only):
         assert torch.equal(out.weight[ref.vocab.stoi[symbol]],
                            ckpt["state_dict"]["comer_model.decoder.proj.weight"][comer_ids[symbol]])
-    assert out.bias[ref.vocab.stoi["'"]] == float("-inf")  # never predicted, as the reference cannot
+    for symbol in project_only:  # never predicted, as the reference cannot
+        assert out.bias[ref.vocab.stoi[symbol]] == float("-inf")
 
 
 def test_a_wrong_dictionary_is_one_clear_error(peers, tmp_path):

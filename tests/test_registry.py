@@ -5,6 +5,7 @@ trainer and run as a one-cell study, then unregistered so that no other test see
 from __future__ import annotations
 
 import math
+from csv import DictReader
 from typing import Optional
 
 import pytest
@@ -180,16 +181,33 @@ def test_a_one_cell_study_runs_it(toy_decoder, tmp_path, monkeypatch):
 
 # ---- a metric of this file's own ---------------------------------------------------------------------
 
-def test_a_registered_metric_is_computed_and_logged_under_its_name():
+def test_a_registered_metric_is_computed_and_logged_under_its_name(tmp_path, monkeypatch):
+    from hmer.training import train
+
     @METRICS.register("le3")
     def le3(distances):
         """Within three token edits, in percent."""
         return 100.0 * sum(d <= 3 for d in distances) / len(distances) if distances else 0.0
 
+    monkeypatch.setenv("HMER_MLRUNS", str(tmp_path / "mlruns"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    store = f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
+    torch.set_num_threads(1)
     try:
         scores = expression_metrics([["a"], ["a", "b", "c", "d"]], [["a"], ["x"]])
         assert scores.extra == {"le3": 50.0} and scores.exprate == 50.0
         assert scores.as_dict("test_2014")["test_2014_le3"] == 50.0
+        result = train(tiny_config(**{"train.epochs": 1}), data=tiny_data(), tracking_uri=store,
+                       experiment="metric", run_dir=tmp_path / "ckpt")
     finally:
         METRICS.unregister("le3")
     assert expression_metrics([["a"]], [["a"]]).extra == {}
+
+    # The run logs it for validation and every test year, computed from the decoded predictions.
+    client = MlflowClient(store)
+    metrics = client.get_run(result.run_id).data.metrics
+    for key, csv in (("test_2014", "predictions/test_2014.csv"), ("val_final", "split/val_predictions.csv")):
+        with open(client.download_artifacts(result.run_id, csv, str(tmp_path))) as f:
+            distances = [int(row["distance"]) for row in DictReader(f)]
+        assert distances and metrics[f"{key}_le3"] == pytest.approx(le3(distances))
+    assert result.test_scores["2014"].extra["le3"] == pytest.approx(metrics["test_2014_le3"])

@@ -12,7 +12,8 @@ from mlflow.entities import Metric
 from mlflow.tracking import MlflowClient
 
 from hmer.cli import main
-from hmer.tracking.transfer import PARENT_TAG, SOURCE_RUN_TAG, export_runs, import_runs
+from hmer.tracking import keys
+from hmer.tracking.transfer import export_runs, import_runs
 from hmer.training import train
 from tiny_dataset import tiny_config, write_dataset
 
@@ -57,12 +58,12 @@ def test_export_import_round_trip_keeps_everything_and_is_idempotent(stores, tmp
 
     assert main(["runs", "import", str(result.files[1]), "--tracking-uri", b]) == 0  # any part finds all
     client_b = MlflowClient(b)
-    runs = {r.data.tags[SOURCE_RUN_TAG]: r for r in _all(client_b)}
+    runs = {r.data.tags[keys.SOURCE_RUN_ID]: r for r in _all(client_b)}
     assert set(runs) == {parent, trained}
     child, new_parent = runs[trained], runs[parent]
     src = client_a.get_run(trained)
     assert child.info.run_id != trained  # MLflow gives created runs new ids ...
-    assert child.data.tags[PARENT_TAG] == new_parent.info.run_id  # ... and the link follows them
+    assert child.data.tags[keys.MLFLOW_PARENT_RUN_ID] == new_parent.info.run_id  # ... and the link follows them
     assert child.data.params == src.data.params
     assert child.data.tags["hmer.device"] == src.data.tags["hmer.device"]
     assert child.info.run_name == "child" and child.info.status == "FINISHED"

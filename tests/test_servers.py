@@ -27,8 +27,8 @@ import sqlalchemy.pool
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from hmer.studies.claims import CELL_ATTR, WORKER_ATTR
-from hmer.training.checkpoint import load_checkpoint
+from hmer.checkpoint import load_checkpoint
+from hmer.tracking import keys
 from servers import PG_PASSWORD, PostgresCluster, mlflow_server, postgres_cluster
 from tiny_dataset import write_dataset
 
@@ -110,7 +110,7 @@ class Machine:
 
 def _command(servers: Servers, data: Path) -> list[str]:
     sets = [f"{k}={v}" for k, v in SETTINGS.items()]
-    return [sys.executable, str(SCRIPT), "--preset", "smoke", "--seeds", str(SEEDS), "--data", str(data),
+    return [sys.executable, str(SCRIPT), "--budget", "smoke", "--seeds", str(SEEDS), "--data", str(data),
             "--storage", servers.storage, "--tracking-uri", servers.tracking_uri, "--study-name", STUDY,
             "--set", *sets]
 
@@ -128,7 +128,7 @@ def _training_trial(servers: Servers, machine: Machine) -> int | None:
     if study is None:
         return None
     mine = [t for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-            if (t.user_attrs.get(WORKER_ATTR) or {}).get("pid") == machine.proc.pid]
+            if (t.user_attrs.get(keys.WORKER) or {}).get("pid") == machine.proc.pid]
     if not mine:
         return None
     client = MlflowClient(servers.tracking_uri)
@@ -207,16 +207,16 @@ def test_workers_killed_and_a_database_restart_lose_and_repeat_nothing(servers, 
     # Optuna: every cell COMPLETE exactly once, nothing RUNNING, the killed trials FAIL.
     study = _study(servers)
     trials = study.get_trials(deepcopy=False)
-    complete = collections.Counter(t.user_attrs[CELL_ATTR] for t in trials if t.state == TrialState.COMPLETE)
+    complete = collections.Counter(t.user_attrs[keys.CELL_KEY] for t in trials if t.state == TrialState.COMPLETE)
     assert len(complete) == CELLS and set(complete.values()) == {1}, complete
     assert not [t.number for t in trials if t.state == TrialState.RUNNING]
     failed = [t for t in trials if t.state == TrialState.FAIL]
     killed_pids = {a.proc.pid, b.proc.pid}
     assert killed_mid_trial in [t.number for t in failed]
-    assert {t.user_attrs[WORKER_ATTR]["pid"] for t in failed} == killed_pids  # nothing else failed
-    assert all(t.user_attrs[CELL_ATTR] in complete for t in failed)  # and their cells ran again
+    assert {t.user_attrs[keys.WORKER]["pid"] for t in failed} == killed_pids  # nothing else failed
+    assert all(t.user_attrs[keys.CELL_KEY] in complete for t in failed)  # and their cells ran again
     if hostnames:
-        assert {t.user_attrs[WORKER_ATTR]["host"] for t in trials} <= {m.name for m in (a, b, c, d)}
+        assert {t.user_attrs[keys.WORKER]["host"] for t in trials} <= {m.name for m in (a, b, c, d)}
 
     # MLflow: one parent FINISHED; a FINISHED child per cell; the killed trials' children FAILED.
     client = MlflowClient(servers.tracking_uri)

@@ -20,8 +20,8 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from hmer.studies import DIRECTION, SWEEP, StudySpec, run_grid_study, run_sweep
-from hmer.studies.claims import CELL_ATTR, ERROR_ATTR, WORKER_ATTR
-from hmer.training.checkpoint import load_checkpoint
+from hmer.tracking import keys
+from hmer.checkpoint import load_checkpoint
 from tiny_dataset import tiny_data, write_dataset
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,7 +46,7 @@ def stores(tmp_path, monkeypatch):
 
 
 def _cells(study: optuna.Study, state: TrialState) -> collections.Counter:
-    return collections.Counter(t.user_attrs[CELL_ATTR] for t in study.get_trials(states=(state,)))
+    return collections.Counter(t.user_attrs[keys.CELL_KEY] for t in study.get_trials(states=(state,)))
 
 
 def _child_runs(tracking: str, experiment: str):
@@ -87,14 +87,14 @@ def test_grid_study_end_to_end_and_rerun_runs_nothing(stores, capsys):
         trial = by_trial[int(tags["hmer.trial"])]
         assert tags["hmer.cell"] == f"model.direction={trial.params['model.direction']}"
         assert tags["hmer.variant"] == trial.params["model.direction"] and tags["hmer.seed"] == "1"
-        assert trial.user_attrs["mlflow_run_id"] == run.info.run_id
+        assert trial.user_attrs[keys.TRIAL_RUN_ID] == run.info.run_id
         assert run.data.params["model.direction"] == trial.params["model.direction"]
         assert trial.user_attrs["test_2014_n"] == 4 and "test_2014_exprate" in trial.user_attrs
     # Every other setting is held equal: the children's params differ only in the grid axis.
     params = [{k: v for k, v in r.data.params.items() if k not in ("model.direction",)} for r in children]
     assert all(p == params[0] for p in params)
     out = capsys.readouterr().out
-    assert "preset smoke" in out and "expected cost" in out
+    assert "budget smoke" in out and "expected cost" in out
     assert "l2r" in out and "r2l" in out and "bi" in out  # the table
 
     # What the MLflow UI shows (tests/test_ui.py looks at it in a browser): a model-training
@@ -136,7 +136,7 @@ def test_a_cell_that_fails_is_marked_failed_and_retried_by_the_next_run(stores):
     study = optuna.load_study(study_name="lr-test", storage=storage)
     failed = study.get_trials(states=(TrialState.FAIL,))
     assert len(study.trials) == 2 and len(failed) == 1  # not retried in the same run
-    assert "FloatingPointError" in failed[0].user_attrs[ERROR_ATTR]
+    assert "FloatingPointError" in failed[0].user_attrs[keys.ERROR]
 
     parents, children = _child_runs(tracking, "lr-test")
     assert parents[0].info.status == "FAILED" and parents[0].data.tags["hmer.status"] == "incomplete"
@@ -184,7 +184,7 @@ def test_a_different_grid_under_the_same_name_is_refused(stores):
 
 def _command(tmp_path: Path, tracking: str, storage: str, seeds: str, epochs: int = 1, **more) -> list[str]:
     sets = [f"{k}={v}" for k, v in {**TINY, "train.epochs": epochs, **more}.items()]
-    return [sys.executable, str(SCRIPT), "--preset", "smoke", "--seeds", seeds, "--data", str(tmp_path / "data"),
+    return [sys.executable, str(SCRIPT), "--budget", "smoke", "--seeds", seeds, "--data", str(tmp_path / "data"),
             "--tracking-uri", tracking, "--storage", storage, "--study-name", "direction-cli", "--set", *sets]
 
 
@@ -247,7 +247,7 @@ def test_a_study_killed_mid_trial_resumes_without_losing_or_repeating_a_cell(sto
     complete, failed = _cells(study, TrialState.COMPLETE), _cells(study, TrialState.FAIL)
     assert len(complete) == 3 and set(complete.values()) == {1}  # every cell complete exactly once
     assert study.trials[killed[0].number].state == TrialState.FAIL
-    assert list(failed) == [killed[0].user_attrs[CELL_ATTR]]  # the killed cell, and it ran again
+    assert list(failed) == [killed[0].user_attrs[keys.CELL_KEY]]  # the killed cell, and it ran again
     assert len(study.trials) == 4
 
     parents, children = _child_runs(tracking, "direction-cli")
@@ -328,8 +328,8 @@ def test_a_killed_trial_continues_from_its_checkpoint(stores, tmp_path):
     dead = study.trials[killed["number"]]
     assert dead.state == TrialState.FAIL
     again = next(t for t in study.get_trials(states=(TrialState.COMPLETE,))
-                 if t.user_attrs[CELL_ATTR] == dead.user_attrs[CELL_ATTR])
-    assert again.user_attrs["mlflow_run_id"] == killed["run_id"]
+                 if t.user_attrs[keys.CELL_KEY] == dead.user_attrs[keys.CELL_KEY])
+    assert again.user_attrs[keys.TRIAL_RUN_ID] == killed["run_id"]
     assert again.user_attrs["hmer.resumed_from"]["trial"] == killed["number"]
 
     # MLflow: three children, all FINISHED; the killed run now belongs to the new trial.
@@ -374,7 +374,7 @@ def test_two_workers_on_one_study_never_run_a_cell_twice(stores, tmp_path):
     assert len(study.trials) == 9
     complete = _cells(study, TrialState.COMPLETE)
     assert len(complete) == 9 and set(complete.values()) == {1}
-    workers = collections.Counter(t.user_attrs[WORKER_ATTR]["pid"] for t in study.trials)
+    workers = collections.Counter(t.user_attrs[keys.WORKER]["pid"] for t in study.trials)
     assert procs[0].pid in workers and len(workers) >= 2, workers
     parents, children = _child_runs(tracking, "direction-cli")
     assert len(parents) == 1 and parents[0].info.status == "FINISHED" and len(children) == 9

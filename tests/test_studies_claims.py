@@ -12,11 +12,12 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from hmer.studies import DIRECTION, PRESETS, StudySpec, get_preset
-from hmer.studies.claims import CELL_ATTR, WORKER_ATTR, CellClaims, ClaimedGridSampler, Worker, worker_alive
+from hmer.studies import BUDGETS, DIRECTION, StudySpec, get_budget
+from hmer.studies.claims import CellClaims, ClaimedGridSampler, Worker, worker_alive
 from hmer.studies.cli import build_parser, parse_seeds
-from hmer.studies.runner import mask_url, open_storage
+from hmer.studies.storage import mask_url, open_storage
 from hmer.studies.spec import SEED_KEY, cell_key
+from hmer.tracking import keys
 
 SPEC = StudySpec(name="claims", description="", axes={"model.direction": ("l2r", "r2l", "bi")}, model_presets={})
 
@@ -25,7 +26,7 @@ WORKER = textwrap.dedent("""
     import sys, time
     import optuna
     from hmer.studies.claims import CellClaims, ClaimedGridSampler, Worker
-    from hmer.studies.runner import open_storage
+    from hmer.studies.storage import open_storage
     from hmer.studies.spec import StudySpec, cell_key
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -82,10 +83,10 @@ def test_three_processes_claim_every_cell_exactly_once(tmp_path):
         _, err = p.communicate(timeout=240)
         assert p.returncode == 0, err
     study = optuna.load_study(study_name="s", storage=storage)
-    cells = collections.Counter(t.user_attrs[CELL_ATTR] for t in study.trials)
+    cells = collections.Counter(t.user_attrs[keys.CELL_KEY] for t in study.trials)
     assert len(study.trials) == 18 and len(cells) == 18 and set(cells.values()) == {1}
     assert all(t.state == TrialState.COMPLETE for t in study.trials)
-    assert len({t.user_attrs[WORKER_ATTR]["pid"] for t in study.trials}) >= 2
+    assert len({t.user_attrs[keys.WORKER]["pid"] for t in study.trials}) >= 2
 
 
 def test_a_failed_cell_opens_again_but_a_complete_or_running_one_does_not(tmp_path):
@@ -116,11 +117,11 @@ def test_a_running_trial_of_a_dead_process_is_failed_and_its_cell_reopened(tmp_p
     dead.wait()
     sampler.assign(cells[0], None)
     trial = study.ask()
-    study._storage.set_trial_user_attr(trial._trial_id, WORKER_ATTR,
+    study._storage.set_trial_user_attr(trial._trial_id, keys.WORKER,
                                        Worker(host=Worker.current().host, pid=dead.pid, started="1",
                                               token="dead").as_attr())
-    study._storage.set_trial_user_attr(trial._trial_id, CELL_ATTR, cell_key(cells[0]))
-    assert worker_alive(study._storage.get_trial(trial._trial_id).user_attrs[WORKER_ATTR]) is False
+    study._storage.set_trial_user_attr(trial._trial_id, keys.CELL_KEY, cell_key(cells[0]))
+    assert worker_alive(study._storage.get_trial(trial._trial_id).user_attrs[keys.WORKER]) is False
     reaped = claims.reap()
     assert [t.number for t in reaped] == [trial.number]
     assert study._storage.get_trial(trial._trial_id).state == TrialState.FAIL
@@ -128,39 +129,40 @@ def test_a_running_trial_of_a_dead_process_is_failed_and_its_cell_reopened(tmp_p
     assert worker_alive(Worker.current().as_attr()) is True
 
 
-def test_presets_size_the_budget_to_the_window():
-    short = get_preset("short")
+def test_budgets_size_the_trials_to_the_window():
+    short = get_budget("short")
     # 12 cells on 3 workers: 4 rounds share the window left after loading.
     assert short.trial_budget_s(12, 3) == pytest.approx((short.window_s - short.load_s) / 4 - short.eval_reserve_s)
     assert short.config_overrides(12, 3)["train.time_budget_s"] == pytest.approx(short.trial_budget_s(12, 3), abs=0.1)
-    assert "train.time_budget_s" not in get_preset("paper").config_overrides(9, 1)
+    assert "train.time_budget_s" not in get_budget("paper").config_overrides(9, 1)
     with pytest.raises(ValueError, match="do not fit"):
         short.trial_budget_s(400, 1)
-    smoke = PRESETS["smoke"].describe(len(DIRECTION.cells(PRESETS["smoke"].seeds)), 1)
+    smoke = BUDGETS["smoke"].describe(len(DIRECTION.cells(BUDGETS["smoke"].seeds)), 1)
     assert "expected cost" in smoke and "2-core CPU" in smoke
-    assert all(len(PRESETS[n].seeds) >= 3 for n in ("short", "paper"))
-    with pytest.raises(ValueError, match="unknown study preset"):
-        get_preset("huge")
+    assert all(len(BUDGETS[n].seeds) >= 3 for n in ("short", "paper"))
+    with pytest.raises(ValueError, match="unknown study budget"):
+        get_budget("huge")
 
 
 def test_command_line_options():
     assert parse_seeds("3") == (1, 2, 3) and parse_seeds("7,9") == (7, 9) and parse_seeds(None) is None
-    args = build_parser(DIRECTION).parse_args(["--preset", "smoke", "--seeds", "2", "--n-jobs", "2", "--storage",
+    args = build_parser(DIRECTION).parse_args(["--budget", "smoke", "--seeds", "2", "--n-jobs", "2", "--storage",
                                                "postgresql://u:secret@db/hmer", "--set", "train.epochs=1"])
     assert (args.budget, args.seeds, args.n_jobs, args.overrides) == ("smoke", (1, 2), 2, ["train.epochs=1"])
-    assert build_parser(DIRECTION).parse_args(["--budget", "cpu"]).budget == "cpu"  # --preset is the old name
     assert "secret" not in mask_url(args.storage) and "db/hmer" in mask_url(args.storage)
+    with pytest.raises(SystemExit):  # a preset is a model; a study's compute is its --budget
+        build_parser(DIRECTION).parse_args(["--preset", "smoke"])
 
 
 def test_every_ablation_cell_is_a_valid_config():
     from hmer.studies import ABLATIONS
-    from hmer.studies.runner import base_config
+    from hmer.studies.session import base_config
 
     for spec in ABLATIONS.values():
         for size, name in (("tiny", "smoke"), ("full", "paper")):
-            preset = get_preset(name)
-            base = base_config(spec.model_preset(size), preset, 9, 1, spec.fixed, None, None)
-            for cell in spec.cells(preset.seeds[:1]):
+            budget = get_budget(name)
+            base = base_config(spec.model_preset(size), budget, 9, 1, spec.fixed, None, None)
+            for cell in spec.cells(budget.seeds[:1]):
                 cfg = base.override(spec.overrides(cell)).validate()
                 for key, value in cell.items():
                     assert cfg.to_flat_dict()[key] == value

@@ -80,16 +80,33 @@ def test_a_paused_run_is_killed_and_resumes_in_place(store):
     assert client.get_run(run.run_id).info.status == "FINISHED"
 
 
-def test_a_null_run_records_nothing_and_lets_exceptions_through():
-    run = NullRun("abc")
-    with pytest.raises(ValueError):
+def test_a_null_run_records_nothing_and_lets_exceptions_through(store, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)  # where anything it did log would land
+    rank0 = _start(store, run_name="rank 0")  # the run the other ranks' NullRun stands for
+    with rank0:
+        pass
+    client = MlflowClient(store)
+
+    def everything() -> list:
+        runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+        return sorted((r.info.run_id, r.info.status, sorted(r.data.params.items()), sorted(r.data.metrics.items()),
+                       sorted(r.data.tags.items()), [a.path for a in client.list_artifacts(r.info.run_id)])
+                      for r in runs)
+
+    before = everything()
+    (tmp_path / "attention.png").write_bytes(b"not logged")
+    run = NullRun(rank0.run_id)
+    with pytest.raises(ValueError, match="through"):
         with run:
             run.log_params({"a": 1})
             run.log_metrics({"x": 1.0}, step=1)
+            run.log_text("{}", "config.json")
+            run.log_artifacts(str(tmp_path), "attention")
             run.set_tag(keys.STATUS, "x")
             run.pause()
             raise ValueError("through")
-    assert run.run_id == "abc"
+    assert run.run_id == rank0.run_id
+    assert everything() == before
 
 
 def _imports(path: Path) -> set[str]:
@@ -114,11 +131,54 @@ def test_training_never_imports_mlflow_and_tracking_never_imports_training():
         assert not upward, f"{path.name} imports {upward}"
 
 
+SETTERS = {"set_tag", "set_user_attr", "set_trial_user_attr", "set_study_user_attr", "set_study_system_attr",
+           "set_trial_system_attr"}  # each takes (..., key, value)
+READ_FROM = {"tags", "user_attrs", "system_attrs"}
+NOT_RECORD_KEYS = {"hmer.allowed"}  # config.py's dataclass field metadata key, never written to a store
+
+
+def _spelled_keys(path: Path) -> list[str]:
+    """Tag and attribute keys `path` spells out instead of naming from `keys`: `hmer.` strings, and
+    literal keys given to a setter or read from `.tags` / `.user_attrs` / `.system_attrs`."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        key = None
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("hmer.") \
+                and node.value not in NOT_RECORD_KEYS:
+            key = node
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args:
+            if node.func.attr in SETTERS and len(node.args) >= 2:
+                key = node.args[-2]
+            elif node.func.attr == "get" and isinstance(node.func.value, ast.Attribute) \
+                    and node.func.value.attr in READ_FROM:
+                key = node.args[0]
+        elif isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute) \
+                and node.value.attr in READ_FROM:
+            key = node.slice
+        if isinstance(key, (ast.Constant, ast.JoinedStr)):
+            found.append(f"line {node.lineno}: {ast.unparse(key)}")
+    return sorted(found)
+
+
 def test_tag_keys_are_named_once():
-    files = [*(SRC / "training").glob("*.py"), *(SRC / "tracking").glob("*.py"), SRC / "reports" / "runs.py"]
-    for path in files:
-        if path.name == "keys.py":
-            continue
-        literals = [n.value for n in ast.walk(ast.parse(path.read_text()))
-                    if isinstance(n, ast.Constant) and isinstance(n.value, str) and n.value.startswith("hmer.")]
-        assert not literals, f"{path.name}: {literals}"
+    """Every module of the package (studies, reports and the CLI included) names its tag and
+    attribute keys from `hmer.tracking.keys`."""
+    for path in sorted(SRC.rglob("*.py")):
+        if path != SRC / "tracking" / "keys.py":
+            assert not _spelled_keys(path), f"{path.relative_to(SRC)}: {_spelled_keys(path)}"
+
+
+def test_the_key_check_sees_a_spelled_key(tmp_path):
+    spelled = tmp_path / "spelled.py"
+    spelled.write_text('trial.set_user_attr("mlflow_run_id", 1)\nclient.set_tag(run, keys.STATUS, "x")\n'
+                       'run.data.tags.get("hmer.study")\nstudy.user_attrs[f"claim{n}"]\n')
+    assert _spelled_keys(spelled) == ["line 1: 'mlflow_run_id'", "line 3: 'hmer.study'", "line 3: 'hmer.study'",
+                                      "line 4: f'claim{n}'"]
+
+
+def test_one_place_builds_the_mlflow_client():
+    """`tracking.store.mlflow_client` opens every store the package reads or writes."""
+    builders = [f"{path.relative_to(SRC)}:{node.lineno}" for path in sorted(SRC.rglob("*.py"))
+                for node in ast.walk(ast.parse(path.read_text()))
+                if isinstance(node, ast.Call) and "MlflowClient" in ast.unparse(node.func)]
+    assert len(builders) == 1 and builders[0].startswith("tracking/store.py:"), builders

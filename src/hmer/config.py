@@ -164,7 +164,7 @@ RULES: tuple[Rule, ...] = (
 
 
 def _recipe_names() -> tuple[str, ...]:
-    from .recipes import RECIPES  # recipes.py builds on this module
+    from .recipes import RECIPES  # the papers' recipes: plain values, importing nothing of the suite
 
     return (*RECIPES, "custom")
 

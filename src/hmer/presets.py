@@ -41,6 +41,3 @@ def preset_with_recipe(name: str) -> Config:
         cfg = cfg.override({"data.scale_aug_min": 0.7, "data.scale_aug_max": 1.4})
     return cfg.validate()
 
-
-# The name before issue 15 gave "preset" one meaning; scripts and notebooks may still import it.
-experiment_config = preset_with_recipe

@@ -7,9 +7,16 @@ fields build (optimisers, schedules) is `hmer.training.recipes`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping, Protocol, TypeVar
 
-from .config import Config
+C = TypeVar("C", bound="Overridable")
+
+
+class Overridable(Protocol):
+    """What a recipe is applied to: `hmer.config.Config`. Not imported here, since config.py reads
+    the recipe names from this module (the foundation has no import cycle)."""
+
+    def override(self: C, values: Mapping[str, Any]) -> C: ...
 
 RECIPES: dict[str, dict[str, Any]] = {
     "bttr": {"train.optimizer": "adadelta", "train.lr": 1.0, "train.rho": 0.9, "train.eps": 1e-6,
@@ -19,7 +26,7 @@ RECIPES: dict[str, dict[str, Any]] = {
 }
 
 
-def apply_recipe(cfg: Config, recipe: str) -> Config:
+def apply_recipe(cfg: C, recipe: str) -> C:
     """A copy of `cfg` with the recipe's optimiser fields, and train.recipe set."""
     if recipe not in RECIPES:
         raise ValueError(f"unknown recipe {recipe!r}; known: {', '.join(RECIPES)}")

@@ -48,11 +48,9 @@ def cmd_runs_export(args) -> int:
 
 
 def cmd_runs_publish(args) -> int:
-    from mlflow.tracking import MlflowClient
-
     from ..reports.study_run import annotate_studies
     from ..tracking.portable import copy_store, make_portable
-    from ..tracking.store import mlruns_dir, quiet_mlflow
+    from ..tracking.store import mlflow_client, mlruns_dir, quiet_mlflow
     from ..tracking.ui import mark_training_experiments
 
     quiet_mlflow()
@@ -60,7 +58,7 @@ def cmd_runs_publish(args) -> int:
     # written to a portable store would land relative to the working folder), then made portable.
     db = copy_store(args.folder, mlruns_dir(), portable=False)
     uri = f"sqlite:///{db}"
-    marked = mark_training_experiments(MlflowClient(uri))
+    marked = mark_training_experiments(mlflow_client(uri))
     annotated = {study: changes for study, changes in annotate_studies(uri).items() if changes}
     make_portable(db)
     print(f"published {args.folder} to {db.parent} (artifact locations relative to the checkout)")

@@ -23,9 +23,8 @@ def add_parser(sub) -> None:
     tr.add_argument("--device", default=None, help="auto, cpu, cuda or cuda:N")
     tr.add_argument("--epochs", type=int, default=None)
     # "budget" alone names a study's compute budget (smoke|cpu|short|paper); a run's limit is time.
-    tr.add_argument("--time-budget", "--budget", dest="budget", type=float, default=None, metavar="SECONDS",
-                    help="wall-clock limit for training (train.time_budget_s); then it checkpoints and evaluates "
-                         "(--budget is the old name)")
+    tr.add_argument("--time-budget", dest="time_budget", type=float, default=None, metavar="SECONDS",
+                    help="wall-clock limit for training (train.time_budget_s); then it checkpoints and evaluates")
     tr.add_argument("--experiment", default="hmer", help="MLflow experiment (default: hmer)")
     tr.add_argument("--run-name", default=None)
     tr.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, then mlruns/")
@@ -40,7 +39,8 @@ def add_parser(sub) -> None:
 def cmd_train(args) -> int:
     from ..config import Config, parse_overrides
     from ..presets import preset_with_recipe
-    from ..training import apply_recipe, train
+    from ..recipes import apply_recipe
+    from ..training import train
 
     if args.resume:
         from ..tracking.run import fail_runs_of_dead_processes
@@ -67,8 +67,8 @@ def cmd_train(args) -> int:
         overrides["train.device"] = args.device
     if args.epochs is not None:
         overrides["train.epochs"] = str(args.epochs)
-    if args.budget is not None:
-        overrides["train.time_budget_s"] = str(args.budget)
+    if args.time_budget is not None:
+        overrides["train.time_budget_s"] = str(args.time_budget)
     cfg = cfg.override(overrides).validate()
     result = train(cfg, tracking_uri=args.tracking_uri, experiment=args.experiment, run_name=args.run_name,
                    progress=not args.no_progress, pause_after_epochs=args.pause_after_epochs)
@@ -104,13 +104,11 @@ def find_resume_checkpoint(what: str, tracking_uri: str | None, experiment: str)
             raise UserError(f"no checkpoint for run {what} under {root}")
         return ckpt
     candidates = sorted(root.glob("*/last.pt"), key=lambda p: p.stat().st_mtime, reverse=True)
-    from mlflow.tracking import MlflowClient
-
-    from ..tracking.store import default_tracking_uri, quiet_mlflow
+    from ..tracking.store import mlflow_client, quiet_mlflow
 
     quiet_mlflow()
 
-    client = MlflowClient(tracking_uri=tracking_uri or default_tracking_uri())
+    client = mlflow_client(tracking_uri)
     for ckpt in candidates:
         try:
             if client.get_run(ckpt.parent.name).info.status != "FINISHED":

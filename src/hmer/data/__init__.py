@@ -17,7 +17,7 @@ from .images import read_image
 from .inkml import Ink, TraceGroup, parse_inkml, read_inkml
 from .render import RenderConfig, render_ink
 from .source import SPLITS, open_source
-from .splits import hold_out, load_dataset, load_split
+from .splits import load_dataset, load_split
 from .vocab import Vocab
 
 __all__ = [
@@ -28,6 +28,6 @@ __all__ = [
     "Ink", "TraceGroup", "parse_inkml", "read_inkml",
     "RenderConfig", "render_ink",
     "SPLITS", "load_split", "open_source", "read_image",
-    "hold_out", "load_dataset",
+    "load_dataset",
     "Vocab",
 ]

@@ -7,15 +7,12 @@ an exit status.
 
 The rendered zip holds `data/<split>/caption.txt` and `data/<split>/<name>.bmp` (8-bit grey BMP,
 white ink on black, deflated), exactly the layout BTTR's and CoMER's data modules read; it loads
-back through `hmer.data.load_split` with the same names and counts.
-
-For your own testing: `python -m hmer.data.commands check [DATA]` and
-`python -m hmer.data.commands render [DATA] --out OUT.zip [--workers N] [--limit N]`.
+back through `hmer.data.load_split` with the same names and counts. The command line is
+`hmer data` (`hmer.cli.data`).
 """
 
 from __future__ import annotations
 
-import argparse
 import io
 import os
 import sys
@@ -262,25 +259,3 @@ def _render_split(source: DatasetSource, split: str, archive: zipfile.ZipFile, r
     for c in kept:
         archive.writestr(f"{folder}/{c.name}.bmp", encode_bmp(loaded.images[c.name]))
     return len(kept), len(captions) - len(kept)
-
-
-# ---- for testing without the CLI -------------------------------------------------------------------
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m hmer.data.commands")
-    sub = p.add_subparsers(dest="command", required=True)
-    check = sub.add_parser("check")
-    check.add_argument("data", nargs="?")
-    render = sub.add_parser("render")
-    render.add_argument("data", nargs="?")
-    render.add_argument("--out", required=True)
-    render.add_argument("--workers", type=int, default=None)
-    render.add_argument("--limit", type=int, default=0)
-    args = p.parse_args(argv)
-    if args.command == "check":
-        return check_command(args.data)
-    return render_command(args.data, args.out, workers=args.workers, limit=args.limit)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

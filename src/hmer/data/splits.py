@@ -68,24 +68,6 @@ def default_splits(data_cfg: DataConfig | None = None) -> tuple[str, ...]:
     return (TRAIN, VAL, *[y.strip() for y in years.split(",") if y.strip()])
 
 
-def hold_out_sizes(n: int, fraction: float) -> tuple[int, int]:
-    """(train, val) sizes of the hold-out of `fraction` from `n` expressions."""
-    if fraction <= 0 or n < 2:
-        return n, 0
-    n_val = min(n - 1, max(1, int(round(n * fraction))))
-    return n - n_val, n_val
-
-
-def hold_out(exprs: Sequence[Expression], fraction: float, seed: int) -> tuple[list[Expression], list[Expression]]:
-    """Split into (train, val) with about `fraction` of random expressions in val (the `random`
-    rule), the same for the same names and seed whatever the input order; both keep the input
-    order. Runs use `validation_hold_out`, whose default rule holds out whole writers."""
-    held = split_validation([e.name for e in exprs], {e.name: " ".join(e.tokens) for e in exprs}, {},
-                            "random", fraction, seed)
-    val_names = set(held.val)
-    return [e for e in exprs if e.name not in val_names], [e for e in exprs if e.name in val_names]
-
-
 def read_writers(source: DatasetSource, split: str, names: Sequence[str]) -> dict[str, str | None]:
     """{name: the writer its InkML names, or None} (None for image files, which name nobody)."""
     writers: dict[str, str | None] = {}

@@ -61,9 +61,9 @@ def resolve_tracking_uri(tracking_uri: str | None = None) -> str:
 
 def client_for(tracking_uri: str | None = None):
     """An `MlflowClient` on the store (the project default when None)."""
-    from mlflow.tracking import MlflowClient
+    from ..tracking.store import mlflow_client
 
-    return MlflowClient(tracking_uri=resolve_tracking_uri(tracking_uri))
+    return mlflow_client(tracking_uri)
 
 
 # ---- runs -----------------------------------------------------------------------------------------

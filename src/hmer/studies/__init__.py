@@ -8,8 +8,7 @@ share), `resume` (a killed trial continues from its checkpoint), `claims` (why n
 twice), `spec` (what each study varies) and `budgets` (smoke / cpu / short / paper).
 """
 
-from .budgets import (BUDGET_NAMES, BUDGETS, PRESETS, StudyBudget, StudyPreset, get_budget, get_preset, pick_budget,
-                      pick_preset)
+from .budgets import BUDGET_NAMES, BUDGETS, StudyBudget, get_budget, pick_budget
 from .grid import run_grid_study
 from .objective import train_trial
 from .session import StudyOutcome
@@ -18,7 +17,7 @@ from .storage import default_storage
 from .sweeps import run_sweep
 
 __all__ = [
-    "ABLATIONS", "BUDGETS", "BUDGET_NAMES", "COVERAGE", "DECODER", "DIRECTION", "ENCODER", "POSENC", "PRESETS",
-    "SWEEP", "StudyBudget", "StudyOutcome", "StudyPreset", "StudySpec", "SweepParam", "SweepSpec", "default_storage",
-    "get_budget", "get_preset", "pick_budget", "pick_preset", "run_grid_study", "run_sweep", "train_trial",
+    "ABLATIONS", "BUDGETS", "BUDGET_NAMES", "COVERAGE", "DECODER", "DIRECTION", "ENCODER", "POSENC", "SWEEP",
+    "StudyBudget", "StudyOutcome", "StudySpec", "SweepParam", "SweepSpec", "default_storage", "get_budget",
+    "pick_budget", "run_grid_study", "run_sweep", "train_trial",
 ]

@@ -112,7 +112,7 @@ class StudyBudget:
         """The start-of-study banner: what the budget is and what the study will cost."""
         budget = self.trial_budget_s(n_trials, n_jobs)
         settings = ", ".join(f"{k}={v}" for k, v in self.overrides.items())
-        lines = [f"budget {self.name} (formerly preset {self.name}): {self.summary}", f"  settings: {settings}"]
+        lines = [f"budget {self.name}: {self.summary}", f"  settings: {settings}"]
         cost = _format_duration(self.expected_seconds(n_trials, n_jobs))
         if self.window_s > 0:
             lines.append(
@@ -246,7 +246,7 @@ def get_budget(name: str) -> StudyBudget:
     try:
         return BUDGETS[name]
     except KeyError:
-        raise ValueError(f"unknown study preset or budget {name!r}; known budgets: {', '.join(BUDGET_NAMES)}") \
+        raise ValueError(f"unknown study budget {name!r}; known budgets: {', '.join(BUDGET_NAMES)}") \
             from None
 
 
@@ -262,11 +262,3 @@ def pick_budget(requested: str | None = None) -> tuple[StudyBudget, str]:
     return BUDGETS["cpu"], ("budget cpu (no --budget given and no GPU: real results on a CPU; "
                             "--budget smoke is the 3-minute pipeline check)")
 
-
-# The names before study budgets had their own word ("preset" also names model and experiment
-# presets); kept so that code written against them still runs.
-StudyPreset = StudyBudget
-PRESETS = BUDGETS
-PRESET_NAMES = BUDGET_NAMES
-get_preset = get_budget
-pick_preset = pick_budget

@@ -44,11 +44,6 @@ from ..tracking import keys
 from .optuna_compat import grid_attrs
 from .spec import SEED_KEY, cell_key
 
-CELL_ATTR = keys.CELL_KEY  # trial user attribute: the cell's identity (see spec.cell_key)
-WORKER_ATTR = keys.WORKER  # trial user attribute: the worker that runs it
-ERROR_ATTR = keys.ERROR  # trial user attribute: why a trial failed in a live worker
-CLAIM_PREFIX = keys.CLAIM_PREFIX  # study system attribute per worker: the cell it is claiming
-
 
 # ---- workers ------------------------------------------------------------------------------------
 
@@ -180,7 +175,7 @@ class CellClaims:
         self.study_id = storage.get_study_id_from_name(study.study_name)
         self.claim_ttl_s = claim_ttl_s
         self.rng = rng or random.Random(worker.token)
-        self.claim_key = CLAIM_PREFIX + worker.token
+        self.claim_key = keys.CLAIM_PREFIX + worker.token
 
     def trial_id(self, trial: FrozenTrial) -> int:
         return self.storage.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
@@ -197,7 +192,7 @@ class CellClaims:
             optuna.storages.fail_stale_trials(self.study)
         failed = []
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            worker = trial.user_attrs.get(WORKER_ATTR)
+            worker = trial.user_attrs.get(keys.WORKER)
             alive = worker_alive(worker)
             orphan = worker is None and self._age_s(trial) > self.claim_ttl_s  # died before tagging it
             if alive is False or orphan:
@@ -225,7 +220,7 @@ class CellClaims:
         trials = self.study.get_trials(deepcopy=False)
         complete, running, failed = set(), set(), set()
         for t in trials:
-            key = t.user_attrs.get(CELL_ATTR)
+            key = t.user_attrs.get(keys.CELL_KEY)
             if key is None:
                 continue
             if t.state == TrialState.COMPLETE:
@@ -241,8 +236,8 @@ class CellClaims:
         (a Unix time): a worker does not retry those in the same session; a rerun does."""
         out = set()
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
-            key = t.user_attrs.get(CELL_ATTR)
-            if key and ERROR_ATTR in t.user_attrs and t.datetime_start and t.datetime_start.timestamp() >= since:
+            key = t.user_attrs.get(keys.CELL_KEY)
+            if key and keys.ERROR in t.user_attrs and t.datetime_start and t.datetime_start.timestamp() >= since:
                 out.add(key)
         return out
 
@@ -250,7 +245,7 @@ class CellClaims:
         out = set()
         now = time.time()
         for key, value in self.storage.get_study_system_attrs(self.study_id).items():
-            if not key.startswith(CLAIM_PREFIX) or key == self.claim_key or not isinstance(value, dict):
+            if not key.startswith(keys.CLAIM_PREFIX) or key == self.claim_key or not isinstance(value, dict):
                 continue
             if not value.get("cell"):
                 continue  # released
@@ -289,8 +284,8 @@ class CellClaims:
     def started(self, trial: FrozenTrial, cell: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> None:
         """Record the cell and worker on the new trial, then release the claim (in that order)."""
         tid = self.trial_id(trial)
-        self.storage.set_trial_user_attr(tid, WORKER_ATTR, self.worker.as_attr())
-        self.storage.set_trial_user_attr(tid, CELL_ATTR, cell_key(cell))
+        self.storage.set_trial_user_attr(tid, keys.WORKER, self.worker.as_attr())
+        self.storage.set_trial_user_attr(tid, keys.CELL_KEY, cell_key(cell))
         for key, value in (extra or {}).items():
             self.storage.set_trial_user_attr(tid, key, value)
         self.release()

@@ -48,10 +48,9 @@ def build_parser(spec: StudySpec | SweepSpec, doc: str | None = None) -> argpars
         prog=f"studies/{spec.name}.py", description=doc or spec.description,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Run the same command again to resume a killed study. See docs/studies.md.")
-    # --preset is the older name of --budget (a study's compute budget, not a model preset).
-    p.add_argument("--budget", "--preset", dest="budget", choices=BUDGET_NAMES, default=None,
+    p.add_argument("--budget", dest="budget", choices=BUDGET_NAMES, default=None,
                    help="compute budget (default: short on a GPU, cpu otherwise; smoke: a 3-minute "
-                        "pipeline check); --preset is an alias")
+                        "pipeline check)")
     p.add_argument("--storage", default=None,
                    help="Optuna RDB URL shared by all workers, e.g. postgresql://user:pw@host/db "
                         "(default: SQLite optuna.db beside the MLflow store)")

@@ -115,8 +115,8 @@ def run_grid_study(
         if data is None and status.open_cells(cells, set()):
             data = load_data(base, say)  # once per process; the extra workers then read the warm cache
         if main:
-            children = start_workers("grid", spec, budget, n_jobs, setup.storage_url, setup.tracking_uri, data_path,
-                                     name, seeds, overrides)
+            children = start_workers(run_grid_study, spec, budget, n_jobs, setup.storage_url, setup.tracking_uri,
+                                     data_path, name, overrides, seeds=seeds, print_table=False)
         set_threads(n_jobs)
         _worker_loop(session, spec, sampler, claims, cells, space, data, failed_here, wait=main)
     except KeyboardInterrupt:

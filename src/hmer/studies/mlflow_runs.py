@@ -14,13 +14,8 @@ import optuna
 from optuna.trial import TrialState
 
 from ..tracking import keys
+from ..tracking.store import mlflow_client
 from .storage import first_use_lock
-
-
-def mlflow_client(tracking_uri: str):
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(tracking_uri=tracking_uri)
 
 
 def study_runs_filter(study_name: str) -> str:

@@ -22,7 +22,6 @@ from optuna.trial import TrialState
 
 from ..config import Config
 from ..tracking import keys
-from .claims import ERROR_ATTR
 from .mlflow_runs import study_runs_filter
 from .resume import Resumable, adopt, checkpoint_dir, find_resumable
 from .session import Session
@@ -63,7 +62,7 @@ def train_trial(trial: optuna.Trial, cfg: Config, session: Session, data: dict[s
         session.say(f"trial {trial.number}: pruned ({exc})")
         raise
     except Exception as exc:
-        trial.set_user_attr(ERROR_ATTR, f"{type(exc).__name__}: {exc}"[:2000])
+        trial.set_user_attr(keys.ERROR, f"{type(exc).__name__}: {exc}"[:2000])
         _drop_checkpoints(session, trial.number, resumable)
         session.say(f"trial {trial.number}: {name} FAILED: {type(exc).__name__}: {exc}")
         raise
@@ -93,14 +92,12 @@ def _drop_checkpoints(session: Session, number: int, resumable: Resumable | None
 
 def record_result(trial: optuna.Trial, result) -> None:
     """The run id and test scores on the trial, where `optuna trials` and the dashboard show them."""
-    trial.set_user_attr("mlflow_run_id", result.run_id)
-    trial.set_user_attr("epochs", result.epochs)
-    trial.set_user_attr("stopped_by", result.stopped_by)
+    trial.set_user_attr(keys.TRIAL_RUN_ID, result.run_id)
+    trial.set_user_attr(keys.TRIAL_EPOCHS, result.epochs)
+    trial.set_user_attr(keys.TRIAL_STOPPED_BY, result.stopped_by)
     for year, scores in result.test_scores.items():
-        trial.set_user_attr(f"test_{year}_exprate", scores.exprate)
-        trial.set_user_attr(f"test_{year}_le1", scores.le1)
-        trial.set_user_attr(f"test_{year}_le2", scores.le2)
-        trial.set_user_attr(f"test_{year}_n", scores.n)
+        for name, value in scores.as_dict(f"test_{year}").items():  # as the run's metrics are named
+            trial.set_user_attr(name, value)
 
 
 def run_one_trial(session: Session, objective: Callable[[optuna.Trial], float]) -> TrialState:

@@ -32,7 +32,6 @@ from optuna.trial import TrialState
 
 from ..config import Config
 from ..tracking import keys
-from .claims import CELL_ATTR, ERROR_ATTR
 from .mlflow_runs import trial_runs
 
 # Config keys a resumed checkpoint may differ in: where this worker finds the data, and how far
@@ -61,7 +60,7 @@ def find_resumable(session, cell_key: str, cfg: Config) -> Resumable | None:
     """The run and checkpoint a new trial of `cell_key` continues, or None; see the module."""
     study = session.study
     dead = [t for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-            if t.user_attrs.get(CELL_ATTR) == cell_key and ERROR_ATTR not in t.user_attrs]
+            if t.user_attrs.get(keys.CELL_KEY) == cell_key and keys.ERROR not in t.user_attrs]
     if not dead:
         return None
     runs = {int(r.data.tags[keys.TRIAL]): r for r in trial_runs(session.client, session.experiment_id, session.name)}

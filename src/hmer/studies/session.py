@@ -9,8 +9,8 @@
 Opening a study creates it (recording its options and the base config every cell starts from)
 or loads it and refuses other options, so that every trial of a study trains under one config.
 Opening the session creates or reopens the study's MLflow parent run and marks FAILED the runs
-of trials whose worker died. The extra worker processes of `n_jobs` run the same study function
-with role "worker".
+of trials whose worker died. The extra worker processes of `n_jobs` run the same study function,
+which the grid or sweep passes to `start_workers`, with role "worker".
 """
 
 from __future__ import annotations
@@ -19,15 +19,16 @@ import multiprocessing
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 import optuna
 
 from ..config import Config
 from ..tracking import keys
+from ..tracking.store import mlflow_client
 from .budgets import StudyBudget, get_budget
 from .claims import Worker
-from .mlflow_runs import fail_dead_trial_runs, mlflow_client, parent_run
+from .mlflow_runs import fail_dead_trial_runs, parent_run
 from .storage import default_storage
 
 POLL_S = 5.0  # how often a worker with nothing to claim looks at the others' trials
@@ -236,35 +237,30 @@ def printer(prefix: str) -> Callable[[str], None]:
 
 # ---- the extra worker processes ----------------------------------------------------------------
 
-def start_workers(kind: str, spec, budget: StudyBudget, n_jobs: int, storage_url: str, tracking_uri: str,
-                  data_path: str | None, name: str, seeds: Sequence[int] | None, overrides, n_trials: int = 0):
-    """The n_jobs - 1 extra worker processes (spawned: fresh interpreters, safe with torch and SQLite)."""
+def start_workers(run_study: Callable[..., Any], spec, budget: StudyBudget, n_jobs: int, storage_url: str,
+                  tracking_uri: str, data_path: str | None, name: str, overrides, **options: Any):
+    """The n_jobs - 1 extra worker processes (spawned: fresh interpreters, safe with torch and SQLite).
+
+    Each runs `run_study(spec, budget, role="worker", ...)`: the caller passes its own study
+    function (`run_grid_study`, `run_sweep`), so the session does not import them. `options` are
+    that function's own arguments (a grid's seeds, a sweep's number of trials).
+    """
     if n_jobs <= 1:
         return []
     ctx = multiprocessing.get_context("spawn")
     procs = []
     for _ in range(n_jobs - 1):
-        proc = ctx.Process(target=worker_main, kwargs=dict(
-            kind=kind, spec=spec, budget=budget, n_jobs=n_jobs, storage=storage_url,
-            tracking_uri=tracking_uri, data_path=data_path, study_name=name, seeds=seeds,
-            overrides=dict(overrides or {}), n_trials=n_trials))
+        proc = ctx.Process(target=worker_main, args=(run_study, spec, budget), kwargs=dict(
+            n_jobs=n_jobs, storage=storage_url, tracking_uri=tracking_uri, data_path=data_path,
+            study_name=name, overrides=dict(overrides or {}), **options))
         proc.start()
         procs.append(proc)
     return procs
 
 
-def worker_main(kind: str, spec, budget: StudyBudget, n_jobs: int, storage: str, tracking_uri: str,
-                data_path: str | None, study_name: str, seeds, overrides: dict[str, Any], n_trials: int) -> None:
-    from .grid import run_grid_study
-    from .sweeps import run_sweep
-
+def worker_main(run_study: Callable[..., Any], spec, budget: StudyBudget, **kwargs: Any) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    common = dict(storage=storage, tracking_uri=tracking_uri, n_jobs=n_jobs, data_path=data_path,
-                  study_name=study_name, overrides=overrides, role="worker")
     try:
-        if kind == "grid":
-            run_grid_study(spec, budget, seeds=seeds, print_table=False, **common)
-        else:
-            run_sweep(spec, budget, n_trials=n_trials, **common)
+        run_study(spec, budget, role="worker", **kwargs)
     except KeyboardInterrupt:  # Ctrl-C reaches every process of the group; the main one reports it
         pass

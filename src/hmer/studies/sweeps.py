@@ -25,7 +25,7 @@ from ..training.cost import epochs_for_budget, train_seconds_per_image
 from ..tracking.store import mask_password
 from ..tracking.ui import ui_hint
 from .budgets import StudyBudget
-from .claims import ERROR_ATTR, WORKER_ATTR, CellClaims, Worker
+from .claims import CellClaims, Worker
 from .mlflow_runs import finish_parent
 from .objective import run_one_trial, train_trial
 from .session import (POLL_S, Session, StudyOutcome, base_config, load_data, open_session, open_study, resolve,
@@ -126,8 +126,8 @@ def run_sweep(
         if data is None and _finished_trials(study) < n_trials:
             data = load_data(base, say)  # once per process; the extra workers then read the warm cache
         if main:
-            children = start_workers("sweep", spec, budget, n_jobs, setup.storage_url, setup.tracking_uri,
-                                     data_path, name, None, overrides, n_trials)
+            children = start_workers(run_sweep, spec, budget, n_jobs, setup.storage_url, setup.tracking_uri,
+                                     data_path, name, overrides, n_trials=n_trials)
         set_threads(n_jobs)
         while _finished_trials(study) < n_trials:
             if data is None:  # a trial of a dead worker must be replaced after all
@@ -181,7 +181,7 @@ def _objective(session: Session, spec: SweepSpec, data_for: Callable[[Config], d
     cpu_minutes = session.budget.sweep_trial_cpu_minutes
 
     def objective(trial: optuna.Trial) -> float:
-        trial.set_user_attr(WORKER_ATTR, session.worker.as_attr())
+        trial.set_user_attr(keys.WORKER, session.worker.as_attr())
         sampled = {param: param.suggest(trial, base_flat) for param in spec.params}
         values: dict[str, Any] = {}
         for param, value in sampled.items():
@@ -193,8 +193,8 @@ def _objective(session: Session, spec: SweepSpec, data_for: Callable[[Config], d
             per_image = train_seconds_per_image(cfg, data["train"])
             values["train.epochs"] = epochs_for_budget(cpu_minutes * 60, per_image, len(data["train"]),
                                                        MAX_SWEEP_EPOCHS)
-            trial.set_user_attr("train_cpu_seconds_per_image", per_image)
-            trial.set_user_attr("train_epochs", values["train.epochs"])
+            trial.set_user_attr(keys.TRIAL_CPU_SECONDS_PER_IMAGE, per_image)
+            trial.set_user_attr(keys.TRIAL_FITTED_EPOCHS, values["train.epochs"])
             session.say(f"trial {trial.number}: {per_image * 1000:.1f} CPU-ms per training image: "
                         f"{values['train.epochs']} epochs fit its {cpu_minutes:g} CPU-minutes")
         cfg = spec.sampled_config(session.base, values, trial.number)
@@ -252,7 +252,7 @@ def _finished_trials(study: optuna.Study) -> int:
     for t in study.get_trials(deepcopy=False):
         if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
             count += 1
-        elif t.state == TrialState.FAIL and ERROR_ATTR in t.user_attrs:
+        elif t.state == TrialState.FAIL and keys.ERROR in t.user_attrs:
             count += 1
     return count
 

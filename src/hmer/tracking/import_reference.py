@@ -19,10 +19,10 @@ from typing import Optional, Sequence
 import torch
 
 from ..checkpoint import model_artifact
-from ..model.reference_checkpoint import REFERENCES, ReferenceModel, read_reference_checkpoint
+from .reference_checkpoint import REFERENCES, ReferenceModel, read_reference_checkpoint
 from . import keys
 from .run import log_metrics, log_params, split_metrics
-from .store import git_commit, setup_mlflow
+from .store import git_commit, mlflow_client, setup_mlflow
 
 
 @dataclass
@@ -38,14 +38,12 @@ def import_reference(checkpoint: str | Path, *, tracking_uri: str | None = None,
                      register_as: str | None = "", data: str | None = None, years: Sequence[str] = (),
                      limit: int = 0, device: str = "cpu") -> ImportResult:
     """Record `checkpoint` as a run (module doc). register_as: "" = `<preset>-reference`, None = not."""
-    from mlflow.tracking import MlflowClient
-
     ref = read_reference_checkpoint(checkpoint, dictionary)
     cfg = ref.config
     experiment_id = setup_mlflow(tracking_uri, experiment)
     import mlflow
 
-    client = MlflowClient(tracking_uri=mlflow.get_tracking_uri())
+    client = mlflow_client(mlflow.get_tracking_uri())
     repo, _ = REFERENCES[ref.family]
     tags = {
         keys.VARIANT: f"{cfg.name} (reference)",

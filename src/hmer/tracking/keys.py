@@ -12,6 +12,7 @@ ERROR = "hmer.error"              # one line: why a run or trial failed
 GIT_COMMIT = "hmer.git_commit"    # the commit that produced the run, "-dirty" with uncommitted changes
 DEVICE = "hmer.device"            # the device it trained on, in words
 RESUMED = "hmer.resumed"          # the epoch a resumed run continued from
+WARM_RESTART = "hmer.warm_restart"  # the epoch a run restarted from fp16 weights (tools/gpu_campaign.py)
 STOPPED_BY = "hmer.stopped_by"    # a run closed KILLED by SIGTERM/SIGINT: the signal, and where training stood
 PID = "hmer.pid"                  # the process that trains the run (the last one, after a resume)
 HOST = "hmer.host"                # the machine it runs on: a RUNNING run of this host whose pid is gone died
@@ -41,6 +42,15 @@ FAILED_BY = "hmer.failed_by"      # trial user attribute: who marked a dead work
 FAILED = "hmer.failed"            # parent-run tag: the trials that failed, in words
 CLAIM_PREFIX = "hmer.claim:"      # study system attribute per worker (+ its token): the cell it claims
 RESUMED_FROM = "hmer.resumed_from"  # trial attribute and run tag: the dead trial whose run a trial continued
+# Trial user attributes a finished trial records (studies.objective.record_result), beside its test
+# scores under their metric names (`test_2014_exprate`, ...). Stored without the `hmer.` prefix since
+# the first studies; committed studies are read by these names.
+TRIAL_RUN_ID = "mlflow_run_id"    # the trial's MLflow run
+TRIAL_EPOCHS = "epochs"           # the epochs it trained
+TRIAL_STOPPED_BY = "stopped_by"   # why it stopped: epochs | budget | target | paused
+# A sweep trial given CPU-minutes (studies.sweeps): its measured cost and the epochs that fit.
+TRIAL_CPU_SECONDS_PER_IMAGE = "train_cpu_seconds_per_image"
+TRIAL_FITTED_EPOCHS = "train_epochs"
 
 # ---- moving runs between stores (hmer runs export / import) -----------------------------------
 SOURCE_RUN_ID = "hmer.source_run_id"

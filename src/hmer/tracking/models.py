@@ -13,7 +13,7 @@ import torch
 from ..config import Config
 from ..data import Vocab
 from ..checkpoint import load_checkpoint
-from .store import default_tracking_uri
+from .store import default_tracking_uri, mlflow_client
 
 
 class RunNotFoundError(LookupError):
@@ -31,14 +31,13 @@ def checkpoint_file(run_or_checkpoint: str, tracking_uri: str | None = None) -> 
     if path.suffix in (".pt", ".pth") or "/" in run_or_checkpoint:
         raise RunNotFoundError(f"{run_or_checkpoint}: no such checkpoint file")
     from mlflow.exceptions import MlflowException
-    from mlflow.tracking import MlflowClient
 
     from .portable import download_run_artifact
     from .store import quiet_mlflow
 
     quiet_mlflow()
     uri = tracking_uri or default_tracking_uri()
-    client = MlflowClient(tracking_uri=uri)
+    client = mlflow_client(uri)
     run_or_checkpoint = _run_id_in_store(client, run_or_checkpoint, "not a checkpoint file, nor a run in")
     dest = Path(tempfile.mkdtemp(prefix="hmer-model-"))
     try:
@@ -74,11 +73,10 @@ def log_evaluation(run_id: str, results: dict, tracking_uri: str | None = None) 
     import time
 
     from mlflow.entities import Metric
-    from mlflow.tracking import MlflowClient
 
     from .artifacts import write_predictions_csv
 
-    client = MlflowClient(tracking_uri=tracking_uri or default_tracking_uri())
+    client = mlflow_client(tracking_uri)
     run_id = _run_id_in_store(client, run_id, "not a run in")
     now = int(time.time() * 1000)
     metrics = [Metric(key, float(value), now, 0) for split, res in results.items()

@@ -32,7 +32,7 @@ import time
 from typing import Any, Protocol
 
 from . import keys
-from .store import git_commit, setup_mlflow
+from .store import git_commit, mlflow_client, setup_mlflow
 
 MAX_PARAMS_PER_BATCH = 100  # MLflow refuses larger log_batch calls
 MAX_METRICS_PER_BATCH = 1000
@@ -159,12 +159,10 @@ def fail_runs_of_dead_processes(tracking_uri: str | None = None) -> list[str]:
     """Close FAILED every RUNNING run of this machine whose process is gone (killed by SIGKILL or the
     out-of-memory killer, which no handler sees); tag `hmer.error` says so. Returns their ids.
     Runs of other machines, and runs written before the process was recorded, are left alone."""
-    from mlflow.tracking import MlflowClient
-
-    from .store import default_tracking_uri, quiet_mlflow
+    from .store import quiet_mlflow
 
     quiet_mlflow()
-    client = MlflowClient(tracking_uri=tracking_uri or default_tracking_uri())
+    client = mlflow_client(tracking_uri)
     experiment_ids = [e.experiment_id for e in client.search_experiments()]
     if not experiment_ids:
         return []
@@ -246,7 +244,6 @@ def _in_batches(items: list, size: int, send) -> None:
 def _client(tracking_uri: str | None, experiment: str):
     """(MLflow client, experiment id), the experiment created if needed and made MLflow's current one."""
     import mlflow
-    from mlflow.tracking import MlflowClient
 
     experiment_id = setup_mlflow(tracking_uri, experiment)
-    return MlflowClient(tracking_uri=mlflow.get_tracking_uri()), experiment_id
+    return mlflow_client(mlflow.get_tracking_uri()), experiment_id

@@ -49,6 +49,14 @@ def default_tracking_uri() -> str:
     return f"sqlite:///{home / 'mlflow.db'}"
 
 
+def mlflow_client(tracking_uri: str | None = None):
+    """An `MlflowClient` on the store `tracking_uri` (the project default when None): every module
+    of the suite opens a store here."""
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=tracking_uri or default_tracking_uri())
+
+
 def artifact_root_for(tracking_uri: str) -> str | None:
     """Where a new experiment keeps its artifacts: beside a local SQLite store; under the MLflow
     home for another database (PostgreSQL, MySQL), since MLflow's own default there is `./mlruns`

@@ -39,10 +39,6 @@ from typing import Sequence
 from . import keys
 from .portable import download_run_artifact, list_run_artifacts
 
-SOURCE_RUN_TAG = keys.SOURCE_RUN_ID
-SOURCE_PARENT_TAG = keys.SOURCE_PARENT_RUN_ID
-IMPORTED_FROM_TAG = keys.IMPORTED_FROM
-PARENT_TAG = keys.MLFLOW_PARENT_RUN_ID
 MANIFEST = "hmer-runs.json"
 FORMAT = 1
 PART_SUFFIX = ".part-"
@@ -64,17 +60,15 @@ class ImportResult:
 
 
 def _client(tracking_uri: str | None):
-    from mlflow.tracking import MlflowClient
-
-    from .store import default_tracking_uri, quiet_mlflow
+    from .store import mlflow_client, quiet_mlflow
 
     quiet_mlflow()
-    return MlflowClient(tracking_uri=tracking_uri or default_tracking_uri())
+    return mlflow_client(tracking_uri)
 
 
 def source_id(run) -> str:
     """The id a run is known by across stores: its `hmer.source_run_id` tag, else its own id."""
-    return run.data.tags.get(SOURCE_RUN_TAG) or run.info.run_id
+    return run.data.tags.get(keys.SOURCE_RUN_ID) or run.info.run_id
 
 
 def _all_runs(client, experiment_ids: Sequence[str], filter_string: str = "") -> list:
@@ -100,7 +94,7 @@ def _experiments(client) -> list:
 def find_by_source_id(client, run_id: str) -> str | None:
     """The run of this store whose `hmer.source_run_id` is `run_id` (an imported run), or None."""
     ids = [e.experiment_id for e in _experiments(client)]
-    found = _all_runs(client, ids, f"tags.`{SOURCE_RUN_TAG}` = '{run_id}'")
+    found = _all_runs(client, ids, f"tags.`{keys.SOURCE_RUN_ID}` = '{run_id}'")
     return found[0].info.run_id if found else None
 
 
@@ -236,24 +230,24 @@ def import_runs(path: str | os.PathLike[str], *, tracking_uri: str | None = None
                    for name in manifest["experiments"]}
         existing = _existing_by_source(client)
         for rec in _parents_first(manifest["runs"]):
-            src = rec["tags"].get(SOURCE_RUN_TAG) or rec["run_id"]
+            src = rec["tags"].get(keys.SOURCE_RUN_ID) or rec["run_id"]
             target = existing.get(src)
             if target is None and _run_exists(client, src):
                 target = src  # the very store it came from
-            new_tags = {k: v for k, v in rec["tags"].items() if k not in (PARENT_TAG, keys.MLFLOW_RUN_NAME)}
-            new_tags[SOURCE_RUN_TAG] = src
-            new_tags[IMPORTED_FROM_TAG] = new_tags.get(IMPORTED_FROM_TAG) or label
+            new_tags = {k: v for k, v in rec["tags"].items() if k not in (keys.MLFLOW_PARENT_RUN_ID, keys.MLFLOW_RUN_NAME)}
+            new_tags[keys.SOURCE_RUN_ID] = src
+            new_tags[keys.IMPORTED_FROM] = new_tags.get(keys.IMPORTED_FROM) or label
             new_tags.update(tags or {})
-            parent = rec["tags"].get(PARENT_TAG)
+            parent = rec["tags"].get(keys.MLFLOW_PARENT_RUN_ID)
             if parent:
-                parent_src = next((r["tags"].get(SOURCE_RUN_TAG) or r["run_id"] for r in manifest["runs"]
+                parent_src = next((r["tags"].get(keys.SOURCE_RUN_ID) or r["run_id"] for r in manifest["runs"]
                                    if r["run_id"] == parent), parent)
                 mapped = result.id_map.get(parent_src) or existing.get(parent_src) or (
                     parent_src if _run_exists(client, parent_src) else None)
                 if mapped:
-                    new_tags[PARENT_TAG] = mapped
+                    new_tags[keys.MLFLOW_PARENT_RUN_ID] = mapped
                 else:
-                    new_tags[SOURCE_PARENT_TAG] = parent_src
+                    new_tags[keys.SOURCE_PARENT_RUN_ID] = parent_src
             if target is None:
                 run = client.create_run(exp_ids[rec["experiment"]], start_time=rec.get("start_time"),
                                         tags=new_tags, run_name=rec.get("run_name"))
@@ -269,7 +263,7 @@ def import_runs(path: str | os.PathLike[str], *, tracking_uri: str | None = None
                 if newer:
                     _set_tags(client, target, new_tags)
                     for key in set(have.data.tags) - set(new_tags):
-                        if not key.startswith("mlflow.") and key != PARENT_TAG:
+                        if not key.startswith("mlflow.") and key != keys.MLFLOW_PARENT_RUN_ID:
                             client.delete_tag(target, key)  # e.g. hmer.error of an interruption since resumed
                 else:
                     _set_tags(client, target, {k: v for k, v in new_tags.items() if k not in have.data.tags})
@@ -350,8 +344,8 @@ def ensure_experiment(client, name: str, tags: dict[str, str] | None = None) -> 
 
 def _existing_by_source(client) -> dict[str, str]:
     ids = [e.experiment_id for e in _experiments(client)]
-    return {r.data.tags[SOURCE_RUN_TAG]: r.info.run_id
-            for r in _all_runs(client, ids, f"tags.`{SOURCE_RUN_TAG}` != ''")}
+    return {r.data.tags[keys.SOURCE_RUN_ID]: r.info.run_id
+            for r in _all_runs(client, ids, f"tags.`{keys.SOURCE_RUN_ID}` != ''")}
 
 
 def _run_exists(client, run_id: str) -> bool:
@@ -370,7 +364,7 @@ def _parents_first(records: list[dict]) -> list[dict]:
     def visit(rec, depth=0):
         if rec["run_id"] in seen or depth > len(records):
             return
-        parent = by_id.get(rec["tags"].get(PARENT_TAG, ""))
+        parent = by_id.get(rec["tags"].get(keys.MLFLOW_PARENT_RUN_ID, ""))
         if parent is not None:
             visit(parent, depth + 1)
         seen.add(rec["run_id"])

@@ -15,7 +15,6 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..checkpoint import load_checkpoint
 from ..data.augment import VAL_ALT
@@ -23,10 +22,8 @@ from ..evaluation.evaluate import decode_options, evaluate_split
 from ..tracking import keys
 from ..tracking.artifacts import log_attention_maps, write_predictions_csv
 from ..tracking.run import RunLogger, split_metrics
+from .result import TrainResult
 from .setup import Setup
-
-if TYPE_CHECKING:
-    from .trainer import TrainResult
 
 
 def final_evaluation(run: RunLogger, setup: Setup, result: TrainResult, best_path: Path, progress: bool) -> None:

@@ -1,13 +1,13 @@
-"""Optimisation recipes of the reference papers, and the plateau schedule.
+"""The optimisers and learning-rate schedules a `TrainConfig` names, built for a model.
 
-A recipe only fills the optimiser fields of `TrainConfig`; every field stays
-overridable, so `--set train.recipe=comer train.lr=0.04` is a CoMER run at half the
-learning rate.
+The papers' recipes themselves are plain config values in `hmer.recipes` (a recipe only fills
+the optimiser fields of `TrainConfig`; every field stays overridable, so `--set train.recipe=comer
+train.lr=0.04` is a CoMER run at half the learning rate):
 
 - BTTR: Adadelta, lr 1.0, rho 0.9, eps 1e-6, weight decay 1e-4.
 - CoMER: SGD, lr 0.08, momentum 0.9, weight decay 1e-4.
 
-Both reduce the learning rate when validation ExpRate stops improving.
+Both reduce the learning rate when validation ExpRate stops improving (`LRSchedule`).
 """
 
 from __future__ import annotations
@@ -18,10 +18,6 @@ from typing import Any
 import torch
 
 from ..config import TrainConfig
-
-# The recipes themselves are plain config values, below every layer that reads them (a model
-# preset with its paper's recipe is built without importing training).
-from ..recipes import RECIPES, apply_recipe  # noqa: E402,F401  (re-exported)
 
 
 def build_optimizer(params, tc: TrainConfig) -> torch.optim.Optimizer:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -38,33 +37,16 @@ from ..data import RenderConfig, Vocab, collate, make_batches
 from ..data.augment import AugmentConfig
 from ..device import device_description, resolve_device
 from ..evaluation.evaluate import decode_options, evaluate_split
-from ..evaluation.metrics import Scores
 from ..signals import Stopped, deferred, stop_on_signals
 from ..tracking.run import NullRun, RunLogger, TrainingRun
 from . import distributed as ddp
 from .final import final_evaluation
 from .loader import Redraw, train_batches
+from .result import TrainResult
 from .resume import Clock, TrainState, checkpoint_dir, restore, save_last
 from .setup import Setup, build, seed_everything
 
 EpochCallback = Callable[[int, dict[str, float]], None]
-
-
-@dataclass
-class TrainResult:
-    run_id: str
-    best_val_exprate: float
-    best_epoch: int
-    epochs: int
-    stopped_by: str  # "epochs" | "budget" | "target" (stop_at_val_exprate reached) | "paused"
-    test_scores: dict[str, Scores] = field(default_factory=dict)
-    # validation decoded as the test years are at the end ("val", and "val-alt" with data.val_alt)
-    validation_scores: dict[str, Scores] = field(default_factory=dict)
-    checkpoint: Path | None = None
-    num_params: int = 0
-    train_seconds: float = 0.0  # wall clock of the whole loop, validation included
-    step_seconds: float = 0.0  # time in training steps only (what images per second divides by)
-    images_trained: int = 0  # images seen by training steps, all ranks and epochs
 
 
 def train(

@@ -36,7 +36,9 @@ from torch import Tensor
 
 from ..config import Config
 from ..data.vocab import CROHME_SYMBOLS, SPECIALS, Vocab
-from .posenc import sinusoid_table
+from ..model.factory import build_model
+from ..model.posenc import sinusoid_table
+from ..presets import preset_with_recipe
 
 REFERENCES = {
     "bttr": ("https://github.com/Green-Wood/BTTR", "bttr."),
@@ -119,8 +121,6 @@ def _coverage(hp: Mapping[str, Any], path) -> str:
 
 def reference_config(family: str, hp: Mapping[str, Any], vocab_size: int, path="checkpoint") -> Config:
     """The project Config computing the reference model of `hyper_parameters` `hp`, with its search."""
-    from ..presets import preset_with_recipe
-
     needed = ("d_model", "growth_rate", "num_layers", "nhead", "num_decoder_layers", "dim_feedforward", "dropout")
     missing = [k for k in needed + (("dc",) if family == "comer" else ()) if k not in hp]
     if missing:
@@ -292,8 +292,6 @@ class ReferenceModel:
 
 def read_reference_checkpoint(path: str | Path, dictionary: str | Path | None = None) -> ReferenceModel:
     """Load a BTTR / CoMER Lightning checkpoint safely and rebuild it as a project model (eval mode)."""
-    from .factory import build_model
-
     path = Path(path)
     ckpt = load_lightning_checkpoint(path)
     state = ckpt["state_dict"]

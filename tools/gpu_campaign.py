@@ -1,10 +1,10 @@
 """A GPU lease as one rehearsed command per 9-minute slice: install, check, benchmark, train, evaluate,
 and bring back the MLflow records.
 
-    python3 benchmarks/gpu_campaign.py --slice 1      # on the GPU machine, one device command each
-    python3 benchmarks/gpu_campaign.py --slice 2
-    python3 benchmarks/gpu_campaign.py --slice 3
-    python benchmarks/gpu_campaign.py --slice 1 --device cpu --rehearse --out /tmp/out   # the CI rehearsal
+    python3 tools/gpu_campaign.py --slice 1      # on the GPU machine, one device command each
+    python3 tools/gpu_campaign.py --slice 2
+    python3 tools/gpu_campaign.py --slice 3
+    python tools/gpu_campaign.py --slice 1 --device cpu --rehearse --out /tmp/out   # the CI rehearsal
 
 docs/benchmarks.md section 5 gives the exact device calls (command and carry list) and what to do
 with what comes back (`hmer runs import`).
@@ -56,7 +56,7 @@ $OUT (at most 8 files, 16 MiB each): campaign-slice<N>.log (the log of every sli
 .part-NNN pieces; import with `hmer runs import`) and resume.tar.
 
 The driver uses the standard library only, so it runs before anything is installed; steps that need
-torch and hmer run as subprocesses (`python3 benchmarks/gpu_campaign.py _STEP ...`).
+torch and hmer run as subprocesses (`python3 tools/gpu_campaign.py _STEP ...`).
 """
 
 from __future__ import annotations
@@ -468,15 +468,14 @@ def internal_check(args) -> int:
 def internal_wrapup(args) -> int:
     """Bench figures as MLflow runs, tidy tags, export the store, pack the resumable copy."""
     from mlflow.entities import Metric, Param, RunTag
-    from mlflow.tracking import MlflowClient
 
-    from hmer.tracking.store import default_tracking_uri, git_commit
+    from hmer.tracking.store import default_tracking_uri, git_commit, mlflow_client
     from hmer.tracking.transfer import ensure_experiment, export_runs, split_file
 
     home, out = Path(args.home), Path(args.out)
     state = json.loads((home / "state.json").read_text())
     uri = default_tracking_uri()
-    client = MlflowClient(uri)
+    client = mlflow_client(uri)
     commit = os.environ.get("HMER_GIT_COMMIT") or git_commit()
     device = _device_name(args.device)
     new_rows = [r for r in state["bench"] if not r.get("mlflow_run") and r.get("status") == "done"]
@@ -598,11 +597,10 @@ def internal_restore(args) -> int:
         else:  # the best weights did not travel: the next validated epoch becomes the best
             ckpt["best_val_exprate"] = -1.0
         torch.save(ckpt, folder / "last.pt")
-        from mlflow.tracking import MlflowClient
+        from hmer.tracking import keys
+        from hmer.tracking.store import mlflow_client
 
-        from hmer.tracking.store import default_tracking_uri
-
-        MlflowClient(default_tracking_uri()).set_tag(pack.stem, "hmer.warm_restart", str(ckpt["epoch"]))
+        mlflow_client().set_tag(pack.stem, keys.WARM_RESTART, str(ckpt["epoch"]))
         print(f"restored run {pack.stem} at epoch {ckpt['epoch']} (fp16 weights, optimiser state restarted)")
         pack.unlink()
     return 0
