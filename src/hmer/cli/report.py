@@ -1,4 +1,5 @@
-"""`hmer report`: a study's (an experiment's, some runs') tables and plots as files; `--list`: every study."""
+"""`hmer report`: a study's (an experiment's, some runs') tables and plots as files; `--list`: every study;
+`--claims`: the papers' claims answered from the studies."""
 
 from __future__ import annotations
 
@@ -16,6 +17,10 @@ def add_parser(sub) -> None:
     rp.add_argument("--analysis", action="store_true",
                     help="also the error analysis per variant (as hmer analyze) into OUT/analysis/")
     rp.add_argument("--published", action="store_true", help="print the papers' published ExpRates alone")
+    rp.add_argument("--claims", action="store_true",
+                    help="the papers' claims (BTTR, CoMER, the decoder grid) answered from the studies "
+                         "<family>-BUDGET in the store: one row per claim and year, with --out also as files")
+    rp.add_argument("--budget", default="cpu", help="with --claims: the studies' budget (default cpu)")
     rp.add_argument("--measure", choices=("exprate", "le1", "le2"), default="exprate",
                     help="what the differences against the baseline and the paired tests are on: exact "
                          "readings (default), or readings within 1 or 2 edits")
@@ -28,10 +33,17 @@ def cmd_report(args) -> int:
     if args.published:
         from ..reports.published import format_published
 
-        if args.study or args.experiment or args.runs or args.analysis:
+        if args.study or args.experiment or args.runs or args.analysis or args.claims:
             raise UserError("--published prints the published figures alone; drop --study/--experiment/--runs")
         print(format_published("text"), end="")
         return 0
+    if args.claims:
+        from ..reports.paper_claims import claims_command
+
+        if args.study or args.experiment or args.runs or args.analysis or args.list:
+            raise UserError("--claims reads the studies <family>-BUDGET itself; drop --study/--experiment/--runs/"
+                            "--analysis/--list (give --budget)")
+        return claims_command(args.budget, args.tracking_uri, args.out, measure=args.measure)
     if args.list:
         return list_command(args.tracking_uri)
     if not (args.study or args.experiment or args.runs):  # as `optuna`/`mlflow` do: a useful default

@@ -40,7 +40,7 @@ _EXPORTS = {
     "format_comparison": "analysis_format", "format_confusions": "analysis_format", "plot_breakdown": "plots",
     "run_expressions": "analysis", "top_confusions": "analysis", "variant_analysis": "analysis",
     "format_published": "published", "paper_of": "published", "published_table": "published",
-    "report_command": "cli",
+    "report_command": "cli", "CLAIMS": "paper_claims", "claims_table": "paper_claims", "format_claims": "paper_claims",
 }
 
 __all__ = sorted(_EXPORTS)
