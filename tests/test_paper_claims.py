@@ -1,0 +1,140 @@
+"""The claims table (`hmer report --claims`): its declaration against the study grids, the verdict on
+correctness vectors whose answer is known (through the real paired tests), and the table on the
+store of a real smoke direction study (l2r against bi, one seed, one epoch of the tiny model),
+where the coverage and decoder claims have no study yet."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from study_store import OVERRIDES, TEST_SPLITS
+from tiny_dataset import write_dataset
+
+from hmer.reports.paper_claims import (CLAIMS, NO_STUDY, NO_TEST, NOT_SIGNIFICANT, REPRODUCED, REVERSED, Claim,
+                                       claims_table, format_claims, paper_figure, paper_figures, verdict)
+from hmer.reports.significance import compare
+
+BUDGET = "claimtest"  # the smoke study below is ablate_direction-claimtest
+YEARS = ["2014", "2016", "2019"]
+
+
+def test_each_claim_compares_variants_of_its_study_grid():
+    from hmer.studies import ABLATIONS
+
+    for claim in CLAIMS:
+        axis_values = {str(v) for values in ABLATIONS[claim.study].axes.values() for v in values}
+        for winner, loser in claim.comparisons:
+            assert {winner, loser} <= axis_values, (claim.name, winner, loser)
+    assert {c.name for c in CLAIMS} == {"direction", "coverage", "decoder"}
+    assert set(paper_figures()["claim"]) <= {c.name for c in CLAIMS}
+    assert paper_figure("direction", "bi", "2014") == 53.96 and math.isnan(paper_figure("direction", "l2r", "2014"))
+
+
+def _correct(n: int, right: range) -> np.ndarray:
+    vector = np.zeros(n, dtype=bool)
+    vector[list(right)] = True
+    return np.stack([vector, vector])  # two seeds reading alike
+
+
+def _verdict_of(winner: np.ndarray, loser: np.ndarray) -> tuple[str, float]:
+    result = compare(loser, winner, baseline_seeds=[1, 2], variant_seeds=[1, 2], n_resamples=2_000)
+    return verdict(result.difference, result.p_bootstrap, result.p_mcnemar), result.difference
+
+
+def test_verdict_on_known_correctness():
+    loser = _correct(200, range(20))
+    winner = _correct(200, range(50))  # 30 more expressions read, none lost
+    assert _verdict_of(winner, loser) == (REPRODUCED, pytest.approx(15.0))
+    assert _verdict_of(loser, winner) == (REVERSED, pytest.approx(-15.0))
+    assert _verdict_of(_correct(200, range(21)), loser) == (NOT_SIGNIFICANT, pytest.approx(0.5))
+    assert _verdict_of(loser, loser) == (NOT_SIGNIFICANT, 0.0)
+    # the larger p decides: a bootstrap p below 0.05 is not enough when McNemar's is not
+    assert verdict(2.0, 0.01, 0.2) == NOT_SIGNIFICANT and verdict(2.0, 0.01, 0.04) == REPRODUCED
+    assert verdict(2.0, math.nan, math.nan) == NO_TEST
+
+
+@pytest.fixture(scope="module")
+def direction_store(tmp_path_factory):
+    """A real grid study named as the direction claim reads it: l2r (baseline) and bi, one seed."""
+    import torch
+
+    from hmer.studies import DIRECTION, StudySpec, run_grid_study
+
+    root = tmp_path_factory.mktemp("claims-store")
+    spec = StudySpec(name="ablate_direction", description="direction: l2r against bi (claims tests)",
+                     axes={"model.direction": ("l2r", "bi")}, model_presets=DIRECTION.model_presets)
+    data_path = write_dataset(root / "data", TEST_SPLITS)
+    tracking_uri = f"sqlite:///{root / 'mlflow.db'}"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("HMER_CACHE", str(root / "cache"))
+            mp.setenv("HMER_MLRUNS", str(root))
+            outcome = run_grid_study(spec, "smoke", storage=f"sqlite:///{root / 'optuna.db'}",
+                                     tracking_uri=tracking_uri, data_path=str(data_path), seeds=(1,),
+                                     overrides=OVERRIDES, study_name=f"ablate_direction-{BUDGET}", print_table=False)
+    finally:
+        torch.set_num_threads(threads)
+    assert outcome.complete, outcome.failed
+    return tracking_uri
+
+
+@pytest.mark.slow
+def test_claims_table_on_a_real_direction_study(direction_store):
+    from hmer.reports import load_runs, variant_table
+    from hmer.reports.runs import load_predictions
+
+    df = claims_table(BUDGET, direction_store, n_resamples=500)
+    direction = df[df["claim"] == "direction"]
+    assert direction["year"].tolist() == YEARS
+    assert (direction["winner"] == "bi").all() and (direction["loser"] == "l2r").all()
+    assert (direction["seeds_winner"] == 1).all() and (direction["seeds_loser"] == 1).all()
+    assert direction["paper_winner"].tolist() == [53.96, 52.31, 52.96] and direction["paper_loser"].isna().all()
+    assert set(direction["verdict"]) <= {REPRODUCED, NOT_SIGNIFICANT, REVERSED}
+    # the numbers are those of the study's own table with l2r as the baseline, on the same runs
+    runs = load_runs(direction_store, study=f"ablate_direction-{BUDGET}")
+    table = variant_table(runs, baseline="l2r", n_resamples=500,
+                          predictions=lambda run_id, year: load_predictions(run_id, year, direction_store))
+    for _, row in direction.iterrows():
+        y = row["year"]
+        assert row["winner_mean"] == table.loc["bi", f"{y}_exprate_mean"]
+        assert row["loser_mean"] == table.loc["l2r", f"{y}_exprate_mean"]
+        assert row["delta"] == pytest.approx(row["winner_mean"] - row["loser_mean"])
+        assert (row["delta"], row["p_bootstrap"], row["p_mcnemar"]) == (
+            table.loc["bi", f"{y}_delta"], table.loc["bi", f"{y}_p_bootstrap"], table.loc["bi", f"{y}_p_mcnemar"])
+        assert row["p"] == max(row["p_bootstrap"], row["p_mcnemar"])
+        assert row["verdict"] == verdict(row["delta"], row["p_bootstrap"], row["p_mcnemar"])
+    missing = df[df["claim"] != "direction"]
+    assert list(zip(missing["claim"], missing["winner"], missing["loser"])) == [
+        ("coverage", "fusion", "none"), ("coverage", "fusion", "cross"), ("coverage", "fusion", "self"),
+        ("coverage", "cross", "none"), ("coverage", "self", "none"),
+        ("decoder", "transformer", "rnn"), ("decoder", "transformer", "convs2s")]
+    assert (missing["verdict"] == NO_STUDY).all() and (missing["year"] == "").all()
+    assert missing["delta"].isna().all()
+
+    # within two edits: the means and the tests are on <=2
+    le2 = claims_table(BUDGET, direction_store, measure="le2", claims=CLAIMS[:1], n_resamples=500)
+    assert le2["winner_mean"].tolist() == [table.loc["bi", f"{y}_le2_mean"] for y in YEARS]
+    assert "ours ≤2 (winner)" in format_claims(le2)
+
+    # a claim is one declaration: a comparison with a side the study never ran says so
+    r2l = Claim("r2l", "right-to-left beats left-to-right", "", "ablate_direction", (("r2l", "l2r"),))
+    assert claims_table(BUDGET, direction_store, claims=[r2l], n_resamples=100)["verdict"].tolist() == [
+        "no runs of r2l"] * len(YEARS)
+
+
+@pytest.mark.slow
+def test_hmer_report_claims(direction_store, tmp_path, capsys):
+    from hmer.cli import main
+
+    out = tmp_path / "claims"
+    assert main(["report", "--claims", "--budget", BUDGET, "--tracking-uri", direction_store, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "bi > l2r" in printed and printed.count(NO_STUDY) == 7 and "53.96 / –" in printed
+    md = (out / "claims.md").read_text()
+    assert "| direction | 2014 | bi > l2r | 53.96 / – |" in md and "| coverage | – | fusion > none |" in md
+    assert len((out / "claims.csv").read_text().splitlines()) == 1 + len(YEARS) + 7
+    assert main(["report", "--claims", "--study", "x"]) == 2
