@@ -28,8 +28,13 @@ def test_each_claim_compares_variants_of_its_study_grid():
         for winner, loser in claim.comparisons:
             assert {winner, loser} <= axis_values, (claim.name, winner, loser)
     assert {c.name for c in CLAIMS} == {"direction", "coverage", "decoder"}
-    assert set(paper_figures()["claim"]) <= {c.name for c in CLAIMS}
+    figures = paper_figures()
+    sides = {(c.name, v) for c in CLAIMS for pair in c.comparisons for v in pair}
+    assert set(zip(figures["claim"], figures["variant"])) <= sides  # every figure is a side of a claim
+    assert not figures.duplicated(["claim", "variant", "year", "measure"]).any()
+    assert (figures["source"] != "").all() and figures["value"].between(0, 100).all()
     assert paper_figure("direction", "bi", "2014") == 53.96 and math.isnan(paper_figure("direction", "l2r", "2014"))
+    assert paper_figure("coverage", "none", "2019", "le2") == 76.06
 
 
 def _correct(n: int, right: range) -> np.ndarray:
@@ -107,17 +112,22 @@ def test_claims_table_on_a_real_direction_study(direction_store):
             table.loc["bi", f"{y}_delta"], table.loc["bi", f"{y}_p_bootstrap"], table.loc["bi", f"{y}_p_mcnemar"])
         assert row["p"] == max(row["p_bootstrap"], row["p_mcnemar"])
         assert row["verdict"] == verdict(row["delta"], row["p_bootstrap"], row["p_mcnemar"])
+    # no study yet: the paper's figures per year where it gives them, one row without a year where not
     missing = df[df["claim"] != "direction"]
-    assert list(zip(missing["claim"], missing["winner"], missing["loser"])) == [
-        ("coverage", "fusion", "none"), ("coverage", "fusion", "cross"), ("coverage", "fusion", "self"),
-        ("coverage", "cross", "none"), ("coverage", "self", "none"),
-        ("decoder", "transformer", "rnn"), ("decoder", "transformer", "convs2s")]
-    assert (missing["verdict"] == NO_STUDY).all() and (missing["year"] == "").all()
-    assert missing["delta"].isna().all()
+    coverage_pairs = [("fusion", "none"), ("fusion", "cross"), ("fusion", "self"), ("cross", "none"), ("self", "none")]
+    assert list(zip(missing["claim"], missing["winner"], missing["loser"], missing["year"])) == [
+        ("coverage", w, l, y) for w, l in coverage_pairs for y in YEARS] + [
+        ("decoder", "transformer", "rnn", ""), ("decoder", "transformer", "convs2s", "")]
+    assert (missing["verdict"] == NO_STUDY).all() and missing["delta"].isna().all()
+    assert missing["winner_mean"].isna().all() and missing["p"].isna().all()
+    fusion_none = missing[(missing["winner"] == "fusion") & (missing["loser"] == "none")]
+    assert fusion_none[["paper_winner", "paper_loser"]].values.tolist() == [[59.33, 55.17], [59.81, 56.58],
+                                                                          [62.97, 59.55]]
 
     # within two edits: the means and the tests are on <=2
     le2 = claims_table(BUDGET, direction_store, measure="le2", claims=CLAIMS[:1], n_resamples=500)
     assert le2["winner_mean"].tolist() == [table.loc["bi", f"{y}_le2_mean"] for y in YEARS]
+    assert le2["paper_winner"].tolist() == [70.28, 68.61, 69.14]
     assert "ours ≤2 (winner)" in format_claims(le2)
 
     # a claim is one declaration: a comparison with a side the study never ran says so
@@ -133,8 +143,10 @@ def test_hmer_report_claims(direction_store, tmp_path, capsys):
     out = tmp_path / "claims"
     assert main(["report", "--claims", "--budget", BUDGET, "--tracking-uri", direction_store, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "bi > l2r" in printed and printed.count(NO_STUDY) == 7 and "53.96 / –" in printed
+    assert "bi > l2r" in printed and printed.count(NO_STUDY) == 17 and "53.96 / –" in printed
     md = (out / "claims.md").read_text()
-    assert "| direction | 2014 | bi > l2r | 53.96 / – |" in md and "| coverage | – | fusion > none |" in md
-    assert len((out / "claims.csv").read_text().splitlines()) == 1 + len(YEARS) + 7
+    assert "| direction | 2014 | bi > l2r | 53.96 / – |" in md
+    assert "| coverage | 2014 | fusion > none | 59.33 / 55.17 |" in md
+    assert "| decoder | – | transformer > rnn | – |" in md
+    assert len((out / "claims.csv").read_text().splitlines()) == 1 + len(YEARS) + 17
     assert main(["report", "--claims", "--study", "x"]) == 2

@@ -16,8 +16,9 @@ both paired tests are computed exactly as `hmer report --study` computes them, o
 of the two p-values (`verdict`).
 
 The papers' own figures live in `paper_claims.csv` (package data: claim, variant, year,
-exprate, paper, source, note), one row per figure with where it stands; a figure that was not
-found in a source that can be cited has no row, and its cell is empty.
+measure, value, paper, source, note), one row per figure with where it stands: ExpRate, and ≤1 /
+≤2 where the paper gives them, so that `measure="le2"` shows the paper's ≤2 beside ours. A figure
+that was not found in a source that can be cited has no row, and its cell is empty.
 
 "claims" alone already names something else in this project: workers claiming grid cells
 (`hmer.studies.claims`). Here a claim is a paper's, hence the module's name.
@@ -83,7 +84,7 @@ NO_SINGLE_PAPER = "no single paper: the design's ablation grid"
 COLUMNS = ["claim", "study", "winner", "loser", "year", "paper_winner", "paper_loser", "seeds_winner",
            "seeds_loser", "winner_mean", "winner_std", "loser_mean", "loser_std", "delta", "delta_low",
            "delta_high", "p_bootstrap", "p_mcnemar", "p", "verdict"]
-_FIGURE_COLUMNS = ["claim", "variant", "year", "exprate", "paper", "source", "note"]
+_FIGURE_COLUMNS = ["claim", "variant", "year", "measure", "value", "paper", "source", "note"]
 
 
 # ---- the papers' figures ---------------------------------------------------------------------------
@@ -91,24 +92,31 @@ _FIGURE_COLUMNS = ["claim", "variant", "year", "exprate", "paper", "source", "no
 @lru_cache(maxsize=1)
 def _figures() -> pd.DataFrame:
     with resources.files(__package__).joinpath("paper_claims.csv").open("r", encoding="utf-8") as f:
-        df = pd.read_csv(f, dtype={"year": str, "claim": str, "variant": str}, keep_default_na=False)
+        df = pd.read_csv(f, dtype={"year": str, "claim": str, "variant": str, "measure": str},
+                         keep_default_na=False)
     missing = set(_FIGURE_COLUMNS) - set(df.columns)
     if missing:
         raise ValueError(f"hmer/reports/paper_claims.csv lacks the column(s) {', '.join(sorted(missing))}")
-    df["exprate"] = pd.to_numeric(df["exprate"], errors="raise")
+    unknown = set(df["measure"]) - set(MEASURE_LABELS)
+    if unknown:
+        raise ValueError(f"hmer/reports/paper_claims.csv: unknown measure(s) {', '.join(sorted(unknown))}; "
+                         f"known: {', '.join(MEASURE_LABELS)}")
+    df["value"] = pd.to_numeric(df["value"], errors="raise")
     return df[_FIGURE_COLUMNS]
 
 
 def paper_figures() -> pd.DataFrame:
-    """Every figure the papers give for a side of a claim: claim, variant, year, exprate, paper, source, note."""
+    """Every figure the papers give for a side of a claim: claim, variant, year, measure, value (%), paper,
+    source, note."""
     return _figures().copy()
 
 
-def paper_figure(claim: str, variant: str, year: str) -> float:
-    """The paper's ExpRate (%) for that side of the claim and year; NaN when none was found."""
+def paper_figure(claim: str, variant: str, year: str, measure: str = "exprate") -> float:
+    """The paper's figure (%) on `measure` for that side of the claim and year; NaN when none was found."""
     df = _figures()
-    hit = df[(df["claim"] == claim) & (df["variant"] == variant) & (df["year"] == str(year))]
-    return float(hit["exprate"].iloc[0]) if not hit.empty else math.nan
+    hit = df[(df["claim"] == claim) & (df["variant"] == variant) & (df["year"] == str(year))
+             & (df["measure"] == measure)]
+    return float(hit["value"].iloc[0]) if not hit.empty else math.nan
 
 
 # ---- the verdict ----------------------------------------------------------------------------------
@@ -155,9 +163,10 @@ def claims_table(
     confidence: float = DEFAULT_CONFIDENCE,
     alpha: float = ALPHA,
 ) -> pd.DataFrame:
-    """One row per claim, comparison and test year (see the module docstring); a claim whose study
-    `<study>-<budget>` has no runs in the store gets one row per comparison, year empty, verdict
-    `no study yet`. Means, stds and differences are percent on `measure`."""
+    """One row per claim, comparison and test year (see the module docstring). A claim whose study
+    `<study>-<budget>` has no scored run in the store gets, per comparison, a row per year the paper
+    gives figures for (one row, year empty, when it gives none), verdict `no study yet`. Means, stds
+    and differences are percent on `measure`."""
     uri = resolve_tracking_uri(tracking_uri)
     rows: list[dict[str, Any]] = []
     for claim in claims:
@@ -165,7 +174,11 @@ def claims_table(
         runs = load_runs(uri, study=study)
         good = runs[scored(runs)] if not runs.empty else runs
         if good.empty:
-            rows += [_empty_row(claim, study, w, l, "", NO_STUDY) for w, l in claim.comparisons]
+            # the paper's figures still show, a row per year it gives them for (one row, year empty, without any)
+            figures = _figures()
+            paper_years = sorted(set(figures.loc[figures["claim"] == claim.name, "year"])) or [""]
+            rows += [_empty_row(claim, study, w, l, y, measure, NO_STUDY) for w, l in claim.comparisons
+                     for y in paper_years]
             continue
         years = scored_years(runs)
         load = _cached_loader(uri)
@@ -173,7 +186,7 @@ def claims_table(
             present = set(good["variant"])
             absent = [v for v in (winner, loser) if v not in present]
             if absent:
-                rows += [_empty_row(claim, study, winner, loser, y, f"no runs of {' and '.join(absent)}")
+                rows += [_empty_row(claim, study, winner, loser, y, measure, f"no runs of {' and '.join(absent)}")
                          for y in years]
                 continue
             pair = runs[runs["variant"].isin([winner, loser])]
@@ -181,7 +194,7 @@ def claims_table(
                                   n_resamples=n_resamples, confidence=confidence, title=study)
             won, lost = table.loc[winner], table.loc[loser]
             for year in years:
-                row = _empty_row(claim, study, winner, loser, year, "")
+                row = _empty_row(claim, study, winner, loser, year, measure, "")
                 cells = {k: won.get(f"{year}_{k}") for k in ("delta", "delta_low", "delta_high", "p_bootstrap",
                                                                "p_mcnemar")}
                 row.update(cells)
@@ -200,12 +213,13 @@ def claims_table(
     return df
 
 
-def _empty_row(claim: Claim, study: str, winner: str, loser: str, year: str, word: str) -> dict[str, Any]:
-    """A row with the claim, the paper's figures (ExpRate) where it gives them, and no measurement."""
+def _empty_row(claim: Claim, study: str, winner: str, loser: str, year: str, measure: str,
+               word: str) -> dict[str, Any]:
+    """A row with the claim, the paper's figures on `measure` where it gives them, and no measurement."""
     row: dict[str, Any] = {c: math.nan for c in COLUMNS}
     row.update({"claim": claim.name, "study": study, "winner": winner, "loser": loser, "year": year,
-                "paper_winner": paper_figure(claim.name, winner, year) if year else math.nan,
-                "paper_loser": paper_figure(claim.name, loser, year) if year else math.nan, "verdict": word})
+                "paper_winner": paper_figure(claim.name, winner, year, measure) if year else math.nan,
+                "paper_loser": paper_figure(claim.name, loser, year, measure) if year else math.nan, "verdict": word})
     return row
 
 
@@ -218,7 +232,7 @@ def format_claims(df: pd.DataFrame, fmt: str = "text") -> str:
     label = MEASURE_LABELS[df.attrs.get("measure", "exprate")]
     confidence = float(df.attrs.get("confidence", DEFAULT_CONFIDENCE))
     alpha = float(df.attrs.get("alpha", ALPHA))
-    head = ["claim", "year", "claimed", "paper ExpRate", f"ours {label} (winner)", f"ours {label} (loser)",
+    head = ["claim", "year", "claimed", f"paper {label}", f"ours {label} (winner)", f"ours {label} (loser)",
             f"Δ {label} [{confidence:.0%} CI]", "p boot / McNemar", "verdict"]
     body = []
     for _, r in df.iterrows():
@@ -240,11 +254,13 @@ def format_claims(df: pd.DataFrame, fmt: str = "text") -> str:
     notes = [f"- {c.name}: {c.statement}; {c.paper or NO_SINGLE_PAPER}; study {c.study_name(budget)}"
              for c in claims]
     figures = _figures()
-    sources = [f"- {claim} ({', '.join(sorted(set(part['variant'])))}): {part.iloc[0]['paper']}; "
-               f"{part.iloc[0]['source']}; {part.iloc[0]['note']}."
-               for claim, part in figures.groupby("claim", sort=False)]
-    paper_note = ("Paper ExpRate = the paper's figure for the winner / the loser (always ExpRate, whatever "
-                  f"the measure); {MISSING} where the paper's figure was not found in a source that can be cited:")
+    sources = []
+    for (claim, variant), part in figures.groupby(["claim", "variant"], sort=False):
+        where = "; ".join(f"{', '.join(MEASURE_LABELS[m] for m in sub['measure'].unique())} from {source}"
+                          for source, sub in part.groupby("source", sort=False))
+        sources.append(f"- {claim}, {variant}: {part.iloc[0]['paper']}. {where}. Note: {part.iloc[0]['note']}.")
+    paper_note = (f"Paper {label} = the paper's figure for the claimed winner / loser; {MISSING} where it was not "
+                  "found in a source that can be cited:")
     return "\n\n".join([intro, render(head, body), "Claims:\n" + "\n".join(notes),
                         paper_note + "\n" + "\n".join(sources)]) + "\n"
 
