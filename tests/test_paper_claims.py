@@ -150,3 +150,4 @@ def test_hmer_report_claims(direction_store, tmp_path, capsys):
     assert "| decoder | – | transformer > rnn | – |" in md
     assert len((out / "claims.csv").read_text().splitlines()) == 1 + len(YEARS) + 17
     assert main(["report", "--claims", "--study", "x"]) == 2
+    assert main(["report", "--budget", "cpu", "--study", "x"]) == 2  # --budget alone means nothing

@@ -20,7 +20,7 @@ def add_parser(sub) -> None:
     rp.add_argument("--claims", action="store_true",
                     help="the papers' claims (BTTR, CoMER, the decoder grid) answered from the studies "
                          "<family>-BUDGET in the store: one row per claim and year, with --out also as files")
-    rp.add_argument("--budget", default="cpu", help="with --claims: the studies' budget (default cpu)")
+    rp.add_argument("--budget", default=None, help="with --claims: the studies' budget (default cpu)")
     rp.add_argument("--measure", choices=("exprate", "le1", "le2"), default="exprate",
                     help="what the differences against the baseline and the paired tests are on: exact "
                          "readings (default), or readings within 1 or 2 edits")
@@ -43,7 +43,9 @@ def cmd_report(args) -> int:
         if args.study or args.experiment or args.runs or args.analysis or args.list:
             raise UserError("--claims reads the studies <family>-BUDGET itself; drop --study/--experiment/--runs/"
                             "--analysis/--list (give --budget)")
-        return claims_command(args.budget, args.tracking_uri, args.out, measure=args.measure)
+        return claims_command(args.budget or "cpu", args.tracking_uri, args.out, measure=args.measure)
+    if args.budget:
+        raise UserError("--budget goes with --claims (a study's budget is part of its name: --study NAME)")
     if args.list:
         return list_command(args.tracking_uri)
     if not (args.study or args.experiment or args.runs):  # as `optuna`/`mlflow` do: a useful default
