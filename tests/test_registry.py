@@ -8,6 +8,7 @@ import math
 from csv import DictReader
 from typing import Optional
 
+import pandas as pd
 import pytest
 import torch
 import torch.nn as nn
@@ -181,13 +182,13 @@ def test_a_one_cell_study_runs_it(toy_decoder, tmp_path, monkeypatch):
 
 # ---- a metric of this file's own ---------------------------------------------------------------------
 
-def test_a_registered_metric_is_computed_and_logged_under_its_name(tmp_path, monkeypatch):
+def test_a_metric_registered_here_is_logged_and_reported_under_its_name(tmp_path, monkeypatch, capsys):
+    """The metric's one file is this one: training logs it, `hmer report --measure` takes it, and the
+    report's tables carry its label and numbers, with its paired tests."""
+    from hmer.evaluation.metrics import Metric
     from hmer.training import train
 
-    @METRICS.register("le3")
-    def le3(distances):
-        """Within three token edits, in percent."""
-        return 100.0 * sum(d <= 3 for d in distances) / len(distances) if distances else 0.0
+    le3 = METRICS.register("le3", Metric("≤3", lambda d: d <= 3), description="Within three token edits")
 
     monkeypatch.setenv("HMER_MLRUNS", str(tmp_path / "mlruns"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -197,17 +198,38 @@ def test_a_registered_metric_is_computed_and_logged_under_its_name(tmp_path, mon
         scores = expression_metrics([["a"], ["a", "b", "c", "d"]], [["a"], ["x"]])
         assert scores.extra == {"le3": 50.0} and scores.exprate == 50.0
         assert scores.as_dict("test_2014")["test_2014_le3"] == 50.0
-        result = train(tiny_config(**{"train.epochs": 1}), data=tiny_data(), tracking_uri=store,
-                       experiment="metric", run_dir=tmp_path / "ckpt")
+        # Two variants of one seed each: the second is tested against the first on the new metric.
+        results = [train(tiny_config(**{"train.epochs": 1, "train.seed": seed}), data=tiny_data(), tracking_uri=store,
+                         experiment="metric", run_dir=tmp_path / variant, tags={keys.VARIANT: variant})
+                   for seed, variant in ((0, "first"), (1, "second"))]
+        capsys.readouterr()
+        out = tmp_path / "report"
+        assert main(["report", "--experiment", "metric", "--measure", "le3", "--tracking-uri", store,
+                     "--out", str(out)]) == 0
+        printed = capsys.readouterr().out
     finally:
         METRICS.unregister("le3")
     assert expression_metrics([["a"]], [["a"]]).extra == {}
+    with pytest.raises(SystemExit) as exit_:  # gone from the choices with its registration
+        main(["report", "--experiment", "metric", "--measure", "le3", "--tracking-uri", store])
+    assert exit_.value.code == 2 and "invalid choice: 'le3'" in capsys.readouterr().err
 
     # The run logs it for validation and every test year, computed from the decoded predictions.
     client = MlflowClient(store)
-    metrics = client.get_run(result.run_id).data.metrics
+    metrics = client.get_run(results[0].run_id).data.metrics
     for key, csv in (("test_2014", "predictions/test_2014.csv"), ("val_final", "split/val_predictions.csv")):
-        with open(client.download_artifacts(result.run_id, csv, str(tmp_path))) as f:
+        with open(client.download_artifacts(results[0].run_id, csv, str(tmp_path))) as f:
             distances = [int(row["distance"]) for row in DictReader(f)]
         assert distances and metrics[f"{key}_le3"] == pytest.approx(le3(distances))
-    assert result.test_scores["2014"].extra["le3"] == pytest.approx(metrics["test_2014_le3"])
+    assert results[0].test_scores["2014"].extra["le3"] == pytest.approx(metrics["test_2014_le3"])
+
+    # The report: its label heads a column of the scores and of the differences, tested on it.
+    assert "ExpRate, ≤1, ≤2 and ≤3 edits" in printed and "2014 ≤3" in printed and "val ≤3" in printed
+    assert "2014 Δ ≤3" in printed and "No predictions artifacts" not in printed
+    table = pd.read_csv(out / "table.csv", index_col=0)
+    first, second = (client.get_run(r.run_id).data.metrics["test_2014_le3"] for r in results)
+    assert table.loc["first", "2014_le3_mean"] == pytest.approx(first)
+    assert table.loc["second", "2014_le3_mean"] == pytest.approx(second)
+    assert table.loc["second", "2014_delta"] == pytest.approx(second - first)  # paired: the same expressions
+    assert 0.0 <= table.loc["second", "2014_p_mcnemar"] <= 1.0
+    assert "test_2014_le3" in pd.read_csv(out / "runs.csv").columns

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from ..registry import METRICS
 from .errors import UserError
 
 
@@ -21,9 +22,10 @@ def add_parser(sub) -> None:
                     help="the papers' claims (BTTR, CoMER, the decoder grid) answered from the studies "
                          "<family>-BUDGET in the store: one row per claim and year, with --out also as files")
     rp.add_argument("--budget", default=None, help="with --claims: the studies' budget (default cpu)")
-    rp.add_argument("--measure", choices=("exprate", "le1", "le2"), default="exprate",
-                    help="what the differences against the baseline and the paired tests are on: exact "
-                         "readings (default), or readings within 1 or 2 edits")
+    rp.add_argument("--measure", choices=METRICS, default="exprate",
+                    help="the registered metric the differences against the baseline and the paired tests "
+                         "are on: exprate, exact readings (default); le1, le2 readings within 1 or 2 edits; "
+                         "`hmer models` lists every metric")
     rp.set_defaults(func=cmd_report)
 
 

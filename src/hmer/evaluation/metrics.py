@@ -4,17 +4,23 @@ An expression's distance is the Levenshtein distance between the predicted and t
 token sequences (tokens, not characters: `\\frac` is one token). ExpRate is the share of
 exact matches, `le1` / `le2` the share within one / two token edits, all in percent.
 
-Each metric is a function of the distances, registered by name (hmer.registry.METRICS);
-`expression_metrics` computes every registered one, and a metric beyond the three papers'
-goes into `Scores.extra`, and from there into MLflow as `test_{year}_{name}`.
+Each metric is a `Metric`, registered by name in `hmer.registry.METRICS`, and this file is the
+only place that names one: `expression_metrics` computes every registered metric (one beyond the
+three papers' goes into `Scores.extra`, and from there into MLflow as `test_{year}_{name}`), and
+`hmer report` takes its measures, their column labels and the `--measure` choices from the
+registry. A metric is a share of expressions, so that the report's paired tests (bootstrap,
+McNemar) can compare two runs expression by expression on it:
+
+    METRICS.register("le3", Metric("≤3", lambda d: d <= 3), description="Within three token edits")
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Hashable, Sequence
+from typing import Callable, Hashable, Sequence
 
 import editdistance
+import numpy as np
 
 from ..registry import METRICS
 
@@ -45,27 +51,46 @@ class Scores:
         }
 
 
-def within(distances: Sequence[int], max_errors: int) -> float:
-    """The share of expressions within `max_errors` token edits, in percent (0 for none)."""
-    return 100.0 * sum(d <= max_errors for d in distances) / len(distances) if distances else 0.0
+@dataclass(frozen=True)
+class Metric:
+    """The share of expressions, in percent, whose token edit distance `counts`.
+
+    label: the column header of the report's tables and plots ("ExpRate", "≤1").
+    counts: per expression, whether it counts as read right, from its distance; elementwise on
+        a numpy array of distances (a missing distance, NaN, must give False).
+    """
+
+    label: str
+    counts: Callable[[np.ndarray], np.ndarray]
+
+    def read_right(self, distances: Sequence[float] | np.ndarray) -> np.ndarray:
+        """One bool per expression: counted by this metric."""
+        return np.asarray(self.counts(np.asarray(distances, dtype=float)), dtype=bool)
+
+    def __call__(self, distances: Sequence[float] | np.ndarray) -> float:
+        """The rate over `distances`, in percent (0 for none)."""
+        right = self.read_right(distances)
+        return 100.0 * int(right.sum()) / len(right) if len(right) else 0.0
 
 
-@METRICS.register("exprate")
-def exprate(distances: Sequence[int]) -> float:
-    """ExpRate: exact matches, in percent."""
-    return within(distances, 0)
+def within(max_errors: int, label: str) -> Metric:
+    """The metric of readings within `max_errors` token edits of the truth."""
+    return Metric(label, lambda d: d <= max_errors)
 
 
-@METRICS.register("le1")
-def le1(distances: Sequence[int]) -> float:
-    """Within one token edit, in percent."""
-    return within(distances, 1)
+exprate = METRICS.register("exprate", within(0, "ExpRate"), description="ExpRate: exact matches, in percent")
+le1 = METRICS.register("le1", within(1, "≤1"), description="Within one token edit, in percent")
+le2 = METRICS.register("le2", within(2, "≤2"), description="Within two token edits, in percent")
 
 
-@METRICS.register("le2")
-def le2(distances: Sequence[int]) -> float:
-    """Within two token edits, in percent."""
-    return within(distances, 2)
+def measures() -> tuple[str, ...]:
+    """The registered metrics' names, in registration order: what the reports show and `--measure` takes."""
+    return METRICS.names()
+
+
+def label(name: str) -> str:
+    """The column header of metric `name` ("ExpRate", "≤1"); unknown names raise one line naming the known."""
+    return METRICS.get(name).label
 
 
 def token_distance(prediction: Sequence[Hashable], truth: Sequence[Hashable]) -> int:

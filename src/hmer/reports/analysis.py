@@ -33,7 +33,8 @@ from .alignment import EDIT_KINDS, Edit, align, edit_count
 from .analysis_format import format_breakdown, format_comparison, format_confusions
 from .buckets import (ALL, AXES, LENGTH_BUCKETS, NO_STRUCTURE, STRUCTURE_TOKENS, length_bucket, length_labels,
                       structure_labels, structures)
-from .markup import MEASURES
+from ..registry import METRICS
+from .markup import measures
 from .runs import NoRunsError, PredictionsNotFound, client_for, load_predictions, load_runs, resolve_tracking_uri
 
 __all__ = [
@@ -110,18 +111,20 @@ def run_expressions(run_id: str, tracking_uri: str | None = None, label: str | N
 # ---- the breakdown -----------------------------------------------------------------------------
 
 def _rates(group: pd.DataFrame) -> dict[str, float]:
-    distance = group["distance"].to_numpy()
+    """Every registered metric's rate (percent) over the group's expressions; NaN for none."""
+    distance = group["distance"].to_numpy(float)
     if len(distance) == 0:
-        return {m: math.nan for m in MEASURES}
-    return {"exprate": 100.0 * float(np.mean(distance == 0)), "le1": 100.0 * float(np.mean(distance <= 1)),
-            "le2": 100.0 * float(np.mean(distance <= 2))}
+        return {m: math.nan for m in measures()}
+    return {m: 100.0 * float(np.mean(METRICS.get(m).read_right(distance))) for m in measures()}
 
 
 def breakdown(rows: pd.DataFrame) -> pd.DataFrame:
-    """ExpRate, <=1 and <=2 (percent) per label and year, over all expressions and per bucket.
+    """Every registered metric (ExpRate, <=1, <=2; percent) per label and year, over all expressions
+    and per bucket.
 
     Columns: label, year, axis ("all", "length" or "structure"), bucket, n (test
-    expressions in the bucket), runs (runs pooled: seeds of a variant), exprate, le1, le2.
+    expressions in the bucket), runs (runs pooled: seeds of a variant), then one per metric:
+    exprate, le1, le2, ...
     Every bucket appears, with n = 0 and empty rates when no expression falls in it. Rates
     pool the runs of a label: with the same test set for each, that is the mean over runs.
     """
@@ -138,7 +141,7 @@ def breakdown(rows: pd.DataFrame) -> pd.DataFrame:
         for bucket in structure_labels():
             part = flat[flat["structures"] == bucket]
             out.append({**base, "axis": "structure", "bucket": bucket, "n": part["name"].nunique(), **_rates(part)})
-    return pd.DataFrame(out, columns=["label", "year", "axis", "bucket", "n", "runs", *MEASURES])
+    return pd.DataFrame(out, columns=["label", "year", "axis", "bucket", "n", "runs", *measures()])
 
 
 def confusions(rows: pd.DataFrame) -> pd.DataFrame:
@@ -188,9 +191,10 @@ def compare_runs(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> pd.DataFrame:
 
     Columns: year, axis, bucket, n (shared expressions), a_exprate, b_exprate, delta
     (B - A, percentage points), both, only_a, only_b, neither (expressions read right by
-    both, only A, only B, neither), and a_le1, b_le1, a_le2, b_le2. Each side must be one
-    run (one row per expression and year).
+    both, only A, only B, neither), and for every other registered metric `a_<m>`, `b_<m>`
+    (a_le1, b_le1, a_le2, b_le2, ...). Each side must be one run (one row per expression and year).
     """
+    others = [m for m in measures() if m != "exprate"]
     for side, rows in (("A", rows_a), ("B", rows_b)):
         if rows.duplicated(["year", "name"]).any():
             raise ValueError(f"compare_runs: side {side} has several rows per expression; give one run per side")
@@ -205,7 +209,8 @@ def compare_runs(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> pd.DataFrame:
         parts += [("length", b, group[group["length_bucket"] == b]) for b in length_labels()]
         parts += [("structure", b, exploded[exploded["structures"] == b]) for b in structure_labels()]
         for axis, bucket, part in parts:
-            a_ok, b_ok = part["distance_a"].to_numpy() == 0, part["distance_b"].to_numpy() == 0
+            distance_a, distance_b = part["distance_a"].to_numpy(float), part["distance_b"].to_numpy(float)
+            a_ok, b_ok = METRICS.get("exprate").read_right(distance_a), METRICS.get("exprate").read_right(distance_b)
             n = len(part)
 
             def pct(mask: np.ndarray) -> float:
@@ -216,11 +221,12 @@ def compare_runs(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> pd.DataFrame:
                 "a_exprate": pct(a_ok), "b_exprate": pct(b_ok), "delta": pct(b_ok) - pct(a_ok),
                 "both": int((a_ok & b_ok).sum()), "only_a": int((a_ok & ~b_ok).sum()),
                 "only_b": int((~a_ok & b_ok).sum()), "neither": int((~a_ok & ~b_ok).sum()),
-                "a_le1": pct(part["distance_a"].to_numpy() <= 1), "b_le1": pct(part["distance_b"].to_numpy() <= 1),
-                "a_le2": pct(part["distance_a"].to_numpy() <= 2), "b_le2": pct(part["distance_b"].to_numpy() <= 2),
+                **{f"{side}_{m}": pct(METRICS.get(m).read_right(distance))
+                   for m in others for side, distance in (("a", distance_a), ("b", distance_b))},
             })
     return pd.DataFrame(out, columns=["year", "axis", "bucket", "n", "a_exprate", "b_exprate", "delta", "both",
-                                      "only_a", "only_b", "neither", "a_le1", "b_le1", "a_le2", "b_le2"])
+                                      "only_a", "only_b", "neither",
+                                      *(f"{side}_{m}" for m in others for side in ("a", "b"))])
 
 
 # ---- writing --------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .buckets import NO_STRUCTURE
-from .markup import MEASURE_LABELS, MEASURES, MISSING, bold, is_missing, layout
+from .markup import MISSING, bold, is_missing, layout, measure_label, measure_list, measures
 
 
 def _pct(value: float) -> str:
@@ -20,27 +20,28 @@ def _row_name(axis: str, bucket: str) -> str:
 
 
 def format_breakdown(table: pd.DataFrame, fmt: str = "markdown") -> str:
-    """One table per label: a row per bucket; per year n, ExpRate, ≤1, ≤2 (percent)."""
+    """One table per label: a row per bucket; per year n and every registered metric (ExpRate, ≤1, ≤2; percent)."""
     render = layout(fmt)
     blocks = []
     for label, part in table.groupby("label", sort=False):
         years = list(dict.fromkeys(part["year"]))
         runs = int(part["runs"].max())
-        head = ["bucket"] + [f"{y} {c}" for y in years for c in ("n", *(MEASURE_LABELS[m] for m in MEASURES))]
+        shown = [m for m in measures() if m in part.columns]
+        head = ["bucket"] + [f"{y} {c}" for y in years for c in ("n", *(measure_label(m) for m in shown))]
         body = []
         for (axis, bucket), rows in part.groupby(["axis", "bucket"], sort=False):
             cells = [_row_name(axis, bucket)]
             for year in years:
                 r = rows[rows["year"] == year]
                 if r.empty:
-                    cells += [MISSING] * 4
+                    cells += [MISSING] * (1 + len(shown))
                     continue
                 r = r.iloc[0]
-                cells += [str(int(r["n"]))] + [_pct(r[m]) for m in MEASURES]
+                cells += [str(int(r["n"]))] + [_pct(r[m]) for m in shown]
             body.append(cells)
         pooled = f" (pooled over {runs} runs)" if runs > 1 else ""
         title = f"**{label}**" if fmt == "markdown" else str(label)
-        blocks.append(f"{title}: ExpRate, ≤1 and ≤2 (%) by target length and structure{pooled}\n\n"
+        blocks.append(f"{title}: {measure_list(shown)} (%) by target length and structure{pooled}\n\n"
                       + render(head, body))
     blocks.append("Length buckets partition each year. Structure buckets overlap: an expression holding "
                   "\\frac and ^ counts under both, so those rows add up to more than the year's n.")

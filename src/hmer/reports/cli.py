@@ -12,7 +12,7 @@ writes, into the output folder:
     table.csv                  one row per variant: every number of the table (see hmer.reports.tables)
     runs.csv                   one row per run: variant, seed, state, test scores, cost
     plots/exprate.png          ExpRate by variant and year, mean ± std over seeds, a dot per seed
-    plots/scores.png           the same for ExpRate, <=1 and <=2 side by side
+    plots/scores.png           the same for every registered metric logged (ExpRate, <=1, <=2) side by side
     plots/training_curves.png  validation ExpRate and losses against epoch and wall-clock time
 
 and prints the text table, then the `mlflow ui` command and the link that compare the runs there. With `analysis=True` (`hmer report --analysis`) it also writes the
@@ -32,6 +32,7 @@ import pandas as pd
 from ..tracking import keys
 from ..tracking.store import mask_password
 from ..tracking.ui import ui_hint
+from .markup import measure_list, measures
 from .plots import plot_exprate, plot_training_curves, save_figure
 from .runs import (NoRunsError, curve_runs, list_studies, load_history, load_predictions, load_runs,
                    resolve_tracking_uri, scored_years)
@@ -67,7 +68,7 @@ def runs_summary(runs: pd.DataFrame, years: Sequence[str]) -> pd.DataFrame:
     cols = {"run_id": "run_id", "variant": "variant", "seed": "seed", "trial": "trial", "state": "state",
             "run_name": "run_name", f"tags.{keys.DEVICE}": "device"}
     for year in years:
-        for m in ("exprate", "le1", "le2", "n"):
+        for m in (*measures(), "n"):
             cols[f"metrics.test_{year}_{m}"] = f"test_{year}_{m}"
     for m in ("best_val_exprate", "gpu_minutes", "train_seconds", "train_images_per_second", "num_params"):
         cols[f"metrics.{m}"] = m
@@ -87,9 +88,11 @@ def write_report(runs: pd.DataFrame, table: pd.DataFrame, out_dir: Path, *, name
     if not good.empty:
         written.append(save_figure(plot_exprate(runs, order=order, title=name), plots / "exprate.png"))
         figures.append(("ExpRate by variant and year", "plots/exprate.png"))
-        written.append(save_figure(plot_exprate(runs, order=order, measures=("exprate", "le1", "le2"), title=name),
+        logged = [m for m in measures() if any(c.startswith("metrics.test_") and c.endswith(f"_{m}")
+                                               and good[c].notna().any() for c in good.columns)]
+        written.append(save_figure(plot_exprate(runs, order=order, measures=logged, title=name),
                                    plots / "scores.png"))
-        figures.append(("ExpRate, ≤1 and ≤2 by variant and year", "plots/scores.png"))
+        figures.append((f"{measure_list(logged)} by variant and year", "plots/scores.png"))
         history = load_history(curve_runs(runs), tracking_uri=tracking_uri)
         if not history.empty:
             written.append(save_figure(plot_training_curves(history, order=order, title=name),

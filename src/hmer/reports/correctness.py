@@ -10,25 +10,28 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from .markup import EDITS_ALLOWED
+from ..registry import METRICS
 from .runs import PredictionsNotFound
 
-# (run_id, year) -> a frame with the columns name and correct, e.g. a bound `load_predictions`
+# (run_id, year) -> a frame with the columns name, correct and (for a measure other than exprate)
+# distance, e.g. a bound `load_predictions`
 PredictionLoader = Callable[[str, str], pd.DataFrame]
 
 
 class CorrectnessCache:
     """Per-run correctness per year from the predictions artifacts, each fetched once.
 
-    `measure` says what counts as read right: `exprate` (the default) an exact reading, `le1` and
-    `le2` a reading within one or two token edits of the truth (the `distance` column).
+    `measure` says what counts as read right: `exprate` (the default) an exact reading (the
+    `correct` column), any other registered metric its `counts` of the token edit distance (the
+    `distance` column): `le1` and `le2` a reading within one or two token edits of the truth.
     """
 
     def __init__(self, loader: PredictionLoader | None, measure: str = "exprate"):
-        if measure not in EDITS_ALLOWED:
-            raise ValueError(f"unknown measure {measure!r}; known: {', '.join(EDITS_ALLOWED)}")
+        if measure not in METRICS:
+            raise ValueError(f"unknown measure {measure!r}; known: {', '.join(METRICS)}")
         self.loader = loader
-        self.edits = EDITS_ALLOWED[measure]
+        self.measure = measure
+        self.metric = METRICS.get(measure)
         self.cache: dict[tuple[str, str], pd.Series | None] = {}
         self.used = False  # whether any pair of runs was aligned: the table carries tests
 
@@ -40,9 +43,9 @@ class CorrectnessCache:
         if key not in self.cache:
             try:
                 df = self.loader(run_id, year)
-                right = df["correct"] if self.edits == 0 else \
-                    (pd.to_numeric(df["distance"], errors="coerce") <= self.edits).fillna(False)
-                self.cache[key] = pd.Series(right.to_numpy(bool), index=df["name"].astype(str))
+                right = df["correct"].to_numpy(bool) if self.measure == "exprate" else \
+                    self.metric.read_right(pd.to_numeric(df["distance"], errors="coerce").to_numpy(float))
+                self.cache[key] = pd.Series(right, index=df["name"].astype(str))
             except PredictionsNotFound:
                 self.cache[key] = None
         return self.cache[key]

@@ -1,6 +1,9 @@
 """How every report writes its numbers: the measures and their labels, numbers as strings, and
 rows of strings as a GitHub Markdown table or as aligned plain text.
 
+The measures are the registered metrics (`hmer.registry.METRICS`, built in `evaluation/metrics.py`),
+read at each use, so a metric registered anywhere (a test, a notebook) is a column of every table.
+
     render = layout("markdown")                       # or "text"
     print(render(["variant", "2014 ExpRate"], [["bttr", mean_pm_std(55.2, 0.4)]]))
 
@@ -14,13 +17,19 @@ from typing import Any, Callable
 
 import pandas as pd
 
-MEASURES = ("exprate", "le1", "le2")
-MEASURE_LABELS = {"exprate": "ExpRate", "le1": "≤1", "le2": "≤2"}
-EDITS_ALLOWED = {"exprate": 0, "le1": 1, "le2": 2}  # the token edits a reading may have and still count
+from ..evaluation.metrics import label as measure_label
+from ..evaluation.metrics import measures
+
 MISSING = "–"  # shown for a number that does not exist (std of one seed, no test, no baseline)
 FORMATS = ("text", "markdown")
 
 Layout = Callable[[list[str], list[list[str]]], str]
+
+
+def measure_list(names: list[str]) -> str:
+    """The metrics' labels as a phrase: "ExpRate, ≤1 and ≤2"."""
+    labels = [measure_label(m) for m in names]
+    return f"{', '.join(labels[:-1])} and {labels[-1]}" if len(labels) > 1 else "".join(labels)
 
 
 def is_missing(value: Any) -> bool:

@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from .markup import MEASURE_LABELS, MISSING, bold, is_missing, layout, mean_pm_std, p_value
+from .markup import MISSING, bold, is_missing, layout, mean_pm_std, measure_label, measures, p_value
 from .runs import PredictionsNotFound, load_predictions, load_runs, resolve_tracking_uri, scored_years
 from .significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES
 from .tables import scored, variant_table
@@ -97,10 +97,10 @@ def _figures() -> pd.DataFrame:
     missing = set(_FIGURE_COLUMNS) - set(df.columns)
     if missing:
         raise ValueError(f"hmer/reports/paper_claims.csv lacks the column(s) {', '.join(sorted(missing))}")
-    unknown = set(df["measure"]) - set(MEASURE_LABELS)
+    unknown = set(df["measure"]) - set(measures())
     if unknown:
         raise ValueError(f"hmer/reports/paper_claims.csv: unknown measure(s) {', '.join(sorted(unknown))}; "
-                         f"known: {', '.join(MEASURE_LABELS)}")
+                         f"known: {', '.join(measures())}")
     df["value"] = pd.to_numeric(df["value"], errors="raise")
     return df[_FIGURE_COLUMNS]
 
@@ -229,7 +229,7 @@ def format_claims(df: pd.DataFrame, fmt: str = "text") -> str:
     """The claims table, then what each claim says and who says it, and where the papers' figures are from."""
     render = layout(fmt)
     strong = bold(fmt)
-    label = MEASURE_LABELS[df.attrs.get("measure", "exprate")]
+    label = measure_label(df.attrs.get("measure", "exprate"))
     confidence = float(df.attrs.get("confidence", DEFAULT_CONFIDENCE))
     alpha = float(df.attrs.get("alpha", ALPHA))
     head = ["claim", "year", "claimed", f"paper {label}", f"ours {label} (winner)", f"ours {label} (loser)",
@@ -256,7 +256,7 @@ def format_claims(df: pd.DataFrame, fmt: str = "text") -> str:
     figures = _figures()
     sources = []
     for (claim, variant), part in figures.groupby(["claim", "variant"], sort=False):
-        where = "; ".join(f"{', '.join(MEASURE_LABELS[m] for m in sub['measure'].unique())} from {source}"
+        where = "; ".join(f"{', '.join(measure_label(m) for m in sub['measure'].unique())} from {source}"
                           for source, sub in part.groupby("source", sort=False))
         sources.append(f"- {claim}, {variant}: {part.iloc[0]['paper']}. {where}. Note: {part.iloc[0]['note']}.")
     paper_note = (f"Paper {label} = the paper's figure for the claimed winner / loser; {MISSING} where it was not "

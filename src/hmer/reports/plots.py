@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from .buckets import length_labels, structure_labels
-from .markup import MEASURE_LABELS
+from .markup import measure_label
 from .tables import scores_long, variant_order
 
 if TYPE_CHECKING:
@@ -73,7 +73,7 @@ def plot_exprate(
         runs: a `load_runs` frame (runs without test scores are left out).
         order: the variants left to right (default: the order they ran in; the baseline
             first when `order` comes from `variant_table(...).index`).
-        measures: one panel per measure: "exprate", "le1", "le2".
+        measures: one panel per measure, each a registered metric ("exprate", "le1", "le2", ...).
         path: also save the figure there as PNG.
     """
     import seaborn as sns
@@ -94,7 +94,7 @@ def plot_exprate(
         sns.stripplot(data=sub, x="year", y="value", hue="variant", order=year_order, hue_order=hue_order,
                       palette={v: "0.15" for v in hue_order}, dodge=True, size=4, jitter=0.08, legend=False, ax=ax)
         ax.set_xlabel("CROHME test year")
-        ax.set_ylabel(f"{MEASURE_LABELS[measure]} (%)")
+        ax.set_ylabel(f"{measure_label(measure)} (%)")
         stats = sub.groupby(["variant", "year"])["value"].agg(["mean", "std"]).fillna(0.0)
         top = max(float(sub["value"].max()), float((stats["mean"] + stats["std"]).max()))
         ax.set_ylim(0, max(5.0, top * 1.15))  # room for the highest seed and whisker
@@ -108,7 +108,7 @@ def plot_exprate(
     seeds = data.groupby("variant")["run_id"].nunique()
     spread = f"mean ± std over {seeds.min()}–{seeds.max()} seeds" if seeds.min() != seeds.max() \
         else f"mean ± std over {seeds.min()} seed{'s' if seeds.min() != 1 else ''}"
-    fig.suptitle(f"{title + ': ' if title else ''}{', '.join(MEASURE_LABELS[m] for m in measures)} by variant "
+    fig.suptitle(f"{title + ': ' if title else ''}{', '.join(measure_label(m) for m in measures)} by variant "
                  f"and year ({spread}; dots: seeds)")
     if path is not None:
         save_figure(fig, path)

@@ -14,7 +14,8 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from .markup import (MEASURE_LABELS, MEASURES, MISSING, Layout, bold, count, is_missing, layout, mean_pm_std,
+from .markup import (MISSING, Layout, bold, count, is_missing, layout, mean_pm_std, measure_label, measure_list,
+                     measures,
                      number, p_value, parameter_count)
 from .significance import DEFAULT_CONFIDENCE
 
@@ -40,11 +41,12 @@ def format_table(df: pd.DataFrame, fmt: str = "text") -> str:
     def name(variant: Any, row: pd.Series) -> str:
         return f"{variant} (baseline)" if bool(row.get("baseline", False)) else str(variant)
 
-    head1 = ["variant", "seeds"] + [f"{y} {MEASURE_LABELS[m]}" for y in years for m in MEASURES]
+    shown = _measures(df)
+    head1 = ["variant", "seeds"] + [f"{y} {measure_label(m)}" for y in years for m in shown]
     body1 = [[name(v, r), str(int(r["seeds"]))]
-             + [mean_pm_std(r.get(f"{y}_{m}_mean"), r.get(f"{y}_{m}_std")) for y in years for m in MEASURES]
+             + [mean_pm_std(r.get(f"{y}_{m}_mean"), r.get(f"{y}_{m}_std")) for y in years for m in shown]
              for v, r in df.iterrows()]
-    tested = MEASURE_LABELS[df.attrs.get("measure", "exprate")]
+    tested = measure_label(df.attrs.get("measure", "exprate"))
     head2 = ["variant"] + [c for y in years for c in (f"{y} Δ {tested}", f"{y} p")] + [
         "GPU min", "train min", "img/s", "params"]
     body2 = [[name(v, r)]
@@ -53,7 +55,7 @@ def format_table(df: pd.DataFrame, fmt: str = "text") -> str:
                 parameter_count(r.get("num_params"))]
              for v, r in df.iterrows()]
     confidence = float(df.attrs.get("confidence", DEFAULT_CONFIDENCE))
-    intro1 = f"{strong(title)}: ExpRate, ≤1 and ≤2 edits (%) per test year, mean ± std over seeds"
+    intro1 = f"{strong(title)}: {measure_list(shown)} edits (%) per test year, mean ± std over seeds"
     intro2 = (f"Against the baseline {strong(str(baseline))}: Δ {tested} in percentage points "
               f"[{confidence:.0%} CI, paired bootstrap over test expressions], p = paired bootstrap / exact "
               f"McNemar; training cost (means over seeds)")
@@ -118,6 +120,11 @@ def _excluded_note(df: pd.DataFrame) -> str:
     return f" Runs without test scores, left out: {total} ({parts})."
 
 
+def _measures(df: pd.DataFrame) -> list[str]:
+    """The registered metrics the table has columns for (a table read back from CSV may predate one)."""
+    return [m for m in measures() if any(str(c).endswith(f"_{m}_mean") for c in df.columns)]
+
+
 def _has_any(df: pd.DataFrame, columns: Sequence[str]) -> bool:
     return any(c in df.columns and df[c].notna().any() for c in columns)
 
@@ -127,15 +134,17 @@ def _validation_block(df: pd.DataFrame, years: Sequence[str], render: Layout,
     """Validation beside the test years, when any run has validation scores."""
     if not _has_any(df, ["val_exprate_mean", "best_val_exprate_mean"]):
         return []
-    head = (["variant", "val n"] + [f"val {MEASURE_LABELS[m]}" for m in MEASURES] + ["val ExpRate (selection)"]
+    shown = _measures(df)
+    head = (["variant", "val n"] + [f"val {measure_label(m)}" for m in shown] + ["val ExpRate (selection)"]
             + [f"{y} ExpRate" for y in years])
     body = [[str(v), count(r.get("val_n"))]
-            + [mean_pm_std(r.get(f"val_{m}_mean"), r.get(f"val_{m}_std")) for m in MEASURES]
+            + [mean_pm_std(r.get(f"val_{m}_mean"), r.get(f"val_{m}_std")) for m in shown]
             + [mean_pm_std(r.get("best_val_exprate_mean"), r.get("best_val_exprate_std"))]
             + [mean_pm_std(r.get(f"{y}_exprate_mean"), r.get(f"{y}_exprate_std")) for y in years]
             for v, r in df.iterrows()]
     intro = (f"{strong('Validation beside the test years')}: the validation split decoded as the test years are "
-             "(val ExpRate, ≤1, ≤2), and as it was when it picked the checkpoint (selection); mean ± std over seeds")
+             f"(val {', '.join(measure_label(m) for m in shown)}), and as it was when it picked the checkpoint "
+             "(selection); mean ± std over seeds")
     blocks = [intro, render(head, body)]
     ranks = _rank_agreement(df, years)
     if ranks:

@@ -39,12 +39,13 @@ import pandas as pd
 
 from ..tracking import keys
 from .correctness import CorrectnessCache, PredictionLoader
-from .markup import MEASURE_LABELS, MEASURES, MISSING
+from .markup import MISSING, measure_label
+from .markup import measures as registered_measures
 from .runs import load_predictions, load_runs, scored_years, study_parent
 from .significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, compare
 from .table_format import format_table
 
-__all__ = ["MEASURES", "MEASURE_LABELS", "MISSING", "format_table", "grid_order", "resolve_baseline", "scored",
+__all__ = ["MISSING", "format_table", "grid_order", "resolve_baseline", "scored",
            "scores_long", "study_table", "variant_order", "variant_table"]
 
 EXCLUDED_STATES = ("failed", "pruned")
@@ -196,12 +197,12 @@ def _columns(years: Sequence[str]) -> list[str]:
     cols = ["variant", "baseline", "seeds", "excluded"]
     for year in years:
         cols.append(f"{year}_n")
-        for m in MEASURES:
+        for m in registered_measures():
             cols += [f"{year}_{m}_mean", f"{year}_{m}_std"]
         cols += [f"{year}_delta", f"{year}_delta_low", f"{year}_delta_high", f"{year}_p_bootstrap",
                  f"{year}_p_mcnemar"]
     cols += ["gpu_minutes", "train_minutes", "images_per_second", "num_params", "val_n"]
-    cols += [f"val_{m}_{s}" for m in MEASURES for s in ("mean", "std")]
+    cols += [f"val_{m}_{s}" for m in registered_measures() for s in ("mean", "std")]
     return cols + ["best_val_exprate_mean", "best_val_exprate_std", "paper"] + [f"{y}_published" for y in years]
 
 
@@ -223,7 +224,7 @@ def _year_cells(year: str, mine: pd.DataFrame, base_runs: pd.DataFrame, is_base:
     cells: dict[str, Any] = {}
     n = pd.to_numeric(_metric(mine, f"test_{year}_n"), errors="coerce").dropna()
     cells[f"{year}_n"] = int(n.max()) if not n.empty else math.nan
-    for m in MEASURES:
+    for m in registered_measures():
         cells[f"{year}_{m}_mean"], cells[f"{year}_{m}_std"] = _mean_std(_metric(mine, f"test_{year}_{m}"))
     mean, _ = _mean_std(_metric(mine, f"test_{year}_{measure}"))
     base_mean, _ = _mean_std(_metric(base_runs, f"test_{year}_{measure}"))
@@ -261,7 +262,7 @@ def _validation_cells(mine: pd.DataFrame) -> dict[str, Any]:
     `best_val_exprate` 0 and no `val_exprate` curve: its figure is missing, not 0."""
     n = pd.to_numeric(_metric(mine, "val_final_n"), errors="coerce").dropna()
     cells: dict[str, Any] = {"val_n": int(n.max()) if not n.empty else math.nan}
-    for m in MEASURES:
+    for m in registered_measures():
         cells[f"val_{m}_mean"], cells[f"val_{m}_std"] = _mean_std(_metric(mine, f"val_final_{m}"))
     best = _metric(mine, "best_val_exprate")
     if "metrics.val_exprate" in mine.columns and not best.empty:
@@ -335,11 +336,13 @@ def grid_order(parent: pd.Series | None) -> list[str]:
 
 
 def scores_long(runs: pd.DataFrame, variant_col: str = "variant", years: Sequence[str] | None = None,
-                measures: Sequence[str] = MEASURES) -> pd.DataFrame:
+                measures: Sequence[str] | None = None) -> pd.DataFrame:
     """One row per (scored run, year, measure): variant, seed, run_id, year, measure, label, value.
 
-    The tidy form seaborn plots from; `label` is "ExpRate", "≤1" or "≤2".
+    The tidy form seaborn plots from; `label` is the metric's ("ExpRate", "≤1", "≤2"). `measures`:
+    default every registered metric.
     """
+    measures = tuple(measures) if measures is not None else registered_measures()
     years = list(years) if years is not None else scored_years(runs)
     good = runs[scored(runs, years)] if not runs.empty else runs
     rows = []
@@ -349,5 +352,5 @@ def scores_long(runs: pd.DataFrame, variant_col: str = "variant", years: Sequenc
                 value = run.get(f"metrics.test_{year}_{m}")
                 if value is not None and not pd.isna(value):
                     rows.append({"variant": run[variant_col], "seed": run.get("seed"), "run_id": run["run_id"],
-                                 "year": year, "measure": m, "label": MEASURE_LABELS[m], "value": float(value)})
+                                 "year": year, "measure": m, "label": measure_label(m), "value": float(value)})
     return pd.DataFrame(rows, columns=["variant", "seed", "run_id", "year", "measure", "label", "value"])
