@@ -1,20 +1,9 @@
-"""The decoder ablation: GRU with coverage attention (WAP), transformer (BTTR), ConvS2S.
-
-Grid: rnn (baseline), transformer, convs2s, times the seeds of the budget; every other setting held equal.
-Each cell is one training run (an MLflow child run of the study's parent run); the
-script ends with the per-year ExpRate table (mean and standard deviation over seeds,
-within 1 and 2 edits, and the paired difference of each variant against the baseline).
-
-    python studies/ablate_decoder.py                   # budget cpu without a GPU, short with one
-    python studies/ablate_decoder.py --budget paper --n-jobs 2
-
-Run it again to resume. Options: --help, and docs/studies.md.
-"""
+"""The decoder ablation, run from a checkout. The study itself (its spec, what it varies and measures) is
+src/hmer/studies/suite/ablate_decoder.py; `python studies/ablate_decoder.py --help` lists the options."""
 
 import sys
 
-from hmer.studies import DECODER
-from hmer.studies.cli import main
+from hmer.studies.cli import run_study
 
 if __name__ == "__main__":
-    sys.exit(main(DECODER, doc=__doc__))
+    sys.exit(run_study("ablate_decoder"))

@@ -1,20 +1,9 @@
-"""The direction ablation: left-to-right, right-to-left and bidirectional training (BTTR).
-
-Grid: l2r (baseline), r2l, bi, times the seeds of the budget; every other setting held equal.
-Each cell is one training run (an MLflow child run of the study's parent run); the
-script ends with the per-year ExpRate table (mean and standard deviation over seeds,
-within 1 and 2 edits, and the paired difference of each variant against the baseline).
-
-    python studies/ablate_direction.py                   # budget cpu without a GPU, short with one
-    python studies/ablate_direction.py --budget paper --n-jobs 2
-
-Run it again to resume. Options: --help, and docs/studies.md.
-"""
+"""The direction ablation, run from a checkout. The study itself (its spec, what it varies and measures) is
+src/hmer/studies/suite/ablate_direction.py; `python studies/ablate_direction.py --help` lists the options."""
 
 import sys
 
-from hmer.studies import DIRECTION
-from hmer.studies.cli import main
+from hmer.studies.cli import run_study
 
 if __name__ == "__main__":
-    sys.exit(main(DIRECTION, doc=__doc__))
+    sys.exit(run_study("ablate_direction"))

@@ -40,7 +40,7 @@ from hmer.recipes import RECIPES, apply_recipe
 from hmer.studies import cli as study_cli
 from hmer.studies.budgets import BUDGETS
 from hmer.studies.session import base_config
-from hmer.studies.spec import ABLATIONS, DIRECTION, SWEEP, SweepParam, SweepSpec
+from hmer.studies import ABLATIONS, DIRECTION, SWEEP, SweepParam, SweepSpec
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY_SCRIPT = REPO / "studies" / "ablate_direction.py"

@@ -403,3 +403,46 @@ def test_sweep_prunes_and_marks_pruned_trials_in_optuna_and_mlflow(stores):
     assert len(children) == 2
     for run in children:
         assert run.info.status == "KILLED" and run.data.tags["hmer.status"] == "pruned"
+
+
+# ---- a study in one file ------------------------------------------------------------------------------
+
+def test_every_module_of_the_suite_registers_its_study_under_its_own_name():
+    import pkgutil
+
+    import hmer.studies as studies
+    from hmer.studies import STUDIES, suite
+
+    modules = [info.name for info in pkgutil.iter_modules(suite.__path__)]
+    assert sorted(STUDIES) == sorted(modules) and "ablate_direction" in modules and "sweep" in modules
+    # Each binds its spec to a constant, which hmer.studies exports; ABLATIONS are the grid studies.
+    constants = studies.study_constants()
+    assert sorted(spec.name for spec in constants.values()) == sorted(modules)
+    assert studies.DIRECTION is STUDIES.get("ablate_direction") and studies.SWEEP is STUDIES.get("sweep")
+    assert set(studies.ABLATIONS) == set(modules) - {"sweep"}
+    with pytest.raises(AttributeError):
+        studies.NO_SUCH_STUDY
+
+
+def test_a_study_registered_here_alone_runs_by_name(stores, tmp_path, capsys):
+    """A spec registered in this file is found by `hmer.studies` and run by name as a script runs its own."""
+    import hmer.studies as studies
+    from hmer.studies import STUDIES
+    from hmer.studies.cli import run_study
+
+    tracking, storage = stores
+    write_dataset(tmp_path / "data", {"train": 12, "2014": 4})
+    spec = StudySpec(name="toy_direction", description="a toy: l2r against r2l",
+                     axes={"model.direction": ("l2r", "r2l")}, model_presets=DIRECTION.model_presets)
+    STUDIES.register(spec.name, spec)
+    try:
+        assert studies.ABLATIONS["toy_direction"] is spec
+        status = run_study("toy_direction", [
+            "--budget", "smoke", "--seeds", "1", "--data", str(tmp_path / "data"), "--tracking-uri", tracking,
+            "--storage", storage, "--set", *[f"{k}={v}" for k, v in TINY.items()]])
+    finally:
+        STUDIES.unregister("toy_direction")
+    assert status == 0 and "toy_direction" not in studies.ABLATIONS
+    parents, children = _child_runs(tracking, "toy_direction-smoke")
+    assert len(parents) == 1 and sorted(r.data.params["model.direction"] for r in children) == ["l2r", "r2l"]
+    assert all(r.info.status == "FINISHED" for r in children)

@@ -5,19 +5,49 @@
 
 See `grid` and `sweeps` (running and resuming a study), `objective` (the one objective both
 share), `resume` (a killed trial continues from its checkpoint), `claims` (why no grid cell runs
-twice), `spec` (what each study varies) and `budgets` (smoke / cpu / short / paper).
+twice), `spec` (what a study spec is, and the `STUDIES` registry), `suite` (the studies, one
+module each) and `budgets` (smoke / cpu / short / paper).
+
+The studies' constants (`DIRECTION`, `DECODER`, `COVERAGE`, `POSENC`, `ENCODER`, `SWEEP`, and any
+a new module of `suite` binds) and `ABLATIONS` (the grid studies by name) are read from
+`hmer.studies.suite` when first asked for, so that no list of studies is kept here.
 """
+
+from __future__ import annotations
+
+import sys
+from typing import Any
 
 from .budgets import BUDGET_NAMES, BUDGETS, StudyBudget, get_budget, pick_budget
 from .grid import run_grid_study
 from .objective import train_trial
 from .session import StudyOutcome
-from .spec import ABLATIONS, COVERAGE, DECODER, DIRECTION, ENCODER, POSENC, SWEEP, StudySpec, SweepParam, SweepSpec
+from .spec import STUDIES, StudySpec, SweepParam, SweepSpec, ablations
 from .storage import default_storage
 from .sweeps import run_sweep
 
 __all__ = [
-    "ABLATIONS", "BUDGETS", "BUDGET_NAMES", "COVERAGE", "DECODER", "DIRECTION", "ENCODER", "POSENC", "SWEEP",
-    "StudyBudget", "StudyOutcome", "StudySpec", "SweepParam", "SweepSpec", "default_storage", "get_budget",
-    "pick_budget", "run_grid_study", "run_sweep", "train_trial",
+    "BUDGETS", "BUDGET_NAMES", "STUDIES", "StudyBudget", "StudyOutcome", "StudySpec", "SweepParam", "SweepSpec",
+    "default_storage", "get_budget", "pick_budget", "run_grid_study", "run_sweep", "train_trial",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """`ABLATIONS`, or a study by the constant its module binds it to (`DIRECTION`, `SWEEP`)."""
+    if name == "ABLATIONS":
+        return ablations()
+    constants = study_constants()
+    if name not in constants:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return constants[name]
+
+
+def study_constants() -> dict[str, StudySpec | SweepSpec]:
+    """Every study by the upper-case name its module of `hmer.studies.suite` binds its spec to (a study
+    registered elsewhere, by a notebook or a test, has no module there and no constant)."""
+    found = {}
+    for study in STUDIES:  # the first lookup imports every module of the suite
+        module = sys.modules.get(f"{__name__}.suite.{study}")
+        found.update({attr: value for attr, value in vars(module or object()).items()
+                      if attr.isupper() and value is STUDIES.get(study)})
+    return found

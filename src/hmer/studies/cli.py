@@ -1,6 +1,7 @@
-"""The command line shared by every study script in `studies/`.
+"""The command line shared by every study: `run_study(name)` is all a script in `studies/` calls.
 
     python studies/ablate_direction.py                      # budget cpu without a GPU, short with one
+    python -m hmer.studies ablate_direction                 # the same, for any registered study
     python studies/ablate_direction.py --budget short --n-jobs 3
     python studies/ablate_decoder.py --storage postgresql://user:pw@host/hmer   # one of many workers
     python studies/sweep.py --budget short --trials 20
@@ -17,7 +18,7 @@ from typing import Sequence
 
 from ..signals import stop_on_signals
 from .budgets import BUDGET_NAMES, pick_budget
-from .spec import StudySpec, SweepSpec
+from .spec import STUDIES, StudySpec, SweepSpec
 from .storage import StorageUnreachable
 
 EXIT_INCOMPLETE = 1
@@ -67,6 +68,14 @@ def build_parser(spec: StudySpec | SweepSpec, doc: str | None = None) -> argpars
     p.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
                    help="config overrides held equal in every trial, e.g. train.epochs=2")
     return p
+
+
+def run_study(name: str, argv: Sequence[str] | None = None) -> int:
+    """Run the registered study `name` with the options of `argv` (default: the command line); its
+    module's docstring (`hmer.studies.suite.<name>`) is the `--help` text, else its description."""
+    spec = STUDIES.get(name)
+    module = sys.modules.get(f"{__package__}.suite.{name}")
+    return main(spec, argv, doc=module.__doc__ if module is not None else None)
 
 
 def main(spec: StudySpec | SweepSpec, argv: Sequence[str] | None = None, doc: str | None = None) -> int:

@@ -10,6 +10,9 @@ always one more axis, so every (variant, seed) pair is one grid cell and one tri
 A sweep is a `SweepSpec`: a list of `SweepParam`, each a dotted key with a range that is
 absolute or relative to the preset's value (a learning-rate range of x1/8 to x4 means
 the same thing for Adadelta at 1.0 and SGD at 0.08).
+
+The studies themselves are not here: each is one module of `hmer.studies.suite`, which holds its
+spec and registers it in `STUDIES` under its name (docs/studies.md, "Add a study in one file").
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from ..registry import linked_overrides
+from ..registry import Registry, linked_overrides
 
 SEED_KEY = "train.seed"
 
@@ -229,83 +232,13 @@ class SweepSpec:
                 self.sampled_config(base, param.overrides(value, flat), trial=f"(range of {param.key})")
 
 
-# ---- the studies of the suite ----------------------------------------------------------------
+# ---- every study of the suite, by name ----------------------------------------------------------------
 
-DIRECTION = StudySpec(
-    name="ablate_direction",
-    description="decoding direction: left-to-right, right-to-left, bidirectional (BTTR)",
-    axes={"model.direction": ("l2r", "r2l", "bi")},
-    model_presets={"tiny": "tiny", "full": "bttr"},
-)
+STUDIES: Registry[StudySpec | SweepSpec] = Registry("study", home=".studies.suite")
+"""Every study by its name ("ablate_direction", "sweep"): each module of `hmer.studies.suite` registers
+its spec here, and the package imports them all at the first lookup (`hmer.registry`)."""
 
-DECODER = StudySpec(
-    name="ablate_decoder",
-    description="decoder family: GRU with coverage attention (WAP), transformer (BTTR), ConvS2S",
-    axes={"model.decoder": ("rnn", "transformer", "convs2s")},
-    model_presets={"tiny": "tiny", "full": "bttr"},
-    # ConvS2S's learned token positions come with it from its registration (hmer.model.convs2s).
-)
 
-COVERAGE = StudySpec(
-    name="ablate_coverage",
-    description="CoMER attention refinement: no coverage, self, cross, fusion",
-    axes={"model.coverage": ("none", "self", "cross", "fusion")},
-    model_presets={"tiny": "tiny-comer", "full": "comer-fusion"},
-)
-
-POSENC = StudySpec(
-    name="ablate_posenc",
-    description="image positional encoding: 2-D sinusoidal, learned, CAPE, none",
-    axes={"model.image_pos": ("sin2d", "learned", "cape", "none")},
-    model_presets={"tiny": "tiny", "full": "bttr"},
-)
-
-ENCODER = StudySpec(
-    name="ablate_encoder",
-    description="where the project's encoder departs from BTTR's code: padding mask, tail order, sinusoids",
-    # Baseline: BTTR's code (the `bttr` preset). The other values are the project's choices
-    # (kept by the tiny presets) and CoMER's tail, in every combination, since they interact:
-    # the tail decides whether positions are added before or after the LayerNorm.
-    axes={"model.mask_padding": (False, True), "model.encoder_tail": ("relu-norm-pos", "pos-norm"),
-          "model.image_pos": ("sin2d-bttr", "sin2d")},
-    model_presets={"tiny": "tiny", "full": "bttr"},
-)
-
-ABLATIONS: dict[str, StudySpec] = {s.name: s for s in (DIRECTION, DECODER, COVERAGE, POSENC, ENCODER)}
-
-SWEEP = SweepSpec(
-    name="sweep",
-    description=("what learns most per CPU-minute: TPE over the learning rate, warm-up, schedule, batch size, "
-                 "label smoothing, dropout, rendering height and style, scale and renderer augmentation, "
-                 "encoder and decoder width and depth; every trial gets the same training compute (the "
-                 "budget's sweep_trial_cpu_minutes) and trains the epochs that fit it"),
-    params=(
-        SweepParam("train.lr", low=1 / 4, high=4.0, log=True, relative=True),
-        SweepParam("train.warmup_steps", low=0.0, high=0.15, share_of_training=True),
-        SweepParam("train.schedule", choices=("cosine", "plateau")),
-        SweepParam("data.max_batch_size", choices=(8, 16, 32), integer=True, scales=("data.batch_pixels",)),
-        SweepParam("train.label_smoothing", low=0.0, high=0.2),
-        SweepParam("model.dropout", low=0.0, high=0.3),
-        SweepParam("model.encoder_dropout", low=0.0, high=0.2),
-        SweepParam("data.render_height", choices=(48, 64, 80), integer=True),
-        SweepParam("data.scale_aug_max", choices=(0.0, 1.4)),
-        SweepParam("data.render_style", choices=("direct", "standard-like")),
-        SweepParam("data.aug_share", low=0.0, high=1.0),
-        SweepParam("model.growth_rate", choices=(8, 12, 16), integer=True),
-        SweepParam("model.num_dense_layers", choices=(3, 4, 6), integer=True),
-        SweepParam("model.d_model", choices=(0.75, 1.0, 1.5), relative=True, integer=True,
-                   scales=("model.dim_feedforward",)),
-        SweepParam("model.num_decoder_layers", choices=(1, 2, 3), integer=True),
-    ),
-    model_presets={"tiny": "tiny", "full": "bttr"},
-    # Scale augmentation, when a trial turns it on, is CoMER's range x0.7 .. x1.4. Renderer
-    # augmentation redraws `data.aug_share` of the training images with one recipe of moderate
-    # distortions (docs/data.md measures each; antialiasing, the costly one, is left to downscaling,
-    # which gives the same grey edges). Validation is also drawn standard-like and the objective
-    # reads both (sweeps.sweep_objective). No test year is decoded: a sweep selects on validation
-    # only, and its winner is trained again by the studies.
-    fixed={"data.scale_aug_min": 0.7, "data.test_years": "", "data.val_alt": "standard-like",
-           "data.aug_width_min": 0.5, "data.aug_width_max": 1.5, "data.aug_pressure": 0.3,
-           "data.aug_downscale": 0.5, "data.aug_blur": 0.8, "data.aug_slant": 8.0, "data.aug_rotate": 3.0,
-           "data.aug_jitter": 0.5, "data.aug_elastic": 1.5},
-)
+def ablations() -> dict[str, StudySpec]:
+    """The grid studies by name, in registration order (the suite's modules alphabetically)."""
+    return {name: spec for name in STUDIES for spec in [STUDIES.get(name)] if isinstance(spec, StudySpec)}

@@ -1,0 +1,30 @@
+"""The encoder ablation: where the project's encoder departs from the reference code.
+
+Grid: model.mask_padding (False: BTTR/CoMER, True: padding masked through every stride) x
+model.encoder_tail (relu-norm-pos: BTTR, pos-norm: CoMER) x model.image_pos (sin2d-bttr:
+BTTR's sinusoids, sin2d: CoMER's), baseline BTTR's code (False, relu-norm-pos, sin2d-bttr),
+times the seeds of the budget; every other setting held equal. 8 variants per seed.
+Each cell is one training run (an MLflow child run of the study's parent run); the
+script ends with the per-year ExpRate table (mean and standard deviation over seeds,
+within 1 and 2 edits, and the paired difference of each variant against the baseline).
+
+    python studies/ablate_encoder.py                   # budget cpu without a GPU, short with one
+    python studies/ablate_encoder.py --budget paper --n-jobs 2
+
+Run it again to resume. Options: --help, and docs/studies.md.
+"""
+
+from ..spec import STUDIES, StudySpec
+
+ENCODER = StudySpec(
+    name="ablate_encoder",
+    description="where the project's encoder departs from BTTR's code: padding mask, tail order, sinusoids",
+    # Baseline: BTTR's code (the `bttr` preset). The other values are the project's choices
+    # (kept by the tiny presets) and CoMER's tail, in every combination, since they interact:
+    # the tail decides whether positions are added before or after the LayerNorm.
+    axes={"model.mask_padding": (False, True), "model.encoder_tail": ("relu-norm-pos", "pos-norm"),
+          "model.image_pos": ("sin2d-bttr", "sin2d")},
+    model_presets={"tiny": "tiny", "full": "bttr"},
+)
+
+STUDIES.register(ENCODER.name, ENCODER, description=ENCODER.description)
