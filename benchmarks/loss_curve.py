@@ -35,7 +35,7 @@ def train_losses(preset: str, steps: int, seed: int, data: str, overrides: list[
     from hmer.model import build_model
     from hmer.presets import preset_with_recipe
     from hmer.training.loader import make_train_batch
-    from hmer.training.recipes import build_optimizer
+    from hmer.training.optim import build_optimizer
     from hmer.training.setup import LossModule
 
     cfg = preset_with_recipe(preset).override(parse_overrides(overrides))

@@ -18,7 +18,7 @@ import editdistance
 from hmer.data.holdout import MAX_LEFT_OUT, HoldOutError, near_captions, split_validation
 from hmer.data.inkml import writer_of
 from hmer.data.source import open_source, parse_captions
-from hmer.data.splits import read_writers, validation_hold_out
+from hmer.data.splits import read_writers, split_source_validation
 from hmer.training import train
 from tiny_dataset import tiny_config, tiny_data
 
@@ -180,7 +180,7 @@ def test_a_run_logs_the_names_it_trained_and_selected_on(tmp_path):
 
 def _real_split(shared_crohme, seed: int):
     with open_source(shared_crohme) as source:
-        held = validation_hold_out(source, DataConfig(val_seed=seed))
+        held = split_source_validation(source, DataConfig(val_seed=seed))
         captions = {c.name: c.tokens for c in parse_captions(source.caption_text("train"), "train")}
         writers = read_writers(source, "train", list(captions))
         year_lengths = [len(c.tokens) for y in ("2014", "2016", "2019")

@@ -11,7 +11,7 @@ from hmer.config import Config
 from hmer.training import train
 from hmer.checkpoint import load_checkpoint
 from hmer.recipes import apply_recipe
-from hmer.training.recipes import LRSchedule, build_optimizer
+from hmer.training.optim import LRSchedule, build_optimizer
 from tiny_dataset import tiny_config, tiny_data
 
 

@@ -179,7 +179,7 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
     from .device import autocast_dtype, resolve_device
     from .model import build_model
     from .presets import preset_with_recipe
-    from .training.recipes import build_optimizer
+    from .training.optim import build_optimizer
     from .training.loader import auto_prefetch, make_train_batch, prefetched
     from .training.setup import LossModule
 

@@ -309,7 +309,7 @@ class DataConfig:
 class TrainConfig:
     """Optimisation, schedule, limits, decoding at evaluation, and bookkeeping."""
 
-    recipe: str = allowed("bttr", one_of=_recipe_names)  # bttr | comer | custom: fills optimizer fields by name (see hmer.training.recipes)
+    recipe: str = allowed("bttr", one_of=_recipe_names)  # bttr | comer | custom: fills optimizer fields by name (see hmer.training.optim)
     optimizer: str = allowed("adadelta", one_of=OPTIMIZERS)  # adadelta | sgd | adamw
     lr: float = allowed(1.0, gt=0)
     momentum: float = allowed(0.9, ge=0, lt=1)

@@ -2,7 +2,7 @@
 
 A recipe only fills the optimiser fields of `TrainConfig`; every field stays overridable, so
 `--set train.recipe=comer train.lr=0.04` is a CoMER run at half the learning rate. What the
-fields build (optimisers, schedules) is `hmer.training.recipes`.
+fields build (optimisers, schedules) is `hmer.training.optim`.
 """
 
 from __future__ import annotations

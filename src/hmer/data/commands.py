@@ -32,7 +32,7 @@ from .captions import parse_caption_line, parse_captions
 from .render import RenderConfig
 from .holdout import near_captions
 from .source import CAPTION_FILE, SPLITS, DatasetSource, files_for_captions, open_source
-from .splits import TRAIN, read_writers, validation_hold_out
+from .splits import TRAIN, read_writers, split_source_validation
 from .vocab import Vocab
 
 RENDERED_TOP_FOLDER = "data"  # BTTR / CoMER read data/<split>/...
@@ -119,7 +119,7 @@ def check_command(data: str | None, out: TextIO = sys.stdout, *, data_cfg: DataC
         missing = [Problem("warning", f"split {s!r} is missing (no {s}/{CAPTION_FILE} in {source.location})")
                    for s in SPLITS if s not in present]
         errors_in_train = any(p.level == "error" for r in reports if r.split == TRAIN for p in r.problems)
-        held = validation_hold_out(source, cfg) if TRAIN in present and not errors_in_train else None
+        held = split_source_validation(source, cfg) if TRAIN in present and not errors_in_train else None
 
     print(f"{'split':<10}{'captions':>10}{'files':>10}{'usable':>10}", file=out)
     for r in reports:
@@ -147,7 +147,7 @@ def split_command(data: str | None, data_cfg: DataConfig, out_dir: str | os.Path
     side and test year, what the sides share); with `out_dir`, write `train.txt` and `val.txt`,
     one expression name per line, as every run logs them."""
     with open_source(data or data_cfg.path or None) as source:
-        held = validation_hold_out(source, data_cfg)
+        held = split_source_validation(source, data_cfg)
         captions = {c.name: c.tokens for c in parse_captions(source.caption_text(TRAIN),
                                                               source.describe(TRAIN, CAPTION_FILE))}
         writers = read_writers(source, TRAIN, list(captions))

@@ -82,7 +82,7 @@ def split_validation(names: Sequence[str], captions: Mapping[str, str], writers:
     target = min(len(names) - 1, max(1, round(len(names) * fraction)))
     if rule == "random":
         chosen = _random_names(names, target, seed)
-        return _hold_out(names, chosen, rule="random")
+        return _record(names, chosen, rule="random")
     if any(writers.get(n) for n in names):
         return _writer_hold_out(names, captions, writers, target, seed, min_edits)
     held = _caption_hold_out(names, captions, target, seed)
@@ -90,8 +90,9 @@ def split_validation(names: Sequence[str], captions: Mapping[str, str], writers:
     return held
 
 
-def _hold_out(names: Sequence[str], val_names: set[str], rule: str, left_out: set[str] = frozenset(),
-              val_writers: Sequence[str] = ()) -> HoldOut:
+def _record(names: Sequence[str], val_names: set[str], rule: str, left_out: set[str] = frozenset(),
+            val_writers: Sequence[str] = ()) -> HoldOut:
+    """The `HoldOut` record of a rule's choice: `val_names` held out of `names`, `left_out` on neither side."""
     return HoldOut(rule=rule,
                    train=[n for n in names if n not in val_names and n not in left_out],
                    val=[n for n in names if n in val_names],
@@ -155,7 +156,7 @@ def _writer_hold_out(names: Sequence[str], captions: Mapping[str, str], writers:
             f"({len(left_out) / len(names):.1%} of train) out of both sides because training has their caption"
             f"{_within(min_edits)}, more than {MAX_LEFT_OUT:.0%}; try another data.val_seed, a lower "
             f"data.val_min_edits or data.val_split=random")
-    return _hold_out(names, val, rule="writer", left_out=left_out, val_writers=held_writers)
+    return _record(names, val, rule="writer", left_out=left_out, val_writers=held_writers)
 
 
 def _within(min_edits: int) -> str:
@@ -199,5 +200,5 @@ def _caption_hold_out(names: Sequence[str], captions: Mapping[str, str], target:
             break
         if len(val) + len(by_caption[caption]) < len(names):  # never empty the training side
             val.update(by_caption[caption])
-    return _hold_out(names, val, rule="caption")
+    return _record(names, val, rule="caption")
 

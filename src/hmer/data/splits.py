@@ -78,8 +78,9 @@ def read_writers(source: DatasetSource, split: str, names: Sequence[str]) -> dic
     return writers
 
 
-def validation_hold_out(source: DatasetSource, data_cfg: DataConfig, *, vocab: Vocab | None = None) -> HoldOut:
-    """The names of the training part and the validation hold-out of the train split, by
+def split_source_validation(source: DatasetSource, data_cfg: DataConfig, *,
+                            vocab: Vocab | None = None) -> HoldOut:
+    """`holdout.split_validation` of a dataset source's train split: the names of the training part and the validation hold-out of the train split, by
     `data.val_split` (see `hmer.data.holdout`). Reads captions and InkML headers only: no
     rendering, so `hmer data split` is quick."""
     captions = parse_captions(source.caption_text(TRAIN), source.describe(TRAIN, CAPTION_FILE), vocab)
@@ -118,7 +119,7 @@ def load_dataset(path: str | os.PathLike[str] | None, data_cfg: DataConfig | Non
     out: dict[str, list[Expression]] = {}
     try:
         if TRAIN in wanted or VAL in wanted:
-            held = validation_hold_out(source, cfg, vocab=vocab)
+            held = split_source_validation(source, cfg, vocab=vocab)
             full = {e.name: e for e in load_split(source, TRAIN, render_cfg, vocab=vocab, workers=workers)}
             # (a file that could not be read is missing from `full`, and from both sides)
             train = [full[n] for n in held.train if n in full]

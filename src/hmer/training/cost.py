@@ -30,7 +30,7 @@ def train_seconds_per_image(cfg: Config, exprs: Sequence[Expression], n_batches:
     change the training that follows."""
     from ..model import build_model
     from .loader import make_train_batch
-    from .recipes import build_optimizer
+    from .optim import build_optimizer
     from .setup import LossModule
 
     batches = make_batches(list(exprs), cfg.data.batch_pixels, cfg.data.max_batch_size, shuffle=True, seed=seed)

@@ -22,7 +22,7 @@ from ..device import autocast_dtype
 from ..model import build_model
 from . import distributed as ddp
 from .loader import auto_prefetch
-from .recipes import LRSchedule, build_optimizer
+from .optim import LRSchedule, build_optimizer
 
 
 def seed_everything(seed: int) -> None:
