@@ -39,13 +39,21 @@ WORKER = textwrap.dedent("""
     study = optuna.create_study(study_name="s", storage=storage, sampler=sampler,
                                 direction="maximize", load_if_exists=True)
     claims = CellClaims(study, Worker.current(), storage)
+    # Start claiming together: a worker that imports first must not take every cell before the
+    # others are up (the test is about processes that overlap).
+    import os, pathlib
+    ready = pathlib.Path(sys.argv[3])
+    (ready / str(os.getpid())).touch()
+    deadline = time.monotonic() + 120
+    while len(list(ready.iterdir())) < int(sys.argv[4]) and time.monotonic() < deadline:
+        time.sleep(0.05)
     while (cell := claims.claim(cells, set())) is not None:
         sampler.assign(cell, lambda study, trial: claims.started(trial, cell))
 
         def objective(trial):
             params = {k: trial.suggest_categorical(k, v) for k, v in space.items()}
             assert cell_key(params) == cell_key(cell), (params, cell)
-            time.sleep(0.01)
+            time.sleep(0.1)
             return 1.0
 
         study.optimize(objective, n_trials=1)
@@ -77,8 +85,10 @@ def test_three_processes_claim_every_cell_exactly_once(tmp_path):
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    procs = [subprocess.Popen([sys.executable, "-W", "ignore", str(script), storage, "6"], stderr=subprocess.PIPE,
-                              text=True) for _ in range(3)]
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    procs = [subprocess.Popen([sys.executable, "-W", "ignore", str(script), storage, "6", str(ready), "3"],
+                              stderr=subprocess.PIPE, text=True) for _ in range(3)]
     for p in procs:
         _, err = p.communicate(timeout=240)
         assert p.returncode == 0, err

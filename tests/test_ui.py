@@ -120,6 +120,19 @@ def _study_rows(site: Site) -> dict[str, list[str]]:
     return {row[0]: row for row in rows}
 
 
+def _shown(locator, timeout_ms: int = 30_000) -> int:
+    """How many elements `locator` matches once the first has appeared (0 if none does within the
+    timeout): the single-page app renders rows and charts after its first text, so a count taken at
+    once can miss what is about to be drawn."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        locator.first.wait_for(state="attached", timeout=timeout_ms)
+    except PlaywrightTimeout:
+        return 0
+    return locator.count()
+
+
 def test_the_link_opens_the_study_as_model_training(site, page):
     # what the UI's own API answers about the experiment: MLflow's record of its kind
     answer = page.request.get(f"{site.mlflow}/ajax-api/2.0/mlflow/experiments/get?experiment_id={site.experiment_id}")
@@ -130,7 +143,8 @@ def test_the_link_opens_the_study_as_model_training(site, page):
     page.goto(ui_url(site.experiment_id, charts=False, port=site.port()))
     page.get_by_text(re.compile(r"\d+ matching runs")).wait_for()
     assert f"/experiments/{site.experiment_id}/runs" in page.url and "workflowType=machine_learning" in page.url
-    assert page.get_by_role("link", name=site.study, exact=True).count() >= 1  # the parent run's row
+    assert _shown(page.get_by_role("link", name=site.study, exact=True)) >= 1, \
+        f"the runs page shows no row of {site.study}"  # the parent run's row
     assert not page.get_by_text("No data available for the selected time range").count()  # GenAI's overview
     if site.name == "committed":
         _close_assistant(page)
@@ -143,7 +157,7 @@ def test_the_parent_run_shows_the_study_table(site, page):
               f"?workflowType=machine_learning")
     page.get_by_text("Description").first.wait_for()
     description = page.locator("table", has_text="2014 ExpRate")
-    assert description.count() >= 1, f"the parent run of {site.study} shows no table in its description"
+    assert _shown(description) >= 1, f"the parent run of {site.study} shows no table in its description"
     shown = {}
     for line in description.first.inner_text().splitlines()[1:]:
         cells = [c.strip() for c in line.split("\t")]
@@ -166,11 +180,11 @@ def test_the_chart_view_compares_the_variants(site, page):
     page.get_by_text(first, exact=True).first.wait_for()
     for variant in variants:  # the first section's charts: the sections below are drawn when scrolled to
         name = summary_metric("2014", "mean", variant)
-        assert page.get_by_text(name, exact=True).count() >= 1, f"no chart of {name} in the chart view"
+        assert _shown(page.get_by_text(name, exact=True)) >= 1, f"no chart of {name} in the chart view"
     for year in ("2016", "2019"):
         for stat in ("mean", "std") if site.name == "committed" else ("mean",):  # one seed: no std
             section = summary_metric(year, stat, variants[0]).split("/")[0]
-            assert page.get_by_text(section, exact=True).count() >= 1, f"no section {section} in the chart view"
+            assert _shown(page.get_by_text(section, exact=True)) >= 1, f"no section {section} in the chart view"
     if site.name == "committed":
         _close_assistant(page)
         screenshot(page, "ui_mlflow_charts")
@@ -187,4 +201,4 @@ def test_optuna_dashboard_lists_the_study_and_its_trials(site, page):
     page.goto(page.url.split("?")[0].rstrip("/") + "/trials")
     page.get_by_text(f"{len(trials)} Trials", exact=True).wait_for()
     for trial in trials:
-        assert page.get_by_text(f"Trial {trial.number}", exact=True).count() >= 1
+        assert _shown(page.get_by_text(f"Trial {trial.number}", exact=True)) >= 1
