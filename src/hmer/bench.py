@@ -181,7 +181,7 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
     from .presets import preset_with_recipe
     from .training.optim import build_optimizer
     from .training.loader import auto_prefetch, make_train_batch, prefetched
-    from .training.setup import LossModule
+    from .training.setup import LossModule, optimizer_step
 
     if what not in ("train", "decode"):
         raise ValueError(f"unknown benchmark {what!r}: train or decode")
@@ -250,13 +250,7 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
             return make_train_batch([exprs[i] for i in idx], vocab, cfg.model.direction, dev, scale, channels_last)
 
         def step(tb):
-            with torch.autocast(dev.type, dtype=amp, enabled=amp is not None):
-                loss = loss_module(tb.batch.images, tb.batch.image_mask, tb.tgt_in, tb.tgt_out)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.train.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
-            opt.step()
+            optimizer_step(loss_module, opt, model, tb, cfg.train.grad_clip, amp)
             return len(tb)
     else:
         from .decoding import decode_batch

@@ -29,9 +29,9 @@ def train_seconds_per_image(cfg: Config, exprs: Sequence[Expression], n_batches:
     fresh one; the process's RNG state is restored afterwards, so the measurement does not
     change the training that follows."""
     from ..model import build_model
-    from .loader import make_train_batch
+    from .loader import train_batches
     from .optim import build_optimizer
-    from .setup import LossModule
+    from .setup import LossModule, optimizer_step
 
     batches = make_batches(list(exprs), cfg.data.batch_pixels, cfg.data.max_batch_size, shuffle=True, seed=seed)
     sample = batches[: n_batches + 1]
@@ -43,24 +43,16 @@ def train_seconds_per_image(cfg: Config, exprs: Sequence[Expression], n_batches:
         model.train()
         loss_module = LossModule(model, cfg.train.label_smoothing)
         opt = build_optimizer(model.parameters(), cfg.train)
-        aug = np.random.default_rng(seed)
-        vocab, device = Vocab(), torch.device("cpu")
+        steps = train_batches(exprs, sample, Vocab(), cfg.model.direction, torch.device("cpu"),
+                              scale_range=(cfg.data.scale_aug_min, cfg.data.scale_aug_max),
+                              rng=np.random.default_rng(seed), channels_last=cfg.train.channels_last)
         images, cpu = 0, 0.0
-        for k, idx in enumerate(sample):
-            scale = float(aug.uniform(cfg.data.scale_aug_min, cfg.data.scale_aug_max)) if cfg.data.scale_aug_max > 0 \
-                else None
-            tb = make_train_batch([exprs[i] for i in idx], vocab, cfg.model.direction, device, scale,
-                                  cfg.train.channels_last)
+        for k, tb in enumerate(steps):
             t0 = time.process_time()
-            loss = loss_module(tb.batch.images, tb.batch.image_mask, tb.tgt_in, tb.tgt_out)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if cfg.train.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.train.grad_clip)
-            opt.step()
+            optimizer_step(loss_module, opt, model, tb, cfg.train.grad_clip)
             if k > 0:  # the first step warms the allocator and the kernels up
                 cpu += time.process_time() - t0
-                images += len(idx)
+                images += len(tb)
     finally:
         torch.set_rng_state(rng_state)
     return cpu / max(images, 1)

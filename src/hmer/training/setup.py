@@ -43,6 +43,23 @@ class LossModule(torch.nn.Module):
         return self.model.loss_from_targets(images, image_mask, tgt_in, tgt_out, self.label_smoothing)
 
 
+def optimizer_step(loss_module: torch.nn.Module, optimizer: torch.optim.Optimizer, model: torch.nn.Module, tb,
+                   grad_clip: float, amp_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """One training step on the batch `tb` (a `loader.TrainBatch`): the loss under autocast (when
+    `amp_dtype`), backward, gradient clipping (when `grad_clip` > 0), the optimiser's step. The
+    trainer, `hmer bench train` and the cost measurement of a sweep trial all step this way.
+    Returns the loss, not detached."""
+    device_type = tb.batch.images.device.type
+    with torch.autocast(device_type, dtype=amp_dtype, enabled=amp_dtype is not None):
+        loss = loss_module(tb.batch.images, tb.batch.image_mask, tb.tgt_in, tb.tgt_out)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    return loss
+
+
 @dataclass
 class Setup:
     """One training's parts. `loss_module` is the model's loss, wrapped for DDP and compiled as asked;

@@ -44,7 +44,7 @@ from .final import final_evaluation
 from .loader import Redraw, train_batches
 from .result import TrainResult
 from .resume import Clock, TrainState, checkpoint_dir, restore, save_last
-from .setup import Setup, build, seed_everything
+from .setup import Setup, build, optimizer_step, seed_everything
 
 EpochCallback = Callable[[int, dict[str, float]], None]
 
@@ -221,14 +221,8 @@ def _train_epoch(setup: Setup, state: TrainState, epoch: int, clock: Clock,
 
 def _step(setup: Setup, tb) -> torch.Tensor:
     """One optimiser step on one batch; the batch's loss, detached."""
-    tc = setup.cfg.train
-    with torch.autocast(setup.device.type, dtype=setup.amp_dtype, enabled=setup.amp_dtype is not None):
-        loss = setup.loss_module(tb.batch.images, tb.batch.image_mask, tb.tgt_in, tb.tgt_out)
-    setup.optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    if tc.grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(setup.model.parameters(), tc.grad_clip)
-    setup.optimizer.step()
+    loss = optimizer_step(setup.loss_module, setup.optimizer, setup.model, tb, setup.cfg.train.grad_clip,
+                          setup.amp_dtype)
     setup.schedule.step_batch()
     return loss.detach()
 
