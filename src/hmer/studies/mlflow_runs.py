@@ -14,6 +14,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ..tracking import keys
+from ..tracking.run import close_failed
 from ..tracking.store import mlflow_client
 from .storage import first_use_lock
 
@@ -107,10 +108,7 @@ def fail_dead_trial_runs(client, experiment_id: str, study: optuna.Study) -> lis
             continue  # already ended as failed / pruned
         if states.get(int(number)) != TrialState.FAIL:
             continue  # running, complete or pruned: MLflow agrees
-        was = run.info.status
-        client.set_tag(run.info.run_id, keys.STATUS, "failed")
-        client.set_tag(run.info.run_id, keys.ERROR, f"the worker of trial {number} died (run {was.lower()}); "
-                                                    f"the trial is FAIL in Optuna and its cell runs again")
-        client.set_terminated(run.info.run_id, status="FAILED")
+        close_failed(client, run.info.run_id, f"the worker of trial {number} died (run {run.info.status.lower()}); "
+                                              f"the trial is FAIL in Optuna and its cell runs again")
         marked.append(run.info.run_id)
     return marked

@@ -173,12 +173,18 @@ def fail_runs_of_dead_processes(tracking_uri: str | None = None) -> list[str]:
         pid = run.data.tags.get(keys.PID, "")
         if not pid.isdigit() or int(pid) == os.getpid() or _process_alive(int(pid)):
             continue
-        client.set_tag(run.info.run_id, keys.STATUS, "failed")
-        client.set_tag(run.info.run_id, keys.ERROR, f"its process (pid {pid} on {host}) ended without closing "
-                                                    f"the run: killed outright (SIGKILL, out of memory)")
-        client.set_terminated(run.info.run_id, status="FAILED")
+        close_failed(client, run.info.run_id, f"its process (pid {pid} on {host}) ended without closing the "
+                                              f"run: killed outright (SIGKILL, out of memory)")
         marked.append(run.info.run_id)
     return marked
+
+
+def close_failed(client, run_id: str, why: str) -> None:
+    """End a run that its own process can no longer close: FAILED, with `hmer.status=failed` and
+    `hmer.error` saying why."""
+    client.set_tag(run_id, keys.STATUS, "failed")
+    client.set_tag(run_id, keys.ERROR, why)
+    client.set_terminated(run_id, status="FAILED")
 
 
 class NullRun:
