@@ -19,21 +19,19 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 from typing import Iterator
 
 import pytest
 
-from servers import free_port
+from servers import free_port, http_server
 
 # Playwright adds --headless itself; the rest keep a sandbox-less container's Chromium quiet and offline.
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 START_TIMEOUT_S = 180.0  # `mlflow ui` takes 10-30 s to start on a busy 2-core machine
+STOP_TIMEOUT_S = 5.0  # uvicorn's graceful shutdown can take longer; nothing is left to save
 
 
 def chromium_path() -> str | None:
@@ -82,35 +80,6 @@ def chromium() -> Iterator:
 
 
 @contextlib.contextmanager
-def _server(cmd: list[str], url: str, log_path: Path, cwd: Path | None = None) -> Iterator[str]:
-    """Start `cmd` (its own process group), wait until `url` answers 200, yield it; stop it after."""
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True)
-    try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            try:
-                with urllib.request.urlopen(url, timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"{cmd[0]} did not start (status {proc.poll()}):\n"
-                                   + log_path.read_text(errors="replace")[-3000:])
-            time.sleep(0.5)
-        yield url
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, 15)  # the server and its workers
-        try:
-            proc.wait(timeout=5)  # uvicorn's graceful shutdown can take longer; nothing is left to save
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
-
-
-@contextlib.contextmanager
 def mlflow_ui(backend_store_uri: str, cwd: Path, log_dir: Path) -> Iterator[str]:
     """`mlflow ui --backend-store-uri URI` as the README has users run it, from `cwd` (a checkout:
     a portable store's artifact locations are relative to it), one worker; yields http://127.0.0.1:PORT."""
@@ -119,7 +88,8 @@ def mlflow_ui(backend_store_uri: str, cwd: Path, log_dir: Path) -> Iterator[str]
     base = f"http://127.0.0.1:{port}"
     cmd = [_beside_python("mlflow"), "ui", "--backend-store-uri", backend_store_uri, "--host", "127.0.0.1",
            "--port", str(port), "--workers", "1"]
-    with _server(cmd, f"{base}/health", log_dir / f"mlflow-ui-{port}.log", cwd=cwd):
+    with http_server(cmd, f"{base}/health", log_dir / f"mlflow-ui-{port}.log", cwd=cwd,
+                     start_timeout_s=START_TIMEOUT_S, stop_timeout_s=STOP_TIMEOUT_S):
         yield base
 
 
@@ -130,7 +100,8 @@ def optuna_dashboard(storage: str, log_dir: Path) -> Iterator[str]:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     cmd = [_beside_python("optuna-dashboard"), storage, "--host", "127.0.0.1", "--port", str(port)]
-    with _server(cmd, f"{base}/dashboard/", log_dir / f"optuna-dashboard-{port}.log"):
+    with http_server(cmd, f"{base}/dashboard/", log_dir / f"optuna-dashboard-{port}.log",
+                     start_timeout_s=START_TIMEOUT_S, stop_timeout_s=STOP_TIMEOUT_S):
         yield base
 
 

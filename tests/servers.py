@@ -153,28 +153,39 @@ def mlflow_server(backend_store_uri: str, artifacts: Path, timeout_s: float = 60
     cmd = [_mlflow_binary(), "server", "--backend-store-uri", backend_store_uri,
            "--artifacts-destination", str(artifacts), "--host", "127.0.0.1", "--port", str(port),
            "--workers", "1"]
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     uri = f"http://127.0.0.1:{port}"
+    # the server and its uvicorn/gunicorn workers may take a while to stop
+    with http_server(cmd, f"{uri}/health", log_path, start_timeout_s=timeout_s, stop_timeout_s=20):
+        yield uri
+
+
+@contextlib.contextmanager
+def http_server(cmd: list[str], url: str, log_path: Path, *, cwd: Path | None = None, start_timeout_s: float,
+                stop_timeout_s: float) -> Iterator[str]:
+    """Start `cmd` in its own process group, its output in `log_path`; wait until `url` answers 200
+    and yield it; then stop the group (SIGTERM, SIGKILL after `stop_timeout_s`). A server that exits
+    or does not answer within `start_timeout_s` raises with the end of its log."""
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True)
     try:
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + start_timeout_s
         while True:
             try:
-                with urllib.request.urlopen(f"{uri}/health", timeout=2) as response:
+                with urllib.request.urlopen(url, timeout=2) as response:
                     if response.status == 200:
                         break
             except OSError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"mlflow server did not start (status {proc.poll()}):\n"
+                raise RuntimeError(f"{Path(cmd[0]).name} did not start (status {proc.poll()}):\n"
                                    + log_path.read_text(errors="replace")[-3000:])
             time.sleep(0.5)
-        yield uri
+        yield url
     finally:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, 15)  # the server and its uvicorn/gunicorn workers
+            os.killpg(proc.pid, 15)
         try:
-            proc.wait(timeout=20)
+            proc.wait(timeout=stop_timeout_s)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
             proc.wait()
