@@ -4,9 +4,12 @@ Read-only: every check works on a copy or only reads."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import optuna
@@ -125,3 +128,16 @@ def test_the_readme_links_the_direction_study_as_mlflow_ui_opens_it():
     assert f"<{ui_url(experiment.experiment_id)}>" in (REPO / "README.md").read_text()
     (parent,) = [r for r in client.search_runs([experiment.experiment_id]) if r.data.tags.get(keys.ROLE) == "study"]
     assert "| l2r (baseline) | 3 |" in parent.data.tags.get(keys.MLFLOW_NOTE, "")
+
+
+def test_the_readmes_main_job_resumes_the_committed_study_and_writes_nothing(clone):
+    # `python studies/ablate_direction.py` on a fresh clone: the study is complete, so the command
+    # prints its table and leaves the store's bytes as they were, whatever defaults changed since.
+    before = {p.name: p.read_bytes() for p in (clone / "mlruns").glob("*.db")}
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env["HMER_MLRUNS"] = str(clone / "mlruns")
+    proc = subprocess.run([sys.executable, str(REPO / "studies" / "ablate_direction.py")], cwd=clone, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "l2r (baseline)" in proc.stdout
+    assert {p.name: p.read_bytes() for p in (clone / "mlruns").glob("*.db")} == before

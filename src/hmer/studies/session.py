@@ -33,8 +33,10 @@ from .storage import default_storage
 
 POLL_S = 5.0  # how often a worker with nothing to claim looks at the others' trials
 # Keys that may differ between the workers of one study: where the data is, how long to train
-# (derived from the number of workers) and the device string.
-MAY_DIFFER = ("data.path", "train.time_budget_s", "data.prefetch")
+# (derived from the number of workers), how far ahead batches are loaded, and the encoder's memory
+# layout (its default changed after committed studies had begun). A resumed study runs with its
+# stored values of all but data.path and data.prefetch (open_study), so none changes what it trains.
+MAY_DIFFER = ("data.path", "train.time_budget_s", "data.prefetch", "train.channels_last")
 
 
 @dataclass
