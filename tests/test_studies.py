@@ -405,6 +405,81 @@ def test_sweep_prunes_and_marks_pruned_trials_in_optuna_and_mlflow(stores):
         assert run.info.status == "KILLED" and run.data.tags["hmer.status"] == "pruned"
 
 
+SWEEP_SCRIPT = """
+import dataclasses, sys
+import optuna
+from hmer.studies import run_sweep
+from hmer.studies.budgets import BUDGETS
+sys.path.insert(0, {tests!r})
+from test_studies import IMAGE_SWEEP, TINY
+# a budget whose trials get CPU-minutes: each measures its cost and trains the epochs that fit
+budget = dataclasses.replace(BUDGETS["smoke"], sweep_trial_cpu_minutes={minutes})
+run_sweep(IMAGE_SWEEP, budget, storage={storage!r}, tracking_uri={tracking!r}, data_path={data!r}, n_trials=1,
+          n_jobs=1, study_name="sweep-kill", overrides={{**TINY, "train.time_budget_s": 0}},
+          pruner=optuna.pruners.NopPruner())
+"""
+
+
+def test_a_killed_sweep_trial_continues_from_its_checkpoint_with_its_parameters_and_epochs(stores, tmp_path):
+    """A sweep's worker killed mid-trial: the rerun enqueues a trial with the dead one's
+    parameters, takes its measured cost and fitted epochs rather than measuring again, and
+    continues its MLflow run from the checkpoint; the study ends with one COMPLETE trial."""
+    tracking, storage = stores
+    data = write_dataset(tmp_path / "data", {"train": 12, "2014": 4})
+    script = SWEEP_SCRIPT.format(tests=str(REPO / "tests"), minutes=0.05, storage=storage, tracking=tracking,
+                                 data=str(data))
+    cmd, env = [sys.executable, "-c", script], _env(tmp_path)
+    checkpoints = tmp_path / "mlruns" / "checkpoints"
+    killed: dict = {}
+
+    def two_epochs_checkpointed() -> bool:
+        try:
+            study = optuna.load_study(study_name="sweep-kill", storage=storage)
+        except KeyError:
+            return False
+        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        if not running or keys.TRIAL_FITTED_EPOCHS not in running[0].user_attrs:
+            return False
+        _, children = _child_runs(tracking, "sweep-kill")
+        if not children:
+            return False
+        try:
+            epoch = int(load_checkpoint(checkpoints / children[0].info.run_id / "last.pt")["epoch"])
+        except (FileNotFoundError, ValueError):
+            return False
+        if epoch < 2:
+            return False
+        killed.update(trial=running[0], run_id=children[0].info.run_id, epoch=epoch)
+        return True
+
+    with open(tmp_path / "first.log", "w") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        try:
+            _wait_for(two_epochs_checkpointed, proc, 240, "two epochs of the first sweep trial")
+            os.kill(proc.pid, signal.SIGKILL)
+        finally:
+            proc.wait()
+    dead = killed["trial"]
+    epochs = dead.user_attrs[keys.TRIAL_FITTED_EPOCHS]
+    assert killed["epoch"] < epochs, "the trial finished before it could be killed: give it more CPU-minutes"
+
+    second = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "1 continue from their last epoch" in second.stdout, second.stdout
+    assert f"resuming run {killed['run_id']} from epoch" in second.stdout, second.stdout
+
+    study = optuna.load_study(study_name="sweep-kill", storage=storage)
+    assert [t.state for t in study.trials] == [TrialState.FAIL, TrialState.COMPLETE]
+    again = study.trials[1]
+    assert again.params == dead.params and again.user_attrs[keys.CONTINUES] == dead.number
+    for key in (keys.TRIAL_CPU_SECONDS_PER_IMAGE, keys.TRIAL_FITTED_EPOCHS, keys.CELL_KEY):
+        assert again.user_attrs[key] == dead.user_attrs[key], key
+    assert again.user_attrs[keys.TRIAL_RUN_ID] == killed["run_id"]
+    _, children = _child_runs(tracking, "sweep-kill")
+    assert [r.info.run_id for r in children] == [killed["run_id"]] and children[0].info.status == "FINISHED"
+    assert len(_metrics(tracking, killed["run_id"])["train_loss"]) == epochs
+
+
 # ---- a study in one file ------------------------------------------------------------------------------
 
 def test_every_module_of_the_suite_registers_its_study_under_its_own_name():

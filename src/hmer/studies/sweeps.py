@@ -4,8 +4,12 @@
 
 Trials report their greedy validation reading within one edit (`PRUNE_METRIC`) at each quarter of
 their training; the median pruner stops the ones below the median of the finished trials at the
-same share of their training (Optuna state PRUNED, MLflow tag hmer.status=pruned, run KILLED). A trial that fails in a live worker (diverged, out of memory) counts as finished; one
-whose worker died is marked FAIL and replaced by a new trial (TPE samples it afresh).
+same share of their training (Optuna state PRUNED, MLflow tag hmer.status=pruned, run KILLED).
+A trial that fails in a live worker (diverged, out of memory) counts as finished. One whose worker
+died is marked FAIL and continued: the worker that finds it dead enqueues a trial with the same
+parameters, epochs and pruning reports (`continue_dead_trials`), and that trial continues the dead
+one's MLflow run from its last epoch's checkpoint (`resume.py`), as a grid cell does. A sweep
+killed at the end of a session thus loses no finished epoch.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import time
 from typing import Any, Callable, Mapping
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from ..config import Config
 from ..data import make_batches
@@ -95,9 +99,10 @@ def run_sweep(
     worker = Worker.current()
     claims = CellClaims(study, worker, store)  # used only to find the trials of dead workers
     reaped = claims.reap()
+    continued = continue_dead_trials(study, reaped)
     if reaped and main:
-        say(f"resuming: trial(s) {', '.join(str(t.number) for t in reaped)} of a dead worker marked FAIL "
-            f"and replaced")
+        say(f"resuming: trial(s) {', '.join(str(t.number) for t in reaped)} of a dead worker marked FAIL; "
+            f"{len(continued)} continue from their last epoch, the others are replaced")
     session = open_session(
         setup, store, study, base, created, worker,
         params={"study": name, "kind": "sweep", "spec": spec.name, "preset": budget.name,
@@ -137,12 +142,12 @@ def run_sweep(
             if failures_in_a_row >= 3:
                 say("three trials in a row failed in this worker: stopping it (see the errors above)")
                 break
-            claims.reap()
+            continue_dead_trials(study, claims.reap())
             session.fail_dead_trial_runs()
         if main:
             while study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
                 time.sleep(POLL_S)  # the other workers' last trials
-                claims.reap()
+                continue_dead_trials(study, claims.reap())
     except KeyboardInterrupt:
         interrupted = True
         say("interrupted: the trial in progress is marked FAIL; run the same command to resume")
@@ -179,6 +184,22 @@ PRUNE_STEPS = 4
 PRUNE_METRIC = "val_le1"
 
 
+def continue_dead_trials(study: optuna.Study, dead: list[FrozenTrial]) -> list[FrozenTrial]:
+    """Enqueue, for each trial whose worker died after it had started training, a trial with its
+    parameters that names it (`keys.CONTINUES`). The next free worker runs it: it takes the dead
+    trial's measured cost and fitted epochs (measured again, the epochs could differ and the
+    checkpoint would no longer match) and pruning reports, and continues its run from its
+    checkpoint. Returns the trials continued. Only the
+    worker that marked a trial FAIL gets it from `CellClaims.reap`, so each is enqueued once."""
+    continued = []
+    for t in dead:
+        if keys.CELL_KEY not in t.user_attrs:
+            continue  # died before its configuration was complete: TPE samples a new trial
+        study.enqueue_trial(t.params, user_attrs={keys.CONTINUES: t.number}, skip_if_exists=False)
+        continued.append(t)
+    return continued
+
+
 def _objective(session: Session, spec: SweepSpec, data_for: Callable[[Config], dict[str, list]]):
     """The sweep's objective: sample the spec's parameters, fit the epochs to the trial's compute,
     train, report at each quarter of the training for pruning."""
@@ -187,6 +208,9 @@ def _objective(session: Session, spec: SweepSpec, data_for: Callable[[Config], d
 
     def objective(trial: optuna.Trial) -> float:
         trial.set_user_attr(keys.WORKER, session.worker.as_attr())
+        continues = trial.user_attrs.get(keys.CONTINUES)  # set by continue_dead_trials
+        dead = next(t for t in session.study.get_trials(deepcopy=False) if t.number == continues) \
+            if continues is not None else None
         sampled = {param: param.suggest(trial, base_flat) for param in spec.params}
         values: dict[str, Any] = {}
         for param, value in sampled.items():
@@ -195,9 +219,13 @@ def _objective(session: Session, spec: SweepSpec, data_for: Callable[[Config], d
         cfg = spec.sampled_config(session.base, values, trial.number)
         data = data_for(cfg)
         if cpu_minutes > 0:
-            per_image = train_seconds_per_image(cfg, data["train"])
-            values["train.epochs"] = epochs_for_budget(cpu_minutes * 60, per_image, len(data["train"]),
-                                                       MAX_SWEEP_EPOCHS)
+            if dead is not None and keys.TRIAL_FITTED_EPOCHS in dead.user_attrs:
+                per_image = float(dead.user_attrs[keys.TRIAL_CPU_SECONDS_PER_IMAGE])
+                values["train.epochs"] = int(dead.user_attrs[keys.TRIAL_FITTED_EPOCHS])
+            else:
+                per_image = train_seconds_per_image(cfg, data["train"])
+                values["train.epochs"] = epochs_for_budget(cpu_minutes * 60, per_image, len(data["train"]),
+                                                           MAX_SWEEP_EPOCHS)
             trial.set_user_attr(keys.TRIAL_CPU_SECONDS_PER_IMAGE, per_image)
             trial.set_user_attr(keys.TRIAL_FITTED_EPOCHS, values["train.epochs"])
             session.say(f"trial {trial.number}: {per_image * 1000:.1f} CPU-ms per training image: "
@@ -211,9 +239,13 @@ def _objective(session: Session, spec: SweepSpec, data_for: Callable[[Config], d
         cfg = spec.sampled_config(session.base, values, trial.number)
         label = ",".join(f"{k}={_short(v)}" for k, v in values.items())
         trial.set_user_attr(keys.CELL, label)
+        trial.set_user_attr(keys.CELL_KEY, label)  # what a trial continuing this one must match
         tags = {keys.CELL: label, keys.SEED: str(cfg.train.seed), keys.VARIANT: f"trial {trial.number}",
                 keys.BUDGET: session.budget.name}
         reported: set[int] = set()
+        for step, value in (dead.intermediate_values.items() if dead is not None else ()):
+            trial.report(value, step)  # the dead trial's reports, for the pruner and the history
+            reported.add(step)
 
         def report(epoch: int, metrics: dict[str, float]) -> None:
             value = metrics.get(PRUNE_METRIC)
@@ -229,7 +261,7 @@ def _objective(session: Session, spec: SweepSpec, data_for: Callable[[Config], d
                                          f"training (epoch {epoch}) is below the median")
 
         result = train_trial(trial, cfg, session, data, name=label, tags=tags, run_name=f"trial {trial.number}",
-                             report=report)
+                             cell_key=label, report=report)
         return sweep_objective(result)
 
     return objective

@@ -25,16 +25,27 @@ from ..data import Expression, Vocab, make_batches
 
 def train_seconds_per_image(cfg: Config, exprs: Sequence[Expression], n_batches: int = 8, seed: int = 0) -> float:
     """CPU seconds (this process, all its threads) per training image of `cfg`'s step on a
-    shuffled sample of its training batches, after one untimed warm-up step. The model is a
-    fresh one; the process's RNG state is restored afterwards, so the measurement does not
-    change the training that follows."""
+    shuffled sample of its training batches, after one untimed warm-up step. A step here is
+    what the trainer's step costs: preparing the batch (scale augmentation, the renderer
+    augmentation's redrawn images, which cost as much as the step itself when every image is
+    redrawn) and the optimiser step. The model is a fresh one; the process's RNG state is
+    restored afterwards, so the measurement does not change the training that follows."""
+    from ..data import RenderConfig, open_source
+    from ..data.augment import AugmentConfig, load_strokes
     from ..model import build_model
-    from .loader import train_batches
+    from .loader import Redraw, train_batches
     from .optim import build_optimizer
     from .setup import LossModule, optimizer_step
 
     batches = make_batches(list(exprs), cfg.data.batch_pixels, cfg.data.max_batch_size, shuffle=True, seed=seed)
     sample = batches[: n_batches + 1]
+    redraw = None
+    aug = AugmentConfig.from_data_config(cfg.data)
+    if aug.enabled:
+        names = [exprs[i].name for idx in sample for i in idx]
+        with open_source(cfg.data.path or None) as source:
+            strokes = load_strokes(source, "train", names)
+        redraw = Redraw(strokes, RenderConfig.from_data_config(cfg.data), aug, np.random.default_rng([seed, 0, 1]))
     rng_state = torch.get_rng_state()
     try:
         model = build_model(cfg.model)
@@ -45,10 +56,12 @@ def train_seconds_per_image(cfg: Config, exprs: Sequence[Expression], n_batches:
         opt = build_optimizer(model.parameters(), cfg.train)
         steps = train_batches(exprs, sample, Vocab(), cfg.model.direction, torch.device("cpu"),
                               scale_range=(cfg.data.scale_aug_min, cfg.data.scale_aug_max),
-                              rng=np.random.default_rng(seed), channels_last=cfg.train.channels_last)
+                              rng=np.random.default_rng(seed), channels_last=cfg.train.channels_last,
+                              redraw=redraw)
         images, cpu = 0, 0.0
-        for k, tb in enumerate(steps):
+        for k in range(len(sample)):
             t0 = time.process_time()
+            tb = next(steps)
             optimizer_step(loss_module, opt, model, tb, cfg.train.grad_clip)
             if k > 0:  # the first step warms the allocator and the kernels up
                 cpu += time.process_time() - t0
