@@ -13,6 +13,7 @@ from mlflow.tracking import MlflowClient
 from hmer.data.source import open_source, parse_captions
 from hmer.data.standard import STANDARD_2014, standard_2014_expressions
 from hmer.reports.runs import load_runs, scored_years
+from hmer.reports.tables import format_table, variant_table
 from hmer.training import train
 from tiny_dataset import tiny_config, tiny_data
 
@@ -74,7 +75,14 @@ def test_a_run_scores_the_standard_images_and_the_restyled_validation_at_its_end
     assert list(result.test_scores) == ["2014", STANDARD_2014]
     artifacts = {a.path for a in MlflowClient(store).list_artifacts(result.run_id, "split")}
     assert "split/val-alt_predictions.csv" in artifacts
-    assert scored_years(load_runs(store, run_ids=[result.run_id])) == ["2014", STANDARD_2014]
+    runs = load_runs(store, run_ids=[result.run_id])
+    assert scored_years(runs) == ["2014", STANDARD_2014]
+    # the report shows the restyled validation beside validation
+    table = variant_table(runs.assign(variant="tiny"))
+    assert table.loc["tiny", "val_alt_exprate_mean"] == pytest.approx(metrics["val-alt_final_exprate"])
+    assert "val-alt ExpRate" in format_table(table)
+    assert "val-alt" not in format_table(variant_table(runs.drop(columns="metrics.val-alt_final_exprate")
+                                                            .assign(variant="tiny")))
 
 
 def test_the_redrawn_epoch_is_reproducible_and_differs_from_the_cached_images(shared_crohme):

@@ -135,16 +135,20 @@ def _validation_block(df: pd.DataFrame, years: Sequence[str], render: Layout,
     if not _has_any(df, ["val_exprate_mean", "best_val_exprate_mean"]):
         return []
     shown = _measures(df)
-    head = (["variant", "val n"] + [f"val {measure_label(m)}" for m in shown] + ["val ExpRate (selection)"]
+    restyled = _has_any(df, ["val_alt_exprate_mean"])
+    head = (["variant", "val n"] + [f"val {measure_label(m)}" for m in shown]
+            + (["val-alt ExpRate"] if restyled else []) + ["val ExpRate (selection)"]
             + [f"{y} ExpRate" for y in years])
     body = [[str(v), count(r.get("val_n"))]
             + [mean_pm_std(r.get(f"val_{m}_mean"), r.get(f"val_{m}_std")) for m in shown]
+            + ([mean_pm_std(r.get("val_alt_exprate_mean"), r.get("val_alt_exprate_std"))] if restyled else [])
             + [mean_pm_std(r.get("best_val_exprate_mean"), r.get("best_val_exprate_std"))]
             + [mean_pm_std(r.get(f"{y}_exprate_mean"), r.get(f"{y}_exprate_std")) for y in years]
             for v, r in df.iterrows()]
     intro = (f"{strong('Validation beside the test years')}: the validation split decoded as the test years are "
-             f"(val {', '.join(measure_label(m) for m in shown)}), and as it was when it picked the checkpoint "
-             "(selection); mean ± std over seeds")
+             f"(val {', '.join(measure_label(m) for m in shown)}), "
+             + ("the same writers drawn in the other rendering style (val-alt, `data.val_alt`), " if restyled else "")
+             + "and as it was when it picked the checkpoint (selection); mean ± std over seeds")
     blocks = [intro, render(head, body)]
     ranks = _rank_agreement(df, years)
     if ranks:

@@ -19,7 +19,8 @@
   and `num_params`;
 - validation: `val_n`, `val_exprate_mean`, `val_exprate_std`, `val_le1_*`, `val_le2_*` (the
   validation split decoded at the end of the run as the test years are: metrics
-  `val_final_*`), `best_val_exprate_mean`, `best_val_exprate_std` (the validation ExpRate
+  `val_final_*`), `val_alt_exprate_mean`, `val_alt_exprate_std` (the same writers drawn in
+  the other rendering style, `data.val_alt`: metric `val-alt_final_exprate`), `best_val_exprate_mean`, `best_val_exprate_std` (the validation ExpRate
   that picked the checkpoint, decoded as during training); NaN where a run has none;
 - published: `paper` (the paper whose model the variant trains, see
   `hmer.reports.published`, else empty) and `Y_published` (its published ExpRate).
@@ -203,7 +204,7 @@ def _columns(years: Sequence[str]) -> list[str]:
                  f"{year}_p_mcnemar"]
     cols += ["gpu_minutes", "train_minutes", "images_per_second", "num_params", "val_n"]
     cols += [f"val_{m}_{s}" for m in registered_measures() for s in ("mean", "std")]
-    return cols + ["best_val_exprate_mean", "best_val_exprate_std", "paper"] + [f"{y}_published" for y in years]
+    return cols + ["val_alt_exprate_mean", "val_alt_exprate_std", "best_val_exprate_mean", "best_val_exprate_std", "paper"] + [f"{y}_published" for y in years]
 
 
 def _mean_std(values: pd.Series) -> tuple[float, float]:
@@ -264,6 +265,8 @@ def _validation_cells(mine: pd.DataFrame) -> dict[str, Any]:
     cells: dict[str, Any] = {"val_n": int(n.max()) if not n.empty else math.nan}
     for m in registered_measures():
         cells[f"val_{m}_mean"], cells[f"val_{m}_std"] = _mean_std(_metric(mine, f"val_final_{m}"))
+    # the same writers drawn in the other rendering style (`data.val_alt`, issue 26), when the runs have it
+    cells["val_alt_exprate_mean"], cells["val_alt_exprate_std"] = _mean_std(_metric(mine, "val-alt_final_exprate"))
     best = _metric(mine, "best_val_exprate")
     if "metrics.val_exprate" in mine.columns and not best.empty:
         best = best.where(mine["metrics.val_exprate"].notna())
