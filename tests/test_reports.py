@@ -151,6 +151,10 @@ def test_variant_table_means_std_seeds_and_exclusions():
     assert df.loc["l2r", "2014_delta"] == 0.0 and math.isnan(df.loc["bi", "2014_p_bootstrap"])  # no predictions
     assert df.loc["bi", "num_params"] == 1_500_000 and df.loc["bi", "gpu_minutes"] == 2.0
     assert df.loc["bi", "train_minutes"] == 10.0
+    assert math.isnan(df.loc["bi", "cpu_minutes"]) and "CPU min" not in format_table(df)  # runs before it was logged
+    costed = _runs(HAND).assign(**{"metrics.cpu_seconds": 900.0})
+    df = variant_table(costed)
+    assert df.loc["bi", "cpu_minutes"] == 15.0 and "CPU min" in format_table(df)
 
 
 def test_format_table_text_and_markdown():

@@ -92,6 +92,11 @@ def test_train_records_everything_in_mlflow(store, tmp_path):
         assert f"metrics.{key}" in runs.columns, key
     assert row["metrics.test_2014_n"] == 4
     assert row["tags.hmer.git_commit"] and row["tags.hmer.device"].startswith("cpu")
+    # What the run cost: training's CPU time plus every final decoding's
+    decode_cpu = [row[c] for c in runs.columns if c.endswith("_decode_cpu_seconds")]
+    assert len(decode_cpu) == 2 and all(v > 0 for v in decode_cpu)  # validation and 2014
+    assert row["metrics.train_cpu_seconds"] > 0
+    assert row["metrics.cpu_seconds"] == pytest.approx(row["metrics.train_cpu_seconds"] + sum(decode_cpu))
 
     client = MlflowClient(store)
     history = client.get_metric_history(result.run_id, "train_loss")
@@ -188,6 +193,11 @@ def test_pause_after_epochs_checkpoints_and_resume_finishes_the_run(store, tmp_p
     assert paused.stopped_by == "paused" and paused.epochs == 1 and not paused.test_scores
     run = MlflowClient(store).get_run(paused.run_id)
     assert run.info.status == "KILLED" and run.data.tags["hmer.status"] == "paused"
+    # The CPU clock goes on from the checkpoint's: give it a value no single process reaches here.
+    ckpt = load_checkpoint(tmp_path / "c" / "last.pt")
+    assert ckpt["train_cpu_seconds"] == pytest.approx(paused.train_cpu_seconds, rel=0.5) and paused.train_cpu_seconds > 0
+    torch.save({**ckpt, "train_cpu_seconds": 1000.0}, tmp_path / "c" / "last.pt")
     done = train(cfg, data=tiny_data(), tracking_uri=store, resume=tmp_path / "c" / "last.pt", pause_after_epochs=5)
     assert done.run_id == paused.run_id and done.epochs == 3 and done.stopped_by == "epochs" and done.test_scores
+    assert 1000.0 < done.train_cpu_seconds < 1000.0 + 600
     assert MlflowClient(store).get_run(paused.run_id).info.status == "FINISHED"

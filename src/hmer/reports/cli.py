@@ -70,7 +70,8 @@ def runs_summary(runs: pd.DataFrame, years: Sequence[str]) -> pd.DataFrame:
     for year in years:
         for m in (*measures(), "n"):
             cols[f"metrics.test_{year}_{m}"] = f"test_{year}_{m}"
-    for m in ("best_val_exprate", "gpu_minutes", "train_seconds", "train_images_per_second", "num_params"):
+    for m in ("best_val_exprate", "gpu_minutes", "train_seconds", "cpu_seconds", "train_images_per_second",
+              "num_params"):
         cols[f"metrics.{m}"] = m
     present = [c for c in cols if c in runs.columns]
     return runs[present].rename(columns=cols)

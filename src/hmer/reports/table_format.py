@@ -47,12 +47,15 @@ def format_table(df: pd.DataFrame, fmt: str = "text") -> str:
              + [mean_pm_std(r.get(f"{y}_{m}_mean"), r.get(f"{y}_{m}_std")) for y in years for m in shown]
              for v, r in df.iterrows()]
     tested = measure_label(df.attrs.get("measure", "exprate"))
+    # CPU time of the whole trial (training and final decoding), for the runs that record it
+    cpu = _has_any(df, ["cpu_minutes"])
     head2 = ["variant"] + [c for y in years for c in (f"{y} Δ {tested}", f"{y} p")] + [
-        "GPU min", "train min", "img/s", "params"]
+        "GPU min", "train min"] + (["CPU min"] if cpu else []) + ["img/s", "params"]
     body2 = [[name(v, r)]
              + [c for y in years for c in (_delta(r, y), _pair_p(r, y))]
-             + [number(r.get("gpu_minutes")), number(r.get("train_minutes")), number(r.get("images_per_second"), 0),
-                parameter_count(r.get("num_params"))]
+             + [number(r.get("gpu_minutes")), number(r.get("train_minutes"))]
+             + ([number(r.get("cpu_minutes"))] if cpu else [])
+             + [number(r.get("images_per_second"), 0), parameter_count(r.get("num_params"))]
              for v, r in df.iterrows()]
     confidence = float(df.attrs.get("confidence", DEFAULT_CONFIDENCE))
     intro1 = f"{strong(title)}: {measure_list(shown)} edits (%) per test year, mean ± std over seeds"

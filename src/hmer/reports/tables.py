@@ -15,7 +15,8 @@
   bootstrap over test expressions), `Y_p_bootstrap` and `Y_p_mcnemar` (see
   `hmer.reports.significance` for how seeds are pooled); NaN where the predictions
   artifacts are missing;
-- training cost: `gpu_minutes`, `train_minutes`, `images_per_second` (means over seeds)
+- training cost: `gpu_minutes`, `train_minutes` (wall clock), `cpu_minutes` (the whole trial's CPU
+  time, training and final decoding: metric `cpu_seconds`), `images_per_second` (means over seeds)
   and `num_params`;
 - validation: `val_n`, `val_exprate_mean`, `val_exprate_std`, `val_le1_*`, `val_le2_*` (the
   validation split decoded at the end of the run as the test years are: metrics
@@ -202,7 +203,7 @@ def _columns(years: Sequence[str]) -> list[str]:
             cols += [f"{year}_{m}_mean", f"{year}_{m}_std"]
         cols += [f"{year}_delta", f"{year}_delta_low", f"{year}_delta_high", f"{year}_p_bootstrap",
                  f"{year}_p_mcnemar"]
-    cols += ["gpu_minutes", "train_minutes", "images_per_second", "num_params", "val_n"]
+    cols += ["gpu_minutes", "train_minutes", "cpu_minutes", "images_per_second", "num_params", "val_n"]
     cols += [f"val_{m}_{s}" for m in registered_measures() for s in ("mean", "std")]
     return cols + ["val_alt_exprate_mean", "val_alt_exprate_std", "best_val_exprate_mean", "best_val_exprate_std", "paper"] + [f"{y}_published" for y in years]
 
@@ -252,6 +253,7 @@ def _cost_cells(mine: pd.DataFrame) -> dict[str, Any]:
     return {
         "gpu_minutes": _mean_std(_metric(mine, "gpu_minutes"))[0],
         "train_minutes": _mean_std(_metric(mine, "train_seconds") / 60.0)[0],
+        "cpu_minutes": _mean_std(_metric(mine, "cpu_seconds") / 60.0)[0],  # training and final decoding
         "images_per_second": _mean_std(_metric(mine, "train_images_per_second"))[0],
         "num_params": int(params.iloc[0]) if not params.empty else math.nan,
     }

@@ -1,7 +1,9 @@
 """The end of a run: the best-on-validation weights decoded on every test year, and what is logged.
 
-Final metrics (step = the last epoch): `best_val_exprate`, `best_epoch`, the clocks, `num_params`,
-then per split `<key>_exprate|le1|le2|n|resized|decode_seconds` for `val_final`, `val-alt_final`
+Final metrics (step = the last epoch): `best_val_exprate`, `best_epoch`, the clocks (`train_seconds`
+wall, `train_cpu_seconds`, and `cpu_seconds`: the whole run's CPU time, training and every final
+decoding), `num_params`, then per split
+`<key>_exprate|le1|le2|n|resized|decode_seconds|decode_cpu_seconds` for `val_final`, `val-alt_final`
 (validation drawn in the `data.val_alt` style, when set) and each `test_<year>`, `test_2014-std`
 included when the standard 2014 images are beside the checkout (see `setup._add_restyled_splits`).
 Artifacts: `predictions/test_<year>.csv`, `split/val_predictions.csv` and
@@ -36,6 +38,7 @@ def final_evaluation(run: RunLogger, setup: Setup, result: TrainResult, best_pat
         "best_val_exprate": max(result.best_val_exprate, 0.0),
         "best_epoch": result.best_epoch,
         "train_seconds": result.train_seconds,
+        "train_cpu_seconds": result.train_cpu_seconds,
         "gpu_minutes": result.train_seconds / 60.0 if setup.device.type == "cuda" else 0.0,
         "num_params": result.num_params,
     }
@@ -52,7 +55,7 @@ def final_evaluation(run: RunLogger, setup: Setup, result: TrainResult, best_pat
         for split, key, exprs in splits:
             if not exprs:
                 continue
-            t0 = time.monotonic()
+            t0, cpu0 = time.monotonic(), time.process_time()
             res = evaluate_split(model, exprs, setup.vocab, **decode_options(
                 cfg, setup.device, setup.amp_dtype, beam=cfg.train.beam_size,
                 progress=f"{key} decoding" if progress else None))
@@ -61,6 +64,7 @@ def final_evaluation(run: RunLogger, setup: Setup, result: TrainResult, best_pat
             else:
                 result.test_scores[split] = res.scores
             final.update(split_metrics(key, res, time.monotonic() - t0))
+            final[f"{key}_decode_cpu_seconds"] = time.process_time() - cpu0
             csv_path = tmp_path / "split" / f"{split}_predictions.csv" if split in ("val", VAL_ALT) else \
                 tmp_path / "predictions" / f"{key}.csv"
             write_predictions_csv(csv_path, res.rows())
@@ -77,4 +81,7 @@ def final_evaluation(run: RunLogger, setup: Setup, result: TrainResult, best_pat
                                cfg.train.attention_maps)
         except Exception as e:  # a picture must never cost a finished run
             run.set_tag(keys.ATTENTION_MAPS_ERROR, f"{type(e).__name__}: {e}"[:500])
+    # what the run cost in all: training with its validation passes, and every final decoding
+    final["cpu_seconds"] = result.train_cpu_seconds + sum(v for k, v in final.items()
+                                                          if k.endswith("_decode_cpu_seconds"))
     run.log_metrics(final, step=result.epochs)

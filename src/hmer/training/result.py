@@ -22,5 +22,6 @@ class TrainResult:
     checkpoint: Path | None = None
     num_params: int = 0
     train_seconds: float = 0.0  # wall clock of the whole loop, validation included
+    train_cpu_seconds: float = 0.0  # CPU time of the same, the process's threads summed
     step_seconds: float = 0.0  # time in training steps only (what images per second divides by)
     images_trained: int = 0  # images seen by training steps, all ranks and epochs

@@ -27,6 +27,7 @@ class TrainState:
     best_val_exprate: float = -1.0
     best_epoch: int = 0
     train_seconds: float = 0.0       # wall clock of all epochs so far, validation included
+    train_cpu_seconds: float = 0.0   # CPU time of the same (the process's threads summed)
     step_seconds: float = 0.0        # time in training steps only
     images_trained: int = 0          # images seen by training steps, all ranks
     run_id: str | None = None
@@ -40,6 +41,7 @@ def restore(ckpt: dict[str, Any], setup: Setup) -> TrainState:
     set_rng_state(ckpt["rng"])
     return TrainState(epoch=int(ckpt["epoch"]), best_val_exprate=float(ckpt["best_val_exprate"]),
                       best_epoch=int(ckpt["best_epoch"]), train_seconds=float(ckpt.get("train_seconds", 0.0)),
+                      train_cpu_seconds=float(ckpt.get("train_cpu_seconds", 0.0)),
                       step_seconds=float(ckpt.get("step_seconds", 0.0)),
                       images_trained=int(ckpt.get("images_trained", 0)), run_id=ckpt.get("run_id"))
 
@@ -50,7 +52,8 @@ def save_last(path: Path, setup: Setup, state: TrainState) -> None:
         "format": 1, "model": setup.model.state_dict(), "optimizer": setup.optimizer.state_dict(),
         "schedule": setup.schedule.state_dict(), "rng": rng_state(), "epoch": state.epoch,
         "best_val_exprate": state.best_val_exprate, "best_epoch": state.best_epoch,
-        "train_seconds": state.train_seconds, "step_seconds": state.step_seconds,
+        "train_seconds": state.train_seconds, "train_cpu_seconds": state.train_cpu_seconds,
+        "step_seconds": state.step_seconds,
         "images_trained": state.images_trained, "config": setup.cfg.to_dict(), "run_id": state.run_id,
     }, path)
 
@@ -66,11 +69,18 @@ def checkpoint_dir(run_dir: str | Path | None, resume: bool | str | Path | None,
 
 
 class Clock:
-    """A run's wall clock across processes: the seconds of the runs before a resume plus this one's."""
+    """A run's wall clock and CPU time across processes: the seconds of the runs before a resume
+    plus this one's. CPU time is the process's, all its threads summed: what a run costs on a
+    shared machine, where wall-clock time depends on the neighbours."""
 
-    def __init__(self, before: float = 0.0):
+    def __init__(self, before: float = 0.0, cpu_before: float = 0.0):
         self.before = before
+        self.cpu_before = cpu_before
         self.start = time.monotonic()
+        self.cpu_start = time.process_time()
 
     def elapsed(self) -> float:
         return self.before + time.monotonic() - self.start
+
+    def cpu_elapsed(self) -> float:
+        return self.cpu_before + time.process_time() - self.cpu_start

@@ -98,7 +98,7 @@ def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | Non
     folder = checkpoint_dir(run_dir, resume, state.run_id)
     last_path, best_path = folder / "last.pt", folder / "best.pt"
     first_epoch, epoch, stopped_by, finishing = state.epoch + 1, state.epoch, "epochs", False
-    clock = Clock(before=state.train_seconds)
+    clock = Clock(before=state.train_seconds, cpu_before=state.train_cpu_seconds)
     try:
         with run:  # settles the run's status: finished, paused, pruned, killed (a signal) or failed
             try:
@@ -107,6 +107,7 @@ def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | Non
                     val_exprate = _validate(setup, state, epoch, metrics, best_path, last=over_budget)
                     with deferred():  # the epoch's metrics and its checkpoint, both or neither
                         state.epoch, state.train_seconds = epoch, clock.elapsed()
+                        state.train_cpu_seconds = clock.cpu_elapsed()
                         run.log_metrics(metrics, step=epoch)
                         if dist.is_main:
                             save_last(last_path, setup, state)
@@ -122,7 +123,8 @@ def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | Non
                 result = TrainResult(run_id=str(state.run_id), best_val_exprate=state.best_val_exprate,
                                      best_epoch=state.best_epoch, epochs=epoch, stopped_by=stopped_by,
                                      checkpoint=best_path, num_params=setup.num_params,
-                                     train_seconds=clock.elapsed(), step_seconds=state.step_seconds,
+                                     train_seconds=clock.elapsed(), train_cpu_seconds=clock.cpu_elapsed(),
+                                     step_seconds=state.step_seconds,
                                      images_trained=state.images_trained)
                 if stopped_by == "paused":  # the run goes on with `resume`; it is not over
                     run.pause()
