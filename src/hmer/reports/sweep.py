@@ -11,8 +11,10 @@ Only reads: a store without an Optuna storage is not given one (`NoSweepError` s
 
 from __future__ import annotations
 
+import datetime as _dt
 import math
 from dataclasses import dataclass
+
 import numpy as np
 import optuna
 import pandas as pd
@@ -24,6 +26,7 @@ from ..tracking import keys
 OBJECTIVE_NAME = "validation ExpRate (%)"
 # What its trials report to the pruner at each quarter of their training (`sweeps.PRUNE_METRIC`).
 REPORT_NAME = "greedy validation within one edit (%)"
+_STATE_ORDER = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING, TrialState.WAITING)
 IMPORTANCE_SEED = 0  # the forest's seed: the same store gives the same figure on every execution
 
 
@@ -68,7 +71,9 @@ def find_sweep(tracking_uri: str | None = None, storage: str | None = None,
         raise NoSweepError(f"no sweep in this store yet: its Optuna storage holds {held}; run one with "
                            f"python studies/sweep.py")
     else:
-        newest = max(sweeps, key=lambda s: (s.datetime_start is not None, s.datetime_start or 0, s._study_id))
+        # by its first trial's start; a sweep without trials, or a tie, by the storage's order
+        order = {s.study_name: i for i, s in enumerate(summaries)}
+        newest = max(sweeps, key=lambda s: (s.datetime_start or _dt.datetime.min, order[s.study_name]))
         name = newest.study_name
     return optuna.load_study(study_name=name, storage=url)
 
@@ -82,8 +87,9 @@ def _sqlite_file_exists(url: str) -> bool:
 
 def describe_sweep(study: optuna.Study) -> str:
     """One paragraph: the study, its budget, its trials by state, and the trials it aims for."""
-    counts = pd.Series([t.state.name.lower() for t in study.get_trials(deepcopy=False)]).value_counts()
-    states = ", ".join(f"{n} {state}" for state, n in counts.items()) or "no trial yet"
+    trials = study.get_trials(deepcopy=False)
+    counts = [(sum(t.state == state for t in trials), state.name.lower()) for state in _STATE_ORDER]
+    states = ", ".join(f"{n} {state}" for n, state in counts if n) or "no trial yet"
     attrs = study.user_attrs
     aims = attrs.get(keys.N_TRIALS)
     return (f"sweep {study.study_name} (spec {attrs.get(keys.SPEC, '?')}, budget {attrs.get(keys.BUDGET, '?')}, "
