@@ -15,6 +15,7 @@
 - `analysis`: error analysis of a run's predictions (by length and structure, token edits, two runs),
   over `buckets` (target length, structure) and `alignment` (token edits), printed by `analysis_format`;
 - `published`: the papers' published ExpRates and which preset is which paper's model;
+- `sweep`: a sweep read back from its Optuna storage (its best trial, its importances' spread);
 - `cli`: `hmer report`, the same tables and plots as files.
 
 The names below are loaded on first use, so `import hmer.reports` stays cheap.
@@ -40,7 +41,11 @@ _EXPORTS = {
     "format_comparison": "analysis_format", "format_confusions": "analysis_format", "plot_breakdown": "plots",
     "run_expressions": "analysis", "top_confusions": "analysis", "variant_analysis": "analysis",
     "format_published": "published", "paper_of": "published", "published_table": "published",
-    "report_command": "cli", "CLAIMS": "paper_claims", "claims_table": "paper_claims", "format_claims": "paper_claims",
+    "report_command": "cli",
+    "NoSweepError": "sweep", "best_trial": "sweep", "complete_trials": "sweep", "describe_sweep": "sweep",
+    "failures": "sweep", "find_sweep": "sweep", "importance_evaluator": "sweep", "importance_spread": "sweep",
+    "why_no_importances": "sweep",
+    "CLAIMS": "paper_claims", "claims_table": "paper_claims", "format_claims": "paper_claims",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -306,8 +306,10 @@ def sweep_table(study: optuna.Study) -> str:
     rows = []
     for t in study.get_trials(deepcopy=False):
         last = max(t.intermediate_values) if t.intermediate_values else None
-        row: dict[str, Any] = {"trial": t.number, "state": t.state.name,
-                               "objective": t.value if t.value is not None else math.nan,
+        # Optuna gives a pruned trial its last report as its value: that is the pruning metric,
+        # not the objective, and stays in "val <=1 then".
+        objective = t.value if t.state == TrialState.COMPLETE and t.value is not None else math.nan
+        row: dict[str, Any] = {"trial": t.number, "state": t.state.name, "objective": objective,
                                "trained %": last if last is not None else math.nan,
                                "val <=1 then": t.intermediate_values[last] if last is not None else math.nan}
         for key, value in t.user_attrs.items():

@@ -45,6 +45,12 @@ def ui_url(experiment_id: str | None = None, *, charts: bool = True, port: int =
     return f"http://{host}:{port}/#/experiments/{experiment_id}/runs?{urlencode(query)}"
 
 
+def run_url(experiment_id: str, run_id: str, *, port: int = DEFAULT_PORT, host: str = "127.0.0.1") -> str:
+    """The link that opens one run (its parameters, metrics and artifacts) in `mlflow ui`."""
+    query = urlencode({"workflowType": WORKFLOW_TYPE_TRAINING})
+    return f"http://{host}:{port}/#/experiments/{experiment_id}/runs/{run_id}?{query}"
+
+
 def ui_command(tracking_uri: str, cwd: str | os.PathLike[str] | None = None) -> str:
     """The `mlflow ui` command that serves `tracking_uri`: a SQLite store under the working folder
     by its relative path (`sqlite:///mlruns/mlflow.db` from a checkout, as the README says)."""
