@@ -86,6 +86,15 @@ def _report(clone, monkeypatch, capsys, *options: str) -> str:
     return capsys.readouterr().out
 
 
+def test_hmer_report_lists_the_committed_study_with_its_budget(clone, monkeypatch, capsys):
+    # Its parent run has the budget as the param `preset`, the name it had when the study ran.
+    monkeypatch.chdir(clone)
+    capsys.readouterr()
+    assert hmer_main(["report", "--list", "--tracking-uri", "sqlite:///mlruns/mlflow.db"]) == 0
+    row = next(line.split() for line in capsys.readouterr().out.splitlines() if line.startswith(STUDY))
+    assert row[1:4] == ["grid", "cpu", "finished"], row
+
+
 def test_the_readme_prints_the_table_hmer_report_makes(clone, monkeypatch, capsys):
     printed = _report(clone, monkeypatch, capsys)
     readme = (REPO / "README.md").read_text()

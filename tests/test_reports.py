@@ -279,6 +279,26 @@ def test_runs_come_back_typed(store):
         load_predictions(runs["run_id"][0], 2099, store.tracking_uri)
 
 
+def test_a_studys_budget_reads_from_parent_runs_old_and_new():
+    from hmer.reports.runs import study_budget
+
+    assert study_budget(pd.Series({"params.budget": "cpu", "tags.hmer.preset": "cpu"})) == "cpu"
+    assert study_budget(pd.Series({"params.preset": "smoke"})) == "smoke"  # a parent run written before 2026-11
+    assert study_budget(pd.Series({"tags.hmer.preset": "short", "params.name": "x"})) == "short"  # a trial's run
+    assert study_budget(pd.Series({"params.name": "x"})) is None
+
+
+@pytest.mark.slow
+def test_hmer_report_list_shows_each_study_with_its_budget(store, capsys):
+    from hmer.cli import main as hmer_main
+
+    capsys.readouterr()
+    assert hmer_main(["report", "--list", "--tracking-uri", store.tracking_uri]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split()[:4] == ["study", "kind", "budget", "state"], lines
+    assert lines[2].split()[:4] == [STUDY_NAME, "grid", "smoke", "finished"], lines
+
+
 @pytest.mark.slow
 def test_study_table_of_the_smoke_study(store):
     from hmer.reports import study_table

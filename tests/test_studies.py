@@ -19,7 +19,7 @@ import torch
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
-from hmer.studies import DIRECTION, SWEEP, StudySpec, run_grid_study, run_sweep
+from hmer.studies import DIRECTION, SWEEP, StudySpec, get_budget, run_grid_study, run_sweep
 from hmer.tracking import keys
 from hmer.checkpoint import load_checkpoint
 from tiny_dataset import tiny_data, write_dataset
@@ -77,8 +77,8 @@ def test_grid_study_end_to_end_and_rerun_runs_nothing(stores, capsys):
     assert len(parents) == 1 and len(children) == 3
     parent = parents[0]
     assert parent.info.status == "FINISHED" and parent.info.run_id == outcome.parent_run_id
-    assert {"study", "preset", "grid", "storage"} <= set(parent.data.params)
-    assert parent.data.params["preset"] == "smoke" and "model.direction" in parent.data.params["grid"]
+    assert {"study", "budget", "grid", "storage"} <= set(parent.data.params)
+    assert parent.data.params["budget"] == "smoke" and "model.direction" in parent.data.params["grid"]
     by_trial = {t.number: t for t in complete}
     for run in children:
         tags = run.data.tags
@@ -169,6 +169,41 @@ def test_a_study_begun_before_a_config_key_existed_resumes_with_the_value_it_beg
     _, children = _child_runs(tracking, "old-test")
     latest = max(children, key=lambda r: r.info.start_time)
     assert latest.data.params["data.val_min_edits"] == "1"  # the rule it began with, not today's 2
+
+
+def test_a_resumed_study_trains_its_stored_config_and_refuses_other_values_it_is_asked_for(stores):
+    """One rule decides a resume: the stored base config wins over today's defaults (here a value
+    the code no longer gives by default), and a command that asks for another value of a key it
+    sets (--set), or for another budget, is refused before it runs anything."""
+    tracking, storage = stores
+    # One cell that fails in its first step (NaN loss): quick, and it runs again on every resume.
+    spec = StudySpec(name="kept", description="a study whose defaults changed", axes={"train.lr": (1e30,)},
+                     model_presets={"tiny": "tiny"})
+
+    def run(budget="smoke", **more):
+        return run_grid_study(spec, budget, storage=storage, tracking_uri=tracking, data=tiny_data(), seeds=(1,),
+                              overrides={**TINY, **more}, study_name="kept-test")
+
+    run()
+    rdb = optuna.storages.RDBStorage(storage)
+    study_id = rdb.get_study_id_from_name("kept-test")
+    base = dict(rdb.get_study_system_attrs(study_id)["hmer.config"])
+    began_with = not base["train.channels_last"]  # as if the code's default had changed since it began
+    base["train.channels_last"] = began_with
+    rdb.set_study_system_attr(study_id, "hmer.config", base)
+
+    assert run().failed == ["train.lr=1e+30, train.seed=1"]  # resumed, not refused
+    _, children = _child_runs(tracking, "kept-test")
+    latest = max(children, key=lambda r: r.info.start_time)
+    assert latest.data.params["train.channels_last"] == str(began_with)  # the stored value, not today's default
+
+    with pytest.raises(ValueError, match=r"train\.beam_size: study 2, now 3\).*use the same options"):
+        run(**{"train.beam_size": 3})
+    with pytest.raises(ValueError, match=rf"train\.channels_last: study {began_with}, now {not began_with}"):
+        run(**{"train.channels_last": not began_with})
+    with pytest.raises(ValueError, match="exists with budget 'smoke', but this command asks for 'smoke-2'"):
+        run(dataclasses.replace(get_budget("smoke"), name="smoke-2"))
+    assert len(optuna.load_study(study_name="kept-test", storage=storage).trials) == 2  # the refused ran nothing
 
 
 def test_a_different_grid_under_the_same_name_is_refused(stores):

@@ -445,6 +445,20 @@ VALUES_BEFORE_KEY_EXISTED: dict[str, Any] = {
     "data.val_min_edits": 1,  # only exact caption twins were kept out of validation
 }
 
+# Where the process that runs a config finds its data, and how far ahead it loads batches: they
+# belong to the machine, not to what is trained. A config stored by an earlier process and taken
+# up again (a resumed study's base config, the checkpoint a killed trial continues from) takes
+# these from the process running now and keeps every other value it was stored with.
+MACHINE_KEYS = ("data.path", "data.prefetch")
+
+
+def stored_config(stored: dict[str, Any], here: Config) -> Config:
+    """The config `stored` (flat "section.key" values written by an earlier process) as this
+    process runs it: the stored values (a key it lacks takes `VALUES_BEFORE_KEY_EXISTED`), with
+    `here`'s MACHINE_KEYS. Defaults changed in the code since it was stored change nothing."""
+    mine = here.to_flat_dict()
+    return Config.from_flat_dict({**stored, **{key: mine[key] for key in MACHINE_KEYS}}, stored=True)
+
 
 def copy_config(cfg: Config) -> Config:
     return Config(

@@ -205,14 +205,27 @@ def study_parent(study: str, tracking_uri: str | None = None) -> pd.Series | Non
     return None if parents.empty else parents.iloc[0]
 
 
+def study_budget(head: pd.Series) -> str | None:
+    """The budget a study ran under, from its parent run's row of `load_runs` (or, for a study whose
+    parent run is missing, one of its trials' rows)."""
+    # A study's parent run logs its budget as the param `budget`. Parent runs written before November
+    # 2026 (the committed direction study's among them) have it as the param `preset`, from before
+    # budgets had a word of their own. The tag `hmer.preset` (keys.BUDGET) is on every run of a study.
+    for column in ("params.budget", "params.preset", f"tags.{keys.BUDGET}"):
+        value = head.get(column)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
 def list_studies(tracking_uri: str | None = None) -> pd.DataFrame:
-    """Every study in the store: study, experiment, kind, preset, state, runs, trials (the runs
+    """Every study in the store: study, experiment, kind, budget, state, runs, trials (the runs
     counted by state, "6 finished, 2 failed"), started; newest first.
 
     A study is known by its parent run or, failing that, by the `hmer.study` tag of its runs.
     """
     runs = load_runs(tracking_uri, include_parents=True)
-    columns = ["study", "experiment", "kind", "preset", "state", "runs", "trials", "started"]
+    columns = ["study", "experiment", "kind", "budget", "state", "runs", "trials", "started"]
     if runs.empty or f"tags.{STUDY_TAG}" not in runs.columns:
         return pd.DataFrame(columns=columns)
     runs = runs[runs[f"tags.{STUDY_TAG}"].notna()]
@@ -226,7 +239,7 @@ def list_studies(tracking_uri: str | None = None) -> pd.DataFrame:
             "study": name,
             "experiment": head["experiment"],
             "kind": head.get(f"tags.{keys.KIND}") if not parent.empty else None,
-            "preset": head.get(f"tags.{keys.BUDGET}"),
+            "budget": study_budget(head),
             "state": head["state"] if not parent.empty else None,
             "runs": int((role.loc[group.index] != "study").sum()),
             "trials": ", ".join(f"{n} {state}" for state, n in states.items()) or "none",

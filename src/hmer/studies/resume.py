@@ -11,7 +11,8 @@ for the dead trial's MLflow run and checkpoint:
 2. its MLflow run (tags `hmer.study`, `hmer.trial`), and that run's `last.pt`, under
    `<MLflow home>/checkpoints/<run id>/` (or, for trials of studies started before checkpoints
    were kept there, in the temporary folder `hmer-<study>-<trial>-*` the old runner used);
-3. the checkpoint's config must equal the cell's (where the data lives may differ).
+3. the checkpoint's config, taken up here (`config.stored_config`: where this worker finds the
+   data may differ), must be the cell's.
 
 Found, the new trial adopts the run: the run is tagged with the new trial number (so that
 `fail_dead_trial_runs` no longer takes it for a dead trial's run), and training continues in it.
@@ -30,13 +31,9 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from ..config import Config
+from ..config import Config, stored_config
 from ..tracking import keys
 from .mlflow_runs import trial_runs
-
-# Config keys a resumed checkpoint may differ in: where this worker finds the data, and how far
-# ahead it loads batches. Neither changes what is trained.
-MAY_DIFFER = ("data.path", "data.prefetch")
 
 
 @dataclass(frozen=True)
@@ -100,13 +97,12 @@ def _checkpoint(study_name: str, number: int, run_id: str, cfg: Config) -> tuple
 
 
 def same_config(stored: dict, cfg: Config) -> bool:
-    """Whether a checkpoint's config (`Config.to_dict()`) trains what `cfg` trains."""
+    """Whether a checkpoint's config (`Config.to_dict()`), taken up by this process, is `cfg`."""
     try:
         flat = Config.from_dict(stored, stored=True).to_flat_dict()
+        return stored_config(flat, cfg).to_flat_dict() == cfg.to_flat_dict()
     except (KeyError, TypeError, ValueError):
         return False
-    mine = cfg.to_flat_dict()
-    return all(flat.get(k) == mine.get(k) for k in set(flat) | set(mine) if k not in MAY_DIFFER)
 
 
 def adopt(resumable: Resumable, trial: optuna.Trial, session) -> None:

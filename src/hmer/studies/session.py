@@ -1,42 +1,42 @@
-"""The study session: one worker's handles on a study, opened the same way by grids and sweeps.
+"""The study session: what every study does, grid or sweep, from the command to its table.
 
-    setup = resolve(spec.name, budget, ...)          # budget, workers, names, storage URL
-    storage = open_storage(setup.storage_url)        # held by the session: see storage.py
-    study, base, created = open_study(setup, storage, kind="grid", sampler=..., attrs=..., base=...)
-    session = open_session(setup, storage, study, base, created, Worker.current(), params=..., tags=...,
-                           artifact=...)
+    outcome = run_session(Grid(spec, seeds, print_table), budget, storage=..., ...)   # grid.py
 
-Opening a study creates it (recording its options and the base config every cell starts from)
-or loads it and refuses other options, so that every trial of a study trains under one config.
-Opening the session creates or reopens the study's MLflow parent run and marks FAILED the runs
-of trials whose worker died. The extra worker processes of `n_jobs` run the same study function,
-which the grid or sweep passes to `start_workers`, with role "worker".
+`run_session` resolves the budget and the names, prints the banner, loads the data (bad data fails
+before anything is written), opens the study and its MLflow parent run, marks FAIL the trials of
+dead workers, starts the extra workers of `n_jobs`, runs trials one at a time until the kind has
+none left, waits for the other workers, and ends the parent run and prints the table; Ctrl-C marks
+the trial in progress FAIL and stops the workers. A `StudyKind` (`grid.Grid`, `sweeps.Sweep`) says
+what is its own: its trials, sampler and pruner, how a worker picks and runs its next trial, its
+banner and its table.
+
+Opening a study creates it (recording its options and the base config every trial starts from)
+or loads it and refuses a command that asks for something else (`open_study`), so that every
+trial of a study trains under one config. The extra worker processes run the kind's study
+function (`run_grid_study`, `run_sweep`) with role "worker".
 """
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 import optuna
 
-from ..config import Config
+from ..config import MACHINE_KEYS, Config, stored_config
 from ..tracking import keys
-from ..tracking.store import mlflow_client
+from ..tracking.store import mask_password, mlflow_client
+from ..tracking.ui import ui_hint
 from .budgets import StudyBudget, get_budget
-from .claims import Worker
-from .mlflow_runs import fail_dead_trial_runs, parent_run
-from .storage import default_storage
+from .claims import CellClaims, Worker
+from .mlflow_runs import fail_dead_trial_runs, finish_parent, parent_run
+from .storage import default_storage, mask_url, open_storage, study_exists
 
-POLL_S = 5.0  # how often a worker with nothing to claim looks at the others' trials
-# Keys that may differ between the workers of one study: where the data is, how long to train
-# (derived from the number of workers), how far ahead batches are loaded, and the encoder's memory
-# layout (its default changed after committed studies had begun). A resumed study runs with its
-# stored values of all but data.path and data.prefetch (open_study), so none changes what it trains.
-MAY_DIFFER = ("data.path", "train.time_budget_s", "data.prefetch", "train.channels_last")
+POLL_S = 5.0  # how often a worker with no trial to start looks at the others' trials
 
 
 @dataclass
@@ -70,7 +70,8 @@ class Setup:
 
 @dataclass
 class Session:
-    """One worker's handles on a study: the Optuna study and its storage, MLflow, the base config."""
+    """One worker's handles on a study: the Optuna study and its storage, MLflow, the base config,
+    and the claims through which it finds dead workers' trials (and a grid's next cell)."""
 
     study: optuna.Study
     storage: optuna.storages.BaseStorage
@@ -82,6 +83,7 @@ class Session:
     base: Config
     created: bool
     worker: Worker
+    claims: CellClaims
     budget: StudyBudget
     say: Callable[[str], None]
 
@@ -96,6 +98,198 @@ class Session:
     def fail_dead_trial_runs(self) -> list[str]:
         return fail_dead_trial_runs(self.client, self.experiment_id, self.study)
 
+
+class StudyData:
+    """The data splits of one worker process: given in memory (they then serve every trial), or
+    loaded once per way of loading them (`DataConfig.loading_key`: a sweep's trial may render at
+    another height), from the rendered cache after the first time."""
+
+    def __init__(self, given: dict[str, list] | None, say: Callable[[str], None]):
+        self.given = given
+        self.say = say
+        self._loaded: dict[tuple, dict[str, list]] = {}
+
+    def has(self, cfg: Config) -> bool:
+        return self.given is not None or cfg.data.loading_key() in self._loaded
+
+    def __call__(self, cfg: Config) -> dict[str, list]:
+        """The splits `cfg` trains and is scored on, loaded now if they are not yet."""
+        if self.given is not None:
+            return self.given
+        key = cfg.data.loading_key()
+        if key not in self._loaded:
+            self._loaded[key] = load_data(cfg, self.say)
+        return self._loaded[key]
+
+
+class StudyKind:
+    """What a kind of study (a grid, a sweep) adds to the session that `run_session` runs.
+
+    One object per command and process. The hooks are called in this order: `plan` (the number of
+    trials), `check` (the base config), `described`, `banner`, `sampler` and `pruner`, then
+    `take_up` with the trials of dead workers, `done` and `open_trials`; then `run_next` until it has
+    no trial left for this worker, `others_running` while it waits; `done`, `failed` and `table` at
+    the end.
+    """
+
+    name = ""  # the study's kind (keys.KIND): "grid" or "sweep"
+    noun, done_word = "trials", "finished"  # "resuming: 3 of 6 trials already finished"
+    print_table = True
+    # Config keys the kind's spec sets beyond its fixed values (a sweep's seed): like those, a
+    # resumed study must have them as this command asks.
+    asked: tuple[str, ...] = ()
+
+    def __init__(self, spec, run_study: Callable[..., Any]):
+        self.spec = spec
+        self.run_study = run_study  # the module-level study function the extra workers run
+
+    # -- before the study opens -------------------------------------------------------------------
+    def plan(self, budget: StudyBudget) -> int:
+        """How many trials the study runs under `budget`."""
+        raise NotImplementedError
+
+    def check(self, base: Config) -> Config:
+        """The base config every trial starts from, checked against what the trials will set."""
+        return base
+
+    def described(self, base: Config) -> dict[str, Any]:
+        """What the study searches, by study attribute (`keys.GRID`, ...): recorded on the study and
+        checked on resume, logged on the parent run under the key's plain name."""
+        raise NotImplementedError
+
+    def banner(self, budget: StudyBudget, n_trials: int, n_jobs: int, model_preset: str) -> list[str]:
+        """The lines between the study's name and its storage."""
+        raise NotImplementedError
+
+    def sampler(self, storage: optuna.storages.BaseStorage) -> optuna.samplers.BaseSampler:
+        raise NotImplementedError
+
+    def pruner(self, n_trials: int) -> optuna.pruners.BasePruner:
+        return optuna.pruners.NopPruner()
+
+    def worker_options(self) -> dict[str, Any]:
+        """The study function's own arguments for the extra workers (a grid's seeds)."""
+        return {}
+
+    # -- once it is open ----------------------------------------------------------------------------
+    def take_up(self, claims: CellClaims, dead: list) -> str:
+        """What becomes of trials whose worker died (just marked FAIL), in words."""
+        raise NotImplementedError
+
+    def done(self, claims: CellClaims) -> int:
+        """The trials that count as done (a grid's complete cells, a sweep's finished trials)."""
+        raise NotImplementedError
+
+    def open_trials(self, claims: CellClaims) -> bool:
+        """Whether a trial is left for a worker to start (it then needs the data)."""
+        raise NotImplementedError
+
+    def run_next(self, session: Session, data: StudyData) -> bool:
+        """Pick and run this worker's next trial; False when there is none for it to run now."""
+        raise NotImplementedError
+
+    def others_running(self, claims: CellClaims) -> bool:
+        """Whether other workers still run (or are about to run) trials of the study."""
+        raise NotImplementedError
+
+    def failed(self) -> list[str]:
+        """What failed in this command, in words."""
+        return []
+
+    def table(self, session: Session, outcome: StudyOutcome) -> str:
+        raise NotImplementedError
+
+
+def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | None, tracking_uri: str | None,
+                n_jobs: int | None, data_path: str | None, data: dict[str, list] | None, study_name: str | None,
+                overrides: Mapping[str, Any] | None, role: str) -> StudyOutcome:
+    """Run (or resume) the study `kind` describes; the arguments are `run_grid_study`'s."""
+    spec = kind.spec
+    setup = resolve(spec.name, budget, n_jobs=n_jobs, data=data, study_name=study_name, role=role,
+                    tracking_uri=tracking_uri, storage=storage)
+    budget, n_jobs, name, main, say = setup.budget, setup.n_jobs, setup.name, setup.main, setup.say
+    n_trials = kind.plan(budget)
+    model_preset = spec.model_preset(budget.model_size)
+    # checked now: a value its key does not allow fails before any trial, not after the trials before it
+    base = kind.check(base_config(model_preset, budget, n_trials, n_jobs, spec.fixed, overrides, data_path))
+    described = kind.described(base)
+    if main:
+        say(f"study {name}: {spec.description}")
+        for line in kind.banner(budget, n_trials, n_jobs, model_preset):
+            say(line)
+        say(f"  Optuna storage {mask_url(setup.storage_url)}; MLflow {mask_password(setup.tracking_uri)}, "
+            f"experiment {name}")
+
+    data = StudyData(data, say)
+    if not data.has(base) and not study_exists(setup.storage_url, name):
+        data(base)  # bad data fails here, before a study or an MLflow run exists
+    store = open_storage(setup.storage_url)
+    study, base, created = open_study(
+        setup, store, kind=kind.name, sampler=kind.sampler(store), pruner=kind.pruner(n_trials),
+        attrs={keys.SPEC: spec.name, keys.BUDGET: budget.name, keys.EXPERIMENT: name, **described}, base=base,
+        asked=asked_keys(spec.fixed, overrides, kind.asked))
+    worker = Worker.current()
+    claims = CellClaims(study, worker, store)
+    dead = claims.reap()
+    what = kind.take_up(claims, dead)
+    if dead and main:
+        say(f"resuming: trial(s) {', '.join(str(t.number) for t in dead)} of a dead worker marked FAIL; {what}")
+    done = kind.done(claims)
+    if done and main:
+        say(f"resuming: {done} of {n_trials} {kind.noun} already {kind.done_word}")
+    plain = {key.removeprefix("hmer."): value for key, value in described.items()}  # the parent run's names
+    session = open_session(
+        setup, store, study, base, created, worker, claims,
+        params={"study": name, "kind": kind.name, "spec": spec.name, "budget": budget.name,
+                "storage": mask_url(setup.storage_url), "n_trials": n_trials, "model_preset": model_preset,
+                **{key: json.dumps(value) for key, value in plain.items()}},
+        tags={keys.BUDGET: budget.name, keys.KIND: kind.name, keys.VARIANT: spec.name},
+        artifact={"spec": spec.name, "description": spec.description, **plain, "config": base.to_flat_dict()},
+        reopen=done < n_trials)
+
+    children: list = []
+    interrupted = False
+    try:
+        if not data.has(session.base) and kind.open_trials(claims):
+            data(session.base)  # once per process; the extra workers then read the warm cache
+        if main:
+            children = start_workers(kind.run_study, spec, budget, n_jobs, setup.storage_url, setup.tracking_uri,
+                                     data_path, name, overrides, **kind.worker_options())
+        set_threads(n_jobs)
+        while True:
+            if not kind.run_next(session, data):
+                if not main or not kind.others_running(claims):
+                    break
+                time.sleep(POLL_S)  # another worker runs the last trials; if it dies they open again
+            kind.take_up(claims, claims.reap())
+            session.fail_dead_trial_runs()
+    except KeyboardInterrupt:
+        interrupted = True
+        say("interrupted: the trial in progress is marked FAIL; run the same command to resume it")
+        raise
+    finally:
+        for child in children:
+            if interrupted:  # a SIGTERM sent to this process alone: the workers stop their trials too
+                child.terminate()
+            child.join()
+        n_done = kind.done(claims)
+        complete = n_done >= n_trials
+        failed = kind.failed()
+        if main:
+            session.fail_dead_trial_runs()
+            finish_parent(session.client, study, session.parent_run_id, complete, failed, interrupted)
+    outcome = StudyOutcome(study_name=name, storage=setup.storage_url, tracking_uri=setup.tracking_uri,
+                           experiment=name, parent_run_id=session.parent_run_id, complete=complete,
+                           n_complete=n_done, n_expected=n_trials, failed=failed)
+    if main:
+        outcome.table = kind.table(session, outcome)
+        if kind.print_table and outcome.table:
+            print(outcome.table, flush=True)
+            say(ui_hint(setup.tracking_uri, session.experiment_id))
+    return outcome
+
+
+# ---- opening a study -----------------------------------------------------------------------------
 
 def resolve(spec_name: str, budget: str | StudyBudget, *, n_jobs: int | None, data, study_name: str | None,
             role: str, tracking_uri: str | None, storage: str | None) -> Setup:
@@ -113,11 +307,31 @@ def resolve(spec_name: str, budget: str | StudyBudget, *, n_jobs: int | None, da
                  storage_url=storage or default_storage(tracking_uri))
 
 
-def open_study(setup: Setup, storage: optuna.storages.BaseStorage, *, kind: str, sampler, pruner,
-               attrs: Mapping[str, Any], base: Config) -> tuple[optuna.Study, Config, bool]:
-    """Create the study (recording `attrs` and the base config), or load it and check it matches.
+def asked_keys(fixed: Mapping[str, Any], overrides: Mapping[str, Any] | None, more: Collection[str] = ()) -> set[str]:
+    """The config keys a study's command sets by value: its spec's fixed values (and `more` the spec
+    sets), and `--set`. The rest of the base config comes from the code (the model preset, the
+    budget, which is asked for by name, and the defaults) and may have changed since a study began."""
+    return (set(fixed) | set(overrides or {}) | set(more)) - set(MACHINE_KEYS)
 
-    Returns the study, the base config every cell uses (the stored one on resume) and
+
+# The study attributes a resumed study must have as the command asks, and what they are in words.
+CHECKED_ATTRS = {keys.SPEC: "spec", keys.BUDGET: "budget", keys.GRID: "grid", keys.SPACE: "search space"}
+
+
+def open_study(setup: Setup, storage: optuna.storages.BaseStorage, *, kind: str, sampler, pruner,
+               attrs: Mapping[str, Any], base: Config,
+               asked: Collection[str] = ()) -> tuple[optuna.Study, Config, bool]:
+    """Create the study (recording `attrs` and the base config), or load it and check that it is
+    the study the command asks for.
+
+    One rule decides a resume: the stored base config wins, taken up by this worker
+    (`config.stored_config`: where it finds the data is its own), so a study trains every trial
+    under the config it began with, whatever defaults changed in the code since. The command is
+    refused when it asks for something else: another kind, spec, budget or search space (`attrs`),
+    or a value of one of the keys it sets itself (`asked`, see `asked_keys`) other than the
+    study's.
+
+    Returns the study, the base config every trial uses (the stored one on resume) and
     whether this call created the study.
     """
     name = setup.name
@@ -147,20 +361,18 @@ def open_study(setup: Setup, storage: optuna.storages.BaseStorage, *, kind: str,
     if study.user_attrs.get(keys.KIND, kind) != kind:
         raise ValueError(f"study {name!r} is a {study.user_attrs[keys.KIND]} study, not a {kind}; "
                          f"choose another --study-name")
-    for key in (keys.GRID, keys.SPACE, keys.SPEC):
+    for key, word in CHECKED_ATTRS.items():
         if key in attrs and study.user_attrs.get(key) != attrs[key]:
-            raise ValueError(f"study {name!r} exists with {key} = {study.user_attrs.get(key)!r}, "
+            raise ValueError(f"study {name!r} exists with {word} {study.user_attrs.get(key)!r}, "
                              f"but this command asks for {attrs[key]!r}; use the same options to resume "
                              f"it, or another --study-name for a new study")
-    # A key the stored config lacks was added to the suite after the study began: the study keeps
-    # the value it ran with (config.VALUES_BEFORE_KEY_EXISTED), so it is not a difference.
-    differences = [f"{k}: study {stored.get(k)!r}, now {flat.get(k)!r}" for k in sorted(stored)
-                   if k not in MAY_DIFFER and stored.get(k) != flat.get(k)]
+    resumed = stored_config(dict(stored), base)
+    kept = resumed.to_flat_dict()
+    differences = [f"{k}: study {kept.get(k)!r}, now {flat.get(k)!r}" for k in sorted(asked)
+                   if kept.get(k) != flat.get(k)]
     if differences:
-        raise ValueError(f"study {name!r} exists with another base config ({'; '.join(differences[:6])}); "
+        raise ValueError(f"study {name!r} exists with other settings ({'; '.join(differences[:6])}); "
                          f"use the same options to resume it, or another --study-name for a new study")
-    resumed = Config.from_flat_dict(dict(stored), stored=True).override(
-        {"data.path": flat["data.path"], "data.prefetch": flat["data.prefetch"]})
     return study, resumed, False
 
 
@@ -176,8 +388,8 @@ def wait_for_attr(read: Callable[[], Mapping[str, Any]], key: str, timeout_s: fl
 
 
 def open_session(setup: Setup, storage: optuna.storages.BaseStorage, study: optuna.Study, base: Config,
-                 created: bool, worker: Worker, *, params: Mapping[str, Any], tags: Mapping[str, str],
-                 artifact: Mapping[str, Any], reopen: bool = True) -> Session:
+                 created: bool, worker: Worker, claims: CellClaims, *, params: Mapping[str, Any],
+                 tags: Mapping[str, str], artifact: Mapping[str, Any], reopen: bool = True) -> Session:
     """The study's MLflow parent run (created, or reopened unless `reopen` is False: nothing is left
     to run) and this worker's session; MLflow runs of trials whose worker died are marked FAILED on
     the way."""
@@ -188,7 +400,7 @@ def open_session(setup: Setup, storage: optuna.storages.BaseStorage, study: optu
         study.set_user_attr(keys.PARENT_RUN_ID, parent)
     session = Session(study=study, storage=storage, storage_url=setup.storage_url, tracking_uri=setup.tracking_uri,
                       experiment=setup.name, experiment_id=experiment_id, parent_run_id=parent, base=base,
-                      created=created, worker=worker, budget=setup.budget, say=setup.say)
+                      created=created, worker=worker, claims=claims, budget=setup.budget, say=setup.say)
     session.fail_dead_trial_runs()
     from ..tracking.run import fail_runs_of_dead_processes
 

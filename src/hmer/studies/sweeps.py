@@ -9,15 +9,15 @@ A trial that fails in a live worker (diverged, out of memory) counts as finished
 died is marked FAIL and continued: the worker that finds it dead enqueues a trial with the same
 parameters, epochs and pruning reports (`continue_dead_trials`), and that trial continues the dead
 one's MLflow run from its last epoch's checkpoint (`resume.py`), as a grid cell does. A sweep
-killed at the end of a session thus loses no finished epoch.
+killed at the end of a session thus loses no finished epoch. The study's lifecycle (banner, data,
+parent run, workers, Ctrl-C, table) is the session's (`session.run_session`); this module says what
+a sweep is.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import time
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -26,16 +26,11 @@ from ..config import Config
 from ..data import make_batches
 from ..tracking import keys
 from ..training.cost import epochs_for_budget, train_seconds_per_image
-from ..tracking.store import mask_password
-from ..tracking.ui import ui_hint
 from .budgets import StudyBudget
-from .claims import CellClaims, Worker
-from .mlflow_runs import finish_parent
+from .claims import CellClaims
 from .objective import run_one_trial, train_trial
-from .session import (POLL_S, Session, StudyOutcome, base_config, load_data, open_session, open_study, resolve,
-                      set_threads, start_workers)
+from .session import Session, StudyData, StudyKind, StudyOutcome, run_session
 from .spec import SEED_KEY, SweepSpec
-from .storage import mask_url, open_storage, study_exists
 
 
 def run_sweep(
@@ -59,117 +54,93 @@ def run_sweep(
     replaces the median pruner (the extra workers of n_jobs keep the median pruner). The other
     arguments are those of `run_grid_study`.
     """
-    injected = data is not None  # data given in memory serves every trial as it is
-    setup = resolve(spec.name, budget, n_jobs=n_jobs, data=data, study_name=study_name, role=role,
-                    tracking_uri=tracking_uri, storage=storage)
-    budget, n_jobs, name, main, say = setup.budget, setup.n_jobs, setup.name, setup.main, setup.say
-    n_trials = int(n_trials or budget.sweep_trials)
-    model_preset = spec.model_preset(budget.model_size)
-    base = base_config(model_preset, budget, n_trials, n_jobs, spec.fixed, overrides,
-                       data_path).override({SEED_KEY: spec.seed})
-    spec.check_space(base)  # a range that leaves what its key allows is refused before any trial
-    space = {p.name: _describe_param(p, base.to_flat_dict()) for p in spec.params}
-    if main:
-        say(f"study {name}: {spec.description}")
+    return run_session(Sweep(spec, n_trials, pruner), budget, storage=storage, tracking_uri=tracking_uri,
+                       n_jobs=n_jobs, data_path=data_path, data=data, study_name=study_name, overrides=overrides,
+                       role=role)
+
+
+class Sweep(StudyKind):
+    """A sweep: each worker runs the trial TPE proposes (or one a dead worker left, enqueued by
+    `continue_dead_trials`) until `n_trials` have finished; it stops after three failures in a row."""
+
+    name = "sweep"
+    asked = (SEED_KEY,)  # the spec's seed, set after --set
+
+    def __init__(self, spec: SweepSpec, n_trials: int | None, pruner: optuna.pruners.BasePruner | None):
+        super().__init__(spec, run_sweep)
+        self.requested_trials = n_trials
+        self.given_pruner = pruner
+        self.failures_in_a_row = 0
+        self.objective = None  # built at the first trial, from the session's base config
+
+    def plan(self, budget: StudyBudget) -> int:
+        self.n_trials = int(self.requested_trials or budget.sweep_trials)
+        return self.n_trials
+
+    def check(self, base: Config) -> Config:
+        base = base.override({SEED_KEY: self.spec.seed})
+        self.spec.check_space(base)  # a range that leaves what its key allows is refused before any trial
+        return base
+
+    def described(self, base: Config) -> dict[str, Any]:
+        flat = base.to_flat_dict()
+        self.space = {p.name: _describe_param(p, flat) for p in self.spec.params}
+        return {keys.SPACE: self.space, keys.N_TRIALS: self.n_trials}
+
+    def banner(self, budget: StudyBudget, n_trials: int, n_jobs: int, model_preset: str) -> list[str]:
+        lines = []
         if budget.sweep_trial_cpu_minutes > 0:
             # The grid's trial time says nothing of a sweep whose trials get a fixed compute.
             m = budget.sweep_trial_cpu_minutes
-            say(f"budget {budget.name}: {budget.summary}; each trial gets {m:g} CPU-minutes of training "
-                f"(one thread) and trains the epochs that fit, plus greedy validation after each epoch and "
-                f"the final validation decode; {n_trials} trials on {n_jobs} worker(s) take at least "
-                f"{m * math.ceil(n_trials / max(n_jobs, 1)) / 60:.1f} h of training before pruning saves some")
+            lines.append(f"budget {budget.name}: {budget.summary}; each trial gets {m:g} CPU-minutes of training "
+                         f"(one thread) and trains the epochs that fit, plus greedy validation after each epoch and "
+                         f"the final validation decode; {n_trials} trials on {n_jobs} worker(s) take at least "
+                         f"{m * math.ceil(n_trials / max(n_jobs, 1)) / 60:.1f} h of training before pruning saves "
+                         f"some")
         else:
-            say(budget.describe(n_trials, n_jobs))
-        say(f"  search space: {'; '.join(f'{k} {v}' for k, v in space.items())}; {n_trials} trials, "
-            f"TPE + median pruning on validation ExpRate per epoch")
-        say(f"  Optuna storage {mask_url(setup.storage_url)}; MLflow {mask_password(setup.tracking_uri)}, "
-            f"experiment {name}")
+            lines.append(budget.describe(n_trials, n_jobs))
+        lines.append(f"  search space: {'; '.join(f'{k} {v}' for k, v in self.space.items())}; {n_trials} trials, "
+                     f"TPE + median pruning on validation ExpRate per epoch")
+        return lines
 
-    if data is None and not study_exists(setup.storage_url, name):
-        data = load_data(base, say)  # bad data fails here, before a study or an MLflow run exists
-    sampler = optuna.samplers.TPESampler(multivariate=True, constant_liar=True,
-                                         n_startup_trials=max(2, min(10, n_trials // 3)))
-    # pruning from half of a trial's training on (steps are % of its training, see PRUNE_STEPS)
-    pruner = pruner or optuna.pruners.MedianPruner(n_startup_trials=max(2, n_trials // 5), n_warmup_steps=50)
-    attrs = {keys.SPEC: spec.name, keys.BUDGET: budget.name, keys.SPACE: space, keys.EXPERIMENT: name,
-             keys.N_TRIALS: n_trials}
-    store = open_storage(setup.storage_url)
-    study, base, created = open_study(setup, store, kind="sweep", sampler=sampler, pruner=pruner, attrs=attrs,
-                                      base=base)
-    worker = Worker.current()
-    claims = CellClaims(study, worker, store)  # used only to find the trials of dead workers
-    reaped = claims.reap()
-    continued = continue_dead_trials(study, reaped)
-    if reaped and main:
-        say(f"resuming: trial(s) {', '.join(str(t.number) for t in reaped)} of a dead worker marked FAIL; "
-            f"{len(continued)} continue from their last epoch, the others are replaced")
-    session = open_session(
-        setup, store, study, base, created, worker,
-        params={"study": name, "kind": "sweep", "spec": spec.name, "preset": budget.name,
-                "space": json.dumps(space), "n_trials": n_trials, "storage": mask_url(setup.storage_url),
-                "model_preset": model_preset},
-        tags={keys.BUDGET: budget.name, keys.KIND: "sweep", keys.VARIANT: spec.name},
-        artifact={"spec": spec.name, "description": spec.description, "space": space, "n_trials": n_trials,
-                  "config": base.to_flat_dict()},
-        reopen=_finished_trials(study) < n_trials)
+    def sampler(self, storage) -> optuna.samplers.BaseSampler:
+        return optuna.samplers.TPESampler(multivariate=True, constant_liar=True,
+                                          n_startup_trials=max(2, min(10, self.n_trials // 3)))
 
-    loaded: dict[tuple, dict[str, list]] = {}
+    def pruner(self, n_trials: int) -> optuna.pruners.BasePruner:
+        # pruning from half of a trial's training on (steps are % of its training, see PRUNE_STEPS)
+        return self.given_pruner or optuna.pruners.MedianPruner(n_startup_trials=max(2, n_trials // 5),
+                                                                n_warmup_steps=50)
 
-    def data_for(cfg) -> dict[str, list]:
-        """The data a trial's config loads: the process's own unless the trial renders differently."""
-        if injected or cfg.data.loading_key() == base.data.loading_key():
-            return data
-        key = cfg.data.loading_key()
-        if key not in loaded:
-            loaded[key] = load_data(cfg, say)  # from the rendered cache after the first time
-        return loaded[key]
+    def worker_options(self) -> dict[str, Any]:
+        return {"n_trials": self.n_trials}
 
-    children: list = []
-    failures_in_a_row = 0
-    interrupted = False
-    try:
-        if data is None and _finished_trials(study) < n_trials:
-            data = load_data(base, say)  # once per process; the extra workers then read the warm cache
-        if main:
-            children = start_workers(run_sweep, spec, budget, n_jobs, setup.storage_url, setup.tracking_uri,
-                                     data_path, name, overrides, n_trials=n_trials)
-        set_threads(n_jobs)
-        while _finished_trials(study) < n_trials:
-            if data is None:  # a trial of a dead worker must be replaced after all
-                data = load_data(base, say)
-            state = run_one_trial(session, _objective(session, spec, data_for))
-            failures_in_a_row = failures_in_a_row + 1 if state == TrialState.FAIL else 0
-            if failures_in_a_row >= 3:
-                say("three trials in a row failed in this worker: stopping it (see the errors above)")
-                break
-            continue_dead_trials(study, claims.reap())
-            session.fail_dead_trial_runs()
-        if main:
-            while study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-                time.sleep(POLL_S)  # the other workers' last trials
-                continue_dead_trials(study, claims.reap())
-    except KeyboardInterrupt:
-        interrupted = True
-        say("interrupted: the trial in progress is marked FAIL; run the same command to resume")
-        raise
-    finally:
-        for child in children:
-            if interrupted:  # a SIGTERM sent to this process alone: the workers stop their trials too
-                child.terminate()
-            child.join()
-        n_finished = _finished_trials(study)
-        complete = n_finished >= n_trials
-        if main:
-            session.fail_dead_trial_runs()
-            finish_parent(session.client, study, session.parent_run_id, complete, [], interrupted)
-    outcome = StudyOutcome(study_name=name, storage=setup.storage_url, tracking_uri=setup.tracking_uri,
-                           experiment=name, parent_run_id=session.parent_run_id, complete=complete,
-                           n_complete=n_finished, n_expected=n_trials)
-    if main:
-        outcome.table = sweep_table(study)
-        print(outcome.table, flush=True)
-        say(ui_hint(setup.tracking_uri, session.experiment_id))
-    return outcome
+    def take_up(self, claims: CellClaims, dead: list[FrozenTrial]) -> str:
+        continued = continue_dead_trials(claims.study, dead)
+        return f"{len(continued)} continue from their last epoch, the others are replaced"
+
+    def done(self, claims: CellClaims) -> int:
+        return _finished_trials(claims.study)
+
+    def open_trials(self, claims: CellClaims) -> bool:
+        return _finished_trials(claims.study) < self.n_trials
+
+    def run_next(self, session: Session, data: StudyData) -> bool:
+        if self.failures_in_a_row >= 3 or not self.open_trials(session.claims):
+            return False
+        if self.objective is None:
+            self.objective = _objective(session, self.spec, data)
+        state = run_one_trial(session, self.objective)
+        self.failures_in_a_row = self.failures_in_a_row + 1 if state == TrialState.FAIL else 0
+        if self.failures_in_a_row >= 3:
+            session.say("three trials in a row failed in this worker: stopping it (see the errors above)")
+        return True
+
+    def others_running(self, claims: CellClaims) -> bool:
+        return bool(claims.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+
+    def table(self, session: Session, outcome: StudyOutcome) -> str:
+        return sweep_table(session.study)
 
 
 # A sweep trial's epochs when the budget gives it CPU-minutes instead: at most this many.
@@ -200,7 +171,7 @@ def continue_dead_trials(study: optuna.Study, dead: list[FrozenTrial]) -> list[F
     return continued
 
 
-def _objective(session: Session, spec: SweepSpec, data_for: Callable[[Config], dict[str, list]]):
+def _objective(session: Session, spec: SweepSpec, data_for: StudyData):
     """The sweep's objective: sample the spec's parameters, fit the epochs to the trial's compute,
     train, report at each quarter of the training for pruning."""
     base_flat = session.base.to_flat_dict()
