@@ -96,6 +96,11 @@ def test_grid_study_end_to_end_and_rerun_runs_nothing(stores, capsys):
     out = capsys.readouterr().out
     assert "budget smoke" in out and "expected cost" in out
     assert "l2r" in out and "r2l" in out and "bi" in out  # the table
+    # what the study cost, as its own trials measured it (their runs' metrics)
+    cpu = [r.data.metrics["cpu_seconds"] for r in children]
+    assert all(c > 0 for c in cpu)
+    assert (f"study direction-test: cost measured on its 3 finished trial(s):" in out
+            and f"{sum(cpu) / len(cpu) / 60:.0f} CPU-min a trial" in out), out
 
     # What the MLflow UI shows (tests/test_ui.py looks at it in a browser): a model-training
     # experiment, readable child runs, the table on the parent run, its summary metrics, the link
@@ -119,7 +124,8 @@ def test_grid_study_end_to_end_and_rerun_runs_nothing(stores, capsys):
                            seeds=(1,), overrides=TINY, study_name="direction-test")
     assert again.complete and len(optuna.load_study(study_name="direction-test", storage=storage).trials) == 3
     assert again.parent_run_id == outcome.parent_run_id
-    assert "l2r (baseline)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "l2r (baseline)" in out and "  cost measured on its 3 finished trial(s)" in out  # in the banner too
     changed = [f.name for f, content in before.items() if f.read_bytes() != content]
     assert not changed, f"running a finished study again rewrote {changed}"
 

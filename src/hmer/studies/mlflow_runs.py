@@ -112,3 +112,27 @@ def fail_dead_trial_runs(client, experiment_id: str, study: optuna.Study) -> lis
                                               f"the trial is FAIL in Optuna and its cell runs again")
         marked.append(run.info.run_id)
     return marked
+
+
+def measured_cost(client, experiment_id: str, study_name: str) -> str:
+    """What the study's finished trials cost, measured by the trials themselves, as one line for
+    its banner ("" before the first trial finishes): their number, the mean CPU time of a trial
+    (training with its validation passes plus the final decodings; runs log `cpu_seconds` since
+    commit 34547ea) and its wall-clock time (training plus the final decodings)."""
+    done = [r for r in trial_runs(client, experiment_id, study_name)
+            if r.info.status == "FINISHED" and "train_seconds" in r.data.metrics]
+    if not done:
+        return ""
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values)
+
+    wall = [r.data.metrics["train_seconds"] + sum(v for k, v in r.data.metrics.items() if k.endswith("_decode_seconds"))
+            for r in done]
+    cpu = [r.data.metrics["cpu_seconds"] for r in done if "cpu_seconds" in r.data.metrics]
+    parts = [f"measured on its {len(done)} finished trial(s): {mean(wall) / 60:.0f} min wall-clock a trial "
+             f"({sum(wall) / 3600:.1f} h in all)"]
+    if cpu:
+        parts.append(f"{mean(cpu) / 60:.0f} CPU-min a trial (training, validation and final decoding"
+                     + (f"; {len(cpu)} of the trials record it)" if len(cpu) < len(done) else ")"))
+    return ", ".join(parts)

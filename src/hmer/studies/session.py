@@ -33,7 +33,7 @@ from ..tracking.store import mask_password, mlflow_client
 from ..tracking.ui import ui_hint
 from .budgets import StudyBudget, get_budget
 from .claims import CellClaims, Worker
-from .mlflow_runs import fail_dead_trial_runs, finish_parent, parent_run
+from .mlflow_runs import fail_dead_trial_runs, finish_parent, measured_cost, parent_run
 from .storage import default_storage, mask_url, open_storage, study_exists
 
 POLL_S = 5.0  # how often a worker with no trial to start looks at the others' trials
@@ -246,6 +246,10 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
         tags={keys.BUDGET: budget.name, keys.KIND: kind.name, keys.VARIANT: spec.name},
         artifact={"spec": spec.name, "description": spec.description, **plain, "config": base.to_flat_dict()},
         reopen=done < n_trials)
+    if main and done:
+        cost = measured_cost(session.client, session.experiment_id, name)
+        if cost:
+            say(f"  cost {cost}")
 
     children: list = []
     interrupted = False
@@ -285,6 +289,9 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
         outcome.table = kind.table(session, outcome)
         if kind.print_table and outcome.table:
             print(outcome.table, flush=True)
+            cost = measured_cost(session.client, session.experiment_id, name)
+            if cost:
+                say(f"study {name}: cost {cost}")
             say(ui_hint(setup.tracking_uri, session.experiment_id))
     return outcome
 
