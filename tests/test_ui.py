@@ -151,6 +151,37 @@ def test_the_link_opens_the_study_as_model_training(site, page):
         screenshot(page, "ui_mlflow_runs")
 
 
+def test_the_experiment_list_opens_the_study_as_model_training_once_chosen(site, browser):
+    """The other way in that the README gives: in a fresh browser, choose "Model training" at the top
+    left once, and choosing the study in the experiment list opens its training runs, in this tab and
+    in the next (the browser keeps the choice). MLflow 3.17 does not read the experiment's tag there:
+    without that choice, the list opens the GenAI overview (docs/studies.md)."""
+    from playwright.sync_api import expect
+
+    context = browser.new_context(viewport={"width": 1600, "height": 1000})
+
+    def experiment_list():
+        tab = context.new_page()
+        tab.set_default_timeout(LOAD_TIMEOUT_MS)
+        tab.goto(f"{site.mlflow}/#/experiments")
+        tab.get_by_role("link", name=site.study, exact=True).first.wait_for()
+        return tab
+
+    def choose_the_study(tab):
+        tab.get_by_role("link", name=site.study, exact=True).first.click()
+        # the experiment page redirects to its default tab once it has loaded: runs, or GenAI's overview
+        expect(tab).to_have_url(re.compile(rf"/experiments/{site.experiment_id}/runs\b"), timeout=LOAD_TIMEOUT_MS)
+        tab.get_by_text(re.compile(r"\d+ matching runs")).wait_for()
+
+    try:
+        first = experiment_list()
+        first.get_by_text("Model training", exact=True).first.click()
+        choose_the_study(first)
+        choose_the_study(experiment_list())
+    finally:
+        context.close()
+
+
 def test_the_parent_run_shows_the_study_table(site, page):
     expected = _study_rows(site)
     page.goto(f"{site.mlflow}/#/experiments/{site.experiment_id}/runs/{site.parent_run_id}"
