@@ -445,6 +445,14 @@ def test_sweep_prunes_and_marks_pruned_trials_in_optuna_and_mlflow(stores):
     for run in children:
         assert run.info.status == "KILLED" and run.data.tags["hmer.status"] == "pruned"
 
+    # At the end of its training a trial is scored, never pruned: with one epoch its only report is
+    # at 100 % of its training, and the same pruner lets it finish.
+    whole = run_sweep(IMAGE_SWEEP, "smoke", storage=storage, tracking_uri=tracking, data=tiny_data(), n_trials=1,
+                      overrides={**TINY, "train.epochs": 1}, study_name="sweep-last-report",
+                      pruner=optuna.pruners.ThresholdPruner(lower=101.0))
+    (trial,) = optuna.load_study(study_name="sweep-last-report", storage=storage).trials
+    assert whole.complete and trial.state == TrialState.COMPLETE and list(trial.intermediate_values) == [100]
+
 
 SWEEP_SCRIPT = """
 import dataclasses, sys

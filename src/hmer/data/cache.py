@@ -158,10 +158,13 @@ def _run_files(work, source: DatasetSource, split: str, files: Sequence[str], re
                 _worker_state = saved
             return
         log.info("%s: %d files with %d processes", desc, len(tasks), workers)
-        # fork where there is one: workers start at once and need not re-import the caller's
-        # __main__; they only use numpy, PIL and the standard library.
+        # forkserver where there is one: workers forked from a clean single-threaded server. A plain
+        # fork copies whatever locks the caller's other threads (torch's, MLflow's, logging's) hold
+        # at that moment, and a worker that needs one waits forever: a test process that had
+        # trained and logged runs hung that way. The workers only use numpy, PIL and the standard
+        # library, and do not re-import the caller's __main__.
         methods = multiprocessing.get_all_start_methods()
-        context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+        context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
         with context.Pool(workers, initializer=_init_worker, initargs=(source.spec(), split, render_cfg)) as pool:
             chunk = max(1, min(64, len(tasks) // (workers * 8)))
             for result in pool.imap(work, tasks, chunksize=chunk):

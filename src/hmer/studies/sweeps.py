@@ -227,7 +227,9 @@ def _objective(session: Session, spec: SweepSpec, data_for: StudyData):
                 return
             reported.add(step)
             trial.report(value, step)
-            if trial.should_prune():
+            # At the end of its training a trial has spent its compute: it is decoded and scored,
+            # not pruned (pruning there would save one validation decode and lose the objective).
+            if step < 100 and trial.should_prune():
                 raise optuna.TrialPruned(f"validation within one edit {value:.2f} % after {step} % of its "
                                          f"training (epoch {epoch}) is below the median")
 
