@@ -36,16 +36,15 @@ class NoSweepError(LookupError):
 
 def sweep_storage(tracking_uri: str | None = None, storage: str | None = None) -> str:
     """The Optuna storage of a store: `storage` if given, else `optuna.db` beside the MLflow store,
-    where a study script puts it (`hmer.studies.storage.default_storage`, which would make the folder)."""
-    from ..studies.storage import default_storage
+    where a study script puts it (as `hmer.studies.storage.default_storage` does; a report never creates it)."""
     from ..tracking.portable import sqlite_path
-    from ..tracking.store import default_tracking_uri
+    from ..tracking.store import default_tracking_uri, mlruns_dir
 
     if storage:
         return storage
     uri = tracking_uri or default_tracking_uri()
     db = sqlite_path(uri)
-    return f"sqlite:///{db.parent / 'optuna.db'}" if db is not None else default_storage(uri)
+    return f"sqlite:///{(db.parent if db is not None else mlruns_dir()) / 'optuna.db'}"
 
 
 def find_sweep(tracking_uri: str | None = None, storage: str | None = None,

@@ -237,7 +237,7 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
     done = kind.done(claims)
     if done and main:
         say(f"resuming: {done} of {n_trials} {kind.noun} already {kind.done_word}")
-    plain = {key.removeprefix("hmer."): value for key, value in described.items()}  # the parent run's names
+    plain = {keys.plain_name(key): value for key, value in described.items()}  # the parent run's names
     session = open_session(
         setup, store, study, base, created, worker, claims,
         params={"study": name, "kind": kind.name, "spec": spec.name, "budget": budget.name,

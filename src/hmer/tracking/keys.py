@@ -5,6 +5,15 @@ versions read them back, so a value here never changes once released; rename the
 Keys of one kind share a prefix: `hmer.` for the suite's own, `mlflow.` for MLflow's reserved tags.
 """
 
+
+PREFIX = "hmer."  # the prefix of every key of this project below
+
+
+def plain_name(key: str) -> str:
+    """A key without the prefix: the name a study's parent run logs its attribute under."""
+    return key.removeprefix(PREFIX)
+
+
 # ---- MLflow tags on every training run ----------------------------------------------------------
 VARIANT = "hmer.variant"          # the run's variant label (config name or decoder), or a study's spec
 STATUS = "hmer.status"            # running | finished | failed | pruned | paused | killed | interrupted | incomplete
