@@ -155,7 +155,8 @@ class PruneOddTrials(optuna.pruners.BasePruner):
 @pytest.fixture(scope="module")
 def sweep_store(tmp_path_factory):
     """A real smoke sweep (the suite's sweep without the ink-only parameters, tiny images): three
-    trials that each measure their CPU cost and train the epochs that fit 0.3 CPU-seconds, the
+    trials that each measure their CPU cost and train the epochs that fit 1.2 CPU-seconds (several
+    epochs, so that every trial reports before its last epoch, where a sweep never prunes), the
     middle one pruned; then a trial that failed in a live worker, as Optuna keeps it."""
     import torch
 
@@ -167,7 +168,7 @@ def sweep_store(tmp_path_factory):
     root = tmp_path_factory.getbasetemp() / "sweep-store"
     root.mkdir()
     tracking, storage = f"sqlite:///{root / 'mlflow.db'}", f"sqlite:///{root / 'optuna.db'}"
-    budget = dataclasses.replace(BUDGETS["smoke"], sweep_trial_cpu_minutes=0.005)
+    budget = dataclasses.replace(BUDGETS["smoke"], sweep_trial_cpu_minutes=0.02)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
