@@ -469,15 +469,19 @@ run_sweep(IMAGE_SWEEP, budget, storage={storage!r}, tracking_uri={tracking!r}, d
 """
 
 
-def test_a_killed_sweep_trial_continues_from_its_checkpoint_with_its_parameters_and_epochs(stores, tmp_path):
+@pytest.mark.parametrize("restart", ["at once", "after the heartbeat's grace period"])
+def test_a_killed_sweep_trial_continues_from_its_checkpoint_with_its_parameters_and_epochs(stores, tmp_path,
+                                                                                           restart):
     """A sweep's worker killed mid-trial: the rerun enqueues a trial with the dead one's
     parameters, takes its measured cost and fitted epochs rather than measuring again, and
-    continues its MLflow run from the checkpoint; the study ends with one COMPLETE trial."""
+    continues its MLflow run from the checkpoint; the study ends with one COMPLETE trial. A rerun
+    after the grace period (the next session's) finds the trial stale by Optuna's heartbeat rather
+    than by its process id, and continues it all the same."""
     tracking, storage = stores
     data = write_dataset(tmp_path / "data", {"train": 12, "2014": 4})
     script = SWEEP_SCRIPT.format(tests=str(REPO / "tests"), minutes=0.05, storage=storage, tracking=tracking,
                                  data=str(data))
-    cmd, env = [sys.executable, "-c", script], _env(tmp_path)
+    cmd, env = [sys.executable, "-c", script], {**_env(tmp_path), "HMER_STUDY_HEARTBEAT_S": "1"}
     checkpoints = tmp_path / "mlruns" / "checkpoints"
     killed: dict = {}
 
@@ -511,6 +515,8 @@ def test_a_killed_sweep_trial_continues_from_its_checkpoint_with_its_parameters_
     dead = killed["trial"]
     epochs = dead.user_attrs[keys.TRIAL_FITTED_EPOCHS]
     assert killed["epoch"] < epochs, "the trial finished before it could be killed: give it more CPU-minutes"
+    if restart != "at once":
+        time.sleep(3 * 1 + 2)  # past the grace period (3 heartbeats of 1 s)
 
     second = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=REPO, timeout=300)
     assert second.returncode == 0, second.stdout + second.stderr

@@ -9,7 +9,9 @@ thing the workers share:
 1. **Dead workers are found first.** A trial records its worker (host, pid, process start
    time). A RUNNING trial whose worker is on this host and no longer exists is marked
    FAIL at once; one from another host is failed by Optuna's heartbeat once its
-   heartbeat is older than the grace period (`optuna.storages.fail_stale_trials`).
+   heartbeat is older than the grace period (`optuna.storages.fail_stale_trials`), and so
+   is one of this host whose worker died longer ago than that (a worker restarted in a
+   later session). Either way the worker that failed it takes it up (`reap`).
 2. **A cell is open** when no trial of it is COMPLETE, none is RUNNING, and no other
    worker holds a live claim on it. FAIL cells (crashed, killed) are open again.
 3. **Claiming is write-then-read.** A worker writes its claim (a study system attribute
@@ -42,6 +44,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ..tracking import keys
 from .optuna_compat import grid_attrs
+from .storage import StaleTrials
 from .spec import SEED_KEY, cell_key
 
 
@@ -187,10 +190,11 @@ class CellClaims:
         Trials of this host are checked by process id; trials of other hosts by Optuna's
         heartbeat (when the storage has one), once their heartbeat is past the grace period.
         """
+        stale = self.storage.get_heartbeat_stale_trial_callback()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             optuna.storages.fail_stale_trials(self.study)
-        failed = []
+        failed = stale.take() if isinstance(stale, StaleTrials) else []
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             worker = trial.user_attrs.get(keys.WORKER)
             alive = worker_alive(worker)

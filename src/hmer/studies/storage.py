@@ -61,6 +61,23 @@ def default_storage(tracking_uri: str | None = None) -> str:
     return f"sqlite:///{folder / 'optuna.db'}"
 
 
+class StaleTrials:
+    """Optuna's callback for the trials that its heartbeat check (`optuna.storages.fail_stale_trials`)
+    marks FAIL in this process. It keeps them until `take`: a worker that restarts after the grace
+    period finds its dead trials already stale, and it must still take them up (a sweep continues
+    each from its checkpoint), as it does those whose process it finds gone."""
+
+    def __init__(self) -> None:
+        self.failed: list[optuna.trial.FrozenTrial] = []
+
+    def __call__(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        self.failed.append(trial)
+
+    def take(self) -> list[optuna.trial.FrozenTrial]:
+        failed, self.failed = self.failed, []
+        return failed
+
+
 def open_storage(url: str) -> optuna.storages.RDBStorage:
     """An RDB storage with Optuna's heartbeat (so trials of dead workers on other hosts go FAIL)."""
     engine_kwargs: dict[str, Any] = {}
@@ -80,7 +97,7 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
             with warnings.catch_warnings(), first_use_lock(url):
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeat: stable since 2.9
                 storage = storage_class(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat,
-                                        grace_period=3 * heartbeat)
+                                        grace_period=3 * heartbeat, failed_trial_callback=StaleTrials())
             break
         except Exception as exc:  # noqa: BLE001 - a server that is down or refuses us: one line, no traceback
             cause = connection_error(exc)
