@@ -246,6 +246,47 @@ def _wait_for(predicate, proc: subprocess.Popen, timeout: float, what: str) -> N
         time.sleep(0.2)
 
 
+def _kill_after_two_checkpointed_epochs(cmd, env, tmp_path, study_name: str, storage: str, tracking: str,
+                                        what: str) -> dict:
+    """Run a study, and kill it with SIGKILL once its first RUNNING trial's MLflow run has left a
+    checkpoint of two epochs or more. Returns that trial, its run id and the checkpoint's epoch."""
+    checkpoints = tmp_path / "mlruns" / "checkpoints"
+    killed: dict = {}
+
+    def two_epochs_checkpointed() -> bool:
+        try:
+            study = optuna.load_study(study_name=study_name, storage=storage)
+        except KeyError:
+            return False
+        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        if not running:  # (and MLflow's store may still be being created: not touched before)
+            return False
+        _, children = _child_runs(tracking, study_name)
+        runs = [r for r in children if r.data.tags.get("hmer.trial") == str(running[0].number)]
+        if not runs:  # the trial is claimed before its MLflow run starts
+            return False
+        # The checkpoint's own epoch, not the logged metrics: an epoch's metrics are logged just
+        # before its checkpoint is written.
+        try:
+            epoch = int(load_checkpoint(checkpoints / runs[0].info.run_id / "last.pt")["epoch"])
+        except (FileNotFoundError, ValueError):  # none yet, or the finished trial has just removed it
+            return False
+        if epoch < 2:
+            return False
+        killed.update(trial=running[0], run_id=runs[0].info.run_id, epoch=epoch)
+        return True
+
+    with open(tmp_path / "first.log", "w") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        try:
+            _wait_for(two_epochs_checkpointed, proc, 240, what)
+            os.kill(proc.pid, signal.SIGKILL)
+        finally:
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    return killed
+
+
 def test_a_study_killed_mid_trial_resumes_without_losing_or_repeating_a_cell(stores, tmp_path):
     tracking, storage = stores
     write_dataset(tmp_path / "data", {"train": 12, "2014": 4})
@@ -321,40 +362,8 @@ def test_a_killed_trial_continues_from_its_checkpoint(stores, tmp_path):
     cmd = _command(tmp_path, tracking, storage, "1", epochs=12, **{"train.time_budget_s": 0})
     env = _env(tmp_path)
     checkpoints = tmp_path / "mlruns" / "checkpoints"
-    killed: dict = {}
-
-    def two_epochs_checkpointed() -> bool:
-        """The first trial is RUNNING, its run has logged two epochs and left a checkpoint."""
-        try:
-            study = optuna.load_study(study_name="direction-cli", storage=storage)
-        except KeyError:
-            return False
-        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        if not running:  # (and MLflow's store may still be being created: not touched before)
-            return False
-        _, children = _child_runs(tracking, "direction-cli")
-        runs = [r for r in children if r.data.tags.get("hmer.trial") == str(running[0].number)]
-        if not runs:  # the trial is claimed before its MLflow run starts
-            return False
-        # The checkpoint's own epoch, not the logged metrics: an epoch's metrics are logged just
-        # before its checkpoint is written.
-        try:
-            epoch = int(load_checkpoint(checkpoints / runs[0].info.run_id / "last.pt")["epoch"])
-        except (FileNotFoundError, ValueError):  # none yet, or the finished trial has just removed it
-            return False
-        if epoch < 2:
-            return False
-        killed.update(number=running[0].number, run_id=runs[0].info.run_id, epoch=epoch)
-        return True
-
-    with open(tmp_path / "first.log", "w") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-        try:
-            _wait_for(two_epochs_checkpointed, proc, 240, "two epochs of the first trial")
-            os.kill(proc.pid, signal.SIGKILL)
-        finally:
-            proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    killed = _kill_after_two_checkpointed_epochs(cmd, env, tmp_path, "direction-cli", storage, tracking,
+                                                 "two epochs of the first trial")
     epoch = int(load_checkpoint(checkpoints / killed["run_id"] / "last.pt")["epoch"])
     assert killed["epoch"] <= epoch < 12
 
@@ -366,12 +375,12 @@ def test_a_killed_trial_continues_from_its_checkpoint(stores, tmp_path):
     study = optuna.load_study(study_name="direction-cli", storage=storage)
     complete = _cells(study, TrialState.COMPLETE)
     assert len(complete) == 3 and set(complete.values()) == {1} and len(study.trials) == 4
-    dead = study.trials[killed["number"]]
+    dead = study.trials[killed["trial"].number]
     assert dead.state == TrialState.FAIL
     again = next(t for t in study.get_trials(states=(TrialState.COMPLETE,))
                  if t.user_attrs[keys.CELL_KEY] == dead.user_attrs[keys.CELL_KEY])
     assert again.user_attrs[keys.TRIAL_RUN_ID] == killed["run_id"]
-    assert again.user_attrs["hmer.resumed_from"]["trial"] == killed["number"]
+    assert again.user_attrs["hmer.resumed_from"]["trial"] == killed["trial"].number
 
     # MLflow: three children, all FINISHED; the killed run now belongs to the new trial.
     parents, children = _child_runs(tracking, "direction-cli")
@@ -482,36 +491,8 @@ def test_a_killed_sweep_trial_continues_from_its_checkpoint_with_its_parameters_
     script = SWEEP_SCRIPT.format(tests=str(REPO / "tests"), minutes=0.05, storage=storage, tracking=tracking,
                                  data=str(data))
     cmd, env = [sys.executable, "-c", script], {**_env(tmp_path), "HMER_STUDY_HEARTBEAT_S": "1"}
-    checkpoints = tmp_path / "mlruns" / "checkpoints"
-    killed: dict = {}
-
-    def two_epochs_checkpointed() -> bool:
-        try:
-            study = optuna.load_study(study_name="sweep-kill", storage=storage)
-        except KeyError:
-            return False
-        running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-        if not running or keys.TRIAL_FITTED_EPOCHS not in running[0].user_attrs:
-            return False
-        _, children = _child_runs(tracking, "sweep-kill")
-        if not children:
-            return False
-        try:
-            epoch = int(load_checkpoint(checkpoints / children[0].info.run_id / "last.pt")["epoch"])
-        except (FileNotFoundError, ValueError):
-            return False
-        if epoch < 2:
-            return False
-        killed.update(trial=running[0], run_id=children[0].info.run_id, epoch=epoch)
-        return True
-
-    with open(tmp_path / "first.log", "w") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-        try:
-            _wait_for(two_epochs_checkpointed, proc, 240, "two epochs of the first sweep trial")
-            os.kill(proc.pid, signal.SIGKILL)
-        finally:
-            proc.wait()
+    killed = _kill_after_two_checkpointed_epochs(cmd, env, tmp_path, "sweep-kill", storage, tracking,
+                                                 "two epochs of the first sweep trial")
     dead = killed["trial"]
     epochs = dead.user_attrs[keys.TRIAL_FITTED_EPOCHS]
     assert killed["epoch"] < epochs, "the trial finished before it could be killed: give it more CPU-minutes"
