@@ -13,11 +13,31 @@ run a session fixture imported into two modules twice, so the store is cached he
 
 from __future__ import annotations
 
-import os
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from tiny_dataset import write_dataset
+
+
+@contextlib.contextmanager
+def studying_into(root: Path) -> Iterator[None]:
+    """Run a study in-process into the store at `root`: its MLflow home and rendered-data cache
+    there, one torch thread (the test machines' cores are shared); all restored afterwards."""
+    import pytest
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("HMER_CACHE", str(root / "cache"))
+            mp.setenv("HMER_MLRUNS", str(root))
+            yield
+    finally:
+        torch.set_num_threads(threads)
+
 
 STUDY_NAME = "report-smoke"
 VARIANTS = ("none", "cross")  # model.coverage: the baseline first
@@ -49,8 +69,6 @@ def study_store(root: Path) -> StudyStore:
     global _STORE
     if _STORE is not None:
         return _STORE
-    import torch
-
     from hmer.studies import COVERAGE, StudySpec, run_grid_study
 
     spec = StudySpec(name="ablate_coverage", description="coverage: none against cross (report tests)",
@@ -60,21 +78,9 @@ def study_store(root: Path) -> StudyStore:
     tracking_uri = f"sqlite:///{root / 'mlflow.db'}"
     storage = f"sqlite:///{root / 'optuna.db'}"
     cache = root / "cache"
-    saved = {k: os.environ.get(k) for k in ("HMER_CACHE", "HMER_MLRUNS")}
-    threads = torch.get_num_threads()
-    os.environ["HMER_CACHE"] = str(cache)
-    os.environ["HMER_MLRUNS"] = str(root)
-    torch.set_num_threads(1)
-    try:
+    with studying_into(root):
         outcome = run_grid_study(spec, "smoke", storage=storage, tracking_uri=tracking_uri, data_path=str(data_path),
                                  seeds=(1,), overrides=OVERRIDES, study_name=STUDY_NAME, print_table=False)
-    finally:
-        torch.set_num_threads(threads)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
     assert outcome.complete, f"the smoke study did not complete: {outcome.failed}"
     _STORE = StudyStore(root=root, tracking_uri=tracking_uri, storage=storage, study=STUDY_NAME,
                         data_path=data_path, cache=cache, parent_run_id=outcome.parent_run_id)

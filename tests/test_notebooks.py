@@ -20,7 +20,7 @@ from hmer.cli import main as hmer_main
 from hmer.reports.notebooks import METADATA_KEY, NAMES, run_notebooks
 from hmer.reports.sweep import NoSweepError, describe_sweep, find_sweep, importance_spread, why_no_importances
 from hmer.tracking import keys
-from study_store import STUDY_NAME, study_store
+from study_store import STUDY_NAME, study_store, studying_into
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = REPO / "notebooks"
@@ -158,8 +158,6 @@ def sweep_store(tmp_path_factory):
     trials that each measure their CPU cost and train the epochs that fit 1.2 CPU-seconds (several
     epochs, so that every trial reports before its last epoch, where a sweep never prunes), the
     middle one pruned; then a trial that failed in a live worker, as Optuna keeps it."""
-    import torch
-
     from hmer.studies import run_sweep
     from hmer.studies.budgets import BUDGETS
     from test_studies import IMAGE_SWEEP, TINY
@@ -169,17 +167,10 @@ def sweep_store(tmp_path_factory):
     root.mkdir()
     tracking, storage = f"sqlite:///{root / 'mlflow.db'}", f"sqlite:///{root / 'optuna.db'}"
     budget = dataclasses.replace(BUDGETS["smoke"], sweep_trial_cpu_minutes=0.02)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setenv("HMER_CACHE", str(root / "cache"))
-            mp.setenv("HMER_MLRUNS", str(root))
-            outcome = run_sweep(IMAGE_SWEEP, budget, storage=storage, tracking_uri=tracking, data=tiny_data(),
-                                n_trials=3, n_jobs=1, study_name=SWEEP_NAME, pruner=PruneOddTrials(),
-                                overrides={**TINY, "train.time_budget_s": 0})
-    finally:
-        torch.set_num_threads(threads)
+    with studying_into(root):
+        outcome = run_sweep(IMAGE_SWEEP, budget, storage=storage, tracking_uri=tracking, data=tiny_data(), n_trials=3,
+                            n_jobs=1, study_name=SWEEP_NAME, pruner=PruneOddTrials(),
+                            overrides={**TINY, "train.time_budget_s": 0})
     assert outcome.complete
     study = optuna.load_study(study_name=SWEEP_NAME, storage=storage)
     failed = study.ask()

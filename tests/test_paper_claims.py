@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 import pytest
-from study_store import OVERRIDES, TEST_SPLITS
+from study_store import OVERRIDES, TEST_SPLITS, studying_into
 from tiny_dataset import write_dataset
 
 from hmer.reports.paper_claims import (CLAIMS, NO_STUDY, NO_TEST, NOT_SIGNIFICANT, REPRODUCED, REVERSED, Claim,
@@ -63,8 +63,6 @@ def test_verdict_on_known_correctness():
 @pytest.fixture(scope="module")
 def direction_store(tmp_path_factory):
     """A real grid study named as the direction claim reads it: l2r (baseline) and bi, one seed."""
-    import torch
-
     from hmer.studies import DIRECTION, StudySpec, run_grid_study
 
     root = tmp_path_factory.mktemp("claims-store")
@@ -72,17 +70,10 @@ def direction_store(tmp_path_factory):
                      axes={"model.direction": ("l2r", "bi")}, model_presets=DIRECTION.model_presets)
     data_path = write_dataset(root / "data", TEST_SPLITS)
     tracking_uri = f"sqlite:///{root / 'mlflow.db'}"
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with pytest.MonkeyPatch.context() as mp:
-            mp.setenv("HMER_CACHE", str(root / "cache"))
-            mp.setenv("HMER_MLRUNS", str(root))
-            outcome = run_grid_study(spec, "smoke", storage=f"sqlite:///{root / 'optuna.db'}",
-                                     tracking_uri=tracking_uri, data_path=str(data_path), seeds=(1,),
-                                     overrides=OVERRIDES, study_name=f"ablate_direction-{BUDGET}", print_table=False)
-    finally:
-        torch.set_num_threads(threads)
+    with studying_into(root):
+        outcome = run_grid_study(spec, "smoke", storage=f"sqlite:///{root / 'optuna.db'}", tracking_uri=tracking_uri,
+                                 data_path=str(data_path), seeds=(1,), overrides=OVERRIDES,
+                                 study_name=f"ablate_direction-{BUDGET}", print_table=False)
     assert outcome.complete, outcome.failed
     return tracking_uri
 
