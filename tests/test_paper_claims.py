@@ -128,6 +128,37 @@ def test_claims_table_on_a_real_direction_study(direction_store):
 
 
 @pytest.mark.slow
+def test_the_claims_figure_draws_each_comparison_per_year_with_its_interval(direction_store):
+    from matplotlib.container import ErrorbarContainer
+
+    from hmer.reports import plot_claims
+
+    df = claims_table(BUDGET, direction_store, n_resamples=500)
+    fig = plot_claims(df)
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    comparisons = list(dict.fromkeys(zip(df["claim"], df["winner"], df["loser"])))
+    assert [ax.get_title() for ax in panels] == [f"{c}: {w} > {l}" for c, w, l in comparisons]
+    # direction, measured: a dot per year at the difference, its bar spanning the interval
+    direction, rows = panels[0], df[df["claim"] == "direction"]
+    assert [t.get_text() for t in direction.get_xticklabels()] == YEARS
+    bars = [c for c in direction.containers if isinstance(c, ErrorbarContainer)]
+    assert len(bars) == len(YEARS)
+    for bar, (_, row) in zip(bars, rows.iterrows()):
+        dot, _, (segment,) = bar.lines
+        assert dot.get_ydata()[0] == pytest.approx(row["delta"])
+        (_, low), (_, high) = segment.get_segments()[0]
+        assert (low, high) == (pytest.approx(row["delta_low"]), pytest.approx(row["delta_high"]))
+    assert [t.get_text() for t in direction.texts] == []
+    # coverage, no study yet: says so, and shows the paper's own difference where it gives both sides
+    fusion_none = panels[1]
+    assert [t.get_text() for t in fusion_none.texts] == [NO_STUDY]
+    (paper,) = [line for line in fusion_none.lines if line.get_marker() == "D"]
+    assert list(paper.get_ydata()) == pytest.approx([59.33 - 55.17, 59.81 - 56.58, 62.97 - 59.55])
+    # decoder, no study and no figures: no year, the reason only
+    assert [t.get_text() for t in panels[-1].texts] == [NO_STUDY] and panels[-1].get_xticklabels() == []
+
+
+@pytest.mark.slow
 def test_hmer_report_claims(direction_store, tmp_path, capsys):
     from hmer.cli import main
 
@@ -140,5 +171,6 @@ def test_hmer_report_claims(direction_store, tmp_path, capsys):
     assert "| coverage | 2014 | fusion > none | 59.33 / 55.17 |" in md
     assert "| decoder | – | transformer > rnn | – |" in md
     assert len((out / "claims.csv").read_text().splitlines()) == 1 + len(YEARS) + 17
+    assert (out / "claims.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["report", "--claims", "--study", "x"]) == 2
     assert main(["report", "--budget", "cpu", "--study", "x"]) == 2  # --budget alone means nothing

@@ -10,20 +10,27 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import BinaryIO, Callable
 
 
-def write_text_atomically(path: str | Path, text: str) -> None:
-    """Replace `path` with `text` (UTF-8) in one step. An existing file keeps its mode; a new one
-    gets the mode the umask gives (mkstemp's temporary files are private, the result need not be)."""
+def write_atomically(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
+    """Replace `path` in one step with what `write` writes into the binary file it is given. An
+    existing file keeps its mode; a new one gets the mode the umask gives (mkstemp's temporary
+    files are private, the result need not be)."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         umask = os.umask(0)
         os.umask(umask)
         os.fchmod(fd, path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~umask)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_text_atomically(path: str | Path, text: str) -> None:
+    """Replace `path` with `text` (UTF-8) in one step (`write_atomically`)."""
+    write_atomically(path, lambda f: f.write(text.encode("utf-8")))

@@ -10,11 +10,13 @@
   from `correctness` (which expressions each run read right) and printed by `table_format`;
 - `markup`: numbers as strings and rows as Markdown or aligned text, for every table;
 - `significance`: paired bootstrap and exact McNemar tests over test expressions;
-- `plots`: seaborn figures (ExpRate by variant and year, training curves, attention, error analysis);
+- `plots`: seaborn figures (ExpRate by variant and year, training curves, attention, error analysis,
+  the papers' claims);
 - `attention`: per-token attention / coverage maps of a model over an image;
 - `analysis`: error analysis of a run's predictions (by length and structure, token edits, two runs),
   over `buckets` (target length, structure) and `alignment` (token edits), printed by `analysis_format`;
 - `published`: the papers' published ExpRates and which preset is which paper's model;
+- `paper_claims`: the papers' claims answered from the studies (`hmer report --claims`);
 - `sweep`: a sweep read back from its Optuna storage (its best trial, its importances' spread);
 - `cli`: `hmer report`, the same tables and plots as files.
 
@@ -45,7 +47,7 @@ _EXPORTS = {
     "NoSweepError": "sweep", "best_trial": "sweep", "complete_trials": "sweep", "describe_sweep": "sweep",
     "failures": "sweep", "find_sweep": "sweep", "importance_evaluator": "sweep", "importance_spread": "sweep",
     "why_no_importances": "sweep",
-    "CLAIMS": "paper_claims", "claims_table": "paper_claims", "format_claims": "paper_claims",
+    "CLAIMS": "paper_claims", "claims_table": "paper_claims", "format_claims": "paper_claims", "plot_claims": "plots",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..atomic import write_text_atomically
 
-NAMES = ("exprate_tables", "training_curves", "attention_maps", "sweep")
+NAMES = ("exprate_tables", "training_curves", "attention_maps", "sweep", "paper_claims")
 METADATA_KEY = "hmer"  # notebook.metadata["hmer"]: what produced the outputs
 CELL_TIMEOUT_S = 600
 

@@ -4,6 +4,7 @@
     fig = plot_training_curves(load_history(runs))  # validation ExpRate and losses vs epoch and vs time
     fig = plot_attention([with_cov, without_cov])   # per-token maps of two models, one expression
     fig = plot_breakdown(analyse(rows).breakdown)   # ExpRate by target length and structure
+    fig = plot_claims(claims_table("cpu"))          # each claim's difference per year, with its interval
     save_figure(fig, "plots/exprate.png")
 
 Figures are built with matplotlib's object-oriented API (`matplotlib.figure.Figure`),
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from .buckets import length_labels, structure_labels
@@ -44,10 +46,12 @@ DPI = 150
 
 
 def save_figure(fig: Figure, path: str | Path, dpi: int = DPI) -> Path:
-    """Write `fig` as PNG (folders made as needed); returns the path."""
+    """Write `fig` as PNG (folders made as needed, the file whole or not at all); returns the path."""
+    from ..atomic import write_atomically
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi, bbox_inches="tight", facecolor="white")
+    write_atomically(path, lambda f: fig.savefig(f, format="png", dpi=dpi, bbox_inches="tight", facecolor="white"))
     return path
 
 
@@ -260,4 +264,72 @@ def plot_breakdown(table: pd.DataFrame, title: str | None = None) -> Figure:
             ax.tick_params(axis="x", labelsize=8)
     if title:
         fig.suptitle(title)
+    return fig
+
+
+def plot_claims(claims: pd.DataFrame, *, max_columns: int = 3, title: str | None = None,
+                path: str | Path | None = None) -> Figure:
+    """The claims table (`paper_claims.claims_table`) as a figure: a panel per comparison (claimed
+    winner > claimed loser), the difference per test year as a dot with its interval, coloured by
+    the verdict, above or below a zero line (above: the claimed direction). Where the paper gives
+    both figures, its own difference stands beside ours as a hollow diamond. A comparison without
+    runs says why in its panel."""
+    import seaborn as sns
+
+    from .paper_claims import NOT_SIGNIFICANT, REPRODUCED, REVERSED
+
+    if claims.empty:
+        raise ValueError("no claims to plot")
+    measure = claims.attrs.get("measure", "exprate")
+    confidence = float(claims.attrs.get("confidence", 0.95))
+    verdicts = (REPRODUCED, NOT_SIGNIFICANT, REVERSED)
+    green, grey, red = (sns.color_palette(PALETTE)[i] for i in (2, 7, 3))
+    colors = dict(zip(verdicts, (green, grey, red)))
+    comparisons = list(dict.fromkeys(zip(claims["claim"], claims["winner"], claims["loser"])))
+    columns = min(max_columns, len(comparisons))
+    rows = -(-len(comparisons) // columns)
+    fig = Figure(figsize=(3.6 * columns + 1.5, 3.0 * rows + 0.6), layout="constrained")
+    axes = fig.subplots(rows, columns, squeeze=False).ravel()
+    for ax in axes[len(comparisons):]:
+        ax.set_visible(False)
+    for ax, (claim, winner, loser) in zip(axes, comparisons):
+        part = claims[(claims["claim"] == claim) & (claims["winner"] == winner) & (claims["loser"] == loser)]
+        part = part[part["year"].astype(str) != ""].sort_values("year")
+        years = list(part["year"].astype(str))
+        x = np.arange(len(years))
+        ax.axhline(0.0, color="0.3", linewidth=0.8)
+        measured = part["delta"].notna().to_numpy()
+        for xi, (_, row) in zip(x, part.iterrows()):
+            if not pd.notna(row["delta"]):
+                continue
+            color = colors.get(row["verdict"], grey)
+            low, high = row["delta_low"], row["delta_high"]
+            if pd.notna(low) and pd.notna(high):
+                ax.errorbar([xi], [row["delta"]], yerr=[[row["delta"] - low], [high - row["delta"]]], fmt="o",
+                            color=color, capsize=4, markersize=6)
+            else:
+                ax.plot([xi], [row["delta"]], "o", color=color, markersize=6)
+        paper = part["paper_winner"] - part["paper_loser"]
+        if paper.notna().any():
+            ax.plot(x[paper.notna().to_numpy()] + 0.2, paper[paper.notna()], "D", markerfacecolor="none",
+                    markeredgecolor="0.2", markersize=6)
+        if not measured.any():
+            why = part["verdict"].iloc[0] if len(part) else claims.loc[
+                (claims["claim"] == claim) & (claims["winner"] == winner), "verdict"].iloc[0]
+            ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center", color="0.4")
+        ax.set_xticks(x, years)
+        ax.set_xlim(-0.6, max(len(years) - 0.4, 0.6))
+        ax.set_title(f"{claim}: {winner} > {loser}", fontsize=10)
+        ax.set_ylabel(f"Δ {measure_label(measure)} (points)")
+        ax.grid(axis="y", alpha=0.3)
+    handles = [Line2D([], [], marker="o", linestyle="", color=colors[v], label=v) for v in verdicts]
+    handles.append(Line2D([], [], marker="D", linestyle="", markerfacecolor="none", markeredgecolor="0.2",
+                          label="the paper's difference"))
+    fig.legend(handles=handles, loc="outside right upper", frameon=False)
+    budget = claims.attrs.get("budget", "")
+    fig.suptitle(f"{title + ': ' if title else ''}the papers' claims at the {budget} budget: claimed winner − "
+                 f"claimed loser, {measure_label(measure)}, mean over seeds with its {confidence:.0%} paired-"
+                 f"bootstrap interval")
+    if path is not None:
+        save_figure(fig, path)
     return fig

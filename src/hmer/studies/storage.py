@@ -97,7 +97,8 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
             with warnings.catch_warnings(), first_use_lock(url):
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeat: stable since 2.9
                 storage = storage_class(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat,
-                                        grace_period=3 * heartbeat, failed_trial_callback=StaleTrials())
+                                        grace_period=3 * heartbeat,
+                                        heartbeat_stale_trial_callback=StaleTrials())
             break
         except Exception as exc:  # noqa: BLE001 - a server that is down or refuses us: one line, no traceback
             cause = connection_error(exc)
