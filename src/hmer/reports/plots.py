@@ -317,6 +317,8 @@ def plot_claims(claims: pd.DataFrame, *, max_columns: int = 3, title: str | None
             why = part["verdict"].iloc[0] if len(part) else claims.loc[
                 (claims["claim"] == claim) & (claims["winner"] == winner), "verdict"].iloc[0]
             ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center", color="0.4")
+            if not paper.notna().any():
+                ax.set_yticks([])  # nothing drawn: no scale to read
         ax.set_xticks(x, years)
         ax.set_xlim(-0.6, max(len(years) - 0.4, 0.6))
         ax.set_title(f"{claim}: {winner} > {loser}", fontsize=10)
@@ -325,11 +327,11 @@ def plot_claims(claims: pd.DataFrame, *, max_columns: int = 3, title: str | None
     handles = [Line2D([], [], marker="o", linestyle="", color=colors[v], label=v) for v in verdicts]
     handles.append(Line2D([], [], marker="D", linestyle="", markerfacecolor="none", markeredgecolor="0.2",
                           label="the paper's difference"))
-    fig.legend(handles=handles, loc="outside right upper", frameon=False)
+    fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
     budget = claims.attrs.get("budget", "")
-    fig.suptitle(f"{title + ': ' if title else ''}the papers' claims at the {budget} budget: claimed winner − "
-                 f"claimed loser, {measure_label(measure)}, mean over seeds with its {confidence:.0%} paired-"
-                 f"bootstrap interval")
+    fig.suptitle(f"{title + ': ' if title else ''}the papers' claims at the {budget} budget\n"
+                 f"claimed winner − claimed loser in {measure_label(measure)}, means over seeds, "
+                 f"{confidence:.0%} paired-bootstrap intervals")
     if path is not None:
         save_figure(fig, path)
     return fig
