@@ -150,3 +150,23 @@ def test_the_readmes_main_job_resumes_the_committed_study_and_writes_nothing(clo
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "l2r (baseline)" in proc.stdout
     assert {p.name: p.read_bytes() for p in (clone / "mlruns").glob("*.db")} == before
+
+
+def test_the_readme_prints_the_claims_table_hmer_report_makes(clone, monkeypatch):
+    """Every measured row of `hmer report --claims` (ExpRate and within two edits) is in the README
+    as printed, and each claim without a study is named there as such."""
+    from hmer.reports.paper_claims import CLAIMS, NO_STUDY, claims_table, format_claims
+
+    monkeypatch.chdir(clone)
+    readme = (REPO / "README.md").read_text()
+    for measure in ("exprate", "le2"):
+        df = claims_table("cpu", "sqlite:///mlruns/mlflow.db", measure=measure)
+        rows = [line for line in format_claims(df, "markdown").splitlines()
+                if line.startswith("| ") and NO_STUDY not in line and not line.startswith("| claim |")]
+        assert rows, f"the store answers no claim on {measure}"
+        for row in rows:
+            assert row in readme, \
+                f"the README does not print this row of `hmer report --claims --measure {measure}`:\n{row}"
+        for claim in CLAIMS:
+            if (df.loc[df["claim"] == claim.name, "verdict"] == NO_STUDY).all():
+                assert f"The {claim.name} claim" in readme or f"the {claim.name} claim" in readme, claim.name
