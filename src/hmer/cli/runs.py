@@ -1,5 +1,5 @@
-"""`hmer runs export | import | publish | workspace`: MLflow runs moved between stores
-(a GPU machine's and the committed one in mlruns/)."""
+"""`hmer runs export | import | publish | workspace | rename`: MLflow runs moved between stores
+(a GPU machine's and the committed one in mlruns/), and a study renamed in its store."""
 
 from __future__ import annotations
 
@@ -34,6 +34,14 @@ def add_parser(sub) -> None:
                          "there (then `hmer runs publish FOLDER`)")
     ws.add_argument("folder", metavar="FOLDER")
     ws.set_defaults(func=cmd_runs_workspace)
+    rn = rsub.add_parser("rename", help="rename a study in its store: its MLflow experiment, its runs' hmer.study "
+                         "tag and its Optuna study (to keep a superseded study beside a re-run of the same name; "
+                         "run again to finish an interrupted rename)")
+    rn.add_argument("study", metavar="STUDY")
+    rn.add_argument("new", metavar="NEW_NAME")
+    rn.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
+    rn.add_argument("--storage", default=None, help="Optuna storage (default: optuna.db beside the MLflow store)")
+    rn.set_defaults(func=cmd_runs_rename)
 
 
 def cmd_runs_export(args) -> int:
@@ -87,4 +95,16 @@ def cmd_runs_import(args) -> int:
         print(f"{f}: {len(res.created)} runs created, {len(res.updated)} already there (brought up to date)")
         for src, rid in res.id_map.items():
             print(f"  {src} -> {rid}")
+    return 0
+
+
+def cmd_runs_rename(args) -> int:
+    from ..studies.rename import rename_study
+    from ..tracking.store import quiet_mlflow
+
+    quiet_mlflow()
+    done = rename_study(args.study, args.new, tracking_uri=args.tracking_uri, storage=args.storage)
+    print(f"renamed study {done.study} to {done.new}: {done.runs} run(s) retagged, "
+          f"{'the experiment renamed' if done.experiment else 'no experiment of that name'}, "
+          f"{done.trials} Optuna trial(s) under the new name")
     return 0

@@ -1,0 +1,107 @@
+"""A study renamed in its store: `hmer runs rename STUDY NEW`.
+
+A study is known by its name in three places: its MLflow experiment, the `hmer.study` tag of its
+runs (the parent and every trial's), and its Optuna study. A study re-run at a redefined budget
+keeps its name (`<study>-<budget>`), so the study it supersedes must give the name up first;
+renamed, it stays in the store, whole, under another name (for example `ablate_direction-cpu-4ep`).
+Otherwise the re-run would resume the old study, which a resumed study's rule (its stored config
+wins) makes it do silently.
+
+Optuna cannot rename a study. The study is copied under the new name (`optuna.copy_study`: its
+attributes and every trial, numbers, states, parameters, reports and attributes included), and
+the old one deleted last. The steps run in an order that a second call can finish after an
+interrupted one: copy the Optuna study; retag the runs; rename the experiment; delete the old
+Optuna study. Each step skips what is already done, so an interrupted rename is repaired by
+running the same command again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import optuna
+from optuna.trial import TrialState
+
+from ..tracking import keys
+
+
+@dataclass(frozen=True)
+class Renamed:
+    study: str
+    new: str
+    runs: int  # runs retagged by this call
+    experiment: bool  # the MLflow experiment was renamed by this call
+    trials: int  # trials of the Optuna study under its new name
+
+
+def rename_study(study: str, new: str, *, tracking_uri: str | None = None, storage: str | None = None) -> Renamed:
+    """Rename `study` to `new` in the MLflow store and the Optuna storage (see the module
+    docstring). Refuses, changing nothing, a study that is not there, a new name already taken
+    by another study, and a study with a RUNNING trial (its workers would write under the old
+    name)."""
+    from ..tracking.store import default_tracking_uri, mlflow_client
+    from .storage import default_storage, open_storage
+
+    if not new or new == study:
+        raise ValueError(f"rename {study!r}: give a new name other than the study's own")
+    uri = tracking_uri or default_tracking_uri()
+    client = mlflow_client(uri)
+    url = storage or default_storage(uri)
+    optuna_storage = open_storage(url)
+    names = {s.study_name: s for s in optuna.get_all_study_summaries(optuna_storage, include_best_trial=False)}
+    runs = _tagged_runs(client, study)
+    experiment = client.get_experiment_by_name(study)
+    copied = new in names and study in names and _same_trials(optuna_storage, study, new)
+    if study not in names and not runs and experiment is None:
+        if new in names or _tagged_runs(client, new):
+            raise ValueError(f"no study {study!r} in {uri} or {url}: {new!r} is there (already renamed?)")
+        raise ValueError(f"no study {study!r} in {uri} or {url}")
+    if new in names and not copied:
+        raise ValueError(f"{url} already has an Optuna study {new!r}: choose another name")
+    taken = client.get_experiment_by_name(new)
+    if taken is not None and experiment is not None:
+        raise ValueError(f"{uri} already has an experiment {new!r}: choose another name")
+    if study in names:
+        running = optuna.load_study(study_name=study, storage=optuna_storage).get_trials(
+            deepcopy=False, states=(TrialState.RUNNING,))
+        if running:
+            raise ValueError(f"study {study!r} has {len(running)} RUNNING trial(s) "
+                             f"({', '.join(str(t.number) for t in running)}): stop its workers, or let it finish")
+
+    if study in names and not copied:
+        optuna.copy_study(from_study_name=study, from_storage=optuna_storage, to_storage=optuna_storage,
+                          to_study_name=new)
+    for run in runs:
+        client.set_tag(run.info.run_id, keys.STUDY, new)
+    if experiment is not None:
+        client.rename_experiment(experiment.experiment_id, new)
+    if study in names:
+        optuna.delete_study(study_name=study, storage=optuna_storage)
+    trials = len(optuna.load_study(study_name=new, storage=optuna_storage).trials) \
+        if new in names or study in names else 0
+    return Renamed(study=study, new=new, runs=len(runs), experiment=experiment is not None, trials=trials)
+
+
+def _tagged_runs(client, study: str) -> list:
+    """Every run, in any experiment, tagged as the study's (deleted runs included: they are the
+    study's too, and would come back under the old name if restored)."""
+    from mlflow.entities import ViewType
+
+    experiments = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ALL)]
+    runs, token = [], None
+    while experiments:
+        page = client.search_runs(experiments, filter_string=f"tags.`{keys.STUDY}` = '{study}'",
+                                  run_view_type=ViewType.ALL, max_results=1000, page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            break
+    return runs
+
+
+def _same_trials(storage, study: str, new: str) -> bool:
+    """Whether `new` is a whole copy of `study` (an interrupted rename), trial for trial."""
+    old = optuna.load_study(study_name=study, storage=storage).trials
+    copy = optuna.load_study(study_name=new, storage=storage).trials
+    return [(t.number, t.state, t.params, t.user_attrs) for t in old] == \
+        [(t.number, t.state, t.params, t.user_attrs) for t in copy]

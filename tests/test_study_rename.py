@@ -1,0 +1,102 @@
+"""`hmer runs rename`: a study renamed in a copy of a real smoke study's store (MLflow and Optuna),
+read back under its new name as before; bad names refused on one line with nothing changed; an
+interrupted rename finished by running it again."""
+
+from __future__ import annotations
+
+import hashlib
+
+import optuna
+import pytest
+from mlflow.tracking import MlflowClient
+from study_store import STUDY_NAME, study_store
+
+from hmer.cli import main as hmer_main
+from hmer.reports import load_runs, study_table
+from hmer.tracking import keys
+from hmer.tracking.portable import copy_store
+
+NEW = f"{STUDY_NAME}-superseded"
+
+
+@pytest.fixture
+def store(tmp_path_factory, tmp_path):
+    """A private copy of the smoke study's store, so that renaming leaves the shared one alone."""
+    shared = study_store(tmp_path_factory.getbasetemp() / "report-study-store")
+    db = copy_store(shared.root, tmp_path / "store", portable=False)
+    return f"sqlite:///{db}", f"sqlite:///{db.parent / 'optuna.db'}"
+
+
+def _trials(storage: str, name: str):
+    return [(t.number, t.state, t.params, t.user_attrs, t.values)
+            for t in optuna.load_study(study_name=name, storage=storage).trials]
+
+
+def _digest(tracking: str, storage: str) -> str:
+    return "".join(hashlib.sha256(open(url[len("sqlite:///"):], "rb").read()).hexdigest()
+                   for url in (tracking, storage))
+
+
+def test_a_renamed_study_reads_back_under_its_new_name_as_before(store, capsys):
+    tracking, storage = store
+    before_runs = load_runs(tracking, study=STUDY_NAME)
+    before_table = study_table(STUDY_NAME, tracking, runs=before_runs)
+    before_trials = _trials(storage, STUDY_NAME)
+
+    assert hmer_main(["runs", "rename", STUDY_NAME, NEW, "--tracking-uri", tracking]) == 0
+    out = capsys.readouterr().out
+    assert f"renamed study {STUDY_NAME} to {NEW}: {len(before_runs) + 1} run(s) retagged" in out  # + parent run
+
+    client = MlflowClient(tracking)
+    assert client.get_experiment_by_name(STUDY_NAME) is None and client.get_experiment_by_name(NEW) is not None
+    assert load_runs(tracking, study=STUDY_NAME).empty
+    after_runs = load_runs(tracking, study=NEW)
+    assert sorted(after_runs["run_id"]) == sorted(before_runs["run_id"])
+    assert study_table(NEW, tracking, runs=after_runs).equals(before_table)
+    assert _trials(storage, NEW) == before_trials
+    assert STUDY_NAME not in {s.study_name for s in optuna.get_all_study_summaries(storage)}
+    assert hmer_main(["report", "--list", "--tracking-uri", tracking]) == 0
+    listed = capsys.readouterr().out
+    assert NEW in listed and f"{STUDY_NAME} " not in listed
+
+
+def test_bad_names_are_refused_in_one_line_and_change_nothing(store, capsys):
+    tracking, storage = store
+    optuna.create_study(study_name="taken", storage=storage)
+    before = _digest(tracking, storage)
+    for argv, says in [
+        (["no-such-study", NEW], "no study 'no-such-study'"),
+        ([STUDY_NAME, "taken"], "already has an Optuna study 'taken'"),
+        ([STUDY_NAME, STUDY_NAME], "give a new name other than the study's own"),
+    ]:
+        assert hmer_main(["runs", "rename", *argv, "--tracking-uri", tracking]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and says in err, err
+    assert _digest(tracking, storage) == before
+
+
+def test_a_study_with_a_running_trial_is_refused(store, capsys):
+    tracking, storage = store
+    study = optuna.load_study(study_name=STUDY_NAME, storage=storage)
+    study.ask()  # a RUNNING trial, as a live worker leaves it
+    assert hmer_main(["runs", "rename", STUDY_NAME, NEW, "--tracking-uri", tracking]) == 2
+    assert "1 RUNNING trial(s)" in capsys.readouterr().err
+    assert MlflowClient(tracking).get_experiment_by_name(NEW) is None
+
+
+def test_an_interrupted_rename_is_finished_by_running_it_again(store, capsys):
+    tracking, storage = store
+    before_trials = _trials(storage, STUDY_NAME)
+    # interrupted after its first steps: the Optuna study copied, one run retagged
+    optuna.copy_study(from_study_name=STUDY_NAME, from_storage=storage, to_storage=storage, to_study_name=NEW)
+    client = MlflowClient(tracking)
+    first = load_runs(tracking, study=STUDY_NAME)["run_id"].iloc[0]
+    client.set_tag(first, keys.STUDY, NEW)
+
+    assert hmer_main(["runs", "rename", STUDY_NAME, NEW, "--tracking-uri", tracking]) == 0
+    assert load_runs(tracking, study=STUDY_NAME).empty and first in set(load_runs(tracking, study=NEW)["run_id"])
+    assert _trials(storage, NEW) == before_trials
+    assert STUDY_NAME not in {s.study_name for s in optuna.get_all_study_summaries(storage)}
+    capsys.readouterr()
+    assert hmer_main(["runs", "rename", STUDY_NAME, NEW, "--tracking-uri", tracking]) == 2
+    assert "already renamed?" in capsys.readouterr().err
