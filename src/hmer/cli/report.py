@@ -40,7 +40,7 @@ def cmd_report(args) -> int:
         print(format_published("text"), end="")
         return 0
     if args.claims:
-        from ..reports.paper_claims import claims_command
+        from ..reports.cli import claims_command
 
         if args.study or args.experiment or args.runs or args.analysis or args.list:
             raise UserError("--claims reads the studies <family>-BUDGET itself; drop --study/--experiment/--runs/"

@@ -33,7 +33,7 @@ from ..tracking import keys
 from ..tracking.store import mask_password
 from ..tracking.ui import ui_hint
 from .markup import measure_list, measures
-from .plots import plot_exprate, plot_training_curves, save_figure
+from .plots import plot_claims, plot_exprate, plot_training_curves, save_figure
 from .runs import (NoRunsError, curve_runs, list_studies, load_history, load_predictions, load_runs,
                    resolve_tracking_uri, scored_years)
 from .significance import DEFAULT_RESAMPLES
@@ -189,3 +189,23 @@ def report_command(
         print(f"hmer report: no run of {name} has test scores (failed, pruned or unfinished)", file=sys.stderr)
         return EXIT_NOTHING_SCORED
     return EXIT_OK
+
+
+def claims_command(budget: str = "cpu", tracking_uri: str | None = None, out_dir: str | None = None, *,
+                   measure: str = "exprate", n_resamples: int = DEFAULT_RESAMPLES) -> int:
+    """`hmer report --claims`: print the claims table; with `out_dir`, also write `claims.md`,
+    `claims.csv` and the figure `claims.png` there. Returns 0: a claim without its study is a row
+    saying so, not an error."""
+    from ..atomic import write_text_atomically
+    from .paper_claims import claims_table, format_claims
+
+    df = claims_table(budget, tracking_uri, measure=measure, n_resamples=n_resamples)
+    print(format_claims(df, "text"), end="")
+    if out_dir:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(out / "claims.md", format_claims(df, "markdown"))
+        write_text_atomically(out / "claims.csv", df.to_csv(index=False))
+        plot_claims(df, path=out / "claims.png")
+        print(f"wrote claims.md, claims.csv and claims.png to {out}")
+    return 0

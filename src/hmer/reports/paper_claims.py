@@ -274,25 +274,3 @@ def _ours(row: pd.Series, side: str) -> str:
     if is_missing(mean):
         return MISSING
     return f"{mean_pm_std(mean, row[f'{side}_std'])} ({int(row[f'seeds_{side}'])})"
-
-
-def claims_command(budget: str = "cpu", tracking_uri: str | None = None, out_dir: str | None = None, *,
-                   measure: str = "exprate", n_resamples: int = DEFAULT_RESAMPLES) -> int:
-    """`hmer report --claims`: print the claims table; with `out_dir`, also write `claims.md`,
-    `claims.csv` and the figure `claims.png` there. Returns 0: a claim without its study is a row
-    saying so, not an error."""
-    from pathlib import Path
-
-    from ..atomic import write_text_atomically
-    from .plots import plot_claims
-
-    df = claims_table(budget, tracking_uri, measure=measure, n_resamples=n_resamples)
-    print(format_claims(df, "text"), end="")
-    if out_dir:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        write_text_atomically(out / "claims.md", format_claims(df, "markdown"))
-        write_text_atomically(out / "claims.csv", df.to_csv(index=False))
-        plot_claims(df, path=out / "claims.png")
-        print(f"wrote claims.md, claims.csv and claims.png to {out}")
-    return 0
