@@ -176,3 +176,41 @@ def test_every_ablation_cell_is_a_valid_config():
                 cfg = base.override(spec.overrides(cell)).validate()
                 for key, value in cell.items():
                     assert cfg.to_flat_dict()[key] == value
+
+
+def test_past_the_grace_period_a_paused_worker_keeps_its_trial_and_a_silent_one_elsewhere_is_reaped(
+        tmp_path, monkeypatch):
+    """Optuna's heartbeat cannot tell a worker paused with SIGSTOP (or starved of CPU) from a dead
+    one: on this host the process id can, so that trial stays RUNNING. A trial of another host
+    whose heartbeat is past the grace period is failed, and the reaping worker gets it back to take
+    it up (a sweep continues it), as it gets those whose process it finds gone."""
+    import os
+    import signal
+    import time
+
+    monkeypatch.setenv("HMER_STUDY_HEARTBEAT_S", "1")  # grace period 3 s
+    study, sampler, claims = _study(f"sqlite:///{tmp_path / 'optuna.db'}")
+    cells = SPEC.cells((1,))
+    paused = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        os.kill(paused.pid, signal.SIGSTOP)
+        here = Worker.current().host
+        workers = {here: Worker(host=here, pid=paused.pid, started="", token="paused"),
+                   "elsewhere": Worker(host="elsewhere", pid=1, started="", token="elsewhere")}
+        trials = {}
+        for cell, (host, worker) in zip(cells, workers.items()):
+            sampler.assign(cell, None)
+            trial = study.ask()
+            study._storage.set_trial_user_attr(trial._trial_id, keys.WORKER, worker.as_attr())
+            study._storage.set_trial_user_attr(trial._trial_id, keys.CELL_KEY, cell_key(cell))
+            claims.storage.record_heartbeat(trial._trial_id)
+            trials[host] = trial
+        time.sleep(3 + 1.5)  # both silent past the grace period
+        reaped = claims.reap()
+        assert [t.number for t in reaped] == [trials["elsewhere"].number]
+        states = {host: study._storage.get_trial(t._trial_id).state for host, t in trials.items()}
+        assert states == {here: TrialState.RUNNING, "elsewhere": TrialState.FAIL}
+        assert claims.reap() == []  # taken once
+    finally:
+        paused.kill()
+        paused.wait()

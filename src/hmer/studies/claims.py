@@ -184,13 +184,27 @@ class CellClaims:
         return self.storage.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
 
     # -- dead workers ---------------------------------------------------------------------------
+    def vouch_for_live_workers(self) -> None:
+        """Record a heartbeat for every RUNNING trial whose worker runs on this host: a worker
+        paused (SIGSTOP, as while the tests run) or starved of CPU for longer than the grace period
+        is alive, and Optuna's heartbeat check, which cannot tell, must not fail its trial (a sweep
+        would continue it in a second worker while the first goes on training it). Called before
+        every heartbeat check of this worker's: `reap`'s, and Optuna's own at the start of a trial."""
+        if getattr(self.storage, "get_heartbeat_interval", lambda: None)() is None:
+            return  # a storage without Optuna's heartbeat (in memory)
+        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            if worker_alive(trial.user_attrs.get(keys.WORKER)):
+                self.storage.record_heartbeat(self.trial_id(trial))
+
     def reap(self) -> list[FrozenTrial]:
         """Mark FAIL every RUNNING trial whose worker is gone; returns the trials it failed.
 
         Trials of this host are checked by process id; trials of other hosts by Optuna's
-        heartbeat (when the storage has one), once their heartbeat is past the grace period.
+        heartbeat (when the storage has one), once their heartbeat is past the grace period, and so
+        are those of this host whose worker is gone since longer than that.
         """
         stale = self.storage.get_heartbeat_stale_trial_callback()
+        self.vouch_for_live_workers()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             optuna.storages.fail_stale_trials(self.study)
