@@ -20,6 +20,7 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from hmer.studies import DIRECTION, SWEEP, StudySpec, get_budget, run_grid_study, run_sweep
+from hmer.studies.sweeps import sweep_table
 from hmer.tracking import keys
 from hmer.checkpoint import load_checkpoint
 from tiny_dataset import tiny_data, write_dataset
@@ -273,7 +274,7 @@ def _kill_after_two_checkpointed_epochs(cmd, env, tmp_path, study_name: str, sto
             return False
         if epoch < 2:
             return False
-        killed.update(trial=running[0], run_id=runs[0].info.run_id, epoch=epoch)
+        killed.update(number=running[0].number, run_id=runs[0].info.run_id, epoch=epoch)
         return True
 
     with open(tmp_path / "first.log", "w") as log:
@@ -284,6 +285,8 @@ def _kill_after_two_checkpointed_epochs(cmd, env, tmp_path, study_name: str, sto
         finally:
             proc.wait()
     assert proc.returncode == -signal.SIGKILL
+    # the trial as the killed process left it (all its attributes written)
+    killed["trial"] = optuna.load_study(study_name=study_name, storage=storage).trials[killed.pop("number")]
     return killed
 
 
@@ -508,6 +511,8 @@ def test_a_killed_sweep_trial_continues_from_its_checkpoint_with_its_parameters_
     assert [t.state for t in study.trials] == [TrialState.FAIL, TrialState.COMPLETE]
     again = study.trials[1]
     assert again.params == dead.params and again.user_attrs[keys.CONTINUES] == dead.number
+    table = sweep_table(study)
+    assert "1 of the failed continued by a later trial" in table and "FAIL->1" in table, table
     for key in (keys.TRIAL_CPU_SECONDS_PER_IMAGE, keys.TRIAL_FITTED_EPOCHS, keys.CELL_KEY):
         assert again.user_attrs[key] == dead.user_attrs[key], key
     assert again.user_attrs[keys.TRIAL_RUN_ID] == killed["run_id"]

@@ -111,8 +111,11 @@ def failures(study: optuna.Study) -> list[str]:
     for t in trials:
         if t.state != TrialState.FAIL:
             continue
-        why = str(t.user_attrs.get(keys.ERROR) or t.user_attrs.get(keys.FAILED_BY) or "no reason recorded")
-        why = why.splitlines()[0][:200] if why.strip() else "no reason recorded"
+        # Without an error or a `hmer.failed_by`, Optuna failed it: its heartbeat went stale (its
+        # worker died longer ago than the grace period) or its worker was interrupted.
+        unknown = "no error recorded (its worker died or was interrupted)"
+        why = str(t.user_attrs.get(keys.ERROR) or t.user_attrs.get(keys.FAILED_BY) or unknown)
+        why = why.splitlines()[0][:200] if why.strip() else unknown
         then = f"; trial {continued_by[t.number]} continued it" if t.number in continued_by else ""
         lines.append(f"trial {t.number} failed: {why}{then}")
     return lines

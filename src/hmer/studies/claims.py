@@ -208,6 +208,7 @@ class CellClaims:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             optuna.storages.fail_stale_trials(self.study)
+        # (a finished trial takes no attributes: these have no `hmer.failed_by`)
         failed = stale.take() if isinstance(stale, StaleTrials) else []
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             worker = trial.user_attrs.get(keys.WORKER)

@@ -25,7 +25,7 @@ from ..tracking import keys
 from .mlflow_runs import study_runs_filter
 from .resume import Resumable, adopt, checkpoint_dir, find_resumable
 from .session import Session
-from .storage import heartbeat_s, trial_id
+from .storage import GRACE_HEARTBEATS, heartbeat_s, trial_id
 
 
 def train_trial(trial: optuna.Trial, cfg: Config, session: Session, data: dict[str, list], *, name: str,
@@ -116,7 +116,8 @@ def run_one_trial(session: Session, objective: Callable[[optuna.Trial], float]) 
         # Another worker failed the trial while it ran: its heartbeat was silent for longer than
         # the grace period (a database outage, a frozen machine). Its cell is open again.
         session.say(f"trial {numbers[0] if numbers else '?'}: was marked FAIL by another worker while it ran "
-                    f"(no heartbeat for {3 * heartbeat_s()} s); its result is not kept and its cell runs again")
+                    f"(no heartbeat for {GRACE_HEARTBEATS * heartbeat_s()} s); its result is not kept and its "
+                    f"cell runs again")
         session.fail_dead_trial_runs()
         return TrialState.FAIL
     if not numbers:

@@ -41,7 +41,8 @@ import optuna
 from .optuna_compat import private_storage_calls
 
 OUTAGE_S = 600.0  # how long a worker waits for its database to come back before it gives up
-HEARTBEAT_S = 20  # Optuna heartbeat of a running trial; a trial silent for 3 heartbeats is stale
+HEARTBEAT_S = 20  # Optuna heartbeat of a running trial; a trial silent for GRACE_HEARTBEATS of them is stale
+GRACE_HEARTBEATS = 3
 HEARTBEAT_ENV = "HMER_STUDY_HEARTBEAT_S"  # another heartbeat, in whole seconds (the tests use a short one)
 # PostgreSQL's answers while it restarts; opening a storage waits them out for up to RESTART_WAIT_S.
 _RESTARTING = ("the database system is starting up", "the database system is shutting down")
@@ -97,7 +98,7 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
             with warnings.catch_warnings(), first_use_lock(url):
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeat: stable since 2.9
                 storage = storage_class(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat,
-                                        grace_period=3 * heartbeat,
+                                        grace_period=GRACE_HEARTBEATS * heartbeat,
                                         heartbeat_stale_trial_callback=StaleTrials())
             break
         except Exception as exc:  # noqa: BLE001 - a server that is down or refuses us: one line, no traceback

@@ -16,6 +16,7 @@ a sweep is.
 
 from __future__ import annotations
 
+import collections
 import math
 from typing import Any, Mapping
 
@@ -277,12 +278,15 @@ def sweep_table(study: optuna.Study) -> str:
     import pandas as pd
 
     rows = []
-    for t in study.get_trials(deepcopy=False):
+    trials = study.get_trials(deepcopy=False)
+    continued_by = {t.user_attrs[keys.CONTINUES]: t.number for t in trials if keys.CONTINUES in t.user_attrs}
+    for t in trials:
         last = max(t.intermediate_values) if t.intermediate_values else None
         # Optuna gives a pruned trial its last report as its value: that is the pruning metric,
         # not the objective, and stays in "val <=1 then".
         objective = t.value if t.state == TrialState.COMPLETE and t.value is not None else math.nan
-        row: dict[str, Any] = {"trial": t.number, "state": t.state.name, "objective": objective,
+        state = t.state.name + (f"->{continued_by[t.number]}" if t.number in continued_by else "")
+        row: dict[str, Any] = {"trial": t.number, "state": state, "objective": objective,
                                "trained %": last if last is not None else math.nan,
                                "val <=1 then": t.intermediate_values[last] if last is not None else math.nan}
         for key, value in t.user_attrs.items():
@@ -295,5 +299,11 @@ def sweep_table(study: optuna.Study) -> str:
     # finished trials by their objective, then pruned ones by how far and how well they got
     df = pd.DataFrame(rows).sort_values(["objective", "trained %", "val <=1 then"], ascending=False,
                                         na_position="last")
-    counts = ", ".join(f"{n} {s.lower()}" for s, n in df["state"].value_counts().items())
-    return f"sweep {study.study_name}: {len(df)} trials ({counts})\n" + df.to_string(index=False, float_format="%.2f")
+    states = collections.Counter(t.state.name for t in trials)
+    counts = ", ".join(f"{n} {state.lower()}" for state, n in states.most_common())
+    if continued_by:
+        counts += f"; {len(continued_by)} of the failed continued by a later trial"
+    table = df.to_string(index=False, float_format="%.2f")
+    note = ("\nFAIL->N: the trial's worker died and trial N continued its run from its last epoch"
+            if continued_by else "")
+    return f"sweep {study.study_name}: {len(df)} trials ({counts})\n{table}{note}"
