@@ -135,7 +135,7 @@ def test_a_cell_that_raises_leaves_the_notebook_as_it_was(tmp_path, capsys):
 def test_hmer_notebooks_rejects_an_unknown_name_in_one_line(capsys):
     assert hmer_main(["notebooks", "exprate_table"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "hmer: error: unknown notebook exprate_table: choose from exprate_tables, training_curves, attention_maps, sweep"
+    assert err == f"hmer: error: unknown notebook exprate_table: choose from {', '.join(NAMES)}"
 
 
 # ---- the sweep notebook --------------------------------------------------------------------------

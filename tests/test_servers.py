@@ -173,13 +173,20 @@ def test_workers_killed_and_a_database_restart_lose_and_repeat_nothing(servers, 
     hostnames = _own_hostnames()
     command = _command(servers, data)
     a, b, c = (Machine(name, tmp_path, command, hostnames) for name in ("machine-a", "machine-b", "machine-c"))
-    machines = [a, b, c]
+    machines, killed_b = [a, b, c], [b]
     try:
         # machine-a: killed in the middle of a trial's training.
         killed_mid_trial = _wait(lambda: _training_trial(servers, a), machines, 240, "machine-a trains a trial")
         a.kill()
-        # machine-b: killed while it writes a checkpoint (the previous one must survive).
+        # machine-b: killed while it writes a checkpoint (the previous one must survive). A write
+        # that ends between seeing its temporary file and the kill leaves none: then a replacement
+        # machine is caught at its own next write.
         left = _catch_checkpoint_write(b, 240)
+        while not any(p.endswith(".tmp") for p in left) and len(killed_b) < 3:
+            b = Machine(f"machine-b{len(killed_b) + 1}", tmp_path, command, hostnames)
+            killed_b.append(b)
+            machines.append(b)
+            left = _catch_checkpoint_write(b, 240)
         assert any(p.endswith(".tmp") for p in left), left
         for path in left:
             if path.endswith(".pt"):
@@ -197,10 +204,10 @@ def test_workers_killed_and_a_database_restart_lose_and_repeat_nothing(servers, 
         for m in machines:
             m.proc.wait(timeout=420)
     finally:
-        for m in (a, b, c, *([d] if "d" in locals() else [])):
+        for m in (a, *killed_b, c, *([d] if "d" in locals() else [])):
             if m.proc.poll() is None:
                 m.kill()
-    logs = {m.name: m.log() for m in (a, b, c, d)}
+    logs = {m.name: m.log() for m in (a, *killed_b, c, d)}
     for m in (c, d):
         assert m.proc.returncode == 0, f"{m.name}:\n{logs[m.name][-4000:]}"
 
@@ -211,12 +218,12 @@ def test_workers_killed_and_a_database_restart_lose_and_repeat_nothing(servers, 
     assert len(complete) == CELLS and set(complete.values()) == {1}, complete
     assert not [t.number for t in trials if t.state == TrialState.RUNNING]
     failed = [t for t in trials if t.state == TrialState.FAIL]
-    killed_pids = {a.proc.pid, b.proc.pid}
+    killed_pids = {a.proc.pid, *(m.proc.pid for m in killed_b)}
     assert killed_mid_trial in [t.number for t in failed]
     assert {t.user_attrs[keys.WORKER]["pid"] for t in failed} == killed_pids  # nothing else failed
     assert all(t.user_attrs[keys.CELL_KEY] in complete for t in failed)  # and their cells ran again
     if hostnames:
-        assert {t.user_attrs[keys.WORKER]["host"] for t in trials} <= {m.name for m in (a, b, c, d)}
+        assert {t.user_attrs[keys.WORKER]["host"] for t in trials} <= {m.name for m in (a, *killed_b, c, d)}
 
     # MLflow: one parent FINISHED; a FINISHED child per cell; the killed trials' children FAILED.
     client = MlflowClient(servers.tracking_uri)
