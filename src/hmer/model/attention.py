@@ -35,11 +35,21 @@ from .dropout import dropout
 Refinement = Callable[[Tensor], Tensor]  # attn probs [B, H, L, S] -> term [B, H, L, S]
 
 
-def masked_softmax(scores: Tensor, pad: Optional[Tensor]) -> Tensor:
-    """softmax over the last dim, in float32 for stability, cast back to the scores' dtype."""
-    if pad is not None:
-        scores = scores.masked_fill(pad, float("-inf"))
+def masked_softmax(scores: Tensor, mask: Optional[Tensor]) -> Tensor:
+    """softmax over the last dim of `scores + mask` (`additive_mask`), in float32 for stability,
+    cast back to the scores' dtype."""
+    if mask is not None:
+        scores = scores + mask
     return torch.softmax(scores.float(), dim=-1).to(scores.dtype)
+
+
+def additive_mask(pad: Tensor, dtype: torch.dtype) -> Tensor:
+    """0 where a position may be attended, -inf where `pad` says it may not. Added to the scores it
+    masks them as `masked_fill` would, to the bit, in one pass over the scores instead of a copy and
+    a fill, and its backward hands the gradient through untouched instead of zeroing it in another
+    pass (the softmax already gives masked positions none). The mask is broadcast: [B, 1, 1, S] or
+    [L, L], an eighth or less of the scores."""
+    return torch.zeros(pad.shape, dtype=dtype, device=pad.device).masked_fill_(pad, float("-inf"))
 
 
 def causal_pad_mask(length: int, device: torch.device) -> Tensor:
@@ -119,9 +129,10 @@ class MultiHeadAttention(nn.Module):
                 c = causal_pad_mask(q.shape[2], q.device)
                 pad = c if pad is None else pad | c
             scores = self.scores(q, k)
-            weights = masked_softmax(scores, pad)
+            mask = additive_mask(pad, scores.dtype) if pad is not None else None
+            weights = masked_softmax(scores, mask)
             if refine is not None:
-                weights = masked_softmax(scores - refine(weights), pad)
+                weights = masked_softmax(scores - refine(weights), mask)
             out = torch.matmul(dropout(weights, dropout_p, self.training), v)
         b, _, length, _ = out.shape
         out = out.transpose(1, 2).reshape(b, length, self.nhead * self.head_dim)
