@@ -293,8 +293,8 @@ def plot_claims(claims: pd.DataFrame, *, max_columns: int = 3, title: str | None
     for ax in axes[len(comparisons):]:
         ax.set_visible(False)
     for ax, (claim, winner, loser) in zip(axes, comparisons):
-        part = claims[(claims["claim"] == claim) & (claims["winner"] == winner) & (claims["loser"] == loser)]
-        part = part[part["year"].astype(str) != ""].sort_values("year")
+        rows_of = claims[(claims["claim"] == claim) & (claims["winner"] == winner) & (claims["loser"] == loser)]
+        part = rows_of[rows_of["year"].astype(str) != ""].sort_values("year")  # a year-less row: nothing to draw
         years = list(part["year"].astype(str))
         x = np.arange(len(years))
         ax.axhline(0.0, color="0.3", linewidth=0.8)
@@ -314,9 +314,8 @@ def plot_claims(claims: pd.DataFrame, *, max_columns: int = 3, title: str | None
             ax.plot(x[paper.notna().to_numpy()] + 0.2, paper[paper.notna()], "D", markerfacecolor="none",
                     markeredgecolor="0.2", markersize=6)
         if not measured.any():
-            why = part["verdict"].iloc[0] if len(part) else claims.loc[
-                (claims["claim"] == claim) & (claims["winner"] == winner), "verdict"].iloc[0]
-            ax.text(0.5, 0.5, why, transform=ax.transAxes, ha="center", va="center", color="0.4")
+            ax.text(0.5, 0.5, rows_of["verdict"].iloc[0], transform=ax.transAxes, ha="center", va="center",
+                    color="0.4")
             if not paper.notna().any():
                 ax.set_yticks([])  # nothing drawn: no scale to read
         ax.set_xticks(x, years)

@@ -44,8 +44,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ..tracking import keys
 from .optuna_compat import grid_attrs
-from .storage import StaleTrials
 from .spec import SEED_KEY, cell_key
+from .storage import StaleTrials
 
 
 # ---- workers ------------------------------------------------------------------------------------

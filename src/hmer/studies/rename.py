@@ -48,7 +48,7 @@ def rename_study(study: str, new: str, *, tracking_uri: str | None = None, stora
     client = mlflow_client(uri)
     url = storage or default_storage(uri)
     optuna_storage = open_storage(url)
-    names = {s.study_name: s for s in optuna.get_all_study_summaries(optuna_storage, include_best_trial=False)}
+    names = set(optuna.get_all_study_names(optuna_storage))
     runs = _tagged_runs(client, study)
     experiment = client.get_experiment_by_name(study)
     copied = new in names and study in names and _same_trials(optuna_storage, study, new)
@@ -89,13 +89,13 @@ def _tagged_runs(client, study: str) -> list:
 
     experiments = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ALL)]
     runs, token = [], None
-    while experiments:
+    while experiments:  # page by page
         page = client.search_runs(experiments, filter_string=f"tags.`{keys.STUDY}` = '{study}'",
                                   run_view_type=ViewType.ALL, max_results=1000, page_token=token)
         runs.extend(page)
         token = page.token
         if not token:
-            break
+            return runs
     return runs
 
 
