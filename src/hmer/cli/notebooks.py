@@ -6,9 +6,10 @@ from .errors import UserError
 
 
 def add_parser(sub) -> None:
+    from ..reports.notebooks import NAMES  # a light module: the names, no notebook machinery
+
     nb = sub.add_parser("notebooks", help="run the report notebooks against a store and keep their outputs")
-    nb.add_argument("names", nargs="*", metavar="NAME",
-                    help="exprate_tables, training_curves, attention_maps, sweep (default: all four)")
+    nb.add_argument("names", nargs="*", metavar="NAME", help=f"{', '.join(NAMES)} (default: all {len(NAMES)})")
     nb.add_argument("--study", default=None, help="the study the notebooks show (default: each notebook's own)")
     nb.add_argument("--tracking-uri", default=None, help="the store (default: the project's mlruns/mlflow.db)")
     nb.add_argument("--notebooks", default="notebooks", help="where the notebooks are (default: ./notebooks)")
