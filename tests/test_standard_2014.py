@@ -132,6 +132,32 @@ def test_the_sweep_searches_its_whole_space_on_ink(shared_crohme, tmp_path, monk
     (run,) = MlflowClient(store).search_runs(
         [MlflowClient(store).get_experiment_by_name("sweep-ink").experiment_id], "tags.`hmer.trial` = '0'")
     metrics = run.data.metrics
-    assert metrics["val-alt_final_n"] == metrics["val_final_n"] == 4
     assert not any(key.startswith("test_") for key in metrics)  # a sweep reads no test year
-    assert trial.value == pytest.approx((metrics["val_final_exprate"] + metrics["val-alt_final_exprate"]) / 2)
+    if trial.params["data.render_style"] == SWEEP.fixed["data.val_alt"]:  # validation is already drawn so
+        assert "val-alt_final_n" not in metrics and metrics["val_final_n"] == 4
+        assert trial.value == pytest.approx(metrics["val_final_exprate"])
+    else:
+        assert metrics["val-alt_final_n"] == metrics["val_final_n"] == 4
+        assert trial.value == pytest.approx((metrics["val_final_exprate"] + metrics["val-alt_final_exprate"]) / 2)
+
+
+@pytest.mark.parametrize("render_style, val_alt, restyled", [("direct", "standard-like", True),
+                                                              ("standard-like", "direct", True),
+                                                              ("standard-like", "standard-like", False)])
+def test_validation_is_drawn_again_only_in_another_style(shared_crohme, render_style, val_alt, restyled):
+    # A run drawn in the data.val_alt style would decode the same images twice and log the same
+    # scores under val-alt: it has no second validation (real CROHME ink, drawn by the renderer).
+    import numpy as np
+    import torch
+
+    from hmer.training.distributed import DistInfo
+    from hmer.training.setup import build
+
+    cfg = tiny_config(**{"data.path": str(shared_crohme), "data.render_height": 32, "data.train_limit": 4,
+                         "data.val_limit": 3, "data.test_limit": 2, "data.test_years": "2014",
+                         "data.render_style": render_style, "data.val_alt": val_alt})
+    data = build(cfg, None, torch.device("cpu"), DistInfo()).data
+    assert ("val-alt" in data) == restyled
+    if restyled:
+        assert [e.name for e in data["val-alt"]] == [e.name for e in data["val"]]
+        assert not any(np.array_equal(a.image, b.image) for a, b in zip(data["val-alt"], data["val"]))

@@ -243,8 +243,9 @@ def _objective(session: Session, spec: SweepSpec, data_for: StudyData):
 
 def sweep_objective(result) -> float:
     """What a sweep maximises: the validation ExpRate decoded as the test years are (beam, joint
-    search), averaged with the same writers drawn in the other style (`data.val_alt`) when the trial
-    has it, so that a setting must read both renderers' strokes (issue 26) and no test year is read.
+    search), averaged with the same writers drawn in the `data.val_alt` style when the trial is
+    drawn in another one, so that a setting must read the standard-like strokes (issue 26) and no
+    test year is read; a trial drawn in that style already is scored on its validation alone.
     Without a final validation decode: the best greedy validation ExpRate of the epochs."""
     scores = [s.exprate for key, s in sorted(result.validation_scores.items()) if s.n > 0]
     return sum(scores) / len(scores) if scores else result.best_val_exprate

@@ -129,13 +129,16 @@ def _add_restyled_splits(cfg: Config, data: dict[str, list], test_years: list[st
     training strokes when `data.aug_share` redraws training images, else None."""
     augmenting = AugmentConfig.from_data_config(cfg.data).enabled
     val = data.get("val") or []
+    # Validation drawn again in its own style would be the same images and the same scores: a run
+    # drawn in the `data.val_alt` style has no second validation.
+    restyled = bool(cfg.data.val_alt) and cfg.data.val_alt != cfg.data.render_style and bool(val)
     strokes = None
-    if augmenting or (cfg.data.val_alt and val):
+    if augmenting or restyled:
         names = [e.name for e in data["train"]] if augmenting else []
-        names += [e.name for e in val] if cfg.data.val_alt else []
+        names += [e.name for e in val] if restyled else []
         with open_source(cfg.data.path or None) as source:
             strokes = load_strokes(source, "train", names)
-    if cfg.data.val_alt and val:
+    if restyled:
         style = val_alt_render_config(cfg.data)
         data[VAL_ALT] = [Expression(name=e.name, tokens=e.tokens, image=render_ink(strokes[e.name], style))  # type: ignore[index]
                          for e in val]

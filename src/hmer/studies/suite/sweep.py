@@ -4,8 +4,8 @@ augmentation, and the encoder's and decoder's width and depth, with median pruni
 
 With `--budget cpu` every trial gets the same training compute (25 CPU-minutes of one thread):
 it measures its own cost per image and trains the epochs that fit. The objective is validation
-(the writer hold-out, drawn in both rendering styles, decoded as the test years are); no test
-year is read. Pruned trials are PRUNED in Optuna and tagged hmer.status=pruned (run KILLED) in
+(the writer hold-out decoded as the test years are, and, for a trial trained on direct
+renderings, its mean with the same writers drawn standard-like); no test year is read. Pruned trials are PRUNED in Optuna and tagged hmer.status=pruned (run KILLED) in
 MLflow; the pruner compares trials at the same share of their training.
 
     python studies/sweep.py                          # budget cpu without a GPU, short with one
@@ -44,8 +44,8 @@ SWEEP = SweepSpec(
     # Scale augmentation, when a trial turns it on, is CoMER's range x0.7 .. x1.4. Renderer
     # augmentation redraws `data.aug_share` of the training images with one recipe of moderate
     # distortions (docs/data.md measures each; antialiasing, the costly one, is left to downscaling,
-    # which gives the same grey edges). Validation is also drawn standard-like and the objective
-    # reads both (sweeps.sweep_objective). No test year is decoded: a sweep selects on validation
+    # which gives the same grey edges). Validation is also drawn standard-like when a trial draws
+    # direct, and the objective reads both (sweeps.sweep_objective). No test year is decoded: a sweep selects on validation
     # only, and its winner is trained again by the studies.
     fixed={"data.scale_aug_min": 0.7, "data.test_years": "", "data.val_alt": "standard-like",
            "data.aug_width_min": 0.5, "data.aug_width_max": 1.5, "data.aug_pressure": 0.3,
