@@ -29,6 +29,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from ..atomic import write_text_atomically
 from ..tracking import keys
 from ..tracking.store import mask_password
 from ..tracking.ui import ui_hint
@@ -196,7 +197,6 @@ def claims_command(budget: str = "cpu", tracking_uri: str | None = None, out_dir
     """`hmer report --claims`: print the claims table; with `out_dir`, also write `claims.md`,
     `claims.csv` and the figure `claims.png` there. Returns 0: a claim without its study is a row
     saying so, not an error."""
-    from ..atomic import write_text_atomically
     from .paper_claims import claims_table, format_claims
 
     df = claims_table(budget, tracking_uri, measure=measure, n_resamples=n_resamples)

@@ -25,6 +25,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
+from ..atomic import write_atomically
 from .buckets import length_labels, structure_labels
 from .markup import measure_label
 from .tables import scores_long, variant_order
@@ -47,8 +48,6 @@ DPI = 150
 
 def save_figure(fig: Figure, path: str | Path, dpi: int = DPI) -> Path:
     """Write `fig` as PNG (folders made as needed, the file whole or not at all); returns the path."""
-    from ..atomic import write_atomically
-
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomically(path, lambda f: fig.savefig(f, format="png", dpi=dpi, bbox_inches="tight", facecolor="white"))

@@ -102,11 +102,17 @@ def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
     return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
 
 
+def continued_by(trials: list[FrozenTrial]) -> dict[int, int]:
+    """{number of a trial whose worker died: number of the trial that continued it}
+    (`keys.CONTINUES`, set by `studies.sweeps.continue_dead_trials`)."""
+    return {t.user_attrs[keys.CONTINUES]: t.number for t in trials if keys.CONTINUES in t.user_attrs}
+
+
 def failures(study: optuna.Study) -> list[str]:
     """One line per FAIL trial: why (its error, or that its worker died) and the trial that
     continued it from its last epoch, if one did."""
     trials = study.get_trials(deepcopy=False)
-    continued_by = {t.user_attrs[keys.CONTINUES]: t.number for t in trials if keys.CONTINUES in t.user_attrs}
+    continued = continued_by(trials)
     lines = []
     for t in trials:
         if t.state != TrialState.FAIL:
@@ -116,7 +122,7 @@ def failures(study: optuna.Study) -> list[str]:
         unknown = "no error recorded (its worker died or was interrupted)"
         why = str(t.user_attrs.get(keys.ERROR) or t.user_attrs.get(keys.FAILED_BY) or unknown)
         why = why.splitlines()[0][:200] if why.strip() else unknown
-        then = f"; trial {continued_by[t.number]} continued it" if t.number in continued_by else ""
+        then = f"; trial {continued[t.number]} continued it" if t.number in continued else ""
         lines.append(f"trial {t.number} failed: {why}{then}")
     return lines
 

@@ -190,8 +190,8 @@ class CellClaims:
         is alive, and Optuna's heartbeat check, which cannot tell, must not fail its trial (a sweep
         would continue it in a second worker while the first goes on training it). Called before
         every heartbeat check of this worker's: `reap`'s, and Optuna's own at the start of a trial."""
-        if getattr(self.storage, "get_heartbeat_interval", lambda: None)() is None:
-            return  # a storage without Optuna's heartbeat (in memory)
+        if self.storage.get_heartbeat_interval() is None:
+            return  # a storage opened without Optuna's heartbeat
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             if worker_alive(trial.user_attrs.get(keys.WORKER)):
                 self.storage.record_heartbeat(self.trial_id(trial))

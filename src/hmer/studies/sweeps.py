@@ -278,15 +278,17 @@ def sweep_table(study: optuna.Study) -> str:
     objective (`sweep_objective`), how far each trial trained and its pruning reading there."""
     import pandas as pd
 
+    from ..reports.sweep import continued_by
+
     rows = []
     trials = study.get_trials(deepcopy=False)
-    continued_by = {t.user_attrs[keys.CONTINUES]: t.number for t in trials if keys.CONTINUES in t.user_attrs}
+    continued = continued_by(trials)
     for t in trials:
         last = max(t.intermediate_values) if t.intermediate_values else None
         # Optuna gives a pruned trial its last report as its value: that is the pruning metric,
         # not the objective, and stays in "val <=1 then".
         objective = t.value if t.state == TrialState.COMPLETE and t.value is not None else math.nan
-        state = t.state.name + (f"->{continued_by[t.number]}" if t.number in continued_by else "")
+        state = t.state.name + (f"->{continued[t.number]}" if t.number in continued else "")
         row: dict[str, Any] = {"trial": t.number, "state": state, "objective": objective,
                                "trained %": last if last is not None else math.nan,
                                "val <=1 then": t.intermediate_values[last] if last is not None else math.nan}
@@ -302,9 +304,9 @@ def sweep_table(study: optuna.Study) -> str:
                                         na_position="last")
     states = collections.Counter(t.state.name for t in trials)
     counts = ", ".join(f"{n} {state.lower()}" for state, n in states.most_common())
-    if continued_by:
-        counts += f"; {len(continued_by)} of the failed continued by a later trial"
+    if continued:
+        counts += f"; {len(continued)} of the failed continued by a later trial"
     table = df.to_string(index=False, float_format="%.2f")
     note = ("\nFAIL->N: the trial's worker died and trial N continued its run from its last epoch"
-            if continued_by else "")
+            if continued else "")
     return f"sweep {study.study_name}: {len(df)} trials ({counts})\n{table}{note}"
