@@ -353,13 +353,52 @@ def test_hmer_report_command_line_for_a_study_an_experiment_and_runs(store, tmp_
     assert main(base + ["--runs", "0" * 32, "--out", str(tmp_path / "y")]) == 2
 
 
+def _runs(*rows):
+    """A `load_runs` frame of finished, scored runs: (run id, decoder, coverage, seed), newest first."""
+    return pd.DataFrame([{"run_id": r, "params.model.decoder": d, "params.model.coverage": c, "seed": s,
+                          "variant": f"{d}/{c}", "state": "finished", "start_time": pd.Timestamp(2026, 11, 1) - pd.Timedelta(days=i),
+                          "metrics.test_2014_exprate": 1.0} for i, (r, d, c, s) in enumerate(rows)])
+
+
+def test_attention_compares_one_run_per_kind_of_coverage_of_one_seed():
+    from hmer.reports import coverage_variants
+
+    runs = _runs(("f2", "transformer", "fusion", 2), ("n2", "transformer", "none", 2),
+                 ("c1", "transformer", "cross", 1), ("n1", "transformer", "none", 1), ("f1", "transformer", "fusion", 1),
+                 ("s1", "transformer", "self", 1), ("g3", "rnn", "none", 3))
+    # seed 1 is the seed of four kinds; the GRU has only seed 3; newest first never beats the shared seed
+    assert coverage_variants(runs) == ["n1", "s1", "c1", "f1", "g3"]
+    # one kind only: the two most recent runs of different variants
+    assert coverage_variants(_runs(("b", "transformer", "none", 1), ("a", "transformer", "none", 2))) == ["b", "a"]
+    with pytest.raises(ValueError, match="no finished run"):
+        coverage_variants(runs.assign(state="failed"))
+
+
+def test_expressions_worth_looking_at_are_those_the_models_disagree_on():
+    from hmer.reports import pick_expressions
+
+    truth = {"e1": "a + b", "e2": "x", "e3": "a b c", "e4": "y = 1", "e5": "z"}
+
+    def read(**predictions):
+        return pd.DataFrame([{"name": n, "truth": truth[n], "prediction": p,
+                              "distance": 0 if p == truth[n] else 1} for n, p in predictions.items()])
+
+    first = read(e1="a + b", e2="x", e3="a b d", e4="y = 1", e5="w")
+    second = read(e1="a + b", e2="x x", e3="a b d", e4="y = 2", e5="w")
+    third = read(e1="a + b", e2="x", e3="a b d", e4="y = 1", e5="w")
+    # e2: the second over-parses what the others read; e4: a misreading; e5 and e3: all wrong, shorter first
+    assert pick_expressions(first, second, third, k=5) == ["e2", "e4", "e5", "e3", "e1"]
+    assert pick_expressions(first, second, k=2) == ["e2", "e4"]
+    assert pick_expressions(first.iloc[:2], third.iloc[1:], k=5) == ["e2"]  # names in every frame only
+
+
 @pytest.mark.slow
 def test_attention_maps_of_a_model_with_and_without_coverage(store):
-    from hmer.reports import coverage_pair, load_runs, load_test_expressions, plot_attention
+    from hmer.reports import coverage_variants, load_runs, load_test_expressions, plot_attention
     from hmer.reports.attention import attend, compare_models, model_label, token_maps
     from hmer.tracking import load_model
 
-    with_cov, without_cov = coverage_pair(load_runs(store.tracking_uri, study=store.study))
+    without_cov, with_cov = coverage_variants(load_runs(store.tracking_uri, study=store.study))
     models, configs = {}, {}
     for run_id in (with_cov, without_cov):
         model, cfg, vocab = load_model(run_id, store.tracking_uri)

@@ -15,7 +15,7 @@ def add_parser(sub) -> None:
     nb.add_argument("--notebooks", default="notebooks", help="where the notebooks are (default: ./notebooks)")
     nb.add_argument("--out", default=None, help="write the executed notebooks here (default: in place)")
     nb.add_argument("--set", nargs="*", default=[], metavar="VAR=VALUE",
-                    help="kernel variables, e.g. HMER_YEAR=2016 HMER_RUN_WITH_COVERAGE=RUN_ID")
+                    help="kernel variables, e.g. HMER_YEAR=2016 HMER_RUNS=RUN_A,RUN_B")
     nb.add_argument("--clear", action="store_true", help="strip the outputs instead: the notebooks as sources")
     nb.set_defaults(func=cmd_notebooks)
 

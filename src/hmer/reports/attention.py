@@ -29,7 +29,7 @@ import torch
 # The maps themselves are computed where a run's logged pictures are drawn from them too.
 from ..tracking.artifacts import KINDS, token_maps
 
-__all__ = ["KINDS", "AttentionResult", "attend", "compare_models", "coverage_pair", "decode_tokens",
+__all__ = ["KINDS", "AttentionResult", "attend", "compare_models", "coverage_variants", "decode_tokens",
            "load_test_expressions", "model_label", "pick_expressions", "token_maps", "tokens_from_predictions"]
 
 
@@ -125,26 +125,30 @@ def tokens_from_predictions(predictions: pd.DataFrame) -> dict[str, list[str]]:
     return {str(n): str(p).split() for n, p in zip(predictions["name"], predictions["prediction"])}
 
 
-def pick_expressions(first: pd.DataFrame, second: pd.DataFrame, k: int = 3) -> list[str]:
-    """Up to `k` expression names worth looking at, from two runs' predictions on one test year.
+def pick_expressions(*predictions: pd.DataFrame, k: int = 3) -> list[str]:
+    """Up to `k` expression names worth looking at, from several runs' predictions on one test year.
 
-    First those one model reads and the other does not where the wrong one has too many or
-    too few tokens (over- or under-parsing), then any other disagreement, then expressions
-    both misread, then the rest; shorter expressions first within each group (their maps are
-    readable). Names present in both frames only.
+    First those some models read and others do not, where a wrong one has too many or too few
+    tokens (over- or under-parsing), then any other disagreement, then expressions every model
+    misread, then the rest; shorter expressions first within each group (their maps are
+    readable). Names present in every frame only.
     """
-    merged = first[["name", "truth", "prediction", "distance"]].merge(
-        second[["name", "prediction", "distance"]], on="name", suffixes=("_a", "_b"))
+    if not predictions:
+        raise ValueError("give the predictions of at least one run")
+    merged = predictions[0][["name", "truth"]]
+    for i, frame in enumerate(predictions):
+        merged = merged.merge(frame[["name", "prediction", "distance"]].rename(
+            columns={"prediction": f"prediction_{i}", "distance": f"distance_{i}"}), on="name")
     if merged.empty:
         return []
-    truth_len = merged["truth"].str.split().str.len()
-    len_a = merged["prediction_a"].str.split().str.len()
-    len_b = merged["prediction_b"].str.split().str.len()
-    right_a = merged["distance_a"].eq(0).fillna(False).astype(bool).to_numpy()
-    right_b = merged["distance_b"].eq(0).fillna(False).astype(bool).to_numpy()
-    one_right = right_a != right_b
-    wrong_len = np.where(right_a, len_b, len_a) != truth_len.to_numpy()
-    rank = np.select([one_right & wrong_len, one_right, ~right_a & ~right_b], [0, 1, 2], default=3)
+    truth_len = merged["truth"].str.split().str.len().to_numpy()
+    right = np.stack([merged[f"distance_{i}"].eq(0).fillna(False).astype(bool).to_numpy()
+                      for i in range(len(predictions))], axis=1)
+    lengths = np.stack([merged[f"prediction_{i}"].fillna("").str.split().str.len().to_numpy()
+                        for i in range(len(predictions))], axis=1)
+    disagree = right.any(axis=1) & ~right.all(axis=1)
+    misparsed = (~right & (lengths != truth_len[:, None])).any(axis=1)  # a wrong reading of the wrong length
+    rank = np.select([disagree & misparsed, disagree, ~right.any(axis=1)], [0, 1, 2], default=3)
     merged = merged.assign(_rank=rank, _len=truth_len).sort_values(["_rank", "_len", "name"], kind="stable")
     return list(merged["name"].head(k))
 
@@ -188,13 +192,18 @@ def model_label(cfg: Any, run_id: str = "") -> str:
     return f"{name}{m.decoder} d {m.d_model}, {coverage}, {m.direction}" + (f" ({run_id[:8]})" if run_id else "")
 
 
-def coverage_pair(runs: pd.DataFrame) -> tuple[str, str]:
-    """(run id with coverage, run id without): the most recent finished runs of each kind.
+# The order in which coverage variants are shown: none first, then CoMER's refinements from the
+# simplest, then WAP's coverage attention (the GRU decoder) and any other decoder.
+_COVERAGE_ORDER = ("none", "self", "cross", "fusion")
 
-    "With coverage" is `model.coverage != none` (CoMER's refinement) or the GRU decoder
-    (WAP's coverage attention). Without one of each kind, the two most recent finished
-    runs of different variants (or simply the two most recent) stand in, so a notebook
-    still shows two models side by side.
+
+def coverage_variants(runs: pd.DataFrame) -> list[str]:
+    """Run ids to compare attention across coverage: one finished, scored run per kind of
+    coverage (none, self, cross, fusion; the GRU's WAP coverage; any other decoder), in that order.
+
+    The runs are of one seed where the kinds share one (the seed most of them have, the lowest on
+    a tie), else each kind's most recent. With a single kind, the two most recent finished runs of
+    different variants (or simply the two most recent) stand in, so a figure still compares two models.
     """
     from .tables import scored
 
@@ -206,16 +215,29 @@ def coverage_pair(runs: pd.DataFrame) -> tuple[str, str]:
     done = done.sort_values("start_time", ascending=False)
     coverage = done.get("params.model.coverage", pd.Series("none", index=done.index)).fillna("none")
     decoder = done.get("params.model.decoder", pd.Series("transformer", index=done.index)).fillna("transformer")
-    has = (coverage != "none") | (decoder == "rnn")
-    if has.any() and (~has).any():
-        return str(done.loc[has, "run_id"].iloc[0]), str(done.loc[~has, "run_id"].iloc[0])
-    first = done.iloc[0]
-    others = done[done["variant"] != first["variant"]] if "variant" in done.columns else done.iloc[1:]
-    if others.empty:
-        others = done.iloc[1:]
-    if others.empty:
-        raise ValueError("need two finished runs to compare attention maps")
-    return str(first["run_id"]), str(others["run_id"].iloc[0])
+    # The GRU's coverage attention is its decoder's own, whatever model.coverage says.
+    kind = pd.Series(np.where(decoder == "transformer", coverage, decoder), index=done.index)
+    if kind.nunique() == 1:
+        first = done.iloc[0]
+        others = done[done["variant"] != first["variant"]] if "variant" in done.columns else done.iloc[1:]
+        if others.empty:
+            others = done.iloc[1:]
+        if others.empty:
+            raise ValueError("need two finished runs to compare attention maps")
+        return [str(first["run_id"]), str(others["run_id"].iloc[0])]
+    seeds = done["seed"] if "seed" in done.columns else pd.Series(pd.NA, index=done.index)
+    kinds_of_seed = {seed: set(kind[seeds.eq(seed).fillna(False)]) for seed in seeds.dropna().unique()}
+    seed = min(kinds_of_seed, key=lambda s: (-len(kinds_of_seed[s]), s)) if kinds_of_seed else None
+
+    def order(k: str) -> tuple[int, str]:
+        return (_COVERAGE_ORDER.index(k) if k in _COVERAGE_ORDER else len(_COVERAGE_ORDER), k)
+
+    chosen = []
+    for k in sorted(set(kind), key=order):
+        group = done[kind == k]
+        of_seed = group[seeds[group.index].eq(seed).fillna(False)]
+        chosen.append(str((of_seed if not of_seed.empty else group)["run_id"].iloc[0]))
+    return chosen
 
 
 def load_test_expressions(cfg: Any, year: str, names: Sequence[str] | None = None) -> list[Any]:

@@ -37,7 +37,7 @@ def run_notebooks(*, notebooks_dir: str | Path = "notebooks", out_dir: str | Pat
                   env: dict[str, str] | None = None, timeout_s: int = CELL_TIMEOUT_S) -> list[ExecutedNotebook]:
     """Execute `names` from `notebooks_dir` against `tracking_uri` (None: the project's store)
     and `study` (None: each notebook's default), writing them with outputs into `out_dir`
-    (None: in place). `env` adds kernel variables (`HMER_YEAR`, `HMER_RUN_WITH_COVERAGE`, ...)."""
+    (None: in place). `env` adds kernel variables (`HMER_YEAR`, `HMER_RUNS`, ...)."""
     import time
 
     import nbformat
