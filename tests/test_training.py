@@ -75,6 +75,22 @@ def test_warmup_ramps_the_learning_rate():
     assert lrs == sorted(lrs)
 
 
+def test_the_best_checkpoint_is_the_highest_exprate_then_the_closest_to_right_then_the_latest():
+    from hmer.training.resume import TrainState
+    from hmer.training.trainer import improves_on_best
+
+    best, chosen = TrainState(), []
+    # (ExpRate, within one edit) per epoch, as a short CPU run reads them on 465 expressions
+    for epoch, (exprate, le1) in enumerate([(0.0, 0.22), (0.0, 0.65), (3.66, 11.83), (3.44, 12.9),
+                                            (3.66, 11.61), (3.66, 13.33), (3.66, 13.33)], start=1):
+        if improves_on_best(best, exprate, le1):
+            best.best_val_exprate, best.best_val_le1, best.best_epoch = exprate, le1, epoch
+            chosen.append(epoch)
+    # epoch 2 beats epoch 1 within one edit; a lower ExpRate never wins, however close; a full tie
+    # goes to the later epoch
+    assert chosen == [1, 2, 3, 6, 7] and best.best_epoch == 7
+
+
 def test_train_records_everything_in_mlflow(store, tmp_path):
     result = train(tiny_config(), data=tiny_data(), tracking_uri=store, experiment="unit",
                    run_dir=tmp_path / "ckpt")

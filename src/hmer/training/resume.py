@@ -25,6 +25,7 @@ class TrainState:
 
     epoch: int = 0                   # the last epoch done
     best_val_exprate: float = -1.0
+    best_val_le1: float = -1.0        # within one edit at the best epoch: breaks ExpRate ties
     best_epoch: int = 0
     train_seconds: float = 0.0       # wall clock of all epochs so far, validation included
     train_cpu_seconds: float = 0.0   # CPU time of the same (the process's threads summed)
@@ -40,7 +41,7 @@ def restore(ckpt: dict[str, Any], setup: Setup) -> TrainState:
     setup.schedule.load_state_dict(ckpt["schedule"])
     set_rng_state(ckpt["rng"])
     return TrainState(epoch=int(ckpt["epoch"]), best_val_exprate=float(ckpt["best_val_exprate"]),
-                      best_epoch=int(ckpt["best_epoch"]), train_seconds=float(ckpt.get("train_seconds", 0.0)),
+                      best_val_le1=float(ckpt.get("best_val_le1", -1.0)), best_epoch=int(ckpt["best_epoch"]), train_seconds=float(ckpt.get("train_seconds", 0.0)),
                       train_cpu_seconds=float(ckpt.get("train_cpu_seconds", 0.0)),
                       step_seconds=float(ckpt.get("step_seconds", 0.0)),
                       images_trained=int(ckpt.get("images_trained", 0)), run_id=ckpt.get("run_id"))
@@ -51,7 +52,8 @@ def save_last(path: Path, setup: Setup, state: TrainState) -> None:
     atomic_torch_save({
         "format": 1, "model": setup.model.state_dict(), "optimizer": setup.optimizer.state_dict(),
         "schedule": setup.schedule.state_dict(), "rng": rng_state(), "epoch": state.epoch,
-        "best_val_exprate": state.best_val_exprate, "best_epoch": state.best_epoch,
+        "best_val_exprate": state.best_val_exprate, "best_val_le1": state.best_val_le1,
+        "best_epoch": state.best_epoch,
         "train_seconds": state.train_seconds, "train_cpu_seconds": state.train_cpu_seconds,
         "step_seconds": state.step_seconds,
         "images_trained": state.images_trained, "config": setup.cfg.to_dict(), "run_id": state.run_id,

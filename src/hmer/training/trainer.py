@@ -241,22 +241,34 @@ def _validate(setup: Setup, state: TrainState, epoch: int, metrics: dict[str, fl
         return -1.0
     if not (epoch % tc.val_every == 0 or epoch == tc.epochs or last):
         return -1.0
-    val_exprate = -1.0
+    val_exprate = val_le1 = -1.0
     if dist.is_main:
         val = evaluate_split(setup.model, setup.val_set, setup.vocab,
                              **decode_options(cfg, setup.device, setup.amp_dtype, beam=tc.val_beam_size))
-        val_exprate = val.scores.exprate
+        val_exprate, val_le1 = val.scores.exprate, val.scores.le1
         metrics["val_exprate"] = val_exprate
-        metrics["val_le1"] = val.scores.le1
+        metrics["val_le1"] = val_le1
         metrics["val_loss"] = _mean_loss(setup.model, setup.val_set, setup.vocab, cfg, setup.device,
                                          setup.amp_dtype)
     val_exprate = ddp.broadcast_float(val_exprate, dist, setup.device)
+    val_le1 = ddp.broadcast_float(val_le1, dist, setup.device)
     setup.schedule.step_validation(val_exprate)
-    if val_exprate > state.best_val_exprate:
-        state.best_val_exprate, state.best_epoch = val_exprate, epoch
+    if improves_on_best(state, val_exprate, val_le1):
+        state.best_val_exprate, state.best_val_le1, state.best_epoch = val_exprate, val_le1, epoch
         if dist.is_main:
             atomic_torch_save(model_artifact(setup.model, cfg, setup.vocab, epoch, val_exprate), best_path)
     return val_exprate
+
+
+def improves_on_best(state: TrainState, val_exprate: float, val_le1: float) -> bool:
+    """Whether a validation reading beats the best so far: a higher ExpRate, or the same ExpRate and
+    at least as much within one edit. On 465 expressions one expression is 0.22 points, so a short
+    CPU run often reads the same ExpRate at several epochs; the tie then goes to the reading closer
+    to right, and a full tie to the later epoch (trained longer, and at the end of a decaying
+    schedule). Ties on ExpRate alone had kept the earliest of them."""
+    if val_exprate != state.best_val_exprate:
+        return val_exprate > state.best_val_exprate
+    return val_le1 >= state.best_val_le1
 
 
 def _stop_reason(cfg: Config, epoch: int, first_epoch: int, over_budget: bool, val_exprate: float,
