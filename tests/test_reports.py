@@ -356,16 +356,17 @@ def test_hmer_report_command_line_for_a_study_an_experiment_and_runs(store, tmp_
 def _finished_runs(*rows):
     """A `load_runs` frame of finished, scored runs: (run id, decoder, coverage, seed), newest first."""
     return pd.DataFrame([{"run_id": r, "params.model.decoder": d, "params.model.coverage": c, "seed": s,
-                          "variant": f"{d}/{c}", "state": "finished", "start_time": pd.Timestamp(2026, 11, 1) - pd.Timedelta(days=i),
-                          "metrics.test_2014_exprate": 1.0} for i, (r, d, c, s) in enumerate(rows)])
+                          "variant": f"{d}/{c}", "state": "finished", "metrics.test_2014_exprate": 1.0,
+                          "start_time": pd.Timestamp(2026, 11, 1) - pd.Timedelta(days=i)}
+                         for i, (r, d, c, s) in enumerate(rows)])
 
 
 def test_attention_compares_one_run_per_kind_of_coverage_of_one_seed():
     from hmer.reports import coverage_variants
 
     runs = _finished_runs(("f2", "transformer", "fusion", 2), ("n2", "transformer", "none", 2),
-                 ("c1", "transformer", "cross", 1), ("n1", "transformer", "none", 1), ("f1", "transformer", "fusion", 1),
-                 ("s1", "transformer", "self", 1), ("g3", "rnn", "none", 3))
+                          ("c1", "transformer", "cross", 1), ("n1", "transformer", "none", 1),
+                          ("f1", "transformer", "fusion", 1), ("s1", "transformer", "self", 1), ("g3", "rnn", "none", 3))
     # seed 1 is the seed of four kinds; the GRU has only seed 3; newest first never beats the shared seed
     assert coverage_variants(runs) == ["n1", "s1", "c1", "f1", "g3"]
     # one kind only: the two most recent runs of different variants
