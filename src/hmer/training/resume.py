@@ -41,7 +41,8 @@ def restore(ckpt: dict[str, Any], setup: Setup) -> TrainState:
     setup.schedule.load_state_dict(ckpt["schedule"])
     set_rng_state(ckpt["rng"])
     return TrainState(epoch=int(ckpt["epoch"]), best_val_exprate=float(ckpt["best_val_exprate"]),
-                      best_val_le1=float(ckpt.get("best_val_le1", -1.0)), best_epoch=int(ckpt["best_epoch"]), train_seconds=float(ckpt.get("train_seconds", 0.0)),
+                      best_val_le1=float(ckpt.get("best_val_le1", -1.0)), best_epoch=int(ckpt["best_epoch"]),
+                      train_seconds=float(ckpt.get("train_seconds", 0.0)),
                       train_cpu_seconds=float(ckpt.get("train_cpu_seconds", 0.0)),
                       step_seconds=float(ckpt.get("step_seconds", 0.0)),
                       images_trained=int(ckpt.get("images_trained", 0)), run_id=ckpt.get("run_id"))
