@@ -31,6 +31,8 @@ import socket
 import time
 from typing import Any, Protocol
 
+from mlflow.exceptions import MlflowException
+
 from . import keys
 from .store import git_commit, mlflow_client, setup_mlflow
 
@@ -182,8 +184,15 @@ def fail_runs_of_dead_processes(tracking_uri: str | None = None) -> list[str]:
 def close_failed(client, run_id: str, why: str) -> None:
     """End a run that its own process can no longer close: FAILED, with `hmer.status=failed` and
     `hmer.error` saying why."""
-    client.set_tag(run_id, keys.STATUS, "failed")
-    client.set_tag(run_id, keys.ERROR, why)
+    for key, value in ((keys.STATUS, "failed"), (keys.ERROR, why)):
+        try:
+            client.set_tag(run_id, key, value)
+        except MlflowException:
+            # Two workers starting at once may both close the same dead run. A tracking store on a
+            # database inserts a tag the run does not have yet, so the slower of two inserts of one
+            # key fails on the primary key (seen on PostgreSQL behind `mlflow server`); written
+            # again, it is an update.
+            client.set_tag(run_id, key, value)
     client.set_terminated(run_id, status="FAILED")
 
 
