@@ -31,8 +31,6 @@ import socket
 import time
 from typing import Any, Protocol
 
-from mlflow.exceptions import MlflowException
-
 from . import keys
 from .store import git_commit, mlflow_client, setup_mlflow
 
@@ -184,6 +182,8 @@ def fail_runs_of_dead_processes(tracking_uri: str | None = None) -> list[str]:
 def close_failed(client, run_id: str, why: str) -> None:
     """End a run that its own process can no longer close: FAILED, with `hmer.status=failed` and
     `hmer.error` saying why."""
+    from mlflow.exceptions import MlflowException  # mlflow loads where a store is opened, as in store.py
+
     for key, value in ((keys.STATUS, "failed"), (keys.ERROR, why)):
         try:
             client.set_tag(run_id, key, value)
