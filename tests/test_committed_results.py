@@ -1,4 +1,4 @@
-"""The committed results (issue 12): the store in mlruns/ opens from a clone, holds the finished
+"""The committed results (issues 12 and 24): the store in mlruns/ opens from a clone, holds the finished
 direction study with its weights, and the README prints the table `hmer report` makes from it.
 Read-only: every check works on a copy or only reads."""
 
@@ -170,3 +170,44 @@ def test_the_readme_prints_the_claims_table_hmer_report_makes(clone, monkeypatch
         for claim in CLAIMS:
             if (df.loc[df["claim"] == claim.name, "verdict"] == NO_STUDY).all():
                 assert f"The {claim.name} claim" in readme or f"the {claim.name} claim" in readme, claim.name
+
+
+def test_the_cpu_budget_is_the_committed_sweeps_best_trial():
+    """Issue 24: the `cpu` budget is the recipe of the committed sweep's best trial, with the two
+    changes docs/cpu_protocol.md measured ("The budget"): cosine decay, and the epochs of about an
+    hour of training at the trial's measured cost, the warm-up keeping the trial's share."""
+    import json
+    import math
+
+    from hmer.config import Config
+    from hmer.studies.budgets import BUDGETS
+
+    study = optuna.load_study(study_name="sweep-cpu", storage=f"sqlite:///{MLRUNS / 'optuna.db'}")
+    finished = [t for t in study.trials if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]
+    assert len(finished) >= 24, f"the committed sweep has {len(finished)} trials finished or pruned"
+    best = study.best_trial
+    budget = BUDGETS["cpu"].overrides
+    assert budget["train.schedule"] == "cosine"
+
+    client = MlflowClient(f"sqlite:///{MLRUNS / 'mlflow.db'}")
+    run = client.get_run(best.user_attrs[keys.TRIAL_RUN_ID])
+    trained = json.loads((REPO / run.info.artifact_uri / "config.json").read_text())
+    trained = {f"{section}.{key}": value for section, values in trained.items() if isinstance(values, dict)
+               for key, value in values.items()}
+    changed = {"train.schedule", "train.epochs", "train.warmup_steps", "train.beam_size", "train.max_decode_len"}
+    for key, value in budget.items():
+        if key in changed:
+            continue
+        if isinstance(value, float):
+            assert math.isclose(value, trained[key], rel_tol=0.01), (key, value, trained[key])
+        else:
+            assert value == trained[key], (key, value, trained[key])
+    default = Config().to_flat_dict()
+    for key, value in trained.items():  # every renderer augmentation the trial trained with is the budget's too
+        if key.startswith("data.aug_") and value != default[key]:
+            assert key in budget, key
+
+    epochs = best.user_attrs["epochs"]
+    seconds_an_epoch = run.data.metrics["train_cpu_seconds"] / epochs
+    assert budget["train.epochs"] == round(3600 / seconds_an_epoch), seconds_an_epoch
+    assert budget["train.warmup_steps"] == round(trained["train.warmup_steps"] / epochs * budget["train.epochs"])
