@@ -191,9 +191,8 @@ def test_the_cpu_budget_is_the_committed_sweeps_best_trial():
 
     client = MlflowClient(f"sqlite:///{MLRUNS / 'mlflow.db'}")
     run = client.get_run(best.user_attrs[keys.TRIAL_RUN_ID])
-    trained = json.loads((REPO / run.info.artifact_uri / "config.json").read_text())
-    trained = {f"{section}.{key}": value for section, values in trained.items() if isinstance(values, dict)
-               for key, value in values.items()}
+    trained = Config.from_dict(json.loads((REPO / run.info.artifact_uri / "config.json").read_text()),
+                               stored=True).to_flat_dict()
     changed = {"train.schedule", "train.epochs", "train.warmup_steps", "train.beam_size", "train.max_decode_len"}
     for key, value in budget.items():
         if key in changed:

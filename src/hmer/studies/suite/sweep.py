@@ -14,6 +14,7 @@ MLflow; the pruner compares trials at the same share of their training.
 Run it again to resume (killed trials are replaced). Options: --help, and docs/studies.md.
 """
 
+from ..budgets import RENDERER_AUGMENTATION
 from ..spec import STUDIES, SweepParam, SweepSpec
 
 SWEEP = SweepSpec(
@@ -42,15 +43,12 @@ SWEEP = SweepSpec(
     ),
     model_presets={"tiny": "tiny", "full": "bttr"},
     # Scale augmentation, when a trial turns it on, is CoMER's range x0.7 .. x1.4. Renderer
-    # augmentation redraws `data.aug_share` of the training images with one recipe of moderate
-    # distortions (docs/data.md measures each; antialiasing, the costly one, is left to downscaling,
-    # which gives the same grey edges). Validation is also drawn standard-like when a trial draws
-    # direct, and the objective reads both (sweeps.sweep_objective). No test year is decoded: a sweep selects on validation
-    # only, and its winner is trained again by the studies.
+    # augmentation redraws `data.aug_share` of the training images with one recipe of distortions
+    # (budgets.RENDERER_AUGMENTATION). Validation is also drawn standard-like when a trial draws
+    # direct, and the objective reads both (sweeps.sweep_objective). No test year is decoded: a
+    # sweep selects on validation only, and its winner is trained again by the studies.
     fixed={"data.scale_aug_min": 0.7, "data.test_years": "", "data.val_alt": "standard-like",
-           "data.aug_width_min": 0.5, "data.aug_width_max": 1.5, "data.aug_pressure": 0.3,
-           "data.aug_downscale": 0.5, "data.aug_blur": 0.8, "data.aug_slant": 8.0, "data.aug_rotate": 3.0,
-           "data.aug_jitter": 0.5, "data.aug_elastic": 1.5},
+           **RENDERER_AUGMENTATION},
 )
 
 STUDIES.register(SWEEP.name, SWEEP, description=SWEEP.description)
