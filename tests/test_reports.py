@@ -273,6 +273,11 @@ def test_runs_come_back_typed(store):
     history = load_history(runs, ["val_exprate", "train_loss"], store.tracking_uri)
     assert set(history["metric"]) == {"val_exprate", "train_loss"}
     assert len(history) == 2 * len(VARIANTS) * OVERRIDES["train.epochs"] and (history["seconds"] >= 0).all()
+    cpu = load_history(runs, ["train_cpu_seconds"], store.tracking_uri)
+    per_epoch = cpu[cpu["step"] <= OVERRIDES["train.epochs"]].drop_duplicates(["run_id", "step"])
+    assert len(per_epoch) == len(VARIANTS) * OVERRIDES["train.epochs"]
+    assert (per_epoch.groupby("run_id")["value"].diff().dropna() > 0).all()  # cumulative: grows every epoch
+    assert (per_epoch["value"] > 0).all()
     preds = load_predictions(runs["run_id"][0], 2016, store.tracking_uri)
     assert len(preds) == TEST_SPLITS["2016"] and preds["correct"].dtype == bool
     with pytest.raises(PredictionsNotFound):
@@ -418,3 +423,18 @@ def test_attention_maps_of_a_model_with_and_without_coverage(store):
     assert [r.forced for r in rows[0]] == [True, True] and rows[0][0].tokens == list(expr.tokens)
     fig = plot_attention(rows[0])
     assert len(fig.axes) >= 2 * (len(expr.tokens) + 2)
+
+
+@pytest.mark.slow
+def test_training_curves_are_drawn_against_cpu_time_when_every_run_logged_it(store):
+    from hmer.reports import load_history, load_runs
+    from hmer.reports.plots import plot_training_curves
+
+    runs = load_runs(store.tracking_uri, study=store.study)
+    history = load_history(runs, tracking_uri=store.tracking_uri)
+    fig = plot_training_curves(history)
+    assert fig.axes[len(fig.axes) // 2].get_xlabel().startswith("CPU minutes")
+    # runs from before the metric existed: wall-clock time, and the label says so
+    older = history[history["metric"] != "train_cpu_seconds"]
+    fig = plot_training_curves(older)
+    assert fig.axes[len(fig.axes) // 2].get_xlabel().startswith("wall-clock minutes")

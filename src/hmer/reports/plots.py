@@ -126,8 +126,12 @@ def plot_training_curves(
     title: str | None = None,
     path: str | Path | None = None,
 ) -> Figure:
-    """Metrics against epoch (top row: mean ± std over seeds) and against wall-clock minutes
-    since each run started (bottom row: one line per run), coloured by variant.
+    """Metrics against epoch (top row: mean ± std over seeds) and against time (bottom row: one
+    line per run), coloured by variant.
+
+    The time is the training's CPU minutes (`train_cpu_seconds`, validation included) when
+    every run logged it each epoch, else wall-clock minutes since each run started, which count
+    pauses and other jobs on a shared machine; the axis label says which.
 
     Args:
         history: a `load_history` frame with the `variant` column (give it the runs frame).
@@ -140,7 +144,15 @@ def plot_training_curves(
     metrics = [m for m in metrics if m in set(history["metric"])]
     if not metrics:
         raise ValueError("none of the requested metrics was logged by these runs")
-    data = history[history["metric"].isin(metrics)].assign(minutes=lambda d: d["seconds"] / 60.0)
+    data = history[history["metric"].isin(metrics)]
+    cpu = history[history["metric"] == "train_cpu_seconds"][["run_id", "step", "value"]]
+    if set(data["run_id"]) <= set(cpu["run_id"]):
+        cpu = cpu.drop_duplicates(["run_id", "step"], keep="last").rename(columns={"value": "cpu_seconds"})
+        data = data.merge(cpu, on=["run_id", "step"], how="left").assign(minutes=lambda d: d["cpu_seconds"] / 60.0)
+        time_label, time_title = "CPU minutes of training (validation included)", "against CPU time"
+    else:
+        data = data.assign(minutes=lambda d: d["seconds"] / 60.0)
+        time_label, time_title = "wall-clock minutes since the run started", "against wall-clock time"
     variants = list(dict.fromkeys(order or data["variant"].dropna().unique()))
     colors = dict(zip(variants, sns.color_palette(PALETTE, len(variants))))
     fig = Figure(figsize=(4.2 * len(metrics) + 1.5, 7.0), layout="constrained")
@@ -152,7 +164,7 @@ def plot_training_curves(
         sns.lineplot(data=sub, x="minutes", y="value", hue="variant", hue_order=variants, palette=colors,
                      units="run_id", estimator=None, marker="o", markersize=3, alpha=0.85, ax=axes[1, j],
                      legend=False)
-        for i, xlabel in enumerate(("epoch", "wall-clock minutes since the run started")):
+        for i, xlabel in enumerate(("epoch", time_label)):
             axes[i, j].set_xlabel(xlabel)
             axes[i, j].set_ylabel(METRIC_LABELS.get(metric, metric))
             axes[i, j].grid(alpha=0.3)
@@ -161,7 +173,7 @@ def plot_training_curves(
     if legend_ax.get_legend() is not None:
         sns.move_legend(legend_ax, "upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     fig.suptitle(f"{title + ': ' if title else ''}training curves by variant "
-                 f"(top: per epoch, mean ± std over seeds; bottom: per run, against wall-clock time)")
+                 f"(top: per epoch, mean ± std over seeds; bottom: per run, {time_title})")
     if path is not None:
         save_figure(fig, path)
     return fig

@@ -34,7 +34,8 @@ from .params import config_types, parse_value, typed_column
 
 STUDY_TAG = keys.STUDY
 ROLE_TAG = keys.ROLE
-EPOCH_METRICS = ("val_exprate", "val_loss", "train_loss", "lr", "images_per_second", "epoch_seconds")
+EPOCH_METRICS = ("val_exprate", "val_loss", "train_loss", "lr", "images_per_second", "epoch_seconds",
+                 "train_cpu_seconds")
 _PAGE = 1_000  # runs per search request
 # a year, or the standard 2014 images (2014-std, `hmer evaluate --standard-2014 --log`)
 _YEAR_METRIC = re.compile(r"^metrics\.test_(?P<year>\d{4}(?:-std)?)_exprate$")

@@ -108,6 +108,9 @@ def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | Non
                     with deferred():  # the epoch's metrics and its checkpoint, both or neither
                         state.epoch, state.train_seconds = epoch, clock.elapsed()
                         state.train_cpu_seconds = clock.cpu_elapsed()
+                        # cumulative, so a curve can be drawn against CPU time: wall time on a
+                        # shared machine counts other jobs and pauses
+                        metrics["train_cpu_seconds"] = state.train_cpu_seconds
                         run.log_metrics(metrics, step=epoch)
                         if dist.is_main:
                             save_last(last_path, setup, state)
