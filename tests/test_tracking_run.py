@@ -71,7 +71,7 @@ def test_a_paused_run_is_killed_and_resumes_in_place(store):
     client = MlflowClient(store)
     got = client.get_run(run.run_id)
     assert got.info.status == "KILLED" and got.data.tags[keys.STATUS] == "paused"
-    again = TrainingRun.resume(run.run_id, tracking_uri=store, experiment="lifecycle", from_epoch=4)
+    again = TrainingRun.resume(run.run_id, tracking_uri=store, from_epoch=4)
     got = client.get_run(run.run_id)
     assert got.info.status == "RUNNING" and got.data.tags[keys.STATUS] == "running"
     assert got.data.tags[keys.RESUMED] == "4"

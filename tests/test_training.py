@@ -146,22 +146,26 @@ class _Crash(Exception):
 def test_resume_gives_the_same_weights_as_an_uninterrupted_run(store, tmp_path):
     cfg = tiny_config(**{"train.epochs": 3, "data.scale_aug_min": 0.8, "data.scale_aug_max": 1.2})
     data = tiny_data()
-    train(cfg, data=data, tracking_uri=store, run_dir=tmp_path / "straight")
+    train(cfg, data=data, tracking_uri=store, experiment="straight", run_dir=tmp_path / "straight")
 
     def crash_after_first_epoch(epoch, metrics):
         if epoch == 1:
             raise _Crash("killed")
 
     with pytest.raises(_Crash):
-        train(cfg, data=data, tracking_uri=store, run_dir=tmp_path / "crashed",
+        train(cfg, data=data, tracking_uri=store, experiment="crashed", run_dir=tmp_path / "crashed",
               epoch_callback=crash_after_first_epoch)
     first = load_checkpoint(tmp_path / "crashed" / "last.pt")
     assert first["epoch"] == 1
     client = MlflowClient(store)
     assert client.get_run(first["run_id"]).info.status == "FAILED"
+    experiments = {e.name for e in client.search_experiments()}
 
     resumed = train(Config(), data=data, tracking_uri=store, resume=tmp_path / "crashed" / "last.pt")
     assert resumed.run_id == first["run_id"] and resumed.epochs == 3
+    # the run goes on in its own experiment, and resuming creates none (it used to create "hmer")
+    assert client.get_experiment(client.get_run(resumed.run_id).info.experiment_id).name == "crashed"
+    assert {e.name for e in client.search_experiments()} == experiments
     assert client.get_run(resumed.run_id).info.status == "FINISHED"
     assert [m.step for m in client.get_metric_history(resumed.run_id, "train_loss")] == [1, 2, 3]
 

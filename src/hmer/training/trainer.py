@@ -152,8 +152,7 @@ def _open_run(setup: Setup, state: TrainState, *, tracking_uri: str | None, expe
     if not setup.dist.is_main:
         return NullRun(state.run_id)
     if state.run_id is not None:
-        return TrainingRun.resume(state.run_id, tracking_uri=tracking_uri, experiment=experiment,
-                                  from_epoch=state.epoch + 1)
+        return TrainingRun.resume(state.run_id, tracking_uri=tracking_uri, from_epoch=state.epoch + 1)
     cfg = setup.cfg
     run = TrainingRun.start(tracking_uri=tracking_uri, experiment=experiment, variant=cfg.name or cfg.model.decoder,
                             device=device_description(setup.device), run_name=run_name or cfg.name or None,
