@@ -438,3 +438,25 @@ def test_training_curves_are_drawn_against_cpu_time_when_every_run_logged_it(sto
     older = history[history["metric"] != "train_cpu_seconds"]
     fig = plot_training_curves(older)
     assert fig.axes[len(fig.axes) // 2].get_xlabel().startswith("wall-clock minutes")
+
+
+def test_standalone_runs_of_one_variant_and_seed_are_told_apart_by_name(tmp_path):
+    """Two retrains of one preset in an experiment are two recipes, not two seeds; a study's
+    failed trial and its re-run are one variant."""
+    from mlflow.tracking import MlflowClient
+
+    from hmer.reports import load_runs
+    from hmer.tracking import keys
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    best = client.create_experiment("best", artifact_location=(tmp_path / "a").as_uri())
+    study = client.create_experiment("study", artifact_location=(tmp_path / "b").as_uri())
+    for name in ("old recipe", "new recipe"):
+        client.create_run(best, run_name=name, tags={keys.VARIANT: "small", keys.SEED: "7"})
+    client.create_run(best, run_name="other", tags={keys.VARIANT: "tiny", keys.SEED: "7"})
+    for name in ("bi seed 1", "bi seed 1 again"):
+        client.create_run(study, run_name=name, tags={keys.VARIANT: "bi", keys.SEED: "1", keys.STUDY: "s"})
+    runs = load_runs(uri, experiment="best")
+    assert sorted(runs["variant"]) == ["new recipe", "old recipe", "tiny"]
+    assert load_runs(uri, experiment="study")["variant"].tolist() == ["bi", "bi"]

@@ -132,6 +132,7 @@ def runs_frame(runs: Sequence[Any], experiment_names: dict[str, str] | None = No
         df[col] = typed_column(parse_value(v, types.get(key)) for v in df[col])
     df["variant"] = [_variant(r) for r in df.to_dict("records")]
     df["seed"] = typed_column(_seed(r) for r in df.to_dict("records"))
+    df["variant"] = _distinct_standalone_runs(df)
     trial = df.get(f"tags.{keys.TRIAL}", pd.Series([None] * len(df)))
     df["trial"] = typed_column(parse_value(v, int) for v in trial)
     status_tag = df.get(f"tags.{keys.STATUS}", pd.Series([None] * len(df)))
@@ -145,6 +146,20 @@ def _variant(row: dict[str, Any]) -> str:
         if isinstance(value, str) and value:
             return value
     return str(row["run_id"])[:8]
+
+
+def _distinct_standalone_runs(df: pd.DataFrame) -> pd.Series:
+    """The variant column, where runs outside a study that share a variant and a seed are told
+    apart by their run names: they are different recipes of one preset (a retrain beside the
+    model it improves on), not seeds of one variant, and a table must not average them."""
+    variant = df["variant"].copy()
+    study = df.get(f"tags.{keys.STUDY}", pd.Series([None] * len(df), index=df.index))
+    alone = study.isna() | (study == "")
+    key = variant.astype(str) + "\0" + df["seed"].astype(str)
+    shared = alone & key.map(key[alone].value_counts()).gt(1)
+    names = df["run_name"].where(df["run_name"].astype(bool) & df["run_name"].notna(), df["run_id"].str[:8])
+    variant[shared] = names[shared]
+    return variant
 
 
 def _seed(row: dict[str, Any]) -> int | None:
