@@ -273,11 +273,6 @@ def test_runs_come_back_typed(store):
     history = load_history(runs, ["val_exprate", "train_loss"], store.tracking_uri)
     assert set(history["metric"]) == {"val_exprate", "train_loss"}
     assert len(history) == 2 * len(VARIANTS) * OVERRIDES["train.epochs"] and (history["seconds"] >= 0).all()
-    cpu = load_history(runs, ["train_cpu_seconds"], store.tracking_uri)
-    per_epoch = cpu[cpu["step"] <= OVERRIDES["train.epochs"]].drop_duplicates(["run_id", "step"])
-    assert len(per_epoch) == len(VARIANTS) * OVERRIDES["train.epochs"]
-    assert (per_epoch.groupby("run_id")["value"].diff().dropna() > 0).all()  # cumulative: grows every epoch
-    assert (per_epoch["value"] > 0).all()
     preds = load_predictions(runs["run_id"][0], 2016, store.tracking_uri)
     assert len(preds) == TEST_SPLITS["2016"] and preds["correct"].dtype == bool
     with pytest.raises(PredictionsNotFound):
@@ -434,10 +429,32 @@ def test_training_curves_are_drawn_against_cpu_time_when_every_run_logged_it(sto
     history = load_history(runs, tracking_uri=store.tracking_uri)
     fig = plot_training_curves(history)
     assert fig.axes[len(fig.axes) // 2].get_xlabel().startswith("CPU minutes")
-    # runs from before the metric existed: wall-clock time, and the label says so
+    # runs from before the metric existed: the time in training steps, and the label says so
     older = history[history["metric"] != "train_cpu_seconds"]
     fig = plot_training_curves(older)
+    assert fig.axes[len(fig.axes) // 2].get_xlabel().startswith("minutes in training steps")
+    # neither: wall-clock time since each run started
+    fig = plot_training_curves(older[older["metric"] != "epoch_seconds"])
     assert fig.axes[len(fig.axes) // 2].get_xlabel().startswith("wall-clock minutes")
+
+
+def test_a_time_logged_only_at_the_end_does_not_make_the_time_axis():
+    """A run from before `train_cpu_seconds` was logged each epoch has it once, at its last step:
+    the curves then sum the epochs' time in training steps instead."""
+    from hmer.reports.plots import _with_time_axis
+
+    rows = [("r", "val_exprate", step, 1.0 * step, 0.0) for step in (1, 2, 3)]
+    rows += [("r", "epoch_seconds", step, 60.0 * step, 0.0) for step in (1, 2, 3)]
+    rows += [("r", "train_cpu_seconds", 3, 500.0, 0.0)]
+    history = pd.DataFrame(rows, columns=["run_id", "metric", "step", "value", "seconds"]).assign(variant="v")
+    points = history[history["metric"] == "val_exprate"]
+    data, label, _ = _with_time_axis(history, points)
+    assert label.startswith("minutes in training steps")
+    assert data.sort_values("step")["minutes"].tolist() == [1.0, 3.0, 6.0]  # 60 s, then 120 s, then 180 s
+    every = pd.concat([history, pd.DataFrame([("r", "train_cpu_seconds", s, 100.0 * s, 0.0) for s in (1, 2)],
+                                             columns=history.columns[:-1]).assign(variant="v")])
+    data, label, _ = _with_time_axis(every, points)
+    assert label.startswith("CPU minutes") and data.sort_values("step")["time_s"].tolist() == [100.0, 200.0, 500.0]
 
 
 def test_standalone_runs_of_one_variant_and_seed_are_told_apart_by_name(tmp_path):

@@ -168,6 +168,9 @@ def test_resume_gives_the_same_weights_as_an_uninterrupted_run(store, tmp_path):
     assert {e.name for e in client.search_experiments()} == experiments
     assert client.get_run(resumed.run_id).info.status == "FINISHED"
     assert [m.step for m in client.get_metric_history(resumed.run_id, "train_loss")] == [1, 2, 3]
+    # CPU time is logged each epoch, cumulative across the resumption
+    cpu = {m.step: m.value for m in client.get_metric_history(resumed.run_id, "train_cpu_seconds")}
+    assert sorted(cpu) == [1, 2, 3] and 0 < cpu[1] < cpu[2] < cpu[3]
 
     straight = load_checkpoint(tmp_path / "straight" / "last.pt")["model"]
     again = load_checkpoint(tmp_path / "crashed" / "last.pt")["model"]

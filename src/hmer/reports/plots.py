@@ -118,6 +118,40 @@ def plot_exprate(
     return fig
 
 
+def _per_epoch(history: pd.DataFrame, metric: str, points: pd.DataFrame) -> pd.DataFrame | None:
+    """`metric` per (run_id, step) as a `value` column, or None unless it was logged at every step
+    of every run in `points` (a run logged before it became a per-epoch metric has it at most once)."""
+    logged = history[history["metric"] == metric].drop_duplicates(["run_id", "step"], keep="last")
+    have = set(zip(logged["run_id"], logged["step"]))
+    if not all(key in have for key in zip(points["run_id"], points["step"])):
+        return None
+    return logged[["run_id", "step", "value"]]
+
+
+def _with_time_axis(history: pd.DataFrame, points: pd.DataFrame) -> tuple[pd.DataFrame, str, str]:
+    """`points` with a `minutes` column for the curves' time axis, its label and the title's words.
+
+    In order of preference: the training's CPU time (`train_cpu_seconds`, cumulative, validation
+    included); else the wall-clock time of the training steps summed over the epochs
+    (`epoch_seconds`), which leaves out validation and the time between a killed run and its
+    resumption but counts pauses and other jobs; else wall-clock time since the run started,
+    which counts all of them."""
+    cpu = _per_epoch(history, "train_cpu_seconds", points)
+    if cpu is not None:
+        data = points.merge(cpu.rename(columns={"value": "time_s"}), on=["run_id", "step"], how="left")
+        return (data.assign(minutes=data["time_s"] / 60.0),
+                "CPU minutes of training", "against the training's CPU time, validation included")
+    steps = _per_epoch(history, "epoch_seconds", points)
+    if steps is not None:
+        steps = steps.sort_values(["run_id", "step"])
+        steps = steps.assign(time_s=steps.groupby("run_id")["value"].cumsum())[["run_id", "step", "time_s"]]
+        data = points.merge(steps, on=["run_id", "step"], how="left")
+        return (data.assign(minutes=data["time_s"] / 60.0),
+                "minutes in training steps", "against wall-clock time in training steps, validation excluded")
+    return (points.assign(minutes=points["seconds"] / 60.0),
+            "wall-clock minutes since the start", "against wall-clock time since each run started")
+
+
 def plot_training_curves(
     history: pd.DataFrame,
     *,
@@ -129,9 +163,8 @@ def plot_training_curves(
     """Metrics against epoch (top row: mean ± std over seeds) and against time (bottom row: one
     line per run), coloured by variant.
 
-    The time is the training's CPU minutes (`train_cpu_seconds`, validation included) when
-    every run logged it each epoch, else wall-clock minutes since each run started, which count
-    pauses and other jobs on a shared machine; the axis label says which.
+    The time is the best measure every run logged for each epoch drawn (`_with_time_axis`); the
+    axis label says which.
 
     Args:
         history: a `load_history` frame with the `variant` column (give it the runs frame).
@@ -144,15 +177,7 @@ def plot_training_curves(
     metrics = [m for m in metrics if m in set(history["metric"])]
     if not metrics:
         raise ValueError("none of the requested metrics was logged by these runs")
-    data = history[history["metric"].isin(metrics)]
-    cpu = history[history["metric"] == "train_cpu_seconds"][["run_id", "step", "value"]]
-    if set(data["run_id"]) <= set(cpu["run_id"]):
-        cpu = cpu.drop_duplicates(["run_id", "step"], keep="last").rename(columns={"value": "cpu_seconds"})
-        data = data.merge(cpu, on=["run_id", "step"], how="left").assign(minutes=lambda d: d["cpu_seconds"] / 60.0)
-        time_label, time_title = "CPU minutes of training (validation included)", "against CPU time"
-    else:
-        data = data.assign(minutes=lambda d: d["seconds"] / 60.0)
-        time_label, time_title = "wall-clock minutes since the run started", "against wall-clock time"
+    data, time_label, time_title = _with_time_axis(history, history[history["metric"].isin(metrics)])
     variants = list(dict.fromkeys(order or data["variant"].dropna().unique()))
     colors = dict(zip(variants, sns.color_palette(PALETTE, len(variants))))
     fig = Figure(figsize=(4.2 * len(metrics) + 1.5, 7.0), layout="constrained")
