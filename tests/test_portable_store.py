@@ -70,7 +70,11 @@ def test_publish_and_workspace_round_trip(tmp_path):
     workspace copy (absolute again) where a new run logs artifacts, from any working directory."""
     work = tmp_path / "work"
     run_id = _store_with_one_run(work)  # work/mlruns/mlflow.db
-    (work / "mlruns" / "optuna.db").write_bytes(b"optuna storage stand-in")
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{work / 'mlruns' / 'optuna.db'}")
+    study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=2)
     (work / "mlruns" / "checkpoints").mkdir()
     (work / "mlruns" / "checkpoints" / "last.pt").write_bytes(b"never published")
     checkout = tmp_path / "checkout"
@@ -80,7 +84,8 @@ def test_publish_and_workspace_round_trip(tmp_path):
     out = subprocess.run([sys.executable, "-m", "hmer.cli", "runs", "publish", str(work / "mlruns")],
                          capture_output=True, text=True, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert (checkout / "mlruns" / "optuna.db").read_bytes() == b"optuna storage stand-in"
+    published = optuna.load_study(study_name="s", storage=f"sqlite:///{checkout / 'mlruns' / 'optuna.db'}")
+    assert [t.params for t in published.trials] == [t.params for t in study.trials]
     assert not (checkout / "mlruns" / "checkpoints").exists()
     client = MlflowClient(f"sqlite:///{checkout / 'mlruns' / 'mlflow.db'}")
     assert client.get_run(run_id).info.artifact_uri.startswith("mlruns/artifacts/")

@@ -89,9 +89,20 @@ def make_local(db_path: str | Path) -> int:
 STORE_FILES = ("mlflow.db", "optuna.db")
 
 
+def _snapshot(source: Path, dest: Path) -> None:
+    """Copy an SQLite database with SQLite's online backup: a consistent copy even while a study's
+    workers write to it (a file copy could catch a transaction half-written)."""
+    dest.unlink(missing_ok=True)
+    with sqlite3.connect(f"{source.as_uri()}?mode=ro", uri=True) as src, sqlite3.connect(dest) as out:
+        src.backup(out)
+    src.close()
+    out.close()
+
+
 def copy_store(source: str | Path, dest: str | Path, *, portable: bool) -> Path:
     """Copy a local store (`mlflow.db`, `optuna.db` where present, and `artifacts/`) from the folder
-    `source` to the folder `dest` (its files replaced), then make the copy portable (to commit it)
+    `source` to the folder `dest` (its files replaced; the databases by SQLite's backup, so a store
+    that workers are writing to copies consistently), then make the copy portable (to commit it)
     or local (to run more studies in it). Run checkpoints (`checkpoints/`) are never copied: the
     best weights of a run are its `model/model.pt` artifact. Returns the copied database."""
     import shutil
@@ -104,7 +115,7 @@ def copy_store(source: str | Path, dest: str | Path, *, portable: bool) -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     for name in STORE_FILES:
         if (source / name).is_file():
-            shutil.copy2(source / name, dest / name)
+            _snapshot(source / name, dest / name)
     if (dest / ARTIFACTS).exists():
         shutil.rmtree(dest / ARTIFACTS)
     if (source / ARTIFACTS).is_dir():
