@@ -32,7 +32,7 @@ import time
 from typing import Any, Protocol
 
 from . import keys
-from .store import default_tracking_uri, git_commit, mlflow_client, quiet_mlflow, setup_mlflow
+from .store import git_commit, mlflow_client, point_mlflow_at, setup_mlflow
 
 MAX_PARAMS_PER_BATCH = 100  # MLflow refuses larger log_batch calls
 MAX_METRICS_PER_BATCH = 1000
@@ -87,9 +87,7 @@ class TrainingRun:
         own experiment (made MLflow's current one; no other is created)."""
         import mlflow
 
-        quiet_mlflow()
-        mlflow.set_tracking_uri(tracking_uri or default_tracking_uri())
-        client = mlflow_client(mlflow.get_tracking_uri())
+        client = mlflow_client(point_mlflow_at(tracking_uri))
         mlflow.set_experiment(experiment_id=client.get_run(run_id).info.experiment_id)
         client.update_run(run_id, status="RUNNING")
         client.set_tag(run_id, keys.STATUS, "running")

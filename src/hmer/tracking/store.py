@@ -122,6 +122,17 @@ def quiet_mlflow() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
+def point_mlflow_at(tracking_uri: str | None = None) -> str:
+    """Make `tracking_uri` (default: the project's store) MLflow's current store, its logging
+    quiet; returns the URI."""
+    import mlflow
+
+    quiet_mlflow()
+    uri = tracking_uri or default_tracking_uri()
+    mlflow.set_tracking_uri(uri)
+    return uri
+
+
 def setup_mlflow(tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT) -> str:
     """Point MLflow at the store and make sure the experiment exists (created as a model-training
     experiment, see tracking/ui.py); returns its id."""
@@ -129,10 +140,7 @@ def setup_mlflow(tracking_uri: str | None = None, experiment: str = DEFAULT_EXPE
 
     from .ui import TRAINING_EXPERIMENT_TAGS
 
-    quiet_mlflow()
-
-    uri = tracking_uri or default_tracking_uri()
-    mlflow.set_tracking_uri(uri)
+    uri = point_mlflow_at(tracking_uri)
     existing = mlflow.get_experiment_by_name(experiment)
     if existing is not None:
         mlflow.set_experiment(experiment_id=existing.experiment_id)
