@@ -134,3 +134,22 @@ def test_loading_a_run_s_model_leaves_no_download_behind(tmp_path, monkeypatch):
     model, loaded, _ = load_model(run_id, uri)
     assert loaded.model == cfg.model
     assert list((tmp_path / "tmp").iterdir()) == []  # the downloaded model.pt is gone again
+
+
+def test_publishing_a_store_whose_database_is_not_one_says_which_and_changes_nothing(tmp_path):
+    work = tmp_path / "work"
+    _store_with_one_run(work)  # a real mlflow.db
+    (work / "mlruns" / "optuna.db").write_bytes(b"not a database")
+    checkout = tmp_path / "checkout"
+    (checkout / "mlruns").mkdir(parents=True)
+    (checkout / "pyproject.toml").write_text('[project]\nname = "hmer"\n')
+    (checkout / "mlruns" / "mlflow.db").write_bytes(b"the committed store")
+    env = {**__import__("os").environ, "HMER_MLRUNS": str(checkout / "mlruns")}
+    out = subprocess.run([sys.executable, "-m", "hmer.cli", "runs", "publish", str(work / "mlruns")],
+                         capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert str(work / "mlruns" / "optuna.db") in line and "not an SQLite database" in line
+    # the good mlflow.db was not published over the committed one, and no partial copy is left
+    assert (checkout / "mlruns" / "mlflow.db").read_bytes() == b"the committed store"
+    assert sorted(p.name for p in (checkout / "mlruns").iterdir()) == ["mlflow.db"]

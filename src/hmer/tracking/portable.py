@@ -91,12 +91,18 @@ STORE_FILES = ("mlflow.db", "optuna.db")
 
 def _snapshot(source: Path, dest: Path) -> None:
     """Copy an SQLite database with SQLite's online backup: a consistent copy even while a study's
-    workers write to it (a file copy could catch a transaction half-written)."""
+    workers write to it (a file copy could catch a transaction half-written). Raises ValueError
+    naming `source` when it is not an SQLite database; `dest` is then left as it was."""
+    from contextlib import closing
+
     dest.unlink(missing_ok=True)
-    with sqlite3.connect(f"{source.as_uri()}?mode=ro", uri=True) as src, sqlite3.connect(dest) as out:
-        src.backup(out)
-    src.close()
-    out.close()
+    try:
+        with closing(sqlite3.connect(f"{source.as_uri()}?mode=ro", uri=True)) as src, \
+                closing(sqlite3.connect(dest)) as out:
+            src.backup(out)
+    except sqlite3.DatabaseError as exc:
+        dest.unlink(missing_ok=True)
+        raise ValueError(f"{source}: not an SQLite database ({exc})") from None
 
 
 def copy_store(source: str | Path, dest: str | Path, *, portable: bool) -> Path:
@@ -104,7 +110,11 @@ def copy_store(source: str | Path, dest: str | Path, *, portable: bool) -> Path:
     `source` to the folder `dest` (its files replaced; the databases by SQLite's backup, so a store
     that workers are writing to copies consistently), then make the copy portable (to commit it)
     or local (to run more studies in it). Run checkpoints (`checkpoints/`) are never copied: the
-    best weights of a run are its `model/model.pt` artifact. Returns the copied database."""
+    best weights of a run are its `model/model.pt` artifact. Returns the copied database.
+
+    The databases are copied beside their destinations first and replace them only when all are
+    copied: a source database that is not one stops the copy with `dest` as it was."""
+    import os
     import shutil
 
     source, dest = Path(source).resolve(), Path(dest).resolve()
@@ -113,9 +123,16 @@ def copy_store(source: str | Path, dest: str | Path, *, portable: bool) -> Path:
     if source == dest:
         raise ValueError(f"{source}: copying a store onto itself")
     dest.mkdir(parents=True, exist_ok=True)
-    for name in STORE_FILES:
-        if (source / name).is_file():
-            _snapshot(source / name, dest / name)
+    copied = {name: dest / f".{name}.partial" for name in STORE_FILES if (source / name).is_file()}
+    try:
+        for name, partial in copied.items():
+            _snapshot(source / name, partial)
+    except BaseException:
+        for partial in copied.values():
+            partial.unlink(missing_ok=True)
+        raise
+    for name, partial in copied.items():
+        os.replace(partial, dest / name)
     if (dest / ARTIFACTS).exists():
         shutil.rmtree(dest / ARTIFACTS)
     if (source / ARTIFACTS).is_dir():
