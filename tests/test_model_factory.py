@@ -15,7 +15,7 @@ from hmer.data.vocab import Vocab
 from hmer.model import PRESETS, build_model, count_parameters, list_presets, make_targets, preset_config
 from hmer.model.attention import MultiHeadAttention
 from hmer.model.posenc import ContentAwareImagePositions, adaptive_pool_matrix, resize_matrix
-from hmer.model.refinement import MaskedBatchNorm, exclusive_cumsum
+from hmer.model.refinement import MaskedBatchNorm, sums_before
 from tiny_dataset import make_images
 
 torch.set_num_threads(1)
@@ -206,9 +206,17 @@ def test_attention_fast_path_equals_explicit_scores_and_refinement_is_subtracted
     torch.testing.assert_close(refined, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_exclusive_cumsum():
+def test_sums_before_is_cumsum_shifted_by_a_step_to_the_bit_with_its_gradient():
     x = torch.arange(1.0, 5.0).view(1, 4)
-    assert exclusive_cumsum(x, 1).tolist() == [[0.0, 1.0, 3.0, 6.0]]
+    assert sums_before(x).tolist() == [[0.0, 1.0, 3.0, 6.0]]
+    torch.manual_seed(0)
+    x = torch.rand(3, 40, 5, 7, requires_grad=True)
+    grad = torch.randn(3, 40, 5, 7)
+    shifted = torch.cat([torch.zeros_like(x[:, :1]), x.cumsum(1)[:, :-1]], dim=1)
+    expected_grad, = torch.autograd.grad(shifted, x, grad)
+    ours = sums_before(x)
+    got_grad, = torch.autograd.grad(ours, x, grad)
+    assert torch.equal(ours, shifted) and torch.equal(got_grad, expected_grad)
 
 
 def test_encoder_stride_and_channels():

