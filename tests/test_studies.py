@@ -4,6 +4,7 @@ real MLflow store in a temporary folder; resume after `kill -9`; two workers on 
 from __future__ import annotations
 
 import collections
+import json
 import dataclasses
 import os
 import shutil
@@ -562,3 +563,57 @@ def test_a_study_registered_here_alone_runs_by_name(stores, tmp_path, capsys):
     parents, children = _child_runs(tracking, "toy_direction-smoke")
     assert len(parents) == 1 and sorted(r.data.params["model.direction"] for r in children) == ["l2r", "r2l"]
     assert all(r.info.status == "FINISHED" for r in children)
+
+
+def test_a_cell_another_study_trained_with_the_same_config_is_copied_not_trained(stores, tmp_path):
+    """The direction study's bi cell is a decoder comparison's transformer cell: the second study
+    copies that run (metrics, artifacts, parent link) instead of training it, and counts no cost for it."""
+    from hmer.studies.mlflow_runs import measured_cost
+    from hmer.studies.reuse import find_trained
+    from hmer.config import Config
+
+    tracking, storage = stores
+    data = tiny_data()
+    # no time limit: the smoke budget divides its window by the grid's size, so 3 cells and 2 differ
+    held = {**TINY, "train.time_budget_s": 0}
+    run_grid_study(DIRECTION, "smoke", storage=storage, tracking_uri=tracking, data=data, seeds=(1,),
+                   overrides=held, study_name="direction-test")
+    _, direction_runs = _child_runs(tracking, "direction-test")
+    bi = next(r for r in direction_runs if r.data.params["model.direction"] == "bi")
+
+    spec = StudySpec(name="toy_decoder", description="a toy: transformer against ConvS2S",
+                     axes={"model.decoder": ("transformer", "convs2s")}, model_presets=DIRECTION.model_presets)
+    outcome = run_grid_study(spec, "smoke", storage=storage, tracking_uri=tracking, data=data, seeds=(1,),
+                             overrides=held, study_name="decoder-test")
+    assert outcome.complete
+    parents, runs = _child_runs(tracking, "decoder-test")
+    copied = next(r for r in runs if r.data.params["model.decoder"] == "transformer")
+    trained = next(r for r in runs if r.data.params["model.decoder"] == "convs2s")
+    assert copied.data.tags[keys.REUSED_FROM] == bi.info.run_id and keys.REUSED_FROM not in trained.data.tags
+    assert copied.data.tags[keys.STUDY] == "decoder-test" and copied.data.tags[keys.VARIANT] == "transformer"
+    assert copied.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+    assert copied.data.tags[keys.GIT_COMMIT] == bi.data.tags[keys.GIT_COMMIT]
+    assert copied.data.params == bi.data.params and copied.data.metrics == bi.data.metrics
+    client = MlflowClient(tracking)
+    assert [m.value for m in client.get_metric_history(copied.info.run_id, "val_exprate")] == \
+        [m.value for m in client.get_metric_history(bi.info.run_id, "val_exprate")]
+    names = {a.path for a in client.list_artifacts(copied.info.run_id)}
+    assert {"model", "predictions", "config.json"} <= names
+    assert {a.path.rsplit("/", 1)[-1] for a in client.list_artifacts(copied.info.run_id, "predictions")} == \
+        {a.path.rsplit("/", 1)[-1] for a in client.list_artifacts(bi.info.run_id, "predictions")}
+
+    study = optuna.load_study(study_name="decoder-test", storage=storage)
+    trial = next(t for t in study.trials if t.params["model.decoder"] == "transformer")
+    assert trial.state == TrialState.COMPLETE and trial.value == bi.data.metrics["best_val_exprate"]
+    assert trial.user_attrs[keys.REUSED_FROM]["run"] == bi.info.run_id
+    assert trial.user_attrs["test_2014_exprate"] == bi.data.metrics["test_2014_exprate"]
+    cost = measured_cost(client, parents[0].info.experiment_id, "decoder-test")
+    assert cost.startswith("measured on its 1 finished trial(s)") and "1 trial(s) copied" in cost
+
+    # Only the same config is the same cell: another seed or another dropout trains.
+    stored = json.loads(Path(client.download_artifacts(bi.info.run_id, "config.json", str(tmp_path))).read_text())
+    cfg = Config.from_dict(stored, stored=True)
+    assert find_trained(client, cfg, "another").run_id == bi.info.run_id
+    assert find_trained(client, cfg.override({"train.seed": 2}), "another") is None
+    assert find_trained(client, cfg.override({"model.dropout": 0.25}), "another") is None
+    assert find_trained(client, cfg, "direction-test") is None  # a study never copies its own runs

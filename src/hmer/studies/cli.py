@@ -65,6 +65,9 @@ def build_parser(spec: StudySpec | SweepSpec, doc: str | None = None) -> argpars
     else:
         p.add_argument("--seeds", type=parse_seeds, default=None,
                        help="seed axis: a count (3 = seeds 1,2,3) or a list (7,8,9); default: the budget's")
+        p.add_argument("--train-every-cell", action="store_true",
+                       help="train a cell even where another study in the store has trained its config and "
+                            "seed (by default that run is copied: hmer.studies.reuse)")
     p.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
                    help="config overrides held equal in every trial, e.g. train.epochs=2")
     return p
@@ -108,7 +111,7 @@ def _run(spec: StudySpec | SweepSpec, args) -> int:
         if isinstance(spec, SweepSpec):
             outcome = run_sweep(spec, budget, n_trials=args.trials, **common)
         else:
-            outcome = run_grid_study(spec, budget, seeds=args.seeds, **common)
+            outcome = run_grid_study(spec, budget, seeds=args.seeds, reuse=not args.train_every_cell, **common)
     except StorageUnreachable as exc:  # the database stayed down: nothing is lost, the study resumes
         print(f"{spec.name}: error: {exc}; run the same command to resume once it is back", file=sys.stderr)
         return EXIT_INCOMPLETE

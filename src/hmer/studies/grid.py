@@ -21,7 +21,8 @@ from ..config import Config
 from ..tracking import keys
 from .budgets import StudyBudget
 from .claims import CellClaims, ClaimedGridSampler, describe_cell_key
-from .objective import run_one_trial, train_trial
+from .objective import copy_trial, run_one_trial, train_trial
+from .reuse import find_trained
 from .session import Session, StudyData, StudyKind, StudyOutcome, run_session
 from .spec import SEED_KEY, StudySpec, cell_key, cell_label, variant_label
 
@@ -39,6 +40,7 @@ def run_grid_study(
     seeds: Sequence[int] | None = None,
     overrides: Mapping[str, Any] | None = None,
     print_table: bool = True,
+    reuse: bool = True,
     role: str = "main",
 ) -> StudyOutcome:
     """Run (or resume) the grid study `spec` under `budget` until every cell is COMPLETE.
@@ -55,10 +57,12 @@ def run_grid_study(
         seeds: the seed axis; default the budget's.
         overrides: Config overrides held equal in every cell (`--set`).
         print_table: print the per-year table at the end.
+        reuse: copy a cell that another study in the store has already trained with the same config
+            and seed instead of training it again (`reuse.py`).
         role: "main" prints the banner and the table and waits for the other workers;
             "worker" (the extra processes of n_jobs) only runs trials.
     """
-    return run_session(Grid(spec, seeds, print_table), budget, storage=storage, tracking_uri=tracking_uri,
+    return run_session(Grid(spec, seeds, print_table, reuse), budget, storage=storage, tracking_uri=tracking_uri,
                        n_jobs=n_jobs, data_path=data_path, data=data, study_name=study_name, overrides=overrides,
                        role=role)
 
@@ -71,10 +75,11 @@ class Grid(StudyKind):
     name = "grid"
     noun, done_word = "cells", "complete"
 
-    def __init__(self, spec: StudySpec, seeds: Sequence[int] | None, print_table: bool):
+    def __init__(self, spec: StudySpec, seeds: Sequence[int] | None, print_table: bool, reuse: bool):
         super().__init__(spec, run_grid_study)
         self.requested_seeds = seeds
         self.print_table = print_table
+        self.reuse = reuse
         self.failed_here: set[str] = set()  # cell keys
         self.since: float | None = None  # when this worker began running cells
 
@@ -103,7 +108,7 @@ class Grid(StudyKind):
         return self.grid_sampler
 
     def worker_options(self) -> dict[str, Any]:
-        return {"seeds": self.seeds, "print_table": False}
+        return {"seeds": self.seeds, "print_table": False, "reuse": self.reuse}
 
     def take_up(self, claims: CellClaims, dead: list) -> str:
         return "their cells run again"  # they are open: the next claim takes them
@@ -168,6 +173,10 @@ class Grid(StudyKind):
             cfg = session.base.override(spec.overrides(params)).validate()
             tags = {keys.CELL: label, keys.SEED: str(seed), keys.VARIANT: variant, keys.BUDGET: session.budget.name,
                     keys.BASELINE: str(baseline).lower()}
+            trained = find_trained(session.client, cfg, session.name) if self.reuse else None
+            if trained is not None:
+                return copy_trial(trial, session, trained, name=f"{label}, seed {seed}", tags=tags,
+                                  run_name=f"{variant} seed {seed}")
             result = train_trial(trial, cfg, session, data, name=f"{label}, seed {seed}", tags=tags,
                                  run_name=f"{variant} seed {seed}", cell_key=cell_key(params))
             return result.best_val_exprate

@@ -116,13 +116,16 @@ def fail_dead_trial_runs(client, experiment_id: str, study: optuna.Study) -> lis
 
 def measured_cost(client, experiment_id: str, study_name: str) -> str:
     """What the study's finished trials cost, measured by the trials themselves, as one line for
-    its banner ("" before the first trial finishes): their number, the mean CPU time of a trial
+    its banner ("" before the first trial finishes): their number (trials copied from another
+    study are counted apart: they cost nothing here), the mean CPU time of a trial
     (training with its validation passes plus the final decodings; runs log `cpu_seconds` since
     commit 34547ea) and its wall-clock time (training plus the final decodings)."""
-    done = [r for r in trial_runs(client, experiment_id, study_name)
-            if r.info.status == "FINISHED" and "train_seconds" in r.data.metrics]
+    finished = [r for r in trial_runs(client, experiment_id, study_name)
+                if r.info.status == "FINISHED" and "train_seconds" in r.data.metrics]
+    done = [r for r in finished if keys.REUSED_FROM not in r.data.tags]  # copies cost nothing here
+    copied = len(finished) - len(done)
     if not done:
-        return ""
+        return f"{copied} trial(s) copied from other studies, none trained yet" if copied else ""
 
     def mean(values: list[float]) -> float:
         return sum(values) / len(values)
@@ -135,4 +138,6 @@ def measured_cost(client, experiment_id: str, study_name: str) -> str:
     if cpu:
         parts.append(f"{mean(cpu) / 60:.0f} CPU-min a trial (training, validation and final decoding"
                      + (f"; {len(cpu)} of the trials record it)" if len(cpu) < len(done) else ")"))
+    if copied:
+        parts.append(f"and {copied} trial(s) copied from other studies at no cost (hmer.studies.reuse)")
     return ", ".join(parts)

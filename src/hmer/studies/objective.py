@@ -76,6 +76,24 @@ def train_trial(trial: optuna.Trial, cfg: Config, session: Session, data: dict[s
     return result
 
 
+def copy_trial(trial: optuna.Trial, session: Session, trained, *, name: str, tags: Mapping[str, str],
+               run_name: str) -> float:
+    """Make `trained` (a `reuse.TrainedRun` of another study with this cell's config) this trial's
+    run by copying it (`reuse.copy_run`), and return its best validation ExpRate."""
+    from .reuse import copy_run, trial_attrs
+
+    run_id = copy_run(session.client, trained, experiment_id=session.experiment_id,
+                      parent_run_id=session.parent_run_id, run_name=run_name,
+                      tags={keys.STUDY: session.name, keys.TRIAL: str(trial.number), **tags})
+    for key, value in trial_attrs(session.client, run_id).items():
+        trial.set_user_attr(key, value)
+    trial.set_user_attr(keys.REUSED_FROM, {"run": trained.run_id, "study": trained.study})
+    session.say(f"trial {trial.number}: {name}: copied run {trained.run_id} of study {trained.study} "
+                f"(the same config and seed) instead of training it; validation ExpRate "
+                f"{trained.best_val_exprate:.1f}")
+    return trained.best_val_exprate
+
+
 def _drop_checkpoints(session: Session, number: int, resumable: Resumable | None) -> None:
     """Delete the checkpoints of a trial that ended in a live worker (failed or pruned): it is
     never continued (a rerun retries a failed cell from scratch)."""

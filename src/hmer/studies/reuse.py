@@ -1,0 +1,118 @@
+"""A grid cell that another study has already trained is copied, not trained again.
+
+Studies share cells: at one budget the decoder study's transformer cell is the direction study's
+bidirectional cell (the same config, the same seeds), and training it twice would give the same
+model at the cost of a whole trial. So before a cell trains, `find_trained` looks through the
+store for a FINISHED trial run of another study whose config is the cell's, field for field
+(`config.json`, read as `resume.same_config` reads a checkpoint's: only the preset's `name` and
+where a worker finds the data may differ), and with the same seed. Found, `copy_run` makes it this
+study's trial run: a new child run of the study's parent with the original's params, the full
+history of its metrics, its artifacts (weights, predictions, attention maps) and its start and end
+times, tagged `hmer.reused_from` with the original's id (its `hmer.git_commit` stays the commit that
+trained it). The study's tables, paired tests and notebooks then read it as any other trial.
+
+What it did not cost is not counted: a study's measured cost (`mlflow_runs.measured_cost`) leaves
+copied trials out and says how many there are. `--train-every-cell` on the study scripts
+(`run_grid_study(reuse=False)`) trains every cell instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Mapping
+
+from ..config import Config
+from ..tracking import keys
+from ..tracking.portable import download_run_artifact, list_run_artifacts
+from .resume import same_config
+
+REUSED_FROM = keys.REUSED_FROM
+_NOT_COPIED = (keys.STUDY, keys.TRIAL, keys.CELL, keys.VARIANT, keys.BASELINE, keys.RESUMED_FROM, keys.PID, keys.HOST)
+
+
+@dataclass(frozen=True)
+class TrainedRun:
+    """A finished trial run of another study with the cell's config and seed."""
+
+    run_id: str
+    study: str  # its study's name
+    best_val_exprate: float
+
+
+def find_trained(client, cfg: Config, own_study: str) -> TrainedRun | None:
+    """The earliest FINISHED trial run of another study in the store whose config is `cfg`."""
+    seed = str(cfg.train.seed)
+    experiment_ids = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(
+        experiment_ids, max_results=10_000, order_by=["attributes.start_time ASC"],
+        filter_string=f"attributes.status = 'FINISHED' and tags.`{keys.SEED}` = '{seed}'")
+    for run in runs:
+        tags = run.data.tags
+        study = tags.get(keys.STUDY)
+        if not study or study == own_study or keys.TRIAL not in tags or REUSED_FROM in tags:
+            continue
+        if "best_val_exprate" not in run.data.metrics or run.data.params.get("train.seed") != seed:
+            continue
+        stored = _stored_config(client, run.info.run_id)
+        if stored is not None and same_config(stored, _without_name(cfg, stored)):
+            return TrainedRun(run.info.run_id, study, run.data.metrics["best_val_exprate"])
+    return None
+
+
+def _stored_config(client, run_id: str) -> dict | None:
+    with tempfile.TemporaryDirectory(prefix="hmer-reuse-") as tmp:
+        try:
+            path = download_run_artifact(client, run_id, "config.json", tmp)
+        except Exception:  # noqa: BLE001 - a run without its config is not comparable
+            return None
+        with open(path) as f:
+            return json.load(f)
+
+
+def _without_name(cfg: Config, stored: Mapping) -> Config:
+    """`cfg` with the stored run's preset name: the name labels a preset and trains nothing (the
+    coverage study's `tiny-comer` and the direction study's `tiny` differ in what they set)."""
+    return cfg.override({"name": stored.get("name", cfg.name)})
+
+
+def copy_run(client, source: TrainedRun, *, experiment_id: str, parent_run_id: str, run_name: str,
+             tags: Mapping[str, str]) -> str:
+    """A copy of `source` as a child run of `parent_run_id` with `tags` on top of its own; its id."""
+    from mlflow.entities import Metric, Param, RunTag
+
+    original = client.get_run(source.run_id)
+    own = {k: v for k, v in original.data.tags.items() if not k.startswith("mlflow.") and k not in _NOT_COPIED}
+    run = client.create_run(experiment_id, start_time=original.info.start_time, run_name=run_name, tags={
+        **own, **tags, REUSED_FROM: source.run_id, keys.MLFLOW_PARENT_RUN_ID: parent_run_id,
+        keys.MLFLOW_NOTE: f"The same config and seed as run {source.run_id} of study {source.study}, "
+                          f"copied instead of trained again (hmer.studies.reuse)."})
+    run_id = run.info.run_id
+    params = [Param(k, v) for k, v in original.data.params.items()]
+    for i in range(0, len(params), 100):
+        client.log_batch(run_id, params=params[i:i + 100])
+    metrics = [Metric(m.key, m.value, m.timestamp, m.step)
+               for key in original.data.metrics for m in client.get_metric_history(source.run_id, key)]
+    for i in range(0, len(metrics), 1000):
+        client.log_batch(run_id, metrics=metrics[i:i + 1000])
+    with tempfile.TemporaryDirectory(prefix="hmer-reuse-") as tmp:
+        for name in list_run_artifacts(client, source.run_id):
+            local = download_run_artifact(client, source.run_id, name, tmp)
+            if os.path.isdir(local):
+                client.log_artifacts(run_id, local, artifact_path=name)
+            else:
+                client.log_artifact(run_id, local)
+    client.log_batch(run_id, tags=[RunTag(keys.STATUS, "finished")])
+    client.set_terminated(run_id, status="FINISHED", end_time=original.info.end_time)
+    return run_id
+
+
+def trial_attrs(client, run_id: str) -> dict[str, float | int | str]:
+    """What `objective.record_result` puts on a trial, read from the copied run: its id, its epochs
+    (the last step of its training loss) and its test scores, named as its metrics are."""
+    metrics = client.get_run(run_id).data.metrics
+    epochs = max((m.step for m in client.get_metric_history(run_id, "train_loss")), default=0)
+    return {keys.TRIAL_RUN_ID: run_id, keys.TRIAL_EPOCHS: int(epochs), keys.TRIAL_STOPPED_BY: "epochs",
+            **{k: v for k, v in metrics.items() if k.startswith("test_")}}
