@@ -75,6 +75,15 @@ def test_publish_and_workspace_round_trip(tmp_path):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(study_name="s", storage=f"sqlite:///{work / 'mlruns' / 'optuna.db'}")
     study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=2)
+    # a study still training in the workspace: its parent run says so, its trial has a run and an artifact
+    client = MlflowClient(f"sqlite:///{work / 'mlruns' / 'mlflow.db'}")
+    training = client.create_experiment("ablate_x-cpu")
+    parent = client.create_run(training, tags={"hmer.study": "ablate_x-cpu", "hmer.role": "study",
+                                               "hmer.status": "running"})
+    child = client.create_run(training, tags={"hmer.study": "ablate_x-cpu", "hmer.trial": "0",
+                                              "mlflow.parentRunId": parent.info.run_id})
+    client.log_text(child.info.run_id, "half", "half.txt")
+    optuna.create_study(study_name="ablate_x-cpu", storage=f"sqlite:///{work / 'mlruns' / 'optuna.db'}")
     (work / "mlruns" / "checkpoints").mkdir()
     (work / "mlruns" / "checkpoints" / "last.pt").write_bytes(b"never published")
     checkout = tmp_path / "checkout"
@@ -84,11 +93,17 @@ def test_publish_and_workspace_round_trip(tmp_path):
     out = subprocess.run([sys.executable, "-m", "hmer.cli", "runs", "publish", str(work / "mlruns")],
                          capture_output=True, text=True, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    published = optuna.load_study(study_name="s", storage=f"sqlite:///{checkout / 'mlruns' / 'optuna.db'}")
+    assert "left out study ablate_x-cpu (running)" in out.stdout
+    published_storage = f"sqlite:///{checkout / 'mlruns' / 'optuna.db'}"
+    published = optuna.load_study(study_name="s", storage=published_storage)
     assert [t.params for t in published.trials] == [t.params for t in study.trials]
+    assert [s.study_name for s in optuna.get_all_study_summaries(published_storage)] == ["s"]
     assert not (checkout / "mlruns" / "checkpoints").exists()
     client = MlflowClient(f"sqlite:///{checkout / 'mlruns' / 'mlflow.db'}")
     assert client.get_run(run_id).info.artifact_uri.startswith("mlruns/artifacts/")
+    assert client.get_experiment_by_name("ablate_x-cpu") is None  # purged, not only marked deleted
+    assert not list((checkout / "mlruns" / "artifacts").rglob("half.txt"))
+    assert MlflowClient(f"sqlite:///{work / 'mlruns' / 'mlflow.db'}").get_run(child.info.run_id)  # the workspace keeps it
 
     out = subprocess.run([sys.executable, "-m", "hmer.cli", "runs", "workspace", str(tmp_path / "more")],
                          capture_output=True, text=True, env=env, cwd=tmp_path)

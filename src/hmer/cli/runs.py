@@ -25,7 +25,8 @@ def add_parser(sub) -> None:
     im.add_argument("--tracking-uri", default=None)
     im.set_defaults(func=cmd_runs_import)
     pub = rsub.add_parser("publish", help="copy a finished local store (FOLDER/mlflow.db, optuna.db, artifacts/) "
-                          "into mlruns/, made portable so that it can be committed; its experiments are "
+                          "into mlruns/, made portable so that it can be committed, leaving out studies that have not "
+                          "finished (hmer.studies.unfinished); its experiments are "
                           "marked as model training and each finished grid study's parent run gets its "
                           "table and summary metrics (for mlflow ui)")
     pub.add_argument("folder", metavar="FOLDER")
@@ -57,6 +58,7 @@ def cmd_runs_export(args) -> int:
 
 def cmd_runs_publish(args) -> int:
     from ..reports.study_run import annotate_studies
+    from ..studies.unfinished import drop_studies, unfinished_studies
     from ..tracking.portable import copy_store, make_portable
     from ..tracking.store import mlflow_client, mlruns_dir, quiet_mlflow
     from ..tracking.ui import mark_training_experiments
@@ -66,10 +68,15 @@ def cmd_runs_publish(args) -> int:
     # written to a portable store would land relative to the working folder), then made portable.
     db = copy_store(args.folder, mlruns_dir(), portable=False)
     uri = f"sqlite:///{db}"
+    unfinished = unfinished_studies(mlflow_client(uri))
+    optuna_db = db.parent / "optuna.db"
+    drop_studies(sorted(unfinished), tracking_uri=uri, storage=f"sqlite:///{optuna_db}" if optuna_db.is_file() else None)
     marked = mark_training_experiments(mlflow_client(uri))
     annotated = {study: changes for study, changes in annotate_studies(uri).items() if changes}
     make_portable(db)
     print(f"published {args.folder} to {db.parent} (artifact locations relative to the checkout)")
+    for study, status in sorted(unfinished.items()):
+        print(f"  left out study {study} ({status}): it is published when it has finished")
     if marked:
         print(f"  experiments marked as model training (tag mlflow.experimentKind): {', '.join(marked)}")
     for study, changes in annotated.items():

@@ -1,0 +1,50 @@
+"""Unfinished studies stay out of a published store.
+
+`hmer runs publish WORKSPACE` copies a workspace into `mlruns/` to be committed. Studies run in
+the workspace for days, several at a time, and one finishes while the others train. A study that
+has not finished has no answer yet (half its cells, a table that will change), and its runs would
+be committed as if they were results. So the published copy keeps only finished studies: every
+study whose parent run is not tagged `hmer.status=finished` is removed from the copy, all three
+places it lives (its MLflow experiment with every run and artifact, purged with `mlflow gc`, and
+its Optuna study). The workspace itself is not touched: its studies go on, and are published when
+they finish.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from ..tracking import keys
+
+
+def unfinished_studies(client) -> dict[str, str]:
+    """{study name: its parent run's hmer.status} for every study in the store that has not finished."""
+    experiment_ids = [e.experiment_id for e in client.search_experiments()]
+    if not experiment_ids:
+        return {}
+    parents = client.search_runs(experiment_ids, filter_string=f"tags.`{keys.ROLE}` = 'study'", max_results=10_000)
+    return {run.data.tags[keys.STUDY]: run.data.tags.get(keys.STATUS, "unknown") for run in parents
+            if run.data.tags.get(keys.STATUS) != "finished" and keys.STUDY in run.data.tags}
+
+
+def drop_studies(names: list[str], *, tracking_uri: str, storage: str | None) -> None:
+    """Remove the studies `names` from a store: their MLflow experiments (runs and artifacts
+    purged) and their Optuna studies. Meant for a copy of a store, never for one that is in use."""
+    import optuna
+
+    from ..tracking.store import mlflow_client
+
+    client = mlflow_client(tracking_uri)
+    ids = []
+    for name in names:
+        experiment = client.get_experiment_by_name(name)
+        if experiment is not None:
+            if experiment.lifecycle_stage == "active":
+                client.delete_experiment(experiment.experiment_id)
+            ids.append(experiment.experiment_id)
+        if storage is not None and name in {s.study_name for s in optuna.get_all_study_summaries(storage)}:
+            optuna.delete_study(study_name=name, storage=storage)
+    if ids:
+        subprocess.run([sys.executable, "-m", "mlflow", "gc", "--backend-store-uri", tracking_uri,
+                        "--experiment-ids", ",".join(ids)], check=True, capture_output=True)
