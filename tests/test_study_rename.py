@@ -49,6 +49,9 @@ def test_a_renamed_study_reads_back_under_its_new_name_as_before(store, capsys):
 
     client = MlflowClient(tracking)
     assert client.get_experiment_by_name(STUDY_NAME) is None and client.get_experiment_by_name(NEW) is not None
+    parent = client.search_runs([client.get_experiment_by_name(NEW).experiment_id],
+                                filter_string="tags.`hmer.role` = 'study'")[0]
+    assert parent.info.run_name == NEW  # the parent run is named after its study
     assert load_runs(tracking, study=STUDY_NAME).empty
     after_runs = load_runs(tracking, study=NEW)
     assert sorted(after_runs["run_id"]) == sorted(before_runs["run_id"])

@@ -1,7 +1,8 @@
 """A study renamed in its store: `hmer runs rename STUDY NEW`.
 
 A study is known by its name in three places: its MLflow experiment, the `hmer.study` tag of its
-runs (the parent and every trial's), and its Optuna study. A study re-run at a redefined budget
+runs (the parent and every trial's), and its Optuna study. Its parent run is also named after it,
+and is renamed with it. A study re-run at a redefined budget
 keeps its name (`<study>-<budget>`), so the study it supersedes must give the name up first;
 renamed, it stays in the store, whole, under another name (for example `ablate_direction-cpu-4ep`).
 Otherwise the re-run would resume the old study, which a resumed study's rule (its stored config
@@ -73,6 +74,8 @@ def rename_study(study: str, new: str, *, tracking_uri: str | None = None, stora
                           to_study_name=new)
     for run in runs:
         client.set_tag(run.info.run_id, keys.STUDY, new)
+        if run.data.tags.get(keys.ROLE) == "study" and run.info.run_name == study:
+            client.set_tag(run.info.run_id, keys.MLFLOW_RUN_NAME, new)  # the parent run is named after its study
     if experiment is not None:
         client.rename_experiment(experiment.experiment_id, new)
     if study in names:
