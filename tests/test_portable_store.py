@@ -102,7 +102,7 @@ def test_publish_and_workspace_round_trip(tmp_path):
     client = MlflowClient(f"sqlite:///{checkout / 'mlruns' / 'mlflow.db'}")
     assert client.get_run(run_id).info.artifact_uri.startswith("mlruns/artifacts/")
     assert client.get_experiment_by_name("ablate_x-cpu") is None  # purged, not only marked deleted
-    assert not list((checkout / "mlruns" / "artifacts").rglob("half.txt"))
+    assert not list((checkout / "mlruns" / "artifacts").rglob(child.info.run_id))  # nor an empty folder
     assert MlflowClient(f"sqlite:///{work / 'mlruns' / 'mlflow.db'}").get_run(child.info.run_id)  # the workspace keeps it
 
     out = subprocess.run([sys.executable, "-m", "hmer.cli", "runs", "workspace", str(tmp_path / "more")],

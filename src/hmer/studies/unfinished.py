@@ -12,8 +12,11 @@ they finish.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+from pathlib import Path
+from urllib.parse import urlparse
 
 from ..tracking import keys
 
@@ -46,5 +49,19 @@ def drop_studies(names: list[str], *, tracking_uri: str, storage: str | None) ->
         if storage is not None and name in {s.study_name for s in optuna.get_all_study_summaries(storage)}:
             optuna.delete_study(study_name=name, storage=storage)
     if ids:
-        subprocess.run([sys.executable, "-m", "mlflow", "gc", "--backend-store-uri", tracking_uri,
-                        "--experiment-ids", ",".join(ids)], check=True, capture_output=True)
+        from mlflow.entities import ViewType
+
+        runs = client.search_runs(ids, run_view_type=ViewType.ALL, max_results=10_000)
+        # --tracking-uri too: gc reads the runs' logged models through the tracking API
+        done = subprocess.run([sys.executable, "-m", "mlflow", "gc", "--backend-store-uri", tracking_uri,
+                               "--tracking-uri", tracking_uri, "--experiment-ids", ",".join(ids)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise RuntimeError(f"mlflow gc of {', '.join(names)} in {tracking_uri} failed: {last}")
+        for run in runs:  # gc empties a run's artifact folder and leaves the folder itself
+            uri = run.info.artifact_uri
+            if uri.startswith("file://"):
+                folder = Path(urlparse(uri).path).parent
+                if folder.is_dir() and not any(p.is_file() for p in folder.rglob("*")):
+                    shutil.rmtree(folder)
