@@ -63,8 +63,6 @@ def description(study: str, table: pd.DataFrame) -> str:
 def annotate_study(study: str, tracking_uri: str | None = None, table: pd.DataFrame | None = None) -> list[str]:
     """Write the study's table and summary metrics onto its parent run (see the module docstring),
     only where they differ from what is stored; returns what was written, in words."""
-    from mlflow.entities import Metric
-
     uri = resolve_tracking_uri(tracking_uri)
     parent = study_parent(study, uri)
     if parent is None:
@@ -73,7 +71,21 @@ def annotate_study(study: str, tracking_uri: str | None = None, table: pd.DataFr
     if table.empty:
         return []
     client = client_for(uri)
-    run = client.get_run(parent["run_id"])
+    from mlflow.exceptions import MlflowException
+
+    # Two workers of a study can finish at the same moment and both annotate its parent. MLflow's
+    # SQLite store inserts a new tag or metric point without a lock, so the second insert fails on
+    # a unique key; what the first wrote is then there, and a second pass writes only what differs.
+    try:
+        return _annotate(client, parent["run_id"], study, table)
+    except MlflowException:
+        return _annotate(client, parent["run_id"], study, table)
+
+
+def _annotate(client, run_id: str, study: str, table: pd.DataFrame) -> list[str]:
+    from mlflow.entities import Metric
+
+    run = client.get_run(run_id)
     changes: list[str] = []
     note = description(study, table)
     if run.data.tags.get(keys.MLFLOW_NOTE) != note:
