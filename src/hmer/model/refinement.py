@@ -80,10 +80,11 @@ COVERAGES.register("fusion", CoverageKind(reads_below=True, reads_self=True),
 class _SumsBefore(torch.autograd.Function):
     """out[:, t] = sum of x[:, s] for s < t (out[:, 0] = 0): an exclusive cumulative sum along dim 1.
 
-    torch's CPU `cumsum` sums in float64 at 3.6 ns an element, and its backward flips the tensor
-    twice: 13 % of a fusion-coverage training step. Here a float64 running sum over the steps is
-    added to one slice at a time, which gives `cumsum`'s values and gradients to the bit at a third
-    of its time, and the shift by one step costs nothing.
+    torch's CPU `cumsum` sums in float64 one element at a time, and its backward flips the tensor
+    twice (together 5 % of a fusion-coverage training step in `benchmarks/profile_train.py`). Here
+    a float64 running sum over the steps is added to one slice at a time: `cumsum`'s values and
+    gradients to the bit, forward plus backward in 30-35 ms against 77-79 ms for the shifted
+    `cumsum` at the `cpu` budget's sizes (`benchmarks/bench_coverage_ops.py`).
     """
 
     @staticmethod
@@ -101,14 +102,12 @@ def _running_sums(x: Tensor, reverse: bool) -> Tensor:
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     steps = x.shape[1]
     order = range(steps - 1, -1, -1) if reverse else range(steps)
-    acc = None
-    for t in order:
-        if acc is None:
-            out[:, t] = 0
-            acc = x[:, t].to(torch.float64, copy=True)
-            continue
-        out[:, t] = acc
-        acc += x[:, t]
+    if steps:
+        out[:, order[0]] = 0
+        acc = x[:, order[0]].to(torch.float64, copy=True)
+        for t in order[1:]:
+            out[:, t] = acc
+            acc += x[:, t]
     return out
 
 

@@ -64,10 +64,10 @@ class CoverageAttention(nn.Module):
         """U_f Q beta: the coverage map [N, 1, h, w] convolved to the attention dim, [N, S, att].
 
         Training on a CPU computes the convolution as a matrix product of its k x k
-        neighbourhoods (`unfold`): the same products, and a forward plus backward 1.6x faster
-        (3.0 against 1.9 ms a step at the `cpu` budget's sizes), which matters because the
-        teacher-forced pass runs it once per token. Without gradients the convolution itself is
-        faster (0.26 against 0.61 ms)."""
+        neighbourhoods (`unfold`): the same products, and a forward plus backward in 2.3 against
+        3.0-3.1 ms a token at the `cpu` budget's sizes, which matters because the teacher-forced
+        pass runs it once per token. Without gradients the convolution itself is faster (0.37
+        against 0.80 ms). Both measured by `benchmarks/bench_coverage_ops.py`."""
         if coverage.device.type != "cpu" or not torch.is_grad_enabled():
             return self.coverage(coverage).flatten(2).transpose(1, 2)
         k = self.coverage.kernel_size[0]

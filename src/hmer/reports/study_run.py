@@ -70,9 +70,9 @@ def annotate_study(study: str, tracking_uri: str | None = None, table: pd.DataFr
     table = study_table(study, uri) if table is None else table
     if table.empty:
         return []
-    client = client_for(uri)
     from mlflow.exceptions import MlflowException
 
+    client = client_for(uri)
     # Two workers of a study can finish at the same moment and both annotate its parent. MLflow's
     # SQLite store inserts a new tag or metric point without a lock, so the second insert fails on
     # a unique key; what the first wrote is then there, and a second pass writes only what differs.

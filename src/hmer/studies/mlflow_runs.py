@@ -14,7 +14,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ..tracking import keys
-from ..tracking.run import close_failed
+from ..tracking.run import close_failed, log_params
 from ..tracking.store import mlflow_client
 from .storage import first_use_lock
 
@@ -34,8 +34,6 @@ def parent_run(study: optuna.Study, known: str | None, *, tracking_uri: str, exp
     store is looked up by its tags instead. `reopen=False` (a study with nothing left to run)
     finds the run without marking it RUNNING again, so that reading a finished study writes nothing.
     """
-    from mlflow.entities import Param
-
     from ..tracking.store import setup_mlflow
 
     with first_use_lock(tracking_uri):  # MLflow's first use of a new store migrates its schema
@@ -57,9 +55,7 @@ def parent_run(study: optuna.Study, known: str | None, *, tracking_uri: str, exp
                                 tags={keys.STUDY: study.study_name, keys.ROLE: "study", keys.STATUS: "running",
                                       **tags})
         run_id = run.info.run_id
-        items = [Param(k, str(v)[:6000]) for k, v in params.items()]
-        for i in range(0, len(items), 100):
-            client.log_batch(run_id, params=items[i:i + 100])
+        log_params(client, run_id, {k: str(v)[:6000] for k, v in params.items()})
         client.log_text(run_id, json.dumps(artifact, indent=2, sort_keys=True, default=str), "study.json")
     elif reopen:
         client.update_run(run_id, status="RUNNING")

@@ -54,7 +54,7 @@ def find_trained(client, cfg: Config, own_study: str) -> TrainedRun | None:
         study = tags.get(keys.STUDY)
         if not study or study == own_study or keys.TRIAL not in tags or REUSED_FROM in tags:
             continue
-        if "best_val_exprate" not in run.data.metrics or run.data.params.get("train.seed") != seed:
+        if "best_val_exprate" not in run.data.metrics:
             continue
         stored = _stored_config(client, run.info.run_id)
         if stored is not None and same_config(stored, _without_name(cfg, stored)):
@@ -81,7 +81,9 @@ def _without_name(cfg: Config, stored: Mapping) -> Config:
 def copy_run(client, source: TrainedRun, *, experiment_id: str, parent_run_id: str, run_name: str,
              tags: Mapping[str, str]) -> str:
     """A copy of `source` as a child run of `parent_run_id` with `tags` on top of its own; its id."""
-    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.entities import Metric
+
+    from ..tracking.run import log_metric_points, log_params
 
     original = client.get_run(source.run_id)
     own = {k: v for k, v in original.data.tags.items() if not k.startswith("mlflow.") and k not in _NOT_COPIED}
@@ -90,13 +92,9 @@ def copy_run(client, source: TrainedRun, *, experiment_id: str, parent_run_id: s
         keys.MLFLOW_NOTE: f"The same config and seed as run {source.run_id} of study {source.study}, "
                           f"copied instead of trained again (hmer.studies.reuse)."})
     run_id = run.info.run_id
-    params = [Param(k, v) for k, v in original.data.params.items()]
-    for i in range(0, len(params), 100):
-        client.log_batch(run_id, params=params[i:i + 100])
-    metrics = [Metric(m.key, m.value, m.timestamp, m.step)
-               for key in original.data.metrics for m in client.get_metric_history(source.run_id, key)]
-    for i in range(0, len(metrics), 1000):
-        client.log_batch(run_id, metrics=metrics[i:i + 1000])
+    log_params(client, run_id, original.data.params)
+    log_metric_points(client, run_id, [Metric(m.key, m.value, m.timestamp, m.step) for key in original.data.metrics
+                                       for m in client.get_metric_history(source.run_id, key)])
     with tempfile.TemporaryDirectory(prefix="hmer-reuse-") as tmp:
         for name in list_run_artifacts(client, source.run_id):
             local = download_run_artifact(client, source.run_id, name, tmp)
@@ -104,7 +102,7 @@ def copy_run(client, source: TrainedRun, *, experiment_id: str, parent_run_id: s
                 client.log_artifacts(run_id, local, artifact_path=name)
             else:
                 client.log_artifact(run_id, local)
-    client.log_batch(run_id, tags=[RunTag(keys.STATUS, "finished")])
+    client.set_tag(run_id, keys.STATUS, "finished")
     client.set_terminated(run_id, status="FINISHED", end_time=original.info.end_time)
     return run_id
 

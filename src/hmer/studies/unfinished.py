@@ -39,6 +39,7 @@ def drop_studies(names: list[str], *, tracking_uri: str, storage: str | None) ->
     from ..tracking.store import mlflow_client
 
     client = mlflow_client(tracking_uri)
+    in_storage = set(optuna.get_all_study_names(storage)) if storage is not None else set()
     ids = []
     for name in names:
         experiment = client.get_experiment_by_name(name)
@@ -46,13 +47,13 @@ def drop_studies(names: list[str], *, tracking_uri: str, storage: str | None) ->
             if experiment.lifecycle_stage == "active":
                 client.delete_experiment(experiment.experiment_id)
             ids.append(experiment.experiment_id)
-        if storage is not None and name in {s.study_name for s in optuna.get_all_study_summaries(storage)}:
+        if name in in_storage:
             optuna.delete_study(study_name=name, storage=storage)
     if ids:
         from mlflow.entities import ViewType
 
         runs = client.search_runs(ids, run_view_type=ViewType.ALL, max_results=10_000)
-        # --tracking-uri too: gc reads the runs' logged models through the tracking API
+        # --tracking-uri too: without it, gc stopped on the real workspace with "Tracking URL is not set"
         done = subprocess.run([sys.executable, "-m", "mlflow", "gc", "--backend-store-uri", tracking_uri,
                                "--tracking-uri", tracking_uri, "--experiment-ids", ",".join(ids)],
                               capture_output=True, text=True)

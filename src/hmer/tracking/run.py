@@ -254,6 +254,12 @@ def log_metrics(client, run_id: str, metrics: dict[str, float], step: int) -> No
                 MAX_METRICS_PER_BATCH, lambda items: client.log_batch(run_id, metrics=items))
 
 
+def log_metric_points(client, run_id: str, points: list) -> None:
+    """MLflow `Metric` points as they are (each with its own value, timestamp and step: a metric's
+    history copied from another run), in as few requests as MLflow allows."""
+    _in_batches(points, MAX_METRICS_PER_BATCH, lambda items: client.log_batch(run_id, metrics=items))
+
+
 def _in_batches(items: list, size: int, send) -> None:
     for i in range(0, len(items), size):
         send(items[i:i + size])

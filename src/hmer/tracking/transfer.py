@@ -38,6 +38,7 @@ from typing import Sequence
 
 from . import keys
 from .portable import download_run_artifact, list_run_artifacts
+from .run import log_metric_points, log_params
 
 MANIFEST = "hmer-runs.json"
 FORMAT = 1
@@ -384,13 +385,9 @@ def _set_tags(client, run_id: str, tags: dict[str, str]) -> None:
 
 
 def _merge_params(client, run_id: str, params: dict[str, str]) -> None:
-    from mlflow.entities import Param
-
     have = client.get_run(run_id).data.params
     # A param that already has a value keeps it: MLflow params are write-once.
-    items = [Param(k, v) for k, v in params.items() if k not in have]
-    for i in range(0, len(items), 100):
-        client.log_batch(run_id, params=items[i:i + 100])
+    log_params(client, run_id, {k: v for k, v in params.items() if k not in have})
 
 
 def _merge_metrics(client, run_id: str, history: dict[str, list]) -> None:
@@ -404,6 +401,5 @@ def _merge_metrics(client, run_id: str, history: dict[str, list]) -> None:
             if key in have_keys else set()
         items += [Metric(key, float(v), int(ts), int(step)) for v, ts, step in points
                   if (repr(float(v)), int(ts), int(step)) not in have]
-    for i in range(0, len(items), 1000):
-        client.log_batch(run_id, metrics=items[i:i + 1000])
+    log_metric_points(client, run_id, items)
 
