@@ -438,23 +438,34 @@ def test_training_curves_are_drawn_against_cpu_time_when_every_run_logged_it(sto
     assert fig.axes[len(fig.axes) // 2].get_xlabel().startswith("wall-clock minutes")
 
 
-def test_a_time_logged_only_at_the_end_does_not_make_the_time_axis():
+def test_a_cpu_time_logged_only_at_the_end_is_spread_over_the_epochs():
     """A run from before `train_cpu_seconds` was logged each epoch has it once, at its last step:
-    the curves then sum the epochs' time in training steps instead."""
+    its curve spreads that total evenly over its epochs rather than use the wall-clock time of
+    its steps, which counts every pause (a study's worker stopped for the tests) and every
+    other job on the core. A run that logged it every epoch keeps its own figures beside it."""
     from hmer.reports.plots import _with_time_axis
 
     rows = [("r", "val_exprate", step, 1.0 * step, 0.0) for step in (1, 2, 3)]
     rows += [("r", "epoch_seconds", step, 60.0 * step, 0.0) for step in (1, 2, 3)]
-    rows += [("r", "train_cpu_seconds", 3, 500.0, 0.0)]
+    rows += [("r", "train_cpu_seconds", 3, 540.0, 0.0)]
     history = pd.DataFrame(rows, columns=["run_id", "metric", "step", "value", "seconds"]).assign(variant="v")
     points = history[history["metric"] == "val_exprate"]
-    data, label, _ = _with_time_axis(history, points)
+    data, label, words = _with_time_axis(history, points)
+    assert label.startswith("CPU minutes") and "spread evenly" in words
+    assert data.sort_values("step")["minutes"].tolist() == [3.0, 6.0, 9.0]  # 540 s over 3 epochs
+
+    newer = [("n", "val_exprate", s, 1.0, 0.0) for s in (1, 2)] + [("n", "train_cpu_seconds", s, 100.0 * s * s, 0.0)
+                                                                    for s in (1, 2)]
+    both = pd.concat([history, pd.DataFrame(newer, columns=history.columns[:-1]).assign(variant="v")])
+    data, label, _ = _with_time_axis(both, both[both["metric"] == "val_exprate"])
+    assert label.startswith("CPU minutes")
+    assert data[data["run_id"] == "n"].sort_values("step")["time_s"].tolist() == [100.0, 400.0]  # its own
+    assert data[data["run_id"] == "r"].sort_values("step")["time_s"].tolist() == [180.0, 360.0, 540.0]
+
+    # a run that never logged it: the axis falls back to the time in training steps for every run
+    data, label, _ = _with_time_axis(history[history["metric"] != "train_cpu_seconds"], points)
     assert label.startswith("minutes in training steps")
     assert data.sort_values("step")["minutes"].tolist() == [1.0, 3.0, 6.0]  # 60 s, then 120 s, then 180 s
-    every = pd.concat([history, pd.DataFrame([("r", "train_cpu_seconds", s, 100.0 * s, 0.0) for s in (1, 2)],
-                                             columns=history.columns[:-1]).assign(variant="v")])
-    data, label, _ = _with_time_axis(every, points)
-    assert label.startswith("CPU minutes") and data.sort_values("step")["time_s"].tolist() == [100.0, 200.0, 500.0]
 
 
 def test_standalone_runs_of_one_variant_and_seed_are_told_apart_by_name(tmp_path):

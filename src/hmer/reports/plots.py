@@ -128,19 +128,50 @@ def _per_epoch(history: pd.DataFrame, metric: str, points: pd.DataFrame) -> pd.D
     return logged[["run_id", "step", "value"]]
 
 
+def _training_cpu_seconds(history: pd.DataFrame, points: pd.DataFrame) -> tuple[pd.DataFrame, bool] | None:
+    """The training's CPU time (`train_cpu_seconds`, cumulative, validation included) at every
+    (run_id, step) of `points`, as a `value` column, and whether some run's figures are its total
+    spread evenly over its epochs; None unless every run logged it.
+
+    Runs trained before it was logged every epoch (before `dafb8e0`) have it once, at their last
+    epoch: their epochs cost the same arithmetic, so the total spread evenly stands for them
+    where their wall-clock time would count every pause and every other job on the machine."""
+    logged = history[history["metric"] == "train_cpu_seconds"].drop_duplicates(["run_id", "step"], keep="last")
+    frames, spread = [], False
+    for run_id, steps in points.groupby("run_id")["step"]:
+        run = logged[logged["run_id"] == run_id]
+        wanted = set(steps)
+        if wanted <= set(run["step"]):
+            frames.append(run[["run_id", "step", "value"]])
+            continue
+        last = int(steps.max())
+        total = run.loc[run["step"] == last, "value"]
+        if total.empty or last <= 0:
+            return None
+        per_step = float(total.iloc[-1]) / last
+        frames.append(pd.DataFrame({"run_id": run_id, "step": sorted(wanted),
+                                    "value": [per_step * s for s in sorted(wanted)]}))
+        spread = True
+    if not frames:
+        return None
+    return pd.concat(frames, ignore_index=True), spread
+
+
 def _with_time_axis(history: pd.DataFrame, points: pd.DataFrame) -> tuple[pd.DataFrame, str, str]:
     """`points` with a `minutes` column for the curves' time axis, its label and the title's words.
 
-    In order of preference: the training's CPU time (`train_cpu_seconds`, cumulative, validation
-    included); else the wall-clock time of the training steps summed over the epochs
-    (`epoch_seconds`), which leaves out validation and the time between a killed run and its
-    resumption but counts pauses and other jobs; else wall-clock time since the run started,
-    which counts all of them."""
-    cpu = _per_epoch(history, "train_cpu_seconds", points)
-    if cpu is not None:
+    In order of preference: the training's CPU time (`_training_cpu_seconds`); else the
+    wall-clock time of the training steps summed over the epochs (`epoch_seconds`), which leaves
+    out validation and the time between a killed run and its resumption but counts pauses and
+    other jobs; else wall-clock time since the run started, which counts all of them."""
+    found = _training_cpu_seconds(history, points)
+    if found is not None:
+        cpu, spread = found
         data = points.merge(cpu.rename(columns={"value": "time_s"}), on=["run_id", "step"], how="left")
-        return (data.assign(minutes=data["time_s"] / 60.0),
-                "CPU minutes of training", "against the training's CPU time, validation included")
+        words = "against the training's CPU time, validation included"
+        if spread:
+            words += "; runs that logged only its total: spread evenly over their epochs"
+        return data.assign(minutes=data["time_s"] / 60.0), "CPU minutes of training", words
     steps = _per_epoch(history, "epoch_seconds", points)
     if steps is not None:
         steps = steps.sort_values(["run_id", "step"])
