@@ -172,11 +172,11 @@ def test_reorder_state_expands_and_reorders_beams(variant):
     torch.testing.assert_close(logits, expected[rows, -1], rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("variant", ["transformer", "comer-fusion", "rnn", "convs2s"])
+@pytest.mark.parametrize("variant", ["transformer", "comer-self", "comer-cross", "comer-fusion", "rnn", "convs2s"])
 def test_grouped_rows_read_each_image_once_and_drop_finished_images(variant):
     """Beam search's layout (reorder_state(..., group=beam)): rows image-major, beams reordered
     within each image, then the first image dropped; the transformer then attends per image
-    (state.groups) and memory is cut to the live image. Every row's logits must still equal a
+    (state.groups), with or without coverage, and memory is cut to the live image. Every row's logits must still equal a
     teacher-forced pass on its image and prefix, and the teacher-forced pass with group=beam
     (joint search's rescoring) must equal the one on repeated features."""
     model = make_model(variant)

@@ -62,16 +62,29 @@ class TransformerDecoderLayer(nn.Module):
         out, weights = self.cross_attn.attend(q, k, v, pad, refine=refine, need_weights=need_weights)
         return self.norm2(x + self.dropout(out)), weights
 
-    def cross_block_grouped(self, x: Tensor, k: Tensor, v: Tensor, pad: Tensor, group: int) -> Tensor:
+    def cross_block_grouped(
+        self, x: Tensor, k: Tensor, v: Tensor, pad: Tensor, group: int, refine: Optional[Refinement] = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Optional[Tensor]]:
         """cross_block for rows in contiguous groups of `group` that share an image: x [N, L, d],
         k/v [N // group, H, S, dh], pad [N // group, S]. Each image is attended once, by all its
         group's positions as one block of queries (cross-attention never mixes queries), so its
-        keys/values are neither projected nor copied per row."""
+        keys/values are neither projected nor copied per row. The ARM (`refine`) still reads and
+        answers each row's own maps, and the weights come back per row: [N, H, L, S]."""
         n, length, d = x.shape
         attn = self.cross_attn
         q = attn.q_proj(x).view(n // group, group * length, attn.nhead, attn.head_dim).transpose(1, 2)
-        out, _ = attn.attend(q, k, v, pad)  # [N // group, group * L, d]
-        return self.norm2(x + self.dropout(out.reshape(n, length, d)))
+
+        def rows(maps: Tensor) -> Tensor:  # [N // group, H, group * L, S] -> [N, H, L, S]
+            return maps.unflatten(2, (group, length)).transpose(1, 2).reshape(n, attn.nhead, length, -1)
+
+        def groups(maps: Tensor) -> Tensor:  # the inverse
+            return maps.unflatten(0, (n // group, group)).transpose(1, 2).flatten(2, 3)
+
+        by_rows = None if refine is None else (lambda weights: groups(refine(rows(weights))))
+        out, weights = attn.attend(q, k, v, pad, refine=by_rows, need_weights=need_weights)
+        x = self.norm2(x + self.dropout(out.reshape(n, length, d)))
+        return x, None if weights is None else rows(weights)
 
     def ff_block(self, x: Tensor) -> Tensor:
         y = self.linear2(self.dropout(F.relu(self.linear1(x))))
@@ -105,10 +118,8 @@ class TransformerDecoder(Decoder):
     def _has_arm(self, i: int) -> bool:
         return self.arm is not None and i > 0
 
-    @property
-    def reads_grouped_memory(self) -> bool:
-        """Rows grouped by image can share its memory (no coverage: the ARM and its maps are per row)."""
-        return self.arm is None and not self.coverage_kind.reads_below
+    # Rows grouped by image read its keys/values once (`cross_block_grouped`), with coverage too.
+    reads_grouped_memory = True
 
     def _needs_weights(self, i: int) -> bool:
         """Layer i's attention feeds layer i+1's cross coverage."""
@@ -128,11 +139,12 @@ class TransformerDecoder(Decoder):
         return_attention: bool = False,
         group: int = 0,
     ):
-        if group and (return_attention or not self.reads_grouped_memory):
+        if group and return_attention:
             feats, feat_mask, group = feats.repeat_interleave(group, 0), feat_mask.repeat_interleave(group, 0), 0
         b, h, w, d = feats.shape
         memory = feats.reshape(b, h * w, d)
         pad = feat_mask.reshape(b, h * w)
+        row_mask = feat_mask.repeat_interleave(group, 0) if group and self.arm is not None else feat_mask
         x = self.embed(tgt_in)
         prev: Optional[Tensor] = None
         last = len(self.layers) - 1
@@ -143,12 +155,12 @@ class TransformerDecoder(Decoder):
             if self._has_arm(i):
                 # curr: this layer's unrefined attention, all steps; prev: the layer below's refined one.
                 def refine(curr: Tensor, prev: Optional[Tensor] = prev) -> Tensor:
-                    return self.arm(coverage_of_steps(self.coverage_kind, prev, curr), feat_mask)
+                    return self.arm(coverage_of_steps(self.coverage_kind, prev, curr), row_mask)
             mk, mv = layer.cross_attn.project_kv(memory)
+            need = self._needs_weights(i) or (return_attention and i == last)
             if group:
-                x = layer.cross_block_grouped(x, mk, mv, pad, group)
+                x, prev = layer.cross_block_grouped(x, mk, mv, pad, group, refine, need)
             else:
-                need = self._needs_weights(i) or (return_attention and i == last)
                 x, prev = layer.cross_block(x, mk, mv, pad, refine, need)
             x = layer.ff_block(x)
         logits = self.out(x)
@@ -176,11 +188,11 @@ class TransformerDecoder(Decoder):
     def step(self, state: DecoderState, tokens: Tensor) -> tuple[Tensor, DecoderState]:
         n = tokens.shape[0]
         x = self.embed(tokens.reshape(n, 1), start=state.t)
-        if state.group > 0 and self.reads_grouped_memory:
-            # Beam search's grouped rows: attend to each image once per group (see Decoder State).
-            return self._step_grouped(state, x)
-        feat_mask = state.rows("mask")
-        pad = feat_mask.reshape(n, -1)
+        # Beam search's rows come grouped by image: each image's keys/values are read once per
+        # group, never gathered per row (see DecoderState). The ARM's maps stay per row.
+        grouped = state.group > 0
+        pad = (state.groups("mask") if grouped else state.rows("mask")).flatten(1)
+        row_mask = state.rows("mask") if self.arm is not None else None
         cache = dict(state.cache)
         prev: Optional[Tensor] = None
         for i, layer in enumerate(self.layers):
@@ -197,28 +209,16 @@ class TransformerDecoder(Decoder):
 
                 def refine(curr: Tensor, coverage: Tensor = coverage, seen: dict = seen) -> Tensor:
                     seen["curr"] = curr
-                    return self.arm(coverage[:, None], feat_mask)
+                    return self.arm(coverage[:, None], row_mask)
             need = self._needs_weights(i)
-            x, weights = layer.cross_block(x, state.rows(f"k{i}"), state.rows(f"v{i}"), pad, refine, need)
+            if grouped:
+                x, weights = layer.cross_block_grouped(x, state.groups(f"k{i}"), state.groups(f"v{i}"), pad,
+                                                       state.group, refine, need)
+            else:
+                x, weights = layer.cross_block(x, state.rows(f"k{i}"), state.rows(f"v{i}"), pad, refine, need)
             if self._has_arm(i):
                 cache[f"cov{i}"] = cache[f"cov{i}"] + self._coverage_maps(prev, seen["curr"])[:, :, 0]
             prev = weights
-            x = layer.ff_block(x)
-        logits = self.out(x[:, 0])
-        return logits, replace(state, t=state.t + 1, cache=cache)
-
-    def _step_grouped(self, state: DecoderState, x: Tensor) -> tuple[Tensor, DecoderState]:
-        """`step` without coverage, for rows grouped by image: the image's keys/values are read
-        per group (`state.groups`), never gathered per row."""
-        pad = state.groups("mask").flatten(1)
-        cache = dict(state.cache)
-        for i, layer in enumerate(self.layers):
-            k, v = layer.self_attn.project_kv(x)
-            k = torch.cat([cache[f"self_k{i}"], k], dim=2)
-            v = torch.cat([cache[f"self_v{i}"], v], dim=2)
-            cache[f"self_k{i}"], cache[f"self_v{i}"] = k, v
-            x = layer.self_block(x, k, v, causal=False)
-            x = layer.cross_block_grouped(x, state.groups(f"k{i}"), state.groups(f"v{i}"), pad, state.group)
             x = layer.ff_block(x)
         logits = self.out(x[:, 0])
         return logits, replace(state, t=state.t + 1, cache=cache)
