@@ -103,3 +103,32 @@ def test_an_interrupted_rename_is_finished_by_running_it_again(store, capsys):
     capsys.readouterr()
     assert hmer_main(["runs", "rename", STUDY_NAME, NEW, "--tracking-uri", tracking]) == 2
     assert "already renamed?" in capsys.readouterr().err
+
+
+def test_a_kept_study_is_labelled_as_superseded_by_its_rerun(store, capsys):
+    """Issue 25: the study a re-run replaces stays in the store, renamed and labelled as superseded:
+    a tag on its experiment and parent run, the experiment's description, and `hmer report --list`."""
+    tracking, storage = store
+    assert hmer_main(["runs", "rename", STUDY_NAME, NEW, "--tracking-uri", tracking]) == 0
+    capsys.readouterr()
+    assert hmer_main(["runs", "supersede", NEW, STUDY_NAME, "--tracking-uri", tracking]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"no study '{STUDY_NAME}'" in err, err  # the re-run is not there yet
+
+    client = MlflowClient(tracking)
+    client.create_experiment(STUDY_NAME)  # the re-run under the old name
+    assert hmer_main(["runs", "supersede", NEW, STUDY_NAME, "--tracking-uri", tracking]) == 0
+    assert f"Superseded by the study {STUDY_NAME}" in capsys.readouterr().out
+    experiment = client.get_experiment_by_name(NEW)
+    assert experiment.tags[keys.SUPERSEDED_BY] == STUDY_NAME
+    assert experiment.tags[keys.MLFLOW_NOTE].startswith(f"Superseded by the study {STUDY_NAME}")
+    (parent,) = client.search_runs([experiment.experiment_id], filter_string="tags.`hmer.role` = 'study'")
+    assert parent.data.tags[keys.SUPERSEDED_BY] == STUDY_NAME
+    before = _digest(tracking, storage)
+    assert hmer_main(["runs", "supersede", NEW, STUDY_NAME, "--tracking-uri", tracking]) == 0
+    assert _digest(tracking, storage) == before  # labelled once: a second call writes nothing
+
+    capsys.readouterr()
+    assert hmer_main(["report", "--list", "--tracking-uri", tracking]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(NEW))
+    assert f"finished, superseded by {STUDY_NAME}" in row, row

@@ -1,4 +1,4 @@
-"""`hmer runs export | import | publish | workspace | rename`: MLflow runs moved between stores
+"""`hmer runs export | import | publish | workspace | rename | supersede`: MLflow runs moved between stores
 (a GPU machine's and the committed one in mlruns/), and a study renamed in its store."""
 
 from __future__ import annotations
@@ -43,6 +43,13 @@ def add_parser(sub) -> None:
     rn.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
     rn.add_argument("--storage", default=None, help="Optuna storage (default: optuna.db beside the MLflow store)")
     rn.set_defaults(func=cmd_runs_rename)
+    sp = rsub.add_parser("supersede", help="label a kept study as superseded by another (after `rename`): "
+                         "tag hmer.superseded_by on its experiment and parent run, and the experiment's "
+                         "description; `hmer report --list` shows it")
+    sp.add_argument("study", metavar="STUDY")
+    sp.add_argument("by", metavar="NEW_STUDY")
+    sp.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
+    sp.set_defaults(func=cmd_runs_supersede)
 
 
 def cmd_runs_export(args) -> int:
@@ -114,4 +121,13 @@ def cmd_runs_rename(args) -> int:
     print(f"renamed study {done.study} to {done.new}: {done.runs} run(s) retagged, "
           f"{'the experiment renamed' if done.experiment else 'no experiment of that name'}, "
           f"{done.trials} Optuna trial(s) under the new name")
+    return 0
+
+
+def cmd_runs_supersede(args) -> int:
+    from ..studies.rename import mark_superseded
+    from ..tracking.store import quiet_mlflow
+
+    quiet_mlflow()
+    print(mark_superseded(args.study, args.by, tracking_uri=args.tracking_uri))
     return 0

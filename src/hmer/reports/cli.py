@@ -140,8 +140,10 @@ def list_command(tracking_uri: str | None = None) -> int:
     studies = list_studies(uri)
     if studies.empty:
         raise NoRunsError(f"no study in the MLflow store {mask_password(uri)}")
-    shown = studies.drop(columns=["experiment"]).copy()
+    shown = studies.drop(columns=["experiment", "superseded_by"]).copy()
     shown["state"] = shown["state"].fillna("(no parent run)").str.lower()
+    by = studies["superseded_by"].map(lambda name: f", superseded by {name}" if isinstance(name, str) and name else "")
+    shown["state"] = shown["state"] + by
     shown["started"] = pd.to_datetime(shown["started"]).dt.strftime("%Y-%m-%d %H:%M")
     print(f"{len(shown)} stud{'y' if len(shown) == 1 else 'ies'} in {mask_password(uri)}, newest first:")
     print(shown.to_string(index=False))

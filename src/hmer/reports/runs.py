@@ -235,13 +235,14 @@ def study_budget(head: pd.Series) -> str | None:
 
 
 def list_studies(tracking_uri: str | None = None) -> pd.DataFrame:
-    """Every study in the store: study, experiment, kind, budget, state, runs, trials (the runs
-    counted by state, "6 finished, 2 failed"), started; newest first.
+    """Every study in the store: study, experiment, kind, budget, state, superseded_by (the study
+    that replaces it, `hmer runs supersede`), runs, trials (the runs counted by state, "6 finished,
+    2 failed"), started; newest first.
 
     A study is known by its parent run or, failing that, by the `hmer.study` tag of its runs.
     """
     runs = load_runs(tracking_uri, include_parents=True)
-    columns = ["study", "experiment", "kind", "budget", "state", "runs", "trials", "started"]
+    columns = ["study", "experiment", "kind", "budget", "state", "superseded_by", "runs", "trials", "started"]
     if runs.empty or f"tags.{STUDY_TAG}" not in runs.columns:
         return pd.DataFrame(columns=columns)
     runs = runs[runs[f"tags.{STUDY_TAG}"].notna()]
@@ -257,6 +258,7 @@ def list_studies(tracking_uri: str | None = None) -> pd.DataFrame:
             "kind": head.get(f"tags.{keys.KIND}") if not parent.empty else None,
             "budget": study_budget(head),
             "state": head["state"] if not parent.empty else None,
+            "superseded_by": head.get(f"tags.{keys.SUPERSEDED_BY}") if not parent.empty else None,
             "runs": int((role.loc[group.index] != "study").sum()),
             "trials": ", ".join(f"{n} {state}" for state, n in states.items()) or "none",
             "started": group["start_time"].min(),

@@ -14,6 +14,10 @@ the old one deleted last. The steps run in an order that a second call can finis
 interrupted one: copy the Optuna study; retag the runs; rename the experiment; delete the old
 Optuna study. Each step skips what is already done, so an interrupted rename is repaired by
 running the same command again.
+
+`hmer runs supersede OLD NEW` then labels the kept study: its MLflow experiment and parent run get
+the tag `hmer.superseded_by` = NEW, and the experiment's description (what `mlflow ui` shows
+above its runs) says so; `hmer report --list` prints it beside the study's state.
 """
 
 from __future__ import annotations
@@ -108,3 +112,29 @@ def _same_trials(storage, study: str, new: str) -> bool:
     copy = optuna.load_study(study_name=new, storage=storage).trials
     return [(t.number, t.state, t.params, t.user_attrs) for t in old] == \
         [(t.number, t.state, t.params, t.user_attrs) for t in copy]
+
+
+def mark_superseded(study: str, by: str, *, tracking_uri: str | None = None) -> str:
+    """Label `study` as superseded by `by` (module docstring). Both must be studies of the store;
+    running it again changes nothing. Returns the experiment's new description."""
+    from ..tracking.store import default_tracking_uri, mlflow_client
+
+    uri = tracking_uri or default_tracking_uri()
+    client = mlflow_client(uri)
+    if study == by:
+        raise ValueError(f"a study cannot supersede itself ({study!r})")
+    experiment = client.get_experiment_by_name(study)
+    if experiment is None:
+        raise ValueError(f"no study {study!r} in {uri}")
+    if client.get_experiment_by_name(by) is None:
+        raise ValueError(f"no study {by!r} in {uri}: run it before labelling {study!r} as superseded by it")
+    note = (f"Superseded by the study {by}: this one is kept for reference, and the suite's reports "
+            f"and claims read {by}.")
+    if experiment.tags.get(keys.SUPERSEDED_BY) != by:
+        client.set_experiment_tag(experiment.experiment_id, keys.SUPERSEDED_BY, by)
+    if experiment.tags.get(keys.MLFLOW_NOTE) != note:
+        client.set_experiment_tag(experiment.experiment_id, keys.MLFLOW_NOTE, note)
+    for run in _tagged_runs(client, study):
+        if run.data.tags.get(keys.ROLE) == "study" and run.data.tags.get(keys.SUPERSEDED_BY) != by:
+            client.set_tag(run.info.run_id, keys.SUPERSEDED_BY, by)
+    return note

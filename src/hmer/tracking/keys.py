@@ -52,6 +52,7 @@ FAILED = "hmer.failed"            # parent-run tag: the trials that failed, in w
 CLAIM_PREFIX = "hmer.claim:"      # study system attribute per worker (+ its token): the cell it claims
 RESUMED_FROM = "hmer.resumed_from"  # trial attribute and run tag: the dead trial whose run a trial continued
 REUSED_FROM = "hmer.reused_from"  # trial attribute and run tag: another study's run with the cell's config, copied
+SUPERSEDED_BY = "hmer.superseded_by"  # experiment and parent-run tag: the study that replaces this one
 CONTINUES = "hmer.continues"      # user attribute of an enqueued sweep trial: the dead trial it continues
 # Trial user attributes a finished trial records (studies.objective.record_result), beside its test
 # scores under their metric names (`test_2014_exprate`, ...). Stored without the `hmer.` prefix since
