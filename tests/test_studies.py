@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import optuna
+import pandas as pd
 import pytest
 import torch
 from mlflow.tracking import MlflowClient
@@ -412,6 +413,68 @@ def test_a_killed_trial_continues_from_its_checkpoint(stores, tmp_path):
             assert resumed[key] == pytest.approx(expected[key], rel=1e-6, abs=1e-9), key
 
 
+def test_a_study_published_unfinished_is_continued_from_the_committed_store_on_another_machine(stores, tmp_path):
+    """The workspace of a study that outlives its machine: the study is killed mid-trial, published
+    with --keep-unfinished into a checkout's mlruns/ (the reports call it in progress), the
+    workspace is gone; a workspace made from the checkout continues the killed trial's run from
+    its committed checkpoint and finishes the study."""
+    from hmer.reports.paper_claims import Claim, claims_table
+
+    tracking, storage = stores
+    write_dataset(tmp_path / "data", {"train": 12, "2014": 4})
+    cmd, env = _command(tmp_path, tracking, storage, "1", epochs=6, **{"train.time_budget_s": 0}), _env(tmp_path)
+    killed = _kill_after_two_checkpointed_epochs(cmd, env, tmp_path, "direction-cli", storage, tracking,
+                                                 "two epochs of the first trial")
+    epoch = int(load_checkpoint(tmp_path / "mlruns" / "checkpoints" / killed["run_id"] / "last.pt")["epoch"])
+
+    checkout = tmp_path / "checkout"
+    (checkout / "mlruns").mkdir(parents=True)
+    (checkout / "pyproject.toml").write_text('[project]\nname = "hmer"\n')
+    at_checkout = {**env, "HMER_MLRUNS": str(checkout / "mlruns")}
+    hmer = [sys.executable, "-m", "hmer.cli"]
+    out = subprocess.run([*hmer, "runs", "publish", str(tmp_path / "mlruns"), "--keep-unfinished"],
+                         capture_output=True, text=True, env=at_checkout, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "kept study direction-cli (running), in progress, 0 of 3 trials finished" in out.stdout, out.stdout
+    assert f"checkpoints kept of 1 unfinished run(s): {killed['run_id']}" in out.stdout
+    assert (checkout / "mlruns" / "checkpoints" / killed["run_id"] / "last.pt").is_file()
+    published = f"sqlite:///{checkout / 'mlruns' / 'mlflow.db'}"
+    # an unfinished study answers no claim yet, and its report says it will change
+    claim = Claim("bi-vs-l2r", "bi beats l2r", "", "direction", (("bi", "l2r"),))  # no paper rows: one row
+    assert claims_table("cli", published, claims=[claim])["verdict"].tolist() == [
+        "in progress, 0 of 3 trials finished"]
+    report = [*hmer, "report", "--study", "direction-cli", "--tracking-uri", published, "--out", str(tmp_path / "r")]
+    out = subprocess.run(report, capture_output=True, text=True, env=at_checkout, cwd=tmp_path)
+    assert "study direction-cli: in progress, 0 of 3 trials finished" in out.stdout, out.stdout + out.stderr
+    shutil.rmtree(tmp_path / "mlruns")  # the machine that ran it is gone
+
+    ws = tmp_path / "ws"
+    out = subprocess.run([*hmer, "runs", "workspace", str(ws)], capture_output=True, text=True, env=at_checkout,
+                         cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    cmd = [c.replace(tracking, f"sqlite:///{ws / 'mlflow.db'}").replace(storage, f"sqlite:///{ws / 'optuna.db'}")
+           for c in cmd]
+    second = subprocess.run(cmd, env={**env, "HMER_MLRUNS": str(ws)}, capture_output=True, text=True, cwd=REPO,
+                            timeout=300)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert f"resuming run {killed['run_id']} from epoch {epoch + 1}" in second.stdout, second.stdout
+    study = optuna.load_study(study_name="direction-cli", storage=f"sqlite:///{ws / 'optuna.db'}")
+    complete = _cells(study, TrialState.COMPLETE)
+    assert len(complete) == 3 and set(complete.values()) == {1}
+    parents, children = _child_runs(f"sqlite:///{ws / 'mlflow.db'}", "direction-cli")
+    assert parents[0].data.tags["hmer.status"] == "finished" and len(children) == 3
+    assert next(r for r in children if r.info.run_id == killed["run_id"]).data.tags["hmer.resumed"] == str(epoch + 1)
+
+    # published again, finished: no checkpoint is committed
+    out = subprocess.run([*hmer, "runs", "publish", str(ws), "--keep-unfinished"], capture_output=True, text=True,
+                         env=at_checkout, cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "kept study" not in out.stdout and not (checkout / "mlruns" / "checkpoints").exists()
+    # (in a process of its own: this one's MLflow client still reads the database file it opened)
+    out = subprocess.run(report, capture_output=True, text=True, env=at_checkout, cwd=tmp_path)
+    assert out.returncode == 0 and "in progress" not in out.stdout, out.stdout + out.stderr
+
+
 def test_two_workers_on_one_study_never_run_a_cell_twice(stores, tmp_path):
     """Two commands on one storage, as on two machines; the second also starts a worker of its
     own with --n-jobs 2. Nine cells, three workers: each cell runs once, in one MLflow study."""
@@ -470,6 +533,7 @@ def test_sweep_prunes_and_marks_pruned_trials_in_optuna_and_mlflow(stores):
 SWEEP_SCRIPT = """
 import dataclasses, sys
 import optuna
+import pandas as pd
 from hmer.studies import run_sweep
 from hmer.studies.budgets import BUDGETS
 sys.path.insert(0, {tests!r})
@@ -609,6 +673,11 @@ def test_a_cell_another_study_trained_with_the_same_config_is_copied_not_trained
     assert trial.user_attrs["test_2014_exprate"] == bi.data.metrics["test_2014_exprate"]
     cost = measured_cost(client, parents[0].info.experiment_id, "decoder-test")
     assert cost.startswith("measured on its 1 finished trial(s)") and "1 trial(s) copied" in cost
+    # the study started when its parent run did, not when the run it copied had
+    from hmer.reports import list_studies
+    listed = list_studies(tracking).set_index("study")
+    assert listed.loc["decoder-test", "started"] == pd.to_datetime(parents[0].info.start_time, unit="ms", utc=True)
+    assert listed.loc["decoder-test", "started"] > pd.to_datetime(copied.info.start_time, unit="ms", utc=True)
 
     # Only the same config is the same cell: another seed or another dropout trains.
     stored = json.loads(Path(client.download_artifacts(bi.info.run_id, "config.json", str(tmp_path))).read_text())

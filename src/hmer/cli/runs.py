@@ -30,9 +30,13 @@ def add_parser(sub) -> None:
                           "marked as model training and each finished grid study's parent run gets its "
                           "table and summary metrics (for mlflow ui)")
     pub.add_argument("folder", metavar="FOLDER")
+    pub.add_argument("--keep-unfinished", action="store_true",
+                     help="keep the studies that have not finished, with the last checkpoint of each of their "
+                          "unfinished runs, so that a workspace made from the committed store continues them "
+                          "(when the workspace will not outlive its machine); reports mark them in progress")
     pub.set_defaults(func=cmd_runs_publish)
     ws = rsub.add_parser("workspace", help="copy the committed store in mlruns/ to FOLDER to run more studies "
-                         "there (then `hmer runs publish FOLDER`)")
+                         "there, and continue its unfinished ones (then `hmer runs publish FOLDER`)")
     ws.add_argument("folder", metavar="FOLDER")
     ws.set_defaults(func=cmd_runs_workspace)
     rn = rsub.add_parser("rename", help="rename a study in its store: its MLflow experiment, its runs' hmer.study "
@@ -65,7 +69,8 @@ def cmd_runs_export(args) -> int:
 
 def cmd_runs_publish(args) -> int:
     from ..reports.study_run import annotate_studies
-    from ..studies.unfinished import drop_studies, unfinished_studies
+    from ..reports.runs import study_progress
+    from ..studies.unfinished import drop_studies, prune_checkpoints, unfinished_runs, unfinished_studies
     from ..tracking.portable import copy_store, make_portable
     from ..tracking.store import mlflow_client, mlruns_dir, quiet_mlflow
     from ..tracking.ui import mark_training_experiments
@@ -73,17 +78,26 @@ def cmd_runs_publish(args) -> int:
     quiet_mlflow()
     # The copy is brought up to date while its artifact locations are still absolute (an artifact
     # written to a portable store would land relative to the working folder), then made portable.
-    db = copy_store(args.folder, mlruns_dir(), portable=False)
+    db = copy_store(args.folder, mlruns_dir(), portable=False, checkpoints=args.keep_unfinished)
     uri = f"sqlite:///{db}"
     unfinished = unfinished_studies(mlflow_client(uri))
-    optuna_db = db.parent / "optuna.db"
-    drop_studies(sorted(unfinished), tracking_uri=uri, storage=f"sqlite:///{optuna_db}" if optuna_db.is_file() else None)
+    if args.keep_unfinished:
+        kept = prune_checkpoints(db.parent, unfinished_runs(mlflow_client(uri), sorted(unfinished)))
+    else:
+        optuna_db = db.parent / "optuna.db"
+        drop_studies(sorted(unfinished), tracking_uri=uri,
+                     storage=f"sqlite:///{optuna_db}" if optuna_db.is_file() else None)
     marked = mark_training_experiments(mlflow_client(uri))
     annotated = {study: changes for study, changes in annotate_studies(uri).items() if changes}
     make_portable(db)
     print(f"published {args.folder} to {db.parent} (artifact locations relative to the checkout)")
     for study, status in sorted(unfinished.items()):
-        print(f"  left out study {study} ({status}): it is published when it has finished")
+        if args.keep_unfinished:
+            print(f"  kept study {study} ({status}), {study_progress(study, uri)}: `hmer runs workspace` continues it")
+        else:
+            print(f"  left out study {study} ({status}): it is published when it has finished")
+    if args.keep_unfinished:
+        print(f"  checkpoints kept of {len(kept)} unfinished run(s)" + (f": {', '.join(kept)}" if kept else ""))
     if marked:
         print(f"  experiments marked as model training (tag mlflow.experimentKind): {', '.join(marked)}")
     for study, changes in annotated.items():
@@ -95,7 +109,7 @@ def cmd_runs_workspace(args) -> int:
     from ..tracking.portable import copy_store
     from ..tracking.store import mlruns_dir
 
-    db = copy_store(mlruns_dir(), args.folder, portable=False)
+    db = copy_store(mlruns_dir(), args.folder, portable=False, checkpoints=True)
     print(f"copied {mlruns_dir()} to {db.parent}; run studies with HMER_MLRUNS={db.parent}, "
           f"then `hmer runs publish {db.parent}`")
     return 0

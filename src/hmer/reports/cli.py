@@ -36,7 +36,7 @@ from ..tracking.ui import ui_hint
 from .markup import measure_list, measures
 from .plots import plot_claims, plot_exprate, plot_training_curves, save_figure
 from .runs import (NoRunsError, curve_runs, list_studies, load_history, load_predictions, load_runs,
-                   resolve_tracking_uri, scored_years)
+                   resolve_tracking_uri, scored_years, study_progress)
 from .significance import DEFAULT_RESAMPLES
 from .tables import format_table, scored, study_table, variant_table
 
@@ -179,6 +179,9 @@ def report_command(
                               measure=measure, n_resamples=n_resamples, title=name)
     out = Path(out_dir) if out_dir else default_out_dir(name)
     written = write_report(runs, table, out, name=name, tracking_uri=uri)
+    progress = study_progress(study, uri) if study else None
+    if progress:
+        print(f"study {study}: {progress}; this table is of its finished trials and will change")
     print(format_table(table, "text"))
     if analysis:
         written += write_variant_analysis(runs, out, name, list(table.index), uri)

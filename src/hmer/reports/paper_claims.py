@@ -13,7 +13,9 @@ Each comparison is a variant table (`hmer.reports.tables.variant_table`) of the 
 its two variants with the claimed loser as the baseline, so the difference, its interval and
 both paired tests are computed exactly as `hmer report --study` computes them, on the same
 `measure` (`exprate`, or `le1`/`le2`: read within one or two edits). The verdict uses the larger
-of the two p-values (`verdict`).
+of the two p-values (`verdict`). A study that has not finished (kept in the store to be
+continued, `hmer runs publish --keep-unfinished`) answers nothing yet: its rows say how far it is
+("in progress, 4 of 9 trials finished") instead of numbers that its other cells would change.
 
 The papers' own figures live in `paper_claims.csv` (package data: claim, variant, year,
 measure, value, paper, source, note), one row per figure with where it stands: ExpRate, and ≤1 /
@@ -35,7 +37,7 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 
 from .markup import MISSING, bold, is_missing, layout, mean_pm_std, measure_label, measures, p_value
-from .runs import PredictionsNotFound, load_predictions, load_runs, resolve_tracking_uri, scored_years
+from .runs import PredictionsNotFound, load_predictions, load_runs, resolve_tracking_uri, scored_years, study_progress
 from .significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES
 from .tables import scored, variant_table
 
@@ -165,7 +167,8 @@ def claims_table(
 ) -> pd.DataFrame:
     """One row per claim, comparison and test year (see the module docstring). A claim whose study
     `<study>-<budget>` has no scored run in the store gets, per comparison, a row per year the paper
-    gives figures for (one row, year empty, when it gives none), verdict `no study yet`. Means, stds
+    gives figures for (one row, year empty, when it gives none), verdict `no study yet`; one whose
+    study has not finished, the same rows with its progress as the verdict. Means, stds
     and differences are percent on `measure`."""
     uri = resolve_tracking_uri(tracking_uri)
     rows: list[dict[str, Any]] = []
@@ -173,11 +176,13 @@ def claims_table(
         study = claim.study_name(budget)
         runs = load_runs(uri, study=study)
         good = runs[scored(runs)] if not runs.empty else runs
-        if good.empty:
+        # a study still training answers nothing yet: its finished cells are not its answer
+        progress = study_progress(study, uri)
+        if good.empty or progress:
             # the paper's figures still show, a row per year it gives them for (one row, year empty, without any)
             figures = _figures()
             paper_years = sorted(set(figures.loc[figures["claim"] == claim.name, "year"])) or [""]
-            rows += [_empty_row(claim, study, w, l, y, measure, NO_STUDY) for w, l in claim.comparisons
+            rows += [_empty_row(claim, study, w, l, y, measure, progress or NO_STUDY) for w, l in claim.comparisons
                      for y in paper_years]
             continue
         years = scored_years(runs)

@@ -234,6 +234,23 @@ def study_budget(head: pd.Series) -> str | None:
     return None
 
 
+def study_progress(study: str, tracking_uri: str | None = None) -> str | None:
+    """None for a finished study (and for runs without a parent run); for one that has not
+    finished, how far it is, in words: "in progress, 4 of 9 trials finished"."""
+    runs = load_runs(tracking_uri, study=study, include_parents=True)
+    if runs.empty or f"tags.{ROLE_TAG}" not in runs.columns:
+        return None
+    parent = runs[runs[f"tags.{ROLE_TAG}"] == "study"]
+    if parent.empty or parent.iloc[0]["state"] == "finished":
+        return None
+    trials = runs[runs[f"tags.{ROLE_TAG}"].fillna("") != "study"]
+    try:
+        of = f" of {int(parent.iloc[0].get('params.n_trials'))}"  # a grid's cells; a sweep aims for more
+    except (TypeError, ValueError):
+        of = ""
+    return f"in progress, {int((trials['state'] == 'finished').sum())}{of} trials finished"
+
+
 def list_studies(tracking_uri: str | None = None) -> pd.DataFrame:
     """Every study in the store: study, experiment, kind, budget, state, superseded_by (the study
     that replaces it, `hmer runs supersede`), runs, trials (the runs counted by state, "6 finished,
@@ -261,7 +278,8 @@ def list_studies(tracking_uri: str | None = None) -> pd.DataFrame:
             "superseded_by": head.get(f"tags.{keys.SUPERSEDED_BY}") if not parent.empty else None,
             "runs": int((role.loc[group.index] != "study").sum()),
             "trials": ", ".join(f"{n} {state}" for state, n in states.items()) or "none",
-            "started": group["start_time"].min(),
+            # the parent run's start: a study's trials may be copies of older runs (hmer.studies.reuse)
+            "started": head["start_time"] if not parent.empty else group["start_time"].min(),
         })
     return pd.DataFrame(rows, columns=columns).sort_values("started", ascending=False).reset_index(drop=True)
 

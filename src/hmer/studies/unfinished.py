@@ -1,13 +1,20 @@
-"""Unfinished studies stay out of a published store.
+"""Unfinished studies in a published store: left out, or kept to be continued.
 
 `hmer runs publish WORKSPACE` copies a workspace into `mlruns/` to be committed. Studies run in
 the workspace for days, several at a time, and one finishes while the others train. A study that
 has not finished has no answer yet (half its cells, a table that will change), and its runs would
-be committed as if they were results. So the published copy keeps only finished studies: every
-study whose parent run is not tagged `hmer.status=finished` is removed from the copy, all three
-places it lives (its MLflow experiment with every run and artifact, purged with `mlflow gc`, and
-its Optuna study). The workspace itself is not touched: its studies go on, and are published when
-they finish.
+be committed as if they were results. So by default the published copy keeps only finished
+studies: every study whose parent run is not tagged `hmer.status=finished` is removed from the
+copy, all three places it lives (its MLflow experiment with every run and artifact, purged with
+`mlflow gc`, and its Optuna study). The workspace itself is not touched: its studies go on, and
+are published when they finish.
+
+A workspace does not always outlive the machine it is on. `--keep-unfinished` keeps the
+unfinished studies in the copy instead, with their finished cells, their Optuna trials and the
+last checkpoint of each run that has not finished (`checkpoints/<run id>/last.pt`), so that a
+workspace made from the committed store (`hmer runs workspace`) continues them where they
+stopped, on any machine: the dead trials are taken up as after any kill (hmer.studies.resume).
+Their parent runs still say `running`, and `hmer report` says what they are: in progress.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from ..tracking import keys
+from ..tracking.portable import CHECKPOINTS
 
 
 def unfinished_studies(client) -> dict[str, str]:
@@ -29,6 +37,35 @@ def unfinished_studies(client) -> dict[str, str]:
     parents = client.search_runs(experiment_ids, filter_string=f"tags.`{keys.ROLE}` = 'study'", max_results=10_000)
     return {run.data.tags[keys.STUDY]: run.data.tags.get(keys.STATUS, "unknown") for run in parents
             if run.data.tags.get(keys.STATUS) != "finished" and keys.STUDY in run.data.tags}
+
+
+def unfinished_runs(client, studies: list[str]) -> set[str]:
+    """The ids of the runs of `studies` that have not finished (a killed or running trial's run):
+    the runs whose checkpoints a resumed study continues."""
+    runs = set()
+    for name in studies:
+        experiment = client.get_experiment_by_name(name)
+        if experiment is not None:
+            runs |= {run.info.run_id for run in client.search_runs([experiment.experiment_id], max_results=10_000)
+                     if run.info.status != "FINISHED"}
+    return runs
+
+
+def prune_checkpoints(store: Path, keep: set[str]) -> list[str]:
+    """Delete every run's checkpoints in the store folder `store` (`checkpoints/<run id>/`) but
+    those of the runs `keep`, and the folder when none is left; returns the run ids kept."""
+    root = store / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    kept = []
+    for run in sorted(root.iterdir()):
+        if run.name in keep:
+            kept.append(run.name)
+        else:
+            shutil.rmtree(run) if run.is_dir() else run.unlink()
+    if not kept:
+        root.rmdir()
+    return kept
 
 
 def drop_studies(names: list[str], *, tracking_uri: str, storage: str | None) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 ARTIFACTS = "artifacts"
+CHECKPOINTS = "checkpoints"  # runs in progress: `<store>/checkpoints/<run id>/last.pt` (store.default_checkpoint_root)
 STORE_FOLDER = "mlruns"  # the store's folder name in the checkout (`<checkout>/mlruns/mlflow.db`)
 
 
@@ -105,12 +106,16 @@ def _snapshot(source: Path, dest: Path) -> None:
         raise ValueError(f"{source}: not an SQLite database ({exc})") from None
 
 
-def copy_store(source: str | Path, dest: str | Path, *, portable: bool) -> Path:
+def copy_store(source: str | Path, dest: str | Path, *, portable: bool, checkpoints: bool = False) -> Path:
     """Copy a local store (`mlflow.db`, `optuna.db` where present, and `artifacts/`) from the folder
     `source` to the folder `dest` (its files replaced; the databases by SQLite's backup, so a store
     that workers are writing to copies consistently), then make the copy portable (to commit it)
-    or local (to run more studies in it). Run checkpoints (`checkpoints/`) are never copied: the
-    best weights of a run are its `model/model.pt` artifact. Returns the copied database.
+    or local (to run more studies in it). Returns the copied database.
+
+    Run checkpoints (`checkpoints/<run id>/`) are copied only with `checkpoints=True`, and replace
+    the destination's: the best weights of a finished run are its `model/model.pt` artifact, and a
+    checkpoint is only worth carrying for a run that is still to be continued (`hmer runs publish
+    --keep-unfinished` keeps those of unfinished studies, `hmer runs workspace` takes them up).
 
     The databases are copied beside their destinations first and replace them only when all are
     copied: a source database that is not one stops the copy with `dest` as it was."""
@@ -137,6 +142,10 @@ def copy_store(source: str | Path, dest: str | Path, *, portable: bool) -> Path:
         shutil.rmtree(dest / ARTIFACTS)
     if (source / ARTIFACTS).is_dir():
         shutil.copytree(source / ARTIFACTS, dest / ARTIFACTS)
+    if (dest / CHECKPOINTS).exists():
+        shutil.rmtree(dest / CHECKPOINTS)
+    if checkpoints and (source / CHECKPOINTS).is_dir():
+        shutil.copytree(source / CHECKPOINTS, dest / CHECKPOINTS)
     make_portable(dest / "mlflow.db")  # from wherever the source was
     if not portable:
         make_local(dest / "mlflow.db")  # to where the copy is

@@ -105,7 +105,9 @@ def check_tracking_server(uri: str, timeout_s: float = 10.0) -> None:
 
 def default_checkpoint_root() -> Path:
     """Local checkpoints of runs in progress: `<MLflow home>/checkpoints/<run id>/`."""
-    return mlruns_dir() / "checkpoints"
+    from .portable import CHECKPOINTS
+
+    return mlruns_dir() / CHECKPOINTS
 
 
 def quiet_mlflow() -> None:
