@@ -4,9 +4,11 @@ with a line `images_per_second=<positive number>` that scripts read (benchmarks/
 from __future__ import annotations
 
 import pytest
+import torch
 
 from hmer.bench import split_overrides, synthetic_expressions
 from hmer.cli import main
+from hmer.device import cpu_description
 
 
 def _last_figure(text: str) -> float:
@@ -36,6 +38,8 @@ def test_bench_peak_times_a_matmul_on_this_process_threads(capsys, one_thread):
     assert main(["bench", "peak", "--threads", "1", "--size", "256"]) == 0
     out = capsys.readouterr().out
     assert "threads=1 matmul_size=256" in out
+    # which kind of core: its model and the vector instructions torch's kernels use there
+    assert f"processor='{cpu_description()}'" in out and torch.backends.cpu.get_cpu_capability() in out
     assert float(out.strip().splitlines()[-1].partition("=")[2]) > 0.1
 
 

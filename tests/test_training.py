@@ -108,6 +108,8 @@ def test_train_records_everything_in_mlflow(store, tmp_path):
         assert f"metrics.{key}" in runs.columns, key
     assert row["metrics.test_2014_n"] == 4
     assert row["tags.hmer.git_commit"] and row["tags.hmer.device"].startswith("cpu")
+    from hmer.device import cpu_description
+    assert cpu_description() in row["tags.hmer.device"]  # the kind of core its CPU time was spent on
     # What the run cost: training's CPU time plus every final decoding's
     decode_cpu = [row[c] for c in runs.columns if c.endswith("_decode_cpu_seconds")]
     assert len(decode_cpu) == 2 and all(v > 0 for v in decode_cpu)  # validation and 2014

@@ -106,10 +106,13 @@ def count_flops(run) -> int:
 
 def run_peak(threads: int = 0, size: int = PEAK_MATMUL_SIZE, out=None) -> int:
     """`hmer bench peak`: the matmul ceiling of this process's threads, as `bench train|decode` measure it."""
+    from .device import cpu_description
+
     out = out if out is not None else sys.stdout
     if threads:
         torch.set_num_threads(threads)
-    print(f"threads={torch.get_num_threads()} matmul_size={size} dtype=float32", file=out)
+    print(f"threads={torch.get_num_threads()} matmul_size={size} dtype=float32 "
+          f"processor={cpu_description()!r}", file=out)
     print(f"peak_gflops={matmul_peak_gflops(size):.1f}", file=out)
     return 0
 
@@ -176,7 +179,7 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
     from .config import parse_overrides
     from .data import Vocab, collate, load_dataset, make_batches
     from .data.batching import padding_share
-    from .device import autocast_dtype, resolve_device
+    from .device import autocast_dtype, cpu_description, resolve_device
     from .model import build_model
     from .presets import preset_with_recipe
     from .training.optim import build_optimizer
@@ -221,6 +224,7 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
     params = sum(p.numel() for p in model.parameters())
     print(f"benchmark={what} preset={preset} device={dev} precision={amp or torch.float32} "
           f"params={params} source={source}", file=out)
+    print(f"processor={cpu_description()!r}", file=out)  # CPU figures differ by core kind
     print(f"weights={weights or 'random'} threads={torch.get_num_threads()} compile={compiled} "
           f"prefetch={prefetch} pin_memory={gpu} channels_last={channels_last}", file=out)
 

@@ -22,7 +22,24 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
 
 
 def device_description(device: torch.device) -> str:
-    """The device in words, as a run's tag records it: the GPU's name, or the CPU and its threads."""
+    """The device in words, as a run's tag records it: the GPU's name, or the CPU, the widest
+    vector instructions torch uses on it and its threads ("cpu (AMD EPYC, AVX2, 1 threads)").
+
+    A run's CPU-minutes are only comparable on the same kind of core: the machines lent to this
+    project have been both AVX-512 cores with a matmul peak near 200 GFLOP/s a thread and AVX2
+    ones near 60, so the tag says which one a cost was measured on."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"cpu ({platform.processor() or platform.machine()}, {torch.get_num_threads()} threads)"
+    return f"cpu ({cpu_description()}, {torch.get_num_threads()} threads)"
+
+
+def cpu_description() -> str:
+    """The processor's model name (Linux's /proc/cpuinfo, else what `platform` knows of it) and the
+    widest vector instructions torch's kernels use on it: "AMD EPYC, AVX2"."""
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
+    return f"{model}, {torch.backends.cpu.get_cpu_capability()}"
