@@ -116,6 +116,28 @@ def test_publish_and_workspace_round_trip(tmp_path):
     assert (tmp_path / "more" / "artifacts" / "results" / new.info.run_id / "artifacts" / "a.txt").is_file()
 
 
+def test_checkpoints_are_copied_only_when_asked_and_never_half_written(tmp_path):
+    from hmer.tracking.portable import copy_store
+
+    work = tmp_path / "work"
+    _store_with_one_run(work)
+    run = work / "mlruns" / "checkpoints" / "0123abcd"
+    run.mkdir(parents=True)
+    (run / "last.pt").write_bytes(b"epoch 4")
+    (run / ".last.pt.x1y2.tmp").write_bytes(b"epoch 5, half written")
+    (work / "mlruns" / "checkpoints" / "stray.txt").write_text("not a run's folder")
+    dest = tmp_path / "dest"
+    (dest / "checkpoints" / "old").mkdir(parents=True)  # what the destination had is replaced
+
+    copy_store(work / "mlruns", dest, portable=False)
+    assert not (dest / "checkpoints").exists()
+    copy_store(work / "mlruns", dest, portable=False, checkpoints=True)
+    assert sorted(p.relative_to(dest).as_posix() for p in (dest / "checkpoints").rglob("*")) == [
+        "checkpoints/0123abcd", "checkpoints/0123abcd/last.pt"]
+    assert (dest / "checkpoints" / "0123abcd" / "last.pt").read_bytes() == b"epoch 4"
+    assert not list(dest.glob(".*partial"))
+
+
 def test_new_experiments_never_put_artifacts_under_the_working_folder(tmp_path, monkeypatch):
     # MLflow's own default is ./mlruns under the process's folder: a run started from a checkout
     # would write into the committed store. SQLite keeps them beside the store, another database

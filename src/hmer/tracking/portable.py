@@ -118,7 +118,11 @@ def copy_store(source: str | Path, dest: str | Path, *, portable: bool, checkpoi
     --keep-unfinished` keeps those of unfinished studies, `hmer runs workspace` takes them up).
 
     The databases are copied beside their destinations first and replace them only when all are
-    copied: a source database that is not one stops the copy with `dest` as it was."""
+    copied: a source database that is not one stops the copy with `dest` as it was. Checkpoints
+    are copied before the databases, so that a store copied while its workers train holds no
+    checkpoint newer than its records: a continued run may repeat an epoch it had logged (and logs
+    the same values again), but never skips one. A checkpoint being written (`.last.pt.*.tmp`)
+    is left behind, and so is a run's folder deleted under the copy (its trial finished)."""
     import os
     import shutil
 
@@ -128,13 +132,17 @@ def copy_store(source: str | Path, dest: str | Path, *, portable: bool, checkpoi
     if source == dest:
         raise ValueError(f"{source}: copying a store onto itself")
     dest.mkdir(parents=True, exist_ok=True)
+    staged = dest / f".{CHECKPOINTS}.partial"
     copied = {name: dest / f".{name}.partial" for name in STORE_FILES if (source / name).is_file()}
     try:
+        if checkpoints:
+            _copy_checkpoints(source / CHECKPOINTS, staged)
         for name, partial in copied.items():
             _snapshot(source / name, partial)
     except BaseException:
         for partial in copied.values():
             partial.unlink(missing_ok=True)
+        shutil.rmtree(staged, ignore_errors=True)
         raise
     for name, partial in copied.items():
         os.replace(partial, dest / name)
@@ -144,12 +152,27 @@ def copy_store(source: str | Path, dest: str | Path, *, portable: bool, checkpoi
         shutil.copytree(source / ARTIFACTS, dest / ARTIFACTS)
     if (dest / CHECKPOINTS).exists():
         shutil.rmtree(dest / CHECKPOINTS)
-    if checkpoints and (source / CHECKPOINTS).is_dir():
-        shutil.copytree(source / CHECKPOINTS, dest / CHECKPOINTS)
+    if staged.is_dir():
+        os.replace(staged, dest / CHECKPOINTS)
     make_portable(dest / "mlflow.db")  # from wherever the source was
     if not portable:
         make_local(dest / "mlflow.db")  # to where the copy is
     return dest / "mlflow.db"
+
+
+def _copy_checkpoints(source: Path, dest: Path) -> None:
+    """Copy `checkpoints/<run id>/` folders from `source` to `dest` (nothing when `source` has none),
+    leaving out files being written and the folders that vanish while they are copied."""
+    import shutil
+
+    shutil.rmtree(dest, ignore_errors=True)
+    for run in sorted(p for p in source.iterdir() if p.is_dir()) if source.is_dir() else []:
+        try:
+            shutil.copytree(run, dest / run.name, ignore=shutil.ignore_patterns(".*.tmp"))
+        except (FileNotFoundError, shutil.Error):
+            if run.exists():
+                raise
+            shutil.rmtree(dest / run.name, ignore_errors=True)
 
 
 def resolve_artifact_uri(artifact_uri: str, tracking_uri: str) -> str:
