@@ -76,6 +76,22 @@ def test_the_direction_study_is_complete_with_weights_and_no_training_state(clon
     assert len(complete) >= 9
 
 
+def test_committed_checkpoints_are_those_of_the_unfinished_runs_of_unfinished_studies():
+    """A study published unfinished (`hmer runs publish --keep-unfinished`) carries the last
+    checkpoint of each of its unfinished runs, to be continued; nothing else carries one."""
+    from hmer.checkpoint import load_checkpoint
+    from hmer.studies.unfinished import unfinished_runs, unfinished_studies
+
+    client = MlflowClient(f"sqlite:///{MLRUNS / 'mlflow.db'}")
+    continued = unfinished_runs(client, sorted(unfinished_studies(client)))
+    kept = sorted(p.name for p in (MLRUNS / "checkpoints").iterdir()) if (MLRUNS / "checkpoints").is_dir() else []
+    assert set(kept) <= continued, f"checkpoints of runs that are not to be continued: {set(kept) - continued}"
+    for run_id in kept:
+        epoch = int(load_checkpoint(MLRUNS / "checkpoints" / run_id / "last.pt")["epoch"])
+        logged = client.get_metric_history(run_id, "train_loss")
+        assert logged and max(m.step for m in logged) >= epoch, (run_id, epoch)  # never ahead of its records
+
+
 def _report(clone, monkeypatch, capsys, *options: str) -> str:
     """What `hmer report --study STUDY [options]` prints, run in the clone on its store."""
     monkeypatch.chdir(clone)
