@@ -245,7 +245,7 @@ def study_progress(study: str, tracking_uri: str | None = None) -> str | None:
         return None
     trials = runs[runs[f"tags.{ROLE_TAG}"].fillna("") != "study"]
     try:
-        of = f" of {int(parent.iloc[0].get('params.n_trials'))}"  # a grid's cells; a sweep aims for more
+        of = f" of {int(parent.iloc[0].get('params.n_trials'))}"  # a grid's cells, the trials a sweep aims for
     except (TypeError, ValueError):
         of = ""
     return f"in progress, {int((trials['state'] == 'finished').sum())}{of} trials finished"
