@@ -182,3 +182,28 @@ def test_one_place_builds_the_mlflow_client():
                 for node in ast.walk(ast.parse(path.read_text()))
                 if isinstance(node, ast.Call) and "MlflowClient" in ast.unparse(node.func)]
     assert len(builders) == 1 and builders[0].startswith("tracking/store.py:"), builders
+
+
+def test_runs_of_dead_processes_are_closed_in_the_named_experiment_only(store):
+    """A study opening, or `hmer train --resume`, closes its own experiment's runs whose process is
+    gone. Another experiment's RUNNING runs stay as they are: a committed study unfinished on
+    another machine keeps them, and a host name may be shared (CI found one)."""
+    import socket
+    import subprocess
+    import sys
+
+    from hmer.tracking.run import fail_runs_of_dead_processes
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    client = MlflowClient(store)
+    runs = {}
+    for experiment in ("ours", "theirs"):
+        experiment_id = client.create_experiment(experiment)
+        runs[experiment] = client.create_run(experiment_id, tags={keys.HOST: socket.gethostname(),
+                                                                  keys.PID: str(dead.pid)}).info.run_id
+    assert fail_runs_of_dead_processes("ours", store) == [runs["ours"]]
+    assert client.get_run(runs["ours"]).info.status == "FAILED"
+    assert "killed outright" in client.get_run(runs["ours"]).data.tags[keys.ERROR]
+    assert client.get_run(runs["theirs"]).info.status == "RUNNING"
+    assert fail_runs_of_dead_processes("absent", store) == []

@@ -45,7 +45,8 @@ def cmd_train(args) -> int:
     if args.resume:
         from ..tracking.run import fail_runs_of_dead_processes
 
-        for run_id in fail_runs_of_dead_processes(args.tracking_uri):  # a kill -9 left them RUNNING
+        # a kill -9 left them RUNNING
+        for run_id in fail_runs_of_dead_processes(args.experiment, args.tracking_uri):
             print(f"run {run_id}: its process is gone; marked FAILED", file=sys.stderr)
         ckpt = find_resume_checkpoint(args.resume, args.tracking_uri, args.experiment)
         print(f"resuming from {ckpt}", file=sys.stderr)

@@ -411,7 +411,7 @@ def open_session(setup: Setup, storage: optuna.storages.BaseStorage, study: optu
     session.fail_dead_trial_runs()
     from ..tracking.run import fail_runs_of_dead_processes
 
-    fail_runs_of_dead_processes(setup.tracking_uri)  # e.g. a `hmer train` of this machine killed with -9
+    fail_runs_of_dead_processes(setup.name, setup.tracking_uri)  # e.g. a trial's process killed with -9
     return session
 
 

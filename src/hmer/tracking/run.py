@@ -18,7 +18,7 @@ How a run ends, by how its `with` block ends:
 
 Each run records the process that trains it (`hmer.pid`, `hmer.host`), so that a run left RUNNING
 by a process killed outright (SIGKILL, out of memory) can be told from a live one and closed FAILED
-by the next `hmer train --resume` or study start (`fail_runs_of_dead_processes`).
+by the next `hmer train --resume` or study start in its experiment (`fail_runs_of_dead_processes`).
 
 The trainer sees only the methods of `RunLogger`, so it never imports MLflow; a process that must
 not log (a DDP rank other than 0) is given a `NullRun`, which has the same methods and does nothing.
@@ -158,17 +158,21 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
-def fail_runs_of_dead_processes(tracking_uri: str | None = None) -> list[str]:
-    """Close FAILED every RUNNING run of this machine whose process is gone (killed by SIGKILL or the
-    out-of-memory killer, which no handler sees); tag `hmer.error` says so. Returns their ids.
-    Runs of other machines, and runs written before the process was recorded, are left alone."""
+def fail_runs_of_dead_processes(experiment: str, tracking_uri: str | None = None) -> list[str]:
+    """Close FAILED every RUNNING run of `experiment` on this machine whose process is gone (killed
+    by SIGKILL or the out-of-memory killer, which no handler sees); tag `hmer.error` says so.
+    Returns their ids. Runs of other machines, and runs written before the process was recorded,
+    are left alone, and so are other experiments: a host name says little (containers share
+    them), and a study unfinished elsewhere, committed with its RUNNING trials, is not this
+    process's to close."""
     from .store import quiet_mlflow
 
     quiet_mlflow()
     client = mlflow_client(tracking_uri)
-    experiment_ids = [e.experiment_id for e in client.search_experiments()]
-    if not experiment_ids:
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
         return []
+    experiment_ids = [found.experiment_id]
     host = socket.gethostname()
     filter_string = f"attributes.status = 'RUNNING' and tags.`{keys.HOST}` = '{host}'"
     marked = []
