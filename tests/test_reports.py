@@ -240,6 +240,22 @@ def test_baseline_from_tag_cell_or_json():
         resolve_baseline(runs, "r2l")
 
 
+def test_a_study_whose_baseline_has_not_finished_a_trial_keeps_it_as_the_baseline():
+    """A study in progress (the decoder study: its GRU baseline still training) prints its finished
+    variants with no differences, rather than refusing, or measuring them against another one."""
+    runs = _runs([{"variant": "rnn", "state": "running"},
+                  {"variant": "transformer", "scores": {"2014": 12.0}},
+                  {"variant": "convs2s", "scores": {"2014": 0.0}}])
+    df = variant_table(runs, baseline=json.dumps({"model.decoder": "rnn"}))
+    assert list(df.index) == ["rnn", "transformer", "convs2s"] and df.attrs["baseline"] == "rnn"
+    assert df.loc["rnn", "seeds"] == 0 and df.loc["rnn", "excluded"] == 1
+    assert df.loc["transformer", "2014_exprate_mean"] == 12.0 and math.isnan(df.loc["transformer", "2014_delta"])
+    text = format_table(df)
+    assert "rnn (baseline)" in text and "12.0" in text
+    with pytest.raises(ValueError, match="none of the variants"):
+        variant_table(runs, baseline="l2r")
+
+
 def test_rows_follow_the_study_grid_with_the_baseline_first():
     parent = pd.Series({"params.grid": json.dumps({"model.direction": ["l2r", "r2l", "bi"], "train.seed": [1, 2]})})
     assert grid_order(parent) == ["l2r", "r2l", "bi"]
