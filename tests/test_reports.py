@@ -252,6 +252,7 @@ def test_a_study_whose_baseline_has_not_finished_a_trial_keeps_it_as_the_baselin
     assert df.loc["transformer", "2014_exprate_mean"] == 12.0 and math.isnan(df.loc["transformer", "2014_delta"])
     text = format_table(df)
     assert "rnn (baseline)" in text and "12.0" in text
+    assert "The baseline rnn has no finished run yet" in text and "No predictions artifacts" not in text
     with pytest.raises(ValueError, match="none of the variants"):
         variant_table(runs, baseline="l2r")
 

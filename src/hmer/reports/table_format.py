@@ -106,7 +106,10 @@ def _notes(df: pd.DataFrame, years: Sequence[str]) -> list[str]:
     excluded = _excluded_note(df).strip()
     if excluded:
         notes.append(excluded)
-    if not df.attrs.get("tested", True):
+    baseline = df.attrs.get("baseline")
+    if baseline in df.index and "seeds" in df.columns and df.loc[baseline, "seeds"] == 0:
+        notes.append(f"The baseline {baseline} has no finished run yet: nothing is measured against it.")
+    elif not df.attrs.get("tested", True):
         notes.append("No predictions artifacts: differences come from the metrics, without tests.")
     elif "seeds" in df.columns and df["seeds"].max() > 1:
         notes.append("Several seeds: the bootstrap averages correctness over seeds per expression; McNemar "
