@@ -117,23 +117,6 @@ def resolve_baseline(runs: pd.DataFrame, baseline: str | Mapping[str, Any] | Non
     raise ValueError(f"baseline {baseline!r} is none of the variants {', '.join(map(str, variants))}")
 
 
-def _baseline_of(good: pd.DataFrame, runs: pd.DataFrame, baseline: str | Mapping[str, Any] | None,
-                 variant_col: str) -> str | None:
-    """The baseline among the scored runs; a named baseline none of whose runs is scored yet (a
-    study in progress) stays the baseline, with no seeds, so that the other rows are not measured
-    against another variant."""
-    if runs.empty:
-        return None
-    if good.empty:
-        return resolve_baseline(runs, baseline, variant_col)
-    try:
-        return resolve_baseline(good, baseline, variant_col)
-    except ValueError:
-        if baseline is None:
-            raise
-        return resolve_baseline(runs, baseline, variant_col)
-
-
 def _baseline_candidates(baseline: str | Mapping[str, Any]) -> list[str]:
     """Labels a baseline may appear under: itself, and for axis values the cell and variant labels."""
     cell: Mapping[str, Any] | None = baseline if isinstance(baseline, Mapping) else None
@@ -188,7 +171,10 @@ def variant_table(
     years = [str(y) for y in years] if years is not None else scored_years(runs)
     counts = scored(runs, years) if not runs.empty else pd.Series(False, index=runs.index)
     good, bad = runs[counts], runs[~counts]
-    base = _baseline_of(good, runs, baseline, variant_col)
+    # A named baseline is looked up among all the runs: one none of whose runs is scored yet (a
+    # study in progress) stays the baseline, with no seeds, and nothing is measured against another.
+    base = resolve_baseline(runs if baseline is not None or good.empty else good, baseline,
+                            variant_col) if not runs.empty else None
     correctness = CorrectnessCache(predictions, measure)
     rows = []
     for variant in variant_order(runs, variant_col, base, order) if not runs.empty else []:
