@@ -6,6 +6,7 @@ its running statistics)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 import torch
@@ -24,6 +25,7 @@ DECODERS = {
     "comer-fusion": ("tiny-comer", {"coverage": "fusion"}),
     "rnn": ("tiny-rnn", {}),
     "convs2s": ("tiny-convs2s", {}),
+    "convs2s-gehring": ("tiny-convs2s", {"conv_attention": "gehring"}),
 }
 # A smaller trunk still: these tests are about the decoders and the masks.
 SMALL = {"growth_rate": 4, "num_dense_layers": 2, "d_model": 32, "nhead": 4, "dim_feedforward": 64,
@@ -244,6 +246,47 @@ def test_attention_maps_are_distributions_over_the_unpadded_image():
     feat_mask = model.encode(images, mask)[1]
     assert (attn.masked_select(feat_mask[:, None]) == 0).all()
     torch.testing.assert_close(attn.sum(dim=(2, 3)), torch.ones(2, tgt_in.shape[1]))
+
+
+@pytest.mark.parametrize("kind", ["gehring", "scaled"])
+def test_convs2s_attention_computes_its_formula_with_and_without_the_weights(kind):
+    from hmer.model.convs2s import ImageAttention
+
+    torch.manual_seed(0)
+    d, lengths = 16, (10, 6)
+    attention = ImageAttention(d, kind)
+    x, g, memory = torch.randn(2, 3, d), torch.randn(2, 3, d), torch.randn(2, 10, d)
+    pad = torch.arange(10)[None, :] >= torch.tensor(lengths)[:, None]
+    expected = []
+    with torch.no_grad():
+        for i, m in enumerate(lengths):
+            q, z = (attention.in_proj(x[i]) + g[i]) * math.sqrt(0.5), memory[i, :m]
+            if kind == "scaled":  # a transformer's attention: scores over sqrt(d), a weighted average
+                context = torch.softmax(q @ z.T / math.sqrt(d), -1) @ z
+            else:  # Gehring et al.: unscaled scores, the context times m sqrt(1/m)
+                context = torch.softmax(q @ z.T, -1) @ z * (m * math.sqrt(1 / m))
+            expected.append((attention.out_proj(context) + x[i]) * math.sqrt(0.5))
+        fast, none = attention(x, g, memory, pad, need_weights=False)
+        explicit, weights = attention(x, g, memory, pad, need_weights=True)
+    assert none is None
+    torch.testing.assert_close(fast, torch.stack(expected))
+    torch.testing.assert_close(explicit, torch.stack(expected))
+    assert (weights[1, :, 6:] == 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3))
+
+
+def test_convs2s_takes_the_scaled_attention_in_presets_and_studies_and_stored_configs_keep_theirs():
+    from hmer.config import Config
+    from hmer.studies.suite.ablate_decoder import DECODER
+
+    assert preset_config("convs2s").conv_attention == preset_config("tiny-convs2s").conv_attention == "scaled"
+    cells = {cell["model.decoder"]: DECODER.overrides(cell) for cell in DECODER.cells([1])}
+    assert cells["convs2s"]["model.conv_attention"] == "scaled"
+    assert "model.conv_attention" not in cells["rnn"] and "model.conv_attention" not in cells["transformer"]
+    # A run stored before the key existed (the decoder study's first ConvS2S runs) reloads as it trained.
+    stored = Config().to_dict()
+    del stored["model"]["conv_attention"]
+    assert Config.from_dict(stored, stored=True).model.conv_attention == "gehring"
 
 
 # ---- padding ------------------------------------------------------------------------------------

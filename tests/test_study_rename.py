@@ -5,6 +5,9 @@ interrupted rename finished by running it again."""
 from __future__ import annotations
 
 import hashlib
+import socket
+import subprocess
+import sys
 
 import optuna
 import pytest
@@ -85,6 +88,19 @@ def test_a_study_with_a_running_trial_is_refused(store, capsys):
     assert hmer_main(["runs", "rename", STUDY_NAME, NEW, "--tracking-uri", tracking]) == 2
     assert "1 RUNNING trial(s)" in capsys.readouterr().err
     assert MlflowClient(tracking).get_experiment_by_name(NEW) is None
+
+
+def test_a_running_trial_whose_worker_is_gone_is_marked_failed_and_the_study_renamed(store, capsys):
+    tracking, storage = store
+    study = optuna.load_study(study_name=STUDY_NAME, storage=storage)
+    worker = subprocess.Popen([sys.executable, "-c", "pass"])
+    worker.wait()  # a worker of this host, killed mid-trial
+    trial = study.ask()
+    trial.set_user_attr(keys.WORKER, {"host": socket.gethostname(), "pid": worker.pid, "started": "", "token": "gone"})
+    assert hmer_main(["runs", "rename", STUDY_NAME, NEW, "--tracking-uri", tracking]) == 0
+    renamed = optuna.load_study(study_name=NEW, storage=storage).trials[trial.number]
+    assert renamed.state == optuna.trial.TrialState.FAIL
+    assert "marked FAIL by hmer runs rename" in renamed.user_attrs[keys.FAILED_BY]
 
 
 def test_an_interrupted_rename_is_finished_by_running_it_again(store, capsys):

@@ -27,6 +27,7 @@ from .registry import COVERAGES, DECODERS, IMAGE_POSITIONS, SEARCH_RULES, TOKEN_
 # their searches): l2r, r2l, or bi (one decoder trained on both, BTTR).
 DIRECTIONS = ("l2r", "r2l", "bi")
 ENCODER_TAILS = ("relu-norm-pos", "pos-norm")
+CONV_ATTENTIONS = ("gehring", "scaled")  # ConvS2S's attention to the image (ModelConfig.conv_attention)
 OPTIMIZERS = ("adadelta", "sgd", "adamw")
 VAL_SPLITS = ("writer", "random")
 SCHEDULES = ("plateau", "cosine")  # hmer.data.holdout holds the rules
@@ -229,6 +230,12 @@ class ModelConfig:
     # ConvS2S decoder.
     conv_layers: int = allowed(3, ge=1)
     conv_kernel: int = allowed(3, ge=1)
+    # Its attention to the image: `gehring` (dot products unscaled, the context rescaled by m sqrt(1/m)
+    # over the m positions, as Gehring et al.) or `scaled` (dot products over sqrt(d), the context a
+    # weighted average). The paper's scores assume embeddings initialised near 0.1; on this project's
+    # unit-variance features they saturate the softmax and the decoder learns to read little of the
+    # image (docs/architecture.md, "ConvS2S's attention"). The `convs2s*` presets and studies take `scaled`.
+    conv_attention: str = allowed("gehring", one_of=CONV_ATTENTIONS)
     # Direction of decoding: l2r, r2l, or bi (one decoder trained on both).
     direction: str = allowed("bi", one_of=DIRECTIONS)
 

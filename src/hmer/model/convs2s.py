@@ -8,12 +8,20 @@
         x = attend(x, g, image) ; x = (x + r) * sqrt(1/2)            residual, scaled
     logits = out(dropout(x))
 
-Attention of one block (fairseq's AttentionLayer, one head):
+Attention of one block (fairseq's AttentionLayer, one head), `model.conv_attention`:
     q   = (W_in x + g) * sqrt(1/2)
-    a   = softmax(q . z_j) over the unpadded image positions j       (no 1/sqrt(d): as ConvS2S)
+    gehring (the paper's):
+    a   = softmax(q . z_j) over the unpadded image positions j       no 1/sqrt(d)
     c   = sum_j a_j z_j * (m / sqrt(m))                              m = number of unpadded positions,
                                                                      the "scale by m sqrt(1/m)" of the paper
+    scaled:
+    a   = softmax(q . z_j / sqrt(d)),  c = sum_j a_j z_j            as a transformer's attention
     x   = (W_out c + x) * sqrt(1/2)
+The paper's unscaled scores rely on its initialisation (embeddings drawn with std 0.1); this
+project's image features leave a LayerNorm with unit variance, so at initialisation the scores
+already have a std of about 9 over hundreds of positions, the softmax saturates, and a model
+trained so learns a language model that reads little of the image. `scaled` is what the presets
+and studies use; docs/architecture.md ("ConvS2S's attention") has the measurements.
 In the text-to-text model the values are encoder output + source embedding; an image has no
 separate source embedding, so keys and values are both the (position-encoded) image features.
 Weight normalisation and the paper's dropout-aware initialisation are left out.
@@ -46,36 +54,39 @@ HALF = math.sqrt(0.5)
 class ImageAttention(nn.Module):
     """ConvS2S's single-head dot-product attention from a decoder block to the image features."""
 
-    def __init__(self, d_model: int):
+    def __init__(self, d_model: int, kind: str):
         super().__init__()
         self.in_proj = nn.Linear(d_model, d_model)
         self.out_proj = nn.Linear(d_model, d_model)
+        self.scaled = kind == "scaled"
+        self.score_scale = 1.0 / math.sqrt(d_model) if self.scaled else 1.0
 
     def forward(
         self, x: Tensor, target_embedding: Tensor, memory: Tensor, pad: Tensor, need_weights: bool
     ) -> tuple[Tensor, Optional[Tensor]]:
         """x, target_embedding [N, L, d]; memory [N, S, d]; pad [N, S] (True = pad)."""
         q = (self.in_proj(x) + target_embedding) * HALF
-        valid = (~pad).sum(1).to(x.dtype)  # m
         if need_weights:
-            scores = torch.bmm(q, memory.transpose(1, 2)).masked_fill(pad[:, None, :], float("-inf"))
+            scores = torch.bmm(q, memory.transpose(1, 2)) * self.score_scale
+            scores = scores.masked_fill(pad[:, None, :], float("-inf"))
             weights = torch.softmax(scores.float(), dim=-1).to(x.dtype)
             ctx = torch.bmm(weights, memory)
         else:
             mask = ~pad[:, None, None, :]
             ctx = F.scaled_dot_product_attention(q[:, None], memory[:, None], memory[:, None], attn_mask=mask,
-                                                 scale=1.0).squeeze(1)
+                                                 scale=self.score_scale).squeeze(1)
             weights = None
-        ctx = ctx * valid.sqrt()[:, None, None]  # m * sqrt(1/m)
+        if not self.scaled:
+            ctx = ctx * (~pad).sum(1).to(x.dtype).sqrt()[:, None, None]  # m * sqrt(1/m)
         return (self.out_proj(ctx) + x) * HALF, weights
 
 
 class ConvBlock(nn.Module):
-    def __init__(self, d_model: int, kernel_size: int, dropout: float):
+    def __init__(self, d_model: int, kernel_size: int, dropout: float, attention: str):
         super().__init__()
         self.kernel_size = kernel_size
         self.conv = nn.Conv1d(d_model, 2 * d_model, kernel_size)
-        self.attention = ImageAttention(d_model)
+        self.attention = ImageAttention(d_model, attention)
         self.dropout = Dropout(dropout)
 
     def glu_conv(self, window: Tensor) -> Tensor:
@@ -83,9 +94,9 @@ class ConvBlock(nn.Module):
         return F.glu(self.conv(window.transpose(1, 2)), dim=1).transpose(1, 2)
 
 
-# ConvS2S's own position embeddings are learned (Gehring et al.): a study that varies the decoder
-# gives them to this one.
-@DECODERS.register("convs2s", linked={"model.token_pos": "learned"})
+# ConvS2S's own position embeddings are learned (Gehring et al.), and its attention is the scaled one
+# (see the module's docstring): a study that varies the decoder gives both to this one.
+@DECODERS.register("convs2s", linked={"model.token_pos": "learned", "model.conv_attention": "scaled"})
 class ConvS2SDecoder(Decoder):
     """ConvS2S decoder: gated causal convolutions with multi-step attention (Gehring et al.)."""
 
@@ -94,7 +105,7 @@ class ConvS2SDecoder(Decoder):
         d = cfg.d_model
         self.embed = TokenEmbedding(cfg.vocab_size, d, cfg.token_pos, cfg.max_len, norm=cfg.embed_norm,
                                     pos_norm=cfg.embed_pos_norm)
-        self.blocks = nn.ModuleList(ConvBlock(d, cfg.conv_kernel, cfg.dropout) for _ in range(cfg.conv_layers))
+        self.blocks = nn.ModuleList(ConvBlock(d, cfg.conv_kernel, cfg.dropout, cfg.conv_attention) for _ in range(cfg.conv_layers))
         self.dropout = Dropout(cfg.dropout)
         self.out = nn.Linear(d, cfg.vocab_size)
 

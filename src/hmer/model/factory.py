@@ -37,7 +37,8 @@ _BTTR = {**_REFERENCE_ENCODER, "decoder": "transformer", "coverage": "none", "en
 _COMER = {**_REFERENCE_ENCODER, "decoder": "transformer", "encoder_tail": "pos-norm", "image_pos": "sin2d",
           "embed_norm": True, "embed_pos_norm": True, "coverage_channels": 32, "coverage_kernel": 5}
 _WAP = {"decoder": "rnn", "image_pos": "none", "dropout": 0.2}
-_CONVS2S = {"decoder": "convs2s", "token_pos": "learned", "conv_layers": 3, "conv_kernel": 3, "dropout": 0.2}
+_CONVS2S = {"decoder": "convs2s", "token_pos": "learned", "conv_layers": 3, "conv_kernel": 3, "dropout": 0.2,
+            "conv_attention": "scaled"}
 _TINY = {
     "growth_rate": 8, "num_dense_layers": 4, "num_dense_blocks": 2, "d_model": 64, "nhead": 4,
     "num_decoder_layers": 2, "dim_feedforward": 128, "dropout": 0.1, "encoder_dropout": 0.1,

@@ -28,6 +28,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ..tracking import keys
+from .claims import worker_alive
 
 
 @dataclass(frozen=True)
@@ -42,8 +43,9 @@ class Renamed:
 def rename_study(study: str, new: str, *, tracking_uri: str | None = None, storage: str | None = None) -> Renamed:
     """Rename `study` to `new` in the MLflow store and the Optuna storage (see the module
     docstring). Refuses, changing nothing, a study that is not there, a new name already taken
-    by another study, and a study with a RUNNING trial (its workers would write under the old
-    name)."""
+    by another study, and a study with a RUNNING trial whose worker runs or may run (another host's:
+    it would write under the old name). A RUNNING trial whose worker on this host is gone is marked
+    FAIL first, as the study's next worker would."""
     from ..tracking.store import default_tracking_uri, mlflow_client
     from .storage import default_storage, open_storage
 
@@ -69,9 +71,16 @@ def rename_study(study: str, new: str, *, tracking_uri: str | None = None, stora
     if study in names:
         running = optuna.load_study(study_name=study, storage=optuna_storage).get_trials(
             deepcopy=False, states=(TrialState.RUNNING,))
-        if running:
-            raise ValueError(f"study {study!r} has {len(running)} RUNNING trial(s) "
-                             f"({', '.join(str(t.number) for t in running)}): stop its workers, or let it finish")
+        dead = [t for t in running if worker_alive(t.user_attrs.get(keys.WORKER)) is False]
+        live = [t for t in running if t not in dead]
+        if live:
+            raise ValueError(f"study {study!r} has {len(live)} RUNNING trial(s) "
+                             f"({', '.join(str(t.number) for t in live)}): stop its workers, or let it finish")
+        study_id = optuna_storage.get_study_id_from_name(study)
+        for trial in dead:  # what the study's next worker would do (claims.CellClaims.reap)
+            tid = optuna_storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+            optuna_storage.set_trial_user_attr(tid, keys.FAILED_BY, "worker is gone; marked FAIL by hmer runs rename")
+            optuna_storage.set_trial_state_values(tid, TrialState.FAIL)
 
     if study in names and not copied:
         optuna.copy_study(from_study_name=study, from_storage=optuna_storage, to_storage=optuna_storage,
