@@ -190,3 +190,21 @@ def test_publishing_a_store_whose_database_is_not_one_says_which_and_changes_not
     # the good mlflow.db was not published over the committed one, and no partial copy is left
     assert (checkout / "mlruns" / "mlflow.db").read_bytes() == b"the committed store"
     assert sorted(p.name for p in (checkout / "mlruns").iterdir()) == ["mlflow.db"]
+
+
+def test_a_superseded_study_s_unfinished_runs_are_not_carried_to_be_continued(tmp_path):
+    from hmer.studies.rename import mark_superseded
+    from hmer.studies.unfinished import unfinished_runs
+    from hmer.tracking import keys
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    running = {}
+    for study in ("decoder-first", "decoder"):
+        experiment = client.create_experiment(study, artifact_location=str(tmp_path / study))
+        running[study] = client.create_run(experiment, tags={keys.STUDY: study}).info.run_id
+        done = client.create_run(experiment, tags={keys.STUDY: study}).info.run_id
+        client.set_terminated(done, "FINISHED")
+    assert unfinished_runs(client, ["decoder-first", "decoder"]) == set(running.values())
+    mark_superseded("decoder-first", "decoder", tracking_uri=uri)
+    assert unfinished_runs(client, ["decoder-first", "decoder"]) == {running["decoder"]}

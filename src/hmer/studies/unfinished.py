@@ -41,11 +41,12 @@ def unfinished_studies(client) -> dict[str, str]:
 
 def unfinished_runs(client, studies: list[str]) -> set[str]:
     """The ids of the runs of `studies` that have not finished (a killed or running trial's run):
-    the runs whose checkpoints a resumed study continues."""
+    the runs whose checkpoints a resumed study continues. A study superseded by another (`hmer runs
+    supersede`) is kept as it stopped, not continued: its runs are left out."""
     runs = set()
     for name in studies:
         experiment = client.get_experiment_by_name(name)
-        if experiment is not None:
+        if experiment is not None and keys.SUPERSEDED_BY not in experiment.tags:
             runs |= {run.info.run_id for run in client.search_runs([experiment.experiment_id], max_results=10_000)
                      if run.info.status != "FINISHED"}
     return runs
