@@ -5,7 +5,8 @@ LaTeX loses little.
 
 Two uses:
 
-    # trained runs of a store, as they are
+    # trained runs of a store, as they are (for ConvS2S also its attention scores' spread and the
+    # largest weight, trained and freshly initialised)
     python benchmarks/image_reliance.py --runs RUN [RUN ...] [--tracking-uri URI]
 
     # one epoch's worth of steps of a run's config, once per variant, from the same seed: which
@@ -47,6 +48,38 @@ def image_reliance(model, exprs, vocab, cfg, val_batches: int) -> tuple[float, f
             own += float(model.loss_from_targets(images, mask, tb.tgt_in, tb.tgt_out, 0.0))
             other += float(model.loss_from_targets(images[rolled], mask[rolled], tb.tgt_in, tb.tgt_out, 0.0))
     return own / len(batches), other / len(batches)
+
+
+def attention_scores(model, exprs, vocab, cfg, val_batches: int) -> tuple[float, float]:
+    """For a ConvS2S model: (std of its attention scores over unpadded positions, mean over queries
+    of the largest attention weight), over every block and the validation batches."""
+    import torch
+
+    from hmer.data import make_batches
+    from hmer.model.convs2s import HALF, ImageAttention
+    from hmer.training.loader import make_train_batch
+
+    scores, largest = [], []
+
+    def record(module, args, output):
+        x, target_embedding, memory, pad, _ = args
+        q = (module.in_proj(x) + target_embedding) * HALF
+        s = torch.bmm(q, memory.transpose(1, 2)) * module.score_scale
+        valid = ~pad[:, None, :].expand_as(s)
+        scores.append(s[valid])
+        largest.append(torch.softmax(s.masked_fill(~valid, float("-inf")), -1).amax(-1).flatten())
+
+    hooks = [m.register_forward_hook(record) for m in model.modules() if isinstance(m, ImageAttention)]
+    batches = [b for b in make_batches(exprs, cfg.data.batch_pixels, cfg.data.max_batch_size, shuffle=True, seed=0)
+               if len(b) >= 4][:val_batches]
+    model.eval()
+    with torch.no_grad():
+        for idx in batches:
+            tb = make_train_batch([exprs[i] for i in idx], vocab, cfg.model.direction, torch.device("cpu"), None)
+            model(tb.batch.images, tb.batch.image_mask, tb.tgt_in)
+    for hook in hooks:
+        hook.remove()
+    return float(torch.cat(scores).std()), float(torch.cat(largest).mean())
 
 
 def train_probe(cfg, train_exprs, vocab, steps: int, seed: int):
@@ -120,6 +153,14 @@ def main(argv=None) -> int:
         own, other = image_reliance(model, dataset(cfg)["val"], vocab, cfg, args.val_batches)
         print(f"{run} ({cfg.model.decoder}): validation loss {own:.3f} with its own image, {other:.3f} with "
               f"another's, {other - own:+.3f}")
+        if cfg.model.decoder == "convs2s":  # its attention, trained and freshly initialised (seed --seed)
+            from hmer.model import build_model
+
+            torch.manual_seed(args.seed)
+            for label, m in (("trained", model), (f"initialised, seed {args.seed}", build_model(cfg.model))):
+                spread, top = attention_scores(m, dataset(cfg)["val"], vocab, cfg, args.val_batches)
+                print(f"  attention ({cfg.model.conv_attention}), {label}: scores' std {spread:.1f}, "
+                      f"largest weight {top:.2f} on average")
     if args.train_like:
         _, run_cfg, vocab = load_model(args.train_like, args.tracking_uri)
         run_cfg = run_cfg.override(parse_overrides(args.set))
