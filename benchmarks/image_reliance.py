@@ -29,8 +29,9 @@ import sys
 import time
 
 
-def image_reliance(model, exprs, vocab, cfg, val_batches: int) -> tuple[float, float]:
-    """(mean validation loss with each expression's own image, with another's image)."""
+def validation_batches(exprs, vocab, cfg, val_batches: int) -> list:
+    """The first `val_batches` validation batches of at least 4 expressions, with their targets
+    (`loader.TrainBatch`), in the same fixed order for every measurement."""
     import torch
 
     from hmer.data import make_batches
@@ -38,11 +39,18 @@ def image_reliance(model, exprs, vocab, cfg, val_batches: int) -> tuple[float, f
 
     batches = [b for b in make_batches(exprs, cfg.data.batch_pixels, cfg.data.max_batch_size, shuffle=True, seed=0)
                if len(b) >= 4][:val_batches]
+    return [make_train_batch([exprs[i] for i in idx], vocab, cfg.model.direction, torch.device("cpu"), None)
+            for idx in batches]
+
+
+def image_reliance(model, batches: list) -> tuple[float, float]:
+    """(mean validation loss with each expression's own image, with another's image)."""
+    import torch
+
     own = other = 0.0
     model.eval()
     with torch.no_grad():
-        for idx in batches:
-            tb = make_train_batch([exprs[i] for i in idx], vocab, cfg.model.direction, torch.device("cpu"), None)
+        for tb in batches:
             images, mask = tb.batch.images, tb.batch.image_mask
             rolled = torch.roll(torch.arange(images.shape[0]), 1)
             own += float(model.loss_from_targets(images, mask, tb.tgt_in, tb.tgt_out, 0.0))
@@ -50,14 +58,12 @@ def image_reliance(model, exprs, vocab, cfg, val_batches: int) -> tuple[float, f
     return own / len(batches), other / len(batches)
 
 
-def attention_scores(model, exprs, vocab, cfg, val_batches: int) -> tuple[float, float]:
+def attention_scores(model, batches: list) -> tuple[float, float]:
     """For a ConvS2S model: (std of its attention scores over unpadded positions, mean over queries
     of the largest attention weight), over every block and the validation batches."""
     import torch
 
-    from hmer.data import make_batches
     from hmer.model.convs2s import HALF, ImageAttention
-    from hmer.training.loader import make_train_batch
 
     scores, largest = [], []
 
@@ -70,12 +76,9 @@ def attention_scores(model, exprs, vocab, cfg, val_batches: int) -> tuple[float,
         largest.append(torch.softmax(s.masked_fill(~valid, float("-inf")), -1).amax(-1).flatten())
 
     hooks = [m.register_forward_hook(record) for m in model.modules() if isinstance(m, ImageAttention)]
-    batches = [b for b in make_batches(exprs, cfg.data.batch_pixels, cfg.data.max_batch_size, shuffle=True, seed=0)
-               if len(b) >= 4][:val_batches]
     model.eval()
     with torch.no_grad():
-        for idx in batches:
-            tb = make_train_batch([exprs[i] for i in idx], vocab, cfg.model.direction, torch.device("cpu"), None)
+        for tb in batches:
             model(tb.batch.images, tb.batch.image_mask, tb.tgt_in)
     for hook in hooks:
         hook.remove()
@@ -117,7 +120,8 @@ def train_probe(cfg, train_exprs, vocab, steps: int, seed: int):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--runs", nargs="+", metavar="RUN", help="trained runs to measure as they are")
     what.add_argument("--train-like", metavar="RUN", help="train probes with this run's config")
@@ -150,7 +154,8 @@ def main(argv=None) -> int:
 
     for run in args.runs or []:
         model, cfg, vocab = load_model(run, args.tracking_uri)
-        own, other = image_reliance(model, dataset(cfg)["val"], vocab, cfg, args.val_batches)
+        batches = validation_batches(dataset(cfg)["val"], vocab, cfg, args.val_batches)
+        own, other = image_reliance(model, batches)
         print(f"{run} ({cfg.model.decoder}): validation loss {own:.3f} with its own image, {other:.3f} with "
               f"another's, {other - own:+.3f}")
         if cfg.model.decoder == "convs2s":  # its attention, trained and freshly initialised (seed --seed)
@@ -158,7 +163,7 @@ def main(argv=None) -> int:
 
             torch.manual_seed(args.seed)
             for label, m in (("trained", model), (f"initialised, seed {args.seed}", build_model(cfg.model))):
-                spread, top = attention_scores(m, dataset(cfg)["val"], vocab, cfg, args.val_batches)
+                spread, top = attention_scores(m, batches)
                 print(f"  attention ({cfg.model.conv_attention}), {label}: scores' std {spread:.1f}, "
                       f"largest weight {top:.2f} on average")
     if args.train_like:
@@ -171,7 +176,7 @@ def main(argv=None) -> int:
             print(f"{label}: {args.steps} steps from seed {args.seed}", flush=True)
             data = dataset(cfg)
             model = train_probe(cfg, data["train"], vocab, args.steps, args.seed)
-            own, other = image_reliance(model, data["val"], vocab, cfg, args.val_batches)
+            own, other = image_reliance(model, validation_batches(data["val"], vocab, cfg, args.val_batches))
             print(f"{label}: validation loss {own:.3f} with its own image, {other:.3f} with another's, "
                   f"{other - own:+.3f}", flush=True)
     return 0

@@ -105,7 +105,8 @@ class ConvS2SDecoder(Decoder):
         d = cfg.d_model
         self.embed = TokenEmbedding(cfg.vocab_size, d, cfg.token_pos, cfg.max_len, norm=cfg.embed_norm,
                                     pos_norm=cfg.embed_pos_norm)
-        self.blocks = nn.ModuleList(ConvBlock(d, cfg.conv_kernel, cfg.dropout, cfg.conv_attention) for _ in range(cfg.conv_layers))
+        self.blocks = nn.ModuleList(ConvBlock(d, cfg.conv_kernel, cfg.dropout, cfg.conv_attention)
+                                    for _ in range(cfg.conv_layers))
         self.dropout = Dropout(cfg.dropout)
         self.out = nn.Linear(d, cfg.vocab_size)
 
