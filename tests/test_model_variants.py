@@ -211,6 +211,56 @@ def test_grouped_rows_read_each_image_once_and_drop_finished_images(variant):
         model.decoder.reorder_state(state, torch.arange(3), group=4)
 
 
+def _training_decoder(variant):
+    """The variant in training mode with no dropout, and features of SIZES encoded once (the
+    encoder's BatchNorm then reads the same batch for every pass compared)."""
+    model = make_model(variant, dropout=0.0)
+    model.train()
+    images, mask = make_images(SIZES)
+    feats, feat_mask = model.encode(images, mask)
+    return model, feats.detach(), feat_mask
+
+
+def _real_token_loss(logits, tgt_out):
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), tgt_out.flatten(), ignore_index=0,
+                                             reduction="sum")
+
+
+@pytest.mark.parametrize("variant", ["transformer", "rnn", "convs2s"])
+def test_a_padded_training_batch_computes_each_caption_as_if_alone(variant):
+    """Training pads captions to the batch's longest, bidirectional rows read their image as a
+    group (the transformer projects its keys/values once) and the transformer's per-token layers
+    compute the real tokens alone (PackedTokens): every real position's logits and the gradients
+    of the summed loss must equal those of each caption decoded alone, unpadded, on its image."""
+    model, feats, feat_mask = _training_decoder(variant)
+    tgt_in, tgt_out, pad = make_targets(TOKENS, "bi")
+    assert pad.any()  # the two captions differ in length: the batch holds padding
+    logits = model.decode(feats, feat_mask, tgt_in)
+    grads = torch.autograd.grad(_real_token_loss(logits, tgt_out), list(model.decoder.parameters()))
+    alone_loss = 0.0
+    for row in range(tgt_in.shape[0]):
+        image, length = row % len(TOKENS), int((~pad[row]).sum())
+        alone = model.decode(feats[image:image + 1], feat_mask[image:image + 1], tgt_in[row:row + 1, :length])
+        torch.testing.assert_close(logits[row, :length], alone[0], rtol=1e-5, atol=1e-5)
+        alone_loss = alone_loss + _real_token_loss(alone, tgt_out[row:row + 1, :length])
+    alone_grads = torch.autograd.grad(alone_loss, list(model.decoder.parameters()))
+    for got, expected in zip(grads, alone_grads):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", list(DECODERS))
+def test_bidirectional_training_equals_the_pass_on_repeated_features(variant):
+    """Both directions' rows against each image's features repeated once per direction (the
+    layout before grouping), with coverage too: the same logits at every real position."""
+    from hmer.model.hmer_model import repeat_rows
+
+    model, feats, feat_mask = _training_decoder(variant)
+    tgt_in, _, pad = make_targets(TOKENS, "bi")
+    logits = model.decode(feats, feat_mask, tgt_in)
+    repeated = model.decoder(*repeat_rows(feats, feat_mask, tgt_in.shape[0]), tgt_in)
+    torch.testing.assert_close(logits[~pad], repeated[~pad], rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("coverage", ["self", "cross", "fusion"])
 def test_coverage_uses_only_past_attention(coverage):
     model = make_model(f"comer-{coverage}")

@@ -86,7 +86,11 @@ class MultiHeadAttention(nn.Module):
         return self.split_heads(self.q_proj(x))
 
     def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        k, v = self.kv_proj(x).chunk(2, dim=-1)
+        return self.kv_heads(self.kv_proj(x))
+
+    def kv_heads(self, kv: Tensor) -> tuple[Tensor, Tensor]:
+        """kv_proj's output [B, L, 2d] -> k, v [B, H, L, dh]"""
+        k, v = kv.chunk(2, dim=-1)
         return self.split_heads(k), self.split_heads(v)
 
     # ---- attention --------------------------------------------------------------------------
@@ -106,6 +110,20 @@ class MultiHeadAttention(nn.Module):
         need_weights: bool = False,
     ) -> tuple[Tensor, Optional[Tensor]]:
         """(output [B, L, d] after out_proj, weights [B, H, L, S] or None)."""
+        out, weights = self.attend_heads(q, k, v, key_padding_mask, causal, refine, need_weights)
+        return self.out_proj(out), weights
+
+    def attend_heads(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        key_padding_mask: Optional[Tensor] = None,
+        causal: bool = False,
+        refine: Optional[Refinement] = None,
+        need_weights: bool = False,
+    ) -> tuple[Tensor, Optional[Tensor]]:
+        """`attend` before out_proj: the heads' outputs side by side [B, L, d], and the weights."""
         dropout_p = self.dropout if self.training else 0.0
         if key_padding_mask is not None and key_padding_mask.device.type == "cpu" and not key_padding_mask.any():
             key_padding_mask = None  # nothing to mask: spares a pass over the scores (read without a GPU sync)
@@ -135,8 +153,7 @@ class MultiHeadAttention(nn.Module):
                 weights = masked_softmax(scores - refine(weights), mask)
             out = torch.matmul(dropout(weights, dropout_p, self.training), v)
         b, _, length, _ = out.shape
-        out = out.transpose(1, 2).reshape(b, length, self.nhead * self.head_dim)
-        return self.out_proj(out), weights
+        return out.transpose(1, 2).reshape(b, length, self.nhead * self.head_dim), weights
 
     def forward(
         self,

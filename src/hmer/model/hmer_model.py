@@ -11,8 +11,9 @@ positions -> LayerNorm, no ReLU). Padded feature positions are masked out of eve
 with `model.mask_padding` they are also zeroed (the references leave them as computed).
 
 Bidirectional training: `tgt_in` may hold k times as many rows as there are images (k = 2
-for `bi`: l2r rows, then r2l rows); the encoded features are then repeated k times in the
-same order, so each image is encoded once.
+for `bi`: l2r rows, then r2l rows); each image is encoded once. A decoder that reads grouped
+memory (the transformer's) then attends to each image once with its k rows as one block of
+queries; the others get the features repeated k times in the rows' order.
 """
 
 from __future__ import annotations
@@ -107,8 +108,21 @@ class HMERModel(nn.Module):
                 return self.decoder(feats, feat_mask, tgt_in, tgt_pad_mask, return_attention=return_attention,
                                     group=group)
             feats, feat_mask = feats.repeat_interleave(group, 0), feat_mask.repeat_interleave(group, 0)
+        blocks, rest = divmod(tgt_in.shape[0], feats.shape[0])
+        if blocks > 1 and not rest and not return_attention and getattr(self.decoder, "reads_grouped_memory", False):
+            # k direction blocks read each image's memory once, as groups of its k rows: the image's
+            # keys/values are projected once instead of k times (the largest matmul of bi training)
+            image_major = self._image_major(tgt_in, blocks)
+            pad_rows = None if tgt_pad_mask is None else self._image_major(tgt_pad_mask, blocks)
+            logits = self.decoder(feats, feat_mask, image_major, pad_rows, group=blocks)
+            return logits.unflatten(0, (-1, blocks)).transpose(0, 1).flatten(0, 1)
         feats, feat_mask = repeat_rows(feats, feat_mask, tgt_in.shape[0])
         return self.decoder(feats, feat_mask, tgt_in, tgt_pad_mask, return_attention=return_attention)
+
+    @staticmethod
+    def _image_major(rows: Tensor, blocks: int) -> Tensor:
+        """[k * B, ...] in direction blocks -> [B * k, ...] with each image's k rows together."""
+        return rows.unflatten(0, (blocks, -1)).transpose(0, 1).flatten(0, 1)
 
     def forward(
         self, images: Tensor, image_mask: Tensor, tgt_in: Tensor, tgt_pad_mask: Optional[Tensor] = None

@@ -14,6 +14,8 @@ attends to a pad token; training therefore passes no `tgt_pad_mask` (the loss ig
 positions), which keeps self-attention on the fast `is_causal` kernels. Given one, pad keys are
 masked as in BTTR's and CoMER's decoders: that only changes the logits at pad positions, and
 those of a sequence with a pad token inside (which the references' searches can produce).
+Training on a CPU computes the per-token layers on the real tokens alone (`PackedTokens`): at
+the `cpu` budget half of a batch's target positions are padding.
 
 Incremental decoding caches, per layer, the keys/values of every token fed so far (each step
 projects only the new token) and, once per image, the keys/values of the image features.
@@ -34,9 +36,43 @@ from ..config import ModelConfig
 from ..registry import COVERAGES, DECODERS
 from .attention import MultiHeadAttention, Refinement
 from .decoder_base import Decoder, DecoderState
+from .direction import special_ids
 from .dropout import Dropout
 from .embedding import TokenEmbedding
 from .refinement import AttentionRefinementModule, CoverageKind, coverage_of_steps
+
+
+class PackedTokens:
+    """The real tokens of right-padded rows [B, L] packed into one [N, ...] tensor.
+
+    Training targets are about half padding at the `cpu` budget (a batch pads every caption to its
+    longest), and every per-token layer (projections, feed-forward, norms, dropout, the output
+    layer) would compute those positions only for the loss to ignore them. Packed, they compute the
+    N real tokens alone; attention unpacks its queries, keys and values to [B, L, ...] (zeros at
+    padding, which a real token never reads: the causal mask or `tgt_pad_mask` hides pad keys).
+    The real tokens' values are the padded computation's; only the pad positions' logits differ
+    (0 instead of values nothing reads)."""
+
+    def __init__(self, real: Tensor):
+        self.rows, self.length = real.shape
+        self.index = real.flatten().nonzero().squeeze(1)
+
+    def pack(self, x: Tensor) -> Tensor:
+        """[B, L, ...] -> [N, ...]"""
+        return x.flatten(0, 1).index_select(0, self.index)
+
+    def unpack(self, x: Tensor) -> Tensor:
+        """[N, ...] -> [B, L, ...], zeros at padding"""
+        full = x.new_zeros(self.rows * self.length, *x.shape[1:])
+        return full.index_copy(0, self.index, x).unflatten(0, (self.rows, self.length))
+
+
+def _unpacked(tokens: Optional[PackedTokens], x: Tensor) -> Tensor:
+    return x if tokens is None else tokens.unpack(x)
+
+
+def _packed(tokens: Optional[PackedTokens], x: Tensor) -> Tensor:
+    return x if tokens is None else tokens.pack(x)
 
 
 class TransformerDecoderLayer(nn.Module):
@@ -51,29 +87,35 @@ class TransformerDecoderLayer(nn.Module):
         self.norm3 = nn.LayerNorm(d_model)
         self.dropout = Dropout(dropout)
 
-    def self_block(self, x: Tensor, k: Tensor, v: Tensor, causal: bool, pad: Optional[Tensor] = None) -> Tensor:
-        out, _ = self.self_attn.attend(self.self_attn.project_q(x), k, v, pad, causal=causal)
-        return self.norm1(x + self.dropout(out))
+    # x is [B, L, d], or the real tokens [N, d] when `tokens` packs them (PackedTokens).
+    def self_block(self, x: Tensor, k: Tensor, v: Tensor, causal: bool, pad: Optional[Tensor] = None,
+                   tokens: Optional[PackedTokens] = None) -> Tensor:
+        attn = self.self_attn
+        out, _ = attn.attend_heads(attn.split_heads(_unpacked(tokens, attn.q_proj(x))), k, v, pad, causal=causal)
+        return self.norm1(x + self.dropout(attn.out_proj(_packed(tokens, out))))
 
     def cross_block(
-        self, x: Tensor, k: Tensor, v: Tensor, pad: Tensor, refine: Optional[Refinement], need_weights: bool
+        self, x: Tensor, k: Tensor, v: Tensor, pad: Tensor, refine: Optional[Refinement], need_weights: bool,
+        tokens: Optional[PackedTokens] = None,
     ) -> tuple[Tensor, Optional[Tensor]]:
-        q = self.cross_attn.project_q(x)
-        out, weights = self.cross_attn.attend(q, k, v, pad, refine=refine, need_weights=need_weights)
-        return self.norm2(x + self.dropout(out)), weights
+        attn = self.cross_attn
+        q = attn.split_heads(_unpacked(tokens, attn.q_proj(x)))
+        out, weights = attn.attend_heads(q, k, v, pad, refine=refine, need_weights=need_weights)
+        return self.norm2(x + self.dropout(attn.out_proj(_packed(tokens, out)))), weights
 
     def cross_block_grouped(
         self, x: Tensor, k: Tensor, v: Tensor, pad: Tensor, group: int, refine: Optional[Refinement] = None,
-        need_weights: bool = False,
+        need_weights: bool = False, tokens: Optional[PackedTokens] = None,
     ) -> tuple[Tensor, Optional[Tensor]]:
         """cross_block for rows in contiguous groups of `group` that share an image: x [N, L, d],
         k/v [N // group, H, S, dh], pad [N // group, S]. Each image is attended once, by all its
         group's positions as one block of queries (cross-attention never mixes queries), so its
         keys/values are neither projected nor copied per row. The ARM (`refine`) still reads and
         answers each row's own maps, and the weights come back per row: [N, H, L, S]."""
-        n, length, d = x.shape
         attn = self.cross_attn
-        q = attn.q_proj(x).view(n // group, group * length, attn.nhead, attn.head_dim).transpose(1, 2)
+        q = _unpacked(tokens, attn.q_proj(x))
+        n, length, d = q.shape
+        q = q.view(n // group, group * length, attn.nhead, attn.head_dim).transpose(1, 2)
 
         def rows(maps: Tensor) -> Tensor:  # [N // group, H, group * L, S] -> [N, H, L, S]
             return maps.unflatten(2, (group, length)).transpose(1, 2).reshape(n, attn.nhead, length, -1)
@@ -82,9 +124,9 @@ class TransformerDecoderLayer(nn.Module):
             return maps.unflatten(0, (n // group, group)).transpose(1, 2).flatten(2, 3)
 
         by_rows = None if refine is None else (lambda weights: groups(refine(rows(weights))))
-        out, weights = attn.attend(q, k, v, pad, refine=by_rows, need_weights=need_weights)
-        x = self.norm2(x + self.dropout(out.reshape(n, length, d)))
-        return x, None if weights is None else rows(weights)
+        out, weights = attn.attend_heads(q, k, v, pad, refine=by_rows, need_weights=need_weights)
+        out = attn.out_proj(_packed(tokens, out.reshape(n, length, d)))
+        return self.norm2(x + self.dropout(out)), None if weights is None else rows(weights)
 
     def ff_block(self, x: Tensor) -> Tensor:
         y = self.linear2(self.dropout(F.relu(self.linear1(x))))
@@ -145,12 +187,13 @@ class TransformerDecoder(Decoder):
         memory = feats.reshape(b, h * w, d)
         pad = feat_mask.reshape(b, h * w)
         row_mask = feat_mask.repeat_interleave(group, 0) if group and self.arm is not None else feat_mask
-        x = self.embed(tgt_in)
+        tokens = self._packing(tgt_in, tgt_pad_mask)
+        x = _packed(tokens, self.embed(tgt_in))
         prev: Optional[Tensor] = None
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
-            k, v = layer.self_attn.project_kv(x)
-            x = layer.self_block(x, k, v, causal=True, pad=tgt_pad_mask)
+            k, v = layer.self_attn.kv_heads(_unpacked(tokens, layer.self_attn.kv_proj(x)))
+            x = layer.self_block(x, k, v, causal=True, pad=tgt_pad_mask, tokens=tokens)
             refine = None
             if self._has_arm(i):
                 # curr: this layer's unrefined attention, all steps; prev: the layer below's refined one.
@@ -159,14 +202,25 @@ class TransformerDecoder(Decoder):
             mk, mv = layer.cross_attn.project_kv(memory)
             need = self._needs_weights(i) or (return_attention and i == last)
             if group:
-                x, prev = layer.cross_block_grouped(x, mk, mv, pad, group, refine, need)
+                x, prev = layer.cross_block_grouped(x, mk, mv, pad, group, refine, need, tokens)
             else:
-                x, prev = layer.cross_block(x, mk, mv, pad, refine, need)
+                x, prev = layer.cross_block(x, mk, mv, pad, refine, need, tokens)
             x = layer.ff_block(x)
-        logits = self.out(x)
+        logits = _unpacked(tokens, self.out(x))
         if return_attention:
             return logits, prev.mean(dim=1).view(b, -1, h, w)
         return logits
+
+    def _packing(self, tgt_in: Tensor, tgt_pad_mask: Optional[Tensor]) -> Optional[PackedTokens]:
+        """PackedTokens for training on a CPU when the rows hold padding, else None. Evaluation keeps
+        the padded layout, so that rescoring's sums stay those of the shapes it always had, and a GPU
+        keeps it too: counting the real tokens would stop the host until the GPU catches up. So does
+        CoMER's ARM: its batch norm takes its statistics over every step of the batch, padding steps
+        included (as CoMER's does), so their attention maps must stay what they were."""
+        if not self.training or tgt_in.device.type != "cpu" or self.arm is not None:
+            return None
+        real = tgt_in != special_ids()[0] if tgt_pad_mask is None else ~tgt_pad_mask
+        return None if bool(real.all()) else PackedTokens(real)
 
     # ---- incremental decoding -----------------------------------------------------------------
     def init_state(self, feats: Tensor, feat_mask: Tensor) -> DecoderState:
