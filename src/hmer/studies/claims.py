@@ -114,6 +114,16 @@ def worker_alive(attr: Mapping[str, Any] | None) -> bool | None:
 
 # ---- the sampler --------------------------------------------------------------------------------
 
+def mark_failed(storage: optuna.storages.BaseStorage, trial_id: int, reason: str) -> bool:
+    """Mark a RUNNING trial FAIL, with `reason` as its `hmer.failed_by`; False if another worker
+    finished or failed it first."""
+    try:
+        storage.set_trial_user_attr(trial_id, keys.FAILED_BY, reason)
+        return storage.set_trial_state_values(trial_id, TrialState.FAIL)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return False
+
+
 class ClaimedGridSampler(optuna.samplers.GridSampler):
     """A `GridSampler` whose next trial takes the cell its worker has claimed.
 
@@ -215,15 +225,10 @@ class CellClaims:
             alive = worker_alive(worker)
             orphan = worker is None and self._age_s(trial) > self.claim_ttl_s  # died before tagging it
             if alive is False or orphan:
-                try:
-                    tid = self.trial_id(trial)
-                    self.storage.set_trial_user_attr(
-                        tid, keys.FAILED_BY,
-                        f"worker {worker.get('token') if worker else '?'} is gone; marked FAIL by {self.worker.token}")
-                    if self.storage.set_trial_state_values(tid, TrialState.FAIL):
-                        failed.append(self.storage.get_trial(tid))
-                except optuna.exceptions.UpdateFinishedTrialError:
-                    pass  # another worker got there first
+                tid = self.trial_id(trial)
+                gone = f"worker {worker.get('token') if worker else '?'} is gone; marked FAIL by {self.worker.token}"
+                if mark_failed(self.storage, tid, gone):
+                    failed.append(self.storage.get_trial(tid))
         return failed
 
     @staticmethod

@@ -28,7 +28,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ..tracking import keys
-from .claims import worker_alive
+from .claims import mark_failed, worker_alive
 
 
 @dataclass(frozen=True)
@@ -79,8 +79,7 @@ def rename_study(study: str, new: str, *, tracking_uri: str | None = None, stora
         study_id = optuna_storage.get_study_id_from_name(study)
         for trial in dead:  # what the study's next worker would do (claims.CellClaims.reap)
             tid = optuna_storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
-            optuna_storage.set_trial_user_attr(tid, keys.FAILED_BY, "worker is gone; marked FAIL by hmer runs rename")
-            optuna_storage.set_trial_state_values(tid, TrialState.FAIL)
+            mark_failed(optuna_storage, tid, "worker is gone; marked FAIL by hmer runs rename")
 
     if study in names and not copied:
         optuna.copy_study(from_study_name=study, from_storage=optuna_storage, to_storage=optuna_storage,
