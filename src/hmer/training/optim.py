@@ -26,7 +26,7 @@ def build_optimizer(params, tc: TrainConfig) -> torch.optim.Optimizer:
     if tc.optimizer == "sgd":
         return torch.optim.SGD(params, lr=tc.lr, momentum=tc.momentum, weight_decay=tc.weight_decay)
     if tc.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=tc.lr, eps=tc.eps, weight_decay=tc.weight_decay)
+        return torch.optim.AdamW(params, lr=tc.lr, eps=tc.eps, weight_decay=tc.weight_decay, fused=True)
     raise ValueError(f"train.optimizer={tc.optimizer!r} is not one of adadelta, sgd, adamw")
 
 
