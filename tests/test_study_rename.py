@@ -148,3 +148,7 @@ def test_a_kept_study_is_labelled_as_superseded_by_its_rerun(store, capsys):
     assert hmer_main(["report", "--list", "--tracking-uri", tracking]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(NEW))
     assert f"finished, superseded by {STUDY_NAME}" in row, row
+    client.set_tag(parent.info.run_id, keys.STATUS, "running")  # a study superseded before it finished
+    assert hmer_main(["report", "--list", "--tracking-uri", tracking]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(NEW))
+    assert f"stopped unfinished, superseded by {STUDY_NAME}" in row, row

@@ -142,8 +142,11 @@ def list_command(tracking_uri: str | None = None) -> int:
         raise NoRunsError(f"no study in the MLflow store {mask_password(uri)}")
     shown = studies.drop(columns=["experiment", "superseded_by"]).copy()
     shown["state"] = shown["state"].fillna("(no parent run)").str.lower()
-    by = studies["superseded_by"].map(lambda name: f", superseded by {name}" if isinstance(name, str) and name else "")
-    shown["state"] = shown["state"] + by
+    superseded = studies["superseded_by"].map(lambda name: isinstance(name, str) and bool(name))
+    # a superseded study is not continued: one that stopped unfinished left its parent run RUNNING
+    shown.loc[superseded & (shown["state"] == "running"), "state"] = "stopped unfinished"
+    shown["state"] = shown["state"] + studies["superseded_by"].where(superseded).map(
+        lambda name: f", superseded by {name}" if isinstance(name, str) else "")
     shown["started"] = pd.to_datetime(shown["started"]).dt.strftime("%Y-%m-%d %H:%M")
     print(f"{len(shown)} stud{'y' if len(shown) == 1 else 'ies'} in {mask_password(uri)}, newest first:")
     print(shown.to_string(index=False))
