@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from hmer.model import build_model, make_targets, preset_config
+from hmer.model.hmer_model import repeat_rows
 from tiny_dataset import make_images
 
 torch.set_num_threads(1)
@@ -252,8 +253,6 @@ def test_a_padded_training_batch_computes_each_caption_as_if_alone(variant):
 def test_bidirectional_training_equals_the_pass_on_repeated_features(variant):
     """Both directions' rows against each image's features repeated once per direction (the
     layout before grouping), with coverage too: the same logits at every real position."""
-    from hmer.model.hmer_model import repeat_rows
-
     model, feats, feat_mask = _training_decoder(variant)
     tgt_in, _, pad = make_targets(TOKENS, "bi")
     logits = model.decode(feats, feat_mask, tgt_in)

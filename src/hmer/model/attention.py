@@ -109,21 +109,8 @@ class MultiHeadAttention(nn.Module):
         refine: Optional[Refinement] = None,
         need_weights: bool = False,
     ) -> tuple[Tensor, Optional[Tensor]]:
-        """(output [B, L, d] after out_proj, weights [B, H, L, S] or None)."""
-        out, weights = self.attend_heads(q, k, v, key_padding_mask, causal, refine, need_weights)
-        return self.out_proj(out), weights
-
-    def attend_heads(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        key_padding_mask: Optional[Tensor] = None,
-        causal: bool = False,
-        refine: Optional[Refinement] = None,
-        need_weights: bool = False,
-    ) -> tuple[Tensor, Optional[Tensor]]:
-        """`attend` before out_proj: the heads' outputs side by side [B, L, d], and the weights."""
+        """(the heads' outputs side by side [B, L, d], before out_proj; weights [B, H, L, S] or None).
+        out_proj is the caller's, so that it can run on packed tokens (transformer.PackedTokens)."""
         dropout_p = self.dropout if self.training else 0.0
         if key_padding_mask is not None and key_padding_mask.device.type == "cpu" and not key_padding_mask.any():
             key_padding_mask = None  # nothing to mask: spares a pass over the scores (read without a GPU sync)
@@ -167,4 +154,5 @@ class MultiHeadAttention(nn.Module):
         """Self-attention over x [B, L, d], or cross-attention to memory [B, S, d]."""
         q = self.project_q(x)
         k, v = self.project_kv(x if memory is None else memory)
-        return self.attend(q, k, v, key_padding_mask, causal, refine, need_weights)
+        out, weights = self.attend(q, k, v, key_padding_mask, causal, refine, need_weights)
+        return self.out_proj(out), weights

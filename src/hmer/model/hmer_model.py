@@ -101,15 +101,16 @@ class HMERModel(nn.Module):
         group > 0: tgt_in has B * group rows instead, image-major (row r reads image r // group),
         and a decoder that can (`reads_grouped_memory`) reads each image's memory once for them.
         """
+        grouped = getattr(self.decoder, "reads_grouped_memory", False)
         if group > 0:
             if tgt_in.shape[0] != feats.shape[0] * group:
                 raise ValueError(f"{tgt_in.shape[0]} target rows for {feats.shape[0]} images in groups of {group}")
-            if getattr(self.decoder, "reads_grouped_memory", False):
+            if grouped:
                 return self.decoder(feats, feat_mask, tgt_in, tgt_pad_mask, return_attention=return_attention,
                                     group=group)
             feats, feat_mask = feats.repeat_interleave(group, 0), feat_mask.repeat_interleave(group, 0)
         blocks, rest = divmod(tgt_in.shape[0], feats.shape[0])
-        if blocks > 1 and not rest and not return_attention and getattr(self.decoder, "reads_grouped_memory", False):
+        if grouped and blocks > 1 and not rest and not return_attention:
             # k direction blocks read each image's memory once, as groups of its k rows: the image's
             # keys/values are projected once instead of k times (the largest matmul of bi training)
             image_major = self._image_major(tgt_in, blocks)

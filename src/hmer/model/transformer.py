@@ -91,7 +91,7 @@ class TransformerDecoderLayer(nn.Module):
     def self_block(self, x: Tensor, k: Tensor, v: Tensor, causal: bool, pad: Optional[Tensor] = None,
                    tokens: Optional[PackedTokens] = None) -> Tensor:
         attn = self.self_attn
-        out, _ = attn.attend_heads(attn.split_heads(_unpacked(tokens, attn.q_proj(x))), k, v, pad, causal=causal)
+        out, _ = attn.attend(attn.split_heads(_unpacked(tokens, attn.q_proj(x))), k, v, pad, causal=causal)
         return self.norm1(x + self.dropout(attn.out_proj(_packed(tokens, out))))
 
     def cross_block(
@@ -100,7 +100,7 @@ class TransformerDecoderLayer(nn.Module):
     ) -> tuple[Tensor, Optional[Tensor]]:
         attn = self.cross_attn
         q = attn.split_heads(_unpacked(tokens, attn.q_proj(x)))
-        out, weights = attn.attend_heads(q, k, v, pad, refine=refine, need_weights=need_weights)
+        out, weights = attn.attend(q, k, v, pad, refine=refine, need_weights=need_weights)
         return self.norm2(x + self.dropout(attn.out_proj(_packed(tokens, out)))), weights
 
     def cross_block_grouped(
@@ -124,7 +124,7 @@ class TransformerDecoderLayer(nn.Module):
             return maps.unflatten(0, (n // group, group)).transpose(1, 2).flatten(2, 3)
 
         by_rows = None if refine is None else (lambda weights: groups(refine(rows(weights))))
-        out, weights = attn.attend_heads(q, k, v, pad, refine=by_rows, need_weights=need_weights)
+        out, weights = attn.attend(q, k, v, pad, refine=by_rows, need_weights=need_weights)
         out = attn.out_proj(_packed(tokens, out.reshape(n, length, d)))
         return self.norm2(x + self.dropout(out)), None if weights is None else rows(weights)
 

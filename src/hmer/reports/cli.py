@@ -145,8 +145,7 @@ def list_command(tracking_uri: str | None = None) -> int:
     superseded = studies["superseded_by"].map(lambda name: isinstance(name, str) and bool(name))
     # a superseded study is not continued: one that stopped unfinished left its parent run RUNNING
     shown.loc[superseded & (shown["state"] == "running"), "state"] = "stopped unfinished"
-    shown["state"] = shown["state"] + studies["superseded_by"].where(superseded).map(
-        lambda name: f", superseded by {name}" if isinstance(name, str) else "")
+    shown.loc[superseded, "state"] += ", superseded by " + studies.loc[superseded, "superseded_by"]
     shown["started"] = pd.to_datetime(shown["started"]).dt.strftime("%Y-%m-%d %H:%M")
     print(f"{len(shown)} stud{'y' if len(shown) == 1 else 'ies'} in {mask_password(uri)}, newest first:")
     print(shown.to_string(index=False))
