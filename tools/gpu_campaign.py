@@ -304,7 +304,7 @@ class Campaign:
                             "--data", str(self.data_path()), "--images", "100000" if self.gpu else "16",
                             "--seconds", "20" if self.gpu else "3", "--set", *sets)
             rc, out, seconds = self.run(cmd, min(fig_cap * (self.args.cap_scale if fig_cap > 2 else 1), left))
-            row.update(parse_figures(out), command=" ".join(cmd[2:]), seconds=round(seconds, 1),
+            row.update(parse_figures(out), command=" ".join(cmd[3:]), seconds=round(seconds, 1),
                        status="done" if rc == 0 else ("timeout" if rc is None else f"failed (exit {rc})"))
             self.state["bench"].append(row)
             self.save()
@@ -374,7 +374,7 @@ class Campaign:
         rc, out, seconds = self.run(cmd, cap)
         self.state["bench"].append({
             "what": "decode", "preset": self.args.train_preset, "setting": f"trained weights ({tr['run_id'][:8]})",
-            "overrides": sets, **parse_figures(out), "command": " ".join(cmd[2:]), "seconds": round(seconds, 1),
+            "overrides": sets, **parse_figures(out), "command": " ".join(cmd[3:]), "seconds": round(seconds, 1),
             "status": "done" if rc == 0 else ("timeout" if rc is None else f"failed (exit {rc})")})
         return "done" if rc == 0 else ("timeout" if rc is None else "failed")
 
