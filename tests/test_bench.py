@@ -34,6 +34,14 @@ def test_bench_train_tiny_on_cpu_ends_with_images_per_second(capsys, one_thread)
         float(figures["gflop_per_image"]) * _last_figure(out), rel=0.02, abs=0.05)
 
 
+def test_bench_train_on_a_few_batches_times_them_after_a_pass_over_them(capsys, one_thread):
+    assert main(["bench", "train", "--preset", "tiny", "--device", "cpu", "--images", "20",
+                 "--set", "bench.pool=300", "bench.batches=2", "bench.flop_batches=0"]) == 0
+    out = capsys.readouterr().out
+    assert "timed_batches=2 " in out
+    assert _last_figure(out) > 0
+
+
 def test_bench_peak_times_a_matmul_on_this_process_threads(capsys, one_thread):
     assert main(["bench", "peak", "--threads", "1", "--size", "256"]) == 0
     out = capsys.readouterr().out

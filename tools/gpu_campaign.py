@@ -20,7 +20,7 @@ ESTIMATE, none has been measured on a GPU yet; the log of each slice gives the r
     check         180 s     60 s   torch.cuda.is_available, bf16, nvidia-smi -L, one bf16 training step of
                                    every family (bttr, comer-self/-cross/-fusion, wap-rnn, convs2s)
     bench-train   300 s    300 s   training images/s of bttr and comer-fusion, bf16, real batches, 20 s each:
-                                   reference batch; large batch (k = 8); channels-last; torch.compile;
+                                   reference batch; 24 batches cycled (shapes seen); large batch (k = 8); channels-last; torch.compile;
                                    compile + channels-last + large (compile figures capped at 150 s)
     train         rest    ~760 s   comer-fusion (CoMER's best coverage variant, bidirectional) with
                                    --time-budget 720 s: slice 1's remainder, all of slice 2, part of slice 3;
@@ -85,7 +85,7 @@ LARGE = ["data.batch_pixels=2560000", "data.max_batch_size=128"]
 GPU_TRAIN_FIGURES = [
     (p, name, sets, cap)
     for name, sets, cap in [
-        ("reference", [], 90), ("large k=8", LARGE, 90), ("channels-last", ["train.channels_last=true"], 90),
+        ("reference", [], 90), ("shapes seen: 24 batches cycled", ["bench.batches=24"], 90), ("large k=8", LARGE, 90), ("channels-last", ["train.channels_last=true"], 90),
         ("compile", ["train.compile=true"], 150),
         ("compile+channels-last+large", ["train.compile=true", "train.channels_last=true", *LARGE], 150),
     ]

@@ -34,6 +34,10 @@ Benchmark-only knobs go through `--set bench.KEY=VALUE` beside the config overri
                              side processes: `benchmarks/bench_concurrency.py`)
     bench.flop_batches=N     batches whose FLOPs are counted after the timed region (default: 8 train,
                              2 decode; 0 = no FLOP count and no peak)
+    bench.batches=N          time only the first N batches (in their shuffled order), cycled, after
+                             one untimed pass over them in place of the warm-up: the steady state
+                             once every input shape has been seen (on a GPU, cuDNN plans a
+                             convolution per new shape; docs/benchmarks.md section 5). 0 = all
 
 After the timed region it counts the FLOPs of a few of the same batches with
 `torch.utils.flop_counter` (forward and backward for training; the whole search for
@@ -68,6 +72,7 @@ _LOG_CORR = np.array([[1.0, 0.542, 0.704], [0.542, 1.0, 0.821], [0.704, 0.821, 1
 
 BENCH_DEFAULTS: dict[str, Any] = {
     "pool": 0, "warmup": -1, "weights": "", "check_unbatched": 0, "start_at": 0.0, "flop_batches": -1,
+    "batches": 0,
 }
 
 PEAK_MATMUL_SIZE = 2048
@@ -286,17 +291,24 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
             hyp_tokens[1] += len(hyps)
             return n
 
+    if knobs["batches"] > 0:
+        batches = batches[:knobs["batches"]]
+        print(f"timed_batches={len(batches)} (cycled, after one untimed pass)", file=out)
+        warmup_batches = batches
+    else:
+        # Warm-up on the smallest batches (allocator, kernels, optimiser state; compile traces
+        # with dynamic shapes): a random batch can cost minutes on a CPU and teaches nothing more.
+        area = {id(idx): len(idx) * max(exprs[i].image.shape[0] for i in idx)
+                * max(exprs[i].image.shape[1] for i in idx) for idx in batches}
+        smallest = sorted(batches, key=lambda idx: area[id(idx)])
+        warmup_batches = [smallest[k % len(smallest)] for k in range(warmup)]
+
     def order() -> Iterator[Sequence[int]]:
         while True:
             yield from batches
 
-    # Warm-up on the smallest batches (allocator, kernels, optimiser state; compile traces
-    # with dynamic shapes): a random batch can cost minutes on a CPU and teaches nothing more.
-    area = {id(idx): len(idx) * max(exprs[i].image.shape[0] for i in idx) * max(exprs[i].image.shape[1] for i in idx)
-            for idx in batches}
-    smallest = sorted(batches, key=lambda idx: area[id(idx)])
-    for k in range(warmup):
-        step(make(smallest[k % len(smallest)]))
+    for idx in warmup_batches:
+        step(make(idx))
     _sync(dev)
     stream = prefetched(make, order(), prefetch)
     if what == "decode":
