@@ -18,6 +18,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from hmer.allocator import tune_malloc
 from hmer.config import parse_overrides
 from hmer.data import Vocab, load_dataset, make_batches
 from hmer.model import build_model
@@ -36,6 +37,7 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=25, help="operators printed")
     p.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE")
     args = p.parse_args()
+    tune_malloc()  # profile what `hmer train` and the studies run (hmer.allocator)
     if not args.data:
         p.error("give --data or set HMER_DATA")
 
