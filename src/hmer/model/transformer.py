@@ -126,7 +126,9 @@ class TransformerDecoderLayer(nn.Module):
         by_rows = None if refine is None else (lambda weights: groups(refine(rows(weights))))
         out, weights = attn.attend(q, k, v, pad, refine=by_rows, need_weights=need_weights)
         out = attn.out_proj(_packed(tokens, out.reshape(n, length, d)))
-        return self.norm2(x + self.dropout(out)), None if weights is None else rows(weights)
+        # The explicit path (CPU training with dropout) computes weights whether asked or not: laying
+        # them out per row is a copy of the step's largest tensor, made only when they are wanted.
+        return self.norm2(x + self.dropout(out)), rows(weights) if need_weights and weights is not None else None
 
     def ff_block(self, x: Tensor) -> Tensor:
         y = self.linear2(self.dropout(F.relu(self.linear1(x))))
