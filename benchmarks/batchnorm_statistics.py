@@ -38,7 +38,7 @@ def main() -> None:
     options = decode_options(cfg, torch.device("cpu"), None, beam=args.beam)
 
     before = evaluate_split(model, val, vocab, **options).scores
-    norms = [m for m in model.modules() if isinstance(m, torch.nn.modules.batchnorm._BatchNorm)]
+    norms = [m for m in model.modules() if isinstance(m, (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d))]
     stored = [(m.running_mean.clone(), m.running_var.clone()) for m in norms]
     for m in norms:
         m.reset_running_stats()

@@ -20,7 +20,8 @@ ESTIMATE, none has been measured on a GPU yet; the log of each slice gives the r
     check         180 s     60 s   torch.cuda.is_available, bf16, nvidia-smi -L, one bf16 training step of
                                    every family (bttr, comer-self/-cross/-fusion, wap-rnn, convs2s)
     bench-train   300 s    300 s   training images/s of bttr and comer-fusion, bf16, real batches, 20 s each:
-                                   reference batch; 24 batches cycled (shapes seen); large batch (k = 8); channels-last; torch.compile;
+                                   reference batch; 24 batches cycled (shapes seen); large batch (k = 8);
+                                   channels-last; torch.compile;
                                    compile + channels-last + large (compile figures capped at 150 s)
     train         rest    ~760 s   comer-fusion (CoMER's best coverage variant, bidirectional) with
                                    --time-budget 720 s: slice 1's remainder, all of slice 2, part of slice 3;
@@ -85,7 +86,8 @@ LARGE = ["data.batch_pixels=2560000", "data.max_batch_size=128"]
 GPU_TRAIN_FIGURES = [
     (p, name, sets, cap)
     for name, sets, cap in [
-        ("reference", [], 90), ("shapes seen: 24 batches cycled", ["bench.batches=24"], 90), ("large k=8", LARGE, 90), ("channels-last", ["train.channels_last=true"], 90),
+        ("reference", [], 90), ("shapes seen: 24 batches cycled", ["bench.batches=24"], 90),
+        ("large k=8", LARGE, 90), ("channels-last", ["train.channels_last=true"], 90),
         ("compile", ["train.compile=true"], 150),
         ("compile+channels-last+large", ["train.compile=true", "train.channels_last=true", *LARGE], 150),
     ]
@@ -304,7 +306,7 @@ class Campaign:
                             "--data", str(self.data_path()), "--images", "100000" if self.gpu else "16",
                             "--seconds", "20" if self.gpu else "3", "--set", *sets)
             rc, out, seconds = self.run(cmd, min(fig_cap * (self.args.cap_scale if fig_cap > 2 else 1), left))
-            row.update(parse_figures(out), command=" ".join(cmd[3:]), seconds=round(seconds, 1),
+            row.update(parse_figures(out), command=" ".join(cmd[len(self.hmer()):]), seconds=round(seconds, 1),
                        status="done" if rc == 0 else ("timeout" if rc is None else f"failed (exit {rc})"))
             self.state["bench"].append(row)
             self.save()
@@ -374,7 +376,8 @@ class Campaign:
         rc, out, seconds = self.run(cmd, cap)
         self.state["bench"].append({
             "what": "decode", "preset": self.args.train_preset, "setting": f"trained weights ({tr['run_id'][:8]})",
-            "overrides": sets, **parse_figures(out), "command": " ".join(cmd[3:]), "seconds": round(seconds, 1),
+            "overrides": sets, **parse_figures(out), "command": " ".join(cmd[len(self.hmer()):]),
+            "seconds": round(seconds, 1),
             "status": "done" if rc == 0 else ("timeout" if rc is None else f"failed (exit {rc})")})
         return "done" if rc == 0 else ("timeout" if rc is None else "failed")
 

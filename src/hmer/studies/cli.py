@@ -89,7 +89,7 @@ def main(spec: StudySpec | SweepSpec, argv: Sequence[str] | None = None, doc: st
     from ..allocator import tune_malloc
 
     # as the `hmer` command does: a study's trials train and decode in this process, and the
-    # bi cell trained 6 % faster with it, its system time a fifth lower (docs/benchmarks.md section 0)
+    # bi cell trained about 7 % faster with it, its system time a sixth lower (docs/benchmarks.md section 0)
     tune_malloc()
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the runner prints every trial itself
