@@ -192,6 +192,35 @@ def test_publishing_a_store_whose_database_is_not_one_says_which_and_changes_not
     assert sorted(p.name for p in (checkout / "mlruns").iterdir()) == ["mlflow.db"]
 
 
+_KILLED_MID_TRANSACTION = """
+import os, sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("PRAGMA cache_size = 2")  # the transaction spills into the file before it commits
+db.execute("BEGIN")
+for i in range(50):
+    db.execute("INSERT INTO tags (key, value, run_uuid) VALUES (?, hex(randomblob(2000)), ?)", (f"x{i}", sys.argv[2]))
+os.kill(os.getpid(), 9)
+"""
+
+
+def test_a_store_whose_writer_was_killed_mid_transaction_is_copied_as_it_was_before(tmp_path):
+    # A study killed with SIGKILL while MLflow wrote leaves a hot journal beside mlflow.db; the
+    # copy rolls the half-written transaction back instead of failing on it.
+    from hmer.tracking.portable import copy_store
+
+    work = tmp_path / "work"
+    run_id = _store_with_one_run(work)
+    db = work / "mlruns" / "mlflow.db"
+    killed = subprocess.run([sys.executable, "-c", _KILLED_MID_TRANSACTION, str(db), run_id])
+    assert killed.returncode == -9
+    assert (work / "mlruns" / "mlflow.db-journal").stat().st_size > 0  # hot: the file holds half a transaction
+
+    copied = copy_store(work / "mlruns", tmp_path / "dest", portable=False)
+    client = MlflowClient(f"sqlite:///{copied}")
+    assert client.get_run(run_id).info.status == "FINISHED"
+    assert not [key for key in client.get_run(run_id).data.tags if key.startswith("x")]
+
+
 def test_a_superseded_study_s_unfinished_runs_are_not_carried_to_be_continued(tmp_path):
     from hmer.studies.rename import mark_superseded
     from hmer.studies.unfinished import unfinished_runs

@@ -93,17 +93,22 @@ STORE_FILES = ("mlflow.db", "optuna.db")
 def _snapshot(source: Path, dest: Path) -> None:
     """Copy an SQLite database with SQLite's online backup: a consistent copy even while a study's
     workers write to it (a file copy could catch a transaction half-written). Raises ValueError
-    naming `source` when it is not an SQLite database; `dest` is then left as it was."""
+    naming `source` when it is not an SQLite database or cannot be read; `dest` is then left as it was.
+
+    The source opens read-write (never created: mode=rw): a worker killed inside a transaction
+    leaves a hot journal, and SQLite rolls it back on the next open, which a read-only
+    connection cannot do ("attempt to write a readonly database")."""
     from contextlib import closing
 
     dest.unlink(missing_ok=True)
     try:
-        with closing(sqlite3.connect(f"{source.as_uri()}?mode=ro", uri=True)) as src, \
+        with closing(sqlite3.connect(f"{source.as_uri()}?mode=rw", uri=True)) as src, \
                 closing(sqlite3.connect(dest)) as out:
             src.backup(out)
     except sqlite3.DatabaseError as exc:
         dest.unlink(missing_ok=True)
-        raise ValueError(f"{source}: not an SQLite database ({exc})") from None
+        what = "not an SQLite database" if "not a database" in str(exc) else "cannot be read"
+        raise ValueError(f"{source}: {what} ({exc})") from None
 
 
 def copy_store(source: str | Path, dest: str | Path, *, portable: bool, checkpoints: bool = False) -> Path:
