@@ -221,19 +221,39 @@ def test_a_store_whose_writer_was_killed_mid_transaction_is_copied_as_it_was_bef
     assert not [key for key in client.get_run(run_id).data.tags if key.startswith("x")]
 
 
-def test_a_superseded_study_s_unfinished_runs_are_not_carried_to_be_continued(tmp_path):
+def test_a_superseded_study_that_stopped_unfinished_is_published_as_it_stopped_and_not_continued(tmp_path):
+    # A study replaced before it finished (`hmer runs supersede`) stays in the store for reference:
+    # a publish without --keep-unfinished must not drop it as if it were still training, and one
+    # with it must not carry its runs' checkpoints to be continued.
     from hmer.studies.rename import mark_superseded
-    from hmer.studies.unfinished import unfinished_runs
+    from hmer.studies.unfinished import unfinished_runs, unfinished_studies
     from hmer.tracking import keys
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    work = tmp_path / "work"
+    work.mkdir()
+    uri = f"sqlite:///{work / 'mlflow.db'}"
     client = MlflowClient(uri)
     running = {}
     for study in ("decoder-first", "decoder"):
-        experiment = client.create_experiment(study, artifact_location=str(tmp_path / study))
-        running[study] = client.create_run(experiment, tags={keys.STUDY: study}).info.run_id
-        done = client.create_run(experiment, tags={keys.STUDY: study}).info.run_id
-        client.set_terminated(done, "FINISHED")
-    assert unfinished_runs(client, ["decoder-first", "decoder"]) == set(running.values())
+        experiment = setup_mlflow(uri, study)
+        parent = client.create_run(experiment, tags={keys.STUDY: study, keys.ROLE: "study", keys.STATUS: "running"})
+        running[study] = {parent.info.run_id, client.create_run(experiment, tags={keys.STUDY: study}).info.run_id}
+        client.set_terminated(client.create_run(experiment, tags={keys.STUDY: study}).info.run_id, "FINISHED")
+    assert unfinished_runs(client, sorted(unfinished_studies(client))) == running["decoder-first"] | running["decoder"]
     mark_superseded("decoder-first", "decoder", tracking_uri=uri)
-    assert unfinished_runs(client, ["decoder-first", "decoder"]) == {running["decoder"]}
+    assert unfinished_studies(client) == {"decoder": "running"}
+    assert unfinished_runs(client, sorted(unfinished_studies(client))) == running["decoder"]
+
+    checkout = tmp_path / "checkout"
+    (checkout / "mlruns").mkdir(parents=True)
+    (checkout / "pyproject.toml").write_text('[project]\nname = "hmer"\n')
+    env = {**__import__("os").environ, "HMER_MLRUNS": str(checkout / "mlruns")}
+    out = subprocess.run([sys.executable, "-m", "hmer.cli", "runs", "publish", str(work)],
+                         capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "left out study decoder (running)" in out.stdout and "decoder-first" not in out.stdout, out.stdout
+    published = MlflowClient(f"sqlite:///{checkout / 'mlruns' / 'mlflow.db'}")
+    assert published.get_experiment_by_name("decoder") is None
+    kept = published.get_experiment_by_name("decoder-first")
+    assert kept.tags[keys.SUPERSEDED_BY] == "decoder"
+    assert len(published.search_runs([kept.experiment_id])) == 3

@@ -7,7 +7,8 @@ be committed as if they were results. So by default the published copy keeps onl
 studies: every study whose parent run is not tagged `hmer.status=finished` is removed from the
 copy, all three places it lives (its MLflow experiment with every run and artifact, purged with
 `mlflow gc`, and its Optuna study). The workspace itself is not touched: its studies go on, and
-are published when they finish.
+are published when they finish. A study superseded by another (`hmer runs supersede`) is the
+exception: nothing continues it, so it is kept as it stopped, labelled superseded.
 
 A workspace does not always outlive the machine it is on. `--keep-unfinished` keeps the
 unfinished studies in the copy instead, with their finished cells, their Optuna trials and the
@@ -30,23 +31,26 @@ from ..tracking.portable import CHECKPOINTS
 
 
 def unfinished_studies(client) -> dict[str, str]:
-    """{study name: its parent run's hmer.status} for every study in the store that has not finished."""
+    """{study name: its parent run's hmer.status} for every study in the store that has not
+    finished and is still to be continued. A study superseded by another (`hmer runs supersede`)
+    is neither: it is kept as it stopped, published with or without --keep-unfinished, and its
+    runs are not carried to be continued."""
     experiment_ids = [e.experiment_id for e in client.search_experiments()]
     if not experiment_ids:
         return {}
     parents = client.search_runs(experiment_ids, filter_string=f"tags.`{keys.ROLE}` = 'study'", max_results=10_000)
     return {run.data.tags[keys.STUDY]: run.data.tags.get(keys.STATUS, "unknown") for run in parents
-            if run.data.tags.get(keys.STATUS) != "finished" and keys.STUDY in run.data.tags}
+            if run.data.tags.get(keys.STATUS) != "finished" and keys.STUDY in run.data.tags
+            and keys.SUPERSEDED_BY not in run.data.tags}
 
 
 def unfinished_runs(client, studies: list[str]) -> set[str]:
     """The ids of the runs of `studies` that have not finished (a killed or running trial's run):
-    the runs whose checkpoints a resumed study continues. A study superseded by another (`hmer runs
-    supersede`) is kept as it stopped, not continued: its runs are left out."""
+    the runs whose checkpoints a resumed study continues."""
     runs = set()
     for name in studies:
         experiment = client.get_experiment_by_name(name)
-        if experiment is not None and keys.SUPERSEDED_BY not in experiment.tags:
+        if experiment is not None:
             runs |= {run.info.run_id for run in client.search_runs([experiment.experiment_id], max_results=10_000)
                      if run.info.status != "FINISHED"}
     return runs
