@@ -34,7 +34,7 @@ def main() -> None:
     p.add_argument("--data", default=os.environ.get("HMER_DATA"), help="CROHME zip or folder (default: $HMER_DATA)")
     p.add_argument("--steps", type=int, default=25, help="steps timed, then profiled")
     p.add_argument("--warmup", type=int, default=5)
-    p.add_argument("--rows", type=int, default=25, help="operators printed")
+    p.add_argument("--rows", type=int, default=25, help="operators printed (0: the timing alone, no profile)")
     p.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE")
     args = p.parse_args()
     tune_malloc()  # profile what `hmer train` and the studies run (hmer.allocator)
@@ -68,6 +68,8 @@ def main() -> None:
     seconds = time.perf_counter() - start
     print(f"preset={args.preset} threads={torch.get_num_threads()} steps={len(timed)} images={images} "
           f"seconds={seconds:.2f} images_per_second={images / seconds:.1f}")
+    if args.rows == 0:
+        return
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         run(timed)
     print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.rows))

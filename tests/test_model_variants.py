@@ -227,14 +227,19 @@ def _real_token_loss(logits, tgt_out):
                                              reduction="sum")
 
 
-@pytest.mark.parametrize("variant", ["transformer", "rnn", "convs2s"])
-def test_a_padded_training_batch_computes_each_caption_as_if_alone(variant):
+@pytest.mark.parametrize("direction", ["l2r", "bi"])
+@pytest.mark.parametrize("variant", ["transformer", "transformer-explicit", "rnn", "convs2s"])
+def test_a_padded_training_batch_computes_each_caption_as_if_alone(variant, direction):
     """Training pads captions to the batch's longest, bidirectional rows read their image as a
     group (the transformer projects its keys/values once) and the transformer's per-token layers
     compute the real tokens alone (PackedTokens): every real position's logits and the gradients
-    of the summed loss must equal those of each caption decoded alone, unpadded, on its image."""
-    model, feats, feat_mask = _training_decoder(variant)
-    tgt_in, tgt_out, pad = make_targets(TOKENS, "bi")
+    of the summed loss must equal those of each caption decoded alone, unpadded, on its image. `transformer-explicit` takes the attention path of training with dropout (its
+    dropout rate rounds to dropping nothing) instead of the fused one."""
+    model, feats, feat_mask = _training_decoder(variant.removesuffix("-explicit"))
+    if variant.endswith("-explicit"):
+        for layer in model.decoder.layers:
+            layer.self_attn.dropout = layer.cross_attn.dropout = 1e-9  # explicit path; keeps every weight
+    tgt_in, tgt_out, pad = make_targets(TOKENS, direction)
     assert pad.any()  # the two captions differ in length: the batch holds padding
     logits = model.decode(feats, feat_mask, tgt_in)
     grads = torch.autograd.grad(_real_token_loss(logits, tgt_out), list(model.decoder.parameters()))
