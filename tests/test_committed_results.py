@@ -147,6 +147,22 @@ def test_the_readme_states_the_best_cpu_model_as_stored():
     assert cost in readme, f"the README does not state the best model's cost as stored ({cost})"
 
 
+def test_the_readme_states_what_a_cpu_budget_trial_costs_as_stored():
+    """Issue 24's cost target is reported from the committed run that measured it."""
+    client = MlflowClient(f"sqlite:///{MLRUNS / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("cpu-budget-cost")
+    assert experiment is not None, "the cost measurement (experiment cpu-budget-cost) is not in the committed store"
+    (run,) = [r for r in client.search_runs([experiment.experiment_id]) if r.info.status == "FINISHED"]
+    m = run.data.metrics
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert f"at `{run.data.tags[keys.GIT_COMMIT][:7]}`" in readme
+    assert f"reads **{m['test_2014_exprate']:.1f} % on 2014**" in readme
+    assert f"cost **{m['cpu_seconds'] / 60:.0f} CPU-minutes**: {m['train_cpu_seconds'] / 60:.0f} of training" in readme
+    decoding = sum(v for k, v in m.items() if k.endswith("_decode_cpu_seconds"))
+    assert f"{(m['cpu_seconds'] - m['train_cpu_seconds']) / 60:.0f} of final decoding" in readme
+    assert f"in {decoding:.0f} CPU-seconds" in readme
+
+
 def test_the_readme_links_the_direction_study_as_mlflow_ui_opens_it():
     """The README's link opens the committed study's runs as model training, and the study is
     marked as such in the store, with its table on the parent run (issue 28)."""
