@@ -233,8 +233,9 @@ def test_a_padded_training_batch_computes_each_caption_as_if_alone(variant, dire
     """Training pads captions to the batch's longest, bidirectional rows read their image as a
     group (the transformer projects its keys/values once) and the transformer's per-token layers
     compute the real tokens alone (PackedTokens): every real position's logits and the gradients
-    of the summed loss must equal those of each caption decoded alone, unpadded, on its image. `transformer-explicit` takes the attention path of training with dropout (its
-    dropout rate rounds to dropping nothing) instead of the fused one."""
+    of the summed loss must equal those of each caption decoded alone, unpadded, on its image.
+    `transformer-explicit` takes the attention path of training with dropout (its dropout rate
+    rounds to dropping nothing) instead of the fused one."""
     model, feats, feat_mask = _training_decoder(variant.removesuffix("-explicit"))
     if variant.endswith("-explicit"):
         for layer in model.decoder.layers:

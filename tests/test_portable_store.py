@@ -3,6 +3,7 @@ to the checkout, read by MLflow from the checkout and by the suite from anywhere
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -86,10 +87,7 @@ def test_publish_and_workspace_round_trip(tmp_path):
     optuna.create_study(study_name="ablate_x-cpu", storage=f"sqlite:///{work / 'mlruns' / 'optuna.db'}")
     (work / "mlruns" / "checkpoints").mkdir()
     (work / "mlruns" / "checkpoints" / "last.pt").write_bytes(b"never published")
-    checkout = tmp_path / "checkout"
-    (checkout / "mlruns").mkdir(parents=True)
-    (checkout / "pyproject.toml").write_text('[project]\nname = "hmer"\n')
-    env = {**__import__("os").environ, "HMER_MLRUNS": str(checkout / "mlruns")}
+    checkout, env = _checkout(tmp_path)
     out = subprocess.run([sys.executable, "-m", "hmer.cli", "runs", "publish", str(work / "mlruns")],
                          capture_output=True, text=True, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
@@ -173,15 +171,21 @@ def test_loading_a_run_s_model_leaves_no_download_behind(tmp_path, monkeypatch):
     assert list((tmp_path / "tmp").iterdir()) == []  # the downloaded model.pt is gone again
 
 
+def _checkout(tmp_path):
+    """A checkout to publish into (its project file and an empty mlruns/), and the environment
+    that points the `hmer` command at it."""
+    checkout = tmp_path / "checkout"
+    (checkout / "mlruns").mkdir(parents=True)
+    (checkout / "pyproject.toml").write_text('[project]\nname = "hmer"\n')
+    return checkout, {**os.environ, "HMER_MLRUNS": str(checkout / "mlruns")}
+
+
 def test_publishing_a_store_whose_database_is_not_one_says_which_and_changes_nothing(tmp_path):
     work = tmp_path / "work"
     _store_with_one_run(work)  # a real mlflow.db
     (work / "mlruns" / "optuna.db").write_bytes(b"not a database")
-    checkout = tmp_path / "checkout"
-    (checkout / "mlruns").mkdir(parents=True)
-    (checkout / "pyproject.toml").write_text('[project]\nname = "hmer"\n')
+    checkout, env = _checkout(tmp_path)
     (checkout / "mlruns" / "mlflow.db").write_bytes(b"the committed store")
-    env = {**__import__("os").environ, "HMER_MLRUNS": str(checkout / "mlruns")}
     out = subprocess.run([sys.executable, "-m", "hmer.cli", "runs", "publish", str(work / "mlruns")],
                          capture_output=True, text=True, env=env, cwd=tmp_path)
     assert out.returncode == 2, out.stderr
@@ -244,10 +248,7 @@ def test_a_superseded_study_that_stopped_unfinished_is_published_as_it_stopped_a
     assert unfinished_studies(client) == {"decoder": "running"}
     assert unfinished_runs(client, sorted(unfinished_studies(client))) == running["decoder"]
 
-    checkout = tmp_path / "checkout"
-    (checkout / "mlruns").mkdir(parents=True)
-    (checkout / "pyproject.toml").write_text('[project]\nname = "hmer"\n')
-    env = {**__import__("os").environ, "HMER_MLRUNS": str(checkout / "mlruns")}
+    checkout, env = _checkout(tmp_path)
     out = subprocess.run([sys.executable, "-m", "hmer.cli", "runs", "publish", str(work)],
                          capture_output=True, text=True, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
