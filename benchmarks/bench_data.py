@@ -25,8 +25,8 @@ def main() -> int:
 
     torch.set_num_threads(1)
     from hmer.config import DataConfig
-    from hmer.data import (RenderConfig, load_dataset, make_batches, open_source, padding_share, parse_inkml,
-                           render_ink)
+    from hmer.data import (RenderConfig, load_dataset, make_batches, open_source, padded_shapes, padding_share,
+                           parse_inkml, render_ink)
     from hmer.data.cache import default_workers
 
     shared = Path(__file__).resolve().parents[2] / "shared" / "crohme" / "crohme-inkml.zip"
@@ -98,6 +98,12 @@ def main() -> int:
                                                        height_bin=b), limit) for b in (1, 16)}
         print(f"padding_{split}_exact_sort={shares[1]:.3f} padding_{split}_height_bins_16={shares[16]:.3f} "
               f"({split}, {budget} px budget, max {cap} per batch)")
+    # data.pad_multiple: distinct batch shapes in an epoch (each costs ~0.5 s on a GPU, docs/benchmarks.md
+    # section 5) against the padding it adds; the same training batches as above.
+    for multiple in (1, 16, 32, 64, 128):
+        shapes = padded_shapes(train, batches, pad_multiple=multiple)
+        print(f"pad_multiple={multiple} shapes={len(set(shapes))} heights_widths={len({s[1:] for s in shapes})} "
+              f"padding_share={padding_share(train, batches, pad_multiple=multiple):.3f} (train, as above)")
     return 0
 
 

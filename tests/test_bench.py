@@ -23,7 +23,7 @@ def test_bench_train_tiny_on_cpu_ends_with_images_per_second(capsys, one_thread)
                  "--set", "bench.pool=300"]) == 0
     out = capsys.readouterr().out
     assert _last_figure(out) > 0
-    assert "padding_share=" in out and "epoch_seconds_8835=" in out and "peak_memory_mb=" in out
+    assert "padding_share=" in out and "shapes=" in out and "epoch_seconds_8835=" in out and "peak_memory_mb=" in out
     figures = dict(item.split("=") for line in out.splitlines() if line.startswith("gflop_per_image=")
                    for item in line.split())
     # forward + backward of a real tiny model: some MFLOPs an image, a share of the peak in (0, 1]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from hmer.data import Batch, Expression, Vocab, collate, fit_to_pixels, make_batches, padding_share
+from hmer.data import Batch, Expression, Vocab, collate, fit_to_pixels, make_batches, padded_shapes, padding_share
 from hmer.data.batching import HEIGHT_BIN
 
 
@@ -132,3 +132,27 @@ def test_collate_rejects_unknown_tokens_naming_the_expression():
 
     with pytest.raises(UnknownTokenError, match="odd"):
         collate([Expression("odd", ["\\Pi"], np.zeros((5, 5), dtype=np.uint8))], Vocab())
+
+
+def test_pad_multiple_rounds_each_batch_up_to_a_few_shapes_and_masks_the_extra():
+    exprs = random_expressions(4, seed=5)
+    exact = collate(exprs, Vocab())
+    padded = collate(exprs, Vocab(), pad_multiple=64)
+    h, w = exact.images.shape[-2:]
+    assert padded.images.shape[-2:] == (-(-h // 64) * 64, -(-w // 64) * 64)
+    assert torch.equal(padded.images[..., :h, :w], exact.images)  # the same pixels, more zeros after them
+    assert padded.images[..., h:, :].eq(0).all() and padded.images[..., w:].eq(0).all()
+    assert padded.image_mask[:, h:, :].all() and padded.image_mask[:, :, w:].all()
+    assert torch.equal(padded.image_mask[:, :h, :w], exact.image_mask)
+    # under scale augmentation too: the rescaled batch is padded into the same grid
+    assert all(d % 64 == 0 for d in collate(exprs, Vocab(), scale=0.83, pad_multiple=64).images.shape[-2:])
+
+
+def test_pad_multiple_trades_padding_for_fewer_distinct_batch_shapes():
+    batches = make_batches(EXPRS, BUDGET, 16, shuffle=True, seed=0)
+    exact, rounded = padded_shapes(EXPRS, batches), padded_shapes(EXPRS, batches, pad_multiple=64)
+    assert [n for n, _, _ in exact] == [len(b) for b in batches] == [n for n, _, _ in rounded]
+    assert all(h % 64 == 0 and w % 64 == 0 for _, h, w in rounded)
+    assert len(set(rounded)) < len(set(exact))
+    assert padding_share(EXPRS, batches) < padding_share(EXPRS, batches, pad_multiple=64) < 1
+    assert padding_share(EXPRS, batches, pad_multiple=1) == padding_share(EXPRS, batches)

@@ -48,7 +48,7 @@ def test_campaign_rehearsal_resumes_across_slices_and_comes_home(tmp_path, monke
         "install": "done", "data": "done", "check": "done", "bench-train": "done"}
     assert not s1["train"].get("finished") and s1["train"]["run_id"]
     bench = (outs[0] / "bench.md").read_text()
-    assert "| train | tiny | large k=4, channels-last | done |" in bench and "| train | tiny | compile | timeout |" in bench
+    assert "| train | tiny | large k=4, padded to 32 px | done |" in bench and "| train | tiny | compile | timeout |" in bench
 
     s2 = _slice(2, home, outs[1], data, carried / "resume.tar")  # warm machine: the same home
     assert not s2["train"].get("finished") and s2["train"]["run_id"] == s1["train"]["run_id"]
@@ -81,7 +81,7 @@ def test_campaign_rehearsal_resumes_across_slices_and_comes_home(tmp_path, monke
     assert epochs == [1, 2, 3]
     assert "test_2014_exprate" in run.data.metrics
     bench_runs = client.search_runs([client.get_experiment_by_name("gpu-bench").experiment_id])
-    assert {r.data.params["setting"] for r in bench_runs} >= {"large k=4, channels-last"}
+    assert {r.data.params["setting"] for r in bench_runs} >= {"large k=4, padded to 32 px"}
 
     report = tmp_path / "report"
     assert main(["report", "--experiment", "gpu-campaign", "--tracking-uri", store, "--out", str(report)]) == 0

@@ -9,8 +9,9 @@ and bring back the MLflow records.
 docs/benchmarks.md section 5 gives the exact device calls (command and carry list) and what to do
 with what comes back (`hmer runs import`).
 
-THE PLAN FOR A 25-MINUTE WINDOW (three commands of at most 9 minutes; every duration below is an
-ESTIMATE, none has been measured on a GPU yet; the log of each slice gives the real ones)
+THE PLAN FOR A 25-MINUTE WINDOW (three commands of at most 9 minutes; the durations below are
+estimates, except that the two leases so far measured install 14-18 s, check 48-57 s and a 20 s
+bench figure 40-60 s; the log of each slice gives the real ones)
 
     step          cap    estimate  what
     install       120 s     30 s   wheels from .whl/ into <home>/site (--no-index --no-deps), then the project
@@ -19,11 +20,12 @@ ESTIMATE, none has been measured on a GPU yet; the log of each slice gives the r
     data           60 s      5 s   the packed data zip copied to <home>/data/ (a fixed path, as checkpoints name it)
     check         180 s     60 s   torch.cuda.is_available, bf16, nvidia-smi -L, one bf16 training step of
                                    every family (bttr, comer-self/-cross/-fusion, wap-rnn, convs2s)
-    bench-train   300 s    300 s   training images/s of bttr and comer-fusion, bf16, real batches, 20 s each:
-                                   reference batch; 24 batches cycled (shapes seen); large batch (k = 8);
-                                   torch.compile; compile + large (compile figures capped at 150 s);
-                                   channels-last throughout (the default)
-    train         rest    ~760 s   comer-fusion (CoMER's best coverage variant, bidirectional) with
+    bench-train   300 s    300 s   training images/s of bttr and comer-fusion, bf16, real batches: reference
+                                   (20 s); batches padded to 64 px (60 s); large (k = 8) and padded (60 s);
+                                   torch.compile, padded; 24 batches cycled (shapes seen); large batch
+                                   (compile capped at 150 s); channels-last throughout (the default)
+    train         rest    ~760 s   comer-fusion (CoMER's best coverage variant, bidirectional), batches
+                                   padded to 64 px (data.pad_multiple=64: a few shapes), with
                                    --time-budget 720 s: slice 1's remainder, all of slice 2, part of slice 3;
                                    killed (SIGINT) before a slice ends and resumed with `hmer train --resume`
                                    from its last epoch's checkpoint; then the trainer's own evaluation of
@@ -81,25 +83,32 @@ EXPERIMENT = "gpu-campaign"
 BENCH_EXPERIMENT = "gpu-bench"
 PART_MB = 15  # $OUT takes files of at most 16 MiB
 
-# (preset, setting name, overrides, cap seconds), in priority order.
+# (preset, setting name, overrides, cap seconds, timed seconds), in priority order. A first pass over
+# padded shapes is timed for a minute, long enough to show whether its shapes repeat.
 LARGE = ["data.batch_pixels=2560000", "data.max_batch_size=128"]
+# Batches padded to multiples of 64 px: 188 distinct shapes in an epoch of the bttr recipe's batches
+# instead of 1,194 (a new shape costs ~0.5 s on an H100, docs/benchmarks.md section 5), 31 % padding
+# instead of 5 %.
+PADDED = ["data.pad_multiple=64"]
 GPU_TRAIN_FIGURES = [
-    (p, name, sets, cap)
-    for name, sets, cap in [
-        ("reference", [], 90), ("shapes seen: 24 batches cycled", ["bench.batches=24"], 90),
-        ("large k=8", LARGE, 90),
+    (p, name, sets, cap, timed)
+    for name, sets, cap, timed in [
+        ("reference", [], 90, 20),
+        ("padded to 64 px", PADDED, 150, 60),
+        ("large k=8, padded to 64 px", [*LARGE, *PADDED], 150, 60),
+        ("compile, padded to 64 px", ["train.compile=true", *PADDED], 150, 20),
+        ("shapes seen: 24 batches cycled", ["bench.batches=24"], 90, 20),
+        ("large k=8", LARGE, 90, 20),
         # channels-last is the default since section 0 measured it, so every figure has it
-        ("compile", ["train.compile=true"], 150),
-        ("compile+large", ["train.compile=true", *LARGE], 150),
     ]
     for p in ("bttr", "comer-fusion")
 ]
 REHEARSAL_TINY = ["data.batch_pixels=20000", "data.max_batch_size=8"]
 REHEARSAL_TRAIN_FIGURES = [
-    ("tiny", "large k=4, channels-last", ["data.batch_pixels=80000", "data.max_batch_size=32",
-                                          "train.channels_last=true"], 60),
+    ("tiny", "large k=4, padded to 32 px", ["data.batch_pixels=80000", "data.max_batch_size=32",
+                                            "data.pad_multiple=32"], 60, 3),
     # Inductor on a CPU needs minutes (docs/benchmarks.md section 2): this figure shows a cap at work.
-    ("tiny", "compile", [*REHEARSAL_TINY, "train.compile=true"], 2),
+    ("tiny", "compile", [*REHEARSAL_TINY, "train.compile=true"], 2, 3),
 ]
 GPU_FAMILIES = ["bttr", "comer-self", "comer-cross", "comer-fusion", "wap-rnn", "convs2s"]
 REHEARSAL_FAMILIES = ["tiny", "tiny-comer", "tiny-rnn", "tiny-convs2s"]
@@ -296,7 +305,7 @@ class Campaign:
     def step_bench_train(self, cap: float) -> str:
         end = time.monotonic() + cap
         figures = GPU_TRAIN_FIGURES if self.gpu else REHEARSAL_TRAIN_FIGURES
-        for preset, setting, sets, fig_cap in figures:
+        for preset, setting, sets, fig_cap, timed in figures:
             left = end - time.monotonic()
             row = {"what": "train", "preset": preset, "setting": setting, "overrides": sets}
             if left < 5:
@@ -305,7 +314,7 @@ class Campaign:
                 continue
             cmd = self.hmer("bench", "train", "--preset", preset, "--device", self.args.device,
                             "--data", str(self.data_path()), "--images", "100000" if self.gpu else "16",
-                            "--seconds", "20" if self.gpu else "3", "--set", *sets)
+                            "--seconds", str(timed), "--set", *sets)
             rc, out, seconds = self.run(cmd, min(fig_cap * (self.args.cap_scale if fig_cap > 2 else 1), left))
             row.update(parse_figures(out), command=" ".join(cmd[len(self.hmer()):]), seconds=round(seconds, 1),
                        status="done" if rc == 0 else ("timeout" if rc is None else f"failed (exit {rc})"))
@@ -327,7 +336,7 @@ class Campaign:
         else:
             if tr.get("started"):
                 self.log("train: the earlier attempt left no checkpoint (it died in its first epoch): starting anew")
-            sets = [] if self.gpu else REHEARSAL_TRAIN_SET
+            sets = PADDED if self.gpu else REHEARSAL_TRAIN_SET  # padded: a few shapes, which the GPU needs
             cmd = self.hmer("train", "--preset", preset, "--device", self.args.device, "--data", str(self.data_path()),
                             "--time-budget", str(self.args.train_budget), "--experiment", EXPERIMENT,
                             "--run-name", f"campaign-{preset}", "--no-progress", "--set", *sets)

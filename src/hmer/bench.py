@@ -183,7 +183,7 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
     out = out if out is not None else sys.stdout
     from .config import parse_overrides
     from .data import Vocab, collate, load_dataset, make_batches
-    from .data.batching import padding_share
+    from .data.batching import padded_shapes, padding_share
     from .device import autocast_dtype, cpu_description, resolve_device
     from .model import build_model
     from .presets import preset_with_recipe
@@ -241,9 +241,11 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
             b.images = b.images.contiguous(memory_format=torch.channels_last)
         return b
 
+    pad = cfg.data.pad_multiple
     if what == "train":
         batches = make_batches(exprs, cfg.data.batch_pixels, cfg.data.max_batch_size, shuffle=True, seed=0)
-        print(f"padding_share={padding_share(exprs, batches):.3f} batches={len(batches)} "
+        print(f"padding_share={padding_share(exprs, batches, pad_multiple=pad):.3f} batches={len(batches)} "
+              f"shapes={len(set(padded_shapes(exprs, batches, pad_multiple=pad)))} "
               f"mean_batch_size={len(exprs) / len(batches):.2f}", file=out)
         opt = build_optimizer(model.parameters(), cfg.train)
         model.train()
@@ -256,7 +258,7 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
             scale = None
             if cfg.data.scale_aug_max > 0:  # the trainer's per-batch scale augmentation (CoMER)
                 scale = float(aug_rng.uniform(cfg.data.scale_aug_min, cfg.data.scale_aug_max))
-            return make_train_batch([exprs[i] for i in idx], vocab, cfg.model.direction, dev, scale, channels_last)
+            return make_train_batch([exprs[i] for i in idx], vocab, cfg.model.direction, dev, scale, channels_last, pad)
 
         def step(tb):
             optimizer_step(loss_module, opt, model, tb, cfg.train.grad_clip, amp)
@@ -268,7 +270,8 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
         # Shuffled batch order: a subset of a year is then a fair sample of its sizes.
         batches = make_batches(exprs, cfg.data.eval_batch_pixels, cfg.data.eval_max_batch_size,
                                shuffle=True, seed=0, max_image_pixels=max_px)
-        print(f"padding_share={padding_share(exprs, batches, max_px):.3f} batches={len(batches)} "
+        print(f"padding_share={padding_share(exprs, batches, max_px, pad):.3f} batches={len(batches)} "
+              f"shapes={len(set(padded_shapes(exprs, batches, max_px, pad)))} "
               f"mean_batch_size={len(exprs) / len(batches):.2f}", file=out)
         model.eval()
         hyp_tokens = [0, 0]  # tokens, hypotheses (timed region only)
@@ -281,7 +284,7 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
                                     sos_id=vocab.sos_id, eos_id=vocab.eos_id, pad_id=vocab.pad_id)
 
         def make(idx):
-            return len(idx), to_device(collate([exprs[i] for i in idx], vocab, max_pixels=max_px))
+            return len(idx), to_device(collate([exprs[i] for i in idx], vocab, max_pixels=max_px, pad_multiple=pad))
 
         @torch.inference_mode()
         def step(item):

@@ -276,6 +276,9 @@ class DataConfig:
     eval_batch_pixels: int = allowed(1_600_000, ge=1)
     eval_max_batch_size: int = allowed(64, ge=1)
     max_image_pixels: int = allowed(400_000, ge=1)  # an evaluation image above this is resized, and counted
+    # Every batch's padded height and width rounded up to a multiple of this (1 = the batch's own
+    # largest image): a few shapes instead of one a batch, which a GPU needs (hmer.data.batching).
+    pad_multiple: int = allowed(1, ge=1)
     # Train-time scale augmentation (CoMER: x0.7 .. x1.4); 0 disables.
     scale_aug_min: float = allowed(0.0, ge=0)
     scale_aug_max: float = allowed(0.0, ge=0)

@@ -8,7 +8,7 @@
 See docs/data.md for the layout, where to put CROHME, the error policy and the cache.
 """
 
-from .batching import Batch, collate, fit_to_pixels, make_batches, padding_share
+from .batching import Batch, collate, fit_to_pixels, make_batches, padded_shapes, padding_share
 from .errors import (CaptionError, DataError, DatasetNotFoundError, ImageReadError, InkMLError, MissingSplitError,
                      UnknownTokenError)
 from .expression import Expression
@@ -21,7 +21,7 @@ from .splits import load_dataset, load_split
 from .vocab import Vocab
 
 __all__ = [
-    "Batch", "collate", "fit_to_pixels", "make_batches", "padding_share",
+    "Batch", "collate", "fit_to_pixels", "make_batches", "padded_shapes", "padding_share",
     "CaptionError", "DataError", "DatasetNotFoundError", "ImageReadError", "InkMLError", "MissingSplitError",
     "UnknownTokenError",
     "Expression", "read_expression_file",

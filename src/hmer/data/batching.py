@@ -12,6 +12,13 @@ which vary far more than heights, line up. On CROHME this cuts the padding of tr
 (320,000 px, <= 16 images) from 10.1 % to 5.3 %, and of evaluation batches (1.6 M px, <= 64
 images, 2014 test) from 53 % to 35 % (`python benchmarks/bench_data.py`).
 
+`pad_multiple` (`data.pad_multiple`) rounds every batch's padded height and width up to a multiple
+of that many pixels, so that batches come in a few shapes instead of one each. On a GPU a new input
+shape costs far more than its arithmetic (cuDNN plans each convolution for each shape; the second
+GPU lease measured 7 images/s on a first pass against 71 once the shapes had been seen,
+docs/benchmarks.md section 5); on a CPU it only adds padding. The pixel budget is applied to the
+images' own sizes.
+
 Evaluation never drops an expression: an image above `max_image_pixels` is resized down (keeping
 its aspect) in `collate(..., max_pixels=...)` and counted in `Batch.resized`; pass the same limit
 to `make_batches` so the bucketing sees the resized sizes.
@@ -97,14 +104,28 @@ def make_batches(exprs: Sequence[Expression], pixel_budget: int, max_batch_size:
     return batches
 
 
-def padding_share(exprs: Sequence[Expression], batches: Sequence[Sequence[int]],
-                  max_image_pixels: int | None = None) -> float:
-    """Padded pixels / all pixels of the padded batches: the compute spent on nothing."""
-    total = real = 0
+def round_up(size: int, multiple: int) -> int:
+    """`size` rounded up to a multiple of `multiple` (1: unchanged)."""
+    return -(-size // multiple) * multiple
+
+
+def padded_shapes(exprs: Sequence[Expression], batches: Sequence[Sequence[int]],
+                  max_image_pixels: int | None = None, pad_multiple: int = 1) -> list[tuple[int, int, int]]:
+    """(images, height, width) of each batch as `collate` pads it (before any scale augmentation)."""
+    shapes = []
     for idx in batches:
         sizes = [fit_to_pixels(*exprs[i].image.shape[:2], max_image_pixels) for i in idx]
-        total += len(idx) * max(h for h, _ in sizes) * max(w for _, w in sizes)
-        real += sum(h * w for h, w in sizes)
+        shapes.append((len(idx), round_up(max(h for h, _ in sizes), pad_multiple),
+                       round_up(max(w for _, w in sizes), pad_multiple)))
+    return shapes
+
+
+def padding_share(exprs: Sequence[Expression], batches: Sequence[Sequence[int]],
+                  max_image_pixels: int | None = None, pad_multiple: int = 1) -> float:
+    """Padded pixels / all pixels of the padded batches: the compute spent on nothing."""
+    total = sum(n * h * w for n, h, w in padded_shapes(exprs, batches, max_image_pixels, pad_multiple))
+    real = sum(h * w for idx in batches
+               for h, w in (fit_to_pixels(*exprs[i].image.shape[:2], max_image_pixels) for i in idx))
     return 1.0 - real / total if total else 0.0
 
 
@@ -116,11 +137,12 @@ def resize_image(image: np.ndarray, height: int, width: int) -> np.ndarray:
 
 
 def collate(exprs: Sequence[Expression], vocab: Vocab, scale: float | None = None,
-            max_pixels: int | None = None) -> Batch:
+            max_pixels: int | None = None, pad_multiple: int = 1) -> Batch:
     """Stack expressions into a `Batch`, zero padded at the bottom and right.
 
     `scale` (train-time augmentation, e.g. drawn from [0.7, 1.4] per batch) resizes every image
-    by that factor; `max_pixels` (evaluation) shrinks any image above that many pixels and counts it.
+    by that factor; `max_pixels` (evaluation) shrinks any image above that many pixels and counts it;
+    `pad_multiple` pads the batch's height and width up to multiples of it (module docstring).
     """
     if not exprs:
         raise ValueError("collate needs at least one expression")
@@ -136,8 +158,8 @@ def collate(exprs: Sequence[Expression], vocab: Vocab, scale: float | None = Non
             image = resize_image(image, *fitted)
             resized += 1
         images.append(image)
-    height = max(im.shape[0] for im in images)
-    width = max(im.shape[1] for im in images)
+    height = round_up(max(im.shape[0] for im in images), pad_multiple)
+    width = round_up(max(im.shape[1] for im in images), pad_multiple)
     pixels = np.zeros((len(images), height, width), dtype=np.uint8)
     mask = np.ones((len(images), height, width), dtype=bool)
     for i, im in enumerate(images):

@@ -57,7 +57,7 @@ def train_seconds_per_image(cfg: Config, exprs: Sequence[Expression], n_batches:
         steps = train_batches(exprs, sample, Vocab(), cfg.model.direction, torch.device("cpu"),
                               scale_range=(cfg.data.scale_aug_min, cfg.data.scale_aug_max),
                               rng=np.random.default_rng(seed), channels_last=cfg.train.channels_last,
-                              redraw=redraw)
+                              redraw=redraw, pad_multiple=cfg.data.pad_multiple)
         images, cpu = 0, 0.0
         for k in range(len(sample)):
             t0 = time.process_time()

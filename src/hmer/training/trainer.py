@@ -189,7 +189,7 @@ def _train_epoch(setup: Setup, state: TrainState, epoch: int, clock: Clock,
         setup.train_set, batches, setup.vocab, cfg.model.direction, setup.device,
         scale_range=(cfg.data.scale_aug_min, cfg.data.scale_aug_max),
         rng=np.random.default_rng([tc.seed, epoch]), prefetch=setup.prefetch, channels_last=tc.channels_last,
-        redraw=_redraw(setup, epoch))
+        redraw=_redraw(setup, epoch), pad_multiple=cfg.data.pad_multiple)
     iterator = epoch_batches
     if progress and dist.is_main:
         from tqdm.auto import tqdm
@@ -291,7 +291,8 @@ def _mean_loss(model, exprs, vocab: Vocab, cfg: Config, device, amp_dtype) -> fl
     total, count = torch.zeros((), device=device), 0
     for idx in make_batches(exprs, cfg.data.eval_batch_pixels, cfg.data.eval_max_batch_size,
                             shuffle=False, seed=0, max_image_pixels=cfg.data.max_image_pixels):
-        batch = collate([exprs[i] for i in idx], vocab, max_pixels=cfg.data.max_image_pixels).to(device)
+        batch = collate([exprs[i] for i in idx], vocab, max_pixels=cfg.data.max_image_pixels,
+                        pad_multiple=cfg.data.pad_multiple).to(device)
         with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
             total += model.loss(batch.images, batch.image_mask, batch.token_ids).float() * len(idx)
         count += len(idx)
