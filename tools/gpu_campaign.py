@@ -430,7 +430,7 @@ def parse_figures(output: str) -> dict:
 
 BENCH_COLUMNS = [("what", "what"), ("preset", "preset"), ("setting", "setting"), ("status", "status"),
                  ("images_per_second", "img/s"), ("peak_memory_mb", "peak MB"), ("padding_share", "padding"),
-                 ("data_wait_share", "data wait"), ("epoch_seconds_8835", "epoch s"),
+                 ("shapes", "shapes"), ("data_wait_share", "data wait"), ("epoch_seconds_8835", "epoch s"),
                  ("year_seconds_2014", "2014 year s"), ("mean_hyp_tokens", "hyp tokens"),
                  ("unbatched_match", "unbatched match")]
 
