@@ -93,12 +93,12 @@ def decode_tokens(model: Any, cfg: Any, vocab: Any, image: np.ndarray, *, device
                   beam_size: int | None = None) -> list[str]:
     """What the model reads in `image`, with the decoding its run was scored with (beam from cfg)."""
     from ..data import Expression
-    from ..evaluation.evaluate import predict
+    from ..device import autocast_dtype
+    from ..evaluation.evaluate import decode_options, predict
 
+    device = torch.device(device)
     preds, _ = predict(model, [Expression(name="", tokens=[], image=image)], vocab,
-                       direction=cfg.model.direction, device=torch.device(device),
-                       beam_size=beam_size or cfg.train.beam_size, max_len=cfg.train.max_decode_len,
-                       length_penalty=cfg.train.length_penalty, max_image_pixels=cfg.data.max_image_pixels)
+                       **decode_options(cfg, device, autocast_dtype(cfg.train.precision, device), beam=beam_size))
     return preds[0]
 
 
