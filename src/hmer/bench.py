@@ -280,7 +280,7 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
             with torch.autocast(dev.type, dtype=amp, enabled=amp is not None):
                 return decode_batch(model, b.images, b.image_mask, cfg.model.direction,
                                     beam_size=cfg.train.beam_size, max_len=cfg.train.max_decode_len,
-                                    length_penalty=cfg.train.length_penalty,
+                                    length_penalty=cfg.train.length_penalty, search_rule=cfg.train.search_rule,
                                     sos_id=vocab.sos_id, eos_id=vocab.eos_id, pad_id=vocab.pad_id)
 
         def make(idx):
