@@ -86,9 +86,9 @@ PART_MB = 15  # $OUT takes files of at most 16 MiB
 # (preset, setting name, overrides, cap seconds, timed seconds), in priority order. A first pass over
 # padded shapes is timed for a minute, long enough to show whether its shapes repeat.
 LARGE = ["data.batch_pixels=2560000", "data.max_batch_size=128"]
-# Batches padded to multiples of 64 px: 188 distinct shapes in an epoch of the bttr recipe's batches
-# instead of 1,194 (a new shape costs ~0.5 s on an H100, docs/benchmarks.md section 5), 31 % padding
-# instead of 5 %.
+# Batches padded to multiples of 64 px: 193 distinct shapes in an epoch of training batches instead
+# of 1,293, 31.0 % padding instead of 5.4 % (benchmarks/bench_data.py); a new shape costs ~0.5 s on
+# an H100 (docs/benchmarks.md section 5).
 PADDED = ["data.pad_multiple=64"]
 GPU_TRAIN_FIGURES = [
     (p, name, sets, cap, timed)

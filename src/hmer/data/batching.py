@@ -109,23 +109,31 @@ def round_up(size: int, multiple: int) -> int:
     return -(-size // multiple) * multiple
 
 
+def _fitted_sizes(exprs: Sequence[Expression], batches: Sequence[Sequence[int]],
+                  max_image_pixels: int | None) -> list[list[tuple[int, int]]]:
+    """Each batch's image sizes as `collate` sees them (after any evaluation resize)."""
+    return [[fit_to_pixels(*exprs[i].image.shape[:2], max_image_pixels) for i in idx] for idx in batches]
+
+
+def _padded_shape(sizes: Sequence[tuple[int, int]], pad_multiple: int) -> tuple[int, int, int]:
+    return (len(sizes), round_up(max(h for h, _ in sizes), pad_multiple),
+            round_up(max(w for _, w in sizes), pad_multiple))
+
+
 def padded_shapes(exprs: Sequence[Expression], batches: Sequence[Sequence[int]],
                   max_image_pixels: int | None = None, pad_multiple: int = 1) -> list[tuple[int, int, int]]:
     """(images, height, width) of each batch as `collate` pads it (before any scale augmentation)."""
-    shapes = []
-    for idx in batches:
-        sizes = [fit_to_pixels(*exprs[i].image.shape[:2], max_image_pixels) for i in idx]
-        shapes.append((len(idx), round_up(max(h for h, _ in sizes), pad_multiple),
-                       round_up(max(w for _, w in sizes), pad_multiple)))
-    return shapes
+    return [_padded_shape(sizes, pad_multiple) for sizes in _fitted_sizes(exprs, batches, max_image_pixels)]
 
 
 def padding_share(exprs: Sequence[Expression], batches: Sequence[Sequence[int]],
                   max_image_pixels: int | None = None, pad_multiple: int = 1) -> float:
     """Padded pixels / all pixels of the padded batches: the compute spent on nothing."""
-    total = sum(n * h * w for n, h, w in padded_shapes(exprs, batches, max_image_pixels, pad_multiple))
-    real = sum(h * w for idx in batches
-               for h, w in (fit_to_pixels(*exprs[i].image.shape[:2], max_image_pixels) for i in idx))
+    total = real = 0
+    for sizes in _fitted_sizes(exprs, batches, max_image_pixels):
+        n, height, width = _padded_shape(sizes, pad_multiple)
+        total += n * height * width
+        real += sum(h * w for h, w in sizes)
     return 1.0 - real / total if total else 0.0
 
 
