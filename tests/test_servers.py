@@ -272,3 +272,32 @@ def test_workers_killed_and_a_database_restart_lose_and_repeat_nothing(servers, 
     assert listing.returncode == 0, listing.stderr
     line = next(line for line in listing.stdout.splitlines() if STUDY in line)
     assert "finished" in line and f"{CELLS} finished, {len(failed)} failed" in line, listing.stdout
+
+
+def test_a_session_left_broken_by_a_database_restart_is_replaced_not_raised(servers):
+    """A thread's database session whose connection died inside a transaction that nobody rolled
+    back answers every later query with SQLAlchemy's PendingRollbackError. In CI a worker's session
+    was left so by the restart above (a cleanup that failed during the outage), and its next claim
+    raised out of the worker. The patient storage takes it for what it is, a lost connection, and
+    goes on with a fresh session. The broken session is made here the direct way: a transaction
+    open across the restart, its failed query never rolled back."""
+    from sqlalchemy import exc as sa_exc
+    from sqlalchemy import text
+
+    from hmer.studies.storage import PatientRDBStorage, open_storage
+
+    storage = open_storage(servers.storage)
+    assert isinstance(storage, PatientRDBStorage)
+    storage.get_all_studies()
+    # Optuna keeps one session per thread in `scoped_session`; the storage's calls take it from there.
+    session = storage.scoped_session()
+    session.execute(text("select 1"))
+    servers.pg.stop()
+    servers.pg.start()
+    with pytest.raises(sa_exc.OperationalError):
+        session.execute(text("select 1"))
+    with pytest.raises(sa_exc.PendingRollbackError):
+        session.execute(text("select 1"))  # the state the worker's claim found
+    assert storage.scoped_session() is session  # and the storage's next call gets this very session
+    assert isinstance(storage.get_all_studies(), list)
+    assert storage.scoped_session() is not session

@@ -183,12 +183,14 @@ def mask_url(url: str) -> str:
 
 def connection_error(exc: BaseException | None) -> BaseException | None:
     """The driver error in `exc`'s chain if it says that the database cannot be reached
-    (refused, shut down, connection lost), else None."""
+    (refused, shut down, connection lost), else None. SQLAlchemy's PendingRollbackError counts:
+    it is what a thread's session answers after its connection died in a transaction that was
+    never rolled back (a failed cleanup during the outage), and a fresh session cures it."""
     from sqlalchemy import exc as sa_exc
 
     seen = 0
     while exc is not None and seen < 8:
-        if isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError)):
+        if isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.PendingRollbackError)):
             return exc
         if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
             return exc
@@ -235,6 +237,8 @@ def _patient(method: Callable[..., Any]) -> Callable[..., Any]:
                         type(self)._down_since = now
                         print(f"Optuna storage {self.display_url} unreachable ({first_line(cause)}); "
                               f"waiting up to {self.outage_s:.0f} s for it", file=sys.stderr, flush=True)
+                with contextlib.suppress(Exception):  # the connection is gone: closing it may fail too
+                    self.remove_session()  # the next try starts a fresh session in this thread
                 if now >= deadline:
                     raise StorageUnreachable(f"Optuna storage {self.display_url} unreachable for "
                                              f"{self.outage_s:.0f} s: {first_line(cause)}") from None
