@@ -274,13 +274,15 @@ def test_workers_killed_and_a_database_restart_lose_and_repeat_nothing(servers, 
     assert "finished" in line and f"{CELLS} finished, {len(failed)} failed" in line, listing.stdout
 
 
-def test_a_session_left_broken_by_a_database_restart_is_replaced_not_raised(servers):
+def test_a_study_whose_session_a_database_restart_left_broken_reads_on(servers):
     """A thread's database session whose connection died inside a transaction that nobody rolled
-    back answers every later query with SQLAlchemy's PendingRollbackError. In CI a worker's session
-    was left so by the restart above (a cleanup that failed during the outage), and its next claim
-    raised out of the worker. The patient storage takes it for what it is, a lost connection, and
-    goes on with a fresh session. The broken session is made here the direct way: a transaction
-    open across the restart, its failed query never rolled back."""
+    back answers every later query with SQLAlchemy's PendingRollbackError. In CI a worker's
+    `study.get_trials()` met such a session after the restart above and raised out of the worker:
+    a study reads its trials through Optuna's `_CachedStorage`, which calls the storage's private
+    `_get_trials`, and that call was not waited out. The patient storage now wraps it and takes the
+    broken session for what it is, a lost connection: it goes on with a fresh one. The broken
+    session is made here the direct way: a transaction open across a restart, its failed query
+    never rolled back."""
     from sqlalchemy import exc as sa_exc
     from sqlalchemy import text
 
@@ -288,7 +290,8 @@ def test_a_session_left_broken_by_a_database_restart_is_replaced_not_raised(serv
 
     storage = open_storage(servers.storage)
     assert isinstance(storage, PatientRDBStorage)
-    storage.get_all_studies()
+    study = optuna.create_study(study_name="broken-session", storage=storage)
+    study.enqueue_trial({"x": 1.0})
     # Optuna keeps one session per thread in `scoped_session`; the storage's calls take it from there.
     session = storage.scoped_session()
     session.execute(text("select 1"))
@@ -297,7 +300,7 @@ def test_a_session_left_broken_by_a_database_restart_is_replaced_not_raised(serv
     with pytest.raises(sa_exc.OperationalError):
         session.execute(text("select 1"))
     with pytest.raises(sa_exc.PendingRollbackError):
-        session.execute(text("select 1"))  # the state the worker's claim found
+        session.execute(text("select 1"))  # the state the worker's study found
     assert storage.scoped_session() is session  # and the storage's next call gets this very session
-    assert isinstance(storage.get_all_studies(), list)
+    assert [t.state for t in study.get_trials(deepcopy=False)] == [optuna.trial.TrialState.WAITING]
     assert storage.scoped_session() is not session

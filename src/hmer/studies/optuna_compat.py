@@ -13,18 +13,21 @@ from typing import Any, Mapping
 
 import optuna
 
-# 1. Optuna's heartbeat: `optuna.storages.fail_stale_trials(study)` asks the storage for stale
-#    trials through `RDBStorage._get_stale_trial_ids`, a private method. A storage that waits out
-#    a database restart (`storage.PatientRDBStorage`) must wrap that call too, or the stale-trial
-#    check of a worker raises into it while the database restarts. Optuna has no public hook
-#    for "retry storage calls on connection errors".
-STALE_TRIALS_QUERY = "_get_stale_trial_ids"
+# 1. A storage that waits out a database restart (`storage.PatientRDBStorage`) must wrap every call
+#    that reaches the database, and public Optuna reaches it through private `RDBStorage` methods
+#    too: a study wraps its RDB storage in `_CachedStorage`, which creates trials, sets their
+#    parameters and reads trials through these, and `optuna.storages.fail_stale_trials(study)`
+#    asks for stale trials through `_get_stale_trial_ids`. Unwrapped, a worker's `study.get_trials()`
+#    raised into it while the database restarted. Optuna has no public hook for "retry storage
+#    calls on connection errors".
+PRIVATE_STORAGE_CALLS = ("_create_new_trial", "_set_trial_param", "_get_best_trial_id", "_get_trials",
+                         "_get_stale_trial_ids")
 
 
 def private_storage_calls() -> tuple[str, ...]:
     """The private `RDBStorage` methods that public Optuna functions call and that reach the
     database, so a patient storage wraps them as well (only those this Optuna still has)."""
-    return tuple(name for name in (STALE_TRIALS_QUERY,) if callable(getattr(optuna.storages.RDBStorage, name, None)))
+    return tuple(name for name in PRIVATE_STORAGE_CALLS if callable(getattr(optuna.storages.RDBStorage, name, None)))
 
 
 # 2. `GridSampler` picks the next cell itself and has no public way to be told which cell a trial

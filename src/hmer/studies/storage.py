@@ -13,7 +13,8 @@ Workers on many machines share one PostgreSQL (or MySQL) database. When it resta
 query fails for a few seconds. Optuna's `RDBStorage` then raises into the worker, and worse,
 its heartbeat thread dies silently: another worker later finds the trial's heartbeat stale
 and fails a trial that is still training, so its cell would run a second time. Here every
-storage call, the heartbeat included, waits for the database instead (up to `outage_s`),
+storage call, the heartbeat and the private calls a study makes through Optuna's cache
+included (`optuna_compat.PRIVATE_STORAGE_CALLS`), waits for the database instead (up to `outage_s`),
 saying so once on stderr; only errors of the connection are waited out, anything else
 (a bad value, a finished trial) is raised at once.
 
