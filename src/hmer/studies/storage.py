@@ -186,7 +186,7 @@ def connection_error(exc: BaseException | None) -> BaseException | None:
     """The driver error in `exc`'s chain if it says that the database cannot be reached
     (refused, shut down, connection lost), else None. SQLAlchemy's PendingRollbackError counts:
     it is what a thread's session answers after its connection died in a transaction that was
-    never rolled back (a failed cleanup during the outage), and a fresh session cures it."""
+    never rolled back (CI's workers met it after a restart), and a fresh session cures it."""
     from sqlalchemy import exc as sa_exc
 
     seen = 0
