@@ -88,3 +88,19 @@ def test_campaign_rehearsal_resumes_across_slices_and_comes_home(tmp_path, monke
     with (report / "runs.csv").open() as f:
         rows = list(csv.DictReader(f))
     assert [r["device"][:3] for r in rows] == ["cpu"]
+
+
+def test_skipped_steps_are_recorded_and_not_run(tmp_path):
+    data = write_dataset(tmp_path / "data")
+    home, out = tmp_path / "device-home", tmp_path / "out"
+    skip = ["check", "bench-train", "train", "bench-decode"]
+    cmd = [sys.executable, str(SCRIPT), "--slice", "1", "--device", "cpu", "--rehearse", "--home", str(home),
+           "--out", str(out), "--data", str(data), "--wheels", str(home / "no-wheels"), "--slice-seconds", "600",
+           *[arg for step in skip for arg in ("--skip", step)]]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "src")}
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    status = json.loads((out / "status.json").read_text())
+    assert {k: v["status"] for k, v in status["steps"].items()} == {
+        "install": "done", "data": "done", **{step: "skipped" for step in skip}}
+    assert not status["train"] and "bench-train: skipped (--skip)" in (out / "campaign-slice1.log").read_text()
