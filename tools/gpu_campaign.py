@@ -10,7 +10,7 @@ docs/benchmarks.md section 5 gives the exact device calls (command and carry lis
 with what comes back (`hmer runs import`).
 
 THE PLAN FOR A 25-MINUTE WINDOW (three commands of at most 9 minutes; the durations below are
-estimates, except that the three leases so far measured install 14-18 s, check 48-58 s and a 20 s
+estimates, except that the four leases so far measured install 14-18 s, check 48-58 s and a 20 s
 bench figure 40-60 s; the log of each slice gives the real ones)
 
     step          cap    estimate  what
