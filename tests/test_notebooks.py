@@ -98,6 +98,15 @@ def test_notebook_runs_against_a_smoke_study(name, store, tmp_path):
 
 
 @pytest.mark.slow
+def test_training_curves_default_to_every_current_grid_study(store, tmp_path):
+    (done,) = run_notebooks(notebooks_dir=NOTEBOOKS, out_dir=tmp_path, tracking_uri=store.tracking_uri,
+                            names=("training_curves",), env=_kernel_env(store))
+    nb = nbformat.read(done.path, as_version=4)
+    assert nb.metadata[METADATA_KEY]["study"] is None
+    assert len(_outputs(nb, "image/png")) == 1 and f"### {STUDY_NAME}" in "\n".join(_outputs(nb, "text/markdown"))
+
+
+@pytest.mark.slow
 def test_hmer_notebooks_writes_in_place_and_clears(store, tmp_path, capsys, monkeypatch):
     """The command as a user runs it: executed in place, then cleared back to the source."""
     folder = tmp_path / "notebooks"
