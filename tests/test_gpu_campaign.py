@@ -104,3 +104,10 @@ def test_skipped_steps_are_recorded_and_not_run(tmp_path):
     assert {k: v["status"] for k, v in status["steps"].items()} == {
         "install": "done", "data": "done", **{step: "skipped" for step in skip}}
     assert not status["train"] and "bench-train: skipped (--skip)" in (out / "campaign-slice1.log").read_text()
+
+
+def test_an_unknown_step_to_skip_is_refused_in_one_line(tmp_path):
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--skip", "bench-trian", "--out", str(tmp_path / "out")],
+                          cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and not (tmp_path / "out").exists()
+    assert proc.stderr.strip().splitlines()[-1].startswith("gpu_campaign.py: error: argument --skip: invalid choice: 'bench-trian'")

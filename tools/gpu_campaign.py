@@ -107,6 +107,7 @@ GPU_TRAIN_FIGURES = [
     ]
     for p in ("bttr", "comer-fusion")
 ]
+STEP_NAMES = ("install", "restore", "data", "check", "bench-train", "train", "bench-decode")  # run in this order
 REHEARSAL_TINY = ["data.batch_pixels=20000", "data.max_batch_size=8"]
 REHEARSAL_TRAIN_FIGURES = [
     ("tiny", "large k=4, padded to 32 px", ["data.batch_pixels=80000", "data.max_batch_size=32",
@@ -202,11 +203,13 @@ class Campaign:
 
     # ---- steps -----------------------------------------------------------------------------------
     def steps(self):
-        return [("install", 120, True, self.step_install), ("restore", 60, True, self.step_restore),
-                ("data", 60, True, self.step_data), ("check", 180, False, self.step_check),
-                ("bench-train", 300 if self.gpu else 150, False, self.step_bench_train),
-                ("train", 0, False, self.step_train), ("bench-decode", 240 if self.gpu else 60, False,
-                                                       self.step_bench_decode)]
+        """(name, cap seconds, once per machine, step), in STEP_NAMES order."""
+        specs = {"install": (120, True, self.step_install), "restore": (60, True, self.step_restore),
+                 "data": (60, True, self.step_data), "check": (180, False, self.step_check),
+                 "bench-train": (300 if self.gpu else 150, False, self.step_bench_train),
+                 "train": (0, False, self.step_train),
+                 "bench-decode": (240 if self.gpu else 60, False, self.step_bench_decode)}
+        return [(name, *specs[name]) for name in STEP_NAMES]
 
     def main(self) -> int:
         self.log(f"campaign slice {self.slice} on {'a fresh' if self.fresh else 'the same'} machine, home {self.home}, "
@@ -685,6 +688,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--slice-seconds", type=float, default=540.0)
     p.add_argument("--wrapup-seconds", type=float, default=60.0, help="kept free at the end of a slice")
     p.add_argument("--skip", action="append", default=[], metavar="STEP",
+                   choices=STEP_NAMES,
                    help="leave a step out of this lease, e.g. bench-train once its figures are measured (repeatable)")
     p.add_argument("--train-preset", default="comer-fusion")
     p.add_argument("--train-budget", type=float, default=720.0, help="training seconds in all (hmer train --time-budget)")
