@@ -1,7 +1,7 @@
 """The claims table (`hmer report --claims`): its declaration against the study grids, the verdict on
 correctness vectors whose answer is known (through the real paired tests), and the table on the
 store of a real smoke direction study (l2r against bi, one seed, one epoch of the tiny model),
-where the coverage and decoder claims have no study yet."""
+where the coverage, decoder and positional-encoding claims have no study yet."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def test_each_claim_compares_variants_of_its_study_grid():
         axis_values = {str(v) for values in ABLATIONS[claim.study].axes.values() for v in values}
         for winner, loser in claim.comparisons:
             assert {winner, loser} <= axis_values, (claim.name, winner, loser)
-    assert {c.name for c in CLAIMS} == {"direction", "coverage", "decoder"}
+    assert {c.name for c in CLAIMS} == {"direction", "coverage", "decoder", "posenc"}
     figures = paper_figures()
     sides = {(c.name, v) for c in CLAIMS for pair in c.comparisons for v in pair}
     assert set(zip(figures["claim"], figures["variant"])) <= sides  # every figure is a side of a claim
@@ -108,7 +108,8 @@ def test_claims_table_on_a_real_direction_study(direction_store):
     coverage_pairs = [("fusion", "none"), ("fusion", "cross"), ("fusion", "self"), ("cross", "none"), ("self", "none")]
     assert list(zip(missing["claim"], missing["winner"], missing["loser"], missing["year"])) == [
         ("coverage", w, l, y) for w, l in coverage_pairs for y in YEARS] + [
-        ("decoder", "transformer", "rnn", ""), ("decoder", "transformer", "convs2s", "")]
+        ("decoder", "transformer", "rnn", ""), ("decoder", "transformer", "convs2s", ""),
+        ("posenc", "sin2d", "none", ""), ("posenc", "cape", "sin2d", ""), ("posenc", "learned", "sin2d", "")]
     assert (missing["verdict"] == NO_STUDY).all() and missing["delta"].isna().all()
     assert missing["winner_mean"].isna().all() and missing["p"].isna().all()
     fusion_none = missing[(missing["winner"] == "fusion") & (missing["loser"] == "none")]
@@ -119,7 +120,12 @@ def test_claims_table_on_a_real_direction_study(direction_store):
     le2 = claims_table(BUDGET, direction_store, measure="le2", claims=CLAIMS[:1], n_resamples=500)
     assert le2["winner_mean"].tolist() == [table.loc["bi", f"{y}_le2_mean"] for y in YEARS]
     assert le2["paper_winner"].tolist() == [70.28, 68.61, 69.14]
-    assert "ours ≤2 (winner)" in format_claims(le2)
+    # the papers' ≤2 (lgeval, symbol label graph errors) and ours (token edits) are labelled apart
+    text = format_claims(le2)
+    assert "paper ≤2 lgeval" in text and "ours ≤2 tokens (winner)" in text and "Δ ≤2 tokens" in text
+    assert "symbol label graph" in text and "token edits" in text
+    exprate_text = format_claims(claims_table(BUDGET, direction_store, claims=CLAIMS[:1], n_resamples=100))
+    assert "paper ExpRate" in exprate_text and "symbol label graph" not in exprate_text
 
     # a claim is one declaration: a comparison with a side the study never ran says so
     r2l = Claim("r2l", "right-to-left beats left-to-right", "", "ablate_direction", (("r2l", "l2r"),))
@@ -165,12 +171,12 @@ def test_hmer_report_claims(direction_store, tmp_path, capsys):
     out = tmp_path / "claims"
     assert main(["report", "--claims", "--budget", BUDGET, "--tracking-uri", direction_store, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "bi > l2r" in printed and printed.count(NO_STUDY) == 17 and "53.96 / –" in printed
+    assert "bi > l2r" in printed and printed.count(NO_STUDY) == 20 and "53.96 / –" in printed
     md = (out / "claims.md").read_text()
     assert "| direction | 2014 | bi > l2r | 53.96 / – |" in md
     assert "| coverage | 2014 | fusion > none | 59.33 / 55.17 |" in md
     assert "| decoder | – | transformer > rnn | – |" in md
-    assert len((out / "claims.csv").read_text().splitlines()) == 1 + len(YEARS) + 17
+    assert len((out / "claims.csv").read_text().splitlines()) == 1 + len(YEARS) + 20
     assert (out / "claims.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["report", "--claims", "--study", "x"]) == 2
     assert main(["report", "--budget", "cpu", "--study", "x"]) == 2  # --budget alone means nothing

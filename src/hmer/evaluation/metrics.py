@@ -1,8 +1,15 @@
-"""Expression-level scores: ExpRate and the <=1 / <=2 token-error rates of the HMER papers.
+"""Expression-level scores: ExpRate and the shares within one / two token edits.
 
 An expression's distance is the Levenshtein distance between the predicted and the true
 token sequences (tokens, not characters: `\\frac` is one token). ExpRate is the share of
 exact matches, `le1` / `le2` the share within one / two token edits, all in percent.
+
+ExpRate is the papers' ExpRate: the official CROHME pipeline (LaTeX to MathML to symbol label
+graphs, lgeval) agrees with it file for file. The papers' "≤1 / ≤2 errors" are not these
+`le1` / `le2`: they count errors in the symbol label graph (a wrong symbol, relation or
+segmentation), which reads a few points lower than token edits on the same predictions
+(`hmer.reports.paper_claims.EDIT_MEASURES_DIFFER`). Wherever a paper's figure stands beside ours,
+the reports label the two apart.
 
 Each metric is a `Metric`, registered by name in `hmer.registry.METRICS`, and this file is the
 only place that names one: `expression_metrics` computes every registered metric (one beyond the
