@@ -392,6 +392,24 @@ def test_attention_compares_one_run_per_kind_of_coverage_of_one_seed():
         coverage_variants(runs.assign(state="failed"))
 
 
+def test_attention_compares_one_run_per_variant_of_a_study_baseline_first():
+    from hmer.reports import study_variants
+
+    runs = _finished_runs(("c2", "transformer", "none", 2), ("s2", "transformer", "none", 2),
+                          ("n1", "transformer", "none", 1), ("l1", "transformer", "none", 1),
+                          ("c1", "transformer", "none", 1), ("s1", "transformer", "none", 1), ("x3", "transformer", "none", 3))
+    runs["variant"] = ["cape", "sin2d", "none", "learned", "cape", "sin2d", "other"]
+    runs["tags.hmer.baseline"] = ["false", "true", "false", "false", "false", "true", "false"]
+    # seed 1 has four variants; the baseline (sin2d) first, then the others as they first started (x3, the
+    # oldest run, first); "other" has only seed 3, so its run of seed 3 stands in
+    assert study_variants(runs) == ["s1", "x3", "c1", "l1", "n1"]
+    # a killed run of a variant does not stand in for it
+    runs.loc[runs["run_id"] == "l1", "state"] = "killed"
+    assert "l1" not in study_variants(runs)
+    with pytest.raises(ValueError, match="no finished run"):
+        study_variants(runs.assign(state="failed"))
+
+
 def test_expressions_worth_looking_at_are_those_the_models_disagree_on():
     from hmer.reports import pick_expressions
 

@@ -37,7 +37,7 @@ _EXPORTS = {
     "plot_attention": "plots", "plot_exprate": "plots", "plot_training_curves": "plots", "save_figure": "plots",
     "AttentionResult": "attention", "attend": "attention", "compare_models": "attention",
     "coverage_variants": "attention", "load_test_expressions": "attention", "model_label": "attention",
-    "pick_expressions": "attention", "tokens_from_predictions": "attention",
+    "pick_expressions": "attention", "study_variants": "attention", "tokens_from_predictions": "attention",
     "align": "alignment", "analyse": "analysis", "analyze_command": "analysis", "breakdown": "analysis",
     "compare_runs": "analysis", "confusions": "analysis", "format_breakdown": "analysis_format",
     "format_comparison": "analysis_format", "format_confusions": "analysis_format", "plot_breakdown": "plots",

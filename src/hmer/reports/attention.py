@@ -27,10 +27,12 @@ import pandas as pd
 import torch
 
 # The maps themselves are computed where a run's logged pictures are drawn from them too.
+from ..tracking import keys
 from ..tracking.artifacts import KINDS, token_maps
 
 __all__ = ["KINDS", "AttentionResult", "attend", "compare_models", "coverage_variants", "decode_tokens",
-           "load_test_expressions", "model_label", "pick_expressions", "token_maps", "tokens_from_predictions"]
+           "load_test_expressions", "model_label", "pick_expressions", "study_variants", "token_maps",
+           "tokens_from_predictions"]
 
 
 @dataclass
@@ -189,7 +191,40 @@ def model_label(cfg: Any, run_id: str = "") -> str:
     m = cfg.model
     coverage = "WAP coverage" if m.decoder == "rnn" else f"coverage {m.coverage}"
     name = f"{cfg.name}: " if cfg.name else ""
-    return f"{name}{m.decoder} d {m.d_model}, {coverage}, {m.direction}" + (f" ({run_id[:8]})" if run_id else "")
+    # the image positional encoding is named where it is not the 2-D sinusoids most presets use
+    position = "" if m.image_pos.startswith("sin2d") else f", image positions {m.image_pos}"
+    return (f"{name}{m.decoder} d {m.d_model}, {coverage}{position}, {m.direction}"
+            + (f" ({run_id[:8]})" if run_id else ""))
+
+
+def study_variants(runs: pd.DataFrame) -> list[str]:
+    """Run ids to compare attention across the variants of one study (its `load_runs` frame): one
+    finished, scored run per variant, of the seed most variants share (the lowest on a tie), else
+    each variant's most recent; the baseline variant first (`hmer.baseline` where its
+    runs carry the tag), then the others in the order their first runs started."""
+    from .tables import scored
+
+    done = runs[scored(runs)] if not runs.empty else runs
+    if "state" in done.columns:
+        done = done[done["state"] == "finished"]
+    if done.empty or "variant" not in done.columns:
+        raise ValueError("no finished run of a study variant with test scores to take attention maps from")
+    done = done.sort_values("start_time")
+    seeds = done["seed"] if "seed" in done.columns else pd.Series(pd.NA, index=done.index)
+    variants_of_seed = {seed: set(done.loc[seeds.eq(seed).fillna(False), "variant"]) for seed in seeds.dropna().unique()}
+    seed = min(variants_of_seed, key=lambda s: (-len(variants_of_seed[s]), s)) if variants_of_seed else None
+    order = list(dict.fromkeys(done["variant"]))
+    marked = done.get(f"tags.{keys.BASELINE}", pd.Series("", index=done.index)).fillna("") == "true"
+    if marked.any():
+        baseline = done.loc[marked, "variant"].iloc[0]
+        order.remove(baseline)
+        order.insert(0, baseline)
+    chosen = []
+    for variant in order:
+        group = done[done["variant"] == variant]
+        of_seed = group[seeds[group.index].eq(seed).fillna(False)]
+        chosen.append(str((of_seed if not of_seed.empty else group)["run_id"].iloc[-1]))
+    return chosen
 
 
 # The order in which coverage variants are shown: none first, then CoMER's refinements from the
