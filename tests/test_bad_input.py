@@ -33,13 +33,14 @@ from conftest import glyph_strokes, inkml_document
 from tiny_dataset import write_dataset
 
 from hmer import cli
-from hmer.config import RULES, Config, DataConfig, ModelConfig, TrainConfig, allowed_of
-from hmer.model.factory import PRESETS
-from hmer.presets import preset_with_recipe
-from hmer.recipes import RECIPES, apply_recipe
+from hmer.allowed import allowed_of
+from hmer.config import RULES, Config, DataConfig, ModelConfig, TrainConfig
+from hmer.model.factory import PRESETS, SIZES
+from hmer.presets import resolve_preset
+from hmer.recipes import RECIPES
 from hmer.studies import cli as study_cli
 from hmer.studies.budgets import BUDGETS
-from hmer.studies.session import base_config
+from hmer.studies.resolution import base_config
 from hmer.studies import ABLATIONS, DIRECTION, SWEEP, SweepParam, SweepSpec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -211,7 +212,7 @@ SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
 
 def _fields() -> list[tuple[str, type, object]]:
     """(dotted key, type, Allowed) of every config field; fails naming each field declared without
-    `allowed(...)`, or with nothing that bounds it (see the comment above hmer.config.ALLOWED)."""
+    `allowed(...)`, or with nothing that bounds it (see hmer.allowed)."""
     from typing import get_type_hints
 
     found, undeclared = [], []
@@ -338,17 +339,17 @@ def test_every_cross_field_rule_refuses_before_loading_data(capsys, no_data):
         Config().override({"data.scale_aug_min": 0.0, "data.scale_aug_max": 1.4})
 
 
-def test_every_preset_recipe_budget_and_study_is_allowed():
+def test_every_preset_size_recipe_budget_and_study_is_allowed():
     for name in PRESETS:
-        cfg = preset_with_recipe(name)
         for recipe in RECIPES:
-            apply_recipe(cfg, recipe)
+            resolve_preset(name, recipe=recipe)
+        for size in SIZES:
+            resolve_preset(name, size=size)
     for budget in BUDGETS.values():
         # one trial: whether a whole grid fits a budget's window is the budget's own check, not a value's
         for spec in ABLATIONS.values():
-            base = base_config(spec.model_preset(budget.model_size), budget, 1, 1, spec.fixed, None, None)
-            spec.check_cells(base, budget.seeds)
-        SWEEP.check_space(base_config(SWEEP.model_preset(budget.model_size), budget, 1, 1, SWEEP.fixed, None, None))
+            spec.check_cells(base_config(spec, budget, n_trials=1, n_jobs=1), budget.seeds)
+        SWEEP.check_space(base_config(SWEEP, budget, n_trials=1, n_jobs=1))
 
 
 def test_option_for_a_field_and_study_overrides_are_checked_before_anything_runs(capsys, no_data, tmp_path):

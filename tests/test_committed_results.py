@@ -218,12 +218,15 @@ def test_the_cpu_budget_is_the_committed_sweeps_best_trial():
 
     from hmer.config import Config
     from hmer.studies.budgets import BUDGETS
+    from hmer.studies.resolution import budget_resolution
 
     study = optuna.load_study(study_name="sweep-cpu", storage=f"sqlite:///{MLRUNS / 'optuna.db'}")
     finished = [t for t in study.trials if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]
     assert len(finished) >= 24, f"the committed sweep has {len(finished)} trials finished or pruned"
     best = study.best_trial
-    budget = BUDGETS["cpu"].overrides
+    # every key the budget sets: its size's and its recipe's, and its own
+    resolved = budget_resolution("tiny", BUDGETS["cpu"])
+    budget = {key: value for key, value, layer in resolved.rows() if layer.split()[0] in ("size", "recipe", "budget")}
     assert budget["train.schedule"] == "cosine"
 
     client = MlflowClient(f"sqlite:///{MLRUNS / 'mlflow.db'}")

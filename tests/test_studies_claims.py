@@ -166,12 +166,12 @@ def test_command_line_options():
 
 def test_every_ablation_cell_is_a_valid_config():
     from hmer.studies import ABLATIONS
-    from hmer.studies.session import base_config
+    from hmer.studies.resolution import base_config
 
     for spec in ABLATIONS.values():
-        for size, name in (("tiny", "smoke"), ("full", "paper")):
+        for name in ("smoke", "cpu", "paper"):
             budget = get_budget(name)
-            base = base_config(spec.model_preset(size), budget, 9, 1, spec.fixed, None, None)
+            base = base_config(spec, budget, n_trials=9, n_jobs=1)
             for cell in spec.cells(budget.seeds[:1]):
                 cfg = base.override(spec.overrides(cell)).validate()
                 for key, value in cell.items():

@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 from hmer.config import Config
 from hmer.training import train
 from hmer.checkpoint import load_checkpoint
-from hmer.recipes import apply_recipe
+from hmer.presets import preset_with_recipe
 from hmer.training.optim import LRSchedule, build_optimizer
 from tiny_dataset import tiny_config, tiny_data
 
@@ -23,10 +23,13 @@ def store(tmp_path, monkeypatch):
 
 
 def test_recipes_fill_the_papers_optimisers():
-    bttr = apply_recipe(Config(), "bttr").train
+    bttr = preset_with_recipe("bttr").train
     assert (bttr.optimizer, bttr.lr, bttr.rho, bttr.eps, bttr.weight_decay) == ("adadelta", 1.0, 0.9, 1e-6, 1e-4)
-    comer = apply_recipe(Config(), "comer").train
-    assert (comer.optimizer, comer.lr, comer.momentum, comer.weight_decay) == ("sgd", 0.08, 0.9, 1e-4)
+    comer = preset_with_recipe("comer-fusion")
+    assert (comer.train.optimizer, comer.train.lr, comer.train.momentum, comer.train.weight_decay) == \
+        ("sgd", 0.08, 0.9, 1e-4)
+    assert (comer.data.scale_aug_min, comer.data.scale_aug_max) == (0.7, 1.4)  # CoMER's scale augmentation
+    comer = comer.train
     opt = build_optimizer([torch.nn.Parameter(torch.zeros(2))], comer)
     assert isinstance(opt, torch.optim.SGD) and opt.param_groups[0]["momentum"] == 0.9
 

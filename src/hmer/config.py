@@ -6,17 +6,24 @@ plain values. Every field is addressable by a dotted key (`model.decoder`,
 Optuna studies vary it, and how MLflow logs it as a param. Changing one field and
 holding every other equal is the whole point of an ablation, so nothing about a run
 lives outside this object.
+
+This module is the schema: the fields, what each allows (declared with `hmer.allowed`), the
+rules between them, and how a stored config reloads (`VALUES_BEFORE_KEY_EXISTED`). What a run's
+config is made of, layer by layer (a preset's family, size and recipe, a study's budget and cell,
+`--set`), is `hmer.presets` and `hmer.studies.resolution`; `hmer config` prints it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, get_type_hints
+from typing import Any, get_type_hints
+
+from .allowed import ConfigError, Rule, allowed, allowed_of, check_section, coerce
+from .recipes import recipe_labels  # the labels `train.recipe` takes (plain values, importing nothing)
 
 # The swappable parts (decoders, position encodings, coverage kinds, search rules) are not
 # listed here: each registers itself by name where it is defined (see hmer.registry), and
@@ -39,103 +46,8 @@ TEST_YEARS_SAY = ("comma-separated test split names, each a folder of the datase
 DEVICE_SAY = "auto, cpu, cuda, cuda:N or mps"
 
 
-# ---- what each field allows ------------------------------------------------------------------------
-# Every field is declared with `allowed(default, ...)`, which says once, beside the field, what values
-# it takes; `Config.validate` (run by every build and override) checks them all, then the cross-field
-# RULES below. A field declared without it fails tests/test_bad_input.py. One line per field:
-#
-#     epochs: int = allowed(300, ge=1)                      # numbers: ge / gt / le / lt bounds
-#     dropout: float = allowed(0.3, ge=0, lt=1)
-#     direction: str = allowed("bi", one_of=DIRECTIONS)     # a tuple, a Registry or a function of ()
-#     compile: bool = allowed(False)                        # bools and numbers: the type is the rule
-#     path: str = allowed("", text="a dataset folder...")   # free text, described
-#     device: str = allowed("auto", check=fn, says="...", bad_example="gpu")  # anything else
-
-ALLOWED = "hmer.allowed"  # the dataclass field metadata key
-
-
-class ConfigError(ValueError):
-    """A config value outside what its field allows: one line naming the key, the value and what is allowed."""
-
-
-@dataclass(frozen=True)
-class Allowed:
-    """What one field takes; see `allowed`."""
-
-    ge: float | None = None
-    gt: float | None = None
-    le: float | None = None
-    lt: float | None = None
-    one_of: Any = None  # a tuple of names, a Registry, or a function returning the names
-    text: str = ""  # free text: what it is, in words
-    check: Callable[[Any], bool] | None = None
-    says: str = ""  # with `check`: what it accepts, in words
-    bad_example: Any = None  # with `check`: a value it refuses (the tests try it)
-
-    def choices(self) -> tuple[str, ...]:
-        names = self.one_of() if callable(self.one_of) and not hasattr(self.one_of, "names") else self.one_of
-        return tuple(names.names() if hasattr(names, "names") else names)
-
-    def describe(self, typ: type) -> str:
-        """What the field takes, in words: "an integer >= 1", "a number in [0, 1)", "one of a, b"."""
-        if self.one_of is not None:
-            return f"one of {', '.join(self.choices())}"
-        if self.text:
-            return f"text: {self.text}"
-        if self.says:
-            return self.says
-        if typ is bool:
-            return "true or false"
-        kind = "an integer" if typ is int else "a number"
-        low = f"[{self.ge:g}" if self.ge is not None else f"({self.gt:g}" if self.gt is not None else None
-        high = f"{self.le:g}]" if self.le is not None else f"{self.lt:g})" if self.lt is not None else None
-        if low and high:
-            return f"{kind} in {low}, {high}"
-        if low:
-            return f"{kind} {'>=' if self.ge is not None else '>'} {low[1:]}"
-        if high:
-            return f"{kind} {'<=' if self.le is not None else '<'} {high[:-1]}"
-        return kind
-
-    def admits(self, value: Any, typ: type) -> bool:
-        """Whether `value` (already of the field's type) is allowed."""
-        if self.one_of is not None:
-            return value in self.choices()
-        if self.check is not None:
-            return bool(self.check(value))
-        if typ in (int, float):
-            return (math.isfinite(value)
-                    and (self.ge is None or value >= self.ge) and (self.gt is None or value > self.gt)
-                    and (self.le is None or value <= self.le) and (self.lt is None or value < self.lt))
-        return True
-
-
-def allowed(default: Any, *, ge: float | None = None, gt: float | None = None, le: float | None = None,
-            lt: float | None = None, one_of: Any = None, text: str = "", check: Callable[[Any], bool] | None = None,
-            says: str = "", bad_example: Any = None) -> Any:
-    """A config field with its default and what it allows (see the comment above `ALLOWED`)."""
-    if check is not None and (not says or bad_example is None):
-        raise TypeError("allowed(check=...) needs says= (what it accepts) and bad_example= (a value it refuses)")
-    return field(default=default, metadata={ALLOWED: Allowed(ge=ge, gt=gt, le=le, lt=lt, one_of=one_of, text=text,
-                                                              check=check, says=says, bad_example=bad_example)})
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A rule between fields: `holds(*values of keys)` must be true, else `says` (words, or a
-    function of the values giving them) follows the keys and their values in the error."""
-
-    keys: tuple[str, ...]
-    holds: Callable[..., bool]
-    says: str | Callable[..., str]
-
-    def check(self, values: dict[str, Any]) -> None:
-        args = [values[k] for k in self.keys]
-        if not self.holds(*args):
-            says = self.says(*args) if callable(self.says) else self.says
-            named = ", ".join(f"{k}={v!r}" for k, v in zip(self.keys, args))
-            raise ConfigError(f"{named}: {says}")
-
+# Every field is declared with `allowed(default, ...)` (hmer.allowed), which says once, beside the
+# field, what values it takes; `Config.validate` checks them all, then the cross-field RULES below.
 
 def _coverage_fits_decoder(coverage: str, decoder: str) -> bool:
     return not COVERAGES.get(coverage).refines or getattr(DECODERS.get(decoder), "supports_coverage", False)
@@ -164,12 +76,6 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def _recipe_names() -> tuple[str, ...]:
-    from .recipes import RECIPES  # the papers' recipes: plain values, importing nothing of the suite
-
-    return (*RECIPES, "custom")
-
-
 def _test_years(text: str) -> bool:
     years = [y.strip() for y in text.split(",") if y.strip()]
     return (all(re.fullmatch(r"[\w.-]+", y) and y not in ("train", "val") for y in years)
@@ -184,9 +90,9 @@ def _device_name(name: str) -> bool:
 class ModelConfig:
     """Architecture. Defaults are the BTTR paper's sizes (bidirectional transformer) with the
     project's own choices where it departs from the reference code (`mask_padding`, the `sin2d`
-    image positions, no token-embedding norm): run records written before a field existed reload
-    with its default, so a default never changes. The `bttr` and `comer-*` presets pin the
-    references' functions (see hmer.model.factory)."""
+    image positions, no token-embedding norm). The `bttr` and `comer-*` presets pin the
+    references' functions (see hmer.model.factory). A stored config that lacks a field reloads
+    with `VALUES_BEFORE_KEY_EXISTED`, not with the default (see there)."""
 
     vocab_size: int = allowed(113, ge=4)  # 110 CROHME symbols + pad, sos, eos
     d_model: int = allowed(256, ge=4)
@@ -234,14 +140,15 @@ class ModelConfig:
     # over the m positions, as Gehring et al.) or `scaled` (dot products over sqrt(d), the context a
     # weighted average). The paper's scores assume embeddings initialised near 0.1; on this project's
     # unit-variance features they saturate the softmax and the decoder learns to read little of the
-    # image (docs/architecture.md, "ConvS2S's attention"). The `convs2s*` presets and studies take `scaled`.
+    # image (docs/architecture.md, "ConvS2S's attention"). `model.decoder=convs2s` brings `scaled` with it
+    # (its registration in hmer.model.convs2s), wherever a preset's family or a study's cell sets it.
     conv_attention: str = allowed("gehring", one_of=CONV_ATTENTIONS)
     # Direction of decoding: l2r, r2l, or bi (one decoder trained on both).
     direction: str = allowed("bi", one_of=DIRECTIONS)
 
     def validate(self) -> "ModelConfig":
         """Every model field and the model's cross-field rules (a ModelConfig is built alone by the factory)."""
-        check_section(self, "model")
+        check_section(self, "model", RULES)
         return self
 
 
@@ -319,7 +226,9 @@ class DataConfig:
 class TrainConfig:
     """Optimisation, schedule, limits, decoding at evaluation, and bookkeeping."""
 
-    recipe: str = allowed("bttr", one_of=_recipe_names)  # bttr | comer | custom: fills optimizer fields by name (see hmer.training.optim)
+    # The recipe this config was made with (hmer.recipes: bttr, comer; custom for any other): a label,
+    # which trains nothing itself; the recipe's own keys below do.
+    recipe: str = allowed("bttr", one_of=recipe_labels)
     optimizer: str = allowed("adadelta", one_of=OPTIMIZERS)  # adadelta | sgd | adamw
     lr: float = allowed(1.0, gt=0)
     momentum: float = allowed(0.9, ge=0, lt=1)
@@ -389,7 +298,7 @@ class Config:
         new = copy_config(self)
         for key, raw in values.items():
             if key == "name":
-                new.name = _coerce(key, raw, str, allowed_of(Config, "name"))
+                new.name = coerce(key, raw, str, allowed_of(Config, "name"))
                 continue
             section, _, attr = key.partition(".")
             if section not in ("model", "data", "train") or not attr:
@@ -399,14 +308,14 @@ class Config:
             if attr not in hints:
                 known = ", ".join(f"{section}.{f.name}" for f in fields(target))
                 raise KeyError(f"unknown config key {key!r}; known {section} keys: {known}")
-            setattr(target, attr, _coerce(key, raw, hints[attr], allowed_of(type(target), attr)))
+            setattr(target, attr, coerce(key, raw, hints[attr], allowed_of(type(target), attr)))
         return new.validate()
 
     def validate(self) -> "Config":
         """Check every field against what it allows, then the cross-field RULES; ConfigError (one line
         naming the key, the value and what is allowed) at the first value that is not. Returns self."""
         for section in ("model", "data", "train"):
-            check_section(getattr(self, section), section)
+            check_section(getattr(self, section), section, RULES)
         check_section(self, "", only=("name",))
         flat = self.to_flat_dict()
         for rule in RULES:
@@ -448,11 +357,27 @@ class Config:
         return cls().override(flat)
 
 
-# Keys added after configs were first stored (checkpoints, studies, MLflow params), with the value
-# that reproduces what a config stored before the key existed did. A resumed run or study keeps
-# behaving as it began, whatever today's default is.
+# The one policy for configs stored by earlier versions (checkpoints, studies' base configs, runs'
+# config.json): a key a stored config lacks takes the value that reproduces what the code did before
+# the key existed, from this table, never today's default. So a default may change (the replay test,
+# tests/test_config_replay.py, says which committed runs resolve through it), and a resumed run or
+# study keeps training as it began. Every key added since the oldest config in the committed store
+# is here, whether or not its value is today's default (the replay test holds the table complete).
 VALUES_BEFORE_KEY_EXISTED: dict[str, Any] = {
-    "data.val_min_edits": 1,  # only exact caption twins were kept out of validation
+    # f3dc35a: the reference presets' options; before them every model computed the project's own
+    "model.mask_padding": True,
+    "model.encoder_tail": "relu-norm-pos",
+    "model.embed_pos_norm": True,  # embed_norm meant both LayerNorms, after the embedding and after the positions
+    "train.search_rule": "hmer",
+    "data.val_min_edits": 1,  # 8fb14e1: only exact caption twins were kept out of validation
+    "train.label_smoothing": 0.0,  # 246d93c: plain cross-entropy
+    # be4b31a: renderer augmentation and the second validation style, off
+    "data.aug_share": 0.0, "data.aug_width_min": 1.0, "data.aug_width_max": 1.0, "data.aug_pressure": 0.0,
+    "data.aug_antialias": 0.0, "data.aug_downscale": 0.0, "data.aug_blur": 0.0, "data.aug_slant": 0.0,
+    "data.aug_rotate": 0.0, "data.aug_jitter": 0.0, "data.aug_elastic": 0.0, "data.val_alt": "",
+    "data.render_style": "direct",  # 6ff3393: drawn at render_height
+    "model.conv_attention": "gehring",  # ffdbb27: Gehring et al.'s unscaled scores (ablate_decoder-cpu-gehring)
+    "data.pad_multiple": 1,  # 3e0263a: each batch padded to its own largest image
 }
 
 # Where the process that runs a config finds its data, and how far ahead it loads batches: they
@@ -490,32 +415,6 @@ def parse_overrides(items: list[str] | None) -> dict[str, str]:
     return out
 
 
-def allowed_of(cls: type, name: str) -> Allowed:
-    """The `Allowed` declared for field `name` of dataclass `cls`."""
-    found = next(f for f in fields(cls) if f.name == name)
-    try:
-        return found.metadata[ALLOWED]
-    except KeyError:
-        raise TypeError(f"config field {cls.__name__}.{name} is declared without allowed(...): say what it takes") \
-            from None
-
-
-def check_section(section: Any, prefix: str, only: tuple[str, ...] | None = None) -> None:
-    """Each field of `section` (a dataclass) is of its type and allowed; then, for a section, the RULES
-    among its own keys. ConfigError at the first that is not."""
-    hints = get_type_hints(type(section))
-    for f in fields(section):
-        if only is not None and f.name not in only:
-            continue
-        key = f"{prefix}.{f.name}" if prefix else f.name
-        _check_value(key, getattr(section, f.name), hints[f.name], allowed_of(type(section), f.name))
-    if prefix:
-        flat = {f"{prefix}.{f.name}": getattr(section, f.name) for f in fields(section)}
-        for rule in RULES:
-            if all(k in flat for k in rule.keys):
-                rule.check(flat)
-
-
 def check_value(key: str, value: Any, option: str = "") -> Any:
     """`value` read for the dotted `key` (a string as on the command line, or a typed value), checked
     against what the field allows; the value, of the field's type. For options that stand for a field
@@ -523,54 +422,6 @@ def check_value(key: str, value: Any, option: str = "") -> Any:
     section, _, attr = key.partition(".")
     cls = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}[section]
     try:
-        return _coerce(key, value, get_type_hints(cls)[attr], allowed_of(cls, attr))
+        return coerce(key, value, get_type_hints(cls)[attr], allowed_of(cls, attr))
     except ConfigError as exc:
         raise ConfigError(f"{option} {value}: {exc}" if option else str(exc)) from None
-
-
-def _refuse(key: str, value: Any, typ: type, rule: Allowed) -> ConfigError:
-    if rule.one_of is not None:
-        return ConfigError(f"{key}={value!r} is not one of {', '.join(rule.choices())}")
-    return ConfigError(f"{key}={value!r} is not allowed: {key} takes {rule.describe(typ)}")
-
-
-def _check_value(key: str, value: Any, typ: type, rule: Allowed) -> None:
-    if not _of_type(value, typ) or not rule.admits(value, typ):
-        raise _refuse(key, value, typ, rule)
-
-
-def _of_type(value: Any, typ: type) -> bool:
-    if typ is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if typ is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, typ)
-
-
-def _coerce(key: str, raw: Any, typ: Any, rule: Allowed) -> Any:
-    """`raw` (text from the command line or MLflow params, or a value from JSON or Optuna) as the
-    field's type, checked; ConfigError naming the key, the value and what is allowed."""
-    value = _as_type(raw, typ)
-    if value is None:
-        raise _refuse(key, raw, typ, rule)
-    _check_value(key, value, typ, rule)
-    return value
-
-
-def _as_type(raw: Any, typ: Any) -> Any:
-    """`raw` as `typ`, or None when it is not one."""
-    if isinstance(raw, str) and typ is not str:
-        text = raw.strip().lower()
-        if typ is bool:
-            return True if text in ("1", "true", "yes", "on") else False if text in ("0", "false", "no", "off") \
-                else None
-        try:
-            number = float(text) if typ is float or "e" in text or "." in text else int(text)
-        except ValueError:
-            return None
-        raw = number
-    if typ is float and isinstance(raw, (int, float)) and not isinstance(raw, bool):
-        return float(raw)
-    if typ is int and isinstance(raw, float) and raw.is_integer():
-        return int(raw)
-    return raw if _of_type(raw, typ) else None

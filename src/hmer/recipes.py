@@ -1,33 +1,68 @@
-"""The reference papers' optimisation recipes as config values (`train.recipe`).
+"""How a model is trained, by name: the recipes a preset states and a budget names (`hmer.presets`).
 
-A recipe only fills the optimiser fields of `TrainConfig`; every field stays overridable, so
-`--set train.recipe=comer train.lr=0.04` is a CoMER run at half the learning rate. What the
-fields build (optimisers, schedules) is `hmer.training.optim`.
+A recipe owns every key it sets: the optimiser and its schedule, and, where the recipe has them, its
+regularisation and the training-time choices of the data pipeline (rendering, batching,
+augmentation). It is one layer of a config (docs/training.md, "What a run trains with"): applied
+after the model's family and size, it replaces the preset's own recipe when a budget or `--recipe`
+names another, so no key of the one it replaces stays behind. Every key stays overridable
+(`--recipe comer --set train.lr=0.04` is a CoMER run at half the learning rate). What the optimiser
+fields build is `hmer.training.optim`.
+
+- `bttr`: BTTR's, Adadelta lr 1.0, rho 0.9, eps 1e-6, weight decay 1e-4.
+- `comer`: CoMER's, SGD lr 0.08, momentum 0.9, weight decay 1e-4, and its scale augmentation
+  (each training batch resized by a factor drawn in x0.7 .. x1.4).
+- `cpu`: the recipe of the committed sweep's best trial (`sweep-cpu` trial 25, chosen on the writer
+  hold-out; docs/cpu_protocol.md), with the rate decayed by cosine: what the `cpu` study budget
+  trains with.
+
+Plain values, importing nothing of the suite: `hmer.config` reads the labels from here.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, TypeVar
+from typing import Any
 
-C = TypeVar("C", bound="Overridable")
-
-
-class Overridable(Protocol):
-    """What a recipe is applied to: `hmer.config.Config`. Not imported here, since config.py reads
-    the recipe names from this module (the foundation has no import cycle)."""
-
-    def override(self: C, values: Mapping[str, Any]) -> C: ...
+# Renderer augmentation as the sweep trains it (`data.aug_share` of the training images redrawn):
+# one recipe of moderate distortions, each measured in docs/data.md. Antialiasing, the costly one,
+# is left to downscaling, which gives the same grey edges. The sweep holds it fixed and varies the
+# share (hmer.studies.suite.sweep); the `cpu` recipe takes it with its best trial's share.
+RENDERER_AUGMENTATION: dict[str, Any] = {
+    "data.aug_width_min": 0.5, "data.aug_width_max": 1.5, "data.aug_pressure": 0.3, "data.aug_downscale": 0.5,
+    "data.aug_blur": 0.8, "data.aug_slant": 8.0, "data.aug_rotate": 3.0, "data.aug_jitter": 0.5,
+    "data.aug_elastic": 1.5,
+}
 
 RECIPES: dict[str, dict[str, Any]] = {
-    "bttr": {"train.optimizer": "adadelta", "train.lr": 1.0, "train.rho": 0.9, "train.eps": 1e-6,
-             "train.weight_decay": 1e-4},
-    "comer": {"train.optimizer": "sgd", "train.lr": 0.08, "train.momentum": 0.9,
-              "train.weight_decay": 1e-4},
+    "bttr": {"train.recipe": "bttr", "train.optimizer": "adadelta", "train.lr": 1.0, "train.rho": 0.9,
+             "train.eps": 1e-6, "train.weight_decay": 1e-4},
+    "comer": {"train.recipe": "comer", "train.optimizer": "sgd", "train.lr": 0.08, "train.momentum": 0.9,
+              "train.weight_decay": 1e-4, "data.scale_aug_min": 0.7, "data.scale_aug_max": 1.4},
+    # Sweep trial 25's choices, with two changes measured by the pilots of experiment cpu-budget-pilot:
+    # cosine decay to 1e-5 (at fixed epochs it read 2.3 points more on 2014 than the sweep's constant
+    # rate), and a warm-up of the trial's share of the steps of the `cpu` budget's 13 epochs. Its
+    # model shape is the `cpu` size (hmer.model.factory.SIZES).
+    "cpu": {
+        # `train.recipe` names the papers' recipes only; every config this one trained stores `custom`
+        # (a study's cell is compared with the store's runs field for field: hmer.studies.reuse)
+        "train.recipe": "custom", "train.optimizer": "adamw", "train.lr": 6.5e-4, "train.weight_decay": 0.01,
+        "train.eps": 1e-8, "train.label_smoothing": 0.173, "train.warmup_steps": 163,
+        "train.schedule": "cosine", "train.min_lr": 1e-5,
+        "model.dropout": 0.046, "model.encoder_dropout": 0.145,
+        "data.render_height": 48, "data.render_style": "standard-like",
+        "data.max_batch_size": 8, "data.batch_pixels": 160000,
+        "data.scale_aug_min": 0.7, "data.scale_aug_max": 1.4,
+        "data.aug_share": 0.144, **RENDERER_AUGMENTATION,
+    },
 }
 
 
-def apply_recipe(cfg: C, recipe: str) -> C:
-    """A copy of `cfg` with the recipe's optimiser fields, and train.recipe set."""
-    if recipe not in RECIPES:
-        raise ValueError(f"unknown recipe {recipe!r}; known: {', '.join(RECIPES)}")
-    return cfg.override({**RECIPES[recipe], "train.recipe": recipe})
+def recipe_labels() -> tuple[str, ...]:
+    """What `train.recipe` may hold: the labels the recipes write, and `custom` for any other."""
+    return tuple(dict.fromkeys([*(recipe["train.recipe"] for recipe in RECIPES.values()), "custom"]))
+
+
+def recipe_values(name: str) -> dict[str, Any]:
+    """The keys recipe `name` sets; a ValueError that lists the recipes when there is none."""
+    if name not in RECIPES:
+        raise ValueError(f"unknown recipe {name!r}; known: {', '.join(RECIPES)}")
+    return dict(RECIPES[name])

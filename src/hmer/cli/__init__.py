@@ -3,6 +3,7 @@
     hmer data check [DATA]              counts per split and every problem found
     hmer data render [DATA] --out Z     the BTTR/CoMER data.zip layout, rendered
     hmer models                         the model presets and their parameter counts
+    hmer config PRESET|STUDY            the config a preset or a study's cell trains with, layer by layer
     hmer train --preset bttr            train, tracked in MLflow (resume with --resume)
     hmer evaluate RUN_OR_CHECKPOINT     per-year ExpRate table
     hmer predict RUN_OR_CHECKPOINT F..  LaTeX for images or InkML files
@@ -26,13 +27,13 @@ import argparse
 import os
 import sys
 
-from . import analyze, bench, data, evaluate, models, notebooks, predict, reference, report, runs, train
+from . import analyze, bench, config, data, evaluate, models, notebooks, predict, reference, report, runs, train
 from .errors import EXIT_USAGE, UserError
 
 __all__ = ["EXIT_USAGE", "UserError", "build_parser", "main"]
 
 # In the order `hmer --help` lists them.
-COMMANDS = (data, models, train, evaluate, predict, reference, report, runs, analyze, notebooks, bench)
+COMMANDS = (data, models, config, train, evaluate, predict, reference, report, runs, analyze, notebooks, bench)
 
 
 def main(argv: list[str] | None = None) -> int:

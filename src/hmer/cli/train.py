@@ -1,4 +1,5 @@
-"""`hmer train`: a preset (its model with its recipe) or a config file, trained and tracked in MLflow."""
+"""`hmer train`: a preset (its model with its recipe, or at a study budget) or a config file, trained and
+tracked in MLflow. `hmer config` prints what the same options resolve to, layer by layer."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ def add_parser(sub) -> None:
     tr = sub.add_parser("train", help="train a preset or config file, tracked in MLflow")
     tr.add_argument("--preset", default=None, help="a preset from `hmer models` (default: bttr)")
     tr.add_argument("--config", default=None, help="a JSON config file (as logged in a run's config.json)")
-    tr.add_argument("--recipe", choices=("bttr", "comer"), default=None, help="optimiser recipe")
+    tr.add_argument("--recipe", default=None, help="a recipe in place of the preset's own (bttr, comer, cpu)")
+    tr.add_argument("--budget", default=None, help="a study budget's size, recipe and keys, as a study trains its "
+                                                   "preset (smoke, cpu, short, paper; `hmer config` shows them)")
     tr.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
                     help="config overrides such as train.lr=0.5 model.direction=l2r")
     tr.add_argument("--data", default=None, help="dataset folder or zip")
@@ -38,8 +41,7 @@ def add_parser(sub) -> None:
 
 def cmd_train(args) -> int:
     from ..config import Config, parse_overrides
-    from ..presets import preset_with_recipe
-    from ..recipes import apply_recipe
+    from ..presets import resolve_preset
     from ..training import train
 
     if args.resume:
@@ -55,12 +57,19 @@ def cmd_train(args) -> int:
         return print_result(result)
     if args.config and args.preset:
         raise UserError("give --preset or --config, not both")
+    if args.config and (args.recipe or args.budget):
+        raise UserError("--recipe and --budget resolve a --preset; a --config file holds its values (use --set)")
+    if args.recipe and args.budget:
+        raise UserError("--budget names its recipe; give --budget or --recipe")
     if args.config:
         cfg = Config.load(args.config)
+    elif args.budget:
+        from ..studies.budgets import get_budget
+        from ..studies.resolution import budget_resolution
+
+        cfg = budget_resolution(args.preset or "bttr", get_budget(args.budget)).config
     else:
-        cfg = preset_with_recipe(args.preset or "bttr")
-    if args.recipe:
-        cfg = apply_recipe(cfg, args.recipe)
+        cfg = resolve_preset(args.preset or "bttr", recipe=args.recipe, named_by="--recipe").config
     overrides = parse_overrides(args.overrides)
     if args.data:
         overrides["data.path"] = args.data

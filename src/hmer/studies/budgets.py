@@ -2,19 +2,20 @@
 
 A study budget is orthogonal to the study itself: the direction ablation is the same
 three variants whether it runs as a ten-minute CPU smoke test or as the papers' full
-recipe. The budget decides the model size (the spec's tiny or full model preset), the
-data subset, the schedule, the decoding at test time, the seeds and the default number
-of workers, and it says what the study will cost before it starts:
+recipe. The budget picks the spec's tiny or full model preset, may name another model size and
+recipe for it (`hmer.model.factory.SIZES`, `hmer.recipes`: they replace the preset's own), and sets
+its own keys: the data subset, the epochs, the decoding at test time; with them the seeds and the
+default number of workers. It says what the study will cost before it starts:
 
 - ``smoke``: a tiny model on 400 training expressions rendered 48 px high, at most 8
   epochs, 50 test expressions per year and beam 3; for a CPU. The direction ablation
   finishes on a 2-core CPU within ten minutes end to end (``python studies/ablate_direction.py``;
   measured 2.8 minutes on an idle machine and 5.7 to 7.6 on a shared one, see docs/studies.md).
-- ``cpu``: real results on a 2-core CPU, no GPU: the recipe the sweep chose (its best trial on the
-  writer hold-out, docs/cpu_protocol.md), trained for fixed epochs with cosine decay (so results do
-  not depend on machine load), selection on the writer hold-out, the full test years decoded with
-  beam 10 (joint search for bi), 3 seeds, 2 workers of one thread each. The default on a machine
-  without a GPU.
+- ``cpu``: real results on a 2-core CPU, no GPU: the spec's tiny preset at the `cpu` size with the
+  `cpu` recipe, what the sweep chose (its best trial on the writer hold-out, docs/cpu_protocol.md),
+  trained for fixed epochs with cosine decay (so results do not depend on machine load), selection
+  on the writer hold-out, the full test years decoded with beam 10 (joint search for bi), 3 seeds,
+  2 workers of one thread each. The default on a machine without a GPU.
 - ``short``: the full-size model on the full data, with a wall-clock budget per trial
   sized so that the whole grid fits a 25-minute window on one H200 (several trials share
   the GPU side by side).
@@ -32,8 +33,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..model.factory import SMALL_WIDTHS
-
 BUDGET_NAMES = ("smoke", "cpu", "short", "paper")
 
 
@@ -42,10 +41,13 @@ class StudyBudget:
     """The compute a study may spend; see the module docstring.
 
     Attributes:
-        name: smoke, short or paper.
+        name: smoke, cpu, short or paper.
         summary: one line for the start-of-study banner.
-        model_size: which of a study spec's model presets to use, "tiny" or "full".
-        overrides: Config overrides applied to every cell of every study (dotted keys).
+        preset_size: which of a study spec's model presets to start from, "tiny" or "full".
+        size: a model size (`hmer.model.factory.SIZES`) that replaces the preset's own; None keeps it.
+        recipe: a recipe (`hmer.recipes.RECIPES`) that replaces the preset's own; None keeps it.
+        overrides: the budget's own Config keys (dotted), set in every cell of every study over
+            the preset's size and recipe.
         seeds: the default seed axis of a grid study (``--seeds`` replaces it).
         sweep_trials: the default number of finished trials a sweep aims for.
         window_s: the wall-clock window a whole study is sized for; 0 = unbounded.
@@ -59,7 +61,9 @@ class StudyBudget:
 
     name: str
     summary: str
-    model_size: str
+    preset_size: str
+    size: str | None
+    recipe: str | None
     overrides: Mapping[str, Any]
     seeds: tuple[int, ...]
     sweep_trials: int
@@ -111,7 +115,8 @@ class StudyBudget:
     def describe(self, n_trials: int, n_jobs: int) -> str:
         """The start-of-study banner: what the budget is and what the study will cost."""
         budget = self.trial_budget_s(n_trials, n_jobs)
-        settings = ", ".join(f"{k}={v}" for k, v in self.overrides.items())
+        named = [f"size {self.size}"] * bool(self.size) + [f"recipe {self.recipe}"] * bool(self.recipe)
+        settings = ", ".join([*named, *(f"{k}={v}" for k, v in self.overrides.items())])
         lines = [f"budget {self.name}: {self.summary}", f"  settings: {settings}"]
         cost = _format_duration(self.expected_seconds(n_trials, n_jobs))
         if self.window_s > 0:
@@ -149,34 +154,12 @@ def _format_duration(seconds: float) -> str:
 # `python studies/ablate_direction.py --budget smoke` on an idle 2-core CPU (22-29 s; 38-117 s when the
 # cores are shared with other jobs); see docs/studies.md.
 _SMOKE_TRIAL_SECONDS = 30.0
-# The cpu budget is the recipe of the sweep's best trial (`sweep-cpu` in mlruns/, selected on
-# validation; docs/cpu_protocol.md), trained for fixed epochs with the rate decayed by cosine: at
-# fixed epochs cosine read 2.3 points more on 2014 than the sweep's constant rate (the pilots of
-# experiment cpu-budget-pilot). Its epochs make about an hour of training on one thread at the
-# trial's measured cost, greedy validation after each epoch included, and its warm-up keeps the
-# trial's share of the steps.
+# The cpu budget trains the `cpu` size with the `cpu` recipe, the sweep's best trial
+# (`sweep-cpu` trial 25; docs/cpu_protocol.md), for fixed epochs: about an hour of training on one
+# thread at the trial's measured cost, greedy validation after each epoch included (the recipe's
+# warm-up keeps the trial's share of these epochs' steps).
 _CPU_SWEEP_TRIAL = 25
 _CPU_EPOCHS = 13
-# Renderer augmentation as the sweep trains it (`data.aug_share` of the training images redrawn):
-# one recipe of moderate distortions, each measured in docs/data.md. Antialiasing, the costly one,
-# is left to downscaling, which gives the same grey edges. The sweep holds it fixed and varies the
-# share; the cpu budget takes it with its best trial's share.
-RENDERER_AUGMENTATION = {
-    "data.aug_width_min": 0.5, "data.aug_width_max": 1.5, "data.aug_pressure": 0.3, "data.aug_downscale": 0.5,
-    "data.aug_blur": 0.8, "data.aug_slant": 8.0, "data.aug_rotate": 3.0, "data.aug_jitter": 0.5,
-    "data.aug_elastic": 1.5,
-}
-_CPU_RECIPE = {
-    "model.growth_rate": 12, "model.num_dense_layers": 6, "model.d_model": 192, "model.dim_feedforward": 384,
-    "model.num_decoder_layers": 3, "model.dropout": 0.046, "model.encoder_dropout": 0.145,
-    "data.render_height": 48, "data.render_style": "standard-like",
-    "data.max_batch_size": 8, "data.batch_pixels": 160000,
-    "data.scale_aug_min": 0.7, "data.scale_aug_max": 1.4,
-    "data.aug_share": 0.144, **RENDERER_AUGMENTATION,
-    "train.recipe": "custom", "train.optimizer": "adamw", "train.lr": 6.5e-4, "train.weight_decay": 0.01,
-    "train.eps": 1e-8, "train.label_smoothing": 0.173, "train.warmup_steps": 163,
-    "train.schedule": "cosine", "train.min_lr": 1e-5,
-}
 # The sweep's trials (studies/sweep.py --budget cpu) each get this much training on one core and
 # train the epochs that fit; with greedy validation after each epoch and no test year, a trial
 # costs about half an hour.
@@ -193,7 +176,9 @@ BUDGETS: dict[str, StudyBudget] = {
     "smoke": StudyBudget(
         name="smoke",
         summary="the tiny model on a CPU-sized subset, images rendered 48 px high, beam 3",
-        model_size="tiny",
+        preset_size="tiny",
+        size=None,
+        recipe=None,
         overrides={
             "data.render_height": 48, "data.train_limit": 400, "data.val_limit": 50, "data.test_limit": 50,
             "train.epochs": 8, "train.beam_size": 3, "train.max_decode_len": 40, "train.attention_maps": 1,
@@ -214,11 +199,10 @@ BUDGETS: dict[str, StudyBudget] = {
                  f"3-layer decoder of width 192, 48 px standard-like renderings with scale and renderer "
                  f"augmentation, {_CPU_EPOCHS} epochs of AdamW with cosine decay on the full training split, "
                  "the full test years with beam 10; one thread per worker"),
-        model_size="tiny",
+        preset_size="tiny",
+        size="cpu",
+        recipe="cpu",
         overrides={
-            # the tiny presets at the `small` model preset's widths, then the sweep's choices
-            **{f"model.{key}": value for key, value in SMALL_WIDTHS.items()},
-            **_CPU_RECIPE,
             "train.epochs": _CPU_EPOCHS, "train.beam_size": 10, "train.max_decode_len": 200, "train.device": "cpu",
         },
         seeds=(1, 2, 3),
@@ -236,7 +220,9 @@ BUDGETS: dict[str, StudyBudget] = {
     "short": StudyBudget(
         name="short",
         summary="full-size model on the full data, a wall-clock budget per trial, beam 10",
-        model_size="full",
+        preset_size="full",
+        size=None,
+        recipe=None,
         overrides={"train.epochs": _PAPER_EPOCHS},
         seeds=(1, 2, 3),
         sweep_trials=12,
@@ -251,7 +237,9 @@ BUDGETS: dict[str, StudyBudget] = {
     "paper": StudyBudget(
         name="paper",
         summary=f"the papers' full recipes: {_PAPER_EPOCHS} epochs, full data, beam 10 (validation too), 3 seeds",
-        model_size="full",
+        preset_size="full",
+        size=None,
+        recipe=None,
         overrides={"train.epochs": _PAPER_EPOCHS, "train.val_beam_size": 10},
         seeds=(1, 2, 3),
         sweep_trials=50,

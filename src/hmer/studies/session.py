@@ -34,6 +34,7 @@ from ..tracking.ui import ui_hint
 from .budgets import StudyBudget, get_budget
 from .claims import CellClaims, Worker
 from .mlflow_runs import fail_dead_trial_runs, finish_parent, measured_cost, parent_run
+from .resolution import base_config
 from .storage import default_storage, mask_url, open_storage, study_exists
 
 POLL_S = 5.0  # how often a worker with no trial to start looks at the others' trials
@@ -209,9 +210,10 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
                     tracking_uri=tracking_uri, storage=storage)
     budget, n_jobs, name, main, say = setup.budget, setup.n_jobs, setup.name, setup.main, setup.say
     n_trials = kind.plan(budget)
-    model_preset = spec.model_preset(budget.model_size)
+    model_preset = spec.model_preset(budget.preset_size)
     # checked now: a value its key does not allow fails before any trial, not after the trials before it
-    base = kind.check(base_config(model_preset, budget, n_trials, n_jobs, spec.fixed, overrides, data_path))
+    base = kind.check(base_config(spec, budget, n_trials=n_trials, n_jobs=n_jobs, overrides=overrides,
+                                  data_path=data_path))
     described = kind.described(base)
     if main:
         say(f"study {name}: {spec.description}")
@@ -415,20 +417,7 @@ def open_session(setup: Setup, storage: optuna.storages.BaseStorage, study: optu
     return session
 
 
-# ---- base config and data ---------------------------------------------------------------------
-
-def base_config(model_preset: str, budget: StudyBudget, n_trials: int, n_jobs: int,
-                fixed: Mapping[str, Any], overrides: Mapping[str, Any] | None, data_path: str | None) -> Config:
-    """The config every cell starts from: model preset + its recipe, study budget, spec, user."""
-    from ..presets import preset_with_recipe
-
-    cfg = preset_with_recipe(model_preset)
-    cfg = cfg.override(budget.config_overrides(n_trials, n_jobs)).override(dict(fixed))
-    values = dict(overrides or {})
-    if data_path:
-        values["data.path"] = str(data_path)
-    return cfg.override(values).validate()
-
+# ---- data ----------------------------------------------------------------------------------------
 
 def load_data(cfg: Config, say: Callable[[str], None]) -> dict[str, list]:
     from ..data import load_dataset

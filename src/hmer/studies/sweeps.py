@@ -65,7 +65,7 @@ class Sweep(StudyKind):
     `continue_dead_trials`) until `n_trials` have finished; it stops after three failures in a row."""
 
     name = "sweep"
-    asked = (SEED_KEY,)  # the spec's seed, set after --set
+    asked = (SEED_KEY,)  # the spec's seed (hmer.studies.resolution), which a resumed sweep must keep
 
     def __init__(self, spec: SweepSpec, n_trials: int | None, pruner: optuna.pruners.BasePruner | None):
         super().__init__(spec, run_sweep)
@@ -79,7 +79,6 @@ class Sweep(StudyKind):
         return self.n_trials
 
     def check(self, base: Config) -> Config:
-        base = base.override({SEED_KEY: self.spec.seed})
         self.spec.check_space(base)  # a range that leaves what its key allows is refused before any trial
         return base
 

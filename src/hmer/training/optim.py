@@ -1,8 +1,7 @@
 """The optimisers and learning-rate schedules a `TrainConfig` names, built for a model.
 
-The papers' recipes themselves are plain config values in `hmer.recipes` (a recipe only fills
-the optimiser fields of `TrainConfig`; every field stays overridable, so `--set train.recipe=comer
-train.lr=0.04` is a CoMER run at half the learning rate):
+The recipes themselves are plain config values in `hmer.recipes` (every field stays overridable,
+so `--recipe comer --set train.lr=0.04` is a CoMER run at half the learning rate):
 
 - BTTR: Adadelta, lr 1.0, rho 0.9, eps 1e-6, weight decay 1e-4.
 - CoMER: SGD, lr 0.08, momentum 0.9, weight decay 1e-4.

@@ -14,7 +14,7 @@ MLflow; the pruner compares trials at the same share of their training.
 Run it again to resume (killed trials are replaced). Options: --help, and docs/studies.md.
 """
 
-from ..budgets import RENDERER_AUGMENTATION
+from ...recipes import RENDERER_AUGMENTATION
 from ..spec import STUDIES, SweepParam, SweepSpec
 
 SWEEP = SweepSpec(
@@ -44,7 +44,7 @@ SWEEP = SweepSpec(
     model_presets={"tiny": "tiny", "full": "bttr"},
     # Scale augmentation, when a trial turns it on, is CoMER's range x0.7 .. x1.4. Renderer
     # augmentation redraws `data.aug_share` of the training images with one recipe of distortions
-    # (budgets.RENDERER_AUGMENTATION). Validation is also drawn standard-like when a trial draws
+    # (hmer.recipes.RENDERER_AUGMENTATION). Validation is also drawn standard-like when a trial draws
     # direct, and the objective reads both (sweeps.sweep_objective). No test year is decoded: a
     # sweep selects on validation only, and its winner is trained again by the studies.
     fixed={"data.scale_aug_min": 0.7, "data.test_years": "", "data.val_alt": "standard-like",

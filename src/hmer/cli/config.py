@@ -1,0 +1,165 @@
+"""`hmer config`: the flat config a preset or a study's cell trains with, and the layer of each value.
+
+    hmer config tiny                                       # a preset: defaults, family, size, recipe
+    hmer config tiny --budget cpu --set train.seed=4       # at a study budget's size, recipe and keys
+    hmer config ablate_direction --budget cpu              # a study's base config (stored, if it began)
+    hmer config ablate_direction --budget cpu --cell model.direction=bi --seed 2
+    hmer config sweep --budget cpu --cell train.lr=6.5e-4 model.d_model=192 --fresh
+
+The layers, in order, are `hmer.presets.LAYERS` (docs/training.md, "What a run trains with").
+A study reads the Optuna storage as its script would (`--storage`, `--tracking-uri`,
+`--study-name`): when the study exists, its stored base config wins, as on resume; `--fresh` shows
+what a new study would train instead. Nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from .errors import UserError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("config", help="the config a preset or a study's cell trains with, and where each value "
+                                      "comes from")
+    p.add_argument("name", metavar="PRESET|STUDY",
+                   help="a preset (`hmer models`) or a study (ablate_direction, sweep, ...)")
+    p.add_argument("--budget", default=None, help="a study budget (smoke, cpu, short, paper): its size, recipe and "
+                                                  "keys; for a study, default as its script (cpu without a GPU)")
+    p.add_argument("--recipe", default=None, help="a preset's recipe in place of its own (bttr, comer, cpu)")
+    p.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
+                   help="config overrides, as `hmer train --set` or a study's --set")
+    study = p.add_argument_group("a study's cell")
+    study.add_argument("--cell", nargs="+", default=[], metavar="KEY=VALUE",
+                       help="a grid cell's axis values (an axis left out: the baseline's; the hmer.cell tag of a "
+                            "run, commas and all, is one), or a sweep trial's drawn values")
+    study.add_argument("--seed", type=int, default=None, help="the grid cell's seed (default: the first of the axis)")
+    study.add_argument("--seeds", default=None,
+                       help="the seed axis, as the study's --seeds (default: the budget's)")
+    study.add_argument("--n-jobs", type=int, default=None, help="workers, as the study's --n-jobs: a windowed "
+                                                                "budget divides its time by them")
+    study.add_argument("--trials", type=int, default=None, help="a sweep's trials, as its --trials")
+    study.add_argument("--study-name", default=None, help="default: <study>-<budget>")
+    study.add_argument("--storage", default=None, help="Optuna storage URL (default: beside the MLflow store)")
+    study.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
+    study.add_argument("--fresh", action="store_true", help="what a new study would train: leave a stored one out")
+    p.add_argument("--changed", action="store_true", help="only the keys a layer above the defaults sets")
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="table (key, value, layer) or JSON ({key: {value, layer}})")
+    p.set_defaults(func=cmd_config)
+
+
+def cmd_config(args) -> int:
+    from ..model.factory import PRESETS
+    from ..studies.spec import STUDIES
+
+    if args.name in PRESETS:
+        notes, resolution = _preset(args)
+    elif args.name in STUDIES:
+        notes, resolution = _study(args)
+    else:
+        raise UserError(f"{args.name!r} is neither a preset ({', '.join(PRESETS)}) nor a study "
+                        f"({', '.join(STUDIES)})")
+    rows = [row for row in resolution.rows() if not args.changed or row[2] != "default"]
+    if args.format == "json":
+        print(json.dumps({key: {"value": value, "layer": layer} for key, value, layer in rows}, indent=1))
+        return 0
+    for note in notes:
+        print(f"# {note}")
+    width = max(len(key) for key, _, _ in rows)
+    values = [json.dumps(value) if isinstance(value, str) else str(value) for _, value, _ in rows]
+    value_width = max(len(v) for v in values)
+    print(f"{'key':<{width}}  {'value':<{value_width}}  layer")
+    for (key, _, layer), value in zip(rows, values):
+        print(f"{key:<{width}}  {value:<{value_width}}  {layer}")
+    return 0
+
+
+def _preset(args):
+    from ..config import parse_overrides
+    from ..presets import resolve_preset
+    from ..studies.budgets import get_budget
+    from ..studies.resolution import budget_resolution
+
+    study_only = [option for option, given in (("--cell", args.cell), ("--seed", args.seed is not None),
+                                               ("--seeds", args.seeds), ("--n-jobs", args.n_jobs is not None),
+                                               ("--trials", args.trials is not None), ("--study-name", args.study_name),
+                                               ("--storage", args.storage), ("--fresh", args.fresh)) if given]
+    if study_only:
+        raise UserError(f"{', '.join(study_only)}: options of a study; {args.name!r} is a preset")
+    if args.budget and args.recipe:
+        raise UserError("--budget names its recipe; give --budget or --recipe")
+    notes = [f"preset {args.name}"]
+    if args.budget:
+        budget = get_budget(args.budget)
+        resolution = budget_resolution(args.name, budget)
+        notes.append(f"at budget {budget.name}, as one trial on one worker")
+    else:
+        resolution = resolve_preset(args.name, recipe=args.recipe, named_by="--recipe")
+    return notes, resolution.apply("set", "--set", parse_overrides(args.overrides))
+
+
+def _study(args):
+    from ..config import parse_overrides
+    from ..studies.budgets import pick_budget
+    from ..studies.cli import parse_seeds
+    from ..studies.resolution import cell_resolution, pick_cell, stored_base, study_resolution, sweep_trial_values
+    from ..studies.spec import STUDIES, SweepSpec, cell_label
+
+    spec = STUDIES.get(args.name)
+    sweep = isinstance(spec, SweepSpec)
+    if args.recipe:
+        raise UserError("--recipe: a study trains its preset's recipe, or its budget's")
+    if sweep and (args.seed is not None or args.seeds):
+        raise UserError(f"--seed, --seeds: sweep {spec.name!r} trains every trial with its seed {spec.seed}")
+    if not sweep and args.trials is not None:
+        raise UserError("--trials: an option of a sweep")
+    if args.n_jobs is not None and args.n_jobs < 1:
+        raise UserError("--n-jobs must be at least 1")
+    budget, why = pick_budget(args.budget)
+    n_jobs = max(1, args.n_jobs or budget.default_jobs)
+    try:
+        asked = parse_seeds(args.seeds)
+    except argparse.ArgumentTypeError as exc:
+        raise UserError(str(exc)) from None
+    seeds: tuple[int, ...] = () if sweep else tuple(asked or budget.seeds)
+    n_trials = int(args.trials or budget.sweep_trials) if sweep else len(spec.cells(seeds))
+    notes = [f"study {spec.name}, using {why}; {n_trials} trials on {n_jobs} worker(s)"]
+    resolution = study_resolution(spec, budget, n_trials=n_trials, n_jobs=n_jobs,
+                                  overrides=parse_overrides(args.overrides))
+    name = args.study_name or f"{spec.name}-{budget.name}"
+    if not args.fresh:
+        from ..studies.storage import default_storage
+
+        storage = args.storage or default_storage(args.tracking_uri)
+        stored = stored_base(storage, name, spec.name)
+        if stored is not None:
+            resolution = resolution.take_stored(stored, name)
+            notes.append(f"study {name} exists: its stored base config wins, as on resume (--fresh: a new study)")
+        else:
+            notes.append(f"no stored base config of study {name}: a new study's config")
+    given = _pairs(args.cell)
+    if sweep:
+        if given:
+            resolution = resolution.apply("cell", "trial", sweep_trial_values(spec, resolution.config, given))
+        else:
+            notes.append("a sweep's base config: --cell KEY=VALUE gives a trial's drawn values "
+                         f"({', '.join(p.key for p in spec.params)}, train.epochs)")
+        return notes, resolution
+    if not given and args.seed is None:
+        axes = "; ".join(f"{key} in {', '.join(map(str, values))}" for key, values in spec.axes.items())
+        notes.append(f"the study's base config: --cell KEY=VALUE [--seed N] picks a cell ({axes}; seeds "
+                     f"{', '.join(map(str, seeds))})")
+        return notes, resolution
+    cell = pick_cell(spec, given, args.seed if args.seed is not None else seeds[0])
+    notes.append(f"cell {cell_label(cell)}, seed {cell['train.seed']}")
+    return notes, cell_resolution(resolution, spec, cell)
+
+
+def _pairs(items: list[str]) -> dict[str, str]:
+    """["model.direction=bi", "a=1,b=2"] -> {"model.direction": "bi", "a": "1", "b": "2"}: a run's
+    hmer.cell tag (pairs joined by commas) is one item."""
+    from ..config import parse_overrides
+
+    return parse_overrides([pair for item in items for pair in item.split(",") if pair.strip()])
