@@ -207,7 +207,7 @@ class ModelConfig:
     # Positional encodings.
     # A name in hmer.registry.TOKEN_POSITIONS / IMAGE_POSITIONS (`hmer models` lists them).
     token_pos: str = allowed("sin1d", one_of=TOKEN_POSITIONS)  # e.g. sin1d, learned (ConvS2S)
-    image_pos: str = allowed("sin2d", one_of=IMAGE_POSITIONS)  # e.g. sin2d (CoMER's), sin2d-bttr, cape (StyTr2), learned, none
+    image_pos: str = allowed("sin2d", one_of=IMAGE_POSITIONS)  # e.g. sin2d (CoMER), sin2d-bttr, cape (StyTr2), learned
     cape_grid: int = allowed(8, ge=1)  # n of CAPE's n x n content-pooled grid, and of the `learned` image table
     max_len: int = allowed(256, ge=1)  # longest target a learned token position table holds
     # Decoder family: a name in hmer.registry.DECODERS (`hmer models` lists them).
@@ -249,7 +249,8 @@ class ModelConfig:
 class DataConfig:
     """Where the data is, how it is rendered, and how it is batched."""
 
-    path: str = allowed("", text="a dataset folder or zip (empty: $HMER_DATA or the default)")  # folder or zip in the <split>/caption.txt layout; "" = $HMER_DATA or the default
+    # a dataset in the <split>/caption.txt layout
+    path: str = allowed("", text="a dataset folder or zip (empty: $HMER_DATA or the default)")
     # Renderer (InkML strokes -> 8-bit grey image, white ink on black).
     render_height: int = allowed(0, ge=0)  # 0 = scale from the ink's own size (see hmer.data.render)
     stroke_width: float = allowed(0.0, ge=0)  # 0 = renderer default
@@ -319,7 +320,7 @@ class DataConfig:
 class TrainConfig:
     """Optimisation, schedule, limits, decoding at evaluation, and bookkeeping."""
 
-    recipe: str = allowed("bttr", one_of=_recipe_names)  # bttr | comer | custom: fills optimizer fields by name (see hmer.training.optim)
+    recipe: str = allowed("bttr", one_of=_recipe_names)  # bttr | comer (hmer.recipes) | custom
     optimizer: str = allowed("adadelta", one_of=OPTIMIZERS)  # adadelta | sgd | adamw
     lr: float = allowed(1.0, gt=0)
     momentum: float = allowed(0.9, ge=0, lt=1)
@@ -341,7 +342,7 @@ class TrainConfig:
     epochs: int = allowed(300, ge=1)
     time_budget_s: float = allowed(0.0, ge=0)  # 0 = no wall-clock limit
     val_every: int = allowed(1, ge=1)  # epochs between validation passes
-    stop_at_val_exprate: float = allowed(0.0, ge=0, le=100)  # stop early once validation ExpRate reaches this (0 = never)
+    stop_at_val_exprate: float = allowed(0.0, ge=0, le=100)  # stop once validation ExpRate reaches this (0 = never)
     seed: int = allowed(7, ge=0)
     precision: str = allowed("auto", one_of=PRECISIONS)  # auto (bf16 autocast on GPU, fp32 on CPU) | fp32 | bf16
     device: str = allowed("auto", check=_device_name, says=DEVICE_SAY, bad_example="gpu")  # auto | cpu | cuda | cuda:N
@@ -370,7 +371,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    name: str = allowed("", text="a label (the preset this config came from)")  # preset name this config came from, for tags
+    name: str = allowed("", text="a label (the preset this config came from)")  # for tags
 
     # ---- dotted-key access -------------------------------------------------------------
     def to_flat_dict(self) -> dict[str, Any]:

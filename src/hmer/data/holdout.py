@@ -179,7 +179,8 @@ def near_captions(captions: Iterable[str], max_edits: int) -> dict[str, set[str]
     by_reduced: dict[tuple[str, ...], list[str]] = defaultdict(list)
     for caption, toks in tokens.items():
         reduced = {tuple(t for i, t in enumerate(toks) if i not in dropped)
-                   for k in range(min(max_edits, len(toks)) + 1) for dropped in map(set, combinations(range(len(toks)), k))}
+                   for k in range(min(max_edits, len(toks)) + 1)
+                   for dropped in map(set, combinations(range(len(toks)), k))}
         for form in reduced:
             by_reduced[form].append(caption)
     for group in by_reduced.values():

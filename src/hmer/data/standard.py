@@ -70,7 +70,8 @@ def standard_2014_expressions(tar_path: str | Path, captions: dict[str, list[str
     return out
 
 
-def standard_2014_if_available(exprs_2014: Sequence, height: int = 0, tar_path: str | Path | None = None) -> list | None:
+def standard_2014_if_available(exprs_2014: Sequence, height: int = 0,
+                               tar_path: str | Path | None = None) -> list | None:
     """`standard_2014_expressions` for the given 2014 expressions (a run's test split, its
     `test_limit` included), or None when the tarball is absent (default: `default_standard_tar()`)
     or lacks one of them (the data is not CROHME 2014): what a run's final evaluation scores as
