@@ -16,7 +16,7 @@ import math
 import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Callable, get_type_hints
+from typing import Any, Callable, Mapping, get_type_hints
 
 # The swappable parts (decoders, position encodings, coverage kinds, search rules) are not
 # listed here: each registers itself by name where it is defined (see hmer.registry), and
@@ -385,7 +385,7 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def override(self, values: dict[str, Any]) -> "Config":
+    def override(self, values: Mapping[str, Any]) -> "Config":
         """A copy with dotted keys set (text parsed to the field's type), checked whole (`validate`)."""
         new = copy_config(self)
         for key, raw in values.items():

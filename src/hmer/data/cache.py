@@ -26,7 +26,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -237,7 +237,8 @@ def write_cache_file(path: Path, names: Sequence[str], images: dict[str, np.ndar
             # The default renderings are binary: 1 bit per pixel makes the entry 8x smaller
             # before compression and a warm load several times faster.
             binary = not np.any((pixels != 0) & (pixels != 255))
-            packed = {"bits": np.packbits(pixels == 255)} if binary else {"pixels": pixels}
+            # Any: the checker takes a dict unpacked into savez_compressed for one that may name allow_pickle
+            packed: dict[str, Any] = {"bits": np.packbits(pixels == 255)} if binary else {"pixels": pixels}
             np.savez_compressed(
                 handle,
                 **packed, n_pixels=np.array(pixels.size), offsets=offsets, shapes=shapes,

@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Iterable, Mapping, Sequence
+from typing import AbstractSet, Iterable, Mapping, Sequence
 
 import editdistance
 import numpy as np
@@ -90,7 +90,7 @@ def split_validation(names: Sequence[str], captions: Mapping[str, str], writers:
     return held
 
 
-def _record(names: Sequence[str], val_names: set[str], rule: str, left_out: set[str] = frozenset(),
+def _record(names: Sequence[str], val_names: set[str], rule: str, left_out: AbstractSet[str] = frozenset(),
             val_writers: Sequence[str] = ()) -> HoldOut:
     """The `HoldOut` record of a rule's choice: `val_names` held out of `names`, `left_out` on neither side."""
     return HoldOut(rule=rule,

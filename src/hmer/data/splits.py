@@ -41,7 +41,7 @@ def load_split(path: str | os.PathLike[str] | DatasetSource | None, split: str,
     """
     render_cfg = render_cfg or RenderConfig()
     owned = not isinstance(path, DatasetSource)
-    source = open_source(path) if owned else path  # type: ignore[arg-type]
+    source = path if isinstance(path, DatasetSource) else open_source(path)
     try:
         captions = parse_captions(source.caption_text(split), source.describe(split, CAPTION_FILE), vocab)
         if limit > 0:

@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             ("ours (hmer.data.render)", "standard (WAP off_image_test)")
         picture = side_by_side(pairs, titles=titles)
         if args.zoom > 1:
-            picture = picture.resize((picture.width * args.zoom, picture.height * args.zoom), Image.NEAREST)
+            picture = picture.resize((picture.width * args.zoom, picture.height * args.zoom), Image.Resampling.NEAREST)
         picture.save(args.out, optimize=True)
         print(f"wrote {args.out}")
     return 0

@@ -65,7 +65,7 @@ for _name, (_overrides, _text) in _FAMILIES.items():
     PRESETS[f"{_name}-l2r"] = {**_overrides, "direction": "l2r"}
     DESCRIPTIONS[f"{_name}-l2r"] = f"{_text}; left-to-right"
 
-_TINY_FAMILIES = {
+_TINY_FAMILIES: dict[str, tuple[dict[str, Any], str]] = {
     "tiny": ({"decoder": "transformer"}, "transformer"),
     "tiny-transformer": ({"decoder": "transformer"}, "transformer"),
     "tiny-comer": ({**_COMER, "coverage": "fusion"}, "CoMER fusion coverage"),

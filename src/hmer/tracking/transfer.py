@@ -177,7 +177,7 @@ def split_file(path: Path, part_bytes: int) -> list[Path]:
     """`path` as is when it is at most `part_bytes`, else `path.part-000`, ... (and `path` removed)."""
     if part_bytes <= 0 or path.stat().st_size <= part_bytes:
         return [path]
-    parts = []
+    parts: list[Path] = []
     with path.open("rb") as src:
         while chunk := src.read(part_bytes):
             part = path.with_name(f"{path.name}{PART_SUFFIX}{len(parts):03d}")

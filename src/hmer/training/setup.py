@@ -19,7 +19,7 @@ from ..data.augment import VAL_ALT, AugmentConfig, load_strokes, val_alt_render_
 from ..data.render import render_ink
 from ..data.standard import STANDARD_2014, standard_2014_if_available
 from ..device import autocast_dtype
-from ..model import build_model
+from ..model import HMERModel, build_model
 from . import distributed as ddp
 from .loader import auto_prefetch
 from .optim import LRSchedule, build_optimizer
@@ -34,7 +34,7 @@ def seed_everything(seed: int) -> None:
 class LossModule(torch.nn.Module):
     """`forward` = the model's training loss, so DistributedDataParallel can wrap it."""
 
-    def __init__(self, model: torch.nn.Module, label_smoothing: float = 0.0):
+    def __init__(self, model: HMERModel, label_smoothing: float = 0.0):
         super().__init__()
         self.model = model
         self.label_smoothing = label_smoothing
@@ -106,7 +106,7 @@ def build(cfg: Config, data: dict[str, list] | None, device: torch.device, dist:
 
     model = build_model(cfg.model).to(device)
     if tc.channels_last:  # NHWC convolutions for the encoder (tensor cores prefer them on a GPU)
-        model = model.to(memory_format=torch.channels_last)
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # Module.to takes memory_format; its stubs omit it
     optimizer = build_optimizer(model.parameters(), tc)
     # make_batches fixes the number of batches of an epoch whatever its shuffle seed
     steps_per_epoch = len(ddp.shard(make_batches(data["train"], cfg.data.batch_pixels, cfg.data.max_batch_size,
