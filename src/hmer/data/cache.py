@@ -103,7 +103,8 @@ def load_images(source: DatasetSource, split: str, names: Sequence[str], files: 
     failures: dict[str, str] = {}
     for index, image, error in render_files(source, split, files, render_cfg, workers=workers):
         if image is None:
-            kind, message = error  # type: ignore[misc]
+            assert error is not None  # render_files gives an error wherever it gives no image
+            kind, message = error
             if strict:
                 raise _ERRORS.get(kind, DataError)(message)
             failures[names[index]] = message

@@ -115,8 +115,8 @@ def _writer_hold_out(names: Sequence[str], captions: Mapping[str, str], writers:
                      target: int, seed: int, min_edits: int) -> HoldOut:
     by_writer: dict[str, list[str]] = defaultdict(list)
     for name in names:
-        if writers.get(name):
-            by_writer[writers[name]].append(name)  # type: ignore[index]
+        if writer := writers.get(name):
+            by_writer[writer].append(name)
     caption_count = Counter(captions[n] for n in names)
     # A held-out expression may stay in validation only if no caption within min_edits - 1 edits
     # of its own (its own included) keeps a copy in training.

@@ -35,7 +35,7 @@ def iter_standard_images(tar_path: str | Path, names: Iterable[str] | None = Non
             name = Path(member.name).name[: -len(STANDARD_SUFFIX)]
             if wanted is not None and name not in wanted:
                 continue
-            data = tar.extractfile(member).read()  # type: ignore[union-attr]
+            data = _read(tar, member)
             with Image.open(io.BytesIO(data)) as img:
                 yield name, np.asarray(img.convert("L"), dtype=np.uint8)
 
@@ -85,13 +85,20 @@ def standard_2014_if_available(exprs_2014: Sequence, height: int = 0,
         return None
 
 
+def _read(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    """The bytes of `member`, a regular file (`extractfile` gives None for anything else)."""
+    file = tar.extractfile(member)
+    assert file is not None, member.name
+    return file.read()
+
+
 def standard_sizes(tar_path: str | Path) -> dict[str, tuple[int, int]]:
     """{name: (height, width)} of every standard image (decodes headers, not pixels)."""
     sizes = {}
     with tarfile.open(tar_path, "r:*") as tar:
         for member in tar:
             if member.isfile() and member.name.endswith(STANDARD_SUFFIX):
-                data = tar.extractfile(member).read()  # type: ignore[union-attr]
+                data = _read(tar, member)
                 with Image.open(io.BytesIO(data)) as img:
                     width, height = img.size
                 sizes[Path(member.name).name[: -len(STANDARD_SUFFIX)]] = (height, width)

@@ -140,7 +140,8 @@ def _add_restyled_splits(cfg: Config, data: dict[str, list], test_years: list[st
             strokes = load_strokes(source, "train", names)
     if restyled:
         style = val_alt_render_config(cfg.data)
-        data[VAL_ALT] = [Expression(name=e.name, tokens=e.tokens, image=render_ink(strokes[e.name], style))  # type: ignore[index]
+        assert strokes is not None  # loaded above for the restyled split
+        data[VAL_ALT] = [Expression(name=e.name, tokens=e.tokens, image=render_ink(strokes[e.name], style))
                          for e in val]
     if "2014" in test_years and STANDARD_2014 not in test_years:
         standard = data.get(STANDARD_2014) or standard_2014_if_available(data["2014"], cfg.data.render_height)
