@@ -6,7 +6,8 @@ training expression (8,251 after the hold-out) redrawn once from its strokes at 
 
 Prints wall and CPU seconds per epoch with `data.aug_share=1` (every image redrawn; a share s costs
 s times as much). The CPU seconds are the figure to compare with an epoch's ~150-170 s on a loaded
-machine, where wall seconds also count the time other processes held the core. Run it pinned to one core (`taskset -c 1`), as training on a CPU is.
+machine, where wall seconds also count the time other processes held the core. Run it pinned to
+one core (`taskset -c 1`), as training on a CPU is.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ def main() -> int:
     with open_source(args.data) as source:
         strokes = load_strokes(source, "train", [e.name for e in train])
     print(f"{len(train)} training expressions at {args.height} px; strokes loaded in "
-          f"{time.monotonic() - t0:.1f} s wall, {time.process_time() - c0:.1f} s CPU (once per run; cached after the first)")
+          f"{time.monotonic() - t0:.1f} s wall, {time.process_time() - c0:.1f} s CPU "
+          "(once per run; cached after the first)")
     render_cfg = RenderConfig.from_data_config(cfg)
     vocab = Vocab()
     batches = make_batches(train, cfg.batch_pixels, cfg.max_batch_size, shuffle=True, seed=0)

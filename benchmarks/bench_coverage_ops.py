@@ -46,7 +46,8 @@ def main() -> None:
 
     print("coverage sum, [12, 60, 16, 384], forward + backward (ms):")
     for _ in range(2):
-        print(f"  cumsum shifted {timed(step(shifted_cumsum), 10):7.2f}    sums_before {timed(step(sums_before), 10):7.2f}")
+        print(f"  cumsum shifted {timed(step(shifted_cumsum), 10):7.2f}    "
+              f"sums_before {timed(step(sums_before), 10):7.2f}")
 
     conv = torch.nn.Conv2d(1, 128, 11, padding=5, bias=False)
     weight = conv.weight.reshape(128, -1).t()
@@ -66,7 +67,8 @@ def main() -> None:
 
     print("GRU coverage convolution, [8, 1, 3, 64] -> [8, 192, 128] (ms):")
     for _ in range(2):
-        print(f"  forward + backward: conv {timed(train(by_conv), 200):6.2f}    unfold {timed(train(by_unfold), 200):6.2f}")
+        print(f"  forward + backward: conv {timed(train(by_conv), 200):6.2f}    "
+              f"unfold {timed(train(by_unfold), 200):6.2f}")
     with torch.no_grad():
         for _ in range(2):
             print(f"  forward alone:      conv {timed(by_conv, 500):6.3f}    unfold {timed(by_unfold, 500):6.3f}")

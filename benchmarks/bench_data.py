@@ -79,7 +79,8 @@ def main() -> int:
     for ink in inks:
         render_ink(ink, RenderConfig())
     render_s = time.perf_counter() - start
-    print(f"one_process_parse_ms={1000 * parse_s / len(inks):.2f} one_process_render_ms={1000 * render_s / len(inks):.2f} "
+    print(f"one_process_parse_ms={1000 * parse_s / len(inks):.2f} "
+          f"one_process_render_ms={1000 * render_s / len(inks):.2f} "
           f"(mean over {len(inks)} 2014 expressions)")
 
     train = warm["train"]

@@ -50,7 +50,8 @@ def train_losses(preset: str, steps: int, seed: int, data: str, overrides: list[
     rng = np.random.default_rng(seed)
     losses = []
     for idx in batches[:steps]:
-        scale = float(rng.uniform(cfg.data.scale_aug_min, cfg.data.scale_aug_max)) if cfg.data.scale_aug_max > 0 else None
+        augment = cfg.data.scale_aug_max > 0
+        scale = float(rng.uniform(cfg.data.scale_aug_min, cfg.data.scale_aug_max)) if augment else None
         tb = make_train_batch([exprs[i] for i in idx], vocab, cfg.model.direction, dev, scale)
         loss = loss_module(tb.batch.images, tb.batch.image_mask, tb.tgt_in, tb.tgt_out)
         opt.zero_grad(set_to_none=True)
@@ -68,11 +69,14 @@ def compare(old_path: str, new_path: str, window: int) -> None:
     print(f"old: {old['label']}\nnew: {new['label']}\nseeds: {sorted(old['losses'])} vs {sorted(new['losses'])}, "
           f"{steps} steps, mean loss per window of {window} steps")
     print(f"{'steps':>9}  {'old mean':>8}  {'new mean':>8}  {'new-old':>8}  {'old seeds sd':>12}  {'new seeds sd':>12}")
+
+    def sd(xs):
+        return statistics.stdev(xs) if len(xs) > 1 else 0.0
+
     for start in range(0, steps, window):
-        def per_seed(side):
+        def per_seed(side, start=start):
             return [statistics.fmean(v[start:start + window]) for v in side["losses"].values()]
         o, n = per_seed(old), per_seed(new)
-        sd = lambda xs: statistics.stdev(xs) if len(xs) > 1 else 0.0
         print(f"{start:>4}-{start + window - 1:<4}  {statistics.fmean(o):8.4f}  {statistics.fmean(n):8.4f}  "
               f"{statistics.fmean(n) - statistics.fmean(o):+8.4f}  {sd(o):12.4f}  {sd(n):12.4f}")
 

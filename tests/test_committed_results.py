@@ -68,7 +68,8 @@ def test_the_direction_study_is_complete_with_weights_and_no_training_state(clon
         assert (folder / "split" / "val.txt").is_file()
     for direction in ("l2r", "r2l", "bi"):
         for year in YEARS:
-            scores = [r.data.metrics[f"test_{year}_exprate"] for r in runs if r.data.params["model.direction"] == direction]
+            scores = [r.data.metrics[f"test_{year}_exprate"] for r in runs
+                      if r.data.params["model.direction"] == direction]
             assert sum(scores) > 0, f"{direction} reads nothing right on {year}"
 
     study = optuna.load_study(study_name=STUDY, storage=f"sqlite:///{clone / 'mlruns' / 'optuna.db'}")
@@ -221,7 +222,8 @@ def test_the_cpu_budget_is_the_committed_sweeps_best_trial():
     from hmer.studies.resolution import budget_resolution
 
     study = optuna.load_study(study_name="sweep-cpu", storage=f"sqlite:///{MLRUNS / 'optuna.db'}")
-    finished = [t for t in study.trials if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]
+    finished = [t for t in study.trials
+                if t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]
     assert len(finished) >= 24, f"the committed sweep has {len(finished)} trials finished or pruned"
     best = study.best_trial
     # every key the budget sets: its size's and its recipe's, and its own

@@ -135,7 +135,7 @@ def test_no_module_imports_lead_back_to_itself():
     for module in GRAPH:
         if module not in index:
             visit(module)
-    described = [" <-> ".join(f"{m} ({', '.join(f'{t}:{l}' for t, l in GRAPH[m].items() if t in c)})" for m in c)
+    described = [" <-> ".join(f"{m} ({', '.join(f'{t}:{line}' for t, line in GRAPH[m].items() if t in c)})" for m in c)
                  for c in cycles]
     assert not cycles, f"import cycles: {described}"
 

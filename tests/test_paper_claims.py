@@ -107,7 +107,7 @@ def test_claims_table_on_a_real_direction_study(direction_store):
     missing = df[df["claim"] != "direction"]
     coverage_pairs = [("fusion", "none"), ("fusion", "cross"), ("fusion", "self"), ("cross", "none"), ("self", "none")]
     assert list(zip(missing["claim"], missing["winner"], missing["loser"], missing["year"])) == [
-        ("coverage", w, l, y) for w, l in coverage_pairs for y in YEARS] + [
+        ("coverage", winner, loser, y) for winner, loser in coverage_pairs for y in YEARS] + [
         ("decoder", "transformer", "rnn", ""), ("decoder", "transformer", "convs2s", ""),
         ("posenc", "sin2d", "none", ""), ("posenc", "cape", "sin2d", ""), ("posenc", "learned", "sin2d", "")]
     assert (missing["verdict"] == NO_STUDY).all() and missing["delta"].isna().all()
@@ -143,7 +143,7 @@ def test_the_claims_figure_draws_each_comparison_per_year_with_its_interval(dire
     fig = plot_claims(df)
     panels = [ax for ax in fig.axes if ax.get_visible()]
     comparisons = list(dict.fromkeys(zip(df["claim"], df["winner"], df["loser"])))
-    assert [ax.get_title() for ax in panels] == [f"{c}: {w} > {l}" for c, w, l in comparisons]
+    assert [ax.get_title() for ax in panels] == [f"{c}: {winner} > {loser}" for c, winner, loser in comparisons]
     # direction, measured: a dot per year at the difference, its bar spanning the interval
     direction, rows = panels[0], df[df["claim"] == "direction"]
     assert [t.get_text() for t in direction.get_xticklabels()] == YEARS

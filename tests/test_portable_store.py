@@ -101,7 +101,8 @@ def test_publish_and_workspace_round_trip(tmp_path):
     assert client.get_run(run_id).info.artifact_uri.startswith("mlruns/artifacts/")
     assert client.get_experiment_by_name("ablate_x-cpu") is None  # purged, not only marked deleted
     assert not list((checkout / "mlruns" / "artifacts").rglob(child.info.run_id))  # nor an empty folder
-    assert MlflowClient(f"sqlite:///{work / 'mlruns' / 'mlflow.db'}").get_run(child.info.run_id)  # the workspace keeps it
+    # the workspace keeps it
+    assert MlflowClient(f"sqlite:///{work / 'mlruns' / 'mlflow.db'}").get_run(child.info.run_id)
 
     out = subprocess.run([sys.executable, "-m", "hmer.cli", "runs", "workspace", str(tmp_path / "more")],
                          capture_output=True, text=True, env=env, cwd=tmp_path)

@@ -73,7 +73,8 @@ def test_config_validation_reads_the_registries():
         Config().override({"model.decoder": "nope"}).validate()
     with pytest.raises(ValueError, match=r"model.image_pos='nope' is not one of .*sin2d"):
         Config().override({"model.image_pos": "nope"}).validate()
-    with pytest.raises(ValueError, match="model.coverage='fusion', model.decoder='rnn': coverage 'fusion' needs a decoder"):
+    with pytest.raises(ValueError,
+                       match="model.coverage='fusion', model.decoder='rnn': coverage 'fusion' needs a decoder"):
         Config().override({"model.decoder": "rnn", "model.coverage": "fusion"}).validate()
 
 

@@ -383,11 +383,13 @@ def test_attention_compares_one_run_per_kind_of_coverage_of_one_seed():
 
     runs = _finished_runs(("f2", "transformer", "fusion", 2), ("n2", "transformer", "none", 2),
                           ("c1", "transformer", "cross", 1), ("n1", "transformer", "none", 1),
-                          ("f1", "transformer", "fusion", 1), ("s1", "transformer", "self", 1), ("g3", "rnn", "none", 3))
+                          ("f1", "transformer", "fusion", 1), ("s1", "transformer", "self", 1),
+                          ("g3", "rnn", "none", 3))
     # seed 1 is the seed of four kinds; the GRU has only seed 3; newest first never beats the shared seed
     assert coverage_variants(runs) == ["n1", "s1", "c1", "f1", "g3"]
     # one kind only: the two most recent runs of different variants
-    assert coverage_variants(_finished_runs(("b", "transformer", "none", 1), ("a", "transformer", "none", 2))) == ["b", "a"]
+    one_kind = _finished_runs(("b", "transformer", "none", 1), ("a", "transformer", "none", 2))
+    assert coverage_variants(one_kind) == ["b", "a"]
     with pytest.raises(ValueError, match="no finished run"):
         coverage_variants(runs.assign(state="failed"))
 

@@ -102,7 +102,7 @@ def test_grid_study_end_to_end_and_rerun_runs_nothing(stores, capsys):
     # what the study cost, as its own trials measured it (their runs' metrics)
     cpu = [r.data.metrics["cpu_seconds"] for r in children]
     assert all(c > 0 for c in cpu)
-    assert (f"study direction-test: cost measured on its 3 finished trial(s):" in out
+    assert ("study direction-test: cost measured on its 3 finished trial(s):" in out
             and f"{sum(cpu) / len(cpu) / 60:.0f} CPU-min a trial" in out), out
 
     # What the MLflow UI shows (tests/test_ui.py looks at it in a browser): a model-training
@@ -602,7 +602,7 @@ def test_every_module_of_the_suite_registers_its_study_under_its_own_name():
     assert studies.DIRECTION is STUDIES.get("ablate_direction") and studies.SWEEP is STUDIES.get("sweep")
     assert set(studies.ABLATIONS) == set(modules) - {"sweep"}
     with pytest.raises(AttributeError):
-        studies.NO_SUCH_STUDY
+        studies.NO_SUCH_STUDY  # noqa: B018 - the lookup is what must raise
 
 
 def test_a_study_registered_here_alone_runs_by_name(stores, tmp_path, capsys):

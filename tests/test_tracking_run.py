@@ -52,7 +52,8 @@ def test_a_run_that_returns_is_finished_with_its_start_tags(store):
 @pytest.mark.parametrize("exc, status, tag, error", [
     (TrialPruned("pruned at epoch 2"), "KILLED", "pruned", None),
     (KeyboardInterrupt(), "KILLED", "failed", "KeyboardInterrupt: "),
-    (FloatingPointError("training loss became nan"), "FAILED", "failed", "FloatingPointError: training loss became nan"),
+    (FloatingPointError("training loss became nan"), "FAILED", "failed",
+     "FloatingPointError: training loss became nan"),
 ])
 def test_an_exception_ends_the_run_with_its_status_and_goes_on(store, exc, status, tag, error):
     run = _start(store)

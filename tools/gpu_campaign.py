@@ -691,7 +691,8 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=STEP_NAMES,
                    help="leave a step out of this lease, e.g. bench-train once its figures are measured (repeatable)")
     p.add_argument("--train-preset", default="comer-fusion")
-    p.add_argument("--train-budget", type=float, default=720.0, help="training seconds in all (hmer train --time-budget)")
+    p.add_argument("--train-budget", type=float, default=720.0,
+                   help="training seconds in all (hmer train --time-budget)")
     p.add_argument("--eval-seconds", type=float, default=240.0, help="reserved for the three test years")
     p.add_argument("--cap-scale", type=float, default=1.0,
                    help="multiply every step's cap (a rehearsal on a machine shared with other jobs)")

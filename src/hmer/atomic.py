@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import BinaryIO, Callable
 
 
-def write_atomically(path: str | Path, write: Callable[[BinaryIO], None]) -> None:
+def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
     """Replace `path` in one step with what `write` writes into the binary file it is given. An
     existing file keeps its mode; a new one gets the mode the umask gives (mkstemp's temporary
     files are private, the result need not be)."""

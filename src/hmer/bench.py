@@ -251,7 +251,8 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
         model.train()
         loss_module: torch.nn.Module = LossModule(model, cfg.train.label_smoothing)
         if compiled:
-            loss_module = torch.compile(loss_module, dynamic=True)
+            # a compiled Module is a Module (OptimizedModule); torch.compile's stubs say only Callable
+            loss_module = torch.compile(loss_module, dynamic=True)  # type: ignore[assignment]
         aug_rng = np.random.default_rng(0)
 
         def make(idx):

@@ -60,7 +60,8 @@ def model_artifact(model: Any, cfg: Any, vocab: Any, epoch: int, val_exprate: fl
 
 def rng_state() -> dict[str, Any]:
     """Every random generator the training loop touches, as tensors and plain values."""
-    np_state = np.random.get_state()
+    np_state = np.random.get_state(legacy=True)
+    assert isinstance(np_state, tuple)  # the legacy form of the global MT19937 generator
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
         "numpy": {"keys": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),

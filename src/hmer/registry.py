@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from typing import Any, Callable, Generic, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Generic, Iterator, Mapping, Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -108,6 +108,7 @@ class Registry(Generic[T]):
         if not self._home_imported:
             # Set first: the home package's own import may read this registry (and must not recurse).
             self._home_imported = True
+            assert self.home is not None  # a registry without a home starts imported
             try:
                 importlib.import_module(self.home, package=__package__)
             except BaseException:
@@ -151,7 +152,16 @@ SEARCH_RULES: Registry[Callable[..., Any]] = Registry("train.search_rule", home=
 """Beam search rules: `search(model, feats, mask, direction, *, beam_size, max_len, length_penalty,
 sos_id, eos_id, pad_id)` -> per image, token ids left to right without sos/eos."""
 
-METRICS: Registry[Callable[..., float]] = Registry("metric", home=".evaluation.metrics")
+class RegisteredMetric(Protocol):
+    """What a metric offers (`hmer.evaluation.metrics.Metric`; the foundation imports no layer above it)."""
+
+    @property
+    def label(self) -> str: ...
+    def read_right(self, distances: Any) -> Any: ...
+    def __call__(self, distances: Any) -> float: ...
+
+
+METRICS: Registry[RegisteredMetric] = Registry("metric", home=".evaluation.metrics")
 """Expression metrics: `metric(distances)` -> a rate in percent, from per-expression token edit
 distances; each is logged per test year as `test_{year}_{name}`."""
 

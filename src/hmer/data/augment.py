@@ -107,8 +107,8 @@ def augmented_image(strokes: Sequence[np.ndarray], render_cfg: RenderConfig, aug
     height = render_cfg.height
     # (drawn at the ink's own scale when downscaling, whatever data.render_style is)
     downscale = downscale or (render_cfg.downscale and height > 0)
-    draw_cfg = dataclasses.replace(render_cfg, antialias=bool(u[3] < aug.antialias),
-                                   **({"height": 0, "downscale": False} if downscale else {}))
+    draw_cfg = dataclasses.replace(render_cfg, antialias=bool(u[3] < aug.antialias), height=0 if downscale else height,
+                                   downscale=render_cfg.downscale and not downscale)
     scale = ink_scale(strokes, draw_cfg)
 
     # 2. displacements in pixels of the drawing, converted to device units

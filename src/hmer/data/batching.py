@@ -81,7 +81,7 @@ def make_batches(exprs: Sequence[Expression], pixel_budget: int, max_batch_size:
     `max_batch_size` <= 0 means no cap; `height_bin=1` sorts by exact (height, width), as BTTR.
     The result is the same for the same sizes and seed.
     """
-    sizes = [fit_to_pixels(*e.image.shape[:2], max_image_pixels) for e in exprs]
+    sizes = [fit_to_pixels(e.image.shape[0], e.image.shape[1], max_image_pixels) for e in exprs]
     bin_ = max(1, height_bin)
     order = sorted(range(len(exprs)), key=lambda i: (sizes[i][0] // bin_, sizes[i][1], sizes[i][0], i))
     cap = max_batch_size if max_batch_size > 0 else len(exprs) + 1
@@ -112,7 +112,8 @@ def round_up(size: int, multiple: int) -> int:
 def _fitted_sizes(exprs: Sequence[Expression], batches: Sequence[Sequence[int]],
                   max_image_pixels: int | None) -> list[list[tuple[int, int]]]:
     """Each batch's image sizes as `collate` sees them (after any evaluation resize)."""
-    return [[fit_to_pixels(*exprs[i].image.shape[:2], max_image_pixels) for i in idx] for idx in batches]
+    return [[fit_to_pixels(exprs[i].image.shape[0], exprs[i].image.shape[1], max_image_pixels) for i in idx]
+            for idx in batches]
 
 
 def _padded_shape(sizes: Sequence[tuple[int, int]], pad_multiple: int) -> tuple[int, int, int]:
@@ -141,7 +142,7 @@ def resize_image(image: np.ndarray, height: int, width: int) -> np.ndarray:
     """Bilinear resize of a uint8 [H, W] image (PIL, so deterministic)."""
     if image.shape[:2] == (height, width):
         return image
-    return np.asarray(Image.fromarray(image).resize((width, height), Image.BILINEAR), dtype=np.uint8)
+    return np.asarray(Image.fromarray(image).resize((width, height), Image.Resampling.BILINEAR), dtype=np.uint8)
 
 
 def collate(exprs: Sequence[Expression], vocab: Vocab, scale: float | None = None,
@@ -161,7 +162,7 @@ def collate(exprs: Sequence[Expression], vocab: Vocab, scale: float | None = Non
         if scale is not None and scale != 1.0:
             h, w = image.shape[:2]
             image = resize_image(image, max(1, round(h * scale)), max(1, round(w * scale)))
-        fitted = fit_to_pixels(*image.shape[:2], max_pixels)
+        fitted = fit_to_pixels(image.shape[0], image.shape[1], max_pixels)
         if fitted != image.shape[:2]:
             image = resize_image(image, *fitted)
             resized += 1

@@ -26,7 +26,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -103,7 +103,8 @@ def load_images(source: DatasetSource, split: str, names: Sequence[str], files: 
     failures: dict[str, str] = {}
     for index, image, error in render_files(source, split, files, render_cfg, workers=workers):
         if image is None:
-            kind, message = error  # type: ignore[misc]
+            assert error is not None  # render_files gives an error wherever it gives no image
+            kind, message = error
             if strict:
                 raise _ERRORS.get(kind, DataError)(message)
             failures[names[index]] = message
@@ -237,7 +238,8 @@ def write_cache_file(path: Path, names: Sequence[str], images: dict[str, np.ndar
             # The default renderings are binary: 1 bit per pixel makes the entry 8x smaller
             # before compression and a warm load several times faster.
             binary = not np.any((pixels != 0) & (pixels != 255))
-            packed = {"bits": np.packbits(pixels == 255)} if binary else {"pixels": pixels}
+            # Any: the checker takes a dict unpacked into savez_compressed for one that may name allow_pickle
+            packed: dict[str, Any] = {"bits": np.packbits(pixels == 255)} if binary else {"pixels": pixels}
             np.savez_compressed(
                 handle,
                 **packed, n_pixels=np.array(pixels.size), offsets=offsets, shapes=shapes,

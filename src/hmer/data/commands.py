@@ -86,7 +86,8 @@ def check_split(source: DatasetSource, split: str, vocab: Vocab, workers: int | 
     files = source.list_files(split)
     for name, line in names.items():
         if name not in files:
-            problems.append(Problem("error", f"{caption_where}:{line}: no file for {name!r} in {source.describe(split)}"))
+            problems.append(Problem("error",
+                                    f"{caption_where}:{line}: no file for {name!r} in {source.describe(split)}"))
     for name, found in files.items():
         if name not in names:
             problems.append(Problem("warning", f"{source.describe(split, found[0])}: no caption for this file"))

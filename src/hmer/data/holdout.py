@@ -33,7 +33,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from itertools import combinations
-from typing import Iterable, Mapping, Sequence
+from typing import AbstractSet, Iterable, Mapping, Sequence
 
 import editdistance
 import numpy as np
@@ -90,7 +90,7 @@ def split_validation(names: Sequence[str], captions: Mapping[str, str], writers:
     return held
 
 
-def _record(names: Sequence[str], val_names: set[str], rule: str, left_out: set[str] = frozenset(),
+def _record(names: Sequence[str], val_names: set[str], rule: str, left_out: AbstractSet[str] = frozenset(),
             val_writers: Sequence[str] = ()) -> HoldOut:
     """The `HoldOut` record of a rule's choice: `val_names` held out of `names`, `left_out` on neither side."""
     return HoldOut(rule=rule,
@@ -115,8 +115,8 @@ def _writer_hold_out(names: Sequence[str], captions: Mapping[str, str], writers:
                      target: int, seed: int, min_edits: int) -> HoldOut:
     by_writer: dict[str, list[str]] = defaultdict(list)
     for name in names:
-        if writers.get(name):
-            by_writer[writers[name]].append(name)  # type: ignore[index]
+        if writer := writers.get(name):
+            by_writer[writer].append(name)
     caption_count = Counter(captions[n] for n in names)
     # A held-out expression may stay in validation only if no caption within min_edits - 1 edits
     # of its own (its own included) keeps a copy in training.
@@ -179,7 +179,8 @@ def near_captions(captions: Iterable[str], max_edits: int) -> dict[str, set[str]
     by_reduced: dict[tuple[str, ...], list[str]] = defaultdict(list)
     for caption, toks in tokens.items():
         reduced = {tuple(t for i, t in enumerate(toks) if i not in dropped)
-                   for k in range(min(max_edits, len(toks)) + 1) for dropped in map(set, combinations(range(len(toks)), k))}
+                   for k in range(min(max_edits, len(toks)) + 1)
+                   for dropped in map(set, combinations(range(len(toks)), k))}
         for form in reduced:
             by_reduced[form].append(caption)
     for group in by_reduced.values():

@@ -220,7 +220,7 @@ def scale_to_height(image: np.ndarray, height: int) -> np.ndarray:
     if height <= 0 or image.shape[0] == height:
         return image
     width = max(1, round(image.shape[1] * height / image.shape[0]))
-    return np.asarray(Image.fromarray(image).resize((width, height), Image.BILINEAR), dtype=np.uint8)
+    return np.asarray(Image.fromarray(image).resize((width, height), Image.Resampling.BILINEAR), dtype=np.uint8)
 
 
 def _grow_3x3(pixels: np.ndarray) -> np.ndarray:

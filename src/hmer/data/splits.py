@@ -41,7 +41,7 @@ def load_split(path: str | os.PathLike[str] | DatasetSource | None, split: str,
     """
     render_cfg = render_cfg or RenderConfig()
     owned = not isinstance(path, DatasetSource)
-    source = open_source(path) if owned else path  # type: ignore[arg-type]
+    source = path if isinstance(path, DatasetSource) else open_source(path)
     try:
         captions = parse_captions(source.caption_text(split), source.describe(split, CAPTION_FILE), vocab)
         if limit > 0:
@@ -80,9 +80,9 @@ def read_writers(source: DatasetSource, split: str, names: Sequence[str]) -> dic
 
 def split_source_validation(source: DatasetSource, data_cfg: DataConfig, *,
                             vocab: Vocab | None = None) -> HoldOut:
-    """`holdout.split_validation` of a dataset source's train split: the names of the training part and the validation hold-out of the train split, by
-    `data.val_split` (see `hmer.data.holdout`). Reads captions and InkML headers only: no
-    rendering, so `hmer data split` is quick."""
+    """`holdout.split_validation` of a dataset source's train split: the names of the training part
+    and the validation hold-out of the train split, by `data.val_split` (see `hmer.data.holdout`).
+    Reads captions and InkML headers only: no rendering, so `hmer data split` is quick."""
     captions = parse_captions(source.caption_text(TRAIN), source.describe(TRAIN, CAPTION_FILE), vocab)
     names = [c.name for c in captions]
     writers = read_writers(source, TRAIN, names) if data_cfg.val_split == "writer" else {}
@@ -108,8 +108,9 @@ def load_dataset(path: str | os.PathLike[str] | None, data_cfg: DataConfig | Non
 
     `path` falls back to `data_cfg.path`, then $HMER_DATA, then the default place. `val` is the
     hold-out of the train split by `val_split` (whole writers by default; `val_fraction` of it,
-    seeded by `val_seed`; see `hmer.data.holdout`), `train` is the rest; `train_limit`, `val_limit` and `test_limit` (0 = all) then keep deterministic random
-    subsets (test_limit applies to every other split). Rendering goes through the cache.
+    seeded by `val_seed`; see `hmer.data.holdout`), `train` is the rest; `train_limit`, `val_limit`
+    and `test_limit` (0 = all) then keep deterministic random subsets (test_limit applies to every
+    other split). Rendering goes through the cache.
     """
     cfg = data_cfg if data_cfg is not None else DataConfig()
     wanted = tuple(splits) if splits is not None else default_splits(cfg)

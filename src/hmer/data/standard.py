@@ -35,7 +35,7 @@ def iter_standard_images(tar_path: str | Path, names: Iterable[str] | None = Non
             name = Path(member.name).name[: -len(STANDARD_SUFFIX)]
             if wanted is not None and name not in wanted:
                 continue
-            data = tar.extractfile(member).read()  # type: ignore[union-attr]
+            data = _read(tar, member)
             with Image.open(io.BytesIO(data)) as img:
                 yield name, np.asarray(img.convert("L"), dtype=np.uint8)
 
@@ -70,7 +70,8 @@ def standard_2014_expressions(tar_path: str | Path, captions: dict[str, list[str
     return out
 
 
-def standard_2014_if_available(exprs_2014: Sequence, height: int = 0, tar_path: str | Path | None = None) -> list | None:
+def standard_2014_if_available(exprs_2014: Sequence, height: int = 0,
+                               tar_path: str | Path | None = None) -> list | None:
     """`standard_2014_expressions` for the given 2014 expressions (a run's test split, its
     `test_limit` included), or None when the tarball is absent (default: `default_standard_tar()`)
     or lacks one of them (the data is not CROHME 2014): what a run's final evaluation scores as
@@ -84,13 +85,20 @@ def standard_2014_if_available(exprs_2014: Sequence, height: int = 0, tar_path: 
         return None
 
 
+def _read(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
+    """The bytes of `member`, a regular file (`extractfile` gives None for anything else)."""
+    file = tar.extractfile(member)
+    assert file is not None, member.name
+    return file.read()
+
+
 def standard_sizes(tar_path: str | Path) -> dict[str, tuple[int, int]]:
     """{name: (height, width)} of every standard image (decodes headers, not pixels)."""
     sizes = {}
     with tarfile.open(tar_path, "r:*") as tar:
         for member in tar:
             if member.isfile() and member.name.endswith(STANDARD_SUFFIX):
-                data = tar.extractfile(member).read()  # type: ignore[union-attr]
+                data = _read(tar, member)
                 with Image.open(io.BytesIO(data)) as img:
                     width, height = img.size
                 sizes[Path(member.name).name[: -len(STANDARD_SUFFIX)]] = (height, width)
@@ -160,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
             ("ours (hmer.data.render)", "standard (WAP off_image_test)")
         picture = side_by_side(pairs, titles=titles)
         if args.zoom > 1:
-            picture = picture.resize((picture.width * args.zoom, picture.height * args.zoom), Image.NEAREST)
+            picture = picture.resize((picture.width * args.zoom, picture.height * args.zoom), Image.Resampling.NEAREST)
         picture.save(args.out, optimize=True)
         print(f"wrote {args.out}")
     return 0

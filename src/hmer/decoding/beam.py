@@ -26,11 +26,14 @@ which teacher forcing reproduces exactly.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor
 
 from .hypothesis import (
     Hypothesis,
+    SearchModel,
     TokenIds,
     at_least_float32,
     check_search_args,
@@ -75,7 +78,7 @@ def beam_search(
     batch = feats.shape[0]
     if batch == 0:
         return []
-    decoder = model.decoder
+    decoder = cast(SearchModel, model).decoder
     device = feats.device
     k = beam_size
     alpha = float(length_penalty)

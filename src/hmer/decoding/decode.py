@@ -8,6 +8,8 @@ rule, `hmer`, and `reference_search` registers BTTR's and CoMER's.
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor
 
@@ -15,7 +17,7 @@ from ..config import DIRECTIONS
 from ..registry import SEARCH_RULES
 from .beam import beam_search
 from .greedy import greedy_search
-from .hypothesis import check_search_args
+from .hypothesis import SearchModel, check_search_args
 from .joint import joint_beam_search
 
 
@@ -50,7 +52,7 @@ def decode_batch(
     if images.shape[0] == 0:
         return []
     search = None if beam_size == 1 else SEARCH_RULES.get(search_rule)
-    feats, mask = model.encode(images, image_mask)
+    feats, mask = cast(SearchModel, model).encode(images, image_mask)
     if search is None:
         start, end = (eos_id, sos_id) if direction == "r2l" else (sos_id, eos_id)
         seqs = greedy_search(model, feats, mask, start, end, max_len, pad_id=pad_id)

@@ -8,10 +8,12 @@ batch costs what its running images cost, and the loop ends when every image has
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor
 
-from .hypothesis import at_least_float32, check_search_args
+from .hypothesis import SearchModel, at_least_float32, check_search_args
 
 
 @torch.inference_mode()
@@ -36,7 +38,7 @@ def greedy_search(
     batch = feats.shape[0]
     if batch == 0:
         return []
-    decoder = model.decoder
+    decoder = cast(SearchModel, model).decoder
     device = feats.device
     state = decoder.init_state(feats, mask)
     active = torch.arange(batch, device=device)  # original image of each row still running

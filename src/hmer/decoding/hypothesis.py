@@ -16,13 +16,31 @@ always alike, and one convention for every search keeps l2r, r2l and joint numbe
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence, Union
+from typing import Any, Protocol, Sequence, Union
 
 import torch
 from torch import Tensor
 
 # An id for every image, or one id for all of them.
 TokenIds = Union[int, Sequence[int], Tensor]
+
+
+class SearchDecoder(Protocol):
+    """The incremental interface a search calls on `model.decoder` (`hmer.model.Decoder`)."""
+
+    def init_state(self, feats: Tensor, feat_mask: Tensor) -> Any: ...
+    def step(self, state: Any, tokens: Tensor) -> tuple[Tensor, Any]: ...
+    def reorder_state(self, state: Any, index: Tensor, group: int = 0) -> Any: ...
+
+
+class SearchModel(Protocol):
+    """What a search reads of the model (an `HMERModel`, which decoding does not import). The
+    searches take a `torch.nn.Module`, whose attributes the checker sees as `Tensor | Module`;
+    they read it through this."""
+
+    @property
+    def decoder(self) -> SearchDecoder: ...
+    def encode(self, images: Tensor, image_mask: Tensor) -> tuple[Tensor, Tensor]: ...
 
 
 @dataclass

@@ -73,7 +73,8 @@ def predict(
 
         iterator = tqdm(batches, desc=progress, unit="batch", leave=False)
     for idx in iterator:
-        batch = collate([exprs[i] for i in idx], vocab, max_pixels=max_image_pixels, pad_multiple=pad_multiple).to(device)
+        batch = collate([exprs[i] for i in idx], vocab, max_pixels=max_image_pixels,
+                        pad_multiple=pad_multiple).to(device)
         resized += batch.resized
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
             hyps = decode_batch(model, batch.images, batch.image_mask, direction,

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Optional
+from typing import Optional, Sequence, cast
 
 import torch
 import torch.nn as nn
@@ -105,8 +105,9 @@ class ConvS2SDecoder(Decoder):
         d = cfg.d_model
         self.embed = TokenEmbedding(cfg.vocab_size, d, cfg.token_pos, cfg.max_len, norm=cfg.embed_norm,
                                     pos_norm=cfg.embed_pos_norm)
-        self.blocks = nn.ModuleList(ConvBlock(d, cfg.conv_kernel, cfg.dropout, cfg.conv_attention)
-                                    for _ in range(cfg.conv_layers))
+        # a ModuleList (its blocks are submodules), typed by what it holds
+        self.blocks = cast(Sequence[ConvBlock], nn.ModuleList(
+            ConvBlock(d, cfg.conv_kernel, cfg.dropout, cfg.conv_attention) for _ in range(cfg.conv_layers)))
         self.dropout = Dropout(cfg.dropout)
         self.out = nn.Linear(d, cfg.vocab_size)
 
@@ -133,6 +134,7 @@ class ConvS2SDecoder(Decoder):
             x = (y + residual) * HALF
         logits = self.out(self.dropout(x))
         if return_attention:
+            assert weights is not None  # the last block's weights were asked for
             return logits, weights.view(b, -1, h, w)
         return logits
 

@@ -51,6 +51,8 @@ class SinusoidalTokenPositions(nn.Module):
     """Fixed 1-D sinusoids. The table is a non-persistent buffer (not in checkpoints), so
     it can be longer than any target without affecting saved models."""
 
+    table: Tensor  # the buffer's type (register_buffer does not declare it)
+
     def __init__(self, d_model: int, max_len: int = 1024):
         super().__init__()
         self.register_buffer("table", sinusoid_table(max_len, d_model), persistent=False)
@@ -142,7 +144,7 @@ class Sinusoidal2DImagePositions(nn.Module):
         super().__init__()
         if d_model % 4:
             raise ValueError(f"d_model={d_model} must be divisible by 4 for the 2-D sinusoidal encoding")
-        self.half = d_model // 2
+        self.axis_dims = d_model // 2  # each axis's share of d (not `half`: that is nn.Module.half())
         self.temperature = temperature
 
     @staticmethod
@@ -159,7 +161,7 @@ class Sinusoidal2DImagePositions(nn.Module):
         y, x = self.normalized_positions(mask)
         # Computed here rather than stored, so that model.to(bfloat16) cannot round the frequencies.
         inv_freq = self.temperature ** (
-            -torch.arange(0, self.half, 2, device=mask.device, dtype=torch.float32) / self.half
+            -torch.arange(0, self.axis_dims, 2, device=mask.device, dtype=torch.float32) / self.axis_dims
         )
         pos_x = x[..., None] * inv_freq
         pos_y = y[..., None] * inv_freq
@@ -178,7 +180,7 @@ class BTTRSinusoidal2DImagePositions(Sinusoidal2DImagePositions):
     def encoding(self, mask: Tensor) -> Tensor:
         y, x = self.normalized_positions(mask)
         inv_freq = 1.0 / self.temperature ** (
-            torch.arange(self.half, device=mask.device, dtype=torch.float32) / self.half
+            torch.arange(self.axis_dims, device=mask.device, dtype=torch.float32) / self.axis_dims
         )
         pos_x = x[..., None] * inv_freq
         pos_y = y[..., None] * inv_freq

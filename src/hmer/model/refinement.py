@@ -40,7 +40,6 @@ from typing import Optional
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..registry import COVERAGES
@@ -64,7 +63,8 @@ class CoverageKind:
 
     def maps(self, below: Optional[Tensor], own: Tensor) -> Tensor:
         """The maps to accumulate, heads as channels [*, C_in, ...]: [below, own] (fusion, as CoMER)."""
-        parts = ([below] if self.reads_below else []) + ([own] if self.reads_self else [])
+        assert below is not None or not self.reads_below  # a layer that reads below has one
+        parts = ([below] if self.reads_below and below is not None else []) + ([own] if self.reads_self else [])
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
 
 
@@ -122,12 +122,16 @@ def coverage_of_steps(kind: CoverageKind, below: Optional[Tensor], own: Tensor) 
 
     below / own: attention maps [B, H, L, S], copied once into the step-major layout and summed
     along the steps (`sums_before`)."""
-    parts = ([below] if kind.reads_below else []) + ([own] if kind.reads_self else [])
+    assert below is not None or not kind.reads_below  # a layer that reads below has one
+    parts = ([below] if kind.reads_below and below is not None else []) + ([own] if kind.reads_self else [])
     return sums_before(torch.cat([maps.transpose(1, 2) for maps in parts], dim=2))
 
 
 class MaskedBatchNorm(nn.Module):
     """BatchNorm over channel dim 1 whose statistics use only the positions where `valid` is 1."""
+
+    running_mean: Tensor  # the buffers' types (register_buffer does not declare them)
+    running_var: Tensor
 
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1):
         super().__init__()

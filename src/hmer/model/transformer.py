@@ -25,7 +25,7 @@ With coverage, the cache also holds each ARM layer's running sum of past attenti
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Optional
+from typing import Optional, Sequence, cast
 
 import torch
 import torch.nn as nn
@@ -146,10 +146,11 @@ class TransformerDecoder(Decoder):
         d = cfg.d_model
         self.embed = TokenEmbedding(cfg.vocab_size, d, cfg.token_pos, cfg.max_len, norm=cfg.embed_norm,
                                     pos_norm=cfg.embed_pos_norm)
-        self.layers = nn.ModuleList(
+        # a ModuleList (its layers are submodules), typed by what it holds
+        self.layers = cast(Sequence[TransformerDecoderLayer], nn.ModuleList(
             TransformerDecoderLayer(d, cfg.nhead, cfg.dim_feedforward, cfg.dropout)
             for _ in range(cfg.num_decoder_layers)
-        )
+        ))
         self.coverage = cfg.coverage
         self.coverage_kind: CoverageKind = COVERAGES.get(cfg.coverage)
         self.arm: Optional[AttentionRefinementModule] = None
@@ -200,6 +201,7 @@ class TransformerDecoder(Decoder):
             if self._has_arm(i):
                 # curr: this layer's unrefined attention, all steps; prev: the layer below's refined one.
                 def refine(curr: Tensor, prev: Optional[Tensor] = prev) -> Tensor:
+                    assert self.arm is not None  # _has_arm
                     return self.arm(coverage_of_steps(self.coverage_kind, prev, curr), row_mask)
             mk, mv = layer.cross_attn.project_kv(memory)
             need = self._needs_weights(i) or (return_attention and i == last)
@@ -210,6 +212,7 @@ class TransformerDecoder(Decoder):
             x = layer.ff_block(x)
         logits = _unpacked(tokens, self.out(x))
         if return_attention:
+            assert prev is not None  # the last layer's weights were asked for
             return logits, prev.mean(dim=1).view(b, -1, h, w)
         return logits
 
@@ -237,6 +240,7 @@ class TransformerDecoder(Decoder):
             cache[f"self_k{i}"] = feats.new_zeros(b, nhead, 0, head_dim)
             cache[f"self_v{i}"] = feats.new_zeros(b, nhead, 0, head_dim)
             if self._has_arm(i):
+                assert self.arm is not None  # _has_arm
                 in_maps = self.arm.conv.in_channels
                 cache[f"cov{i}"] = feats.new_zeros(b, in_maps, h * w)
         return DecoderState(t=0, memory=memory, cache=cache)
@@ -257,13 +261,15 @@ class TransformerDecoder(Decoder):
             v = torch.cat([cache[f"self_v{i}"], v], dim=2)
             cache[f"self_k{i}"], cache[f"self_v{i}"] = k, v
             x = layer.self_block(x, k, v, causal=False)  # the cache holds only the past and present
-            refine, seen = None, {}
+            refine = None
+            seen: dict[str, Tensor] = {}
             if self._has_arm(i):
                 # The ARM reads the coverage of the steps before this one; this step's attention
                 # (captured in `seen` by the callback) joins the running sum afterwards.
                 coverage = cache[f"cov{i}"]
 
                 def refine(curr: Tensor, coverage: Tensor = coverage, seen: dict = seen) -> Tensor:
+                    assert self.arm is not None  # _has_arm
                     seen["curr"] = curr
                     return self.arm(coverage[:, None], row_mask)
             need = self._needs_weights(i)

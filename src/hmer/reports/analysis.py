@@ -214,7 +214,7 @@ def compare_runs(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> pd.DataFrame:
             n = len(part)
 
             def pct(mask: np.ndarray) -> float:
-                return 100.0 * float(mask.mean()) if n else math.nan
+                return 100.0 * float(mask.mean()) if mask.size else math.nan
 
             out.append({
                 "year": year, "axis": axis, "bucket": bucket, "n": n,

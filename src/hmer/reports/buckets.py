@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from typing import Iterable
 
-LENGTH_BUCKETS: tuple[tuple[str, int], ...] = (("1-10", 10), ("11-20", 20), ("21-40", 40), (">40", math.inf))
+LENGTH_BUCKETS: tuple[tuple[str, float], ...] = (("1-10", 10), ("11-20", 20), ("21-40", 40), (">40", math.inf))
 STRUCTURE_TOKENS: tuple[tuple[str, frozenset[str]], ...] = (
     ("\\frac", frozenset({"\\frac"})),
     ("^ or _", frozenset({"^", "_"})),

@@ -15,8 +15,9 @@ writes, into the output folder:
     plots/scores.png           the same for every registered metric logged (ExpRate, <=1, <=2) side by side
     plots/training_curves.png  validation ExpRate and losses against epoch and CPU (or wall-clock) time
 
-and prints the text table, then the `mlflow ui` command and the link that compare the runs there. With `analysis=True` (`hmer report --analysis`) it also writes the
-error analysis per variant into `analysis/` (see hmer.reports.analysis). The notebooks in
+and prints the text table, then the `mlflow ui` command and the link that compare the runs there.
+With `analysis=True` (`hmer report --analysis`) it also writes the error analysis per variant into
+`analysis/` (see hmer.reports.analysis). The notebooks in
 `notebooks/` show the same tables and plots.
 """
 

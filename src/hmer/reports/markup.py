@@ -18,7 +18,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from ..evaluation.metrics import label as measure_label
-from ..evaluation.metrics import measures
+from ..evaluation.metrics import measures as measures  # the reports read the registry's measures from here
 
 MISSING = "–"  # shown for a number that does not exist (std of one seed, no test, no baseline)
 FORMATS = ("text", "markdown")

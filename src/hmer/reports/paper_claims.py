@@ -203,8 +203,8 @@ def claims_table(
             # the paper's figures still show, a row per year it gives them for (one row, year empty, without any)
             figures = _figures()
             paper_years = sorted(set(figures.loc[figures["claim"] == claim.name, "year"])) or [""]
-            rows += [_empty_row(claim, study, w, l, y, measure, progress or NO_STUDY) for w, l in claim.comparisons
-                     for y in paper_years]
+            rows += [_empty_row(claim, study, winner, loser, y, measure, progress or NO_STUDY)
+                     for winner, loser in claim.comparisons for y in paper_years]
             continue
         years = scored_years(runs)
         load = _cached_loader(uri)

@@ -7,8 +7,9 @@
 `load_runs` returns the columns of `mlflow.search_runs` (`run_id`, `experiment_id`,
 `status`, `start_time`, `end_time`, `artifact_uri`, `metrics.*`, `params.*`, `tags.*`)
 plus `experiment`, `run_name` and four derived columns every report uses: `variant`
-(tag `hmer.variant`; runs outside a study that share one and a seed go by their run names), `seed` (tag `hmer.seed`, else param `train.seed`), `trial` (tag
-`hmer.trial`) and `state` (tag `hmer.status`, else MLflow's status in lower case).
+(tag `hmer.variant`; runs outside a study that share one and a seed go by their run names),
+`seed` (tag `hmer.seed`, else param `train.seed`), `trial` (tag `hmer.trial`) and `state` (tag
+`hmer.status`, else MLflow's status in lower case).
 
 MLflow stores params as strings; `hmer.reports.params` parses them back to the types of
 their `Config` fields (any other param to an int, a float or a bool when it is one). The

@@ -200,6 +200,7 @@ def best_trial(study: optuna.Study, tracking_uri: str | None = None) -> BestTria
     from ..tracking.ui import run_url, ui_command
 
     trial = study.best_trial
+    assert trial.value is not None  # the best trial is a finished one
     run_id = trial.user_attrs.get(keys.TRIAL_RUN_ID)
     run = None
     if run_id:
@@ -216,7 +217,7 @@ def best_trial(study: optuna.Study, tracking_uri: str | None = None) -> BestTria
                           columns=["key", "value"]).set_index("key")
     metrics = run.data.metrics if run is not None else {}
     per_image = trial.user_attrs.get(keys.TRIAL_CPU_SECONDS_PER_IMAGE)
-    url = run_url(run.info.experiment_id, run_id) if run is not None else None
+    url = run_url(run.info.experiment_id, run.info.run_id) if run is not None else None
     summary = pd.Series({
         "trial": trial.number,
         "objective (validation ExpRate %)": trial.value,

@@ -11,8 +11,9 @@
 - per test year `Y`: `Y_n` (test expressions), `Y_exprate_mean`, `Y_exprate_std`,
   `Y_le1_mean`, `Y_le1_std`, `Y_le2_mean`, `Y_le2_std` (percent; mean and sample standard
   deviation over seeds, NaN for one seed), `Y_delta` (ExpRate minus the baseline's, in
-  percentage points; ≤1 or ≤2 with `measure="le1"` or `"le2"`), `Y_delta_low`, `Y_delta_high` (its confidence interval by paired
-  bootstrap over test expressions), `Y_p_bootstrap` and `Y_p_mcnemar` (see
+  percentage points; ≤1 or ≤2 with `measure="le1"` or `"le2"`), `Y_delta_low`, `Y_delta_high`
+  (its confidence interval by paired bootstrap over test expressions), `Y_p_bootstrap` and
+  `Y_p_mcnemar` (see
   `hmer.reports.significance` for how seeds are pooled); NaN where the predictions
   artifacts are missing;
 - training cost: `gpu_minutes`, `train_minutes` (wall clock), `cpu_minutes` (the whole trial's CPU
@@ -21,8 +22,9 @@
 - validation: `val_n`, `val_exprate_mean`, `val_exprate_std`, `val_le1_*`, `val_le2_*` (the
   validation split decoded at the end of the run as the test years are: metrics
   `val_final_*`), `val_alt_exprate_mean`, `val_alt_exprate_std` (the same writers drawn in
-  the other rendering style, `data.val_alt`: metric `val-alt_final_exprate`), `best_val_exprate_mean`, `best_val_exprate_std` (the validation ExpRate
-  that picked the checkpoint, decoded as during training); NaN where a run has none;
+  the other rendering style, `data.val_alt`: metric `val-alt_final_exprate`),
+  `best_val_exprate_mean`, `best_val_exprate_std` (the validation ExpRate that picked the
+  checkpoint, decoded as during training); NaN where a run has none;
 - published: `paper` (the paper whose model the variant trains, see
   `hmer.reports.published`, else empty) and `Y_published` (its published ExpRate).
 
@@ -208,7 +210,8 @@ def _columns(years: Sequence[str]) -> list[str]:
                  f"{year}_p_mcnemar"]
     cols += ["gpu_minutes", "train_minutes", "cpu_minutes", "images_per_second", "num_params", "val_n"]
     cols += [f"val_{m}_{s}" for m in registered_measures() for s in ("mean", "std")]
-    return cols + ["val_alt_exprate_mean", "val_alt_exprate_std", "best_val_exprate_mean", "best_val_exprate_std", "paper"] + [f"{y}_published" for y in years]
+    cols += ["val_alt_exprate_mean", "val_alt_exprate_std", "best_val_exprate_mean", "best_val_exprate_std", "paper"]
+    return cols + [f"{y}_published" for y in years]
 
 
 def _mean_std(values: pd.Series) -> tuple[float, float]:
@@ -318,7 +321,10 @@ def study_table(
                 resolve_baseline(runs, baseline)
             except ValueError:
                 baseline = None  # the parent names a cell no run has (e.g. all failed): fall back
-    loader = (lambda run_id, year: load_predictions(run_id, year, tracking_uri))
+
+    def loader(run_id: str, year: str) -> pd.DataFrame:
+        return load_predictions(run_id, year, tracking_uri)
+
     return variant_table(runs, "variant", baseline, predictions=loader, measure=measure, order=grid_order(parent),
                          n_resamples=n_resamples, confidence=confidence, seed=seed, title=study_name)
 

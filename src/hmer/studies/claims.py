@@ -180,7 +180,7 @@ class GridStatus:
 class CellClaims:
     """Claims grid cells for one worker in one study; see the module docstring."""
 
-    def __init__(self, study: optuna.Study, worker: Worker, storage: optuna.storages.BaseStorage,
+    def __init__(self, study: optuna.Study, worker: Worker, storage: optuna.storages.RDBStorage,
                  claim_ttl_s: float = 120.0, rng: random.Random | None = None):
         self.study = study
         self.worker = worker

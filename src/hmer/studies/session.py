@@ -222,9 +222,9 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
         say(f"  Optuna storage {mask_url(setup.storage_url)}; MLflow {mask_password(setup.tracking_uri)}, "
             f"experiment {name}")
 
-    data = StudyData(data, say)
-    if not data.has(base) and not study_exists(setup.storage_url, name):
-        data(base)  # bad data fails here, before a study or an MLflow run exists
+    study_data = StudyData(data, say)
+    if not study_data.has(base) and not study_exists(setup.storage_url, name):
+        study_data(base)  # bad data fails here, before a study or an MLflow run exists
     store = open_storage(setup.storage_url)
     study, base, created = open_study(
         setup, store, kind=kind.name, sampler=kind.sampler(store), pruner=kind.pruner(n_trials),
@@ -256,14 +256,14 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
     children: list = []
     interrupted = False
     try:
-        if not data.has(session.base) and kind.open_trials(claims):
-            data(session.base)  # once per process; the extra workers then read the warm cache
+        if not study_data.has(session.base) and kind.open_trials(claims):
+            study_data(session.base)  # once per process; the extra workers then read the warm cache
         if main:
             children = start_workers(kind.run_study, spec, budget, n_jobs, setup.storage_url, setup.tracking_uri,
                                      data_path, name, overrides, **kind.worker_options())
         set_threads(n_jobs)
         while True:
-            if not kind.run_next(session, data):
+            if not kind.run_next(session, study_data):
                 if not main or not kind.others_running(claims):
                     break
                 time.sleep(POLL_S)  # another worker runs the last trials; if it dies they open again

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import collections
 import math
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -72,7 +72,8 @@ class Sweep(StudyKind):
         self.requested_trials = n_trials
         self.given_pruner = pruner
         self.failures_in_a_row = 0
-        self.objective = None  # built at the first trial, from the session's base config
+        # built at the first trial, from the session's base config
+        self.objective: Callable[[optuna.Trial], float] | None = None
 
     def plan(self, budget: StudyBudget) -> int:
         self.n_trials = int(self.requested_trials or budget.sweep_trials)

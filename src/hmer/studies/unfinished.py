@@ -89,7 +89,7 @@ def drop_studies(names: list[str], *, tracking_uri: str, storage: str | None) ->
             if experiment.lifecycle_stage == "active":
                 client.delete_experiment(experiment.experiment_id)
             ids.append(experiment.experiment_id)
-        if name in in_storage:
+        if storage is not None and name in in_storage:
             optuna.delete_study(study_name=name, storage=storage)
     if ids:
         from mlflow.entities import ViewType

@@ -89,8 +89,8 @@ def _panel(image: np.ndarray, attn: np.ndarray | None, label: str) -> Image.Imag
     h, w = image.shape
     base = np.stack([image] * 3, axis=-1).astype(np.float32) * 0.6
     if attn is not None:
-        a = Image.fromarray((attn / max(float(attn.max()), 1e-8) * 255).astype(np.uint8))
-        a = np.asarray(a.resize((w, h), Image.BILINEAR), dtype=np.float32) / 255.0
+        grey = Image.fromarray((attn / max(float(attn.max()), 1e-8) * 255).astype(np.uint8))
+        a = np.asarray(grey.resize((w, h), Image.Resampling.BILINEAR), dtype=np.float32) / 255.0
         base[..., 0] = np.clip(base[..., 0] + 255 * a, 0, 255)  # attention in red over grey ink
     panel = Image.new("RGB", (w, h + 14), "white")
     panel.paste(Image.fromarray(base.astype(np.uint8)), (0, 14))

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -70,7 +70,8 @@ def load_lightning_checkpoint(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such checkpoint file")
-    allowed = [(cls, name) for name, cls in _LIGHTNING_GLOBALS.items()]
+    allowed: list[Callable[..., Any] | tuple[Callable[..., Any], str]] = [
+        (cls, name) for name, cls in _LIGHTNING_GLOBALS.items()]
     allowed += [(_callback_stand_in(name), name) for name in _LIGHTNING_CALLBACK_KEYS]
     try:
         with torch.serialization.safe_globals(allowed):

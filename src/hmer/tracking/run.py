@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from . import keys
 from .store import git_commit, mlflow_client, point_mlflow_at, setup_mlflow
@@ -41,7 +41,8 @@ MAX_METRICS_PER_BATCH = 1000
 class RunLogger(Protocol):
     """What a training loop may do with its run."""
 
-    run_id: str | None
+    @property
+    def run_id(self) -> str | None: ...  # read-only here, so that a run whose id is always a str fits
 
     def log_params(self, params: dict[str, Any]) -> None: ...
     def log_metrics(self, metrics: dict[str, float], step: int) -> None: ...
@@ -50,7 +51,7 @@ class RunLogger(Protocol):
     def set_tag(self, key: str, value: str) -> None: ...
     def pause(self) -> None: ...
     def __enter__(self) -> RunLogger: ...
-    def __exit__(self, exc_type, exc, tb) -> bool: ...
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]: ...
 
 
 class TrainingRun:
@@ -121,7 +122,7 @@ class TrainingRun:
     def __enter__(self) -> TrainingRun:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         status = "FAILED"
         try:
             if exc is None:
@@ -230,7 +231,7 @@ class NullRun:
     def __enter__(self) -> NullRun:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> bool:
+    def __exit__(self, exc_type, exc, tb) -> Literal[False]:
         return False
 
 

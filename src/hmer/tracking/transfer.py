@@ -19,8 +19,9 @@ itself). The import is a merge keyed by that tag: a run already imported is brou
 importing the same file twice, or the exports of successive slices of one campaign, never
 duplicates a run. Where the file's copy of a run is at least as recent (end time) as the store's,
 it wins: its status, its tags, and tags it no longer has are removed (e.g. the `hmer.error` of an
-interruption that was later resumed); an older copy only adds what is missing. Parent links (`mlflow.parentRunId`, e.g. a study's trials) are remapped to the
-new ids; a parent that is neither in the file nor in the store is kept only as
+interruption that was later resumed); an older copy only adds what is missing. Parent links
+(`mlflow.parentRunId`, e.g. a study's trials) are remapped to the new ids; a parent that is
+neither in the file nor in the store is kept only as
 `hmer.source_parent_run_id`. `hmer evaluate` and `hmer predict` accept the source id too.
 """
 
@@ -176,7 +177,7 @@ def split_file(path: Path, part_bytes: int) -> list[Path]:
     """`path` as is when it is at most `part_bytes`, else `path.part-000`, ... (and `path` removed)."""
     if part_bytes <= 0 or path.stat().st_size <= part_bytes:
         return [path]
-    parts = []
+    parts: list[Path] = []
     with path.open("rb") as src:
         while chunk := src.read(part_bytes):
             part = path.with_name(f"{path.name}{PART_SUFFIX}{len(parts):03d}")
@@ -235,7 +236,8 @@ def import_runs(path: str | os.PathLike[str], *, tracking_uri: str | None = None
             target = existing.get(src)
             if target is None and _run_exists(client, src):
                 target = src  # the very store it came from
-            new_tags = {k: v for k, v in rec["tags"].items() if k not in (keys.MLFLOW_PARENT_RUN_ID, keys.MLFLOW_RUN_NAME)}
+            new_tags = {k: v for k, v in rec["tags"].items()
+                        if k not in (keys.MLFLOW_PARENT_RUN_ID, keys.MLFLOW_RUN_NAME)}
             new_tags[keys.SOURCE_RUN_ID] = src
             new_tags[keys.IMPORTED_FROM] = new_tags.get(keys.IMPORTED_FROM) or label
             new_tags.update(tags or {})

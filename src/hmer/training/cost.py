@@ -50,7 +50,7 @@ def train_seconds_per_image(cfg: Config, exprs: Sequence[Expression], n_batches:
     try:
         model = build_model(cfg.model)
         if cfg.train.channels_last:
-            model = model.to(memory_format=torch.channels_last)
+            model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # Module.to takes memory_format; its stubs omit it
         model.train()
         loss_module = LossModule(model, cfg.train.label_smoothing)
         opt = build_optimizer(model.parameters(), cfg.train)

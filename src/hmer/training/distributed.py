@@ -57,7 +57,8 @@ def wrap(module: torch.nn.Module, info: DistInfo, device: torch.device) -> torch
     """`module` as DistributedDataParallel when there are several processes, else as it is."""
     if not info.enabled:
         return module
-    return torch.nn.parallel.DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None)
+    device_ids = [device.index] if device.type == "cuda" else None
+    return torch.nn.parallel.DistributedDataParallel(module, device_ids=device_ids)
 
 
 def shard(items: Sequence[T], info: DistInfo) -> list[T]:

@@ -7,8 +7,8 @@ decoding), `num_params`, then per split
 (validation drawn in the `data.val_alt` style, when set) and each `test_<year>`, `test_2014-std`
 included when the standard 2014 images are beside the checkout (see `setup._add_restyled_splits`).
 Artifacts: `predictions/test_<year>.csv`, `split/val_predictions.csv` and
-`split/val-alt_predictions.csv` (beside the split's name list), `model/model.pt` (what `hmer evaluate RUN` and `hmer predict RUN` fetch) and
-`attention/*.png`.
+`split/val-alt_predictions.csv` (beside the split's name list), `model/model.pt` (what
+`hmer evaluate RUN` and `hmer predict RUN` fetch) and `attention/*.png`.
 """
 
 from __future__ import annotations

@@ -82,7 +82,9 @@ def train_batches(exprs: Sequence[Expression], batches: Iterable[Sequence[int]],
         raise ValueError("scale augmentation needs an rng")
 
     def make(idx: Sequence[int]) -> TrainBatch:
-        scale = float(rng.uniform(*scale_range)) if augment else None  # type: ignore[union-attr,misc]
+        scale = None
+        if augment and rng is not None and scale_range is not None:  # (augment has both: checked above)
+            scale = float(rng.uniform(*scale_range))
         chosen = [exprs[i] for i in idx]
         if redraw is not None:
             chosen = redraw.apply(chosen)

@@ -19,7 +19,7 @@ from ..data.augment import VAL_ALT, AugmentConfig, load_strokes, val_alt_render_
 from ..data.render import render_ink
 from ..data.standard import STANDARD_2014, standard_2014_if_available
 from ..device import autocast_dtype
-from ..model import build_model
+from ..model import HMERModel, build_model
 from . import distributed as ddp
 from .loader import auto_prefetch
 from .optim import LRSchedule, build_optimizer
@@ -34,7 +34,7 @@ def seed_everything(seed: int) -> None:
 class LossModule(torch.nn.Module):
     """`forward` = the model's training loss, so DistributedDataParallel can wrap it."""
 
-    def __init__(self, model: torch.nn.Module, label_smoothing: float = 0.0):
+    def __init__(self, model: HMERModel, label_smoothing: float = 0.0):
         super().__init__()
         self.model = model
         self.label_smoothing = label_smoothing
@@ -106,7 +106,7 @@ def build(cfg: Config, data: dict[str, list] | None, device: torch.device, dist:
 
     model = build_model(cfg.model).to(device)
     if tc.channels_last:  # NHWC convolutions for the encoder (tensor cores prefer them on a GPU)
-        model = model.to(memory_format=torch.channels_last)
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # Module.to takes memory_format; its stubs omit it
     optimizer = build_optimizer(model.parameters(), tc)
     # make_batches fixes the number of batches of an epoch whatever its shuffle seed
     steps_per_epoch = len(ddp.shard(make_batches(data["train"], cfg.data.batch_pixels, cfg.data.max_batch_size,
@@ -140,7 +140,8 @@ def _add_restyled_splits(cfg: Config, data: dict[str, list], test_years: list[st
             strokes = load_strokes(source, "train", names)
     if restyled:
         style = val_alt_render_config(cfg.data)
-        data[VAL_ALT] = [Expression(name=e.name, tokens=e.tokens, image=render_ink(strokes[e.name], style))  # type: ignore[index]
+        assert strokes is not None  # loaded above for the restyled split
+        data[VAL_ALT] = [Expression(name=e.name, tokens=e.tokens, image=render_ink(strokes[e.name], style))
                          for e in val]
     if "2014" in test_years and STANDARD_2014 not in test_years:
         standard = data.get(STANDARD_2014) or standard_2014_if_available(data["2014"], cfg.data.render_height)

@@ -26,7 +26,7 @@ import json
 import math
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Literal
 
 import numpy as np
 import torch
@@ -59,7 +59,7 @@ def train(
     parent_run_id: str | None = None,
     tags: dict[str, str] | None = None,
     epoch_callback: EpochCallback | None = None,
-    resume: bool | str | Path | None = False,
+    resume: str | Path | Literal[False] | None = False,
     run_dir: str | Path | None = None,
     progress: bool = False,
     log_prefix: str = "",
@@ -80,8 +80,8 @@ def train(
 
 def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | None, experiment: str,
            run_name: str | None, parent_run_id: str | None, tags: dict[str, str] | None,
-           epoch_callback: EpochCallback | None, resume: bool | str | Path | None, run_dir: str | Path | None,
-           progress: bool, log_prefix: str, pause_after_epochs: int) -> TrainResult:
+           epoch_callback: EpochCallback | None, resume: str | Path | Literal[False] | None,
+           run_dir: str | Path | None, progress: bool, log_prefix: str, pause_after_epochs: int) -> TrainResult:
     ckpt = load_checkpoint(resume, map_location="cpu") if resume else None
     if ckpt is not None:
         cfg = Config.from_dict(ckpt["config"], stored=True)

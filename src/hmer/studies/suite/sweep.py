@@ -5,8 +5,9 @@ augmentation, and the encoder's and decoder's width and depth, with median pruni
 With `--budget cpu` every trial gets the same training compute (25 CPU-minutes of one thread):
 it measures its own cost per image and trains the epochs that fit. The objective is validation
 (the writer hold-out decoded as the test years are, and, for a trial trained on direct
-renderings, its mean with the same writers drawn standard-like); no test year is read. Pruned trials are PRUNED in Optuna and tagged hmer.status=pruned (run KILLED) in
-MLflow; the pruner compares trials at the same share of their training.
+renderings, its mean with the same writers drawn standard-like); no test year is read. Pruned
+trials are PRUNED in Optuna and tagged hmer.status=pruned (run KILLED) in MLflow; the pruner
+compares trials at the same share of their training.
 
     python studies/sweep.py                          # budget cpu without a GPU, short with one
     python studies/sweep.py --budget cpu --n-jobs 1  # one worker; run it once per core

@@ -1,0 +1,86 @@
+"""The documents' lists of modules held to the package: docs/architecture.md's "modules, by layer"
+names every module of `hmer` under its folder, and docs/studies.md's table of `hmer.studies` every
+module of that package; neither names a module that is not there."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "hmer"
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+STUDIES = ROOT / "docs" / "studies.md"
+
+# A package whose modules are a catalogue, each adding one entry and named nowhere else: adding a
+# study is one file of the suite (docs/studies.md, "Add a study in one file").
+CATALOGUES = {"hmer.studies.suite"}
+
+
+def _modules() -> set[str]:
+    """Every module and subpackage of `hmer` by dotted name, less `__init__` and `__main__` (the
+    package itself, and `python -m` of it)."""
+    found = set()
+    for path in SRC.rglob("*.py"):
+        parts = path.relative_to(SRC.parent).with_suffix("").parts
+        if parts[-1] in ("__init__", "__main__"):
+            parts = parts[:-1]
+        if len(parts) > 1 and ".".join(parts[:-1]) not in CATALOGUES:
+            found.add(".".join(parts))
+    return found
+
+
+def _named(text: str) -> list[str]:
+    """The backticked names of a list item that stand outside any parentheses: the module names
+    (what is in parentheses describes the module before it). Backticks hide their contents, so
+    `run_study(name)` opens no parenthesis."""
+    names, depth, in_code, start = [], 0, False, 0
+    for i, char in enumerate(text):
+        if char == "`":
+            if in_code and depth == 0:
+                names.append(text[start:i])
+            in_code, start = not in_code, i + 1
+        elif not in_code:
+            depth += {"(": 1, ")": -1}.get(char, 0)
+    return names
+
+
+def _architecture_list() -> dict[str, list[str]]:
+    """docs/architecture.md's list of modules by layer: a package (`hmer.data`, `hmer` for the
+    foundation) to the names its item gives, and a top-level module (`hmer.presets`) to []."""
+    block = ARCHITECTURE.read_text().split("The modules, by layer:", 1)[1].split("\n\n", 2)[1]
+    items = re.split(r"^- ", block, flags=re.MULTILINE)[1:]
+    listed = {}
+    for item in items:
+        label, _, rest = " ".join(item.split()).partition(": ")
+        if label == "Foundation":
+            listed["hmer"] = _named(rest)
+        elif label.startswith("`") and label.endswith("/`"):
+            listed["hmer." + label.strip("`/")] = _named(rest)
+        elif label.startswith("`") and label.endswith(".py`"):
+            listed["hmer." + label.strip("`").removesuffix(".py")] = []
+        else:
+            raise AssertionError(f"docs/architecture.md: a list item of no layer: {label!r}")
+    return listed
+
+
+def test_the_architecture_list_names_every_module():
+    listed = _architecture_list()
+    named = (set(listed) - {"hmer"}) | {f"{package}.{name}" for package, names in listed.items() for name in names}
+    modules = _modules()
+    missing = sorted(modules - named)
+    assert not missing, (f"docs/architecture.md's list of modules by layer does not name {', '.join(missing)}: "
+                         "add each to its folder's item")
+    stale = sorted(named - modules)
+    assert not stale, f"docs/architecture.md's list of modules by layer names {', '.join(stale)}, not in src/hmer"
+
+
+def test_the_studies_table_names_every_studies_module():
+    section = STUDIES.read_text().split("## How the library is laid out", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
+    named = {f"hmer.studies.{name}" for row in rows for name in _named(row)}
+    modules = {m for m in _modules() if m.startswith("hmer.studies.") and m.count(".") == 2}
+    missing = sorted(modules - named)
+    assert not missing, f"docs/studies.md's table of hmer.studies modules lacks {', '.join(missing)}"
+    stale = sorted(named - modules)
+    assert not stale, f"docs/studies.md's table of hmer.studies modules names {', '.join(stale)}, not in the package"
