@@ -51,9 +51,10 @@ def training_shapes(cfg: Config, exprs: Sequence[Expression]) -> set[tuple[int, 
 
 
 def plans_per_shape(model: torch.nn.Module) -> int:
-    """cuDNN plans one batch shape costs the encoder: forward, backward to the data (not for the
-    first convolution, whose input needs no gradient) and backward to the weights of every
-    convolution that runs through cuDNN (a 1x1 one computed as a matrix product needs none)."""
+    """cuDNN plans one batch shape costs: forward, backward to the data (not for the first
+    convolution, whose input needs no gradient) and backward to the weights of every convolution of
+    the model that runs through cuDNN (a 1x1 one computed as a matrix product needs none). CoMER's
+    attention refinement is counted once, although its shapes follow the caption lengths too."""
     convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv2d)
              and not (isinstance(m, PointwiseConv) and m.as_matmul)]
     return max(3 * len(convs) - 1, 0)
