@@ -169,6 +169,8 @@ def step_function(setup: Any) -> Callable[[Any], Tensor]:
     `train.cuda_graphs`, else `optimizer_step`. Either returns the batch's loss."""
     tc = setup.cfg.train
     if tc.cuda_graphs:
+        if setup.dist.world_size > 1:
+            raise ValueError("train.cuda_graphs captures one process's step; under torchrun (DDP) leave it off")
         return GraphedStep(setup.loss_module, setup.optimizer, setup.model, tc.grad_clip, setup.amp_dtype)
     return lambda tb: optimizer_step(setup.loss_module, setup.optimizer, setup.model, tb, tc.grad_clip,
                                      setup.amp_dtype)
