@@ -28,6 +28,7 @@ def main() -> int:
     from hmer.data import (RenderConfig, load_dataset, make_batches, open_source, padded_shapes, padding_share,
                            parse_inkml, render_ink)
     from hmer.data.cache import default_workers
+    from hmer.data.ladder import PadLadder
 
     shared = Path(__file__).resolve().parents[2] / "shared" / "crohme" / "crohme-inkml.zip"
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -100,11 +101,13 @@ def main() -> int:
         print(f"padding_{split}_exact_sort={shares[1]:.3f} padding_{split}_height_bins_16={shares[16]:.3f} "
               f"({split}, {budget} px budget, max {cap} per batch)")
     # data.pad_multiple: distinct batch shapes in an epoch (each costs ~0.5 s on a GPU, docs/benchmarks.md
-    # section 5) against the padding it adds; the same training batches as above.
+    # section 5) against the padding it adds; the same training batches as above. The geometric ladder
+    # (data.pad_growth) and scale augmentation: benchmarks/bench_ladder.py.
     for multiple in (1, 16, 32, 64, 128):
-        shapes = padded_shapes(train, batches, pad_multiple=multiple)
+        ladder = PadLadder(multiple)
+        shapes = padded_shapes(train, batches, ladder=ladder)
         print(f"pad_multiple={multiple} shapes={len(set(shapes))} heights_widths={len({s[1:] for s in shapes})} "
-              f"padding_share={padding_share(train, batches, pad_multiple=multiple):.3f} (train, as above)")
+              f"padding_share={padding_share(train, batches, ladder=ladder):.3f} (train, as above)")
     return 0
 
 

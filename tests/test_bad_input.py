@@ -324,6 +324,10 @@ RULE_CASES = {
     ("data.scale_aug_min", "data.scale_aug_max"): {"data.scale_aug_min": "2", "data.scale_aug_max": "1"},
     ("data.aug_width_min", "data.aug_width_max"): {"data.aug_width_min": "1.5", "data.aug_width_max": "1.2"},
     ("train.min_lr", "train.lr"): {"train.lr": "1e-4", "train.min_lr": "1e-3"},
+    ("train.plan_shapes", "data.pad_multiple", "data.pad_growth"): {"train.plan_shapes": "true"},
+    ("train.cuda_graphs", "data.pad_multiple", "data.pad_growth"): {"train.cuda_graphs": "true"},
+    ("train.cuda_graphs", "train.compile"): {"train.cuda_graphs": "true", "train.compile": "true",
+                                             "data.pad_multiple": "16"},
 }
 
 

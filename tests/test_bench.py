@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hmer.bench import split_overrides, synthetic_expressions
+from hmer.bench import datasheet_peak_gflops, peak_gflops_for, split_overrides, synthetic_expressions
 from hmer.cli import main
 from hmer.device import cpu_description
 
@@ -75,3 +75,31 @@ def test_synthetic_sizes_follow_crohme():
     widths = sorted(e.image.shape[1] for e in exprs)
     lengths = sorted(len(e.tokens) for e in exprs)
     assert 70 <= heights[200] <= 125 and 170 <= widths[200] <= 340 and 6 <= lengths[200] <= 18
+
+
+def test_the_peak_is_the_one_of_the_steps_precision():
+    # the names torch gives the lent cards, and the dense bf16 tensor-core figures of their data sheets
+    assert datasheet_peak_gflops("NVIDIA H100 80GB HBM3", torch.bfloat16)[0] == 989_000  # SXM5
+    assert datasheet_peak_gflops("NVIDIA H200", torch.bfloat16)[0] == 989_000  # the same silicon
+    assert datasheet_peak_gflops("NVIDIA H100 PCIe", torch.bfloat16)[0] == 756_000
+    assert datasheet_peak_gflops("NVIDIA H200 NVL", torch.bfloat16)[0] == 835_000
+    # float32 steps and unknown cards are read against a measured matmul instead
+    assert datasheet_peak_gflops("NVIDIA H100 80GB HBM3", torch.float32) is None
+    assert datasheet_peak_gflops("NVIDIA A10", torch.bfloat16) is None
+    # the second lease's large bttr batches: 454.6 img/s x 25.45 GFLOP = 11.6 TFLOP/s, 1.2 % of 989
+    assert 454.6 * 25.45 / datasheet_peak_gflops("NVIDIA H100 80GB HBM3", torch.bfloat16)[0] == pytest.approx(0.0117, abs=1e-4)
+    peak, source, measured = peak_gflops_for(torch.device("cpu"), torch.float32)
+    assert peak == measured > 0 and source.startswith("measured: fp32 matmul")
+
+
+def test_bench_train_runs_the_ladder_planning_graphs_and_matmul_1x1_steps(capsys, one_thread):
+    assert main(["bench", "train", "--preset", "tiny", "--device", "cpu", "--images", "12",
+                 "--set", "bench.pool=200", "data.pad_multiple=16", "data.pad_growth=1.25", "train.plan_shapes=true",
+                 "train.cuda_graphs=true", "train.conv1x1_as_matmul=true", "data.scale_aug_min=0.8",
+                 "data.scale_aug_max=1.2"]) == 0
+    out = capsys.readouterr().out
+    figures = dict(item.split("=", 1) for line in out.splitlines() for item in line.split() if "=" in item)
+    assert int(figures["ladder_shapes"]) == int(figures["planned_shapes"]) > 1
+    assert figures["graphs"] == "0" and figures["graph_failures"] == "0"  # no graph on a CPU
+    assert figures["conv1x1_as_matmul"] == "True" and "peak_source='measured: fp32 matmul 2048'" in out
+    assert _last_figure(out) > 0

@@ -45,7 +45,8 @@ def test_campaign_rehearsal_resumes_across_slices_and_comes_home(tmp_path, monke
 
     s1 = _slice(1, home, outs[0], data, carried / "resume.tar")
     assert {k: v["status"] for k, v in s1["steps"].items()} == {
-        "install": "done", "data": "done", "check": "done", "bench-train": "done"}
+        "install": "done", "data": "done", "check": "done", "shape-cost": "done", "bench-train": "done"}
+    assert "S1_baseline" in json.loads((outs[0] / "shape_cost.json").read_text())
     assert not s1["train"].get("finished") and s1["train"]["run_id"]
     bench = (outs[0] / "bench.md").read_text()
     assert "| train | tiny | large k=4, padded to 32 px | done |" in bench
@@ -94,7 +95,7 @@ def test_campaign_rehearsal_resumes_across_slices_and_comes_home(tmp_path, monke
 def test_skipped_steps_are_recorded_and_not_run(tmp_path):
     data = write_dataset(tmp_path / "data")
     home, out = tmp_path / "device-home", tmp_path / "out"
-    skip = ["check", "bench-train", "train", "bench-decode"]
+    skip = ["check", "shape-cost", "bench-train", "train", "bench-decode"]
     cmd = [sys.executable, str(SCRIPT), "--slice", "1", "--device", "cpu", "--rehearse", "--home", str(home),
            "--out", str(out), "--data", str(data), "--wheels", str(home / "no-wheels"), "--slice-seconds", "600",
            *[arg for step in skip for arg in ("--skip", step)]]

@@ -21,6 +21,7 @@ from hmer.decoding.reference_search import reference_decode
 from hmer.data.vocab import Vocab
 from hmer.model import build_model
 from hmer.model.factory import count_parameters, preset_config
+from hmer.model.pointwise import use_matmul
 from hmer.model.posenc import sinusoid_table
 from hmer.tracking.reference_checkpoint import (
     REFERENCES,
@@ -98,6 +99,23 @@ def test_teacher_forced_l2r_and_r2l_logits(golden):
         logits = ref.model(images, mask, tgt, tf["tgt"] == 0)[..., to_project]  # rows: l2r block, r2l block
         assert logits.shape == tf["logits"].shape
         assert (logits - tf["logits"]).abs().max() < TOL
+
+
+@torch.no_grad()
+def test_the_1x1_convolutions_as_matrix_products_match_the_golden_outputs_too(golden):
+    # train.conv1x1_as_matmul: the same parameters computed through F.linear (hmer.model.pointwise)
+    ref, gold, to_project = golden
+    assert use_matmul(ref.model, True) > 0
+    try:
+        feats, _ = ref.model.encode(gold["inputs"]["batch_images"], gold["inputs"]["batch_mask"])
+        expected = gold["encoder"]["batch"]["feature"]
+        assert (feats.reshape(expected.shape) - expected).abs().max() < TOL
+        tf = gold["teacher_forcing"]["batch"]
+        logits = ref.model(gold["inputs"]["batch_images"], gold["inputs"]["batch_mask"], to_project[tf["tgt"]],
+                           tf["tgt"] == 0)[..., to_project]
+        assert (logits - tf["logits"]).abs().max() < TOL
+    finally:
+        use_matmul(ref.model, False)
 
 
 def _symbols(ref, ids):

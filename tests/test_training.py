@@ -232,13 +232,13 @@ def test_pause_after_epochs_checkpoints_and_resume_finishes_the_run(store, tmp_p
     assert MlflowClient(store).get_run(paused.run_id).info.status == "FINISHED"
 
 
-def test_pad_multiple_pads_every_training_batch_and_the_run_still_evaluates(store, tmp_path):
-    # data.pad_multiple (shapes for a GPU) only adds zero padding, masked. It reaches the training
+def test_the_pad_ladder_pads_every_training_batch_and_the_run_still_evaluates(store, tmp_path):
+    # data.pad_multiple / pad_growth (shapes for a GPU) only add zero padding, masked. They reach the training
     # batches: the DenseNet's batch norm sees the extra zeros, so the weights move differently.
     cfg = tiny_config(**{"train.epochs": 1})
     data = tiny_data()
     train(cfg, data=data, tracking_uri=store, run_dir=tmp_path / "exact")
-    result = train(cfg.override({"data.pad_multiple": 64}), data=data, tracking_uri=store,
+    result = train(cfg.override({"data.pad_multiple": 16, "data.pad_growth": 1.25}), data=data, tracking_uri=store,
                    run_dir=tmp_path / "padded")
     assert result.test_scores["2014"].n == 4
     exact = load_checkpoint(tmp_path / "exact" / "last.pt")["model"]

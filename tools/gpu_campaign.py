@@ -20,6 +20,10 @@ bench figure 40-60 s; the log of each slice gives the real ones)
     data           60 s      5 s   the packed data zip copied to <home>/data/ (a fixed path, as checkpoints name it)
     check         180 s     60 s   torch.cuda.is_available, bf16, nvidia-smi -L, one bf16 training step of
                                    every family (bttr, comer-self/-cross/-fusion, wap-rnn, convs2s)
+    shape-cost    300 s    280 s   tools/gpu_shape_cost.py: a new batch shape's cost, cold against warm, with
+                                   and without the 1x1 matmuls, the planning pass, the plan cache's size,
+                                   CUDA graphs (issue 47); shape_cost.json to $OUT. --skip shape-cost
+                                   once a lease has its figures
     bench-train   300 s    300 s   training images/s of bttr and comer-fusion, bf16, real batches: reference
                                    (20 s); large (k = 8, 60 s); large and padded to 64 px (60 s);
                                    torch.compile, padded; padded (60 s); 24 batches cycled (shapes seen);
@@ -107,7 +111,8 @@ GPU_TRAIN_FIGURES = [
     ]
     for p in ("bttr", "comer-fusion")
 ]
-STEP_NAMES = ("install", "restore", "data", "check", "bench-train", "train", "bench-decode")  # run in this order
+STEP_NAMES = ("install", "restore", "data", "check", "shape-cost", "bench-train", "train",
+              "bench-decode")  # run in this order
 REHEARSAL_TINY = ["data.batch_pixels=20000", "data.max_batch_size=8"]
 REHEARSAL_TRAIN_FIGURES = [
     ("tiny", "large k=4, padded to 32 px", ["data.batch_pixels=80000", "data.max_batch_size=32",
@@ -206,6 +211,7 @@ class Campaign:
         """(name, cap seconds, once per machine, step), in STEP_NAMES order."""
         specs = {"install": (120, True, self.step_install), "restore": (60, True, self.step_restore),
                  "data": (60, True, self.step_data), "check": (180, False, self.step_check),
+                 "shape-cost": (300 if self.gpu else 150, False, self.step_shape_cost),
                  "bench-train": (300 if self.gpu else 150, False, self.step_bench_train),
                  "train": (0, False, self.step_train),
                  "bench-decode": (240 if self.gpu else 60, False, self.step_bench_decode)}
@@ -311,6 +317,20 @@ class Campaign:
     def step_check(self, cap: float) -> str:
         families = GPU_FAMILIES if self.gpu else REHEARSAL_FAMILIES
         rc, _, _ = self.internal("_check", cap, positional=tuple(families))
+        return "done" if rc == 0 else ("timeout" if rc is None else "failed")
+
+    # ---- issue 47: the per-shape cost diagnostic (tools/gpu_shape_cost.py), old and new side by side ----
+    def step_shape_cost(self, cap: float) -> str:
+        """tools/gpu_shape_cost.py under the step's cap: its log goes to the campaign log, its
+        shape_cost.json to $OUT (its profiler tables stay in <home>/shape-cost: $OUT holds 8 files)."""
+        folder = self.home / "shape-cost"
+        cmd = [sys.executable, str(REPO / "tools" / "gpu_shape_cost.py"), "--device", self.args.device,
+               "--out", str(folder), "--budget", str(max(cap - 30, 10))]
+        if not self.gpu:
+            cmd += ["--preset", "tiny", "--smoke"]
+        rc, _, _ = self.run(cmd, cap)
+        if (folder / "shape_cost.json").is_file():
+            shutil.copyfile(folder / "shape_cost.json", self.out / "shape_cost.json")
         return "done" if rc == 0 else ("timeout" if rc is None else "failed")
 
     def step_bench_train(self, cap: float) -> str:

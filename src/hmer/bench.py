@@ -41,9 +41,19 @@ Benchmark-only knobs go through `--set bench.KEY=VALUE` beside the config overri
 
 After the timed region it counts the FLOPs of a few of the same batches with
 `torch.utils.flop_counter` (forward and backward for training; the whole search for
-decoding) and times a float32 matmul on the same threads (`hmer bench peak`), and prints
-`gflop_per_image`, `achieved_gflops` (FLOPs per image times images per second),
-`peak_gflops` and `share_of_peak`: how close the step comes to what the core can do.
+decoding) and prints `gflop_per_image`, `achieved_gflops` (FLOPs per image times images per
+second), `peak_gflops` and `share_of_peak`: how close the step comes to what the device can do
+in the precision the step runs in. The peak is the right one for that precision
+(`peak_gflops_for`): on a GPU the data sheet's dense tensor-core figure for bf16 (`GPU_PEAK_TFLOPS`;
+a GPU not in the table, and float32 steps, take a matmul measured in that dtype), on a CPU a
+matmul measured on the same threads (`hmer bench peak`). `peak_source` says which;
+`matmul_gflops` is the measured matmul beside it.
+
+The training step follows the config as the trainer does: `train.conv1x1_as_matmul`, the pad
+ladder (`data.pad_multiple`, `data.pad_growth`: `ladder_shapes=` counts every shape it can give the
+batches, scale augmentation included), `train.plan_shapes` (the planning pass before the warm-up:
+`planned_shapes=`, `plan_seconds=`; on a GPU the cuDNN plan cache is sized to the ladder first) and
+`train.cuda_graphs` (`graphs=` shapes captured, `graph_failures=`).
 
 Besides images per second (wall clock) it prints `cpu_seconds` and
 `images_per_cpu_second` of the timed region, which move much less than wall time
@@ -59,6 +69,7 @@ import os
 import resource
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -77,15 +88,56 @@ BENCH_DEFAULTS: dict[str, Any] = {
 
 PEAK_MATMUL_SIZE = 2048
 
+# Dense tensor-core peaks in TFLOP/s, by what `torch.cuda.get_device_name` contains (most specific
+# first). NVIDIA's data sheets print the 16-bit figures with 2:4 structured sparsity, twice the dense
+# ones: H100 SXM5 ("H100 80GB HBM3") BF16 1,979 sparse = 989 dense, FP32 67 (NVIDIA H100 Tensor Core
+# GPU data sheet; 989.4 dense BF16 and 66.9 FP32 in the Hopper whitepaper's table, also at
+# glennklockwood.com/garden/processors/h100); H100 PCIe BF16 1,513 sparse = 756, FP32 51 (same data
+# sheet); H100 NVL and H200 NVL BF16 1,671 sparse = 835, FP32 60 (their data sheets); H200 (SXM) is
+# the same GH100 silicon at the same clocks as the H100 SXM5: BF16 1,979 sparse = 989, FP32 67 (NVIDIA
+# H200 data sheet). Not ~790: no Hopper part has that dense BF16 figure, so the 11.6 TFLOP/s of the
+# second lease's 454.6 img/s x 25.45 GFLOP is 1.2 % of its H100 SXM5's peak.
+GPU_PEAK_TFLOPS: dict[str, dict[str, float]] = {
+    "H100 PCIe": {"bf16": 756.0, "fp32": 51.0},
+    "H100 NVL": {"bf16": 835.0, "fp32": 60.0},
+    "H200 NVL": {"bf16": 835.0, "fp32": 60.0},
+    "H100": {"bf16": 989.0, "fp32": 67.0},
+    "H200": {"bf16": 989.0, "fp32": 67.0},
+}
+_DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+
+def datasheet_peak_gflops(gpu_name: str, dtype: torch.dtype) -> tuple[float, str] | None:
+    """(dense GFLOP/s, its source) from `GPU_PEAK_TFLOPS` for the GPU so named in a 16-bit dtype, or
+    None (a GPU not in the table, float32: the caller measures a matmul instead). float32 is
+    measured even where the table has it: a float32 step's convolutions run as TF32 on tensor cores
+    by default (cudnn.allow_tf32), its matmuls at full float32, so no one figure is its peak."""
+    if dtype not in (torch.bfloat16, torch.float16):
+        return None
+    for key, peaks in GPU_PEAK_TFLOPS.items():
+        if key in gpu_name:
+            return peaks["bf16"] * 1000, f"datasheet: {key}, dense {_DTYPE_NAMES[dtype]} tensor cores"
+    return None
+
+
+def peak_gflops_for(device: torch.device, dtype: torch.dtype) -> tuple[float, str, float]:
+    """(the peak a step in `dtype` is read against, its source, the measured matmul GFLOP/s in
+    `dtype`): the data sheet's where `datasheet_peak_gflops` knows it, else the measured matmul."""
+    measured = matmul_peak_gflops(device=device, dtype=dtype)
+    sheet = datasheet_peak_gflops(torch.cuda.get_device_name(device), dtype) if device.type == "cuda" else None
+    if sheet is not None:
+        return sheet[0], sheet[1], measured
+    return measured, f"measured: {_DTYPE_NAMES.get(dtype, str(dtype))} matmul {PEAK_MATMUL_SIZE}", measured
+
 
 def matmul_peak_gflops(size: int = PEAK_MATMUL_SIZE, seconds: float = 1.0, device: torch.device | None = None,
-                       ) -> float:
-    """The float32 GFLOP/s of a `size` x `size` matmul on this process's threads: the ceiling a
-    model's dense arithmetic can reach here, measured rather than read off a data sheet (the
-    cores that CI and developers get differ, and so does what else runs on them)."""
+                       dtype: torch.dtype = torch.float32) -> float:
+    """The GFLOP/s of a `size` x `size` matmul in `dtype` on this process's threads (or GPU): the
+    ceiling a model's dense arithmetic can reach here, measured rather than read off a data sheet
+    (the cores that CI and developers get differ, and so does what else runs on them)."""
     device = device or torch.device("cpu")
-    a = torch.randn(size, size, device=device)
-    b = torch.randn(size, size, device=device)
+    a = torch.randn(size, size, device=device).to(dtype)
+    b = torch.randn(size, size, device=device).to(dtype)
     torch.mm(a, b)  # warm-up: the library picks its kernel, the pages are touched
     _sync(device)
     reps, start = 0, time.perf_counter()
@@ -175,135 +227,260 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+@dataclass
+class Bench:
+    """What both benchmarks share: the config, device, precision, model and expressions, the
+    benchmark-only knobs, where the figures go, and how many images to time."""
+
+    what: str
+    preset: str
+    cfg: Any
+    knobs: dict[str, Any]
+    device: torch.device
+    amp: torch.dtype | None
+    model: torch.nn.Module
+    exprs: list
+    split: str
+    from_data: bool
+    images: int
+    seconds: float
+    out: Any
+
+    @property
+    def gpu(self) -> bool:
+        return self.device.type == "cuda"
+
+
 def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: str | None = None,
                   images: int = 0, seconds: float = 0.0, overrides: list[str] | None = None,
                   out=None) -> int:
     """Run one benchmark and print its figures to `out` (default: the current sys.stdout); the last
     line is `images_per_second=<number>`. Returns the exit status (0)."""
-    out = out if out is not None else sys.stdout
+    if what not in BENCHMARKS:
+        raise ValueError(f"unknown benchmark {what!r}: {' or '.join(BENCHMARKS)}")
+    return BENCHMARKS[what](prepare(what, preset, device, data, images, seconds, overrides, out))
+
+
+def prepare(what: str, preset: str, device: str, data: str | None, images: int, seconds: float,
+            overrides: list[str] | None, out) -> Bench:
+    """The shared setup: config with overrides, device, model (trained weights with `bench.weights`),
+    expressions (a split of `data`, or synthetic ones), and the header lines."""
     from .config import parse_overrides
-    from .data import Vocab, collate, load_dataset, make_batches
-    from .data.batching import padded_shapes, padding_share
+    from .data import load_dataset
     from .device import autocast_dtype, cpu_description, resolve_device
     from .model import build_model
     from .presets import preset_with_recipe
-    from .training.optim import build_optimizer
-    from .training.loader import auto_prefetch, make_train_batch, prefetched
-    from .training.setup import LossModule, optimizer_step
+    from .training.setup import prepare_model
 
-    if what not in ("train", "decode"):
-        raise ValueError(f"unknown benchmark {what!r}: train or decode")
+    out = out if out is not None else sys.stdout
     config_items, knobs = split_overrides(overrides)
     cfg = preset_with_recipe(preset).override(parse_overrides(config_items))
     dev = resolve_device(device)
-    gpu = dev.type == "cuda"
-    prefetch = auto_prefetch(cfg.data.prefetch, dev)
-    channels_last = bool(cfg.train.channels_last)
-    compiled = bool(cfg.train.compile) and what == "train"
-    warmup = knobs["warmup"] if knobs["warmup"] >= 0 else ((6 if compiled else 2) if what == "train" else 1)
-
     torch.manual_seed(0)
-    weights = knobs["weights"]
-    if weights:
+    if knobs["weights"]:
         from .tracking.models import load_model
 
-        model, wcfg, _ = load_model(weights, device="cpu")
+        model, wcfg, _ = load_model(knobs["weights"], device="cpu")
         cfg.model = wcfg.model
         model = model.to(dev)
     else:
         model = build_model(cfg.model).to(dev)
-    amp = autocast_dtype(cfg.train.precision, dev)
+    model = prepare_model(model, cfg.train)
+    gpu = dev.type == "cuda"
     if not images:
         images = (4096 if what == "train" else 1000) if gpu else (48 if what == "train" else 8)
     data_path = data or os.environ.get("HMER_DATA")
+    split = "train" if what == "train" else "2014"
     if data_path:
-        split = "train" if what == "train" else "2014"
         exprs = load_dataset(data_path, cfg.data, splits=(split,))[split]
         source = f"CROHME {split} ({data_path})"
     else:
         exprs = synthetic_expressions(knobs["pool"] or (8393 if what == "train" else 1000))
         source = f"synthetic ({len(exprs)} expressions)"
-    vocab = Vocab()
-    if channels_last:
-        model = model.to(memory_format=torch.channels_last)
+    bench = Bench(what, preset, cfg, knobs, dev, autocast_dtype(cfg.train.precision, dev), model, exprs, split,
+                  bool(data_path), images, seconds, out)
+    from .training.loader import auto_prefetch
+
     params = sum(p.numel() for p in model.parameters())
-    print(f"benchmark={what} preset={preset} device={dev} precision={amp or torch.float32} "
+    print(f"benchmark={what} preset={preset} device={dev} precision={bench.amp or torch.float32} "
           f"params={params} source={source}", file=out)
     print(f"processor={cpu_description()!r}", file=out)  # CPU figures differ by core kind
-    print(f"weights={weights or 'random'} threads={torch.get_num_threads()} compile={compiled} "
-          f"prefetch={prefetch} pin_memory={gpu} channels_last={channels_last}", file=out)
+    compiled = bool(cfg.train.compile) and what == "train"
+    print(f"weights={knobs['weights'] or 'random'} threads={torch.get_num_threads()} compile={compiled} "
+          f"prefetch={auto_prefetch(cfg.data.prefetch, dev)} pin_memory={gpu} "
+          f"channels_last={bool(cfg.train.channels_last)} conv1x1_as_matmul={bool(cfg.train.conv1x1_as_matmul)}",
+          file=out)
+    return bench
 
-    def to_device(b):  # decoding's batches: as the training loader does it
-        if gpu:
-            b = b.pin_memory()
-        b = b.to(dev, non_blocking=True)
-        if channels_last:
-            b.images = b.images.contiguous(memory_format=torch.channels_last)
-        return b
 
-    pad = cfg.data.pad_multiple
-    if what == "train":
-        batches = make_batches(exprs, cfg.data.batch_pixels, cfg.data.max_batch_size, shuffle=True, seed=0)
-        print(f"padding_share={padding_share(exprs, batches, pad_multiple=pad):.3f} batches={len(batches)} "
-              f"shapes={len(set(padded_shapes(exprs, batches, pad_multiple=pad)))} "
-              f"mean_batch_size={len(exprs) / len(batches):.2f}", file=out)
-        opt = build_optimizer(model.parameters(), cfg.train)
-        model.train()
-        loss_module: torch.nn.Module = LossModule(model, cfg.train.label_smoothing)
-        if compiled:
-            # a compiled Module is a Module (OptimizedModule); torch.compile's stubs say only Callable
-            loss_module = torch.compile(loss_module, dynamic=True)  # type: ignore[assignment]
-        aug_rng = np.random.default_rng(0)
+def bench_train(b: Bench) -> int:
+    """`hmer bench train`: the trainer's step over the trainer's input pipeline (module docstring)."""
+    from .data import Vocab, make_batches
+    from .data.ladder import PadLadder
+    from .training.graphs import GraphedStep
+    from .training.loader import make_train_batch
+    from .training.optim import build_optimizer
+    from .training.planning import cache_plans, plan, training_shapes
+    from .training.setup import LossModule, optimizer_step
+    from .device import size_cudnn_plan_cache
 
-        def make(idx):
-            scale = None
-            if cfg.data.scale_aug_max > 0:  # the trainer's per-batch scale augmentation (CoMER)
-                scale = float(aug_rng.uniform(cfg.data.scale_aug_min, cfg.data.scale_aug_max))
-            return make_train_batch([exprs[i] for i in idx], vocab, cfg.model.direction, dev, scale, channels_last, pad)
+    cfg, exprs, dev, out = b.cfg, b.exprs, b.device, b.out
+    ladder = PadLadder.from_data_config(cfg.data)
+    batches = make_batches(exprs, cfg.data.batch_pixels, cfg.data.max_batch_size, shuffle=True, seed=0)
+    _print_batching(b, batches, ladder, None)
+    if ladder.enabled:
+        shapes = training_shapes(cfg, exprs)
+        line = f"ladder_shapes={len(shapes)}"
+        if b.gpu:  # before the first convolution of the process: torch reads it once
+            limit, how = size_cudnn_plan_cache(cache_plans(b.model, len(shapes)))
+            line += f" cudnn_plan_cache={limit} ({how})"
+        print(line, file=out)
+        if cfg.train.plan_shapes:
+            n, seconds = plan(b.model, shapes, dev, b.amp, cfg.train.channels_last)
+            print(f"planned_shapes={n} plan_seconds={seconds:.2f}", file=out)
+    opt = build_optimizer(b.model.parameters(), cfg.train)
+    b.model.train()
+    loss_module: torch.nn.Module = LossModule(b.model, cfg.train.label_smoothing)
+    compiled = bool(cfg.train.compile)
+    if compiled:
+        loss_module = torch.compile(loss_module, dynamic=True)
+    aug_rng = np.random.default_rng(0)
+    vocab = Vocab()
 
-        def step(tb):
-            optimizer_step(loss_module, opt, model, tb, cfg.train.grad_clip, amp)
-            return len(tb)
-    else:
-        from .decoding import decode_batch
+    def make(idx):
+        scale = None
+        if cfg.data.scale_aug_max > 0:  # the trainer's per-batch scale augmentation (CoMER)
+            scale = float(aug_rng.uniform(cfg.data.scale_aug_min, cfg.data.scale_aug_max))
+        return make_train_batch([exprs[i] for i in idx], vocab, cfg.model.direction, dev, scale,
+                                cfg.train.channels_last, ladder)
 
-        max_px = cfg.data.max_image_pixels
-        # Shuffled batch order: a subset of a year is then a fair sample of its sizes.
-        batches = make_batches(exprs, cfg.data.eval_batch_pixels, cfg.data.eval_max_batch_size,
-                               shuffle=True, seed=0, max_image_pixels=max_px)
-        print(f"padding_share={padding_share(exprs, batches, max_px, pad):.3f} batches={len(batches)} "
-              f"shapes={len(set(padded_shapes(exprs, batches, max_px, pad)))} "
-              f"mean_batch_size={len(exprs) / len(batches):.2f}", file=out)
-        model.eval()
-        hyp_tokens = [0, 0]  # tokens, hypotheses (timed region only)
+    def ordinary(tb):
+        optimizer_step(loss_module, opt, b.model, tb, cfg.train.grad_clip, b.amp)
+        return len(tb)
 
-        def decode(b):
-            with torch.autocast(dev.type, dtype=amp, enabled=amp is not None):
-                return decode_batch(model, b.images, b.image_mask, cfg.model.direction,
-                                    beam_size=cfg.train.beam_size, max_len=cfg.train.max_decode_len,
-                                    length_penalty=cfg.train.length_penalty, search_rule=cfg.train.search_rule,
-                                    sos_id=vocab.sos_id, eos_id=vocab.eos_id, pad_id=vocab.pad_id)
+    graphed = GraphedStep(loss_module, opt, b.model, cfg.train.grad_clip, b.amp) if cfg.train.cuda_graphs else None
 
-        def make(idx):
-            return len(idx), to_device(collate([exprs[i] for i in idx], vocab, max_pixels=max_px, pad_multiple=pad))
+    def step(tb):
+        if graphed is None:
+            return ordinary(tb)
+        graphed(tb)
+        return len(tb)
 
-        @torch.inference_mode()
-        def step(item):
-            n, b = item
-            hyps = decode(b)
-            hyp_tokens[0] += sum(len(h) for h in hyps)
-            hyp_tokens[1] += len(hyps)
-            return n
+    warmup = b.knobs["warmup"] if b.knobs["warmup"] >= 0 else (6 if compiled else 2)
+    timing = _timed(b, batches, make, step, warmup)
+    if graphed is not None:
+        print(f"graphs={graphed.graphs} graph_failures={len(graphed.failures)}"
+              + (f" first_failure={next(iter(graphed.failures.values()))[:200]!r}" if graphed.failures else ""),
+              file=out)
+    # FLOPs through the ordinary step: a graph's replay runs no operator the counter could see
+    flops = _flop_line(b, timing, lambda items: [ordinary(tb) for tb in items], make, default_batches=8)
+    _print_timing(b, timing, flops)
+    print(f"epoch_seconds_8835={8835 / timing.images_per_second:.1f}", file=out)
+    _print_rate(b, timing)
+    return 0
 
-    if knobs["batches"] > 0:
-        batches = batches[:knobs["batches"]]
+
+def bench_decode(b: Bench) -> int:
+    """`hmer bench decode`: beam search on the evaluation bucketing (module docstring)."""
+    from .data import Vocab, collate, make_batches
+    from .data.ladder import PadLadder
+    from .decoding import decode_batch
+
+    cfg, exprs, dev, out = b.cfg, b.exprs, b.device, b.out
+    ladder = PadLadder.from_data_config(cfg.data)
+    max_px = cfg.data.max_image_pixels
+    # Shuffled batch order: a subset of a year is then a fair sample of its sizes.
+    batches = make_batches(exprs, cfg.data.eval_batch_pixels, cfg.data.eval_max_batch_size,
+                           shuffle=True, seed=0, max_image_pixels=max_px)
+    _print_batching(b, batches, ladder, max_px)
+    b.model.eval()
+    vocab = Vocab()
+    hyp_tokens = [0, 0]  # tokens, hypotheses (timed region only)
+
+    def decode(batch):
+        with torch.autocast(dev.type, dtype=b.amp, enabled=b.amp is not None):
+            return decode_batch(b.model, batch.images, batch.image_mask, cfg.model.direction,
+                                beam_size=cfg.train.beam_size, max_len=cfg.train.max_decode_len,
+                                length_penalty=cfg.train.length_penalty, search_rule=cfg.train.search_rule,
+                                sos_id=vocab.sos_id, eos_id=vocab.eos_id, pad_id=vocab.pad_id)
+
+    def make(idx):
+        batch = collate([exprs[i] for i in idx], vocab, max_pixels=max_px, ladder=ladder)
+        if b.gpu:  # as the training loader does it
+            batch = batch.pin_memory()
+        batch = batch.to(dev, non_blocking=True)
+        if cfg.train.channels_last:
+            batch.images = batch.images.contiguous(memory_format=torch.channels_last)
+        return len(idx), batch
+
+    @torch.inference_mode()
+    def step(item):
+        n, batch = item
+        hyps = decode(batch)
+        hyp_tokens[0] += sum(len(h) for h in hyps)
+        hyp_tokens[1] += len(hyps)
+        return n
+
+    warmup = b.knobs["warmup"] if b.knobs["warmup"] >= 0 else 1
+    timing = _timed(b, batches, make, step, warmup, before_timing=lambda: hyp_tokens.__setitem__(slice(None), [0, 0]))
+    timed_hyp_tokens = list(hyp_tokens)  # the FLOP count below decodes again
+    flops = _flop_line(b, timing, lambda items: [step(item) for item in items], make, default_batches=2)
+    _print_timing(b, timing, flops)
+    print(f"mean_hyp_tokens={timed_hyp_tokens[0] / max(timed_hyp_tokens[1], 1):.1f} "
+          f"max_decode_len={cfg.train.max_decode_len} beam_size={cfg.train.beam_size} "
+          f"direction={cfg.model.direction}", file=out)
+    if b.from_data:
+        print(f"year_seconds_{b.split}={len(exprs) / timing.images_per_second:.1f} "
+              f"(all {len(exprs)} images of {b.split})", file=out)
+    if b.knobs["check_unbatched"] > 0:
+        print(f"unbatched_match={_check_unbatched(b.knobs['check_unbatched'], timing.batches, exprs, make, decode)}",
+              file=out)
+    _print_rate(b, timing)
+    return 0
+
+
+BENCHMARKS = {"train": bench_train, "decode": bench_decode}
+
+
+@dataclass
+class Timing:
+    """The timed region: images, wall and CPU seconds, the wall time spent waiting for data, and
+    the batches it drew from (cut to `bench.batches` when set)."""
+
+    images: int
+    seconds: float
+    cpu_seconds: float
+    waited: float
+    batches: list
+
+    @property
+    def images_per_second(self) -> float:
+        return self.images / self.seconds
+
+
+def _print_batching(b: Bench, batches, ladder, max_px) -> None:
+    from .data.batching import padded_shapes, padding_share
+
+    print(f"padding_share={padding_share(b.exprs, batches, max_px, ladder):.3f} batches={len(batches)} "
+          f"shapes={len(set(padded_shapes(b.exprs, batches, max_px, ladder)))} "
+          f"mean_batch_size={len(b.exprs) / len(batches):.2f}", file=b.out)
+
+
+def _timed(b: Bench, batches, make, step, warmup: int, before_timing=None) -> Timing:
+    """Warm-up, then `step(make(idx))` over the batches in order, cycled, until `b.images` images or
+    `b.seconds` have passed; `data.prefetch` batches made ahead in a thread, as in training."""
+    from .training.loader import auto_prefetch, prefetched
+
+    dev, out = b.device, b.out
+    if b.knobs["batches"] > 0:
+        batches = batches[:b.knobs["batches"]]
         print(f"timed_batches={len(batches)} (cycled, after one untimed pass)", file=out)
         warmup_batches = batches
     else:
         # Warm-up on the smallest batches (allocator, kernels, optimiser state; compile traces
         # with dynamic shapes): a random batch can cost minutes on a CPU and teaches nothing more.
-        area = {id(idx): len(idx) * max(exprs[i].image.shape[0] for i in idx)
-                * max(exprs[i].image.shape[1] for i in idx) for idx in batches}
+        area = {id(idx): len(idx) * max(b.exprs[i].image.shape[0] for i in idx)
+                * max(b.exprs[i].image.shape[1] for i in idx) for idx in batches}
         smallest = sorted(batches, key=lambda idx: area[id(idx)])
         warmup_batches = [smallest[k % len(smallest)] for k in range(warmup)]
 
@@ -314,13 +491,13 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
     for idx in warmup_batches:
         step(make(idx))
     _sync(dev)
-    stream = prefetched(make, order(), prefetch)
-    if what == "decode":
-        hyp_tokens[:] = [0, 0]
-    if gpu:
+    stream = prefetched(make, order(), auto_prefetch(b.cfg.data.prefetch, dev))
+    if before_timing is not None:
+        before_timing()
+    if b.gpu:
         torch.cuda.reset_peak_memory_stats(dev)
-    if knobs["start_at"]:
-        late = time.time() - knobs["start_at"]
+    if b.knobs["start_at"]:
+        late = time.time() - b.knobs["start_at"]
         if late > 0:
             print(f"late_start_s={late:.2f} (warm-up ended after bench.start_at)", file=out)
         else:
@@ -332,42 +509,43 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
         item = next(stream)
         waited += time.perf_counter() - t0
         done += step(item)
-        if done >= images or (seconds and time.perf_counter() - start >= seconds):
+        if done >= b.images or (b.seconds and time.perf_counter() - start >= b.seconds):
             break
     _sync(dev)
     elapsed = time.perf_counter() - start
     cpu = time.process_time() - cpu0
     stream.close()
-    ips = done / elapsed
-    timed_hyp_tokens = list(hyp_tokens) if what == "decode" else []  # the FLOP count below decodes again
-    flop_batches = knobs["flop_batches"] if knobs["flop_batches"] >= 0 else (8 if what == "train" else 2)
-    flop_line = ""
-    if flop_batches > 0:
-        counted = [make(idx) for idx in batches[:flop_batches]]
-        n_counted = sum(len(idx) for idx in batches[:flop_batches])
-        flops = count_flops(lambda: [step(item) for item in counted])
-        gflop_per_image = flops / n_counted / 1e9
-        peak = matmul_peak_gflops(device=dev)
-        flop_line = (f"gflop_per_image={gflop_per_image:.4f} achieved_gflops={gflop_per_image * ips:.1f} "
-                     f"peak_gflops={peak:.1f} share_of_peak={gflop_per_image * ips / peak:.3f}")
-    print(f"images={done} seconds={elapsed:.2f} cpu_seconds={cpu:.2f} images_per_cpu_second={done / cpu:.3f} "
-          f"data_wait_share={waited / elapsed:.3f}", file=out)
-    print(f"peak_memory_mb={_peak_memory_mb(dev):.0f}", file=out)
+    return Timing(done, elapsed, cpu, waited, batches)
+
+
+def _flop_line(b: Bench, timing: Timing, run_steps, make, default_batches: int) -> str:
+    """FLOPs an image over the first batches, against the peak of the step's precision ('' with
+    bench.flop_batches=0)."""
+    flop_batches = b.knobs["flop_batches"] if b.knobs["flop_batches"] >= 0 else default_batches
+    if flop_batches <= 0:
+        return ""
+    counted_idx = timing.batches[:flop_batches]
+    counted = [make(idx) for idx in counted_idx]
+    flops = count_flops(lambda: run_steps(counted))
+    gflop_per_image = flops / sum(len(idx) for idx in counted_idx) / 1e9
+    achieved = gflop_per_image * timing.images_per_second
+    peak, source, measured = peak_gflops_for(b.device, b.amp or torch.float32)
+    return (f"gflop_per_image={gflop_per_image:.4f} achieved_gflops={achieved:.1f} peak_gflops={peak:.1f} "
+            f"share_of_peak={achieved / peak:.4f} matmul_gflops={measured:.1f}\npeak_source={source!r}")
+
+
+def _print_timing(b: Bench, timing: Timing, flop_line: str) -> None:
+    print(f"images={timing.images} seconds={timing.seconds:.2f} cpu_seconds={timing.cpu_seconds:.2f} "
+          f"images_per_cpu_second={timing.images / timing.cpu_seconds:.3f} "
+          f"data_wait_share={timing.waited / timing.seconds:.3f}", file=b.out)
+    print(f"peak_memory_mb={_peak_memory_mb(b.device):.0f}", file=b.out)
     if flop_line:
-        print(flop_line, file=out)
-    if what == "train":
-        print(f"epoch_seconds_8835={8835 / ips:.1f}", file=out)
-    else:
-        print(f"mean_hyp_tokens={timed_hyp_tokens[0] / max(timed_hyp_tokens[1], 1):.1f} "
-              f"max_decode_len={cfg.train.max_decode_len} beam_size={cfg.train.beam_size} "
-              f"direction={cfg.model.direction}", file=out)
-        if data_path:
-            print(f"year_seconds_{split}={len(exprs) / ips:.1f} (all {len(exprs)} images of {split})", file=out)
-        if knobs["check_unbatched"] > 0:
-            print(f"unbatched_match={_check_unbatched(knobs['check_unbatched'], batches, exprs, make, decode)}",
-                  file=out)
-    print(f"images_per_second={ips:.2f}" if ips >= 1 else f"images_per_second={ips:.3g}", file=out)
-    return 0
+        print(flop_line, file=b.out)
+
+
+def _print_rate(b: Bench, timing: Timing) -> None:
+    ips = timing.images_per_second
+    print(f"images_per_second={ips:.2f}" if ips >= 1 else f"images_per_second={ips:.3g}", file=b.out)
 
 
 @torch.inference_mode()
@@ -378,8 +556,8 @@ def _check_unbatched(n: int, batches, exprs, make, decode) -> str:
         if total >= n:
             break
         idx = list(idx)[: n - total]
-        _, b = make(idx)
-        batched = decode(b)
+        _, batch = make(idx)
+        batched = decode(batch)
         for i, hyp in zip(idx, batched):
             _, alone = make([i])
             same += int(decode(alone)[0] == hyp)

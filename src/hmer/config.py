@@ -73,6 +73,14 @@ RULES: tuple[Rule, ...] = (
          "data.aug_width_min must not exceed data.aug_width_max"),
     Rule(("train.min_lr", "train.lr"), lambda low, lr: low <= lr,
          "train.min_lr must not exceed train.lr"),
+    Rule(("train.plan_shapes", "data.pad_multiple", "data.pad_growth"), lambda on, m, g: not on or m > 1 or g > 1,
+         "planning the batch shapes needs the pad ladder (data.pad_multiple > 1 or data.pad_growth > 1): "
+         "without it every batch has its own shape"),
+    Rule(("train.cuda_graphs", "data.pad_multiple", "data.pad_growth"), lambda on, m, g: not on or m > 1 or g > 1,
+         "a CUDA graph per batch shape needs the pad ladder (data.pad_multiple > 1 or data.pad_growth > 1): "
+         "without it every batch has its own shape"),
+    Rule(("train.cuda_graphs", "train.compile"), lambda graphs, compiled: not (graphs and compiled),
+         "train.cuda_graphs captures the eager step; torch.compile is another way to cut the launches: one of them"),
 )
 
 
@@ -183,9 +191,12 @@ class DataConfig:
     eval_batch_pixels: int = allowed(1_600_000, ge=1)
     eval_max_batch_size: int = allowed(64, ge=1)
     max_image_pixels: int = allowed(400_000, ge=1)  # an evaluation image above this is resized, and counted
-    # Every batch's padded height and width rounded up to a multiple of this (1 = the batch's own
-    # largest image): a few shapes instead of one a batch, which a GPU needs (hmer.data.batching).
+    # Every batch's padded height and width rounded up to a rung of a ladder, after the scale
+    # augmentation: a few shapes instead of one a batch, which a GPU needs (hmer.data.ladder). The
+    # rungs are multiples of pad_multiple, each at least pad_growth times the one below (1 and 1:
+    # no ladder, the batch's own largest image; pad_growth 1: every multiple of pad_multiple).
     pad_multiple: int = allowed(1, ge=1)
+    pad_growth: float = allowed(1.0, ge=1, le=4)
     # Train-time scale augmentation (CoMER: x0.7 .. x1.4); 0 disables.
     scale_aug_min: float = allowed(0.0, ge=0)
     scale_aug_max: float = allowed(0.0, ge=0)
@@ -258,6 +269,18 @@ class TrainConfig:
     # NHWC encoder weights and images: 1.11x the training images/s of NCHW for `small` on one CPU
     # thread (docs/benchmarks.md); the layout cuDNN's tensor-core convolutions prefer on a GPU.
     channels_last: bool = allowed(True)
+    # The 1x1 convolutions (DenseNet-B bottlenecks and transitions, the projection to d_model, the
+    # ARM's projection) as matrix products: no cuDNN plan per input shape on a GPU; the same
+    # parameters, other float rounding (hmer.model.pointwise).
+    conv1x1_as_matmul: bool = allowed(False)
+    # Before the first step, one forward and backward pass of the encoder at every batch shape the
+    # pad ladder can give the training split (scale augmentation included), so that a GPU plans
+    # them all up front instead of at the first batch of each shape (hmer.training.planning).
+    plan_shapes: bool = allowed(False)
+    # The training step's forward and backward captured as a CUDA graph per batch shape and
+    # replayed (hmer.training.graphs): the host launches one graph instead of every kernel. Needs
+    # the pad ladder (a few static image shapes); caption lengths are padded to a ladder too.
+    cuda_graphs: bool = allowed(False)
     # Decoding.
     beam_size: int = allowed(10, ge=1)
     max_decode_len: int = allowed(200, ge=1)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 
 import torch
@@ -43,3 +44,25 @@ def cpu_description() -> str:
     except OSError:
         pass
     return f"{model}, {torch.backends.cpu.get_cpu_capability()}"
+
+
+# cuDNN's v8 API keeps the execution plans it built in an LRU cache of this many entries by default
+# (torch's TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT; 0 = unbounded, negative = none). A plan is about
+# 200 KiB of host memory (torch's docs: 10,000 plans ~ 2 GiB).
+CUDNN_PLAN_CACHE = "TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT"
+CUDNN_PLAN_CACHE_DEFAULT = 10_000
+CUDNN_PLAN_KIB = 200
+
+
+def size_cudnn_plan_cache(plans: int) -> tuple[int, str]:
+    """Let cuDNN keep `plans` execution plans (never fewer than torch's default): the plans of
+    every batch shape of a pad ladder, so that none is evicted and built again at the next epoch.
+
+    torch reads TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT once, at the process's first cuDNN convolution,
+    so this must run before it; a value already in the environment (set by hand, or by an earlier
+    call in this process) is kept. Returns (the limit in effect, where it came from)."""
+    if CUDNN_PLAN_CACHE in os.environ:
+        return int(os.environ[CUDNN_PLAN_CACHE]), "environment"
+    limit = max(int(plans), CUDNN_PLAN_CACHE_DEFAULT)
+    os.environ[CUDNN_PLAN_CACHE] = str(limit)
+    return limit, "sized to the ladder"

@@ -12,12 +12,12 @@ which vary far more than heights, line up. On CROHME this cuts the padding of tr
 (320,000 px, <= 16 images) from 10.1 % to 5.3 %, and of evaluation batches (1.6 M px, <= 64
 images, 2014 test) from 53 % to 35 % (`python benchmarks/bench_data.py`).
 
-`pad_multiple` (`data.pad_multiple`) rounds every batch's padded height and width up to a multiple
-of that many pixels, so that batches come in a few shapes instead of one each. On a GPU a new input
-shape costs far more than its arithmetic (cuDNN plans each convolution for each shape; the second
-GPU lease measured 7 images/s on a first pass against 71 once the shapes had been seen,
-docs/benchmarks.md section 5); on a CPU it only adds padding. The pixel budget is applied to the
-images' own sizes.
+`ladder` (`data.pad_multiple`, `data.pad_growth`: hmer.data.ladder) rounds every batch's padded
+height and width up to a rung of a ladder of sizes, so that batches come in a few shapes instead of
+one each. On a GPU a new input shape costs far more than its arithmetic (cuDNN plans each
+convolution for each shape; the second GPU lease measured 7 images/s on a first pass against 71
+once the shapes had been seen, docs/benchmarks.md section 5); on a CPU it only adds padding. The
+pixel budget is applied to the images' own sizes.
 
 Evaluation never drops an expression: an image above `max_image_pixels` is resized down (keeping
 its aspect) in `collate(..., max_pixels=...)` and counted in `Batch.resized`; pass the same limit
@@ -35,6 +35,7 @@ import torch
 from PIL import Image
 
 from .expression import Expression
+from .ladder import NO_LADDER, PadLadder, scaled_size
 from .vocab import Vocab
 
 
@@ -104,11 +105,6 @@ def make_batches(exprs: Sequence[Expression], pixel_budget: int, max_batch_size:
     return batches
 
 
-def round_up(size: int, multiple: int) -> int:
-    """`size` rounded up to a multiple of `multiple` (1: unchanged)."""
-    return -(-size // multiple) * multiple
-
-
 def _fitted_sizes(exprs: Sequence[Expression], batches: Sequence[Sequence[int]],
                   max_image_pixels: int | None) -> list[list[tuple[int, int]]]:
     """Each batch's image sizes as `collate` sees them (after any evaluation resize)."""
@@ -116,26 +112,42 @@ def _fitted_sizes(exprs: Sequence[Expression], batches: Sequence[Sequence[int]],
             for idx in batches]
 
 
-def _padded_shape(sizes: Sequence[tuple[int, int]], pad_multiple: int) -> tuple[int, int, int]:
-    return (len(sizes), round_up(max(h for h, _ in sizes), pad_multiple),
-            round_up(max(w for _, w in sizes), pad_multiple))
+def _padded_shape(sizes: Sequence[tuple[int, int]], ladder: PadLadder) -> tuple[int, int, int]:
+    return len(sizes), ladder.rung(max(h for h, _ in sizes)), ladder.rung(max(w for _, w in sizes))
+
+
+def largest_sizes(exprs: Sequence[Expression], batches: Sequence[Sequence[int]],
+                  max_image_pixels: int | None = None) -> list[tuple[int, int, int]]:
+    """(images, largest height, largest width) of each batch before any padding or augmentation."""
+    return [_padded_shape(sizes, NO_LADDER) for sizes in _fitted_sizes(exprs, batches, max_image_pixels)]
 
 
 def padded_shapes(exprs: Sequence[Expression], batches: Sequence[Sequence[int]],
-                  max_image_pixels: int | None = None, pad_multiple: int = 1) -> list[tuple[int, int, int]]:
-    """(images, height, width) of each batch as `collate` pads it (before any scale augmentation)."""
-    return [_padded_shape(sizes, pad_multiple) for sizes in _fitted_sizes(exprs, batches, max_image_pixels)]
+                  max_image_pixels: int | None = None, ladder: PadLadder = NO_LADDER,
+                  scales: Sequence[float] | None = None) -> list[tuple[int, int, int]]:
+    """(images, height, width) of each batch as `collate` pads it; `scales`: each batch's scale
+    augmentation (None: none)."""
+    fitted = _fitted_sizes(exprs, batches, max_image_pixels)
+    return [_padded_shape(_scaled(sizes, scales[k] if scales is not None else None), ladder)
+            for k, sizes in enumerate(fitted)]
 
 
 def padding_share(exprs: Sequence[Expression], batches: Sequence[Sequence[int]],
-                  max_image_pixels: int | None = None, pad_multiple: int = 1) -> float:
-    """Padded pixels / all pixels of the padded batches: the compute spent on nothing."""
+                  max_image_pixels: int | None = None, ladder: PadLadder = NO_LADDER,
+                  scales: Sequence[float] | None = None) -> float:
+    """Padded pixels / all pixels of the padded batches: the compute spent on nothing (`scales`: as
+    in `padded_shapes`)."""
     total = real = 0
-    for sizes in _fitted_sizes(exprs, batches, max_image_pixels):
-        n, height, width = _padded_shape(sizes, pad_multiple)
+    for k, sizes in enumerate(_fitted_sizes(exprs, batches, max_image_pixels)):
+        sizes = _scaled(sizes, scales[k] if scales is not None else None)
+        n, height, width = _padded_shape(sizes, ladder)
         total += n * height * width
         real += sum(h * w for h, w in sizes)
     return 1.0 - real / total if total else 0.0
+
+
+def _scaled(sizes: list[tuple[int, int]], scale: float | None) -> list[tuple[int, int]]:
+    return [(scaled_size(h, scale), scaled_size(w, scale)) for h, w in sizes]
 
 
 def resize_image(image: np.ndarray, height: int, width: int) -> np.ndarray:
@@ -146,12 +158,12 @@ def resize_image(image: np.ndarray, height: int, width: int) -> np.ndarray:
 
 
 def collate(exprs: Sequence[Expression], vocab: Vocab, scale: float | None = None,
-            max_pixels: int | None = None, pad_multiple: int = 1) -> Batch:
+            max_pixels: int | None = None, ladder: PadLadder = NO_LADDER) -> Batch:
     """Stack expressions into a `Batch`, zero padded at the bottom and right.
 
     `scale` (train-time augmentation, e.g. drawn from [0.7, 1.4] per batch) resizes every image
     by that factor; `max_pixels` (evaluation) shrinks any image above that many pixels and counts it;
-    `pad_multiple` pads the batch's height and width up to multiples of it (module docstring).
+    `ladder` pads the batch's height and width up to its rungs, after the scaling (module docstring).
     """
     if not exprs:
         raise ValueError("collate needs at least one expression")
@@ -161,14 +173,14 @@ def collate(exprs: Sequence[Expression], vocab: Vocab, scale: float | None = Non
         image = e.image
         if scale is not None and scale != 1.0:
             h, w = image.shape[:2]
-            image = resize_image(image, max(1, round(h * scale)), max(1, round(w * scale)))
+            image = resize_image(image, scaled_size(h, scale), scaled_size(w, scale))
         fitted = fit_to_pixels(image.shape[0], image.shape[1], max_pixels)
         if fitted != image.shape[:2]:
             image = resize_image(image, *fitted)
             resized += 1
         images.append(image)
-    height = round_up(max(im.shape[0] for im in images), pad_multiple)
-    width = round_up(max(im.shape[1] for im in images), pad_multiple)
+    height = ladder.rung(max(im.shape[0] for im in images))
+    width = ladder.rung(max(im.shape[1] for im in images))
     pixels = np.zeros((len(images), height, width), dtype=np.uint8)
     mask = np.ones((len(images), height, width), dtype=bool)
     for i, im in enumerate(images):

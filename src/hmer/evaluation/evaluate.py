@@ -9,6 +9,7 @@ from typing import Any, Sequence
 import torch
 
 from ..data import Expression, Vocab, collate, make_batches
+from ..data.ladder import NO_LADDER, PadLadder
 from ..decoding import decode_batch
 from .metrics import Scores, expression_metrics
 
@@ -38,7 +39,7 @@ def decode_options(cfg, device: torch.device, autocast_dtype: torch.dtype | None
                 max_len=cfg.train.max_decode_len, length_penalty=cfg.train.length_penalty,
                 search_rule=cfg.train.search_rule,
                 batch_pixels=cfg.data.eval_batch_pixels, max_batch_size=cfg.data.eval_max_batch_size,
-                max_image_pixels=cfg.data.max_image_pixels, pad_multiple=cfg.data.pad_multiple,
+                max_image_pixels=cfg.data.max_image_pixels, ladder=PadLadder.from_data_config(cfg.data),
                 autocast_dtype=autocast_dtype, progress=progress)
 
 
@@ -57,7 +58,7 @@ def predict(
     batch_pixels: int = 1_600_000,
     max_batch_size: int = 64,
     max_image_pixels: int = 400_000,
-    pad_multiple: int = 1,
+    ladder: PadLadder = NO_LADDER,
     autocast_dtype: torch.dtype | None = None,
     progress: str | None = None,
 ) -> tuple[list[list[str]], int]:
@@ -73,8 +74,7 @@ def predict(
 
         iterator = tqdm(batches, desc=progress, unit="batch", leave=False)
     for idx in iterator:
-        batch = collate([exprs[i] for i in idx], vocab, max_pixels=max_image_pixels,
-                        pad_multiple=pad_multiple).to(device)
+        batch = collate([exprs[i] for i in idx], vocab, max_pixels=max_image_pixels, ladder=ladder).to(device)
         resized += batch.resized
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
             hyps = decode_batch(model, batch.images, batch.image_mask, direction,

@@ -48,6 +48,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .dropout import Dropout
+from .pointwise import PointwiseConv
 
 
 def downsample_mask(mask: Tensor) -> Tensor:
@@ -73,7 +74,7 @@ class BottleneckLayer(nn.Module):
     def __init__(self, in_channels: int, growth_rate: int, dropout: float):
         super().__init__()
         inner = 4 * growth_rate
-        self.conv1 = nn.Conv2d(in_channels, inner, kernel_size=1, bias=False)
+        self.conv1 = PointwiseConv(in_channels, inner, bias=False)
         self.norm1 = nn.BatchNorm2d(inner)
         self.conv2 = nn.Conv2d(inner, growth_rate, kernel_size=3, padding=1, bias=False)
         self.norm2 = nn.BatchNorm2d(growth_rate)
@@ -120,7 +121,7 @@ class Transition(nn.Module):
 
     def __init__(self, in_channels: int, out_channels: int, dropout: float):
         super().__init__()
-        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size=1, bias=False)
+        self.conv = PointwiseConv(in_channels, out_channels, bias=False)
         self.norm = nn.BatchNorm2d(out_channels)
         self.dropout = Dropout(dropout)
 

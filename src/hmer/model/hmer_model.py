@@ -31,6 +31,7 @@ from ..registry import DECODERS
 from .decoder_base import Decoder
 from .direction import make_targets, special_ids
 from .encoder import DenseNetB
+from .pointwise import PointwiseConv
 from .posenc import make_image_positions
 from .refinement import sums_before
 
@@ -65,7 +66,7 @@ class HMERModel(nn.Module):
             dropout=cfg.encoder_dropout,
             mask_padding=cfg.mask_padding,
         )
-        self.feature_proj = nn.Conv2d(self.encoder.out_channels, cfg.d_model, kernel_size=1)
+        self.feature_proj = PointwiseConv(self.encoder.out_channels, cfg.d_model)
         self.feature_norm = nn.LayerNorm(cfg.d_model)
         self.image_pos = make_image_positions(cfg.image_pos, cfg.d_model, cfg.cape_grid)
         self.decoder = make_decoder(cfg)

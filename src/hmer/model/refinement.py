@@ -43,6 +43,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from ..registry import COVERAGES
+from .pointwise import PointwiseConv
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,7 @@ class AttentionRefinementModule(nn.Module):
         super().__init__()
         self.nhead = nhead
         self.conv = nn.Conv2d(in_maps, channels, kernel_size, padding=kernel_size // 2)
-        self.proj = nn.Conv2d(channels, nhead, kernel_size=1, bias=False)
+        self.proj = PointwiseConv(channels, nhead, bias=False)
         self.norm = MaskedBatchNorm(nhead)
 
     def forward(self, coverage: Tensor, feat_mask: Tensor) -> Tensor:

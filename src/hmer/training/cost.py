@@ -21,6 +21,7 @@ import torch
 
 from ..config import Config
 from ..data import Expression, Vocab, make_batches
+from ..data.ladder import PadLadder
 
 
 def train_seconds_per_image(cfg: Config, exprs: Sequence[Expression], n_batches: int = 8, seed: int = 0) -> float:
@@ -35,7 +36,7 @@ def train_seconds_per_image(cfg: Config, exprs: Sequence[Expression], n_batches:
     from ..model import build_model
     from .loader import Redraw, train_batches
     from .optim import build_optimizer
-    from .setup import LossModule, optimizer_step
+    from .setup import LossModule, optimizer_step, prepare_model
 
     batches = make_batches(list(exprs), cfg.data.batch_pixels, cfg.data.max_batch_size, shuffle=True, seed=seed)
     sample = batches[: n_batches + 1]
@@ -48,16 +49,14 @@ def train_seconds_per_image(cfg: Config, exprs: Sequence[Expression], n_batches:
         redraw = Redraw(strokes, RenderConfig.from_data_config(cfg.data), aug, np.random.default_rng([seed, 0, 1]))
     rng_state = torch.get_rng_state()
     try:
-        model = build_model(cfg.model)
-        if cfg.train.channels_last:
-            model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # Module.to takes memory_format; its stubs omit it
+        model = prepare_model(build_model(cfg.model), cfg.train)
         model.train()
         loss_module = LossModule(model, cfg.train.label_smoothing)
         opt = build_optimizer(model.parameters(), cfg.train)
         steps = train_batches(exprs, sample, Vocab(), cfg.model.direction, torch.device("cpu"),
                               scale_range=(cfg.data.scale_aug_min, cfg.data.scale_aug_max),
                               rng=np.random.default_rng(seed), channels_last=cfg.train.channels_last,
-                              redraw=redraw, pad_multiple=cfg.data.pad_multiple)
+                              redraw=redraw, ladder=PadLadder.from_data_config(cfg.data))
         images, cpu = 0, 0.0
         for k in range(len(sample)):
             t0 = time.process_time()

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from ..data import Batch, Expression, RenderConfig, Vocab, collate
 from ..data.augment import AugmentConfig, augmented_image
+from ..data.ladder import NO_LADDER, PadLadder
 from ..model.direction import make_targets
 
 
@@ -52,9 +53,10 @@ def auto_prefetch(prefetch: int, device: torch.device) -> int:
 
 
 def make_train_batch(exprs: Sequence[Expression], vocab: Vocab, direction: str, device: torch.device,
-                     scale: float | None = None, channels_last: bool = False, pad_multiple: int = 1) -> TrainBatch:
-    """Steps 1-3 of the module docstring for one batch (`pad_multiple`: `data.pad_multiple`)."""
-    batch = collate(exprs, vocab, scale=scale, pad_multiple=pad_multiple)
+                     scale: float | None = None, channels_last: bool = False,
+                     ladder: PadLadder = NO_LADDER) -> TrainBatch:
+    """Steps 1-3 of the module docstring for one batch (`ladder`: `data.pad_multiple`, `data.pad_growth`)."""
+    batch = collate(exprs, vocab, scale=scale, ladder=ladder)
     tgt_in, tgt_out, _ = make_targets(batch.token_ids, direction, vocab)
     if device.type == "cuda":
         batch = batch.pin_memory()
@@ -69,7 +71,7 @@ def train_batches(exprs: Sequence[Expression], batches: Iterable[Sequence[int]],
                   device: torch.device, *, scale_range: tuple[float, float] | None = None,
                   rng: np.random.Generator | None = None, prefetch: int = 0,
                   channels_last: bool = False, redraw: "Redraw | None" = None,
-                  pad_multiple: int = 1) -> Generator[TrainBatch, None, None]:
+                  ladder: PadLadder = NO_LADDER) -> Generator[TrainBatch, None, None]:
     """The batches of one epoch, in the order given, ready for the step.
 
     scale_range: (min, max) of the per-batch scale augmentation (CoMER: 0.7, 1.4), drawn from
@@ -88,7 +90,7 @@ def train_batches(exprs: Sequence[Expression], batches: Iterable[Sequence[int]],
         chosen = [exprs[i] for i in idx]
         if redraw is not None:
             chosen = redraw.apply(chosen)
-        return make_train_batch(chosen, vocab, direction, device, scale, channels_last, pad_multiple)
+        return make_train_batch(chosen, vocab, direction, device, scale, channels_last, ladder)
 
     return prefetched(make, iter(batches), prefetch)
 

@@ -20,6 +20,7 @@ from ..data.render import render_ink
 from ..data.standard import STANDARD_2014, standard_2014_if_available
 from ..device import autocast_dtype
 from ..model import HMERModel, build_model
+from ..model.pointwise import use_matmul
 from . import distributed as ddp
 from .loader import auto_prefetch
 from .optim import LRSchedule, build_optimizer
@@ -41,6 +42,16 @@ class LossModule(torch.nn.Module):
 
     def forward(self, images, image_mask, tgt_in, tgt_out):
         return self.model.loss_from_targets(images, image_mask, tgt_in, tgt_out, self.label_smoothing)
+
+
+def prepare_model(model: torch.nn.Module, tc) -> torch.nn.Module:
+    """The model as the step runs it (`tc`: the train section): NHWC weights with
+    `train.channels_last` (tensor cores prefer them on a GPU; 1.11x on one CPU thread), the 1x1
+    convolutions as matrix products with `train.conv1x1_as_matmul`. Neither changes a parameter."""
+    if tc.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    use_matmul(model, tc.conv1x1_as_matmul)
+    return model
 
 
 def optimizer_step(loss_module: torch.nn.Module, optimizer: torch.optim.Optimizer, model: torch.nn.Module, tb,
@@ -104,9 +115,7 @@ def build(cfg: Config, data: dict[str, list] | None, device: torch.device, dist:
     test_years = [y.strip() for y in cfg.data.test_years.split(",") if y.strip() and y.strip() in data]
     train_strokes = _add_restyled_splits(cfg, data, test_years)
 
-    model = build_model(cfg.model).to(device)
-    if tc.channels_last:  # NHWC convolutions for the encoder (tensor cores prefer them on a GPU)
-        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # Module.to takes memory_format; its stubs omit it
+    model = prepare_model(build_model(cfg.model).to(device), tc)
     optimizer = build_optimizer(model.parameters(), tc)
     # make_batches fixes the number of batches of an epoch whatever its shuffle seed
     steps_per_epoch = len(ddp.shard(make_batches(data["train"], cfg.data.batch_pixels, cfg.data.max_batch_size,

@@ -35,6 +35,7 @@ from ..checkpoint import atomic_torch_save, load_checkpoint, model_artifact
 from ..config import Config
 from ..data import RenderConfig, Vocab, collate, make_batches
 from ..data.augment import AugmentConfig
+from ..data.ladder import PadLadder
 from ..device import device_description, resolve_device
 from ..evaluation.evaluate import decode_options, evaluate_split
 from ..signals import Stopped, deferred, stop_on_signals
@@ -44,7 +45,9 @@ from .final import final_evaluation
 from .loader import Redraw, train_batches
 from .result import TrainResult
 from .resume import Clock, TrainState, checkpoint_dir, restore, save_last
-from .setup import Setup, build, optimizer_step, seed_everything
+from . import planning
+from .graphs import step_function
+from .setup import Setup, build, seed_everything
 
 EpochCallback = Callable[[int, dict[str, float]], None]
 
@@ -99,11 +102,13 @@ def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | Non
     last_path, best_path = folder / "last.pt", folder / "best.pt"
     first_epoch, epoch, stopped_by, finishing = state.epoch + 1, state.epoch, "epochs", False
     clock = Clock(before=state.train_seconds, cpu_before=state.train_cpu_seconds)
+    step = step_function(setup)
     try:
         with run:  # settles the run's status: finished, paused, pruned, killed (a signal) or failed
             try:
+                _prepare_shapes(setup, run, state, log_prefix, progress)
                 for epoch in range(first_epoch, tc.epochs + 1):
-                    metrics, over_budget = _train_epoch(setup, state, epoch, clock, progress)
+                    metrics, over_budget = _train_epoch(setup, step, state, epoch, clock, progress)
                     val_exprate = _validate(setup, state, epoch, metrics, best_path, last=over_budget)
                     with deferred():  # the epoch's metrics and its checkpoint, both or neither
                         state.epoch, state.train_seconds = epoch, clock.elapsed()
@@ -176,7 +181,19 @@ def _redraw(setup: Setup, epoch: int) -> Redraw | None:
                   np.random.default_rng([setup.cfg.train.seed, epoch, 1]))
 
 
-def _train_epoch(setup: Setup, state: TrainState, epoch: int, clock: Clock,
+def _prepare_shapes(setup: Setup, run: RunLogger, state: TrainState, log_prefix: str, progress: bool) -> None:
+    """The pad ladder's shapes before the first step of this process (hmer.training.planning): the
+    plan cache sized on a GPU, and the planning pass with `train.plan_shapes`; its figures logged
+    at the step of the last finished epoch (its cost is outside every epoch's images/s)."""
+    done = planning.prepare(setup)
+    if done and setup.dist.is_main:
+        run.log_metrics(done, step=state.epoch)
+        if not progress:
+            head = f"{log_prefix}: " if log_prefix else ""
+            print(head + "pad ladder: " + "  ".join(f"{k} {v:.6g}" for k, v in done.items()), flush=True)
+
+
+def _train_epoch(setup: Setup, step: Callable, state: TrainState, epoch: int, clock: Clock,
                  progress: bool) -> tuple[dict[str, float], bool]:
     """One pass over the training split (this rank's share). Returns the epoch's metrics and
     whether the time budget ran out (then the epoch stopped early, on every rank at once)."""
@@ -189,7 +206,7 @@ def _train_epoch(setup: Setup, state: TrainState, epoch: int, clock: Clock,
         setup.train_set, batches, setup.vocab, cfg.model.direction, setup.device,
         scale_range=(cfg.data.scale_aug_min, cfg.data.scale_aug_max),
         rng=np.random.default_rng([tc.seed, epoch]), prefetch=setup.prefetch, channels_last=tc.channels_last,
-        redraw=_redraw(setup, epoch), pad_multiple=cfg.data.pad_multiple)
+        redraw=_redraw(setup, epoch), ladder=PadLadder.from_data_config(cfg.data))
     iterator = epoch_batches
     if progress and dist.is_main:
         from tqdm.auto import tqdm
@@ -200,7 +217,8 @@ def _train_epoch(setup: Setup, state: TrainState, epoch: int, clock: Clock,
     n_images, n_steps, over_budget = 0, 0, False
     try:
         for tb in iterator:
-            loss_sum += _step(setup, tb)
+            loss_sum += step(tb).detach()
+            setup.schedule.step_batch()
             n_images += len(tb)
             n_steps += 1
             # The all-reduce is skipped without a budget: it would sync the host every step.
@@ -221,14 +239,6 @@ def _train_epoch(setup: Setup, state: TrainState, epoch: int, clock: Clock,
         "images_per_second": n_images * dist.world_size / max(seconds, 1e-9),
         "epoch_seconds": seconds,
     }, over_budget
-
-
-def _step(setup: Setup, tb) -> torch.Tensor:
-    """One optimiser step on one batch; the batch's loss, detached."""
-    loss = optimizer_step(setup.loss_module, setup.optimizer, setup.model, tb, setup.cfg.train.grad_clip,
-                          setup.amp_dtype)
-    setup.schedule.step_batch()
-    return loss.detach()
 
 
 def _validate(setup: Setup, state: TrainState, epoch: int, metrics: dict[str, float], best_path: Path,
@@ -292,7 +302,7 @@ def _mean_loss(model, exprs, vocab: Vocab, cfg: Config, device, amp_dtype) -> fl
     for idx in make_batches(exprs, cfg.data.eval_batch_pixels, cfg.data.eval_max_batch_size,
                             shuffle=False, seed=0, max_image_pixels=cfg.data.max_image_pixels):
         batch = collate([exprs[i] for i in idx], vocab, max_pixels=cfg.data.max_image_pixels,
-                        pad_multiple=cfg.data.pad_multiple).to(device)
+                        ladder=PadLadder.from_data_config(cfg.data)).to(device)
         with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
             total += model.loss(batch.images, batch.image_mask, batch.token_ids).float() * len(idx)
         count += len(idx)
