@@ -161,7 +161,7 @@ class StudyKind:
         """The lines between the study's name and its storage."""
         raise NotImplementedError
 
-    def sampler(self, storage: optuna.storages.BaseStorage) -> optuna.samplers.BaseSampler:
+    def sampler(self) -> optuna.samplers.BaseSampler:
         raise NotImplementedError
 
     def pruner(self, n_trials: int) -> optuna.pruners.BasePruner:
@@ -225,7 +225,7 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
         data(base)  # bad data fails here, before a study or an MLflow run exists
     store = open_storage(setup.storage_url)
     study, base, created = open_study(
-        setup, store, kind=kind.name, sampler=kind.sampler(store), pruner=kind.pruner(n_trials),
+        setup, store, kind=kind.name, sampler=kind.sampler(), pruner=kind.pruner(n_trials),
         attrs={keys.SPEC: spec.name, keys.BUDGET: budget.name, keys.EXPERIMENT: name, **described}, base=base,
         asked=asked_keys(spec.fixed, overrides, kind.asked))
     worker = Worker.current()
