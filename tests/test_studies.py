@@ -217,10 +217,11 @@ def test_a_resumed_study_trains_its_stored_config_and_refuses_other_values_it_is
 
 def test_a_different_grid_under_the_same_name_is_refused(stores):
     tracking, storage = stores
-    study = optuna.create_study(study_name="taken", storage=storage)
+    store = optuna.storages.RDBStorage(storage)
+    study = optuna.create_study(study_name="taken", storage=store)
     study.set_user_attr("hmer.kind", "grid")
     study.set_user_attr("hmer.grid", {"model.direction": ["l2r"], "train.seed": [1]})
-    study._storage.set_study_system_attr(study._study_id, "hmer.config", {})
+    store.set_study_system_attr(store.get_study_id_from_name("taken"), "hmer.config", {})
     with pytest.raises(ValueError, match="use the same options"):
         run_grid_study(DIRECTION, "smoke", storage=storage, tracking_uri=tracking, data=tiny_data(), seeds=(1,),
                        overrides=TINY, study_name="taken")

@@ -13,9 +13,9 @@ import pytest
 from optuna.trial import TrialState
 
 from hmer.studies import BUDGETS, DIRECTION, StudySpec, get_budget
-from hmer.studies.claims import CellClaims, ClaimedGridSampler, Worker, worker_alive
+from hmer.studies.claims import CellClaims, ClaimedCellSampler, Worker, worker_alive
 from hmer.studies.cli import build_parser, parse_seeds
-from hmer.studies.storage import mask_url, open_storage
+from hmer.studies.storage import mask_url, open_storage, trial_id
 from hmer.studies.spec import SEED_KEY, cell_key
 from hmer.tracking import keys
 
@@ -25,7 +25,7 @@ SPEC = StudySpec(name="claims", description="", axes={"model.direction": ("l2r",
 WORKER = textwrap.dedent("""
     import sys, time
     import optuna
-    from hmer.studies.claims import CellClaims, ClaimedGridSampler, Worker
+    from hmer.studies.claims import CellClaims, ClaimedCellSampler, Worker
     from hmer.studies.storage import open_storage
     from hmer.studies.spec import StudySpec, cell_key
 
@@ -35,7 +35,7 @@ WORKER = textwrap.dedent("""
     seeds = tuple(range(1, int(sys.argv[2]) + 1))
     cells, space = spec.cells(seeds), spec.search_space(seeds)
     storage = open_storage(sys.argv[1])
-    sampler = ClaimedGridSampler(space, storage)
+    sampler = ClaimedCellSampler()
     study = optuna.create_study(study_name="s", storage=storage, sampler=sampler,
                                 direction="maximize", load_if_exists=True)
     claims = CellClaims(study, Worker.current(), storage)
@@ -60,9 +60,9 @@ WORKER = textwrap.dedent("""
 """)
 
 
-def _study(storage: str, seeds=(1,)) -> tuple[optuna.Study, ClaimedGridSampler, CellClaims]:
+def _study(storage: str) -> tuple[optuna.Study, ClaimedCellSampler, CellClaims]:
     store = open_storage(storage)
-    sampler = ClaimedGridSampler(SPEC.search_space(seeds), store)
+    sampler = ClaimedCellSampler()
     study = optuna.create_study(study_name="s", storage=store, sampler=sampler,
                                 direction="maximize", load_if_exists=True)
     return study, sampler, CellClaims(study, Worker.current(), store)
@@ -127,14 +127,14 @@ def test_a_running_trial_of_a_dead_process_is_failed_and_its_cell_reopened(tmp_p
     dead.wait()
     sampler.assign(cells[0], None)
     trial = study.ask()
-    study._storage.set_trial_user_attr(trial._trial_id, keys.WORKER,
-                                       Worker(host=Worker.current().host, pid=dead.pid, started="1",
-                                              token="dead").as_attr())
-    study._storage.set_trial_user_attr(trial._trial_id, keys.CELL_KEY, cell_key(cells[0]))
-    assert worker_alive(study._storage.get_trial(trial._trial_id).user_attrs[keys.WORKER]) is False
+    storage, tid = claims.storage, trial_id(claims.storage, study, trial.number)
+    storage.set_trial_user_attr(tid, keys.WORKER, Worker(host=Worker.current().host, pid=dead.pid, started="1",
+                                                         token="dead").as_attr())
+    storage.set_trial_user_attr(tid, keys.CELL_KEY, cell_key(cells[0]))
+    assert worker_alive(storage.get_trial(tid).user_attrs[keys.WORKER]) is False
     reaped = claims.reap()
     assert [t.number for t in reaped] == [trial.number]
-    assert study._storage.get_trial(trial._trial_id).state == TrialState.FAIL
+    assert storage.get_trial(tid).state == TrialState.FAIL
     assert cell_key(cells[0]) in {cell_key(c) for c in claims.status().open_cells(cells, set())}
     assert worker_alive(Worker.current().as_attr()) is True
 
@@ -197,18 +197,19 @@ def test_past_the_grace_period_a_paused_worker_keeps_its_trial_and_a_silent_one_
         here = Worker.current().host
         workers = {here: Worker(host=here, pid=paused.pid, started="", token="paused"),
                    "elsewhere": Worker(host="elsewhere", pid=1, started="", token="elsewhere")}
-        trials = {}
+        storage, trials = claims.storage, {}
         for cell, (host, worker) in zip(cells, workers.items()):
             sampler.assign(cell, None)
             trial = study.ask()
-            study._storage.set_trial_user_attr(trial._trial_id, keys.WORKER, worker.as_attr())
-            study._storage.set_trial_user_attr(trial._trial_id, keys.CELL_KEY, cell_key(cell))
-            claims.storage.record_heartbeat(trial._trial_id)
-            trials[host] = trial
+            tid = trial_id(storage, study, trial.number)
+            storage.set_trial_user_attr(tid, keys.WORKER, worker.as_attr())
+            storage.set_trial_user_attr(tid, keys.CELL_KEY, cell_key(cell))
+            storage.record_heartbeat(tid)
+            trials[host] = (trial.number, tid)
         time.sleep(3 + 1.5)  # both silent past the grace period
         reaped = claims.reap()
-        assert [t.number for t in reaped] == [trials["elsewhere"].number]
-        states = {host: study._storage.get_trial(t._trial_id).state for host, t in trials.items()}
+        assert [t.number for t in reaped] == [trials["elsewhere"][0]]
+        states = {host: storage.get_trial(tid).state for host, (_, tid) in trials.items()}
         assert states == {here: TrialState.RUNNING, "elsewhere": TrialState.FAIL}
         assert claims.reap() == []  # taken once
     finally:

@@ -19,12 +19,26 @@ thing the workers share:
    else claims or runs the cell, it withdraws and tries again after a random pause. Of
    two workers racing for one cell, the one that reads last sees the other's claim, so
    at most one proceeds (both may withdraw, then the pause separates them).
-4. The trial is created with the claimed cell (`ClaimedGridSampler`), gets the worker and
+4. The trial is created with the claimed cell (`ClaimedCellSampler`), gets the worker and
    the cell as user attributes, and only then is the claim released. Readers read claims
    before trials, so a released claim is always seen as its RUNNING trial.
 
 A claim that never became a trial (its worker died in between) expires: at once when its
 worker is on this host and gone, after `claim_ttl_s` otherwise.
+
+**Why not Optuna's queue.** Cells enqueued with `study.enqueue_trial`, run by each worker's
+`study.optimize`, with the trials of dead workers put back in the queue by Optuna's heartbeat and
+`RetryHeartbeatStaleTrialCallback`, would be Optuna's public API alone; they break the guarantee
+"no cell runs twice" (measured by `benchmarks/optuna_queue.py`, figures in docs/studies.md,
+"Several workers"):
+- on SQLite, the default storage and the CPU studies' one, two workers pop the same WAITING
+  trial: Optuna reads the trial's state, then writes RUNNING, and SQLite ignores the row lock
+  (`SELECT ... FOR UPDATE`) that makes this one step on PostgreSQL;
+- on SQLite too, two workers whose heartbeat checks overlap both fail one stale trial, and each
+  enqueues its retry;
+- on any storage, a worker whose `optimize` finds the queue emptied since it looked has its
+  sampler propose a trial of its own, a cell another worker has run.
+Claims need no atomic read-and-write: a worker's claim is an attribute only it writes.
 """
 
 from __future__ import annotations
@@ -40,10 +54,10 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 import optuna
+from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from ..tracking import keys
-from .optuna_compat import grid_attrs
 from .spec import SEED_KEY, cell_key
 from .storage import StaleTrials
 
@@ -112,7 +126,7 @@ def worker_alive(attr: Mapping[str, Any] | None) -> bool | None:
     return True
 
 
-# ---- the sampler --------------------------------------------------------------------------------
+# ---- trials -------------------------------------------------------------------------------------
 
 def mark_failed(storage: optuna.storages.BaseStorage, trial_id: int, reason: str) -> bool:
     """Mark a RUNNING trial FAIL, with `reason` as its `hmer.failed_by`; False if another worker
@@ -124,20 +138,21 @@ def mark_failed(storage: optuna.storages.BaseStorage, trial_id: int, reason: str
         return False
 
 
-class ClaimedGridSampler(optuna.samplers.GridSampler):
-    """A `GridSampler` whose next trial takes the cell its worker has claimed.
+class ClaimedCellSampler(optuna.samplers.BaseSampler):
+    """The sampler of a grid study: a worker's next trial takes the cell its worker has claimed.
 
-    The study stays an ordinary grid study (trials carry GridSampler's `search_space`
-    and `grid_id`, so Optuna's tools read it as one); only the choice of cell moves to
-    `CellClaims`, and the decision to stop moves to the runner, which knows that a FAIL
-    cell must run again. `storage` is the study's storage, where the cell is written.
+    The choice of cell is `CellClaims`', and the decision to stop is the runner's (it knows that a
+    FAIL cell must run again), so the sampler only hands the claimed values to the objective's
+    `suggest_categorical` calls: the trial's distributions stay the grid's choices, and `optuna
+    trials` and the dashboard show each cell as a grid point. It is a sampler of its own, on the
+    public interface of `BaseSampler`, because Optuna's `GridSampler` picks the cell itself and has
+    no public way to be told which one.
     """
 
-    def __init__(self, search_space: Mapping[str, Sequence[Any]], storage: optuna.storages.BaseStorage):
-        super().__init__(search_space, seed=0)
-        self.storage = storage
+    def __init__(self) -> None:
         self.next_cell: dict[str, Any] | None = None
         self.on_start: Any = None
+        self.cell: dict[str, Any] = {}  # the cell of the trial in progress in this process
 
     def assign(self, cell: Mapping[str, Any], on_start) -> None:
         """The next trial of this process takes `cell`; `on_start(study, trial)` runs once it exists."""
@@ -150,15 +165,23 @@ class ClaimedGridSampler(optuna.samplers.GridSampler):
         if cell is None:
             raise RuntimeError("a grid trial was started without a claimed cell; "
                                "studies are run by hmer.studies.run_grid_study")
-        tid = self.storage.get_trial_id_from_study_id_trial_number(
-            self.storage.get_study_id_from_name(study.study_name), trial.number)
-        for key, value in grid_attrs(self, cell).items():
-            self.storage.set_trial_system_attr(tid, key, value)
+        self.cell = cell
         if on_start is not None:
             on_start(study, trial)
 
-    def after_trial(self, study, trial, state, values) -> None:
-        """Never stops the study itself: a FAIL cell is not done (see the module docstring)."""
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return {}
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        return {}
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        if param_name not in self.cell:
+            raise ValueError(f"grid trial {trial.number} asks for {param_name!r}, which its cell "
+                             f"{cell_key(self.cell)} does not set")
+        return self.cell[param_name]
 
 
 # ---- claims -------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from optuna.trial import TrialState
 from ..config import Config
 from ..tracking import keys
 from .budgets import StudyBudget
-from .claims import CellClaims, ClaimedGridSampler, describe_cell_key
+from .claims import CellClaims, ClaimedCellSampler, describe_cell_key
 from .objective import copy_trial, run_one_trial, train_trial
 from .reuse import find_trained
 from .session import Session, StudyData, StudyKind, StudyOutcome, run_session
@@ -103,9 +103,9 @@ class Grid(StudyKind):
                 f"({n_seeds} seed{'s' if n_seeds > 1 else ''} per variant); baseline "
                 f"{cell_label(self.spec.baseline_cell)}; model preset {model_preset}"]
 
-    def sampler(self, storage) -> ClaimedGridSampler:
-        self.grid_sampler = ClaimedGridSampler(self.space, storage)
-        return self.grid_sampler
+    def sampler(self) -> ClaimedCellSampler:
+        self.cell_sampler = ClaimedCellSampler()
+        return self.cell_sampler
 
     def worker_options(self) -> dict[str, Any]:
         return {"seeds": self.seeds, "print_table": False, "reuse": self.reuse}
@@ -165,7 +165,7 @@ class Grid(StudyKind):
         ordered = {**{k: cell[k] for k in spec.axes}, SEED_KEY: cell[SEED_KEY]}
         variant, label, seed = variant_label(ordered), cell_label(ordered), int(cell[SEED_KEY])
         baseline = all(ordered[k] == v for k, v in spec.baseline_cell.items())
-        self.grid_sampler.assign(ordered, lambda study, trial: claims.started(
+        self.cell_sampler.assign(ordered, lambda study, trial: claims.started(
             trial, ordered, {keys.CELL: label, keys.VARIANT: variant, keys.SEED: seed}))
 
         def objective(trial: optuna.Trial) -> float:

@@ -1,25 +1,36 @@
-"""The two places where the studies need more of Optuna than its public API offers.
+"""The one place where the studies reach past Optuna's public API, and why.
 
-Everything else in `hmer.studies` uses Optuna's public API only: studies, trials, samplers, and
-the storage object the session creates and holds itself (`optuna.storages.RDBStorage` and its
-public methods). Both workarounds below depend on Optuna internals that have been stable since
-Optuna 2.x; `tests/test_studies_claims.py` and `tests/test_servers.py` fail if a release moves
-them. Checked against Optuna 5.0.
+Everything else in `hmer.studies` uses Optuna's public API only: studies, trials, the public
+interface of `BaseSampler` (`claims.ClaimedCellSampler`), and the storage object the session
+creates and holds itself (`optuna.storages.RDBStorage` and its public methods). No other module
+names a private Optuna attribute; this one names private methods, for the reason below, and
+pyproject.toml bounds optuna from above, to the releases they were checked on (5.0):
+`tests/test_servers.py` fails if a release moves them, so raise the bound after that test and
+`benchmarks/optuna_queue.py` pass on the new release.
+
+A storage that waits out a database restart (`storage.PatientRDBStorage`) must wrap every call
+that reaches the database, and public Optuna reaches it through private `RDBStorage` methods too:
+a study wraps its RDB storage in `_CachedStorage`, which creates trials, sets their parameters and
+reads trials through these, and `optuna.storages.fail_stale_trials(study)` asks for stale trials
+through `_get_stale_trial_ids` (the abstract method of the heartbeat interface `BaseHeartbeat`, so
+any storage with a heartbeat has it). Unwrapped, a worker's `study.get_trials()` raised into it
+while the database restarted. Optuna has no public hook for "retry storage calls on connection
+errors".
+
+What Optuna's public API offers for the rest does not hold the studies' guarantees, measured with
+Optuna 5.0 by `benchmarks/optuna_queue.py` (issue 50; the figures are in `claims.py`): grid cells
+enqueued with `study.enqueue_trial` and popped by several workers' `study.optimize` run twice on
+SQLite (popping a trial is a read, then a write; SQLite has no row lock), and on any storage a
+worker whose `optimize` finds the queue emptied samples a trial of its own; and
+`RetryHeartbeatStaleTrialCallback` can enqueue one stale trial twice on SQLite. So the grid's cells
+are claimed (`claims.py`), not enqueued.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 import optuna
 
-# 1. A storage that waits out a database restart (`storage.PatientRDBStorage`) must wrap every call
-#    that reaches the database, and public Optuna reaches it through private `RDBStorage` methods
-#    too: a study wraps its RDB storage in `_CachedStorage`, which creates trials, sets their
-#    parameters and reads trials through these, and `optuna.storages.fail_stale_trials(study)`
-#    asks for stale trials through `_get_stale_trial_ids`. Unwrapped, a worker's `study.get_trials()`
-#    raised into it while the database restarted. Optuna has no public hook for "retry storage
-#    calls on connection errors".
+# The private `RDBStorage` methods that public Optuna functions call and that reach the database.
 PRIVATE_STORAGE_CALLS = ("_create_new_trial", "_set_trial_param", "_get_best_trial_id", "_get_trials",
                          "_get_stale_trial_ids")
 
@@ -28,15 +39,3 @@ def private_storage_calls() -> tuple[str, ...]:
     """The private `RDBStorage` methods that public Optuna functions call and that reach the
     database, so a patient storage wraps them as well (only those this Optuna still has)."""
     return tuple(name for name in PRIVATE_STORAGE_CALLS if callable(getattr(optuna.storages.RDBStorage, name, None)))
-
-
-# 2. `GridSampler` picks the next cell itself and has no public way to be told which cell a trial
-#    takes (it also counts a FAIL cell as visited, so a killed cell would never run again). The
-#    claimed cell is therefore written where GridSampler reads it: the trial's system attributes
-#    "search_space" and "grid_id", the index of the cell in GridSampler's own (shuffled) list of
-#    grid points. That list is private; this is the one place that reads it.
-def grid_attrs(sampler: optuna.samplers.GridSampler, cell: Mapping[str, Any]) -> dict[str, Any]:
-    """The trial system attributes under which `sampler` gives a trial the values of `cell`."""
-    names = sampler._param_names
-    grid_id = sampler._all_grids.index(tuple(cell[name] for name in names))
-    return {"search_space": sampler._search_space, "grid_id": grid_id}

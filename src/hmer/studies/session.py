@@ -11,31 +11,32 @@ what is its own: its trials, sampler and pruner, how a worker picks and runs its
 banner and its table.
 
 Opening a study creates it (recording its options and the base config every trial starts from)
-or loads it and refuses a command that asks for something else (`open_study`), so that every
-trial of a study trains under one config. The extra worker processes run the kind's study
-function (`run_grid_study`, `run_sweep`) with role "worker".
+or loads it and refuses a command that asks for something else (`opening.open_study`), so that
+every trial of a study trains under one config. The extra worker processes (`workers.py`) run the
+kind's study function (`run_grid_study`, `run_sweep`) with role "worker".
 """
 
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Collection, Mapping
+from typing import Any, Callable, Mapping
 
 import optuna
 
-from ..config import MACHINE_KEYS, Config, stored_config
+from ..config import Config
 from ..tracking import keys
 from ..tracking.store import mask_password, mlflow_client
 from ..tracking.ui import ui_hint
 from .budgets import StudyBudget, get_budget
 from .claims import CellClaims, Worker
 from .mlflow_runs import fail_dead_trial_runs, finish_parent, measured_cost, parent_run
+from .opening import asked_keys, open_study, wait_for_attr
 from .resolution import base_config
 from .storage import default_storage, mask_url, open_storage, study_exists
+from .workers import start_workers
 
 POLL_S = 5.0  # how often a worker with no trial to start looks at the others' trials
 
@@ -162,7 +163,7 @@ class StudyKind:
         """The lines between the study's name and its storage."""
         raise NotImplementedError
 
-    def sampler(self, storage: optuna.storages.BaseStorage) -> optuna.samplers.BaseSampler:
+    def sampler(self) -> optuna.samplers.BaseSampler:
         raise NotImplementedError
 
     def pruner(self, n_trials: int) -> optuna.pruners.BasePruner:
@@ -227,7 +228,7 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
         study_data(base)  # bad data fails here, before a study or an MLflow run exists
     store = open_storage(setup.storage_url)
     study, base, created = open_study(
-        setup, store, kind=kind.name, sampler=kind.sampler(store), pruner=kind.pruner(n_trials),
+        name, store, kind=kind.name, sampler=kind.sampler(), pruner=kind.pruner(n_trials),
         attrs={keys.SPEC: spec.name, keys.BUDGET: budget.name, keys.EXPERIMENT: name, **described}, base=base,
         asked=asked_keys(spec.fixed, overrides, kind.asked))
     worker = Worker.current()
@@ -316,86 +317,6 @@ def resolve(spec_name: str, budget: str | StudyBudget, *, n_jobs: int | None, da
                  storage_url=storage or default_storage(tracking_uri))
 
 
-def asked_keys(fixed: Mapping[str, Any], overrides: Mapping[str, Any] | None, more: Collection[str] = ()) -> set[str]:
-    """The config keys a study's command sets by value: its spec's fixed values (and `more` the spec
-    sets), and `--set`. The rest of the base config comes from the code (the model preset, the
-    budget, which is asked for by name, and the defaults) and may have changed since a study began."""
-    return (set(fixed) | set(overrides or {}) | set(more)) - set(MACHINE_KEYS)
-
-
-# The study attributes a resumed study must have as the command asks, and what they are in words.
-CHECKED_ATTRS = {keys.SPEC: "spec", keys.BUDGET: "budget", keys.GRID: "grid", keys.SPACE: "search space"}
-
-
-def open_study(setup: Setup, storage: optuna.storages.BaseStorage, *, kind: str, sampler, pruner,
-               attrs: Mapping[str, Any], base: Config,
-               asked: Collection[str] = ()) -> tuple[optuna.Study, Config, bool]:
-    """Create the study (recording `attrs` and the base config), or load it and check that it is
-    the study the command asks for.
-
-    One rule decides a resume: the stored base config wins, taken up by this worker
-    (`config.stored_config`: where it finds the data is its own), so a study trains every trial
-    under the config it began with, whatever defaults changed in the code since. The command is
-    refused when it asks for something else: another kind, spec, budget or search space (`attrs`),
-    or a value of one of the keys it sets itself (`asked`, see `asked_keys`) other than the
-    study's.
-
-    Returns the study, the base config every trial uses (the stored one on resume) and
-    whether this call created the study.
-    """
-    name = setup.name
-    try:
-        study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner,
-                                    direction="maximize")
-        created = True
-    except optuna.exceptions.DuplicatedStudyError:
-        study = optuna.load_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner)
-        created = False
-    study_id = storage.get_study_id_from_name(name)
-    flat = base.to_flat_dict()
-
-    def record() -> None:
-        for key, value in attrs.items():
-            study.set_user_attr(key, value)
-        study.set_user_attr(keys.KIND, kind)
-        storage.set_study_system_attr(study_id, keys.CONFIG, flat)
-
-    if created:
-        record()
-        return study, base, True
-    stored = wait_for_attr(lambda: storage.get_study_system_attrs(study_id), keys.CONFIG, timeout_s=60.0)
-    if stored is None:  # its creator died before recording it: this worker records it now
-        record()
-        return study, base, False
-    if study.user_attrs.get(keys.KIND, kind) != kind:
-        raise ValueError(f"study {name!r} is a {study.user_attrs[keys.KIND]} study, not a {kind}; "
-                         f"choose another --study-name")
-    for key, word in CHECKED_ATTRS.items():
-        if key in attrs and study.user_attrs.get(key) != attrs[key]:
-            raise ValueError(f"study {name!r} exists with {word} {study.user_attrs.get(key)!r}, "
-                             f"but this command asks for {attrs[key]!r}; use the same options to resume "
-                             f"it, or another --study-name for a new study")
-    resumed = stored_config(dict(stored), base)
-    kept = resumed.to_flat_dict()
-    differences = [f"{k}: study {kept.get(k)!r}, now {flat.get(k)!r}" for k in sorted(asked)
-                   if kept.get(k) != flat.get(k)]
-    if differences:
-        raise ValueError(f"study {name!r} exists with other settings ({'; '.join(differences[:6])}); "
-                         f"use the same options to resume it, or another --study-name for a new study")
-    return study, resumed, False
-
-
-def wait_for_attr(read: Callable[[], Mapping[str, Any]], key: str, timeout_s: float) -> Any:
-    """A study attribute that its creator (another worker) is about to set; `read` reads the
-    attributes from the storage, afresh on every call."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = read().get(key)
-        if value is not None or time.monotonic() > deadline:
-            return value
-        time.sleep(0.5)
-
-
 def open_session(setup: Setup, storage: optuna.storages.BaseStorage, study: optuna.Study, base: Config,
                  created: bool, worker: Worker, claims: CellClaims, *, params: Mapping[str, Any],
                  tags: Mapping[str, str], artifact: Mapping[str, Any], reopen: bool = True) -> Session:
@@ -443,34 +364,3 @@ def printer(prefix: str) -> Callable[[str], None]:
     def say(message: str) -> None:
         print(f"{prefix}{message}", flush=True)
     return say
-
-
-# ---- the extra worker processes ----------------------------------------------------------------
-
-def start_workers(run_study: Callable[..., Any], spec, budget: StudyBudget, n_jobs: int, storage_url: str,
-                  tracking_uri: str, data_path: str | None, name: str, overrides, **options: Any):
-    """The n_jobs - 1 extra worker processes (spawned: fresh interpreters, safe with torch and SQLite).
-
-    Each runs `run_study(spec, budget, role="worker", ...)`: the caller passes its own study
-    function (`run_grid_study`, `run_sweep`), so the session does not import them. `options` are
-    that function's own arguments (a grid's seeds, a sweep's number of trials).
-    """
-    if n_jobs <= 1:
-        return []
-    ctx = multiprocessing.get_context("spawn")
-    procs = []
-    for _ in range(n_jobs - 1):
-        proc = ctx.Process(target=worker_main, args=(run_study, spec, budget), kwargs=dict(
-            n_jobs=n_jobs, storage=storage_url, tracking_uri=tracking_uri, data_path=data_path,
-            study_name=name, overrides=dict(overrides or {}), **options))
-        proc.start()
-        procs.append(proc)
-    return procs
-
-
-def worker_main(run_study: Callable[..., Any], spec, budget: StudyBudget, **kwargs: Any) -> None:
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        run_study(spec, budget, role="worker", **kwargs)
-    except KeyboardInterrupt:  # Ctrl-C reaches every process of the group; the main one reports it
-        pass

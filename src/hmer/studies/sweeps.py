@@ -104,7 +104,7 @@ class Sweep(StudyKind):
                      f"TPE + median pruning on validation ExpRate per epoch")
         return lines
 
-    def sampler(self, storage) -> optuna.samplers.BaseSampler:
+    def sampler(self) -> optuna.samplers.BaseSampler:
         return optuna.samplers.TPESampler(multivariate=True, constant_liar=True,
                                           n_startup_trials=max(2, min(10, self.n_trials // 3)))
 

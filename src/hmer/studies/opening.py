@@ -1,0 +1,99 @@
+"""Opening a study: created under the command's config, or resumed under the one it began with.
+
+    study, base, created = open_study(name, storage, kind="grid", sampler=..., pruner=..., attrs=..., base=base,
+                                      asked=asked_keys(spec.fixed, overrides))
+
+A new study records what the command asked for (its kind, spec, budget, grid or search space) and
+the base config every trial starts from. A study that exists is resumed under its stored base
+config, so that every trial of a study trains under one config whatever changed in the code since;
+a command that asks for something else is refused before anything runs (docs/studies.md, "Resume").
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Collection, Mapping
+
+import optuna
+
+from ..config import MACHINE_KEYS, Config, stored_config
+from ..tracking import keys
+
+
+def asked_keys(fixed: Mapping[str, Any], overrides: Mapping[str, Any] | None, more: Collection[str] = ()) -> set[str]:
+    """The config keys a study's command sets by value: its spec's fixed values (and `more` the spec
+    sets), and `--set`. The rest of the base config comes from the code (the model preset, the
+    budget, which is asked for by name, and the defaults) and may have changed since a study began."""
+    return (set(fixed) | set(overrides or {}) | set(more)) - set(MACHINE_KEYS)
+
+
+# The study attributes a resumed study must have as the command asks, and what they are in words.
+CHECKED_ATTRS = {keys.SPEC: "spec", keys.BUDGET: "budget", keys.GRID: "grid", keys.SPACE: "search space"}
+
+
+def open_study(name: str, storage: optuna.storages.BaseStorage, *, kind: str, sampler: optuna.samplers.BaseSampler,
+               pruner: optuna.pruners.BasePruner, attrs: Mapping[str, Any], base: Config,
+               asked: Collection[str] = ()) -> tuple[optuna.Study, Config, bool]:
+    """Create the study (recording `attrs` and the base config), or load it and check that it is
+    the study the command asks for.
+
+    One rule decides a resume: the stored base config wins, taken up by this worker
+    (`config.stored_config`: where it finds the data is its own), so a study trains every trial
+    under the config it began with, whatever defaults changed in the code since. The command is
+    refused when it asks for something else: another kind, spec, budget or search space (`attrs`),
+    or a value of one of the keys it sets itself (`asked`, see `asked_keys`) other than the
+    study's.
+
+    Returns the study, the base config every trial uses (the stored one on resume) and
+    whether this call created the study.
+    """
+    try:
+        study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner,
+                                    direction="maximize")
+        created = True
+    except optuna.exceptions.DuplicatedStudyError:
+        study = optuna.load_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner)
+        created = False
+    study_id = storage.get_study_id_from_name(name)
+    flat = base.to_flat_dict()
+
+    def record() -> None:
+        for key, value in attrs.items():
+            study.set_user_attr(key, value)
+        study.set_user_attr(keys.KIND, kind)
+        storage.set_study_system_attr(study_id, keys.CONFIG, flat)
+
+    if created:
+        record()
+        return study, base, True
+    stored = wait_for_attr(lambda: storage.get_study_system_attrs(study_id), keys.CONFIG, timeout_s=60.0)
+    if stored is None:  # its creator died before recording it: this worker records it now
+        record()
+        return study, base, False
+    if study.user_attrs.get(keys.KIND, kind) != kind:
+        raise ValueError(f"study {name!r} is a {study.user_attrs[keys.KIND]} study, not a {kind}; "
+                         f"choose another --study-name")
+    for key, word in CHECKED_ATTRS.items():
+        if key in attrs and study.user_attrs.get(key) != attrs[key]:
+            raise ValueError(f"study {name!r} exists with {word} {study.user_attrs.get(key)!r}, "
+                             f"but this command asks for {attrs[key]!r}; use the same options to resume "
+                             f"it, or another --study-name for a new study")
+    resumed = stored_config(dict(stored), base)
+    kept = resumed.to_flat_dict()
+    differences = [f"{k}: study {kept.get(k)!r}, now {flat.get(k)!r}" for k in sorted(asked)
+                   if kept.get(k) != flat.get(k)]
+    if differences:
+        raise ValueError(f"study {name!r} exists with other settings ({'; '.join(differences[:6])}); "
+                         f"use the same options to resume it, or another --study-name for a new study")
+    return study, resumed, False
+
+
+def wait_for_attr(read: Callable[[], Mapping[str, Any]], key: str, timeout_s: float) -> Any:
+    """A study attribute that its creator (another worker) is about to set; `read` reads the
+    attributes from the storage, afresh on every call."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = read().get(key)
+        if value is not None or time.monotonic() > deadline:
+            return value
+        time.sleep(0.5)
