@@ -401,6 +401,8 @@ VALUES_BEFORE_KEY_EXISTED: dict[str, Any] = {
     "data.render_style": "direct",  # 6ff3393: drawn at render_height
     "model.conv_attention": "gehring",  # ffdbb27: Gehring et al.'s unscaled scores (ablate_decoder-cpu-gehring)
     "data.pad_multiple": 1,  # 3e0263a: each batch padded to its own largest image
+    # issue 47's shape-cost work: no pad ladder, 1x1 convolutions as convolutions, no planning pass, no graphs
+    "data.pad_growth": 1.0, "train.conv1x1_as_matmul": False, "train.plan_shapes": False, "train.cuda_graphs": False,
 }
 
 # Where the process that runs a config finds its data, and how far ahead it loads batches: they
