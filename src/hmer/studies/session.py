@@ -33,7 +33,9 @@ from ..tracking.store import mask_password, mlflow_client
 from ..tracking.ui import ui_hint
 from .budgets import StudyBudget, get_budget
 from .claims import CellClaims, Worker
+from .dashboard import name_objective
 from .mlflow_runs import fail_dead_trial_runs, finish_parent, measured_cost, parent_run
+from .present import comparison_metric, present_study
 from .storage import default_storage, mask_url, open_storage, study_exists
 
 POLL_S = 5.0  # how often a worker with no trial to start looks at the others' trials
@@ -122,6 +124,9 @@ class StudyData:
         return self._loaded[key]
 
 
+KINDS: dict[str, type["StudyKind"]] = {}  # every kind of study by its name, for the tools that read stored studies
+
+
 class StudyKind:
     """What a kind of study (a grid, a sweep) adds to the session that `run_session` runs.
 
@@ -133,11 +138,17 @@ class StudyKind:
     """
 
     name = ""  # the study's kind (keys.KIND): "grid" or "sweep"
+    objective_name = ""  # what a trial's value is, in words: its name in optuna-dashboard (`dashboard`)
     noun, done_word = "trials", "finished"  # "resuming: 3 of 6 trials already finished"
     print_table = True
     # Config keys the kind's spec sets beyond its fixed values (a sweep's seed): like those, a
     # resumed study must have them as this command asks.
     asked: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.name:
+            KINDS[cls.name] = cls
 
     def __init__(self, spec, run_study: Callable[..., Any]):
         self.spec = spec
@@ -226,8 +237,9 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
     store = open_storage(setup.storage_url)
     study, base, created = open_study(
         setup, store, kind=kind.name, sampler=kind.sampler(store), pruner=kind.pruner(n_trials),
-        attrs={keys.SPEC: spec.name, keys.BUDGET: budget.name, keys.EXPERIMENT: name, **described}, base=base,
-        asked=asked_keys(spec.fixed, overrides, kind.asked))
+        attrs={keys.SPEC: spec.name, keys.BUDGET: budget.name, keys.EXPERIMENT: name,
+               keys.DESCRIPTION: spec.description, **described},
+        base=base, asked=asked_keys(spec.fixed, overrides, kind.asked), objective_name=kind.objective_name)
     worker = Worker.current()
     claims = CellClaims(study, worker, store)
     dead = claims.reap()
@@ -243,9 +255,11 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
         params={"study": name, "kind": kind.name, "spec": spec.name, "budget": budget.name,
                 "storage": mask_url(setup.storage_url), "n_trials": n_trials, "model_preset": model_preset,
                 **{key: json.dumps(value) for key, value in plain.items()}},
-        tags={keys.BUDGET: budget.name, keys.KIND: kind.name, keys.VARIANT: spec.name},
+        tags={keys.BUDGET: budget.name, keys.KIND: kind.name},
         artifact={"spec": spec.name, "description": spec.description, **plain, "config": base.to_flat_dict()},
         reopen=done < n_trials)
+    if main and created:  # its note in optuna-dashboard from the start (studies.present)
+        present_study(name, tracking_uri=setup.tracking_uri, storage=setup.storage_url)
     if main and done:
         cost = measured_cost(session.client, session.experiment_id, name)
         if cost:
@@ -287,12 +301,15 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
                            n_complete=n_done, n_expected=n_trials, failed=failed)
     if main:
         outcome.table = kind.table(session, outcome)
+        # what a user opens, its figure and summary runs, its notes (written where they changed)
+        present_study(name, tracking_uri=setup.tracking_uri, storage=setup.storage_url)
         if kind.print_table and outcome.table:
             print(outcome.table, flush=True)
             cost = measured_cost(session.client, session.experiment_id, name)
             if cost:
                 say(f"study {name}: cost {cost}")
-            say(ui_hint(setup.tracking_uri, session.experiment_id))
+            say(ui_hint(setup.tracking_uri, session.experiment_id,
+                        order_by=comparison_metric(name, setup.tracking_uri)))
     return outcome
 
 
@@ -326,8 +343,8 @@ CHECKED_ATTRS = {keys.SPEC: "spec", keys.BUDGET: "budget", keys.GRID: "grid", ke
 
 
 def open_study(setup: Setup, storage: optuna.storages.BaseStorage, *, kind: str, sampler, pruner,
-               attrs: Mapping[str, Any], base: Config,
-               asked: Collection[str] = ()) -> tuple[optuna.Study, Config, bool]:
+               attrs: Mapping[str, Any], base: Config, asked: Collection[str] = (),
+               objective_name: str = "") -> tuple[optuna.Study, Config, bool]:
     """Create the study (recording `attrs` and the base config), or load it and check that it is
     the study the command asks for.
 
@@ -337,6 +354,8 @@ def open_study(setup: Setup, storage: optuna.storages.BaseStorage, *, kind: str,
     refused when it asks for something else: another kind, spec, budget or search space (`attrs`),
     or a value of one of the keys it sets itself (`asked`, see `asked_keys`) other than the
     study's.
+
+    A new study records its objective's name (`objective_name`), which optuna-dashboard shows.
 
     Returns the study, the base config every trial uses (the stored one on resume) and
     whether this call created the study.
@@ -356,6 +375,8 @@ def open_study(setup: Setup, storage: optuna.storages.BaseStorage, *, kind: str,
         for key, value in attrs.items():
             study.set_user_attr(key, value)
         study.set_user_attr(keys.KIND, kind)
+        if objective_name:
+            name_objective(study, objective_name)
         storage.set_study_system_attr(study_id, keys.CONFIG, flat)
 
     if created:
