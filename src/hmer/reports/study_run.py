@@ -49,7 +49,7 @@ from .tables import scored, study_table
 
 TABLE_ARTIFACT = "table.md"
 FIGURE_ARTIFACT = "exprate.png"
-FIGURE_WIDTH_PX = 900  # the figure fits the run page's description at its natural size (MLflow does not scale it)
+FIGURE_WIDTH_PX = 800  # the figure fits the run page's description at its natural size (MLflow does not scale it)
 # The parent-run metrics of stores annotated before issue 49 (`test_2014_exprate_mean/bi`)
 _RETIRED_METRIC = re.compile(r"^test_[^/]+_exprate_(mean|std)/")
 
@@ -157,15 +157,8 @@ def _summary_runs(client, parent, study: str, table: pd.DataFrame, colors: dict[
 
     wanted = summary_values(table)
     when = _millis(parent)  # the study's end: a summary made again is the same record
-    existing: dict[str, Any] = {}
     changes: list[str] = []
-    for run in summary_runs(client, parent.info.experiment_id, study):
-        variant = run.data.tags.get(keys.VARIANT, "")
-        if variant in wanted and variant not in existing:
-            existing[variant] = run
-        else:  # a variant no longer in the table, or a second summary of one
-            client.delete_run(run.info.run_id)
-            changes.append(f"summary run {run.info.run_name!r} deleted")
+    existing = _one_summary_each(client, parent.info.experiment_id, study, wanted, changes)
     created = updated = 0
     for variant, metrics in wanted.items():
         seeds = int(table.loc[variant, "seeds"])
@@ -193,10 +186,27 @@ def _summary_runs(client, parent, study: str, table: pd.DataFrame, colors: dict[
         if run.info.status != "FINISHED":
             client.set_terminated(run.info.run_id, status="FINISHED", end_time=when)
     if created:
+        # Two workers' commands that end together present the study at once: on a tracking server
+        # (no lock between machines) both may create a variant's summary. Each keeps the same one.
+        _one_summary_each(client, parent.info.experiment_id, study, wanted, [])
         changes.append(f"{created} summary run(s)")
     if updated:
         changes.append(f"{updated} summary run(s) brought up to date")
     return changes
+
+
+def _one_summary_each(client, experiment_id: str, study: str, wanted: dict, changes: list[str]) -> dict[str, Any]:
+    """{variant: its summary run}; the summary runs of a variant no longer in the table, and all
+    but one of a variant's (the smallest run id: every process keeps the same), are deleted."""
+    kept: dict[str, Any] = {}
+    for run in sorted(summary_runs(client, experiment_id, study), key=lambda r: r.info.run_id):
+        variant = run.data.tags.get(keys.VARIANT, "")
+        if variant in wanted and variant not in kept:
+            kept[variant] = run
+        else:
+            client.delete_run(run.info.run_id)
+            changes.append(f"summary run {run.info.run_name!r} deleted")
+    return kept
 
 
 def _retire_parent_summaries(client, run) -> list[str]:
@@ -219,13 +229,20 @@ def _retire_parent_summaries(client, run) -> list[str]:
 
 
 def _png(figure) -> bytes:
-    """The figure as PNG, at most `FIGURE_WIDTH_PX` wide."""
+    """The figure as PNG, at most `FIGURE_WIDTH_PX` wide: drawn at the reports' resolution, then
+    at lower ones until it fits (its tight box, the legend beside the axes included, is only known
+    once drawn, and does not shrink in proportion: the pads are fixed)."""
     from .plots import DPI
 
-    dpi = min(DPI, FIGURE_WIDTH_PX / figure.get_size_inches()[0])
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight", facecolor="white")
-    return buffer.getvalue()
+    dpi = float(DPI)
+    while True:
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight", facecolor="white")
+        png = buffer.getvalue()
+        width = int.from_bytes(png[16:20], "big")  # the PNG header's width (IHDR)
+        if width <= FIGURE_WIDTH_PX or dpi < 20:
+            return png
+        dpi *= (FIGURE_WIDTH_PX - 2) / width
 
 
 def _same(stored: Any, value: float) -> bool:

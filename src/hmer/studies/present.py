@@ -28,10 +28,21 @@ def present_study(study: str, *, tracking_uri: str | None = None, storage: str |
     """Present `study` in both UIs (module docstring); returns what was written, in words. The
     Optuna side is skipped when `storage` (default: `optuna.db` beside a SQLite MLflow store)
     has no such study; a SQLite storage that does not exist is not created."""
-    from ..reports.runs import client_for, load_runs, resolve_tracking_uri, study_parent
-    from ..reports.study_run import annotate_study, forget_parent_variant
+    from ..reports.runs import resolve_tracking_uri
+
+    from .storage import first_use_lock
 
     uri = resolve_tracking_uri(tracking_uri)
+    # Workers of a study on one machine whose commands end together take turns (a SQLite store;
+    # `reports.study_run` keeps one summary run a variant where a tracking server is shared).
+    with first_use_lock(uri):
+        return _present(study, uri, storage)
+
+
+def _present(study: str, uri: str, storage: str | None) -> list[str]:
+    from ..reports.runs import client_for, load_runs, study_parent
+    from ..reports.study_run import annotate_study, forget_parent_variant
+
     parent = study_parent(study, uri)
     changes: list[str] = []
     table = None
