@@ -45,10 +45,10 @@ def test_a_renamed_study_reads_back_under_its_new_name_as_before(store, capsys):
     before_runs = load_runs(tracking, study=STUDY_NAME)
     before_table = study_table(STUDY_NAME, tracking, runs=before_runs)
     before_trials = _trials(storage, STUDY_NAME)
+    every = load_runs(tracking, study=STUDY_NAME, include_parents=True)  # + the parent and the summary runs
 
     assert hmer_main(["runs", "rename", STUDY_NAME, NEW, "--tracking-uri", tracking]) == 0
     out = capsys.readouterr().out
-    every = load_runs(tracking, study=STUDY_NAME, include_parents=True)  # + the parent and the summary runs
     assert f"renamed study {STUDY_NAME} to {NEW}: {len(every)} run(s) retagged" in out
 
     client = MlflowClient(tracking)
