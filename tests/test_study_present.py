@@ -26,7 +26,7 @@ from hmer.reports.study_run import FIGURE_ARTIFACT, summary_metric, summary_run_
 from hmer.reports.tables import study_table
 from hmer.studies.dashboard import load_for_notes
 from hmer.studies.present import present_studies
-from hmer.studies.session import KINDS
+from hmer.studies.dashboard import OBJECTIVE_NAMES
 from hmer.tracking import keys
 
 REPO = Path(__file__).resolve().parents[1]
@@ -120,7 +120,7 @@ def test_optuna_dashboard_reads_each_study(presented):
     for name in optuna.get_all_study_names(storage):
         study = load_for_notes(name, storage)
         kind = study.user_attrs[keys.KIND]
-        assert study.metric_names == [KINDS[kind].objective_name], name
+        assert study.metric_names == [OBJECTIVE_NAMES[kind]], name
         description = study.user_attrs[keys.DESCRIPTION]
         parent = study_parent(name, uri)
         artifact = Path(folder / parent["artifact_uri"].removeprefix("mlruns/") / "study.json")

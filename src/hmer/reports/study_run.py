@@ -151,6 +151,21 @@ def summary_runs(client, experiment_id: str, study: str) -> list:
         f"tags.`{keys.STUDY}` = '{quoted}' and tags.`{keys.ROLE}` = '{keys.ROLE_SUMMARY}'"))
 
 
+def comparison_metric(study: str, tracking_uri: str | None = None) -> str:
+    """The metric whose order opens a study's comparison in the MLflow UI (`tracking.ui.study_url`'s
+    `order_by`): its summary runs' first test year (`2014 ExpRate`) when it has them, else the
+    metric every trial logs, its best validation ExpRate (a sweep's trials are not tested)."""
+    from .runs import scored_years
+
+    uri = resolve_tracking_uri(tracking_uri)
+    parent = study_parent(study, uri)
+    if parent is not None and summary_runs(client_for(uri), str(parent["experiment_id"]), study):
+        years = scored_years(load_runs(uri, study=study))
+        if years:
+            return summary_metric(years[0])
+    return "best_val_exprate"
+
+
 def _summary_runs(client, parent, study: str, table: pd.DataFrame, colors: dict[str, str]) -> list[str]:
     """Create or bring up to date one summary run per variant; delete those of variants gone."""
     from mlflow.entities import Metric

@@ -35,6 +35,8 @@ from optuna.trial import FrozenTrial, TrialState
 from ..tracking import keys
 
 NO_ERROR = "no error recorded (its worker died or was interrupted)"
+# Each kind of study's objective in words, by kind (`keys.KIND`): every `session.StudyKind` adds its own.
+OBJECTIVE_NAMES: dict[str, str] = {}
 
 
 def continuations(trials: list[FrozenTrial]) -> dict[int, tuple[int, str]]:

@@ -59,13 +59,11 @@ def _present(study: str, uri: str, storage: str | None) -> list[str]:
             changes += annotate_study(study, uri, runs=runs, table=table)
     optuna_study = _optuna_study(study, storage, uri)
     if optuna_study is not None:
-        from .dashboard import annotate_optuna_study
-        from .session import KINDS
+        from .dashboard import OBJECTIVE_NAMES, annotate_optuna_study
 
         kind = _text(optuna_study.user_attrs.get(keys.KIND)) or kind
-        kind_class = KINDS.get(kind or "")
         changes += annotate_optuna_study(
-            optuna_study, objective_name=kind_class.objective_name if kind_class else "", kind=kind or "",
+            optuna_study, objective_name=OBJECTIVE_NAMES.get(kind or "", ""), kind=kind or "",
             description=_description(optuna_study, parent, uri), superseded_by=superseded_by, table=table)
     return changes
 
@@ -82,22 +80,6 @@ def present_studies(tracking_uri: str | None = None, storage: str | None = None)
 
         names += [name for name in optuna.get_all_study_names(url) if name not in names]
     return {name: present_study(name, tracking_uri=uri, storage=url) for name in names}
-
-
-def comparison_metric(study: str, tracking_uri: str | None = None) -> str:
-    """The metric whose order opens a study's comparison in the MLflow UI (`tracking.ui.study_url`'s
-    `order_by`): its summary runs' first test year (`2014 ExpRate`) when it has them, else the
-    metric every trial logs, its best validation ExpRate (a sweep's trials are not tested)."""
-    from ..reports.runs import client_for, load_runs, resolve_tracking_uri, scored_years, study_parent
-    from ..reports.study_run import summary_metric, summary_runs
-
-    uri = resolve_tracking_uri(tracking_uri)
-    parent = study_parent(study, uri)
-    if parent is not None and summary_runs(client_for(uri), str(parent["experiment_id"]), study):
-        years = scored_years(load_runs(uri, study=study))
-        if years:
-            return summary_metric(years[0])
-    return "best_val_exprate"
 
 
 def _optuna_study(study: str, storage: str | None, tracking_uri: str) -> Any:

@@ -33,9 +33,9 @@ from ..tracking.store import mask_password, mlflow_client
 from ..tracking.ui import ui_hint
 from .budgets import StudyBudget, get_budget
 from .claims import CellClaims, Worker
-from .dashboard import name_objective
+from .dashboard import OBJECTIVE_NAMES, name_objective
 from .mlflow_runs import fail_dead_trial_runs, finish_parent, measured_cost, parent_run
-from .present import comparison_metric, present_study
+from .present import present_study
 from .storage import default_storage, mask_url, open_storage, study_exists
 
 POLL_S = 5.0  # how often a worker with no trial to start looks at the others' trials
@@ -124,9 +124,6 @@ class StudyData:
         return self._loaded[key]
 
 
-KINDS: dict[str, type["StudyKind"]] = {}  # every kind of study by its name, for the tools that read stored studies
-
-
 class StudyKind:
     """What a kind of study (a grid, a sweep) adds to the session that `run_session` runs.
 
@@ -147,8 +144,8 @@ class StudyKind:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.name:
-            KINDS[cls.name] = cls
+        if cls.name:  # for the studies in a store, read back by kind (`dashboard`)
+            OBJECTIVE_NAMES[cls.name] = cls.objective_name
 
     def __init__(self, spec, run_study: Callable[..., Any]):
         self.spec = spec
@@ -308,6 +305,8 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
             cost = measured_cost(session.client, session.experiment_id, name)
             if cost:
                 say(f"study {name}: cost {cost}")
+            from ..reports.study_run import comparison_metric
+
             say(ui_hint(setup.tracking_uri, session.experiment_id,
                         order_by=comparison_metric(name, setup.tracking_uri)))
     return outcome
