@@ -64,7 +64,7 @@ def served_lines(served, committed: bool) -> list[str]:
         lines.append(f"  optuna-dashboard  {dashboard_url(port=dashboard_port)}")
     elif served.storage is None:
         lines.append("  optuna-dashboard  not started: the store has no optuna.db, or optuna-dashboard is not "
-                     "installed (pip install -e '.[ui]')")
+                     "installed (pip install -e .)")
     studies = study_links(served.tracking_uri, served.storage, mlflow_port, dashboard_port)
     if studies:
         lines.append("Each study: its comparison in the MLflow UI (its variants, then its trials; the charts "
