@@ -1,14 +1,13 @@
-"""A real browser and the two web UIs a user opens on a store: `mlflow ui` and `optuna-dashboard`.
+"""A real browser for the web UIs a user opens on a store (`hmer ui` starts them: tests/test_ui.py).
 
-    with mlflow_ui(tracking_uri, cwd) as base, optuna_dashboard(storage) as dash, chromium() as browser:
+    with chromium() as browser:
         page = browser.new_page()
-        page.goto(base + "/#/experiments/1/runs?workflowType=machine_learning")
+        page.goto(mlflow + "/#/experiments/1/runs?workflowType=machine_learning")
 
 Debian's Chromium (`apt-get install chromium`) driven by Playwright's Python package with the
 system browser's executable, headless, in a fresh profile, with the background services that
 would try to reach the internet turned off (without them a machine with no network fills the
-log with refused connections). The servers listen on 127.0.0.1 on free ports and are stopped
-afterwards.
+log with refused connections).
 
 `require_browser()` skips a test when Chromium, Playwright or optuna-dashboard is missing; with
 HMER_REQUIRE_BROWSER=1 (set by .ci/run) it fails instead, so CI cannot pass without them.
@@ -25,13 +24,9 @@ from typing import Iterator
 
 import pytest
 
-from servers import free_port, http_server
-
 # Playwright adds --headless itself; the rest keep a sandbox-less container's Chromium quiet and offline.
 CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-START_TIMEOUT_S = 180.0  # `mlflow ui` takes 10-30 s to start on a busy 2-core machine
-STOP_TIMEOUT_S = 5.0  # uvicorn's graceful shutdown can take longer; nothing is left to save
 
 
 def chromium_path() -> str | None:
@@ -56,7 +51,7 @@ def require_browser() -> None:
         missing.append("the playwright module (pip install -e '.[test]')")
     for name in ("mlflow", "optuna-dashboard"):
         if _beside_python(name) is None:
-            missing.append(f"{name} (pip install -e '.[test]')")
+            missing.append(f"{name} (pip install -e .)")
     if not missing:
         return
     reason = f"{', '.join(missing)} not found"
@@ -77,32 +72,6 @@ def chromium() -> Iterator:
             yield browser
         finally:
             browser.close()
-
-
-@contextlib.contextmanager
-def mlflow_ui(backend_store_uri: str, cwd: Path, log_dir: Path) -> Iterator[str]:
-    """`mlflow ui --backend-store-uri URI` as the README has users run it, from `cwd` (a checkout:
-    a portable store's artifact locations are relative to it), one worker; yields http://127.0.0.1:PORT."""
-    require_browser()
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    cmd = [_beside_python("mlflow"), "ui", "--backend-store-uri", backend_store_uri, "--host", "127.0.0.1",
-           "--port", str(port), "--workers", "1"]
-    with http_server(cmd, f"{base}/health", log_dir / f"mlflow-ui-{port}.log", cwd=cwd,
-                     start_timeout_s=START_TIMEOUT_S, stop_timeout_s=STOP_TIMEOUT_S):
-        yield base
-
-
-@contextlib.contextmanager
-def optuna_dashboard(storage: str, log_dir: Path) -> Iterator[str]:
-    """`optuna-dashboard STORAGE` on 127.0.0.1; yields its http://127.0.0.1:PORT."""
-    require_browser()
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    cmd = [_beside_python("optuna-dashboard"), storage, "--host", "127.0.0.1", "--port", str(port)]
-    with http_server(cmd, f"{base}/dashboard/", log_dir / f"optuna-dashboard-{port}.log",
-                     start_timeout_s=START_TIMEOUT_S, stop_timeout_s=STOP_TIMEOUT_S):
-        yield base
 
 
 def screenshot(page, name: str) -> None:

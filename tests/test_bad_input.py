@@ -194,6 +194,22 @@ def test_a_storage_whose_server_is_down_is_named_without_its_password(home, tmp_
     assert len(_runs(home)) == before  # the parent run is not created before the storage opens
 
 
+def test_hmer_ui_and_runs_present_refuse_a_folder_without_a_store_and_a_port_in_use(home, tmp_path):
+    _one_line(_run(home, "ui", "--store", str(tmp_path)), str(tmp_path), "no mlflow.db")
+    _one_line(_run(home, "runs", "present", str(tmp_path)), str(tmp_path), "no mlflow.db")
+    store = tmp_path / "store"  # both databases: both servers would start
+    store.mkdir()
+    (store / "mlflow.db").write_bytes((home["root"] / "mlruns" / "mlflow.db").read_bytes())
+    optuna.create_study(storage=f"sqlite:///{store / 'optuna.db'}", study_name="any")
+    with socket.socket() as taken:  # another server on the port asked for: refused before either starts
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        _one_line(_run(home, "ui", "--store", str(store), "--mlflow-port", port), port, "--mlflow-port")
+        _one_line(_run(home, "ui", "--store", str(store), "--mlflow-port", str(_closed_port()), "--dashboard-port",
+                       port), port, "--dashboard-port")
+
+
 def test_a_tracking_server_that_is_down_is_named(home, tmp_path):
     uri = f"http://127.0.0.1:{_closed_port()}"
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"

@@ -53,14 +53,15 @@ def _cells(study: optuna.Study, state: TrialState) -> collections.Counter:
 
 
 def _child_runs(tracking: str, experiment: str):
-    """(parent runs, child runs) of the study's MLflow experiment."""
+    """(parent runs, trials' runs) of the study's MLflow experiment; the variants' summary runs
+    (`hmer.role=summary`, children of the parent too) are neither."""
     client = MlflowClient(tracking)
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         return [], []
     all_runs = client.search_runs([exp.experiment_id], max_results=1000)
     parents = [r for r in all_runs if r.data.tags.get("hmer.role") == "study"]
-    children = [r for r in all_runs if r.data.tags.get("hmer.role") != "study"]
+    children = [r for r in all_runs if "hmer.role" not in r.data.tags]
     return parents, children
 
 
@@ -106,23 +107,45 @@ def test_grid_study_end_to_end_and_rerun_runs_nothing(stores, capsys):
             and f"{sum(cpu) / len(cpu) / 60:.0f} CPU-min a trial" in out), out
 
     # What the MLflow UI shows (tests/test_ui.py looks at it in a browser): a model-training
-    # experiment, readable child runs, the table on the parent run, its summary metrics, the link
+    # experiment, readable child runs, the figure and table on the parent run, a summary run per
+    # variant with its mean ExpRate per year, every run of a variant in its colour, the link
     client = MlflowClient(tracking)
     experiment = client.get_experiment_by_name("direction-test")
     assert experiment.tags.get("mlflow.experimentKind") == "custom_model_development"
     assert sorted(r.info.run_name for r in children) == ["bi seed 1", "l2r seed 1", "r2l seed 1"]
     parent = client.get_run(parent.info.run_id)
+    assert keys.VARIANT not in parent.data.tags  # grouped by variant, the parent joins no group
     note = parent.data.tags.get("mlflow.note.content", "")
     assert "| l2r (baseline) | 1 |" in note and "| bi | 1 |" in note and "2014 ExpRate" in note
-    assert {f"test_2014_exprate_mean/{d}" for d in ("l2r", "r2l", "bi")} <= set(parent.data.metrics)
-    table_md = Path(parent.info.artifact_uri.removeprefix("file://")) / "table.md"
+    folder = Path(parent.info.artifact_uri.removeprefix("file://"))
+    table_md, figure = folder / "table.md", folder / "exprate.png"
     assert table_md.read_text() in note
-    assert f"#/experiments/{experiment.experiment_id}/runs?workflowType=machine_learning" in out
+    assert figure.read_bytes().startswith(b"\x89PNG") and f"get-artifact?path=exprate.png&run_uuid={parent.info.run_id}" in note
+    assert not [k for k in parent.data.metrics if "/" in k]  # no one-bar chart per variant
+    summaries = [r for r in client.search_runs([experiment.experiment_id]) if r.data.tags.get(keys.ROLE) == "summary"]
+    assert sorted(r.info.run_name for r in summaries) == ["bi: mean of 1 seed", "l2r: mean of 1 seed",
+                                                          "r2l: mean of 1 seed"]
+    by_variant = {r.data.tags[keys.VARIANT]: r for r in children}
+    for summary in summaries:
+        variant = summary.data.tags[keys.VARIANT]
+        assert summary.data.tags["mlflow.parentRunId"] == parent.info.run_id and summary.info.status == "FINISHED"
+        trial_run = by_variant[variant]
+        assert summary.data.metrics["2014 ExpRate"] == pytest.approx(trial_run.data.metrics["test_2014_exprate"])
+        assert summary.data.tags["mlflow.runColor"] == trial_run.data.tags["mlflow.runColor"]
+    assert len({r.data.tags["mlflow.runColor"] for r in summaries}) == 3
+    assert (f"#/experiments/{experiment.experiment_id}/runs?workflowType=machine_learning&compareRunsMode=CHART"
+            f"&orderByKey=metrics.%602014%20ExpRate%60&orderByAsc=false") in out
+    # optuna-dashboard: the objective by name, the study's description, its note
+    assert study.metric_names == ["best validation ExpRate (%)"]
+    assert study.user_attrs[keys.DESCRIPTION] == DIRECTION.description
+    from optuna_dashboard import get_note
+
+    assert get_note(study).startswith(f"**direction-test**: {DIRECTION.description}")
 
     # Running the finished study again prints its table and writes nothing: not a byte of either
     # database, nor the parent run's artifacts (a fresh clone's main job leaves `git status` clean)
     home = Path(tracking[len("sqlite:///"):]).parent
-    before = {f: f.read_bytes() for f in (home / "mlflow.db", home / "optuna.db", table_md)}
+    before = {f: f.read_bytes() for f in (home / "mlflow.db", home / "optuna.db", table_md, figure)}
     again = run_grid_study(DIRECTION, "smoke", storage=storage, tracking_uri=tracking, data=tiny_data(),
                            seeds=(1,), overrides=TINY, study_name="direction-test")
     assert again.complete and len(optuna.load_study(study_name="direction-test", storage=storage).trials) == 3

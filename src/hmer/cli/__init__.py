@@ -9,6 +9,7 @@
     hmer predict RUN_OR_CHECKPOINT F..  LaTeX for images or InkML files
     hmer import CHECKPOINT              a published BTTR / CoMER checkpoint as a run
     hmer report [--study NAME]          tables (Markdown, CSV) and plots (PNG); --list: every study
+    hmer ui [--store FOLDER]            the MLflow UI and optuna-dashboard, and each study's link
     hmer analyze RUN [RUN_B]            errors by length and structure, token edits, A vs B
     hmer notebooks [NAME..]             the report notebooks run against a store, with outputs
     hmer bench train|decode             throughput benchmarks
@@ -27,13 +28,13 @@ import argparse
 import os
 import sys
 
-from . import analyze, bench, config, data, evaluate, models, notebooks, predict, reference, report, runs, train
+from . import analyze, bench, config, data, evaluate, models, notebooks, predict, reference, report, runs, train, ui
 from .errors import EXIT_USAGE, UserError
 
 __all__ = ["EXIT_USAGE", "UserError", "build_parser", "main"]
 
 # In the order `hmer --help` lists them.
-COMMANDS = (data, models, config, train, evaluate, predict, reference, report, runs, analyze, notebooks, bench)
+COMMANDS = (data, models, config, train, evaluate, predict, reference, report, runs, ui, analyze, notebooks, bench)
 
 
 def main(argv: list[str] | None = None) -> int:

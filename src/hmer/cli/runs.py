@@ -1,5 +1,6 @@
-"""`hmer runs export | import | publish | workspace | rename | supersede`: MLflow runs moved between stores
-(a GPU machine's and the committed one in mlruns/), and a study renamed in its store."""
+"""`hmer runs export | import | publish | workspace | rename | supersede | present`: MLflow runs moved
+between stores (a GPU machine's and the committed one in mlruns/), a study renamed in its store, and
+a store's studies presented for its UIs."""
 
 from __future__ import annotations
 
@@ -54,6 +55,12 @@ def add_parser(sub) -> None:
     sp.add_argument("by", metavar="NEW_STUDY")
     sp.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
     sp.set_defaults(func=cmd_runs_supersede)
+    pr = rsub.add_parser("present", help="bring every study of the store FOLDER (mlflow.db, optuna.db) up to date for "
+                         "the MLflow UI and optuna-dashboard, as a study that ends now is: a grid study's figure, "
+                         "table and summary run per variant on its parent run, the objective's name, the study's "
+                         "note and its failed trials' notes (hmer.studies.present); writes only what differs")
+    pr.add_argument("folder", metavar="FOLDER")
+    pr.set_defaults(func=cmd_runs_present)
 
 
 def cmd_runs_export(args) -> int:
@@ -68,8 +75,8 @@ def cmd_runs_export(args) -> int:
 
 
 def cmd_runs_publish(args) -> int:
-    from ..reports.study_run import annotate_studies
     from ..reports.runs import study_progress
+    from ..studies.present import present_studies
     from ..studies.unfinished import drop_studies, prune_checkpoints, unfinished_runs, unfinished_studies
     from ..tracking.portable import copy_store, make_portable
     from ..tracking.store import mlflow_client, mlruns_dir, quiet_mlflow
@@ -88,7 +95,7 @@ def cmd_runs_publish(args) -> int:
         drop_studies(sorted(unfinished), tracking_uri=uri,
                      storage=f"sqlite:///{optuna_db}" if optuna_db.is_file() else None)
     marked = mark_training_experiments(mlflow_client(uri))
-    annotated = {study: changes for study, changes in annotate_studies(uri).items() if changes}
+    annotated = {study: changes for study, changes in present_studies(uri).items() if changes}
     make_portable(db)
     print(f"published {args.folder} to {db.parent} (artifact locations relative to the checkout)")
     for study, status in sorted(unfinished.items()):
@@ -101,7 +108,7 @@ def cmd_runs_publish(args) -> int:
     if marked:
         print(f"  experiments marked as model training (tag mlflow.experimentKind): {', '.join(marked)}")
     for study, changes in annotated.items():
-        print(f"  study {study}: its parent run got {', '.join(changes)}")
+        print(f"  study {study}: {', '.join(changes)}")
     return 0
 
 
@@ -139,9 +146,31 @@ def cmd_runs_rename(args) -> int:
 
 
 def cmd_runs_supersede(args) -> int:
+    from ..studies.present import present_study
     from ..studies.rename import mark_superseded
     from ..tracking.store import quiet_mlflow
 
     quiet_mlflow()
     print(mark_superseded(args.study, args.by, tracking_uri=args.tracking_uri))
+    changes = present_study(args.study, tracking_uri=args.tracking_uri)  # its table, and the mark in Optuna
+    if changes:
+        print(f"study {args.study}: {', '.join(changes)}")
+    return 0
+
+
+def cmd_runs_present(args) -> int:
+    from pathlib import Path
+
+    from ..studies.present import present_studies
+    from ..tracking.store import quiet_mlflow
+
+    quiet_mlflow()
+    folder = Path(args.folder)
+    if not (folder / "mlflow.db").is_file():
+        raise ValueError(f"{folder} holds no MLflow store (no mlflow.db)")
+    done = present_studies(f"sqlite:///{folder.resolve() / 'mlflow.db'}")
+    for study, changes in done.items():
+        print(f"study {study}: {', '.join(changes) if changes else 'up to date'}")
+    print(f"presented {len(done)} stud{'y' if len(done) == 1 else 'ies'} of {folder}; "
+          f"{sum(bool(c) for c in done.values())} changed")
     return 0

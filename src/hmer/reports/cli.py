@@ -34,6 +34,7 @@ from ..atomic import write_text_atomically
 from ..tracking import keys
 from ..tracking.store import mask_password
 from ..tracking.ui import ui_hint
+from .study_run import comparison_metric
 from .markup import measure_list, measures
 from .plots import plot_claims, plot_exprate, plot_training_curves, save_figure
 from .runs import (NoRunsError, curve_runs, list_studies, load_history, load_predictions, load_runs,
@@ -193,7 +194,7 @@ def report_command(
         print(f"  {path.relative_to(out)}")
     experiments = runs["experiment_id"].dropna().unique() if "experiment_id" in runs.columns else []
     if len(experiments) == 1:
-        print(ui_hint(uri, str(experiments[0])))
+        print(ui_hint(uri, str(experiments[0]), order_by=comparison_metric(study, uri) if study else None))
     if table.empty or int(table["seeds"].sum()) == 0:
         print(f"hmer report: no run of {name} has test scores (failed, pruned or unfinished)", file=sys.stderr)
         return EXIT_NOTHING_SCORED

@@ -54,6 +54,14 @@ def save_figure(fig: Figure, path: str | Path, dpi: int = DPI) -> Path:
     return path
 
 
+def variant_colors(order: Sequence[str]) -> dict[str, str]:
+    """Each variant's colour (#rrggbb) in the figures of a study whose variants are `order`, left to
+    right; the MLflow UI draws the variant's runs in it too (`reports.study_run`)."""
+    import seaborn as sns
+
+    return dict(zip(order, sns.color_palette(PALETTE, len(order)).as_hex()))
+
+
 def _order(runs: pd.DataFrame, variant_col: str, order: Sequence[str] | None, present: Sequence[str]) -> list[str]:
     if order is not None:
         return [v for v in order if v in set(present)]
@@ -69,6 +77,7 @@ def plot_exprate(
     measures: Sequence[str] = ("exprate",),
     title: str | None = None,
     path: str | Path | None = None,
+    jitter: float = 0.08,
 ) -> Figure:
     """Test scores by year and variant: bars at the mean over seeds, whiskers ± 1 std, a dot per seed.
 
@@ -78,6 +87,9 @@ def plot_exprate(
             first when `order` comes from `variant_table(...).index`).
         measures: one panel per measure, each a registered metric ("exprate", "le1", "le2", ...).
         path: also save the figure there as PNG.
+        jitter: how far apart the seeds' dots of a bar spread, drawn at random (seaborn draws
+            them from numpy's global generator); 0 puts them on the bar's centre line, and the
+            figure is then the same, pixel for pixel, every time it is drawn from the same runs.
     """
     import seaborn as sns
 
@@ -89,13 +101,13 @@ def plot_exprate(
     panel_width = max(4.0, 1.5 + 0.35 * len(year_order) * len(hue_order))  # room for every bar
     fig = Figure(figsize=(panel_width * len(measures) + 1.5, 4.2), layout="constrained")
     axes = fig.subplots(1, len(measures), squeeze=False)[0]
-    colors = dict(zip(hue_order, sns.color_palette(PALETTE, len(hue_order))))
+    colors = variant_colors(hue_order)
     for ax, measure in zip(axes, measures):
         sub = data[data["measure"] == measure]
         sns.barplot(data=sub, x="year", y="value", hue="variant", order=year_order, hue_order=hue_order,
                     palette=colors, errorbar="sd", capsize=0.15, err_kws={"linewidth": 1.2}, alpha=0.85, ax=ax)
         sns.stripplot(data=sub, x="year", y="value", hue="variant", order=year_order, hue_order=hue_order,
-                      palette={v: "0.15" for v in hue_order}, dodge=True, size=4, jitter=0.08, legend=False, ax=ax)
+                      palette={v: "0.15" for v in hue_order}, dodge=True, size=4, jitter=jitter, legend=False, ax=ax)
         ax.set_xlabel("CROHME test year")
         ax.set_ylabel(f"{measure_label(measure)} (%)")
         stats = sub.groupby(["variant", "year"])["value"].agg(["mean", "std"]).fillna(0.0)
@@ -210,7 +222,7 @@ def plot_training_curves(
         raise ValueError("none of the requested metrics was logged by these runs")
     data, time_label, time_title = _with_time_axis(history, history[history["metric"].isin(metrics)])
     variants = list(dict.fromkeys(order or data["variant"].dropna().unique()))
-    colors = dict(zip(variants, sns.color_palette(PALETTE, len(variants))))
+    colors = variant_colors(variants)
     fig = Figure(figsize=(4.2 * len(metrics) + 1.5, 7.0), layout="constrained")
     axes = fig.subplots(2, len(metrics), squeeze=False)
     for j, metric in enumerate(metrics):

@@ -35,6 +35,7 @@ from .params import config_types, parse_value, typed_column
 
 STUDY_TAG = keys.STUDY
 ROLE_TAG = keys.ROLE
+STUDY_ROLES = (keys.ROLE_STUDY, keys.ROLE_SUMMARY)  # a study's own runs, beside its trials
 EPOCH_METRICS = ("val_exprate", "val_loss", "train_loss", "lr", "images_per_second", "epoch_seconds",
                  "train_cpu_seconds")
 _PAGE = 1_000  # runs per search request
@@ -186,7 +187,8 @@ def load_runs(
         experiment: an experiment name (or id).
         study: a study name: the runs tagged `hmer.study=<study>`, in any experiment.
         run_ids: exactly these runs (an unknown id raises `NoRunsError`).
-        include_parents: keep the studies' parent runs (tag `hmer.role=study`), which are
+        include_parents: keep the studies' own runs, their parent runs (tag `hmer.role=study`) and
+            the variants' summary runs (`hmer.role=summary`, `reports.study_run`), which are
             bookkeeping, not training runs; dropped by default.
 
     Returns:
@@ -209,7 +211,7 @@ def load_runs(
         ids, names = _experiment_ids(client, experiment, study)
         df = runs_frame(_search(client, ids, _filter(study)) if ids else [], names)
     if not include_parents and not df.empty and f"tags.{ROLE_TAG}" in df.columns:
-        df = df[df[f"tags.{ROLE_TAG}"].fillna("") != "study"].reset_index(drop=True)
+        df = df[~df[f"tags.{ROLE_TAG}"].isin(STUDY_ROLES)].reset_index(drop=True)
     return df
 
 
@@ -218,7 +220,7 @@ def study_parent(study: str, tracking_uri: str | None = None) -> pd.Series | Non
     parents = load_runs(tracking_uri, study=study, include_parents=True)
     if parents.empty or f"tags.{ROLE_TAG}" not in parents.columns:
         return None
-    parents = parents[parents[f"tags.{ROLE_TAG}"] == "study"]
+    parents = parents[parents[f"tags.{ROLE_TAG}"] == keys.ROLE_STUDY]
     return None if parents.empty else parents.iloc[0]
 
 
@@ -241,10 +243,10 @@ def study_progress(study: str, tracking_uri: str | None = None) -> str | None:
     runs = load_runs(tracking_uri, study=study, include_parents=True)
     if runs.empty or f"tags.{ROLE_TAG}" not in runs.columns:
         return None
-    parent = runs[runs[f"tags.{ROLE_TAG}"] == "study"]
+    parent = runs[runs[f"tags.{ROLE_TAG}"] == keys.ROLE_STUDY]
     if parent.empty or parent.iloc[0]["state"] == "finished":
         return None
-    trials = runs[runs[f"tags.{ROLE_TAG}"].fillna("") != "study"]
+    trials = runs[~runs[f"tags.{ROLE_TAG}"].isin(STUDY_ROLES)]
     try:
         of = f" of {int(parent.iloc[0].get('params.n_trials'))}"  # a grid's cells, the trials a sweep aims for
     except (TypeError, ValueError):
@@ -267,9 +269,10 @@ def list_studies(tracking_uri: str | None = None) -> pd.DataFrame:
     role = runs.get(f"tags.{ROLE_TAG}", pd.Series("", index=runs.index)).fillna("")
     rows = []
     for name, group in runs.groupby(f"tags.{STUDY_TAG}", sort=False):
-        parent = group[role.loc[group.index] == "study"]
+        parent = group[role.loc[group.index] == keys.ROLE_STUDY]
         head = parent.iloc[0] if not parent.empty else group.iloc[0]
-        states = group.loc[role.loc[group.index] != "study", "state"].value_counts()
+        trials = ~role.loc[group.index].isin(STUDY_ROLES)
+        states = group.loc[trials, "state"].value_counts()
         rows.append({
             "study": name,
             "experiment": head["experiment"],
@@ -277,7 +280,7 @@ def list_studies(tracking_uri: str | None = None) -> pd.DataFrame:
             "budget": study_budget(head),
             "state": head["state"] if not parent.empty else None,
             "superseded_by": head.get(f"tags.{keys.SUPERSEDED_BY}") if not parent.empty else None,
-            "runs": int((role.loc[group.index] != "study").sum()),
+            "runs": int(trials.sum()),
             "trials": ", ".join(f"{n} {state}" for state, n in states.items()) or "none",
             # the parent run's start: a study's trials may be copies of older runs (hmer.studies.reuse)
             "started": head["start_time"] if not parent.empty else group["start_time"].min(),

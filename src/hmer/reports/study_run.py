@@ -1,115 +1,263 @@
-"""A study's table where the study lives: on its MLflow parent run, for the MLflow UI.
+"""A study at a glance where it lives: on its MLflow parent run, and in one run per variant beside it.
 
     changes = annotate_study("ablate_direction-cpu", tracking_uri)   # [] when already up to date
 
-The parent run of a grid study gets
-- its table as the run's description (tag `mlflow.note.content`, Markdown: the rows `hmer report`
-  prints, which the UI shows on the run's page) and as the artifact `table.md`;
-- per-variant summary metrics, `test_<year>_exprate_mean/<variant>` and `..._std/<variant>`
-  (percent, over seeds), so that the parent's row in the runs table and the chart view, whose
-  sections group metrics by the part before "/", compare the variants without opening the trials.
+A grid study's parent run gets
+- the figure `exprate.png`: each variant's ExpRate per test year, a bar at the mean over its
+  seeds, whiskers ± 1 std, a dot per seed (`plots.plot_exprate`, the figure `hmer report` draws),
+  and the table `table.md`, as artifacts;
+- its description (tag `mlflow.note.content`, Markdown, which the UI shows on the run's page):
+  the figure itself, the study's table as `hmer report --study` prints it, and a link to the figure.
+
+Beside the trials, the parent gets one **summary run** per variant, a child run like them (tags
+`hmer.role=summary`, `hmer.study`, `hmer.variant`), named "bi: mean of 3 seeds", whose metric
+`<year> ExpRate` is the variant's mean ExpRate over its seeds on that test year (%). MLflow's
+charts compare runs, one bar per run in one chart per metric: so the chart view's first charts
+are one per test year with one bar per variant (the names begin with the year, so they sort
+before every metric of the trials), and the runs table has a row per variant. Every run of a
+variant, its summary run and its trials, is drawn in the variant's colour of the figure (tag
+`mlflow.runColor`), in the tables and the charts alike.
+
+The parent run carries no `hmer.variant`: grouping the runs by that tag groups the variants' own
+runs. Stores annotated before issue 49 hold the variants' summaries as metrics of the parent,
+`test_<year>_exprate_mean/<variant>` and `..._std/<variant>`, each its own one-bar chart: they
+are deleted (SQLite stores; MLflow has no API that deletes a metric).
 
 Only what differs from the stored values is written, so annotating a study again (a finished
-study resumed, a store published twice) leaves the store byte for byte as it was.
+study resumed, a store published twice) leaves the store byte for byte as it was. The figure is
+drawn again only when it is missing or the table changed: its numbers are the runs', its pixels
+those of the matplotlib that draws it, which must not make a store differ from one machine to another.
 """
 
 from __future__ import annotations
 
+import io
 import math
 import re
+import sqlite3
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from ..tracking import keys
-from .runs import client_for, list_studies, resolve_tracking_uri, study_parent
+from .plots import plot_exprate, variant_colors
+from .runs import client_for, load_runs, resolve_tracking_uri, study_parent
 from .table_format import format_table
-from .tables import study_table
+from .tables import scored, study_table
 
 TABLE_ARTIFACT = "table.md"
-SUMMARY_STATS = ("mean", "std")
-_METRIC_UNSAFE = re.compile(r"[^\w.\- :]")  # MLflow's metric names: letters, digits, _ - . space : /
+FIGURE_ARTIFACT = "exprate.png"
+FIGURE_WIDTH_PX = 800  # the figure fits the run page's description at its natural size (MLflow does not scale it)
+# The parent-run metrics of stores annotated before issue 49 (`test_2014_exprate_mean/bi`)
+_RETIRED_METRIC = re.compile(r"^test_[^/]+_exprate_(mean|std)/")
 
 
-def summary_metric(year: str, stat: str, variant: str) -> str:
-    """`test_2014_exprate_mean/bi`: a variant's summary over seeds, in the section of its year and
-    statistic ("/" inside a variant label, rnn/l2r, becomes "-")."""
-    label = _METRIC_UNSAFE.sub("_", str(variant).replace("/", "-"))
-    return f"test_{year}_exprate_{stat}/{label}"
+def summary_metric(year: str) -> str:
+    """`2014 ExpRate`: a summary run's metric, its variant's mean ExpRate over seeds on that year (%)."""
+    return f"{year} ExpRate"
 
 
-def summary_metrics(table: pd.DataFrame) -> dict[str, float]:
-    """Mean and std over seeds of each year's ExpRate per variant (%), from a `study_table`; a
-    number the table lacks (the std of one seed, a year not scored) is left out."""
-    metrics: dict[str, float] = {}
+def summary_run_name(variant: str, seeds: int) -> str:
+    return f"{variant}: mean of {seeds} seed{'s' if seeds != 1 else ''}"
+
+
+def summary_values(table: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """{variant: {summary metric: mean ExpRate}} from a `study_table`, for the variants with a
+    scored seed; a year a variant was not scored on is left out."""
+    values: dict[str, dict[str, float]] = {}
     for variant, row in table.iterrows():
-        for year in table.attrs.get("years", []):
-            for stat in SUMMARY_STATS:
-                value = row.get(f"{year}_exprate_{stat}")
-                if value is not None and not pd.isna(value):
-                    metrics[summary_metric(str(year), stat, str(variant))] = float(value)
-    return metrics
+        if int(row.get("seeds", 0) or 0) < 1:
+            continue
+        metrics = {summary_metric(str(year)): float(row[f"{year}_exprate_mean"])
+                   for year in table.attrs.get("years", [])
+                   if not pd.isna(row.get(f"{year}_exprate_mean", math.nan))}
+        if metrics:
+            values[str(variant)] = metrics
+    return values
 
 
-def description(study: str, table: pd.DataFrame) -> str:
-    """The parent run's description: the study's table as `hmer report --study` prints it, in Markdown."""
-    return (f"{format_table(table, 'markdown')}\n"
-            f"`hmer report --study {study}` prints this table and writes its plots; the trials are this "
-            f"run's child runs (group them by the tag `{keys.VARIANT}`). The summary metrics "
-            f"`test_<year>_exprate_mean/<variant>` and `_std` are percent over seeds.\n")
+def description(study: str, table: pd.DataFrame, experiment_id: str, run_id: str) -> str:
+    """The parent run's description: the figure, the study's table as `hmer report --study` prints
+    it, and what the runs beside the trials are. The image is the run's own artifact, served by
+    the MLflow server that shows the page (`get-artifact`, relative to it)."""
+    image = f"get-artifact?path={FIGURE_ARTIFACT}&run_uuid={run_id}"
+    page = f"#/experiments/{experiment_id}/runs/{run_id}/artifacts/{FIGURE_ARTIFACT}"
+    return (f"![{study}: ExpRate by variant and test year]({image})\n\n"
+            f"{format_table(table, 'markdown')}\n"
+            f"The figure ([{FIGURE_ARTIFACT}]({page})): each variant's ExpRate per test year, a bar at the "
+            f"mean over its seeds, whiskers ± 1 std, a dot per seed. `hmer report --study {study}` prints this "
+            f"table and draws the figure. The trials are this run's child runs, \"<variant> seed <n>\" (tag "
+            f"`{keys.VARIANT}`); beside them, \"<variant>: mean of <n> seeds\" holds each variant's mean ExpRate "
+            f"per test year (metrics `<year> ExpRate`, %), so that the chart view compares the variants in one "
+            f"chart per year.\n")
 
 
-def annotate_study(study: str, tracking_uri: str | None = None, table: pd.DataFrame | None = None) -> list[str]:
-    """Write the study's table and summary metrics onto its parent run (see the module docstring),
-    only where they differ from what is stored; returns what was written, in words."""
+def forget_parent_variant(client, run_id: str) -> list[str]:
+    """Delete the `hmer.variant` tag of a study's parent run (parent runs made before issue 49 have
+    it): it made the parent a group of its own when the runs are grouped by variant."""
+    if keys.VARIANT not in client.get_run(run_id).data.tags:
+        return []
+    client.delete_tag(run_id, keys.VARIANT)
+    return [f"parent run without the tag {keys.VARIANT}"]
+
+
+def annotate_study(study: str, tracking_uri: str | None = None, *, runs: pd.DataFrame | None = None,
+                   table: pd.DataFrame | None = None) -> list[str]:
+    """Write the grid study's figure, table, description and summary runs (module docstring), only
+    where they differ from what is stored; returns what was written, in words. `runs` and `table`:
+    the study's `load_runs` and `study_table`, when the caller has them already."""
     uri = resolve_tracking_uri(tracking_uri)
     parent = study_parent(study, uri)
     if parent is None:
         return []
-    table = study_table(study, uri) if table is None else table
-    if table.empty:
-        return []
-    from mlflow.exceptions import MlflowException
-
+    runs = load_runs(uri, study=study) if runs is None else runs
+    table = study_table(study, uri, runs=runs) if table is None else table
     client = client_for(uri)
-    # Two workers of a study can finish at the same moment and both annotate its parent. MLflow's
-    # SQLite store inserts a new tag or metric point without a lock, so the second insert fails on
-    # a unique key; what the first wrote is then there, and a second pass writes only what differs.
-    try:
-        return _annotate(client, parent["run_id"], study, table)
-    except MlflowException:
-        return _annotate(client, parent["run_id"], study, table)
-
-
-def _annotate(client, run_id: str, study: str, table: pd.DataFrame) -> list[str]:
-    from mlflow.entities import Metric
-
-    run = client.get_run(run_id)
-    changes: list[str] = []
-    note = description(study, table)
+    run = client.get_run(parent["run_id"])
+    changes = _retire_parent_summaries(client, run)
+    if table.empty:
+        return changes
+    order = [str(v) for v, row in table.iterrows() if int(row.get("seeds", 0) or 0) > 0]
+    colors = variant_colors(order)
+    table_changed = _write_artifact_if_changed(client, run, TABLE_ARTIFACT, format_table(table, "markdown").encode())
+    if table_changed:
+        changes.append(TABLE_ARTIFACT)
+    if order and (table_changed or not _has_artifact(client, run, FIGURE_ARTIFACT)):
+        figure = plot_exprate(runs[scored(runs)], order=order, title=study, jitter=0.0)
+        _write_artifact(client, run, FIGURE_ARTIFACT, _png(figure))
+        changes.append(FIGURE_ARTIFACT)
+    note = description(study, table, run.info.experiment_id, run.info.run_id)
     if run.data.tags.get(keys.MLFLOW_NOTE) != note:
         client.set_tag(run.info.run_id, keys.MLFLOW_NOTE, note)
         changes.append("description")
-    stale = {k: v for k, v in summary_metrics(table).items() if not _same(run.data.metrics.get(k), v)}
-    if stale:
-        when = _millis(run)
-        client.log_batch(run.info.run_id, metrics=[Metric(k, v, when, 0) for k, v in sorted(stale.items())])
-        changes.append(f"{len(stale)} summary metrics")
-    if _write_artifact_if_changed(client, run, TABLE_ARTIFACT, format_table(table, "markdown")):
-        changes.append(TABLE_ARTIFACT)
+    changes += _summary_runs(client, run, study, table, colors)
+    recoloured = 0
+    for _, trial in runs.iterrows():
+        color = colors.get(str(trial.get(f"tags.{keys.VARIANT}")))
+        if color and trial.get(f"tags.{keys.MLFLOW_RUN_COLOR}") != color:
+            client.set_tag(trial["run_id"], keys.MLFLOW_RUN_COLOR, color)
+            recoloured += 1
+    if recoloured:
+        changes.append(f"its variant's colour on {recoloured} trial run(s)")
     return changes
 
 
-def annotate_studies(tracking_uri: str | None = None) -> dict[str, list[str]]:
-    """`annotate_study` for every complete grid study of the store: {study: what was written}."""
+def summary_runs(client, experiment_id: str, study: str) -> list:
+    """The study's summary runs (deleted ones aside)."""
+    quoted = study.replace("'", "\\'")
+    return client.search_runs([experiment_id], max_results=1000, filter_string=(
+        f"tags.`{keys.STUDY}` = '{quoted}' and tags.`{keys.ROLE}` = '{keys.ROLE_SUMMARY}'"))
+
+
+def comparison_metric(study: str, tracking_uri: str | None = None) -> str:
+    """The metric whose order opens a study's comparison in the MLflow UI (`tracking.ui.study_url`'s
+    `order_by`): its summary runs' first test year (`2014 ExpRate`) when it has them, else the
+    metric every trial logs, its best validation ExpRate (a sweep's trials are not tested)."""
+    from .runs import scored_years
+
     uri = resolve_tracking_uri(tracking_uri)
-    studies = list_studies(uri)
-    done: dict[str, list[str]] = {}
-    for _, row in studies.iterrows():
-        if row["kind"] == "grid" and str(row["state"]).lower() == "finished":
-            done[str(row["study"])] = annotate_study(str(row["study"]), uri)
-    return done
+    parent = study_parent(study, uri)
+    if parent is not None and summary_runs(client_for(uri), str(parent["experiment_id"]), study):
+        years = scored_years(load_runs(uri, study=study))
+        if years:
+            return summary_metric(years[0])
+    return "best_val_exprate"
+
+
+def _summary_runs(client, parent, study: str, table: pd.DataFrame, colors: dict[str, str]) -> list[str]:
+    """Create or bring up to date one summary run per variant; delete those of variants gone."""
+    from mlflow.entities import Metric
+
+    wanted = summary_values(table)
+    when = _millis(parent)  # the study's end: a summary made again is the same record
+    changes: list[str] = []
+    existing = _one_summary_each(client, parent.info.experiment_id, study, wanted, changes)
+    created = updated = 0
+    for variant, metrics in wanted.items():
+        seeds = int(table.loc[variant, "seeds"])
+        tags = {keys.MLFLOW_PARENT_RUN_ID: parent.info.run_id, keys.STUDY: study, keys.ROLE: keys.ROLE_SUMMARY,
+                keys.VARIANT: variant, keys.MLFLOW_RUN_COLOR: colors[variant]}
+        run = existing.get(variant)
+        if run is None:
+            run = client.create_run(parent.info.experiment_id, start_time=when, tags=tags,
+                                    run_name=summary_run_name(variant, seeds))
+            created += 1
+            stale, stored_tags = metrics, {}
+        else:
+            stale = {k: v for k, v in metrics.items() if not _same(run.data.metrics.get(k), v)}
+            stored_tags = run.data.tags
+            name = summary_run_name(variant, seeds)
+            retag = {k: v for k, v in tags.items() if stored_tags.get(k) != v}
+            if run.info.run_name != name:
+                retag[keys.MLFLOW_RUN_NAME] = name
+            for key, value in retag.items():
+                client.set_tag(run.info.run_id, key, value)
+            if stale or retag:
+                updated += 1
+        if stale:
+            client.log_batch(run.info.run_id, metrics=[Metric(k, v, when, 0) for k, v in sorted(stale.items())])
+        if run.info.status != "FINISHED":
+            client.set_terminated(run.info.run_id, status="FINISHED", end_time=when)
+    if created:
+        # Two workers' commands that end together present the study at once: on a tracking server
+        # (no lock between machines) both may create a variant's summary. Each keeps the same one.
+        _one_summary_each(client, parent.info.experiment_id, study, wanted, [])
+        changes.append(f"{created} summary run(s)")
+    if updated:
+        changes.append(f"{updated} summary run(s) brought up to date")
+    return changes
+
+
+def _one_summary_each(client, experiment_id: str, study: str, wanted: dict, changes: list[str]) -> dict[str, Any]:
+    """{variant: its summary run}; the summary runs of a variant no longer in the table, and all
+    but one of a variant's (the smallest run id: every process keeps the same), are deleted."""
+    kept: dict[str, Any] = {}
+    for run in sorted(summary_runs(client, experiment_id, study), key=lambda r: r.info.run_id):
+        variant = run.data.tags.get(keys.VARIANT, "")
+        if variant in wanted and variant not in kept:
+            kept[variant] = run
+        else:
+            client.delete_run(run.info.run_id)
+            changes.append(f"summary run {run.info.run_name!r} deleted")
+    return kept
+
+
+def _retire_parent_summaries(client, run) -> list[str]:
+    """Delete the parent's summary metrics of the layout before issue 49 (module docstring), in a
+    SQLite store: the second place, after `tracking.portable`, that writes MLflow's tables
+    directly, since no API deletes a metric. Another store keeps them (and says so)."""
+    from ..tracking.portable import sqlite_path
+
+    retired = sorted(k for k in run.data.metrics if _RETIRED_METRIC.match(k))
+    if not retired:
+        return []
+    db = sqlite_path(client.tracking_uri)
+    if db is None:
+        return [f"{len(retired)} parent metrics of the old layout kept (not a SQLite store: no API deletes them)"]
+    with sqlite3.connect(db) as conn:
+        for table in ("metrics", "latest_metrics"):
+            conn.executemany(f"DELETE FROM {table} WHERE run_uuid = ? AND key = ?",  # noqa: S608 - fixed names
+                             [(run.info.run_id, key) for key in retired])
+    return [f"{len(retired)} parent metrics of the old layout deleted"]
+
+
+def _png(figure) -> bytes:
+    """The figure as PNG, at most `FIGURE_WIDTH_PX` wide: drawn at the reports' resolution, then
+    at lower ones until it fits (its tight box, the legend beside the axes included, is only known
+    once drawn, and does not shrink in proportion: the pads are fixed)."""
+    from .plots import DPI
+
+    dpi = float(DPI)
+    while True:
+        buffer = io.BytesIO()
+        figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight", facecolor="white")
+        png = buffer.getvalue()
+        width = int.from_bytes(png[16:20], "big")  # the PNG header's width (IHDR)
+        if width <= FIGURE_WIDTH_PX or dpi < 20:
+            return png
+        dpi *= (FIGURE_WIDTH_PX - 2) / width
 
 
 def _same(stored: Any, value: float) -> bool:
@@ -117,32 +265,63 @@ def _same(stored: Any, value: float) -> bool:
 
 
 def _millis(run) -> int:
-    """The summary's timestamp: the run's end (or start), so that annotating is reproducible."""
+    """The summaries' timestamp: the parent run's end (or start), so that annotating is reproducible."""
     return int(run.info.end_time or run.info.start_time or 0)
 
 
-def _write_artifact_if_changed(client, run, name: str, text: str) -> bool:
-    """Write the text artifact `name` of `run` unless it holds `text` already. A store made portable
-    (relative artifact locations, `tracking.portable`) is written where its files lie."""
-    from ..atomic import write_text_atomically
+def _local_artifact(client, run, name: str) -> Path | None:
+    """Where the artifact `name` of `run` lies on this machine, for a local store (None for a
+    remote one). A portable store's relative locations (`tracking.portable`) are resolved
+    against the store's own place, not the working folder."""
+    from urllib.parse import unquote, urlparse
+
     from ..tracking.portable import resolve_artifact_uri
 
     root = resolve_artifact_uri(run.info.artifact_uri, client.tracking_uri)
-    if root.startswith("file:") or root.startswith("/"):
-        from urllib.parse import unquote, urlparse
+    if root.startswith("file:"):
+        return Path(unquote(urlparse(root).path)) / name
+    if root.startswith("/"):
+        return Path(root) / name
+    return None
 
-        path = Path(unquote(urlparse(root).path) if root.startswith("file:") else root) / name
-        if path.is_file() and path.read_text() == text:
-            return False
+
+def _has_artifact(client, run, name: str) -> bool:
+    path = _local_artifact(client, run, name)
+    if path is not None:
+        return path.is_file()
+    return any(entry.path == name for entry in client.list_artifacts(run.info.run_id))
+
+
+def _write_artifact(client, run, name: str, content: bytes) -> None:
+    from ..atomic import write_atomically
+
+    path = _local_artifact(client, run, name)
+    if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomically(path, text)
-        return True
-    import mlflow.artifacts
+        write_atomically(path, lambda f: f.write(content))
+        return
+    with tempfile.TemporaryDirectory(prefix="hmer-artifact-") as tmp:
+        local = Path(tmp) / name
+        local.write_bytes(content)
+        client.log_artifact(run.info.run_id, str(local))
 
-    try:
-        if mlflow.artifacts.load_text(f"{root}/{name}") == text:
+
+def _write_artifact_if_changed(client, run, name: str, content: bytes) -> bool:
+    """Write the artifact `name` of `run` unless it holds `content` already; True if written."""
+    path = _local_artifact(client, run, name)
+    if path is not None:
+        if path.is_file() and path.read_bytes() == content:
             return False
-    except Exception:  # noqa: BLE001 - not there yet
-        pass
-    client.log_text(run.info.run_id, text, name)
+    else:
+        import mlflow.artifacts
+
+        try:
+            with tempfile.TemporaryDirectory(prefix="hmer-artifact-") as tmp:
+                local = mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path=name,
+                                                            dst_path=tmp, tracking_uri=client.tracking_uri)
+                if Path(local).read_bytes() == content:
+                    return False
+        except Exception:  # noqa: BLE001 - not there yet
+            pass
+    _write_artifact(client, run, name, content)
     return True

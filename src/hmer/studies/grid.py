@@ -73,6 +73,8 @@ class Grid(StudyKind):
     command runs again."""
 
     name = "grid"
+    # the trial's value: its best validation ExpRate, the checkpoint's (greedy, as during training)
+    objective_name = "best validation ExpRate (%)"
     noun, done_word = "cells", "complete"
 
     def __init__(self, spec: StudySpec, seeds: Sequence[int] | None, print_table: bool, reuse: bool):
@@ -145,19 +147,13 @@ class Grid(StudyKind):
         return [describe_cell_key(k) for k in sorted(self.failed_here)]
 
     def table(self, session: Session, outcome: StudyOutcome) -> str:
-        """The per-year table; a complete study's parent run also gets it as its description, with the
-        variants' summary metrics (`reports.study_run`: written only where they changed, so a finished
-        study run again writes nothing)."""
+        """The per-year table (a complete study's parent run gets it too: `studies.present`)."""
         session.say(f"study {outcome.study_name}: {outcome.n_complete} of {outcome.n_expected} cells complete"
                     + ("" if outcome.complete else f"; failed: {'; '.join(outcome.failed) or 'none here'} "
                        f"(run the same command to retry them)"))
-        from ..reports.study_run import annotate_study
         from ..reports.tables import format_table, study_table
 
-        table = study_table(session.name, session.tracking_uri)
-        if outcome.complete:
-            annotate_study(session.name, session.tracking_uri, table=table)
-        return format_table(table)
+        return format_table(study_table(session.name, session.tracking_uri))
 
     def _run_cell(self, session: Session, cell: Mapping[str, Any], data: dict[str, list]) -> TrialState:
         """One trial of the claimed `cell`: the objective is a plain Optuna objective over the grid."""

@@ -18,6 +18,7 @@ import optuna
 
 from ..config import MACHINE_KEYS, Config, stored_config
 from ..tracking import keys
+from .dashboard import name_objective
 
 
 def asked_keys(fixed: Mapping[str, Any], overrides: Mapping[str, Any] | None, more: Collection[str] = ()) -> set[str]:
@@ -33,7 +34,7 @@ CHECKED_ATTRS = {keys.SPEC: "spec", keys.BUDGET: "budget", keys.GRID: "grid", ke
 
 def open_study(name: str, storage: optuna.storages.BaseStorage, *, kind: str, sampler: optuna.samplers.BaseSampler,
                pruner: optuna.pruners.BasePruner, attrs: Mapping[str, Any], base: Config,
-               asked: Collection[str] = ()) -> tuple[optuna.Study, Config, bool]:
+               asked: Collection[str] = (), objective_name: str = "") -> tuple[optuna.Study, Config, bool]:
     """Create the study (recording `attrs` and the base config), or load it and check that it is
     the study the command asks for.
 
@@ -43,6 +44,8 @@ def open_study(name: str, storage: optuna.storages.BaseStorage, *, kind: str, sa
     refused when it asks for something else: another kind, spec, budget or search space (`attrs`),
     or a value of one of the keys it sets itself (`asked`, see `asked_keys`) other than the
     study's.
+
+    A new study records its objective's name (`objective_name`), which optuna-dashboard shows.
 
     Returns the study, the base config every trial uses (the stored one on resume) and
     whether this call created the study.
@@ -61,6 +64,8 @@ def open_study(name: str, storage: optuna.storages.BaseStorage, *, kind: str, sa
         for key, value in attrs.items():
             study.set_user_attr(key, value)
         study.set_user_attr(keys.KIND, kind)
+        if objective_name:
+            name_objective(study, objective_name)
         storage.set_study_system_attr(study_id, keys.CONFIG, flat)
 
     if created:

@@ -32,9 +32,11 @@ from ..tracking.store import mask_password, mlflow_client
 from ..tracking.ui import ui_hint
 from .budgets import StudyBudget, get_budget
 from .claims import CellClaims, Worker
+from .dashboard import OBJECTIVE_NAMES
 from .mlflow_runs import fail_dead_trial_runs, finish_parent, measured_cost, parent_run
 from .opening import asked_keys, open_study, wait_for_attr
 from .resolution import base_config
+from .present import present_study
 from .storage import default_storage, mask_url, open_storage, study_exists
 from .workers import start_workers
 
@@ -135,11 +137,17 @@ class StudyKind:
     """
 
     name = ""  # the study's kind (keys.KIND): "grid" or "sweep"
+    objective_name = ""  # what a trial's value is, in words: its name in optuna-dashboard (`dashboard`)
     noun, done_word = "trials", "finished"  # "resuming: 3 of 6 trials already finished"
     print_table = True
     # Config keys the kind's spec sets beyond its fixed values (a sweep's seed): like those, a
     # resumed study must have them as this command asks.
     asked: tuple[str, ...] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.name:  # for the studies in a store, read back by kind (`dashboard`)
+            OBJECTIVE_NAMES[cls.name] = cls.objective_name
 
     def __init__(self, spec, run_study: Callable[..., Any]):
         self.spec = spec
@@ -229,8 +237,9 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
     store = open_storage(setup.storage_url)
     study, base, created = open_study(
         name, store, kind=kind.name, sampler=kind.sampler(), pruner=kind.pruner(n_trials),
-        attrs={keys.SPEC: spec.name, keys.BUDGET: budget.name, keys.EXPERIMENT: name, **described}, base=base,
-        asked=asked_keys(spec.fixed, overrides, kind.asked))
+        attrs={keys.SPEC: spec.name, keys.BUDGET: budget.name, keys.EXPERIMENT: name,
+               keys.DESCRIPTION: spec.description, **described},
+        base=base, asked=asked_keys(spec.fixed, overrides, kind.asked), objective_name=kind.objective_name)
     worker = Worker.current()
     claims = CellClaims(study, worker, store)
     dead = claims.reap()
@@ -246,9 +255,11 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
         params={"study": name, "kind": kind.name, "spec": spec.name, "budget": budget.name,
                 "storage": mask_url(setup.storage_url), "n_trials": n_trials, "model_preset": model_preset,
                 **{key: json.dumps(value) for key, value in plain.items()}},
-        tags={keys.BUDGET: budget.name, keys.KIND: kind.name, keys.VARIANT: spec.name},
+        tags={keys.BUDGET: budget.name, keys.KIND: kind.name},
         artifact={"spec": spec.name, "description": spec.description, **plain, "config": base.to_flat_dict()},
         reopen=done < n_trials)
+    if main and created:  # its note in optuna-dashboard from the start (studies.present)
+        present_study(name, tracking_uri=setup.tracking_uri, storage=setup.storage_url)
     if main and done:
         cost = measured_cost(session.client, session.experiment_id, name)
         if cost:
@@ -290,12 +301,17 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
                            n_complete=n_done, n_expected=n_trials, failed=failed)
     if main:
         outcome.table = kind.table(session, outcome)
+        # what a user opens, its figure and summary runs, its notes (written where they changed)
+        present_study(name, tracking_uri=setup.tracking_uri, storage=setup.storage_url)
         if kind.print_table and outcome.table:
             print(outcome.table, flush=True)
             cost = measured_cost(session.client, session.experiment_id, name)
             if cost:
                 say(f"study {name}: cost {cost}")
-            say(ui_hint(setup.tracking_uri, session.experiment_id))
+            from ..reports.study_run import comparison_metric
+
+            say(ui_hint(setup.tracking_uri, session.experiment_id,
+                        order_by=comparison_metric(name, setup.tracking_uri)))
     return outcome
 
 
@@ -315,6 +331,7 @@ def resolve(spec_name: str, budget: str | StudyBudget, *, n_jobs: int | None, da
     return Setup(budget=budget, n_jobs=n_jobs, name=study_name or f"{spec_name}-{budget.name}", main=main,
                  say=printer("" if main else f"[worker {os.getpid()}] "), tracking_uri=tracking_uri,
                  storage_url=storage or default_storage(tracking_uri))
+
 
 
 def open_session(setup: Setup, storage: optuna.storages.BaseStorage, study: optuna.Study, base: Config,

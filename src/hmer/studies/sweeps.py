@@ -65,6 +65,7 @@ class Sweep(StudyKind):
     `continue_dead_trials`) until `n_trials` have finished; it stops after three failures in a row."""
 
     name = "sweep"
+    objective_name = "validation ExpRate, decoded as the test years (%)"  # `sweep_objective`
     asked = (SEED_KEY,)  # the spec's seed (hmer.studies.resolution), which a resumed sweep must keep
 
     def __init__(self, spec: SweepSpec, n_trials: int | None, pruner: optuna.pruners.BasePruner | None):

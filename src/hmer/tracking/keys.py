@@ -30,7 +30,9 @@ REGISTERED_MODEL = "hmer.registered_model"          # the MLflow model-registry 
 
 # ---- studies: MLflow tags on parent and child runs, Optuna user attributes ---------------------
 STUDY = "hmer.study"              # the Optuna study name (parent and every child run)
-ROLE = "hmer.role"                # "study" on a study's parent run
+ROLE = "hmer.role"                # what a study's own run is for, beside its trials (values below)
+ROLE_STUDY = "study"              # the study's parent run
+ROLE_SUMMARY = "summary"          # a variant's mean over seeds, a child of the parent run (reports.study_run)
 KIND = "hmer.kind"                # grid | sweep
 # Stored as "hmer.preset" since before study budgets had their own name; the value is the budget.
 BUDGET = "hmer.preset"
@@ -52,7 +54,8 @@ FAILED = "hmer.failed"            # parent-run tag: the trials that failed, in w
 CLAIM_PREFIX = "hmer.claim:"      # study system attribute per worker (+ its token): the cell it claims
 RESUMED_FROM = "hmer.resumed_from"  # trial attribute and run tag: the dead trial whose run a trial continued
 REUSED_FROM = "hmer.reused_from"  # trial attribute and run tag: another study's run with the cell's config, copied
-SUPERSEDED_BY = "hmer.superseded_by"  # experiment and parent-run tag: the study that replaces this one
+SUPERSEDED_BY = "hmer.superseded_by"  # experiment, parent-run tag and study user attribute: the study replacing it
+DESCRIPTION = "hmer.description"  # study user attribute: what the study compares, in words (its spec's description)
 CONTINUES = "hmer.continues"      # user attribute of an enqueued sweep trial: the dead trial it continues
 # Trial user attributes a finished trial records (studies.objective.record_result), beside its test
 # scores under their metric names (`test_2014_exprate`, ...). Stored without the `hmer.` prefix since
@@ -82,6 +85,7 @@ IMPORT_NEVER_PREDICTED_SYMBOLS = "hmer.import.never_predicted_symbols"
 MLFLOW_PARENT_RUN_ID = "mlflow.parentRunId"
 MLFLOW_RUN_NAME = "mlflow.runName"
 MLFLOW_NOTE = "mlflow.note.content"  # a run's (or experiment's) description in the UI, Markdown
+MLFLOW_RUN_COLOR = "mlflow.runColor"  # a run's colour in the UI's tables and charts (#rrggbb)
 # What an experiment is for, read by MLflow's UI to choose between its GenAI and model-training
 # views; the suite's experiments hold training runs (see tracking/ui.py).
 MLFLOW_EXPERIMENT_KIND = "mlflow.experimentKind"

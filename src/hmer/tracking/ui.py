@@ -20,32 +20,55 @@ bundle it ships):
 So the suite does both: every experiment it creates carries the tag (`TRAINING_EXPERIMENT_TAGS`;
 `mark_training_experiments` adds it to an older store), and the links it prints carry
 `workflowType=machine_learning`, which opens the runs of a study in any browser.
+
+A study's link also orders its runs by a metric (`order_by`, `orderByKey` in the page's address,
+best first): the runs table then lists every run flat, the trials beside their parent instead of
+folded under it, and the chart view, which draws the first ten runs the table lists, draws the
+variants' summary runs first (`reports.study_run`: they alone have the metric `2014 ExpRate`).
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from . import keys
 from .portable import sqlite_path
 
 DEFAULT_PORT = 5000  # `mlflow ui`'s default
+DASHBOARD_PORT = 8080  # optuna-dashboard's default
 WORKFLOW_TYPE_TRAINING = "machine_learning"
+# A study's link leaves out the runs of trials that failed: a dead worker's run that a later trial
+# ran again from the start would take one of the ten runs the charts draw (`study_url`). A sweep's
+# pruned trials (KILLED) stay: their curves are the point.
+UNFAILED_RUNS = "attributes.status != 'FAILED'"
 TRAINING_EXPERIMENT_TAGS = {keys.MLFLOW_EXPERIMENT_KIND: keys.EXPERIMENT_KIND_TRAINING}
 
 
 def ui_url(experiment_id: str | None = None, *, charts: bool = True, port: int = DEFAULT_PORT,
-           host: str = "127.0.0.1") -> str:
+           host: str = "127.0.0.1", order_by: str | None = None, search: str | None = None) -> str:
     """The link that opens an experiment's training runs (`charts`: as charts, the variants side by
-    side) in `mlflow ui`; without an experiment, the list of experiments in the training view."""
+    side) in `mlflow ui`, ordered by the metric `order_by`, highest first (module docstring), those
+    that match the runs filter `search` only; without an experiment, the list of experiments in
+    the training view."""
     query = {"workflowType": WORKFLOW_TYPE_TRAINING}
     if experiment_id is None:
         return f"http://{host}:{port}/#/experiments?{urlencode(query)}"
     if charts:
         query["compareRunsMode"] = "CHART"
-    return f"http://{host}:{port}/#/experiments/{experiment_id}/runs?{urlencode(query)}"
+    if order_by:
+        query.update(orderByKey=f"metrics.`{order_by}`", orderByAsc="false")
+    if search:
+        query["searchFilter"] = search
+    return f"http://{host}:{port}/#/experiments/{experiment_id}/runs?{urlencode(query, quote_via=quote)}"
+
+
+def study_url(experiment_id: str, *, order_by: str | None = None, port: int = DEFAULT_PORT,
+              host: str = "127.0.0.1") -> str:
+    """The link that opens a study's comparison: its runs but the failed ones (the summary runs,
+    the trials and the parent), flat, best first by the metric `order_by`, as charts."""
+    return ui_url(experiment_id, order_by=order_by, port=port, host=host, search=UNFAILED_RUNS)
 
 
 def run_url(experiment_id: str, run_id: str, *, port: int = DEFAULT_PORT, host: str = "127.0.0.1") -> str:
@@ -68,9 +91,18 @@ def ui_command(tracking_uri: str, cwd: str | os.PathLike[str] | None = None) -> 
     return f"mlflow ui --backend-store-uri sqlite:///{shown}"
 
 
-def ui_hint(tracking_uri: str, experiment_id: str) -> str:
+def ui_hint(tracking_uri: str, experiment_id: str, order_by: str | None = None) -> str:
     """One line for the end of a study or a report: the command and the link to its comparison."""
-    return f"compare in the MLflow UI: {ui_command(tracking_uri)}, then open {ui_url(experiment_id)}"
+    return (f"compare in the MLflow UI: {ui_command(tracking_uri)}, then open "
+            f"{study_url(experiment_id, order_by=order_by)} (`hmer ui` starts it beside optuna-dashboard and "
+            f"prints every study's link)")
+
+
+def dashboard_url(study_id: int | None = None, *, port: int = DASHBOARD_PORT, host: str = "127.0.0.1") -> str:
+    """The link that opens an Optuna study (by its storage's id) in optuna-dashboard; without one,
+    the list of studies."""
+    base = f"http://{host}:{port}/dashboard/"
+    return base if study_id is None else f"{base}studies/{study_id}"
 
 
 def mark_training_experiments(client) -> list[str]:

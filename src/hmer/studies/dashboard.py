@@ -1,0 +1,174 @@
+"""How a study reads in optuna-dashboard: its objective by name, what it compares, and its failed trials' fates.
+
+    changes = annotate_optuna_study(study, objective_name="best validation ExpRate (%)",
+                                    description="decoding direction: ...", superseded_by=None, table=frame)
+
+optuna-dashboard shows a study's trials, their objective values and Markdown notes. A study of the
+suite gets
+- its objective's name (`Study.set_metric_names`, which the dashboard reads), instead of
+  "Objective 0": what its kind maximises (`StudyKind.objective_name`);
+- its description, what it compares, as the user attribute `hmer.description`;
+- a study note (`optuna_dashboard.save_note`, the dashboard's "Note" page): the description, what the
+  objective is and why the dashboard's "Best Trial" is not the study's answer (a grid's trial is
+  one seed of one variant, while the study compares the variants' means over seeds on the test
+  years: for a finished grid, its table is in the note), how many of the trials failed and
+  were taken over by later ones, and, for a superseded study, the study that replaces it (also the
+  user attribute `hmer.superseded_by`);
+- a note on every FAIL trial: why it failed, and the later trial that continued it (its worker
+  died, and the next trial of its cell resumed its run from the last checkpoint or ran the cell
+  again). Optuna refuses to change a finished trial's attributes, so this is said in the trial's
+  note (which the dashboard keeps among the study's system attributes), not in a user attribute.
+
+Only what differs from what is stored is written: annotating a study again writes nothing.
+"""
+
+from __future__ import annotations
+
+import collections
+import warnings
+from typing import Any, Mapping
+
+import optuna
+import pandas as pd
+from optuna.trial import FrozenTrial, TrialState
+
+from ..tracking import keys
+
+NO_ERROR = "no error recorded (its worker died or was interrupted)"
+# Each kind of study's objective in words, by kind (`keys.KIND`): every `session.StudyKind` adds its own.
+OBJECTIVE_NAMES: dict[str, str] = {}
+
+
+def continuations(trials: list[FrozenTrial]) -> dict[int, tuple[int, str]]:
+    """{number of a FAIL trial: (number of the later trial that took it over, how, in words)}.
+
+    A trial that continued a dead one names it: `hmer.resumed_from` (its MLflow run resumed from
+    the dead trial's last checkpoint, `studies.resume`) or `hmer.continues` (a sweep's trial
+    enqueued again, `studies.sweeps`). Otherwise the next trial of the same cell (`hmer.cell_key`)
+    ran the cell again from its first epoch."""
+    taken: dict[int, tuple[int, str]] = {}
+    for t in trials:
+        resumed = t.user_attrs.get(keys.RESUMED_FROM)
+        if isinstance(resumed, Mapping) and isinstance(resumed.get("trial"), int):
+            epoch = resumed.get("epoch")
+            taken.setdefault(resumed["trial"], (t.number, f"continued its run from epoch {epoch + 1}"
+                                                if isinstance(epoch, int) else "continued its run"))
+        continued = t.user_attrs.get(keys.CONTINUES)
+        if continued is not None and str(continued).isdigit():
+            taken.setdefault(int(continued), (t.number, "ran its parameters again"))
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    for t in failed:
+        if t.number in taken or keys.CELL_KEY not in t.user_attrs:
+            continue
+        cell = t.user_attrs[keys.CELL_KEY]
+        later = [u for u in trials if u.number > t.number and u.user_attrs.get(keys.CELL_KEY) == cell]
+        if later:
+            taken[t.number] = (later[0].number, "ran its cell again from the first epoch")
+    return {number: how for number, how in taken.items() if number in {t.number for t in failed}}
+
+
+def failure_reason(trial: FrozenTrial) -> str:
+    """Why a FAIL trial failed, on one line: its error, who marked its dead worker's trial FAIL, or
+    that nothing was recorded (Optuna's heartbeat check failed it, or its worker was interrupted)."""
+    why = str(trial.user_attrs.get(keys.ERROR) or trial.user_attrs.get(keys.FAILED_BY) or "")
+    return why.splitlines()[0][:300] if why.strip() else NO_ERROR
+
+
+def trial_note(trial: FrozenTrial, taken: Mapping[int, tuple[int, str]]) -> str:
+    """The note of a FAIL trial: why, and which trial continued it."""
+    then = (f"Trial {taken[trial.number][0]} took it over: it {taken[trial.number][1]}."
+            if trial.number in taken else "No later trial took it over.")
+    return f"**Failed**: {failure_reason(trial)}.\n\n{then}\n"
+
+
+def name_objective(study: optuna.Study, name: str) -> None:
+    """`study.set_metric_names([name])`, which Optuna marks experimental (stable since 3.2)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names([name])
+
+
+def scores_table(table: pd.DataFrame) -> str:
+    """The variants' ExpRate per test year, mean ± std over seeds, as a Markdown table (from a
+    `reports.tables.study_table`)."""
+    from ..reports.markup import markdown, mean_pm_std
+
+    years = [str(y) for y in table.attrs.get("years", [])]
+    body = [[f"{variant} (baseline)" if bool(row.get("baseline", False)) else str(variant), str(int(row["seeds"]))]
+            + [mean_pm_std(row.get(f"{y}_exprate_mean"), row.get(f"{y}_exprate_std")) for y in years]
+            for variant, row in table.iterrows()]
+    return markdown(["variant", "seeds", *[f"{y} ExpRate" for y in years]], body)
+
+
+def study_note(study: optuna.Study, *, objective_name: str, kind: str, description: str | None,
+               superseded_by: str | None, table: pd.DataFrame | None, trials: list[FrozenTrial]) -> str:
+    """The study's note (module docstring), in Markdown."""
+    parts = [f"**{study.study_name}**" + (f": {description}" if description else "")]
+    if superseded_by:
+        parts.append(f"**Superseded by {superseded_by}**: this study is kept for reference; the suite's "
+                     f"reports and claims read {superseded_by}.")
+    objective = f"The objective is the {objective_name} of the trial's model."
+    if kind == "grid":
+        objective += (" Each trial is one seed of one variant, so the dashboard's \"Best Trial\" is the "
+                      "best single seed, not the study's answer: the study compares the variants by their "
+                      "mean test ExpRate over seeds" + (", here in %:" if table is not None and not table.empty
+                                                         else " (its table, once every cell is complete)."))
+    parts.append(objective)
+    if kind == "grid" and table is not None and not table.empty:
+        parts.append(scores_table(table))
+    counts = collections.Counter(t.state.name for t in trials)
+    listed = ", ".join(f"{n} {state}" for state, n in counts.most_common())
+    failed = [t for t in trials if t.state == TrialState.FAIL]
+    line = f"Optuna lists {len(trials)} trial{'s' if len(trials) != 1 else ''}" + (f" ({listed})." if listed else ".")
+    if failed:
+        taken = continuations(trials)
+        line += (f" {len(taken)} of the {len(failed)} FAIL trials were taken over by a later trial (a worker "
+                 f"died, or a cell ran again): each failed trial's note says why it failed and which trial "
+                 f"continued it.")
+    parts.append(line)
+    parts.append("Its runs are in the MLflow experiment of the same name (`hmer ui` prints the link that "
+                 "compares them).")
+    return "\n\n".join(parts) + "\n"
+
+
+def annotate_optuna_study(study: optuna.Study, *, objective_name: str, kind: str, description: str | None,
+                          superseded_by: str | None = None, table: pd.DataFrame | None = None) -> list[str]:
+    """Write the study's objective name, description, superseded mark, note and its failed trials'
+    notes (module docstring) where they differ from what is stored; returns what was written."""
+    from optuna_dashboard import get_note, save_note
+
+    changes = []
+    if objective_name and study.metric_names != [objective_name]:
+        name_objective(study, objective_name)
+        changes.append(f"objective named {objective_name!r}")
+    for key, value in ((keys.DESCRIPTION, description), (keys.SUPERSEDED_BY, superseded_by)):
+        if value and study.user_attrs.get(key) != value:
+            study.set_user_attr(key, value)
+            changes.append(f"user attribute {key}")
+    trials = study.get_trials(deepcopy=False)
+    note = study_note(study, objective_name=objective_name, kind=kind, description=description,
+                      superseded_by=superseded_by, table=table, trials=trials)
+    if get_note(study) != note:
+        save_note(study, note)
+        changes.append("note")
+    taken = continuations(trials)
+    noted = 0
+    for frozen in trials:
+        if frozen.state != TrialState.FAIL:
+            continue
+        # save_note takes a live `optuna.Trial`; made for a finished one, it only reads (under a
+        # sampler whose `before_trial` writes nothing), and the note goes to the study's attributes.
+        trial = optuna.Trial(study, frozen._trial_id)
+        body = trial_note(frozen, taken)
+        if get_note(trial) != body:
+            save_note(trial, body)
+            noted += 1
+    if noted:
+        changes.append(f"notes on {noted} failed trial(s)")
+    return changes
+
+
+def load_for_notes(study_name: str, storage: Any) -> optuna.Study:
+    """The study, loaded to be annotated: under a sampler that writes nothing when a trial object
+    is made for a finished trial (a grid's sampler would record its grid on it)."""
+    return optuna.load_study(study_name=study_name, storage=storage, sampler=optuna.samplers.RandomSampler(seed=0))

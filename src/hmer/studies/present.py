@@ -1,0 +1,142 @@
+"""A study as its users open it, in the MLflow UI and in optuna-dashboard: one function for every path.
+
+    changes = present_study("ablate_direction-cpu", tracking_uri=uri, storage=url)   # [] when up to date
+    done = present_studies(uri, url)                                                  # {study: changes}
+
+`present_study` writes what makes a study read at a glance, where it differs from what is stored:
+- MLflow: its parent run carries no `hmer.variant` (so that grouping by it groups the variants'
+  runs alone); a grid study that has finished, or that another supersedes (nothing continues it),
+  gets its figure, table, description and one summary run per variant (`reports.study_run`);
+- Optuna: its objective's name, its description and superseded mark as user attributes, its
+  note and its failed trials' notes (`studies.dashboard`).
+
+The end of every study calls it (`session.run_session`), and so do `hmer runs present FOLDER`
+(a store made before) and `hmer runs publish`; `hmer runs supersede` calls it for the study it
+labels. Presenting a study again writes nothing, so a finished study run again, or a store
+presented twice, keeps its bytes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..tracking import keys
+
+
+def present_study(study: str, *, tracking_uri: str | None = None, storage: str | None = None) -> list[str]:
+    """Present `study` in both UIs (module docstring); returns what was written, in words. The
+    Optuna side is skipped when `storage` (default: `optuna.db` beside a SQLite MLflow store)
+    has no such study; a SQLite storage that does not exist is not created."""
+    from ..reports.runs import resolve_tracking_uri
+
+    from .storage import first_use_lock
+
+    uri = resolve_tracking_uri(tracking_uri)
+    # Workers of a study on one machine whose commands end together take turns (a SQLite store;
+    # `reports.study_run` keeps one summary run a variant where a tracking server is shared).
+    with first_use_lock(uri):
+        return _present(study, uri, storage)
+
+
+def _present(study: str, uri: str, storage: str | None) -> list[str]:
+    from ..reports.runs import client_for, load_runs, study_parent
+    from ..reports.study_run import annotate_study, forget_parent_variant
+
+    parent = study_parent(study, uri)
+    changes: list[str] = []
+    table = None
+    superseded_by = kind = None
+    if parent is not None:
+        kind = _text(parent.get(f"tags.{keys.KIND}"))
+        superseded_by = _text(parent.get(f"tags.{keys.SUPERSEDED_BY}"))
+        changes += forget_parent_variant(client_for(uri), str(parent["run_id"]))
+        if kind == "grid" and (parent["state"] == "finished" or superseded_by):
+            from ..reports.tables import study_table
+
+            runs = load_runs(uri, study=study)
+            table = study_table(study, uri, runs=runs)
+            changes += annotate_study(study, uri, runs=runs, table=table)
+    optuna_study = _optuna_study(study, storage, uri)
+    if optuna_study is not None:
+        from .dashboard import OBJECTIVE_NAMES, annotate_optuna_study
+
+        kind = _text(optuna_study.user_attrs.get(keys.KIND)) or kind
+        changes += annotate_optuna_study(
+            optuna_study, objective_name=OBJECTIVE_NAMES.get(kind or "", ""), kind=kind or "",
+            description=_description(optuna_study, parent, uri), superseded_by=superseded_by, table=table)
+    return changes
+
+
+def present_studies(tracking_uri: str | None = None, storage: str | None = None) -> dict[str, list[str]]:
+    """`present_study` for every study of the MLflow store and of the Optuna storage: {study: changes}."""
+    from ..reports.runs import list_studies, resolve_tracking_uri
+
+    uri = resolve_tracking_uri(tracking_uri)
+    names = [str(name) for name in list_studies(uri)["study"]]
+    url = _storage_url(storage, uri)
+    if url is not None:
+        import optuna
+
+        names += [name for name in optuna.get_all_study_names(url) if name not in names]
+    return {name: present_study(name, tracking_uri=uri, storage=url) for name in names}
+
+
+def _optuna_study(study: str, storage: str | None, tracking_uri: str) -> Any:
+    url = _storage_url(storage, tracking_uri)
+    if url is None:
+        return None
+    import optuna
+
+    from .dashboard import load_for_notes
+
+    if study not in optuna.get_all_study_names(url):
+        return None
+    return load_for_notes(study, url)
+
+
+def _storage_url(storage: str | None, tracking_uri: str) -> str | None:
+    """The Optuna storage to present, None where there is none: a SQLite file that does not exist
+    (opening it would create it)."""
+    from .storage import default_storage
+
+    if storage is None:
+        if not tracking_uri.startswith("sqlite:///"):
+            return None
+        url = default_storage(tracking_uri)
+    else:
+        url = storage
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).is_file():
+        return None
+    return url
+
+
+def _description(study, parent, tracking_uri: str) -> str | None:
+    """What the study compares: its stored description, else the one its parent run recorded when
+    it began (`study.json`), else its spec's."""
+    stored = _text(study.user_attrs.get(keys.DESCRIPTION))
+    if stored:
+        return stored
+    if parent is not None:
+        import json
+        import tempfile
+
+        from ..reports.runs import client_for
+        from ..tracking.portable import download_run_artifact
+
+        try:
+            with tempfile.TemporaryDirectory(prefix="hmer-present-") as tmp:
+                path = download_run_artifact(client_for(tracking_uri), str(parent["run_id"]), "study.json", tmp)
+                found = _text(json.loads(Path(path).read_text()).get("description"))
+            if found:
+                return found
+        except Exception:  # noqa: BLE001 - a parent run without its study.json: the spec says it
+            pass
+    from .spec import STUDIES
+
+    name = _text(study.user_attrs.get(keys.SPEC))
+    return STUDIES.get(name).description if name in STUDIES else None
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None

@@ -1,0 +1,198 @@
+"""The two web UIs on a store, on this machine: `mlflow ui` over its MLflow database and artifacts,
+optuna-dashboard over its Optuna database, both listening on 127.0.0.1 only.
+
+    with serve_store(Path("mlruns"), mlflow_port=5000, dashboard_port=8080, from_copy=True) as served:
+        print(served.mlflow, served.dashboard)
+        served.wait()          # until Ctrl-C (or SIGTERM), or until one of the servers stops
+
+What serving writes. Opening the store writes nothing: MLflow 3.17.2 (pinned: newer releases
+migrate the schema on first use) and optuna-dashboard read a store of their own schema as it is;
+tests/test_ui.py checks that both files keep their bytes after the servers ran and a browser
+went through them. But both UIs write what a user does in them (a run's description edited, a
+view saved, a note), so a committed store (`from_copy`: the checkout's mlruns/) is served from a
+copy of its two databases in a temporary folder, which is deleted when the servers stop; its
+artifacts are read where they are. Any other store (a workspace whose studies are running) is
+served in place, live.
+
+`mlflow ui` runs from the store's parent folder: a portable store's artifact locations are
+relative to the checkout (`mlruns/artifacts/...`, `tracking.portable`). Its server would also start
+MLflow's job runner (eight processes for scheduled scorers and trace archival, which a store of
+training runs has none of): it is turned off (`MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false`).
+
+Each server runs in a process group of its own, so that Ctrl-C in the terminal reaches this
+process alone, which then stops both groups (SIGTERM, then SIGKILL after `STOP_TIMEOUT_S`) and
+removes the copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+START_TIMEOUT_S = 300.0  # `mlflow ui` takes 10-60 s to answer on a busy 2-core machine
+STOP_TIMEOUT_S = 10.0
+POLL_S = 0.5
+DATABASES = ("mlflow.db", "optuna.db")
+
+
+@dataclass
+class Server:
+    name: str  # "mlflow ui" or "optuna-dashboard"
+    url: str  # http://127.0.0.1:PORT
+    ready: str  # the address that answers 200 once it serves
+    process: subprocess.Popen
+    log: Path
+
+
+@dataclass
+class ServedStore:
+    """A store served by the two UIs (see `serve_store`)."""
+
+    folder: Path  # the store
+    copy: Path | None  # the temporary folder its databases were copied to, when served from a copy
+    tracking_uri: str  # the MLflow database `mlflow ui` reads (the copy's, when there is one)
+    storage: str | None  # the Optuna database optuna-dashboard reads; None without one
+    servers: list[Server] = field(default_factory=list)
+
+    @property
+    def mlflow(self) -> str:
+        return self.servers[0].url
+
+    @property
+    def dashboard(self) -> str | None:
+        return self.servers[1].url if len(self.servers) > 1 else None
+
+    def wait(self) -> str:
+        """Block until a server stops (returns its name); Ctrl-C or SIGTERM interrupts it."""
+        while True:
+            for server in self.servers:
+                if server.process.poll() is not None:
+                    return server.name
+            time.sleep(POLL_S)
+
+
+def executable(name: str) -> str | None:
+    """`name` beside this Python (its virtual environment), else on PATH."""
+    beside = Path(sys.executable).parent / name
+    return str(beside) if beside.is_file() else shutil.which(name)
+
+
+def check_port(port: int, option: str) -> None:
+    """A ValueError, in one line, when `port` on 127.0.0.1 is taken."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            raise ValueError(f"port {port} on 127.0.0.1 is in use (another server?): choose another with "
+                             f"{option}") from None
+
+
+@contextlib.contextmanager
+def serve_store(folder: Path, *, mlflow_port: int, dashboard_port: int, from_copy: bool) -> Iterator[ServedStore]:
+    """Start both UIs on the store `folder` (its `mlflow.db`, `artifacts/` and `optuna.db`), wait
+    until they answer and yield them; stop them on the way out (module docstring). optuna-dashboard
+    is left out when the store has no `optuna.db` or the package is not installed (`served.dashboard`
+    is then None). Raises ValueError (one line) for a folder without `mlflow.db`, a port in use
+    or a missing `mlflow`, and RuntimeError with the end of its log for a server that does not start."""
+    folder = Path(folder).resolve()
+    if not (folder / "mlflow.db").is_file():
+        raise ValueError(f"{folder} holds no MLflow store (no mlflow.db): give the store's folder with --store")
+    mlflow = executable("mlflow")
+    if mlflow is None:
+        raise ValueError("the mlflow command is not installed here (pip install -e .)")
+    check_port(mlflow_port, "--mlflow-port")
+    dashboard = executable("optuna-dashboard")
+    serve_dashboard = (folder / "optuna.db").is_file() and dashboard is not None
+    if serve_dashboard:
+        if dashboard_port == mlflow_port:
+            raise ValueError(f"--mlflow-port and --dashboard-port are both {mlflow_port}: give two ports")
+        check_port(dashboard_port, "--dashboard-port")
+    scratch = Path(tempfile.mkdtemp(prefix="hmer-ui-"))
+    databases = folder
+    if from_copy:
+        databases = scratch / "store"
+        databases.mkdir()
+        for name in DATABASES:
+            if (folder / name).is_file():
+                shutil.copyfile(folder / name, databases / name)
+    served = ServedStore(folder=folder, copy=databases if from_copy else None,
+                         tracking_uri=f"sqlite:///{databases / 'mlflow.db'}",
+                         storage=f"sqlite:///{databases / 'optuna.db'}" if serve_dashboard else None)
+    try:
+        served.servers.append(_start(
+            "mlflow ui", [mlflow, "ui", "--backend-store-uri", served.tracking_uri, "--host", "127.0.0.1",
+                          "--port", str(mlflow_port), "--workers", "1"],
+            port=mlflow_port, ready="/health", log=scratch / "mlflow-ui.log", cwd=folder.parent,
+            env={"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}))
+        if serve_dashboard:
+            served.servers.append(_start(
+                "optuna-dashboard", [dashboard, served.storage, "--host", "127.0.0.1", "--port", str(dashboard_port)],
+                port=dashboard_port, ready="/dashboard/", log=scratch / "optuna-dashboard.log", cwd=folder.parent))
+        _wait_until_ready(served.servers)
+        yield served
+    finally:
+        for server in served.servers:
+            _stop(server.process)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _start(name: str, cmd: list[str], *, port: int, ready: str, log: Path, cwd: Path,
+           env: dict[str, str] | None = None) -> Server:
+    with open(log, "w") as out:
+        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True,
+                                   env={**os.environ, **(env or {})})
+    url = f"http://127.0.0.1:{port}"
+    return Server(name=name, url=url, ready=url + ready, process=process, log=log)
+
+
+def _wait_until_ready(servers: list[Server]) -> None:
+    waiting = list(servers)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while waiting:
+        for server in list(waiting):
+            with contextlib.suppress(OSError):
+                with urllib.request.urlopen(server.ready, timeout=2) as response:
+                    if response.status == 200:
+                        waiting.remove(server)
+                        continue
+            if server.process.poll() is not None or time.monotonic() > deadline:
+                lines = server.log.read_text(errors="replace").strip().splitlines()
+                what = (f"stopped with status {server.process.returncode}" if server.process.poll() is not None
+                        else f"did not answer within {START_TIMEOUT_S:.0f} s")
+                raise RuntimeError(f"{server.name} {what}; the end of its log:\n" + "\n".join(lines[-15:]))
+        if waiting:
+            time.sleep(POLL_S)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """SIGTERM to the server's process group (`mlflow ui` and the uvicorn it starts, gunicorn and
+    its worker), SIGKILL to what is left of it after `STOP_TIMEOUT_S`."""
+    group = process.pid
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while _group_alive(group) and time.monotonic() < deadline:
+        process.poll()  # reap the leader, so that it does not count as alive
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(group, signal.SIGKILL)
+    process.wait()
+
+
+def _group_alive(group: int) -> bool:
+    try:
+        os.killpg(group, 0)
+    except ProcessLookupError:
+        return False
+    return True
