@@ -9,6 +9,10 @@ The parent run of a grid study gets
   (percent, over seeds), so that the parent's row in the runs table and the chart view, whose
   sections group metrics by the part before "/", compare the variants without opening the trials.
 
+A sweep's parent run gets its table as a sweep prints it (`hmer.studies.sweeps.sweep_table`: every
+trial with its objective and parameters), as its description and `table.md`; a study superseded
+by another (`hmer runs supersede`) gets its table as it stopped, finished or not.
+
 Only what differs from the stored values is written, so annotating a study again (a finished
 study resumed, a store published twice) leaves the store byte for byte as it was.
 """
@@ -83,32 +87,81 @@ def annotate_study(study: str, tracking_uri: str | None = None, table: pd.DataFr
 
 
 def _annotate(client, run_id: str, study: str, table: pd.DataFrame) -> list[str]:
+    return _write_annotation(client, run_id, description(study, table), format_table(table, "markdown"),
+                             summary_metrics(table))
+
+
+def _write_annotation(client, run_id: str, note: str, table_md: str, metrics: dict[str, float]) -> list[str]:
+    """The parent run's description `note`, its `table.md` and summary `metrics`, each written where
+    it differs from what is stored; returns what was written, in words."""
     from mlflow.entities import Metric
 
     run = client.get_run(run_id)
     changes: list[str] = []
-    note = description(study, table)
     if run.data.tags.get(keys.MLFLOW_NOTE) != note:
         client.set_tag(run.info.run_id, keys.MLFLOW_NOTE, note)
         changes.append("description")
-    stale = {k: v for k, v in summary_metrics(table).items() if not _same(run.data.metrics.get(k), v)}
+    stale = {k: v for k, v in metrics.items() if not _same(run.data.metrics.get(k), v)}
     if stale:
         when = _millis(run)
         client.log_batch(run.info.run_id, metrics=[Metric(k, v, when, 0) for k, v in sorted(stale.items())])
         changes.append(f"{len(stale)} summary metrics")
-    if _write_artifact_if_changed(client, run, TABLE_ARTIFACT, format_table(table, "markdown")):
+    if _write_artifact_if_changed(client, run, TABLE_ARTIFACT, table_md):
         changes.append(TABLE_ARTIFACT)
     return changes
 
 
+def annotate_sweep(study: str, tracking_uri: str | None = None, storage: str | None = None) -> list[str]:
+    """Write the sweep's table (`sweep_table`, read from its Optuna storage: by default optuna.db
+    beside the MLflow store) onto its parent run, where it differs; returns what was written."""
+    import optuna
+
+    from ..studies.sweeps import sweep_table
+    from .sweep import sweep_storage
+
+    uri = resolve_tracking_uri(tracking_uri)
+    parent = study_parent(study, uri)
+    if parent is None:
+        return []
+    text = sweep_table(optuna.load_study(study_name=study, storage=sweep_storage(uri, storage)))
+    table_md = f"```\n{text}\n```\n"
+    return _write_annotation(client_for(uri), parent["run_id"], sweep_description(study, text), table_md, {})
+
+
+NOTE_CHARS = 6000  # a description longer than MLflow's 8000-character tag limit would be cut off
+
+
+def sweep_description(study: str, text: str) -> str:
+    """The sweep's parent-run description: its table (`sweep_table`'s text, best trials first) as
+    far as it fits a description, the whole of it being `table.md`."""
+    lines = text.splitlines()
+    header, rows = lines[:2], [line for line in lines[2:] if line.startswith(" ") or line[:1].isdigit()]
+    shown = []
+    for row in rows:
+        if sum(len(line) + 1 for line in header + shown + [row]) > NOTE_CHARS:
+            break
+        shown.append(row)
+    cut = (f"the best {len(shown)} of {len(rows)} trials here, every trial in {TABLE_ARTIFACT}; "
+           if len(shown) < len(rows) else "")
+    block = "\n".join(header + shown)
+    return (f"```\n{block}\n```\n\n{cut}its trials are this run's child runs; notebooks/sweep.ipynb plots the "
+            f"sweep {study}.\n")
+
+
 def annotate_studies(tracking_uri: str | None = None) -> dict[str, list[str]]:
-    """`annotate_study` for every complete grid study of the store: {study: what was written}."""
+    """The table of every study of the store that has one to show onto its parent run: every
+    finished grid study and sweep, and every superseded grid study as it stopped. {study: what
+    was written}."""
     uri = resolve_tracking_uri(tracking_uri)
     studies = list_studies(uri)
     done: dict[str, list[str]] = {}
     for _, row in studies.iterrows():
-        if row["kind"] == "grid" and str(row["state"]).lower() == "finished":
+        finished = str(row["state"]).lower() == "finished"
+        superseded = isinstance(row["superseded_by"], str) and bool(row["superseded_by"])
+        if row["kind"] == "grid" and (finished or superseded):
             done[str(row["study"])] = annotate_study(str(row["study"]), uri)
+        elif row["kind"] == "sweep" and finished:
+            done[str(row["study"])] = annotate_sweep(str(row["study"]), uri)
     return done
 
 
