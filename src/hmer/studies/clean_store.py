@@ -166,7 +166,7 @@ def relabel_studies(tracking_uri: str, storage: str | None) -> list[str]:
 
     changed = []
     if storage is not None:
-        changed += relabel_optuna_studies(storage)
+        changed += _relabel_optuna_studies(storage)
     client = mlflow_client(tracking_uri)
     params = {}
     for run in _parent_runs(client):
@@ -186,7 +186,7 @@ def relabel_studies(tracking_uri: str, storage: str | None) -> list[str]:
     return changed
 
 
-def relabel_optuna_studies(storage: str) -> list[str]:
+def _relabel_optuna_studies(storage: str) -> list[str]:
     """`hmer.experiment` of every Optuna study in `storage` set to the study's own name where it
     says another (the MLflow experiment a study logs to is named after it)."""
     import optuna
@@ -261,21 +261,21 @@ def _published_storages(folder: Path) -> dict[tuple[str, str], str]:
 def _portable_study_attrs(storage: str, stores: Sequence[Path]) -> list[str]:
     import optuna
 
+    from .storage import open_storage
+
+    store = open_storage(storage)
     changed = []
-    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
-        study = None
-        for key, value in summary.user_attrs.items():
+    for summary in optuna.get_all_study_summaries(store, include_best_trial=False):
+        study_id = store.get_study_id_from_name(summary.study_name)
+        for key, value in store.get_study_user_attrs(study_id).items():
             portable = _portable_json(value, stores)
             if portable != value:
-                study = study or optuna.load_study(study_name=summary.study_name, storage=storage)
-                study.set_user_attr(key, portable)
+                store.set_study_user_attr(study_id, key, portable)
                 changed.append(f"Optuna study {summary.study_name} user attr {key}")
-        storage_obj = optuna.storages.get_storage(storage)
-        study_id = storage_obj.get_study_id_from_name(summary.study_name)
-        for key, value in storage_obj.get_study_system_attrs(study_id).items():
+        for key, value in store.get_study_system_attrs(study_id).items():
             portable = _portable_json(value, stores)
             if portable != value:
-                storage_obj.set_study_system_attr(study_id, key, portable)
+                store.set_study_system_attr(study_id, key, portable)
                 changed.append(f"Optuna study {summary.study_name} system attr {key}")
     return changed
 

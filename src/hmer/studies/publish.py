@@ -70,11 +70,9 @@ def publish(source: str | Path, dest: str | Path, *, keep_unfinished: bool) -> P
         if not keep_unfinished:
             drop_studies(sorted(done.unfinished), tracking_uri=uri, storage=storage)
         done.closed = close_running(client, storage)
-        if keep_unfinished and storage is not None:
-            done.kept_checkpoints = keep_resumable_checkpoints(
-                staging, resumable_runs(client, storage, sorted(done.unfinished), staging))
-        elif (staging / CHECKPOINTS).exists():
-            shutil.rmtree(staging / CHECKPOINTS)
+        if keep_unfinished:  # (a store without Optuna studies has no trial to continue)
+            resumable = resumable_runs(client, storage, sorted(done.unfinished), staging) if storage else set()
+            done.kept_checkpoints = keep_resumable_checkpoints(staging, resumable)
         done.marked = mark_training_experiments(client)
         done.relabelled = relabel_studies(uri, storage)
         done.annotated = {study: changes for study, changes in annotate_studies(uri).items() if changes}

@@ -55,7 +55,7 @@ def resumable_runs(client, storage: str, studies: list[str], store: Path) -> set
     study continues from their checkpoints in the store folder `store`: of each cell that no trial
     has finished (complete or pruned), the run of its latest trial whose worker died with a
     `last.pt` beside it, the run `resume.find_resumable` takes up (its config check aside, which
-    needs the study's spec). Called on a copy whose running trials are closed (`publish.close_running`)."""
+    needs the study's spec). Meant for a copy whose running trials are closed (`publish.close_running`)."""
     import optuna
     from optuna.trial import TrialState
 
@@ -73,8 +73,9 @@ def resumable_runs(client, storage: str, studies: list[str], store: Path) -> set
                     if t.state in (TrialState.COMPLETE, TrialState.PRUNED)}
         children = trial_runs(client, experiment.experiment_id, name)
         for cell in {t.user_attrs.get(keys.CELL_KEY) for t in trials} - finished - {None}:
-            runs |= {next((run for _, run in dead_trial_runs(trials, children, cell)
-                           if (store / CHECKPOINTS / run / LAST).is_file()), None)} - {None}
+            continued = [run for _, run in dead_trial_runs(trials, children, cell)
+                         if (store / CHECKPOINTS / run / LAST).is_file()]
+            runs.update(continued[:1])
     return runs
 
 
