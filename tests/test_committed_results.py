@@ -16,6 +16,7 @@ import optuna
 import pytest
 from mlflow.tracking import MlflowClient
 
+from hmer.checkpoint import MODEL_FILES
 from hmer.cli import main as hmer_main
 from hmer.tracking import keys
 
@@ -63,7 +64,7 @@ def test_the_direction_study_is_complete_with_weights_and_no_training_state(clon
     assert {d for d, _ in cells} == {"l2r", "r2l", "bi"} and len(cells) >= 9, sorted(cells)
     for run in runs:
         folder = clone / run.info.artifact_uri
-        assert (folder / "model" / "model.pt").is_file(), f"run {run.info.run_id} has no weights"
+        assert any((folder / "model" / name).is_file() for name in MODEL_FILES), f"run {run.info.run_id} has no weights"
         assert not list(folder.rglob("last.pt")) and not list(folder.rglob("*optim*")), run.info.run_id
         assert (folder / "split" / "val.txt").is_file()
     for direction in ("l2r", "r2l", "bi"):
@@ -77,20 +78,53 @@ def test_the_direction_study_is_complete_with_weights_and_no_training_state(clon
     assert len(complete) >= 9
 
 
-def test_committed_checkpoints_are_those_of_the_unfinished_runs_of_unfinished_studies():
-    """A study published unfinished (`hmer runs publish --keep-unfinished`) carries the last
-    checkpoint of each of its unfinished runs, to be continued; nothing else carries one."""
+def test_committed_checkpoints_are_the_smallest_files_that_continue_the_unfinished_studies():
+    """A study published unfinished (`hmer runs publish --keep-unfinished`) carries, of each cell
+    in flight, the run its next trial continues, with `last.pt` and, only where its weights are not
+    the best so far, `best.pt`; nothing else is committed for good (issue 49)."""
     from hmer.checkpoint import load_checkpoint
-    from hmer.studies.unfinished import unfinished_runs, unfinished_studies
+    from hmer.studies.unfinished import resumable_runs, unfinished_studies
 
     client = MlflowClient(f"sqlite:///{MLRUNS / 'mlflow.db'}")
-    continued = unfinished_runs(client, sorted(unfinished_studies(client)))
+    continued = resumable_runs(client, f"sqlite:///{MLRUNS / 'optuna.db'}", sorted(unfinished_studies(client)), MLRUNS)
     kept = sorted(p.name for p in (MLRUNS / "checkpoints").iterdir()) if (MLRUNS / "checkpoints").is_dir() else []
-    assert set(kept) <= continued, f"checkpoints of runs that are not to be continued: {set(kept) - continued}"
+    assert set(kept) == continued, f"checkpoints of runs that are not to be continued: {set(kept) - continued}"
     for run_id in kept:
-        epoch = int(load_checkpoint(MLRUNS / "checkpoints" / run_id / "last.pt")["epoch"])
+        last = load_checkpoint(MLRUNS / "checkpoints" / run_id / "last.pt")
+        files = sorted(p.name for p in (MLRUNS / "checkpoints" / run_id).iterdir())
+        assert files == (["last.pt"] if last["best_epoch"] == last["epoch"] else ["best.pt", "last.pt"]), files
         logged = client.get_metric_history(run_id, "train_loss")
-        assert logged and max(m.step for m in logged) >= epoch, (run_id, epoch)  # never ahead of its records
+        assert logged and max(m.step for m in logged) >= int(last["epoch"]), run_id  # never ahead of its records
+
+
+def test_the_committed_store_names_no_machine_path_runs_nothing_and_calls_every_study_by_its_name():
+    """The whole committed store (both databases, every artifact): what `hmer runs publish` makes
+    of a workspace, and refuses to publish otherwise (issue 49)."""
+    from hmer.studies.clean_store import store_problems
+
+    problems = [str(p) for p in store_problems(MLRUNS)]
+    assert not problems, f"{len(problems)} problem(s) in the committed store:\n" + "\n".join(problems)
+
+
+def test_every_study_s_parent_run_carries_its_table():
+    """A finished study's, a sweep's and a superseded study's parent run have their table, as
+    description and `table.md`, for whoever opens the study in `mlflow ui`."""
+    from hmer.reports.runs import list_studies
+    from hmer.reports.study_run import TABLE_ARTIFACT
+    from hmer.tracking.portable import list_run_artifacts
+
+    uri = f"sqlite:///{MLRUNS / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    studies = list_studies(uri)
+    assert not studies.empty
+    for _, row in studies.iterrows():
+        if row["state"] != "finished" and not isinstance(row["superseded_by"], str):
+            continue  # kept unfinished: its table will change
+        experiment = client.get_experiment_by_name(row["experiment"])
+        (parent,) = [r for r in client.search_runs([experiment.experiment_id])
+                     if r.data.tags.get(keys.ROLE) == "study"]
+        assert TABLE_ARTIFACT in list_run_artifacts(client, parent.info.run_id), row["study"]
+        assert parent.data.tags.get(keys.MLFLOW_NOTE), row["study"]
 
 
 def _report(clone, monkeypatch, capsys, *options: str) -> str:

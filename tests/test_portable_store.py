@@ -229,9 +229,9 @@ def test_a_store_whose_writer_was_killed_mid_transaction_is_copied_as_it_was_bef
 def test_a_superseded_study_that_stopped_unfinished_is_published_as_it_stopped_and_not_continued(tmp_path):
     # A study replaced before it finished (`hmer runs supersede`) stays in the store for reference:
     # a publish without --keep-unfinished must not drop it as if it were still training, and one
-    # with it must not carry its runs' checkpoints to be continued.
+    # with it must not carry its runs' checkpoints to be continued. Superseding it closed its parent.
     from hmer.studies.rename import mark_superseded
-    from hmer.studies.unfinished import unfinished_runs, unfinished_studies
+    from hmer.studies.unfinished import unfinished_studies
     from hmer.tracking import keys
 
     work = tmp_path / "work"
@@ -244,18 +244,155 @@ def test_a_superseded_study_that_stopped_unfinished_is_published_as_it_stopped_a
         parent = client.create_run(experiment, tags={keys.STUDY: study, keys.ROLE: "study", keys.STATUS: "running"})
         running[study] = {parent.info.run_id, client.create_run(experiment, tags={keys.STUDY: study}).info.run_id}
         client.set_terminated(client.create_run(experiment, tags={keys.STUDY: study}).info.run_id, "FINISHED")
-    assert unfinished_runs(client, sorted(unfinished_studies(client))) == running["decoder-first"] | running["decoder"]
+    assert unfinished_studies(client) == {"decoder-first": "running", "decoder": "running"}
     mark_superseded("decoder-first", "decoder", tracking_uri=uri)
     assert unfinished_studies(client) == {"decoder": "running"}
-    assert unfinished_runs(client, sorted(unfinished_studies(client))) == running["decoder"]
+    assert {client.get_run(r).info.status for r in running["decoder-first"]} == {"KILLED", "RUNNING"}  # the parent
 
     checkout, env = _checkout(tmp_path)
     out = subprocess.run([sys.executable, "-m", "hmer.cli", "runs", "publish", str(work)],
                          capture_output=True, text=True, env=env, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    assert "left out study decoder (running)" in out.stdout and "decoder-first" not in out.stdout, out.stdout
+    assert "left out study decoder (running)" in out.stdout and "out study decoder-first" not in out.stdout, out.stdout
     published = MlflowClient(f"sqlite:///{checkout / 'mlruns' / 'mlflow.db'}")
     assert published.get_experiment_by_name("decoder") is None
     kept = published.get_experiment_by_name("decoder-first")
     assert kept.tags[keys.SUPERSEDED_BY] == "decoder"
-    assert len(published.search_runs([kept.experiment_id])) == 3
+    statuses = sorted(r.info.status for r in published.search_runs([kept.experiment_id]))
+    assert statuses == ["FINISHED", "KILLED", "KILLED"]  # its parent closed by supersede, its dead trial by publish
+
+
+# ---- a published store is clean (issue 49) -------------------------------------------------------
+
+def test_machine_paths_are_found_where_a_value_or_word_begins_and_written_as_a_clone_reads_them(tmp_path):
+    from hmer.tracking.portable import machine_paths, portable_text
+
+    ws = tmp_path / "ws"
+    for text, found, portable in [
+        (f"sqlite:///{ws}/optuna.db", [f"sqlite:///{ws}/optuna.db"], "sqlite:///mlruns/optuna.db"),
+        ('"path": "/data/crohme/crohme-inkml.zip"', ["/data/crohme/crohme-inkml.zip"],
+         '"path": "<local>/crohme-inkml.zip"'),
+        ("loaded ~/hmer/data.zip and C:\\Users\\me\\x.zip", ["~/hmer/data.zip", "C:\\Users\\me\\x.zip"],
+         "loaded <local>/data.zip and <local>/x.zip"),
+        ("mlruns/artifacts/x/y test_2014_exprate_mean/bi a / b 1/2/3", [], None),
+        ("http://127.0.0.1:5000/#/experiments/3/runs postgresql://u:pw@db/hmer sqlite:///mlruns/mlflow.db", [], None),
+    ]:
+        assert machine_paths(text) == found, text
+        assert portable_text(text, [ws]) == (portable or text), text
+
+
+def _workspace_with_what_a_store_must_not_publish(tmp_path_factory, tmp_path):
+    """A workspace copied from a real smoke study's store (its runs name the data folder, its parent
+    run the Optuna storage), with what else a workspace holds: a study renamed before its labels
+    followed, a run still RUNNING with a model.pt of before safetensors, a trial still RUNNING, and
+    a finished sweep without its table."""
+    import optuna
+
+    from hmer.checkpoint import atomic_torch_save, model_artifact
+    from hmer.config import Config
+    from hmer.data import Vocab
+    from hmer.model import build_model
+    from hmer.presets import model_config
+    from hmer.tracking import keys
+    from hmer.tracking.portable import copy_store, set_params
+    from study_store import STUDY_NAME, study_store
+
+    shared = study_store(tmp_path_factory.getbasetemp() / "report-study-store")
+    work = tmp_path / "ws"
+    db = copy_store(shared.root, work, portable=False)
+    uri, storage = f"sqlite:///{db}", f"sqlite:///{work / 'optuna.db'}"
+    client = MlflowClient(uri)
+    set_params(db, {(shared.parent_run_id, "study"): f"{STUDY_NAME}-before-rename"})
+    optuna.load_study(study_name=STUDY_NAME, storage=storage).set_user_attr(keys.EXPERIMENT, "before-rename")
+    optuna.load_study(study_name=STUDY_NAME, storage=storage).ask()  # a worker's trial, RUNNING
+
+    experiment = setup_mlflow(uri, "results")
+    running = client.create_run(experiment, run_name="still training").info.run_id
+    cfg = Config(model=model_config("tiny")).override({"data.path": "/data/crohme/crohme-inkml.zip"})
+    client.log_param(running, "data.path", cfg.data.path)
+    atomic_torch_save(model_artifact(build_model(cfg.model), cfg, Vocab(), 1, 0.0), tmp_path / "model.pt")
+    client.log_artifact(running, str(tmp_path / "model.pt"), "model")
+
+    sweep = optuna.create_study(study_name="sweep-smoke", storage=storage, direction="maximize")
+    sweep.set_user_attr(keys.KIND, "sweep")
+    sweep.optimize(lambda trial: trial.suggest_float("train.lr", 1e-4, 1e-2, log=True) * 1000, n_trials=3)
+    parent = client.create_run(setup_mlflow(uri, "sweep-smoke"), run_name="sweep-smoke", tags={
+        keys.STUDY: "sweep-smoke", keys.ROLE: "study", keys.KIND: "sweep", keys.STATUS: "finished"}).info.run_id
+    client.set_terminated(parent)
+    return work, shared, running, parent
+
+
+def test_a_published_store_names_no_machine_path_runs_nothing_and_calls_every_study_by_its_name(
+        tmp_path_factory, tmp_path):
+    import hashlib
+
+    import optuna
+
+    from hmer.reports.study_run import TABLE_ARTIFACT
+    from hmer.studies.clean_store import store_problems
+    from hmer.tracking import keys
+    from hmer.tracking.models import load_model
+    from study_store import STUDY_NAME
+
+    work, shared, running, sweep_parent = _workspace_with_what_a_store_must_not_publish(tmp_path_factory, tmp_path)
+    found = [str(p) for p in store_problems(work)]
+    for expected in (f"names the machine path sqlite:///{shared.root}/optuna.db",  # the study's storage
+                     f"names the machine path {shared.data_path}",  # the data of every trial (params, models)
+                     "names the machine path /data/crohme/crohme-inkml.zip", f"run {running} (experiment results): "
+                     "is RUNNING", f"Optuna study {STUDY_NAME} trial 2: is RUNNING",
+                     f"parent run has the param study='{STUDY_NAME}-before-rename'", "hmer.experiment says"):
+        assert any(expected in line for line in found), (expected, found)
+    assert any(line.startswith("artifacts/") and line.endswith(f"model.safetensors: names the machine path "
+                                                               f"{shared.data_path}") for line in found), found
+    checkout, env = _checkout(tmp_path)
+    hashes = []
+    for _ in range(2):  # published twice, the same bytes: a workspace published again adds nothing to history
+        out = subprocess.run([sys.executable, "-m", "hmer.cli", "runs", "publish", str(work)],
+                             capture_output=True, text=True, env=env, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        hashes.append({p.relative_to(checkout).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+                       for p in (checkout / "mlruns" / "artifacts").rglob("*") if p.is_file()})
+    assert hashes[0] == hashes[1]
+    assert f"run {running} (still training): killed" in out.stdout and f"study {STUDY_NAME}: its Optuna" in out.stdout
+    published = checkout / "mlruns"
+    assert store_problems(published) == []
+
+    uri, storage = f"sqlite:///{published / 'mlflow.db'}", f"sqlite:///{published / 'optuna.db'}"
+    client = MlflowClient(uri)
+    parent = client.get_run(shared.parent_run_id)
+    assert parent.data.params["storage"] == "sqlite:///mlruns/optuna.db"  # where a clone finds the study
+    assert parent.data.params["study"] == STUDY_NAME
+    trials = [r for r in client.search_runs([parent.info.experiment_id]) if r.info.run_id != shared.parent_run_id]
+    assert {r.data.params["data.path"] for r in trials} == {f"<local>/{shared.data_path.name}"}
+    study = optuna.load_study(study_name=STUDY_NAME, storage=storage)
+    assert study.user_attrs[keys.EXPERIMENT] == STUDY_NAME
+    assert study.trials[-1].state == optuna.trial.TrialState.FAIL and "published" in study.trials[-1].user_attrs[
+        keys.FAILED_BY]
+    closed = client.get_run(running)
+    assert closed.info.status == "KILLED" and closed.data.tags[keys.STATUS] == "killed"
+    model, cfg, _ = load_model(running, uri)  # the model.pt that named the data is safetensors now
+    assert cfg.data.path == "<local>/crohme-inkml.zip" and list(published.rglob(f"{running}/**/model.pt")) == []
+    sweep = client.get_run(sweep_parent)
+    assert "sweep sweep-smoke: 3 trials (3 complete)" in sweep.data.tags[keys.MLFLOW_NOTE]
+    assert TABLE_ARTIFACT in list_run_artifacts(client, sweep_parent)
+    # the workspace goes on as it was
+    work_client = MlflowClient(f"sqlite:///{work / 'mlflow.db'}")
+    assert work_client.get_run(running).info.status == "RUNNING"
+    assert work_client.get_run(shared.parent_run_id).data.params["storage"] == f"sqlite:///{shared.root}/optuna.db"
+
+
+def test_a_store_that_cannot_be_made_clean_is_refused_in_one_line_and_the_committed_one_left_as_it_was(tmp_path):
+    from hmer.tracking import keys
+
+    work = tmp_path / "work"
+    run_id = _store_with_one_run(work)
+    MlflowClient(f"sqlite:///{work / 'mlruns' / 'mlflow.db'}").set_tag(run_id, keys.STUDY, "ablate_x-cpu")
+    checkout, env = _checkout(tmp_path)
+    (checkout / "mlruns" / "mlflow.db").write_bytes(b"the committed store")
+    out = subprocess.run([sys.executable, "-m", "hmer.cli", "runs", "publish", str(work / "mlruns")],
+                         capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 2, out.stdout + out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert f"run {run_id} (study ablate_x-cpu): is in the experiment 'results', not 'ablate_x-cpu'" in line, line
+    assert (checkout / "mlruns" / "mlflow.db").read_bytes() == b"the committed store"
+    assert sorted(p.name for p in (checkout / "mlruns").iterdir()) == ["mlflow.db"]

@@ -72,7 +72,7 @@ def test_export_import_round_trip_keeps_everything_and_is_idempotent(stores, tmp
         assert _history(client_b, child.info.run_id, key) == _history(client_a, trained, key), key
     assert len(_history(client_b, child.info.run_id, "train_loss")) == 2
     paths = {f.path for f in client_b.list_artifacts(child.info.run_id, "model")}
-    assert "model/model.pt" in paths
+    assert "model/model.safetensors" in paths
     assert {f.path for f in client_b.list_artifacts(child.info.run_id, "predictions")} == {
         "predictions/test_2014.csv"}
 

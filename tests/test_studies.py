@@ -274,10 +274,11 @@ def _wait_for(predicate, proc: subprocess.Popen, timeout: float, what: str) -> N
 
 
 def _kill_after_two_checkpointed_epochs(cmd, env, tmp_path, study_name: str, storage: str, tracking: str,
-                                        what: str) -> dict:
+                                        what: str, cwd: Path = REPO) -> dict:
     """Run a study, and kill it with SIGKILL once its first RUNNING trial's MLflow run has left a
-    checkpoint of two epochs or more. Returns that trial, its run id and the checkpoint's epoch."""
-    checkpoints = tmp_path / "mlruns" / "checkpoints"
+    checkpoint of two epochs or more (beside its SQLite MLflow store `tracking`). Returns that
+    trial, its run id and the checkpoint's epoch."""
+    checkpoints = Path(tracking[len("sqlite:///"):]).parent / "checkpoints"
     killed: dict = {}
 
     def two_epochs_checkpointed() -> bool:
@@ -304,7 +305,7 @@ def _kill_after_two_checkpointed_epochs(cmd, env, tmp_path, study_name: str, sto
         return True
 
     with open(tmp_path / "first.log", "w") as log:
-        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
         try:
             _wait_for(two_epochs_checkpointed, proc, 240, what)
             os.kill(proc.pid, signal.SIGKILL)
@@ -460,8 +461,17 @@ def test_a_study_published_unfinished_is_continued_from_the_committed_store_on_a
                          capture_output=True, text=True, env=at_checkout, cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "kept study direction-cli (running), in progress, 0 of 3 trials finished" in out.stdout, out.stdout
-    assert f"checkpoints kept of 1 unfinished run(s): {killed['run_id']}" in out.stdout
-    assert (checkout / "mlruns" / "checkpoints" / killed["run_id"] / "last.pt").is_file()
+    # the smallest files that continue the trial in flight: last.pt, and best.pt only where the best
+    # weights so far are not last.pt's own (the trainer writes best.pt again from them otherwise)
+    last = load_checkpoint(tmp_path / "mlruns" / "checkpoints" / killed["run_id"] / "last.pt")
+    files = ["last.pt"] if last["best_epoch"] == last["epoch"] else ["best.pt", "last.pt"]
+    assert f"checkpoints kept of 1 unfinished run(s): {killed['run_id']} ({' + '.join(files)})" in out.stdout
+    assert sorted(p.relative_to(checkout / "mlruns").as_posix() for p in (checkout / "mlruns" / "checkpoints").rglob(
+        "*")) == [f"checkpoints/{killed['run_id']}", *(f"checkpoints/{killed['run_id']}/{f}" for f in files)]
+    assert (tmp_path / "mlruns" / "checkpoints" / killed["run_id"] / "best.pt").is_file()  # the workspace keeps both
+    from hmer.studies.clean_store import store_problems
+
+    assert store_problems(checkout / "mlruns") == []  # nothing RUNNING in the published copy, no machine path
     published = f"sqlite:///{checkout / 'mlruns' / 'mlflow.db'}"
     # an unfinished study answers no claim yet, and its report says it will change
     claim = Claim("bi-vs-l2r", "bi beats l2r", "", "direction", (("bi", "l2r"),))  # no paper rows: one row
@@ -497,6 +507,61 @@ def test_a_study_published_unfinished_is_continued_from_the_committed_store_on_a
     # (in a process of its own: this one's MLflow client still reads the database file it opened)
     out = subprocess.run(report, capture_output=True, text=True, env=at_checkout, cwd=tmp_path)
     assert out.returncode == 0 and "in progress" not in out.stdout, out.stdout + out.stderr
+
+
+def _checkout_with_a_committed_store(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
+    """A checkout (its project file) whose mlruns/ holds a committed store, and that store's files' bytes."""
+    from hmer.tracking.store import setup_mlflow
+
+    checkout = tmp_path / "checkout"
+    (checkout / "mlruns").mkdir(parents=True)
+    (checkout / "pyproject.toml").write_text('[project]\nname = "hmer"\n')
+    uri = f"sqlite:///{checkout / 'mlruns' / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    client.set_terminated(client.create_run(setup_mlflow(uri, "committed")).info.run_id)
+    optuna.create_study(study_name="committed", storage=f"sqlite:///{checkout / 'mlruns' / 'optuna.db'}")
+    return checkout, _files_of(checkout / "mlruns")
+
+
+def _files_of(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_trying_the_pipeline_leaves_the_committed_store_as_it_was(tmp_path):
+    """The smoke budget, run from a checkout with no store named, is tracked in the scratch store
+    scratch/, and the committed mlruns/ keeps every byte (issue 49)."""
+    write_dataset(tmp_path / "data", {"train": 12, "2014": 4})
+    checkout, committed = _checkout_with_a_committed_store(tmp_path)
+    env = {k: v for k, v in _env(tmp_path).items() if k not in ("HMER_MLRUNS", "MLFLOW_TRACKING_URI")}
+    cmd = [sys.executable, str(SCRIPT), "--budget", "smoke", "--seeds", "1", "--data", str(tmp_path / "data"),
+           "--set", *[f"{k}={v}" for k, v in TINY.items()]]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=checkout, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    scratch = checkout / "scratch"
+    assert f"budget smoke tries the pipeline in the scratch store {scratch}" in out.stdout, out.stdout
+    assert _files_of(checkout / "mlruns") == committed
+    study = optuna.load_study(study_name="ablate_direction-smoke", storage=f"sqlite:///{scratch / 'optuna.db'}")
+    assert len(study.get_trials(states=(TrialState.COMPLETE,))) == 3
+    parents, children = _child_runs(f"sqlite:///{scratch / 'mlflow.db'}", "ablate_direction-smoke")
+    assert len(parents) == 1 and len(children) == 3
+    assert not (scratch / "checkpoints").exists() or not any((scratch / "checkpoints").iterdir())
+
+
+def test_a_study_tracked_elsewhere_keeps_its_checkpoints_there_and_writes_nothing_into_the_checkout(tmp_path):
+    """A study given --storage and a tracking URI elsewhere checkpoints its trials beside that
+    store, not in the checkout's mlruns/ (issue 49)."""
+    write_dataset(tmp_path / "data", {"train": 12, "2014": 4})
+    checkout, committed = _checkout_with_a_committed_store(tmp_path)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()  # (read by the test while the study starts)
+    tracking, storage = f"sqlite:///{elsewhere / 'mlflow.db'}", f"sqlite:///{elsewhere / 'optuna.db'}"
+    env = {k: v for k, v in _env(tmp_path).items() if k not in ("HMER_MLRUNS", "MLFLOW_TRACKING_URI")}
+    cmd = _command(tmp_path, tracking, storage, "1", epochs=6, **{"train.time_budget_s": 0})
+    killed = _kill_after_two_checkpointed_epochs(cmd, env, tmp_path, "direction-cli", storage, tracking,
+                                                 "two checkpointed epochs", cwd=checkout)
+    assert (elsewhere / "checkpoints" / killed["run_id"] / "last.pt").is_file()
+    assert _files_of(checkout / "mlruns") == committed and sorted(p.name for p in checkout.iterdir()) == [
+        "mlruns", "pyproject.toml"]
 
 
 def test_two_workers_on_one_study_never_run_a_cell_twice(stores, tmp_path):

@@ -8,6 +8,7 @@ import hashlib
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import optuna
 import pytest
@@ -16,6 +17,7 @@ from study_store import STUDY_NAME, study_store
 
 from hmer.cli import main as hmer_main
 from hmer.reports import load_runs, study_table
+from hmer.studies.clean_store import store_problems
 from hmer.tracking import keys
 from hmer.tracking.portable import copy_store
 
@@ -55,7 +57,11 @@ def test_a_renamed_study_reads_back_under_its_new_name_as_before(store, capsys):
     assert client.get_experiment_by_name(STUDY_NAME) is None and client.get_experiment_by_name(NEW) is not None
     parent = client.search_runs([client.get_experiment_by_name(NEW).experiment_id],
                                 filter_string="tags.`hmer.role` = 'study'")[0]
-    assert parent.info.run_name == NEW  # the parent run is named after its study
+    assert parent.info.run_name == NEW and parent.data.params["study"] == NEW  # named after its study
+    assert optuna.load_study(study_name=NEW, storage=storage).user_attrs[keys.EXPERIMENT] == NEW
+    # (the store of a study run here names this machine's folders; `hmer runs publish` writes them portably)
+    problems = store_problems(Path(tracking[len("sqlite:///"):]).parent)
+    assert not [p for p in problems if "machine path" not in p.what], problems
     assert load_runs(tracking, study=STUDY_NAME).empty
     after_runs = load_runs(tracking, study=NEW)
     assert sorted(after_runs["run_id"]) == sorted(before_runs["run_id"])
@@ -149,7 +155,34 @@ def test_a_kept_study_is_labelled_as_superseded_by_its_rerun(store, capsys):
     assert hmer_main(["report", "--list", "--tracking-uri", tracking]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(NEW))
     assert f"finished, superseded by {STUDY_NAME}" in row, row
-    client.set_tag(parent.info.run_id, keys.STATUS, "running")  # a study superseded before it finished
+
+
+def test_superseding_a_study_that_stopped_unfinished_closes_its_parent_run_with_its_table(store, capsys):
+    """Nothing continues a superseded study: a parent run it left RUNNING is closed, at its last
+    trial's end, and gets the study's table as it stands, as a finished study's parent run has it."""
+    from hmer.reports.study_run import TABLE_ARTIFACT
+    from hmer.tracking.portable import list_run_artifacts
+
+    tracking, storage = store
+    client = MlflowClient(tracking)
+    experiment = client.get_experiment_by_name(STUDY_NAME)
+    (parent,) = client.search_runs([experiment.experiment_id], filter_string="tags.`hmer.role` = 'study'")
+    runs = [r for r in client.search_runs([experiment.experiment_id]) if r.info.run_id != parent.info.run_id]
+    # as the superseded decoder study stopped: its parent run RUNNING, without a table
+    client.update_run(parent.info.run_id, status="RUNNING")
+    client.set_tag(parent.info.run_id, keys.STATUS, "running")
+    client.delete_tag(parent.info.run_id, keys.MLFLOW_NOTE)
+    (Path(parent.info.artifact_uri[len("file://"):]) / TABLE_ARTIFACT).unlink()
+    assert hmer_main(["runs", "rename", STUDY_NAME, NEW, "--tracking-uri", tracking]) == 0
+    client.create_experiment(STUDY_NAME)
+    assert hmer_main(["runs", "supersede", NEW, STUDY_NAME, "--tracking-uri", tracking]) == 0
+
+    closed = client.get_run(parent.info.run_id)
+    assert closed.info.status == "KILLED" and closed.data.tags[keys.STATUS] == "incomplete"
+    assert closed.info.end_time == max(r.info.end_time for r in runs)
+    assert TABLE_ARTIFACT in list_run_artifacts(client, parent.info.run_id)
+    assert "| none (baseline) | 1 |" in closed.data.tags[keys.MLFLOW_NOTE]
+    capsys.readouterr()
     assert hmer_main(["report", "--list", "--tracking-uri", tracking]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(NEW))
     assert f"stopped unfinished, superseded by {STUDY_NAME}" in row, row

@@ -183,6 +183,66 @@ def test_resume_gives_the_same_weights_as_an_uninterrupted_run(store, tmp_path):
         torch.testing.assert_close(again[name], tensor, rtol=0, atol=0, msg=name)
 
 
+def test_a_run_resumed_from_last_pt_alone_scores_the_weights_an_uninterrupted_run_scores(store, tmp_path):
+    """`hmer runs publish --keep-unfinished` carries `last.pt` without `best.pt` where the last epoch
+    is the best so far: the resumed run writes best.pt again from it and ends as the run that was
+    never interrupted (its model file, its test scores); best weights it cannot know are refused.
+    Here the run is killed after its last epoch, before its final evaluation (which takes minutes
+    on the cpu budget): without best.pt the resumed run would log no model at all."""
+    from hmer.checkpoint import MODEL_FILE
+    from hmer.tracking.portable import download_run_artifact
+
+    cfg = tiny_config(**{"train.epochs": 2})
+    data = tiny_data()
+    straight = train(cfg, data=data, tracking_uri=store, experiment="straight", run_dir=tmp_path / "straight")
+
+    def crash_after_the_last_epoch(epoch, metrics):
+        if epoch == 2:
+            raise _Crash("killed")
+
+    with pytest.raises(_Crash):
+        train(cfg, data=data, tracking_uri=store, experiment="crashed", run_dir=tmp_path / "crashed",
+              epoch_callback=crash_after_the_last_epoch)
+    last = load_checkpoint(tmp_path / "crashed" / "last.pt")
+    assert last["epoch"] == 2 and last["best_epoch"] == 2  # (a tie goes to the later epoch)
+    (tmp_path / "crashed" / "best.pt").unlink()
+    resumed = train(Config(), data=data, tracking_uri=store, resume=tmp_path / "crashed" / "last.pt")
+    assert resumed.best_epoch == straight.best_epoch and resumed.test_scores == straight.test_scores
+    client = MlflowClient(store)
+    models = [load_checkpoint(download_run_artifact(client, r.run_id, f"model/{MODEL_FILE}", str(tmp_path / r.run_id)))
+              for r in (straight, resumed)]
+    assert models[0]["epoch"] == models[1]["epoch"] and models[0]["val_exprate"] == models[1]["val_exprate"]
+    for name, tensor in models[0]["model"].items():
+        torch.testing.assert_close(models[1]["model"][name], tensor, rtol=0, atol=0, msg=name)
+
+    # best weights of an earlier epoch than the checkpoint's are not in it: refused before the run reopens
+    torch.save({**last, "best_epoch": 1}, tmp_path / "crashed" / "last.pt")
+    (tmp_path / "crashed" / "best.pt").unlink()
+    with pytest.raises(FileNotFoundError, match=r"best\.pt: missing beside .*epoch 1"):
+        train(Config(), data=data, tracking_uri=store, resume=tmp_path / "crashed" / "last.pt")
+    assert client.get_run(resumed.run_id).info.status == "FINISHED"
+
+
+def test_a_run_s_model_file_is_safetensors_with_the_best_checkpoint_s_tensors(store, tmp_path):
+    """The model a run logs loads without unpickling (safetensors), holds the very tensors of the
+    run's best checkpoint, and the same artifact always writes the same bytes."""
+    from safetensors import safe_open
+
+    from hmer.checkpoint import MODEL_FILE, save_model_file
+    from hmer.tracking.portable import download_run_artifact
+
+    result = train(tiny_config(**{"train.epochs": 1}), data=tiny_data(), tracking_uri=store, run_dir=tmp_path / "c")
+    path = download_run_artifact(MlflowClient(store), result.run_id, f"model/{MODEL_FILE}", str(tmp_path / "dl"))
+    with safe_open(path, framework="pt") as f:  # a safetensors file: tensors and a JSON header only
+        assert set(f.keys()) == set(load_checkpoint(tmp_path / "c" / "best.pt")["model"])
+    best, logged = load_checkpoint(tmp_path / "c" / "best.pt"), load_checkpoint(path)
+    assert {k: v for k, v in logged.items() if k != "model"} == {k: v for k, v in best.items() if k != "model"}
+    for name, tensor in best["model"].items():
+        torch.testing.assert_close(logged["model"][name], tensor, rtol=0, atol=0, msg=name)
+    save_model_file(best, tmp_path / "again.safetensors")
+    assert (tmp_path / "again.safetensors").read_bytes() == open(path, "rb").read()
+
+
 def test_prefetching_batches_in_a_thread_trains_the_same_weights(store, tmp_path):
     # data.prefetch only moves collation (and its augmentation draws) to another thread.
     cfg = tiny_config(**{"train.epochs": 2, "data.scale_aug_min": 0.8, "data.scale_aug_max": 1.2})

@@ -1,16 +1,23 @@
-"""Checkpoints: written atomically, loaded safely.
+"""Checkpoints and model files: written atomically, loaded safely.
 
 Below training and tracking alike: the trainer writes checkpoints, `hmer evaluate` and the
 tracking store read them back, and neither has to import the other for it.
 
-A checkpoint holds only tensors and plain Python values, so it loads with
-`torch.load(weights_only=True)`: opening a checkpoint from someone else cannot run code.
-It is written to a temporary file in the same folder and moved into place with
-`os.replace`, so a run killed mid-write leaves the previous checkpoint intact.
+A training checkpoint (`last.pt`, `best.pt`) holds only tensors and plain Python values, so it
+loads with `torch.load(weights_only=True)`: opening a checkpoint from someone else cannot run code.
+The model file a finished run logs (`model/model.safetensors`, what is committed and shared) is
+safetensors: the weights as raw tensors and the config, vocabulary, epoch and validation ExpRate as
+JSON in its metadata, read without unpickling anything. The tensors are the same bits as the
+checkpoint's, so a model reloaded from it decodes exactly as the run's final evaluation did. Runs
+logged before it have `model/model.pt`, the checkpoint's own format, and still load.
+
+Files are written to a temporary file in the same folder and moved into place with
+`os.replace`, so a run killed mid-write leaves the previous file intact.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import tempfile
@@ -34,10 +41,53 @@ def atomic_torch_save(obj: Any, path: str | Path) -> None:
         raise
 
 
+MODEL_FILE = "model.safetensors"  # a run's model artifact, `model/model.safetensors`
+LEGACY_MODEL_FILE = "model.pt"  # the model artifact of runs logged before it: the checkpoint format
+MODEL_FILES = (MODEL_FILE, LEGACY_MODEL_FILE)  # what a run's `model/` may hold, the preferred first
+_METADATA_KEY = "hmer"  # safetensors metadata: one key, so its bytes do not depend on a map's order
+
+
+def save_model_file(artifact: dict[str, Any], path: str | Path) -> None:
+    """Write `artifact` (`model_artifact`'s dict, or a checkpoint holding one) as safetensors: the
+    weights as tensors, everything else as JSON in the metadata. The same artifact always gives the
+    same bytes (tensors sorted by safetensors, one metadata key), so a store published twice holds
+    the file once."""
+    from safetensors.torch import save
+
+    from .atomic import write_atomically
+
+    weights = {name: tensor.detach().cpu().contiguous() for name, tensor in artifact["model"].items()}
+    described = {key: artifact[key] for key in ("format", "config", "vocab", "epoch", "val_exprate") if key in artifact}
+    data = save(weights, metadata={_METADATA_KEY: json.dumps(described, sort_keys=True)})
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, lambda f: f.write(data))
+
+
+def _load_model_file(path: Path, map_location: str | torch.device) -> dict[str, Any]:
+    from safetensors import SafetensorError, safe_open
+    from safetensors.torch import load_file
+
+    try:
+        weights = load_file(path, device=str(map_location))
+        with safe_open(path, framework="pt") as f:
+            described = json.loads((f.metadata() or {})[_METADATA_KEY])
+    except (SafetensorError, KeyError, ValueError, OSError) as e:
+        raise ValueError(f"{path}: not a readable hmer model file ({type(e).__name__}: {e})") from None
+    return {**described, "model": weights}
+
+
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """A checkpoint or model file as a dict ("model": the state dict, "config", ...): safetensors
+    for a `.safetensors` file, else torch's format loaded with `weights_only=True`."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
+    if path.suffix == ".safetensors":
+        ckpt = _load_model_file(path, map_location)
+        if "config" not in ckpt:
+            raise ValueError(f"{path}: not an hmer model file (no config inside)")
+        return ckpt
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # corrupt file or foreign pickle
@@ -52,8 +102,8 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
 
 
 def model_artifact(model: Any, cfg: Any, vocab: Any, epoch: int, val_exprate: float) -> dict[str, Any]:
-    """What `hmer evaluate` / `hmer predict` reload (a run's `model/model.pt`): weights, config and
-    vocabulary, nothing executable. `cfg` is a Config, `vocab` a Vocab."""
+    """What `hmer evaluate` / `hmer predict` reload (a run's `model/model.safetensors`, and `best.pt`
+    while it trains): weights, config and vocabulary, nothing executable. `cfg` is a Config, `vocab` a Vocab."""
     return {"format": 1, "model": model.state_dict(), "config": cfg.to_dict(), "vocab": list(vocab.itos),
             "epoch": epoch, "val_exprate": val_exprate}
 

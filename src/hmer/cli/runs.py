@@ -25,16 +25,17 @@ def add_parser(sub) -> None:
     im.add_argument("files", nargs="+", metavar="FILE", help="an export, or any of its FILE.part-NNN")
     im.add_argument("--tracking-uri", default=None)
     im.set_defaults(func=cmd_runs_import)
-    pub = rsub.add_parser("publish", help="copy a finished local store (FOLDER/mlflow.db, optuna.db, artifacts/) "
-                          "into mlruns/, made portable so that it can be committed, leaving out studies that have not "
-                          "finished (hmer.studies.unfinished); its experiments are "
-                          "marked as model training and each finished grid study's parent run gets its "
-                          "table and summary metrics (for mlflow ui)")
+    pub = rsub.add_parser("publish", help="copy a local store (FOLDER/mlflow.db, optuna.db, artifacts/) into "
+                          "mlruns/, made clean so that it can be committed (hmer.studies.publish): studies that have "
+                          "not finished left out, no checkpoint, nothing RUNNING, no machine path, every study "
+                          "under its name with its table on its parent run; a copy that is still not clean is "
+                          "refused, mlruns/ left as it was")
     pub.add_argument("folder", metavar="FOLDER")
     pub.add_argument("--keep-unfinished", action="store_true",
-                     help="keep the studies that have not finished, with the last checkpoint of each of their "
-                          "unfinished runs, so that a workspace made from the committed store continues them "
-                          "(when the workspace will not outlive its machine); reports mark them in progress")
+                     help="keep the studies that have not finished, with the smallest checkpoint files that "
+                          "continue each of their cells (last.pt, and best.pt where its weights are not last.pt's), "
+                          "so that a workspace made from the committed store continues them (when the workspace "
+                          "will not outlive its machine); reports mark them in progress")
     pub.set_defaults(func=cmd_runs_publish)
     ws = rsub.add_parser("workspace", help="copy the committed store in mlruns/ to FOLDER to run more studies "
                          "there, and continue its unfinished ones (then `hmer runs publish FOLDER`)")
@@ -50,7 +51,8 @@ def add_parser(sub) -> None:
     rn.set_defaults(func=cmd_runs_rename)
     sp = rsub.add_parser("supersede", help="label a kept study as superseded by another (after `rename`): "
                          "tag hmer.superseded_by on its experiment and parent run, and the experiment's "
-                         "description; `hmer report --list` shows it")
+                         "description; its parent run closed if it was RUNNING and given its table as it stands; "
+                         "`hmer report --list` shows it")
     sp.add_argument("study", metavar="STUDY")
     sp.add_argument("by", metavar="NEW_STUDY")
     sp.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
@@ -76,39 +78,32 @@ def cmd_runs_export(args) -> int:
 
 def cmd_runs_publish(args) -> int:
     from ..reports.runs import study_progress
-    from ..studies.present import present_studies
-    from ..studies.unfinished import drop_studies, prune_checkpoints, unfinished_runs, unfinished_studies
-    from ..tracking.portable import copy_store, make_portable
-    from ..tracking.store import mlflow_client, mlruns_dir, quiet_mlflow
-    from ..tracking.ui import mark_training_experiments
+    from ..studies.publish import publish
+    from ..tracking.store import mlruns_dir, quiet_mlflow
 
     quiet_mlflow()
-    # The copy is brought up to date while its artifact locations are still absolute (an artifact
-    # written to a portable store would land relative to the working folder), then made portable.
-    db = copy_store(args.folder, mlruns_dir(), portable=False, checkpoints=args.keep_unfinished)
-    uri = f"sqlite:///{db}"
-    unfinished = unfinished_studies(mlflow_client(uri))
-    if args.keep_unfinished:
-        kept = prune_checkpoints(db.parent, unfinished_runs(mlflow_client(uri), sorted(unfinished)))
-    else:
-        optuna_db = db.parent / "optuna.db"
-        drop_studies(sorted(unfinished), tracking_uri=uri,
-                     storage=f"sqlite:///{optuna_db}" if optuna_db.is_file() else None)
-    marked = mark_training_experiments(mlflow_client(uri))
-    annotated = {study: changes for study, changes in present_studies(uri).items() if changes}
-    make_portable(db)
-    print(f"published {args.folder} to {db.parent} (artifact locations relative to the checkout)")
-    for study, status in sorted(unfinished.items()):
+    done = publish(args.folder, mlruns_dir(), keep_unfinished=args.keep_unfinished)
+    uri = f"sqlite:///{done.store / 'mlflow.db'}"
+    print(f"published {args.folder} to {done.store} (artifact locations relative to the checkout)")
+    for study, status in sorted(done.unfinished.items()):
         if args.keep_unfinished:
             print(f"  kept study {study} ({status}), {study_progress(study, uri)}: `hmer runs workspace` continues it")
         else:
             print(f"  left out study {study} ({status}): it is published when it has finished")
     if args.keep_unfinished:
-        print(f"  checkpoints kept of {len(kept)} unfinished run(s)" + (f": {', '.join(kept)}" if kept else ""))
-    if marked:
-        print(f"  experiments marked as model training (tag mlflow.experimentKind): {', '.join(marked)}")
-    for study, changes in annotated.items():
+        kept = done.kept_checkpoints
+        print(f"  checkpoints kept of {len(kept)} unfinished run(s)" +
+              (": " + ", ".join(f"{run} ({' + '.join(files)})" for run, files in kept.items()) if kept else ""))
+    if done.closed:
+        print(f"  closed in the published copy, where nothing runs: {'; '.join(done.closed)}")
+    if done.marked:
+        print(f"  experiments marked as model training (tag mlflow.experimentKind): {', '.join(done.marked)}")
+    for change in done.relabelled:
+        print(f"  {change} set to the study's name")
+    for study, changes in done.annotated.items():
         print(f"  study {study}: {', '.join(changes)}")
+    if done.portable:
+        print(f"  machine paths written as a clone reads them (mlruns/..., <local>/...): {'; '.join(done.portable)}")
     return 0
 
 

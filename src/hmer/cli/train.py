@@ -102,12 +102,12 @@ def print_result(result) -> int:
 
 def find_resume_checkpoint(what: str, tracking_uri: str | None, experiment: str) -> Path:
     """A checkpoint file, a run id, or 'latest': the newest unfinished run with a checkpoint."""
-    from ..tracking.store import default_checkpoint_root
+    from ..tracking.store import checkpoint_root
 
     path = Path(what)
     if path.is_file():
         return path
-    root = default_checkpoint_root()
+    root = checkpoint_root(tracking_uri)
     if what != "latest":
         ckpt = root / what / "last.pt"
         if not ckpt.is_file():

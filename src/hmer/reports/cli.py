@@ -145,8 +145,9 @@ def list_command(tracking_uri: str | None = None) -> int:
     shown = studies.drop(columns=["experiment", "superseded_by"]).copy()
     shown["state"] = shown["state"].fillna("(no parent run)").str.lower()
     superseded = studies["superseded_by"].map(lambda name: isinstance(name, str) and bool(name))
-    # a superseded study is not continued: one that stopped unfinished left its parent run RUNNING
-    shown.loc[superseded & (shown["state"] == "running"), "state"] = "stopped unfinished"
+    # a superseded study is not continued: one that stopped unfinished has its parent run closed
+    # `incomplete` (hmer runs supersede), or still RUNNING where it was superseded before that did it
+    shown.loc[superseded & shown["state"].isin(["running", "incomplete"]), "state"] = "stopped unfinished"
     shown.loc[superseded, "state"] += ", superseded by " + studies.loc[superseded, "superseded_by"]
     shown["started"] = pd.to_datetime(shown["started"]).dt.strftime("%Y-%m-%d %H:%M")
     print(f"{len(shown)} stud{'y' if len(shown) == 1 else 'ies'} in {mask_password(uri)}, newest first:")

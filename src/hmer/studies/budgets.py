@@ -57,6 +57,8 @@ class StudyBudget:
         trial_seconds: what one trial is expected to take when the budget has no window
             (the paper recipe), used only for the printed cost.
         hardware: the machine the budget is sized for, for the printed cost.
+        scratch: its studies try the pipeline, so that without a store named they are tracked in
+            the scratch store, never in the checkout's committed one (`tracking.store.scratch_tracking_uri`).
     """
 
     name: str
@@ -78,6 +80,7 @@ class StudyBudget:
     # measures its own cost per image and trains the epochs that fit (hmer.training.cost).
     # 0 = every trial trains the budget's epochs.
     sweep_trial_cpu_minutes: float = 0.0
+    scratch: bool = False
 
     def trial_budget_s(self, n_trials: int, n_jobs: int) -> float:
         """Training seconds per trial so that `n_trials` on `n_jobs` workers fit the window.
@@ -192,6 +195,7 @@ BUDGETS: dict[str, StudyBudget] = {
         hardware="a 2-core CPU",
         trial_seconds=_SMOKE_TRIAL_SECONDS,
         notes=("a smoke study shows that the pipeline works end to end, not which variant is better",),
+        scratch=True,
     ),
     "cpu": StudyBudget(
         name="cpu",

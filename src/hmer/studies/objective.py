@@ -56,7 +56,7 @@ def train_trial(trial: optuna.Trial, cfg: Config, session: Session, data: dict[s
         result = train(cfg, data=data, tracking_uri=session.tracking_uri, experiment=session.experiment,
                        run_name=run_name, parent_run_id=session.parent_run_id, tags=tags, epoch_callback=report,
                        resume=resumable.checkpoint if resumable else False,
-                       run_dir=checkpoint_dir(resumable.run_id) if resumable else None)
+                       run_dir=checkpoint_dir(resumable.run_id, session.tracking_uri) if resumable else None)
     except optuna.TrialPruned as exc:
         _drop_checkpoints(session, trial.number, resumable)
         session.say(f"trial {trial.number}: pruned ({exc})")
@@ -68,7 +68,7 @@ def train_trial(trial: optuna.Trial, cfg: Config, session: Session, data: dict[s
         raise
     # A KeyboardInterrupt leaves the checkpoints: the next run of the command continues from them.
     record_result(trial, result)
-    shutil.rmtree(checkpoint_dir(result.run_id), ignore_errors=True)  # the model is in MLflow now
+    shutil.rmtree(checkpoint_dir(result.run_id, session.tracking_uri), ignore_errors=True)  # the model is in MLflow now
     scores = ", ".join(f"{y} {s.exprate:.1f}" for y, s in result.test_scores.items())
     session.say(f"trial {trial.number}: {name}: validation ExpRate {result.best_val_exprate:.1f}, "
                 f"test ExpRate {scores or '-'} ({time.monotonic() - t0:.0f} s, {result.epochs} epochs, "
@@ -105,7 +105,7 @@ def _drop_checkpoints(session: Session, number: int, resumable: Resumable | None
             filter_string=f"{study_runs_filter(session.name)} and tags.`{keys.TRIAL}` = '{number}'")
         run_ids = [run.info.run_id for run in runs]
     for run_id in run_ids:
-        shutil.rmtree(checkpoint_dir(run_id), ignore_errors=True)
+        shutil.rmtree(checkpoint_dir(run_id, session.tracking_uri), ignore_errors=True)
 
 
 def record_result(trial: optuna.Trial, result) -> None:

@@ -6,7 +6,8 @@
 `present_study` writes what makes a study read at a glance, where it differs from what is stored:
 - MLflow: its parent run carries no `hmer.variant` (so that grouping by it groups the variants'
   runs alone); a grid study that has finished, or that another supersedes (nothing continues it),
-  gets its figure, table, description and one summary run per variant (`reports.study_run`);
+  gets its figure, table, description and one summary run per variant, and a finished sweep its
+  table and description (`reports.study_run`);
 - Optuna: its objective's name, its description and superseded mark as user attributes, its
   note and its failed trials' notes (`studies.dashboard`).
 
@@ -57,6 +58,10 @@ def _present(study: str, uri: str, storage: str | None) -> list[str]:
             runs = load_runs(uri, study=study)
             table = study_table(study, uri, runs=runs)
             changes += annotate_study(study, uri, runs=runs, table=table)
+        elif kind == "sweep" and parent["state"] == "finished":
+            from ..reports.study_run import annotate_sweep
+
+            changes += annotate_sweep(study, uri, _storage_url(storage, uri))
     optuna_study = _optuna_study(study, storage, uri)
     if optuna_study is not None:
         from .dashboard import OBJECTIVE_NAMES, annotate_optuna_study

@@ -1,8 +1,10 @@
 """A study renamed in its store: `hmer runs rename STUDY NEW`.
 
 A study is known by its name in three places: its MLflow experiment, the `hmer.study` tag of its
-runs (the parent and every trial's), and its Optuna study. Its parent run is also named after it,
-and is renamed with it. A study re-run at a redefined budget
+runs (the parent and every trial's), and its Optuna study. Its parent run is also named after it
+and records it as its param `study`, and its Optuna study as its attribute `hmer.experiment`:
+they are renamed with it (the param in an SQLite store, where it can be written again; `hmer runs
+publish` sets it in the published copy in any case). A study re-run at a redefined budget
 keeps its name (`<study>-<budget>`), so the study it supersedes must give the name up first;
 renamed, it stays in the store, whole, under another name (for example `ablate_direction-cpu-4ep`).
 Otherwise the re-run would resume the old study, which a resumed study's rule (its stored config
@@ -17,7 +19,9 @@ running the same command again.
 
 `hmer runs supersede OLD NEW` then labels the kept study: its MLflow experiment and parent run get
 the tag `hmer.superseded_by` = NEW, and the experiment's description (what `mlflow ui` shows
-above its runs) says so; `hmer report --list` prints it beside the study's state.
+above its runs) says so; `hmer report --list` prints it beside the study's state. Nothing continues
+a superseded study, so a parent run it left RUNNING is closed (KILLED, `hmer.status=incomplete`, at
+its last trial's end), and the parent run gets the study's table as it stands (reports.study_run).
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ import optuna
 from optuna.trial import TrialState
 
 from ..tracking import keys
+from ..tracking.portable import set_params, sqlite_path
 from .claims import mark_failed, worker_alive
+from .clean_store import STUDY_PARAM
 
 
 @dataclass(frozen=True)
@@ -84,10 +90,15 @@ def rename_study(study: str, new: str, *, tracking_uri: str | None = None, stora
     if study in names and not copied:
         optuna.copy_study(from_study_name=study, from_storage=optuna_storage, to_storage=optuna_storage,
                           to_study_name=new)
+    if study in names or new in names:  # the copy says where it logs: the experiment renamed below
+        optuna.load_study(study_name=new, storage=optuna_storage).set_user_attr(keys.EXPERIMENT, new)
+    db = sqlite_path(uri)
     for run in runs:
         client.set_tag(run.info.run_id, keys.STUDY, new)
         if run.data.tags.get(keys.ROLE) == "study" and run.info.run_name == study:
             client.set_tag(run.info.run_id, keys.MLFLOW_RUN_NAME, new)  # the parent run is named after its study
+        if run.data.tags.get(keys.ROLE) == "study" and run.data.params.get(STUDY_PARAM) == study and db is not None:
+            set_params(db, {(run.info.run_id, STUDY_PARAM): new})
     if experiment is not None:
         client.rename_experiment(experiment.experiment_id, new)
     if study in names:
@@ -143,6 +154,23 @@ def mark_superseded(study: str, by: str, *, tracking_uri: str | None = None) -> 
     if experiment.tags.get(keys.MLFLOW_NOTE) != note:
         client.set_experiment_tag(experiment.experiment_id, keys.MLFLOW_NOTE, note)
     for run in _tagged_runs(client, study):
-        if run.data.tags.get(keys.ROLE) == "study" and run.data.tags.get(keys.SUPERSEDED_BY) != by:
-            client.set_tag(run.info.run_id, keys.SUPERSEDED_BY, by)
+        if run.data.tags.get(keys.ROLE) == "study":
+            if run.data.tags.get(keys.SUPERSEDED_BY) != by:
+                client.set_tag(run.info.run_id, keys.SUPERSEDED_BY, by)
+            if run.info.status == "RUNNING":
+                close_superseded_parent(client, run)
+    from ..reports.study_run import annotate_study
+
+    annotate_study(study, uri)
     return note
+
+
+def close_superseded_parent(client, run) -> None:
+    """End the parent run of a superseded study that stopped unfinished: nothing continues it.
+    KILLED (stopped from outside, not failed), `hmer.status=incomplete`, at the end of its last
+    trial (so that closing it again, in a copy, writes the same)."""
+    children = client.search_runs([run.info.experiment_id], filter_string=(
+        f"tags.`{keys.MLFLOW_PARENT_RUN_ID}` = '{run.info.run_id}'"), max_results=10_000)
+    ends = [c.info.end_time for c in children if c.info.end_time]
+    client.set_tag(run.info.run_id, keys.STATUS, "incomplete")
+    client.set_terminated(run.info.run_id, status="KILLED", end_time=max(ends) if ends else run.info.start_time)

@@ -9,7 +9,7 @@ for the dead trial's MLflow run and checkpoint:
 1. a FAIL trial of the same study and cell that did not fail by itself (no `hmer.error`: its
    worker died, or Ctrl-C), the latest first;
 2. its MLflow run (tags `hmer.study`, `hmer.trial`), and that run's `last.pt`, under
-   `<MLflow home>/checkpoints/<run id>/` (or, for trials of studies started before checkpoints
+   `checkpoints/<run id>/` beside the study's MLflow store (or, for trials of studies started before checkpoints
    were kept there, in the temporary folder `hmer-<study>-<trial>-*` the old runner used);
 3. the checkpoint's config, taken up here (`config.stored_config`: where this worker finds the
    data may differ), must be the cell's.
@@ -46,37 +46,46 @@ class Resumable:
     epoch: int  # the last epoch the checkpoint holds
 
 
-def checkpoint_dir(run_id: str) -> Path:
-    """Where a study's trial keeps its checkpoints while it trains (the trainer's default)."""
-    from ..tracking.store import default_checkpoint_root
+def checkpoint_dir(run_id: str, tracking_uri: str) -> Path:
+    """Where a study's trial keeps its checkpoints while it trains (the trainer's default), the
+    study being tracked in `tracking_uri`."""
+    from ..tracking.store import checkpoint_root
 
-    return default_checkpoint_root() / str(run_id)
+    return checkpoint_root(tracking_uri) / str(run_id)
+
+
+def dead_trial_runs(trials: list, runs: list, cell_key: str) -> list[tuple[int, str]]:
+    """(trial number, run id) of the trials of `cell_key` whose worker died (FAIL without
+    `hmer.error`), the latest first, each with its MLflow run among the study's trial runs `runs`
+    (a trial killed before its run existed has none and is left out): the runs a new trial of the
+    cell may continue, in the order it tries them."""
+    by_trial = {int(r.data.tags[keys.TRIAL]): r.info.run_id for r in runs}
+    dead = [t.number for t in trials if t.state == TrialState.FAIL and t.user_attrs.get(keys.CELL_KEY) == cell_key
+            and keys.ERROR not in t.user_attrs]
+    return [(number, by_trial[number]) for number in sorted(dead, reverse=True) if number in by_trial]
 
 
 def find_resumable(session, cell_key: str, cfg: Config) -> Resumable | None:
     """The run and checkpoint a new trial of `cell_key` continues, or None; see the module."""
-    study = session.study
-    dead = [t for t in study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-            if t.user_attrs.get(keys.CELL_KEY) == cell_key and keys.ERROR not in t.user_attrs]
-    if not dead:
+    trials = session.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+    if not any(t.user_attrs.get(keys.CELL_KEY) == cell_key for t in trials):
         return None
-    runs = {int(r.data.tags[keys.TRIAL]): r for r in trial_runs(session.client, session.experiment_id, session.name)}
-    for trial in sorted(dead, key=lambda t: t.number, reverse=True):
-        run = runs.get(trial.number)
-        if run is None:
-            continue  # killed before its run existed
-        found = _checkpoint(session.name, trial.number, run.info.run_id, cfg)
+    runs = trial_runs(session.client, session.experiment_id, session.name)
+    for number, run_id in dead_trial_runs(trials, runs, cell_key):
+        found = _checkpoint(session.name, number, checkpoint_dir(run_id, session.tracking_uri), cfg)
         if found is not None:
             path, epoch = found
-            return Resumable(trial=trial.number, run_id=run.info.run_id, checkpoint=path, epoch=epoch)
+            return Resumable(trial=number, run_id=run_id, checkpoint=path, epoch=epoch)
     return None
 
 
-def _checkpoint(study_name: str, number: int, run_id: str, cfg: Config) -> tuple[Path, int] | None:
-    """The run's last.pt and its epoch, if it exists, belongs to the run and holds `cfg`."""
+def _checkpoint(study_name: str, number: int, folder: Path, cfg: Config) -> tuple[Path, int] | None:
+    """The last.pt of the run whose checkpoint folder is `folder` (named by its run id) and its
+    epoch, if it exists, belongs to the run and holds `cfg`."""
     from ..checkpoint import load_checkpoint
 
-    candidates = [checkpoint_dir(run_id) / "last.pt"]
+    run_id = folder.name
+    candidates = [folder / "last.pt"]
     legacy = f"{glob.escape(tempfile.gettempdir())}/{glob.escape(f'hmer-{study_name}-{number}-')}*/last.pt"
     candidates += [Path(p) for p in sorted(glob.glob(legacy))]
     for path in candidates:
@@ -88,10 +97,10 @@ def _checkpoint(study_name: str, number: int, run_id: str, cfg: Config) -> tuple
             continue  # unreadable: train from scratch
         if ckpt.get("run_id") != run_id or not same_config(ckpt["config"], cfg):
             continue
-        if path.parent != checkpoint_dir(run_id):  # from the old runner's temporary folder: keep it with the run
-            checkpoint_dir(run_id).parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(path.parent), str(checkpoint_dir(run_id)))
-            path = checkpoint_dir(run_id) / "last.pt"
+        if path.parent != folder:  # from the old runner's temporary folder: keep it with the run
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            shutil.move(str(path.parent), str(folder))
+            path = folder / "last.pt"
         return path, int(ckpt["epoch"])
     return None
 

@@ -28,6 +28,7 @@ import optuna
 
 from ..config import Config
 from ..tracking import keys
+from ..tracking.portable import sqlite_path
 from ..tracking.store import mask_password, mlflow_client
 from ..tracking.ui import ui_hint
 from .budgets import StudyBudget, get_budget
@@ -70,6 +71,7 @@ class Setup:
     say: Callable[[str], None]
     tracking_uri: str
     storage_url: str
+    scratch: bool = False  # tracked in the scratch store, its budget trying the pipeline
 
 
 @dataclass
@@ -230,6 +232,11 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
             say(line)
         say(f"  Optuna storage {mask_url(setup.storage_url)}; MLflow {mask_password(setup.tracking_uri)}, "
             f"experiment {name}")
+        if setup.scratch:
+            home = sqlite_path(setup.tracking_uri).parent
+            say(f"  budget {budget.name} tries the pipeline in the scratch store {home}, not the committed store "
+                f"(a store named by --tracking-uri or HMER_MLRUNS is used instead); read it with "
+                f"HMER_MLRUNS={home} hmer report --study {name}")
 
     study_data = StudyData(data, say)
     if not study_data.has(base) and not study_exists(setup.storage_url, name):
@@ -319,18 +326,19 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
 
 def resolve(spec_name: str, budget: str | StudyBudget, *, n_jobs: int | None, data, study_name: str | None,
             role: str, tracking_uri: str | None, storage: str | None) -> Setup:
-    from ..tracking.store import check_tracking_server, default_tracking_uri
+    from ..tracking.store import check_tracking_server, default_tracking_uri, scratch_tracking_uri, store_named
 
     budget = get_budget(budget) if isinstance(budget, str) else budget
+    scratch = budget.scratch and tracking_uri is None and not store_named()
     n_jobs = max(1, n_jobs or budget.default_jobs)
     if data is not None and n_jobs > 1:
         raise ValueError("n_jobs > 1 starts worker processes that load the data themselves: give data_path")
     main = role == "main"
-    tracking_uri = tracking_uri or default_tracking_uri()
+    tracking_uri = tracking_uri or (scratch_tracking_uri() if scratch else default_tracking_uri())
     check_tracking_server(tracking_uri)
     return Setup(budget=budget, n_jobs=n_jobs, name=study_name or f"{spec_name}-{budget.name}", main=main,
                  say=printer("" if main else f"[worker {os.getpid()}] "), tracking_uri=tracking_uri,
-                 storage_url=storage or default_storage(tracking_uri))
+                 storage_url=storage or default_storage(tracking_uri), scratch=scratch)
 
 
 

@@ -12,10 +12,14 @@ exception: nothing continues it, so it is kept as it stopped, labelled supersede
 
 A workspace does not always outlive the machine it is on. `--keep-unfinished` keeps the
 unfinished studies in the copy instead, with their finished cells, their Optuna trials and the
-last checkpoint of each run that has not finished (`checkpoints/<run id>/last.pt`), so that a
-workspace made from the committed store (`hmer runs workspace`) continues them where they
-stopped, on any machine: the dead trials are taken up as after any kill (hmer.studies.resume).
-Their parent runs still say `running`, and `hmer report` says what they are: in progress.
+smallest files that continue each trial in flight, so that a workspace made from the committed
+store (`hmer runs workspace`) continues them where they stopped, on any machine: the dead trials
+are taken up as after any kill (hmer.studies.resume). Every file is committed for good (the
+clone's history keeps it), so only what a resume reads is kept (`resumable_runs`,
+`keep_resumable_checkpoints`): of each cell, the run its next trial continues, and of that run
+`last.pt` (weights, optimiser, schedule, random state), with `best.pt` only where the best
+weights so far are not its own (the trainer writes it again from `last.pt` otherwise). What was
+running is closed in the copy (`hmer.studies.publish`); `hmer report` says what they are: in progress.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from urllib.parse import urlparse
 
 from ..tracking import keys
 from ..tracking.portable import CHECKPOINTS
+
+LAST, BEST = "last.pt", "best.pt"  # a run's checkpoints (hmer.training.trainer)
 
 
 def unfinished_studies(client) -> dict[str, str]:
@@ -44,30 +50,57 @@ def unfinished_studies(client) -> dict[str, str]:
             and keys.SUPERSEDED_BY not in run.data.tags}
 
 
-def unfinished_runs(client, studies: list[str]) -> set[str]:
-    """The ids of the runs of `studies` that have not finished (a killed or running trial's run):
-    the runs whose checkpoints a resumed study continues."""
+def resumable_runs(client, storage: str, studies: list[str], store: Path) -> set[str]:
+    """The ids of the runs of `studies` (Optuna storage `storage`, MLflow `client`) that a resumed
+    study continues from their checkpoints in the store folder `store`: of each cell that no trial
+    has finished (complete or pruned), the run of its latest trial whose worker died with a
+    `last.pt` beside it, the run `resume.find_resumable` takes up (its config check aside, which
+    needs the study's spec). Meant for a copy whose running trials are closed (`publish.close_running`)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from .mlflow_runs import trial_runs
+    from .resume import dead_trial_runs
+
+    known = set(optuna.get_all_study_names(storage))
     runs = set()
     for name in studies:
         experiment = client.get_experiment_by_name(name)
-        if experiment is not None:
-            runs |= {run.info.run_id for run in client.search_runs([experiment.experiment_id], max_results=10_000)
-                     if run.info.status != "FINISHED"}
+        if experiment is None or name not in known:
+            continue
+        trials = optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+        finished = {t.user_attrs.get(keys.CELL_KEY) for t in trials
+                    if t.state in (TrialState.COMPLETE, TrialState.PRUNED)}
+        children = trial_runs(client, experiment.experiment_id, name)
+        for cell in {t.user_attrs.get(keys.CELL_KEY) for t in trials} - finished - {None}:
+            continued = [run for _, run in dead_trial_runs(trials, children, cell)
+                         if (store / CHECKPOINTS / run / LAST).is_file()]
+            runs.update(continued[:1])
     return runs
 
 
-def prune_checkpoints(store: Path, keep: set[str]) -> list[str]:
-    """Delete every run's checkpoints in the store folder `store` (`checkpoints/<run id>/`) but
-    those of the runs `keep`, and the folder when none is left; returns the run ids kept."""
+def keep_resumable_checkpoints(store: Path, keep: set[str]) -> dict[str, list[str]]:
+    """Delete every run's checkpoints in the store folder `store` (`checkpoints/<run id>/`) but the
+    smallest files that resume the runs `keep`: `last.pt`, and `best.pt` only where its weights are
+    not `last.pt`'s own (`training.resume.best_weights_recoverable`); the folder goes when nothing is
+    left. Returns {run id: the files kept}."""
+    from ..checkpoint import load_checkpoint
+    from ..training.resume import best_weights_recoverable
+
     root = store / CHECKPOINTS
     if not root.is_dir():
-        return []
-    kept = []
+        return {}
+    kept: dict[str, list[str]] = {}
     for run in sorted(root.iterdir()):
-        if run.name in keep:
-            kept.append(run.name)
-        else:
+        if run.name not in keep or not (run / LAST).is_file():
             shutil.rmtree(run) if run.is_dir() else run.unlink()
+            continue
+        last = load_checkpoint(run / LAST)
+        needed = {LAST} if best_weights_recoverable(int(last["epoch"]), int(last["best_epoch"])) else {LAST, BEST}
+        for item in run.iterdir():
+            if item.name not in needed:
+                shutil.rmtree(item) if item.is_dir() else item.unlink()
+        kept[run.name] = sorted(f.name for f in run.iterdir())
     if not kept:
         root.rmdir()
     return kept

@@ -1,8 +1,8 @@
 """`hmer import CHECKPOINT`: a published BTTR / CoMER checkpoint as an MLflow run of the suite.
 
 The run holds what a trained run holds for reloading: params (the flat Config, with the
-reference's search rule), `config.json`, and `model/model.pt` in the project's checkpoint
-format, so `hmer evaluate RUN` and `hmer predict RUN` work on it unchanged. The model is
+reference's search rule), `config.json`, and `model/model.safetensors` in the project's model
+file format (`hmer.checkpoint`), so `hmer evaluate RUN` and `hmer predict RUN` work on it unchanged. The model is
 also a registered model version (default name `<preset>-reference`). With `years`, the test
 years are scored at import, logged as trained runs log them (`test_<year>_exprate`, ...,
 `predictions/test_<year>.csv`), so `hmer report --runs` sets the run beside trained ones.
@@ -16,9 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence
 
-import torch
-
-from ..checkpoint import model_artifact
+from ..checkpoint import MODEL_FILE, model_artifact, save_model_file
 from .reference_checkpoint import REFERENCES, ReferenceModel, read_reference_checkpoint
 from . import keys
 from .run import log_metrics, log_params, split_metrics
@@ -66,10 +64,8 @@ def import_reference(checkpoint: str | Path, *, tracking_uri: str | None = None,
         client.log_text(run_id, json.dumps(cfg.to_dict(), indent=2, sort_keys=True), "config.json")
         artifact = model_artifact(ref.model, cfg, ref.vocab, ref.epoch, -1.0)
         with tempfile.TemporaryDirectory() as tmp:
-            model_dir = Path(tmp) / "model"
-            model_dir.mkdir()
-            torch.save(artifact, model_dir / "model.pt")
-            client.log_artifacts(run_id, str(model_dir), "model")
+            save_model_file(artifact, Path(tmp) / "model" / MODEL_FILE)
+            client.log_artifacts(run_id, str(Path(tmp) / "model"), "model")
         scores = _score_years(client, run_id, ref, data, years, limit, device) if years else {}
         registered = None
         if register_as is not None:

@@ -12,7 +12,7 @@ import torch
 
 from ..config import Config
 from ..data import Vocab
-from ..checkpoint import load_checkpoint
+from ..checkpoint import MODEL_FILES, load_checkpoint
 from .store import default_tracking_uri, mlflow_client
 
 
@@ -22,17 +22,18 @@ class RunNotFoundError(LookupError):
 
 @contextlib.contextmanager
 def checkpoint_file(run_or_checkpoint: str, tracking_uri: str | None = None) -> Iterator[Path]:
-    """A checkpoint path as given, or the run's `model/model.pt` artifact downloaded into a
-    temporary folder that is removed again when the block ends."""
+    """A checkpoint path as given, or the run's model artifact (`model/model.safetensors`, or
+    `model/model.pt` for a run logged before it) downloaded into a temporary folder that is removed
+    again when the block ends."""
     path = Path(run_or_checkpoint)
     if path.is_file():
         yield path
         return
-    if path.suffix in (".pt", ".pth") or "/" in run_or_checkpoint:
+    if path.suffix in (".pt", ".pth", ".safetensors") or "/" in run_or_checkpoint:
         raise RunNotFoundError(f"{run_or_checkpoint}: no such checkpoint file")
     from mlflow.exceptions import MlflowException
 
-    from .portable import download_run_artifact
+    from .portable import download_run_artifact, list_run_artifacts
     from .store import quiet_mlflow
 
     quiet_mlflow()
@@ -42,9 +43,11 @@ def checkpoint_file(run_or_checkpoint: str, tracking_uri: str | None = None) -> 
     dest = Path(tempfile.mkdtemp(prefix="hmer-model-"))
     try:
         try:
-            local = download_run_artifact(client, run_or_checkpoint, "model/model.pt", str(dest))
-        except (MlflowException, OSError):
-            raise RunNotFoundError(f"run {run_or_checkpoint} has no model/model.pt artifact "
+            logged = list_run_artifacts(client, run_or_checkpoint, "model")
+            name = next(f for f in MODEL_FILES if f in logged)
+            local = download_run_artifact(client, run_or_checkpoint, f"model/{name}", str(dest))
+        except (MlflowException, OSError, StopIteration):
+            raise RunNotFoundError(f"run {run_or_checkpoint} has no model artifact (model/{MODEL_FILES[0]}) "
                                    "(it may have failed before finishing)") from None
         yield Path(local)
     finally:
@@ -53,7 +56,8 @@ def checkpoint_file(run_or_checkpoint: str, tracking_uri: str | None = None) -> 
 
 def load_model(run_or_checkpoint: str, tracking_uri: str | None = None,
                device: str | torch.device = "cpu"):
-    """(model in eval mode, Config, Vocab) from a run id or a checkpoint (best.pt / last.pt / model.pt)."""
+    """(model in eval mode, Config, Vocab) from a run id or a checkpoint or model file (best.pt /
+    last.pt / model.safetensors / model.pt)."""
     from ..model import build_model
 
     with checkpoint_file(run_or_checkpoint, tracking_uri) as path:

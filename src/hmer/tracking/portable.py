@@ -9,20 +9,88 @@ relative to the checkout. MLflow reads such a location relative to the working d
 README says, shows every artifact; the suite's own readers (`hmer report`, `evaluate`, `predict`,
 the notebooks) resolve it against the store's location instead, so they work from any folder.
 
+Nor may a committed store name other folders of the machine it was published on: a study's
+parent run records its Optuna storage (`sqlite:////home/me/ws/optuna.db`), a run trained with
+`--data` its data file. `machine_paths` finds such paths in any text, and `portable_text` writes
+each as it reads in a clone: a path inside the published store as `mlruns/...` (as artifact
+locations), any other as `<local>/` and its file name (the folder belongs to the machine).
+
 This is the one place that writes MLflow's tables directly (SQLite only): the workaround for the
-missing public API, kept small. Runs still being written should not be in a store made portable
-(their artifacts would be logged relative to the working directory): make a finished copy portable.
+missing public API (no relative artifact location; params are written once), kept small. Runs
+still being written should not be in a store made portable (their artifacts would be logged
+relative to the working directory): make a finished copy portable.
 """
 
 from __future__ import annotations
 
+import re
 import sqlite3
-from pathlib import Path
+from pathlib import Path, PureWindowsPath
+from typing import Mapping, Sequence
 from urllib.parse import unquote, urlparse
 
 ARTIFACTS = "artifacts"
-CHECKPOINTS = "checkpoints"  # runs in progress: `<store>/checkpoints/<run id>/last.pt` (store.default_checkpoint_root)
+CHECKPOINTS = "checkpoints"  # runs in progress: `<store>/checkpoints/<run id>/last.pt` (store.checkpoint_root)
 STORE_FOLDER = "mlruns"  # the store's folder name in the checkout (`<checkout>/mlruns/mlflow.db`)
+LOCAL = "<local>"  # in a published store, the folder of a machine path outside the store
+
+# An absolute path of the machine, two parts at least (`/work/x`, `~/x`, `C:\x`), alone or in a
+# `sqlite:///` or `file:` URL, where a value or a word begins (after a space, quote, bracket, `=`,
+# `,` or `;`). A "/" inside a word (`exprate_mean/bi`), a URL's path (`http://host/a/b`) and a
+# relative path (`mlruns/artifacts/...`) are not machine paths.
+_MACHINE_PATH = re.compile(
+    r"""(?:^|(?<=[\s"'(\[<=,;]))(?P<scheme>sqlite:///|file://|file:)?"""
+    r"""(?P<path>~?/[\w.@+-]+/[^\s"'()<>\[\],;]*|[A-Za-z]:[\\/][^\s"'()<>\[\],;]*)""")
+
+
+def machine_paths(text: str) -> list[str]:
+    """The machine paths in `text`, as they are written there (with their URL scheme)."""
+    return [m.group(0) for m in _MACHINE_PATH.finditer(text)]
+
+
+def portable_path(path: str, stores: Sequence[Path] = ()) -> str:
+    """`path` as a published store writes it: `mlruns/<path within the store>` when it lies in one
+    of the store folders `stores` (the workspace published, the copy), else `<local>/<file name>`."""
+    if ":" in path[:3]:  # a Windows path
+        return f"{LOCAL}/{PureWindowsPath(path).name}"
+    here = Path(path)
+    for store in stores:
+        for root in {Path(store), Path(store).resolve()}:
+            if here.is_relative_to(root):
+                return "/".join((STORE_FOLDER, *here.relative_to(root).parts))
+    return f"{LOCAL}/{here.name}"
+
+
+def portable_text(text: str, stores: Sequence[Path] = ()) -> str:
+    """`text` with each machine path written as `portable_path` writes it (a URL keeps its scheme:
+    `sqlite:////ws/optuna.db` becomes `sqlite:///mlruns/optuna.db`)."""
+    return _MACHINE_PATH.sub(lambda m: (m.group("scheme") or "") + portable_path(m.group("path"), stores), text)
+
+
+def make_values_portable(db_path: str | Path, stores: Sequence[Path] = ()) -> list[str]:
+    """Write the machine paths in the params, run tags and experiment tags of the MLflow store
+    `db_path` as `portable_text` does. Returns what changed, in words ("run <id> param storage")."""
+    changed = []
+    with sqlite3.connect(db_path) as db:
+        for table, owner, word in (("params", "run_uuid", "run"), ("tags", "run_uuid", "run"),
+                                   ("experiment_tags", "experiment_id", "experiment")):
+            for row_id, key, value in db.execute(f"SELECT {owner}, key, value FROM {table}").fetchall():
+                new = portable_text(value, stores) if value else value
+                if new != value:
+                    db.execute(f"UPDATE {table} SET value = ? WHERE {owner} = ? AND key = ?", (new, row_id, key))
+                    changed.append(f"{word} {row_id} {'param' if table == 'params' else 'tag'} {key}")
+    return changed
+
+
+def set_params(db_path: str | Path, params: Mapping[tuple[str, str], str]) -> None:
+    """Set the params `params` ({(run id, key): value}) of runs of the MLflow store `db_path` to
+    the values given: MLflow's API writes a param once, so a copy's are set again here (a published
+    copy, a renamed study's parent run)."""
+    with sqlite3.connect(db_path) as db:
+        for (run_id, key), value in params.items():
+            if db.execute("UPDATE params SET value = ? WHERE run_uuid = ? AND key = ?",
+                          (value, run_id, key)).rowcount != 1:
+                raise KeyError(f"{db_path}: run {run_id} has no param {key}")
 
 
 def sqlite_path(tracking_uri: str) -> Path | None:

@@ -4,6 +4,10 @@ The default store is embedded, so nothing has to be started: an SQLite database
 `mlruns/mlflow.db` with artifacts beside it in `mlruns/artifacts/` (MLflow 3 refuses a
 plain file store for new features, and SQLite keeps search fast). `MLFLOW_TRACKING_URI`
 overrides it, so a team can point every command at a tracking server instead.
+
+In a checkout, `mlruns/` is the committed store, which `hmer runs publish` alone writes. Trying the
+pipeline (a study under the smoke budget) is tracked in the scratch store `scratch/` instead, unless
+a store is named, and runs keep their checkpoints beside the store they are tracked in.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 DEFAULT_EXPERIMENT = "hmer"
+SCRATCH = "scratch"  # the scratch store's folder in the checkout (git-ignored)
 
 
 def project_root() -> Path:
@@ -45,6 +50,22 @@ def default_tracking_uri() -> str:
     if uri:
         return uri
     home = mlruns_dir()
+    home.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{home / 'mlflow.db'}"
+
+
+def store_named() -> bool:
+    """Whether the environment names a store ($MLFLOW_TRACKING_URI or $HMER_MLRUNS)."""
+    return bool(os.environ.get("MLFLOW_TRACKING_URI") or os.environ.get("HMER_MLRUNS"))
+
+
+def scratch_tracking_uri() -> str:
+    """Where trying the pipeline is tracked: the store the environment names, else SQLite in the
+    scratch store `<project root>/scratch/`, so that trying things never changes the checkout's
+    committed store (`mlruns/`)."""
+    if store_named():
+        return default_tracking_uri()
+    home = (project_root() / SCRATCH).resolve()
     home.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{home / 'mlflow.db'}"
 
@@ -103,11 +124,15 @@ def check_tracking_server(uri: str, timeout_s: float = 10.0) -> None:
         raise ValueError(f"cannot reach the MLflow tracking server {mask_password(uri)}: {reason}") from None
 
 
-def default_checkpoint_root() -> Path:
-    """Local checkpoints of runs in progress: `<MLflow home>/checkpoints/<run id>/`."""
-    from .portable import CHECKPOINTS
+def checkpoint_root(tracking_uri: str | None = None) -> Path:
+    """Local checkpoints of runs in progress, `<root>/<run id>/`: `checkpoints/` beside the SQLite
+    store `tracking_uri` (default: the project's) is tracked in, so that a run tracked elsewhere
+    writes nothing into the checkout; in the MLflow home for another store (a database, a server),
+    which keeps no local folder of its own."""
+    from .portable import CHECKPOINTS, sqlite_path
 
-    return mlruns_dir() / CHECKPOINTS
+    db = sqlite_path(tracking_uri or default_tracking_uri())
+    return (db.resolve().parent if db is not None else mlruns_dir()) / CHECKPOINTS
 
 
 def quiet_mlflow() -> None:

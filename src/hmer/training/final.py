@@ -7,18 +7,17 @@ decoding), `num_params`, then per split
 (validation drawn in the `data.val_alt` style, when set) and each `test_<year>`, `test_2014-std`
 included when the standard 2014 images are beside the checkout (see `setup._add_restyled_splits`).
 Artifacts: `predictions/test_<year>.csv`, `split/val_predictions.csv` and
-`split/val-alt_predictions.csv` (beside the split's name list), `model/model.pt` (what
-`hmer evaluate RUN` and `hmer predict RUN` fetch) and `attention/*.png`.
+`split/val-alt_predictions.csv` (beside the split's name list), `model/model.safetensors` (the best
+weights, what `hmer evaluate RUN` and `hmer predict RUN` fetch; `hmer.checkpoint`) and `attention/*.png`.
 """
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 import time
 from pathlib import Path
 
-from ..checkpoint import load_checkpoint
+from ..checkpoint import MODEL_FILE, load_checkpoint, save_model_file
 from ..data.augment import VAL_ALT
 from ..evaluation.evaluate import decode_options, evaluate_split
 from ..tracking import keys
@@ -31,8 +30,9 @@ from .setup import Setup
 def final_evaluation(run: RunLogger, setup: Setup, result: TrainResult, best_path: Path, progress: bool) -> None:
     """Decode validation and the test years with the best weights; fill `result.test_scores`; log it all."""
     cfg, model, data = setup.cfg, setup.model, setup.data
-    if best_path.is_file():
-        model.load_state_dict(load_checkpoint(best_path, map_location=setup.device)["model"])
+    best = load_checkpoint(best_path, map_location="cpu") if best_path.is_file() else None
+    if best is not None:
+        model.load_state_dict(best["model"])
     model.eval()
     final: dict[str, float] = {
         "best_val_exprate": max(result.best_val_exprate, 0.0),
@@ -71,11 +71,10 @@ def final_evaluation(run: RunLogger, setup: Setup, result: TrainResult, best_pat
         run.log_artifacts(str(tmp_path / "predictions"), "predictions")
         if any((tmp_path / "split").iterdir()):
             run.log_artifacts(str(tmp_path / "split"), "split")
-        if best_path.is_file():
-            model_dir = tmp_path / "model"
-            model_dir.mkdir()
-            shutil.copyfile(best_path, model_dir / "model.pt")
-            run.log_artifacts(str(model_dir), "model")
+        if best is not None:
+            # the checkpoint's own tensors in a format that loads without unpickling (hmer.checkpoint)
+            save_model_file(best, tmp_path / "model" / MODEL_FILE)
+            run.log_artifacts(str(tmp_path / "model"), "model")
         try:
             log_attention_maps(run, model, data.get("val") or data["train"], setup.vocab, cfg, setup.device,
                                cfg.train.attention_maps)

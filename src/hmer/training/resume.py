@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..checkpoint import atomic_torch_save, rng_state, set_rng_state
-from ..tracking.store import default_checkpoint_root
+from ..tracking.store import checkpoint_root
 from .setup import Setup
 
 
@@ -61,14 +61,22 @@ def save_last(path: Path, setup: Setup, state: TrainState) -> None:
     }, path)
 
 
-def checkpoint_dir(run_dir: str | Path | None, resume: bool | str | Path | None, run_id: str | None) -> Path:
+def checkpoint_dir(run_dir: str | Path | None, resume: bool | str | Path | None, run_id: str | None,
+                   tracking_uri: str | None = None) -> Path:
     """Where `last.pt` and `best.pt` go: `run_dir` when given, else beside the checkpoint resumed
-    from, else `<MLflow home>/checkpoints/<run id>/`."""
+    from, else `checkpoints/<run id>/` beside the store the run is tracked in (`checkpoint_root`)."""
     if run_dir:
         return Path(run_dir)
     if resume and Path(str(resume)).is_file():
         return Path(str(resume)).parent
-    return default_checkpoint_root() / str(run_id)
+    return checkpoint_root(tracking_uri) / str(run_id)
+
+
+def best_weights_recoverable(epoch: int, best_epoch: int) -> bool:
+    """Whether the weights of a checkpoint of `epoch` are its run's best so far (`best_epoch`, the
+    epoch `best.pt` holds), so that `best.pt` need not be carried beside it: the trainer writes it
+    again from them when it resumes."""
+    return 0 < best_epoch == epoch
 
 
 class Clock:

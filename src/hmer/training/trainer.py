@@ -44,7 +44,7 @@ from . import distributed as ddp
 from .final import final_evaluation
 from .loader import Redraw, train_batches
 from .result import TrainResult
-from .resume import Clock, TrainState, checkpoint_dir, restore, save_last
+from .resume import Clock, TrainState, best_weights_recoverable, checkpoint_dir, restore, save_last
 from . import planning
 from .graphs import step_function
 from .setup import Setup, build, seed_everything
@@ -94,11 +94,13 @@ def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | Non
     seed_everything(tc.seed + dist.rank)
     setup = build(cfg, data, device, dist)
     state = restore(ckpt, setup) if ckpt is not None else TrainState()
+    if ckpt is not None and dist.is_main:  # before the run reopens: a refusal leaves it as it was
+        _restore_best(setup, state, checkpoint_dir(run_dir, resume, state.run_id, tracking_uri) / "best.pt", resume)
     with deferred():  # a run is opened whole: tags, params and config together
         run = _open_run(setup, state, tracking_uri=tracking_uri, experiment=experiment, run_name=run_name,
                         parent_run_id=parent_run_id, tags=tags)
     state.run_id = run.run_id
-    folder = checkpoint_dir(run_dir, resume, state.run_id)
+    folder = checkpoint_dir(run_dir, resume, state.run_id, tracking_uri)
     last_path, best_path = folder / "last.pt", folder / "best.pt"
     first_epoch, epoch, stopped_by, finishing = state.epoch + 1, state.epoch, "epochs", False
     clock = Clock(before=state.train_seconds, cpu_before=state.train_cpu_seconds)
@@ -149,6 +151,21 @@ def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | Non
                 raise
     finally:
         ddp.cleanup(dist)
+
+
+def _restore_best(setup: Setup, state: TrainState, best_path: Path, resume) -> None:
+    """Write `best.pt` again from the weights just restored, for a checkpoint carried without it
+    (`hmer runs publish --keep-unfinished` keeps `last.pt` alone where its epoch was the best so
+    far). Best weights that are not the checkpoint's own are not known: continuing would end in a
+    final evaluation of other weights, so that is refused."""
+    if best_path.is_file():
+        return
+    if best_weights_recoverable(state.epoch, state.best_epoch):
+        atomic_torch_save(model_artifact(setup.model, setup.cfg, setup.vocab, state.epoch, state.best_val_exprate),
+                          best_path)
+    elif state.best_epoch > 0:
+        raise FileNotFoundError(f"{best_path}: missing beside {resume}; it holds the best weights so far "
+                                f"(epoch {state.best_epoch}), which the run's final evaluation scores")
 
 
 def _open_run(setup: Setup, state: TrainState, *, tracking_uri: str | None, experiment: str,

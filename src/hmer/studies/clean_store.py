@@ -1,0 +1,305 @@
+"""A clean store, as committed: no machine path, nothing left running, every study under its own name.
+
+    problems = store_problems(Path("mlruns"))        # [] for a clean store; else one line each
+    fixed = relabel_studies(uri, storage) + make_paths_portable(folder, stores=[workspace])
+
+A committed store is read on other machines, by people who did not run it:
+- it names no folder of the machine it was published on (`tracking.portable.machine_paths`: a
+  study's Optuna storage in its parent run's params, a data file given with `--data`), in its
+  MLflow database, its Optuna storage, its artifacts or its checkpoints;
+- no run is RUNNING and no trial is: no process writes to a committed store;
+- a study is called by its name everywhere: its MLflow experiment, the `hmer.study` tag of its
+  runs, its parent run's name and `study` param, its Optuna study's `hmer.experiment` attribute
+  (a study renamed before `hmer runs rename` set them all kept its old name in the last two).
+
+`store_problems` walks the store folder's files (every text column of both databases, every text,
+JSON and model file) and reports each problem in one line naming where it is. `hmer runs publish`
+fixes what it can in its copy (closing what ran: hmer.studies.publish; `relabel_studies`,
+`make_paths_portable`), then refuses a copy that `store_problems` still finds anything in.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator, Sequence
+
+from ..atomic import write_text_atomically
+from ..checkpoint import LEGACY_MODEL_FILE, MODEL_FILE, atomic_torch_save, load_checkpoint, save_model_file
+from ..tracking import keys
+from ..tracking.portable import (ARTIFACTS, CHECKPOINTS, STORE_FOLDER, machine_paths, make_values_portable,
+                                portable_text, set_params)
+
+MLFLOW_DB, OPTUNA_DB = "mlflow.db", "optuna.db"
+TEXT_FILES = (".json", ".md", ".txt", ".csv", ".tsv", ".yaml", ".yml", ".html", ".log")
+MODEL_FILES = (".safetensors", ".pt", ".pth")
+# The study's storage as a published store holds it: optuna.db beside mlflow.db, read from the checkout.
+PUBLISHED_STORAGE = f"sqlite:///{STORE_FOLDER}/{OPTUNA_DB}"
+STORAGE_PARAM = "storage"  # a study's parent run: its Optuna storage (hmer.studies.session)
+STUDY_PARAM = "study"  # a study's parent run: its name
+
+
+@dataclass(frozen=True)
+class Problem:
+    where: str  # "run <id> (experiment <name>) param storage", "artifacts/<...>/config.json", ...
+    what: str  # "names the machine path /work/x", "is RUNNING", ...
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.what}"
+
+
+# ---- finding ---------------------------------------------------------------------------------------
+
+def store_problems(folder: str | Path) -> list[Problem]:
+    """Every machine path, running run or trial and mislabelled study of the store in `folder`
+    (`mlflow.db`, `optuna.db`, `artifacts/`, `checkpoints/`); see the module docstring."""
+    folder = Path(folder)
+    problems: list[Problem] = []
+    if (folder / MLFLOW_DB).is_file():
+        with _read_only(folder / MLFLOW_DB) as db:
+            problems += _database_paths(db, MLFLOW_DB)
+            problems += _mlflow_problems(db)
+    if (folder / OPTUNA_DB).is_file():
+        with _read_only(folder / OPTUNA_DB) as db:
+            problems += _database_paths(db, OPTUNA_DB)
+            problems += _optuna_problems(db)
+    for path in _files(folder):
+        problems += [Problem(path.relative_to(folder).as_posix(), f"names the machine path {found}")
+                     for found in _file_paths(path)]
+    return problems
+
+
+def _read_only(path: Path):
+    return closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True))
+
+
+def _database_paths(db: sqlite3.Connection, name: str) -> Iterator[Problem]:
+    """Machine paths in any text value of any table, each named by its table, row key and column."""
+    for (table,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+        columns = db.execute(f'PRAGMA table_info("{table}")').fetchall()
+        key = [c[1] for c in sorted(columns, key=lambda c: c[5]) if c[5]] or ["rowid"]
+        names = [c[1] for c in columns]
+        for row in db.execute(f'SELECT {", ".join(key)}, {", ".join(names)} FROM "{table}"'):
+            for column, value in zip(names, row[len(key):]):
+                if isinstance(value, str):
+                    for found in machine_paths(value):
+                        row_key = ", ".join(f"{k}={v}" for k, v in zip(key, row))
+                        yield Problem(f"{name} {table} ({row_key}) {column}", f"names the machine path {found}")
+
+
+def _mlflow_problems(db: sqlite3.Connection) -> Iterator[Problem]:
+    experiments = dict(db.execute("SELECT experiment_id, name FROM experiments").fetchall())
+    for run_id, experiment_id, status in db.execute("SELECT run_uuid, experiment_id, status FROM runs"):
+        if status == "RUNNING":
+            yield Problem(f"run {run_id} (experiment {experiments.get(experiment_id)})", "is RUNNING")
+    tags: dict[str, dict[str, str]] = {}
+    for run_id, key, value in db.execute("SELECT run_uuid, key, value FROM tags WHERE key IN (?, ?, ?)",
+                                         (keys.STUDY, keys.ROLE, keys.MLFLOW_RUN_NAME)):
+        tags.setdefault(run_id, {})[key] = value
+    params = {run_id: value for run_id, value in
+              db.execute("SELECT run_uuid, value FROM params WHERE key = ?", (STUDY_PARAM,))}
+    for run_id, experiment_id in db.execute("SELECT run_uuid, experiment_id FROM runs"):
+        study = tags.get(run_id, {}).get(keys.STUDY)
+        if study is None:
+            continue
+        where = f"run {run_id} (study {study})"
+        if experiments.get(experiment_id) != study:
+            yield Problem(where, f"is in the experiment {experiments.get(experiment_id)!r}, not {study!r}")
+        if tags[run_id].get(keys.ROLE) == "study":
+            if tags[run_id].get(keys.MLFLOW_RUN_NAME) != study:
+                yield Problem(where, f"the study's parent run is named {tags[run_id].get(keys.MLFLOW_RUN_NAME)!r}")
+            if params.get(run_id, study) != study:
+                yield Problem(where, f"the study's parent run has the param {STUDY_PARAM}={params[run_id]!r}")
+
+
+def _optuna_problems(db: sqlite3.Connection) -> Iterator[Problem]:
+    names = dict(db.execute("SELECT study_id, study_name FROM studies").fetchall())
+    for study_id, number in db.execute("SELECT study_id, number FROM trials WHERE state = 'RUNNING'"):
+        yield Problem(f"Optuna study {names[study_id]} trial {number}", "is RUNNING")
+    for study_id, value in db.execute("SELECT study_id, value_json FROM study_user_attributes WHERE key = ?",
+                                      (keys.EXPERIMENT,)):
+        if json.loads(value) != names[study_id]:
+            yield Problem(f"Optuna study {names[study_id]}", f"its {keys.EXPERIMENT} says {json.loads(value)!r}")
+
+
+def _files(folder: Path) -> Iterator[Path]:
+    """The artifact and checkpoint files that can name a path (text, JSON, model files), in order."""
+    for part in (ARTIFACTS, CHECKPOINTS):
+        if (folder / part).is_dir():
+            yield from sorted(p for p in (folder / part).rglob("*")
+                              if p.is_file() and p.suffix.lower() in TEXT_FILES + MODEL_FILES)
+
+
+def _file_paths(path: Path) -> list[str]:
+    if path.suffix.lower() in TEXT_FILES:
+        return machine_paths(path.read_text(errors="replace"))
+    return [found for text in _model_strings(path) for found in machine_paths(text)]
+
+
+def _model_strings(path: Path) -> list[str]:
+    """Every string a model file or checkpoint holds besides its tensors (its config, vocabulary)."""
+    return list(_strings({k: v for k, v in load_checkpoint(path).items() if k not in ("model", "optimizer")}))
+
+
+def _strings(value) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _strings(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _strings(item)
+
+
+# ---- fixing ----------------------------------------------------------------------------------------
+
+def relabel_studies(tracking_uri: str, storage: str | None) -> list[str]:
+    """Give every study its own name where a rename left the old one: its Optuna study's
+    `hmer.experiment`, its parent run's name and `study` param (SQLite: params are written once
+    through MLflow's API). Returns what changed, in words."""
+    from ..tracking.portable import sqlite_path
+    from ..tracking.store import mlflow_client
+
+    changed = []
+    if storage is not None:
+        changed += _relabel_optuna_studies(storage)
+    client = mlflow_client(tracking_uri)
+    params = {}
+    for run in _parent_runs(client):
+        study = run.data.tags[keys.STUDY]
+        if run.info.run_name != study:
+            client.set_tag(run.info.run_id, keys.MLFLOW_RUN_NAME, study)
+            changed.append(f"study {study}: its parent run's name")
+        if run.data.params.get(STUDY_PARAM, study) != study:
+            params[(run.info.run_id, STUDY_PARAM)] = study
+            changed.append(f"study {study}: its parent run's param {STUDY_PARAM}")
+    db = sqlite_path(tracking_uri)
+    if params:
+        if db is None:
+            raise ValueError(f"{tracking_uri}: the param {STUDY_PARAM} of {len(params)} parent run(s) names "
+                             f"another study, and only an SQLite store's params can be set again")
+        set_params(db, params)
+    return changed
+
+
+def _relabel_optuna_studies(storage: str) -> list[str]:
+    """`hmer.experiment` of every Optuna study in `storage` set to the study's own name where it
+    says another (the MLflow experiment a study logs to is named after it)."""
+    import optuna
+
+    changed = []
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
+        said = summary.user_attrs.get(keys.EXPERIMENT)
+        if said is not None and said != summary.study_name:
+            optuna.load_study(study_name=summary.study_name, storage=storage).set_user_attr(
+                keys.EXPERIMENT, summary.study_name)
+            changed.append(f"study {summary.study_name}: its Optuna {keys.EXPERIMENT} (was {said})")
+    return changed
+
+
+def _parent_runs(client) -> list:
+    from mlflow.entities import ViewType
+
+    ids = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ALL)]
+    if not ids:
+        return []
+    return [run for run in client.search_runs(ids, filter_string=f"tags.`{keys.ROLE}` = 'study'",
+                                              run_view_type=ViewType.ALL, max_results=10_000)
+            if keys.STUDY in run.data.tags]
+
+
+def make_paths_portable(folder: str | Path, stores: Sequence[Path] = ()) -> list[str]:
+    """Write every machine path in the store in `folder` as a clone reads it
+    (`tracking.portable.portable_text`; a path inside `folder` or one of `stores`, the folders the
+    store was copied from, as `mlruns/...`): a study's `storage` param as the store's own
+    optuna.db when the study is in it; params and tags; Optuna study attributes; text artifacts;
+    model files (a `model.pt` that names one becomes `model.safetensors`, written from the same
+    tensors) and checkpoints. Returns what changed, in words. Trial attributes are left (Optuna
+    changes no finished trial): `store_problems` reports them."""
+    folder = Path(folder)
+    stores = [folder, *stores]
+    changed = []
+    db = folder / MLFLOW_DB
+    if db.is_file():
+        published = _published_storages(folder)
+        set_params(db, published)
+        changed += [f"run {run_id} param {key}" for run_id, key in published]
+        changed += make_values_portable(db, stores)
+    if (folder / OPTUNA_DB).is_file():
+        changed += _portable_study_attrs(f"sqlite:///{folder / OPTUNA_DB}", stores)
+    for path in _files(folder):
+        where = path.relative_to(folder).as_posix()
+        if path.suffix.lower() in TEXT_FILES:
+            if machine_paths(path.read_text(errors="replace")):
+                write_text_atomically(path, portable_text(path.read_text(), stores))
+                changed.append(where)
+        elif any(machine_paths(text) for text in _model_strings(path)):
+            changed.append(_portable_model_file(path, stores).relative_to(folder).as_posix())
+    return changed
+
+
+def _published_storages(folder: Path) -> dict[tuple[str, str], str]:
+    """{(parent run id, "storage"): the published storage} for every study whose parent run names a
+    machine's storage and whose Optuna study the store's optuna.db holds: that is where it is now."""
+    if not (folder / OPTUNA_DB).is_file():
+        return {}
+    with _read_only(folder / OPTUNA_DB) as db:
+        in_storage = {name for (name,) in db.execute("SELECT study_name FROM studies")}
+    with _read_only(folder / MLFLOW_DB) as db:
+        rows = db.execute(
+            "SELECT p.run_uuid, p.value, t.value FROM params p JOIN tags t ON t.run_uuid = p.run_uuid "
+            "AND t.key = ? JOIN tags r ON r.run_uuid = p.run_uuid AND r.key = ? AND r.value = 'study' "
+            "WHERE p.key = ?", (keys.STUDY, keys.ROLE, STORAGE_PARAM)).fetchall()
+    return {(run_id, STORAGE_PARAM): PUBLISHED_STORAGE for run_id, value, study in rows
+            if study in in_storage and machine_paths(value)}
+
+
+def _portable_study_attrs(storage: str, stores: Sequence[Path]) -> list[str]:
+    import optuna
+
+    from .storage import open_storage
+
+    store = open_storage(storage)
+    changed = []
+    for summary in optuna.get_all_study_summaries(store, include_best_trial=False):
+        study_id = store.get_study_id_from_name(summary.study_name)
+        for key, value in store.get_study_user_attrs(study_id).items():
+            portable = _portable_json(value, stores)
+            if portable != value:
+                store.set_study_user_attr(study_id, key, portable)
+                changed.append(f"Optuna study {summary.study_name} user attr {key}")
+        for key, value in store.get_study_system_attrs(study_id).items():
+            portable = _portable_json(value, stores)
+            if portable != value:
+                store.set_study_system_attr(study_id, key, portable)
+                changed.append(f"Optuna study {summary.study_name} system attr {key}")
+    return changed
+
+
+def _portable_json(value, stores: Sequence[Path]):
+    """A JSON-like value with each string made portable."""
+    if isinstance(value, str):
+        return portable_text(value, stores)
+    if isinstance(value, dict):
+        return {k: _portable_json(v, stores) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_portable_json(v, stores) for v in value)
+    return value
+
+
+def _portable_model_file(path: Path, stores: Sequence[Path]) -> Path:
+    """Rewrite a model file or checkpoint with portable strings; returns where it is now."""
+    ckpt = load_checkpoint(path)
+    portable = {k: (v if k in ("model", "optimizer") else _portable_json(v, stores)) for k, v in ckpt.items()}
+    if path.name in (MODEL_FILE, LEGACY_MODEL_FILE):  # a run's model artifact: safetensors, the same every time
+        target = path.with_name(MODEL_FILE)
+        save_model_file(portable, target)
+        if target != path:
+            path.unlink()
+        return target
+    atomic_torch_save(portable, path)  # a checkpoint to be continued: the trainer's own format
+    return path

@@ -1,0 +1,161 @@
+"""`hmer runs publish WORKSPACE`: a workspace's store copied into the checkout's `mlruns/`, to be committed.
+
+    done = publish("/tmp/ws", mlruns_dir(), keep_unfinished=False)    # a Published, to print
+
+The copy is built in `mlruns/.publishing/` and replaces the committed store's files only once
+nothing is wrong with it, so a refused publish leaves the committed store as it was. Its steps:
+1. studies that have not finished are left out, or kept with `keep_unfinished`, with the smallest
+   checkpoint files that continue them (hmer.studies.unfinished);
+2. nothing runs in a published store (`close_running`): a trial that was running in the workspace
+   is FAIL in the copy, as a trial whose worker died (its cell continues it from its checkpoint in
+   a workspace made from the commit, a sweep's next worker is given it), its MLflow run KILLED; a
+   study's parent run stopped so is `interrupted`. In the workspace they go on;
+3. every study is called by its name, and its parent run carries its table (the sweep's too, and
+   a superseded study's as it stopped);
+4. no machine path is left and artifact locations are relative to the checkout (clean_store,
+   tracking.portable);
+5. `clean_store.store_problems` must find nothing: else the publish is refused, in one line naming
+   the first problem and how many there are.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..tracking import keys
+from ..tracking.portable import ARTIFACTS, CHECKPOINTS, STORE_FILES, copy_store, make_portable
+
+STAGING = ".publishing"  # the copy being made, inside the committed store's folder (git-ignored)
+
+
+@dataclass
+class Published:
+    """What a publish did, for the command to print."""
+
+    store: Path
+    unfinished: dict[str, str]  # {study: its parent run's hmer.status}, left out or kept
+    kept_checkpoints: dict[str, list[str]] = field(default_factory=dict)  # {run id: files kept}
+    closed: list[str] = field(default_factory=list)  # what was running, in words
+    marked: list[str] = field(default_factory=list)  # experiments marked as model training
+    relabelled: list[str] = field(default_factory=list)
+    annotated: dict[str, list[str]] = field(default_factory=dict)  # {study: what its parent run got}
+    portable: list[str] = field(default_factory=list)  # where machine paths were written portably
+
+
+def publish(source: str | Path, dest: str | Path, *, keep_unfinished: bool) -> Published:
+    """Publish the local store in the folder `source` into the folder `dest` (see the module
+    docstring). Raises ValueError naming the first problem left, `dest` then as it was."""
+    from .clean_store import make_paths_portable, relabel_studies, store_problems
+    from .present import present_studies
+    from .unfinished import drop_studies, keep_resumable_checkpoints, resumable_runs, unfinished_studies
+    from ..tracking.store import mlflow_client
+    from ..tracking.ui import mark_training_experiments
+
+    source, dest = Path(source).resolve(), Path(dest).resolve()
+    staging = dest / STAGING
+    shutil.rmtree(staging, ignore_errors=True)  # a publish that was killed
+    try:
+        # brought up to date while its artifact locations are still absolute (an artifact written
+        # to a portable store would land relative to the working folder), then made portable
+        db = copy_store(source, staging, portable=False, checkpoints=keep_unfinished)
+        uri = f"sqlite:///{db}"
+        optuna_db = staging / "optuna.db"
+        storage = f"sqlite:///{optuna_db}" if optuna_db.is_file() else None
+        client = mlflow_client(uri)
+        done = Published(store=dest, unfinished=unfinished_studies(client))
+        if not keep_unfinished:
+            drop_studies(sorted(done.unfinished), tracking_uri=uri, storage=storage)
+        done.closed = close_running(client, storage)
+        if keep_unfinished:  # (a store without Optuna studies has no trial to continue)
+            resumable = resumable_runs(client, storage, sorted(done.unfinished), staging) if storage else set()
+            done.kept_checkpoints = keep_resumable_checkpoints(staging, resumable)
+        done.marked = mark_training_experiments(client)
+        done.relabelled = relabel_studies(uri, storage)
+        done.annotated = {study: changes for study, changes in present_studies(uri, storage).items() if changes}
+        done.portable = make_paths_portable(staging, stores=[source])
+        make_portable(db)
+        problems = store_problems(staging)
+        if problems:
+            more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
+            raise ValueError(f"not published: {problems[0]}{more}; {dest} is as it was")
+        _replace(staging, dest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return done
+
+
+def _replace(staging: Path, dest: Path) -> None:
+    """The committed store's files replaced by the copy's (its databases, artifacts and checkpoints)."""
+    for name in STORE_FILES:
+        if (staging / name).is_file():
+            os.replace(staging / name, dest / name)
+    for folder in (ARTIFACTS, CHECKPOINTS):
+        if (dest / folder).exists():
+            shutil.rmtree(dest / folder)
+        if (staging / folder).exists():
+            os.replace(staging / folder, dest / folder)
+
+
+def close_running(client, storage: str | None) -> list[str]:
+    """Close, in a copy of a store, what was running where it was copied from (see the module
+    docstring); returns what was closed, in words."""
+    closed = []
+    if storage is not None:
+        closed += _fail_running_trials(storage)
+    from mlflow.entities import RunStatus, ViewType
+
+    ids = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ALL)]
+    running = client.search_runs(ids, filter_string="attributes.status = 'RUNNING'", run_view_type=ViewType.ALL,
+                                 max_results=10_000) if ids else []
+    from .rename import close_superseded_parent
+
+    for run in running:
+        tags = run.data.tags
+        if tags.get(keys.ROLE) == "study" and keys.SUPERSEDED_BY in tags:
+            close_superseded_parent(client, run)
+            status = "incomplete"
+        elif tags.get(keys.ROLE) == "study":
+            client.set_tag(run.info.run_id, keys.STATUS, "interrupted")  # as a study stopped with Ctrl-C
+            client.set_terminated(run.info.run_id, status=RunStatus.to_string(RunStatus.KILLED))
+            status = "interrupted"
+        else:
+            client.set_tag(run.info.run_id, keys.STATUS, "killed")  # as a run stopped by a signal: resumable
+            client.set_tag(run.info.run_id, keys.STOPPED_BY,
+                           "still running in the workspace when it was published (hmer runs publish): "
+                           "the published copy holds it as it stood")
+            client.set_terminated(run.info.run_id, status=RunStatus.to_string(RunStatus.KILLED))
+            status = "killed"
+        closed.append(f"run {run.info.run_id} ({tags.get(keys.STUDY) or run.info.run_name}): {status}")
+    return closed
+
+
+def _fail_running_trials(storage: str) -> list[str]:
+    """Mark FAIL the RUNNING trials of every study in `storage`, as its next worker does with a
+    dead worker's (`claims.CellClaims.reap`); a sweep's are given to its next worker
+    (`sweeps.continue_dead_trials`), as the worker that reaps them does."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from .claims import mark_failed
+    from .storage import open_storage, trial_id
+    from .sweeps import continue_dead_trials
+
+    store = open_storage(storage)
+    closed = []
+    reason = (f"its worker was training it in the workspace when it was published (hmer runs publish, "
+              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}); marked FAIL in the published copy")
+    for summary in optuna.get_all_study_summaries(store, include_best_trial=False):
+        study = optuna.load_study(study_name=summary.study_name, storage=store)
+        failed = []
+        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            tid = trial_id(store, study, trial.number)
+            if mark_failed(store, tid, reason):
+                failed.append(store.get_trial(tid))
+                closed.append(f"Optuna study {summary.study_name} trial {trial.number}: FAIL")
+        if failed and summary.user_attrs.get(keys.KIND) == "sweep":
+            continue_dead_trials(study, failed)
+    return closed
