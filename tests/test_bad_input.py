@@ -323,6 +323,7 @@ RULE_CASES = {
     ("data.scale_aug_min", "data.scale_aug_max"): {"data.scale_aug_min": "2", "data.scale_aug_max": "1"},
     ("data.aug_width_min", "data.aug_width_max"): {"data.aug_width_min": "1.5", "data.aug_width_max": "1.2"},
     ("train.min_lr", "train.lr"): {"train.lr": "1e-4", "train.min_lr": "1e-3"},
+    ("train.warmup_steps", "train.warmup_epochs"): {"train.warmup_steps": "10", "train.warmup_epochs": "1"},
 }
 
 
