@@ -34,6 +34,9 @@ Benchmark-only knobs go through `--set bench.KEY=VALUE` beside the config overri
                              side processes: `benchmarks/bench_concurrency.py`)
     bench.flop_batches=N     batches whose FLOPs are counted after the timed region (default: 8 train,
                              2 decode; 0 = no FLOP count and no peak)
+    bench.share=N            one of N processes side by side on this machine: cores // N torch threads
+                             and, on a GPU, at most 1/N of its memory (`hmer.device.share_device`;
+                             `benchmarks/bench_concurrency.py` sets it)
     bench.batches=N          time only the first N batches (in their shuffled order), cycled, after
                              one untimed pass over them in place of the warm-up: the steady state
                              once every input shape has been seen (on a GPU, cuDNN plans a
@@ -72,7 +75,7 @@ _LOG_CORR = np.array([[1.0, 0.542, 0.704], [0.542, 1.0, 0.821], [0.704, 0.821, 1
 
 BENCH_DEFAULTS: dict[str, Any] = {
     "pool": 0, "warmup": -1, "weights": "", "check_unbatched": 0, "start_at": 0.0, "flop_batches": -1,
-    "batches": 0,
+    "batches": 0, "share": 1,
 }
 
 PEAK_MATMUL_SIZE = 2048
@@ -184,7 +187,7 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
     from .config import parse_overrides
     from .data import Vocab, collate, load_dataset, make_batches
     from .data.batching import padded_shapes, padding_share
-    from .device import autocast_dtype, cpu_description, resolve_device
+    from .device import autocast_dtype, cpu_description, resolve_device, share_device
     from .model import build_model
     from .presets import preset_with_recipe
     from .training.optim import build_optimizer
@@ -196,6 +199,7 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
     config_items, knobs = split_overrides(overrides)
     cfg = preset_with_recipe(preset).override(parse_overrides(config_items))
     dev = resolve_device(device)
+    share_device(dev, int(knobs["share"]))
     gpu = dev.type == "cuda"
     prefetch = auto_prefetch(cfg.data.prefetch, dev)
     channels_last = bool(cfg.train.channels_last)
@@ -230,7 +234,7 @@ def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: s
     print(f"benchmark={what} preset={preset} device={dev} precision={amp or torch.float32} "
           f"params={params} source={source}", file=out)
     print(f"processor={cpu_description()!r}", file=out)  # CPU figures differ by core kind
-    print(f"weights={weights or 'random'} threads={torch.get_num_threads()} compile={compiled} "
+    print(f"weights={weights or 'random'} threads={torch.get_num_threads()} share={knobs['share']} compile={compiled} "
           f"prefetch={prefetch} pin_memory={gpu} channels_last={channels_last}", file=out)
 
     def to_device(b):  # decoding's batches: as the training loader does it
