@@ -61,8 +61,9 @@ def main() -> int:
     p.add_argument("--batch-pixels", type=int, default=80_000, help="reference pixel budget per batch")
     p.add_argument("--max-batch", type=int, default=4, help="reference maximum images per batch")
     p.add_argument("--k", type=float, default=4.0, help="batch multiplier of the large-batch run")
-    p.add_argument("--rule", default="auto", choices=("auto", "sqrt", "linear"),
-                   help="train.lr_scaling of the large run: auto (sqrt for adaptive, linear for SGD), sqrt, linear")
+    p.add_argument("--rule", action="append", default=None, choices=("auto", "sqrt", "linear"),
+                   help="train.lr_scaling of the large run: auto (sqrt for adaptive, linear for SGD; the default), "
+                        "sqrt, linear; repeated: one large run per rule")
     p.add_argument("--warmup-epochs", type=float, default=1.0)
     p.add_argument("--naive", action="store_true", help="also the large batch without lr scaling or warm-up")
     p.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE")
@@ -112,25 +113,24 @@ def main() -> int:
 
     k = args.k
     big_pixels, big_batch = int(args.batch_pixels * k), int(round(args.max_batch * k))
-    rule = scaling_rule(base.train.optimizer, args.rule)
+    rules = list(dict.fromkeys(scaling_rule(base.train.optimizer, r) for r in args.rule or ["auto"]))
     steps_per_epoch = {
         "small": len(make_batches(data["train"], args.batch_pixels, args.max_batch, seed=0)),
         "large": len(make_batches(data["train"], big_pixels, big_batch, seed=0)),
     }
-    big_lr, measured_k = batch_scaled_lr(base.override({"train.lr_scaling": rule}).train, steps_per_epoch["large"],
-                                         steps_per_epoch["small"])
     warmup = int(math.ceil(args.warmup_epochs * steps_per_epoch["large"]))
     large_settings = {"data.batch_pixels": big_pixels, "data.max_batch_size": big_batch}
-    recipe = {"train.lr_scaling": rule, "train.lr_reference_batch_pixels": args.batch_pixels,
-              "train.lr_reference_max_batch_size": args.max_batch, "train.warmup_epochs": args.warmup_epochs}
-    runs = [
-        ("reference", base, f"batch {args.max_batch} img / {args.batch_pixels:,} px, lr {base.train.lr:g}, "
-                            f"no warm-up, {steps_per_epoch['small']} steps/epoch"),
-        ("large", base.override({**large_settings, **recipe}),
-         f"batch {big_batch} img / {big_pixels:,} px, train.lr_scaling={rule}: lr {big_lr:g} (k = {measured_k:.2f} "
-         f"measured in steps an epoch), warm-up {args.warmup_epochs:g} epoch = {warmup} steps, "
-         f"{steps_per_epoch['large']} steps/epoch"),
-    ]
+    runs = [("reference", base, f"batch {args.max_batch} img / {args.batch_pixels:,} px, lr {base.train.lr:g}, "
+                                f"no warm-up, {steps_per_epoch['small']} steps/epoch")]
+    for rule in rules:
+        recipe = {"train.lr_scaling": rule, "train.lr_reference_batch_pixels": args.batch_pixels,
+                  "train.lr_reference_max_batch_size": args.max_batch, "train.warmup_epochs": args.warmup_epochs}
+        big_lr, measured_k = batch_scaled_lr(base.override(recipe).train, steps_per_epoch["large"],
+                                             steps_per_epoch["small"])
+        runs.append((f"large-{rule}" if len(rules) > 1 else "large", base.override({**large_settings, **recipe}),
+                     f"batch {big_batch} img / {big_pixels:,} px, train.lr_scaling={rule}: lr {big_lr:g} "
+                     f"(k = {measured_k:.2f} measured in steps an epoch), warm-up {args.warmup_epochs:g} epoch = "
+                     f"{warmup} steps, {steps_per_epoch['large']} steps/epoch"))
     if args.naive:
         runs.append(("large-naive", base.override(large_settings),
                      f"batch {big_batch} img / {big_pixels:,} px, lr {base.train.lr:g}, no warm-up"))
@@ -205,7 +205,7 @@ def main() -> int:
     fig, axes = plt.subplots(1, 4, figsize=(17, 4), constrained_layout=True)
     panels = (("val_exprate", "validation ExpRate (%)"), ("val_le1", "validation <= 1 error (%)"),
               ("val_loss", "validation loss"), ("train_loss", "training loss"))
-    for name, style in zip(names, ("o-", "s--", "^:", "d-.")):
+    for name, style in zip(names, ("o-", "s--", "^:", "d-.", "v--")):
         for ax, (key, _) in zip(axes, panels):
             steps, values = zip(*curves[name][key]) if curves[name][key] else ((), ())
             ax.plot(steps, values, style, label=labels[name])

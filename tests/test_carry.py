@@ -29,16 +29,16 @@ def test_a_carried_run_goes_on_elsewhere_and_comes_back_as_one_run_with_its_rest
     first = train(tiny_config(**{"train.epochs": 4}), data=data, tracking_uri=home, experiment="leases",
                   pause_after_epochs=2)
     assert first.stopped_by == "paused" and first.epochs == 2
-    packed = pack_run(first.run_id, tmp_path / "out1" / "carried.tar", tracking_uri=home)
+    packed = pack_run(first.run_id, tmp_path / "out1" / "carried.tar.gz", tracking_uri=home)
     assert (packed.source_run_id, packed.epoch, packed.epochs) == (first.run_id, 2, 4)
     assert not packed.optimizer_state and not packed.best_reset and packed.weights == "last"
-    with tarfile.open(tmp_path / "out1" / "carried.tar") as tar:
+    with tarfile.open(tmp_path / "out1" / "carried.tar.gz") as tar:
         assert sorted(tar.getnames()) == ["carried.json", "last.pt", "run.tar.gz"]
-    assert read_carried(tmp_path / "out1" / "carried.tar").epoch == 2
+    assert read_carried(tmp_path / "out1" / "carried.tar.gz").epoch == 2
 
     # Another machine: a fresh store, only the file carried.
     away = _store(tmp_path, monkeypatch, "away")
-    moved = unpack_run(tmp_path / "out1" / "carried.tar", tracking_uri=away)
+    moved = unpack_run(tmp_path / "out1" / "carried.tar.gz", tracking_uri=away)
     client_away = MlflowClient(away)
     assert moved.run_id != first.run_id and moved.checkpoint == tmp_path / "away" / "checkpoints" / moved.run_id / "last.pt"
     assert client_away.get_run(moved.run_id).data.tags["hmer.source_run_id"] == first.run_id
@@ -51,12 +51,12 @@ def test_a_carried_run_goes_on_elsewhere_and_comes_back_as_one_run_with_its_rest
     again = train(Config(), data=data, tracking_uri=away, resume=moved.checkpoint, pause_after_epochs=1)
     assert again.run_id == moved.run_id and again.epochs == 3 and again.stopped_by == "paused"
     assert client_away.get_run(moved.run_id).data.tags["hmer.warm_restart"] == "3"
-    back = pack_run(moved.run_id, tmp_path / "out2" / "carried.tar", tracking_uri=away)
+    back = pack_run(moved.run_id, tmp_path / "out2" / "carried.tar.gz", tracking_uri=away)
     assert back.source_run_id == first.run_id and back.epoch == 3
 
     # Home again: the same run, its curve continued; then finished there.
     home = _store(tmp_path, monkeypatch, "home")
-    returned = unpack_run(tmp_path / "out2" / "carried.tar", tracking_uri=home)
+    returned = unpack_run(tmp_path / "out2" / "carried.tar.gz", tracking_uri=home)
     assert returned.run_id == first.run_id
     done = train(Config(), data=data, tracking_uri=home, resume=returned.checkpoint)
     assert done.run_id == first.run_id and done.epochs == 4 and done.stopped_by == "epochs" and done.test_scores
@@ -79,10 +79,10 @@ def test_with_its_optimiser_state_a_carried_run_is_exact_and_without_it_is_not(t
     reference = load_checkpoint(tmp_path / "home" / "checkpoints" / straight.run_id / "last.pt")["model"]
     paused = train(cfg, data=data, tracking_uri=home, experiment="carried", pause_after_epochs=1)
     for keep, store in ((True, "with"), (False, "without")):
-        pack_run(paused.run_id, tmp_path / f"{store}.tar", tracking_uri=home, optimizer_state=keep,
+        pack_run(paused.run_id, tmp_path / f"{store}.tar.gz", tracking_uri=home, optimizer_state=keep,
                  checkpoint=tmp_path / "home" / "checkpoints" / paused.run_id / "last.pt")
         away = _store(tmp_path, monkeypatch, store)
-        moved = unpack_run(tmp_path / f"{store}.tar", tracking_uri=away)
+        moved = unpack_run(tmp_path / f"{store}.tar.gz", tracking_uri=away)
         train(Config(), data=data, tracking_uri=away, resume=moved.checkpoint)
         tags = MlflowClient(away).get_run(moved.run_id).data.tags
         weights = load_checkpoint(moved.checkpoint)["model"]
@@ -103,10 +103,10 @@ def test_an_earlier_best_stays_behind_until_only_the_test_years_are_left(tmp_pat
     torch.save(best, folder / "best.pt")
     torch.save({**last, "best_epoch": 1, "best_val_exprate": 50.0}, folder / "last.pt")
 
-    packed = pack_run(paused.run_id, tmp_path / "mid.tar", tracking_uri=home)
+    packed = pack_run(paused.run_id, tmp_path / "mid.tar.gz", tracking_uri=home)
     assert packed.best_reset and packed.weights == "last"
     away = _store(tmp_path, monkeypatch, "away")
-    moved = unpack_run(tmp_path / "mid.tar", tracking_uri=away)
+    moved = unpack_run(tmp_path / "mid.tar.gz", tracking_uri=away)
     ckpt = load_checkpoint(moved.checkpoint)
     val = {m.step: m.value for m in MlflowClient(away).get_metric_history(moved.run_id, "val_exprate")}
     assert (ckpt["best_epoch"], ckpt["best_val_exprate"]) == (2, val[2])
@@ -124,10 +124,10 @@ def test_an_earlier_best_stays_behind_until_only_the_test_years_are_left(tmp_pat
     best["model"] = {k: v * 0.5 if v.is_floating_point() else v for k, v in best["model"].items()}
     torch.save(best, folder / "best.pt")
     torch.save({**load_checkpoint(folder / "last.pt"), "best_epoch": 2}, folder / "last.pt")
-    packed = pack_run(moved.run_id, tmp_path / "end.tar", tracking_uri=away)
+    packed = pack_run(moved.run_id, tmp_path / "end.tar.gz", tracking_uri=away)
     assert packed.weights == "best" and packed.done and not packed.best_reset
     home = _store(tmp_path, monkeypatch, "home")
-    returned = unpack_run(tmp_path / "end.tar", tracking_uri=home)
+    returned = unpack_run(tmp_path / "end.tar.gz", tracking_uri=home)
     for name, tensor in best["model"].items():
         torch.testing.assert_close(load_checkpoint(returned.checkpoint)["model"][name], tensor, rtol=0, atol=0)
     assert load_checkpoint(returned.checkpoint.parent / "best.pt")["epoch"] == 2
@@ -143,9 +143,9 @@ def test_a_file_that_is_not_a_carried_run_or_is_older_than_the_checkpoint_is_ref
         unpack_run(bad, tracking_uri=home)
     assert "\n" not in str(err.value)
     paused = train(tiny_config(**{"train.epochs": 3}), data=tiny_data(), tracking_uri=home, pause_after_epochs=1)
-    pack_run(paused.run_id, tmp_path / "old.tar", tracking_uri=home)
+    pack_run(paused.run_id, tmp_path / "old.tar.gz", tracking_uri=home)
     train(Config(), data=tiny_data(), tracking_uri=home, pause_after_epochs=1,
           resume=tmp_path / "home" / "checkpoints" / paused.run_id / "last.pt")
-    with pytest.raises(ValueError, match=r"old\.tar: run \w+ is at epoch 2 .* past the carried epoch 1"):
-        unpack_run(tmp_path / "old.tar", tracking_uri=home)
+    with pytest.raises(ValueError, match=r"old\.tar\.gz: run \w+ is at epoch 2 .* past the carried epoch 1"):
+        unpack_run(tmp_path / "old.tar.gz", tracking_uri=home)
     assert load_checkpoint(tmp_path / "home" / "checkpoints" / paused.run_id / "last.pt")["epoch"] == 2

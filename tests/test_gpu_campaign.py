@@ -59,7 +59,7 @@ def _home(tmp_path: Path, n: int, keep: Path, store: str) -> str:
 @pytest.mark.slow
 def test_two_leases_carry_one_run_home_as_one_curve(tmp_path, monkeypatch):
     data = write_dataset(tmp_path / "data")
-    keep = tmp_path / "repo" / "mlruns" / "carried" / "gpu-campaign.tar"  # committed between leases
+    keep = tmp_path / "repo" / "mlruns" / "carried" / "gpu-campaign.tar.gz"  # committed between leases
     store = f"sqlite:///{tmp_path / 'home-store' / 'mlflow.db'}"
     (tmp_path / "home-store").mkdir()
     monkeypatch.setenv("HMER_MLRUNS", str(tmp_path / "home-store"))
@@ -78,8 +78,8 @@ def test_two_leases_carry_one_run_home_as_one_curve(tmp_path, monkeypatch):
     said = _prepare(tmp_path, data, keep)
     assert "carried run" in said and "epoch 2 of 3 done" in said and "the call carries" in said
     gpu = tmp_path / "gpu"
-    assert (gpu / "carried.tar").read_bytes() == keep.read_bytes() and (gpu / "crohme.zip").is_file()
-    second = _lease(tmp_path, 2, gpu / "crohme.zip", gpu / "carried.tar", "--with", "bench-trials")
+    assert (gpu / "carried.tar.gz").read_bytes() == keep.read_bytes() and (gpu / "crohme.zip").is_file()
+    second = _lease(tmp_path, 2, gpu / "crohme.zip", gpu / "carried.tar.gz", "--with", "bench-trials")
     steps = {k: v["status"] for k, v in second["steps"].items()}
     assert steps["carry-in"] == "done" and steps["train"] == "done" and steps["bench-decode"] == "done"
     assert steps["bench-trials"] == "done"

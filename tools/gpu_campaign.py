@@ -10,12 +10,12 @@ docs/benchmarks.md section 5 walks through a lease: the exact calls, the git com
 committed store out of the call, and what to commit afterwards.
 
 ONE RUN ACROSS LEASES. The campaign trains one run, `comer-fusion` (CoMER's best coverage variant),
-across as many leases as it takes. Each lease carries the run in (`.gpu/carried.tar`: the run's
+across as many leases as it takes. Each lease carries the run in (`.gpu/carried.tar.gz`: the run's
 MLflow record with its whole history, and its last checkpoint, fp32 weights without the optimiser's
 state; `hmer.training.carry`), continues it until a pause leaves time to bring it back, and returns
-it (`carried.tar`, in pieces of 15 MiB) with an export of every run of the lease (`runs.tar.gz`).
+it (`carried.tar.gz`, in pieces of 15 MiB) with an export of every run of the lease (`runs.tar.gz`).
 `home` merges the export into the store (the run keeps its first id as `hmer.source_run_id`: one run,
-one curve) and keeps the carried file at `mlruns/carried/gpu-campaign.tar`, committed: the only
+one curve) and keeps the carried file at `mlruns/carried/gpu-campaign.tar.gz`, committed: the only
 thing that outlives a session, and the smallest that continues the run (about 25 MB for 6.4 M
 parameters; the optimiser's momentum, as much again, would not fit the call beside the wheels and
 the data). Each lease's optimiser restart is tagged on the run (`hmer.warm_restart`); what it costs
@@ -41,8 +41,8 @@ for six families (now one: the trained preset, and a check of the memory share o
     bench-decode  240 s   once the run has finished: `hmer bench decode` of 2014 with its weights
     wrap-up        60 s   benchmark figures as MLflow runs, every run exported, the run packed to $OUT
 
-$OUT: lease.log, status.json, bench.md, runs.tar.gz (or .part-NNN), carried.tar.part-NNN (while the
-run is unfinished): at most 8 files of 16 MiB (checked; tools/lease.py).
+$OUT: lease.log, status.json, bench.md, runs.tar.gz (or .part-NNN), carried.tar.gz.part-NNN (while
+the run is unfinished): at most 8 files of 16 MiB (checked; tools/lease.py).
 
 The driver uses the standard library only, so it runs before anything is installed; the steps that
 need torch and the project run as subprocesses (`hmer ...`, or `tools/gpu_campaign_steps.py`).
@@ -66,8 +66,8 @@ REPO = Path(__file__).resolve().parents[1]
 STEPS_SCRIPT = Path(__file__).resolve().parent / "gpu_campaign_steps.py"
 EXPERIMENT = "gpu-campaign"
 BENCH_EXPERIMENT = "gpu-bench"
-KEEP = Path("mlruns") / "carried" / f"{EXPERIMENT}.tar"  # the run between leases, committed
-CARRIED = Path(".gpu") / "carried.tar"                     # what a lease carries in (`prepare` copies KEEP)
+KEEP = Path("mlruns") / "carried" / f"{EXPERIMENT}.tar.gz"  # the run between leases, committed
+CARRIED = Path(".gpu") / "carried.tar.gz"                     # what a lease carries in (`prepare` copies KEEP)
 # The standard 2014 images (test_2014-std), carried beside the data when the call has room; on the
 # leased machine they go where the project looks for them: beside the checkout, as on this one.
 STANDARD_2014 = "wap-offline-2014-test.tar.gz"

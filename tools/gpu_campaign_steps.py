@@ -3,7 +3,7 @@
 On the leased machine, as subprocesses of the lease, in the project's environment:
 
     python3 tools/gpu_campaign_steps.py check --device cuda --preset comer-fusion --share 8
-    python3 tools/gpu_campaign_steps.py carry-in .gpu/carried.tar --data <home>/data/crohme.zip
+    python3 tools/gpu_campaign_steps.py carry-in .gpu/carried.tar.gz --data <home>/data/crohme.zip
     python3 tools/gpu_campaign_steps.py wrap-up --home <home> --out $OUT --device cuda
 
 On the session's machine, through `tools/gpu_campaign.py prepare | home | pack-data`.
@@ -27,6 +27,9 @@ from gpu_campaign import BENCH_EXPERIMENT, CARRIED, STANDARD_2014  # noqa: E402
 from lease import PART_MB  # noqa: E402
 
 CALL_MB = 64  # what one device call carries: the working tree and the carried paths together
+# Taken out of the index for the call (the committed store alone is 340 MB; the notebooks' outputs
+# 4 MB that a lease does not read): `prepare` prints the git commands, before and after.
+LEFT_OUT = ("mlruns", "notebooks")
 
 
 # ---- on the leased machine --------------------------------------------------------------------------
@@ -120,8 +123,8 @@ def wrap_up(args) -> int:
             client.log_batch(run_id, tags=[RunTag(keys.GIT_COMMIT, commit)])
         checkpoint = default_checkpoint_root() / run_id / "last.pt"
         if run.info.status != "FINISHED" and checkpoint.is_file():
-            carried = pack_run(run_id, out / "carried.tar")
-            parts = split_file(out / "carried.tar", PART_MB * 2**20)
+            carried = pack_run(run_id, out / "carried.tar.gz")
+            parts = split_file(out / "carried.tar.gz", PART_MB * 2**20)
             print(f"carried run {run_id} at epoch {carried.epoch} of {carried.epochs}: "
                   + ", ".join(f"{p.name} ({p.stat().st_size / 2**20:.1f} MiB)" for p in parts))
     res = export_runs(out / "runs.tar.gz", part_mb=PART_MB)
@@ -151,7 +154,7 @@ def prepare(args) -> int:
     else:
         print(f"no {args.keep}: the lease starts the campaign's run")
     standard = Path(args.data).parent / STANDARD_2014
-    sizes = {"working tree (mlruns/ out of the index)": _tree_bytes(),
+    sizes = {f"working tree ({', '.join(f'{n}/' for n in LEFT_OUT)} out of the index)": _tree_bytes(),
              args.wheels: _folder_bytes(REPO / args.wheels), args.gpu_dir: _folder_bytes(gpu)}
     room = CALL_MB * 2**20 - sum(sizes.values())
     if standard.is_file() and not (gpu / STANDARD_2014).is_file() and standard.stat().st_size < room:
@@ -167,14 +170,25 @@ def prepare(args) -> int:
     if total > CALL_MB * 2**20:
         print(f"over the {CALL_MB} MiB a call carries: leave something out of the working tree or .gpu/")
         return 1
+    left_out = " ".join(LEFT_OUT)
+    excluded = "".join(f"/{n}/\\n" for n in LEFT_OUT)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                            text=True).stdout.strip()
+    print("the lease, from this checkout:")
+    print(f"  git rm -r -q --cached {left_out} && printf '{excluded}' >> .git/info/exclude")
+    print(f'  run(command="HMER_GIT_COMMIT={commit} python3 tools/gpu_campaign.py lease", '
+          f'carry=["{args.wheels}", "{args.gpu_dir}"], timeout_s=600)')
+    print(f"  git reset -q -- {left_out} && sed -i '" + "; ".join(f"\\#^/{n}/$#d" for n in LEFT_OUT)
+          + "' .git/info/exclude")
+    print("then: python tools/gpu_campaign.py home <files_at>")
     return 0
 
 
 def _tree_bytes() -> int:
-    """The working tree a device call sends, with mlruns/ taken out of the index for the call."""
+    """The working tree a device call sends, with LEFT_OUT taken out of the index for the call."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
                             capture_output=True, check=True).stdout.split(b"\0")
-    names = {n.decode() for n in listed if n and not n.startswith(b"mlruns/")}
+    names = {n.decode() for n in listed if n and not n.decode().startswith(tuple(f"{p}/" for p in LEFT_OUT))}
     return sum((REPO / n).stat().st_size for n in names if (REPO / n).is_file())
 
 
@@ -195,8 +209,8 @@ def home(args) -> int:
     for src, rid in res.id_map.items():
         print(f"  {src} -> {rid}")
     keep = REPO / args.keep if not Path(args.keep).is_absolute() else Path(args.keep)
-    came = files / "carried.tar"
-    if came.is_file() or list(files.glob("carried.tar.part-*")):
+    came = files / "carried.tar.gz"
+    if came.is_file() or list(files.glob("carried.tar.gz.part-*")):
         new = read_carried(came)
         if keep.is_file():
             old = read_carried(keep)

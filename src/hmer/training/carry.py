@@ -1,12 +1,13 @@
 """A run carried to another machine as one file: its MLflow record and the smallest checkpoint that
 continues it.
 
-    pack_run(run_id, "carried.tar")                        # where it trained: after an epoch
-    moved = unpack_run("carried.tar", data_path=...)       # where it goes on: the run imported, its checkpoint in place
+    pack_run(run_id, "carried.tar.gz")                     # where it trained: after an epoch
+    moved = unpack_run("carried.tar.gz", data_path=...)    # where it goes on: the run imported, its checkpoint in place
     train(Config(), resume=moved.checkpoint)                # the same run continues (`hmer train --resume`)
 
 Machines lent for minutes at a time (a GPU lease: one command, 64 MiB carried in, 16 MiB files back)
-train one run across many of them. What travels is one uncompressed tar:
+train one run across many of them. What travels is one gzipped tar (fp32 weights shrink by about a
+twelfth, 24.6 to 22.6 MiB for `comer-fusion`, in about 3 s):
 
     carried.json   what it holds: the run's id where it began, its epoch, what was left out
     run.tar.gz     the run's `hmer runs export`: params, tags, every metric's whole history, artifacts
@@ -109,9 +110,13 @@ def pack_run(run_id: str, out_file: str | os.PathLike[str], *, tracking_uri: str
         torch.save(ckpt, folder / CHECKPOINT)
         (folder / MANIFEST).write_text(json.dumps({"format": FORMAT, **_fields(carried)}, indent=1))
         partial = out.with_name(out.name + ".tmp")
-        with tarfile.open(partial, "w") as tar:
-            for name in (MANIFEST, RUN_EXPORT, CHECKPOINT):
-                tar.add(folder / name, arcname=name)
+        try:
+            with tarfile.open(partial, "w:gz", compresslevel=6) as tar:
+                for name in (MANIFEST, RUN_EXPORT, CHECKPOINT):
+                    tar.add(folder / name, arcname=name)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
         os.replace(partial, out)
     return carried
 
@@ -159,11 +164,11 @@ def _extract(path: str | os.PathLike[str], folder: Path) -> tuple[Carried, dict]
             with part.open("rb") as src:
                 shutil.copyfileobj(src, dst)
     try:
-        with tarfile.open(joined, "r:") as tar:  # uncompressed, as pack_run writes it
+        with tarfile.open(joined, "r:gz") as tar:  # as pack_run writes it
             tar.extractall(folder, filter="data")
-    except (tarfile.TarError, EOFError) as exc:
+    except (tarfile.TarError, EOFError, OSError) as exc:
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"{path}: not a carried run (a tar from pack_run): {reason}") from None
+        raise ValueError(f"{path}: not a carried run (a .tar.gz from pack_run): {reason}") from None
     joined.unlink()
     missing = [name for name in (MANIFEST, RUN_EXPORT, CHECKPOINT) if not (folder / name).is_file()]
     if missing:
