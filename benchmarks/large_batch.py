@@ -31,6 +31,7 @@ import os
 import platform
 import shlex
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -143,9 +144,10 @@ def main() -> int:
     for name, cfg, text in ([] if args.runs else runs):
         print(f"run {name}: {text}", flush=True)
         t0 = time.perf_counter()
-        result = train(cfg.override({"name": f"{args.preset}-{name}"}), data=data, tracking_uri=uri,
-                       experiment=args.experiment, run_name=f"{args.preset}-{name}",
-                       tags={"hmer.variant": f"{args.preset}-{name}", "hmer.large_batch": name})
+        with tempfile.TemporaryDirectory(prefix="large-batch-") as checkpoints:  # the curves are in the store
+            result = train(cfg.override({"name": f"{args.preset}-{name}"}), data=data, tracking_uri=uri,
+                           experiment=args.experiment, run_name=f"{args.preset}-{name}", run_dir=checkpoints,
+                           tags={"hmer.variant": f"{args.preset}-{name}", "hmer.large_batch": name})
         seconds[name] = time.perf_counter() - t0
         run_ids[name] = result.run_id
         print(f"  run_id={result.run_id} best_val_exprate={result.best_val_exprate:.1f} "
