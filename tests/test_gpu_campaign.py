@@ -95,7 +95,7 @@ def test_two_leases_carry_one_run_home_as_one_curve(tmp_path, monkeypatch):
     assert run.data.tags["hmer.source_run_id"] == first["train"]["run_id"]
     assert run.info.status == "FINISHED" and run.data.tags["hmer.status"] == "finished"
     assert run.data.tags["hmer.warm_restart"] == "3" and run.data.tags["hmer.device"].startswith("cpu")
-    assert run.data.params["train.lr_scaling"] == "sqrt" and float(run.data.params["lr_batch_scale"]) > 1
+    assert run.data.params["data.batch_pixels"] == "20000"  # the rehearsal's train set reached the fresh run
     assert sorted(m.step for m in client.get_metric_history(run.info.run_id, "train_loss")) == [1, 2, 3]
     assert "test_2014_exprate" in run.data.metrics and "test_2019_exprate" in run.data.metrics
     bench_runs = client.search_runs([client.get_experiment_by_name("gpu-bench").experiment_id])
@@ -134,3 +134,19 @@ def test_an_unknown_step_is_refused_in_one_line(tmp_path):
         assert proc.returncode == 2 and not (tmp_path / "out").exists()
         assert proc.stderr.strip().splitlines()[-1].startswith(
             f"gpu_campaign.py lease: error: argument {option}: invalid choice: 'bench-trian'")
+
+
+def test_what_comes_back_is_checked_against_the_device_tools_limits(tmp_path):
+    sys.path.insert(0, str(REPO / "tools"))
+    from lease import check_out
+
+    out = tmp_path / "out"
+    (out / "a" / "b" / "c").mkdir(parents=True)
+    assert check_out(out) == []
+    for i in range(8):
+        (out / f"f{i}").write_bytes(b"x")
+    assert check_out(out) == [] and check_out(out, extra_files=1) == ["9 files, more than the 8 that come back"]
+    (out / "f0").write_bytes(b"x" * (16 * 2**20 + 1))
+    (out / "a" / "b" / "c" / "deep").write_bytes(b"x")
+    problems = check_out(out)
+    assert "f0 is 16.0 MiB, over 16 MiB" in problems and "a/b/c/deep is more than two folders down" in problems

@@ -53,7 +53,7 @@ def check(args) -> int:
     t0 = time.monotonic()
     # One training step (bf16 on a GPU), synthetic batch: the preset builds, runs and steps.
     run_benchmark("train", preset=args.preset, device=args.device, images=1,
-                  overrides=["bench.pool=16", "bench.warmup=0"], out=buf)
+                  overrides=["bench.pool=16", "bench.warmup=0", "bench.flop_batches=0"], out=buf)
     print(f"one training step of {args.preset}: ok, {time.monotonic() - t0:.1f} s")
     if gpu:
         # One of --share processes: an allocation past its share of the memory is refused.
