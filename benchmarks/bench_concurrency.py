@@ -7,10 +7,12 @@ For each N in --procs, N processes start together, each warms up, then all wait 
 moment (`--set bench.start_at=T`) and train for --seconds; the timed regions therefore overlap.
 Printed per N: the total images/s (sum over the processes), per-process images/s (mean, min and
 max), the scaling of the total against one process, total images per CPU-second, and the peak
-memory of one process. On a CPU each process gets cores // N torch threads (OMP_NUM_THREADS),
-so that N processes do not oversubscribe the cores; on a GPU every process uses the whole device
-(run the CUDA MPS daemon, `nvidia-cuda-mps-control -d`, to let their kernels run concurrently
-rather than time-sliced; say in the figures which it was).
+memory of one process. Each process is one of N sharing the machine as a study's workers share it
+(`--set bench.share=N`, `hmer.device.share_device`): cores // N torch threads, so that N processes
+do not oversubscribe the host's cores (on a GPU the step is host-bound, so this matters there
+too), and on a GPU at most 0.9 / N of its memory, so that no process starves the others. Their
+kernels time-slice the GPU (the CUDA MPS daemon, `nvidia-cuda-mps-control -d`, would run them
+concurrently; say in the figures which it was).
 
 A process that finishes its warm-up after the common start prints `late_start_s`; the table then
 flags that N, and --setup-seconds should be raised.
@@ -42,7 +44,7 @@ def main() -> int:
     p.add_argument("--setup-seconds", type=float, default=0.0,
                    help="from launch to the common start: imports, data, warm-up (default: 45 CPU, 120 GPU)")
     p.add_argument("--data", default=None, help="real CROHME batches instead of synthetic")
-    p.add_argument("--threads", type=int, default=0, help="torch threads per process on CPU (default: cores // N)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads per process (default: cores // N)")
     p.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE")
     args = p.parse_args()
     gpu = args.device.startswith("cuda")
@@ -62,16 +64,16 @@ def main() -> int:
           "| total img/CPU-s | peak MB per process | note |")
     print("|---|---|---|---|---|---|---|---|")
     base_total = None
-    commands = []
+    commands, figures = [], []
     for n in procs:
-        threads = args.threads or (max(1, cores // n) if not gpu else 0)
+        threads = args.threads or max(1, cores // n)
         env = dict(os.environ)
         if threads:
             env["OMP_NUM_THREADS"] = str(threads)
         start_at = time.time() + setup
         bench_args = ["bench", "train", "--preset", preset, "--device", args.device, "--images", "100000000",
                       "--seconds", str(seconds), *(["--data", args.data] if args.data else []),
-                      "--set", *args.overrides, f"bench.start_at={start_at:.3f}"]
+                      "--set", *args.overrides, f"bench.share={n}", f"bench.start_at={start_at:.3f}"]
         commands.append(("OMP_NUM_THREADS=%d " % threads if threads else "") + f"{n} x hmer "
                         + shlex.join(bench_args[:-1]) + " bench.start_at=<common start>")
         running = [subprocess.Popen([sys.executable, "-m", "hmer.cli", *bench_args], stdout=subprocess.PIPE,
@@ -96,6 +98,9 @@ def main() -> int:
         peak = max(float(r["peak_memory_mb"]) for r in results)
         print(f"| {n} | {threads or 'all'} | {total:.3g} | {total / n:.3g} ({min(ips):.3g}–{max(ips):.3g}) | "
               f"{scaling} | {cpu_ips:.3g} | {peak:.0f} | {note} |", flush=True)
+        figures.append(f"total_images_per_second_{n}={total:.4g}" + (f" scaling_{n}={total / base_total:.3f}"
+                                                                       if base_total else ""))
+    print("\n" + " ".join(figures))  # for scripts (tools/gpu_campaign.py): key=value per process count
     print(f"\nCommands (each process also got --set bench.start_at=<the common start>, {setup:.0f} s after launch):")
     for c in commands:
         print(f"    {c}")

@@ -344,6 +344,7 @@ RULE_CASES = {
     ("train.cuda_graphs", "data.pad_multiple", "data.pad_growth"): {"train.cuda_graphs": "true"},
     ("train.cuda_graphs", "train.compile"): {"train.cuda_graphs": "true", "train.compile": "true",
                                              "data.pad_multiple": "16"},
+    ("train.warmup_steps", "train.warmup_epochs"): {"train.warmup_steps": "10", "train.warmup_epochs": "1"},
 }
 
 

@@ -111,3 +111,13 @@ def test_missing_parts_and_unknown_experiments_are_errors(stores, tmp_path, caps
     Path(tmp_path / "y.tar.gz.part-001").write_bytes(b"x")
     assert main(["runs", "import", str(tmp_path / "y.tar.gz"), "--tracking-uri", a]) == 2
     assert "missing" in capsys.readouterr().err
+
+
+def test_a_store_with_no_runs_exports_an_empty_file_that_imports_as_nothing(stores, tmp_path):
+    # A GPU lease whose steps all failed still brings its (empty) store home.
+    a, b = stores
+    res = export_runs(tmp_path / "empty.tar.gz", tracking_uri=a)
+    assert res.runs == 0 and res.files == [tmp_path / "empty.tar.gz"]
+    assert not list(tmp_path.glob("empty.tar.gz.tmp"))
+    imported = import_runs(tmp_path / "empty.tar.gz", tracking_uri=b)
+    assert not imported.created and not imported.updated and not _all(MlflowClient(b))

@@ -78,6 +78,34 @@ def test_warmup_ramps_the_learning_rate():
     assert lrs == sorted(lrs)
 
 
+def test_lr_scaling_scales_the_recipes_rate_by_how_many_times_fewer_steps_an_epoch_takes():
+    import math
+
+    from hmer.config import ConfigError
+    from hmer.data import make_batches
+    from hmer.training import distributed as ddp
+    from hmer.training.setup import build
+
+    data = tiny_data(n_train=16)
+    reference = {"train.lr_reference_batch_pixels": 10_000, "train.lr_reference_max_batch_size": 2}
+    ref_steps = len(make_batches(data["train"], 10_000, 2, seed=0))
+    large_steps = len(make_batches(data["train"], 40_000, 8, seed=0))
+    assert ref_steps > large_steps  # the tiny images: 8 a step at most instead of 2
+    dist = ddp.DistInfo()
+    for rule, factor in (("linear", ref_steps / large_steps), ("sqrt", math.sqrt(ref_steps / large_steps)),
+                         ("none", 1.0)):
+        cfg = tiny_config(**{"train.lr_scaling": rule, **reference, "data.batch_pixels": 40_000,
+                             "data.max_batch_size": 8, "train.warmup_epochs": 1.5})
+        setup = build(cfg, data, torch.device("cpu"), dist)
+        assert setup.lr == pytest.approx(cfg.train.lr * factor)
+        assert setup.batch_scale == pytest.approx(ref_steps / large_steps if rule != "none" else 1.0)
+        assert setup.schedule.warmup_steps == math.ceil(1.5 * large_steps)
+        # the warm-up starts from the scaled rate's first step
+        assert setup.schedule.lr == pytest.approx(setup.lr / setup.schedule.warmup_steps)
+    with pytest.raises(ConfigError, match="train.warmup_steps=5, train.warmup_epochs=1.0: give the warm-up in steps"):
+        tiny_config(**{"train.warmup_steps": 5, "train.warmup_epochs": 1.0})
+
+
 def test_the_best_checkpoint_is_the_highest_exprate_then_the_closest_to_right_then_the_latest():
     from hmer.training.resume import TrainState
     from hmer.training.trainer import improves_on_best
@@ -290,6 +318,30 @@ def test_pause_after_epochs_checkpoints_and_resume_finishes_the_run(store, tmp_p
     assert done.run_id == paused.run_id and done.epochs == 3 and done.stopped_by == "epochs" and done.test_scores
     assert 1000.0 < done.train_cpu_seconds < 1000.0 + 600
     assert MlflowClient(store).get_run(paused.run_id).info.status == "FINISHED"
+
+
+def test_a_deadline_pauses_before_an_epoch_or_the_test_years_that_would_not_fit(store, tmp_path):
+    import time
+
+    cfg = tiny_config(**{"train.epochs": 3})
+    far = time.time() + 3600.0
+    # Epoch 1 always trains; epoch 2 fits the hour, but epoch 3 (the last) with an hour of test years does not.
+    first = train(cfg, data=tiny_data(), tracking_uri=store, run_dir=tmp_path / "c", pause_at=far, final_seconds=3600.0)
+    assert first.stopped_by == "paused" and first.epochs == 2 and not first.test_scores
+    # Epoch 3 fits, its test years do not: the run pauses with its epochs done ...
+    second = train(Config(), data=tiny_data(), tracking_uri=store, resume=tmp_path / "c" / "last.pt",
+                   pause_at=far, final_seconds=3600.0)
+    assert second.stopped_by == "paused" and second.epochs == 3 and not second.test_scores
+    # ... and is resumed for the test years alone: none fit, none trained, nothing logged.
+    third = train(Config(), data=tiny_data(), tracking_uri=store, resume=tmp_path / "c" / "last.pt",
+                  pause_at=far, final_seconds=7200.0)
+    assert third.stopped_by == "paused" and third.epochs == 3
+    done = train(Config(), data=tiny_data(), tracking_uri=store, resume=tmp_path / "c" / "last.pt",
+                 pause_at=far, final_seconds=60.0)
+    assert done.stopped_by == "epochs" and done.test_scores
+    client = MlflowClient(store)
+    assert [m.step for m in client.get_metric_history(done.run_id, "train_loss")] == [1, 2, 3]
+    assert client.get_run(done.run_id).info.status == "FINISHED"
 
 
 def test_the_pad_ladder_pads_every_training_batch_and_the_run_still_evaluates(store, tmp_path):

@@ -34,6 +34,9 @@ Benchmark-only knobs go through `--set bench.KEY=VALUE` beside the config overri
                              side processes: `benchmarks/bench_concurrency.py`)
     bench.flop_batches=N     batches whose FLOPs are counted after the timed region (default: 8 train,
                              2 decode; 0 = no FLOP count and no peak)
+    bench.share=N            one of N processes side by side on this machine: cores // N torch threads
+                             and, on a GPU, at most 1/N of its memory (`hmer.device.share_device`;
+                             `benchmarks/bench_concurrency.py` sets it)
     bench.batches=N          time only the first N batches (in their shuffled order), cycled, after
                              one untimed pass over them in place of the warm-up: the steady state
                              once every input shape has been seen (on a GPU, cuDNN plans a
@@ -83,7 +86,7 @@ _LOG_CORR = np.array([[1.0, 0.542, 0.704], [0.542, 1.0, 0.821], [0.704, 0.821, 1
 
 BENCH_DEFAULTS: dict[str, Any] = {
     "pool": 0, "warmup": -1, "weights": "", "check_unbatched": 0, "start_at": 0.0, "flop_batches": -1,
-    "batches": 0,
+    "batches": 0, "share": 1,
 }
 
 PEAK_MATMUL_SIZE = 2048
@@ -267,7 +270,7 @@ def prepare(what: str, preset: str, device: str, data: str | None, images: int, 
     expressions (a split of `data`, or synthetic ones), and the header lines."""
     from .config import parse_overrides
     from .data import load_dataset
-    from .device import autocast_dtype, cpu_description, resolve_device
+    from .device import autocast_dtype, cpu_description, resolve_device, share_device
     from .model import build_model
     from .presets import preset_with_recipe
     from .training.setup import prepare_model
@@ -276,6 +279,7 @@ def prepare(what: str, preset: str, device: str, data: str | None, images: int, 
     config_items, knobs = split_overrides(overrides)
     cfg = preset_with_recipe(preset).override(parse_overrides(config_items))
     dev = resolve_device(device)
+    share_device(dev, int(knobs["share"]))  # one of N processes side by side (bench.share)
     torch.manual_seed(0)
     if knobs["weights"]:
         from .tracking.models import load_model
@@ -306,7 +310,7 @@ def prepare(what: str, preset: str, device: str, data: str | None, images: int, 
           f"params={params} source={source}", file=out)
     print(f"processor={cpu_description()!r}", file=out)  # CPU figures differ by core kind
     compiled = bool(cfg.train.compile) and what == "train"
-    print(f"weights={knobs['weights'] or 'random'} threads={torch.get_num_threads()} compile={compiled} "
+    print(f"weights={knobs['weights'] or 'random'} threads={torch.get_num_threads()} share={knobs['share']} compile={compiled} "
           f"prefetch={auto_prefetch(cfg.data.prefetch, dev)} pin_memory={gpu} "
           f"channels_last={bool(cfg.train.channels_last)} conv1x1_as_matmul={bool(cfg.train.conv1x1_as_matmul)}",
           file=out)

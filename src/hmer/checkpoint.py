@@ -104,8 +104,14 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
 def model_artifact(model: Any, cfg: Any, vocab: Any, epoch: int, val_exprate: float) -> dict[str, Any]:
     """What `hmer evaluate` / `hmer predict` reload (a run's `model/model.safetensors`, and `best.pt`
     while it trains): weights, config and vocabulary, nothing executable. `cfg` is a Config, `vocab` a Vocab."""
-    return {"format": 1, "model": model.state_dict(), "config": cfg.to_dict(), "vocab": list(vocab.itos),
-            "epoch": epoch, "val_exprate": val_exprate}
+    return weights_artifact(model.state_dict(), cfg.to_dict(), list(vocab.itos), epoch, val_exprate)
+
+
+def weights_artifact(state_dict: dict[str, Any], config: dict[str, Any], itos: list[str], epoch: int,
+                     val_exprate: float) -> dict[str, Any]:
+    """`model_artifact` from plain values: a state_dict, a config dict and the vocabulary's tokens."""
+    return {"format": 1, "model": state_dict, "config": config, "vocab": itos, "epoch": epoch,
+            "val_exprate": val_exprate}
 
 
 def rng_state() -> dict[str, Any]:

@@ -38,6 +38,7 @@ CONV_ATTENTIONS = ("gehring", "scaled")  # ConvS2S's attention to the image (Mod
 OPTIMIZERS = ("adadelta", "sgd", "adamw")
 VAL_SPLITS = ("writer", "random")
 SCHEDULES = ("plateau", "cosine")  # hmer.data.holdout holds the rules
+LR_SCALINGS = ("none", "linear", "sqrt")  # TrainConfig.lr_scaling: hmer.training.optim.batch_scaled_lr
 RENDER_STYLES = ("direct", "standard-like")  # hmer.data.render (RenderConfig.downscale)
 VAL_ALT_STYLES = ("", *RENDER_STYLES)  # "" = no second validation
 PRECISIONS = ("auto", "fp32", "bf16")
@@ -81,6 +82,8 @@ RULES: tuple[Rule, ...] = (
          "without it every batch has its own shape"),
     Rule(("train.cuda_graphs", "train.compile"), lambda graphs, compiled: not (graphs and compiled),
          "train.cuda_graphs captures the eager step; torch.compile is another way to cut the launches: one of them"),
+    Rule(("train.warmup_steps", "train.warmup_epochs"), lambda steps, epochs: steps == 0 or epochs == 0,
+         "give the warm-up in steps or in epochs, not both"),
 )
 
 
@@ -247,6 +250,19 @@ class TrainConfig:
     eps: float = allowed(1e-6, gt=0)
     weight_decay: float = allowed(1e-4, ge=0)
     warmup_steps: int = allowed(0, ge=0)
+    # Large batches: the learning rate scaled with the batch, `linear` (lr x k: Goyal et al. 2017,
+    # "Accurate, Large Minibatch SGD", arXiv:1706.02677, for SGD with momentum, the CoMER recipe)
+    # or `sqrt` (lr x sqrt(k): Krizhevsky 2014, arXiv:1404.5997; Malladi et al. 2022, arXiv:2205.10287,
+    # for adaptive optimisers, Adadelta and AdamW), where k is how many times fewer optimiser steps
+    # an epoch takes than at the reference batch, the one the recipe's lr was set at (by default
+    # the data section's default batch, which BTTR's and CoMER's recipes train at here). `none`:
+    # train.lr as given. See hmer.training.optim and docs/benchmarks.md section 4.
+    lr_scaling: str = allowed("none", one_of=LR_SCALINGS)
+    lr_reference_batch_pixels: int = allowed(320_000, ge=1)
+    lr_reference_max_batch_size: int = allowed(16, ge=1)
+    # A linear warm-up given in epochs of this batch's steps (the same images at any batch size,
+    # Goyal et al.'s "gradual warm-up"); train.warmup_steps gives it in steps instead.
+    warmup_epochs: float = allowed(0.0, ge=0)
     # After the warm-up: plateau (reduce when validation ExpRate stalls; BTTR, CoMER) or cosine
     # (decay to min_lr over train.epochs; for fixed short budgets, see docs/cpu_protocol.md).
     schedule: str = allowed("plateau", one_of=SCHEDULES)  # plateau | cosine

@@ -7,6 +7,10 @@ import platform
 
 import torch
 
+# Share of a GPU's memory that N processes side by side divide between them: each CUDA context
+# (about 0.5 GiB, outside the caching allocator's count) needs the rest.
+GPU_SHARE = 0.9
+
 
 def resolve_device(name: str) -> torch.device:
     """`auto`: the GPU when there is one, else the CPU; any other name as torch reads it."""
@@ -66,3 +70,20 @@ def size_cudnn_plan_cache(plans: int) -> tuple[int, str]:
     limit = max(int(plans), CUDNN_PLAN_CACHE_DEFAULT)
     os.environ[CUDNN_PLAN_CACHE] = str(limit)
     return limit, "sized to the ladder"
+
+
+def share_device(device: torch.device, processes: int) -> None:
+    """This process is one of `processes` that train side by side on this machine (a study's
+    workers, `hmer bench train --set bench.share=N`): it takes `cores // processes` torch threads
+    (unless OMP_NUM_THREADS says), so that together they do not oversubscribe the host's cores, and
+    on a GPU at most `GPU_SHARE / processes` of its memory, so that a process that outgrows its
+    share runs out of memory alone instead of starving its neighbours (PyTorch's caching allocator
+    refuses more: `torch.cuda.set_per_process_memory_fraction`). Kernels of several processes
+    time-slice the GPU; throughput adds up while each process leaves it idle (a host-bound step)."""
+    if processes <= 1:
+        return
+    if not os.environ.get("OMP_NUM_THREADS"):
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        torch.set_num_threads(max(1, cores // processes))
+    if device.type == "cuda":
+        torch.cuda.set_per_process_memory_fraction(GPU_SHARE / processes, device)

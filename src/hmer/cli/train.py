@@ -36,14 +36,22 @@ def add_parser(sub) -> None:
     tr.add_argument("--no-progress", action="store_true")
     tr.add_argument("--pause-after-epochs", type=int, default=0, metavar="N",
                     help="train N epochs, checkpoint and exit with status 3 (continue with --resume)")
+    tr.add_argument("--pause-within", type=float, default=0.0, metavar="SECONDS",
+                    help="pause likewise after the last epoch that leaves time for the next (as long as the one "
+                         "just done) within SECONDS from now: a machine lent for a while")
+    tr.add_argument("--final-seconds", type=float, default=0.0, metavar="SECONDS",
+                    help="with --pause-within: what the test years take, counted before the last epoch")
     tr.set_defaults(func=cmd_train)
 
 
 def cmd_train(args) -> int:
+    import time
+
     from ..config import Config, parse_overrides
     from ..presets import resolve_preset
     from ..training import train
 
+    pause_at = time.time() + args.pause_within if args.pause_within > 0 else 0.0
     if args.resume:
         from ..tracking.run import fail_runs_of_dead_processes
 
@@ -53,7 +61,8 @@ def cmd_train(args) -> int:
         ckpt = find_resume_checkpoint(args.resume, args.tracking_uri, args.experiment)
         print(f"resuming from {ckpt}", file=sys.stderr)
         result = train(Config(), tracking_uri=args.tracking_uri, experiment=args.experiment, resume=ckpt,
-                       progress=not args.no_progress, pause_after_epochs=args.pause_after_epochs)
+                       progress=not args.no_progress, pause_after_epochs=args.pause_after_epochs,
+                       pause_at=pause_at, final_seconds=args.final_seconds)
         return print_result(result)
     if args.config and args.preset:
         raise UserError("give --preset or --config, not both")
@@ -81,7 +90,8 @@ def cmd_train(args) -> int:
         overrides["train.time_budget_s"] = str(args.time_budget)
     cfg = cfg.override(overrides).validate()
     result = train(cfg, tracking_uri=args.tracking_uri, experiment=args.experiment, run_name=args.run_name,
-                   progress=not args.no_progress, pause_after_epochs=args.pause_after_epochs)
+                   progress=not args.no_progress, pause_after_epochs=args.pause_after_epochs,
+                   pause_at=pause_at, final_seconds=args.final_seconds)
     return print_result(result)
 
 

@@ -280,7 +280,9 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
         if main:
             children = start_workers(kind.run_study, spec, budget, n_jobs, setup.storage_url, setup.tracking_uri,
                                      data_path, name, overrides, **kind.worker_options())
-        set_threads(n_jobs)
+        from ..device import resolve_device, share_device  # (torch: loaded once a trial is to run)
+
+        share_device(resolve_device(session.base.train.device), n_jobs)  # threads, and a GPU's memory
         while True:
             if not kind.run_next(session, study_data):
                 if not main or not kind.others_running(claims):
@@ -373,16 +375,6 @@ def load_data(cfg: Config, say: Callable[[str], None]) -> dict[str, list]:
     sizes = ", ".join(f"{split} {len(items)}" for split, items in data.items())
     say(f"data loaded in {time.monotonic() - t0:.0f} s: {sizes}")
     return data
-
-
-def set_threads(n_jobs: int) -> None:
-    """Divide this machine's cores between the worker processes (unless OMP_NUM_THREADS says)."""
-    if n_jobs <= 1 or os.environ.get("OMP_NUM_THREADS"):
-        return
-    import torch
-
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    torch.set_num_threads(max(1, cores // n_jobs))
 
 
 def printer(prefix: str) -> Callable[[str], None]:

@@ -21,7 +21,12 @@ ERROR = "hmer.error"              # one line: why a run or trial failed
 GIT_COMMIT = "hmer.git_commit"    # the commit that produced the run, "-dirty" with uncommitted changes
 DEVICE = "hmer.device"            # the device it trained on, in words
 RESUMED = "hmer.resumed"          # the epoch a resumed run continued from
-WARM_RESTART = "hmer.warm_restart"  # the epoch a run restarted from fp16 weights (tools/gpu_campaign.py)
+# The epochs (comma-separated) at which a run went on from a checkpoint carried without its
+# optimiser state (hmer.training.carry): its optimiser restarted there.
+WARM_RESTART = "hmer.warm_restart"
+# The epochs at which a carried run's best-on-validation weights were not carried (an earlier epoch's):
+# from there on its best is chosen among the epochs since.
+BEST_RESET = "hmer.best_reset"
 STOPPED_BY = "hmer.stopped_by"    # a run closed KILLED by SIGTERM/SIGINT: the signal, and where training stood
 PID = "hmer.pid"                  # the process that trains the run (the last one, after a resume)
 HOST = "hmer.host"                # the machine it runs on: a RUNNING run of this host whose pid is gone died

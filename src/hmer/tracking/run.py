@@ -83,19 +83,26 @@ class TrainingRun:
         return cls(client, run.info.run_id)
 
     @classmethod
-    def resume(cls, run_id: str, *, tracking_uri: str | None = None, from_epoch: int) -> TrainingRun:
+    def resume(cls, run_id: str, *, tracking_uri: str | None = None, from_epoch: int,
+               marks: tuple[str, ...] = ()) -> TrainingRun:
         """The run `run_id` running again, from epoch `from_epoch` (tagged `hmer.resumed`), in its
-        own experiment (made MLflow's current one; no other is created)."""
+        own experiment (made MLflow's current one; no other is created). Each tag of `marks` gets
+        `from_epoch` added to its comma-separated list of epochs: where the run changed on the way
+        (`hmer.warm_restart`: its optimiser restarted there), kept whole across every resume."""
         import mlflow
 
         client = mlflow_client(point_mlflow_at(tracking_uri))
+        tags = client.get_run(run_id).data.tags
         mlflow.set_experiment(experiment_id=client.get_run(run_id).info.experiment_id)
         client.update_run(run_id, status="RUNNING")
         client.set_tag(run_id, keys.STATUS, "running")
         client.set_tag(run_id, keys.RESUMED, str(from_epoch))
         for key, value in _process_tags().items():
             client.set_tag(run_id, key, value)
-        if keys.STOPPED_BY in client.get_run(run_id).data.tags:  # the stop is over: the run goes on
+        for key in marks:
+            epochs = [e for e in tags.get(key, "").split(",") if e]
+            client.set_tag(run_id, key, ",".join([*epochs, str(from_epoch)]))
+        if keys.STOPPED_BY in tags:  # the stop is over: the run goes on
             client.delete_tag(run_id, keys.STOPPED_BY)
         return cls(client, run_id)
 

@@ -135,6 +135,7 @@ def export_runs(out_file: str | os.PathLike[str], *, tracking_uri: str | None = 
     records = []
     with tempfile.TemporaryDirectory(prefix="hmer-export-") as tmp:
         tmp_path = Path(tmp)
+        (tmp_path / "artifacts").mkdir()  # an export of no runs is an empty one, not an error
         for run in runs:
             rid = run.info.run_id
             history = {key: [[m.value, m.timestamp, m.step] for m in client.get_metric_history(rid, key)]
@@ -165,9 +166,13 @@ def export_runs(out_file: str | os.PathLike[str], *, tracking_uri: str | None = 
         }
         (tmp_path / MANIFEST).write_text(json.dumps(manifest, indent=1))
         partial = out.with_name(out.name + ".tmp")
-        with tarfile.open(partial, "w:gz") as tar:
-            tar.add(tmp_path / MANIFEST, arcname=MANIFEST)  # first: a reader can stop after it
-            tar.add(tmp_path / "artifacts", arcname="artifacts")
+        try:
+            with tarfile.open(partial, "w:gz") as tar:
+                tar.add(tmp_path / MANIFEST, arcname=MANIFEST)  # first: a reader can stop after it
+                tar.add(tmp_path / "artifacts", arcname="artifacts")
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
         os.replace(partial, out)
     files = split_file(out, int(part_mb * 2**20)) if part_mb > 0 else [out]
     return ExportResult(files=files, runs=len(records), omitted_artifacts=omitted)

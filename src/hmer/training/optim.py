@@ -7,6 +7,13 @@ so `--recipe comer --set train.lr=0.04` is a CoMER run at half the learning rate
 - CoMER: SGD, lr 0.08, momentum 0.9, weight decay 1e-4.
 
 Both reduce the learning rate when validation ExpRate stops improving (`LRSchedule`).
+
+Large batches: `train.lr_scaling` scales the recipe's learning rate with the batch
+(`batch_scaled_lr`; the rules and their sources are in `TrainConfig`), and `train.warmup_epochs`
+warms it up over epochs of the batch's own steps. A recipe's lr was set at one batch size (the
+reference batch); k times larger batches take k times fewer steps an epoch, and the rules say
+what learning rate keeps the curve per epoch where it was: lr x k for SGD, lr x sqrt(k) for
+adaptive optimisers. docs/benchmarks.md section 4 measures them on the CPU.
 """
 
 from __future__ import annotations
@@ -19,14 +26,37 @@ import torch
 from ..config import TrainConfig
 
 
-def build_optimizer(params, tc: TrainConfig) -> torch.optim.Optimizer:
+def build_optimizer(params, tc: TrainConfig, lr: float | None = None) -> torch.optim.Optimizer:
+    """The optimiser `tc` names, at learning rate `lr` (default: train.lr; see `batch_scaled_lr`)."""
+    lr = tc.lr if lr is None else lr
     if tc.optimizer == "adadelta":
-        return torch.optim.Adadelta(params, lr=tc.lr, rho=tc.rho, eps=tc.eps, weight_decay=tc.weight_decay)
+        return torch.optim.Adadelta(params, lr=lr, rho=tc.rho, eps=tc.eps, weight_decay=tc.weight_decay)
     if tc.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=tc.lr, momentum=tc.momentum, weight_decay=tc.weight_decay)
+        return torch.optim.SGD(params, lr=lr, momentum=tc.momentum, weight_decay=tc.weight_decay)
     if tc.optimizer == "adamw":
-        return torch.optim.AdamW(params, lr=tc.lr, eps=tc.eps, weight_decay=tc.weight_decay, fused=True)
+        return torch.optim.AdamW(params, lr=lr, eps=tc.eps, weight_decay=tc.weight_decay, fused=True)
     raise ValueError(f"train.optimizer={tc.optimizer!r} is not one of adadelta, sgd, adamw")
+
+
+def batch_scaled_lr(tc: TrainConfig, steps_per_epoch: int, reference_steps_per_epoch: int) -> tuple[float, float]:
+    """(learning rate, k): train.lr scaled by `train.lr_scaling` for a batch that takes
+    `steps_per_epoch` optimiser steps an epoch where the reference batch takes
+    `reference_steps_per_epoch`; k is their ratio (how many times more images a step holds).
+    Counting steps rather than comparing the two batch settings measures what changes for the
+    optimiser: a pixel budget and an image cap together decide how many images a step gets."""
+    k = reference_steps_per_epoch / max(steps_per_epoch, 1)
+    if tc.lr_scaling == "linear":
+        return tc.lr * k, k
+    if tc.lr_scaling == "sqrt":
+        return tc.lr * math.sqrt(k), k
+    return tc.lr, k
+
+
+def warmup_steps(tc: TrainConfig, steps_per_epoch: int) -> int:
+    """The warm-up in optimiser steps: train.warmup_steps, or train.warmup_epochs of this batch's steps."""
+    if tc.warmup_epochs > 0:
+        return int(math.ceil(tc.warmup_epochs * steps_per_epoch))
+    return tc.warmup_steps
 
 
 class LRSchedule:
@@ -40,13 +70,15 @@ class LRSchedule:
     small budget is what the cosine form is for: it does not wait on validation to decay.
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, tc: TrainConfig, total_steps: int = 0):
+    def __init__(self, optimizer: torch.optim.Optimizer, tc: TrainConfig, total_steps: int = 0,
+                 warmup: int | None = None):
+        """`warmup`: the warm-up in steps (default: train.warmup_steps; see `warmup_steps`)."""
         self.optimizer = optimizer
-        self.warmup_steps = tc.warmup_steps
+        self.warmup_steps = tc.warmup_steps if warmup is None else warmup
         self.cosine = tc.schedule == "cosine"
-        if self.cosine and total_steps <= tc.warmup_steps:
+        if self.cosine and total_steps <= self.warmup_steps:
             raise ValueError(f"train.schedule=cosine needs more steps ({total_steps}) than "
-                             f"train.warmup_steps ({tc.warmup_steps})")
+                             f"its warm-up ({self.warmup_steps})")
         self.total_steps = total_steps
         self.min_lr = tc.min_lr
         self.base_lrs = [g["lr"] for g in optimizer.param_groups]

@@ -5,6 +5,12 @@ random generator, and the `TrainState` (epoch, best validation so far, clocks, r
 order and augmentation of an epoch are drawn from (seed, epoch) alone, so with these restored a
 resumed run takes the very steps the uninterrupted one would have taken and ends with the same
 weights.
+
+A checkpoint carried to another machine may leave out the optimiser's state (`without_optimizer_state`:
+the momentum or second-moment buffers, as large again as the weights). The run then continues from
+the same weights, schedule and random generators with the optimiser's state started afresh: a warm
+restart, which the trainer tags on the run (`hmer.warm_restart`), since it is no longer the run an
+uninterrupted training would have been. docs/benchmarks.md section 5 measures what it costs.
 """
 
 from __future__ import annotations
@@ -32,12 +38,15 @@ class TrainState:
     step_seconds: float = 0.0        # time in training steps only
     images_trained: int = 0          # images seen by training steps, all ranks
     run_id: str | None = None
+    # What the checkpoint resumed from left out (never saved: the next checkpoint is whole again):
+    optimizer_restarted: bool = False  # its optimiser state, so the optimiser starts afresh
+    best_reset: bool = False           # the weights of an earlier best, so the best is chosen from here on
 
 
 def restore(ckpt: dict[str, Any], setup: Setup) -> TrainState:
     """Put `ckpt` (a `last.pt`) back into the model, optimiser, schedule and RNGs; its TrainState."""
     setup.model.load_state_dict(ckpt["model"])
-    setup.optimizer.load_state_dict(ckpt["optimizer"])
+    setup.optimizer.load_state_dict(ckpt["optimizer"])  # its param_groups hold the lr, also when carried
     setup.schedule.load_state_dict(ckpt["schedule"])
     set_rng_state(ckpt["rng"])
     return TrainState(epoch=int(ckpt["epoch"]), best_val_exprate=float(ckpt["best_val_exprate"]),
@@ -45,7 +54,22 @@ def restore(ckpt: dict[str, Any], setup: Setup) -> TrainState:
                       train_seconds=float(ckpt.get("train_seconds", 0.0)),
                       train_cpu_seconds=float(ckpt.get("train_cpu_seconds", 0.0)),
                       step_seconds=float(ckpt.get("step_seconds", 0.0)),
-                      images_trained=int(ckpt.get("images_trained", 0)), run_id=ckpt.get("run_id"))
+                      images_trained=int(ckpt.get("images_trained", 0)), run_id=ckpt.get("run_id"),
+                      optimizer_restarted=bool(ckpt.get(OPTIMIZER_STATE_DROPPED, False)),
+                      best_reset=bool(ckpt.get(BEST_RESET, False)))
+
+
+# Checkpoint keys of a carried checkpoint: what it left out (see the module docstring).
+OPTIMIZER_STATE_DROPPED = "optimizer_state_dropped"
+BEST_RESET = "best_reset"
+
+
+def without_optimizer_state(ckpt: dict[str, Any]) -> dict[str, Any]:
+    """`ckpt` (a `last.pt`) without the optimiser's per-parameter state: the smallest checkpoint that
+    resumes the run. Its param groups stay (they hold the learning rate that the plateau schedule
+    has reduced), so the optimiser continues at the same rate with fresh buffers."""
+    return {**ckpt, "optimizer": {"state": {}, "param_groups": ckpt["optimizer"]["param_groups"]},
+            OPTIMIZER_STATE_DROPPED: True}
 
 
 def save_last(path: Path, setup: Setup, state: TrainState) -> None:

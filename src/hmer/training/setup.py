@@ -23,7 +23,7 @@ from ..model import HMERModel, build_model
 from ..model.pointwise import use_matmul
 from . import distributed as ddp
 from .loader import auto_prefetch
-from .optim import LRSchedule, build_optimizer
+from .optim import LRSchedule, batch_scaled_lr, build_optimizer, warmup_steps
 
 
 def seed_everything(seed: int) -> None:
@@ -91,6 +91,10 @@ class Setup:
     num_params: int
     # The training split's strokes by name, when `data.aug_share` redraws training images.
     train_strokes: dict[str, list[np.ndarray]] | None = None
+    # The learning rate the optimiser starts from (train.lr scaled by train.lr_scaling) and k, how
+    # many times more images a step holds than at the recipe's reference batch.
+    lr: float = 0.0
+    batch_scale: float = 1.0
 
     @property
     def train_set(self) -> list[Expression]:
@@ -118,9 +122,16 @@ def build(cfg: Config, data: dict[str, list] | None, device: torch.device, dist:
     model = prepare_model(build_model(cfg.model).to(device), tc)
     optimizer = build_optimizer(model.parameters(), tc)
     # make_batches fixes the number of batches of an epoch whatever its shuffle seed
-    steps_per_epoch = len(ddp.shard(make_batches(data["train"], cfg.data.batch_pixels, cfg.data.max_batch_size,
-                                                 shuffle=True, seed=0), dist))
-    schedule = LRSchedule(optimizer, tc, total_steps=steps_per_epoch * tc.epochs)
+    batches = make_batches(data["train"], cfg.data.batch_pixels, cfg.data.max_batch_size, shuffle=True, seed=0)
+    steps_per_epoch = len(ddp.shard(batches, dist))
+    lr, batch_scale = tc.lr, 1.0
+    if tc.lr_scaling != "none":
+        reference = make_batches(data["train"], tc.lr_reference_batch_pixels, tc.lr_reference_max_batch_size,
+                                 shuffle=True, seed=0)
+        lr, batch_scale = batch_scaled_lr(tc, len(batches), len(reference))
+    optimizer = build_optimizer(model.parameters(), tc, lr)
+    schedule = LRSchedule(optimizer, tc, total_steps=steps_per_epoch * tc.epochs,
+                          warmup=warmup_steps(tc, steps_per_epoch))
     loss_module: Any = ddp.wrap(LossModule(model, cfg.train.label_smoothing), dist, device)
     if tc.compile:
         loss_module = torch.compile(loss_module, dynamic=True)
@@ -128,7 +139,8 @@ def build(cfg: Config, data: dict[str, list] | None, device: torch.device, dist:
                  optimizer=optimizer, schedule=schedule, device=device,
                  amp_dtype=autocast_dtype(tc.precision, device), dist=dist,
                  prefetch=auto_prefetch(cfg.data.prefetch, device),
-                 num_params=sum(p.numel() for p in model.parameters()), train_strokes=train_strokes)
+                 num_params=sum(p.numel() for p in model.parameters()), train_strokes=train_strokes,
+                 lr=lr, batch_scale=batch_scale)
 
 
 def _add_restyled_splits(cfg: Config, data: dict[str, list], test_years: list[str]) -> dict | None:

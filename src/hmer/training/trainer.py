@@ -39,6 +39,7 @@ from ..data.ladder import PadLadder
 from ..device import device_description, resolve_device
 from ..evaluation.evaluate import decode_options, evaluate_split
 from ..signals import Stopped, deferred, stop_on_signals
+from ..tracking import keys
 from ..tracking.run import NullRun, RunLogger, TrainingRun
 from . import distributed as ddp
 from .final import final_evaluation
@@ -67,24 +68,31 @@ def train(
     progress: bool = False,
     log_prefix: str = "",
     pause_after_epochs: int = 0,
+    pause_at: float = 0.0,
+    final_seconds: float = 0.0,
 ) -> TrainResult:
     """Train `cfg` and score it on every test year; see the module docstring.
 
     `progress` shows progress bars (a terminal); without them one line per epoch is printed,
     starting with `log_prefix` (a study names its trial there), so a log file shows the run.
     `pause_after_epochs` > 0: after that many epochs in this call, checkpoint and return
-    (stopped_by "paused", no test years) for `resume` to continue: a machine lent by the slice."""
+    (stopped_by "paused", no test years) for `resume` to continue: a machine lent for a while.
+    `pause_at` > 0 (a `time.time()`): pause the same way after the last epoch that leaves time for
+    the next one (as long as the epoch just done took) before then, counting `final_seconds` for
+    the test years when the next epoch is the last; a run whose epochs are done but whose test
+    years do not fit pauses too, and its resume goes straight to them."""
     with stop_on_signals():
         return _train(cfg, data, tracking_uri=tracking_uri, experiment=experiment, run_name=run_name,
                       parent_run_id=parent_run_id, tags=tags, epoch_callback=epoch_callback, resume=resume,
                       run_dir=run_dir, progress=progress, log_prefix=log_prefix,
-                      pause_after_epochs=pause_after_epochs)
+                      pause_after_epochs=pause_after_epochs, pause_at=pause_at, final_seconds=final_seconds)
 
 
 def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | None, experiment: str,
            run_name: str | None, parent_run_id: str | None, tags: dict[str, str] | None,
-           epoch_callback: EpochCallback | None, resume: str | Path | Literal[False] | None,
-           run_dir: str | Path | None, progress: bool, log_prefix: str, pause_after_epochs: int) -> TrainResult:
+           epoch_callback: EpochCallback | None, resume: bool | str | Path | None, run_dir: str | Path | None,
+           progress: bool, log_prefix: str, pause_after_epochs: int, pause_at: float,
+           final_seconds: float) -> TrainResult:
     ckpt = load_checkpoint(resume, map_location="cpu") if resume else None
     if ckpt is not None:
         cfg = Config.from_dict(ckpt["config"], stored=True)
@@ -109,7 +117,10 @@ def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | Non
         with run:  # settles the run's status: finished, paused, pruned, killed (a signal) or failed
             try:
                 _prepare_shapes(setup, run, state, log_prefix, progress)
+                if pause_at and state.epoch >= tc.epochs and time.time() + final_seconds > pause_at:
+                    stopped_by = "paused"  # resumed for its test years only, and they do not fit
                 for epoch in range(first_epoch, tc.epochs + 1):
+                    epoch_start = time.monotonic()
                     metrics, over_budget = _train_epoch(setup, step, state, epoch, clock, progress)
                     val_exprate = _validate(setup, state, epoch, metrics, best_path, last=over_budget)
                     with deferred():  # the epoch's metrics and its checkpoint, both or neither
@@ -128,6 +139,11 @@ def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | Non
                     if epoch_callback is not None and dist.is_main:
                         epoch_callback(epoch, metrics)
                     stopped_by = _stop_reason(cfg, epoch, first_epoch, over_budget, val_exprate, pause_after_epochs)
+                    # (every rank stops alike: their clocks may disagree by a little)
+                    if stopped_by == "epochs" and pause_at and ddp.any_rank(_out_of_time(
+                            pause_at, time.monotonic() - epoch_start, final_seconds, epoch, tc.epochs),
+                            dist, setup.device):
+                        stopped_by = "paused"
                     if stopped_by != "epochs":
                         break
                 result = TrainResult(run_id=str(state.run_id), best_val_exprate=state.best_val_exprate,
@@ -174,12 +190,15 @@ def _open_run(setup: Setup, state: TrainState, *, tracking_uri: str | None, expe
     if not setup.dist.is_main:
         return NullRun(state.run_id)
     if state.run_id is not None:
-        return TrainingRun.resume(state.run_id, tracking_uri=tracking_uri, from_epoch=state.epoch + 1)
+        marks = (keys.WARM_RESTART,) * state.optimizer_restarted + (keys.BEST_RESET,) * state.best_reset
+        return TrainingRun.resume(state.run_id, tracking_uri=tracking_uri, from_epoch=state.epoch + 1, marks=marks)
     cfg = setup.cfg
     run = TrainingRun.start(tracking_uri=tracking_uri, experiment=experiment, variant=cfg.name or cfg.model.decoder,
                             device=device_description(setup.device), run_name=run_name or cfg.name or None,
                             parent_run_id=parent_run_id, tags=tags)
-    run.log_params({**cfg.to_flat_dict(), "num_params": setup.num_params})
+    scaled = {"lr_scaled": setup.lr, "lr_batch_scale": round(setup.batch_scale, 4)} \
+        if cfg.train.lr_scaling != "none" else {}  # what train.lr_scaling made of train.lr
+    run.log_params({**cfg.to_flat_dict(), "num_params": setup.num_params, **scaled})
     run.log_text(json.dumps(cfg.to_dict(), indent=2, sort_keys=True), "config.json")
     # What this run trained and selected on, by name, so anyone can audit the split.
     for split, exprs in (("train", setup.train_set), ("val", setup.val_set)):
@@ -298,6 +317,13 @@ def improves_on_best(state: TrainState, val_exprate: float, val_le1: float) -> b
     if val_exprate != state.best_val_exprate:
         return val_exprate > state.best_val_exprate
     return val_le1 >= state.best_val_le1
+
+
+def _out_of_time(pause_at: float, epoch_seconds: float, final_seconds: float, epoch: int, epochs: int) -> bool:
+    """Whether what follows `epoch` would end after `pause_at`: the next epoch, taken to last as
+    long as this one, and the test years when that is the last epoch (or this one was)."""
+    need = (epoch_seconds if epoch < epochs else 0.0) + (final_seconds if epoch + 1 >= epochs else 0.0)
+    return time.time() + need > pause_at
 
 
 def _stop_reason(cfg: Config, epoch: int, first_epoch: int, over_budget: bool, val_exprate: float,

@@ -1,0 +1,191 @@
+"""A run carried to another machine as one file: its MLflow record and the smallest checkpoint that
+continues it.
+
+    pack_run(run_id, "carried.tar.gz")                     # where it trained: after an epoch
+    moved = unpack_run("carried.tar.gz", data_path=...)    # where it goes on: the run imported, its checkpoint in place
+    train(Config(), resume=moved.checkpoint)                # the same run continues (`hmer train --resume`)
+
+Machines lent for minutes at a time (a GPU lease: one command, 64 MiB carried in, 16 MiB files back)
+train one run across many of them. What travels is one gzipped tar (fp32 weights shrink by about a
+twelfth, 24.6 to 22.6 MiB for `comer-fusion`, in about 3 s):
+
+    carried.json   what it holds: the run's id where it began, its epoch, what was left out
+    run.tar.gz     the run's `hmer runs export`: params, tags, every metric's whole history, artifacts
+                   up to 1 MiB (config, split lists; no model file)
+    last.pt        the checkpoint: fp32 weights, schedule, random generators and the run's state
+
+On the next machine the export is merged into that machine's store (the run keeps its original id
+as `hmer.source_run_id`, however many stores it passes through), so the run continues with its
+history, and its export merges back into the store it came from as the same run: one run, one
+curve, whatever number of machines.
+
+What the file leaves out, to stay small (6.4 M parameters are 25 MB of fp32 weights, and the
+optimiser's state as much again), and what that changes:
+
+- **The optimiser's state**, unless `optimizer_state=True`: the run goes on with fresh momentum
+  buffers, tagged `hmer.warm_restart` with the epoch (`resume.without_optimizer_state`);
+  docs/benchmarks.md section 5 measures what it costs the curve. The weights are never rounded:
+  fp32, as trained.
+- **An earlier epoch's best weights.** The best-on-validation weights are the last ones, or are
+  left behind: the run's best is then chosen from the carried epoch on (its validation reading is
+  the best's), tagged `hmer.best_reset`. Once the run's epochs are all done, only the test years
+  remain, and the best weights travel instead of the last.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..checkpoint import atomic_torch_save, load_checkpoint, weights_artifact
+from ..data import Vocab
+from ..tracking.store import default_checkpoint_root, mlflow_client, quiet_mlflow
+from ..tracking.transfer import export_runs, import_runs, resolve_parts, source_id
+from .resume import BEST_RESET, without_optimizer_state
+
+FORMAT = 1
+MANIFEST = "carried.json"
+RUN_EXPORT = "run.tar.gz"
+CHECKPOINT = "last.pt"
+MAX_ARTIFACT_MB = 1.0  # a run's logs, config and split lists travel; its model files do not
+
+
+@dataclass
+class Carried:
+    """What a carried file holds, or where `unpack_run` put it."""
+
+    source_run_id: str   # the run's id where it began: the same on every machine
+    run_id: str          # the run's id in the store it was packed from, or unpacked into
+    epoch: int           # the last epoch done
+    epochs: int          # the epochs the run trains in all
+    weights: str         # "last" (training goes on) or "best" (epochs done: the test years remain)
+    optimizer_state: bool
+    best_reset: bool
+    checkpoint: Path | None = None  # unpacked: the checkpoint to resume from
+
+    @property
+    def done(self) -> bool:
+        return self.epoch >= self.epochs
+
+
+def pack_run(run_id: str, out_file: str | os.PathLike[str], *, tracking_uri: str | None = None,
+             checkpoint: str | os.PathLike[str] | None = None, optimizer_state: bool = False) -> Carried:
+    """Write run `run_id` (its record and its last checkpoint, by default
+    `<MLflow home>/checkpoints/<run id>/last.pt`) to `out_file`; see the module docstring."""
+    quiet_mlflow()
+    client = mlflow_client(tracking_uri)
+    run = client.get_run(run_id)
+    last = Path(checkpoint) if checkpoint else default_checkpoint_root() / run_id / CHECKPOINT
+    ckpt = load_checkpoint(last)
+    epoch, epochs = int(ckpt["epoch"]), int(ckpt["config"]["train"]["epochs"])
+    best_path = last.parent / "best.pt"
+    weights, best_reset = "last", False
+    if int(ckpt["best_epoch"]) != epoch:
+        if epoch >= epochs and best_path.is_file():
+            ckpt["model"] = load_checkpoint(best_path)["model"]  # the test years read the best weights only
+            weights = "best"
+        else:
+            # The best weights stay behind: the best so far is the carried epoch's reading.
+            history = {key: {m.step: m.value for m in client.get_metric_history(run_id, key)}
+                       for key in ("val_exprate", "val_le1")}
+            ckpt.update(best_epoch=epoch, best_val_exprate=history["val_exprate"].get(epoch, -1.0),
+                        best_val_le1=history["val_le1"].get(epoch, -1.0))
+            ckpt[BEST_RESET] = best_reset = True
+    if not optimizer_state:
+        ckpt = without_optimizer_state(ckpt)
+    carried = Carried(source_run_id=source_id(run), run_id=run_id, epoch=epoch, epochs=epochs, weights=weights,
+                      optimizer_state=optimizer_state, best_reset=best_reset)
+    out = Path(out_file)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="hmer-carry-") as tmp:
+        folder = Path(tmp)
+        export_runs(folder / RUN_EXPORT, tracking_uri=tracking_uri, run_ids=[run_id], max_artifact_mb=MAX_ARTIFACT_MB)
+        torch.save(ckpt, folder / CHECKPOINT)
+        (folder / MANIFEST).write_text(json.dumps({"format": FORMAT, **_fields(carried)}, indent=1))
+        partial = out.with_name(out.name + ".tmp")
+        try:
+            with tarfile.open(partial, "w:gz", compresslevel=6) as tar:
+                for name in (MANIFEST, RUN_EXPORT, CHECKPOINT):
+                    tar.add(folder / name, arcname=name)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        os.replace(partial, out)
+    return carried
+
+
+def read_carried(path: str | os.PathLike[str]) -> Carried:
+    """What the carried file at `path` (or its `.part-NNN` pieces) holds, without unpacking it."""
+    with tempfile.TemporaryDirectory(prefix="hmer-carry-") as tmp:
+        return _extract(path, Path(tmp))[0]
+
+
+def unpack_run(path: str | os.PathLike[str], *, tracking_uri: str | None = None,
+               checkpoint_root: str | os.PathLike[str] | None = None, data_path: str | None = None) -> Carried:
+    """Merge the carried run at `path` into the store and put its checkpoint, as `last.pt` and
+    `best.pt`, under `checkpoint_root` (default: the MLflow home's `checkpoints/`)/<its id here>/.
+    `data_path`: where this machine has the data (the checkpoint's config names the old machine's)."""
+    with tempfile.TemporaryDirectory(prefix="hmer-carry-") as tmp:
+        folder = Path(tmp)
+        carried, ckpt = _extract(path, folder)
+        imported = import_runs(folder / RUN_EXPORT, tracking_uri=tracking_uri)
+        run_id = imported.id_map[carried.source_run_id]
+        target = Path(checkpoint_root or default_checkpoint_root()) / run_id
+        here = target / CHECKPOINT
+        if here.is_file() and int(load_checkpoint(here)["epoch"]) > carried.epoch:
+            raise ValueError(f"{path}: run {run_id} is at epoch {load_checkpoint(here)['epoch']} in {here}, "
+                             f"past the carried epoch {carried.epoch}; nothing was changed but the run's record")
+        ckpt["run_id"] = run_id
+        if data_path:
+            ckpt["config"]["data"]["path"] = str(data_path)
+        # The carried weights are the best's (see pack_run), so the run's best.pt is them.
+        best = ckpt["best_epoch"] if carried.weights == "best" else carried.epoch
+        atomic_torch_save(weights_artifact(ckpt["model"], ckpt["config"], list(Vocab().itos), int(best),
+                                           float(ckpt["best_val_exprate"])), target / "best.pt")
+        atomic_torch_save(ckpt, here)
+    carried.run_id, carried.checkpoint = run_id, here
+    return carried
+
+
+def _extract(path: str | os.PathLike[str], folder: Path) -> tuple[Carried, dict]:
+    """Unpack the carried file into `folder`: (what it holds, its checkpoint); a ValueError naming
+    the file and what is wrong when it is not one."""
+    parts = resolve_parts(path)
+    joined = folder / "joined.tar"
+    with joined.open("wb") as dst:
+        for part in parts:
+            with part.open("rb") as src:
+                shutil.copyfileobj(src, dst)
+    try:
+        with tarfile.open(joined, "r:gz") as tar:  # as pack_run writes it
+            tar.extractall(folder, filter="data")
+    except (tarfile.TarError, EOFError, OSError) as exc:
+        reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{path}: not a carried run (a .tar.gz from pack_run): {reason}") from None
+    joined.unlink()
+    missing = [name for name in (MANIFEST, RUN_EXPORT, CHECKPOINT) if not (folder / name).is_file()]
+    if missing:
+        raise ValueError(f"{path}: not a carried run: it lacks {', '.join(missing)}")
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text())
+    except ValueError as exc:
+        raise ValueError(f"{path}: {MANIFEST} is not JSON ({exc})") from None
+    if manifest.get("format") != FORMAT:
+        raise ValueError(f"{path}: carried-run format {manifest.get('format')!r}, this hmer reads {FORMAT}")
+    manifest.pop("format")
+    try:
+        carried = Carried(**manifest)
+    except TypeError as exc:
+        raise ValueError(f"{path}: {MANIFEST} does not describe a carried run ({exc})") from None
+    return carried, load_checkpoint(folder / CHECKPOINT)
+
+
+def _fields(carried: Carried) -> dict:
+    return {k: v for k, v in carried.__dict__.items() if k != "checkpoint"}
