@@ -192,7 +192,7 @@ def sweep_store(tmp_path_factory):
 def test_sweep_notebook_shows_a_real_smoke_sweep(sweep_store, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from hmer.studies.sweeps import sweep_table
+    from hmer.reports.sweep import sweep_table
     from hmer.tracking.ui import run_url
 
     root = sweep_store["root"]

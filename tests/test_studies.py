@@ -22,7 +22,7 @@ from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
 from hmer.studies import DIRECTION, SWEEP, StudySpec, get_budget, run_grid_study, run_sweep
-from hmer.studies.sweeps import sweep_table
+from hmer.reports.sweep import sweep_table
 from hmer.tracking import keys
 from hmer.checkpoint import load_checkpoint
 from tiny_dataset import tiny_data, write_dataset

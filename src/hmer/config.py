@@ -419,6 +419,9 @@ VALUES_BEFORE_KEY_EXISTED: dict[str, Any] = {
     "data.pad_multiple": 1,  # 3e0263a: each batch padded to its own largest image
     # issue 47's shape-cost work: no pad ladder, 1x1 convolutions as convolutions, no planning pass, no graphs
     "data.pad_growth": 1.0, "train.conv1x1_as_matmul": False, "train.plan_shapes": False, "train.cuda_graphs": False,
+    # issue 47's large batches: the rate as set (no scaling by the batch), the warm-up in steps
+    "train.lr_scaling": "none", "train.lr_reference_batch_pixels": 320_000, "train.lr_reference_max_batch_size": 16,
+    "train.warmup_epochs": 0.0,
 }
 
 # Where the process that runs a config finds its data, and how far ahead it loads batches: they

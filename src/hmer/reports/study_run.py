@@ -23,7 +23,7 @@ runs. Stores annotated before issue 49 hold the variants' summaries as metrics o
 `test_<year>_exprate_mean/<variant>` and `..._std/<variant>`, each its own one-bar chart: they
 are deleted (SQLite stores; MLflow has no API that deletes a metric).
 
-A sweep's parent run gets its table as a sweep prints it (`hmer.studies.sweeps.sweep_table`: every
+A sweep's parent run gets its table as a sweep prints it (`hmer.reports.sweep.sweep_table`: every
 trial with its objective and parameters), as its description and `table.md`; a study superseded
 by another (`hmer runs supersede`) gets its table as it stopped, finished or not.
 
@@ -262,52 +262,6 @@ def _png(figure) -> bytes:
         if width <= FIGURE_WIDTH_PX or dpi < 20:
             return png
         dpi *= (FIGURE_WIDTH_PX - 2) / width
-
-
-def annotate_sweep(study: str, tracking_uri: str | None = None, storage: str | None = None) -> list[str]:
-    """Write the sweep's table (`sweep_table`, read from its Optuna storage: by default optuna.db
-    beside the MLflow store) onto its parent run, where it differs; returns what was written."""
-    import optuna
-
-    from ..studies.sweeps import sweep_table
-    from .sweep import sweep_storage
-
-    uri = resolve_tracking_uri(tracking_uri)
-    parent = study_parent(study, uri)
-    if parent is None:
-        return []
-    text = sweep_table(optuna.load_study(study_name=study, storage=sweep_storage(uri, storage)))
-    table_md = f"```\n{text}\n```\n"
-    client = client_for(uri)
-    run = client.get_run(parent["run_id"])
-    changes: list[str] = []
-    note = sweep_description(study, text)
-    if run.data.tags.get(keys.MLFLOW_NOTE) != note:
-        client.set_tag(run.info.run_id, keys.MLFLOW_NOTE, note)
-        changes.append("description")
-    if _write_artifact_if_changed(client, run, TABLE_ARTIFACT, table_md.encode()):
-        changes.append(TABLE_ARTIFACT)
-    return changes
-
-
-NOTE_CHARS = 6000  # a description longer than MLflow's 8000-character tag limit would be cut off
-
-
-def sweep_description(study: str, text: str) -> str:
-    """The sweep's parent-run description: its table (`sweep_table`'s text, best trials first) as
-    far as it fits a description, the whole of it being `table.md`."""
-    lines = text.splitlines()
-    header, rows = lines[:2], [line for line in lines[2:] if line.startswith(" ") or line[:1].isdigit()]
-    shown = []
-    for row in rows:
-        if sum(len(line) + 1 for line in header + shown + [row]) > NOTE_CHARS:
-            break
-        shown.append(row)
-    cut = (f"the best {len(shown)} of {len(rows)} trials here, every trial in {TABLE_ARTIFACT}; "
-           if len(shown) < len(rows) else "")
-    block = "\n".join(header + shown)
-    return (f"```\n{block}\n```\n\n{cut}its trials are this run's child runs; notebooks/sweep.ipynb plots the "
-            f"sweep {study}.\n")
 
 
 def _same(stored: Any, value: float) -> bool:

@@ -2,7 +2,7 @@
 own plots (`optuna.visualization.matplotlib`).
 
     study = find_sweep()                      # the newest sweep beside mlruns/mlflow.db
-    print(sweep_table(study))                 # hmer.studies.sweeps: the table a sweep ends with
+    print(sweep_table(study))                 # the table a sweep ends with
     spread = importance_spread(study)         # fANOVA importances and their range over resamples
     best = best_trial(study)                  # its config, MLflow run, validation and measured cost
 
@@ -11,9 +11,11 @@ Only reads: a store without an Optuna storage is not given one (`NoSweepError` s
 
 from __future__ import annotations
 
+import collections
 import datetime as _dt
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import optuna
@@ -235,3 +237,38 @@ def best_trial(study: optuna.Study, tracking_uri: str | None = None) -> BestTria
     }, dtype=object).map(lambda v: round(v, 2) if isinstance(v, float) else v)
     return BestTrial(number=trial.number, objective=float(trial.value), config=config, summary=summary, url=url,
                      serve=ui_command(tracking_uri or default_tracking_uri(), cwd=project_root()))
+
+
+def sweep_table(study: optuna.Study) -> str:
+    """The sweep's trials, best objective first (then pruned ones), with their parameters: the
+    objective (`hmer.studies.sweeps.sweep_objective`), how far each trial trained and its pruning reading there."""
+    rows = []
+    trials = study.get_trials(deepcopy=False)
+    continued = continued_by(trials)
+    for t in trials:
+        last = max(t.intermediate_values) if t.intermediate_values else None
+        # Optuna gives a pruned trial its last report as its value: that is the pruning metric,
+        # not the objective, and stays in "val <=1 then".
+        objective = t.value if t.state == TrialState.COMPLETE and t.value is not None else math.nan
+        state = t.state.name + (f"->{continued[t.number]}" if t.number in continued else "")
+        row: dict[str, Any] = {"trial": t.number, "state": state, "objective": objective,
+                               "trained %": last if last is not None else math.nan,
+                               "val <=1 then": t.intermediate_values[last] if last is not None else math.nan}
+        for key, value in t.user_attrs.items():
+            if key.startswith("test_") and key.endswith("_exprate"):
+                row[key[len("test_"):-len("_exprate")] + " ExpRate"] = value
+        row.update({k: f"{v:.4g}" if isinstance(v, float) else str(v) for k, v in t.params.items()})
+        rows.append(row)
+    if not rows:
+        return "(no trials)"
+    # finished trials by their objective, then pruned ones by how far and how well they got
+    df = pd.DataFrame(rows).sort_values(["objective", "trained %", "val <=1 then"], ascending=False,
+                                        na_position="last")
+    states = collections.Counter(t.state.name for t in trials)
+    counts = ", ".join(f"{n} {state.lower()}" for state, n in states.most_common())
+    if continued:
+        counts += f"; {len(continued)} of the failed continued by a later trial"
+    table = df.to_string(index=False, float_format="%.2f")
+    note = ("\nFAIL->N: the trial's worker died and trial N continued its run from its last epoch"
+            if continued else "")
+    return f"sweep {study.study_name}: {len(df)} trials ({counts})\n{table}{note}"

@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..reports.study_run import TABLE_ARTIFACT
 from ..tracking import keys
 
 
@@ -59,8 +60,6 @@ def _present(study: str, uri: str, storage: str | None) -> list[str]:
             table = study_table(study, uri, runs=runs)
             changes += annotate_study(study, uri, runs=runs, table=table)
         elif kind == "sweep" and parent["state"] == "finished":
-            from ..reports.study_run import annotate_sweep
-
             changes += annotate_sweep(study, uri, _storage_url(storage, uri))
     optuna_study = _optuna_study(study, storage, uri)
     if optuna_study is not None:
@@ -145,3 +144,53 @@ def _description(study, parent, tracking_uri: str) -> str | None:
 
 def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
+
+
+def annotate_sweep(study: str, tracking_uri: str | None = None, storage: str | None = None) -> list[str]:
+    """Write the sweep's table (`sweep_table`, read from its Optuna storage: by default optuna.db
+    beside the MLflow store) onto its parent run, where it differs; returns what was written."""
+    import optuna
+
+    from ..reports.runs import client_for, resolve_tracking_uri, study_parent
+    from ..reports.study_run import _write_artifact_if_changed
+    from ..reports.sweep import sweep_storage
+    from ..reports.sweep import sweep_table
+
+    uri = resolve_tracking_uri(tracking_uri)
+    parent = study_parent(study, uri)
+    if parent is None:
+        return []
+    text = sweep_table(optuna.load_study(study_name=study, storage=sweep_storage(uri, storage)))
+    table_md = f"```\n{text}\n```\n"
+    client = client_for(uri)
+    run = client.get_run(parent["run_id"])
+    changes: list[str] = []
+    note = sweep_description(study, text)
+    if run.data.tags.get(keys.MLFLOW_NOTE) != note:
+        client.set_tag(run.info.run_id, keys.MLFLOW_NOTE, note)
+        changes.append("description")
+    if _write_artifact_if_changed(client, run, TABLE_ARTIFACT, table_md.encode()):
+        changes.append(TABLE_ARTIFACT)
+    return changes
+
+
+NOTE_CHARS = 6000  # a description longer than MLflow's 8000-character tag limit would be cut off
+
+
+def sweep_description(study: str, text: str) -> str:
+    """The sweep's parent-run description: its table (`sweep_table`'s text, best trials first) as
+    far as it fits a description, the whole of it being `table.md`."""
+    lines = text.splitlines()
+    header, rows = lines[:2], [line for line in lines[2:] if line.startswith(" ") or line[:1].isdigit()]
+    shown = []
+    for row in rows:
+        if sum(len(line) + 1 for line in header + shown + [row]) > NOTE_CHARS:
+            break
+        shown.append(row)
+    cut = (f"the best {len(shown)} of {len(rows)} trials here, every trial in {TABLE_ARTIFACT}; "
+           if len(shown) < len(rows) else "")
+    block = "\n".join(header + shown)
+    return (f"```\n{block}\n```\n\n{cut}its trials are this run's child runs; notebooks/sweep.ipynb plots the "
+            f"sweep {study}.\n")
+
+

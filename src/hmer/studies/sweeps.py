@@ -16,7 +16,6 @@ a sweep is.
 
 from __future__ import annotations
 
-import collections
 import math
 from typing import Any, Callable, Mapping
 
@@ -142,6 +141,8 @@ class Sweep(StudyKind):
         return bool(claims.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
 
     def table(self, session: Session, outcome: StudyOutcome) -> str:
+        from ..reports.sweep import sweep_table
+
         return sweep_table(session.study)
 
 
@@ -272,42 +273,3 @@ def _finished_trials(study: optuna.Study) -> int:
 
 def _short(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
-
-
-def sweep_table(study: optuna.Study) -> str:
-    """The sweep's trials, best objective first (then pruned ones), with their parameters: the
-    objective (`sweep_objective`), how far each trial trained and its pruning reading there."""
-    import pandas as pd
-
-    from ..reports.sweep import continued_by
-
-    rows = []
-    trials = study.get_trials(deepcopy=False)
-    continued = continued_by(trials)
-    for t in trials:
-        last = max(t.intermediate_values) if t.intermediate_values else None
-        # Optuna gives a pruned trial its last report as its value: that is the pruning metric,
-        # not the objective, and stays in "val <=1 then".
-        objective = t.value if t.state == TrialState.COMPLETE and t.value is not None else math.nan
-        state = t.state.name + (f"->{continued[t.number]}" if t.number in continued else "")
-        row: dict[str, Any] = {"trial": t.number, "state": state, "objective": objective,
-                               "trained %": last if last is not None else math.nan,
-                               "val <=1 then": t.intermediate_values[last] if last is not None else math.nan}
-        for key, value in t.user_attrs.items():
-            if key.startswith("test_") and key.endswith("_exprate"):
-                row[key[len("test_"):-len("_exprate")] + " ExpRate"] = value
-        row.update({k: _short(v) for k, v in t.params.items()})
-        rows.append(row)
-    if not rows:
-        return "(no trials)"
-    # finished trials by their objective, then pruned ones by how far and how well they got
-    df = pd.DataFrame(rows).sort_values(["objective", "trained %", "val <=1 then"], ascending=False,
-                                        na_position="last")
-    states = collections.Counter(t.state.name for t in trials)
-    counts = ", ".join(f"{n} {state.lower()}" for state, n in states.most_common())
-    if continued:
-        counts += f"; {len(continued)} of the failed continued by a later trial"
-    table = df.to_string(index=False, float_format="%.2f")
-    note = ("\nFAIL->N: the trial's worker died and trial N continued its run from its last epoch"
-            if continued else "")
-    return f"sweep {study.study_name}: {len(df)} trials ({counts})\n{table}{note}"
