@@ -65,7 +65,8 @@ def main() -> None:
         model = prepare_model(copy.deepcopy(base), cfg.train)
         use_matmul(model, on)
         model.train()
-        sides[name] = (model, LossModule(model, cfg.train.label_smoothing), build_optimizer(model.parameters(), cfg.train))
+        sides[name] = (model, LossModule(model, cfg.train.label_smoothing),
+                       build_optimizer(model.parameters(), cfg.train))
     n_images = sum(len(tb) for tb in steps)
     print(f"preset={args.preset} device={dev} precision={amp or torch.float32} threads={torch.get_num_threads()} "
           f"channels_last={cl} source={source} steps={len(steps)} images_a_round={n_images} "

@@ -195,7 +195,8 @@ def main() -> int:
                 continue
             gaps = [other[e] - ref[e] for e in common]
             late = gaps[len(gaps) // 2:]
-            print(f"{n} - {names[0]} {key}: mean |gap| {np.mean(np.abs(gaps)):.3f} over epochs {common[0]}-{common[-1]}, "
+            print(f"{n} - {names[0]} {key}: mean |gap| {np.mean(np.abs(gaps)):.3f} "
+                  f"over epochs {common[0]}-{common[-1]}, "
                   f"{np.mean(np.abs(late)):.3f} over the second half (mean gap {np.mean(late):+.3f}); "
                   f"last epoch {other[common[-1]]:.3f} against {ref[common[-1]]:.3f}")
 

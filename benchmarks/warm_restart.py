@@ -104,11 +104,11 @@ def main() -> int:
                 lease = Path(tmp) / f"{name.split()[1]}-lease{n}"
                 uri = f"sqlite:///{lease / 'mlflow.db'}"
                 lease.mkdir(parents=True)
-                checkpoint = unpack_run(carried, tracking_uri=uri, checkpoint_root=lease).checkpoint
+                checkpoint = unpack_run(carried, tracking_uri=uri, checkpoints=lease).checkpoint
                 result = train(Config(), data=data, tracking_uri=uri, resume=checkpoint,
                                pause_after_epochs=args.lease_epochs)
                 print(f"  {name}: lease {n} ended at epoch {result.epochs} ({result.stopped_by})", flush=True)
-            run_ids[name] = unpack_run(carried, tracking_uri=home_uri, checkpoint_root=Path(tmp) / "home-ckpt").run_id
+            run_ids[name] = unpack_run(carried, tracking_uri=home_uri, checkpoints=Path(tmp) / "home-ckpt").run_id
             seconds[name] = time.perf_counter() - t0
 
         client = mlflow_client(home_uri)

@@ -40,7 +40,8 @@ def test_a_carried_run_goes_on_elsewhere_and_comes_back_as_one_run_with_its_rest
     away = _store(tmp_path, monkeypatch, "away")
     moved = unpack_run(tmp_path / "out1" / "carried.tar.gz", tracking_uri=away)
     client_away = MlflowClient(away)
-    assert moved.run_id != first.run_id and moved.checkpoint == tmp_path / "away" / "checkpoints" / moved.run_id / "last.pt"
+    assert moved.run_id != first.run_id
+    assert moved.checkpoint == tmp_path / "away" / "checkpoints" / moved.run_id / "last.pt"
     assert client_away.get_run(moved.run_id).data.tags["hmer.source_run_id"] == first.run_id
     ckpt = load_checkpoint(moved.checkpoint)
     assert ckpt["run_id"] == moved.run_id and ckpt["optimizer"]["state"] == {} and ckpt["optimizer_state_dropped"]

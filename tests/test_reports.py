@@ -399,7 +399,8 @@ def test_attention_compares_one_run_per_variant_of_a_study_baseline_first():
 
     runs = _finished_runs(("c2", "transformer", "none", 2), ("s2", "transformer", "none", 2),
                           ("n1", "transformer", "none", 1), ("l1", "transformer", "none", 1),
-                          ("c1", "transformer", "none", 1), ("s1", "transformer", "none", 1), ("x3", "transformer", "none", 3))
+                          ("c1", "transformer", "none", 1), ("s1", "transformer", "none", 1),
+                          ("x3", "transformer", "none", 3))
     runs["variant"] = ["cape", "sin2d", "none", "learned", "cape", "sin2d", "other"]
     runs["tags.hmer.baseline"] = ["false", "true", "false", "false", "false", "true", "false"]
     # seed 1 has four variants; the baseline (sin2d) first, then the others as they first started (x3, the

@@ -120,7 +120,8 @@ def test_grid_study_end_to_end_and_rerun_runs_nothing(stores, capsys):
     folder = Path(parent.info.artifact_uri.removeprefix("file://"))
     table_md, figure = folder / "table.md", folder / "exprate.png"
     assert table_md.read_text() in note
-    assert figure.read_bytes().startswith(b"\x89PNG") and f"get-artifact?path=exprate.png&run_uuid={parent.info.run_id}" in note
+    assert figure.read_bytes().startswith(b"\x89PNG")
+    assert f"get-artifact?path=exprate.png&run_uuid={parent.info.run_id}" in note
     assert not [k for k in parent.data.metrics if "/" in k]  # no one-bar chart per variant
     summaries = [r for r in client.search_runs([experiment.experiment_id]) if r.data.tags.get(keys.ROLE) == "summary"]
     assert sorted(r.info.run_name for r in summaries) == ["bi: mean of 1 seed", "l2r: mean of 1 seed",

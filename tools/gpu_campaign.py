@@ -406,7 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
     le.add_argument("--lease-seconds", type=float, default=560.0, help="the command's whole time, wrap-up included")
     le.add_argument("--wrapup-seconds", type=float, default=60.0, help="kept free for the wrap-up")
     le.add_argument("--with", dest="with_", action="append", default=[], metavar="STEP", choices=OPTIONAL,
-                    help="also run an optional step (shape-cost, bench-train, bench-trials) before training (repeatable)")
+                    help="also run an optional step (shape-cost, bench-train, bench-trials) before training "
+                         "(repeatable)")
     le.add_argument("--skip", action="append", default=[], metavar="STEP", choices=STEP_NAMES,
                     help="leave a step out of this lease (repeatable)")
     le.add_argument("--train-preset", default=TRAIN_PRESET, help="the preset a fresh campaign run trains")

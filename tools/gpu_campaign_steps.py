@@ -91,7 +91,7 @@ def wrap_up(args) -> int:
 
     from hmer.device import device_description, resolve_device
     from hmer.tracking import keys
-    from hmer.tracking.store import default_checkpoint_root, git_commit, mlflow_client
+    from hmer.tracking.store import checkpoint_root, git_commit, mlflow_client
     from hmer.tracking.transfer import ensure_experiment, export_runs, split_file
     from hmer.training.carry import pack_run
 
@@ -121,7 +121,7 @@ def wrap_up(args) -> int:
         run = client.get_run(run_id)
         if run.data.tags.get(keys.GIT_COMMIT, "unknown").startswith("unknown") and commit:
             client.log_batch(run_id, tags=[RunTag(keys.GIT_COMMIT, commit)])
-        checkpoint = default_checkpoint_root() / run_id / "last.pt"
+        checkpoint = checkpoint_root() / run_id / "last.pt"
         if run.info.status != "FINISHED" and checkpoint.is_file():
             carried = pack_run(run_id, out / "carried.tar.gz")
             parts = split_file(out / "carried.tar.gz", PART_MB * 2**20)

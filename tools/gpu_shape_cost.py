@@ -326,7 +326,7 @@ def s3_micro(n=10):
         xs = [torch.randn(7, cin, int(RNG.integers(10, 66)), int(RNG.integers(20, 276)), device=DEV)
               .to(memory_format=torch.channels_last).requires_grad_() for _ in range(n)]  # block-1 maps
 
-        def once(x):
+        def once(x, mod=mod):  # this iteration's module (bound now: the loop rebinds `mod`)
             sync()
             t = time.perf_counter()
             with torch.autocast(DEV.type, dtype=torch.bfloat16, enabled=DEV.type == "cuda"):

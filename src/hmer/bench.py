@@ -73,10 +73,13 @@ import resource
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:  # the model library is imported when a benchmark runs, not for `hmer --help`
+    from .model import HMERModel
 
 # CROHME train (8,393 expressions after the validation hold-out, standard renderer): means, standard
 # deviations and correlations of log height, log width and log caption length.
@@ -241,7 +244,7 @@ class Bench:
     knobs: dict[str, Any]
     device: torch.device
     amp: torch.dtype | None
-    model: torch.nn.Module
+    model: HMERModel
     exprs: list
     split: str
     from_data: bool
@@ -310,7 +313,8 @@ def prepare(what: str, preset: str, device: str, data: str | None, images: int, 
           f"params={params} source={source}", file=out)
     print(f"processor={cpu_description()!r}", file=out)  # CPU figures differ by core kind
     compiled = bool(cfg.train.compile) and what == "train"
-    print(f"weights={knobs['weights'] or 'random'} threads={torch.get_num_threads()} share={knobs['share']} compile={compiled} "
+    print(f"weights={knobs['weights'] or 'random'} threads={torch.get_num_threads()} share={knobs['share']} "
+          f"compile={compiled} "
           f"prefetch={auto_prefetch(cfg.data.prefetch, dev)} pin_memory={gpu} "
           f"channels_last={bool(cfg.train.channels_last)} conv1x1_as_matmul={bool(cfg.train.conv1x1_as_matmul)}",
           file=out)
@@ -347,7 +351,8 @@ def bench_train(b: Bench) -> int:
     loss_module: torch.nn.Module = LossModule(b.model, cfg.train.label_smoothing)
     compiled = bool(cfg.train.compile)
     if compiled:
-        loss_module = torch.compile(loss_module, dynamic=True)
+        # a compiled Module is a Module (OptimizedModule); torch.compile's stubs say only Callable
+        loss_module = torch.compile(loss_module, dynamic=True)  # type: ignore[assignment]
     aug_rng = np.random.default_rng(0)
     vocab = Vocab()
 

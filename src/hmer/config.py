@@ -124,7 +124,8 @@ class ModelConfig:
     # Positional encodings.
     # A name in hmer.registry.TOKEN_POSITIONS / IMAGE_POSITIONS (`hmer models` lists them).
     token_pos: str = allowed("sin1d", one_of=TOKEN_POSITIONS)  # e.g. sin1d, learned (ConvS2S)
-    image_pos: str = allowed("sin2d", one_of=IMAGE_POSITIONS)  # e.g. sin2d (CoMER's), sin2d-bttr, cape (StyTr2), learned, none
+    # e.g. sin2d (CoMER's), sin2d-bttr, cape (StyTr2), learned, none
+    image_pos: str = allowed("sin2d", one_of=IMAGE_POSITIONS)
     cape_grid: int = allowed(8, ge=1)  # n of CAPE's n x n content-pooled grid, and of the `learned` image table
     max_len: int = allowed(256, ge=1)  # longest target a learned token position table holds
     # Decoder family: a name in hmer.registry.DECODERS (`hmer models` lists them).
@@ -167,7 +168,8 @@ class ModelConfig:
 class DataConfig:
     """Where the data is, how it is rendered, and how it is batched."""
 
-    path: str = allowed("", text="a dataset folder or zip (empty: $HMER_DATA or the default)")  # folder or zip in the <split>/caption.txt layout; "" = $HMER_DATA or the default
+    # a folder or zip in the <split>/caption.txt layout; "" = $HMER_DATA or the default
+    path: str = allowed("", text="a dataset folder or zip (empty: $HMER_DATA or the default)")
     # Renderer (InkML strokes -> 8-bit grey image, white ink on black).
     render_height: int = allowed(0, ge=0)  # 0 = scale from the ink's own size (see hmer.data.render)
     stroke_width: float = allowed(0.0, ge=0)  # 0 = renderer default
@@ -277,7 +279,8 @@ class TrainConfig:
     epochs: int = allowed(300, ge=1)
     time_budget_s: float = allowed(0.0, ge=0)  # 0 = no wall-clock limit
     val_every: int = allowed(1, ge=1)  # epochs between validation passes
-    stop_at_val_exprate: float = allowed(0.0, ge=0, le=100)  # stop early once validation ExpRate reaches this (0 = never)
+    # stop early once validation ExpRate reaches this (0 = never)
+    stop_at_val_exprate: float = allowed(0.0, ge=0, le=100)
     seed: int = allowed(7, ge=0)
     precision: str = allowed("auto", one_of=PRECISIONS)  # auto (bf16 autocast on GPU, fp32 on CPU) | fp32 | bf16
     device: str = allowed("auto", check=_device_name, says=DEVICE_SAY, bad_example="gpu")  # auto | cpu | cuda | cuda:N
@@ -318,7 +321,7 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
-    name: str = allowed("", text="a label (the preset this config came from)")  # preset name this config came from, for tags
+    name: str = allowed("", text="a label (the preset this config came from)")  # the preset's name, for tags
 
     # ---- dotted-key access -------------------------------------------------------------
     def to_flat_dict(self) -> dict[str, Any]:

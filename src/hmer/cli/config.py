@@ -111,7 +111,7 @@ def _study(args):
     sweep = isinstance(spec, SweepSpec)
     if args.recipe:
         raise UserError("--recipe: a study trains its preset's recipe, or its budget's")
-    if sweep and (args.seed is not None or args.seeds):
+    if isinstance(spec, SweepSpec) and (args.seed is not None or args.seeds):
         raise UserError(f"--seed, --seeds: sweep {spec.name!r} trains every trial with its seed {spec.seed}")
     if not sweep and args.trials is not None:
         raise UserError("--trials: an option of a sweep")
@@ -124,7 +124,7 @@ def _study(args):
     except argparse.ArgumentTypeError as exc:
         raise UserError(str(exc)) from None
     seeds: tuple[int, ...] = () if sweep else tuple(asked or budget.seeds)
-    n_trials = int(args.trials or budget.sweep_trials) if sweep else len(spec.cells(seeds))
+    n_trials = int(args.trials or budget.sweep_trials) if isinstance(spec, SweepSpec) else len(spec.cells(seeds))
     notes = [f"study {spec.name}, using {why}; {n_trials} trials on {n_jobs} worker(s)"]
     resolution = study_resolution(spec, budget, n_trials=n_trials, n_jobs=n_jobs,
                                   overrides=parse_overrides(args.overrides))
@@ -140,7 +140,7 @@ def _study(args):
         else:
             notes.append(f"no stored base config of study {name}: a new study's config")
     given = _pairs(args.cell)
-    if sweep:
+    if isinstance(spec, SweepSpec):
         if given:
             resolution = resolution.apply("cell", "trial", sweep_trial_values(spec, resolution.config, given))
         else:

@@ -99,6 +99,6 @@ def study_links(tracking_uri: str, storage: str | None, mlflow_port: int, dashbo
         if experiment is not None:
             link = study_url(experiment.experiment_id, order_by=comparison_metric(name, tracking_uri), port=mlflow_port)
             lines.append(f"    MLflow  {link}")
-        if name in optuna_ids:
+        if name in optuna_ids and dashboard_port is not None:
             lines.append(f"    Optuna  {dashboard_url(optuna_ids[name], port=dashboard_port)}")
     return lines

@@ -211,7 +211,8 @@ def study_variants(runs: pd.DataFrame) -> list[str]:
         raise ValueError("no finished run of a study variant with test scores to take attention maps from")
     done = done.sort_values("start_time")
     seeds = done["seed"] if "seed" in done.columns else pd.Series(pd.NA, index=done.index)
-    variants_of_seed = {seed: set(done.loc[seeds.eq(seed).fillna(False), "variant"]) for seed in seeds.dropna().unique()}
+    variants_of_seed = {seed: set(done.loc[seeds.eq(seed).fillna(False), "variant"])
+                        for seed in seeds.dropna().unique()}
     seed = min(variants_of_seed, key=lambda s: (-len(variants_of_seed[s]), s)) if variants_of_seed else None
     order = list(dict.fromkeys(done["variant"]))
     marked = done.get(f"tags.{keys.BASELINE}", pd.Series("", index=done.index)).fillna("") == "true"

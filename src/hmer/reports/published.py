@@ -54,10 +54,10 @@ def published_exprate(model: str) -> dict[str, float]:
 
 def _model_fields_match(run: pd.Series, preset: str) -> bool:
     """True when every `params.model.*` the run logged equals the preset's value."""
-    from ..presets import model_config
+    from ..presets import preset_with_recipe
     from .params import parse_value
 
-    expected = {f"params.model.{k}": v for k, v in vars(model_config(preset)).items()}
+    expected = {f"params.model.{k}": v for k, v in vars(preset_with_recipe(preset).model).items()}
     for col, want in expected.items():
         have = run.get(col)
         if have is None or (isinstance(have, float) and pd.isna(have)) or have is pd.NA:

@@ -139,7 +139,7 @@ def _description(study, parent, tracking_uri: str) -> str | None:
     from .spec import STUDIES
 
     name = _text(study.user_attrs.get(keys.SPEC))
-    return STUDIES.get(name).description if name in STUDIES else None
+    return STUDIES.get(name).description if name is not None and name in STUDIES else None
 
 
 def _text(value: Any) -> str | None:
@@ -182,7 +182,7 @@ def sweep_description(study: str, text: str) -> str:
     far as it fits a description, the whole of it being `table.md`."""
     lines = text.splitlines()
     header, rows = lines[:2], [line for line in lines[2:] if line.startswith(" ") or line[:1].isdigit()]
-    shown = []
+    shown: list[str] = []
     for row in rows:
         if sum(len(line) + 1 for line in header + shown + [row]) > NOTE_CHARS:
             break

@@ -233,7 +233,9 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
         say(f"  Optuna storage {mask_url(setup.storage_url)}; MLflow {mask_password(setup.tracking_uri)}, "
             f"experiment {name}")
         if setup.scratch:
-            home = sqlite_path(setup.tracking_uri).parent
+            db = sqlite_path(setup.tracking_uri)
+            assert db is not None  # the scratch store is a SQLite file
+            home = db.parent
             say(f"  budget {budget.name} tries the pipeline in the scratch store {home}, not the committed store "
                 f"(a store named by --tracking-uri or HMER_MLRUNS is used instead); read it with "
                 f"HMER_MLRUNS={home} hmer report --study {name}")

@@ -72,7 +72,8 @@ def resumable_runs(client, storage: str, studies: list[str], store: Path) -> set
         finished = {t.user_attrs.get(keys.CELL_KEY) for t in trials
                     if t.state in (TrialState.COMPLETE, TrialState.PRUNED)}
         children = trial_runs(client, experiment.experiment_id, name)
-        for cell in {t.user_attrs.get(keys.CELL_KEY) for t in trials} - finished - {None}:
+        cells: set[str] = {str(t.user_attrs[keys.CELL_KEY]) for t in trials if t.user_attrs.get(keys.CELL_KEY)}
+        for cell in cells - finished:
             continued = [run for _, run in dead_trial_runs(trials, children, cell)
                          if (store / CHECKPOINTS / run / LAST).is_file()]
             runs.update(continued[:1])

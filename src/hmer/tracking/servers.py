@@ -137,7 +137,8 @@ def serve_store(folder: Path, *, mlflow_port: int, dashboard_port: int, from_cop
             env={"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}))
         if serve_dashboard:
             served.servers.append(_start(
-                "optuna-dashboard", [dashboard, served.storage, "--host", "127.0.0.1", "--port", str(dashboard_port)],
+                "optuna-dashboard",
+                [str(dashboard), str(served.storage), "--host", "127.0.0.1", "--port", str(dashboard_port)],
                 port=dashboard_port, ready="/dashboard/", log=scratch / "optuna-dashboard.log", cwd=folder.parent))
         _wait_until_ready(served.servers)
         yield served

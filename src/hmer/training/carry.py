@@ -46,7 +46,7 @@ import torch
 
 from ..checkpoint import atomic_torch_save, load_checkpoint, weights_artifact
 from ..data import Vocab
-from ..tracking.store import default_checkpoint_root, mlflow_client, quiet_mlflow
+from ..tracking.store import checkpoint_root, mlflow_client, quiet_mlflow
 from ..tracking.transfer import export_runs, import_runs, resolve_parts, source_id
 from .resume import BEST_RESET, without_optimizer_state
 
@@ -78,11 +78,11 @@ class Carried:
 def pack_run(run_id: str, out_file: str | os.PathLike[str], *, tracking_uri: str | None = None,
              checkpoint: str | os.PathLike[str] | None = None, optimizer_state: bool = False) -> Carried:
     """Write run `run_id` (its record and its last checkpoint, by default
-    `<MLflow home>/checkpoints/<run id>/last.pt`) to `out_file`; see the module docstring."""
+    `checkpoints/<run id>/last.pt` beside the store) to `out_file`; see the module docstring."""
     quiet_mlflow()
     client = mlflow_client(tracking_uri)
     run = client.get_run(run_id)
-    last = Path(checkpoint) if checkpoint else default_checkpoint_root() / run_id / CHECKPOINT
+    last = Path(checkpoint) if checkpoint else checkpoint_root(tracking_uri) / run_id / CHECKPOINT
     ckpt = load_checkpoint(last)
     epoch, epochs = int(ckpt["epoch"]), int(ckpt["config"]["train"]["epochs"])
     best_path = last.parent / "best.pt"
@@ -128,16 +128,17 @@ def read_carried(path: str | os.PathLike[str]) -> Carried:
 
 
 def unpack_run(path: str | os.PathLike[str], *, tracking_uri: str | None = None,
-               checkpoint_root: str | os.PathLike[str] | None = None, data_path: str | None = None) -> Carried:
+               checkpoints: str | os.PathLike[str] | None = None, data_path: str | None = None) -> Carried:
     """Merge the carried run at `path` into the store and put its checkpoint, as `last.pt` and
-    `best.pt`, under `checkpoint_root` (default: the MLflow home's `checkpoints/`)/<its id here>/.
+    `best.pt`, under `checkpoints` (default: `checkpoints/` beside the store,
+    `tracking.store.checkpoint_root`)/<its id here>/.
     `data_path`: where this machine has the data (the checkpoint's config names the old machine's)."""
     with tempfile.TemporaryDirectory(prefix="hmer-carry-") as tmp:
         folder = Path(tmp)
         carried, ckpt = _extract(path, folder)
         imported = import_runs(folder / RUN_EXPORT, tracking_uri=tracking_uri)
         run_id = imported.id_map[carried.source_run_id]
-        target = Path(checkpoint_root or default_checkpoint_root()) / run_id
+        target = Path(checkpoints or checkpoint_root(tracking_uri)) / run_id
         here = target / CHECKPOINT
         if here.is_file() and int(load_checkpoint(here)["epoch"]) > carried.epoch:
             raise ValueError(f"{path}: run {run_id} is at epoch {load_checkpoint(here)['epoch']} in {here}, "

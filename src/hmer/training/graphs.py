@@ -22,7 +22,8 @@ How a step runs (`GraphedStep.__call__`):
 The first batch of a shape takes steps 1-4 eagerly (cuDNN plans its convolutions, cuBLAS and the
 allocator warm up: the real step for that batch), then one warm-up pass on a side stream and the
 capture follow, with the model's buffers (BatchNorm statistics) and the RNG put back afterwards, so
-neither changes the training (the gradients it leaves are zeroed by the next step). Graphs share one memory pool: they never run at the same time, and
+neither changes the training (the gradients it leaves are zeroed by the next step). Graphs share one memory pool:
+they never run at the same time, and
 the only tensors of theirs that outlive a replay (the loss) are kept, so a capture never reuses them.
 A shape whose capture fails (an operation a graph cannot hold) stays eager, with its reason kept in
 `failures`.
@@ -102,12 +103,14 @@ class GraphedStep:
         if first:
             static = self.statics[key] = _Static(
                 torch.empty_like(images), torch.empty_like(mask), torch.empty_like(tgt_in), torch.empty_like(tgt_out))
+        assert static is not None  # made just above where it was missing
         static.images.copy_(images)
         static.image_mask.copy_(mask)
         static.tgt_in.copy_(tgt_in)
         static.tgt_out.copy_(tgt_out)
         if static.graph is not None:
             static.graph.replay()
+            assert static.loss is not None  # the capture recorded it
             loss = static.loss.detach().clone()  # the next replay of this shape overwrites it
         else:
             # eager: on a CPU always; on a GPU at a shape's first batch (the real step, which plans

@@ -30,6 +30,8 @@ from typing import Iterable, Sequence
 
 import torch
 
+from ..model import HMERModel
+
 from ..config import Config
 from ..device import size_cudnn_plan_cache
 from ..data import Expression, make_batches
@@ -99,7 +101,7 @@ def evaluation_shapes(cfg: Config, setup) -> set[tuple[int, int, int]]:
     return shapes
 
 
-def plan(model: torch.nn.Module, shapes: Iterable[tuple[int, int, int]], device: torch.device,
+def plan(model: HMERModel, shapes: Iterable[tuple[int, int, int]], device: torch.device,
          amp_dtype: torch.dtype | None, channels_last: bool) -> tuple[int, float]:
     """One forward and backward pass of `model`'s encoder (and its projection to d_model) at each
     shape, as the training step runs it (module docstring). Returns (shapes, seconds)."""

@@ -44,12 +44,12 @@ class LossModule(torch.nn.Module):
         return self.model.loss_from_targets(images, image_mask, tgt_in, tgt_out, self.label_smoothing)
 
 
-def prepare_model(model: torch.nn.Module, tc) -> torch.nn.Module:
+def prepare_model(model: HMERModel, tc) -> HMERModel:
     """The model as the step runs it (`tc`: the train section): NHWC weights with
     `train.channels_last` (tensor cores prefer them on a GPU; 1.11x on one CPU thread), the 1x1
     convolutions as matrix products with `train.conv1x1_as_matmul`. Neither changes a parameter."""
     if tc.channels_last:
-        model = model.to(memory_format=torch.channels_last)
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # Module.to takes memory_format; its stubs omit it
     use_matmul(model, tc.conv1x1_as_matmul)
     return model
 

@@ -90,7 +90,7 @@ def train(
 
 def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | None, experiment: str,
            run_name: str | None, parent_run_id: str | None, tags: dict[str, str] | None,
-           epoch_callback: EpochCallback | None, resume: bool | str | Path | None, run_dir: str | Path | None,
+           epoch_callback: EpochCallback | None, resume: str | Path | Literal[False] | None, run_dir: str | Path | None,
            progress: bool, log_prefix: str, pause_after_epochs: int, pause_at: float,
            final_seconds: float) -> TrainResult:
     ckpt = load_checkpoint(resume, map_location="cpu") if resume else None
