@@ -100,10 +100,10 @@ NO_SINGLE_PAPER = "no single paper: the design's ablation grid"
 EDIT_MEASURES_DIFFER = (
     "Within one / two errors: the papers' figures (lgeval) count errors in the symbol label graph (symbols, "
     "relations and segmentation) as the official CROHME tools do; ours count token edits (Levenshtein over the "
-    "LaTeX tokens). They are different measures: on the same 2014 predictions (the best CPU model, run 7ef3f758 of "
-    "cpu-best) the official pipeline read 26.57 / 31.64 % within one / two graph errors where the token measure "
-    "reads 28.30 / 36.71 % "
-    "(their ExpRates agree). The verdicts compare our runs on the token measure only.")
+    "LaTeX tokens). They are different measures: on the same 2014 predictions (run 7ef3f758 of cpu-best, "
+    "the previous best CPU model) the official pipeline read 26.57 / 31.64 % within one / two graph errors "
+    "where the token measure reads 28.30 / 36.71 % (their ExpRates agree). The verdicts compare our runs on "
+    "the token measure only.")
 
 COLUMNS = ["claim", "study", "winner", "loser", "year", "paper_winner", "paper_loser", "seeds_winner",
            "seeds_loser", "winner_mean", "winner_std", "loser_mean", "loser_std", "delta", "delta_low",
