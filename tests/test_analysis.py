@@ -228,14 +228,14 @@ def test_hmer_report_published_prints_the_table_alone(capsys):
 
 def _runs(rows: list[dict]) -> pd.DataFrame:
     """A load_runs-like frame with params.name, model params, test and validation metrics."""
-    from hmer.presets import model_config
+    from hmer.presets import preset_with_recipe
 
     out = []
     for i, r in enumerate(rows):
         row = {"run_id": f"run{i}", "variant": r["variant"], "seed": i, "trial": i, "state": "finished",
                "params.name": r["preset"]}
         if r["preset"] in PAPER_OF_PRESET or r["preset"].startswith("tiny"):
-            row.update({f"params.model.{k}": v for k, v in vars(model_config(r["preset"])).items()})
+            row.update({f"params.model.{k}": v for k, v in vars(preset_with_recipe(r["preset"]).model).items()})
         row.update({f"params.model.{k}": v for k, v in r.get("model", {}).items()})
         for year, score in r["scores"].items():
             row.update({f"metrics.test_{year}_exprate": score, f"metrics.test_{year}_n": 986})

@@ -155,14 +155,14 @@ def test_loading_a_run_s_model_leaves_no_download_behind(tmp_path, monkeypatch):
     from hmer.data import Vocab
     from hmer.model import build_model
     from hmer.config import Config
-    from hmer.presets import model_config
+    from hmer.presets import preset_with_recipe
     from hmer.tracking.models import load_model
 
     uri = f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
     (tmp_path / "mlruns").mkdir()
     client = MlflowClient(uri)
     run_id = client.create_run(setup_mlflow(uri, "results")).info.run_id
-    cfg = Config(model=model_config("tiny"))
+    cfg = Config(model=preset_with_recipe("tiny").model)
     atomic_torch_save(model_artifact(build_model(cfg.model), cfg, Vocab(), 1, 0.0), tmp_path / "model.pt")
     client.log_artifact(run_id, str(tmp_path / "model.pt"), "model")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
@@ -292,7 +292,7 @@ def _workspace_with_what_a_store_must_not_publish(tmp_path_factory, tmp_path):
     from hmer.config import Config
     from hmer.data import Vocab
     from hmer.model import build_model
-    from hmer.presets import model_config
+    from hmer.presets import preset_with_recipe
     from hmer.tracking import keys
     from hmer.tracking.portable import copy_store, set_params
     from study_store import STUDY_NAME, study_store
@@ -308,7 +308,7 @@ def _workspace_with_what_a_store_must_not_publish(tmp_path_factory, tmp_path):
 
     experiment = setup_mlflow(uri, "results")
     running = client.create_run(experiment, run_name="still training").info.run_id
-    cfg = Config(model=model_config("tiny")).override({"data.path": "/data/crohme/crohme-inkml.zip"})
+    cfg = Config(model=preset_with_recipe("tiny").model).override({"data.path": "/data/crohme/crohme-inkml.zip"})
     client.log_param(running, "data.path", cfg.data.path)
     atomic_torch_save(model_artifact(build_model(cfg.model), cfg, Vocab(), 1, 0.0), tmp_path / "model.pt")
     client.log_artifact(running, str(tmp_path / "model.pt"), "model")
@@ -362,7 +362,8 @@ def test_a_published_store_names_no_machine_path_runs_nothing_and_calls_every_st
     parent = client.get_run(shared.parent_run_id)
     assert parent.data.params["storage"] == "sqlite:///mlruns/optuna.db"  # where a clone finds the study
     assert parent.data.params["study"] == STUDY_NAME
-    trials = [r for r in client.search_runs([parent.info.experiment_id]) if r.info.run_id != shared.parent_run_id]
+    trials = [r for r in client.search_runs([parent.info.experiment_id])
+              if r.info.run_id != shared.parent_run_id and r.data.tags.get(keys.ROLE) != keys.ROLE_SUMMARY]
     assert {r.data.params["data.path"] for r in trials} == {f"<local>/{shared.data_path.name}"}
     study = optuna.load_study(study_name=STUDY_NAME, storage=storage)
     assert study.user_attrs[keys.EXPERIMENT] == STUDY_NAME

@@ -29,7 +29,7 @@ RUN = (
     r"hmer report --study ablate_\w+-cpu(-\w+)?( --measure le2)?",
     r"hmer report --claims( --measure le2)?",
     r"hmer report --experiment [\w-]+",
-    r"hmer config .*",
+    r"hmer config [a-z][\w-]*( .*)?",
 )
 
 # Commands that need a prior step, with it. Their arguments are parsed all the same.
@@ -50,6 +50,7 @@ NEEDS = (
     (r"hmer ui.*", "servers until Ctrl-C (tests/test_ui.py follows the links it prints)"),
     (r"hmer notebooks.*", "minutes of notebook execution (tests/test_notebooks.py runs them on a smoke store)"),
     (r"hmer bench .*", "a benchmark run (minutes; docs/benchmarks.md)"),
+    (r"hmer config [A-Z].*", "a preset or a study named in its place"),
     (r"hmer report --study ablate_\w+-smoke", "a smoke study run first (`--budget smoke`, into scratch/)"),
     (r"git clone .*", "the network"),
 )
