@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -563,6 +564,65 @@ def test_a_study_tracked_elsewhere_keeps_its_checkpoints_there_and_writes_nothin
     assert (elsewhere / "checkpoints" / killed["run_id"] / "last.pt").is_file()
     assert _files_of(checkout / "mlruns") == committed and sorted(p.name for p in checkout.iterdir()) == [
         "mlruns", "pyproject.toml"]
+
+
+def test_a_trial_another_worker_fails_while_it_runs_is_dropped_and_its_cell_runs_again(stores, capsys):
+    """A worker whose heartbeat was silent past the grace period (a database outage, a frozen
+    machine) has its trial failed by another worker's heartbeat check while it trains. Optuna then
+    refuses the trial's result ("Cannot tell a FAIL trial."): the worker says so and goes on, the
+    run it trained is marked FAILED, and the next run of the command takes the cell up again (on
+    this machine, from the dropped run's last checkpoint: its epochs are not trained twice)."""
+    from hmer.studies.storage import open_storage, trial_id
+
+    tracking, storage = stores
+    spec = StudySpec(name="ablate_direction", description="one cell", axes={"model.direction": ("l2r",)},
+                     model_presets=DIRECTION.model_presets)
+    failed: list[int] = []
+    # opened here: the worker's thread importing SQLAlchemy's and MLflow's modules while the study
+    # does would meet them half-initialised
+    store, client = open_storage(storage), MlflowClient(tracking)
+    client.search_experiments()
+
+    def other_worker() -> None:
+        """Fails the trial once its run has logged an epoch, as Optuna's heartbeat check does."""
+        deadline = time.monotonic() + 600
+        while not failed and time.monotonic() < deadline:
+            time.sleep(0.2)
+            try:
+                study = optuna.load_study(study_name="dropped", storage=store)
+            except KeyError:
+                continue
+            running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+            experiment = client.get_experiment_by_name("dropped")
+            runs = [] if not running or experiment is None else client.search_runs(
+                [experiment.experiment_id], filter_string=f"tags.`hmer.trial` = '{running[0].number}'")
+            if runs and client.get_metric_history(runs[0].info.run_id, "train_loss"):
+                if store.set_trial_state_values(trial_id(store, study, running[0].number), TrialState.FAIL):
+                    failed.append(running[0].number)
+
+    thread = threading.Thread(target=other_worker)
+    thread.start()
+    try:
+        first = run_grid_study(spec, "smoke", storage=storage, tracking_uri=tracking, data=tiny_data(), seeds=(1,),
+                               overrides={**TINY, "train.epochs": 4, "train.time_budget_s": 0},
+                               study_name="dropped", print_table=False)
+    finally:
+        thread.join()
+    assert failed == [0]
+    assert not first.complete and first.failed == ["model.direction=l2r, train.seed=1"]
+    assert "trial 0: was marked FAIL by another worker while it ran" in capsys.readouterr().out
+    _, (dropped,) = _child_runs(tracking, "dropped")
+    assert dropped.info.status == "FAILED"
+
+    again = run_grid_study(spec, "smoke", storage=storage, tracking_uri=tracking, data=tiny_data(), seeds=(1,),
+                           overrides={**TINY, "train.epochs": 4, "train.time_budget_s": 0},
+                           study_name="dropped", print_table=False)
+    assert again.complete
+    study = optuna.load_study(study_name="dropped", storage=storage)
+    assert [t.state for t in study.trials] == [TrialState.FAIL, TrialState.COMPLETE]
+    assert study.trials[1].user_attrs[keys.TRIAL_RUN_ID] == dropped.info.run_id
+    _, children = _child_runs(tracking, "dropped")
+    assert [r.info.status for r in children] == ["FINISHED"]
 
 
 def test_two_workers_on_one_study_never_run_a_cell_twice(stores, tmp_path):

@@ -130,14 +130,23 @@ def run_one_trial(session: Session, objective: Callable[[optuna.Trial], float]) 
     session.claims.vouch_for_live_workers()  # Optuna checks heartbeats as the trial starts
     try:
         session.study.optimize(numbered, n_trials=1, catch=(Exception,), gc_after_trial=True)
-    except optuna.exceptions.UpdateFinishedTrialError:
+    except (optuna.exceptions.UpdateFinishedTrialError, ValueError):
         # Another worker failed the trial while it ran: its heartbeat was silent for longer than
-        # the grace period (a database outage, a frozen machine). Its cell is open again.
-        session.say(f"trial {numbers[0] if numbers else '?'}: was marked FAIL by another worker while it ran "
+        # the grace period (a database outage, a frozen machine). Optuna then refuses the trial's
+        # next write (UpdateFinishedTrialError, caught as the objective's error) and its final tell
+        # (ValueError "Cannot tell a FAIL trial."). Any other error of Optuna's is raised.
+        if not numbers or not _stored(session, numbers[0]).state.is_finished():
+            raise
+        session.say(f"trial {numbers[0]}: was marked FAIL by another worker while it ran "
                     f"(no heartbeat for {GRACE_HEARTBEATS * heartbeat_s()} s); its result is not kept and its "
                     f"cell runs again")
         session.fail_dead_trial_runs()
         return TrialState.FAIL
     if not numbers:
         return TrialState.FAIL
-    return session.storage.get_trial(trial_id(session.storage, session.study, numbers[0])).state
+    return _stored(session, numbers[0]).state
+
+
+def _stored(session: Session, number: int) -> optuna.trial.FrozenTrial:
+    """Trial `number` as the storage has it now (not as this process last saw it)."""
+    return session.storage.get_trial(trial_id(session.storage, session.study, number))
