@@ -81,6 +81,8 @@ def test_each_grid_study_compares_its_variants_beside_its_parent_run(presented):
     client = MlflowClient(uri)
     studies = list_studies(uri)
     grids = studies[studies["kind"] == "grid"]
+    # a grid study kept unfinished (to be continued) has no table to present yet
+    grids = grids[(grids["state"] == "finished") | grids["superseded_by"].fillna("").astype(bool)]
     assert len(grids) >= 3
     for _, row in studies.iterrows():
         parent = client.get_run(study_parent(row["study"], uri)["run_id"])

@@ -32,13 +32,22 @@ def present_study(study: str, *, tracking_uri: str | None = None, storage: str |
     has no such study; a SQLite storage that does not exist is not created."""
     from ..reports.runs import resolve_tracking_uri
 
+    from mlflow.exceptions import MlflowException
+
     from .storage import first_use_lock
 
     uri = resolve_tracking_uri(tracking_uri)
     # Workers of a study on one machine whose commands end together take turns (a SQLite store;
     # `reports.study_run` keeps one summary run a variant where a tracking server is shared).
     with first_use_lock(uri):
-        return _present(study, uri, storage)
+        try:
+            return _present(study, uri, storage)
+        except MlflowException:
+            # Workers on several machines that end together present the study at once (a tracking
+            # server: no lock between machines); MLflow inserts a new tag or metric without one, so
+            # the second insert of a key can fail. What the first wrote is then there: a second
+            # pass writes only what still differs.
+            return _present(study, uri, storage)
 
 
 def _present(study: str, uri: str, storage: str | None) -> list[str]:
