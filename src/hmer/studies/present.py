@@ -22,7 +22,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..reports.study_run import TABLE_ARTIFACT
 from ..tracking import keys
 
 
@@ -161,7 +160,7 @@ def annotate_sweep(study: str, tracking_uri: str | None = None, storage: str | N
     import optuna
 
     from ..reports.runs import client_for, resolve_tracking_uri, study_parent
-    from ..reports.study_run import _write_artifact_if_changed
+    from ..reports.study_run import TABLE_ARTIFACT, _write_artifact_if_changed
     from ..reports.sweep import sweep_storage
     from ..reports.sweep import sweep_table
 
@@ -189,6 +188,8 @@ NOTE_CHARS = 6000  # a description longer than MLflow's 8000-character tag limit
 def sweep_description(study: str, text: str) -> str:
     """The sweep's parent-run description: its table (`sweep_table`'s text, best trials first) as
     far as it fits a description, the whole of it being `table.md`."""
+    from ..reports.study_run import TABLE_ARTIFACT  # (the reports' plotting stays out of a study's start)
+
     lines = text.splitlines()
     header, rows = lines[:2], [line for line in lines[2:] if line.startswith(" ") or line[:1].isdigit()]
     shown: list[str] = []
