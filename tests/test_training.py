@@ -176,18 +176,23 @@ class _Crash(Exception):
     pass
 
 
+def _train_killed_after(epoch_killed: int, cfg, data, store, folder) -> None:
+    """Train `cfg` in experiment "crashed" with its checkpoints in `folder`, killed right after epoch
+    `epoch_killed` (its checkpoint written): what a session's end does to a run."""
+    def crash(epoch, metrics):
+        if epoch == epoch_killed:
+            raise _Crash("killed")
+
+    with pytest.raises(_Crash):
+        train(cfg, data=data, tracking_uri=store, experiment="crashed", run_dir=folder, epoch_callback=crash)
+
+
 def test_resume_gives_the_same_weights_as_an_uninterrupted_run(store, tmp_path):
     cfg = tiny_config(**{"train.epochs": 3, "data.scale_aug_min": 0.8, "data.scale_aug_max": 1.2})
     data = tiny_data()
     train(cfg, data=data, tracking_uri=store, experiment="straight", run_dir=tmp_path / "straight")
 
-    def crash_after_first_epoch(epoch, metrics):
-        if epoch == 1:
-            raise _Crash("killed")
-
-    with pytest.raises(_Crash):
-        train(cfg, data=data, tracking_uri=store, experiment="crashed", run_dir=tmp_path / "crashed",
-              epoch_callback=crash_after_first_epoch)
+    _train_killed_after(1, cfg, data, store, tmp_path / "crashed")
     first = load_checkpoint(tmp_path / "crashed" / "last.pt")
     assert first["epoch"] == 1
     client = MlflowClient(store)
@@ -224,13 +229,7 @@ def test_a_run_resumed_from_last_pt_alone_scores_the_weights_an_uninterrupted_ru
     data = tiny_data()
     straight = train(cfg, data=data, tracking_uri=store, experiment="straight", run_dir=tmp_path / "straight")
 
-    def crash_after_the_last_epoch(epoch, metrics):
-        if epoch == 2:
-            raise _Crash("killed")
-
-    with pytest.raises(_Crash):
-        train(cfg, data=data, tracking_uri=store, experiment="crashed", run_dir=tmp_path / "crashed",
-              epoch_callback=crash_after_the_last_epoch)
+    _train_killed_after(2, cfg, data, store, tmp_path / "crashed")  # after its last epoch
     last = load_checkpoint(tmp_path / "crashed" / "last.pt")
     assert last["epoch"] == 2 and last["best_epoch"] == 2  # (a tie goes to the later epoch)
     (tmp_path / "crashed" / "best.pt").unlink()

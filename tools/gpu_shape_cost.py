@@ -506,22 +506,17 @@ def main(argv=None):
     section("S2_profile", 40, lambda: s2_profile(base, fresh(2)))
     section("S3_micro", 10, lambda: s3_micro(2 if ARGS.smoke else 10))
     if cuda:
-        def off():
-            torch.backends.cudnn.enabled = False
+        def with_cudnn(flag, value, label):
+            """cold_warm with torch.backends.cudnn.<flag> = value, restored afterwards."""
+            before = getattr(torch.backends.cudnn, flag)
+            setattr(torch.backends.cudnn, flag, value)
             try:
-                return cold_warm(base, fresh(3), "cudnn-off")
+                return cold_warm(base, fresh(3), label)
             finally:
-                torch.backends.cudnn.enabled = True
+                setattr(torch.backends.cudnn, flag, before)
 
-        def benchmark_on():
-            torch.backends.cudnn.benchmark = True
-            try:
-                return cold_warm(base, fresh(3), "cudnn.benchmark")
-            finally:
-                torch.backends.cudnn.benchmark = False
-
-        section("S6_cudnn_off", 15, off)
-        section("S5_benchmark_true", 40, benchmark_on)
+        section("S6_cudnn_off", 15, lambda: with_cudnn("enabled", False, "cudnn-off"))
+        section("S5_benchmark_true", 40, lambda: with_cudnn("benchmark", True, "cudnn.benchmark"))
     RESULTS["elapsed_s"] = time.perf_counter() - T0
     save()
     summary()

@@ -55,7 +55,6 @@ def cpu_description() -> str:
 # 200 KiB of host memory (torch's docs: 10,000 plans ~ 2 GiB).
 CUDNN_PLAN_CACHE = "TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT"
 CUDNN_PLAN_CACHE_DEFAULT = 10_000
-CUDNN_PLAN_KIB = 200
 
 
 def size_cudnn_plan_cache(plans: int) -> tuple[int, str]:
