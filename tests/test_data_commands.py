@@ -13,6 +13,7 @@ from PIL import Image
 from hmer.data import load_split
 from hmer.data import commands
 from hmer.data.commands import check_command, render_command
+from hmer.data.render import RenderConfig
 
 
 def test_check_of_a_clean_dataset_prints_counts_and_returns_0(inkml_dataset):
@@ -52,17 +53,20 @@ def test_check_lists_every_problem_and_returns_1(inkml_dataset):
     assert "4 error(s)" in text
 
 
-def test_render_zip_reads_back_with_the_same_names_tokens_and_pixels(inkml_dataset, isolated_cache, tmp_path):
+@pytest.mark.parametrize("image_format,pil_format,mode", [("bmp", "BMP", "L"), ("png", "PNG", "1")])
+def test_render_zip_reads_back_with_the_same_names_tokens_and_pixels(inkml_dataset, isolated_cache, tmp_path,
+                                                                     image_format, pil_format, mode):
     root = inkml_dataset({"train": 5, "2014": 3})
     target = tmp_path / "out" / "rendered.zip"
     out = io.StringIO()
-    assert render_command(str(root), target, workers=1, out=out) == 0
+    assert render_command(str(root), target, workers=1, out=out, image_format=image_format) == 0
     assert "train: 5 images" in out.getvalue() and "2014: 3 images" in out.getvalue()
     with zipfile.ZipFile(target) as archive:
         names = archive.namelist()
-        assert "data/train/caption.txt" in names and "data/2014/2014_000.bmp" in names
-        with Image.open(io.BytesIO(archive.read("data/2014/2014_000.bmp"))) as img:
-            assert img.format == "BMP" and img.mode == "L"
+        assert "data/train/caption.txt" in names and f"data/2014/2014_000.{image_format}" in names
+        assert "data/train/writers.txt" not in names  # these InkML files name no writer
+        with Image.open(io.BytesIO(archive.read(f"data/2014/2014_000.{image_format}"))) as img:
+            assert img.format == pil_format and img.mode == mode
     for split in ("train", "2014"):
         original, rendered = load_split(root, split), load_split(target, split)
         assert [e.name for e in rendered] == [e.name for e in original]
@@ -107,3 +111,12 @@ def test_a_failed_render_keeps_an_earlier_zip_intact(inkml_dataset, isolated_cac
     with pytest.raises(RuntimeError):
         render_command(str(root), target, workers=1, out=io.StringIO())
     assert target.read_bytes() == before
+
+
+def test_png_refuses_a_grey_rendering_and_leaves_no_zip(inkml_dataset, isolated_cache, tmp_path):
+    root = inkml_dataset({"train": 2})
+    target = tmp_path / "grey.zip"
+    with pytest.raises(ValueError, match=r"train_000\.inkml: its rendering is not binary"):
+        render_command(str(root), target, RenderConfig(antialias=True), workers=1, out=io.StringIO(),
+                       image_format="png")
+    assert list(tmp_path.glob("*.zip*")) == [] and list(tmp_path.glob(".grey*")) == []

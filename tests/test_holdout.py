@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+from PIL import Image
 from mlflow.tracking import MlflowClient
 
 from hmer.config import Config, DataConfig
@@ -174,6 +175,67 @@ def test_a_run_logs_the_names_it_trained_and_selected_on(tmp_path):
     # the validation split decoded as the test years are, beside them
     metrics = client.get_run(result.run_id).data.metrics
     assert metrics["val_final_n"] == len(data["val"]) and "val_final_exprate" in metrics
+
+
+def _write_writers_dataset(root):
+    """Eight writers of five expressions each, in InkML that names them (no token shared between
+    writers, so the writer rule can hold any of them out), and four expressions by nobody."""
+    from conftest import glyph_strokes, inkml_document
+
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    lines = []
+    (root / "train").mkdir(parents=True)
+    for w in range(8):
+        for i in range(5):
+            name = f"w{w}_{i}"
+            caption = " ".join(letters[3 * w + k % 3] for k in range(i + 2))
+            doc = inkml_document(glyph_strokes(i), truth=f"${caption}$").replace(
+                "</traceFormat>", f'</traceFormat><annotation type="writer">W{w}</annotation>', 1)
+            (root / "train" / f"{name}.inkml").write_text(doc)
+            lines.append(f"{name}\t{caption}\n")
+    for i in range(4):
+        (root / "train" / f"u{i}.inkml").write_text(inkml_document(glyph_strokes(i), truth="$1$"))
+        lines.append(f"u{i}\t{i}\n")
+    (root / "train" / "caption.txt").write_text("".join(lines))
+    return root
+
+
+@pytest.mark.parametrize("image_format", ["bmp", "png"])
+def test_images_rendered_from_inkml_keep_its_writers_and_so_its_hold_out(tmp_path, isolated_cache, image_format):
+    from hmer.data.commands import render_command
+
+    ink = _write_writers_dataset(tmp_path / "ink")
+    images = tmp_path / "images.zip"
+    assert render_command(str(ink), images, workers=1, out=io.StringIO(), image_format=image_format) == 0
+    cfg = DataConfig(val_fraction=0.2)
+    with open_source(ink) as a, open_source(images) as b:
+        names = [c.name for c in parse_captions(a.caption_text("train"), "train")]
+        assert read_writers(b, "train", names) == read_writers(a, "train", names)
+        assert read_writers(b, "train", names)["u0"] is None and read_writers(b, "train", names)["w3_1"] == "W3"
+        from_ink, from_images = split_source_validation(a, cfg), split_source_validation(b, cfg)
+    assert from_images.rule == from_ink.rule == "writer" and from_images.val_writers == from_ink.val_writers
+    assert (from_images.train, from_images.val, from_images.left_out) == (from_ink.train, from_ink.val,
+                                                                           from_ink.left_out)
+
+
+def test_a_malformed_writers_file_names_its_file_and_line(tmp_path):
+    from hmer.data import WriterFileError
+
+    folder = tmp_path / "data" / "train"
+    folder.mkdir(parents=True)
+    Image.fromarray(np.zeros((4, 4), np.uint8)).save(folder / "a.png")
+    Image.fromarray(np.zeros((4, 4), np.uint8)).save(folder / "b.png")
+    (folder / "caption.txt").write_text("a\tx\nb\ty\n")
+    (folder / "writers.txt").write_text("a\tW1\n\nb W2\n")
+    with open_source(tmp_path / "data") as source, pytest.raises(WriterFileError) as err:
+        read_writers(source, "train", ["a", "b"])
+    assert str(err.value) == f"{folder / 'writers.txt'}:3: expected <name> TAB <writer>, got 'b W2'"
+    (folder / "writers.txt").write_text("a\tW1\nb\tunknown\n")
+    with open_source(tmp_path / "data") as source:
+        assert read_writers(source, "train", ["a", "b"]) == {"a": "W1", "b": None}
+    (folder / "writers.txt").write_text("a\tW1\na\tW2\n")
+    with open_source(tmp_path / "data") as source, pytest.raises(WriterFileError, match=r"writers.txt:2: 'a' already"):
+        read_writers(source, "train", ["a", "b"])
 
 
 # ---- the real training split ------------------------------------------------------------------

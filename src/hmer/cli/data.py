@@ -26,6 +26,8 @@ def add_parser(sub) -> None:
     render.add_argument("--out", required=True, help="the zip to write")
     render.add_argument("--workers", type=int, default=None, help="render processes (default: all cores)")
     render.add_argument("--limit", type=int, default=0, help="only the first N expressions of each split")
+    render.add_argument("--format", choices=("bmp", "png"), default="bmp",
+                        help="8-bit grey BMP, as BTTR's and CoMER's data.zip (default), or 1-bit PNG (smaller)")
     render.set_defaults(func=cmd_data_render)
 
 
@@ -50,4 +52,4 @@ def cmd_data_split(args) -> int:
 def cmd_data_render(args) -> int:
     from ..data.commands import render_command
 
-    return render_command(args.data, args.out, workers=args.workers, limit=args.limit)
+    return render_command(args.data, args.out, workers=args.workers, limit=args.limit, image_format=args.format)

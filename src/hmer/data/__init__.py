@@ -10,7 +10,7 @@ See docs/data.md for the layout, where to put CROHME, the error policy and the c
 
 from .batching import Batch, collate, fit_to_pixels, make_batches, padded_shapes, padding_share
 from .errors import (CaptionError, DataError, DatasetNotFoundError, ImageReadError, InkMLError, MissingSplitError,
-                     UnknownTokenError)
+                     UnknownTokenError, WriterFileError)
 from .expression import Expression
 from .files import read_expression_file
 from .images import read_image
@@ -23,7 +23,7 @@ from .vocab import Vocab
 __all__ = [
     "Batch", "collate", "fit_to_pixels", "make_batches", "padded_shapes", "padding_share",
     "CaptionError", "DataError", "DatasetNotFoundError", "ImageReadError", "InkMLError", "MissingSplitError",
-    "UnknownTokenError",
+    "UnknownTokenError", "WriterFileError",
     "Expression", "read_expression_file",
     "Ink", "TraceGroup", "parse_inkml", "read_inkml",
     "RenderConfig", "render_ink",

@@ -34,6 +34,10 @@ class CaptionError(DataError):
     """A caption line that is malformed, or names a file that is not there."""
 
 
+class WriterFileError(DataError):
+    """A writers.txt line that is malformed, or names an expression twice."""
+
+
 __all__ = [
     "DataError",
     "InkMLError",
@@ -41,5 +45,6 @@ __all__ = [
     "DatasetNotFoundError",
     "MissingSplitError",
     "CaptionError",
+    "WriterFileError",
     "UnknownTokenError",
 ]

@@ -4,6 +4,9 @@
     <split>/caption.txt          one line per expression: <name> TAB <space-separated tokens>
     <split>/<name>.inkml         pen strokes (rendered on load), or
     <split>/<name>.bmp|png|jpg   an image (read as grey; black-on-white images are inverted)
+    <split>/writers.txt          optional: <name> TAB <writer>, the writers of an image dataset
+                                 rendered from InkML (the writer hold-out needs them; see
+                                 `hmer.data.splits.read_writers`)
 
 possibly under one top folder (the shared zip has `crohme/<split>/...`, BTTR's has
 `data/<split>/...`). Splits are `train`, `2014`, `2016`, `2019` (any other folder with a
@@ -47,6 +50,7 @@ IMAGE_SUFFIXES = (".bmp", ".png", ".jpg", ".jpeg")
 # When a name has several files, the first suffix in this order wins (ink beats a rendering of it).
 CONTENT_SUFFIXES = (".inkml", *IMAGE_SUFFIXES)
 CAPTION_FILE = "caption.txt"
+WRITER_FILE = "writers.txt"
 
 
 # ---- finding the dataset -------------------------------------------------------------------------
@@ -115,6 +119,13 @@ class DatasetSource:
 
     def read_bytes(self, split: str, filename: str) -> bytes:
         raise NotImplementedError
+
+    def read_optional(self, split: str, filename: str) -> bytes | None:
+        """A file of the split's folder, or None when it is not there."""
+        try:
+            return self.read_bytes(split, filename)
+        except FileNotFoundError:
+            return None
 
     def describe(self, split: str, filename: str = "") -> str:
         """How a file is named in messages (a path, or zip:member)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import warnings
 import zlib
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -19,10 +19,11 @@ from ..config import DataConfig
 from .cache import load_images
 from .expression import Expression
 from .holdout import HoldOut, split_validation
-from .inkml import writer_of
+from .inkml import UNKNOWN_WRITERS, writer_of
 from .render import RenderConfig
 from .captions import parse_captions
-from .source import CAPTION_FILE, DatasetSource, files_for_captions, open_source
+from .errors import WriterFileError
+from .source import CAPTION_FILE, WRITER_FILE, DatasetSource, files_for_captions, open_source
 from .vocab import Vocab
 
 VAL = "val"
@@ -69,13 +70,46 @@ def default_splits(data_cfg: DataConfig | None = None) -> tuple[str, ...]:
 
 
 def read_writers(source: DatasetSource, split: str, names: Sequence[str]) -> dict[str, str | None]:
-    """{name: the writer its InkML names, or None} (None for image files, which name nobody)."""
+    """{name: its writer, or None}. An InkML file names its writer in its header; an image names
+    nobody, so an image dataset rendered from InkML (`hmer data render`) keeps the writers in
+    `<split>/writers.txt`, without which its hold-out could not be the InkML's."""
+    listed = parse_writers(source, split)
     writers: dict[str, str | None] = {}
     for name in names:
         filename = source.file_for(split, name)
-        writers[name] = writer_of(source.read_bytes(split, filename)) \
-            if filename and filename.endswith(".inkml") else None
+        if filename and filename.endswith(".inkml"):
+            writers[name] = writer_of(source.read_bytes(split, filename))
+        else:
+            writers[name] = listed.get(name)
     return writers
+
+
+def parse_writers(source: DatasetSource, split: str) -> dict[str, str]:
+    """The split's writers.txt (`<name> TAB <writer>` a line) as {name: known writer}; {} without one.
+    A line that is not two tab-separated fields, or names an expression twice, raises, naming
+    the file and line (a silently different hold-out would be worse than stopping)."""
+    data = source.read_optional(split, WRITER_FILE)
+    if data is None:
+        return {}
+    where = source.describe(split, WRITER_FILE)
+    writers: dict[str, str] = {}
+    for number, raw in enumerate(data.decode("utf-8").splitlines(), start=1):
+        if not raw.strip():
+            continue
+        fields = [f.strip() for f in raw.split("\t")]
+        if len(fields) != 2 or not all(fields):
+            raise WriterFileError(f"{where}:{number}: expected <name> TAB <writer>, got {raw.strip()!r}")
+        name, writer = fields
+        if name in writers:
+            raise WriterFileError(f"{where}:{number}: {name!r} already has a writer")
+        if writer.lower() not in UNKNOWN_WRITERS:  # as an InkML header's "Unknown" is nobody
+            writers[name] = writer
+    return writers
+
+
+def writers_file_text(writers: Mapping[str, str | None]) -> str:
+    """writers.txt for `writers` ({name: writer or None}): a line for each name with a writer."""
+    return "".join(f"{name}\t{writer}\n" for name, writer in writers.items() if writer)
 
 
 def split_source_validation(source: DatasetSource, data_cfg: DataConfig, *,
