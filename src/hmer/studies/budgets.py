@@ -129,9 +129,11 @@ class StudyBudget:
                 f"{_format_duration(budget)} of training per trial at most, "
                 f"{_format_duration(self.eval_reserve_s)} reserved for the test years)")
         elif self.trial_seconds > 0:
+            # A process knows only its own workers: the others that share the study divide the cost.
             lines.append(
-                f"  expected cost: about {cost} on {self.hardware} for {n_trials} trials on {n_jobs} "
-                f"worker(s) ({_format_duration(self.trial_seconds)} per trial)")
+                f"  expected cost: about {cost} for {n_trials} trials on this process's {n_jobs} worker(s), on "
+                f"{self.hardware} ({_format_duration(self.trial_seconds)} per trial; worker processes started "
+                f"beside it on the same study share the trials)")
         else:
             epochs = int(self.overrides.get("train.epochs", 0))
             images = epochs * CROHME_TRAIN_EXPRESSIONS
@@ -215,7 +217,7 @@ BUDGETS: dict[str, StudyBudget] = {
         load_s=60.0,
         eval_reserve_s=0.0,
         default_jobs=2,
-        hardware="a 2-core CPU (2 workers, one thread each)",
+        hardware="a 2-core CPU, one thread per worker",
         trial_seconds=_CPU_TRIAL_SECONDS,
         notes=("epochs are fixed, not a wall-clock budget: the numbers do not depend on how busy the machine "
                "is, only the time does", "how this budget was chosen: docs/cpu_protocol.md"),
