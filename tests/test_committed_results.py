@@ -286,3 +286,19 @@ def test_the_cpu_budget_is_the_committed_sweeps_best_trial():
     seconds_an_epoch = run.data.metrics["train_cpu_seconds"] / epochs
     assert budget["train.epochs"] == round(3600 / seconds_an_epoch), seconds_an_epoch
     assert budget["train.warmup_steps"] == round(trained["train.warmup_steps"] / epochs * budget["train.epochs"])
+
+
+def test_hmer_report_of_the_committed_sweep_prints_its_trials_best_first(clone, monkeypatch, capsys):
+    """A sweep has no variants and seeds: its report is its own table, not a grid's."""
+    monkeypatch.chdir(clone)
+    monkeypatch.setenv("HMER_MLRUNS", str(clone / "mlruns"))
+    capsys.readouterr()
+    assert hmer_main(["report", "--study", "sweep-cpu", "--out", str(clone / "sweep-report")]) == 0
+    printed = capsys.readouterr().out
+    study = optuna.load_study(study_name="sweep-cpu", storage=f"sqlite:///{MLRUNS / 'optuna.db'}")
+    rows = [line.split() for line in printed.splitlines() if re.match(r"^\s*\d+\s+(COMPLETE|PRUNED|FAIL)", line)]
+    assert len(rows) == len(study.trials)
+    assert rows[0][:2] == [str(study.best_trial.number), "COMPLETE"]
+    assert float(rows[0][2]) == pytest.approx(study.best_value, abs=0.005)
+    assert "seeds" not in printed  # no grid table
+    assert (clone / "sweep-report" / "sweep.txt").read_text() in printed

@@ -60,6 +60,72 @@ WORKER = textwrap.dedent("""
 """)
 
 
+# One sweep worker: continues dead trials until none is open; each checks it got the parameters and
+# the number of the trial it claimed.
+CONTINUER = textwrap.dedent("""
+    import os, pathlib, sys, time
+    import optuna
+    from hmer.studies.claims import CellClaims, ProposedOrContinuedSampler, Worker
+    from hmer.studies.storage import open_storage
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    storage = open_storage(sys.argv[1])
+    sampler = ProposedOrContinuedSampler(optuna.samplers.RandomSampler())
+    study = optuna.load_study(study_name="sweep", storage=storage, sampler=sampler)
+    claims = CellClaims(study, Worker.current(), storage)
+    ready = pathlib.Path(sys.argv[2])
+    (ready / str(os.getpid())).touch()
+    deadline = time.monotonic() + 120
+    while len(list(ready.iterdir())) < int(sys.argv[3]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    while (dead := claims.claim_continuation()) is not None:
+        number, params = dead.number, dead.params
+        sampler.assign(params, lambda study, trial: claims.continuing(trial, number))
+
+        def objective(trial):
+            x = trial.suggest_float("x", 0.0, 1.0)
+            assert x == params["x"], (x, params)
+            stored = storage.get_trial(storage.get_trial_id_from_study_id_trial_number(
+                storage.get_study_id_from_name("sweep"), trial.number))
+            assert stored.user_attrs["hmer.continues"] == number, (stored.user_attrs, number)
+            time.sleep(0.05)
+            return x
+
+        study.optimize(objective, n_trials=1)
+""")
+
+
+def test_three_processes_continue_every_dead_sweep_trial_exactly_once(tmp_path):
+    """Dead sweep trials (FAIL, configuration complete) are claimed as grid cells are: three
+    workers started together continue each exactly once, with its parameters. A trial that failed
+    with an error in a live worker, or died before its configuration was complete, is not continued."""
+    storage_url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(study_name="sweep", storage=open_storage(storage_url), direction="maximize",
+                                sampler=optuna.samplers.RandomSampler(seed=0))
+    dead = []
+    for n in range(18):
+        trial = study.ask()
+        trial.suggest_float("x", 0.0, 1.0)
+        if n == 16:
+            trial.set_user_attr(keys.ERROR, "diverged")  # an outcome, not a death
+        if n != 17:  # 17 died before its configuration was complete
+            trial.set_user_attr(keys.CELL_KEY, f"x={trial.params['x']}")
+        study.tell(trial, state=TrialState.FAIL)
+        dead.append(trial.number)
+    ready = tmp_path / "ready"
+    ready.mkdir()
+    procs = [subprocess.Popen([sys.executable, "-c", CONTINUER, storage_url, str(ready), "3"]) for _ in range(3)]
+    assert [p.wait(timeout=300) for p in procs] == [0, 0, 0]
+
+    trials = optuna.load_study(study_name="sweep", storage=storage_url).trials
+    continuing = [t for t in trials if keys.CONTINUES in t.user_attrs]
+    assert all(t.state == TrialState.COMPLETE for t in continuing)
+    assert sorted(t.user_attrs[keys.CONTINUES] for t in continuing) == dead[:16]  # each once
+    params = {t.number: t.params for t in trials}
+    assert all(t.params == params[t.user_attrs[keys.CONTINUES]] for t in continuing)
+    assert len({t.user_attrs[keys.WORKER]["token"] for t in continuing}) > 1  # they did overlap
+
+
 def _study(storage: str) -> tuple[optuna.Study, ClaimedCellSampler, CellClaims]:
     store = open_storage(storage)
     sampler = ClaimedCellSampler()

@@ -38,7 +38,7 @@ from .study_run import comparison_metric
 from .markup import measure_list, measures
 from .plots import plot_claims, plot_exprate, plot_training_curves, save_figure
 from .runs import (NoRunsError, curve_runs, list_studies, load_history, load_predictions, load_runs,
-                   resolve_tracking_uri, scored_years, study_progress)
+                   resolve_tracking_uri, scored_years, study_parent, study_progress)
 from .significance import DEFAULT_RESAMPLES
 from .tables import format_table, scored, study_table, variant_table
 
@@ -173,6 +173,10 @@ def report_command(
     """
     name = report_name(study, experiment, run_ids)
     uri = resolve_tracking_uri(tracking_uri)
+    if study:
+        parent = study_parent(study, uri)
+        if parent is not None and parent.get(f"tags.{keys.KIND}") == "sweep":
+            return sweep_report(study, uri, out_dir)
     runs = load_runs(uri, experiment=experiment, study=study, run_ids=list(run_ids) if run_ids else None)
     if runs.empty:
         what = f"study {study!r}" if study else f"experiment {experiment!r}" if experiment else "those run ids"
@@ -198,6 +202,25 @@ def report_command(
         print(ui_hint(uri, str(experiments[0]), order_by=comparison_metric(study, uri) if study else None))
     if table.empty or int(table["seeds"].sum()) == 0:
         print(f"hmer report: no run of {name} has test scores (failed, pruned or unfinished)", file=sys.stderr)
+        return EXIT_NOTHING_SCORED
+    return EXIT_OK
+
+
+def sweep_report(study: str, tracking_uri: str, out_dir: str | Path | None = None) -> int:
+    """`hmer report --study SWEEP`: a sweep has no variants and seeds to tabulate, so its report is
+    the sweep's own table (every trial, best objective first, with its parameters), printed and
+    written to `sweep.txt`. Returns 0, or 1 when no trial has an objective yet."""
+    from .sweep import complete_trials, describe_sweep, failures, find_sweep, sweep_table
+
+    sweep = find_sweep(tracking_uri, None, study)
+    text = "\n".join([describe_sweep(sweep), "", sweep_table(sweep), *failures(sweep)]) + "\n"
+    out = Path(out_dir) if out_dir else default_out_dir(study)
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(out / "sweep.txt", text)
+    print(text, end="")
+    print(f"wrote {out / 'sweep.txt'}; `hmer notebooks sweep` plots its history, importances and slices")
+    if not complete_trials(sweep):
+        print(f"hmer report: no trial of {study} has an objective yet", file=sys.stderr)
         return EXIT_NOTHING_SCORED
     return EXIT_OK
 

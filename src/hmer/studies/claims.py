@@ -26,6 +26,10 @@ thing the workers share:
 A claim that never became a trial (its worker died in between) expires: at once when its
 worker is on this host and gone, after `claim_ttl_s` otherwise.
 
+A sweep's dead trials are continued the same way (`claim_continuation`): a trial that died with its
+configuration complete is open until a later trial names it (`hmer.continues`); a worker claims it
+as a cell is claimed, and its next trial takes the dead trial's parameters (`ProposedOrContinuedSampler`).
+
 **Why not Optuna's queue.** Cells enqueued with `study.enqueue_trial`, run by each worker's
 `study.optimize`, with the trials of dead workers put back in the queue by Optuna's heartbeat and
 `RetryHeartbeatStaleTrialCallback`, would be Optuna's public API alone; they break the guarantee
@@ -184,6 +188,59 @@ class ClaimedCellSampler(optuna.samplers.BaseSampler):
         return self.cell[param_name]
 
 
+class ProposedOrContinuedSampler(optuna.samplers.BaseSampler):
+    """The sampler of a sweep: `proposer` (TPE) proposes each trial, except one that continues a
+    dead trial, which takes the dead trial's parameters (`assign`, after `claim_continuation`).
+
+    Optuna's own way to fix a trial's parameters, `enqueue_trial`, puts a WAITING trial that two
+    workers can pop together on SQLite (see the module docstring); a claimed continuation cannot.
+    """
+
+    def __init__(self, proposer: optuna.samplers.BaseSampler) -> None:
+        self.proposer = proposer
+        self.next_params: dict[str, Any] | None = None
+        self.on_start: Any = None
+        self.params: dict[str, Any] | None = None  # the continued trial's, while one runs in this process
+
+    def assign(self, params: Mapping[str, Any], on_start) -> None:
+        """The next trial of this process takes `params`; `on_start(study, trial)` runs once it exists."""
+        self.next_params, self.on_start = dict(params), on_start
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self.params, on_start = self.next_params, self.on_start
+        self.next_params, self.on_start = None, None
+        if on_start is not None:
+            on_start(study, trial)
+        self.proposer.before_trial(study, trial)
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        if self.params is not None:
+            return {}
+        return self.proposer.infer_relative_search_space(study, trial)
+
+    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        if self.params is not None:
+            return {}
+        return self.proposer.sample_relative(study, trial, search_space)
+
+    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        if self.params is None:
+            return self.proposer.sample_independent(study, trial, param_name, param_distribution)
+        if param_name not in self.params:
+            raise ValueError(f"trial {trial.number} continues a trial that has no {param_name!r}")
+        return self.params[param_name]
+
+    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
+                    values: Sequence[float] | None) -> None:
+        self.params = None
+        self.proposer.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self.proposer.reseed_rng()
+
+
 # ---- claims -------------------------------------------------------------------------------------
 
 @dataclass
@@ -328,6 +385,40 @@ class CellClaims:
             time.sleep(self.rng.uniform(0.05, 1.0))  # two workers raced for it: separate them
         raise RuntimeError(f"could not claim a grid cell in {max_attempts} attempts")
 
+    def open_continuations(self) -> list[FrozenTrial]:
+        """A sweep's trials that died with their configuration complete (`hmer.cell_key`; not an
+        error in a live worker), that no later trial continues and no other live worker claims.
+        Claims first, then trials, as `status` reads them."""
+        claimed = self._live_claims()
+        trials = self.study.get_trials(deepcopy=False)
+        taken = {t.user_attrs[keys.CONTINUES] for t in trials if keys.CONTINUES in t.user_attrs}
+        return [t for t in trials if t.state == TrialState.FAIL and keys.CELL_KEY in t.user_attrs
+                and keys.ERROR not in t.user_attrs and t.number not in taken
+                and continuation_key(t.number) not in claimed]
+
+    def claim_continuation(self, max_attempts: int = 50) -> FrozenTrial | None:
+        """Claim a dead trial of a sweep to continue (the oldest, or after a lost race a random one),
+        as `claim` claims a cell; None when none is open. The claim is released by `continuing`
+        once the continuing trial names it, or by `release`."""
+        for attempt in range(max_attempts):
+            candidates = self.open_continuations()
+            if not candidates:
+                return None
+            dead = candidates[0] if attempt == 0 else self.rng.choice(candidates)
+            self._write_claim(continuation_key(dead.number))
+            if dead.number in {t.number for t in self.open_continuations()}:
+                return dead
+            self.release()
+            time.sleep(self.rng.uniform(0.05, 1.0))  # two workers raced for it: separate them
+        raise RuntimeError(f"could not claim a dead trial to continue in {max_attempts} attempts")
+
+    def continuing(self, trial: FrozenTrial, dead_number: int) -> None:
+        """Record on the new trial its worker and the dead trial it continues, then release the claim."""
+        tid = self.trial_id(trial)
+        self.storage.set_trial_user_attr(tid, keys.WORKER, self.worker.as_attr())
+        self.storage.set_trial_user_attr(tid, keys.CONTINUES, dead_number)
+        self.release()
+
     def started(self, trial: FrozenTrial, cell: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> None:
         """Record the cell and worker on the new trial, then release the claim (in that order)."""
         tid = self.trial_id(trial)
@@ -344,6 +435,11 @@ class CellClaims:
     def _write_claim(self, key: str) -> None:
         self.storage.set_study_system_attr(self.study_id, self.claim_key,
                                            {"cell": key, "at": time.time(), "worker": self.worker.as_attr()})
+
+
+def continuation_key(number: int) -> str:
+    """What a worker claims to continue dead trial `number` (no cell key looks like it)."""
+    return f"continues trial {number}"
 
 
 def describe_cell_key(key: str) -> str:

@@ -44,7 +44,7 @@ def continuations(trials: list[FrozenTrial]) -> dict[int, tuple[int, str]]:
 
     A trial that continued a dead one names it: `hmer.resumed_from` (its MLflow run resumed from
     the dead trial's last checkpoint, `studies.resume`) or `hmer.continues` (a sweep's trial
-    enqueued again, `studies.sweeps`). Otherwise the next trial of the same cell (`hmer.cell_key`)
+    that took the dead one's parameters, `studies.sweeps`). Otherwise the next trial of the same cell (`hmer.cell_key`)
     ran the cell again from its first epoch."""
     taken: dict[int, tuple[int, str]] = {}
     for t in trials:

@@ -135,14 +135,13 @@ def close_running(client, storage: str | None) -> list[str]:
 
 def _fail_running_trials(storage: str) -> list[str]:
     """Mark FAIL the RUNNING trials of every study in `storage`, as its next worker does with a
-    dead worker's (`claims.CellClaims.reap`); a sweep's are given to its next worker
-    (`sweeps.continue_dead_trials`), as the worker that reaps them does."""
+    dead worker's (`claims.CellClaims.reap`); the next worker of a sweep continues them as it
+    continues any dead trial (`claims.CellClaims.claim_continuation`)."""
     import optuna
     from optuna.trial import TrialState
 
     from .claims import mark_failed
     from .storage import open_storage, trial_id
-    from .sweeps import continue_dead_trials
 
     store = open_storage(storage)
     closed = []
@@ -150,12 +149,7 @@ def _fail_running_trials(storage: str) -> list[str]:
               f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}); marked FAIL in the published copy")
     for summary in optuna.get_all_study_summaries(store, include_best_trial=False):
         study = optuna.load_study(study_name=summary.study_name, storage=store)
-        failed = []
         for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            tid = trial_id(store, study, trial.number)
-            if mark_failed(store, tid, reason):
-                failed.append(store.get_trial(tid))
+            if mark_failed(store, trial_id(store, study, trial.number), reason):
                 closed.append(f"Optuna study {summary.study_name} trial {trial.number}: FAIL")
-        if failed and summary.user_attrs.get(keys.KIND) == "sweep":
-            continue_dead_trials(study, failed)
     return closed

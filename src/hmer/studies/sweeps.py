@@ -6,9 +6,10 @@ Trials report their greedy validation reading within one edit (`PRUNE_METRIC`) a
 their training; the median pruner stops the ones below the median of the finished trials at the
 same share of their training (Optuna state PRUNED, MLflow tag hmer.status=pruned, run KILLED).
 A trial that fails in a live worker (diverged, out of memory) counts as finished. One whose worker
-died is marked FAIL and continued: the worker that finds it dead enqueues a trial with the same
-parameters, epochs and pruning reports (`continue_dead_trials`), and that trial continues the dead
-one's MLflow run from its last epoch's checkpoint (`resume.py`), as a grid cell does. A sweep
+died is marked FAIL and continued: the next free worker claims it (`CellClaims.claim_continuation`,
+as a grid cell is claimed, so that no two workers continue one trial) and runs a trial with its
+parameters, epochs and pruning reports, which continues the dead one's MLflow run from its last
+epoch's checkpoint (`resume.py`), as a grid cell does. A sweep
 killed at the end of a session thus loses no finished epoch. The study's lifecycle (banner, data,
 parent run, workers, Ctrl-C, table) is the session's (`session.run_session`); this module says what
 a sweep is.
@@ -27,7 +28,7 @@ from ..data import make_batches
 from ..tracking import keys
 from ..training.cost import epochs_for_budget, train_seconds_per_image
 from .budgets import StudyBudget
-from .claims import CellClaims
+from .claims import CellClaims, ProposedOrContinuedSampler
 from .objective import run_one_trial, train_trial
 from .session import Session, StudyData, StudyKind, StudyOutcome, run_session
 from .spec import SEED_KEY, SweepSpec
@@ -60,8 +61,8 @@ def run_sweep(
 
 
 class Sweep(StudyKind):
-    """A sweep: each worker runs the trial TPE proposes (or one a dead worker left, enqueued by
-    `continue_dead_trials`) until `n_trials` have finished; it stops after three failures in a row."""
+    """A sweep: each worker continues a trial a dead worker left, if one is open, or runs the trial
+    TPE proposes, until `n_trials` have finished; it stops after three failures in a row."""
 
     name = "sweep"
     objective_name = "validation ExpRate, decoded as the test years (%)"  # `sweep_objective`
@@ -72,6 +73,7 @@ class Sweep(StudyKind):
         self.requested_trials = n_trials
         self.given_pruner = pruner
         self.failures_in_a_row = 0
+        self.continued: FrozenTrial | None = None  # the dead trial this worker's trial in progress continues
         # built at the first trial, from the session's base config
         self.objective: Callable[[optuna.Trial], float] | None = None
 
@@ -105,8 +107,9 @@ class Sweep(StudyKind):
         return lines
 
     def sampler(self) -> optuna.samplers.BaseSampler:
-        return optuna.samplers.TPESampler(multivariate=True, constant_liar=True,
-                                          n_startup_trials=max(2, min(10, self.n_trials // 3)))
+        self.proposed_or_continued = ProposedOrContinuedSampler(optuna.samplers.TPESampler(
+            multivariate=True, constant_liar=True, n_startup_trials=max(2, min(10, self.n_trials // 3))))
+        return self.proposed_or_continued
 
     def pruner(self, n_trials: int) -> optuna.pruners.BasePruner:
         # pruning from half of a trial's training on (steps are % of its training, see PRUNE_STEPS)
@@ -117,7 +120,9 @@ class Sweep(StudyKind):
         return {"n_trials": self.n_trials}
 
     def take_up(self, claims: CellClaims, dead: list[FrozenTrial]) -> str:
-        continued = continue_dead_trials(claims.study, dead)
+        # Nothing to do here: a dead trial with its configuration complete stays open until a
+        # worker claims it (`run_next`); one that died before is replaced by TPE's next proposal.
+        continued = [t for t in dead if keys.CELL_KEY in t.user_attrs]
         return f"{len(continued)} continue from their last epoch, the others are replaced"
 
     def done(self, claims: CellClaims) -> int:
@@ -130,8 +135,17 @@ class Sweep(StudyKind):
         if self.failures_in_a_row >= 3 or not self.open_trials(session.claims):
             return False
         if self.objective is None:
-            self.objective = _objective(session, self.spec, data)
-        state = run_one_trial(session, self.objective)
+            self.objective = _objective(session, self.spec, data, lambda: self.continued)
+        claims = session.claims
+        self.continued = dead = claims.claim_continuation()
+        if dead is not None:
+            number = dead.number
+            self.proposed_or_continued.assign(dead.params, lambda study, trial: claims.continuing(trial, number))
+        try:
+            state = run_one_trial(session, self.objective)
+        finally:
+            self.continued = None
+            claims.release()  # already, once the trial named the dead one; here if it never began
         self.failures_in_a_row = self.failures_in_a_row + 1 if state == TrialState.FAIL else 0
         if self.failures_in_a_row >= 3:
             session.say("three trials in a row failed in this worker: stopping it (see the errors above)")
@@ -158,33 +172,17 @@ PRUNE_STEPS = 4
 PRUNE_METRIC = "val_le1"
 
 
-def continue_dead_trials(study: optuna.Study, dead: list[FrozenTrial]) -> list[FrozenTrial]:
-    """Enqueue, for each trial whose worker died after it had started training, a trial with its
-    parameters that names it (`keys.CONTINUES`). The next free worker runs it: it takes the dead
-    trial's measured cost and fitted epochs (measured again, the epochs could differ and the
-    checkpoint would no longer match) and pruning reports, and continues its run from its
-    checkpoint. Returns the trials continued. Only the
-    worker that marked a trial FAIL gets it from `CellClaims.reap`, so each is enqueued once."""
-    continued = []
-    for t in dead:
-        if keys.CELL_KEY not in t.user_attrs:
-            continue  # died before its configuration was complete: TPE samples a new trial
-        study.enqueue_trial(t.params, user_attrs={keys.CONTINUES: t.number}, skip_if_exists=False)
-        continued.append(t)
-    return continued
-
-
-def _objective(session: Session, spec: SweepSpec, data_for: StudyData):
+def _objective(session: Session, spec: SweepSpec, data_for: StudyData,
+               continued: Callable[[], FrozenTrial | None]):
     """The sweep's objective: sample the spec's parameters, fit the epochs to the trial's compute,
-    train, report at each quarter of the training for pruning."""
+    train, report at each quarter of the training for pruning. `continued()` is the dead trial
+    this trial continues, or None."""
     base_flat = session.base.to_flat_dict()
     cpu_minutes = session.budget.sweep_trial_cpu_minutes
 
     def objective(trial: optuna.Trial) -> float:
         trial.set_user_attr(keys.WORKER, session.worker.as_attr())
-        continues = trial.user_attrs.get(keys.CONTINUES)  # set by continue_dead_trials
-        dead = next(t for t in session.study.get_trials(deepcopy=False) if t.number == continues) \
-            if continues is not None else None
+        dead = continued()  # (the trial's user_attrs were read before its sampler's before_trial wrote them)
         sampled = {param: param.suggest(trial, base_flat) for param in spec.params}
         values: dict[str, Any] = {}
         for param, value in sampled.items():

@@ -61,7 +61,7 @@ RESUMED_FROM = "hmer.resumed_from"  # trial attribute and run tag: the dead tria
 REUSED_FROM = "hmer.reused_from"  # trial attribute and run tag: another study's run with the cell's config, copied
 SUPERSEDED_BY = "hmer.superseded_by"  # experiment, parent-run tag and study user attribute: the study replacing it
 DESCRIPTION = "hmer.description"  # study user attribute: what the study compares, in words (its spec's description)
-CONTINUES = "hmer.continues"      # user attribute of an enqueued sweep trial: the dead trial it continues
+CONTINUES = "hmer.continues"      # user attribute of a sweep trial: the dead trial it continues
 # Trial user attributes a finished trial records (studies.objective.record_result), beside its test
 # scores under their metric names (`test_2014_exprate`, ...). Stored without the `hmer.` prefix since
 # the first studies; committed studies are read by these names.
