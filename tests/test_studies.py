@@ -699,8 +699,8 @@ run_sweep(IMAGE_SWEEP, budget, storage={storage!r}, tracking_uri={tracking!r}, d
 @pytest.mark.parametrize("restart", ["at once", "after the heartbeat's grace period"])
 def test_a_killed_sweep_trial_continues_from_its_checkpoint_with_its_parameters_and_epochs(stores, tmp_path,
                                                                                            restart):
-    """A sweep's worker killed mid-trial: the rerun enqueues a trial with the dead one's
-    parameters, takes its measured cost and fitted epochs rather than measuring again, and
+    """A sweep's worker killed mid-trial: the rerun claims the dead trial and runs a trial with its
+    parameters, which takes its measured cost and fitted epochs rather than measuring again, and
     continues its MLflow run from the checkpoint; the study ends with one COMPLETE trial. A rerun
     after the grace period (the next session's) finds the trial stale by Optuna's heartbeat rather
     than by its process id, and continues it all the same."""
