@@ -291,9 +291,10 @@ def test_the_cpu_budget_is_the_committed_sweeps_best_trial():
 def test_hmer_report_of_the_committed_sweep_prints_its_trials_best_first(clone, monkeypatch, capsys):
     """A sweep has no variants and seeds: its report is its own table, not a grid's."""
     monkeypatch.chdir(clone)
-    monkeypatch.setenv("HMER_MLRUNS", str(clone / "mlruns"))
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     capsys.readouterr()
-    assert hmer_main(["report", "--study", "sweep-cpu", "--out", str(clone / "sweep-report")]) == 0
+    assert hmer_main(["report", "--study", "sweep-cpu", "--tracking-uri", f"sqlite:///{clone / 'mlruns' / 'mlflow.db'}",
+                      "--out", str(clone / "sweep-report")]) == 0
     printed = capsys.readouterr().out
     study = optuna.load_study(study_name="sweep-cpu", storage=f"sqlite:///{MLRUNS / 'optuna.db'}")
     rows = [line.split() for line in printed.splitlines() if re.match(r"^\s*\d+\s+(COMPLETE|PRUNED|FAIL)", line)]
