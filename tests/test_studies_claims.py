@@ -65,12 +65,12 @@ WORKER = textwrap.dedent("""
 CONTINUER = textwrap.dedent("""
     import os, pathlib, sys, time
     import optuna
-    from hmer.studies.claims import CellClaims, ProposedOrContinuedSampler, Worker
+    from hmer.studies.claims import CellClaims, ClaimedCellSampler, Worker
     from hmer.studies.storage import open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = open_storage(sys.argv[1])
-    sampler = ProposedOrContinuedSampler(optuna.samplers.RandomSampler())
+    sampler = ClaimedCellSampler(optuna.samplers.RandomSampler())
     study = optuna.load_study(study_name="sweep", storage=storage, sampler=sampler)
     claims = CellClaims(study, Worker.current(), storage)
     ready = pathlib.Path(sys.argv[2])

@@ -73,7 +73,7 @@ def read_writers(source: DatasetSource, split: str, names: Sequence[str]) -> dic
     """{name: its writer, or None}. An InkML file names its writer in its header; an image names
     nobody, so an image dataset rendered from InkML (`hmer data render`) keeps the writers in
     `<split>/writers.txt`, without which its hold-out could not be the InkML's."""
-    listed = parse_writers(source, split)
+    listed = read_writer_file(source, split)
     writers: dict[str, str | None] = {}
     for name in names:
         filename = source.file_for(split, name)
@@ -84,7 +84,7 @@ def read_writers(source: DatasetSource, split: str, names: Sequence[str]) -> dic
     return writers
 
 
-def parse_writers(source: DatasetSource, split: str) -> dict[str, str]:
+def read_writer_file(source: DatasetSource, split: str) -> dict[str, str]:
     """The split's writers.txt (`<name> TAB <writer>` a line) as {name: known writer}; {} without one.
     A line that is not two tab-separated fields, or names an expression twice, raises, naming
     the file and line (a silently different hold-out would be worse than stopping)."""

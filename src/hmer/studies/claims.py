@@ -28,7 +28,7 @@ worker is on this host and gone, after `claim_ttl_s` otherwise.
 
 A sweep's dead trials are continued the same way (`claim_continuation`): a trial that died with its
 configuration complete is open until a later trial names it (`hmer.continues`); a worker claims it
-as a cell is claimed, and its next trial takes the dead trial's parameters (`ProposedOrContinuedSampler`).
+as a cell is claimed, and its next trial takes the dead trial's parameters (`ClaimedCellSampler`).
 
 **Why not Optuna's queue.** Cells enqueued with `study.enqueue_trial`, run by each worker's
 `study.optimize`, with the trials of dead workers put back in the queue by Optuna's heartbeat and
@@ -55,7 +55,7 @@ import time
 import uuid
 import warnings
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import optuna
 from optuna.distributions import BaseDistribution
@@ -64,6 +64,8 @@ from optuna.trial import FrozenTrial, TrialState
 from ..tracking import keys
 from .spec import SEED_KEY, cell_key
 from .storage import StaleTrials
+
+_Claimed = TypeVar("_Claimed")  # what a claim key stands for: a grid cell, a dead trial
 
 
 # ---- workers ------------------------------------------------------------------------------------
@@ -144,19 +146,23 @@ def mark_failed(storage: optuna.storages.BaseStorage, trial_id: int, reason: str
 
 class ClaimedCellSampler(optuna.samplers.BaseSampler):
     """The sampler of a grid study: a worker's next trial takes the cell its worker has claimed.
+    A sweep's has a `proposer` (TPE): it proposes each trial but one that continues a dead trial,
+    which takes the dead trial's parameters as its claimed cell (`CellClaims.claim_continuation`).
 
     The choice of cell is `CellClaims`', and the decision to stop is the runner's (it knows that a
     FAIL cell must run again), so the sampler only hands the claimed values to the objective's
-    `suggest_categorical` calls: the trial's distributions stay the grid's choices, and `optuna
-    trials` and the dashboard show each cell as a grid point. It is a sampler of its own, on the
-    public interface of `BaseSampler`, because Optuna's `GridSampler` picks the cell itself and has
-    no public way to be told which one.
+    `suggest_*` calls: the trial's distributions stay the study's, and `optuna trials` and the
+    dashboard show each cell as a grid point. It is a sampler of its own, on the public interface of
+    `BaseSampler`, because Optuna's `GridSampler` picks the cell itself and has no public way to be
+    told which one, and Optuna's way to fix a sweep trial's parameters, `enqueue_trial`, puts a
+    WAITING trial that two workers can pop together on SQLite (the module docstring).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, proposer: optuna.samplers.BaseSampler | None = None) -> None:
+        self.proposer = proposer
         self.next_cell: dict[str, Any] | None = None
         self.on_start: Any = None
-        self.cell: dict[str, Any] = {}  # the cell of the trial in progress in this process
+        self.cell: dict[str, Any] | None = None  # the cell of the trial in progress in this process, if claimed
 
     def assign(self, cell: Mapping[str, Any], on_start) -> None:
         """The next trial of this process takes `cell`; `on_start(study, trial)` runs once it exists."""
@@ -166,79 +172,45 @@ class ClaimedCellSampler(optuna.samplers.BaseSampler):
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         cell, on_start = self.next_cell, self.on_start
         self.next_cell, self.on_start = None, None
-        if cell is None:
+        if cell is None and self.proposer is None:
             raise RuntimeError("a grid trial was started without a claimed cell; "
                                "studies are run by hmer.studies.run_grid_study")
         self.cell = cell
         if on_start is not None:
             on_start(study, trial)
+        if self.proposer is not None:
+            self.proposer.before_trial(study, trial)
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        return {}
-
-    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
-                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
-        return {}
-
-    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
-                           param_distribution: BaseDistribution) -> Any:
-        if param_name not in self.cell:
-            raise ValueError(f"grid trial {trial.number} asks for {param_name!r}, which its cell "
-                             f"{cell_key(self.cell)} does not set")
-        return self.cell[param_name]
-
-
-class ProposedOrContinuedSampler(optuna.samplers.BaseSampler):
-    """The sampler of a sweep: `proposer` (TPE) proposes each trial, except one that continues a
-    dead trial, which takes the dead trial's parameters (`assign`, after `claim_continuation`).
-
-    Optuna's own way to fix a trial's parameters, `enqueue_trial`, puts a WAITING trial that two
-    workers can pop together on SQLite (see the module docstring); a claimed continuation cannot.
-    """
-
-    def __init__(self, proposer: optuna.samplers.BaseSampler) -> None:
-        self.proposer = proposer
-        self.next_params: dict[str, Any] | None = None
-        self.on_start: Any = None
-        self.params: dict[str, Any] | None = None  # the continued trial's, while one runs in this process
-
-    def assign(self, params: Mapping[str, Any], on_start) -> None:
-        """The next trial of this process takes `params`; `on_start(study, trial)` runs once it exists."""
-        self.next_params, self.on_start = dict(params), on_start
-
-    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        self.params, on_start = self.next_params, self.on_start
-        self.next_params, self.on_start = None, None
-        if on_start is not None:
-            on_start(study, trial)
-        self.proposer.before_trial(study, trial)
-
-    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        if self.params is not None:
+        if self.cell is not None or self.proposer is None:
             return {}
         return self.proposer.infer_relative_search_space(study, trial)
 
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
-        if self.params is not None:
+        if self.cell is not None or self.proposer is None:
             return {}
         return self.proposer.sample_relative(study, trial, search_space)
 
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
-        if self.params is None:
+        if self.cell is None and self.proposer is not None:
             return self.proposer.sample_independent(study, trial, param_name, param_distribution)
-        if param_name not in self.params:
-            raise ValueError(f"trial {trial.number} continues a trial that has no {param_name!r}")
-        return self.params[param_name]
+        cell = self.cell or {}
+        if param_name not in cell:
+            raise ValueError(f"trial {trial.number} asks for {param_name!r}, which its claimed cell "
+                             f"{cell_key(cell)} does not set")
+        return cell[param_name]
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
                     values: Sequence[float] | None) -> None:
-        self.params = None
-        self.proposer.after_trial(study, trial, state, values)
+        self.cell = None
+        if self.proposer is not None:
+            self.proposer.after_trial(study, trial, state, values)
 
     def reseed_rng(self) -> None:
-        self.proposer.reseed_rng()
+        if self.proposer is not None:
+            self.proposer.reseed_rng()
 
 
 # ---- claims -------------------------------------------------------------------------------------
@@ -368,22 +340,14 @@ class CellClaims:
         Returns None when no cell is open. The claim is released by `started` once the
         cell's trial exists, or by `release` when the worker gives it up.
         """
-        for attempt in range(max_attempts):
-            self.reap()
-            candidates = self.status().open_cells(cells, skip)
-            if not candidates:
-                return None
-            first_seed = candidates[0][SEED_KEY]
-            cell = candidates[0] if attempt == 0 else self.rng.choice(
-                [c for c in candidates if c[SEED_KEY] == first_seed])
-            key = cell_key(cell)
-            self._write_claim(key)
-            status = self.status()
-            if key not in (status.complete | status.running | status.claimed):
-                return cell
-            self.release()
-            time.sleep(self.rng.uniform(0.05, 1.0))  # two workers raced for it: separate them
-        raise RuntimeError(f"could not claim a grid cell in {max_attempts} attempts")
+        def open_cells() -> dict[str, dict[str, Any]]:
+            return {cell_key(c): c for c in self.status().open_cells(cells, skip)}
+
+        def of_the_lowest_seed(candidates: dict[str, dict[str, Any]]) -> str:
+            first_seed = next(iter(candidates.values()))[SEED_KEY]
+            return self.rng.choice([key for key, c in candidates.items() if c[SEED_KEY] == first_seed])
+
+        return self._claim_open(open_cells, of_the_lowest_seed, "a grid cell", max_attempts, before=self.reap)
 
     def open_continuations(self) -> list[FrozenTrial]:
         """A sweep's trials that died with their configuration complete (`hmer.cell_key`; not an
@@ -400,17 +364,32 @@ class CellClaims:
         """Claim a dead trial of a sweep to continue (the oldest, or after a lost race a random one),
         as `claim` claims a cell; None when none is open. The claim is released by `continuing`
         once the continuing trial names it, or by `release`."""
+        def open_trials() -> dict[str, FrozenTrial]:
+            return {continuation_key(t.number): t for t in self.open_continuations()}
+
+        return self._claim_open(open_trials, lambda candidates: self.rng.choice(list(candidates)),
+                                "a dead trial to continue", max_attempts)
+
+    def _claim_open(self, open_now: Callable[[], dict[str, _Claimed]],
+                    after_a_lost_race: Callable[[dict[str, _Claimed]], str], what: str, max_attempts: int,
+                    before: Callable[[], Any] | None = None) -> _Claimed | None:
+        """Claiming (the module docstring's step 3): write a claim on the first of `open_now()`
+        ({claim key: what it claims}, claims read before trials), or after a lost race on the key
+        `after_a_lost_race` picks; read again; keep it if it is still open, else withdraw and
+        pause. `before` runs ahead of each attempt. None when nothing is open."""
         for attempt in range(max_attempts):
-            candidates = self.open_continuations()
+            if before is not None:
+                before()
+            candidates = open_now()
             if not candidates:
                 return None
-            dead = candidates[0] if attempt == 0 else self.rng.choice(candidates)
-            self._write_claim(continuation_key(dead.number))
-            if dead.number in {t.number for t in self.open_continuations()}:
-                return dead
+            key = next(iter(candidates)) if attempt == 0 else after_a_lost_race(candidates)
+            self._write_claim(key)
+            if key in open_now():
+                return candidates[key]
             self.release()
             time.sleep(self.rng.uniform(0.05, 1.0))  # two workers raced for it: separate them
-        raise RuntimeError(f"could not claim a dead trial to continue in {max_attempts} attempts")
+        raise RuntimeError(f"could not claim {what} in {max_attempts} attempts")
 
     def continuing(self, trial: FrozenTrial, dead_number: int) -> None:
         """Record on the new trial its worker and the dead trial it continues, then release the claim."""

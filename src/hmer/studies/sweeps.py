@@ -28,7 +28,7 @@ from ..data import make_batches
 from ..tracking import keys
 from ..training.cost import epochs_for_budget, train_seconds_per_image
 from .budgets import StudyBudget
-from .claims import CellClaims, ProposedOrContinuedSampler
+from .claims import CellClaims, ClaimedCellSampler
 from .objective import run_one_trial, train_trial
 from .session import Session, StudyData, StudyKind, StudyOutcome, run_session
 from .spec import SEED_KEY, SweepSpec
@@ -107,9 +107,10 @@ class Sweep(StudyKind):
         return lines
 
     def sampler(self) -> optuna.samplers.BaseSampler:
-        self.proposed_or_continued = ProposedOrContinuedSampler(optuna.samplers.TPESampler(
+        # TPE proposes; a trial that continues a dead one takes its parameters as a claimed cell
+        self.cell_sampler = ClaimedCellSampler(optuna.samplers.TPESampler(
             multivariate=True, constant_liar=True, n_startup_trials=max(2, min(10, self.n_trials // 3))))
-        return self.proposed_or_continued
+        return self.cell_sampler
 
     def pruner(self, n_trials: int) -> optuna.pruners.BasePruner:
         # pruning from half of a trial's training on (steps are % of its training, see PRUNE_STEPS)
@@ -140,12 +141,13 @@ class Sweep(StudyKind):
         self.continued = dead = claims.claim_continuation()
         if dead is not None:
             number = dead.number
-            self.proposed_or_continued.assign(dead.params, lambda study, trial: claims.continuing(trial, number))
+            self.cell_sampler.assign(dead.params, lambda study, trial: claims.continuing(trial, number))
         try:
             state = run_one_trial(session, self.objective)
         finally:
             self.continued = None
-            claims.release()  # already, once the trial named the dead one; here if it never began
+            if dead is not None:
+                claims.release()  # already, once the trial named the dead one; here if it never began
         self.failures_in_a_row = self.failures_in_a_row + 1 if state == TrialState.FAIL else 0
         if self.failures_in_a_row >= 3:
             session.say("three trials in a row failed in this worker: stopping it (see the errors above)")
