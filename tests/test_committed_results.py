@@ -1,5 +1,5 @@
-"""The committed results (issues 12 and 24): the store in mlruns/ opens from a clone, holds the finished
-direction study with its weights, and the README prints the table `hmer report` makes from it.
+"""The committed results (issues 12, 24 and 48): the store in mlruns/ opens from a clone, holds the finished
+direction study with its weights, and the README prints the tables `hmer report` makes from each study.
 Read-only: every check works on a copy or only reads."""
 
 from __future__ import annotations
@@ -127,13 +127,13 @@ def test_every_study_s_parent_run_carries_its_table():
         assert parent.data.tags.get(keys.MLFLOW_NOTE), row["study"]
 
 
-def _report(clone, monkeypatch, capsys, *options: str) -> str:
+def _report(clone, monkeypatch, capsys, *options: str, study: str = STUDY) -> str:
     """What `hmer report --study STUDY [options]` prints, run in the clone on its store."""
     monkeypatch.chdir(clone)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.setenv("HMER_MLRUNS", str(clone / "mlruns"))
     capsys.readouterr()
-    assert hmer_main(["report", "--study", STUDY, *options, "--out", str(clone / "report")]) == 0
+    assert hmer_main(["report", "--study", study, *options, "--out", str(clone / "report")]) == 0
     return capsys.readouterr().out
 
 
@@ -146,13 +146,26 @@ def test_hmer_report_lists_the_committed_study_with_its_budget(clone, monkeypatc
     assert row[1:4] == ["grid", "cpu", "finished"], row
 
 
-def test_the_readme_prints_the_table_hmer_report_makes(clone, monkeypatch, capsys):
-    printed = _report(clone, monkeypatch, capsys)
+# Each finished study the README has a section for, and its variants as the report names them
+README_STUDIES = {
+    STUDY: ("l2r (baseline)", "r2l", "bi"),
+    "ablate_decoder-cpu": ("rnn (baseline)", "transformer", "convs2s"),
+    "ablate_coverage-cpu": ("none (baseline)", "self", "cross", "fusion"),
+    "ablate_posenc-cpu": ("sin2d (baseline)", "learned", "cape", "none"),
+}
+
+
+@pytest.mark.parametrize("study", README_STUDIES)
+def test_the_readme_prints_the_table_hmer_report_makes(clone, monkeypatch, capsys, study):
+    printed = _report(clone, monkeypatch, capsys, study=study)
     readme = (REPO / "README.md").read_text()
-    table_rows = [line for line in printed.splitlines() if re.match(r"^(l2r \(baseline\)|r2l|bi) ", line)]
-    assert len(table_rows) >= 6  # the per-year table and the paired differences, three variants each
-    for row in table_rows[:6]:
-        assert row in readme, f"the README does not print this row of `hmer report --study {STUDY}`:\n{row}"
+    variants = README_STUDIES[study]
+    pattern = "^(" + "|".join(map(re.escape, variants)) + ") "
+    table_rows = [line for line in printed.splitlines() if re.match(pattern, line)]
+    # the per-year table and the paired differences, a row per variant each
+    assert len(table_rows) >= 2 * len(variants), printed
+    for row in table_rows[:2 * len(variants)]:
+        assert row in readme, f"the README does not print this row of `hmer report --study {study}`:\n{row}"
 
 
 def test_the_readme_quotes_the_test_within_two_edits(clone, monkeypatch, capsys):

@@ -269,7 +269,7 @@ def _shorten(text: str, limit: int = _TITLE_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def plot_attention(results: Sequence["AttentionResult"], *, max_columns: int = 10, title: str | None = None,
+def plot_attention(results: Sequence["AttentionResult"], *, max_columns: int = 12, title: str | None = None,
                    path: str | Path | None = None) -> Figure:
     """One expression as read by several models, side by side: a block of rows per model.
 
