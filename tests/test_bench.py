@@ -34,6 +34,27 @@ def test_bench_train_tiny_on_cpu_ends_with_images_per_second(capsys, one_thread)
         float(figures["gflop_per_image"]) * _last_figure(out), rel=0.02, abs=0.05)
 
 
+def test_bench_train_times_the_config_a_run_logged(tmp_path, capsys, one_thread):
+    """--config takes a run's config.json in place of a preset (what the run trained), --set still
+    overrides it, and a preset beside it is refused in one line."""
+    from hmer.model import build_model
+    from hmer.presets import preset_with_recipe
+
+    logged = preset_with_recipe("tiny").override({"model.d_model": 48, "model.image_pos": "cape"})
+    logged.save(tmp_path / "config.json")
+    assert main(["bench", "train", "--config", str(tmp_path / "config.json"), "--device", "cpu", "--images", "4",
+                 "--set", "bench.pool=60", "model.image_pos=learned"]) == 0
+    out = capsys.readouterr().out
+    header = out.splitlines()[0].split()
+    assert f"config={tmp_path / 'config.json'}" in header, header
+    timed = logged.override({"model.image_pos": "learned"})
+    params = sum(p.numel() for p in build_model(timed.model).parameters())
+    assert f"params={params}" in header, (header, params)
+    assert _last_figure(out) > 0
+    assert main(["bench", "train", "--preset", "tiny", "--config", str(tmp_path / "config.json")]) == 2
+    assert "give --preset or --config, not both" in capsys.readouterr().err
+
+
 def test_bench_train_on_a_few_batches_times_them_after_a_pass_over_them(capsys, one_thread):
     assert main(["bench", "train", "--preset", "tiny", "--device", "cpu", "--images", "20",
                  "--set", "bench.pool=300", "bench.batches=2", "bench.flop_batches=0"]) == 0

@@ -259,19 +259,21 @@ class Bench:
 
 def run_benchmark(what: str, preset: str = "bttr", device: str = "auto", data: str | None = None,
                   images: int = 0, seconds: float = 0.0, overrides: list[str] | None = None,
-                  out=None) -> int:
+                  out=None, config: str | None = None) -> int:
     """Run one benchmark and print its figures to `out` (default: the current sys.stdout); the last
-    line is `images_per_second=<number>`. Returns the exit status (0)."""
+    line is `images_per_second=<number>`. `config`, a JSON config file (a run's config.json), stands
+    in for the preset. Returns the exit status (0)."""
     if what not in BENCHMARKS:
         raise ValueError(f"unknown benchmark {what!r}: {' or '.join(BENCHMARKS)}")
-    return BENCHMARKS[what](prepare(what, preset, device, data, images, seconds, overrides, out))
+    return BENCHMARKS[what](prepare(what, preset, device, data, images, seconds, overrides, out, config))
 
 
 def prepare(what: str, preset: str, device: str, data: str | None, images: int, seconds: float,
-            overrides: list[str] | None, out) -> Bench:
-    """The shared setup: config with overrides, device, model (trained weights with `bench.weights`),
-    expressions (a split of `data`, or synthetic ones), and the header lines."""
-    from .config import parse_overrides
+            overrides: list[str] | None, out, config: str | None = None) -> Bench:
+    """The shared setup: config (the preset's, or the `config` file's) with overrides, device, model
+    (trained weights with `bench.weights`), expressions (a split of `data`, or synthetic ones), and
+    the header lines."""
+    from .config import Config, parse_overrides
     from .data import load_dataset
     from .device import autocast_dtype, cpu_description, resolve_device, share_device
     from .model import build_model
@@ -280,7 +282,8 @@ def prepare(what: str, preset: str, device: str, data: str | None, images: int, 
 
     out = out if out is not None else sys.stdout
     config_items, knobs = split_overrides(overrides)
-    cfg = preset_with_recipe(preset).override(parse_overrides(config_items))
+    base = Config.load(config) if config else preset_with_recipe(preset)
+    cfg = base.override(parse_overrides(config_items))
     dev = resolve_device(device)
     share_device(dev, int(knobs["share"]))  # one of N processes side by side (bench.share)
     torch.manual_seed(0)
@@ -309,7 +312,8 @@ def prepare(what: str, preset: str, device: str, data: str | None, images: int, 
     from .training.loader import auto_prefetch
 
     params = sum(p.numel() for p in model.parameters())
-    print(f"benchmark={what} preset={preset} device={dev} precision={bench.amp or torch.float32} "
+    origin = f"config={config}" if config else f"preset={preset}"
+    print(f"benchmark={what} {origin} device={dev} precision={bench.amp or torch.float32} "
           f"params={params} source={source}", file=out)
     print(f"processor={cpu_description()!r}", file=out)  # CPU figures differ by core kind
     compiled = bool(cfg.train.compile) and what == "train"

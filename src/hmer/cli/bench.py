@@ -9,7 +9,9 @@ def add_parser(sub) -> None:
     bsub = bench.add_subparsers(title="benchmarks", metavar="WHAT")
     for what in ("train", "decode"):
         b = bsub.add_parser(what, help=f"{what} throughput")
-        b.add_argument("--preset", default="bttr")
+        b.add_argument("--preset", default=None, help="the model and recipe (default: bttr)")
+        b.add_argument("--config", default=None,
+                       help="a JSON config file in place of --preset (a run's config.json: time what it trained)")
         b.add_argument("--device", default="auto")
         b.add_argument("--data", default=None, help="real CROHME batches (default: synthetic images)")
         b.add_argument("--images", type=int, default=0, help="images to process (default: by device)")
@@ -25,9 +27,12 @@ def add_parser(sub) -> None:
 
 def cmd_bench(args) -> int:
     from ..bench import run_benchmark
+    from .errors import UserError
 
-    return run_benchmark(args.what, preset=args.preset, device=args.device, data=args.data,
-                         images=args.images, seconds=args.seconds, overrides=args.overrides)
+    if args.config and args.preset:
+        raise UserError("give --preset or --config, not both")
+    return run_benchmark(args.what, preset=args.preset or "bttr", device=args.device, data=args.data,
+                         images=args.images, seconds=args.seconds, overrides=args.overrides, config=args.config)
 
 
 def cmd_peak(args) -> int:
