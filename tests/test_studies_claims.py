@@ -21,8 +21,20 @@ from hmer.tracking import keys
 
 SPEC = StudySpec(name="claims", description="", axes={"model.direction": ("l2r", "r2l", "bi")}, model_presets={})
 
+# The scripts below start claiming together: a worker that imports first must not take every claim
+# before the others are up (the tests are about processes that overlap).
+START_TOGETHER = textwrap.dedent("""
+    def start_together(ready_dir, workers):
+        import os, pathlib, time
+        ready = pathlib.Path(ready_dir)
+        (ready / str(os.getpid())).touch()
+        deadline = time.monotonic() + 120
+        while len(list(ready.iterdir())) < workers and time.monotonic() < deadline:
+            time.sleep(0.05)
+""")
+
 # One worker: claims cells until none is open; each "trial" checks it got the cell it claimed.
-WORKER = textwrap.dedent("""
+WORKER = START_TOGETHER + textwrap.dedent("""
     import sys, time
     import optuna
     from hmer.studies.claims import CellClaims, ClaimedCellSampler, Worker
@@ -39,14 +51,7 @@ WORKER = textwrap.dedent("""
     study = optuna.create_study(study_name="s", storage=storage, sampler=sampler,
                                 direction="maximize", load_if_exists=True)
     claims = CellClaims(study, Worker.current(), storage)
-    # Start claiming together: a worker that imports first must not take every cell before the
-    # others are up (the test is about processes that overlap).
-    import os, pathlib
-    ready = pathlib.Path(sys.argv[3])
-    (ready / str(os.getpid())).touch()
-    deadline = time.monotonic() + 120
-    while len(list(ready.iterdir())) < int(sys.argv[4]) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    start_together(sys.argv[3], int(sys.argv[4]))
     while (cell := claims.claim(cells, set())) is not None:
         sampler.assign(cell, lambda study, trial: claims.started(trial, cell))
 
@@ -62,8 +67,8 @@ WORKER = textwrap.dedent("""
 
 # One sweep worker: continues dead trials until none is open; each checks it got the parameters and
 # the number of the trial it claimed.
-CONTINUER = textwrap.dedent("""
-    import os, pathlib, sys, time
+CONTINUER = START_TOGETHER + textwrap.dedent("""
+    import sys, time
     import optuna
     from hmer.studies.claims import CellClaims, ClaimedCellSampler, Worker
     from hmer.studies.storage import open_storage
@@ -73,11 +78,7 @@ CONTINUER = textwrap.dedent("""
     sampler = ClaimedCellSampler(optuna.samplers.RandomSampler())
     study = optuna.load_study(study_name="sweep", storage=storage, sampler=sampler)
     claims = CellClaims(study, Worker.current(), storage)
-    ready = pathlib.Path(sys.argv[2])
-    (ready / str(os.getpid())).touch()
-    deadline = time.monotonic() + 120
-    while len(list(ready.iterdir())) < int(sys.argv[3]) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    start_together(sys.argv[2], int(sys.argv[3]))
     while (dead := claims.claim_continuation()) is not None:
         number, params = dead.number, dead.params
         sampler.assign(params, lambda study, trial: claims.continuing(trial, number))
