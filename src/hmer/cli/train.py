@@ -19,13 +19,13 @@ def add_parser(sub) -> None:
     tr.add_argument("--config", default=None, help="a JSON config file (as logged in a run's config.json)")
     tr.add_argument("--recipe", default=None, help="a recipe in place of the preset's own (bttr, comer, cpu)")
     tr.add_argument("--budget", default=None, help="a study budget's size, recipe and keys, as a study trains its "
-                                                   "preset (smoke, cpu, short, paper; `hmer config` shows them)")
+                                                   "preset (smoke, cpu, long, short, paper; `hmer config` shows them)")
     tr.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
                     help="config overrides such as train.lr=0.5 model.direction=l2r")
     tr.add_argument("--data", default=None, help="dataset folder or zip")
     tr.add_argument("--device", default=None, help="auto, cpu, cuda or cuda:N")
     tr.add_argument("--epochs", type=int, default=None)
-    # "budget" alone names a study's compute budget (smoke|cpu|short|paper); a run's limit is time.
+    # "budget" alone names a study's compute budget (smoke|cpu|long|short|paper); a run's limit is time.
     tr.add_argument("--time-budget", dest="time_budget", type=float, default=None, metavar="SECONDS",
                     help="wall-clock limit for training (train.time_budget_s); then it checkpoints and evaluates")
     tr.add_argument("--experiment", default="hmer", help="MLflow experiment (default: hmer)")

@@ -16,6 +16,10 @@ default number of workers. It says what the study will cost before it starts:
   trained for fixed epochs with cosine decay (so results do not depend on machine load), selection
   on the writer hold-out, the full test years decoded with beam 10 (joint search for bi), 3 seeds,
   2 workers of one thread each. The default on a machine without a GPU.
+- ``long``: the ``cpu`` budget's model, recipe and test decoding trained 100 epochs instead of 13, the
+  cosine decay stretched over all of them: one seed, for runs that span several sessions of one core
+  each (``hmer train --resume``; a study resumes by itself). What it answers is whether the ``cpu``
+  budget's orderings hold once the models have learned (docs/cpu_protocol.md, "The long budget").
 - ``short``: the full-size model on the full data, with a wall-clock budget per trial
   sized so that the whole grid fits a 25-minute window on one H200 (several trials share
   the GPU side by side).
@@ -33,7 +37,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-BUDGET_NAMES = ("smoke", "cpu", "short", "paper")
+BUDGET_NAMES = ("smoke", "cpu", "long", "short", "paper")
 
 
 @dataclass(frozen=True)
@@ -41,7 +45,7 @@ class StudyBudget:
     """The compute a study may spend; see the module docstring.
 
     Attributes:
-        name: smoke, cpu, short or paper.
+        name: smoke, cpu, long, short or paper.
         summary: one line for the start-of-study banner.
         preset_size: which of a study spec's model presets to start from, "tiny" or "full".
         size: a model size (`hmer.model.factory.SIZES`) that replaces the preset's own; None keeps it.
@@ -173,6 +177,15 @@ _CPU_SWEEP_TRIAL_MINUTES = 25.0
 # validation, 54 s to decode validation with beam 10) and the 4,318 test images; the studies' own
 # trials replace it (docs/cpu_protocol.md, "The budget").
 _CPU_TRIAL_SECONDS = 70 * 60.0
+# The long budget: the cpu budget's epochs stretched about sevenfold. The cosine decay is over the
+# whole run (the recipe's schedule, unchanged), so the rate stays high for the first half and is small
+# for the last twenty epochs, where the best checkpoint is picked: a plateau schedule would decide its
+# cuts on the greedy validation ExpRate of 465 expressions, which moves by a point from epoch to epoch
+# (docs/cpu_protocol.md). The warm-up keeps its 163 steps (a sixth of an epoch): it shields AdamW's first
+# steps, whatever the run's length. Measured at 13 epochs, a bi transformer trains about 150 CPU-seconds
+# an epoch on one thread, so 100 epochs are about 4 CPU-hours, and CoMER's fusion about twice that.
+_LONG_EPOCHS = 100
+_LONG_TRIAL_SECONDS = _LONG_EPOCHS * 150.0 + 15 * 60.0
 # The papers train 300 epochs over the CROHME training set (8,835 expressions).
 _PAPER_EPOCHS = 300
 CROHME_TRAIN_EXPRESSIONS = 8835
@@ -223,6 +236,28 @@ BUDGETS: dict[str, StudyBudget] = {
                "is, only the time does", "how this budget was chosen: docs/cpu_protocol.md"),
         sweep_trial_cpu_minutes=_CPU_SWEEP_TRIAL_MINUTES,
     ),
+    "long": StudyBudget(
+        name="long",
+        summary=(f"the cpu budget's model, recipe and test decoding trained {_LONG_EPOCHS} epochs, cosine decay over "
+                 "all of them; one seed, one thread per worker, runs that span several sessions"),
+        preset_size="tiny",
+        size="cpu",
+        recipe="cpu",
+        overrides={
+            "train.epochs": _LONG_EPOCHS, "train.beam_size": 10, "train.max_decode_len": 200, "train.device": "cpu",
+        },
+        seeds=(1,),
+        sweep_trials=24,
+        window_s=0.0,
+        load_s=60.0,
+        eval_reserve_s=0.0,
+        default_jobs=1,
+        hardware="one CPU core per worker",
+        trial_seconds=_LONG_TRIAL_SECONDS,
+        notes=("epochs are fixed: stop it at any time and run the same command again (in a later session: from "
+               "the store published with --keep-unfinished); what continuing costs: docs/cpu_protocol.md, "
+               "\"The long budget\"",),
+    ),
     "short": StudyBudget(
         name="short",
         summary="full-size model on the full data, a wall-clock budget per trial, beam 10",
@@ -261,7 +296,7 @@ BUDGETS: dict[str, StudyBudget] = {
 
 
 def get_budget(name: str) -> StudyBudget:
-    """The budget called `name` (smoke, cpu, short or paper)."""
+    """The budget called `name` (smoke, cpu, long, short or paper)."""
     try:
         return BUDGETS[name]
     except KeyError:

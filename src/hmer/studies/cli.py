@@ -43,6 +43,16 @@ def parse_seeds(text: str | None) -> tuple[int, ...] | None:
     return tuple(values)
 
 
+def parse_variants(text: str) -> tuple[str, ...]:
+    """"none,fusion" -> ("none", "fusion"); the study checks that it has them."""
+    items = tuple(t.strip() for t in text.split(",") if t.strip())
+    if not items:
+        raise argparse.ArgumentTypeError("--variants needs at least one variant")
+    if len(set(items)) != len(items):
+        raise argparse.ArgumentTypeError(f"--variants {text!r} repeats a variant")
+    return items
+
+
 def build_parser(spec: StudySpec | SweepSpec, doc: str | None = None) -> argparse.ArgumentParser:
     sweep = isinstance(spec, SweepSpec)
     p = argparse.ArgumentParser(
@@ -65,6 +75,9 @@ def build_parser(spec: StudySpec | SweepSpec, doc: str | None = None) -> argpars
     else:
         p.add_argument("--seeds", type=parse_seeds, default=None,
                        help="seed axis: a count (3 = seeds 1,2,3) or a list (7,8,9); default: the budget's")
+        p.add_argument("--variants", type=parse_variants, default=None,
+                       help="train only these variants, the baseline among them, e.g. none,fusion (default: every "
+                            "variant of the grid; two axes: rnn/l2r)")
         p.add_argument("--train-every-cell", action="store_true",
                        help="train a cell even where another study in the store has trained its config and "
                             "seed (by default that run is copied: hmer.studies.reuse)")
@@ -117,7 +130,8 @@ def _run(spec: StudySpec | SweepSpec, args) -> int:
         if isinstance(spec, SweepSpec):
             outcome = run_sweep(spec, budget, n_trials=args.trials, **common)
         else:
-            outcome = run_grid_study(spec, budget, seeds=args.seeds, reuse=not args.train_every_cell, **common)
+            outcome = run_grid_study(spec, budget, seeds=args.seeds, variants=args.variants,
+                                     reuse=not args.train_every_cell, **common)
     except StorageUnreachable as exc:  # the database stayed down: nothing is lost, the study resumes
         print(f"{spec.name}: error: {exc}; run the same command to resume once it is back", file=sys.stderr)
         return EXIT_INCOMPLETE

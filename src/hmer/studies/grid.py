@@ -38,6 +38,7 @@ def run_grid_study(
     data: dict[str, list] | None = None,
     study_name: str | None = None,
     seeds: Sequence[int] | None = None,
+    variants: Sequence[str] | None = None,
     overrides: Mapping[str, Any] | None = None,
     print_table: bool = True,
     reuse: bool = True,
@@ -47,7 +48,7 @@ def run_grid_study(
 
     Args:
         spec: the grid (see `hmer.studies.spec`).
-        budget: smoke, cpu, short or paper, or a StudyBudget.
+        budget: smoke, cpu, long, short or paper, or a StudyBudget.
         storage: an RDB URL shared by every worker; default SQLite beside the MLflow store.
         tracking_uri: the MLflow store; default `hmer.tracking.default_tracking_uri()`.
         n_jobs: worker processes on this machine (default: the budget's); each loads the data.
@@ -55,6 +56,8 @@ def run_grid_study(
         data: already-loaded splits, for a single worker (tests); overrides `data_path`.
         study_name: default "<spec name>-<budget>".
         seeds: the seed axis; default the budget's.
+        variants: train only these variants of the grid (`spec.variant_label`: "bi", or "rnn/l2r" for
+            two axes), the baseline among them; default every variant.
         overrides: Config overrides held equal in every cell (`--set`).
         print_table: print the per-year table at the end.
         reuse: copy a cell that another study in the store has already trained with the same config
@@ -62,7 +65,7 @@ def run_grid_study(
         role: "main" prints the banner and the table and waits for the other workers;
             "worker" (the extra processes of n_jobs) only runs trials.
     """
-    return run_session(Grid(spec, seeds, print_table, reuse), budget, storage=storage, tracking_uri=tracking_uri,
+    return run_session(Grid(spec, seeds, print_table, reuse, variants), budget, storage=storage, tracking_uri=tracking_uri,
                        n_jobs=n_jobs, data_path=data_path, data=data, study_name=study_name, overrides=overrides,
                        role=role)
 
@@ -77,9 +80,11 @@ class Grid(StudyKind):
     objective_name = "best validation ExpRate (%)"
     noun, done_word = "cells", "complete"
 
-    def __init__(self, spec: StudySpec, seeds: Sequence[int] | None, print_table: bool, reuse: bool):
+    def __init__(self, spec: StudySpec, seeds: Sequence[int] | None, print_table: bool, reuse: bool,
+                 variants: Sequence[str] | None = None):
         super().__init__(spec, run_grid_study)
         self.requested_seeds = seeds
+        self.variants = tuple(variants) if variants else None
         self.print_table = print_table
         self.reuse = reuse
         self.failed_here: set[str] = set()  # cell keys
@@ -87,12 +92,12 @@ class Grid(StudyKind):
 
     def plan(self, budget: StudyBudget) -> int:
         self.seeds = tuple(int(s) for s in (self.requested_seeds or budget.seeds))
-        self.cells = self.spec.cells(self.seeds)
-        self.space = self.spec.search_space(self.seeds)
+        self.cells = self.spec.cells(self.seeds, self.variants)
+        self.space = self.spec.search_space(self.seeds, self.variants)
         return len(self.cells)
 
     def check(self, base: Config) -> Config:
-        self.spec.check_cells(base, self.seeds)
+        self.spec.check_cells(base, self.seeds, self.variants)
         return base
 
     def described(self, base: Config) -> dict[str, Any]:
@@ -110,7 +115,7 @@ class Grid(StudyKind):
         return self.cell_sampler
 
     def worker_options(self) -> dict[str, Any]:
-        return {"seeds": self.seeds, "print_table": False, "reuse": self.reuse}
+        return {"seeds": self.seeds, "print_table": False, "reuse": self.reuse, "variants": self.variants}
 
     def take_up(self, claims: CellClaims, dead: list) -> str:
         return "their cells run again"  # they are open: the next claim takes them

@@ -79,23 +79,42 @@ class StudySpec:
         except KeyError:
             raise ValueError(f"study {self.name!r} has no model preset of size {size!r}") from None
 
-    def search_space(self, seeds: Sequence[int]) -> dict[str, list[Any]]:
-        """The Optuna grid: every axis plus the seed axis."""
-        return {**{key: list(values) for key, values in self.axes.items()}, SEED_KEY: [int(s) for s in seeds]}
+    def search_space(self, seeds: Sequence[int], variants: Sequence[str] | None = None) -> dict[str, list[Any]]:
+        """The Optuna grid: every axis (the values of `variants` only, where given) plus the seed axis."""
+        chosen = self.variant_cells(variants)
+        return {**{key: [v for v in values if any(c[key] == v for c in chosen)] for key, values in self.axes.items()},
+                SEED_KEY: [int(s) for s in seeds]}
 
-    def cells(self, seeds: Sequence[int]) -> list[dict[str, Any]]:
-        """Every grid cell, seed-major (all variants of the first seed first), baseline first."""
+    def variant_cells(self, variants: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """The grid's variants without the seed, baseline first: every one, or those named in
+        `variants` (`variant_label`s). A ValueError names a variant the grid lacks, or a choice
+        without the baseline, which every paired comparison of the study's table needs."""
         import itertools
 
         keys = list(self.axes)
         baseline = tuple(self.baseline_cell[k] for k in keys)
-        variants = sorted(itertools.product(*(self.axes[k] for k in keys)), key=lambda v: v != baseline)
-        return [{**dict(zip(keys, values)), SEED_KEY: int(seed)} for seed in seeds for values in variants]
+        every = [dict(zip(keys, values)) for values in
+                 sorted(itertools.product(*(self.axes[k] for k in keys)), key=lambda v: v != baseline)]
+        if not variants:
+            return every
+        labels = [variant_label(cell) for cell in every]
+        unknown = [v for v in variants if v not in labels]
+        if unknown:
+            raise ValueError(f"study {self.name!r} has no variant {unknown[0]!r}; its variants: {', '.join(labels)}")
+        if labels[0] not in variants:
+            raise ValueError(f"study {self.name!r}: the variants {', '.join(variants)} leave out the baseline "
+                             f"{labels[0]!r}, which the study's paired comparisons need")
+        return [cell for cell, label in zip(every, labels) if label in variants]
 
-    def check_cells(self, base, seeds: Sequence[int]) -> None:
+    def cells(self, seeds: Sequence[int], variants: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """Every grid cell (of `variants` only, where given), seed-major (all variants of the first
+        seed first), baseline first."""
+        return [{**cell, SEED_KEY: int(seed)} for seed in seeds for cell in self.variant_cells(variants)]
+
+    def check_cells(self, base, seeds: Sequence[int], variants: Sequence[str] | None = None) -> None:
         """Every cell's config is allowed (`base`: the study's base Config); a ValueError naming the
         study, the cell and the key before anything runs. A refused cell is a bug in the spec."""
-        for cell in self.cells(seeds):
+        for cell in self.cells(seeds, variants):
             try:
                 base.override(self.overrides(cell))
             except ValueError as exc:
