@@ -393,6 +393,25 @@ def test_option_for_a_field_and_study_overrides_are_checked_before_anything_runs
     assert not (tmp_path / "optuna.db").exists() and not (tmp_path / "mlflow.db").exists()  # no study, no run
 
 
+def test_a_study_s_variants_are_checked_before_anything_runs(capsys, no_data, tmp_path):
+    """--variants names variants of the grid and keeps the baseline, which the paired tables need."""
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    common = ["--budget", "smoke", "--data", str(no_data), "--storage", storage, "--tracking-uri", store]
+    for variants, named in (("l2r,sideways", "no variant 'sideways'; its variants: l2r, r2l, bi"),
+                            ("bi,r2l", "leave out the baseline 'l2r'")):
+        assert study_cli.main(DIRECTION, [*common, "--variants", variants]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and named in err, err
+    with pytest.raises(SystemExit) as exit_status:
+        study_cli.main(DIRECTION, [*common, "--variants", "bi,bi"])
+    assert exit_status.value.code == 2 and "repeats a variant" in capsys.readouterr().err
+    assert not (tmp_path / "optuna.db").exists() and not (tmp_path / "mlflow.db").exists()  # no study, no run
+    assert DIRECTION.cells((1, 2), ("l2r", "bi")) == [
+        {"model.direction": d, "train.seed": s} for s in (1, 2) for d in ("l2r", "bi")]
+    assert DIRECTION.search_space((1,), ("bi", "l2r")) == {"model.direction": ["l2r", "bi"], "train.seed": [1]}
+
+
 # ---- files that are not what they claim to be -------------------------------------------------------
 
 def _export_with(manifest: dict, out: Path) -> Path:

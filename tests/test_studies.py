@@ -440,11 +440,14 @@ def test_a_killed_trial_continues_from_its_checkpoint(stores, tmp_path):
             assert resumed[key] == pytest.approx(expected[key], rel=1e-6, abs=1e-9), key
 
 
-def test_a_study_published_unfinished_is_continued_from_the_committed_store_on_another_machine(stores, tmp_path):
+@pytest.mark.parametrize("weights_only", [False, True], ids=["exact", "weights-only"])
+def test_a_study_published_unfinished_is_continued_from_the_committed_store_on_another_machine(
+        stores, tmp_path, weights_only):
     """The workspace of a study that outlives its machine: the study is killed mid-trial, published
     with --keep-unfinished into a checkout's mlruns/ (the reports call it in progress), the
     workspace is gone; a workspace made from the checkout continues the killed trial's run from
-    its committed checkpoint and finishes the study."""
+    its committed checkpoint and finishes the study. With --weights-only the committed checkpoint
+    is last.pt alone without the optimiser's state, and the run goes on as a tagged warm restart."""
     from hmer.reports.paper_claims import Claim, claims_table
 
     tracking, storage = stores
@@ -459,15 +462,26 @@ def test_a_study_published_unfinished_is_continued_from_the_committed_store_on_a
     (checkout / "pyproject.toml").write_text('[project]\nname = "hmer"\n')
     at_checkout = {**env, "HMER_MLRUNS": str(checkout / "mlruns")}
     hmer = [sys.executable, "-m", "hmer.cli"]
-    out = subprocess.run([*hmer, "runs", "publish", str(tmp_path / "mlruns"), "--keep-unfinished"],
-                         capture_output=True, text=True, env=at_checkout, cwd=tmp_path)
+    out = subprocess.run([*hmer, "runs", "publish", str(tmp_path / "mlruns"), "--keep-unfinished",
+                          *["--weights-only"] * weights_only], capture_output=True, text=True, env=at_checkout,
+                         cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "kept study direction-cli (running), in progress, 0 of 3 trials finished" in out.stdout, out.stdout
     # the smallest files that continue the trial in flight: last.pt, and best.pt only where the best
-    # weights so far are not last.pt's own (the trainer writes best.pt again from them otherwise)
-    last = load_checkpoint(tmp_path / "mlruns" / "checkpoints" / killed["run_id"] / "last.pt")
-    files = ["last.pt"] if last["best_epoch"] == last["epoch"] else ["best.pt", "last.pt"]
-    assert f"checkpoints kept of 1 unfinished run(s): {killed['run_id']} ({' + '.join(files)})" in out.stdout
+    # weights so far are not last.pt's own (the trainer writes best.pt again from them otherwise);
+    # weights only: last.pt alone, whichever epoch was the best
+    workspace_last = tmp_path / "mlruns" / "checkpoints" / killed["run_id"] / "last.pt"
+    last = load_checkpoint(workspace_last)
+    files = ["last.pt"] if last["best_epoch"] == last["epoch"] or weights_only else ["best.pt", "last.pt"]
+    committed = checkout / "mlruns" / "checkpoints" / killed["run_id"]
+    sizes = " + ".join(f"{f} {(committed / f).stat().st_size / 1e6:.1f} MB" for f in files)
+    assert f"checkpoints kept of 1 unfinished run(s): {killed['run_id']} ({sizes})" in out.stdout, out.stdout
+    kept = load_checkpoint(committed / "last.pt")
+    assert (kept["optimizer"]["state"] == {}) == weights_only and bool(kept.get("optimizer_state_dropped")) == weights_only
+    if weights_only:
+        assert (committed / "last.pt").stat().st_size < workspace_last.stat().st_size
+        for key, value in kept["model"].items():  # the weights as trained: fp32, not rounded
+            assert torch.equal(value, last["model"][key]), key
     assert sorted(p.relative_to(checkout / "mlruns").as_posix() for p in (checkout / "mlruns" / "checkpoints").rglob(
         "*")) == [f"checkpoints/{killed['run_id']}", *(f"checkpoints/{killed['run_id']}/{f}" for f in files)]
     assert (tmp_path / "mlruns" / "checkpoints" / killed["run_id"] / "best.pt").is_file()  # the workspace keeps both
@@ -499,7 +513,9 @@ def test_a_study_published_unfinished_is_continued_from_the_committed_store_on_a
     assert len(complete) == 3 and set(complete.values()) == {1}
     parents, children = _child_runs(f"sqlite:///{ws / 'mlflow.db'}", "direction-cli")
     assert parents[0].data.tags["hmer.status"] == "finished" and len(children) == 3
-    assert next(r for r in children if r.info.run_id == killed["run_id"]).data.tags["hmer.resumed"] == str(epoch + 1)
+    resumed_tags = next(r for r in children if r.info.run_id == killed["run_id"]).data.tags
+    assert resumed_tags["hmer.resumed"] == str(epoch + 1)
+    assert ("hmer.warm_restart" in resumed_tags) == weights_only
 
     # published again, finished: no checkpoint is committed
     out = subprocess.run([*hmer, "runs", "publish", str(ws), "--keep-unfinished"], capture_output=True, text=True,

@@ -36,6 +36,12 @@ def add_parser(sub) -> None:
                           "continue each of their cells (last.pt, and best.pt where its weights are not last.pt's), "
                           "so that a workspace made from the committed store continues them (when the workspace "
                           "will not outlive its machine); reports mark them in progress")
+    pub.add_argument("--weights-only", action="store_true",
+                     help="with --keep-unfinished: keep of each unfinished trial its fp32 weights, schedule and "
+                          "random state alone (one last.pt of about a third the size: 6 MB at the cpu size): the "
+                          "run continues as a warm restart, tagged hmer.warm_restart, and where its best weights "
+                          "so far are an earlier epoch's, its best is chosen from the kept epoch on "
+                          "(hmer.best_reset); docs/cpu_protocol.md, \"The long budget\", measures the cost")
     pub.set_defaults(func=cmd_runs_publish)
     ws = rsub.add_parser("workspace", help="copy the committed store in mlruns/ to FOLDER to run more studies "
                          "there, and continue its unfinished ones (then `hmer runs publish FOLDER`)")
@@ -82,7 +88,11 @@ def cmd_runs_publish(args) -> int:
     from ..tracking.store import mlruns_dir, quiet_mlflow
 
     quiet_mlflow()
-    done = publish(args.folder, mlruns_dir(), keep_unfinished=args.keep_unfinished)
+    if args.weights_only and not args.keep_unfinished:
+        print("hmer runs publish: error: --weights-only is for --keep-unfinished (what continues an unfinished "
+              "trial); without it no checkpoint is published", file=sys.stderr)
+        return 2
+    done = publish(args.folder, mlruns_dir(), keep_unfinished=args.keep_unfinished, weights_only=args.weights_only)
     uri = f"sqlite:///{done.store / 'mlflow.db'}"
     print(f"published {args.folder} to {done.store} (artifact locations relative to the checkout)")
     for study, status in sorted(done.unfinished.items()):
@@ -92,8 +102,13 @@ def cmd_runs_publish(args) -> int:
             print(f"  left out study {study} ({status}): it is published when it has finished")
     if args.keep_unfinished:
         kept = done.kept_checkpoints
+        from ..tracking.portable import CHECKPOINTS
+
+        def sized(run: str, files: list[str]) -> str:
+            mb = [(done.store / CHECKPOINTS / run / name).stat().st_size / 1e6 for name in files]
+            return f"{run} ({' + '.join(f'{name} {size:.1f} MB' for name, size in zip(files, mb))})"
         print(f"  checkpoints kept of {len(kept)} unfinished run(s)" +
-              (": " + ", ".join(f"{run} ({' + '.join(files)})" for run, files in kept.items()) if kept else ""))
+              (": " + ", ".join(sized(run, files) for run, files in kept.items()) if kept else ""))
     if done.closed:
         print(f"  closed in the published copy, where nothing runs: {'; '.join(done.closed)}")
     if done.marked:

@@ -46,9 +46,11 @@ class Published:
     portable: list[str] = field(default_factory=list)  # where machine paths were written portably
 
 
-def publish(source: str | Path, dest: str | Path, *, keep_unfinished: bool) -> Published:
+def publish(source: str | Path, dest: str | Path, *, keep_unfinished: bool, weights_only: bool = False) -> Published:
     """Publish the local store in the folder `source` into the folder `dest` (see the module
-    docstring). Raises ValueError naming the first problem left, `dest` then as it was."""
+    docstring); with `keep_unfinished` and `weights_only`, each unfinished trial is continued from
+    its weights alone (`unfinished.keep_resumable_checkpoints`). Raises ValueError naming the first
+    problem left, `dest` then as it was."""
     from .clean_store import make_paths_portable, relabel_studies, store_problems
     from .present import present_studies
     from .unfinished import drop_studies, keep_resumable_checkpoints, resumable_runs, unfinished_studies
@@ -72,7 +74,8 @@ def publish(source: str | Path, dest: str | Path, *, keep_unfinished: bool) -> P
         done.closed = close_running(client, storage)
         if keep_unfinished:  # (a store without Optuna studies has no trial to continue)
             resumable = resumable_runs(client, storage, sorted(done.unfinished), staging) if storage else set()
-            done.kept_checkpoints = keep_resumable_checkpoints(staging, resumable)
+            done.kept_checkpoints = keep_resumable_checkpoints(staging, resumable, client=client,
+                                                               weights_only=weights_only)
         done.marked = mark_training_experiments(client)
         done.relabelled = relabel_studies(uri, storage)
         done.annotated = {study: changes for study, changes in present_studies(uri, storage).items() if changes}

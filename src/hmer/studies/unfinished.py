@@ -80,13 +80,18 @@ def resumable_runs(client, storage: str, studies: list[str], store: Path) -> set
     return runs
 
 
-def keep_resumable_checkpoints(store: Path, keep: set[str]) -> dict[str, list[str]]:
+def keep_resumable_checkpoints(store: Path, keep: set[str], *, client=None,
+                               weights_only: bool = False) -> dict[str, list[str]]:
     """Delete every run's checkpoints in the store folder `store` (`checkpoints/<run id>/`) but the
     smallest files that resume the runs `keep`: `last.pt`, and `best.pt` only where its weights are
     not `last.pt`'s own (`training.resume.best_weights_recoverable`); the folder goes when nothing is
-    left. Returns {run id: the files kept}."""
-    from ..checkpoint import load_checkpoint
-    from ..training.resume import best_weights_recoverable
+    left. With `weights_only` (and the store's MLflow `client`, for the epoch's validation reading),
+    `last.pt` alone, rewritten as `training.resume.standalone_continuation` makes it: no optimiser
+    state, no earlier best (`best.pt` is kept only once every epoch is done, for the test years).
+    Returns {run id: the files kept}."""
+    from ..checkpoint import atomic_torch_save, load_checkpoint
+    from ..training.carry import epoch_readings
+    from ..training.resume import best_weights_recoverable, standalone_continuation
 
     root = store / CHECKPOINTS
     if not root.is_dir():
@@ -98,6 +103,11 @@ def keep_resumable_checkpoints(store: Path, keep: set[str]) -> dict[str, list[st
             continue
         last = load_checkpoint(run / LAST)
         needed = {LAST} if best_weights_recoverable(int(last["epoch"]), int(last["best_epoch"])) else {LAST, BEST}
+        if weights_only:
+            best = load_checkpoint(run / BEST) if (run / BEST).is_file() else None
+            last, weights, _ = standalone_continuation(last, best, lambda e: epoch_readings(client, run.name, e))
+            needed = {LAST, BEST} if weights == "best" else {LAST}
+            atomic_torch_save(last, run / LAST)
         for item in run.iterdir():
             if item.name not in needed:
                 shutil.rmtree(item) if item.is_dir() else item.unlink()

@@ -48,7 +48,7 @@ from ..checkpoint import atomic_torch_save, load_checkpoint, weights_artifact
 from ..data import Vocab
 from ..tracking.store import checkpoint_root, mlflow_client, quiet_mlflow
 from ..tracking.transfer import export_runs, import_runs, resolve_parts, source_id
-from .resume import BEST_RESET, without_optimizer_state
+from .resume import standalone_continuation
 
 FORMAT = 1
 MANIFEST = "carried.json"
@@ -86,20 +86,9 @@ def pack_run(run_id: str, out_file: str | os.PathLike[str], *, tracking_uri: str
     ckpt = load_checkpoint(last)
     epoch, epochs = int(ckpt["epoch"]), int(ckpt["config"]["train"]["epochs"])
     best_path = last.parent / "best.pt"
-    weights, best_reset = "last", False
-    if int(ckpt["best_epoch"]) != epoch:
-        if epoch >= epochs and best_path.is_file():
-            ckpt["model"] = load_checkpoint(best_path)["model"]  # the test years read the best weights only
-            weights = "best"
-        else:
-            # The best weights stay behind: the best so far is the carried epoch's reading.
-            history = {key: {m.step: m.value for m in client.get_metric_history(run_id, key)}
-                       for key in ("val_exprate", "val_le1")}
-            ckpt.update(best_epoch=epoch, best_val_exprate=history["val_exprate"].get(epoch, -1.0),
-                        best_val_le1=history["val_le1"].get(epoch, -1.0))
-            ckpt[BEST_RESET] = best_reset = True
-    if not optimizer_state:
-        ckpt = without_optimizer_state(ckpt)
+    best = load_checkpoint(best_path) if best_path.is_file() else None
+    ckpt, weights, best_reset = standalone_continuation(ckpt, best, lambda e: epoch_readings(client, run_id, e),
+                                                        optimizer_state=optimizer_state)
     carried = Carried(source_run_id=source_id(run), run_id=run_id, epoch=epoch, epochs=epochs, weights=weights,
                       optimizer_state=optimizer_state, best_reset=best_reset)
     out = Path(out_file)
@@ -119,6 +108,13 @@ def pack_run(run_id: str, out_file: str | os.PathLike[str], *, tracking_uri: str
             raise
         os.replace(partial, out)
     return carried
+
+
+def epoch_readings(client, run_id: str, epoch: int) -> tuple[float, float]:
+    """Run `run_id`'s validation ExpRate and within-one-edit rate at `epoch` (-1 where not logged)."""
+    history = {key: {m.step: m.value for m in client.get_metric_history(run_id, key)}
+               for key in ("val_exprate", "val_le1")}
+    return history["val_exprate"].get(epoch, -1.0), history["val_le1"].get(epoch, -1.0)
 
 
 def read_carried(path: str | os.PathLike[str]) -> Carried:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..checkpoint import atomic_torch_save, rng_state, set_rng_state
 from ..tracking.store import checkpoint_root
@@ -70,6 +70,30 @@ def without_optimizer_state(ckpt: dict[str, Any]) -> dict[str, Any]:
     has reduced), so the optimiser continues at the same rate with fresh buffers."""
     return {**ckpt, "optimizer": {"state": {}, "param_groups": ckpt["optimizer"]["param_groups"]},
             OPTIMIZER_STATE_DROPPED: True}
+
+
+def standalone_continuation(ckpt: dict[str, Any], best_weights: dict[str, Any] | None,
+                            readings: Callable[[int], tuple[float, float]], *,
+                            optimizer_state: bool = False) -> tuple[dict[str, Any], str, bool]:
+    """`ckpt` (a `last.pt`) made into one file that continues its run alone, with no `best.pt` beside
+    it: its fp32 weights, schedule and random state, the optimiser's state only with
+    `optimizer_state` (else a warm restart, `without_optimizer_state`), and, where the best weights so far are an earlier epoch's (`best_weights`, from
+    `best.pt`), either those weights (the epochs are all done: only the test years remain, and they
+    read the best weights) or none: the best is then chosen from the checkpoint's epoch on, its
+    reading that epoch's (`readings(epoch)`: its validation ExpRate and within-one-edit rate).
+
+    Returns (the checkpoint, which weights it holds: "last" or "best", whether the best was reset)."""
+    epoch, epochs = int(ckpt["epoch"]), int(ckpt["config"]["train"]["epochs"])
+    weights, best_reset = "last", False
+    if not best_weights_recoverable(epoch, int(ckpt["best_epoch"])):
+        if epoch >= epochs and best_weights is not None:
+            ckpt = {**ckpt, "model": best_weights["model"]}
+            weights = "best"
+        else:
+            exprate, le1 = readings(epoch)
+            ckpt = {**ckpt, "best_epoch": epoch, "best_val_exprate": exprate, "best_val_le1": le1, BEST_RESET: True}
+            best_reset = True
+    return (ckpt if optimizer_state else without_optimizer_state(ckpt)), weights, best_reset
 
 
 def save_last(path: Path, setup: Setup, state: TrainState) -> None:
