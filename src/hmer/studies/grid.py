@@ -65,9 +65,9 @@ def run_grid_study(
         role: "main" prints the banner and the table and waits for the other workers;
             "worker" (the extra processes of n_jobs) only runs trials.
     """
-    return run_session(Grid(spec, seeds, print_table, reuse, variants), budget, storage=storage, tracking_uri=tracking_uri,
-                       n_jobs=n_jobs, data_path=data_path, data=data, study_name=study_name, overrides=overrides,
-                       role=role)
+    return run_session(Grid(spec, seeds, print_table, reuse, variants), budget, storage=storage,
+                       tracking_uri=tracking_uri, n_jobs=n_jobs, data_path=data_path, data=data,
+                       study_name=study_name, overrides=overrides, role=role)
 
 
 class Grid(StudyKind):

@@ -76,11 +76,12 @@ def standalone_continuation(ckpt: dict[str, Any], best_weights: dict[str, Any] |
                             readings: Callable[[int], tuple[float, float]], *,
                             optimizer_state: bool = False) -> tuple[dict[str, Any], str, bool]:
     """`ckpt` (a `last.pt`) made into one file that continues its run alone, with no `best.pt` beside
-    it: its fp32 weights, schedule and random state, the optimiser's state only with
-    `optimizer_state` (else a warm restart, `without_optimizer_state`), and, where the best weights so far are an earlier epoch's (`best_weights`, from
-    `best.pt`), either those weights (the epochs are all done: only the test years remain, and they
-    read the best weights) or none: the best is then chosen from the checkpoint's epoch on, its
-    reading that epoch's (`readings(epoch)`: its validation ExpRate and within-one-edit rate).
+    it: its fp32 weights, schedule and random state, the optimiser's state only with `optimizer_state`
+    (else a warm restart, `without_optimizer_state`), and, where the best weights so far are an
+    earlier epoch's (`best_weights`, from `best.pt`), either those weights (the epochs are all done:
+    only the test years remain, and they read the best weights) or none: the best is then chosen from
+    the checkpoint's epoch on, its reading that epoch's (`readings(epoch)`: its validation ExpRate and
+    within-one-edit rate).
 
     Returns (the checkpoint, which weights it holds: "last" or "best", whether the best was reset)."""
     epoch, epochs = int(ckpt["epoch"]), int(ckpt["config"]["train"]["epochs"])
