@@ -351,6 +351,21 @@ def test_report_command_writes_tables_and_plots(store, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "2014 ExpRate" in printed and "wrote 6 files" in printed
 
+    # The runs trained by other code than today's are named under the table (hmer.training.fingerprint).
+    from hmer.training.fingerprint import code_fingerprint
+
+    today = code_fingerprint()
+    assert set(pd.read_csv(out / "runs.csv", dtype=str)["fingerprint"]) == {today}
+    report_command(study=store.study, tracking_uri=store.tracking_uri, out_dir=out, n_resamples=50,
+                   code_fingerprint=today)
+    assert f"every run was trained by code that computes what today's does (fingerprint {today})" in \
+        capsys.readouterr().out
+    report_command(study=store.study, tracking_uri=store.tracking_uri, out_dir=out, n_resamples=50,
+                   code_fingerprint="f" * 16)
+    line = next(li for li in capsys.readouterr().out.splitlines() if li.startswith("trained by other code"))
+    assert line.startswith(f"trained by other code than today's (fingerprint {'f' * 16}): fingerprint {today}: ")
+    assert all(f"{variant} seed 1" in line for variant in VARIANTS), line
+
 
 @pytest.mark.slow
 def test_hmer_report_command_line_for_a_study_an_experiment_and_runs(store, tmp_path, capsys):

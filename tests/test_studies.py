@@ -855,3 +855,13 @@ def test_a_cell_another_study_trained_with_the_same_config_is_copied_not_trained
     assert find_trained(client, cfg.override({"train.seed": 2}), "another") is None
     assert find_trained(client, cfg.override({"model.dropout": 0.25}), "another") is None
     assert find_trained(client, cfg, "direction-test") is None  # a study never copies its own runs
+    # Only the same code is the same computation: a run whose training code had another fingerprint,
+    # or whose resume ran other code, trains again.
+    from hmer.training.fingerprint import code_fingerprint
+
+    assert bi.data.tags[keys.FINGERPRINT] == copied.data.tags[keys.FINGERPRINT] == code_fingerprint()
+    client.set_tag(bi.info.run_id, keys.FINGERPRINT_CHANGED, f"epoch 2: {'0' * 16}")
+    assert find_trained(client, cfg, "another") is None
+    client.delete_tag(bi.info.run_id, keys.FINGERPRINT_CHANGED)
+    client.set_tag(bi.info.run_id, keys.FINGERPRINT, "0" * 16)
+    assert find_trained(client, cfg, "another") is None

@@ -53,6 +53,8 @@ def cmd_report(args) -> int:
     if not (args.study or args.experiment or args.runs):  # as `optuna`/`mlflow` do: a useful default
         args.study = latest_study(args.tracking_uri)
         print(f"hmer report: the latest study, {args.study} (hmer report --list shows them all)", flush=True)
+    from ..training.fingerprint import code_fingerprint
+
     return report_command(study=args.study, experiment=args.experiment, run_ids=args.runs,
                           tracking_uri=args.tracking_uri, out_dir=args.out, analysis=args.analysis,
-                          measure=args.measure)
+                          measure=args.measure, code_fingerprint=code_fingerprint())

@@ -63,6 +63,12 @@ def add_parser(sub) -> None:
     sp.add_argument("by", metavar="NEW_STUDY")
     sp.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
     sp.set_defaults(func=cmd_runs_supersede)
+    fp = rsub.add_parser("fingerprint", help="tag every run trained before runs carried a training-code fingerprint "
+                         "(hmer.fingerprint) with the fingerprint of the code at its commit, measured in a temporary "
+                         "worktree of it (hmer.studies.fingerprints); runs whose fingerprints are equal were trained "
+                         "by code that computes the same numbers")
+    fp.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
+    fp.set_defaults(func=cmd_runs_fingerprint)
     pr = rsub.add_parser("present", help="bring every study of the store FOLDER (mlflow.db, optuna.db) up to date for "
                          "the MLflow UI and optuna-dashboard, as a study that ends now is: a grid study's figure, "
                          "table and summary run per variant on its parent run, the objective's name, the study's "
@@ -119,6 +125,25 @@ def cmd_runs_publish(args) -> int:
         print(f"  study {study}: {', '.join(changes)}")
     if done.portable:
         print(f"  machine paths written as a clone reads them (mlruns/..., <local>/...): {'; '.join(done.portable)}")
+    return 0
+
+
+def cmd_runs_fingerprint(args) -> int:
+    from ..data.source import repo_root
+    from ..studies.fingerprints import record_fingerprints
+    from ..tracking.store import default_tracking_uri, quiet_mlflow
+    from ..training.fingerprint import code_fingerprint
+
+    quiet_mlflow()
+    root = repo_root()
+    if root is None or not (root / ".git").exists():
+        print("hmer runs fingerprint: error: it measures each commit in a worktree of this package's git checkout, "
+              "and this package is not installed from one", file=sys.stderr)
+        return 2
+    uri = args.tracking_uri or default_tracking_uri()
+    done = record_fingerprints(uri, root)
+    print(f"today's code: {code_fingerprint()}; {len(done)} commit(s) measured" if done else
+          f"today's code: {code_fingerprint()}; every trained run in {uri} carries a fingerprint")
     return 0
 
 

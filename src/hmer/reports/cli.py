@@ -69,7 +69,8 @@ def default_out_dir(name: str) -> Path:
 def runs_summary(runs: pd.DataFrame, years: Sequence[str]) -> pd.DataFrame:
     """One row per run: the columns a reader checks a table against."""
     cols = {"run_id": "run_id", "variant": "variant", "seed": "seed", "trial": "trial", "state": "state",
-            "run_name": "run_name", f"tags.{keys.DEVICE}": "device"}
+            "run_name": "run_name", f"tags.{keys.DEVICE}": "device", f"tags.{keys.GIT_COMMIT}": "git_commit",
+            f"tags.{keys.FINGERPRINT}": "fingerprint"}
     for year in years:
         for m in (*measures(), "n"):
             cols[f"metrics.test_{year}_{m}"] = f"test_{year}_{m}"
@@ -78,6 +79,33 @@ def runs_summary(runs: pd.DataFrame, years: Sequence[str]) -> pd.DataFrame:
         cols[f"metrics.{m}"] = m
     present = [c for c in cols if c in runs.columns]
     return runs[present].rename(columns=cols)
+
+
+def code_notes(runs: pd.DataFrame, today: str) -> list[str]:
+    """Which runs were trained by code that computes other numbers than today's (`today`: this code's
+    fingerprint, hmer.training.fingerprint), in words; one line that says so when all share it."""
+    def column(tag: str) -> pd.Series:
+        key = f"tags.{tag}"
+        return runs[key] if key in runs.columns else pd.Series([None] * len(runs), index=runs.index, dtype=object)
+
+    fingerprint, changed = column(keys.FINGERPRINT), column(keys.FINGERPRINT_CHANGED)
+    label = runs["variant"].astype(str) + " seed " + runs["seed"].astype(str) + " (" + runs["run_id"].str[:8] + ")"
+    groups: dict[str, list[str]] = {}
+    for i in runs.index:
+        value = fingerprint[i] if isinstance(fingerprint[i], str) and fingerprint[i] else None
+        if isinstance(changed[i], str) and changed[i]:
+            key = f"other code from a resume on ({changed[i]})"
+        elif value is None:
+            key = "no fingerprint (trained before runs carried one: `hmer runs fingerprint` measures its commit's)"
+        elif value != today:
+            key = f"fingerprint {value}"
+        else:
+            continue
+        groups.setdefault(key, []).append(label[i])
+    if not groups:
+        return [f"every run was trained by code that computes what today's does (fingerprint {today})"]
+    return [f"trained by other code than today's (fingerprint {today}): {key}: {', '.join(names)}"
+            for key, names in groups.items()]
 
 
 def write_report(runs: pd.DataFrame, table: pd.DataFrame, out_dir: Path, *, name: str,
@@ -165,8 +193,11 @@ def report_command(
     n_resamples: int = DEFAULT_RESAMPLES,
     analysis: bool = False,
     measure: str = "exprate",
+    code_fingerprint: str | None = None,
 ) -> int:
     """`hmer report`: tables and plots of a study, an experiment or a list of runs, as files.
+    With `code_fingerprint` (today's code's, hmer.training.fingerprint), the runs trained by other
+    code are named under the table.
 
     Returns 0, or 1 when no run has test scores (the table of excluded runs is still
     written). Raises `NoRunsError` (a ValueError: one line from `hmer`) when nothing matches.
@@ -192,6 +223,9 @@ def report_command(
     if progress:
         print(f"study {study}: {progress}; this table is of its finished trials and will change")
     print(format_table(table, "text"))
+    if code_fingerprint:
+        for line in code_notes(runs, code_fingerprint):
+            print(line)
     if analysis:
         written += write_variant_analysis(runs, out, name, list(table.index), uri)
     print(f"wrote {len(written)} files to {out}:")

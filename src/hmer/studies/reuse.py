@@ -5,7 +5,10 @@ bidirectional cell (the same config, the same seeds), and training it twice woul
 model at the cost of a whole trial. So before a cell trains, `find_trained` looks through the
 store for a FINISHED trial run of another study whose config is the cell's, field for field
 (`config.json`, read as `resume.same_config` reads a checkpoint's: only the preset's `name` and
-where a worker finds the data may differ), and with the same seed. Found, `copy_run` makes it this
+where a worker finds the data may differ), with the same seed, and trained by code that computes
+what today's computes: its training-code fingerprint (`hmer.fingerprint`, hmer.training.fingerprint)
+is this code's, and no resume of it ran other code. A run of older code, or of unknown code, is
+trained again: the same config is not the same computation. Found, `copy_run` makes it this
 study's trial run: a new child run of the study's parent with the original's params, the full
 history of its metrics, its artifacts (weights, predictions, attention maps) and its start and end
 times, tagged `hmer.reused_from` with the original's id (its `hmer.git_commit` stays the commit that
@@ -43,7 +46,11 @@ class TrainedRun:
 
 
 def find_trained(client, cfg: Config, own_study: str) -> TrainedRun | None:
-    """The earliest FINISHED trial run of another study in the store whose config is `cfg`."""
+    """The earliest FINISHED trial run of another study in the store whose config is `cfg`, trained
+    by code with this code's fingerprint."""
+    from ..training.fingerprint import code_fingerprint
+
+    fingerprint = code_fingerprint()
     seed = str(cfg.train.seed)
     experiment_ids = [e.experiment_id for e in client.search_experiments()]
     runs = client.search_runs(
@@ -53,6 +60,8 @@ def find_trained(client, cfg: Config, own_study: str) -> TrainedRun | None:
         tags = run.data.tags
         study = tags.get(keys.STUDY)
         if not study or study == own_study or keys.TRIAL not in tags or REUSED_FROM in tags:
+            continue
+        if tags.get(keys.FINGERPRINT) != fingerprint or keys.FINGERPRINT_CHANGED in tags:
             continue
         if "best_val_exprate" not in run.data.metrics:
             continue

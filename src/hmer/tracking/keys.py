@@ -19,6 +19,8 @@ VARIANT = "hmer.variant"          # the run's variant label (config name or deco
 STATUS = "hmer.status"            # running | finished | failed | pruned | paused | killed | interrupted | incomplete
 ERROR = "hmer.error"              # one line: why a run or trial failed
 GIT_COMMIT = "hmer.git_commit"    # the commit that produced the run, "-dirty" with uncommitted changes
+FINGERPRINT = "hmer.fingerprint"  # what its training code computes (hmer.training.fingerprint), or "unknown: why"
+FINGERPRINT_CHANGED = "hmer.fingerprint_changed"  # "epoch N: <fingerprint>" where a resume ran other code
 DEVICE = "hmer.device"            # the device it trained on, in words
 RESUMED = "hmer.resumed"          # the epoch a resumed run continued from
 # The epochs (comma-separated) at which a run went on from a checkpoint carried without its

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
 import time
 from pathlib import Path
 from typing import Callable, Literal
@@ -47,6 +48,7 @@ from .loader import Redraw, train_batches
 from .result import TrainResult
 from .resume import Clock, TrainState, best_weights_recoverable, checkpoint_dir, restore, save_last
 from . import planning
+from .fingerprint import code_fingerprint
 from .graphs import step_function
 from .setup import Setup, build, seed_everything
 
@@ -189,13 +191,21 @@ def _open_run(setup: Setup, state: TrainState, *, tracking_uri: str | None, expe
     """The run this process logs to: rank 0's new or resumed run, a NullRun on the other ranks."""
     if not setup.dist.is_main:
         return NullRun(state.run_id)
+    fingerprint = _code_fingerprint()
     if state.run_id is not None:
         marks = (keys.WARM_RESTART,) * state.optimizer_restarted + (keys.BEST_RESET,) * state.best_reset
-        return TrainingRun.resume(state.run_id, tracking_uri=tracking_uri, from_epoch=state.epoch + 1, marks=marks)
+        resumed = TrainingRun.resume(state.run_id, tracking_uri=tracking_uri, from_epoch=state.epoch + 1, marks=marks)
+        tags_before = resumed.client.get_run(resumed.run_id).data.tags
+        # (a run begun before runs carried one has none: `hmer runs fingerprint` finds its commit's)
+        if tags_before.get(keys.FINGERPRINT, fingerprint) != fingerprint:
+            # the run goes on with other code: say from which epoch, with which
+            note, changed = f"epoch {state.epoch + 1}: {fingerprint}", tags_before.get(keys.FINGERPRINT_CHANGED)
+            resumed.set_tag(keys.FINGERPRINT_CHANGED, f"{changed}; {note}" if changed else note)
+        return resumed
     cfg = setup.cfg
     run = TrainingRun.start(tracking_uri=tracking_uri, experiment=experiment, variant=cfg.name or cfg.model.decoder,
                             device=device_description(setup.device), run_name=run_name or cfg.name or None,
-                            parent_run_id=parent_run_id, tags=tags)
+                            parent_run_id=parent_run_id, tags={keys.FINGERPRINT: fingerprint, **(tags or {})})
     scaled = {"lr_scaled": setup.lr, "lr_batch_scale": round(setup.batch_scale, 4)} \
         if cfg.train.lr_scaling != "none" else {}  # what train.lr_scaling made of train.lr
     run.log_params({**cfg.to_flat_dict(), "num_params": setup.num_params, **scaled})
@@ -204,6 +214,15 @@ def _open_run(setup: Setup, state: TrainState, *, tracking_uri: str | None, expe
     for split, exprs in (("train", setup.train_set), ("val", setup.val_set)):
         run.log_text("".join(f"{e.name}\n" for e in exprs), f"split/{split}.txt")
     return run
+
+
+def _code_fingerprint() -> str:
+    """What this code's training computes (hmer.training.fingerprint), or "unknown: why" where it
+    cannot be measured: a run is never refused for want of its fingerprint."""
+    try:
+        return code_fingerprint()
+    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
+        return f"unknown: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
 
 
 def _redraw(setup: Setup, epoch: int) -> Redraw | None:
