@@ -24,6 +24,7 @@ running is closed in the copy (`hmer.studies.publish`); `hmer report` says what 
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 import sys
@@ -105,8 +106,8 @@ def keep_resumable_checkpoints(store: Path, keep: set[str], *, client=None,
         needed = {LAST} if best_weights_recoverable(int(last["epoch"]), int(last["best_epoch"])) else {LAST, BEST}
         if weights_only:
             best = load_checkpoint(run / BEST) if (run / BEST).is_file() else None
-            last, weights, _ = standalone_continuation(last, best, lambda e, run_id=run.name: epoch_readings(
-                client, run_id, e))
+            readings = functools.partial(epoch_readings, client, run.name)
+            last, weights, _ = standalone_continuation(last, best, readings)
             needed = {LAST, BEST} if weights == "best" else {LAST}
             atomic_torch_save(last, run / LAST)
         for item in run.iterdir():
