@@ -38,6 +38,8 @@ def add_parser(sub) -> None:
     study.add_argument("--seed", type=int, default=None, help="the grid cell's seed (default: the first of the axis)")
     study.add_argument("--seeds", default=None,
                        help="the seed axis, as the study's --seeds (default: the budget's)")
+    study.add_argument("--variants", default=None,
+                       help="the variants trained, as the study's --variants (default: every one)")
     study.add_argument("--n-jobs", type=int, default=None, help="workers, as the study's --n-jobs: a windowed "
                                                                 "budget divides its time by them")
     study.add_argument("--trials", type=int, default=None, help="a sweep's trials, as its --trials")
@@ -84,7 +86,8 @@ def _preset(args):
     from ..studies.resolution import budget_resolution
 
     study_only = [option for option, given in (("--cell", args.cell), ("--seed", args.seed is not None),
-                                               ("--seeds", args.seeds), ("--n-jobs", args.n_jobs is not None),
+                                               ("--seeds", args.seeds), ("--variants", args.variants),
+                                               ("--n-jobs", args.n_jobs is not None),
                                                ("--trials", args.trials is not None), ("--study-name", args.study_name),
                                                ("--storage", args.storage), ("--fresh", args.fresh)) if given]
     if study_only:
@@ -104,7 +107,7 @@ def _preset(args):
 def _study(args):
     from ..config import parse_overrides
     from ..studies.budgets import pick_budget
-    from ..studies.cli import parse_seeds
+    from ..studies.cli import parse_seeds, parse_variants
     from ..studies.resolution import cell_resolution, pick_cell, stored_base, study_resolution, sweep_trial_values
     from ..studies.spec import STUDIES, SweepSpec, cell_label
 
@@ -112,8 +115,9 @@ def _study(args):
     sweep = isinstance(spec, SweepSpec)
     if args.recipe:
         raise UserError("--recipe: a study trains its preset's recipe, or its budget's")
-    if isinstance(spec, SweepSpec) and (args.seed is not None or args.seeds):
-        raise UserError(f"--seed, --seeds: sweep {spec.name!r} trains every trial with its seed {spec.seed}")
+    if isinstance(spec, SweepSpec) and (args.seed is not None or args.seeds or args.variants):
+        raise UserError(f"--seed, --seeds, --variants: sweep {spec.name!r} has no grid; it trains every trial with "
+                        f"its seed {spec.seed}")
     if not sweep and args.trials is not None:
         raise UserError("--trials: an option of a sweep")
     if args.n_jobs is not None and args.n_jobs < 1:
@@ -122,10 +126,12 @@ def _study(args):
     n_jobs = max(1, args.n_jobs or budget.default_jobs)
     try:
         asked = parse_seeds(args.seeds)
+        variants = parse_variants(args.variants) if args.variants else None
     except argparse.ArgumentTypeError as exc:
         raise UserError(str(exc)) from None
     seeds: tuple[int, ...] = () if sweep else tuple(asked or budget.seeds)
-    n_trials = int(args.trials or budget.sweep_trials) if isinstance(spec, SweepSpec) else len(spec.cells(seeds))
+    n_trials = int(args.trials or budget.sweep_trials) if isinstance(spec, SweepSpec) else \
+        len(spec.cells(seeds, variants))
     notes = [f"study {spec.name}, using {why}; {n_trials} trials on {n_jobs} worker(s)"]
     resolution = study_resolution(spec, budget, n_trials=n_trials, n_jobs=n_jobs,
                                   overrides=parse_overrides(args.overrides))

@@ -29,7 +29,7 @@ behaviour (listed in the measurement).
 
 Every run records the fingerprint of the code that trained it as the tag `hmer.fingerprint`
 (`hmer.training.trainer`); `hmer runs fingerprint` computes it for runs trained before that, at
-their commits. docs/training.md, "Which code trained what".
+their commits. docs/studies.md, "Cells that studies share".
 """
 
 from __future__ import annotations
