@@ -63,6 +63,14 @@ def add_parser(sub) -> None:
     sp.add_argument("by", metavar="NEW_STUDY")
     sp.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
     sp.set_defaults(func=cmd_runs_supersede)
+    sh = rsub.add_parser("show", help="what trained a run: its study, cell, seed and commit, its config with each "
+                         "value's layer rebuilt through today's layers and what differs and why, its training-code "
+                         "fingerprint against today's, its scores per year, where its weights and predictions are "
+                         "(hmer.studies.provenance)")
+    sh.add_argument("run", metavar="RUN", help="a run id, or its first 8 or more characters")
+    sh.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
+    sh.add_argument("--storage", default=None, help="Optuna storage (default: optuna.db beside the MLflow store)")
+    sh.set_defaults(func=cmd_runs_show)
     fp = rsub.add_parser("fingerprint", help="tag every run trained before runs carried a training-code fingerprint "
                          "(hmer.fingerprint) with the fingerprint of the code at its commit, measured in a temporary "
                          "worktree of it (hmer.studies.fingerprints); runs whose fingerprints are equal were trained "
@@ -126,6 +134,39 @@ def cmd_runs_publish(args) -> int:
     if done.portable:
         print(f"  machine paths written as a clone reads them (mlruns/..., <local>/...): {'; '.join(done.portable)}")
     return 0
+
+
+def cmd_runs_show(args) -> int:
+    from ..studies.provenance import run_provenance
+    from ..studies.storage import default_storage
+    from ..tracking.store import default_tracking_uri, mlflow_client, quiet_mlflow
+    from ..training.fingerprint import code_fingerprint
+
+    quiet_mlflow()
+    uri = args.tracking_uri or default_tracking_uri()
+    client = mlflow_client(uri)
+    run_id = _whole_run_id(client, args.run, uri)
+    storage = args.storage or default_storage(uri)
+    for line in run_provenance(client, storage, run_id, code_fingerprint()).lines():
+        print(line)
+    return 0
+
+
+def _whole_run_id(client, given: str, uri: str) -> str:
+    """The run whose id is `given` or begins with it (8 characters at least); a UserError otherwise."""
+    from mlflow.entities import ViewType
+
+    from .errors import UserError
+
+    if len(given) < 8:
+        raise UserError(f"run {given!r}: give its id, or its first 8 characters at least")
+    ids = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ALL)]
+    runs = client.search_runs(ids, run_view_type=ViewType.ALL, max_results=50_000) if ids else []
+    found = [run.info.run_id for run in runs if run.info.run_id.startswith(given)]
+    if len(found) != 1:
+        raise UserError(f"run {given!r}: {'no run' if not found else f'{len(found)} runs'} in {uri} "
+                        f"{'has' if not found else 'have'} that id" + ("" if not found else "; give more of it"))
+    return found[0]
 
 
 def cmd_runs_fingerprint(args) -> int:
