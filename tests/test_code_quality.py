@@ -27,3 +27,24 @@ def test_mypy_finds_nothing():
     # 45 to 90 s on a 2-core machine from an empty cache, about 5 s once .cache/mypy (pyproject) holds it.
     done = _run("mypy", "src", timeout=600)
     assert done.returncode == 0, f"mypy src:\n{done.stdout}{done.stderr}"
+
+
+def test_optuna_s_private_names_are_named_in_one_module():
+    """Optuna's private names (an attribute or class it does not document, or a private storage
+    method public Optuna calls) appear in hmer.studies.optuna_compat alone, which says why."""
+    import ast
+
+    from hmer.studies.optuna_compat import PRIVATE_STORAGE_CALLS
+
+    # what an Optuna object keeps privately that code is tempted to read
+    private = {*PRIVATE_STORAGE_CALLS, "_trial_id", "_study_id", "_storage", "_CachedStorage", "_cached_frozen_trial"}
+    found = []
+    for path in sorted([*(ROOT / "src").rglob("*.py"), *(ROOT / "tools").rglob("*.py")]):
+        if path.name == "optuna_compat.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            name = node.attr if isinstance(node, ast.Attribute) else node.id if isinstance(node, ast.Name) else \
+                node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+            if name in private:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name}")
+    assert not found, "Optuna's private names outside hmer.studies.optuna_compat:\n" + "\n".join(found)

@@ -120,7 +120,7 @@ def test_optuna_dashboard_reads_each_study(presented):
     assert superseded  # the committed store keeps two superseded studies
     continued_somewhere = 0
     for name in optuna.get_all_study_names(storage):
-        study = load_for_notes(name, storage)
+        study, _ = load_for_notes(name, storage)
         kind = study.user_attrs[keys.KIND]
         assert study.metric_names == [OBJECTIVE_NAMES[kind]], name
         description = study.user_attrs[keys.DESCRIPTION]

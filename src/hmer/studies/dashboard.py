@@ -1,6 +1,7 @@
 """How a study reads in optuna-dashboard: its objective by name, what it compares, and its failed trials' fates.
 
-    changes = annotate_optuna_study(study, objective_name="best validation ExpRate (%)",
+    study, storage = load_for_notes("ablate_direction-cpu", "sqlite:///mlruns/optuna.db")
+    changes = annotate_optuna_study(study, storage, objective_name="best validation ExpRate (%)",
                                     description="decoding direction: ...", superseded_by=None, table=frame)
 
 optuna-dashboard shows a study's trials, their objective values and Markdown notes. A study of the
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import collections
 import warnings
-from typing import Any, Mapping
+from typing import Mapping
 
 import optuna
 import pandas as pd
@@ -131,11 +132,15 @@ def study_note(study: optuna.Study, *, objective_name: str, kind: str, descripti
     return "\n\n".join(parts) + "\n"
 
 
-def annotate_optuna_study(study: optuna.Study, *, objective_name: str, kind: str, description: str | None,
-                          superseded_by: str | None = None, table: pd.DataFrame | None = None) -> list[str]:
+def annotate_optuna_study(study: optuna.Study, storage: optuna.storages.BaseStorage, *, objective_name: str,
+                          kind: str, description: str | None, superseded_by: str | None = None,
+                          table: pd.DataFrame | None = None) -> list[str]:
     """Write the study's objective name, description, superseded mark, note and its failed trials'
-    notes (module docstring) where they differ from what is stored; returns what was written."""
+    notes (module docstring) where they differ from what is stored; returns what was written.
+    `storage`: the study's, as `load_for_notes` opened it."""
     from optuna_dashboard import get_note, save_note
+
+    from .storage import trial_id
 
     changes = []
     if objective_name and study.metric_names != [objective_name]:
@@ -158,7 +163,7 @@ def annotate_optuna_study(study: optuna.Study, *, objective_name: str, kind: str
             continue
         # save_note takes a live `optuna.Trial`; made for a finished one, it only reads (under a
         # sampler whose `before_trial` writes nothing), and the note goes to the study's attributes.
-        trial = optuna.Trial(study, frozen._trial_id)
+        trial = optuna.Trial(study, trial_id(storage, study, frozen.number))
         body = trial_note(frozen, taken)
         if get_note(trial) != body:
             save_note(trial, body)
@@ -168,7 +173,10 @@ def annotate_optuna_study(study: optuna.Study, *, objective_name: str, kind: str
     return changes
 
 
-def load_for_notes(study_name: str, storage: Any) -> optuna.Study:
-    """The study, loaded to be annotated: under a sampler that writes nothing when a trial object
-    is made for a finished trial (a grid's sampler would record its grid on it)."""
-    return optuna.load_study(study_name=study_name, storage=storage, sampler=optuna.samplers.RandomSampler(seed=0))
+def load_for_notes(study_name: str, storage: str) -> tuple[optuna.Study, optuna.storages.BaseStorage]:
+    """The study at the storage URL `storage`, loaded to be annotated, and its storage: under a
+    sampler that writes nothing when a trial object is made for a finished trial (a grid's sampler
+    would record its grid on it)."""
+    store = optuna.storages.RDBStorage(storage)
+    study = optuna.load_study(study_name=study_name, storage=store, sampler=optuna.samplers.RandomSampler(seed=0))
+    return study, store

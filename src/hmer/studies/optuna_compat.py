@@ -2,8 +2,10 @@
 
 Everything else in `hmer.studies` uses Optuna's public API only: studies, trials, the public
 interface of `BaseSampler` (`claims.ClaimedCellSampler`), and the storage object the session
-creates and holds itself (`optuna.storages.RDBStorage` and its public methods). No other module
-names a private Optuna attribute; this one names private methods, for the reason below, and
+creates and holds itself (`optuna.storages.RDBStorage` and its public methods; a trial's storage id
+comes from them, `storage.trial_id`, not from a `FrozenTrial`'s private attribute). No other module
+names a private Optuna attribute, nor patches Optuna's classes (`wrap_database_calls` gives the
+project's own storage subclass its wrapped methods); this one names private methods, for the reason below, and
 pyproject.toml bounds optuna from above, to the releases they were checked on (5.0):
 `tests/test_servers.py` fails if a release moves them, so raise the bound after that test and
 `benchmarks/optuna_queue.py` pass on the new release.
@@ -28,6 +30,8 @@ are claimed (`claims.py`), not enqueued.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import optuna
 
 # The private `RDBStorage` methods that public Optuna functions call and that reach the database.
@@ -35,7 +39,22 @@ PRIVATE_STORAGE_CALLS = ("_create_new_trial", "_set_trial_param", "_get_best_tri
                          "_get_stale_trial_ids")
 
 
+# The public `RDBStorage` methods that do not reach the database (or manage the connection itself).
+_NOT_DATABASE_CALLS = ("upgrade", "remove_session", "get_heartbeat_interval", "get_heartbeat_stale_trial_callback",
+                       "get_failed_trial_callback", "get_current_version", "get_head_version", "get_all_versions")
+
+
 def private_storage_calls() -> tuple[str, ...]:
     """The private `RDBStorage` methods that public Optuna functions call and that reach the
     database, so a patient storage wraps them as well (only those this Optuna still has)."""
     return tuple(name for name in PRIVATE_STORAGE_CALLS if callable(getattr(optuna.storages.RDBStorage, name, None)))
+
+
+def wrap_database_calls(subclass: type, wrap: Callable[[Callable], Callable]) -> None:
+    """Give `subclass` (of `RDBStorage`) `wrap(method)` in place of every `RDBStorage` method that reads
+    or writes the database: the public ones, the heartbeat's two included, and `private_storage_calls`."""
+    base = optuna.storages.RDBStorage
+    public = [name for name in vars(base) if not name.startswith("_") and callable(getattr(base, name))]
+    for name in public + list(private_storage_calls()):
+        if name not in _NOT_DATABASE_CALLS:
+            setattr(subclass, name, wrap(getattr(base, name)))

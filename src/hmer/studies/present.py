@@ -69,13 +69,14 @@ def _present(study: str, uri: str, storage: str | None) -> list[str]:
             changes += annotate_study(study, uri, runs=runs, table=table)
         elif kind == "sweep" and parent["state"] == "finished":
             changes += annotate_sweep(study, uri, _storage_url(storage, uri))
-    optuna_study = _optuna_study(study, storage, uri)
-    if optuna_study is not None:
+    loaded = _optuna_study(study, storage, uri)
+    if loaded is not None:
         from .dashboard import OBJECTIVE_NAMES, annotate_optuna_study
 
+        optuna_study, optuna_storage = loaded
         kind = _text(optuna_study.user_attrs.get(keys.KIND)) or kind
         changes += annotate_optuna_study(
-            optuna_study, objective_name=OBJECTIVE_NAMES.get(kind or "", ""), kind=kind or "",
+            optuna_study, optuna_storage, objective_name=OBJECTIVE_NAMES.get(kind or "", ""), kind=kind or "",
             description=_description(optuna_study, parent, uri), superseded_by=superseded_by, table=table)
     return changes
 
@@ -95,6 +96,7 @@ def present_studies(tracking_uri: str | None = None, storage: str | None = None)
 
 
 def _optuna_study(study: str, storage: str | None, tracking_uri: str) -> Any:
+    """(the Optuna study, its storage) as `dashboard.load_for_notes` opens them; None where there is none."""
     url = _storage_url(storage, tracking_uri)
     if url is None:
         return None

@@ -39,7 +39,7 @@ from typing import Any, Callable, Iterator
 
 import optuna
 
-from .optuna_compat import private_storage_calls
+from .optuna_compat import wrap_database_calls
 
 OUTAGE_S = 600.0  # how long a worker waits for its database to come back before it gives up
 HEARTBEAT_S = 20  # Optuna heartbeat of a running trial; a trial silent for GRACE_HEARTBEATS of them is stale
@@ -257,10 +257,4 @@ def _patient(method: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
-# Every call that reads or writes the database, the heartbeat's two included.
-for _name in [n for n in vars(optuna.storages.RDBStorage) if not n.startswith("_")
-              and callable(getattr(optuna.storages.RDBStorage, n))] + list(private_storage_calls()):
-    if _name not in ("upgrade", "remove_session", "get_heartbeat_interval", "get_heartbeat_stale_trial_callback",
-                     "get_failed_trial_callback", "get_current_version", "get_head_version", "get_all_versions"):
-        setattr(PatientRDBStorage, _name, _patient(getattr(optuna.storages.RDBStorage, _name)))
-del _name
+wrap_database_calls(PatientRDBStorage, _patient)
