@@ -150,3 +150,37 @@ def test_optuna_dashboard_reads_each_study(presented):
                 (name, dead, trial_note)
         continued_somewhere += len(taker)
     assert continued_somewhere > 10  # the committed studies' workers died often: the check above ran
+
+
+def test_a_study_s_comparison_lists_its_summary_runs_and_finished_trials_and_nothing_else(presented):
+    """The killed attempts whose cell a later run trained from the start are marked in their names and
+    left out of the study's comparison link (tracking.ui.STUDY_COMPARISON_RUNS), with the parent run
+    and the failed trials; nothing is deleted. In ablate_posenc-cpu-mixed-code (or ablate_posenc-cpu
+    before its sin2d cells were trained again) `none` seed 3 was begun three times."""
+    from hmer.reports.study_run import KILLED_ATTEMPT
+    from hmer.tracking.ui import STUDY_COMPARISON_RUNS
+
+    folder, _ = presented
+    client = MlflowClient(_uri(folder))
+    studies = list_studies(_uri(folder))
+    for study in studies[studies["kind"] == "grid"]["study"]:
+        runs = load_runs(_uri(folder), study=study)
+        finished = runs[runs["status"] == "FINISHED"]
+        attempts = runs[(runs["status"] != "FINISHED") & runs.apply(
+            lambda r: ((finished["variant"] == r["variant"]) & (finished["seed"] == r["seed"])).any(), axis=1)]
+        for _, attempt in attempts.iterrows():
+            run = client.get_run(attempt["run_id"])  # kept, marked
+            assert run.data.tags[keys.TRAINED_AGAIN_IN] in set(finished["run_id"])
+            assert run.info.run_name.endswith(KILLED_ATTEMPT), run.info.run_name
+        experiment = str(runs["experiment_id"].iloc[0])
+        listed = client.search_runs([experiment], filter_string=STUDY_COMPARISON_RUNS, max_results=1000)
+        shown = sorted(r.info.run_id for r in listed)
+        summaries = [r.info.run_id for r in summary_runs(client, experiment, study)]
+        unfinished = runs[(runs["status"] != "FINISHED") & ~runs["run_id"].isin(attempts["run_id"])
+                          & (runs["status"] != "FAILED")]
+        assert shown == sorted([*summaries, *finished["run_id"], *unfinished["run_id"]]), study
+    posenc = next(s for s in ("ablate_posenc-cpu-mixed-code", "ablate_posenc-cpu") if s in set(studies["study"]))
+    runs = load_runs(_uri(folder), study=posenc)
+    none3 = runs[(runs["variant"] == "none") & (runs["seed"] == 3)]
+    assert len(none3) == 3 and sum(client.get_run(r).info.run_name.endswith(KILLED_ATTEMPT)
+                                   for r in none3["run_id"]) == 2

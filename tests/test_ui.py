@@ -231,6 +231,10 @@ def test_the_link_opens_the_studys_comparison(site, page):
     trials = load_runs(site.tracking_uri, study=site.study)
     finished = trials[trials["status"] == "FINISHED"]
     assert _shown(page.get_by_role("link", name=str(finished["run_name"].iloc[0]), exact=True)) >= 1
+    # a summary run per variant and the finished trials, nothing else (the committed study: 4 and 12;
+    # its killed attempts, trained again, and its parent run are left out of the link)
+    matching = page.get_by_text(re.compile(r"\d+ matching runs")).first.text_content()
+    assert matching.strip().startswith(f"{len(table) + len(finished)} matching runs"), matching
     # the chart view: the test years' charts first, each with a bar per variant at its mean ExpRate
     years = [str(y) for y in table.attrs["years"]]
     first = page.locator("[data-testid='experiment-view-compare-runs-card'] h4").first
@@ -250,6 +254,23 @@ def test_the_link_opens_the_studys_comparison(site, page):
         page.get_by_text(re.compile(r"\d+ matching runs")).wait_for()
         page.wait_for_timeout(1500)
         screenshot(page, "ui_mlflow_runs")
+
+
+def test_the_positional_encoding_study_s_link_lists_its_summary_runs_and_finished_trials_alone(site, page):
+    """ablate_posenc-cpu began `none` seed 3 three times; the link lists the cell's finished run alone
+    (its killed attempts, trained again, are marked and left out), as every other cell's, beside the
+    four variants' summary runs: 16 runs, and not its parent run."""
+    if site.name != "committed":
+        pytest.skip("the committed store's study")
+    runs = load_runs(site.tracking_uri, study="ablate_posenc-cpu")
+    finished = runs[runs["status"] == "FINISHED"]
+    assert len(finished) == 12
+    page.goto(site.links["ablate_posenc-cpu"]["MLflow"])
+    matching = page.get_by_text(re.compile(r"\d+ matching runs")).first
+    matching.wait_for()
+    assert matching.text_content().strip().startswith("16 matching runs"), matching.text_content()
+    for name in finished["run_name"].unique():  # "none seed 3" once: the finished run
+        assert _shown(page.get_by_role("link", name=str(name), exact=True)) == 1, name
 
 
 def test_the_experiment_list_opens_the_study_as_model_training_once_chosen(site, browser):

@@ -137,6 +137,7 @@ def annotate_study(study: str, tracking_uri: str | None = None, *, runs: pd.Data
         client.set_tag(run.info.run_id, keys.MLFLOW_NOTE, note)
         changes.append("description")
     changes += _summary_runs(client, run, study, table, colors)
+    changes += _mark_killed_attempts(client, runs)
     recoloured = 0
     for _, trial in runs.iterrows():
         color = colors.get(str(trial.get(f"tags.{keys.VARIANT}")))
@@ -146,6 +147,31 @@ def annotate_study(study: str, tracking_uri: str | None = None, *, runs: pd.Data
     if recoloured:
         changes.append(f"its variant's colour on {recoloured} trial run(s)")
     return changes
+
+
+KILLED_ATTEMPT = " (killed attempt)"  # the end of a killed attempt's run name
+
+
+def _mark_killed_attempts(client, runs: pd.DataFrame) -> list[str]:
+    """Tag `hmer.trained_again_in` on each trial run that was killed and whose cell (variant and seed)
+    a later run trained from the start (a dead trial without a checkpoint to continue from), and end
+    its name with KILLED_ATTEMPT, so that a study's comparison link leaves it out
+    (`tracking.ui.study_url`) and its list tells it from the run that counts; nothing is deleted."""
+    if runs.empty or "status" not in runs.columns:
+        return []
+    finished = runs[runs["status"] == "FINISHED"]
+    done = {(str(r["variant"]), str(r["seed"])): str(r["run_id"]) for _, r in finished.iterrows()}
+    marked = 0
+    for _, attempt in runs[runs["status"] != "FINISHED"].iterrows():
+        again = done.get((str(attempt["variant"]), str(attempt["seed"])))
+        if again is None or attempt.get(f"tags.{keys.TRAINED_AGAIN_IN}") == again:
+            continue
+        client.set_tag(attempt["run_id"], keys.TRAINED_AGAIN_IN, again)
+        name = str(attempt.get("run_name") or "")
+        if not name.endswith(KILLED_ATTEMPT):
+            client.set_tag(attempt["run_id"], keys.MLFLOW_RUN_NAME, name + KILLED_ATTEMPT)
+        marked += 1
+    return [f"{marked} killed attempt(s) marked as trained again"] if marked else []
 
 
 def summary_runs(client, experiment_id: str, study: str) -> list:

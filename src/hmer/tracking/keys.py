@@ -60,6 +60,7 @@ FAILED_BY = "hmer.failed_by"      # trial user attribute: who marked a dead work
 FAILED = "hmer.failed"            # parent-run tag: the trials that failed, in words
 CLAIM_PREFIX = "hmer.claim:"      # study system attribute per worker (+ its token): the cell it claims
 RESUMED_FROM = "hmer.resumed_from"  # trial attribute and run tag: the dead trial whose run a trial continued
+TRAINED_AGAIN_IN = "hmer.trained_again_in"  # a killed attempt's run tag: the run that trained its cell from the start
 REUSED_FROM = "hmer.reused_from"  # trial attribute and run tag: another study's run with the cell's config, copied
 SUPERSEDED_BY = "hmer.superseded_by"  # experiment, parent-run tag and study user attribute: the study replacing it
 DESCRIPTION = "hmer.description"  # study user attribute: what the study compares, in words (its spec's description)

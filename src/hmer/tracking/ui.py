@@ -39,10 +39,13 @@ from .portable import sqlite_path
 DEFAULT_PORT = 5000  # `mlflow ui`'s default
 DASHBOARD_PORT = 8080  # optuna-dashboard's default
 WORKFLOW_TYPE_TRAINING = "machine_learning"
-# A study's link leaves out the runs of trials that failed: a dead worker's run that a later trial
-# ran again from the start would take one of the ten runs the charts draw (`study_url`). A sweep's
+# A study's link shows its variants' summary runs and its trials, no more: not the parent run (its
+# page has the study's figure and table), not the runs of trials that failed, and not the killed
+# attempts whose cell a later run trained from the start (tagged `hmer.trained_again_in` when the
+# study is presented): each would take one of the ten runs the charts draw (`study_url`). A sweep's
 # pruned trials (KILLED) stay: their curves are the point.
-UNFAILED_RUNS = "attributes.status != 'FAILED'"
+STUDY_COMPARISON_RUNS = (f"attributes.status != 'FAILED' and tags.`{keys.MLFLOW_PARENT_RUN_ID}` IS NOT NULL "
+                         f"and tags.`{keys.TRAINED_AGAIN_IN}` IS NULL")
 TRAINING_EXPERIMENT_TAGS = {keys.MLFLOW_EXPERIMENT_KIND: keys.EXPERIMENT_KIND_TRAINING}
 
 
@@ -66,9 +69,9 @@ def ui_url(experiment_id: str | None = None, *, charts: bool = True, port: int =
 
 def study_url(experiment_id: str, *, order_by: str | None = None, port: int = DEFAULT_PORT,
               host: str = "127.0.0.1") -> str:
-    """The link that opens a study's comparison: its runs but the failed ones (the summary runs,
-    the trials and the parent), flat, best first by the metric `order_by`, as charts."""
-    return ui_url(experiment_id, order_by=order_by, port=port, host=host, search=UNFAILED_RUNS)
+    """The link that opens a study's comparison: its summary runs and trials (not the parent, the
+    failed ones, nor the killed attempts trained again), flat, best first by the metric `order_by`, as charts."""
+    return ui_url(experiment_id, order_by=order_by, port=port, host=host, search=STUDY_COMPARISON_RUNS)
 
 
 def run_url(experiment_id: str, run_id: str, *, port: int = DEFAULT_PORT, host: str = "127.0.0.1") -> str:
