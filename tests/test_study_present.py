@@ -166,8 +166,8 @@ def test_a_study_s_comparison_lists_its_summary_runs_and_finished_trials_and_not
     for study in studies[studies["kind"] == "grid"]["study"]:
         runs = load_runs(_uri(folder), study=study)
         finished = runs[runs["status"] == "FINISHED"]
-        attempts = runs[(runs["status"] != "FINISHED") & runs.apply(
-            lambda r: ((finished["variant"] == r["variant"]) & (finished["seed"] == r["seed"])).any(), axis=1)]
+        done = set(zip(finished["variant"], finished["seed"]))
+        attempts = runs[(runs["status"] != "FINISHED") & [cell in done for cell in zip(runs["variant"], runs["seed"])]]
         for _, attempt in attempts.iterrows():
             run = client.get_run(attempt["run_id"])  # kept, marked
             assert run.data.tags[keys.TRAINED_AGAIN_IN] in set(finished["run_id"])
