@@ -15,6 +15,7 @@ import shutil
 from pathlib import Path
 
 import optuna
+import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
@@ -167,7 +168,8 @@ def test_a_study_s_comparison_lists_its_summary_runs_and_finished_trials_and_not
         runs = load_runs(_uri(folder), study=study)
         finished = runs[runs["status"] == "FINISHED"]
         done = set(zip(finished["variant"], finished["seed"]))
-        attempts = runs[(runs["status"] != "FINISHED") & [cell in done for cell in zip(runs["variant"], runs["seed"])]]
+        trained = pd.Series([cell in done for cell in zip(runs["variant"], runs["seed"])], index=runs.index)
+        attempts = runs[(runs["status"] != "FINISHED") & trained]
         for _, attempt in attempts.iterrows():
             run = client.get_run(attempt["run_id"])  # kept, marked
             assert run.data.tags[keys.TRAINED_AGAIN_IN] in set(finished["run_id"])
