@@ -1,4 +1,4 @@
-"""Shared fixtures: the CROHME data beside the checkout, one torch thread, and small InkML
+"""Shared fixtures: the CROHME data where every command finds it, one torch thread, and small InkML
 datasets that tests write themselves."""
 
 from __future__ import annotations
@@ -10,23 +10,28 @@ import numpy as np
 import pytest
 import torch
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "crohme"
 INKML_NS = "http://www.w3.org/2003/InkML"
 
 
 @pytest.fixture(scope="session")
-def shared_crohme() -> Path:
-    """../shared/crohme/crohme-inkml.zip beside the checkout (skips when it is absent)."""
-    path = SHARED / "crohme-inkml.zip"
-    if not path.is_file():
-        pytest.skip(f"CROHME data not found at {path}; see README")
-    return path
+def crohme_data() -> Path:
+    """The CROHME data where every command looks for it: $HMER_DATA, else data/crohme(.zip) in the
+    checkout, else ../shared/crohme/crohme-inkml.zip beside it (skips, saying where it looked)."""
+    from hmer.data.source import DatasetNotFoundError, resolve_data_path
+
+    try:
+        return resolve_data_path()
+    except DatasetNotFoundError as exc:
+        pytest.skip(f"CROHME data not found ({exc}); see README, 'Data'")
 
 
 @pytest.fixture(scope="session")
-def shared_standard_images() -> Path:
-    """The WAP authors' 2014 test images (skips when absent)."""
-    path = SHARED / "wap-offline-2014-test.tar.gz"
+def standard_2014_images() -> Path:
+    """The WAP authors' 2014 test images, where `hmer evaluate --standard-2014` looks for them
+    (hmer.data.standard.default_standard_tar; skips when absent)."""
+    from hmer.data.standard import default_standard_tar
+
+    path = default_standard_tar()
     if not path.is_file():
         pytest.skip(f"standard 2014 images not found at {path}; see README")
     return path

@@ -1,4 +1,4 @@
-"""Integration on the real CROHME data in ../shared/crohme: counts, the hold-out, the rendering
+"""Integration on the real CROHME data (where every command finds it: $HMER_DATA, data/, ../shared/crohme): counts, the hold-out, the rendering
 statistics against the standard 2014 images, and the rendered-zip round trip.
 
 Nothing derived from the data is stored: the standard images' sizes are read from the tarball
@@ -34,9 +34,9 @@ def shared_cache(session_cache, monkeypatch):
     return session_cache
 
 
-def test_check_counts_every_split_and_finds_no_error(shared_crohme):
+def test_check_counts_every_split_and_finds_no_error(crohme_data):
     out = io.StringIO()
-    assert check_command(str(shared_crohme), out=out) == 0
+    assert check_command(str(crohme_data), out=out) == 0
     text = out.getvalue()
     table = [line.split() for line in text.splitlines() if len(line.split()) == 4]
     rows = {fields[0]: fields[1:] for fields in table if fields[0] in EXPECTED}
@@ -46,10 +46,10 @@ def test_check_counts_every_split_and_finds_no_error(shared_crohme):
     assert "0 error(s)" in text
 
 
-def test_rendered_2014_sizes_match_the_standard_images_within_15_percent(shared_crohme, shared_standard_images,
+def test_rendered_2014_sizes_match_the_standard_images_within_15_percent(crohme_data, standard_2014_images,
                                                                            shared_cache):
-    ours = {e.name: e.image.shape for e in load_split(shared_crohme, "2014")}
-    theirs = standard_sizes(shared_standard_images)
+    ours = {e.name: e.image.shape for e in load_split(crohme_data, "2014")}
+    theirs = standard_sizes(standard_2014_images)
     assert set(ours) == set(theirs) and len(ours) == 986
     ours_stats = size_statistics(list(ours.values()))
     theirs_stats = size_statistics(list(theirs.values()))
@@ -60,15 +60,15 @@ def test_rendered_2014_sizes_match_the_standard_images_within_15_percent(shared_
     assert np.median(np.abs(ratios - 1)) < 0.05
 
 
-def test_load_dataset_holds_out_val_from_train(shared_crohme, shared_cache):
-    cfg = DataConfig(path=str(shared_crohme))
+def test_load_dataset_holds_out_val_from_train(crohme_data, shared_cache):
+    cfg = DataConfig(path=str(crohme_data))
     ds = load_dataset(None, cfg, splits=("train", "val"))
     # whole writers held out; 119 expressions of theirs have their caption, or one a token edit
     # away, in training and sit out (data.val_min_edits=2)
     assert (len(ds["train"]), len(ds["val"])) == (8251, 465)
-    first_rule = load_dataset(None, DataConfig(path=str(shared_crohme), val_min_edits=1), splits=("train", "val"))
+    first_rule = load_dataset(None, DataConfig(path=str(crohme_data), val_min_edits=1), splits=("train", "val"))
     assert (len(first_rule["train"]), len(first_rule["val"])) == (8379, 453)  # exact twins only: 3 sit out
-    old_rule = load_dataset(None, DataConfig(path=str(shared_crohme), val_split="random"), splits=("val",))
+    old_rule = load_dataset(None, DataConfig(path=str(crohme_data), val_split="random"), splits=("val",))
     assert len(old_rule["val"]) == 442
     assert not {e.name for e in ds["train"]} & {e.name for e in ds["val"]}
     # Warm: from the cache, and the same hold-out.
@@ -77,12 +77,12 @@ def test_load_dataset_holds_out_val_from_train(shared_crohme, shared_cache):
     assert all(a.image.tobytes() == b.image.tobytes() for a, b in zip(again["val"], ds["val"]))
 
 
-def test_render_zip_round_trip_on_a_subset(shared_crohme, shared_cache, tmp_path):
+def test_render_zip_round_trip_on_a_subset(crohme_data, shared_cache, tmp_path):
     target = tmp_path / "crohme-rendered.zip"
     out = io.StringIO()
-    assert render_command(str(shared_crohme), target, out=out, limit=24, workers=1) == 0
+    assert render_command(str(crohme_data), target, out=out, limit=24, workers=1) == 0
     for split in EXPECTED:
-        original = load_split(shared_crohme, split, limit=24, workers=1)
+        original = load_split(crohme_data, split, limit=24, workers=1)
         rendered = load_split(target, split)
         assert len(rendered) == 24 and [e.name for e in rendered] == [e.name for e in original]
         for a, b in zip(original, rendered):

@@ -240,8 +240,8 @@ def test_a_malformed_writers_file_names_its_file_and_line(tmp_path):
 
 # ---- the real training split ------------------------------------------------------------------
 
-def _real_split(shared_crohme, seed: int):
-    with open_source(shared_crohme) as source:
+def _real_split(crohme_data, seed: int):
+    with open_source(crohme_data) as source:
         held = split_source_validation(source, DataConfig(val_seed=seed))
         captions = {c.name: c.tokens for c in parse_captions(source.caption_text("train"), "train")}
         writers = read_writers(source, "train", list(captions))
@@ -252,8 +252,8 @@ def _real_split(shared_crohme, seed: int):
 
 @pytest.mark.shared_data
 @pytest.mark.parametrize("seed", [7, 1, 2])
-def test_real_split_looks_like_a_test_year(shared_crohme, seed):
-    held, captions, writers, test_mean = _real_split(shared_crohme, seed)
+def test_real_split_looks_like_a_test_year(crohme_data, seed):
+    held, captions, writers, test_mean = _real_split(crohme_data, seed)
     n = len(captions)
     assert held.rule == "writer"
     assert 0.03 * n <= len(held.val) <= 0.10 * n
@@ -269,13 +269,13 @@ def test_real_split_looks_like_a_test_year(shared_crohme, seed):
 
 
 @pytest.mark.shared_data
-def test_real_split_is_the_same_for_a_seed_and_differs_for_another(shared_crohme, tmp_path):
-    first = _real_split(shared_crohme, 7)[0]
-    again = _real_split(shared_crohme, 7)[0]
-    other = _real_split(shared_crohme, 1)[0]
+def test_real_split_is_the_same_for_a_seed_and_differs_for_another(crohme_data, tmp_path):
+    first = _real_split(crohme_data, 7)[0]
+    again = _real_split(crohme_data, 7)[0]
+    other = _real_split(crohme_data, 1)[0]
     assert first.val == again.val and first.train == again.train and set(other.val) != set(first.val)
     out = io.StringIO()
-    assert split_command(str(shared_crohme), DataConfig(), tmp_path / "lists", out=out) == 0
+    assert split_command(str(crohme_data), DataConfig(), tmp_path / "lists", out=out) == 0
     assert (tmp_path / "lists" / "val.txt").read_text().split() == first.val
     assert (tmp_path / "lists" / "train.txt").read_text().split() == first.train
     assert "shared between val and train: 0 captions, 0 known writers" in out.getvalue()

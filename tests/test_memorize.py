@@ -20,9 +20,9 @@ pytestmark = [pytest.mark.shared_data, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def sixteen_expressions(shared_crohme):
+def sixteen_expressions(crohme_data):
     """16 short training expressions, chosen by name so that the set never changes."""
-    train_split = load_split(str(shared_crohme), "train")
+    train_split = load_split(str(crohme_data), "train")
     chosen = sorted((e for e in train_split if 3 <= len(e.tokens) <= 8), key=lambda e: e.name)[:16]
     assert len(chosen) == 16
     return chosen

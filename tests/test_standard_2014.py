@@ -20,29 +20,29 @@ from tiny_dataset import tiny_config, tiny_data
 pytestmark = pytest.mark.shared_data
 
 
-def _captions_2014(shared_crohme, n: int) -> dict[str, list[str]]:
-    with open_source(shared_crohme) as source:
+def _captions_2014(crohme_data, n: int) -> dict[str, list[str]]:
+    with open_source(crohme_data) as source:
         return {c.name: c.tokens for c in parse_captions(source.caption_text("2014"), "2014")[:n]}
 
 
-def test_standard_images_are_scaled_to_the_rendering_height(shared_crohme, shared_standard_images):
-    captions = _captions_2014(shared_crohme, 5)
-    exprs = standard_2014_expressions(shared_standard_images, captions, height=64)
+def test_standard_images_are_scaled_to_the_rendering_height(crohme_data, standard_2014_images):
+    captions = _captions_2014(crohme_data, 5)
+    exprs = standard_2014_expressions(standard_2014_images, captions, height=64)
     assert [e.name for e in exprs] == list(captions) and all(e.image.shape[0] == 64 for e in exprs)
     assert [e.tokens for e in exprs] == list(captions.values())
-    as_they_are = standard_2014_expressions(shared_standard_images, captions, height=0)
+    as_they_are = standard_2014_expressions(standard_2014_images, captions, height=0)
     assert any(e.image.shape[0] != 64 for e in as_they_are)
     with pytest.raises(FileNotFoundError, match="no standard image"):
-        standard_2014_expressions(shared_standard_images, {"no_such_expression": ["x"]})
+        standard_2014_expressions(standard_2014_images, {"no_such_expression": ["x"]})
 
 
-def test_evaluate_logs_the_standard_images_as_their_own_column(shared_crohme, shared_standard_images, tmp_path):
+def test_evaluate_logs_the_standard_images_as_their_own_column(crohme_data, standard_2014_images, tmp_path):
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run_id = train(tiny_config(**{"train.epochs": 1}), data=tiny_data(), tracking_uri=store,
                    run_dir=tmp_path / "run").run_id
     proc = subprocess.run([sys.executable, "-m", "hmer.cli", "evaluate", run_id, "--tracking-uri", store,
-                           "--data", str(shared_crohme), "--years", "2014", "--limit", "4",
-                           "--standard-2014", str(shared_standard_images), "--log"],
+                           "--data", str(crohme_data), "--years", "2014", "--limit", "4",
+                           "--standard-2014", str(standard_2014_images), "--log"],
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert STANDARD_2014 in proc.stdout and f"recorded in run {run_id}" in proc.stdout
@@ -52,19 +52,19 @@ def test_evaluate_logs_the_standard_images_as_their_own_column(shared_crohme, sh
     assert f"predictions/test_{STANDARD_2014}.csv" in artifacts
     assert scored_years(load_runs(store, run_ids=[run_id])) == ["2014", STANDARD_2014]
     refused = subprocess.run([sys.executable, "-m", "hmer.cli", "evaluate", run_id, "--tracking-uri", store,
-                              "--data", str(shared_crohme), "--years", "2014", "--limit", "4", "--beam", "3",
+                              "--data", str(crohme_data), "--years", "2014", "--limit", "4", "--beam", "3",
                               "--log"], capture_output=True, text=True)
     assert refused.returncode == 2 and "--log records only the run's own decoding" in refused.stderr
 
 
-def test_a_run_scores_the_standard_images_and_the_restyled_validation_at_its_end(shared_crohme, shared_standard_images,
+def test_a_run_scores_the_standard_images_and_the_restyled_validation_at_its_end(crohme_data, standard_2014_images,
                                                                                 tmp_path):
     # Real CROHME ink: the training images are redrawn from their strokes (data.aug_*), validation
     # is drawn a second time in the standard-like style, and the final evaluation scores the
     # standard images of the same 2014 expressions beside 2014 (issue 26).
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cfg = tiny_config(**{
-        "train.epochs": 1, "data.path": str(shared_crohme), "data.render_height": 32,
+        "train.epochs": 1, "data.path": str(crohme_data), "data.render_height": 32,
         "data.train_limit": 16, "data.val_limit": 4, "data.test_limit": 3, "data.val_alt": "standard-like",
         "data.aug_share": 0.5, "data.aug_width_min": 0.5, "data.aug_width_max": 1.5, "data.aug_downscale": 0.5,
         "data.aug_slant": 5.0, "data.aug_jitter": 0.3})
@@ -85,7 +85,7 @@ def test_a_run_scores_the_standard_images_and_the_restyled_validation_at_its_end
                                                             .assign(variant="tiny")))
 
 
-def test_the_redrawn_epoch_is_reproducible_and_differs_from_the_cached_images(shared_crohme):
+def test_the_redrawn_epoch_is_reproducible_and_differs_from_the_cached_images(crohme_data):
     import numpy as np
     import torch
 
@@ -95,8 +95,8 @@ def test_the_redrawn_epoch_is_reproducible_and_differs_from_the_cached_images(sh
     from hmer.training.loader import Redraw, train_batches
 
     data_cfg = DataConfig(render_height=32, train_limit=12)
-    train_set = load_dataset(shared_crohme, data_cfg, splits=("train",))["train"]
-    with open_source(shared_crohme) as source:
+    train_set = load_dataset(crohme_data, data_cfg, splits=("train",))["train"]
+    with open_source(crohme_data) as source:
         strokes = load_strokes(source, "train", [e.name for e in train_set])
     batches = make_batches(train_set, 20_000, 4, shuffle=True, seed=1)
     aug = AugmentConfig(share=1.0, width_min=0.5, width_max=1.5, blur=1.0, rotate=3.0)
@@ -112,7 +112,7 @@ def test_the_redrawn_epoch_is_reproducible_and_differs_from_the_cached_images(sh
     assert any(a.shape != p.shape or not torch.equal(a, p) for a, p in zip(first, plain))
 
 
-def test_the_sweep_searches_its_whole_space_on_ink(shared_crohme, tmp_path, monkeypatch):
+def test_the_sweep_searches_its_whole_space_on_ink(crohme_data, tmp_path, monkeypatch):
     # The sweep's renderer augmentation and second validation style redraw strokes, so its whole
     # space runs only on InkML: one trial on a few real expressions, scored on both styles.
     import optuna
@@ -122,7 +122,7 @@ def test_the_sweep_searches_its_whole_space_on_ink(shared_crohme, tmp_path, monk
 
     monkeypatch.setenv("HMER_MLRUNS", str(tmp_path / "mlruns"))
     storage, store = f"sqlite:///{tmp_path / 'optuna.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}"
-    outcome = run_sweep(SWEEP, "smoke", storage=storage, tracking_uri=store, data_path=str(shared_crohme),
+    outcome = run_sweep(SWEEP, "smoke", storage=storage, tracking_uri=store, data_path=str(crohme_data),
                         n_trials=1, study_name="sweep-ink", overrides={
                             "data.train_limit": 16, "data.val_limit": 4, "train.epochs": 1, "train.beam_size": 2,
                             "train.max_decode_len": 12, "train.attention_maps": 0, "train.device": "cpu"})
@@ -144,7 +144,7 @@ def test_the_sweep_searches_its_whole_space_on_ink(shared_crohme, tmp_path, monk
 @pytest.mark.parametrize("render_style, val_alt, restyled", [("direct", "standard-like", True),
                                                               ("standard-like", "direct", True),
                                                               ("standard-like", "standard-like", False)])
-def test_validation_is_drawn_again_only_in_another_style(shared_crohme, render_style, val_alt, restyled):
+def test_validation_is_drawn_again_only_in_another_style(crohme_data, render_style, val_alt, restyled):
     # A run drawn in the data.val_alt style would decode the same images twice and log the same
     # scores under val-alt: it has no second validation (real CROHME ink, drawn by the renderer).
     import numpy as np
@@ -153,7 +153,7 @@ def test_validation_is_drawn_again_only_in_another_style(shared_crohme, render_s
     from hmer.training.distributed import DistInfo
     from hmer.training.setup import build
 
-    cfg = tiny_config(**{"data.path": str(shared_crohme), "data.render_height": 32, "data.train_limit": 4,
+    cfg = tiny_config(**{"data.path": str(crohme_data), "data.render_height": 32, "data.train_limit": 4,
                          "data.val_limit": 3, "data.test_limit": 2, "data.test_years": "2014",
                          "data.render_style": render_style, "data.val_alt": val_alt})
     data = build(cfg, None, torch.device("cpu"), DistInfo()).data

@@ -44,10 +44,20 @@ STANDARD_2014 = "2014-std"  # the split name its scores are logged under (test_2
 
 
 def default_standard_tar() -> Path:
-    """The standard images beside the checkout, where the project's machines keep them."""
-    from .source import default_data_paths
+    """The standard images beside the CROHME data that every command finds ($HMER_DATA, data/ in
+    the checkout, ../shared/crohme beside it), else beside the checkout where the project's
+    machines keep them."""
+    from .source import DatasetNotFoundError, default_data_paths, resolve_data_path
 
-    return default_data_paths()[-1].parent / "wap-offline-2014-test.tar.gz"
+    name = "wap-offline-2014-test.tar.gz"
+    try:
+        data = resolve_data_path()
+        found = (data if data.is_dir() else data.parent) / name
+        if found.is_file():
+            return found
+    except DatasetNotFoundError:
+        pass
+    return default_data_paths()[-1].parent / name
 
 
 def standard_2014_expressions(tar_path: str | Path, captions: dict[str, list[str]], height: int = 0) -> list:
