@@ -1,5 +1,6 @@
 """Integration on the real CROHME data (where every command finds it: $HMER_DATA, data/,
-../shared/crohme): counts, the hold-out, the rendering statistics against the standard 2014 images, and the rendered-zip round trip.
+../shared/crohme): counts, the hold-out, the rendering statistics against the standard 2014 images,
+and the rendered-zip round trip.
 
 Nothing derived from the data is stored: the standard images' sizes are read from the tarball
 here, and the rendered cache lives in a session temporary folder.
