@@ -62,8 +62,19 @@ def digest(measured: dict) -> str:
 
 def fingerprint_of_source(src: str | os.PathLike[str], timeout: float = 900) -> tuple[str, dict]:
     """(fingerprint, measurement) of the `hmer` package under the folder `src` (a checkout's or a
-    worktree's `src/`), trained in a child process with the portable kernels."""
-    env = {**os.environ, **PORTABLE_KERNELS, MEASURING: "1", "PYTHONPATH": str(Path(src).resolve())}
+    worktree's `src/`), trained in a child process with the portable kernels; from the cache when
+    those sources and the training that measures them are unchanged."""
+    import torch
+
+    src = Path(src).resolve()
+    cached = _cache_folder() / f"{source_key(src)}-{torch.__version__}-{platform.machine()}.json"
+    if cached.is_file():
+        try:
+            entry = json.loads(cached.read_text())
+            return str(entry["fingerprint"]), dict(entry["measured"])
+        except (ValueError, KeyError):
+            pass  # a damaged cache entry is measured again
+    env = {**os.environ, **PORTABLE_KERNELS, MEASURING: "1", "PYTHONPATH": str(src)}
     env.pop("HMER_MLRUNS", None)
     env.pop("MLFLOW_TRACKING_URI", None)
     with tempfile.TemporaryDirectory(prefix="hmer-fingerprint-") as tmp:
@@ -73,42 +84,38 @@ def fingerprint_of_source(src: str | os.PathLike[str], timeout: float = 900) -> 
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"the fingerprint of the code in {src} failed: {last}")
     measured = json.loads(done.stdout.strip().splitlines()[-1])
-    return digest(measured), measured
+    value = digest(measured)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_name(cached.name + f".{os.getpid()}.tmp")
+    partial.write_text(json.dumps({"fingerprint": value, "measured": measured}, sort_keys=True))
+    os.replace(partial, cached)
+    return value, measured
 
 
 def source_key(src: Path) -> str:
-    """A hash of the package's Python sources under `src`: the cache key of its fingerprint."""
-    h = hashlib.sha256()
+    """A hash of the package's Python sources under `src` and of the training that measures them:
+    the cache key of their fingerprint."""
+    h = hashlib.sha256(TRAINING_SCRIPT.read_bytes())
     for path in sorted((src / "hmer").rglob("*.py")):
         h.update(path.relative_to(src).as_posix().encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:32]
 
 
-@functools.lru_cache(maxsize=1)
-def code_fingerprint() -> str:
-    """The fingerprint of the code this process runs, from the cache when its sources are unchanged,
-    else measured (about fifteen seconds on one core) and cached. The cache is `.cache/fingerprints/`
-    of the checkout (else `~/.cache/hmer/fingerprints/`), not `$HMER_CACHE`, whose renderings a test
-    or a machine may keep anywhere: one code has one fingerprint, wherever its images are."""
-    if os.environ.get(MEASURING):
-        return "unknown: the fingerprint's own training"
-    import torch
-
+def _cache_folder() -> Path:
+    """`.cache/fingerprints/` of the checkout (else `~/.cache/hmer/fingerprints/`), not `$HMER_CACHE`,
+    whose renderings a test or a machine may keep anywhere: one code has one fingerprint, wherever
+    its images are."""
     from ..data.source import repo_root
 
-    src = Path(__file__).resolve().parents[2]
     root = repo_root()
-    folder = (root / ".cache" if root else Path.home() / ".cache" / "hmer") / "fingerprints"
-    cached = folder / f"{source_key(src)}-{torch.__version__}-{platform.machine()}.json"
-    if cached.is_file():
-        try:
-            return str(json.loads(cached.read_text())["fingerprint"])
-        except (ValueError, KeyError):
-            pass  # a damaged cache entry is measured again
-    value, measured = fingerprint_of_source(src)
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    partial = cached.with_name(cached.name + f".{os.getpid()}.tmp")
-    partial.write_text(json.dumps({"fingerprint": value, "measured": measured}, sort_keys=True))
-    os.replace(partial, cached)
-    return value
+    return (root / ".cache" if root else Path.home() / ".cache" / "hmer") / "fingerprints"
+
+
+@functools.lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """The fingerprint of the code this process runs (`fingerprint_of_source` of its own `src/`):
+    about fifteen seconds on one core the first time, then read from the cache."""
+    if os.environ.get(MEASURING):
+        return "unknown: the fingerprint's own training"
+    return fingerprint_of_source(Path(__file__).resolve().parents[2])[0]
