@@ -239,15 +239,19 @@ def test_the_readmes_main_job_resumes_the_committed_study_and_writes_nothing(clo
 
 def test_the_readme_prints_the_claims_table_hmer_report_makes(clone, monkeypatch):
     """Every measured row of `hmer report --claims` (ExpRate and within two edits) is in the README
-    as printed, and each claim without a study is named there as such."""
+    as printed, under the header that names both tests' columns, and each claim without a study is
+    named there as such."""
     from hmer.reports.paper_claims import CLAIMS, NO_STUDY, claims_table, format_claims
 
     monkeypatch.chdir(clone)
     readme = (REPO / "README.md").read_text()
     for measure in ("exprate", "le2"):
         df = claims_table("cpu", "sqlite:///mlruns/mlflow.db", measure=measure)
-        rows = [line for line in format_claims(df, "markdown").splitlines()
-                if line.startswith("| ") and NO_STUDY not in line and not line.startswith("| claim |")]
+        lines = format_claims(df, "markdown").splitlines()
+        (header,) = [line for line in lines if line.startswith("| claim |")]
+        assert "verdict, all seeds" in header and "verdict, per-seed McNemar" in header
+        assert header in readme, f"the README's claims table on {measure} has not this header:\n{header}"
+        rows = [line for line in lines if line.startswith("| ") and NO_STUDY not in line and line != header]
         assert rows, f"the store answers no claim on {measure}"
         for row in rows:
             assert row in readme, \

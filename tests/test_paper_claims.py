@@ -13,7 +13,8 @@ from study_store import OVERRIDES, TEST_SPLITS, studying_into
 from tiny_dataset import write_dataset
 
 from hmer.reports.paper_claims import (CLAIMS, NO_STUDY, NO_TEST, NOT_SIGNIFICANT, REPRODUCED, REVERSED, Claim,
-                                       claims_table, format_claims, paper_figure, paper_figures, verdict)
+                                       claims_table, format_claims, paper_figure, paper_figures, verdict,
+                                       verdict_per_seed)
 from hmer.reports.significance import compare
 
 BUDGET = "claimtest"  # the smoke study below is ablate_direction-claimtest
@@ -43,21 +44,44 @@ def _correct(n: int, right: range) -> np.ndarray:
     return np.stack([vector, vector])  # two seeds reading alike
 
 
-def _verdict_of(winner: np.ndarray, loser: np.ndarray) -> tuple[str, float]:
-    result = compare(loser, winner, baseline_seeds=[1, 2], variant_seeds=[1, 2], n_resamples=2_000)
-    return verdict(result.difference, result.p_bootstrap, result.p_mcnemar), result.difference
+def _verdicts_of(winner: np.ndarray, loser: np.ndarray) -> tuple[str, str, float]:
+    """(all seeds, per-seed McNemar, difference) of the claimed winner against the claimed loser."""
+    result = compare(loser, winner, baseline_seeds=[1, 2, 3][:len(loser)], variant_seeds=[1, 2, 3][:len(winner)],
+                     n_resamples=2_000)
+    pairs = result.mcnemar
+    return (verdict(result.sign_flip.p_value, result.sign_flip.favours),
+            verdict_per_seed([t.p_value for t in pairs], [t.favours for t in pairs]), result.difference)
 
 
-def test_verdict_on_known_correctness():
+def test_verdicts_on_known_correctness():
     loser = _correct(200, range(20))
     winner = _correct(200, range(50))  # 30 more expressions read, none lost
-    assert _verdict_of(winner, loser) == (REPRODUCED, pytest.approx(15.0))
-    assert _verdict_of(loser, winner) == (REVERSED, pytest.approx(-15.0))
-    assert _verdict_of(_correct(200, range(21)), loser) == (NOT_SIGNIFICANT, pytest.approx(0.5))
-    assert _verdict_of(loser, loser) == (NOT_SIGNIFICANT, 0.0)
-    # the larger p decides: a bootstrap p below 0.05 is not enough when McNemar's is not
-    assert verdict(2.0, 0.01, 0.2) == NOT_SIGNIFICANT and verdict(2.0, 0.01, 0.04) == REPRODUCED
-    assert verdict(2.0, math.nan, math.nan) == NO_TEST
+    assert _verdicts_of(winner, loser) == (REPRODUCED, REPRODUCED, pytest.approx(15.0))
+    assert _verdicts_of(loser, winner) == (REVERSED, REVERSED, pytest.approx(-15.0))
+    assert _verdicts_of(_correct(200, range(21)), loser) == (NOT_SIGNIFICANT, NOT_SIGNIFICANT, pytest.approx(0.5))
+    assert _verdicts_of(loser, loser) == (NOT_SIGNIFICANT, NOT_SIGNIFICANT, 0.0)
+    assert verdict(math.nan, 0) == NO_TEST and verdict_per_seed([], []) == NO_TEST
+    assert verdict(0.01, 0) == NOT_SIGNIFICANT  # no side, no claim either way
+
+
+def test_seed_pairs_that_disagree_are_not_read_as_not_significant():
+    """The weakest-pair rule's blind spot (issue 56): two seed pairs significant for the claimed loser and a
+    third not significant read "not significant" on the largest p. The pairs' verdict says they split,
+    and the test over all seeds, which sees every pair at once, finds the loser ahead."""
+    n = 1_000
+    loser = np.zeros((3, n), dtype=bool)
+    winner = np.zeros((3, n), dtype=bool)
+    loser[0, :25] = True  # seed 1: the loser reads 25 more
+    loser[1, 25:45] = True  # seed 2: 20 more
+    winner[2, 45:48] = True  # seed 3: the winner reads 3 more (p 0.25)
+    assert _verdicts_of(winner, loser) == (REVERSED, "split: 2 reversed, 1 not significant", pytest.approx(-1.4))
+    # pairs significant for opposite sides, their sum level: the all-seeds test sees nothing, the pairs a split
+    winner[2, 45:90] = True  # seed 3: now the winner reads 45 more
+    assert _verdicts_of(winner, loser) == (NOT_SIGNIFICANT, "split: 1 reproduced, 2 reversed",
+                                           pytest.approx(0.0, abs=1e-9))
+    assert verdict_per_seed([0.01, 0.01, 0.5], [1, -1, 1]) == "split: 1 reproduced, 1 reversed, 1 not significant"
+    # every pair not significant, whichever way each points: no pair is evidence
+    assert verdict_per_seed([0.3, 0.6, 0.9], [1, -1, 1]) == NOT_SIGNIFICANT
 
 
 @pytest.fixture(scope="module")
@@ -99,10 +123,16 @@ def test_claims_table_on_a_real_direction_study(direction_store):
         assert row["winner_mean"] == table.loc["bi", f"{y}_exprate_mean"]
         assert row["loser_mean"] == table.loc["l2r", f"{y}_exprate_mean"]
         assert row["delta"] == pytest.approx(row["winner_mean"] - row["loser_mean"])
-        assert (row["delta"], row["p_bootstrap"], row["p_mcnemar"]) == (
-            table.loc["bi", f"{y}_delta"], table.loc["bi", f"{y}_p_bootstrap"], table.loc["bi", f"{y}_p_mcnemar"])
-        assert row["p"] == max(row["p_bootstrap"], row["p_mcnemar"])
-        assert row["verdict"] == verdict(row["delta"], row["p_bootstrap"], row["p_mcnemar"])
+        assert (row["delta"], row["p_bootstrap"], row["p_mcnemar"], row["p_sign_flip"]) == (
+            table.loc["bi", f"{y}_delta"], table.loc["bi", f"{y}_p_bootstrap"], table.loc["bi", f"{y}_p_mcnemar"],
+            table.loc["bi", f"{y}_p_sign_flip"])
+        assert row["p_mcnemar_pairs"] == table.loc["bi", f"{y}_p_mcnemar_pairs"] and len(row["p_mcnemar_pairs"]) == 1
+        sides = {1: "bi", -1: "l2r", 0: ""}
+        flip_favours, pair_favours = (table.loc["bi", f"{y}_{k}"] for k in ("sign_flip_favours", "mcnemar_favours"))
+        assert row["sign_flip_favours"] == sides[flip_favours]
+        assert row["mcnemar_favours"] == tuple(sides[f] for f in pair_favours)
+        assert row["verdict"] == verdict(row["p_sign_flip"], flip_favours)
+        assert row["verdict_mcnemar"] == verdict_per_seed(row["p_mcnemar_pairs"], pair_favours)
     # no study yet: the paper's figures per year where it gives them, one row without a year where not
     missing = df[df["claim"] != "direction"]
     coverage_pairs = [("fusion", "none"), ("fusion", "cross"), ("fusion", "self"), ("cross", "none"), ("self", "none")]
@@ -111,7 +141,8 @@ def test_claims_table_on_a_real_direction_study(direction_store):
         ("decoder", "transformer", "rnn", ""), ("decoder", "transformer", "convs2s", ""),
         ("posenc", "sin2d", "none", ""), ("posenc", "cape", "sin2d", ""), ("posenc", "learned", "sin2d", "")]
     assert (missing["verdict"] == NO_STUDY).all() and missing["delta"].isna().all()
-    assert missing["winner_mean"].isna().all() and missing["p"].isna().all()
+    assert missing["winner_mean"].isna().all() and missing["p_sign_flip"].isna().all()
+    assert (missing["verdict_mcnemar"] == NO_STUDY).all()
     fusion_none = missing[(missing["winner"] == "fusion") & (missing["loser"] == "none")]
     assert fusion_none[["paper_winner", "paper_loser"]].values.tolist() == [[59.33, 55.17], [59.81, 56.58],
                                                                           [62.97, 59.55]]
@@ -171,7 +202,8 @@ def test_hmer_report_claims(direction_store, tmp_path, capsys):
     out = tmp_path / "claims"
     assert main(["report", "--claims", "--budget", BUDGET, "--tracking-uri", direction_store, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "bi > l2r" in printed and printed.count(NO_STUDY) == 20 and "53.96 / –" in printed
+    assert "bi > l2r" in printed and printed.count(NO_STUDY) == 2 * 20 and "53.96 / –" in printed  # both verdicts
+    assert "verdict, all seeds" in printed and "verdict, per-seed McNemar" in printed
     md = (out / "claims.md").read_text()
     assert "| direction | 2014 | bi > l2r | 53.96 / – |" in md
     assert "| coverage | 2014 | fusion > none | 59.33 / 55.17 |" in md

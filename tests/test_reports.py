@@ -3,6 +3,7 @@ loading, tables, plots, attention maps and `hmer report` on the store a real smo
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -12,7 +13,7 @@ import pytest
 
 from hmer.reports.runs import PredictionsNotFound, parse_value, typed_column
 from hmer.reports.significance import (compare, exact_binomial_two_sided, mcnemar, paired_bootstrap,
-                                       seed_pairs)
+                                       seed_pairs, sign_flip)
 from hmer.reports.tables import MISSING, format_table, grid_order, resolve_baseline, variant_table
 from study_store import OVERRIDES, STUDY_NAME, TEST_SPLITS, VARIANTS, study_store
 
@@ -86,6 +87,95 @@ def test_seed_pairs_match_seeds_else_sorted_order():
     assert seed_pairs([5, 4], [8, 7]) == [(1, 1), (0, 0)]
 
 
+def _every_sign_flip_p(baseline: np.ndarray, variant: np.ndarray) -> float:
+    """The sign-flip p by brute force: the share of all 2^n sign patterns whose |sum| reaches the observed."""
+    per_expression = variant.mean(axis=0) - baseline.mean(axis=0)
+    observed = abs(per_expression.sum())
+    if observed < 1e-12:
+        return 1.0
+    signs = np.array(list(itertools.product((-1.0, 1.0), repeat=len(per_expression))))
+    return float(np.mean(np.abs(signs @ per_expression) >= observed - 1e-9))
+
+
+def test_the_sign_flip_p_is_the_share_of_all_sign_patterns():
+    rng = np.random.default_rng(5)
+    for _ in range(30):  # seed counts 1-3 on either side, so every lattice of differences is met
+        n = int(rng.integers(4, 13))
+        baseline = rng.random((int(rng.integers(1, 4)), n)) < 0.4
+        variant = rng.random((int(rng.integers(1, 4)), n)) < 0.55
+        result = sign_flip(baseline, variant)
+        assert result.p_value == pytest.approx(_every_sign_flip_p(baseline, variant), abs=1e-12)
+        assert result.difference == pytest.approx(100 * (variant.mean() - baseline.mean()))
+
+
+def test_sign_flip_on_known_answers():
+    n = 200
+    baseline = np.zeros((3, n), dtype=bool)
+    variant = np.zeros((3, n), dtype=bool)
+    variant[:, :40] = True  # every seed of the variant reads 40 more expressions: the only informative ones
+    result = sign_flip(baseline, variant)
+    assert result.p_value == pytest.approx(2 * 0.5**40) and result.favours == 1 and result.informative == 40
+    assert result.difference == pytest.approx(20.0)
+    # exact symmetry: the sides swapped, the same p for the other side
+    swapped = sign_flip(variant, baseline)
+    assert swapped.p_value == result.p_value and swapped.favours == -1 and swapped.difference == -20.0
+    # identical systems, or differences that cancel: p = 1 and no side
+    assert sign_flip(variant, variant) == sign_flip(baseline, baseline)
+    assert sign_flip(variant, variant).p_value == 1.0 and sign_flip(variant, variant).favours == 0
+    level = baseline.copy()
+    level[0, :5] = True  # one baseline seed reads 5 expressions ...
+    other = baseline.copy()
+    other[1, 5:10] = True  # ... one variant seed 5 others
+    assert (sign_flip(level, other).p_value, sign_flip(level, other).favours) == (1.0, 0)
+    # one expression read by one variant seed of three: p = 1 (its flip is as extreme)
+    one = baseline.copy()
+    one[2, 0] = True
+    assert sign_flip(baseline, one).p_value == 1.0 and sign_flip(baseline, one).favours == 1
+
+
+def test_sign_flip_holds_its_level_when_the_systems_do_not_differ():
+    """Under the null (both sides drawn alike), p < 0.05 in about 5 % of the data sets, never far more."""
+    rng = np.random.default_rng(11)
+    ps = []
+    for _ in range(400):
+        skill = rng.random(300) * 0.4  # expressions differ in difficulty, the systems do not
+        ps.append(sign_flip(rng.random((3, 300)) < skill, rng.random((3, 300)) < skill).p_value)
+    rejected = np.mean(np.array(ps) < 0.05)
+    assert 0.02 <= rejected <= 0.08, rejected
+    assert 0.4 <= np.median(ps) <= 0.6  # p spread over (0, 1], not piled at either end
+
+
+def test_sign_flip_is_invariant_to_the_order_of_expressions_and_of_seeds():
+    rng = np.random.default_rng(2)
+    baseline = rng.random((3, 500)) < 0.12
+    variant = rng.random((3, 500)) < 0.15
+    result = sign_flip(baseline, variant)
+    assert result.p_value < 0.05 and result.favours == 1
+    for _ in range(5):
+        order = rng.permutation(500)
+        assert sign_flip(baseline[:, order], variant[:, order]) == result
+        assert sign_flip(baseline[rng.permutation(3)], variant[rng.permutation(3)]) == result
+
+
+def test_compare_tests_all_seeds_at_once_and_tells_each_pairs_side():
+    """Two seed pairs favour the baseline beyond doubt and the third favours the variant a little: the
+    largest McNemar p says 'nothing', the sides and the test over all seeds do not."""
+    n = 1_000
+    baseline = np.zeros((3, n), dtype=bool)
+    variant = np.zeros((3, n), dtype=bool)
+    baseline[0, :40] = True  # seed 1: the baseline reads 40 more
+    baseline[1, 40:70] = True  # seed 2: 30 more
+    variant[0, 70:73] = True  # seed 3 (the variant's first row): the variant reads 3 more
+    result = compare(baseline, variant, baseline_seeds=[1, 2, 3], variant_seeds=[3, 2, 1], n_resamples=1_000)
+    # the pairs match seeds, in the order of the baseline's seeds
+    assert [(t.baseline_only, t.variant_only) for t in result.mcnemar] == [(40, 0), (30, 0), (0, 3)]
+    assert [t.favours for t in result.mcnemar] == [-1, -1, 1]
+    assert result.mcnemar[1].p_value < 1e-6 and result.mcnemar[2].p_value == 0.25  # 3 of 3: 2 * 0.5**3
+    assert result.p_mcnemar == max(t.p_value for t in result.mcnemar)
+    assert result.sign_flip.favours == -1 and result.sign_flip.p_value < 1e-10
+    assert result.sign_flip.difference == pytest.approx(result.difference)
+
+
 def test_bad_inputs_are_refused():
     with pytest.raises(ValueError, match="different numbers"):
         paired_bootstrap([True, False], [True])
@@ -93,6 +183,10 @@ def test_bad_inputs_are_refused():
         paired_bootstrap([0.5, 2.0], [1, 0])
     with pytest.raises(ValueError):
         mcnemar([True, False], [True])
+    with pytest.raises(ValueError, match="0/1 correctness per run"):
+        sign_flip([0.5, 1.0], [1, 0])
+    with pytest.raises(ValueError, match="different numbers"):
+        sign_flip([True, False], [True])
 
 
 # ---- params back from strings ------------------------------------------------------------------

@@ -9,7 +9,7 @@
 - `tables`: per-variant, per-year tables (mean ± std over seeds, paired tests, cost), built
   from `correctness` (which expressions each run read right) and printed by `table_format`;
 - `markup`: numbers as strings and rows as Markdown or aligned text, for every table;
-- `significance`: paired bootstrap and exact McNemar tests over test expressions;
+- `significance`: paired bootstrap, exact McNemar and exact sign-flip tests over test expressions;
 - `plots`: seaborn figures (ExpRate by variant and year, training curves, attention, error analysis,
   the papers' claims);
 - `attention`: per-token attention / coverage maps of a model over an image;
@@ -34,6 +34,7 @@ _EXPORTS = {
     "format_table": "table_format", "scored": "tables", "scores_long": "tables", "study_table": "tables",
     "variant_order": "tables", "variant_table": "tables",
     "compare": "significance", "mcnemar": "significance", "paired_bootstrap": "significance",
+    "sign_flip": "significance",
     "plot_attention": "plots", "plot_exprate": "plots", "plot_training_curves": "plots", "save_figure": "plots",
     "AttentionResult": "attention", "attend": "attention", "compare_models": "attention",
     "coverage_variants": "attention", "load_test_expressions": "attention", "model_label": "attention",

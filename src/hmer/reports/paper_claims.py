@@ -11,11 +11,22 @@ than two variants (CoMER: fusion > cross, self > none) is several comparisons, e
 
 Each comparison is a variant table (`hmer.reports.tables.variant_table`) of the study's runs of
 its two variants with the claimed loser as the baseline, so the difference, its interval and
-both paired tests are computed exactly as `hmer report --study` computes them, on the same
-`measure` (`exprate`, or `le1`/`le2`: read within one or two edits). The verdict uses the larger
-of the two p-values (`verdict`). A study that has not finished (kept in the store to be
-continued, `hmer runs publish --keep-unfinished`) answers nothing yet: its rows say how far it is
-("in progress, 4 of 9 trials finished") instead of numbers that its other cells would change.
+the paired tests are computed exactly as `hmer report --study` computes them, on the same
+`measure` (`exprate`, or `le1`/`le2`: read within one or two edits). Each comparison has two
+verdicts:
+
+- **all seeds** (column `verdict`, the headline): the exact paired sign-flip test of the
+  seed-averaged difference, one test that uses every seed at once, each test expression once;
+- **per-seed McNemar** (column `verdict_mcnemar`): McNemar's test on each seed-matched pair,
+  each pair a verdict with its own side; the pairs' verdict when they agree, else `split`
+  with how many pairs read what. The largest p alone (the rule before issue 56) read "not
+  significant" when two pairs were significant for one side and the third was not, and
+  could not see pairs pointing opposite ways.
+
+The paired bootstrap gives the interval and its p, in no verdict. A study that has not finished
+(kept in the store to be continued, `hmer runs publish --keep-unfinished`) answers nothing yet:
+its rows say how far it is ("in progress, 4 of 9 trials finished") instead of numbers that its
+other cells would change.
 
 The papers' own figures live in `paper_claims.csv` (package data: claim, variant, year,
 measure, value, paper, source, note), one row per figure with where it stands: ExpRate, and ≤1 /
@@ -46,6 +57,7 @@ ALPHA = 0.05  # the level of the verdict, matching the 95 % interval
 REPRODUCED = "reproduced"
 NOT_SIGNIFICANT = "not significant"
 REVERSED = "reversed"
+SPLIT = "split"  # the seed pairs' McNemar verdicts differ: "split: 2 reversed, 1 not significant"
 NO_STUDY = "no study yet"
 NO_TEST = "no paired test"  # the runs logged no predictions to pair
 
@@ -105,9 +117,12 @@ EDIT_MEASURES_DIFFER = (
     "where the token measure reads 28.30 / 36.71 % (their ExpRates agree). The verdicts compare our runs on "
     "the token measure only.")
 
+# p_sign_flip: the test over all seeds; p_mcnemar_pairs, mcnemar_favours: one entry per seed pair; a
+# `*_favours` is the side the test's data favour, the claimed winner's or loser's name ("" for neither)
 COLUMNS = ["claim", "study", "winner", "loser", "year", "paper_winner", "paper_loser", "seeds_winner",
            "seeds_loser", "winner_mean", "winner_std", "loser_mean", "loser_std", "delta", "delta_low",
-           "delta_high", "p_bootstrap", "p_mcnemar", "p", "verdict"]
+           "delta_high", "p_bootstrap", "p_sign_flip", "sign_flip_favours", "verdict", "p_mcnemar",
+           "p_mcnemar_pairs", "mcnemar_favours", "verdict_mcnemar"]
 _FIGURE_COLUMNS = ["claim", "variant", "year", "measure", "value", "paper", "source", "note"]
 
 
@@ -145,15 +160,29 @@ def paper_figure(claim: str, variant: str, year: str, measure: str = "exprate") 
 
 # ---- the verdict ----------------------------------------------------------------------------------
 
-def verdict(delta: float, p_bootstrap: float, p_mcnemar: float, alpha: float = ALPHA) -> str:
-    """In words, for the difference claimed winner minus claimed loser: `reproduced` when both
-    paired tests reject at `alpha` (the larger p is below it) and the winner is ahead, `reversed`
-    when they reject with the loser ahead, else `not significant`; `no paired test` without p-values."""
-    if is_missing(delta) or is_missing(p_bootstrap) or is_missing(p_mcnemar):
+def verdict(p: float, favours: int, alpha: float = ALPHA) -> str:
+    """One test's verdict in words: `reproduced` when it rejects at `alpha` favouring the claimed
+    winner (`favours` 1), `reversed` when it rejects favouring the claimed loser (-1), else
+    `not significant`; `no paired test` without a p-value."""
+    if is_missing(p):
         return NO_TEST
-    if max(p_bootstrap, p_mcnemar) >= alpha or delta == 0:
+    if p >= alpha or favours == 0:
         return NOT_SIGNIFICANT
-    return REPRODUCED if delta > 0 else REVERSED
+    return REPRODUCED if favours > 0 else REVERSED
+
+
+def verdict_per_seed(p_pairs: Sequence[float], favours_pairs: Sequence[int], alpha: float = ALPHA) -> str:
+    """McNemar per seed pair: each pair's `verdict` with its own side; their verdict when every pair
+    reads the same, else `split: ` and how many pairs read each (e.g. `split: 2 reversed, 1 not
+    significant`). So "not significant" means no pair is, and pairs significant for opposite sides
+    never pass for agreement; a pair's side counts where its own test rejects."""
+    words = [verdict(p, favours, alpha) for p, favours in zip(p_pairs, favours_pairs)]
+    if not words:
+        return NO_TEST
+    if len(set(words)) == 1:
+        return words[0]
+    return f"{SPLIT}: " + ", ".join(f"{words.count(w)} {w}" for w in (REPRODUCED, REVERSED, NOT_SIGNIFICANT)
+                                    if w in words)
 
 
 # ---- the table ------------------------------------------------------------------------------------
@@ -223,15 +252,23 @@ def claims_table(
             for year in years:
                 row = _empty_row(claim, study, winner, loser, year, measure, "")
                 cells = {k: won.get(f"{year}_{k}") for k in ("delta", "delta_low", "delta_high", "p_bootstrap",
-                                                               "p_mcnemar")}
+                                                               "p_sign_flip", "p_mcnemar")}
                 row.update(cells)
+                # the table's sides: 1 the variant (the claimed winner), -1 the baseline (the loser)
+                side = {1: winner, -1: loser, 0: ""}
+                flip_favours = won.get(f"{year}_sign_flip_favours")
+                flip_favours = 0 if is_missing(flip_favours) else int(flip_favours)
+                pair_ps, pair_favours = (won.get(f"{year}_{k}") for k in ("p_mcnemar_pairs", "mcnemar_favours"))
+                pair_ps, pair_favours = (v if isinstance(v, tuple) else () for v in (pair_ps, pair_favours))
                 row.update({
                     "seeds_winner": int(won["seeds"]), "seeds_loser": int(lost["seeds"]),
                     "winner_mean": won.get(f"{year}_{measure}_mean"), "winner_std": won.get(f"{year}_{measure}_std"),
                     "loser_mean": lost.get(f"{year}_{measure}_mean"), "loser_std": lost.get(f"{year}_{measure}_std"),
-                    "p": max(cells["p_bootstrap"], cells["p_mcnemar"])
-                    if not (is_missing(cells["p_bootstrap"]) or is_missing(cells["p_mcnemar"])) else math.nan,
-                    "verdict": verdict(cells["delta"], cells["p_bootstrap"], cells["p_mcnemar"], alpha),
+                    "sign_flip_favours": math.nan if is_missing(cells["p_sign_flip"]) else side[flip_favours],
+                    "verdict": verdict(cells["p_sign_flip"], flip_favours, alpha),
+                    "p_mcnemar_pairs": pair_ps or math.nan,
+                    "mcnemar_favours": tuple(side[int(f)] for f in pair_favours) or math.nan,
+                    "verdict_mcnemar": verdict_per_seed(pair_ps, pair_favours, alpha),
                 })
                 rows.append(row)
     df = pd.DataFrame(rows, columns=COLUMNS)
@@ -246,7 +283,8 @@ def _empty_row(claim: Claim, study: str, winner: str, loser: str, year: str, mea
     row: dict[str, Any] = {c: math.nan for c in COLUMNS}
     row.update({"claim": claim.name, "study": study, "winner": winner, "loser": loser, "year": year,
                 "paper_winner": paper_figure(claim.name, winner, year, measure) if year else math.nan,
-                "paper_loser": paper_figure(claim.name, loser, year, measure) if year else math.nan, "verdict": word})
+                "paper_loser": paper_figure(claim.name, loser, year, measure) if year else math.nan, "verdict": word,
+                "verdict_mcnemar": word})
     return row
 
 
@@ -263,7 +301,8 @@ def format_claims(df: pd.DataFrame, fmt: str = "text") -> str:
     # within one / two errors are two different measures on the two sides (see EDIT_MEASURES_DIFFER)
     paper_label, ours_label = (label, label) if measure == "exprate" else (f"{label} lgeval", f"{label} tokens")
     head = ["claim", "year", "claimed", f"paper {paper_label}", f"ours {ours_label} (winner)",
-            f"ours {ours_label} (loser)", f"Δ {ours_label} [{confidence:.0%} CI]", "p boot / McNemar", "verdict"]
+            f"ours {ours_label} (loser)", f"Δ {ours_label} [{confidence:.0%} CI]", "p boot", "p all seeds",
+            "verdict, all seeds", "p McNemar per seed pair", "verdict, per-seed McNemar"]
     body = []
     for _, r in df.iterrows():
         paper = (MISSING if is_missing(r["paper_winner"]) and is_missing(r["paper_loser"])
@@ -271,15 +310,22 @@ def format_claims(df: pd.DataFrame, fmt: str = "text") -> str:
         delta = MISSING if is_missing(r["delta"]) else (
             f"{r['delta']:+.1f}" if is_missing(r["delta_low"])
             else f"{r['delta']:+.1f} [{r['delta_low']:+.1f}, {r['delta_high']:+.1f}]")
-        tests = MISSING if is_missing(r["p_bootstrap"]) else f"{p_value(r['p_bootstrap'])} / {p_value(r['p_mcnemar'])}"
+        pairs = MISSING if not isinstance(r["p_mcnemar_pairs"], tuple) else " ".join(
+            _sided_p(p, favours, r) for p, favours in zip(r["p_mcnemar_pairs"], r["mcnemar_favours"]))
         body.append([r["claim"], r["year"] or MISSING, f"{r['winner']} > {r['loser']}", paper,
-                     _ours(r, "winner"), _ours(r, "loser"), delta, tests, r["verdict"]])
+                     _ours(r, "winner"), _ours(r, "loser"), delta, p_value(r["p_bootstrap"]),
+                     _sided_p(r["p_sign_flip"], r["sign_flip_favours"], r), r["verdict"], pairs,
+                     r["verdict_mcnemar"]])
     budget = df.attrs.get("budget", "")
     intro = (f"{strong('The papers’ claims')} against the studies at the {budget} budget: ours are mean ± std over "
              f"seeds (%, the number of seeds in brackets); Δ = claimed winner − claimed loser in percentage points "
-             f"with its paired-bootstrap interval; p = paired bootstrap over test expressions / exact McNemar over "
-             f"seed-matched pairs. Verdict at α = {alpha:g} on the larger p: {REPRODUCED} (significant in the "
-             f"claimed direction), {NOT_SIGNIFICANT}, or {REVERSED} (significant against the claim).")
+             f"with its paired-bootstrap interval and p (p boot). Two tests, each with its verdict at α = {alpha:g}: "
+             f"{REPRODUCED} (significant in the claimed direction), {NOT_SIGNIFICANT}, or {REVERSED} (significant "
+             f"against the claim). All seeds: the exact paired sign-flip test over test expressions of the "
+             f"seed-averaged difference (each expression once, its correctness averaged over each side's seeds). "
+             f"Per-seed McNemar: the exact McNemar test of each seed-matched pair; their verdict when every pair "
+             f"reads the same, else {SPLIT} with how many pairs read what. A + or - before a p is the side its test's "
+             f"data favour: + the claimed winner, - the claimed loser, none a tie.")
     claims = df.attrs.get("claims", CLAIMS)
     notes = [f"- {c.name}: {c.statement}; {c.paper or NO_SINGLE_PAPER}; study {c.study_name(budget)}"
              for c in claims]
@@ -295,6 +341,14 @@ def format_claims(df: pd.DataFrame, fmt: str = "text") -> str:
     if measure != "exprate":
         blocks.append(EDIT_MEASURES_DIFFER)
     return "\n\n".join(blocks) + "\n"
+
+
+def _sided_p(p: Any, favours: Any, row: pd.Series) -> str:
+    """A p-value with the side its test favours: "+0.003" the claimed winner, "-0.003" the claimed loser."""
+    if is_missing(p):
+        return MISSING
+    sign = "+" if favours == row["winner"] else "-" if favours == row["loser"] else ""
+    return f"{sign}{p_value(p)}"
 
 
 def _figure(value: Any) -> str:

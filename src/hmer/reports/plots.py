@@ -350,7 +350,8 @@ def plot_claims(claims: pd.DataFrame, *, max_columns: int = 3, title: str | None
                 path: str | Path | None = None) -> Figure:
     """The claims table (`paper_claims.claims_table`) as a figure: a panel per comparison (claimed
     winner > claimed loser), the difference per test year as a dot with its interval, coloured by
-    the verdict, above or below a zero line (above: the claimed direction). Where the paper gives
+    the verdict of the test over all seeds (column `verdict`), above or below a zero line (above:
+    the claimed direction). Where the paper gives
     both figures, its own difference stands beside ours as a hollow diamond. A comparison without
     runs says why in its panel."""
     import seaborn as sns
@@ -402,7 +403,7 @@ def plot_claims(claims: pd.DataFrame, *, max_columns: int = 3, title: str | None
         ax.set_title(f"{claim}: {winner} > {loser}", fontsize=10)
         ax.set_ylabel(f"Δ {measure_label(measure)} (points)")
         ax.grid(axis="y", alpha=0.3)
-    handles = [Line2D([], [], marker="o", linestyle="", color=colors[v], label=v) for v in verdicts]
+    handles = [Line2D([], [], marker="o", linestyle="", color=colors[v], label=f"{v} (all seeds)") for v in verdicts]
     handles.append(Line2D([], [], marker="D", linestyle="", markerfacecolor="none", markeredgecolor="0.2",
                           label="the paper's difference"))
     fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)

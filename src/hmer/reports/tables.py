@@ -12,8 +12,11 @@
   `Y_le1_mean`, `Y_le1_std`, `Y_le2_mean`, `Y_le2_std` (percent; mean and sample standard
   deviation over seeds, NaN for one seed), `Y_delta` (ExpRate minus the baseline's, in
   percentage points; ≤1 or ≤2 with `measure="le1"` or `"le2"`), `Y_delta_low`, `Y_delta_high`
-  (its confidence interval by paired bootstrap over test expressions), `Y_p_bootstrap` and
-  `Y_p_mcnemar` (see
+  (its confidence interval by paired bootstrap over test expressions), `Y_p_bootstrap`,
+  `Y_p_mcnemar` (the largest over the seed pairs), `Y_p_mcnemar_pairs` and `Y_mcnemar_favours`
+  (per seed pair, in the order of the baseline's seeds: its p, and the side its discordant
+  expressions favour, 1 the variant, -1 the baseline, 0 neither), `Y_p_sign_flip` and
+  `Y_sign_flip_favours` (the exact sign-flip test over all seeds at once, and its side) (see
   `hmer.reports.significance` for how seeds are pooled); NaN where the predictions
   artifacts are missing;
 - training cost: `gpu_minutes`, `train_minutes` (wall clock), `cpu_minutes` (the whole trial's CPU
@@ -206,8 +209,7 @@ def _columns(years: Sequence[str]) -> list[str]:
         cols.append(f"{year}_n")
         for m in registered_measures():
             cols += [f"{year}_{m}_mean", f"{year}_{m}_std"]
-        cols += [f"{year}_delta", f"{year}_delta_low", f"{year}_delta_high", f"{year}_p_bootstrap",
-                 f"{year}_p_mcnemar"]
+        cols += [f"{year}_{test}" for test in _TEST_CELLS]
     cols += ["gpu_minutes", "train_minutes", "cpu_minutes", "images_per_second", "num_params", "val_n"]
     cols += [f"val_{m}_{s}" for m in registered_measures() for s in ("mean", "std")]
     cols += ["val_alt_exprate_mean", "val_alt_exprate_std", "best_val_exprate_mean", "best_val_exprate_std", "paper"]
@@ -226,6 +228,11 @@ def _metric(runs: pd.DataFrame, name: str) -> pd.Series:
     return runs[col] if col in runs.columns else pd.Series(dtype=float)
 
 
+# the differences and paired tests per year, columns `Y_<cell>` (see the module docstring)
+_TEST_CELLS = ("delta", "delta_low", "delta_high", "p_bootstrap", "p_mcnemar", "p_mcnemar_pairs", "mcnemar_favours",
+               "p_sign_flip", "sign_flip_favours")
+
+
 def _year_cells(year: str, mine: pd.DataFrame, base_runs: pd.DataFrame, is_base: bool,
                 correctness: CorrectnessCache, measure: str, n_resamples: int, confidence: float,
                 seed: int) -> dict[str, Any]:
@@ -236,8 +243,8 @@ def _year_cells(year: str, mine: pd.DataFrame, base_runs: pd.DataFrame, is_base:
         cells[f"{year}_{m}_mean"], cells[f"{year}_{m}_std"] = _mean_std(_metric(mine, f"test_{year}_{m}"))
     mean, _ = _mean_std(_metric(mine, f"test_{year}_{measure}"))
     base_mean, _ = _mean_std(_metric(base_runs, f"test_{year}_{measure}"))
-    delta = {"delta": mean - base_mean, "delta_low": math.nan, "delta_high": math.nan,
-             "p_bootstrap": math.nan, "p_mcnemar": math.nan}
+    delta: dict[str, Any] = {k: math.nan for k in _TEST_CELLS}
+    delta["delta"] = mean - base_mean
     if is_base:
         delta = {k: (0.0 if k.startswith("delta") and not math.isnan(mean) else math.nan) for k in delta}
     elif not math.isnan(delta["delta"]):
@@ -247,7 +254,10 @@ def _year_cells(year: str, mine: pd.DataFrame, base_runs: pd.DataFrame, is_base:
             result = compare(b, v, baseline_seeds=b_seeds, variant_seeds=v_seeds, n_resamples=n_resamples,
                              confidence=confidence, seed=seed)
             delta = {"delta": result.difference, "delta_low": result.low, "delta_high": result.high,
-                     "p_bootstrap": result.p_bootstrap, "p_mcnemar": result.p_mcnemar}
+                     "p_bootstrap": result.p_bootstrap, "p_mcnemar": result.p_mcnemar,
+                     "p_mcnemar_pairs": tuple(t.p_value for t in result.mcnemar),
+                     "mcnemar_favours": tuple(t.favours for t in result.mcnemar),
+                     "p_sign_flip": result.sign_flip.p_value, "sign_flip_favours": result.sign_flip.favours}
     cells.update({f"{year}_{k}": v for k, v in delta.items()})
     return cells
 
