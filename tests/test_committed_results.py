@@ -246,7 +246,7 @@ def test_the_readme_prints_the_claims_table_hmer_report_makes(clone, monkeypatch
     monkeypatch.chdir(clone)
     readme = (REPO / "README.md").read_text()
     for measure in ("exprate", "le2"):
-        df = claims_table("cpu", "sqlite:///mlruns/mlflow.db", measure=measure)
+        df = claims_table(tracking_uri="sqlite:///mlruns/mlflow.db", measure=measure)  # the cpu and long budgets
         lines = format_claims(df, "markdown").splitlines()
         (header,) = [line for line in lines if line.startswith("| claim |")]
         assert "verdict, all seeds" in header and "verdict, per-seed McNemar" in header

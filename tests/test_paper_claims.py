@@ -163,6 +163,19 @@ def test_claims_table_on_a_real_direction_study(direction_store):
     assert claims_table(BUDGET, direction_store, claims=[r2l], n_resamples=100)["verdict"].tolist() == [
         "no runs of r2l"] * len(YEARS)
 
+    # budgets after the first answer only the claims whose study the store has, and of those the
+    # comparisons of the variants that study trains (the long studies train two each)
+    both = claims_table(f"nosuch,{BUDGET}", direction_store, claims=[*CLAIMS, r2l], n_resamples=100)
+    assert both.attrs["budgets"] == ["nosuch", BUDGET]
+    first, later = both[both["budget"] == "nosuch"], both[both["budget"] == BUDGET]
+    assert (first["verdict"] == NO_STUDY).all() and set(first["claim"]) == {c.name for c in CLAIMS} | {"r2l"}
+    assert set(later["claim"]) == {"direction"} and later["year"].tolist() == YEARS  # r2l: not in its grid
+    for column in ("winner_mean", "loser_mean", "delta", "p_sign_flip", "p_mcnemar", "verdict"):  # not resampled
+        assert later[column].tolist() == direction[column].tolist(), column
+    text = format_claims(both)
+    assert "at the nosuch and the claimtest budgets" in text and "| budget |" not in text
+    assert f"studies ablate_direction-nosuch, ablate_direction-{BUDGET}" in text
+
 
 @pytest.mark.slow
 def test_the_claims_figure_draws_each_comparison_per_year_with_its_interval(direction_store):
@@ -205,9 +218,9 @@ def test_hmer_report_claims(direction_store, tmp_path, capsys):
     assert "bi > l2r" in printed and printed.count(NO_STUDY) == 2 * 20 and "53.96 / –" in printed  # both verdicts
     assert "verdict, all seeds" in printed and "verdict, per-seed McNemar" in printed
     md = (out / "claims.md").read_text()
-    assert "| direction | 2014 | bi > l2r | 53.96 / – |" in md
-    assert "| coverage | 2014 | fusion > none | 59.33 / 55.17 |" in md
-    assert "| decoder | – | transformer > rnn | – |" in md
+    assert f"| direction | {BUDGET} | 2014 | bi > l2r | 53.96 / – |" in md
+    assert f"| coverage | {BUDGET} | 2014 | fusion > none | 59.33 / 55.17 |" in md
+    assert f"| decoder | {BUDGET} | – | transformer > rnn | – |" in md
     assert len((out / "claims.csv").read_text().splitlines()) == 1 + len(YEARS) + 20
     assert (out / "claims.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["report", "--claims", "--study", "x"]) == 2

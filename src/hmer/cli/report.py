@@ -21,7 +21,8 @@ def add_parser(sub) -> None:
     rp.add_argument("--claims", action="store_true",
                     help="the papers' claims (BTTR, CoMER, the decoder grid) answered from the studies "
                          "<family>-BUDGET in the store: one row per claim and year, with --out also as files")
-    rp.add_argument("--budget", default=None, help="with --claims: the studies' budget (default cpu)")
+    rp.add_argument("--budget", default=None, help="with --claims: the studies' budgets, comma-separated (default "
+                    "cpu,long: the three-seed cpu rows, then the one-seed long rows where their studies exist)")
     rp.add_argument("--measure", choices=METRICS, default="exprate",
                     help="the registered metric the differences against the baseline and the paired tests "
                          "are on: exprate, exact readings (default); le1, le2 readings within 1 or 2 edits; "
@@ -45,7 +46,7 @@ def cmd_report(args) -> int:
         if args.study or args.experiment or args.runs or args.analysis or args.list:
             raise UserError("--claims reads the studies <family>-BUDGET itself; drop --study/--experiment/--runs/"
                             "--analysis/--list (give --budget)")
-        return claims_command(args.budget or "cpu", args.tracking_uri, args.out, measure=args.measure)
+        return claims_command(args.budget, args.tracking_uri, args.out, measure=args.measure)
     if args.budget:
         raise UserError("--budget goes with --claims (a study's budget is part of its name: --study NAME)")
     if args.list:

@@ -259,20 +259,21 @@ def sweep_report(study: str, tracking_uri: str, out_dir: str | Path | None = Non
     return EXIT_OK
 
 
-def claims_command(budget: str = "cpu", tracking_uri: str | None = None, out_dir: str | None = None, *,
+def claims_command(budgets: str | None = None, tracking_uri: str | None = None, out_dir: str | None = None, *,
                    measure: str = "exprate", n_resamples: int = DEFAULT_RESAMPLES) -> int:
-    """`hmer report --claims`: print the claims table; with `out_dir`, also write `claims.md`,
-    `claims.csv` and the figure `claims.png` there. Returns 0: a claim without its study is a row
-    saying so, not an error."""
-    from .paper_claims import claims_table, format_claims
+    """`hmer report --claims`: print the claims table at `budgets` (comma-separated; default
+    `paper_claims.DEFAULT_BUDGETS`); with `out_dir`, also write `claims.md`, `claims.csv` and the
+    figure `claims.png` of the first budget's rows there. Returns 0: a claim without its study is a
+    row saying so, not an error."""
+    from .paper_claims import DEFAULT_BUDGETS, claims_table, format_claims
 
-    df = claims_table(budget, tracking_uri, measure=measure, n_resamples=n_resamples)
+    df = claims_table(budgets or DEFAULT_BUDGETS, tracking_uri, measure=measure, n_resamples=n_resamples)
     print(format_claims(df, "text"), end="")
     if out_dir:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         write_text_atomically(out / "claims.md", format_claims(df, "markdown"))
         write_text_atomically(out / "claims.csv", df.to_csv(index=False))
-        plot_claims(df, path=out / "claims.png")
+        plot_claims(df[df["budget"] == df.attrs["budgets"][0]], path=out / "claims.png")
         print(f"wrote claims.md, claims.csv and claims.png to {out}")
     return 0

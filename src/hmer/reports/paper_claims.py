@@ -1,6 +1,6 @@
 """The papers' claims, answered from the studies in the store: `hmer report --claims`.
 
-    df = claims_table("cpu")              # one row per claim, comparison and test year
+    df = claims_table()                   # one row per claim, budget, comparison and test year
     print(format_claims(df))              # aligned text; fmt="markdown" for a README
 
 A claim is a row of `CLAIMS`, the one place that says which study answers it, which variants it
@@ -27,6 +27,12 @@ The paired bootstrap gives the interval and its p, in no verdict. A study that h
 (kept in the store to be continued, `hmer runs publish --keep-unfinished`) answers nothing yet:
 its rows say how far it is ("in progress, 4 of 9 trials finished") instead of numbers that its
 other cells would change.
+
+A claim is answered at each budget of `budgets` (`DEFAULT_BUDGETS`: the `cpu` budget's three seeds
+of 13 epochs, then the `long` budget's one seed of 100; the `budget` column says which). The first
+budget answers every claim, a row "no study yet" where its study is missing; a later budget answers
+only the claims whose study it has, and of those only the comparisons of the variants that study
+trains (`--variants`: the long studies train two each).
 
 The papers' own figures live in `paper_claims.csv` (package data: claim, variant, year,
 measure, value, paper, source, note), one row per figure with where it stands: ExpRate, and ≤1 /
@@ -60,6 +66,9 @@ REVERSED = "reversed"
 SPLIT = "split"  # the seed pairs' McNemar verdicts differ: "split: 2 reversed, 1 not significant"
 NO_STUDY = "no study yet"
 NO_TEST = "no paired test"  # the runs logged no predictions to pair
+# The budgets `hmer report --claims` answers the claims at: the three-seed `cpu` rows, then the
+# one-seed `long` rows of the studies trained 100 epochs (hmer.studies.budgets).
+DEFAULT_BUDGETS = ("cpu", "long")
 
 
 @dataclass(frozen=True)
@@ -119,7 +128,7 @@ EDIT_MEASURES_DIFFER = (
 
 # p_sign_flip: the test over all seeds; p_mcnemar_pairs, mcnemar_favours: one entry per seed pair; a
 # `*_favours` is the side the test's data favour, the claimed winner's or loser's name ("" for neither)
-COLUMNS = ["claim", "study", "winner", "loser", "year", "paper_winner", "paper_loser", "seeds_winner",
+COLUMNS = ["claim", "budget", "study", "winner", "loser", "year", "paper_winner", "paper_loser", "seeds_winner",
            "seeds_loser", "winner_mean", "winner_std", "loser_mean", "loser_std", "delta", "delta_low",
            "delta_high", "p_bootstrap", "p_sign_flip", "sign_flip_favours", "verdict", "p_mcnemar",
            "p_mcnemar_pairs", "mcnemar_favours", "verdict_mcnemar"]
@@ -207,7 +216,7 @@ def _cached_loader(tracking_uri: str) -> Callable[[str, str], pd.DataFrame]:
 
 
 def claims_table(
-    budget: str = "cpu",
+    budgets: str | Sequence[str] = DEFAULT_BUDGETS,
     tracking_uri: str | None = None,
     *,
     measure: str = "exprate",
@@ -216,15 +225,40 @@ def claims_table(
     confidence: float = DEFAULT_CONFIDENCE,
     alpha: float = ALPHA,
 ) -> pd.DataFrame:
-    """One row per claim, comparison and test year (see the module docstring). A claim whose study
+    """One row per claim, budget, comparison and test year (see the module docstring; `budgets`: a
+    name, a comma-separated list or a sequence). At the first budget, a claim whose study
     `<study>-<budget>` has no scored run in the store gets, per comparison, a row per year the paper
     gives figures for (one row, year empty, when it gives none), verdict `no study yet`; one whose
     study has not finished, the same rows with its progress as the verdict. Means, stds
     and differences are percent on `measure`."""
     uri = resolve_tracking_uri(tracking_uri)
+    names = [b.strip() for b in budgets.split(",")] if isinstance(budgets, str) else list(budgets)
+    rows: list[dict[str, Any]] = []
+    for i, budget in enumerate(names):
+        rows += _claims_rows(budget, uri, claims, measure, n_resamples, confidence, alpha, first=i == 0)
+    df = pd.DataFrame(rows, columns=COLUMNS)
+    df.attrs.update({"budgets": names, "measure": measure, "confidence": confidence, "alpha": alpha,
+                     "n_resamples": n_resamples, "claims": list(claims)})
+    return df
+
+
+def _claims_rows(budget: str, uri: str, claims: Sequence[Claim], measure: str, n_resamples: int,
+                 confidence: float, alpha: float, first: bool) -> list[dict[str, Any]]:
+    """The rows of every claim at one budget (`claims_table`); at a budget after the `first`, only of
+    the claims whose study the store has, and of their comparisons whose variants it trains."""
+    from .runs import study_parent
+    from .tables import grid_order
+
     rows: list[dict[str, Any]] = []
     for claim in claims:
         study = claim.study_name(budget)
+        comparisons = claim.comparisons
+        if not first:
+            parent = study_parent(study, uri)
+            if parent is None:
+                continue
+            trained = set(grid_order(parent))
+            comparisons = tuple((w, lo) for w, lo in comparisons if w in trained and lo in trained)
         runs = load_runs(uri, study=study)
         good = runs[scored(runs)] if not runs.empty else runs
         # a study still training answers nothing yet: its finished cells are not its answer
@@ -233,24 +267,24 @@ def claims_table(
             # the paper's figures still show, a row per year it gives them for (one row, year empty, without any)
             figures = _figures()
             paper_years = sorted(set(figures.loc[figures["claim"] == claim.name, "year"])) or [""]
-            rows += [_empty_row(claim, study, winner, loser, y, measure, progress or NO_STUDY)
-                     for winner, loser in claim.comparisons for y in paper_years]
+            rows += [_empty_row(claim, budget, study, winner, loser, y, measure, progress or NO_STUDY)
+                     for winner, loser in comparisons for y in paper_years]
             continue
         years = scored_years(runs)
         load = _cached_loader(uri)
-        for winner, loser in claim.comparisons:
+        for winner, loser in comparisons:
             present = set(good["variant"])
             absent = [v for v in (winner, loser) if v not in present]
             if absent:
-                rows += [_empty_row(claim, study, winner, loser, y, measure, f"no runs of {' and '.join(absent)}")
-                         for y in years]
+                rows += [_empty_row(claim, budget, study, winner, loser, y, measure,
+                                    f"no runs of {' and '.join(absent)}") for y in years]
                 continue
             pair = runs[runs["variant"].isin([winner, loser])]
             table = variant_table(pair, baseline=loser, years=years, predictions=load, measure=measure,
                                   n_resamples=n_resamples, confidence=confidence, title=study)
             won, lost = table.loc[winner], table.loc[loser]
             for year in years:
-                row = _empty_row(claim, study, winner, loser, year, measure, "")
+                row = _empty_row(claim, budget, study, winner, loser, year, measure, "")
                 cells = {k: won.get(f"{year}_{k}") for k in ("delta", "delta_low", "delta_high", "p_bootstrap",
                                                                "p_sign_flip", "p_mcnemar")}
                 row.update(cells)
@@ -271,17 +305,14 @@ def claims_table(
                     "verdict_mcnemar": verdict_per_seed(pair_ps, pair_favours, alpha),
                 })
                 rows.append(row)
-    df = pd.DataFrame(rows, columns=COLUMNS)
-    df.attrs.update({"budget": budget, "measure": measure, "confidence": confidence, "alpha": alpha,
-                     "n_resamples": n_resamples, "claims": list(claims)})
-    return df
+    return rows
 
 
-def _empty_row(claim: Claim, study: str, winner: str, loser: str, year: str, measure: str,
+def _empty_row(claim: Claim, budget: str, study: str, winner: str, loser: str, year: str, measure: str,
                word: str) -> dict[str, Any]:
     """A row with the claim, the paper's figures on `measure` where it gives them, and no measurement."""
     row: dict[str, Any] = {c: math.nan for c in COLUMNS}
-    row.update({"claim": claim.name, "study": study, "winner": winner, "loser": loser, "year": year,
+    row.update({"claim": claim.name, "budget": budget, "study": study, "winner": winner, "loser": loser, "year": year,
                 "paper_winner": paper_figure(claim.name, winner, year, measure) if year else math.nan,
                 "paper_loser": paper_figure(claim.name, loser, year, measure) if year else math.nan, "verdict": word,
                 "verdict_mcnemar": word})
@@ -300,7 +331,7 @@ def format_claims(df: pd.DataFrame, fmt: str = "text") -> str:
     measure = df.attrs.get("measure", "exprate")
     # within one / two errors are two different measures on the two sides (see EDIT_MEASURES_DIFFER)
     paper_label, ours_label = (label, label) if measure == "exprate" else (f"{label} lgeval", f"{label} tokens")
-    head = ["claim", "year", "claimed", f"paper {paper_label}", f"ours {ours_label} (winner)",
+    head = ["claim", "budget", "year", "claimed", f"paper {paper_label}", f"ours {ours_label} (winner)",
             f"ours {ours_label} (loser)", f"Δ {ours_label} [{confidence:.0%} CI]", "p boot", "p all seeds",
             "verdict, all seeds", "p McNemar per seed pair", "verdict, per-seed McNemar"]
     body = []
@@ -312,13 +343,15 @@ def format_claims(df: pd.DataFrame, fmt: str = "text") -> str:
             else f"{r['delta']:+.1f} [{r['delta_low']:+.1f}, {r['delta_high']:+.1f}]")
         pairs = MISSING if not isinstance(r["p_mcnemar_pairs"], tuple) else " ".join(
             _sided_p(p, favours, r) for p, favours in zip(r["p_mcnemar_pairs"], r["mcnemar_favours"]))
-        body.append([r["claim"], r["year"] or MISSING, f"{r['winner']} > {r['loser']}", paper,
+        body.append([r["claim"], r["budget"], r["year"] or MISSING, f"{r['winner']} > {r['loser']}", paper,
                      _ours(r, "winner"), _ours(r, "loser"), delta, p_value(r["p_bootstrap"]),
                      _sided_p(r["p_sign_flip"], r["sign_flip_favours"], r), r["verdict"], pairs,
                      r["verdict_mcnemar"]])
-    budget = df.attrs.get("budget", "")
-    intro = (f"{strong('The papers’ claims')} against the studies at the {budget} budget: ours are mean ± std over "
-             f"seeds (%, the number of seeds in brackets); Δ = claimed winner − claimed loser in percentage points "
+    budgets = list(df.attrs.get("budgets", ()))
+    at = " and ".join(f"the {b}" for b in budgets) + (" budgets" if len(budgets) > 1 else " budget")
+    intro = (f"{strong('The papers’ claims')} against the studies at {at} (column budget; "
+             f"hmer.studies.budgets): ours are mean ± std over seeds (%, the number of seeds in brackets; one "
+             f"seed is one run, with no std); Δ = claimed winner − claimed loser in percentage points "
              f"with its paired-bootstrap interval and p (p boot). Two tests, each with its verdict at α = {alpha:g}: "
              f"{REPRODUCED} (significant in the claimed direction), {NOT_SIGNIFICANT}, or {REVERSED} (significant "
              f"against the claim). All seeds: the exact paired sign-flip test over test expressions of the "
@@ -327,8 +360,11 @@ def format_claims(df: pd.DataFrame, fmt: str = "text") -> str:
              f"reads the same, else {SPLIT} with how many pairs read what. A + or - before a p is the side its test's "
              f"data favour: + the claimed winner, - the claimed loser, none a tie.")
     claims = df.attrs.get("claims", CLAIMS)
-    notes = [f"- {c.name}: {c.statement}; {c.paper or NO_SINGLE_PAPER}; study {c.study_name(budget)}"
-             for c in claims]
+    notes = []
+    for c in claims:
+        studies = [s for s in dict.fromkeys(df.loc[df["claim"] == c.name, "study"])]
+        notes.append(f"- {c.name}: {c.statement}; {c.paper or NO_SINGLE_PAPER}; "
+                     f"{'studies' if len(studies) > 1 else 'study'} {', '.join(studies) or MISSING}")
     figures = _figures()
     sources = []
     for (claim, variant), part in figures.groupby(["claim", "variant"], sort=False):

@@ -348,7 +348,7 @@ def plot_breakdown(table: pd.DataFrame, title: str | None = None) -> Figure:
 
 def plot_claims(claims: pd.DataFrame, *, max_columns: int = 3, title: str | None = None,
                 path: str | Path | None = None) -> Figure:
-    """The claims table (`paper_claims.claims_table`) as a figure: a panel per comparison (claimed
+    """The claims table (`paper_claims.claims_table`) of one budget as a figure: a panel per comparison (claimed
     winner > claimed loser), the difference per test year as a dot with its interval, coloured by
     the verdict of the test over all seeds (column `verdict`), above or below a zero line (above:
     the claimed direction). Where the paper gives
@@ -407,7 +407,7 @@ def plot_claims(claims: pd.DataFrame, *, max_columns: int = 3, title: str | None
     handles.append(Line2D([], [], marker="D", linestyle="", markerfacecolor="none", markeredgecolor="0.2",
                           label="the paper's difference"))
     fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
-    budget = claims.attrs.get("budget", "")
+    budget = " and ".join(dict.fromkeys(claims["budget"]))
     fig.suptitle(f"{title + ': ' if title else ''}the papers' claims at the {budget} budget\n"
                  f"claimed winner − claimed loser in {measure_label(measure)}, means over seeds, "
                  f"{confidence:.0%} paired-bootstrap intervals")
