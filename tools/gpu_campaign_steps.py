@@ -212,17 +212,18 @@ def home(args) -> int:
     publish is refused meanwhile); it is keyed by each run's first id (`hmer runs import`) and the
     kept file is replaced whole after the runs are in, so that `home` run again after a failure or a
     kill finishes the merge without duplicating a run."""
-    from hmer.atomic import write_atomically
-    from hmer.tracking.lock import database_store_lock
-    from hmer.tracking.store import default_tracking_uri
-    from hmer.tracking.transfer import import_runs, resolve_parts
-    from hmer.training.carry import read_carried
-
     files = Path(args.files)
     keep = REPO / args.keep if not Path(args.keep).is_absolute() else Path(args.keep)
     back = check_returned(files)
     came, new = back.carried, back.carried_run
+    from hmer.atomic import write_atomically
+    from hmer.tracking.lock import database_store_lock
+    from hmer.tracking.store import default_tracking_uri
+    from hmer.tracking.transfer import import_runs, resolve_parts
+
     if new is not None and keep.is_file():
+        from hmer.training.carry import read_carried
+
         old = read_carried(keep)
         if old.source_run_id != new.source_run_id:
             raise ValueError(f"{came}: run {new.source_run_id}, but {args.keep} holds the campaign's run "
@@ -269,10 +270,8 @@ class Returned:
 
 def check_returned(files: Path) -> Returned:
     """What a lease's $OUT brought back to `files`, checked whole without changing anything. A
-    ValueError names the first file that is missing, cut short, not listed or not what it should be."""
-    from hmer.tracking.transfer import PART_SUFFIX, read_export, resolve_parts
-    from hmer.training.carry import read_carried
-
+    ValueError names the first file that is missing, cut short, not listed or not what it should be.
+    The cheap checks come first, before the project's modules are imported (torch takes seconds)."""
     if not files.is_dir():
         raise ValueError(f"{files}: no such folder (give the folder that the lease's $OUT came back to)")
     status_path = files / "status.json"
@@ -289,14 +288,16 @@ def check_returned(files: Path) -> Returned:
     for name in listed:
         if not (files / name).is_file():
             raise ValueError(f"{files / name}: missing; {status_path.name} lists it among the lease's files")
-    for piece in sorted(files.glob(f"*{PART_SUFFIX}*")):
-        if piece.name not in listed:
-            raise ValueError(f"{piece}: not among the files that {status_path.name} lists: another lease's?")
     sizes = status.get("sizes") or {}  # (leases before issue 59 recorded none)
     for name, size in sizes.items() if isinstance(sizes, dict) else ():
         if name in listed and (files / name).stat().st_size != size:
             raise ValueError(f"{files / name}: {(files / name).stat().st_size} bytes, but it left the lease with "
                              f"{size} ({status_path.name}): cut short in transfer?")
+    from hmer.tracking.transfer import PART_SUFFIX, read_export, resolve_parts
+
+    for piece in sorted(files.glob(f"*{PART_SUFFIX}*")):
+        if piece.name not in listed:
+            raise ValueError(f"{piece}: not among the files that {status_path.name} lists: another lease's?")
     for base in sorted({name.split(PART_SUFFIX)[0] for name in listed if PART_SUFFIX in name}):
         try:
             pieces = resolve_parts(files / base)
@@ -316,12 +317,16 @@ def check_returned(files: Path) -> Returned:
 
     runs = came_back("runs.tar.gz")
     if runs is None:
-        wrapup = status.get("steps", {}).get("wrap-up", {}).get("status", "unknown")
+        steps = status.get("steps")
+        wrapup = steps.get("wrap-up", {}).get("status", "unknown") if isinstance(steps, dict) else "unknown"
         raise ValueError(f"{files}: no runs.tar.gz among the lease's files (its wrap-up: {wrapup}): nothing to merge")
     read_export(runs)  # read to its end and checked as the import checks it
-    carried = came_back("carried.tar.gz")
-    return Returned(status=status, runs=runs, carried=carried,
-                    carried_run=read_carried(carried) if carried is not None else None)
+    carried, carried_run = came_back("carried.tar.gz"), None
+    if carried is not None:
+        from hmer.training.carry import read_carried
+
+        carried_run = read_carried(carried)
+    return Returned(status=status, runs=runs, carried=carried, carried_run=carried_run)
 
 
 def _packed_with_writers(data: Path) -> bool:

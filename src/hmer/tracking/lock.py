@@ -75,7 +75,8 @@ _held: dict[Path, list] = {}  # lock file -> [its descriptor, how many times thi
 @contextlib.contextmanager
 def store_lock(folder: str | os.PathLike[str], command: str) -> Iterator[TakenLock]:
     """Hold the lock of the store in `folder` (created if missing) while the block runs; see the
-    module docstring. Raises StoreLocked when another process holds it."""
+    module docstring. Raises StoreLocked when another process holds it. A folder made for the lock
+    is removed with it if nothing was written into it."""
     path = Path(folder).resolve() / LOCK_FILE
     if path in _held:
         _held[path][1] += 1
@@ -89,6 +90,7 @@ def store_lock(folder: str | os.PathLike[str], command: str) -> Iterator[TakenLo
     except ImportError:
         yield TakenLock(path)
         return
+    created = not path.parent.exists()
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, stale = _acquire(path, command)
     taken = TakenLock(path, stale)
@@ -101,6 +103,9 @@ def store_lock(folder: str | os.PathLike[str], command: str) -> Iterator[TakenLo
         # once it has the lock (`_acquire`), and opens the path again
         path.unlink(missing_ok=True)
         os.close(fd)  # releases the flock
+        if created:  # a store folder made for the lock alone, by a command that then wrote nothing
+            with contextlib.suppress(OSError):
+                path.parent.rmdir()
 
 
 def database_store_lock(tracking_uri: str, command: str) -> ContextManager[TakenLock | None]:
