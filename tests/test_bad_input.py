@@ -127,6 +127,63 @@ def test_a_100_megapixel_image_is_refused_before_decoding(home, tmp_path):
     assert "10000" in err, err
 
 
+def _untrained_checkpoint(path: Path) -> Path:
+    """A tiny model's weights as `hmer predict` reloads them: what it reads does not matter here,
+    only which files it reads at all."""
+    from hmer.checkpoint import atomic_torch_save, model_artifact
+    from hmer.data import Vocab
+    from hmer.model import build_model
+    from hmer.presets import preset_with_recipe
+
+    cfg = preset_with_recipe("tiny").override({"train.max_decode_len": 4})  # untrained: it never ends by itself
+    atomic_torch_save(model_artifact(build_model(cfg.model), cfg, Vocab(), 1, 0.0), path)
+    return path
+
+
+def _strokes(height: int = 40) -> Image.Image:
+    """Black handwriting-like strokes on white paper."""
+    from PIL import ImageDraw
+
+    img = Image.new("L", (120, height), 255)
+    draw = ImageDraw.Draw(img)
+    draw.line([(10, 30), (30, 8), (50, 30)], fill=0, width=3)
+    draw.ellipse([70, 10, 95, 32], outline=0, width=3)
+    return img
+
+
+def test_an_image_with_no_ink_is_named_and_gets_no_prediction_while_the_others_do(tmp_path, capsys):
+    from hmer.data.images import read_image
+
+    model = _untrained_checkpoint(tmp_path / "tiny.pt")
+    ink = _strokes()
+    ink.save(tmp_path / "ink.png")
+    # white ink on a transparent background: the strokes are the opaque pixels, white
+    white = Image.new("LA", ink.size, (255, 0))
+    white.putalpha(Image.eval(ink, lambda v: 255 - v))
+    white.save(tmp_path / "white-on-clear.png")
+    blank = {"one-pixel.png": Image.new("L", (1, 1), 0), "page.png": Image.new("L", (400, 120), 255),
+             "grey.jpg": Image.new("L", (200, 60), 90), "clear.png": Image.new("RGBA", (200, 60), (0, 0, 0, 0)),
+             "faint.png": Image.eval(ink, lambda v: 255 - (255 - v) // 3)}  # pencil lighter than mid-grey
+    for name, img in blank.items():
+        img.save(tmp_path / name)
+    # read the way a person sees it: the same pixels as the black strokes on white paper
+    assert (read_image(tmp_path / "white-on-clear.png") == read_image(tmp_path / "ink.png")).all()
+
+    files = [str(tmp_path / n) for n in ("ink.png", *blank, "white-on-clear.png")]
+    assert cli.main(["predict", str(model), *files, "--device", "cpu", "--beam", "1"]) == 2
+    out, err = capsys.readouterr()
+    assert [line.split("\t")[0] for line in out.splitlines()] == ["ink", "white-on-clear"], out
+    lines = [line for line in err.splitlines() if line.startswith("hmer:")]  # (not the progress bar)
+    assert len(lines) == len(blank), err
+    for name, line in zip(blank, lines):
+        assert str(tmp_path / name) in line and "no ink" in line, line
+    assert cli.main(["predict", str(model), str(tmp_path / "ink.png"), "--device", "cpu", "--beam", "1"]) == 0
+    assert capsys.readouterr().out.strip()  # one file read: its LaTeX alone, exit status 0
+    assert cli.main(["predict", str(model), str(tmp_path / "page.png"), "--device", "cpu"]) == 2
+    out, err = capsys.readouterr()
+    assert not out and len(err.strip().splitlines()) == 1 and "page.png" in err, (out, err)
+
+
 # ---- datasets given to hmer train, hmer data check and the study scripts ---------------------------
 
 def _zip_without(data: Path, split: str, out: Path) -> Path:
@@ -208,6 +265,36 @@ def test_hmer_ui_and_runs_present_refuse_a_folder_without_a_store_and_a_port_in_
         _one_line(_run(home, "ui", "--store", str(store), "--mlflow-port", port), port, "--mlflow-port")
         _one_line(_run(home, "ui", "--store", str(store), "--mlflow-port", str(_closed_port()), "--dashboard-port",
                        port), port, "--dashboard-port")
+
+
+def test_hmer_ui_names_a_damaged_database_in_one_line_and_refuses_a_port_that_is_not_one(tmp_path, capsys):
+    from hmer.tracking.store import setup_mlflow
+
+    good = tmp_path / "good"
+    good.mkdir()
+    setup_mlflow(f"sqlite:///{good / 'mlflow.db'}", "results")
+    optuna.create_study(storage=f"sqlite:///{good / 'optuna.db'}", study_name="any")
+    whole = (good / "mlflow.db").read_bytes()
+    damaged = {"truncated": ("mlflow.db", whole[: len(whole) // 2], "cannot be read"),
+               "noise": ("mlflow.db", os.urandom(8192), "cannot be read"),
+               "empty": ("mlflow.db", b"", "no table"),
+               "optuna-truncated": ("optuna.db", (good / "optuna.db").read_bytes()[:4096], "cannot be read")}
+    for folder, (name, data, says) in damaged.items():
+        store = tmp_path / folder
+        store.mkdir()
+        for db in ("mlflow.db", "optuna.db"):
+            (store / db).write_bytes((good / db).read_bytes())
+        (store / name).write_bytes(data)
+        assert cli.main(["ui", "--store", str(store), "--mlflow-port", str(_closed_port()), "--dashboard-port",
+                         str(_closed_port())]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert str(store / name) in line and says in line and "no server was started" in line, line
+        assert (store / name).read_bytes() == data and sorted(p.name for p in store.iterdir()) == [
+            "mlflow.db", "optuna.db"]  # read-only: no journal, no copy left
+    for option, port in (("--mlflow-port", "99999"), ("--dashboard-port", "0"), ("--mlflow-port", "-1")):
+        assert cli.main(["ui", "--store", str(good), option, port]) == 2
+        (line,) = capsys.readouterr().err.strip().splitlines()
+        assert f"{option} {port}" in line and "1 to 65535" in line, line
 
 
 def test_a_tracking_server_that_is_down_is_named(home, tmp_path):
@@ -358,6 +445,27 @@ def test_every_cross_field_rule_refuses_before_loading_data(capsys, no_data):
     # scale_aug_min > 0 with max 0 is no augmentation, and allowed: both 0, or min in (0, max]
     with pytest.raises(ValueError, match="scale_aug"):
         Config().override({"data.scale_aug_min": 0.0, "data.scale_aug_max": 1.4})
+
+
+# The time and pause flags of hmer train, each with what its message must name.
+TIME_FLAG_CASES = [
+    (["--pause-within", "-5"], "--pause-within -5"), (["--pause-within", "nan"], "--pause-within nan"),
+    (["--pause-within", "inf"], "--pause-within inf"), (["--pause-within", "0"], "--pause-within 0"),
+    (["--final-seconds", "-1", "--pause-within", "60"], "--final-seconds -1"),
+    (["--final-seconds", "100", "--pause-within", "5"], "--final-seconds 100", "--pause-within 5"),
+    (["--final-seconds", "30"], "--final-seconds 30", "--pause-within"),
+    (["--time-budget", "nan"], "--time-budget nan"), (["--time-budget", "-60"], "--time-budget -60"),
+    (["--pause-after-epochs", "0"], "--pause-after-epochs 0"),
+    (["--pause-after-epochs", "-2"], "--pause-after-epochs -2"),
+]
+
+
+def test_train_time_flags_are_checked_before_any_work(capsys, no_data, tmp_path):
+    for flags, *names in TIME_FLAG_CASES:
+        for start in (["--preset", "tiny", "--device", "cpu", "--data", str(no_data)], ["--resume", MISSING_RUN]):
+            err = _train_refuses(capsys, [*start, *flags], *names)
+            assert str(no_data) not in err and MISSING_RUN not in err, err  # before the data or the run
+    assert not (tmp_path / "mlruns").exists()
 
 
 def test_every_preset_size_recipe_budget_and_study_is_allowed():

@@ -14,14 +14,17 @@ across as many leases as it takes. Each lease carries the run in (`.gpu/carried.
 MLflow record with its whole history, and its last checkpoint, fp32 weights without the optimiser's
 state; `hmer.training.carry`), continues it until a pause leaves time to bring it back, and returns
 it (`carried.tar.gz`, in pieces of 15 MiB) with an export of every run of the lease (`runs.tar.gz`).
-`home` merges the export into the store (the run keeps its first id as `hmer.source_run_id`: one run,
-one curve) and keeps the carried file at `mlruns/carried/gpu-campaign.tar.gz`, committed: the only
-thing that outlives a session, and the smallest that continues the run (about 25 MB for 6.4 M
-parameters; the optimiser's momentum, as much again, would not fit the call beside the wheels and
-the data). Each lease's optimiser restart is tagged on the run (`hmer.warm_restart`); what it costs
-the curve is measured on the CPU in docs/benchmarks.md section 5. When the run's epochs are done, the
-lease that finishes them decodes 2014, 2016, 2019 and the standard 2014 images (the trainer's own
-final evaluation, beam 10 with joint search), then times decoding with the trained weights.
+`home` checks everything that came back (status.json, each file it lists at the size it left with,
+every archive read to its end) and only then merges the export into the store, all of it or none
+(the run keeps its first id as `hmer.source_run_id`: one run, one curve; run again after a failure,
+it finishes the merge without duplicating a run) and keeps the carried file at
+`mlruns/carried/gpu-campaign.tar.gz`, committed: the only thing that outlives a session, and the
+smallest that continues the run (about 25 MB for 6.4 M parameters; the optimiser's momentum, as much
+again, would not fit the call beside the wheels and the data). Each lease's optimiser restart is
+tagged on the run (`hmer.warm_restart`); what it costs the curve is measured on the CPU in
+docs/benchmarks.md section 5. When the run's epochs are done, the lease that finishes them decodes
+2014, 2016, 2019 and the standard 2014 images (the trainer's own final evaluation, beam 10 with
+joint search), then times decoding with the trained weights.
 
 THE PLAN OF A LEASE: 15 minutes of device time, a machine start (1-2 min) and the transfers, then
 one command under the tool's 600 s; the lease takes 560 s of it (--lease-seconds), of which 60 s are
@@ -58,6 +61,7 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import math
 import os
 import re
 import shutil
@@ -259,7 +263,12 @@ class Campaign:
 
     def step_train(self, cap: float) -> str:
         a, tr = self.args, self.record["train"]
-        pause = ["--pause-within", f"{max(cap - STOP_MARGIN_S, 1):.0f}", "--final-seconds", f"{a.eval_seconds:.0f}"]
+        window, final = max(int(cap - STOP_MARGIN_S), 1), math.ceil(a.eval_seconds)
+        if window <= final:  # (`hmer train` refuses a window that the test years alone fill)
+            self.lease.log(f"{window} s left to train, not more than the test years take (--eval-seconds "
+                           f"{final}): the run waits for the next lease")
+            return "not run (no time left)"
+        pause = ["--pause-within", str(window), "--final-seconds", str(final)]
         if a.epochs_per_lease:  # the rehearsal's stand-in for a lease's end: deterministic
             pause += ["--pause-after-epochs", str(a.epochs_per_lease)]
         ckpt = self.checkpoint()
@@ -392,6 +401,18 @@ def bench_markdown(rows: list[dict], args) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _seconds(text: str) -> float:
+    """A positive, finite number (of seconds, or a scale), for argparse: `nan`, `inf` and `-5` are
+    refused with the flag named, before the lease starts."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a positive, finite number")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -403,8 +424,8 @@ def build_parser() -> argparse.ArgumentParser:
     le.add_argument("--data", default=".gpu/crohme.zip", help="the packed data (`prepare`), or any dataset")
     le.add_argument("--wheels", default=".whl")
     le.add_argument("--carried", default=str(CARRIED), help="the carried run (`prepare` puts it there)")
-    le.add_argument("--lease-seconds", type=float, default=560.0, help="the command's whole time, wrap-up included")
-    le.add_argument("--wrapup-seconds", type=float, default=60.0, help="kept free for the wrap-up")
+    le.add_argument("--lease-seconds", type=_seconds, default=560.0, help="the command's whole time, wrap-up included")
+    le.add_argument("--wrapup-seconds", type=_seconds, default=60.0, help="kept free for the wrap-up")
     le.add_argument("--with", dest="with_", action="append", default=[], metavar="STEP", choices=OPTIONAL,
                     help="also run an optional step (shape-cost, bench-train, bench-trials) before training "
                          "(repeatable)")
@@ -413,9 +434,9 @@ def build_parser() -> argparse.ArgumentParser:
     le.add_argument("--train-preset", default=TRAIN_PRESET, help="the preset a fresh campaign run trains")
     le.add_argument("--train-set", nargs="*", default=[], metavar="KEY=VALUE",
                     help="more overrides for a fresh campaign run (after TRAIN_SET), e.g. train.epochs=120")
-    le.add_argument("--eval-seconds", type=float, default=240.0,
+    le.add_argument("--eval-seconds", type=_seconds, default=240.0,
                     help="what the test years take: the trainer pauses before a last epoch that leaves less")
-    le.add_argument("--cap-scale", type=float, default=1.0,
+    le.add_argument("--cap-scale", type=_seconds, default=1.0,
                     help="multiply every step's cap (a rehearsal on a machine shared with other jobs)")
     le.add_argument("--epochs-per-lease", type=int, default=0,
                     help="rehearsal: pause the run after this many epochs (0: by time only)")
@@ -443,8 +464,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.command != "lease":  # on the session's machine, where the project is installed
         import gpu_campaign_steps
 
-        return {"prepare": gpu_campaign_steps.prepare, "home": gpu_campaign_steps.home,
-                "pack-data": gpu_campaign_steps.pack_data}[args.command](args)
+        try:
+            return {"prepare": gpu_campaign_steps.prepare, "home": gpu_campaign_steps.home,
+                    "pack-data": gpu_campaign_steps.pack_data}[args.command](args)
+        except (ValueError, FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+            # a file that is missing, cut short or not what it should be: one line, as `hmer` says it
+            print(f"gpu_campaign.py {args.command}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+            return 2
     for name in ("data", "wheels", "carried"):  # relative to the repository root, where device commands run
         value = Path(getattr(args, name))
         setattr(args, name, str(value if value.is_absolute() else REPO / value))

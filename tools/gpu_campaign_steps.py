@@ -19,12 +19,17 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gpu_campaign import BENCH_EXPERIMENT, CARRIED, STANDARD_2014  # noqa: E402
 from lease import PART_MB  # noqa: E402
+
+if TYPE_CHECKING:
+    from hmer.training.carry import Carried
 
 CALL_MB = 64  # what one device call carries: the working tree and the carried paths together
 # Taken out of the index for the call (the committed store alone is 340 MB; the notebooks' outputs
@@ -198,43 +203,130 @@ def _folder_bytes(folder: Path) -> int:
 
 def home(args) -> int:
     """After a lease: its runs merged into the store, the carried run kept for the next lease (or let
-    go when the run has finished)."""
-    from hmer.tracking.transfer import import_runs, resolve_parts
-    from hmer.training.carry import read_carried
+    go when the run has finished).
 
+    All or nothing: everything that came back is checked before the store is touched (the status,
+    each file it lists there and of the size it left with, no piece of another lease, every archive
+    read to its end, the carried run against the kept one); a problem is one line naming the file,
+    exit status 2, and nothing changed. The merge then holds the store's lock (a second `home` or a
+    publish is refused meanwhile); it is keyed by each run's first id (`hmer runs import`) and the
+    kept file is replaced whole after the runs are in, so that `home` run again after a failure or a
+    kill finishes the merge without duplicating a run."""
     files = Path(args.files)
-    status = json.loads((files / "status.json").read_text())
-    res = import_runs(files / "runs.tar.gz", tracking_uri=args.tracking_uri)
-    print(f"runs: {len(res.created)} created, {len(res.updated)} brought up to date")
-    for src, rid in res.id_map.items():
-        print(f"  {src} -> {rid}")
     keep = REPO / args.keep if not Path(args.keep).is_absolute() else Path(args.keep)
-    came = files / "carried.tar.gz"
-    if came.is_file() or list(files.glob("carried.tar.gz.part-*")):
-        new = read_carried(came)
-        if keep.is_file():
-            old = read_carried(keep)
-            if old.source_run_id != new.source_run_id:
-                print(f"{came}: run {new.source_run_id}, but {args.keep} holds the campaign's run {old.source_run_id}; "
-                      f"nothing kept (remove {args.keep} to start another)")
-                return 1
-            if new.epoch < old.epoch:
-                print(f"{came}: epoch {new.epoch}, older than {args.keep}'s {old.epoch}; nothing kept")
-                return 1
-        keep.parent.mkdir(parents=True, exist_ok=True)
-        partial = keep.with_name(keep.name + ".tmp")
-        with partial.open("wb") as dst:
-            for part in resolve_parts(came):
-                dst.write(part.read_bytes())
-        os.replace(partial, keep)
-        print(f"kept run {new.source_run_id} at epoch {new.epoch} of {new.epochs} in {args.keep} "
-              f"({keep.stat().st_size / 2**20:.1f} MiB): commit it; `prepare` carries it to the next lease")
-    elif status.get("train", {}).get("finished") and keep.is_file():
-        keep.unlink()
-        print(f"the campaign's run has finished: {args.keep} removed (git rm it)")
-    else:
-        print(f"no carried run came back; {args.keep} is left as it was")
+    back = check_returned(files)
+    came, new = back.carried, back.carried_run
+    from hmer.atomic import write_atomically
+    from hmer.tracking.lock import database_store_lock
+    from hmer.tracking.store import default_tracking_uri
+    from hmer.tracking.transfer import import_runs, resolve_parts
+
+    if new is not None and keep.is_file():
+        from hmer.training.carry import read_carried
+
+        old = read_carried(keep)
+        if old.source_run_id != new.source_run_id:
+            raise ValueError(f"{came}: run {new.source_run_id}, but {args.keep} holds the campaign's run "
+                             f"{old.source_run_id}; nothing merged or kept (remove {args.keep} to start another)")
+        if new.epoch < old.epoch:
+            raise ValueError(f"{came}: epoch {new.epoch}, older than {args.keep}'s {old.epoch}; nothing merged or kept")
+    uri = args.tracking_uri or default_tracking_uri()
+    with database_store_lock(uri, f"gpu_campaign.py home {files.resolve()}") as lock:
+        if lock is not None and lock.stale is not None:
+            print(lock.stale_line(), file=sys.stderr)
+        res = import_runs(back.runs, tracking_uri=uri)
+        print(f"runs: {len(res.created)} created, {len(res.updated)} brought up to date")
+        for src, rid in res.id_map.items():
+            print(f"  {src} -> {rid}")
+        if came is not None and new is not None:
+            keep.parent.mkdir(parents=True, exist_ok=True)
+            parts = resolve_parts(came)
+
+            def joined(out) -> None:
+                for part in parts:
+                    with part.open("rb") as src:
+                        shutil.copyfileobj(src, out)
+
+            write_atomically(keep, joined)
+            print(f"kept run {new.source_run_id} at epoch {new.epoch} of {new.epochs} in {args.keep} "
+                  f"({keep.stat().st_size / 2**20:.1f} MiB): commit it; `prepare` carries it to the next lease")
+        elif back.status.get("train", {}).get("finished") and keep.is_file():
+            keep.unlink()
+            print(f"the campaign's run has finished: {args.keep} removed (git rm it)")
+        else:
+            print(f"no carried run came back; {args.keep} is left as it was")
     return 0
+
+
+@dataclass
+class Returned:
+    """What a lease's $OUT brought back, checked whole (`check_returned`)."""
+
+    status: dict  # status.json
+    runs: Path  # the runs export (or the name of its pieces)
+    carried: Path | None  # the carried run (or the name of its pieces), when one came back
+    carried_run: Carried | None  # what it holds
+
+
+def check_returned(files: Path) -> Returned:
+    """What a lease's $OUT brought back to `files`, checked whole without changing anything. A
+    ValueError names the first file that is missing, cut short, not listed or not what it should be.
+    The cheap checks come first, before the project's modules are imported (torch takes seconds)."""
+    if not files.is_dir():
+        raise ValueError(f"{files}: no such folder (give the folder that the lease's $OUT came back to)")
+    status_path = files / "status.json"
+    if not status_path.is_file():
+        raise ValueError(f"{status_path}: missing, so not a lease's whole $OUT (the lease writes it last)")
+    try:
+        status = json.loads(status_path.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{status_path}: not JSON, cut short? ({exc})") from None
+    listed = status.get("files") if isinstance(status, dict) else None
+    if not isinstance(listed, list) or not all(isinstance(n, str) and n and "/" not in n for n in listed) \
+            or not isinstance(status.get("train", {}), dict):
+        raise ValueError(f"{status_path}: not a lease's status (no list of the files it sent back)")
+    for name in listed:
+        if not (files / name).is_file():
+            raise ValueError(f"{files / name}: missing; {status_path.name} lists it among the lease's files")
+    sizes = status.get("sizes") or {}  # (leases before issue 59 recorded none)
+    for name, size in sizes.items() if isinstance(sizes, dict) else ():
+        if name in listed and (files / name).stat().st_size != size:
+            raise ValueError(f"{files / name}: {(files / name).stat().st_size} bytes, but it left the lease with "
+                             f"{size} ({status_path.name}): cut short in transfer?")
+    from hmer.tracking.transfer import PART_SUFFIX, read_export, resolve_parts
+
+    for piece in sorted(files.glob(f"*{PART_SUFFIX}*")):
+        if piece.name not in listed:
+            raise ValueError(f"{piece}: not among the files that {status_path.name} lists: another lease's?")
+    for base in sorted({name.split(PART_SUFFIX)[0] for name in listed if PART_SUFFIX in name}):
+        try:
+            pieces = resolve_parts(files / base)
+        except FileNotFoundError as exc:
+            raise ValueError(str(exc)) from None
+        # (what a status without sizes still tells) split_file cuts every piece but the last at
+        # one size (lease.PART_MB), and the last is no larger
+        cut = pieces[0].stat().st_size
+        for piece in pieces[1:]:
+            size = piece.stat().st_size
+            if size > cut or (size != cut and piece != pieces[-1]):
+                raise ValueError(f"{piece if size < cut else pieces[0]}: {min(size, cut)} bytes, where the pieces "
+                                 f"of {base} are cut at {max(size, cut)} but the last: cut short in transfer?")
+
+    def came_back(name: str) -> Path | None:
+        return files / name if name in listed or f"{name}{PART_SUFFIX}000" in listed else None
+
+    runs = came_back("runs.tar.gz")
+    if runs is None:
+        steps = status.get("steps")
+        wrapup = steps.get("wrap-up", {}).get("status", "unknown") if isinstance(steps, dict) else "unknown"
+        raise ValueError(f"{files}: no runs.tar.gz among the lease's files (its wrap-up: {wrapup}): nothing to merge")
+    read_export(runs)  # read to its end and checked as the import checks it
+    carried, carried_run = came_back("carried.tar.gz"), None
+    if carried is not None:
+        from hmer.training.carry import read_carried
+
+        carried_run = read_carried(carried)
+    return Returned(status=status, runs=runs, carried=carried, carried_run=carried_run)
 
 
 def _packed_with_writers(data: Path) -> bool:

@@ -136,6 +136,11 @@ class Lease:
         for problem in status["out_problems"]:
             self.log(f"$OUT: {problem}")
         self.log(f"lease done in {time.monotonic() - self.t0:.0f} s; $OUT: {', '.join(files)}")
+        # Each file's size as it leaves (the log's too: nothing is logged after this), so that the
+        # machine it comes back to can tell a file cut short in transfer (`home`).
+        status["sizes"] = {**{p.name: p.stat().st_size for p in self.out.iterdir()
+                                if p.is_file() and p.name != "status.json"},
+                           "lease.log": self.log_path.stat().st_size}
         (self.out / "status.json").write_text(json.dumps(status, indent=1))
         (self.out / "lease.log").write_bytes(self.log_path.read_bytes())
         return status

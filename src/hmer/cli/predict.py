@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import sys
+
+from .errors import EXIT_USAGE
+
 
 def add_parser(sub) -> None:
-    pr = sub.add_parser("predict", help="print LaTeX for images or InkML files")
+    pr = sub.add_parser("predict", help="print LaTeX for images or InkML files (exit status 2 when a file is "
+                        "refused: one with no ink is named on stderr and gets no prediction, the others do)")
     pr.add_argument("model", metavar="RUN_OR_CHECKPOINT")
     pr.add_argument("files", nargs="+", metavar="FILE")
     pr.add_argument("--beam", type=int, default=None)
@@ -15,6 +20,7 @@ def add_parser(sub) -> None:
 
 def cmd_predict(args) -> int:
     from ..data import RenderConfig
+    from ..data.errors import NoInkError
     from ..data.files import check_expression_file, read_expression_file
     from ..evaluation.evaluate import decode_options, predict
     from ..tracking import load_model
@@ -31,11 +37,18 @@ def cmd_predict(args) -> int:
     # Each file is read once, and rendered (InkML) as the model's training data was; a corrupt
     # file fails here, naming itself.
     render_cfg = RenderConfig.from_data_config(cfg.data)
-    exprs = [read_expression_file(f, render_cfg) for f in args.files]
-    preds, _ = predict(model, exprs, vocab,
-                       **decode_options(cfg, device, autocast_dtype(cfg.train.precision, device),
-                                        beam=args.beam or None, progress="decoding" if len(exprs) > 1 else None))
-    for expr, tokens in zip(exprs, preds):
-        latex = " ".join(tokens)
-        print(f"{expr.name}\t{latex}" if len(exprs) > 1 else latex)
-    return 0
+    exprs, blank = [], 0
+    for f in args.files:
+        try:
+            exprs.append(read_expression_file(f, render_cfg))
+        except NoInkError as exc:  # named, and the other files are still read
+            print(f"hmer: error: {exc}", file=sys.stderr)
+            blank += 1
+    if exprs:
+        preds, _ = predict(model, exprs, vocab,
+                           **decode_options(cfg, device, autocast_dtype(cfg.train.precision, device),
+                                            beam=args.beam or None, progress="decoding" if len(exprs) > 1 else None))
+        for expr, tokens in zip(exprs, preds):
+            latex = " ".join(tokens)
+            print(f"{expr.name}\t{latex}" if len(args.files) > 1 else latex)
+    return EXIT_USAGE if blank else 0

@@ -97,15 +97,29 @@ def cmd_runs_export(args) -> int:
 
 
 def cmd_runs_publish(args) -> int:
+    from pathlib import Path
+
+    from ..tracking.lock import store_lock
+    from ..tracking.store import mlruns_dir
+
+    if args.weights_only and not args.keep_unfinished:
+        print("hmer runs publish: error: --weights-only is for --keep-unfinished (what continues an unfinished "
+              "trial); without it no checkpoint is published", file=sys.stderr)
+        return 2
+    # The store's lock first, before the seconds of imports: a second publish started with this
+    # one is refused at once, naming it (publish() holds the same lock, as any caller of it does).
+    with store_lock(mlruns_dir(), f"hmer runs publish {Path(args.folder).resolve()}") as lock:
+        if lock.stale is not None:
+            print(f"hmer: {lock.stale_line()}", file=sys.stderr)
+        return _publish(args)
+
+
+def _publish(args) -> int:
     from ..reports.runs import study_progress
     from ..studies.publish import publish
     from ..tracking.store import mlruns_dir, quiet_mlflow
 
     quiet_mlflow()
-    if args.weights_only and not args.keep_unfinished:
-        print("hmer runs publish: error: --weights-only is for --keep-unfinished (what continues an unfinished "
-              "trial); without it no checkpoint is published", file=sys.stderr)
-        return 2
     done = publish(args.folder, mlruns_dir(), keep_unfinished=args.keep_unfinished, weights_only=args.weights_only)
     uri = f"sqlite:///{done.store / 'mlflow.db'}"
     print(f"published {args.folder} to {done.store} (artifact locations relative to the checkout)")
@@ -189,23 +203,37 @@ def cmd_runs_fingerprint(args) -> int:
 
 
 def cmd_runs_workspace(args) -> int:
+    from pathlib import Path
+
+    from ..tracking.lock import store_lock
     from ..tracking.portable import copy_store
     from ..tracking.store import mlruns_dir
 
-    db = copy_store(mlruns_dir(), args.folder, portable=False, checkpoints=True)
+    with store_lock(args.folder, f"hmer runs workspace {Path(args.folder).resolve()}") as lock:
+        if lock.stale is not None:
+            print(f"hmer: {lock.stale_line()}", file=sys.stderr)
+        db = copy_store(mlruns_dir(), args.folder, portable=False, checkpoints=True)
     print(f"copied {mlruns_dir()} to {db.parent}; run studies with HMER_MLRUNS={db.parent}, "
           f"then `hmer runs publish {db.parent}`")
     return 0
 
 
 def cmd_runs_import(args) -> int:
-    from ..tracking.transfer import import_runs
+    from ..tracking.lock import database_store_lock
+    from ..tracking.store import default_tracking_uri
+    from ..tracking.transfer import import_runs, read_export
 
-    for f in args.files:
-        res = import_runs(f, tracking_uri=args.tracking_uri)
-        print(f"{f}: {len(res.created)} runs created, {len(res.updated)} already there (brought up to date)")
-        for src, rid in res.id_map.items():
-            print(f"  {src} -> {rid}")
+    for f in args.files:  # every file read whole first: a bad one merges none of them
+        read_export(f)
+    uri = args.tracking_uri or default_tracking_uri()
+    with database_store_lock(uri, f"hmer runs import {' '.join(args.files)}") as lock:
+        if lock is not None and lock.stale is not None:
+            print(f"hmer: {lock.stale_line()}", file=sys.stderr)
+        for f in args.files:
+            res = import_runs(f, tracking_uri=uri)
+            print(f"{f}: {len(res.created)} runs created, {len(res.updated)} already there (brought up to date)")
+            for src, rid in res.id_map.items():
+                print(f"  {src} -> {rid}")
     return 0
 
 

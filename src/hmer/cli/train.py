@@ -3,6 +3,7 @@ tracked in MLflow. `hmer config` prints what the same options resolve to, layer 
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -34,14 +35,37 @@ def add_parser(sub) -> None:
     tr.add_argument("--resume", nargs="?", const="latest", default=None, metavar="RUN_OR_CHECKPOINT",
                     help="continue a killed run: a run id, a checkpoint, or the latest unfinished run")
     tr.add_argument("--no-progress", action="store_true")
-    tr.add_argument("--pause-after-epochs", type=int, default=0, metavar="N",
+    tr.add_argument("--pause-after-epochs", type=int, default=None, metavar="N",
                     help="train N epochs, checkpoint and exit with status 3 (continue with --resume)")
-    tr.add_argument("--pause-within", type=float, default=0.0, metavar="SECONDS",
+    tr.add_argument("--pause-within", type=float, default=None, metavar="SECONDS",
                     help="pause likewise after the last epoch that leaves time for the next (as long as the one "
                          "just done) within SECONDS from now: a machine lent for a while")
-    tr.add_argument("--final-seconds", type=float, default=0.0, metavar="SECONDS",
-                    help="with --pause-within: what the test years take, counted before the last epoch")
+    tr.add_argument("--final-seconds", type=float, default=None, metavar="SECONDS",
+                    help="with --pause-within: what the test years take, counted before the last epoch "
+                         "(less than --pause-within)")
     tr.set_defaults(func=cmd_train)
+
+
+def check_time_flags(args) -> None:
+    """The time and pause flags, before any work: each a finite, positive number, and together a
+    window the run can finish in (a UserError naming the flag and its value)."""
+    for flag, value in (("--time-budget", args.time_budget), ("--pause-within", args.pause_within),
+                        ("--final-seconds", args.final_seconds)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise UserError(f"{flag} {value:g}: give a positive, finite number of seconds"
+                            + (" (leave the flag out for no limit)" if flag == "--time-budget" else ""))
+    if args.pause_after_epochs is not None and args.pause_after_epochs < 1:
+        raise UserError(f"--pause-after-epochs {args.pause_after_epochs}: give a number of epochs, at least 1")
+    if args.final_seconds is not None:
+        if args.pause_within is None:
+            raise UserError(f"--final-seconds {args.final_seconds:g} counts the test years within --pause-within, "
+                            "which is not given")
+        if args.final_seconds >= args.pause_within:
+            # every epoch would be followed by a pause, and a run whose epochs are done by a pause
+            # before its test years, at every resume: it would never finish
+            raise UserError(f"--final-seconds {args.final_seconds:g} is not less than --pause-within "
+                            f"{args.pause_within:g}: the test years alone would not fit the window, and the run "
+                            "would pause at every resume without ever finishing")
 
 
 def cmd_train(args) -> int:
@@ -51,7 +75,10 @@ def cmd_train(args) -> int:
     from ..presets import resolve_preset
     from ..training import train
 
-    pause_at = time.time() + args.pause_within if args.pause_within > 0 else 0.0
+    check_time_flags(args)
+    pause_at = time.time() + args.pause_within if args.pause_within is not None else 0.0
+    final_seconds = args.final_seconds or 0.0
+    pause_after_epochs = args.pause_after_epochs or 0
     if args.resume:
         from ..tracking.run import fail_runs_of_dead_processes
 
@@ -61,8 +88,8 @@ def cmd_train(args) -> int:
         ckpt = find_resume_checkpoint(args.resume, args.tracking_uri, args.experiment)
         print(f"resuming from {ckpt}", file=sys.stderr)
         result = train(Config(), tracking_uri=args.tracking_uri, experiment=args.experiment, resume=ckpt,
-                       progress=not args.no_progress, pause_after_epochs=args.pause_after_epochs,
-                       pause_at=pause_at, final_seconds=args.final_seconds)
+                       progress=not args.no_progress, pause_after_epochs=pause_after_epochs,
+                       pause_at=pause_at, final_seconds=final_seconds)
         return print_result(result)
     if args.config and args.preset:
         raise UserError("give --preset or --config, not both")
@@ -90,8 +117,8 @@ def cmd_train(args) -> int:
         overrides["train.time_budget_s"] = str(args.time_budget)
     cfg = cfg.override(overrides).validate()
     result = train(cfg, tracking_uri=args.tracking_uri, experiment=args.experiment, run_name=args.run_name,
-                   progress=not args.no_progress, pause_after_epochs=args.pause_after_epochs,
-                   pause_at=pause_at, final_seconds=args.final_seconds)
+                   progress=not args.no_progress, pause_after_epochs=pause_after_epochs,
+                   pause_at=pause_at, final_seconds=final_seconds)
     return print_result(result)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from .errors import UserError
+
 
 def add_parser(sub) -> None:
     p = sub.add_parser("ui", help="start the MLflow UI and optuna-dashboard on the committed store (or --store) "
@@ -24,6 +26,9 @@ def cmd_ui(args) -> int:
     from ..tracking.servers import serve_store
     from ..tracking.store import mlruns_dir, project_root, quiet_mlflow
 
+    for option, port in (("--mlflow-port", args.mlflow_port), ("--dashboard-port", args.dashboard_port)):
+        if not 1 <= port <= 65535:  # before anything starts (a socket would raise OverflowError)
+            raise UserError(f"{option} {port}: a port is a number from 1 to 65535")
     quiet_mlflow()
     folder = Path(args.store).resolve() if args.store else mlruns_dir()
     committed = folder == (project_root() / STORE_FOLDER).resolve()

@@ -31,7 +31,7 @@ from ..config import DataConfig
 from ..atomic import write_text_atomically
 from .cache import check_files, load_images
 from .captions import parse_caption_line, parse_captions
-from .render import RenderConfig
+from .render import INK_LEVEL, RenderConfig
 from .holdout import near_captions
 from .source import CAPTION_FILE, SPLITS, WRITER_FILE, DatasetSource, files_for_captions, open_source
 from .splits import TRAIN, read_writers, split_source_validation, writers_file_text
@@ -218,7 +218,7 @@ def encode_bmp(image: np.ndarray) -> bytes:
 def encode_binary_png(image: np.ndarray) -> bytes:
     """uint8 [H, W] of 0 and 255 only -> 1-bit PNG bytes (CROHME: 11.1 MiB against 24.3 MiB of BMP, zipped)."""
     buffer = io.BytesIO()
-    Image.fromarray(image > 127).save(buffer, format="PNG", optimize=True)
+    Image.fromarray(image > INK_LEVEL).save(buffer, format="PNG", optimize=True)
     return buffer.getvalue()
 
 

@@ -22,6 +22,11 @@ class ImageReadError(DataError):
     """An image file (bmp/png/jpg) that cannot be decoded."""
 
 
+class NoInkError(DataError):
+    """An image in which nothing is ink: blank, uniform, or a single pixel (`hmer predict` names it
+    and reads nothing into it)."""
+
+
 class DatasetNotFoundError(DataError):
     """No dataset folder or zip where one was asked for (or at any default place)."""
 
@@ -42,6 +47,7 @@ __all__ = [
     "DataError",
     "InkMLError",
     "ImageReadError",
+    "NoInkError",
     "DatasetNotFoundError",
     "MissingSplitError",
     "CaptionError",

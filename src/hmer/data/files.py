@@ -2,7 +2,8 @@
 
 An `.inkml` file is rendered exactly as the training data is (same `RenderConfig`); an image is
 read as grey and inverted when it is black ink on white. Anything else, or a file that cannot be
-read, raises a `DataError` (a ValueError) whose message names the file.
+read, raises a `DataError` (a ValueError) whose message names the file; an image with no ink in
+it, a `NoInkError`.
 """
 
 from __future__ import annotations
@@ -10,9 +11,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .errors import DataError
+from .errors import DataError, NoInkError
 from .expression import Expression
-from .images import read_image
+from .images import has_ink, read_image
 from .inkml import read_inkml
 from .render import RenderConfig, render_ink
 from .source import CONTENT_SUFFIXES, IMAGE_SUFFIXES
@@ -30,11 +31,16 @@ def check_expression_file(path: str | os.PathLike[str]) -> Path:
 
 
 def read_expression_file(path: str | os.PathLike[str], render_cfg: RenderConfig | None = None) -> Expression:
-    """An `Expression` without tokens (its name is the file's stem)."""
+    """An `Expression` without tokens (its name is the file's stem); a `NoInkError` naming the file
+    when its image has no ink (`images.has_ink`): a model reads something into a blank page."""
     path = check_expression_file(path)
     suffix = path.suffix.lower()
     if suffix in IMAGE_SUFFIXES:
         image = read_image(path)
     else:
         image = render_ink(read_inkml(path), render_cfg or RenderConfig())
+    if not has_ink(image):
+        height, width = image.shape
+        raise NoInkError(f"{path}: no ink: none of its {width} x {height} pixels stands out from the paper past "
+                         f"mid-grey (a blank or one-colour image): nothing to read, so no prediction")
     return Expression(name=path.stem, tokens=[], image=image)

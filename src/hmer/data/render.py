@@ -40,6 +40,9 @@ from .inkml import Ink
 RENDERER_VERSION = 1
 
 SUPERSAMPLE = 4  # anti-aliased mode draws at this multiple, then averages each block
+# A pixel of a white-on-black image brighter than this is ink: where a 1-bit copy of a rendering
+# (`hmer data render --format png`) puts a set bit, and what `hmer predict` looks for in an image.
+INK_LEVEL = 127
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,13 @@ nothing is wrong with it, so a refused publish leaves the committed store as it 
    tracking.portable);
 5. `clean_store.store_problems` must find nothing: else the publish is refused, in one line naming
    the first problem and how many there are.
+
+One publish at a time per committed store: it holds the store's lock (`tracking.lock`) from start
+to end, and a second publish into the same store is refused, naming the first. A publish that is
+killed changes nothing until its last step, which moves the copy's files into place one by one
+(its two databases, then each folder by renaming: well under a second); killed there, the store
+may be left part old, part new, and the next publish, which names the killed one's lock, writes
+every file again.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..tracking import keys
+from ..tracking.lock import store_lock
 from ..tracking.portable import ARTIFACTS, CHECKPOINTS, STORE_FILES, copy_store, make_portable
 
 STAGING = ".publishing"  # the copy being made, inside the committed store's folder (git-ignored)
@@ -50,14 +58,20 @@ def publish(source: str | Path, dest: str | Path, *, keep_unfinished: bool, weig
     """Publish the local store in the folder `source` into the folder `dest` (see the module
     docstring); with `keep_unfinished` and `weights_only`, each unfinished trial is continued from
     its weights alone (`unfinished.keep_resumable_checkpoints`). Raises ValueError naming the first
-    problem left, `dest` then as it was."""
+    problem left, `dest` then as it was, and `tracking.lock.StoreLocked` when another publish is
+    writing `dest`."""
+    source, dest = Path(source).resolve(), Path(dest).resolve()
+    with store_lock(dest, f"hmer runs publish {source}"):
+        return _publish(source, dest, keep_unfinished=keep_unfinished, weights_only=weights_only)
+
+
+def _publish(source: Path, dest: Path, *, keep_unfinished: bool, weights_only: bool) -> Published:
     from .clean_store import make_paths_portable, relabel_studies, store_problems
     from .present import present_studies
     from .unfinished import drop_studies, keep_resumable_checkpoints, resumable_runs, unfinished_studies
     from ..tracking.store import mlflow_client
     from ..tracking.ui import mark_training_experiments
 
-    source, dest = Path(source).resolve(), Path(dest).resolve()
     staging = dest / STAGING
     shutil.rmtree(staging, ignore_errors=True)  # a publish that was killed
     try:
@@ -92,13 +106,15 @@ def publish(source: str | Path, dest: str | Path, *, keep_unfinished: bool, weig
 
 
 def _replace(staging: Path, dest: Path) -> None:
-    """The committed store's files replaced by the copy's (its databases, artifacts and checkpoints)."""
+    """The committed store's files replaced by the copy's (its databases, artifacts and checkpoints),
+    each by a rename: a folder's old version is moved into the staging folder (removed with it)
+    rather than deleted in place, so that the store is never long without it."""
     for name in STORE_FILES:
         if (staging / name).is_file():
             os.replace(staging / name, dest / name)
     for folder in (ARTIFACTS, CHECKPOINTS):
         if (dest / folder).exists():
-            shutil.rmtree(dest / folder)
+            os.replace(dest / folder, staging / f"replaced-{folder}")
         if (staging / folder).exists():
             os.replace(staging / folder, dest / folder)
 

@@ -88,8 +88,37 @@ def executable(name: str) -> str | None:
     return str(beside) if beside.is_file() else shutil.which(name)
 
 
+# The tables a server reads first, by database: a file without them is not a store of its kind.
+SERVED_TABLES = {"mlflow.db": ("MLflow", ("alembic_version", "experiments", "runs")),
+                 "optuna.db": ("Optuna", ("version_info", "studies", "trials"))}
+
+
+def check_database(path: Path) -> None:
+    """A ValueError, in one line naming `path`, when it is not a whole SQLite database of the kind
+    its server reads (`SERVED_TABLES`): unreadable, damaged (SQLite's quick_check, which reads every
+    page), or without its tables. Opened read-only: the file keeps its bytes. A server started on
+    such a file would stop with pages of its log instead."""
+    import sqlite3
+
+    kind, tables = SERVED_TABLES[path.name]
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
+            verdict = [row[0] for row in db.execute("PRAGMA quick_check")]
+            found = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error as exc:
+        raise ValueError(f"{path}: cannot be read as an SQLite database ({exc}); no server was started") from None
+    if verdict != ["ok"]:
+        raise ValueError(f"{path}: a damaged SQLite database ({'; '.join(verdict[:2])}); no server was started")
+    missing = [t for t in tables if t not in found]
+    if missing:
+        raise ValueError(f"{path}: not an {kind} store's database (no table {', '.join(missing)}); "
+                         f"no server was started")
+
+
 def check_port(port: int, option: str) -> None:
-    """A ValueError, in one line, when `port` on 127.0.0.1 is taken."""
+    """A ValueError, in one line, when `port` is not one (1-65535) or on 127.0.0.1 is taken."""
+    if not 1 <= port <= 65535:
+        raise ValueError(f"{option} {port}: a port is a number from 1 to 65535")
     with socket.socket() as s:
         try:
             s.bind(("127.0.0.1", port))
@@ -103,18 +132,21 @@ def serve_store(folder: Path, *, mlflow_port: int, dashboard_port: int, from_cop
     """Start both UIs on the store `folder` (its `mlflow.db`, `artifacts/` and `optuna.db`), wait
     until they answer and yield them; stop them on the way out (module docstring). optuna-dashboard
     is left out when the store has no `optuna.db` or the package is not installed (`served.dashboard`
-    is then None). Raises ValueError (one line) for a folder without `mlflow.db`, a port in use
-    or a missing `mlflow`, and RuntimeError with the end of its log for a server that does not start."""
+    is then None). Raises ValueError (one line) for a folder without `mlflow.db`, a database that is
+    damaged or not a store's (`check_database`), a port that is not one or is in use, or a missing
+    `mlflow`, and RuntimeError with the end of its log for a server that does not start."""
     folder = Path(folder).resolve()
     if not (folder / "mlflow.db").is_file():
         raise ValueError(f"{folder} holds no MLflow store (no mlflow.db): give the store's folder with --store")
     mlflow = executable("mlflow")
     if mlflow is None:
         raise ValueError("the mlflow command is not installed here (pip install -e .)")
+    check_database(folder / "mlflow.db")
     check_port(mlflow_port, "--mlflow-port")
     dashboard = executable("optuna-dashboard")
     serve_dashboard = (folder / "optuna.db").is_file() and dashboard is not None
     if serve_dashboard:
+        check_database(folder / "optuna.db")
         if dashboard_port == mlflow_port:
             raise ValueError(f"--mlflow-port and --dashboard-port are both {mlflow_port}: give two ports")
         check_port(dashboard_port, "--dashboard-port")

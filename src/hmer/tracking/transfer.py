@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import keys
+from .lock import database_store_lock
 from .portable import download_run_artifact, list_run_artifacts
 from .run import log_metric_points, log_params
 
@@ -222,69 +223,109 @@ def import_runs(path: str | os.PathLike[str], *, tracking_uri: str | None = None
     parts = resolve_parts(path)
     result = ImportResult()
     with tempfile.TemporaryDirectory(prefix="hmer-import-") as tmp:
-        tmp_path = Path(tmp)
-        archive = parts[0]
-        if len(parts) > 1:
-            archive = tmp_path / "joined.tar.gz"
-            with archive.open("wb") as joined:
-                for part in parts:
-                    with part.open("rb") as src:
-                        shutil.copyfileobj(src, joined)
-        unpacked = tmp_path / "unpacked"
-        manifest = _unpack(archive, unpacked, Path(path))  # a bad file fails here, before the store is touched
-        label = Path(path).name.split(PART_SUFFIX)[0]
-        exp_ids = {name: ensure_experiment(client, name, manifest.get("experiment_tags", {}).get(name, {}))
-                   for name in manifest["experiments"]}
-        existing = _existing_by_source(client)
-        for rec in _parents_first(manifest["runs"]):
-            src = rec["tags"].get(keys.SOURCE_RUN_ID) or rec["run_id"]
-            target = existing.get(src)
-            if target is None and _run_exists(client, src):
-                target = src  # the very store it came from
-            new_tags = {k: v for k, v in rec["tags"].items()
-                        if k not in (keys.MLFLOW_PARENT_RUN_ID, keys.MLFLOW_RUN_NAME)}
-            new_tags[keys.SOURCE_RUN_ID] = src
-            new_tags[keys.IMPORTED_FROM] = new_tags.get(keys.IMPORTED_FROM) or label
-            new_tags.update(tags or {})
-            parent = rec["tags"].get(keys.MLFLOW_PARENT_RUN_ID)
-            if parent:
-                parent_src = next((r["tags"].get(keys.SOURCE_RUN_ID) or r["run_id"] for r in manifest["runs"]
-                                   if r["run_id"] == parent), parent)
-                mapped = result.id_map.get(parent_src) or existing.get(parent_src) or (
-                    parent_src if _run_exists(client, parent_src) else None)
-                if mapped:
-                    new_tags[keys.MLFLOW_PARENT_RUN_ID] = mapped
-                else:
-                    new_tags[keys.SOURCE_PARENT_RUN_ID] = parent_src
-            if target is None:
-                run = client.create_run(exp_ids[rec["experiment"]], start_time=rec.get("start_time"),
-                                        tags=new_tags, run_name=rec.get("run_name"))
-                target = run.info.run_id
-                result.created.append(target)
-                newer = True
-            else:
-                result.updated.append(target)
-                have = client.get_run(target)
-                # The record wins where it is at least as recent as what is here (a later slice's export);
-                # an older one (imported after a newer) only adds what is missing.
-                newer = (rec.get("end_time") or 0) >= (have.info.end_time or 0)
-                if newer:
-                    _set_tags(client, target, new_tags)
-                    for key in set(have.data.tags) - set(new_tags):
-                        if not key.startswith("mlflow.") and key != keys.MLFLOW_PARENT_RUN_ID:
-                            client.delete_tag(target, key)  # e.g. hmer.error of an interruption since resumed
-                else:
-                    _set_tags(client, target, {k: v for k, v in new_tags.items() if k not in have.data.tags})
-            result.id_map[src] = target
-            _merge_params(client, target, rec["params"])
-            _merge_metrics(client, target, rec["metrics"])
-            folder = unpacked / "artifacts" / rec["run_id"]
-            if folder.is_dir() and any(folder.iterdir()):
-                client.log_artifacts(target, str(folder))
-            status = rec.get("status")
-            if status in _TERMINAL and newer:
-                client.set_terminated(target, status=status, end_time=rec.get("end_time"))
+        unpacked = Path(tmp) / "unpacked"
+        manifest = _unpack_parts(parts, unpacked, Path(path))  # a bad file fails here, before the store is touched
+        with database_store_lock(client.tracking_uri, f"hmer runs import {Path(path).resolve()}"):
+            _merge(client, manifest, unpacked, Path(path), tags, result)
     return result
+
+
+def _merge(client, manifest: dict, unpacked: Path, path: Path, tags: dict[str, str] | None,
+           result: ImportResult) -> None:
+    """The checked export unpacked in `unpacked` merged into the store (`import_runs`)."""
+    label = Path(path).name.split(PART_SUFFIX)[0]
+    exp_ids = {name: ensure_experiment(client, name, manifest.get("experiment_tags", {}).get(name, {}))
+               for name in manifest["experiments"]}
+    existing = _existing_by_source(client)
+    for rec in _parents_first(manifest["runs"]):
+        src = rec["tags"].get(keys.SOURCE_RUN_ID) or rec["run_id"]
+        target = existing.get(src)
+        if target is None and _run_exists(client, src):
+            target = src  # the very store it came from
+        new_tags = {k: v for k, v in rec["tags"].items()
+                    if k not in (keys.MLFLOW_PARENT_RUN_ID, keys.MLFLOW_RUN_NAME)}
+        new_tags[keys.SOURCE_RUN_ID] = src
+        new_tags[keys.IMPORTED_FROM] = new_tags.get(keys.IMPORTED_FROM) or label
+        new_tags.update(tags or {})
+        parent = rec["tags"].get(keys.MLFLOW_PARENT_RUN_ID)
+        if parent:
+            parent_src = next((r["tags"].get(keys.SOURCE_RUN_ID) or r["run_id"] for r in manifest["runs"]
+                               if r["run_id"] == parent), parent)
+            mapped = result.id_map.get(parent_src) or existing.get(parent_src) or (
+                parent_src if _run_exists(client, parent_src) else None)
+            if mapped:
+                new_tags[keys.MLFLOW_PARENT_RUN_ID] = mapped
+            else:
+                new_tags[keys.SOURCE_PARENT_RUN_ID] = parent_src
+        if target is None:
+            run = client.create_run(exp_ids[rec["experiment"]], start_time=rec.get("start_time"),
+                                    tags=new_tags, run_name=rec.get("run_name"))
+            target = run.info.run_id
+            result.created.append(target)
+            newer = True
+        else:
+            result.updated.append(target)
+            have = client.get_run(target)
+            # The record wins where it is at least as recent as what is here (a later slice's export);
+            # an older one (imported after a newer) only adds what is missing.
+            newer = (rec.get("end_time") or 0) >= (have.info.end_time or 0)
+            if newer:
+                _set_tags(client, target, new_tags)
+                for key in set(have.data.tags) - set(new_tags):
+                    if not key.startswith("mlflow.") and key != keys.MLFLOW_PARENT_RUN_ID:
+                        client.delete_tag(target, key)  # e.g. hmer.error of an interruption since resumed
+            else:
+                _set_tags(client, target, {k: v for k, v in new_tags.items() if k not in have.data.tags})
+        result.id_map[src] = target
+        _merge_params(client, target, rec["params"])
+        _merge_metrics(client, target, rec["metrics"])
+        folder = unpacked / "artifacts" / rec["run_id"]
+        if folder.is_dir() and any(folder.iterdir()):
+            client.log_artifacts(target, str(folder))
+        status = rec.get("status")
+        if status in _TERMINAL and newer:
+            client.set_terminated(target, status=status, end_time=rec.get("end_time"))
+
+
+def read_export(path: str | os.PathLike[str]) -> dict:
+    """The manifest of the export at `path` (or its parts), once the whole file has been read and
+    checked as `import_runs` checks it, without opening any store: a ValueError naming the file
+    when it is not a whole export."""
+    with tempfile.TemporaryDirectory(prefix="hmer-import-") as tmp:
+        return _unpack_parts(resolve_parts(path), Path(tmp) / "unpacked", Path(path))
+
+
+def read_to_end(archive: Path, named: str | os.PathLike[str], what: str) -> None:
+    """Read the gzip stream of `archive` to its end; a ValueError naming `named` when it stops short
+    or fails its checksum (a file cut short in transfer). tarfile alone does not notice a file cut
+    in its last kilobytes: it stops at the tar's end-of-archive blocks, before gzip's trailer."""
+    import gzip
+    import zlib
+
+    try:
+        with gzip.open(archive, "rb") as stream:
+            while stream.read(1 << 20):
+                pass
+    except (EOFError, zlib.error, OSError) as exc:  # (gzip.BadGzipFile is an OSError)
+        if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)):
+            raise
+        reason = ("cut short, it ends before its compressed stream does" if isinstance(exc, EOFError)
+                  else f"{type(exc).__name__}: {exc}")
+        raise ValueError(f"{named}: not {what}: {reason}") from None
+
+
+def _unpack_parts(parts: list[Path], folder: Path, named: Path) -> dict:
+    """The export in `parts` (joined beside `folder` when there are several) read to its end and
+    unpacked into `folder`; its checked manifest (`_unpack`)."""
+    archive = parts[0]
+    if len(parts) > 1:
+        archive = folder.parent / "joined.tar.gz"
+        with archive.open("wb") as joined:
+            for part in parts:
+                with part.open("rb") as src:
+                    shutil.copyfileobj(src, joined)
+    read_to_end(archive, named, "an hmer runs export (a .tar.gz from `hmer runs export`)")
+    return _unpack(archive, folder, named)
 
 
 def _unpack(archive: Path, folder: Path, named: Path) -> dict:

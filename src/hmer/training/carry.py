@@ -47,7 +47,7 @@ import torch
 from ..checkpoint import atomic_torch_save, load_checkpoint, weights_artifact
 from ..data import Vocab
 from ..tracking.store import checkpoint_root, mlflow_client, quiet_mlflow
-from ..tracking.transfer import export_runs, import_runs, resolve_parts, source_id
+from ..tracking.transfer import export_runs, import_runs, read_to_end, resolve_parts, source_id
 from .resume import standalone_continuation
 
 FORMAT = 1
@@ -160,6 +160,7 @@ def _extract(path: str | os.PathLike[str], folder: Path) -> tuple[Carried, dict]
         for part in parts:
             with part.open("rb") as src:
                 shutil.copyfileobj(src, dst)
+    read_to_end(joined, path, "a carried run (a .tar.gz from pack_run)")
     try:
         with tarfile.open(joined, "r:gz") as tar:  # as pack_run writes it
             tar.extractall(folder, filter="data")
