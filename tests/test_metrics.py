@@ -37,14 +37,19 @@ def test_as_dict_gives_the_mlflow_keys():
         "test_2014_le1": 100.0,
         "test_2014_le2": 100.0,
         "test_2014_n": 2,
+        # the papers' measures on symbol label graphs: `b` for `c` is one wrong node
+        "test_2014_lgeval_exprate": 50.0,
+        "test_2014_lgeval_le1": 100.0,
+        "test_2014_lgeval_le2": 100.0,
     }
-    assert set(scores.as_dict()) == {"exprate", "le1", "le2", "n"}
+    assert set(scores.as_dict()) == {"exprate", "le1", "le2", "n", "lgeval_exprate", "lgeval_le1", "lgeval_le2"}
 
 
 def test_empty_truth_and_empty_split():
     assert expression_metrics([[]], [[]]).exprate == 100.0
     assert expression_metrics([["x"]], [[]]).distances == [1]
-    assert expression_metrics([], []) == Scores(n=0, exprate=0.0, le1=0.0, le2=0.0, distances=[])
+    assert expression_metrics([], []) == Scores(n=0, exprate=0.0, le1=0.0, le2=0.0, distances=[],
+                                                extra={"lgeval_exprate": 0.0, "lgeval_le1": 0.0, "lgeval_le2": 0.0})
 
 
 def test_mismatched_lengths_and_strings_are_refused():

@@ -158,12 +158,15 @@ class RegisteredMetric(Protocol):
     @property
     def label(self) -> str: ...
     def read_right(self, distances: Any) -> Any: ...
+    def verdicts(self, distances: Any, predictions: Any = None, truths: Any = None) -> Any: ...
+    def rate(self, distances: Any, predictions: Any = None, truths: Any = None) -> float: ...
     def __call__(self, distances: Any) -> float: ...
 
 
 METRICS: Registry[RegisteredMetric] = Registry("metric", home=".evaluation.metrics")
-"""Expression metrics: `metric(distances)` -> a rate in percent, from per-expression token edit
-distances; each is logged per test year as `test_{year}_{name}`."""
+"""Expression metrics: `metric.rate(distances, predictions, truths)` -> a rate in percent, from
+per-expression token edit distances (or, for a metric that judges the tokens, from the tokens);
+each is logged per test year as `test_{year}_{name}`."""
 
 ALL: dict[str, Registry[Any]] = {r.key: r for r in (DECODERS, TOKEN_POSITIONS, IMAGE_POSITIONS, COVERAGES,
                                                    SEARCH_RULES, METRICS)}

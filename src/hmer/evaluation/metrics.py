@@ -19,6 +19,11 @@ registry. A metric is a share of expressions, so that the report's paired tests 
 McNemar) can compare two runs expression by expression on it:
 
     METRICS.register("le3", Metric("≤3", lambda d: d <= 3), description="Within three token edits")
+
+A metric that reads the tokens themselves gives `Metric` a `judge`: the papers' ExpRate, ≤1 and ≤2
+over symbol label graphs (`lgeval`, imported at the end of this file so that it registers with the
+three above) judge each expression by its graph errors and leave out those whose truth does not
+convert.
 """
 
 from __future__ import annotations
@@ -60,22 +65,49 @@ class Scores:
 
 @dataclass(frozen=True)
 class Metric:
-    """The share of expressions, in percent, whose token edit distance `counts`.
+    """The share of expressions, in percent, whose token edit distance (or, with `judge`, whose
+    own per-expression value) `counts`.
 
     label: the column header of the report's tables and plots ("ExpRate", "≤1").
     counts: per expression, whether it counts as read right, from its distance; elementwise on
         a numpy array of distances (a missing distance, NaN, must give False).
+    judge: for a metric that reads the tokens themselves rather than their edit distance (the
+        papers' symbol label graph errors, `lgeval`): `judge(predictions, truths)` -> one value
+        per expression for `counts`, NaN for an expression the metric does not score (it leaves
+        the denominator).
     """
 
     label: str
     counts: Callable[[np.ndarray], np.ndarray]
+    judge: Callable[[Sequence[Sequence[str]], Sequence[Sequence[str]]], np.ndarray] | None = None
 
     def read_right(self, distances: Sequence[float] | np.ndarray) -> np.ndarray:
-        """One bool per expression: counted by this metric."""
+        """One bool per expression: counted by this metric, from token edit distances."""
+        if self.judge is not None:
+            raise ValueError(f"metric {self.label!r} judges the tokens, not their edit distance: use verdicts()")
         return np.asarray(self.counts(np.asarray(distances, dtype=float)), dtype=bool)
 
+    def verdicts(self, distances: Sequence[float] | np.ndarray, predictions: Sequence[Sequence[str]] | None = None,
+                 truths: Sequence[Sequence[str]] | None = None) -> np.ndarray:
+        """Per expression 1.0 (read right), 0.0 or, for a judging metric, NaN (not scored)."""
+        if self.judge is None:
+            return self.read_right(distances).astype(float)
+        if predictions is None or truths is None:
+            raise ValueError(f"metric {self.label!r} reads the tokens: pass the predictions and truths")
+        values = np.asarray(self.judge(predictions, truths), dtype=float)
+        right = np.asarray(self.counts(values), dtype=bool).astype(float)
+        right[np.isnan(values)] = np.nan
+        return right
+
+    def rate(self, distances: Sequence[float] | np.ndarray, predictions: Sequence[Sequence[str]] | None = None,
+             truths: Sequence[Sequence[str]] | None = None) -> float:
+        """The rate in percent over the expressions the metric scores (0 for none)."""
+        scored = self.verdicts(distances, predictions, truths)
+        scored = scored[~np.isnan(scored)]
+        return 100.0 * float(scored.sum()) / len(scored) if len(scored) else 0.0
+
     def __call__(self, distances: Sequence[float] | np.ndarray) -> float:
-        """The rate over `distances`, in percent (0 for none)."""
+        """The rate over `distances`, in percent (0 for none); a judging metric needs `rate`."""
         right = self.read_right(distances)
         return 100.0 * int(right.sum()) / len(right) if len(right) else 0.0
 
@@ -115,7 +147,7 @@ def expression_metrics(
             "they must pair up one to one"
         )
     distances = _distances(predictions, truths)
-    values = {name: METRICS.get(name)(distances) for name in METRICS.names()}
+    values = {name: METRICS.get(name).rate(distances, predictions, truths) for name in METRICS.names()}
     papers = {name: values.pop(name) for name in ("exprate", "le1", "le2")}
     return Scores(n=len(distances), **papers, distances=distances, extra=values)
 
@@ -138,3 +170,7 @@ def _distances(
         t = [ids.setdefault(tok, len(ids)) for tok in truth]
         out.append(int(editdistance.eval(p, t)))
     return out
+
+
+# The papers' graph measures register beside the token ones (the module imports `Metric` from here).
+from . import lgeval as _lgeval  # noqa: E402,F401

@@ -110,12 +110,18 @@ def run_expressions(run_id: str, tracking_uri: str | None = None, label: str | N
 
 # ---- the breakdown -----------------------------------------------------------------------------
 
+def token_measures() -> tuple[str, ...]:
+    """The registered metrics that read the token edit distance: the error analysis buckets those
+    (a metric that judges the tokens themselves, lgeval's graph errors, is left out of it)."""
+    return tuple(m for m in measures() if getattr(METRICS.get(m), "judge", None) is None)
+
+
 def _rates(group: pd.DataFrame) -> dict[str, float]:
     """Every registered metric's rate (percent) over the group's expressions; NaN for none."""
     distance = group["distance"].to_numpy(float)
     if len(distance) == 0:
-        return {m: math.nan for m in measures()}
-    return {m: 100.0 * float(np.mean(METRICS.get(m).read_right(distance))) for m in measures()}
+        return {m: math.nan for m in token_measures()}
+    return {m: 100.0 * float(np.mean(METRICS.get(m).read_right(distance))) for m in token_measures()}
 
 
 def breakdown(rows: pd.DataFrame) -> pd.DataFrame:
@@ -141,7 +147,7 @@ def breakdown(rows: pd.DataFrame) -> pd.DataFrame:
         for bucket in structure_labels():
             part = flat[flat["structures"] == bucket]
             out.append({**base, "axis": "structure", "bucket": bucket, "n": part["name"].nunique(), **_rates(part)})
-    return pd.DataFrame(out, columns=["label", "year", "axis", "bucket", "n", "runs", *measures()])
+    return pd.DataFrame(out, columns=["label", "year", "axis", "bucket", "n", "runs", *token_measures()])
 
 
 def confusions(rows: pd.DataFrame) -> pd.DataFrame:
@@ -194,7 +200,7 @@ def compare_runs(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> pd.DataFrame:
     both, only A, only B, neither), and for every other registered metric `a_<m>`, `b_<m>`
     (a_le1, b_le1, a_le2, b_le2, ...). Each side must be one run (one row per expression and year).
     """
-    others = [m for m in measures() if m != "exprate"]
+    others = [m for m in token_measures() if m != "exprate"]
     for side, rows in (("A", rows_a), ("B", rows_b)):
         if rows.duplicated(["year", "name"]).any():
             raise ValueError(f"compare_runs: side {side} has several rows per expression; give one run per side")

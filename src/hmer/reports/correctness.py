@@ -23,7 +23,8 @@ class CorrectnessCache:
 
     `measure` says what counts as read right: `exprate` (the default) an exact reading (the
     `correct` column), any other registered metric its `counts` of the token edit distance (the
-    `distance` column): `le1` and `le2` a reading within one or two token edits of the truth.
+    `distance` column): `le1` and `le2` a reading within one or two token edits of the truth; a
+    metric that judges the tokens (`lgeval_*`) reads the `prediction` and `truth` columns.
     """
 
     def __init__(self, loader: PredictionLoader | None, measure: str = "exprate"):
@@ -43,9 +44,16 @@ class CorrectnessCache:
         if key not in self.cache:
             try:
                 df = self.loader(run_id, year)
-                right = df["correct"].to_numpy(bool) if self.measure == "exprate" else \
-                    self.metric.read_right(pd.to_numeric(df["distance"], errors="coerce").to_numpy(float))
-                self.cache[key] = pd.Series(right, index=df["name"].astype(str))
+                if self.measure == "exprate":
+                    right = pd.Series(df["correct"].to_numpy(bool), index=df["name"].astype(str))
+                else:
+                    # A metric that judges the tokens (lgeval's graphs) leaves out, as NaN, the
+                    # expressions it does not score; they leave the pairing too.
+                    verdicts = self.metric.verdicts(
+                        pd.to_numeric(df["distance"], errors="coerce").to_numpy(float),
+                        [str(p).split() for p in df["prediction"]], [str(t).split() for t in df["truth"]])
+                    right = pd.Series(verdicts, index=df["name"].astype(str)).dropna().astype(bool)
+                self.cache[key] = right
             except PredictionsNotFound:
                 self.cache[key] = None
         return self.cache[key]

@@ -127,8 +127,9 @@ def _excluded_note(df: pd.DataFrame) -> str:
 
 
 def _measures(df: pd.DataFrame) -> list[str]:
-    """The registered metrics the table has columns for (a table read back from CSV may predate one)."""
-    return [m for m in measures() if any(str(c).endswith(f"_{m}_mean") for c in df.columns)]
+    """The registered metrics the table has values for (a table read back from CSV may predate one, and
+    runs scored before a metric was registered have no value for it: `lgeval_*` until re-scored)."""
+    return [m for m in measures() if _has_any(df, [str(c) for c in df.columns if str(c).endswith(f"_{m}_mean")])]
 
 
 def _has_any(df: pd.DataFrame, columns: Sequence[str]) -> bool:
