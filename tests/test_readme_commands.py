@@ -44,7 +44,10 @@ NEEDS = (
     (r"hmer report --runs .*", "run ids of trained models"),
     (r"hmer import .*", "a BTTR or CoMER checkpoint of your own (tests/test_reference_import.py imports the peers')"),
     (r"hmer data (check|render).*", "the CROHME data (Getting CROHME); tests/test_data_commands.py runs both"),
-    (r"hmer runs (export|import|workspace|publish|rename|supersede) .*", "a store of your own runs to move"),
+    (r"hmer runs (export|import|workspace|publish|rename|supersede)( .*)?", "a store of your own runs to move"),
+    (r"hmer runs fingerprint( .*)?", "a clone with the commits' history, and a fingerprint's training per commit "
+                                     "(tests/test_fingerprint.py runs it on a store of its own)"),
+    (r"hmer runs show .*(<run-id>|RUN).*", "a run id (tests/test_config_replay.py shows committed runs)"),
     (r"mlflow ui .*", "a server until Ctrl-C (tests/test_ui.py opens it in a browser)"),
     (r"optuna-dashboard .*", "a server until Ctrl-C (tests/test_ui.py opens it in a browser)"),
     (r"hmer ui.*", "servers until Ctrl-C (tests/test_ui.py follows the links it prints)"),

@@ -163,7 +163,7 @@ class RegisteredMetric(Protocol):
     def __call__(self, distances: Any) -> float: ...
 
 
-METRICS: Registry[RegisteredMetric] = Registry("metric", home=".evaluation.metrics")
+METRICS: Registry[RegisteredMetric] = Registry("metric", home=".evaluation")
 """Expression metrics: `metric.rate(distances, predictions, truths)` -> a rate in percent, from
 per-expression token edit distances (or, for a metric that judges the tokens, from the tokens);
 each is logged per test year as `test_{year}_{name}`."""

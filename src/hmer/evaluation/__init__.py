@@ -8,6 +8,7 @@
 `evaluate.evaluate_split` is imported from its module (it pulls in data and decoding).
 """
 
+from . import lgeval  # noqa: F401 - registers the papers' graph measures beside the token ones (METRICS' home)
 from .metrics import Scores, expression_metrics, token_distance
 
 __all__ = ["Scores", "expression_metrics", "token_distance"]

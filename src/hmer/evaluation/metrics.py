@@ -21,8 +21,8 @@ McNemar) can compare two runs expression by expression on it:
     METRICS.register("le3", Metric("≤3", lambda d: d <= 3), description="Within three token edits")
 
 A metric that reads the tokens themselves gives `Metric` a `judge`: the papers' ExpRate, ≤1 and ≤2
-over symbol label graphs (`lgeval`, imported at the end of this file so that it registers with the
-three above) judge each expression by its graph errors and leave out those whose truth does not
+over symbol label graphs (`lgeval`, which the package imports beside this module so that it
+registers with the three above) judge each expression by its graph errors and leave out those whose truth does not
 convert.
 """
 
@@ -171,6 +171,3 @@ def _distances(
         out.append(int(editdistance.eval(p, t)))
     return out
 
-
-# The papers' graph measures register beside the token ones (the module imports `Metric` from here).
-from . import lgeval as _lgeval  # noqa: E402,F401

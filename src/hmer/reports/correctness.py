@@ -48,10 +48,12 @@ class CorrectnessCache:
                     right = pd.Series(df["correct"].to_numpy(bool), index=df["name"].astype(str))
                 else:
                     # A metric that judges the tokens (lgeval's graphs) leaves out, as NaN, the
-                    # expressions it does not score; they leave the pairing too.
-                    verdicts = self.metric.verdicts(
-                        pd.to_numeric(df["distance"], errors="coerce").to_numpy(float),
-                        [str(p).split() for p in df["prediction"]], [str(t).split() for t in df["truth"]])
+                    # expressions it does not score; they leave the pairing too. One on the edit
+                    # distance reads the distance alone.
+                    distances = pd.to_numeric(df["distance"], errors="coerce").to_numpy(float)
+                    verdicts = self.metric.verdicts(distances) if getattr(self.metric, "judge", None) is None else \
+                        self.metric.verdicts(distances, [str(p).split() for p in df["prediction"]],
+                                             [str(t).split() for t in df["truth"]])
                     right = pd.Series(verdicts, index=df["name"].astype(str)).dropna().astype(bool)
                 self.cache[key] = right
             except PredictionsNotFound:

@@ -41,7 +41,7 @@ def trained_runs_without_fingerprint(client) -> dict[str, list[str]]:
         tags = run.data.tags
         if keys.GIT_COMMIT not in tags or keys.FINGERPRINT in tags or keys.ROLE in tags:
             continue
-        if any(key.startswith("hmer.import.") for key in tags):  # a reference checkpoint: not trained here
+        if keys.IMPORT_SOURCE in tags:  # a reference checkpoint imported (`hmer import`): not trained here
             continue
         by_commit[tags[keys.GIT_COMMIT]].append(run.info.run_id)
     return dict(by_commit)

@@ -66,7 +66,6 @@ def _images(n: int, salt: int):
 def _train_part(name: str, folder: Path) -> dict:
     """Train one part in this process; {"losses": ..., "weights": sha256, "unknown": keys} or {"absent": why}."""
     import torch
-    from mlflow.tracking import MlflowClient
 
     from hmer.config import Config  # (absolute: the package on PYTHONPATH, whichever commit it is)
     from hmer.data import Expression
@@ -83,11 +82,14 @@ def _train_part(name: str, folder: Path) -> dict:
         return {"absent": str(exc).splitlines()[0]}
     data = {split: [Expression(name=n, tokens=t, image=i) for n, t, i in _images(count, salt)]
             for split, count, salt in (("train", 8, 0), ("val", 2, 1), ("2014", 2, 2))}
-    uri = f"sqlite:///{folder / 'mlflow.db'}"
-    result = train(cfg, data, tracking_uri=uri, experiment="fingerprint", run_dir=folder / "ckpt")
-    client = MlflowClient(uri)
-    losses = {key: [m.value for m in sorted(client.get_metric_history(result.run_id, key), key=lambda m: m.step)]
-              for key in ("train_loss", "val_loss")}
+    losses: dict[str, list[float]] = {"train_loss": [], "val_loss": []}
+
+    def record(epoch: int, metrics: dict) -> None:  # each epoch's losses, as the run logs them
+        for key, values in losses.items():
+            values.append(float(metrics[key]))
+
+    train(cfg, data, tracking_uri=f"sqlite:///{folder / 'mlflow.db'}", experiment="fingerprint",
+          run_dir=folder / "ckpt", epoch_callback=record)
     state = torch.load(folder / "ckpt" / "last.pt", map_location="cpu", weights_only=False)["model"]
     digest = hashlib.sha256()
     for key in sorted(state):
