@@ -35,8 +35,7 @@ from tiny_dataset import write_dataset
 from hmer import cli
 from hmer.allowed import allowed_of
 from hmer.config import RULES, Config, DataConfig, ModelConfig, TrainConfig
-from hmer.model.factory import PRESETS, SIZES
-from hmer.presets import resolve_preset
+from hmer.presets import PRESETS, SIZES, resolve_preset
 from hmer.recipes import RECIPES
 from hmer.studies import cli as study_cli
 from hmer.studies.budgets import BUDGETS

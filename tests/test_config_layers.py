@@ -16,8 +16,7 @@ from tiny_dataset import tiny_data
 
 from hmer.cli import main
 from hmer.config import Config
-from hmer.model.factory import FAMILIES, PRESETS, SIZES
-from hmer.presets import LAYERS, resolve_preset
+from hmer.presets import FAMILIES, LAYERS, PRESETS, SIZES, resolve_preset
 from hmer.recipes import RECIPES
 from hmer.studies import STUDIES, StudySpec, run_grid_study
 

@@ -5,52 +5,12 @@ imports lead back to itself."""
 
 from __future__ import annotations
 
-import ast
 import re
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-SRC = ROOT / "src" / "hmer"
+from package_imports import GRAPH, MODULES, ROOT
+
 DOC = ROOT / "docs" / "architecture.md"
 FIX = "docs/architecture.md's picture of the layers"
-
-
-def _modules() -> dict[str, Path]:
-    """Every module of the package by its dotted name (a package by its `__init__`)."""
-    found = {}
-    for path in sorted(SRC.rglob("*.py")):
-        parts = path.relative_to(SRC.parent).with_suffix("").parts
-        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return found
-
-
-MODULES = _modules()
-
-
-def _imports(name: str) -> dict[str, int]:
-    """The modules of the package that module `name` imports, each with the line of its first import."""
-    path = MODULES[name]
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: dict[str, int] = {}
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            targets = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
-            module = ".".join(part for part in (base, node.module or "") if part)
-            # `from . import distributed` imports the submodule; `from .setup import build` the module
-            targets = [f"{module}.{a.name}" if f"{module}.{a.name}" in MODULES else module for a in node.names]
-        else:
-            continue
-        for target in targets:
-            while target and target not in MODULES:  # hmer.data.vocab.Vocab -> hmer.data.vocab; torch -> ""
-                target = target.rpartition(".")[0]
-            if target and target != name:
-                found.setdefault(target, node.lineno)
-    return found
-
-
-GRAPH = {name: _imports(name) for name in MODULES}
 
 
 def _layer(module: str) -> str:

@@ -12,10 +12,11 @@ import torch.nn.functional as F
 
 from hmer.config import Config, ModelConfig
 from hmer.data.vocab import Vocab
-from hmer.model import PRESETS, build_model, count_parameters, list_presets, make_targets, preset_config
+from hmer.model import build_model, count_parameters, list_presets, make_targets
 from hmer.model.attention import MultiHeadAttention
 from hmer.model.posenc import ContentAwareImagePositions, adaptive_pool_matrix, resize_matrix
 from hmer.model.refinement import MaskedBatchNorm, sums_before
+from hmer.presets import PRESETS, preset_config
 from tiny_dataset import make_images
 
 torch.set_num_threads(1)

@@ -11,8 +11,9 @@ import math
 import pytest
 import torch
 
-from hmer.model import build_model, make_targets, preset_config
+from hmer.model import build_model, make_targets
 from hmer.model.hmer_model import repeat_rows
+from hmer.presets import preset_config
 from tiny_dataset import make_images
 
 torch.set_num_threads(1)

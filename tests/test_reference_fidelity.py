@@ -20,9 +20,10 @@ import torch
 from hmer.decoding.reference_search import reference_decode
 from hmer.data.vocab import Vocab
 from hmer.model import build_model
-from hmer.model.factory import count_parameters, preset_config
+from hmer.model.factory import count_parameters
 from hmer.model.pointwise import use_matmul
 from hmer.model.posenc import sinusoid_table
+from hmer.presets import preset_config
 from hmer.tracking.reference_checkpoint import (
     REFERENCES,
     ReferenceCheckpointError,

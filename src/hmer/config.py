@@ -102,7 +102,7 @@ class ModelConfig:
     """Architecture. Defaults are the BTTR paper's sizes (bidirectional transformer) with the
     project's own choices where it departs from the reference code (`mask_padding`, the `sin2d`
     image positions, no token-embedding norm). The `bttr` and `comer-*` presets pin the
-    references' functions (see hmer.model.factory). A stored config that lacks a field reloads
+    references' functions (see hmer.presets). A stored config that lacks a field reloads
     with `VALUES_BEFORE_KEY_EXISTED`, not with the default (see there)."""
 
     vocab_size: int = allowed(113, ge=4)  # 110 CROHME symbols + pad, sos, eos

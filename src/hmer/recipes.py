@@ -40,7 +40,7 @@ RECIPES: dict[str, dict[str, Any]] = {
     # Sweep trial 25's choices, with two changes measured by the pilots of experiment cpu-budget-pilot:
     # cosine decay to 1e-5 (at fixed epochs it read 2.3 points more on 2014 than the sweep's constant
     # rate), and a warm-up of the trial's share of the steps of the `cpu` budget's 13 epochs. Its
-    # model shape is the `cpu` size (hmer.model.factory.SIZES).
+    # model shape is the `cpu` size (hmer.presets.SIZES).
     "cpu": {
         # `train.recipe` names the papers' recipes only; every config this one trained stores `custom`
         # (a study's cell is compared with the store's runs field for field: hmer.studies.reuse)

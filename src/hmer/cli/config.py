@@ -54,7 +54,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_config(args) -> int:
-    from ..model.factory import PRESETS
+    from ..presets import PRESETS
     from ..studies.spec import STUDIES
 
     if args.name in PRESETS:

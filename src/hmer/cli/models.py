@@ -9,7 +9,32 @@ def add_parser(sub) -> None:
 
 
 def cmd_models(args) -> int:
-    from ..model import models_table
-
     print(models_table())
     return 0
+
+
+def models_table() -> str:
+    """`hmer models`: the presets (family, size, recipe) with their parameter counts, then the
+    registered variants that a config can name (decoders, coverages, positions, search rules, metrics)."""
+    from ..model import list_presets
+    from ..presets import PRESETS
+    from ..registry import catalogue
+
+    rows = [(name, params, PRESETS[name], description) for name, description, params in list_presets()]
+    columns = ("preset", "family", "size", "recipe")
+    width = [max(len(c), *(len(v) for v in values)) for c, values in
+             zip(columns, zip(*((name, p.family, p.size, p.recipe) for name, _, p, _ in rows)))]
+    head = "  ".join(f"{c:<{w}}" for c, w in zip(columns, width))
+    lines = [f"{head}  {'params':>9}  description"]
+    for name, params, preset, description in rows:
+        cells = "  ".join(f"{v:<{w}}" for v, w in zip((name, preset.family, preset.size, preset.recipe), width))
+        lines.append(f"{cells}  {params / 1e6:>8.2f}M  {description}")
+    variants = catalogue()
+    key_width = max(len(key) for key, _, _ in variants)
+    name_width = max(len(name) for _, name, _ in variants)
+    lines += ["", f"{'variant of':<{key_width}}  {'name':<{name_width}}  description"]
+    previous = None
+    for key, name, description in variants:
+        lines.append(f"{key if key != previous else '':<{key_width}}  {name:<{name_width}}  {description}")
+        previous = key
+    return "\n".join(lines)

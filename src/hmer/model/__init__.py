@@ -1,5 +1,6 @@
 """Models: DenseNet-B encoder, positional encodings, attention + CoMER ARM, transformer / GRU /
-ConvS2S decoders, direction helpers, and the factory with its named presets.
+ConvS2S decoders, direction helpers, and the factory that builds them (the presets it builds by
+name are `hmer.presets`).
 
     from hmer.model import build_model, list_presets
     model = build_model("bttr")            # or build_model(cfg.model)
@@ -12,21 +13,17 @@ variant is one new module: nothing else names it.
 from ..registry import import_submodules
 from .decoder_base import Decoder, DecoderState
 from .direction import make_targets
-from .factory import DESCRIPTIONS, PRESETS, build_model, count_parameters, list_presets, models_table, preset_config
+from .factory import build_model, count_parameters, list_presets
 from .hmer_model import HMERModel
 
 import_submodules(__name__, __path__)
 
 __all__ = [
-    "DESCRIPTIONS",
     "Decoder",
     "DecoderState",
     "HMERModel",
-    "PRESETS",
     "build_model",
     "count_parameters",
     "list_presets",
     "make_targets",
-    "models_table",
-    "preset_config",
 ]
