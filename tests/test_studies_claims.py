@@ -13,8 +13,9 @@ import pytest
 from optuna.trial import TrialState
 
 from hmer.studies import BUDGETS, DIRECTION, StudySpec, get_budget
-from hmer.studies.claims import CellClaims, ClaimedCellSampler, Worker, worker_alive
+from hmer.studies.claims import CellClaims, Worker, worker_alive
 from hmer.studies.cli import build_parser, parse_seeds
+from hmer.studies.sampler import ClaimedCellSampler
 from hmer.studies.storage import mask_url, open_storage, trial_id
 from hmer.studies.spec import SEED_KEY, cell_key
 from hmer.tracking import keys
@@ -37,7 +38,8 @@ START_TOGETHER = textwrap.dedent("""
 WORKER = START_TOGETHER + textwrap.dedent("""
     import sys, time
     import optuna
-    from hmer.studies.claims import CellClaims, ClaimedCellSampler, Worker
+    from hmer.studies.claims import CellClaims, Worker
+    from hmer.studies.sampler import ClaimedCellSampler
     from hmer.studies.storage import open_storage
     from hmer.studies.spec import StudySpec, cell_key
 
@@ -70,7 +72,8 @@ WORKER = START_TOGETHER + textwrap.dedent("""
 CONTINUER = START_TOGETHER + textwrap.dedent("""
     import sys, time
     import optuna
-    from hmer.studies.claims import CellClaims, ClaimedCellSampler, Worker
+    from hmer.studies.claims import CellClaims, Worker
+    from hmer.studies.sampler import ClaimedCellSampler
     from hmer.studies.storage import open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -11,6 +11,13 @@ This module is the schema: the fields, what each allows (declared with `hmer.all
 rules between them, and how a stored config reloads (`VALUES_BEFORE_KEY_EXISTED`). What a run's
 config is made of, layer by layer (a preset's family, size and recipe, a study's budget and cell,
 `--set`), is `hmer.presets` and `hmer.studies.resolution`; `hmer config` prints it.
+
+Why one file of over 400 lines: it is one concept, the schema, and most of its lines are the fields,
+each with what it allows and why. Adding a field is one change here: the field, the rules that name it
+(some span sections: `train.cuda_graphs` needs the pad ladder of `data`), and its entry in
+`VALUES_BEFORE_KEY_EXISTED`. Split by section, a cross-section rule and the stored-config table would
+sit apart from the fields they bind; split by kind (fields, rules, reloading), one change would touch
+three files.
 """
 
 from __future__ import annotations

@@ -26,6 +26,12 @@ def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
     return None
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the work queued on a GPU (a timing's ends); on a CPU the work is done already."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 def device_description(device: torch.device) -> str:
     """The device in words, as a run's tag records it: the GPU's name, or the CPU, the widest
     vector instructions torch uses on it and its threads ("cpu (AMD EPYC, AVX2, 1 threads)").

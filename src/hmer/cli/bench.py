@@ -36,6 +36,6 @@ def cmd_bench(args) -> int:
 
 
 def cmd_peak(args) -> int:
-    from ..bench import run_peak
+    from ..bench.peak import run_peak
 
     return run_peak(threads=args.threads, size=args.size)

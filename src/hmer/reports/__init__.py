@@ -10,8 +10,8 @@
   from `correctness` (which expressions each run read right) and printed by `table_format`;
 - `markup`: numbers as strings and rows as Markdown or aligned text, for every table;
 - `significance`: paired bootstrap, exact McNemar and exact sign-flip tests over test expressions;
-- `plots`: seaborn figures (ExpRate by variant and year, training curves, attention, error analysis,
-  the papers' claims);
+- `plots`: seaborn figures (ExpRate by variant and year, attention, error analysis, the papers'
+  claims), and `curves`: the training curves;
 - `attention`: per-token attention / coverage maps of a model over an image;
 - `analysis`: error analysis of a run's predictions (by length and structure, token edits, two runs),
   over `buckets` (target length, structure) and `alignment` (token edits), printed by `analysis_format`;
@@ -35,7 +35,7 @@ _EXPORTS = {
     "variant_order": "tables", "variant_table": "tables",
     "compare": "significance", "mcnemar": "significance", "paired_bootstrap": "significance",
     "sign_flip": "significance",
-    "plot_attention": "plots", "plot_exprate": "plots", "plot_training_curves": "plots", "save_figure": "plots",
+    "plot_attention": "plots", "plot_exprate": "plots", "plot_training_curves": "curves", "save_figure": "plots",
     "AttentionResult": "attention", "attend": "attention", "compare_models": "attention",
     "coverage_variants": "attention", "load_test_expressions": "attention", "model_label": "attention",
     "pick_expressions": "attention", "study_variants": "attention", "tokens_from_predictions": "attention",

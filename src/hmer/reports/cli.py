@@ -36,7 +36,8 @@ from ..tracking.store import mask_password
 from ..tracking.ui import ui_hint
 from .study_run import comparison_metric
 from .markup import measure_list, measures
-from .plots import plot_claims, plot_exprate, plot_training_curves, save_figure
+from .curves import plot_training_curves
+from .plots import plot_claims, plot_exprate, save_figure
 from .runs import (NoRunsError, curve_runs, list_studies, load_history, load_predictions, load_runs,
                    resolve_tracking_uri, scored_years, study_parent, study_progress)
 from .significance import DEFAULT_RESAMPLES

@@ -19,7 +19,7 @@ thing the workers share:
    else claims or runs the cell, it withdraws and tries again after a random pause. Of
    two workers racing for one cell, the one that reads last sees the other's claim, so
    at most one proceeds (both may withdraw, then the pause separates them).
-4. The trial is created with the claimed cell (`ClaimedCellSampler`), gets the worker and
+4. The trial is created with the claimed cell (`hmer.studies.sampler.ClaimedCellSampler`), gets the worker and
    the cell as user attributes, and only then is the claim released. Readers read claims
    before trials, so a released claim is always seen as its RUNNING trial.
 
@@ -58,7 +58,6 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 import optuna
-from optuna.distributions import BaseDistribution
 from optuna.trial import FrozenTrial, TrialState
 
 from ..tracking import keys
@@ -142,75 +141,6 @@ def mark_failed(storage: optuna.storages.BaseStorage, trial_id: int, reason: str
         return storage.set_trial_state_values(trial_id, TrialState.FAIL)
     except optuna.exceptions.UpdateFinishedTrialError:
         return False
-
-
-class ClaimedCellSampler(optuna.samplers.BaseSampler):
-    """The sampler of a grid study: a worker's next trial takes the cell its worker has claimed.
-    A sweep's has a `proposer` (TPE): it proposes each trial but one that continues a dead trial,
-    which takes the dead trial's parameters as its claimed cell (`CellClaims.claim_continuation`).
-
-    The choice of cell is `CellClaims`', and the decision to stop is the runner's (it knows that a
-    FAIL cell must run again), so the sampler only hands the claimed values to the objective's
-    `suggest_*` calls: the trial's distributions stay the study's, and `optuna trials` and the
-    dashboard show each cell as a grid point. It is a sampler of its own, on the public interface of
-    `BaseSampler`, because Optuna's `GridSampler` picks the cell itself and has no public way to be
-    told which one, and Optuna's way to fix a sweep trial's parameters, `enqueue_trial`, puts a
-    WAITING trial that two workers can pop together on SQLite (the module docstring).
-    """
-
-    def __init__(self, proposer: optuna.samplers.BaseSampler | None = None) -> None:
-        self.proposer = proposer
-        self.next_cell: dict[str, Any] | None = None
-        self.on_start: Any = None
-        self.cell: dict[str, Any] | None = None  # the cell of the trial in progress in this process, if claimed
-
-    def assign(self, cell: Mapping[str, Any], on_start) -> None:
-        """The next trial of this process takes `cell`; `on_start(study, trial)` runs once it exists."""
-        self.next_cell = dict(cell)
-        self.on_start = on_start
-
-    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
-        cell, on_start = self.next_cell, self.on_start
-        self.next_cell, self.on_start = None, None
-        if cell is None and self.proposer is None:
-            raise RuntimeError("a grid trial was started without a claimed cell; "
-                               "studies are run by hmer.studies.run_grid_study")
-        self.cell = cell
-        if on_start is not None:
-            on_start(study, trial)
-        if self.proposer is not None:
-            self.proposer.before_trial(study, trial)
-
-    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        if self.cell is not None or self.proposer is None:
-            return {}
-        return self.proposer.infer_relative_search_space(study, trial)
-
-    def sample_relative(self, study: optuna.Study, trial: FrozenTrial,
-                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
-        if self.cell is not None or self.proposer is None:
-            return {}
-        return self.proposer.sample_relative(study, trial, search_space)
-
-    def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
-                           param_distribution: BaseDistribution) -> Any:
-        if self.cell is None and self.proposer is not None:
-            return self.proposer.sample_independent(study, trial, param_name, param_distribution)
-        cell = self.cell or {}
-        if param_name not in cell:
-            raise ValueError(f"trial {trial.number} asks for {param_name!r}, which its claimed cell "
-                             f"{cell_key(cell)} does not set")
-        return cell[param_name]
-
-    def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState,
-                    values: Sequence[float] | None) -> None:
-        self.cell = None
-        if self.proposer is not None:
-            self.proposer.after_trial(study, trial, state, values)
-
-    def reseed_rng(self) -> None:
-        if self.proposer is not None:
-            self.proposer.reseed_rng()
 
 
 # ---- claims -------------------------------------------------------------------------------------

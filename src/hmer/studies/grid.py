@@ -20,9 +20,10 @@ from optuna.trial import TrialState
 from ..config import Config
 from ..tracking import keys
 from .budgets import StudyBudget
-from .claims import CellClaims, ClaimedCellSampler, describe_cell_key
+from .claims import CellClaims, describe_cell_key
 from .objective import copy_trial, run_one_trial, train_trial
 from .reuse import find_trained
+from .sampler import ClaimedCellSampler
 from .session import Session, StudyData, StudyKind, StudyOutcome, run_session
 from .spec import SEED_KEY, StudySpec, cell_key, cell_label, variant_label
 

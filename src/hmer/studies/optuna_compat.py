@@ -1,7 +1,7 @@
 """The one place where the studies reach past Optuna's public API, and why.
 
 Everything else in `hmer.studies` uses Optuna's public API only: studies, trials, the public
-interface of `BaseSampler` (`claims.ClaimedCellSampler`), and the storage object the session
+interface of `BaseSampler` (`sampler.ClaimedCellSampler`), and the storage object the session
 creates and holds itself (`optuna.storages.RDBStorage` and its public methods; a trial's storage id
 comes from them, `storage.trial_id`, not from a `FrozenTrial`'s private attribute). No other module
 names a private Optuna attribute, nor patches Optuna's classes (`wrap_database_calls` gives the

@@ -28,8 +28,9 @@ from ..data import make_batches
 from ..tracking import keys
 from ..training.cost import epochs_for_budget, train_seconds_per_image
 from .budgets import StudyBudget
-from .claims import CellClaims, ClaimedCellSampler
+from .claims import CellClaims
 from .objective import run_one_trial, train_trial
+from .sampler import ClaimedCellSampler
 from .session import Session, StudyData, StudyKind, StudyOutcome, run_session
 from .spec import SEED_KEY, SweepSpec
 

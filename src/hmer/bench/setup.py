@@ -1,0 +1,118 @@
+"""What both benchmarks share before timing: the benchmark-only knobs (`bench.KEY=VALUE` beside the
+config overrides), the config, device, model and expressions (`Bench`), and the header lines."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Sequence
+
+import torch
+
+from .synthetic import synthetic_expressions
+
+if TYPE_CHECKING:  # the model library is imported when a benchmark runs, not for `hmer --help`
+    from ..model import HMERModel
+
+BENCH_DEFAULTS: dict[str, Any] = {
+    "pool": 0, "warmup": -1, "weights": "", "check_unbatched": 0, "start_at": 0.0, "flop_batches": -1,
+    "batches": 0, "share": 1,
+}
+
+
+def split_overrides(overrides: Sequence[str] | None) -> tuple[list[str], dict[str, Any]]:
+    """(config overrides, bench knobs): `bench.KEY=VALUE` items are the benchmark's own."""
+    config_items, knobs = [], dict(BENCH_DEFAULTS)
+    for item in overrides or []:
+        key, sep, value = item.partition("=")
+        if not key.startswith("bench."):
+            config_items.append(item)
+            continue
+        name = key[len("bench."):].strip()
+        if not sep or name not in BENCH_DEFAULTS:
+            raise ValueError(f"unknown benchmark setting {item!r}; known: "
+                             + ", ".join(f"bench.{k}" for k in BENCH_DEFAULTS))
+        knobs[name] = type(BENCH_DEFAULTS[name])(value.strip())
+    return config_items, knobs
+
+
+@dataclass
+class Bench:
+    """What both benchmarks share: the config, device, precision, model and expressions, the
+    benchmark-only knobs, where the figures go, and how many images to time."""
+
+    what: str
+    preset: str
+    cfg: Any
+    knobs: dict[str, Any]
+    device: torch.device
+    amp: torch.dtype | None
+    model: HMERModel
+    exprs: list
+    split: str
+    from_data: bool
+    images: int
+    seconds: float
+    out: Any
+
+    @property
+    def gpu(self) -> bool:
+        return self.device.type == "cuda"
+
+
+def prepare(what: str, preset: str, device: str, data: str | None, images: int, seconds: float,
+            overrides: list[str] | None, out, config: str | None = None) -> Bench:
+    """The shared setup: config (the preset's, or the `config` file's) with overrides, device, model
+    (trained weights with `bench.weights`), expressions (a split of `data`, or synthetic ones), and
+    the header lines."""
+    from ..config import Config, parse_overrides
+    from ..data import load_dataset
+    from ..device import autocast_dtype, cpu_description, resolve_device, share_device
+    from ..model import build_model
+    from ..presets import preset_with_recipe
+    from ..training.setup import prepare_model
+
+    out = out if out is not None else sys.stdout
+    config_items, knobs = split_overrides(overrides)
+    base = Config.load(config) if config else preset_with_recipe(preset)
+    cfg = base.override(parse_overrides(config_items))
+    dev = resolve_device(device)
+    share_device(dev, int(knobs["share"]))  # one of N processes side by side (bench.share)
+    torch.manual_seed(0)
+    if knobs["weights"]:
+        from ..tracking.models import load_model
+
+        model, wcfg, _ = load_model(knobs["weights"], device="cpu")
+        cfg.model = wcfg.model
+        model = model.to(dev)
+    else:
+        model = build_model(cfg.model).to(dev)
+    model = prepare_model(model, cfg.train)
+    gpu = dev.type == "cuda"
+    if not images:
+        images = (4096 if what == "train" else 1000) if gpu else (48 if what == "train" else 8)
+    data_path = data or os.environ.get("HMER_DATA")
+    split = "train" if what == "train" else "2014"
+    if data_path:
+        exprs = load_dataset(data_path, cfg.data, splits=(split,))[split]
+        source = f"CROHME {split} ({data_path})"
+    else:
+        exprs = synthetic_expressions(knobs["pool"] or (8393 if what == "train" else 1000))
+        source = f"synthetic ({len(exprs)} expressions)"
+    bench = Bench(what, preset, cfg, knobs, dev, autocast_dtype(cfg.train.precision, dev), model, exprs, split,
+                  bool(data_path), images, seconds, out)
+    from ..training.loader import auto_prefetch
+
+    params = sum(p.numel() for p in model.parameters())
+    origin = f"config={config}" if config else f"preset={preset}"
+    print(f"benchmark={what} {origin} device={dev} precision={bench.amp or torch.float32} "
+          f"params={params} source={source}", file=out)
+    print(f"processor={cpu_description()!r}", file=out)  # CPU figures differ by core kind
+    compiled = bool(cfg.train.compile) and what == "train"
+    print(f"weights={knobs['weights'] or 'random'} threads={torch.get_num_threads()} share={knobs['share']} "
+          f"compile={compiled} "
+          f"prefetch={auto_prefetch(cfg.data.prefetch, dev)} pin_memory={gpu} "
+          f"channels_last={bool(cfg.train.channels_last)} conv1x1_as_matmul={bool(cfg.train.conv1x1_as_matmul)}",
+          file=out)
+    return bench

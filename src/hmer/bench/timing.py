@@ -1,0 +1,128 @@
+"""The timed region both benchmarks share: a warm-up, then the steps over the batches until the images
+or the seconds are done, with the batches made ahead as in training; and the lines it prints (the
+padding, the rates, the memory, the FLOPs an image against the peak)."""
+
+from __future__ import annotations
+
+import resource
+import time
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import torch
+
+from ..device import synchronize
+from .peak import count_flops, peak_gflops_for
+from .setup import Bench
+
+
+@dataclass
+class Timing:
+    """The timed region: images, wall and CPU seconds, the wall time spent waiting for data, and
+    the batches it drew from (cut to `bench.batches` when set)."""
+
+    images: int
+    seconds: float
+    cpu_seconds: float
+    waited: float
+    batches: list
+
+    @property
+    def images_per_second(self) -> float:
+        return self.images / self.seconds
+
+
+def print_batching(b: Bench, batches, ladder, max_px) -> None:
+    from ..data.batching import padded_shapes, padding_share
+
+    print(f"padding_share={padding_share(b.exprs, batches, max_px, ladder):.3f} batches={len(batches)} "
+          f"shapes={len(set(padded_shapes(b.exprs, batches, max_px, ladder)))} "
+          f"mean_batch_size={len(b.exprs) / len(batches):.2f}", file=b.out)
+
+
+def timed(b: Bench, batches, make, step, warmup: int, before_timing=None) -> Timing:
+    """Warm-up, then `step(make(idx))` over the batches in order, cycled, until `b.images` images or
+    `b.seconds` have passed; `data.prefetch` batches made ahead in a thread, as in training."""
+    from ..training.loader import auto_prefetch, prefetched
+
+    dev, out = b.device, b.out
+    if b.knobs["batches"] > 0:
+        batches = batches[:b.knobs["batches"]]
+        print(f"timed_batches={len(batches)} (cycled, after one untimed pass)", file=out)
+        warmup_batches = batches
+    else:
+        # Warm-up on the smallest batches (allocator, kernels, optimiser state; compile traces
+        # with dynamic shapes): a random batch can cost minutes on a CPU and teaches nothing more.
+        area = {id(idx): len(idx) * max(b.exprs[i].image.shape[0] for i in idx)
+                * max(b.exprs[i].image.shape[1] for i in idx) for idx in batches}
+        smallest = sorted(batches, key=lambda idx: area[id(idx)])
+        warmup_batches = [smallest[k % len(smallest)] for k in range(warmup)]
+
+    def order() -> Iterator[Sequence[int]]:
+        while True:
+            yield from batches
+
+    for idx in warmup_batches:
+        step(make(idx))
+    synchronize(dev)
+    stream = prefetched(make, order(), auto_prefetch(b.cfg.data.prefetch, dev))
+    if before_timing is not None:
+        before_timing()
+    if b.gpu:
+        torch.cuda.reset_peak_memory_stats(dev)
+    if b.knobs["start_at"]:
+        late = time.time() - b.knobs["start_at"]
+        if late > 0:
+            print(f"late_start_s={late:.2f} (warm-up ended after bench.start_at)", file=out)
+        else:
+            time.sleep(-late)
+    done, waited = 0, 0.0
+    cpu0, start = time.process_time(), time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        item = next(stream)
+        waited += time.perf_counter() - t0
+        done += step(item)
+        if done >= b.images or (b.seconds and time.perf_counter() - start >= b.seconds):
+            break
+    synchronize(dev)
+    elapsed = time.perf_counter() - start
+    cpu = time.process_time() - cpu0
+    stream.close()
+    return Timing(done, elapsed, cpu, waited, batches)
+
+
+def flop_line(b: Bench, timing: Timing, run_steps, make, default_batches: int) -> str:
+    """FLOPs an image over the first batches, against the peak of the step's precision ('' with
+    bench.flop_batches=0)."""
+    flop_batches = b.knobs["flop_batches"] if b.knobs["flop_batches"] >= 0 else default_batches
+    if flop_batches <= 0:
+        return ""
+    counted_idx = timing.batches[:flop_batches]
+    counted = [make(idx) for idx in counted_idx]
+    flops = count_flops(lambda: run_steps(counted))
+    gflop_per_image = flops / sum(len(idx) for idx in counted_idx) / 1e9
+    achieved = gflop_per_image * timing.images_per_second
+    peak, source, measured = peak_gflops_for(b.device, b.amp or torch.float32)
+    return (f"gflop_per_image={gflop_per_image:.4f} achieved_gflops={achieved:.1f} peak_gflops={peak:.1f} "
+            f"share_of_peak={achieved / peak:.4f} matmul_gflops={measured:.1f}\npeak_source={source!r}")
+
+
+def print_timing(b: Bench, timing: Timing, flops: str) -> None:
+    print(f"images={timing.images} seconds={timing.seconds:.2f} cpu_seconds={timing.cpu_seconds:.2f} "
+          f"images_per_cpu_second={timing.images / timing.cpu_seconds:.3f} "
+          f"data_wait_share={timing.waited / timing.seconds:.3f}", file=b.out)
+    print(f"peak_memory_mb={_peak_memory_mb(b.device):.0f}", file=b.out)
+    if flops:
+        print(flops, file=b.out)
+
+
+def print_rate(b: Bench, timing: Timing) -> None:
+    ips = timing.images_per_second
+    print(f"images_per_second={ips:.2f}" if ips >= 1 else f"images_per_second={ips:.3g}", file=b.out)
+
+
+def _peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
