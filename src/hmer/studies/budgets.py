@@ -33,6 +33,7 @@ time reserved for decoding the test years.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -236,28 +237,6 @@ BUDGETS: dict[str, StudyBudget] = {
                "is, only the time does", "how this budget was chosen: docs/cpu_protocol.md"),
         sweep_trial_cpu_minutes=_CPU_SWEEP_TRIAL_MINUTES,
     ),
-    "long": StudyBudget(
-        name="long",
-        summary=(f"the cpu budget's model, recipe and test decoding trained {_LONG_EPOCHS} epochs, cosine decay over "
-                 "all of them; one seed, one thread per worker, runs that span several sessions"),
-        preset_size="tiny",
-        size="cpu",
-        recipe="cpu",
-        overrides={
-            "train.epochs": _LONG_EPOCHS, "train.beam_size": 10, "train.max_decode_len": 200, "train.device": "cpu",
-        },
-        seeds=(1,),
-        sweep_trials=24,
-        window_s=0.0,
-        load_s=60.0,
-        eval_reserve_s=0.0,
-        default_jobs=1,
-        hardware="one CPU core per worker",
-        trial_seconds=_LONG_TRIAL_SECONDS,
-        notes=("epochs are fixed: stop it at any time and run the same command again (in a later session: from "
-               "the store published with --keep-unfinished); what continuing costs: docs/cpu_protocol.md, "
-               "\"The long budget\"",),
-    ),
     "short": StudyBudget(
         name="short",
         summary="full-size model on the full data, a wall-clock budget per trial, beam 10",
@@ -294,6 +273,22 @@ BUDGETS: dict[str, StudyBudget] = {
     ),
 }
 
+# The long budget is the cpu budget stretched: its model, recipe and test decoding, 100 epochs, one seed.
+BUDGETS["long"] = dataclasses.replace(
+    BUDGETS["cpu"],
+    name="long",
+    summary=(f"the cpu budget's model, recipe and test decoding trained {_LONG_EPOCHS} epochs, cosine decay over "
+             "all of them; one seed, one thread per worker, runs that span several sessions"),
+    overrides={**BUDGETS["cpu"].overrides, "train.epochs": _LONG_EPOCHS},
+    seeds=(1,),
+    default_jobs=1,
+    hardware="one CPU core per worker",
+    trial_seconds=_LONG_TRIAL_SECONDS,
+    notes=("epochs are fixed: stop it at any time and run the same command again (in a later session: from "
+           "the store published with --keep-unfinished); what continuing costs: docs/cpu_protocol.md, "
+           "\"The long budget\"",),
+    sweep_trial_cpu_minutes=0.0,
+)
 
 def get_budget(name: str) -> StudyBudget:
     """The budget called `name` (smoke, cpu, long, short or paper)."""
