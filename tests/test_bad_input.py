@@ -547,6 +547,12 @@ def test_bad_exports_and_checkpoints_give_one_line_and_change_nothing(home, tmp_
     client = MlflowClient(store)
     assert [e.name for e in client.search_experiments()] == ["Default"]  # nothing merged, not even "e"
     assert not client.search_runs([e.experiment_id for e in client.search_experiments()])
+    capsys.readouterr()  # (MLflow's own log of opening the store above)
+    for flag, value in (("--part-mb", "inf"), ("--max-artifact-mb", "nan"), ("--part-mb", "-1")):
+        assert cli.main(["runs", "export", str(tmp_path / "out.tar.gz"), "--tracking-uri", store, flag, value]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and f"{flag} {value}" in err, err
+    assert not list(tmp_path.glob("out.tar.gz*"))
 
     checkpoint = tmp_path / "random.ckpt"
     checkpoint.write_bytes(os.urandom(4096))

@@ -86,8 +86,13 @@ def add_parser(sub) -> None:
 
 
 def cmd_runs_export(args) -> int:
+    import math
+
     from ..tracking.transfer import export_runs
 
+    for flag, value in (("--max-artifact-mb", args.max_artifact_mb), ("--part-mb", args.part_mb)):
+        if not (math.isfinite(value) and value >= 0):  # before anything is written (inf had overflowed)
+            raise ValueError(f"{flag} {value:g}: give a finite number of MiB, or 0 for no limit")
     res = export_runs(args.file, tracking_uri=args.tracking_uri, experiments=args.experiment, run_ids=args.runs,
                       max_artifact_mb=args.max_artifact_mb, part_mb=args.part_mb)
     print(f"exported {res.runs} runs to " + ", ".join(str(f) for f in res.files))
