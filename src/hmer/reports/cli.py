@@ -264,17 +264,30 @@ def claims_command(budgets: str | None = None, tracking_uri: str | None = None, 
                    measure: str = "exprate", n_resamples: int = DEFAULT_RESAMPLES) -> int:
     """`hmer report --claims`: print the claims table at `budgets` (comma-separated; default
     `paper_claims.DEFAULT_BUDGETS`); with `out_dir`, also write `claims.md`, `claims.csv` and the
-    figure `claims.png` of the first budget's rows there. Returns 0: a claim without its study is a
-    row saying so, not an error."""
+    figure `claims.png` of the first budget's rows there. Answering more than one budget, it also
+    prints how the same cells read at each (`budget_curves.format_budgets`: plateaus, CPU-hours,
+    the gaps), with `out_dir` beside the figure `budget_curves.png`. Returns 0: a claim without its
+    study is a row saying so, not an error."""
+    from .budget_curves import budget_history, format_budgets, plot_budget_curves
     from .paper_claims import DEFAULT_BUDGETS, claims_table, format_claims
 
     df = claims_table(budgets or DEFAULT_BUDGETS, tracking_uri, measure=measure, n_resamples=n_resamples)
     print(format_claims(df, "text"), end="")
+    history = (budget_history(budgets=df.attrs["budgets"], tracking_uri=tracking_uri)
+               if len(df.attrs["budgets"]) > 1 else None)
+    if history is not None and not history.empty:
+        print("\nThe same cells at each budget (validation ExpRate; test ExpRate, mean over seeds):\n")
+        print(format_budgets(history, "text"), end="")
     if out_dir:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         write_text_atomically(out / "claims.md", format_claims(df, "markdown"))
         write_text_atomically(out / "claims.csv", df.to_csv(index=False))
         plot_claims(df[df["budget"] == df.attrs["budgets"][0]], path=out / "claims.png")
-        print(f"wrote claims.md, claims.csv and claims.png to {out}")
+        written = "claims.md, claims.csv and claims.png"
+        if history is not None and not history.empty:
+            write_text_atomically(out / "budgets.md", format_budgets(history, "markdown"))
+            plot_budget_curves(history, path=out / "budget_curves.png")
+            written = "claims.md, claims.csv, claims.png, budgets.md and budget_curves.png"
+        print(f"wrote {written} to {out}")
     return 0
