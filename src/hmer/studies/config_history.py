@@ -18,6 +18,13 @@ BEGUN_UNDER_ANOTHER_BUDGET = {
     "ablate_direction-cpu-4ep": "the cpu budget before c13ce17 (superseded by ablate_direction-cpu)",
 }
 
+# The --set a committed study's command gave (the store records the resulting base config, not the
+# command): study -> {key: value}. The long direction study sets CoMER's embedding norm, so that its
+# bi cell is the long coverage study's none cell, trained once (README, "The long budget").
+STUDY_SETS: dict[str, dict[str, object]] = {
+    "ablate_direction-long": {"model.embed_norm": True},
+}
+
 # The grid cells that trained otherwise than today's layers give them: (study, variant) -> {key: why}.
 CELLS_CHANGED_SINCE: dict[tuple[str, str], dict[str, str]] = {
     # ConvS2S's attention was Gehring's until ffdbb27, which brought `scaled` with model.decoder=convs2s

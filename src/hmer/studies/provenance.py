@@ -29,7 +29,7 @@ from ..presets import Resolution, resolve_preset
 from ..reports.markup import measures
 from ..tracking import keys
 from .budgets import StudyBudget, get_budget
-from .config_history import CELLS_CHANGED_SINCE, TRAIN_COMMANDS
+from .config_history import CELLS_CHANGED_SINCE, STUDY_SETS, TRAIN_COMMANDS
 from .resolution import budget_resolution, cell_resolution, stored_base, study_resolution, sweep_trial_values
 from .spec import STUDIES, StudySpec, SweepSpec
 
@@ -46,11 +46,13 @@ class StudyRecord:
     attrs: dict[str, Any]
 
     def fresh(self) -> Resolution:
-        """What a study of this spec under this budget begins with today (no --set, the budget's workers)."""
+        """What a study of this spec under this budget begins with today: the budget's workers, and
+        the --set its command gave where `config_history.STUDY_SETS` writes it down."""
         spec = self.spec
         n_trials = self.attrs[keys.N_TRIALS] if isinstance(spec, SweepSpec) else \
             len(spec.cells(self.attrs[keys.GRID]["train.seed"]))
-        return study_resolution(spec, self.budget, n_trials=n_trials, n_jobs=self.budget.default_jobs)
+        return study_resolution(spec, self.budget, n_trials=n_trials, n_jobs=self.budget.default_jobs,
+                                overrides=STUDY_SETS.get(self.name))
 
 
 def study_record(storage: str, name: str) -> StudyRecord:
