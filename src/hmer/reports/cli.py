@@ -266,7 +266,8 @@ def claims_command(budgets: str | None = None, tracking_uri: str | None = None, 
     `paper_claims.DEFAULT_BUDGETS`); with `out_dir`, also write `claims.md`, `claims.csv` and the
     figure `claims.png` of the first budget's rows there. Returns 0: a claim without its study is a
     row saying so, not an error."""
-    from .paper_claims import DEFAULT_BUDGETS, claims_table, format_claims
+    from .claims_format import format_claims
+    from .paper_claims import DEFAULT_BUDGETS, claims_table
 
     df = claims_table(budgets or DEFAULT_BUDGETS, tracking_uri, measure=measure, n_resamples=n_resamples)
     print(format_claims(df, "text"), end="")
