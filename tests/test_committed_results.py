@@ -241,7 +241,8 @@ def test_the_readme_prints_the_claims_table_hmer_report_makes(clone, monkeypatch
     """Every measured row of `hmer report --claims` (ExpRate and within two edits) is in the README
     as printed, under the header that names both tests' columns, and each claim without a study is
     named there as such."""
-    from hmer.reports.paper_claims import CLAIMS, NO_STUDY, claims_table, format_claims
+    from hmer.reports.claims_format import format_claims
+    from hmer.reports.paper_claims import CLAIMS, NO_STUDY, claims_table
 
     monkeypatch.chdir(clone)
     readme = (REPO / "README.md").read_text()

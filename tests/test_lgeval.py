@@ -129,6 +129,24 @@ def test_what_texmath_does_not_read_does_not_convert():
     assert repr(to_mathml("^ { 2 }".split())) == "msup(mi(''), mi('2'))"
 
 
+def test_a_prediction_nested_as_deep_as_one_can_be_reads_at_once():
+    """Predictions of a weak model can nest 200 tokens deep. Read with texmath's backtracking alone,
+    `g _ { g _ { ...` doubled its work at each level (a committed run's 2019 prediction did not
+    finish scoring in minutes, and rescoring it hung); nesting deeper than Python's default recursion limit allows
+    (199 `(` then `x`, which pandoc reads) raised RecursionError at the end of a run."""
+    import sys
+    import time
+
+    limit = sys.getrecursionlimit()
+    start = time.process_time()
+    assert label_graph(("g _ { " * 66).split() + ["g"]) is None  # unclosed: texmath reads no math
+    assert label_graph(("g _ { " * 66).split() + ["g"] + ["}"] * 66) is not None
+    parens = label_graph(["("] * 199 + ["x"])  # unmatched, each `(` a symbol of its own
+    assert parens is not None and len(parens.nodes) == 200
+    assert label_graph(["x"] + ["_"] * 199) is None
+    assert time.process_time() - start < 5.0 and sys.getrecursionlimit() == limit
+
+
 def test_a_judging_metric_leaves_unscored_expressions_out_of_its_rate():
     metric = METRICS.get("lgeval_le1")
     predictions = [["x"], ["y"], ["x"]]

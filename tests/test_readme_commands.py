@@ -48,6 +48,8 @@ NEEDS = (
     (r"hmer runs fingerprint( .*)?", "a clone with the commits' history, and a fingerprint's training per commit "
                                      "(tests/test_fingerprint.py runs it on a store of its own)"),
     (r"hmer runs show .*(<run-id>|RUN).*", "a run id (tests/test_config_replay.py shows committed runs)"),
+    (r"hmer runs rescore( .*)?", "a store to write into: it logs metrics into the committed runs "
+                                 "(tests/test_runs_rescore.py rescores a store of its own)"),
     (r"mlflow ui .*", "a server until Ctrl-C (tests/test_ui.py opens it in a browser)"),
     (r"optuna-dashboard .*", "a server until Ctrl-C (tests/test_ui.py opens it in a browser)"),
     (r"hmer ui.*", "servers until Ctrl-C (tests/test_ui.py follows the links it prints)"),

@@ -1,9 +1,11 @@
-"""`hmer runs export | import | publish | workspace | rename | supersede | present`: MLflow runs moved
-between stores (a GPU machine's and the committed one in mlruns/), a study renamed in its store, and
-a store's studies presented for its UIs."""
+"""`hmer runs export | import | publish | workspace | rename | supersede | present | show | fingerprint |
+rescore`: MLflow runs moved between stores (a GPU machine's and the committed one in mlruns/), a study
+renamed in its store, a store's studies presented for its UIs, what trained a run, and runs given what
+they lack (a fingerprint, the scores of metrics registered after them)."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 
@@ -83,6 +85,18 @@ def add_parser(sub) -> None:
                          "note and its failed trials' notes (hmer.studies.present); writes only what differs")
     pr.add_argument("folder", metavar="FOLDER")
     pr.set_defaults(func=cmd_runs_present)
+    rs = rsub.add_parser("rescore", help="give runs every registered metric they lack (the papers' lgeval_exprate, "
+                         "lgeval_le1, lgeval_le2 for runs trained before them), computed from the predictions each "
+                         "run stored, logged under the keys a new run logs them (test_2014_lgeval_le1, val_final_...); "
+                         "every run of the store, or the runs and studies named. Idempotent: a second pass writes "
+                         "nothing; a predictions file that cannot be read stops it before anything is written "
+                         "(hmer.tracking.rescore)")
+    rs.add_argument("runs", nargs="*", metavar="RUN", help="a run id, or its first 8 or more characters")
+    rs.add_argument("--study", action="append", default=[], metavar="STUDY",
+                    help="the runs of this study (tag hmer.study; repeatable)")
+    rs.add_argument("--dry-run", action="store_true", help="say what would be logged, and log nothing")
+    rs.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
+    rs.set_defaults(func=cmd_runs_rescore)
 
 
 def cmd_runs_export(args) -> int:
@@ -282,4 +296,55 @@ def cmd_runs_present(args) -> int:
         print(f"study {study}: {', '.join(changes) if changes else 'up to date'}")
     print(f"presented {len(done)} stud{'y' if len(done) == 1 else 'ies'} of {folder}; "
           f"{sum(bool(c) for c in done.values())} changed")
+    return 0
+
+
+def cmd_runs_rescore(args) -> int:
+    from ..tracking.lock import database_store_lock
+    from ..tracking.portable import sqlite_path
+    from ..tracking.rescore import plan_rescoring, select_runs, write_rescoring
+    from ..tracking.store import default_tracking_uri, mlflow_client, quiet_mlflow
+    from .errors import UserError
+
+    quiet_mlflow()
+    uri = args.tracking_uri or default_tracking_uri()
+    db = sqlite_path(uri)
+    if db is not None and not db.is_file():  # MLflow would create an empty store there
+        raise UserError(f"{uri}: no MLflow store there (no {db.name})")
+    client = mlflow_client(uri)
+    run_ids = [_whole_run_id(client, given, uri) for given in args.runs]
+    command = " ".join(["hmer runs rescore", *args.runs, *(f"--study {s}" for s in args.study)])
+    # Planned under the lock, so that no other writer changes the runs between what is read and what is logged;
+    # a dry run writes nothing and takes no lock.
+    lock = database_store_lock(uri, command) if not args.dry_run else contextlib.nullcontext()
+    with lock as taken:
+        if taken is not None and taken.stale is not None:
+            print(f"hmer: {taken.stale_line()}", file=sys.stderr)
+        plans = plan_rescoring(client, select_runs(client, run_ids, args.study))
+        logged = 0 if args.dry_run else write_rescoring(client, plans)
+    added = [plan for plan in plans if plan.added]
+    for plan in added:
+        print(f"run {plan.run_id[:8]} ({plan.label}): {'would log' if args.dry_run else 'logged'} "
+              f"{len(plan.added)} metric(s): {plan.describe()}")
+        for key, why in plan.left.items():
+            print(f"  {key} left as it is: {why}")
+    skipped: dict[str, list[str]] = {}
+    for plan in plans:
+        if not plan.added:
+            skipped.setdefault(plan.why, []).append(plan.run_id[:8])
+    if skipped:
+        print(f"skipped {len(plans) - len(added)} run(s):")
+        for why, ids in skipped.items():
+            print(f"  {why}: {' '.join(ids)}")
+    if args.dry_run:
+        print(f"dry run, nothing written: {len(added)} of {len(plans)} run(s) would be rescored in {uri}, "
+              f"{sum(len(plan.added) for plan in added)} metric(s)")
+    else:
+        print(f"{len(added)} of {len(plans)} run(s) rescored in {uri}, {logged} metric(s) logged")
+    studies = sorted({plan.study for plan in added if plan.study})
+    # Presenting a study (its table, figure and notes for the UIs) is `hmer runs present`'s, kept apart so that
+    # rescoring writes the runs' metrics alone.
+    if studies and not args.dry_run:
+        print(f"the tables on the parent runs of {', '.join(studies)} (what the UIs show) predate these scores: "
+              f"`hmer runs present {db.parent if db is not None else 'FOLDER'}` brings them up to date")
     return 0

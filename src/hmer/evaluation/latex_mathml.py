@@ -27,6 +27,7 @@ this module follows 2.17, the version of the fixtures it is tested against.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Sequence
@@ -96,10 +97,25 @@ Parsed = tuple[Element, int]
 class _Reader:
     """texmath's recursive descent over whole tokens, with its backtracking rules: an alternative
     is tried only when the previous one failed without consuming input, unless it is wrapped in
-    `_attempt` (texmath's `try`)."""
+    `_attempt` (texmath's `try`).
+
+    An expression read at a position reads the same wherever the reading comes from, so `expr` and
+    `expr1` keep what they read at each position (a packrat parser) and each is read once. Without
+    it the alternatives that read a script again (`x _ { ...` as both scripts, then as one) double
+    the work at each level: a prediction of 200 tokens nesting `g _ { g _ { ...` unclosed did not
+    finish in minutes. The two keep their readings in their own bodies, not through a wrapper, which
+    would add frames to every level of a nesting (`to_mathml` makes room for them)."""
 
     def __init__(self, tokens: Sequence[str]):
         self.tokens = list(tokens)
+        # (what, position) -> what was read there, or, for a failure, whether it consumed input
+        self._read: dict[tuple[str, int], Parsed | bool] = {}
+
+    def _recall(self, key: tuple[str, int]) -> Parsed:
+        read = self._read[key]
+        if isinstance(read, bool):
+            raise _Fail(read)
+        return read
 
     def at(self, pos: int) -> str | None:
         return self.tokens[pos] if pos < len(self.tokens) else None
@@ -139,16 +155,26 @@ class _Reader:
 
     # ---- one expression with its scripts ---------------------------------------------------
     def expr(self, pos: int) -> Parsed:
-        base, pos = self.expr1(pos)
-        limits = self.at(pos) == "\\limits"
-        if limits:
-            pos += 1
-        for scripts in (self.both_scripts, self.one_script):
-            try:
-                return self._attempt(partial(scripts, base, limits), pos)
-            except _Fail:
-                pass
-        return base, pos
+        key = ("expr", pos)
+        if key in self._read:
+            return self._recall(key)
+        try:
+            base, end = self.expr1(pos)
+            limits = self.at(end) == "\\limits"
+            if limits:
+                end += 1
+            read = base, end
+            for scripts in (self.both_scripts, self.one_script):
+                try:
+                    read = self._attempt(partial(scripts, base, limits), end)
+                    break
+                except _Fail:
+                    pass
+        except _Fail as fail:
+            self._read[key] = fail.consumed
+            raise
+        self._read[key] = read
+        return read
 
     def both_scripts(self, base: Element, limits: bool, pos: int) -> Parsed:
         """`_ a ^ b` or `^ b _ a`, each argument without scripts of its own."""
@@ -186,33 +212,45 @@ class _Reader:
 
     # ---- one term ------------------------------------------------------------------------
     def expr1(self, pos: int) -> Parsed:
-        tok = self.at(pos)
-        if tok is None:
-            raise _Fail(False)
-        if tok == "{":
-            return self.braces(pos)
-        if len(tok) == 1 and (tok.isalpha() or tok.isdigit() or tok in _OPERATORS):
-            return symbol(text_of(tok)), pos + 1
-        if tok in ("^", "_"):
-            empty = symbol("")
-            for scripts in (self.both_scripts, self.one_script):
-                try:
-                    return self._attempt(partial(scripts, empty, False), pos)
-                except _Fail:
-                    pass
-            raise _Fail(False)
-        if tok in _DELIMITERS:
-            if tok in _OPENERS:
-                try:
-                    return self._attempt(self.delimited, pos)
-                except _Fail:
-                    pass
-            return symbol(tok), pos + 1
-        if tok in _BRACE_DELIMITERS:
-            return symbol(text_of(tok)), pos + 1
-        if tok.startswith("\\"):
-            return self._attempt(self.command, pos)
-        raise _Fail(False)
+        key = ("expr1", pos)
+        if key in self._read:
+            return self._recall(key)
+        try:
+            tok = self.at(pos)
+            if tok is None:
+                raise _Fail(False)
+            if tok == "{":
+                read = self.braces(pos)
+            elif len(tok) == 1 and (tok.isalpha() or tok.isdigit() or tok in _OPERATORS):
+                read = symbol(text_of(tok)), pos + 1
+            elif tok in ("^", "_"):
+                empty = symbol("")
+                for scripts in (self.both_scripts, self.one_script):
+                    try:
+                        read = self._attempt(partial(scripts, empty, False), pos)
+                        break
+                    except _Fail:
+                        pass
+                else:
+                    raise _Fail(False)
+            elif tok in _DELIMITERS:
+                read = symbol(tok), pos + 1
+                if tok in _OPENERS:
+                    try:
+                        read = self._attempt(self.delimited, pos)
+                    except _Fail:
+                        pass
+            elif tok in _BRACE_DELIMITERS:
+                read = symbol(text_of(tok)), pos + 1
+            elif tok.startswith("\\"):
+                read = self._attempt(self.command, pos)
+            else:
+                raise _Fail(False)
+        except _Fail as fail:
+            self._read[key] = fail.consumed
+            raise
+        self._read[key] = read
+        return read
 
     def braces(self, pos: int) -> Parsed:
         items, pos = self.many(pos + 1)
@@ -270,10 +308,24 @@ class _Reader:
         return symbol(text_of(tok)), pos + 1
 
 
+# The most frames the reader nests per token (a term opening a group: `expr`, `expr1`, `_attempt`,
+# `delimited`, `many`; a script: `_attempt`, its parser, `in_order`, ...), with room to spare. A
+# prediction nests as deep as it is long at worst (199 `(` then `x`, which pandoc reads), deeper than
+# Python's default limit of 1000 frames allows.
+_FRAMES_PER_TOKEN = 10
+
+
 def to_mathml(tokens: Sequence[str]) -> Element:
     """The root element pandoc writes inside `<semantics>` for `$ tokens $`; `NotConverted` when
     pandoc writes no math (texmath cannot read the tokens, or there are none)."""
+    tokens = list(tokens)
+    limit = sys.getrecursionlimit()
+    # room for the nesting of these tokens, however deep the caller is; the limit is the process's,
+    # so it is set back at once (the suite scores in one thread)
+    sys.setrecursionlimit(limit + _FRAMES_PER_TOKEN * len(tokens))
     try:
         return _Reader(tokens).formula()
     except _Fail:
         raise NotConverted(" ".join(tokens)) from None
+    finally:
+        sys.setrecursionlimit(limit)

@@ -93,3 +93,6 @@ lgeval_le1 = METRICS.register(
 lgeval_le2 = METRICS.register(
     "lgeval_le2", within_graph_errors(2, "≤2 (lgeval)"),
     description="The papers' ≤2: at most two symbol label graph errors (lgeval D_B), in percent")
+
+# Each graph measure's counterpart among ours on token edits (`metrics`): the same question asked of the tokens.
+TOKEN_MEASURE = {"lgeval_exprate": "exprate", "lgeval_le1": "le1", "lgeval_le2": "le2"}

@@ -8,7 +8,7 @@ ExpRate is the papers' ExpRate: the official CROHME pipeline (LaTeX to MathML to
 graphs, lgeval) agrees with it file for file. The papers' "≤1 / ≤2 errors" are not these
 `le1` / `le2`: they count errors in the symbol label graph (a wrong symbol, relation or
 segmentation), which reads a few points lower than token edits on the same predictions
-(`hmer.reports.paper_claims.EDIT_MEASURES_DIFFER`). Wherever a paper's figure stands beside ours,
+(`hmer.reports.claims_format.EDIT_MEASURES_DIFFER`). Wherever a paper's figure stands beside ours,
 the reports label the two apart.
 
 Each metric is a `Metric`, registered by name in `hmer.registry.METRICS`, and this file is the

@@ -16,7 +16,8 @@
 - `analysis`: error analysis of a run's predictions (by length and structure, token edits, two runs),
   over `buckets` (target length, structure) and `alignment` (token edits), printed by `analysis_format`;
 - `published`: the papers' published ExpRates and which preset is which paper's model;
-- `paper_claims`: the papers' claims answered from the studies (`hmer report --claims`);
+- `paper_claims`: the papers' claims answered from the studies (`hmer report --claims`), printed by
+  `claims_format`;
 - `sweep`: a sweep read back from its Optuna storage (its best trial, its importances' spread);
 - `cli`: `hmer report`, the same tables and plots as files.
 
@@ -48,7 +49,7 @@ _EXPORTS = {
     "NoSweepError": "sweep", "best_trial": "sweep", "complete_trials": "sweep", "describe_sweep": "sweep",
     "failures": "sweep", "find_sweep": "sweep", "importance_evaluator": "sweep", "importance_spread": "sweep",
     "why_no_importances": "sweep",
-    "CLAIMS": "paper_claims", "claims_table": "paper_claims", "format_claims": "paper_claims", "plot_claims": "plots",
+    "CLAIMS": "paper_claims", "claims_table": "paper_claims", "format_claims": "claims_format", "plot_claims": "plots",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -269,7 +269,8 @@ def claims_command(budgets: str | None = None, tracking_uri: str | None = None, 
     the gaps), with `out_dir` beside the figure `budget_curves.png`. Returns 0: a claim without its
     study is a row saying so, not an error."""
     from .budget_curves import budget_history, format_budgets, plot_budget_curves
-    from .paper_claims import DEFAULT_BUDGETS, claims_table, format_claims
+    from .claims_format import format_claims
+    from .paper_claims import DEFAULT_BUDGETS, claims_table
 
     df = claims_table(budgets or DEFAULT_BUDGETS, tracking_uri, measure=measure, n_resamples=n_resamples)
     print(format_claims(df, "text"), end="")

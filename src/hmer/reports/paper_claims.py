@@ -1,7 +1,7 @@
 """The papers' claims, answered from the studies in the store: `hmer report --claims`.
 
     df = claims_table()                   # one row per claim, budget, comparison and test year
-    print(format_claims(df))              # aligned text; fmt="markdown" for a README
+    print(format_claims(df))              # aligned text; fmt="markdown" for a README (`claims_format`)
 
 A claim is a row of `CLAIMS`, the one place that says which study answers it, which variants it
 compares, which side it says wins and which paper makes it; adding a claim is adding a row there
@@ -12,8 +12,7 @@ than two variants (CoMER: fusion > cross, self > none) is several comparisons, e
 Each comparison is a variant table (`hmer.reports.tables.variant_table`) of the study's runs of
 its two variants with the claimed loser as the baseline, so the difference, its interval and
 the paired tests are computed exactly as `hmer report --study` computes them, on the same
-`measure` (`exprate`, or `le1`/`le2`: read within one or two edits). Each comparison has two
-verdicts:
+measure (column `measure`). Each comparison has two verdicts:
 
 - **all seeds** (column `verdict`, the headline): the exact paired sign-flip test of the
   seed-averaged difference, one test that uses every seed at once, each test expression once;
@@ -39,6 +38,16 @@ measure, value, paper, source, note), one row per figure with where it stands: E
 ≤2 where the paper gives them, so that `measure="le2"` shows the paper's ≤2 beside ours. A figure
 that was not found in a source that can be cited has no row, and its cell is empty.
 
+Which measure ours are on (`measure_sides`). The papers count ≤1 / ≤2 errors in the symbol label graph
+(lgeval); the suite's own `le1` / `le2` count token edits, a few points apart on the same predictions.
+So with `measure="le2"` (or `"lgeval_le2"`) the table is on `lgeval_le2`, the papers' measure, wherever
+every answered study's runs carry it (runs trained before it was registered do once `hmer runs rescore`
+has given it to them): ours beside the paper's on one measure, Δ and both tests on it, and our token
+measure kept beside as `winner_token_*` / `loser_token_*`. Where some study's runs lack it, the whole
+table stays on the token measure (one measure per table, so that its header says what every row is
+on) and `attrs["lacking"]` names those studies. ExpRate stays the suite's own (`exprate`), the
+measure of every other table: it agrees with lgeval's but for a few expressions a year.
+
 "claims" alone already names something else in this project: workers claiming grid cells
 (`hmer.studies.claims`). Here a claim is a paper's, hence the module's name.
 """
@@ -53,7 +62,8 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from .markup import MISSING, bold, is_missing, layout, mean_pm_std, measure_label, measures, p_value
+from ..evaluation.lgeval import TOKEN_MEASURE
+from .markup import is_missing, measures
 from .runs import PredictionsNotFound, load_predictions, load_runs, resolve_tracking_uri, scored_years, study_progress
 from .significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES
 from .tables import scored, variant_table
@@ -66,6 +76,7 @@ REVERSED = "reversed"
 SPLIT = "split"  # the seed pairs' McNemar verdicts differ: "split: 2 reversed, 1 not significant"
 NO_STUDY = "no study yet"
 NO_TEST = "no paired test"  # the runs logged no predictions to pair
+NO_SINGLE_PAPER = "no single paper: the design's ablation grid"
 # The budgets `hmer report --claims` answers the claims at: the three-seed `cpu` rows, then the
 # one-seed `long` rows of the studies trained 100 epochs (hmer.studies.budgets).
 DEFAULT_BUDGETS = ("cpu", "long")
@@ -111,27 +122,21 @@ CLAIMS: tuple[Claim, ...] = (
           "absolute positions are ConvS2S's (Gehring et al., ICML 2017, for sequences)",
           "ablate_posenc", (("sin2d", "none"), ("cape", "sin2d"), ("learned", "sin2d"))),
 )
-NO_SINGLE_PAPER = "no single paper: the design's ablation grid"
 
-# Within one / two errors means two things in this table. The papers' ≤1 / ≤2 columns are the official CROHME
-# tools' (lgeval over symbol label graphs, as CoMER's repository runs them); ours count token edits
-# (`hmer.evaluation.metrics`). On the same predictions the two disagree by points, which is why the columns are
-# labelled apart and a paper's figure on them is context, never a target; the verdicts compare our runs with
-# each other, always on the token measure.
-EDIT_MEASURES_DIFFER = (
-    "Within one / two errors: the papers' figures (lgeval) count errors in the symbol label graph (symbols, "
-    "relations and segmentation) as the official CROHME tools do; ours count token edits (Levenshtein over the "
-    "LaTeX tokens). They are different measures: on the same 2014 predictions (run 7ef3f758 of cpu-best, "
-    "the previous best CPU model) the official pipeline read 26.57 / 31.64 % within one / two graph errors "
-    "where the token measure reads 28.30 / 36.71 % (their ExpRates agree). The verdicts compare our runs on "
-    "the token measure only.")
+# The token measures whose papers' figures are counted over symbol label graphs a few points apart: on these the
+# table is on the graph measure where the runs carry it (see the module docstring). Not ExpRate, on which tokens
+# and graphs agree but for a few expressions a year: the suite's ExpRate is its tables' and the README's.
+ON_GRAPHS = {token: graph for graph, token in TOKEN_MEASURE.items() if token != "exprate"}
 
 # p_sign_flip: the test over all seeds; p_mcnemar_pairs, mcnemar_favours: one entry per seed pair; a
 # `*_favours` is the side the test's data favour, the claimed winner's or loser's name ("" for neither)
-COLUMNS = ["claim", "budget", "study", "winner", "loser", "year", "paper_winner", "paper_loser", "seeds_winner",
-           "seeds_loser", "winner_mean", "winner_std", "loser_mean", "loser_std", "delta", "delta_low",
-           "delta_high", "p_bootstrap", "p_sign_flip", "sign_flip_favours", "verdict", "p_mcnemar",
-           "p_mcnemar_pairs", "mcnemar_favours", "verdict_mcnemar"]
+# measure: what winner_*, loser_*, delta and the tests are on; winner_token_*, loser_token_*: the same runs on our
+# token measure (equal to winner_* and loser_* where the measure is it)
+COLUMNS = ["claim", "budget", "study", "winner", "loser", "year", "measure", "paper_winner", "paper_loser",
+           "seeds_winner", "seeds_loser", "winner_mean", "winner_std", "loser_mean", "loser_std", "winner_token_mean",
+           "winner_token_std", "loser_token_mean", "loser_token_std", "delta", "delta_low", "delta_high",
+           "p_bootstrap", "p_sign_flip", "sign_flip_favours", "verdict", "p_mcnemar", "p_mcnemar_pairs",
+           "mcnemar_favours", "verdict_mcnemar"]
 _FIGURE_COLUMNS = ["claim", "variant", "year", "measure", "value", "paper", "source", "note"]
 
 
@@ -215,6 +220,35 @@ def _cached_loader(tracking_uri: str) -> Callable[[str, str], pd.DataFrame]:
     return load
 
 
+def measure_sides(measure: str) -> tuple[str, str | None]:
+    """(our token measure, the graph measure the table is on where the runs carry it, or None) of the
+    measure asked for: `le2` and `lgeval_le2` give (`le2`, `lgeval_le2`); `exprate` (`exprate`, None);
+    `lgeval_exprate`, named, (`exprate`, `lgeval_exprate`). The papers' figures are filed under the token
+    measure's name (`paper_claims.csv`)."""
+    if measure in TOKEN_MEASURE:
+        return TOKEN_MEASURE[measure], measure
+    return measure, ON_GRAPHS.get(measure)
+
+
+@dataclass(frozen=True)
+class _Study:
+    """A claim at one budget as the store holds it: its study's runs, the comparisons asked of them, and
+    how far it is when it has not finished."""
+
+    claim: Claim
+    budget: str
+    name: str
+    comparisons: tuple[tuple[str, str], ...]
+    runs: pd.DataFrame
+    good: pd.DataFrame  # the runs that count (scored, not failed or pruned)
+    progress: str | None
+
+    @property
+    def answers(self) -> bool:
+        # a study still training answers nothing yet: its finished cells are not its answer
+        return not self.good.empty and not self.progress
+
+
 def claims_table(
     budgets: str | Sequence[str] = DEFAULT_BUDGETS,
     tracking_uri: str | None = None,
@@ -230,26 +264,29 @@ def claims_table(
     `<study>-<budget>` has no scored run in the store gets, per comparison, a row per year the paper
     gives figures for (one row, year empty, when it gives none), verdict `no study yet`; one whose
     study has not finished, the same rows with its progress as the verdict. Means, stds
-    and differences are percent on `measure`."""
+    and differences are percent on the table's measure: `measure`, or its graph measure where every
+    answered study's runs carry it (`measure_sides`; `attrs`: `measure` the one shown, `token_measure`,
+    `lacking` the studies whose runs lack the graph measure)."""
     uri = resolve_tracking_uri(tracking_uri)
     names = [b.strip() for b in budgets.split(",")] if isinstance(budgets, str) else list(budgets)
-    rows: list[dict[str, Any]] = []
-    for i, budget in enumerate(names):
-        rows += _claims_rows(budget, uri, claims, measure, n_resamples, confidence, alpha, first=i == 0)
+    token, graph = measure_sides(measure)
+    studies = [study for i, budget in enumerate(names) for study in _studies(budget, uri, claims, first=i == 0)]
+    lacking = [s.name for s in studies if graph and s.answers and not _carries(s.good, graph)]
+    shown = graph if graph and not lacking else token
+    rows = [row for s in studies for row in _study_rows(s, uri, shown, token, n_resamples, confidence, alpha)]
     df = pd.DataFrame(rows, columns=COLUMNS)
-    df.attrs.update({"budgets": names, "measure": measure, "confidence": confidence, "alpha": alpha,
-                     "n_resamples": n_resamples, "claims": list(claims)})
+    df.attrs.update({"budgets": names, "measure": shown, "token_measure": token, "lacking": lacking,
+                     "confidence": confidence, "alpha": alpha, "n_resamples": n_resamples, "claims": list(claims)})
     return df
 
 
-def _claims_rows(budget: str, uri: str, claims: Sequence[Claim], measure: str, n_resamples: int,
-                 confidence: float, alpha: float, first: bool) -> list[dict[str, Any]]:
-    """The rows of every claim at one budget (`claims_table`); at a budget after the `first`, only of
-    the claims whose study the store has, and of their comparisons whose variants it trains."""
+def _studies(budget: str, uri: str, claims: Sequence[Claim], first: bool) -> list[_Study]:
+    """Every claim's study at one budget; at a budget after the `first`, only the claims whose study the
+    store has, with the comparisons of the variants it trains (the long studies train two each)."""
     from .runs import study_parent
     from .tables import grid_order
 
-    rows: list[dict[str, Any]] = []
+    studies = []
     for claim in claims:
         study = claim.study_name(budget)
         comparisons = claim.comparisons
@@ -261,138 +298,79 @@ def _claims_rows(budget: str, uri: str, claims: Sequence[Claim], measure: str, n
             comparisons = tuple((w, lo) for w, lo in comparisons if w in trained and lo in trained)
         runs = load_runs(uri, study=study)
         good = runs[scored(runs)] if not runs.empty else runs
-        # a study still training answers nothing yet: its finished cells are not its answer
-        progress = study_progress(study, uri)
-        if good.empty or progress:
-            # the paper's figures still show, a row per year it gives them for (one row, year empty, without any)
-            figures = _figures()
-            paper_years = sorted(set(figures.loc[figures["claim"] == claim.name, "year"])) or [""]
-            rows += [_empty_row(claim, budget, study, winner, loser, y, measure, progress or NO_STUDY)
-                     for winner, loser in comparisons for y in paper_years]
+        studies.append(_Study(claim, budget, study, comparisons, runs, good, study_progress(study, uri)))
+    return studies
+
+
+def _carries(runs: pd.DataFrame, measure: str) -> bool:
+    """Whether each run has `measure` on every test year it was scored on (a run trained before the metric
+    was registered has not, until `hmer runs rescore` gives it)."""
+    for year in scored_years(runs):
+        scored_on = runs[f"metrics.test_{year}_exprate"].notna()
+        column = f"metrics.test_{year}_{measure}"
+        if scored_on.any() and (column not in runs.columns or runs.loc[scored_on, column].isna().any()):
+            return False
+    return True
+
+
+def _study_rows(s: _Study, uri: str, measure: str, token: str, n_resamples: int, confidence: float,
+                alpha: float) -> list[dict[str, Any]]:
+    """The rows of one claim's study (`claims_table`), on `measure`, with our `token` measure beside it."""
+    claim, budget, study = s.claim, s.budget, s.name
+    if not s.answers:
+        # the paper's figures still show, a row per year it gives them for (one row, year empty, without any)
+        figures = _figures()
+        paper_years = sorted(set(figures.loc[figures["claim"] == claim.name, "year"])) or [""]
+        return [_empty_row(claim, budget, study, winner, loser, y, measure, token, s.progress or NO_STUDY)
+                for winner, loser in s.comparisons for y in paper_years]
+    rows: list[dict[str, Any]] = []
+    years = scored_years(s.runs)
+    load = _cached_loader(uri)
+    for winner, loser in s.comparisons:
+        present = set(s.good["variant"])
+        absent = [v for v in (winner, loser) if v not in present]
+        if absent:
+            rows += [_empty_row(claim, budget, study, winner, loser, y, measure, token,
+                                f"no runs of {' and '.join(absent)}") for y in years]
             continue
-        years = scored_years(runs)
-        load = _cached_loader(uri)
-        for winner, loser in comparisons:
-            present = set(good["variant"])
-            absent = [v for v in (winner, loser) if v not in present]
-            if absent:
-                rows += [_empty_row(claim, budget, study, winner, loser, y, measure,
-                                    f"no runs of {' and '.join(absent)}") for y in years]
-                continue
-            pair = runs[runs["variant"].isin([winner, loser])]
-            table = variant_table(pair, baseline=loser, years=years, predictions=load, measure=measure,
-                                  n_resamples=n_resamples, confidence=confidence, title=study)
-            won, lost = table.loc[winner], table.loc[loser]
-            for year in years:
-                row = _empty_row(claim, budget, study, winner, loser, year, measure, "")
-                cells = {k: won.get(f"{year}_{k}") for k in ("delta", "delta_low", "delta_high", "p_bootstrap",
-                                                               "p_sign_flip", "p_mcnemar")}
-                row.update(cells)
-                # the table's sides: 1 the variant (the claimed winner), -1 the baseline (the loser)
-                side = {1: winner, -1: loser, 0: ""}
-                flip_favours = won.get(f"{year}_sign_flip_favours")
-                flip_favours = 0 if is_missing(flip_favours) else int(flip_favours)
-                pair_ps, pair_favours = (won.get(f"{year}_{k}") for k in ("p_mcnemar_pairs", "mcnemar_favours"))
-                pair_ps, pair_favours = (v if isinstance(v, tuple) else () for v in (pair_ps, pair_favours))
-                row.update({
-                    "seeds_winner": int(won["seeds"]), "seeds_loser": int(lost["seeds"]),
-                    "winner_mean": won.get(f"{year}_{measure}_mean"), "winner_std": won.get(f"{year}_{measure}_std"),
-                    "loser_mean": lost.get(f"{year}_{measure}_mean"), "loser_std": lost.get(f"{year}_{measure}_std"),
-                    "sign_flip_favours": math.nan if is_missing(cells["p_sign_flip"]) else side[flip_favours],
-                    "verdict": verdict(cells["p_sign_flip"], flip_favours, alpha),
-                    "p_mcnemar_pairs": pair_ps or math.nan,
-                    "mcnemar_favours": tuple(side[int(f)] for f in pair_favours) or math.nan,
-                    "verdict_mcnemar": verdict_per_seed(pair_ps, pair_favours, alpha),
-                })
-                rows.append(row)
+        pair = s.runs[s.runs["variant"].isin([winner, loser])]
+        table = variant_table(pair, baseline=loser, years=years, predictions=load, measure=measure,
+                              n_resamples=n_resamples, confidence=confidence, title=study)
+        won, lost = table.loc[winner], table.loc[loser]
+        for year in years:
+            row = _empty_row(claim, budget, study, winner, loser, year, measure, token, "")
+            cells = {k: won.get(f"{year}_{k}") for k in ("delta", "delta_low", "delta_high", "p_bootstrap",
+                                                           "p_sign_flip", "p_mcnemar")}
+            row.update(cells)
+            # the table's sides: 1 the variant (the claimed winner), -1 the baseline (the loser)
+            side = {1: winner, -1: loser, 0: ""}
+            flip_favours = won.get(f"{year}_sign_flip_favours")
+            flip_favours = 0 if is_missing(flip_favours) else int(flip_favours)
+            pair_ps, pair_favours = (won.get(f"{year}_{k}") for k in ("p_mcnemar_pairs", "mcnemar_favours"))
+            pair_ps, pair_favours = (v if isinstance(v, tuple) else () for v in (pair_ps, pair_favours))
+            row.update({
+                "seeds_winner": int(won["seeds"]), "seeds_loser": int(lost["seeds"]),
+                **{f"{name}{part}_{stat}": side_row.get(f"{year}_{m}_{stat}")
+                   for name, side_row in (("winner", won), ("loser", lost))
+                   for part, m in (("", measure), ("_token", token)) for stat in ("mean", "std")},
+                "sign_flip_favours": math.nan if is_missing(cells["p_sign_flip"]) else side[flip_favours],
+                "verdict": verdict(cells["p_sign_flip"], flip_favours, alpha),
+                "p_mcnemar_pairs": pair_ps or math.nan,
+                "mcnemar_favours": tuple(side[int(f)] for f in pair_favours) or math.nan,
+                "verdict_mcnemar": verdict_per_seed(pair_ps, pair_favours, alpha),
+            })
+            rows.append(row)
     return rows
 
 
-def _empty_row(claim: Claim, budget: str, study: str, winner: str, loser: str, year: str, measure: str,
+def _empty_row(claim: Claim, budget: str, study: str, winner: str, loser: str, year: str, measure: str, token: str,
                word: str) -> dict[str, Any]:
-    """A row with the claim, the paper's figures on `measure` where it gives them, and no measurement."""
+    """A row with the claim, the paper's figures (filed under the `token` measure's name) where it gives them,
+    and no measurement on `measure`."""
     row: dict[str, Any] = {c: math.nan for c in COLUMNS}
     row.update({"claim": claim.name, "budget": budget, "study": study, "winner": winner, "loser": loser, "year": year,
-                "paper_winner": paper_figure(claim.name, winner, year, measure) if year else math.nan,
-                "paper_loser": paper_figure(claim.name, loser, year, measure) if year else math.nan, "verdict": word,
+                "measure": measure,
+                "paper_winner": paper_figure(claim.name, winner, year, token) if year else math.nan,
+                "paper_loser": paper_figure(claim.name, loser, year, token) if year else math.nan, "verdict": word,
                 "verdict_mcnemar": word})
     return row
-
-
-# ---- as text or Markdown --------------------------------------------------------------------------
-
-def format_claims(df: pd.DataFrame, fmt: str = "text") -> str:
-    """The claims table, then what each claim says and who says it, and where the papers' figures are from."""
-    render = layout(fmt)
-    strong = bold(fmt)
-    label = measure_label(df.attrs.get("measure", "exprate"))
-    confidence = float(df.attrs.get("confidence", DEFAULT_CONFIDENCE))
-    alpha = float(df.attrs.get("alpha", ALPHA))
-    measure = df.attrs.get("measure", "exprate")
-    # within one / two errors are two different measures on the two sides (see EDIT_MEASURES_DIFFER)
-    paper_label, ours_label = (label, label) if measure == "exprate" else (f"{label} lgeval", f"{label} tokens")
-    head = ["claim", "budget", "year", "claimed", f"paper {paper_label}", f"ours {ours_label} (winner)",
-            f"ours {ours_label} (loser)", f"Δ {ours_label} [{confidence:.0%} CI]", "p boot", "p all seeds",
-            "verdict, all seeds", "p McNemar per seed pair", "verdict, per-seed McNemar"]
-    body = []
-    for _, r in df.iterrows():
-        paper = (MISSING if is_missing(r["paper_winner"]) and is_missing(r["paper_loser"])
-                 else f"{_figure(r['paper_winner'])} / {_figure(r['paper_loser'])}")
-        delta = MISSING if is_missing(r["delta"]) else (
-            f"{r['delta']:+.1f}" if is_missing(r["delta_low"])
-            else f"{r['delta']:+.1f} [{r['delta_low']:+.1f}, {r['delta_high']:+.1f}]")
-        pairs = MISSING if not isinstance(r["p_mcnemar_pairs"], tuple) else " ".join(
-            _sided_p(p, favours, r) for p, favours in zip(r["p_mcnemar_pairs"], r["mcnemar_favours"]))
-        body.append([r["claim"], r["budget"], r["year"] or MISSING, f"{r['winner']} > {r['loser']}", paper,
-                     _ours(r, "winner"), _ours(r, "loser"), delta, p_value(r["p_bootstrap"]),
-                     _sided_p(r["p_sign_flip"], r["sign_flip_favours"], r), r["verdict"], pairs,
-                     r["verdict_mcnemar"]])
-    budgets = list(df.attrs.get("budgets", ()))
-    at = " and ".join(f"the {b}" for b in budgets) + (" budgets" if len(budgets) > 1 else " budget")
-    intro = (f"{strong('The papers’ claims')} against the studies at {at} (column budget; "
-             f"hmer.studies.budgets): ours are mean ± std over seeds (%, the number of seeds in brackets; one "
-             f"seed is one run, with no std); Δ = claimed winner − claimed loser in percentage points "
-             f"with its paired-bootstrap interval and p (p boot). Two tests, each with its verdict at α = {alpha:g}: "
-             f"{REPRODUCED} (significant in the claimed direction), {NOT_SIGNIFICANT}, or {REVERSED} (significant "
-             f"against the claim). All seeds: the exact paired sign-flip test over test expressions of the "
-             f"seed-averaged difference (each expression once, its correctness averaged over each side's seeds). "
-             f"Per-seed McNemar: the exact McNemar test of each seed-matched pair; their verdict when every pair "
-             f"reads the same, else {SPLIT} with how many pairs read what. A + or - before a p is the side its test's "
-             f"data favour: + the claimed winner, - the claimed loser, none a tie.")
-    claims = df.attrs.get("claims", CLAIMS)
-    notes = []
-    for c in claims:
-        studies = [s for s in dict.fromkeys(df.loc[df["claim"] == c.name, "study"])]
-        notes.append(f"- {c.name}: {c.statement}; {c.paper or NO_SINGLE_PAPER}; "
-                     f"{'studies' if len(studies) > 1 else 'study'} {', '.join(studies) or MISSING}")
-    figures = _figures()
-    sources = []
-    for (claim, variant), part in figures.groupby(["claim", "variant"], sort=False):
-        where = "; ".join(f"{', '.join(measure_label(m) for m in sub['measure'].unique())} from {source}"
-                          for source, sub in part.groupby("source", sort=False))
-        sources.append(f"- {claim}, {variant}: {part.iloc[0]['paper']}. {where}. Note: {part.iloc[0]['note']}.")
-    paper_note = (f"Paper {paper_label} = the paper's figure for the claimed winner / loser; {MISSING} where it was "
-                  "not found in a source that can be cited:")
-    blocks = [intro, render(head, body), "Claims:\n" + "\n".join(notes), paper_note + "\n" + "\n".join(sources)]
-    if measure != "exprate":
-        blocks.append(EDIT_MEASURES_DIFFER)
-    return "\n\n".join(blocks) + "\n"
-
-
-def _sided_p(p: Any, favours: Any, row: pd.Series) -> str:
-    """A p-value with the side its test favours: "+0.003" the claimed winner, "-0.003" the claimed loser."""
-    if is_missing(p):
-        return MISSING
-    sign = "+" if favours == row["winner"] else "-" if favours == row["loser"] else ""
-    return f"{sign}{p_value(p)}"
-
-
-def _figure(value: Any) -> str:
-    return MISSING if is_missing(value) else f"{float(value):.2f}"
-
-
-def _ours(row: pd.Series, side: str) -> str:
-    mean = row[f"{side}_mean"]
-    if is_missing(mean):
-        return MISSING
-    return f"{mean_pm_std(mean, row[f'{side}_std'])} ({int(row[f'seeds_{side}'])})"

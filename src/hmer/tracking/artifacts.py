@@ -1,5 +1,11 @@
 """What a run logs besides metrics: per-token attention maps and their pictures, prediction files.
 
+A run keeps the predictions behind each split's scores: a test split's (`test_2014`: metrics
+`test_2014_*`) as `predictions/test_2014.csv`, the validation split decoded at the end as the test
+years are (`val_final`, `val-alt_final`) as `split/val_predictions.csv`, `split/val-alt_predictions.csv`;
+`predictions_artifact` and `scored_key` say which file is which split, for the code that writes them
+(`training.final`) and the code that scores them again (`tracking.rescore`).
+
 `token_maps` is the one implementation of "where the model looks for each token": the run's
 `attention/*.png` are drawn from it here, and `hmer.reports.attention` builds its figures on it.
 
@@ -22,6 +28,10 @@ from PIL import Image, ImageDraw
 
 KINDS = ("attention", "coverage")
 PREDICTION_COLUMNS = ["name", "truth", "prediction", "distance"]
+PREDICTIONS = "predictions"  # the test splits' predictions: predictions/test_<split>.csv
+SPLIT = "split"  # the training's own splits (name lists; validation's predictions, split/<split>_predictions.csv)
+_FINAL = "_final"  # the metric prefix of a validation split decoded at the end: val_final_*
+_PREDICTIONS_FILE = "_predictions.csv"
 
 
 def _reading_direction(model: Any, direction: str | None) -> str:
@@ -130,3 +140,42 @@ def write_predictions_csv(path: str | Path, rows: Iterable[dict[str, Any]]) -> N
         writer = csv.DictWriter(f, fieldnames=PREDICTION_COLUMNS)
         writer.writeheader()
         writer.writerows(rows)
+
+
+def predictions_artifact(key: str) -> str:
+    """The artifact that holds the predictions behind a run's metrics `<key>_*`: `test_2014` ->
+    `predictions/test_2014.csv`, `val_final` -> `split/val_predictions.csv`."""
+    if key.endswith(_FINAL):
+        return f"{SPLIT}/{key.removesuffix(_FINAL)}{_PREDICTIONS_FILE}"
+    return f"{PREDICTIONS}/{key}.csv"
+
+
+def scored_key(artifact: str) -> str | None:
+    """The metric prefix of a predictions artifact (the inverse of `predictions_artifact`); None for
+    any other artifact."""
+    folder, _, name = artifact.partition("/")
+    if folder == PREDICTIONS and name.startswith("test_") and name.endswith(".csv") and "/" not in name:
+        return name.removesuffix(".csv")
+    if folder == SPLIT and name.endswith(_PREDICTIONS_FILE) and len(name) > len(_PREDICTIONS_FILE) and "/" not in name:
+        return name.removesuffix(_PREDICTIONS_FILE) + _FINAL
+    return None
+
+
+def read_predictions_csv(path: str | Path) -> list[dict[str, str]]:
+    """The rows of a predictions file (`write_predictions_csv`), each {column: text}. A ValueError naming
+    the file when it is not one: not UTF-8 text, not CSV, without a column a predictions file has, or a
+    row of another length than its header."""
+    try:
+        with Path(path).open(newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in PREDICTION_COLUMNS if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ValueError(f"{path}: not a predictions file (no column {', '.join(missing)})")
+            rows = []
+            for row in reader:
+                if None in row or None in row.values():  # more cells than the header names, or fewer
+                    raise ValueError(f"{path}: line {reader.line_num} is not a row of its header's columns")
+                rows.append(row)
+            return rows
+    except (UnicodeDecodeError, csv.Error) as exc:
+        raise ValueError(f"{path}: not a predictions file ({type(exc).__name__}: {exc})") from None

@@ -21,7 +21,7 @@ from ..checkpoint import MODEL_FILE, load_checkpoint, save_model_file
 from ..data.augment import VAL_ALT
 from ..evaluation.evaluate import decode_options, evaluate_split
 from ..tracking import keys
-from ..tracking.artifacts import log_attention_maps, write_predictions_csv
+from ..tracking.artifacts import PREDICTIONS, SPLIT, log_attention_maps, predictions_artifact, write_predictions_csv
 from ..tracking.run import RunLogger, split_metrics
 from .result import TrainResult
 from .setup import Setup
@@ -46,8 +46,8 @@ def final_evaluation(run: RunLogger, setup: Setup, result: TrainResult, best_pat
         final["train_images_per_second"] = result.images_trained / result.step_seconds
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
-        (tmp_path / "predictions").mkdir()
-        (tmp_path / "split").mkdir()
+        (tmp_path / PREDICTIONS).mkdir()
+        (tmp_path / SPLIT).mkdir()
         # Validation decoded as the test years are (beam, joint search for bi), beside them: how
         # well the split that selected the checkpoint predicts the test years.
         splits = [("val", "val_final", data.get("val") or []), (VAL_ALT, f"{VAL_ALT}_final", data.get(VAL_ALT) or [])]
@@ -65,12 +65,10 @@ def final_evaluation(run: RunLogger, setup: Setup, result: TrainResult, best_pat
                 result.test_scores[split] = res.scores
             final.update(split_metrics(key, res, time.monotonic() - t0))
             final[f"{key}_decode_cpu_seconds"] = time.process_time() - cpu0
-            csv_path = tmp_path / "split" / f"{split}_predictions.csv" if split in ("val", VAL_ALT) else \
-                tmp_path / "predictions" / f"{key}.csv"
-            write_predictions_csv(csv_path, res.rows())
-        run.log_artifacts(str(tmp_path / "predictions"), "predictions")
-        if any((tmp_path / "split").iterdir()):
-            run.log_artifacts(str(tmp_path / "split"), "split")
+            write_predictions_csv(tmp_path / predictions_artifact(key), res.rows())
+        run.log_artifacts(str(tmp_path / PREDICTIONS), PREDICTIONS)
+        if any((tmp_path / SPLIT).iterdir()):
+            run.log_artifacts(str(tmp_path / SPLIT), SPLIT)
         if best is not None:
             # the checkpoint's own tensors in a format that loads without unpickling (hmer.checkpoint)
             save_model_file(best, tmp_path / "model" / MODEL_FILE)
