@@ -74,6 +74,6 @@ def registers(name: str) -> bool:
 def plug_ins() -> set[str]:
     """The modules that register a variant and that no other module imports: their package imports
     every one of its modules (`hmer.registry.import_submodules`), and each is found by the name it
-    registers (`hmer models`, `python -m hmer.studies`), so nothing else needs to name it."""
+    registers (`hmer models`, `hmer study`), so nothing else needs to name it."""
     imported = {target for targets in GRAPH.values() for target in targets}
     return {name for name in MODULES if name not in imported and registers(name)}

@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 
 from hmer.studies import BUDGETS, DIRECTION, StudySpec, get_budget
 from hmer.studies.claims import CellClaims, Worker, worker_alive
-from hmer.studies.cli import build_parser, parse_seeds
+from hmer.cli.study import build_parser, parse_seeds
 from hmer.studies.sampler import ClaimedCellSampler
 from hmer.studies.storage import mask_url, open_storage, trial_id
 from hmer.studies.spec import SEED_KEY, cell_key
