@@ -22,8 +22,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 STUDIES = ROOT / "docs" / "studies.md"
-# What the copy needs: the package, the documents whose lists are held to it, and the tests that hold them.
-COPIED = ("src/hmer", "docs/architecture.md", "docs/studies.md", "tests/package_imports.py",
+# What the copy needs: the package and the tools (whose imports the layers hold too), the documents whose
+# lists are held to them, and the tests that hold them.
+COPIED = ("src/hmer", "tools", "docs/architecture.md", "docs/studies.md", "tests/package_imports.py",
           "tests/test_docs_module_lists.py", "tests/test_layers.py")
 
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_campaign import BENCH_EXPERIMENT, CARRIED, STANDARD_2014  # noqa: E402
+from gpu_campaign_plan import BENCH_EXPERIMENT, CARRIED, STANDARD_2014  # noqa: E402
 from lease import PART_MB  # noqa: E402
 
 if TYPE_CHECKING:
