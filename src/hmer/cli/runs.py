@@ -226,7 +226,8 @@ def cmd_runs_workspace(args) -> int:
 def cmd_runs_import(args) -> int:
     from ..tracking.lock import database_store_lock
     from ..tracking.store import default_tracking_uri
-    from ..tracking.transfer import import_runs, read_export
+    from ..tracking.export_file import read_export
+    from ..tracking.transfer import import_runs
 
     for f in args.files:  # every file read whole first: a bad one merges none of them
         read_export(f)
