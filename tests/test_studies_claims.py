@@ -234,6 +234,22 @@ def test_command_line_options():
         build_parser(DIRECTION).parse_args(["--preset", "smoke"])
 
 
+def test_hmer_study_runs_a_study_by_name_and_refuses_an_unknown_one(capsys):
+    """`hmer study NAME [options]`: everything after NAME is the study's own (its parser, its --help);
+    an unknown or missing name lists the studies in one line, exit status 2, and runs nothing."""
+    from hmer.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["study", "ablate_direction", "--help"])
+    out = capsys.readouterr().out
+    assert done.value.code == 0 and out.startswith("usage: hmer study ablate_direction") and "--seeds" in out
+    for argv, said in ((["study", "nope", "--budget", "smoke"], "unknown study 'nope'; "), (["study"], "")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"usage: hmer study NAME [options]: {said}NAME is one of ") and "ablate_direction" in err
+        assert len(err.splitlines()) == 1, err
+
+
 def test_every_ablation_cell_is_a_valid_config():
     from hmer.studies import ABLATIONS
     from hmer.studies.resolution import base_config

@@ -29,10 +29,12 @@ EXIT_USAGE = 2
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("study", help="run (or resume) a registered study: hmer study NAME [options]; "
-                       "NAME --help lists its options", add_help=False)
+    p = sub.add_parser("study", help="run (or resume) a registered study, then present it: hmer study NAME "
+                       "[options]; hmer study NAME --help lists its options",
+                       description="Run (or resume) the registered study NAME, as python studies/NAME.py does.")
     p.add_argument("name", metavar="NAME", nargs="?", help="a registered study (ablate_direction, sweep, ...)")
-    p.add_argument("options", nargs=argparse.REMAINDER, help="the study's own options (NAME --help)")
+    # (everything after NAME, --help included, is the study's: its own parser reads it)
+    p.add_argument("options", nargs=argparse.REMAINDER, help="the study's own options (hmer study NAME --help)")
     p.set_defaults(func=cmd_study)
 
 
