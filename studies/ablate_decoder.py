@@ -3,7 +3,7 @@ src/hmer/studies/suite/ablate_decoder.py; `python studies/ablate_decoder.py --he
 
 import sys
 
-from hmer.studies.cli import run_study
+from hmer.cli.study import run_study
 
 if __name__ == "__main__":
     sys.exit(run_study("ablate_decoder"))

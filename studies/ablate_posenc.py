@@ -4,7 +4,7 @@ varies and measures) is src/hmer/studies/suite/ablate_posenc.py; `python studies
 
 import sys
 
-from hmer.studies.cli import run_study
+from hmer.cli.study import run_study
 
 if __name__ == "__main__":
     sys.exit(run_study("ablate_posenc"))

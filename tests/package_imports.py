@@ -1,6 +1,10 @@
-"""The package's modules and the imports between them, read with `ast` (nothing is imported):
-what tests/test_layers.py holds to the picture of the layers, and what tests/test_docs_module_lists.py
-reads to tell a plug-in from a module that others build on."""
+"""The package's modules, the scripts of tools/, and the imports between them, read with `ast`
+(nothing is imported): what tests/test_layers.py holds to the picture of the layers, and what
+tests/test_docs_module_lists.py reads to tell a plug-in from a module that others build on.
+
+A script of tools/ runs with its folder first on the path (`python tools/gpu_campaign.py`), so it
+imports another by its bare name (`from lease import Lease`); it is named here `tools.<name>`, and
+its layer is `tools`."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "hmer"
+TOOLS = ROOT / "tools"
 
 
 def package_modules() -> dict[str, Path]:
@@ -20,14 +25,21 @@ def package_modules() -> dict[str, Path]:
     return found
 
 
+def tool_scripts() -> dict[str, Path]:
+    """Every script of tools/ as `tools.<name>` (none in a copy of the checkout without the folder)."""
+    return {f"tools.{path.stem}": path for path in sorted(TOOLS.glob("*.py"))}
+
+
 MODULES = package_modules()
+SCRIPTS = tool_scripts()
+PATHS = {**MODULES, **SCRIPTS}  # every node of the graph: the package's modules and the tools
 
 
 def module_imports(name: str) -> dict[str, int]:
-    """The modules of the package that module `name` imports, at module level or inside a function,
-    each with the line of its first import."""
-    path = MODULES[name]
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    """The modules of the package and the scripts of tools/ that module `name` (either) imports, at
+    module level or inside a function, each with the line of its first import."""
+    path = PATHS[name]
+    package = "" if name in SCRIPTS else name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: dict[str, int] = {}
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
@@ -40,14 +52,16 @@ def module_imports(name: str) -> dict[str, int]:
         else:
             continue
         for target in targets:
-            while target and target not in MODULES:  # hmer.data.vocab.Vocab -> hmer.data.vocab; torch -> ""
+            if name in SCRIPTS and f"tools.{target}" in SCRIPTS:  # `import lease`, beside the script
+                target = f"tools.{target}"
+            while target and target not in PATHS:  # hmer.data.vocab.Vocab -> hmer.data.vocab; torch -> ""
                 target = target.rpartition(".")[0]
             if target and target != name:
                 found.setdefault(target, node.lineno)
     return found
 
 
-GRAPH = {name: module_imports(name) for name in MODULES}
+GRAPH = {name: module_imports(name) for name in PATHS}
 
 
 def registers(name: str) -> bool:
@@ -74,6 +88,6 @@ def registers(name: str) -> bool:
 def plug_ins() -> set[str]:
     """The modules that register a variant and that no other module imports: their package imports
     every one of its modules (`hmer.registry.import_submodules`), and each is found by the name it
-    registers (`hmer models`, `python -m hmer.studies`), so nothing else needs to name it."""
+    registers (`hmer models`, `hmer study`), so nothing else needs to name it."""
     imported = {target for targets in GRAPH.values() for target in targets}
     return {name for name in MODULES if name not in imported and registers(name)}

@@ -1,6 +1,7 @@
 """An MLflow store made by a real smoke study, shared by the report and notebook tests.
 
-One grid study (`hmer.studies.run_grid_study`, real training of the tiny CoMER model):
+One grid study (`hmer.studies.run_grid_study`, real training of the tiny CoMER model, then
+presented as `hmer study` presents it: `hmer.store.present.present_study`):
 coverage none (the baseline) against cross coverage, one seed, one epoch, on a tiny
 dataset written to disk (so the runs record `data.path` and the attention notebook can
 load the test images back), scored on the 2014, 2016 and 2019 test splits. Coverage
@@ -82,6 +83,10 @@ def study_store(root: Path) -> StudyStore:
         outcome = run_grid_study(spec, "smoke", storage=storage, tracking_uri=tracking_uri, data_path=str(data_path),
                                  seeds=(1,), overrides=OVERRIDES, study_name=STUDY_NAME, print_table=False)
     assert outcome.complete, f"the smoke study did not complete: {outcome.failed}"
+    from hmer.store.present import present_study
+
+    # presented, as the command that runs a study leaves it: its figure, table, summary runs and notes
+    present_study(STUDY_NAME, tracking_uri=tracking_uri, storage=storage)
     _STORE = StudyStore(root=root, tracking_uri=tracking_uri, storage=storage, study=STUDY_NAME,
                         data_path=data_path, cache=cache, parent_run_id=outcome.parent_run_id)
     return _STORE

@@ -37,7 +37,7 @@ from hmer.allowed import allowed_of
 from hmer.config import RULES, Config, DataConfig, ModelConfig, TrainConfig
 from hmer.presets import PRESETS, SIZES, resolve_preset
 from hmer.recipes import RECIPES
-from hmer.studies import cli as study_cli
+from hmer.cli import study as study_cli
 from hmer.studies.budgets import BUDGETS
 from hmer.studies.resolution import base_config
 from hmer.studies import ABLATIONS, DIRECTION, SWEEP, SweepParam, SweepSpec

@@ -83,7 +83,7 @@ def test_committed_checkpoints_are_the_smallest_files_that_continue_the_unfinish
     in flight, the run its next trial continues, with `last.pt` and, only where its weights are not
     the best so far, `best.pt`; nothing else is committed for good (issue 49)."""
     from hmer.checkpoint import load_checkpoint
-    from hmer.studies.unfinished import resumable_runs, unfinished_studies
+    from hmer.store.unfinished import resumable_runs, unfinished_studies
 
     client = MlflowClient(f"sqlite:///{MLRUNS / 'mlflow.db'}")
     continued = resumable_runs(client, f"sqlite:///{MLRUNS / 'optuna.db'}", sorted(unfinished_studies(client)), MLRUNS)
@@ -100,7 +100,7 @@ def test_committed_checkpoints_are_the_smallest_files_that_continue_the_unfinish
 def test_the_committed_store_names_no_machine_path_runs_nothing_and_calls_every_study_by_its_name():
     """The whole committed store (both databases, every artifact): what `hmer runs publish` makes
     of a workspace, and refuses to publish otherwise (issue 49)."""
-    from hmer.studies.clean_store import store_problems
+    from hmer.store.clean import store_problems
 
     problems = [str(p) for p in store_problems(MLRUNS)]
     assert not problems, f"{len(problems)} problem(s) in the committed store:\n" + "\n".join(problems)

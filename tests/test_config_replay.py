@@ -12,9 +12,9 @@ about it, through today's layers (hmer.presets.LAYERS), and compared field for f
 - a run of `hmer train`: the command that trained it (`TRAIN_COMMANDS`: its preset, which the run
   records as its config's `name`, the budget, and the keys its --set gave).
 
-The rebuild is `hmer.studies.provenance`'s, what `hmer runs show RUN` prints. Where a run trained
+The rebuild is `hmer.store.provenance`'s, what `hmer runs show RUN` prints. Where a run trained
 otherwise than today's layers give, the key, the runs and the reason are written down in
-`hmer.studies.config_history` (`CELLS_CHANGED_SINCE`, a command's `changed`), and the test holds that
+`hmer.store.config_history` (`CELLS_CHANGED_SINCE`, a command's `changed`), and the test holds that
 exactly those keys differ. The store is read only: its two databases are copied, its artifacts read
 in place.
 """
@@ -33,8 +33,8 @@ from mlflow.tracking import MlflowClient
 from hmer.config import VALUES_BEFORE_KEY_EXISTED, Config
 from hmer.presets import resolve_preset
 from hmer.studies.budgets import get_budget
-from hmer.studies.config_history import BEGUN_UNDER_ANOTHER_BUDGET, CELLS_CHANGED_SINCE, TRAIN_COMMANDS
-from hmer.studies.provenance import (
+from hmer.store.config_history import BEGUN_UNDER_ANOTHER_BUDGET, CELLS_CHANGED_SINCE, TRAIN_COMMANDS
+from hmer.store.provenance import (
     StudyRecord,
     differences,
     rebuild_command,

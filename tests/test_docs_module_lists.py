@@ -1,6 +1,6 @@
 """The documents' lists of modules held to the package: docs/architecture.md's "modules, by layer"
-names every module of `hmer` under its folder, and docs/studies.md's table of `hmer.studies` every
-module of that package; neither names a module that is not there.
+names every module of `hmer` under its folder, and docs/studies.md's tables of `hmer.studies` and of
+`hmer.store` every module of those packages; none names a module that is not there.
 
 A plug-in (`package_imports.plug_ins`: a module that registers a variant and that no other module
 imports, such as a study of `hmer.studies.suite` or a decoder added to `hmer.model`) may be named and
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from package_imports import MODULES, ROOT, plug_ins
 
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
@@ -69,15 +70,17 @@ def test_the_architecture_list_names_every_module():
     assert not stale, f"docs/architecture.md's list of modules by layer names {', '.join(stale)}, not in src/hmer"
 
 
-def test_the_studies_table_names_every_studies_module():
-    section = STUDIES.read_text().split("## How the library is laid out", 1)[1].split("\n## ", 1)[0]
+@pytest.mark.parametrize("package, heading", [("hmer.studies", "## How the library is laid out"),
+                                              ("hmer.store", "## The committed store's upkeep")])
+def test_the_studies_tables_name_every_module_of_their_package(package, heading):
+    section = STUDIES.read_text().split(heading, 1)[1].split("\n## ", 1)[0]
     rows = [line.split("|")[1] for line in section.splitlines() if line.startswith("| `")]
-    named = {f"hmer.studies.{name}" for row in rows for name in _named(row)}
-    modules = {m for m in _modules() if m.startswith("hmer.studies.") and m.count(".") == 2}
+    named = {f"{package}.{name}" for row in rows for name in _named(row)}
+    modules = {m for m in _modules() if m.startswith(f"{package}.") and m.count(".") == 2}
     missing = sorted(modules - named - plug_ins())
-    assert not missing, f"docs/studies.md's table of hmer.studies modules lacks {', '.join(missing)}"
+    assert not missing, f"docs/studies.md's table of {package} modules lacks {', '.join(missing)}"
     stale = sorted(named - modules)
-    assert not stale, f"docs/studies.md's table of hmer.studies modules names {', '.join(stale)}, not in the package"
+    assert not stale, f"docs/studies.md's table of {package} modules names {', '.join(stale)}, not in the package"
 
 
 def test_plug_ins_are_the_modules_that_register_and_that_nothing_imports():

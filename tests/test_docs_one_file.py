@@ -5,7 +5,7 @@ the documents' module lists and the layers still hold (tests/test_docs_module_li
 tests/test_layers.py run there), and a fresh process with the copy first on its path finds the new
 name in its registry and uses it: the decoder is built through the factory, runs a forward pass and a
 greedy decode; the metric is listed by `hmer models` and scores predictions; the study's `--help` runs
-through `python -m hmer.studies NAME` and its spec's cells resolve to configs."""
+through `hmer study NAME` and its spec's cells resolve to configs."""
 
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 STUDIES = ROOT / "docs" / "studies.md"
-# What the copy needs: the package, the documents whose lists are held to it, and the tests that hold them.
-COPIED = ("src/hmer", "docs/architecture.md", "docs/studies.md", "tests/package_imports.py",
+# What the copy needs: the package and the tools (whose imports the layers hold too), the documents whose
+# lists are held to them, and the tests that hold them.
+COPIED = ("src/hmer", "tools", "docs/architecture.md", "docs/studies.md", "tests/package_imports.py",
           "tests/test_docs_module_lists.py", "tests/test_layers.py")
 
 
@@ -161,7 +162,7 @@ def test_a_study_is_one_file(copy):
     constant = re.search(r"^(\w+) = StudySpec\(", code, re.M).group(1)
     _add(copy, path, code)
     _lists_hold(copy)
-    help_text = _run(copy, "-m", "hmer.studies", name, "--help")
+    help_text = _run(copy, "-m", "hmer.cli", "study", name, "--help")
     docstring = re.match(r'"""(.+?)"""', code, re.S).group(1)
     assert " ".join(docstring.split()) in " ".join(help_text.split()), help_text
     used = json.loads(_run(copy, "-c", STUDY_USE, name, constant, str(copy / "src" / "hmer")).splitlines()[-1])

@@ -230,8 +230,8 @@ def test_a_superseded_study_that_stopped_unfinished_is_published_as_it_stopped_a
     # A study replaced before it finished (`hmer runs supersede`) stays in the store for reference:
     # a publish without --keep-unfinished must not drop it as if it were still training, and one
     # with it must not carry its runs' checkpoints to be continued. Superseding it closed its parent.
-    from hmer.studies.rename import mark_superseded
-    from hmer.studies.unfinished import unfinished_studies
+    from hmer.store.rename import mark_superseded
+    from hmer.store.unfinished import unfinished_studies
     from hmer.tracking import keys
 
     work = tmp_path / "work"
@@ -329,7 +329,7 @@ def test_a_published_store_names_no_machine_path_runs_nothing_and_calls_every_st
     import optuna
 
     from hmer.reports.study_run import TABLE_ARTIFACT
-    from hmer.studies.clean_store import store_problems
+    from hmer.store.clean import store_problems
     from hmer.tracking import keys
     from hmer.tracking.models import load_model
     from study_store import STUDY_NAME

@@ -38,6 +38,7 @@ NEEDS = (
     (r"python -m pytest.*", "the tests themselves"),
     (r"python studies/ablate_direction\.py", "the main job: tests/test_committed_results.py runs it on a clone"),
     (r"python studies/\w+\.py.*", "hours of training (the studies' tests run each study at a smoke budget)"),
+    (r"hmer study .*", "hours of training, as a script of studies/ (tests/test_studies.py runs a study by name)"),
     (r"hmer train .*", "training (tests/test_training.py trains tiny models through the same command)"),
     (r"torchrun .*", "several GPUs"),
     (r"hmer (evaluate|predict|analyze) .*(<run-id>|RUN).*", "a run id of a trained model"),
@@ -108,9 +109,14 @@ def _parse(command: str) -> None:
         from hmer.cli import build_parser
 
         args = words[words.index("hmer.cli") + 1:] if "hmer.cli" in words else words[1:]
-        build_parser().parse_args(args)
+        parsed = build_parser().parse_args(args)
+        if args[0] == "study" and parsed.name != _PLACEHOLDER:  # a study named: its own options too
+            from hmer.cli.study import build_parser as study_parser
+            from hmer.studies.spec import STUDIES
+
+            study_parser(STUDIES.get(parsed.name), None).parse_args(parsed.options)
     elif words[0] == "python" and words[1].startswith("studies/"):
-        from hmer.studies.cli import build_parser as study_parser
+        from hmer.cli.study import build_parser as study_parser
         from hmer.studies.spec import STUDIES
 
         study_parser(STUDIES.get(Path(words[1]).stem), None).parse_args(words[2:])

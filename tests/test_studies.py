@@ -22,6 +22,7 @@ import torch
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
 
+from hmer.cli.study import present
 from hmer.studies import DIRECTION, SWEEP, StudySpec, get_budget, run_grid_study, run_sweep
 from hmer.reports.sweep import sweep_table
 from hmer.tracking import keys
@@ -71,6 +72,7 @@ def test_grid_study_end_to_end_and_rerun_runs_nothing(stores, capsys):
     outcome = run_grid_study(DIRECTION, "smoke", storage=storage, tracking_uri=tracking, data=tiny_data(),
                              seeds=(1,), overrides=TINY, study_name="direction-test")
     assert outcome.complete and outcome.n_complete == outcome.n_expected == 3
+    present(outcome)  # as the command that ran it does, once it has ended (hmer study, the scripts)
 
     study = optuna.load_study(study_name="direction-test", storage=storage)
     complete = study.get_trials(states=(TrialState.COMPLETE,))
@@ -150,6 +152,7 @@ def test_grid_study_end_to_end_and_rerun_runs_nothing(stores, capsys):
     before = {f: f.read_bytes() for f in (home / "mlflow.db", home / "optuna.db", table_md, figure)}
     again = run_grid_study(DIRECTION, "smoke", storage=storage, tracking_uri=tracking, data=tiny_data(),
                            seeds=(1,), overrides=TINY, study_name="direction-test")
+    present(again)
     assert again.complete and len(optuna.load_study(study_name="direction-test", storage=storage).trials) == 3
     assert again.parent_run_id == outcome.parent_run_id
     out = capsys.readouterr().out
@@ -486,7 +489,7 @@ def test_a_study_published_unfinished_is_continued_from_the_committed_store_on_a
     assert sorted(p.relative_to(checkout / "mlruns").as_posix() for p in (checkout / "mlruns" / "checkpoints").rglob(
         "*")) == [f"checkpoints/{killed['run_id']}", *(f"checkpoints/{killed['run_id']}/{f}" for f in files)]
     assert (tmp_path / "mlruns" / "checkpoints" / killed["run_id"] / "best.pt").is_file()  # the workspace keeps both
-    from hmer.studies.clean_store import store_problems
+    from hmer.store.clean import store_problems
 
     assert store_problems(checkout / "mlruns") == []  # nothing RUNNING in the published copy, no machine path
     published = f"sqlite:///{checkout / 'mlruns' / 'mlflow.db'}"
@@ -778,7 +781,7 @@ def test_a_study_registered_here_alone_runs_by_name(stores, tmp_path, capsys):
     """A spec registered in this file is found by `hmer.studies` and run by name as a script runs its own."""
     import hmer.studies as studies
     from hmer.studies import STUDIES
-    from hmer.studies.cli import run_study
+    from hmer.cli.study import run_study
 
     tracking, storage = stores
     write_dataset(tmp_path / "data", {"train": 12, "2014": 4})

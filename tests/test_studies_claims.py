@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 
 from hmer.studies import BUDGETS, DIRECTION, StudySpec, get_budget
 from hmer.studies.claims import CellClaims, Worker, worker_alive
-from hmer.studies.cli import build_parser, parse_seeds
+from hmer.cli.study import build_parser, parse_seeds
 from hmer.studies.sampler import ClaimedCellSampler
 from hmer.studies.storage import mask_url, open_storage, trial_id
 from hmer.studies.spec import SEED_KEY, cell_key
@@ -232,6 +232,22 @@ def test_command_line_options():
     assert "secret" not in mask_url(args.storage) and "db/hmer" in mask_url(args.storage)
     with pytest.raises(SystemExit):  # a preset is a model; a study's compute is its --budget
         build_parser(DIRECTION).parse_args(["--preset", "smoke"])
+
+
+def test_hmer_study_runs_a_study_by_name_and_refuses_an_unknown_one(capsys):
+    """`hmer study NAME [options]`: everything after NAME is the study's own (its parser, its --help);
+    an unknown or missing name lists the studies in one line, exit status 2, and runs nothing."""
+    from hmer.cli import main
+
+    with pytest.raises(SystemExit) as done:
+        main(["study", "ablate_direction", "--help"])
+    out = capsys.readouterr().out
+    assert done.value.code == 0 and out.startswith("usage: hmer study ablate_direction") and "--seeds" in out
+    for argv, said in ((["study", "nope", "--budget", "smoke"], "unknown study 'nope'; "), (["study"], "")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"usage: hmer study NAME [options]: {said}NAME is one of ") and "ablate_direction" in err
+        assert len(err.splitlines()) == 1, err
 
 
 def test_every_ablation_cell_is_a_valid_config():

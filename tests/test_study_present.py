@@ -1,8 +1,8 @@
 """The committed store presented for its two UIs (issue 49): `hmer runs present FOLDER`, as the store
 is brought up to date, on a copy of mlruns/ (its databases, and the artifacts a table and a
-figure are made from; not the weights). A study that ends now is presented by the same function
-(`hmer.studies.present.present_study`: tests/test_studies.py runs one); the browser's view of the
-result is tests/test_ui.py.
+figure are made from; not the weights). A study that ends now is presented by the same function,
+called by the command that ran it (`hmer.cli.study.present`: tests/test_studies.py runs one); the
+browser's view of the result is tests/test_ui.py.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from hmer.cli import main as hmer_main
 from hmer.reports.runs import list_studies, load_runs, study_parent
 from hmer.reports.study_run import FIGURE_ARTIFACT, summary_metric, summary_run_name, summary_runs
 from hmer.reports.tables import study_table
-from hmer.studies.dashboard import load_for_notes
-from hmer.studies.present import present_studies
-from hmer.studies.dashboard import OBJECTIVE_NAMES
+from hmer.store.dashboard import load_for_notes
+from hmer.store.present import present_studies
+from hmer.studies.session import OBJECTIVE_NAMES
 from hmer.tracking import keys
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ from study_store import STUDY_NAME, study_store
 
 from hmer.cli import main as hmer_main
 from hmer.reports import load_runs, study_table
-from hmer.studies.clean_store import store_problems
+from hmer.store.clean import store_problems
 from hmer.tracking import keys
 from hmer.tracking.portable import copy_store
 

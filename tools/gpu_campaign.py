@@ -26,28 +26,9 @@ docs/benchmarks.md section 5. When the run's epochs are done, the lease that fin
 2014, 2016, 2019 and the standard 2014 images (the trainer's own final evaluation, beam 10 with
 joint search), then times decoding with the trained weights.
 
-THE PLAN OF A LEASE: 15 minutes of device time, a machine start (1-2 min) and the transfers, then
-one command under the tool's 600 s; the lease takes 560 s of it (--lease-seconds), of which 60 s are
-kept for the wrap-up. The durations of the four leases so far: install 14-18 s, the check 48-58 s
-for six families (now one: the trained preset, and a check of the memory share of 8 processes).
-
-    step          cap     what
-    install       120 s   the wheels carried in .whl/ (../shared/device/fetch-wheels.sh) into <home>/site with
-                          --no-index --no-deps, then the project itself; an import check
-    data           60 s   the packed data (.gpu/crohme.zip, `prepare`) copied to <home>/data/
-    check         120 s   CUDA, bf16, one training step of the trained preset; 8 processes' memory share
-    carry-in       60 s   the carried run merged into <home>'s store, its checkpoint in place
-    shape-cost    240 s   (only with --with shape-cost) tools/gpu_shape_cost.py: a new batch shape's cost, cold
-                          against warm, with and without the 1x1 matmuls, the planning pass, the plan cache's
-                          size, CUDA graphs (issue 47); shape_cost.json to $OUT. The first lease that has the
-                          remedies runs it once
-    bench-train   300 s   (only with --with bench-train) training images/s figures, GPU_TRAIN_FIGURES
-    bench-trials  330 s   (only with --with bench-trials) 1 trial against 8 side by side on the GPU
-    train         rest    the run continues (the first lease starts it: comer-fusion with TRAIN_SET), paused
-                          after the last epoch that leaves time for the next, or for the test years when
-                          the next is the last (--eval-seconds)
-    bench-decode  240 s   once the run has finished: `hmer bench decode` of 2014 with its weights
-    wrap-up        60 s   benchmark figures as MLflow runs, every run exported, the run packed to $OUT
+THE PLAN OF A LEASE (each step, its cap and its settings) is tools/gpu_campaign_plan.py's: 15 minutes
+of device time, a machine start (1-2 min) and the transfers, then one command under the tool's 600 s;
+the lease takes 560 s of it (--lease-seconds), of which 60 s are kept for the wrap-up.
 
 $OUT: lease.log, status.json, bench.md, runs.tar.gz (or .part-NNN), carried.tar.gz.part-NNN (while
 the run is unfinished): at most 8 files of 16 MiB (checked; tools/lease.py).
@@ -69,69 +50,14 @@ import sys
 import time
 from pathlib import Path
 
+from gpu_campaign_plan import (CAPS, CARRIED, EXPERIMENT, GPU_TRAIN_FIGURES, GPU_TRIALS, KEEP, OPTIONAL,
+                               REHEARSAL_CAPS, REHEARSAL_TRAIN_FIGURES, REHEARSAL_TRAIN_SET, REHEARSAL_TRIALS,
+                               STANDARD_2014, STEP_NAMES, STOP_MARGIN_S, TRAIN_PRESET, TRAIN_SET)
+from gpu_campaign_bench import bench_markdown, parse_figures
 from lease import Lease, Step
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS_SCRIPT = Path(__file__).resolve().parent / "gpu_campaign_steps.py"
-EXPERIMENT = "gpu-campaign"
-BENCH_EXPERIMENT = "gpu-bench"
-KEEP = Path("mlruns") / "carried" / f"{EXPERIMENT}.tar.gz"  # the run between leases, committed
-CARRIED = Path(".gpu") / "carried.tar.gz"  # what a lease carries in (`prepare` copies KEEP)
-# The standard 2014 images (test_2014-std), carried beside the data when the call has room; on the
-# leased machine they go where the project looks for them: beside the checkout, as on this one.
-STANDARD_2014 = "wap-offline-2014-test.tar.gz"
-
-# ---- what a lease trains ------------------------------------------------------------------------
-TRAIN_PRESET = "comer-fusion"
-# Large batches (k = 8: the fastest first pass the fourth lease measured, 80 img/s for bttr against
-# 7.7 at the reference batch) at CoMER's learning rate as it is: with its gradient clipping, which
-# binds at nearly every step, the training loss per epoch at 4x the batch followed the reference's
-# with the lr unscaled, and fell behind with it scaled (train.lr_scaling=sqrt: +0.3, linear: +1.3 at
-# epoch 12; docs/benchmarks.md section 4, on the CPU).
-LARGE = ["data.batch_pixels=2560000", "data.max_batch_size=128"]
-TRAIN_SET = [*LARGE]
-STOP_MARGIN_S = 30  # from the trainer's pause deadline to the step's cap: its checkpoint and run closed
-
-# ---- what a lease times, when asked (--with) -------------------------------------------------------
-# (preset, setting name, overrides, cap seconds, timed seconds), in priority order.
-PADDED = ["data.pad_multiple=64"]
-GPU_TRAIN_FIGURES = [
-    (p, name, sets, cap, timed)
-    for name, sets, cap, timed in [
-        ("reference", [], 90, 20),
-        ("large k=8", LARGE, 150, 60),
-        ("large k=8, padded to 64 px", [*LARGE, *PADDED], 150, 60),
-        ("compile, padded to 64 px", ["train.compile=true", *PADDED], 150, 20),
-        ("padded to 64 px", PADDED, 150, 60),
-        ("shapes seen: 24 batches cycled", ["bench.batches=24"], 90, 20),
-    ]
-    for p in ("bttr", "comer-fusion")
-]
-# Trials side by side (issue 47's target: 8 trials at least 4x one trial's images a second): a
-# study's trial at the `short` budget trains the full-size model at the reference batch.
-# Each N starts together and waits for a common moment: imports, data and warm-up take the setup time.
-GPU_TRIALS = {"preset": "bttr", "procs": "1,8", "seconds": 30, "setup_seconds": 100}
-
-# ---- the CPU rehearsal: the same steps, tiny, seconds each ---------------------------------------
-REHEARSAL_TINY = ["data.batch_pixels=20000", "data.max_batch_size=8"]
-REHEARSAL_TRAIN_FIGURES = [
-    ("tiny", "large k=4, padded to 32 px", ["data.batch_pixels=80000", "data.max_batch_size=32",
-                                            "data.pad_multiple=32"], 60, 3),
-    # Inductor on a CPU needs minutes (docs/benchmarks.md section 2): this figure shows a cap at work.
-    ("tiny", "compile", [*REHEARSAL_TINY, "train.compile=true"], 2, 3),
-]
-REHEARSAL_TRIALS = {"preset": "tiny", "procs": "1,2", "seconds": 2, "setup_seconds": 40}
-# (the limits keep a rehearsal on the real data to minutes; the tests' datasets are smaller still)
-REHEARSAL_TRAIN_SET = ["train.beam_size=2", "train.max_decode_len=12", "train.attention_maps=1", "train.epochs=3",
-                       "data.train_limit=300", "data.val_limit=40", "data.test_limit=40", *REHEARSAL_TINY]
-
-STEP_NAMES = ("install", "data", "check", "carry-in", "shape-cost", "bench-train", "bench-trials", "train",
-              "bench-decode")
-OPTIONAL = ("shape-cost", "bench-train", "bench-trials")  # run only when asked (--with): a lease trains by default
-CAPS = {"install": 120, "data": 60, "check": 120, "carry-in": 60, "shape-cost": 240, "bench-train": 300,
-        "bench-trials": 330,
-        "train": 0, "bench-decode": 240}
-REHEARSAL_CAPS = {**CAPS, "shape-cost": 150, "bench-train": 150, "bench-trials": 150, "bench-decode": 60}
 
 
 class Campaign:
@@ -366,39 +292,6 @@ class Campaign:
 
 def _status(rc: int | None) -> str:
     return "done" if rc == 0 else ("timeout" if rc is None else f"failed (exit {rc})")
-
-
-_FIGURE = re.compile(r"(\w+)=([-\w./]+)")
-
-
-def parse_figures(output: str) -> dict:
-    """The `key=value` figures that `hmer bench` and the benchmarks print (numbers as numbers)."""
-    found: dict = {}
-    for line in output.splitlines():
-        for key, value in _FIGURE.findall(line):
-            try:
-                found[key] = float(value)
-            except ValueError:
-                found[key] = value
-    return found
-
-
-BENCH_COLUMNS = [("what", "what"), ("preset", "preset"), ("setting", "setting"), ("status", "status"),
-                 ("images_per_second", "img/s"), ("one_trial_images_per_second", "1 trial img/s"),
-                 ("scaling", "scaling"), ("peak_memory_mb", "peak MB"), ("padding_share", "padding"),
-                 ("shapes", "shapes"), ("data_wait_share", "data wait"), ("year_seconds_2014", "2014 year s"),
-                 ("mean_hyp_tokens", "hyp tokens"), ("unbatched_match", "unbatched match")]
-
-
-def bench_markdown(rows: list[dict], args) -> str:
-    lines = [f"# GPU campaign benchmarks ({'rehearsal on ' if args.rehearse else ''}{args.device})", "",
-             "| " + " | ".join(h for _, h in BENCH_COLUMNS) + " |", "|" + "---|" * len(BENCH_COLUMNS)]
-    lines += ["| " + " | ".join(str(r.get(k, "") if r.get(k) is not None else "") for k, _ in BENCH_COLUMNS) + " |"
-              for r in rows]
-    lines += ["", "Commands (run in this order, the device and data as above):", ""]
-    lines += [f"- {r['preset']} {r['setting']}: `{'hmer ' if r['what'] != 'trials' else 'python '}{r['command']}`"
-              for r in rows if r.get("command")]
-    return "\n".join(lines) + "\n"
 
 
 def _seconds(text: str) -> float:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from gpu_campaign import BENCH_EXPERIMENT, CARRIED, STANDARD_2014  # noqa: E402
+from gpu_campaign_plan import BENCH_EXPERIMENT, CARRIED, STANDARD_2014  # noqa: E402
 from lease import PART_MB  # noqa: E402
 
 if TYPE_CHECKING:
@@ -97,7 +97,8 @@ def wrap_up(args) -> int:
     from hmer.device import device_description, resolve_device
     from hmer.tracking import keys
     from hmer.tracking.store import checkpoint_root, git_commit, mlflow_client
-    from hmer.tracking.transfer import ensure_experiment, export_runs, split_file
+    from hmer.tracking.export_file import split_file
+    from hmer.tracking.transfer import ensure_experiment, export_runs
     from hmer.training.carry import pack_run
 
     home, out = Path(args.home), Path(args.out)
@@ -219,7 +220,8 @@ def home(args) -> int:
     from hmer.atomic import write_atomically
     from hmer.tracking.lock import database_store_lock
     from hmer.tracking.store import default_tracking_uri
-    from hmer.tracking.transfer import import_runs, resolve_parts
+    from hmer.tracking.export_file import resolve_parts
+    from hmer.tracking.transfer import import_runs
 
     if new is not None and keep.is_file():
         from hmer.training.carry import read_carried
@@ -293,7 +295,7 @@ def check_returned(files: Path) -> Returned:
         if name in listed and (files / name).stat().st_size != size:
             raise ValueError(f"{files / name}: {(files / name).stat().st_size} bytes, but it left the lease with "
                              f"{size} ({status_path.name}): cut short in transfer?")
-    from hmer.tracking.transfer import PART_SUFFIX, read_export, resolve_parts
+    from hmer.tracking.export_file import PART_SUFFIX, read_export, resolve_parts
 
     for piece in sorted(files.glob(f"*{PART_SUFFIX}*")):
         if piece.name not in listed:

@@ -34,6 +34,13 @@ first time at a shape, "warm" = its second; per-shape cost = median cold - media
       SDPA, cudaMalloc; the slowest single convolution calls
   S3  micro: one 1x1 conv, one 3x3 conv and the 1x1 matmul, forward + backward at fresh shapes
   S6  cudnn.enabled=False cold / warm; S5 cudnn.benchmark=True cold / warm
+
+Why one file of over 400 lines: it is one device call's measurement, and what it measures is the state
+of its one process (the cuDNN plan cache a section warms or leaves cold, the allocator's counters, the
+results rewritten after every section under one time budget), held in the module's globals that `main`
+sets. Its sections share that state and its helpers (`Setup`, `cold_warm`, `section`); split into
+modules, each would import and mutate the same globals across files, and a lease would carry several
+files for one script. A section added is one function here and one line in `main`.
 """
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ before anything is installed.
 
 What comes back ($OUT) must fit the device tool: at most 8 files, each at most 16 MiB, 64 MiB
 together, no deeper than two folders (`check_out` says what does not). The catalogue of steps, what
-they run and with which settings, is the campaign's (tools/gpu_campaign.py).
+they run and with which settings, is the campaign's (tools/gpu_campaign_plan.py).
 """
 
 from __future__ import annotations

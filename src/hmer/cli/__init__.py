@@ -5,6 +5,7 @@
     hmer models                         the model presets and their parameter counts
     hmer config PRESET|STUDY            the config a preset or a study's cell trains with, layer by layer
     hmer train --preset bttr            train, tracked in MLflow (resume with --resume)
+    hmer study ablate_direction         run (or resume) a study, then present it in both UIs
     hmer evaluate RUN_OR_CHECKPOINT     per-year ExpRate table
     hmer predict RUN_OR_CHECKPOINT F..  LaTeX for images or InkML files
     hmer import CHECKPOINT              a published BTTR / CoMER checkpoint as a run
@@ -28,13 +29,15 @@ import argparse
 import os
 import sys
 
-from . import analyze, bench, config, data, evaluate, models, notebooks, predict, reference, report, runs, train, ui
+from . import (analyze, bench, config, data, evaluate, models, notebooks, predict, reference, report, runs, study,
+               train, ui)
 from .errors import EXIT_USAGE, UserError
 
 __all__ = ["EXIT_USAGE", "UserError", "build_parser", "main"]
 
 # In the order `hmer --help` lists them.
-COMMANDS = (data, models, config, train, evaluate, predict, reference, report, runs, ui, analyze, notebooks, bench)
+COMMANDS = (data, models, config, train, study, evaluate, predict, reference, report, runs, ui, analyze, notebooks,
+            bench)
 
 
 def main(argv: list[str] | None = None) -> int:

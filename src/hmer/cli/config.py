@@ -107,7 +107,7 @@ def _preset(args):
 def _study(args):
     from ..config import parse_overrides
     from ..studies.budgets import pick_budget
-    from ..studies.cli import parse_seeds, parse_variants
+    from .study import parse_seeds, parse_variants
     from ..studies.resolution import cell_resolution, pick_cell, stored_base, study_resolution, sweep_trial_values
     from ..studies.spec import STUDIES, SweepSpec, cell_label
 

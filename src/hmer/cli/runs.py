@@ -28,7 +28,7 @@ def add_parser(sub) -> None:
     im.add_argument("--tracking-uri", default=None)
     im.set_defaults(func=cmd_runs_import)
     pub = rsub.add_parser("publish", help="copy a local store (FOLDER/mlflow.db, optuna.db, artifacts/) into "
-                          "mlruns/, made clean so that it can be committed (hmer.studies.publish): studies that have "
+                          "mlruns/, made clean so that it can be committed (hmer.store.publish): studies that have "
                           "not finished left out, no checkpoint, nothing RUNNING, no machine path, every study "
                           "under its name with its table on its parent run; a copy that is still not clean is "
                           "refused, mlruns/ left as it was")
@@ -68,21 +68,21 @@ def add_parser(sub) -> None:
     sh = rsub.add_parser("show", help="what trained a run: its study, cell, seed and commit, its config with each "
                          "value's layer rebuilt through today's layers and what differs and why, its training-code "
                          "fingerprint against today's, its scores per year, where its weights and predictions are "
-                         "(hmer.studies.provenance)")
+                         "(hmer.store.provenance)")
     sh.add_argument("run", metavar="RUN", help="a run id, or its first 8 or more characters")
     sh.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
     sh.add_argument("--storage", default=None, help="Optuna storage (default: optuna.db beside the MLflow store)")
     sh.set_defaults(func=cmd_runs_show)
     fp = rsub.add_parser("fingerprint", help="tag every run trained before runs carried a training-code fingerprint "
                          "(hmer.fingerprint) with the fingerprint of the code at its commit, measured in a temporary "
-                         "worktree of it (hmer.studies.fingerprints); runs whose fingerprints are equal were trained "
+                         "worktree of it (hmer.store.fingerprints); runs whose fingerprints are equal were trained "
                          "by code that computes the same numbers")
     fp.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
     fp.set_defaults(func=cmd_runs_fingerprint)
     pr = rsub.add_parser("present", help="bring every study of the store FOLDER (mlflow.db, optuna.db) up to date for "
                          "the MLflow UI and optuna-dashboard, as a study that ends now is: a grid study's figure, "
                          "table and summary run per variant on its parent run, the objective's name, the study's "
-                         "note and its failed trials' notes (hmer.studies.present); writes only what differs")
+                         "note and its failed trials' notes (hmer.store.present); writes only what differs")
     pr.add_argument("folder", metavar="FOLDER")
     pr.set_defaults(func=cmd_runs_present)
     rs = rsub.add_parser("rescore", help="give runs every registered metric they lack (the papers' lgeval_exprate, "
@@ -135,7 +135,7 @@ def cmd_runs_publish(args) -> int:
 
 def _publish(args) -> int:
     from ..reports.runs import study_progress
-    from ..studies.publish import publish
+    from ..store.publish import publish
     from ..tracking.store import mlruns_dir, quiet_mlflow
 
     quiet_mlflow()
@@ -170,7 +170,7 @@ def _publish(args) -> int:
 
 
 def cmd_runs_show(args) -> int:
-    from ..studies.provenance import run_provenance
+    from ..store.provenance import run_provenance
     from ..studies.storage import default_storage
     from ..tracking.store import default_tracking_uri, mlflow_client, quiet_mlflow
     from ..training.fingerprint import code_fingerprint
@@ -204,7 +204,7 @@ def _whole_run_id(client, given: str, uri: str) -> str:
 
 def cmd_runs_fingerprint(args) -> int:
     from ..data.source import repo_root
-    from ..studies.fingerprints import record_fingerprints
+    from ..store.fingerprints import record_fingerprints
     from ..tracking.store import default_tracking_uri, quiet_mlflow
     from ..training.fingerprint import code_fingerprint
 
@@ -240,7 +240,8 @@ def cmd_runs_workspace(args) -> int:
 def cmd_runs_import(args) -> int:
     from ..tracking.lock import database_store_lock
     from ..tracking.store import default_tracking_uri
-    from ..tracking.transfer import import_runs, read_export
+    from ..tracking.export_file import read_export
+    from ..tracking.transfer import import_runs
 
     for f in args.files:  # every file read whole first: a bad one merges none of them
         read_export(f)
@@ -257,7 +258,7 @@ def cmd_runs_import(args) -> int:
 
 
 def cmd_runs_rename(args) -> int:
-    from ..studies.rename import rename_study
+    from ..store.rename import rename_study
     from ..tracking.store import quiet_mlflow
 
     quiet_mlflow()
@@ -269,8 +270,8 @@ def cmd_runs_rename(args) -> int:
 
 
 def cmd_runs_supersede(args) -> int:
-    from ..studies.present import present_study
-    from ..studies.rename import mark_superseded
+    from ..store.present import present_study
+    from ..store.rename import mark_superseded
     from ..tracking.store import quiet_mlflow
 
     quiet_mlflow()
@@ -284,7 +285,7 @@ def cmd_runs_supersede(args) -> int:
 def cmd_runs_present(args) -> int:
     from pathlib import Path
 
-    from ..studies.present import present_studies
+    from ..store.present import present_studies
     from ..tracking.store import quiet_mlflow
 
     quiet_mlflow()

@@ -1,12 +1,15 @@
 """Optuna studies: grid ablations and a TPE sweep over real training runs, tracked in MLflow.
 
     from hmer.studies import DIRECTION, run_grid_study
-    outcome = run_grid_study(DIRECTION, "smoke")      # = python studies/ablate_direction.py --budget smoke
+    outcome = run_grid_study(DIRECTION, "smoke")      # python studies/ablate_direction.py --budget smoke,
+                                                      # which then presents it (hmer.store.present)
 
 See `grid` and `sweeps` (running and resuming a study), `objective` (the one objective both
 share), `resume` (a killed trial continues from its checkpoint), `claims` (why no grid cell runs
 twice), `spec` (what a study spec is, and the `STUDIES` registry), `suite` (the studies, one
-module each) and `budgets` (smoke / cpu / short / paper).
+module each) and `budgets` (smoke / cpu / short / paper). This package runs studies; the committed
+store's upkeep (publishing, presenting, renaming a study) is `hmer.store`'s, and the command that
+runs a study is `hmer.cli.study`.
 
 The studies' constants (`DIRECTION`, `DECODER`, `COVERAGE`, `POSENC`, `ENCODER`, `SWEEP`, and any
 a new module of `suite` binds) and `ABLATIONS` (the grid studies by name) are read from

@@ -45,7 +45,8 @@ def run_grid_study(
     reuse: bool = True,
     role: str = "main",
 ) -> StudyOutcome:
-    """Run (or resume) the grid study `spec` under `budget` until every cell is COMPLETE.
+    """Run (or resume) the grid study `spec` under `budget` until every cell is COMPLETE. The study
+    is not presented in the UIs here (`hmer.store.present.present_study`, which `hmer study` calls).
 
     Args:
         spec: the grid (see `hmer.studies.spec`).
@@ -153,7 +154,7 @@ class Grid(StudyKind):
         return [describe_cell_key(k) for k in sorted(self.failed_here)]
 
     def table(self, session: Session, outcome: StudyOutcome) -> str:
-        """The per-year table (a complete study's parent run gets it too: `studies.present`)."""
+        """The per-year table (a complete study's parent run gets it too: `store.present`)."""
         session.say(f"study {outcome.study_name}: {outcome.n_complete} of {outcome.n_expected} cells complete"
                     + ("" if outcome.complete else f"; failed: {'; '.join(outcome.failed) or 'none here'} "
                        f"(run the same command to retry them)"))

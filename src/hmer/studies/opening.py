@@ -12,13 +12,13 @@ a command that asks for something else is refused before anything runs (docs/stu
 from __future__ import annotations
 
 import time
+import warnings
 from typing import Any, Callable, Collection, Mapping
 
 import optuna
 
 from ..config import MACHINE_KEYS, Config, stored_config
 from ..tracking import keys
-from .dashboard import name_objective
 
 
 def asked_keys(fixed: Mapping[str, Any], overrides: Mapping[str, Any] | None, more: Collection[str] = ()) -> set[str]:
@@ -91,6 +91,14 @@ def open_study(name: str, storage: optuna.storages.BaseStorage, *, kind: str, sa
         raise ValueError(f"study {name!r} exists with other settings ({'; '.join(differences[:6])}); "
                          f"use the same options to resume it, or another --study-name for a new study")
     return study, resumed, False
+
+
+def name_objective(study: optuna.Study, name: str) -> None:
+    """`study.set_metric_names([name])`, which Optuna marks experimental (stable since 3.2): the
+    objective's name that optuna-dashboard shows instead of "Objective 0"."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names([name])
 
 
 def wait_for_attr(read: Callable[[], Mapping[str, Any]], key: str, timeout_s: float) -> Any:

@@ -14,6 +14,11 @@ Opening a study creates it (recording its options and the base config every tria
 or loads it and refuses a command that asks for something else (`opening.open_study`), so that
 every trial of a study trains under one config. The extra worker processes (`workers.py`) run the
 kind's study function (`run_grid_study`, `run_sweep`) with role "worker".
+
+The session runs trials and reports; it does not present the study in the UIs (its figure, summary
+runs and notes: `hmer.store.present`, the committed store's upkeep, drawn above this layer). Its
+caller does, once the study has ended: `hmer study NAME` and the scripts in `studies/`
+(`hmer.cli.study`); a library caller of `run_grid_study` or `run_sweep` calls `present_study` itself.
 """
 
 from __future__ import annotations
@@ -30,18 +35,19 @@ from ..config import Config
 from ..tracking import keys
 from ..tracking.portable import sqlite_path
 from ..tracking.store import mask_password, mlflow_client
-from ..tracking.ui import ui_hint
 from .budgets import StudyBudget, get_budget
 from .claims import CellClaims, Worker
-from .dashboard import OBJECTIVE_NAMES
 from .mlflow_runs import fail_dead_trial_runs, finish_parent, measured_cost, parent_run
 from .opening import asked_keys, open_study, wait_for_attr
 from .resolution import base_config
-from .present import present_study
 from .storage import default_storage, mask_url, open_storage, study_exists
 from .workers import start_workers
 
 POLL_S = 5.0  # how often a worker with no trial to start looks at the others' trials
+# Each kind of study's objective in words, by kind (`keys.KIND`): every `StudyKind` adds its own, so
+# that a study read back from a store is described by its kind (`hmer.store.dashboard`). The kinds
+# register as `hmer.studies` is imported (its `__init__` imports `grid` and `sweeps`).
+OBJECTIVE_NAMES: dict[str, str] = {}
 
 
 @dataclass
@@ -139,7 +145,7 @@ class StudyKind:
     """
 
     name = ""  # the study's kind (keys.KIND): "grid" or "sweep"
-    objective_name = ""  # what a trial's value is, in words: its name in optuna-dashboard (`dashboard`)
+    objective_name = ""  # what a trial's value is, in words: its name in optuna-dashboard (`opening`)
     noun, done_word = "trials", "finished"  # "resuming: 3 of 6 trials already finished"
     print_table = True
     # Config keys the kind's spec sets beyond its fixed values (a sweep's seed): like those, a
@@ -148,7 +154,7 @@ class StudyKind:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.name:  # for the studies in a store, read back by kind (`dashboard`)
+        if cls.name:  # for the studies in a store, read back by kind (`hmer.store.dashboard`)
             OBJECTIVE_NAMES[cls.name] = cls.objective_name
 
     def __init__(self, spec, run_study: Callable[..., Any]):
@@ -267,8 +273,6 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
         tags={keys.BUDGET: budget.name, keys.KIND: kind.name},
         artifact={"spec": spec.name, "description": spec.description, **plain, "config": base.to_flat_dict()},
         reopen=done < n_trials)
-    if main and created:  # its note in optuna-dashboard from the start (studies.present)
-        present_study(name, tracking_uri=setup.tracking_uri, storage=setup.storage_url)
     if main and done:
         cost = measured_cost(session.client, session.experiment_id, name)
         if cost:
@@ -312,17 +316,11 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
                            n_complete=n_done, n_expected=n_trials, failed=failed)
     if main:
         outcome.table = kind.table(session, outcome)
-        # what a user opens, its figure and summary runs, its notes (written where they changed)
-        present_study(name, tracking_uri=setup.tracking_uri, storage=setup.storage_url)
         if kind.print_table and outcome.table:
             print(outcome.table, flush=True)
             cost = measured_cost(session.client, session.experiment_id, name)
             if cost:
                 say(f"study {name}: cost {cost}")
-            from ..reports.study_run import comparison_metric
-
-            say(ui_hint(setup.tracking_uri, session.experiment_id,
-                        order_by=comparison_metric(name, setup.tracking_uri)))
     return outcome
 
 

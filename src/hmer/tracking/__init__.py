@@ -6,7 +6,8 @@ trained models.
 - `run`: one training run from start (or resume) to its final status, behind a small logger;
 - `artifacts`: per-token attention maps and the pictures and prediction files logged with a run;
 - `models`: a trained model reloaded from a run id or a checkpoint;
-- `transfer`, `portable`: runs moved between stores; the committed store read from any folder;
+- `transfer`, `export_file`, `portable`: runs moved between stores as one file, and that file; the
+  committed store read from any folder;
 - `reference_checkpoint`, `import_reference`: a published BTTR / CoMER checkpoint read as a project
   model, and `hmer import`, which records it as a run.
 

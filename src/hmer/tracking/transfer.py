@@ -4,11 +4,8 @@
     hmer runs export --experiment gpu-campaign gpu-runs.tar.gz
     hmer runs import gpu-runs.tar.gz                       # into mlruns/ (or --tracking-uri)
 
-An export is a gzipped tar: `hmer-runs.json` (experiments, and per run its info, params, tags
-and the full history of every metric: value, timestamp and step) followed by
-`artifacts/<run id>/...`, every artifact file of the run. `--part-mb N` splits the file into
-`FILE.part-000`, `FILE.part-001`, ... of at most N MiB each (a GPU machine returns files of at
-most 16 MiB); `hmer runs import FILE` finds the parts by itself.
+An export is one gzipped tar (its layout, its pieces of at most `--part-mb` MiB, and how it is read
+back and checked before any store is touched: `tracking.export_file`).
 
 The import goes through MLflow's public client API only (create_experiment, create_run,
 log_batch, log_artifacts, set_terminated), so it works against SQLite and tracking servers
@@ -29,7 +26,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tarfile
 import tempfile
 import time
@@ -38,13 +34,11 @@ from pathlib import Path
 from typing import Sequence
 
 from . import keys
+from .export_file import FORMAT, MANIFEST, PART_SUFFIX, part_files, resolve_parts, split_file, unpack_parts
 from .lock import database_store_lock
 from .portable import download_run_artifact, list_run_artifacts
 from .run import log_metric_points, log_params
 
-MANIFEST = "hmer-runs.json"
-FORMAT = 1
-PART_SUFFIX = ".part-"
 _TERMINAL = ("FINISHED", "FAILED", "KILLED")
 
 
@@ -129,7 +123,7 @@ def export_runs(out_file: str | os.PathLike[str], *, tracking_uri: str | None = 
             exps[run.info.experiment_id] = client.get_experiment(run.info.experiment_id)
     out = Path(out_file)
     out.parent.mkdir(parents=True, exist_ok=True)
-    for old in _parts(out):
+    for old in part_files(out):
         old.unlink()
     limit = int(max_artifact_mb * 2**20) if max_artifact_mb > 0 else 0
     omitted: list[str] = []
@@ -179,41 +173,6 @@ def export_runs(out_file: str | os.PathLike[str], *, tracking_uri: str | None = 
     return ExportResult(files=files, runs=len(records), omitted_artifacts=omitted)
 
 
-def split_file(path: Path, part_bytes: int) -> list[Path]:
-    """`path` as is when it is at most `part_bytes`, else `path.part-000`, ... (and `path` removed)."""
-    if part_bytes <= 0 or path.stat().st_size <= part_bytes:
-        return [path]
-    parts: list[Path] = []
-    with path.open("rb") as src:
-        while chunk := src.read(part_bytes):
-            part = path.with_name(f"{path.name}{PART_SUFFIX}{len(parts):03d}")
-            part.write_bytes(chunk)
-            parts.append(part)
-    path.unlink()
-    return parts
-
-
-def _parts(path: Path) -> list[Path]:
-    return sorted(path.parent.glob(f"{path.name}{PART_SUFFIX}[0-9][0-9][0-9]"))
-
-
-def resolve_parts(path: str | os.PathLike[str]) -> list[Path]:
-    """The file itself, or its parts `FILE.part-NNN` (naming any one part finds them all)."""
-    p = Path(path)
-    base, sep, number = p.name.rpartition(PART_SUFFIX)
-    if sep and number.isdigit():
-        p = p.with_name(base)
-    if p.is_file():
-        return [p]
-    parts = _parts(p)
-    if not parts:
-        raise FileNotFoundError(f"{p}: no such export (nor {p.name}{PART_SUFFIX}000, ...)")
-    expected = [p.with_name(f"{p.name}{PART_SUFFIX}{i:03d}") for i in range(len(parts))]
-    if parts != expected:
-        raise FileNotFoundError(f"{p}: parts are missing (found {', '.join(x.name for x in parts)})")
-    return parts
-
-
 # ---- import ------------------------------------------------------------------------------------
 
 def import_runs(path: str | os.PathLike[str], *, tracking_uri: str | None = None,
@@ -224,7 +183,7 @@ def import_runs(path: str | os.PathLike[str], *, tracking_uri: str | None = None
     result = ImportResult()
     with tempfile.TemporaryDirectory(prefix="hmer-import-") as tmp:
         unpacked = Path(tmp) / "unpacked"
-        manifest = _unpack_parts(parts, unpacked, Path(path))  # a bad file fails here, before the store is touched
+        manifest = unpack_parts(parts, unpacked, Path(path))  # a bad file fails here, before the store is touched
         with database_store_lock(client.tracking_uri, f"hmer runs import {Path(path).resolve()}"):
             _merge(client, manifest, unpacked, Path(path), tags, result)
     return result
@@ -285,89 +244,6 @@ def _merge(client, manifest: dict, unpacked: Path, path: Path, tags: dict[str, s
         status = rec.get("status")
         if status in _TERMINAL and newer:
             client.set_terminated(target, status=status, end_time=rec.get("end_time"))
-
-
-def read_export(path: str | os.PathLike[str]) -> dict:
-    """The manifest of the export at `path` (or its parts), once the whole file has been read and
-    checked as `import_runs` checks it, without opening any store: a ValueError naming the file
-    when it is not a whole export."""
-    with tempfile.TemporaryDirectory(prefix="hmer-import-") as tmp:
-        return _unpack_parts(resolve_parts(path), Path(tmp) / "unpacked", Path(path))
-
-
-def read_to_end(archive: Path, named: str | os.PathLike[str], what: str) -> None:
-    """Read the gzip stream of `archive` to its end; a ValueError naming `named` when it stops short
-    or fails its checksum (a file cut short in transfer). tarfile alone does not notice a file cut
-    in its last kilobytes: it stops at the tar's end-of-archive blocks, before gzip's trailer."""
-    import gzip
-    import zlib
-
-    try:
-        with gzip.open(archive, "rb") as stream:
-            while stream.read(1 << 20):
-                pass
-    except (EOFError, zlib.error, OSError) as exc:  # (gzip.BadGzipFile is an OSError)
-        if isinstance(exc, (FileNotFoundError, PermissionError, IsADirectoryError)):
-            raise
-        reason = ("cut short, it ends before its compressed stream does" if isinstance(exc, EOFError)
-                  else f"{type(exc).__name__}: {exc}")
-        raise ValueError(f"{named}: not {what}: {reason}") from None
-
-
-def _unpack_parts(parts: list[Path], folder: Path, named: Path) -> dict:
-    """The export in `parts` (joined beside `folder` when there are several) read to its end and
-    unpacked into `folder`; its checked manifest (`_unpack`)."""
-    archive = parts[0]
-    if len(parts) > 1:
-        archive = folder.parent / "joined.tar.gz"
-        with archive.open("wb") as joined:
-            for part in parts:
-                with part.open("rb") as src:
-                    shutil.copyfileobj(src, joined)
-    read_to_end(archive, named, "an hmer runs export (a .tar.gz from `hmer runs export`)")
-    return _unpack(archive, folder, named)
-
-
-def _unpack(archive: Path, folder: Path, named: Path) -> dict:
-    """Unpack the export `archive` into `folder` and return its checked manifest; a ValueError naming
-    `named` (the file the user gave) and what is wrong with it, when it is not a whole export."""
-    import zlib
-
-    try:
-        with tarfile.open(archive, "r:gz") as tar:
-            if hasattr(tarfile, "data_filter"):
-                tar.extractall(folder, filter="data")
-            else:  # Python < 3.11.4: no extraction filters; refuse paths that leave the folder
-                for member in tar.getmembers():
-                    if member.name.startswith("/") or ".." in Path(member.name).parts:
-                        raise ValueError(f"{named}: unsafe path {member.name!r}")
-                tar.extractall(folder)
-    except (tarfile.TarError, EOFError, OSError, zlib.error) as exc:
-        if isinstance(exc, (FileNotFoundError, PermissionError)):
-            raise
-        raise ValueError(f"{named}: not an hmer runs export (a .tar.gz from `hmer runs export`): "
-                         f"{type(exc).__name__}: {exc}") from None
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text())
-    except FileNotFoundError:
-        raise ValueError(f"{named}: a tar.gz without {MANIFEST}, so not an hmer runs export") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{named}: {MANIFEST} is not JSON ({exc})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        found = manifest.get("format") if isinstance(manifest, dict) else None
-        raise ValueError(f"{named}: export format {found!r}, this hmer reads {FORMAT}")
-    experiments, runs = manifest.get("experiments"), manifest.get("runs")
-    if not isinstance(experiments, list) or not isinstance(runs, list):
-        raise ValueError(f"{named}: {MANIFEST} lacks its experiments or runs lists")
-    for i, rec in enumerate(runs):
-        missing = [k for k in ("run_id", "experiment", "tags", "params", "metrics")
-                   if not isinstance(rec, dict) or k not in rec]
-        if missing:
-            raise ValueError(f"{named}: run record {i} of {MANIFEST} lacks {', '.join(missing)}")
-        if rec["experiment"] not in experiments:
-            raise ValueError(f"{named}: run {rec['run_id']} names experiment {rec['experiment']!r}, "
-                             f"which the export does not list")
-    return manifest
 
 
 def ensure_experiment(client, name: str, tags: dict[str, str] | None = None) -> str:

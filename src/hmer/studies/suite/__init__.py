@@ -4,7 +4,7 @@
 imported when the registry is first read, so a new study needs no line anywhere else:
 
     STUDIES.get("ablate_direction")            # its spec
-    python -m hmer.studies ablate_direction    # runs it, as python studies/ablate_direction.py does
+    hmer study ablate_direction                # runs it, as python studies/ablate_direction.py does
 
 Each module also binds its spec to a constant (`DIRECTION`, `SWEEP`), which `hmer.studies`
 exports under that name.

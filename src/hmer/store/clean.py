@@ -14,7 +14,7 @@ A committed store is read on other machines, by people who did not run it:
 
 `store_problems` walks the store folder's files (every text column of both databases, every text,
 JSON and model file) and reports each problem in one line naming where it is. `hmer runs publish`
-fixes what it can in its copy (closing what ran: hmer.studies.publish; `relabel_studies`,
+fixes what it can in its copy (closing what ran: hmer.store.publish; `relabel_studies`,
 `make_paths_portable`), then refuses a copy that `store_problems` still finds anything in.
 """
 
@@ -261,7 +261,7 @@ def _published_storages(folder: Path) -> dict[tuple[str, str], str]:
 def _portable_study_attrs(storage: str, stores: Sequence[Path]) -> list[str]:
     import optuna
 
-    from .storage import open_storage
+    from ..studies.storage import open_storage
 
     store = open_storage(storage)
     changed = []

@@ -26,18 +26,16 @@ Only what differs from what is stored is written: annotating a study again write
 from __future__ import annotations
 
 import collections
-import warnings
 from typing import Mapping
 
 import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
+from ..studies.opening import name_objective
 from ..tracking import keys
 
 NO_ERROR = "no error recorded (its worker died or was interrupted)"
-# Each kind of study's objective in words, by kind (`keys.KIND`): every `session.StudyKind` adds its own.
-OBJECTIVE_NAMES: dict[str, str] = {}
 
 
 def continuations(trials: list[FrozenTrial]) -> dict[int, tuple[int, str]]:
@@ -80,13 +78,6 @@ def trial_note(trial: FrozenTrial, taken: Mapping[int, tuple[int, str]]) -> str:
     then = (f"Trial {taken[trial.number][0]} took it over: it {taken[trial.number][1]}."
             if trial.number in taken else "No later trial took it over.")
     return f"**Failed**: {failure_reason(trial)}.\n\n{then}\n"
-
-
-def name_objective(study: optuna.Study, name: str) -> None:
-    """`study.set_metric_names([name])`, which Optuna marks experimental (stable since 3.2)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        study.set_metric_names([name])
 
 
 def scores_table(table: pd.DataFrame) -> str:
@@ -140,7 +131,7 @@ def annotate_optuna_study(study: optuna.Study, storage: optuna.storages.BaseStor
     `storage`: the study's, as `load_for_notes` opened it."""
     from optuna_dashboard import get_note, save_note
 
-    from .storage import trial_id
+    from ..studies.storage import trial_id
 
     changes = []
     if objective_name and study.metric_names != [objective_name]:

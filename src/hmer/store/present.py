@@ -9,12 +9,14 @@
   gets its figure, table, description and one summary run per variant, and a finished sweep its
   table and description (`reports.study_run`);
 - Optuna: its objective's name, its description and superseded mark as user attributes, its
-  note and its failed trials' notes (`studies.dashboard`).
+  note and its failed trials' notes (`store.dashboard`).
 
-The end of every study calls it (`session.run_session`), and so do `hmer runs present FOLDER`
-(a store made before) and `hmer runs publish`; `hmer runs supersede` calls it for the study it
-labels. Presenting a study again writes nothing, so a finished study run again, or a store
-presented twice, keeps its bytes.
+The command that runs a study calls it once the study has ended (`hmer study`, the scripts in
+`studies/`: hmer.cli.study; the study session itself only runs trials), and so do `hmer runs present
+FOLDER` (a store made before) and `hmer runs publish`; `hmer runs supersede` calls it for the study
+it labels. Presenting a study again writes nothing, so a finished study run again, or a store
+presented twice, keeps its bytes. `comparison_hint` is the line that then says where to compare the
+study's runs.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ def present_study(study: str, *, tracking_uri: str | None = None, storage: str |
 
     from mlflow.exceptions import MlflowException
 
-    from .storage import first_use_lock
+    from ..studies.storage import first_use_lock
 
     uri = resolve_tracking_uri(tracking_uri)
     # Workers of a study on one machine whose commands end together take turns (a SQLite store;
@@ -71,7 +73,8 @@ def _present(study: str, uri: str, storage: str | None) -> list[str]:
             changes += annotate_sweep(study, uri, _storage_url(storage, uri))
     loaded = _optuna_study(study, storage, uri)
     if loaded is not None:
-        from .dashboard import OBJECTIVE_NAMES, annotate_optuna_study
+        from ..studies.session import OBJECTIVE_NAMES
+        from .dashboard import annotate_optuna_study
 
         optuna_study, optuna_storage = loaded
         kind = _text(optuna_study.user_attrs.get(keys.KIND)) or kind
@@ -79,6 +82,21 @@ def _present(study: str, uri: str, storage: str | None) -> list[str]:
             optuna_study, optuna_storage, objective_name=OBJECTIVE_NAMES.get(kind or "", ""), kind=kind or "",
             description=_description(optuna_study, parent, uri), superseded_by=superseded_by, table=table)
     return changes
+
+
+def comparison_hint(study: str, tracking_uri: str | None = None) -> str | None:
+    """The line that says how to open the comparison of `study`'s runs in the MLflow UI, ordered by
+    the metric its summary runs carry once it is presented (`reports.study_run.comparison_metric`);
+    None for a study without a parent run."""
+    from ..reports.runs import resolve_tracking_uri, study_parent
+    from ..reports.study_run import comparison_metric
+    from ..tracking.ui import ui_hint
+
+    uri = resolve_tracking_uri(tracking_uri)
+    parent = study_parent(study, uri)
+    if parent is None:
+        return None
+    return ui_hint(uri, str(parent["experiment_id"]), order_by=comparison_metric(study, uri))
 
 
 def present_studies(tracking_uri: str | None = None, storage: str | None = None) -> dict[str, list[str]]:
@@ -112,7 +130,7 @@ def _optuna_study(study: str, storage: str | None, tracking_uri: str) -> Any:
 def _storage_url(storage: str | None, tracking_uri: str) -> str | None:
     """The Optuna storage to present, None where there is none: a SQLite file that does not exist
     (opening it would create it)."""
-    from .storage import default_storage
+    from ..studies.storage import default_storage
 
     if storage is None:
         if not tracking_uri.startswith("sqlite:///"):
@@ -146,7 +164,7 @@ def _description(study, parent, tracking_uri: str) -> str | None:
                 return found
         except Exception:  # noqa: BLE001 - a parent run without its study.json: the spec says it
             pass
-    from .spec import STUDIES
+    from ..studies.spec import STUDIES
 
     name = _text(study.user_attrs.get(keys.SPEC))
     return STUDIES.get(name).description if name is not None and name in STUDIES else None

@@ -19,7 +19,7 @@ clone's history keeps it), so only what a resume reads is kept (`resumable_runs`
 `keep_resumable_checkpoints`): of each cell, the run its next trial continues, and of that run
 `last.pt` (weights, optimiser, schedule, random state), with `best.pt` only where the best
 weights so far are not its own (the trainer writes it again from `last.pt` otherwise). What was
-running is closed in the copy (`hmer.studies.publish`); `hmer report` says what they are: in progress.
+running is closed in the copy (`hmer.store.publish`); `hmer report` says what they are: in progress.
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ def resumable_runs(client, storage: str, studies: list[str], store: Path) -> set
     import optuna
     from optuna.trial import TrialState
 
-    from .mlflow_runs import trial_runs
-    from .resume import dead_trial_runs
+    from ..studies.mlflow_runs import trial_runs
+    from ..studies.resume import dead_trial_runs
 
     known = set(optuna.get_all_study_names(storage))
     runs = set()

@@ -27,11 +27,11 @@ from typing import Any
 from ..config import Config, stored_config
 from ..presets import Resolution, resolve_preset
 from ..reports.markup import measures
+from ..studies.budgets import StudyBudget, get_budget
+from ..studies.resolution import budget_resolution, cell_resolution, stored_base, study_resolution, sweep_trial_values
+from ..studies.spec import STUDIES, StudySpec, SweepSpec
 from ..tracking import keys
-from .budgets import StudyBudget, get_budget
 from .config_history import CELLS_CHANGED_SINCE, STUDY_SETS, TRAIN_COMMANDS
-from .resolution import budget_resolution, cell_resolution, stored_base, study_resolution, sweep_trial_values
-from .spec import STUDIES, StudySpec, SweepSpec
 
 
 @dataclass

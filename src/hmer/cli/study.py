@@ -1,28 +1,52 @@
-"""The command line shared by every study: `run_study(name)` is all a script in `studies/` calls.
+"""`hmer study NAME`: run a registered study; `run_study(name)` is all a script in `studies/` calls.
 
     python studies/ablate_direction.py                      # budget cpu without a GPU, short with one
-    python -m hmer.studies ablate_direction                 # the same, for any registered study
+    hmer study ablate_direction                             # the same, for any registered study
     python studies/ablate_direction.py --budget short --n-jobs 3
     python studies/ablate_decoder.py --storage postgresql://user:pw@host/hmer   # one of many workers
     python studies/sweep.py --budget short --trials 20
 
 Running the same command again resumes the study. Exit status: 0 when the study is
 complete, 1 when cells failed (run again to retry them), 2 on bad options.
+
+The command runs the study (`hmer.studies`: its trials, its table), then presents it as both UIs
+show it (`hmer.store.present`: its figure, summary runs and notes, written where they changed), and
+prints the link that compares its runs. Presenting is the store's upkeep, drawn above the studies
+(docs/architecture.md), so it is this command's step and not the study session's.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from ..signals import stop_on_signals
-from .budgets import BUDGET_NAMES, pick_budget
-from .spec import STUDIES, StudySpec, SweepSpec
-from .storage import StorageUnreachable
+if TYPE_CHECKING:
+    from ..studies.spec import StudySpec, SweepSpec
 
 EXIT_INCOMPLETE = 1
 EXIT_USAGE = 2
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("study", help="run (or resume) a registered study, then present it: hmer study NAME "
+                       "[options]; hmer study NAME --help lists its options",
+                       description="Run (or resume) the registered study NAME, as python studies/NAME.py does.")
+    p.add_argument("name", metavar="NAME", nargs="?", help="a registered study (ablate_direction, sweep, ...)")
+    # (everything after NAME, --help included, is the study's: its own parser reads it)
+    p.add_argument("options", nargs=argparse.REMAINDER, help="the study's own options (hmer study NAME --help)")
+    p.set_defaults(func=cmd_study)
+
+
+def cmd_study(args) -> int:
+    # (the library is imported here, not at the top: `hmer --help` does not wait for Optuna)
+    from ..studies.spec import STUDIES
+
+    if args.name is None or args.name.startswith("-") or args.name not in STUDIES:
+        given = f"unknown study {args.name!r}; " if args.name and not args.name.startswith("-") else ""
+        print(f"usage: hmer study NAME [options]: {given}NAME is one of {', '.join(STUDIES)}", file=sys.stderr)
+        return EXIT_USAGE
+    return run_study(args.name, args.options, prog=f"hmer study {args.name}")
 
 
 def parse_seeds(text: str | None) -> tuple[int, ...] | None:
@@ -53,10 +77,14 @@ def parse_variants(text: str) -> tuple[str, ...]:
     return items
 
 
-def build_parser(spec: StudySpec | SweepSpec, doc: str | None = None) -> argparse.ArgumentParser:
+def build_parser(spec: StudySpec | SweepSpec, doc: str | None = None,
+                 prog: str | None = None) -> argparse.ArgumentParser:
+    from ..studies.budgets import BUDGET_NAMES
+    from ..studies.spec import SweepSpec
+
     sweep = isinstance(spec, SweepSpec)
     p = argparse.ArgumentParser(
-        prog=f"studies/{spec.name}.py", description=doc or spec.description,
+        prog=prog or f"studies/{spec.name}.py", description=doc or spec.description,
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Run the same command again to resume a killed study. See docs/studies.md.")
     p.add_argument("--budget", dest="budget", choices=BUDGET_NAMES, default=None,
@@ -86,20 +114,24 @@ def build_parser(spec: StudySpec | SweepSpec, doc: str | None = None) -> argpars
     return p
 
 
-def run_study(name: str, argv: Sequence[str] | None = None) -> int:
+def run_study(name: str, argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Run the registered study `name` with the options of `argv` (default: the command line); its
     module's docstring (`hmer.studies.suite.<name>`) is the `--help` text, else its description."""
+    from ..studies.spec import STUDIES
+
     spec = STUDIES.get(name)
-    module = sys.modules.get(f"{__package__}.suite.{name}")
-    return main(spec, argv, doc=module.__doc__ if module is not None else None)
+    module = sys.modules.get(f"hmer.studies.suite.{name}")
+    return main(spec, argv, doc=module.__doc__ if module is not None else None, prog=prog)
 
 
-def main(spec: StudySpec | SweepSpec, argv: Sequence[str] | None = None, doc: str | None = None) -> int:
-    """Parse the options, run the study, print the table; returns the exit status."""
-    args = build_parser(spec, doc).parse_args(argv)
+def main(spec: StudySpec | SweepSpec, argv: Sequence[str] | None = None, doc: str | None = None,
+         prog: str | None = None) -> int:
+    """Parse the options, run the study, print its table, present it; returns the exit status."""
+    args = build_parser(spec, doc, prog).parse_args(argv)
     import optuna
 
     from ..allocator import tune_malloc
+    from ..signals import stop_on_signals
 
     # as the `hmer` command does: a study's trials train and decode in this process, and the
     # bi cell trained about 7 % faster with it, its system time a sixth lower (docs/benchmarks.md section 0)
@@ -117,8 +149,11 @@ def main(spec: StudySpec | SweepSpec, argv: Sequence[str] | None = None, doc: st
 
 def _run(spec: StudySpec | SweepSpec, args) -> int:
     from ..config import parse_overrides
-    from .grid import run_grid_study
-    from .sweeps import run_sweep
+    from ..studies.budgets import pick_budget
+    from ..studies.grid import run_grid_study
+    from ..studies.spec import SweepSpec
+    from ..studies.storage import StorageUnreachable
+    from ..studies.sweeps import run_sweep
 
     try:
         if args.n_jobs is not None and args.n_jobs < 1:
@@ -142,4 +177,16 @@ def _run(spec: StudySpec | SweepSpec, args) -> int:
         hint = " (for postgresql:// URLs: pip install psycopg2-binary)" if "DB access" in str(exc) else ""
         print(f"{spec.name}: error: {exc}{hint}", file=sys.stderr)
         return EXIT_USAGE
+    present(outcome)
     return 0 if outcome.complete else EXIT_INCOMPLETE
+
+
+def present(outcome) -> None:
+    """The study this command ran (its `StudyOutcome`) as both UIs show it, brought up to date now
+    that its trials have ended, complete or not, and the link that compares its runs."""
+    from ..store.present import comparison_hint, present_study
+
+    present_study(outcome.study_name, tracking_uri=outcome.tracking_uri, storage=outcome.storage)
+    hint = comparison_hint(outcome.study_name, outcome.tracking_uri)
+    if hint and outcome.table:
+        print(hint, flush=True)

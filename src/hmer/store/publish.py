@@ -5,16 +5,16 @@
 The copy is built in `mlruns/.publishing/` and replaces the committed store's files only once
 nothing is wrong with it, so a refused publish leaves the committed store as it was. Its steps:
 1. studies that have not finished are left out, or kept with `keep_unfinished`, with the smallest
-   checkpoint files that continue them (hmer.studies.unfinished);
+   checkpoint files that continue them (hmer.store.unfinished);
 2. nothing runs in a published store (`close_running`): a trial that was running in the workspace
    is FAIL in the copy, as a trial whose worker died (its cell continues it from its checkpoint in
    a workspace made from the commit, a sweep's next worker is given it), its MLflow run KILLED; a
    study's parent run stopped so is `interrupted`. In the workspace they go on;
 3. every study is called by its name, and its parent run carries its table (the sweep's too, and
    a superseded study's as it stopped);
-4. no machine path is left and artifact locations are relative to the checkout (clean_store,
+4. no machine path is left and artifact locations are relative to the checkout (store.clean,
    tracking.portable);
-5. `clean_store.store_problems` must find nothing: else the publish is refused, in one line naming
+5. `clean.store_problems` must find nothing: else the publish is refused, in one line naming
    the first problem and how many there are.
 
 One publish at a time per committed store: it holds the store's lock (`tracking.lock`) from start
@@ -66,7 +66,7 @@ def publish(source: str | Path, dest: str | Path, *, keep_unfinished: bool, weig
 
 
 def _publish(source: Path, dest: Path, *, keep_unfinished: bool, weights_only: bool) -> Published:
-    from .clean_store import make_paths_portable, relabel_studies, store_problems
+    from .clean import make_paths_portable, relabel_studies, store_problems
     from .present import present_studies
     from .unfinished import drop_studies, keep_resumable_checkpoints, resumable_runs, unfinished_studies
     from ..tracking.store import mlflow_client
@@ -159,8 +159,8 @@ def _fail_running_trials(storage: str) -> list[str]:
     import optuna
     from optuna.trial import TrialState
 
-    from .claims import mark_failed
-    from .storage import open_storage, trial_id
+    from ..studies.claims import mark_failed
+    from ..studies.storage import open_storage, trial_id
 
     store = open_storage(storage)
     closed = []

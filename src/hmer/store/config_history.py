@@ -1,7 +1,7 @@
 """The committed runs that trained otherwise than today's layers build their config, and why.
 
 Every committed run's stored config (`config.json`) is rebuilt through today's layers from what the
-store records about it (hmer.studies.provenance; `tests/test_config_replay.py` holds the whole store
+store records about it (hmer.store.provenance; `tests/test_config_replay.py` holds the whole store
 to it). Where a run trained otherwise, the key, the runs and the reason are written down here, and
 nowhere else: `hmer runs show RUN` prints them beside the run's config, and the test holds that
 exactly these keys differ.

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import TrialState
 
+from ..studies.claims import mark_failed, worker_alive
 from ..tracking import keys
 from ..tracking.portable import set_params, sqlite_path
-from .claims import mark_failed, worker_alive
-from .clean_store import STUDY_PARAM
+from .clean import STUDY_PARAM
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def rename_study(study: str, new: str, *, tracking_uri: str | None = None, stora
     it would write under the old name). A RUNNING trial whose worker on this host is gone is marked
     FAIL first, as the study's next worker would."""
     from ..tracking.store import default_tracking_uri, mlflow_client
-    from .storage import default_storage, open_storage
+    from ..studies.storage import default_storage, open_storage
 
     if not new or new == study:
         raise ValueError(f"rename {study!r}: give a new name other than the study's own")
