@@ -33,7 +33,7 @@ from mlflow.tracking import MlflowClient
 from hmer.config import VALUES_BEFORE_KEY_EXISTED, Config
 from hmer.presets import resolve_preset
 from hmer.studies.budgets import get_budget
-from hmer.store.config_history import BEGUN_UNDER_ANOTHER_BUDGET, CELLS_CHANGED_SINCE, TRAIN_COMMANDS
+from hmer.store.config_history import BEGUN_UNDER_ANOTHER_BUDGET, CELLS_CHANGED_SINCE, STUDY_SETS, TRAIN_COMMANDS
 from hmer.store.provenance import (
     StudyRecord,
     differences,
@@ -42,7 +42,7 @@ from hmer.store.provenance import (
     stored_flat,
     study_record,
 )
-from hmer.studies.resolution import budget_resolution
+from hmer.studies.resolution import budget_resolution, study_resolution
 from hmer.tracking import keys
 
 REPO = Path(__file__).resolve().parents[1]
@@ -88,6 +88,11 @@ def _studies(store: Store) -> dict[str, StudyRecord]:
 def test_every_study_began_with_todays_resolution_of_its_spec_and_budget(store):
     studies = _studies(store)
     assert set(BEGUN_UNDER_ANOTHER_BUDGET) <= set(studies)
+    assert set(STUDY_SETS) <= set(studies), "a study in STUDY_SETS that the store lacks"
+    for name, values in STUDY_SETS.items():  # each --set written down is one the study needs
+        record = studies[name]
+        bare = study_resolution(record.spec, record.budget, n_trials=1, n_jobs=record.budget.default_jobs)
+        assert differences(Config.from_flat_dict(record.base, stored=True).to_flat_dict(), bare).keys() == values.keys()
     for name, record in studies.items():
         found = differences(Config.from_flat_dict(record.base, stored=True).to_flat_dict(), record.fresh())
         if name in BEGUN_UNDER_ANOTHER_BUDGET:
