@@ -117,10 +117,11 @@ def build_parser(spec: StudySpec | SweepSpec, doc: str | None = None,
 def run_study(name: str, argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Run the registered study `name` with the options of `argv` (default: the command line); its
     module's docstring (`hmer.studies.suite.<name>`) is the `--help` text, else its description."""
+    from ..studies import suite
     from ..studies.spec import STUDIES
 
     spec = STUDIES.get(name)
-    module = sys.modules.get(f"hmer.studies.suite.{name}")
+    module = sys.modules.get(f"{suite.__name__}.{name}")
     return main(spec, argv, doc=module.__doc__ if module is not None else None, prog=prog)
 
 
