@@ -163,18 +163,25 @@ class _Reader:
             limits = self.at(end) == "\\limits"
             if limits:
                 end += 1
-            read = base, end
-            for scripts in (self.both_scripts, self.one_script):
-                try:
-                    read = self._attempt(partial(scripts, base, limits), end)
-                    break
-                except _Fail:
-                    pass
+            try:
+                read = self.scripts(base, limits, end)
+            except _Fail:
+                read = base, end
         except _Fail as fail:
             self._read[key] = fail.consumed
             raise
         self._read[key] = read
         return read
+
+    def scripts(self, base: Element, limits: bool, pos: int) -> Parsed:
+        """Scripts on `base`: both (`both_scripts`), else one (`one_script`); a failure without
+        consumed input when neither reads."""
+        for read_scripts in (self.both_scripts, self.one_script):
+            try:
+                return self._attempt(partial(read_scripts, base, limits), pos)
+            except _Fail:
+                pass
+        raise _Fail(False)
 
     def both_scripts(self, base: Element, limits: bool, pos: int) -> Parsed:
         """`_ a ^ b` or `^ b _ a`, each argument without scripts of its own."""
@@ -224,15 +231,7 @@ class _Reader:
             elif len(tok) == 1 and (tok.isalpha() or tok.isdigit() or tok in _OPERATORS):
                 read = symbol(text_of(tok)), pos + 1
             elif tok in ("^", "_"):
-                empty = symbol("")
-                for scripts in (self.both_scripts, self.one_script):
-                    try:
-                        read = self._attempt(partial(scripts, empty, False), pos)
-                        break
-                    except _Fail:
-                        pass
-                else:
-                    raise _Fail(False)
+                read = self.scripts(symbol(""), False, pos)
             elif tok in _DELIMITERS:
                 read = symbol(tok), pos + 1
                 if tok in _OPENERS:
