@@ -229,13 +229,18 @@ def test_hmer_report_claims(direction_store, tmp_path, capsys):
     out = tmp_path / "claims"
     assert main(["report", "--claims", "--budget", BUDGET, "--tracking-uri", direction_store, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    assert "bi > l2r" in printed and printed.count(NO_STUDY) == 2 * 20 and "53.96 / –" in printed  # both verdicts
-    assert "verdict, all seeds" in printed and "verdict, per-seed McNemar" in printed
+    # without --measure: ExpRate, then within one and two errors (on token edits: these runs lack lgeval's)
+    assert "bi > l2r" in printed and printed.count(NO_STUDY) == 3 * 2 * 20 and "53.96 / –" in printed  # both verdicts
+    assert printed.count("verdict, all seeds") == 3 and printed.count("verdict, per-seed McNemar") == 3
+    for column in ("ours ExpRate (winner)", "ours ≤1 tokens (winner)", "ours ≤2 tokens (winner)"):
+        assert column in printed
+    assert printed.count("Claims:\n") == 1  # what each claim says and the papers' sources, once
     md = (out / "claims.md").read_text()
     assert f"| direction | {BUDGET} | 2014 | bi > l2r | 53.96 / – |" in md
     assert f"| coverage | {BUDGET} | 2014 | fusion > none | 59.33 / 55.17 |" in md
     assert f"| decoder | {BUDGET} | – | transformer > rnn | – |" in md
-    assert len((out / "claims.csv").read_text().splitlines()) == 1 + len(YEARS) + 20
+    assert len((out / "claims.csv").read_text().splitlines()) == 1 + 3 * (len(YEARS) + 20)
+    assert "| paper ≤2 lgeval | ours ≤2 tokens (winner) |" in md
     assert (out / "claims.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert main(["report", "--claims", "--study", "x"]) == 2
     assert main(["report", "--budget", "cpu", "--study", "x"]) == 2  # --budget alone means nothing

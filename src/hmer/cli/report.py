@@ -23,10 +23,11 @@ def add_parser(sub) -> None:
                          "<family>-BUDGET in the store: one row per claim and year, with --out also as files")
     rp.add_argument("--budget", default=None, help="with --claims: the studies' budgets, comma-separated (default "
                     "cpu,long: the three-seed cpu rows, then the one-seed long rows where their studies exist)")
-    rp.add_argument("--measure", choices=METRICS, default="exprate",
+    rp.add_argument("--measure", choices=METRICS, default=None,
                     help="the registered metric the differences against the baseline and the paired tests "
-                         "are on: exprate, exact readings (default); le1, le2 readings within 1 or 2 edits; "
-                         "`hmer models` lists every metric")
+                         "are on: exprate, exact readings (a study's default); le1, le2 readings within 1 or 2 "
+                         "edits; `hmer models` lists every metric. --claims without it answers each claim on "
+                         "ExpRate, then within 1 and 2 errors (on the papers' measure where the runs carry it)")
     rp.set_defaults(func=cmd_report)
 
 
@@ -58,4 +59,4 @@ def cmd_report(args) -> int:
 
     return report_command(study=args.study, experiment=args.experiment, run_ids=args.runs,
                           tracking_uri=args.tracking_uri, out_dir=args.out, analysis=args.analysis,
-                          measure=args.measure, code_fingerprint=code_fingerprint())
+                          measure=args.measure or "exprate", code_fingerprint=code_fingerprint())

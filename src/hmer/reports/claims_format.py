@@ -42,8 +42,10 @@ ON_THE_PAPERS_MEASURE = (
     "two token edits, 26.57 / 31.64 % within one / two graph errors).")
 
 
-def format_claims(df: pd.DataFrame, fmt: str = "text") -> str:
-    """The claims table, then what each claim says and who says it, and where the papers' figures are from."""
+def format_claims(df: pd.DataFrame, fmt: str = "text", *, sources: bool = True) -> str:
+    """The claims table, then what each claim says and who says it, and where the papers' figures are from.
+    With `sources=False`, for a further measure printed under the first: a line naming the measure, the table
+    and what its measure is, without repeating the claims and the papers' sources."""
     render = layout(fmt)
     strong = bold(fmt)
     confidence = float(df.attrs.get("confidence", DEFAULT_CONFIDENCE))
@@ -92,14 +94,17 @@ def format_claims(df: pd.DataFrame, fmt: str = "text") -> str:
         notes.append(f"- {c.name}: {c.statement}; {c.paper or NO_SINGLE_PAPER}; "
                      f"{'studies' if len(studies) > 1 else 'study'} {', '.join(studies) or MISSING}")
     figures = paper_figures()
-    sources = []
+    cited = []
     for (claim, variant), part in figures.groupby(["claim", "variant"], sort=False):
         where = "; ".join(f"{', '.join(measure_label(m) for m in sub['measure'].unique())} from {source}"
                           for source, sub in part.groupby("source", sort=False))
-        sources.append(f"- {claim}, {variant}: {part.iloc[0]['paper']}. {where}. Note: {part.iloc[0]['note']}.")
+        cited.append(f"- {claim}, {variant}: {part.iloc[0]['paper']}. {where}. Note: {part.iloc[0]['note']}.")
     paper_note = (f"Paper {paper_label} = the paper's figure for the claimed winner / loser; {MISSING} where it was "
                   "not found in a source that can be cited:")
-    blocks = [intro, render(head, body), "Claims:\n" + "\n".join(notes), paper_note + "\n" + "\n".join(sources)]
+    blocks = ([intro, render(head, body), "Claims:\n" + "\n".join(notes), paper_note + "\n" + "\n".join(cited)]
+              if sources else
+              [f"{strong('The same claims, ' + ours_label)}: columns, tests and verdicts as in the first table, "
+               f"on this measure.", render(head, body)])
     if on_graphs:
         blocks.append(ON_THE_PAPERS_MEASURE)
     elif token != "exprate":

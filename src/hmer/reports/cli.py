@@ -261,19 +261,24 @@ def sweep_report(study: str, tracking_uri: str, out_dir: str | Path | None = Non
 
 
 def claims_command(budgets: str | None = None, tracking_uri: str | None = None, out_dir: str | None = None, *,
-                   measure: str = "exprate", n_resamples: int = DEFAULT_RESAMPLES) -> int:
+                   measure: str | None = None, n_resamples: int = DEFAULT_RESAMPLES) -> int:
     """`hmer report --claims`: print the claims table at `budgets` (comma-separated; default
-    `paper_claims.DEFAULT_BUDGETS`); with `out_dir`, also write `claims.md`, `claims.csv` and the
-    figure `claims.png` of the first budget's rows there. Answering more than one budget, it also
+    `paper_claims.DEFAULT_BUDGETS`) on `measure`, or without one on each of `CLAIM_MEASURES` in turn
+    (ExpRate, then within one and two errors, on the papers' measure where the runs carry it); with
+    `out_dir`, also write `claims.md` and `claims.csv` (every measure printed) and the figure
+    `claims.png` of the first measure's rows at the first budget. Answering more than one budget, it also
     prints how the same cells read at each (`budget_curves.format_budgets`: plateaus, CPU-hours,
     the gaps), with `out_dir` beside the figure `budget_curves.png`. Returns 0: a claim without its
     study is a row saying so, not an error."""
     from .budget_curves import budget_history, format_budgets, plot_budget_curves
     from .claims_format import format_claims
-    from .paper_claims import DEFAULT_BUDGETS, claims_table
+    from .paper_claims import CLAIM_MEASURES, DEFAULT_BUDGETS, claims_table
 
-    df = claims_table(budgets or DEFAULT_BUDGETS, tracking_uri, measure=measure, n_resamples=n_resamples)
-    print(format_claims(df, "text"), end="")
+    tables = [claims_table(budgets or DEFAULT_BUDGETS, tracking_uri, measure=m, n_resamples=n_resamples)
+              for m in ([measure] if measure else CLAIM_MEASURES)]
+    df = tables[0]
+    texts = [format_claims(t, "text", sources=i == 0) for i, t in enumerate(tables)]
+    print("\n".join(texts), end="")
     history = (budget_history(budgets=df.attrs["budgets"], tracking_uri=tracking_uri)
                if len(df.attrs["budgets"]) > 1 else None)
     if history is not None and not history.empty:
@@ -282,8 +287,9 @@ def claims_command(budgets: str | None = None, tracking_uri: str | None = None, 
     if out_dir:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        write_text_atomically(out / "claims.md", format_claims(df, "markdown"))
-        write_text_atomically(out / "claims.csv", df.to_csv(index=False))
+        write_text_atomically(out / "claims.md", "\n".join(format_claims(t, "markdown", sources=i == 0)
+                                                           for i, t in enumerate(tables)))
+        write_text_atomically(out / "claims.csv", pd.concat(tables, ignore_index=True).to_csv(index=False))
         plot_claims(df[df["budget"] == df.attrs["budgets"][0]], path=out / "claims.png")
         written = "claims.md, claims.csv and claims.png"
         if history is not None and not history.empty:

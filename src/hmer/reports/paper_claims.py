@@ -127,6 +127,8 @@ CLAIMS: tuple[Claim, ...] = (
 # table is on the graph measure where the runs carry it (see the module docstring). Not ExpRate, on which tokens
 # and graphs agree but for a few expressions a year: the suite's ExpRate is its tables' and the README's.
 ON_GRAPHS = {token: graph for graph, token in TOKEN_MEASURE.items() if token != "exprate"}
+# What `hmer report --claims` answers each claim on when no measure is named: the papers' three columns
+CLAIM_MEASURES = ("exprate", "le1", "le2")
 
 # p_sign_flip: the test over all seeds; p_mcnemar_pairs, mcnemar_favours: one entry per seed pair; a
 # `*_favours` is the side the test's data favour, the claimed winner's or loser's name ("" for neither)
