@@ -31,6 +31,7 @@ from typing import Any, Iterator, Sequence
 import pandas as pd
 
 from ..tracking import keys
+from ..tracking.store import search_all_runs
 from .params import config_types, parse_value, typed_column
 
 STUDY_TAG = keys.STUDY
@@ -38,7 +39,6 @@ ROLE_TAG = keys.ROLE
 STUDY_ROLES = (keys.ROLE_STUDY, keys.ROLE_SUMMARY)  # a study's own runs, beside its trials
 EPOCH_METRICS = ("val_exprate", "val_loss", "train_loss", "lr", "images_per_second", "epoch_seconds",
                  "train_cpu_seconds")
-_PAGE = 1_000  # runs per search request
 # a year, or the standard 2014 images (2014-std, `hmer evaluate --standard-2014 --log`)
 _YEAR_METRIC = re.compile(r"^metrics\.test_(?P<year>\d{4}(?:-std)?)_exprate$")
 
@@ -91,18 +91,6 @@ def _experiment_ids(client, experiment: str | None, study: str | None) -> tuple[
         known = ", ".join(sorted(names.values())) or "none"
         raise NoRunsError(f"no MLflow experiment {experiment!r} in the store (experiments: {known})")
     return found, names
-
-
-def _search(client, experiment_ids: list[str], filter_string: str) -> list[Any]:
-    runs: list[Any] = []
-    token = None
-    while True:
-        page = client.search_runs(experiment_ids, filter_string=filter_string, max_results=_PAGE,
-                                  order_by=["attributes.start_time ASC"], page_token=token)
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs
 
 
 def runs_frame(runs: Sequence[Any], experiment_names: dict[str, str] | None = None) -> pd.DataFrame:
@@ -209,7 +197,7 @@ def load_runs(
         df = runs_frame(found, names)
     else:
         ids, names = _experiment_ids(client, experiment, study)
-        df = runs_frame(_search(client, ids, _filter(study)) if ids else [], names)
+        df = runs_frame(search_all_runs(client, ids, _filter(study), oldest_first=True) if ids else [], names)
     if not include_parents and not df.empty and f"tags.{ROLE_TAG}" in df.columns:
         df = df[~df[f"tags.{ROLE_TAG}"].isin(STUDY_ROLES)].reset_index(drop=True)
     return df

@@ -34,6 +34,7 @@ from optuna.trial import TrialState
 from ..studies.claims import mark_failed, worker_alive
 from ..tracking import keys
 from ..tracking.portable import set_params, sqlite_path
+from ..tracking.store import search_all_runs
 from .clean import STUDY_PARAM
 
 
@@ -111,18 +112,7 @@ def rename_study(study: str, new: str, *, tracking_uri: str | None = None, stora
 def _tagged_runs(client, study: str) -> list:
     """Every run, in any experiment, tagged as the study's (deleted runs included: they are the
     study's too, and would come back under the old name if restored)."""
-    from mlflow.entities import ViewType
-
-    experiments = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ALL)]
-    runs, token = [], None
-    while experiments:  # page by page
-        page = client.search_runs(experiments, filter_string=f"tags.`{keys.STUDY}` = '{study}'",
-                                  run_view_type=ViewType.ALL, max_results=1000, page_token=token)
-        runs.extend(page)
-        token = page.token
-        if not token:
-            return runs
-    return runs
+    return search_all_runs(client, filter_string=f"tags.`{keys.STUDY}` = '{study}'", deleted_too=True)
 
 
 def _same_trials(storage, study: str, new: str) -> bool:

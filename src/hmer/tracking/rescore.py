@@ -29,6 +29,7 @@ from typing import Any, Sequence
 from ..evaluation.metrics import expression_metrics
 from ..registry import METRICS
 from . import keys
+from .store import search_all_runs
 from .artifacts import PREDICTIONS, SPLIT, read_predictions_csv, scored_key
 from .portable import download_run_artifact, list_run_artifacts
 
@@ -77,29 +78,14 @@ def select_runs(client, run_ids: Sequence[str] = (), studies: Sequence[str] = ()
             raise ValueError(f"run {run_id}: no such run in {client.tracking_uri}") from None
     for study in studies:
         quoted = study.replace("'", "\\'")
-        found = _search(client, f"tags.`{keys.STUDY}` = '{quoted}'")
+        found = search_all_runs(client, filter_string=f"tags.`{keys.STUDY}` = '{quoted}'", oldest_first=True)
         if not found:
             raise ValueError(f"study {study!r}: no run in {client.tracking_uri} is tagged {keys.STUDY}={study}")
         for run in found:
             runs.setdefault(run.info.run_id, run)
     if not run_ids and not studies:
-        runs = {run.info.run_id: run for run in _search(client, "")}
+        runs = {run.info.run_id: run for run in search_all_runs(client, oldest_first=True)}
     return list(runs.values())
-
-
-def _search(client, filter_string: str) -> list[Any]:
-    """The store's runs (of its experiments that are not deleted) that match, oldest first, page by page."""
-    experiments = [e.experiment_id for e in client.search_experiments()]
-    runs: list[Any] = []
-    token = None
-    while experiments:
-        page = client.search_runs(experiments, filter_string=filter_string, max_results=1_000,
-                                  order_by=["attributes.start_time ASC"], page_token=token)
-        runs.extend(page)
-        token = page.token
-        if not token:
-            break
-    return runs
 
 
 def plan_rescoring(client, runs: Sequence[Any]) -> list[RunPlan]:

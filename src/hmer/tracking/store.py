@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from typing import Any, Sequence
 from urllib.parse import urlparse
 
 DEFAULT_EXPERIMENT = "hmer"
@@ -76,6 +77,29 @@ def mlflow_client(tracking_uri: str | None = None):
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=tracking_uri or default_tracking_uri())
+
+
+def search_all_runs(client, experiment_ids: Sequence[str] | None = None, filter_string: str = "", *,
+                    oldest_first: bool = False, deleted_too: bool = False) -> list[Any]:
+    """Every run of `experiment_ids` (default: every experiment; with `deleted_too`, deleted
+    experiments and runs as well) that matches `filter_string`, page by page: MLflow returns at most
+    one page a call, and a store outgrows one page without anyone noticing."""
+    from mlflow.entities import ViewType
+
+    view = ViewType.ALL if deleted_too else ViewType.ACTIVE_ONLY
+    ids = list(experiment_ids) if experiment_ids is not None else [
+        e.experiment_id for e in client.search_experiments(view_type=view)]
+    runs: list[Any] = []
+    token = None
+    while ids:
+        page = client.search_runs(ids, filter_string=filter_string, run_view_type=view, max_results=1000,
+                                  order_by=["attributes.start_time ASC"] if oldest_first else None,
+                                  page_token=token)
+        runs.extend(page)
+        token = page.token
+        if not token:
+            break
+    return runs
 
 
 def artifact_root_for(tracking_uri: str) -> str | None:

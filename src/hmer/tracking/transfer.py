@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import keys
+from .store import search_all_runs
 from .export_file import FORMAT, MANIFEST, PART_SUFFIX, part_files, resolve_parts, split_file, unpack_parts
 from .lock import database_store_lock
 from .portable import download_run_artifact, list_run_artifacts
@@ -68,20 +69,6 @@ def source_id(run) -> str:
     return run.data.tags.get(keys.SOURCE_RUN_ID) or run.info.run_id
 
 
-def _all_runs(client, experiment_ids: Sequence[str], filter_string: str = "") -> list:
-    from mlflow.entities import ViewType
-
-    runs, token = [], None
-    while experiment_ids:
-        page = client.search_runs(list(experiment_ids), filter_string=filter_string, run_view_type=ViewType.ACTIVE_ONLY,
-                                  max_results=1000, page_token=token)
-        runs.extend(page)
-        token = page.token
-        if not token:
-            break
-    return runs
-
-
 def _experiments(client) -> list:
     from mlflow.entities import ViewType
 
@@ -91,7 +78,7 @@ def _experiments(client) -> list:
 def find_by_source_id(client, run_id: str) -> str | None:
     """The run of this store whose `hmer.source_run_id` is `run_id` (an imported run), or None."""
     ids = [e.experiment_id for e in _experiments(client)]
-    found = _all_runs(client, ids, f"tags.`{keys.SOURCE_RUN_ID}` = '{run_id}'")
+    found = search_all_runs(client, ids, f"tags.`{keys.SOURCE_RUN_ID}` = '{run_id}'")
     return found[0].info.run_id if found else None
 
 
@@ -117,7 +104,7 @@ def export_runs(out_file: str | os.PathLike[str], *, tracking_uri: str | None = 
             if missing:
                 raise ValueError(f"no experiment named {', '.join(missing)} in {client.tracking_uri}")
             chosen = [by_name[n] for n in experiments]
-        runs = _all_runs(client, chosen)
+        runs = search_all_runs(client, chosen)
     for run in runs:  # run ids given explicitly may live in experiments the listing did not cover
         if run.info.experiment_id not in exps:
             exps[run.info.experiment_id] = client.get_experiment(run.info.experiment_id)
@@ -270,7 +257,7 @@ def ensure_experiment(client, name: str, tags: dict[str, str] | None = None) -> 
 def _existing_by_source(client) -> dict[str, str]:
     ids = [e.experiment_id for e in _experiments(client)]
     return {r.data.tags[keys.SOURCE_RUN_ID]: r.info.run_id
-            for r in _all_runs(client, ids, f"tags.`{keys.SOURCE_RUN_ID}` != ''")}
+            for r in search_all_runs(client, ids, f"tags.`{keys.SOURCE_RUN_ID}` != ''")}
 
 
 def _run_exists(client, run_id: str) -> bool:
