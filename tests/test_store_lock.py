@@ -1,7 +1,7 @@
 """One writer at a time per store (hmer.tracking.lock), with real processes: two `hmer runs publish`
 started together into one committed store, one publish killed while it holds the lock, and the
-other commands that write a whole store (`hmer runs import`, `hmer runs workspace`) refused while
-another process holds it."""
+other commands that write a store (`hmer runs import`, `workspace`, `present`, `rename`, `supersede`,
+`rescore`) refused while another process holds it."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ with store_lock(sys.argv[1], "a publish, held for the test"):
 """
 
 
-def test_import_and_workspace_are_refused_while_another_process_writes_the_store(tmp_path, capsys, monkeypatch):
+def test_every_writer_is_refused_while_another_process_writes_the_store(tmp_path, capsys, monkeypatch):
     work, env = _workspace(tmp_path)
     store = f"sqlite:///{work / 'mlflow.db'}"
     export = tmp_path / "runs.tar.gz"
@@ -107,7 +107,11 @@ def test_import_and_workspace_are_refused_while_another_process_writes_the_store
     holder = subprocess.Popen([sys.executable, "-c", HOLD, str(work)], env=env, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-        for argv in (["runs", "import", str(export), "--tracking-uri", store], ["runs", "workspace", str(work)]):
+        writers = (["runs", "import", str(export), "--tracking-uri", store], ["runs", "workspace", str(work)],
+                   ["runs", "present", str(work)], ["runs", "rename", "results", "kept", "--tracking-uri", store],
+                   ["runs", "supersede", "results", "other", "--tracking-uri", store],
+                   ["runs", "rescore", "--tracking-uri", store])
+        for argv in writers:
             assert cli.main(argv) == 2
             (line,) = capsys.readouterr().err.strip().splitlines()
             assert f"(pid {holder.pid} on " in line and "a publish, held for the test" in line, line

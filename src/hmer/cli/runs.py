@@ -7,6 +7,18 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from typing import Iterator
+
+
+@contextlib.contextmanager
+def _writing(tracking_uri: str, command: str) -> Iterator[None]:
+    """The store's lock (`tracking.lock`) around a command that writes it, a stale one named on stderr."""
+    from ..tracking.lock import database_store_lock
+
+    with database_store_lock(tracking_uri, command) as lock:
+        if lock is not None and lock.stale is not None:
+            print(f"hmer: {lock.stale_line()}", file=sys.stderr)
+        yield
 
 
 def add_parser(sub) -> None:
@@ -215,7 +227,8 @@ def cmd_runs_fingerprint(args) -> int:
               "and this package is not installed from one", file=sys.stderr)
         return 2
     uri = args.tracking_uri or default_tracking_uri()
-    done = record_fingerprints(uri, root)
+    with _writing(uri, "hmer runs fingerprint"):
+        done = record_fingerprints(uri, root)
     print(f"today's code: {code_fingerprint()}; {len(done)} commit(s) measured" if done else
           f"today's code: {code_fingerprint()}; every trained run in {uri} carries a fingerprint")
     return 0
@@ -238,7 +251,6 @@ def cmd_runs_workspace(args) -> int:
 
 
 def cmd_runs_import(args) -> int:
-    from ..tracking.lock import database_store_lock
     from ..tracking.store import default_tracking_uri
     from ..tracking.export_file import read_export
     from ..tracking.transfer import import_runs
@@ -246,9 +258,7 @@ def cmd_runs_import(args) -> int:
     for f in args.files:  # every file read whole first: a bad one merges none of them
         read_export(f)
     uri = args.tracking_uri or default_tracking_uri()
-    with database_store_lock(uri, f"hmer runs import {' '.join(args.files)}") as lock:
-        if lock is not None and lock.stale is not None:
-            print(f"hmer: {lock.stale_line()}", file=sys.stderr)
+    with _writing(uri, f"hmer runs import {' '.join(args.files)}"):
         for f in args.files:
             res = import_runs(f, tracking_uri=uri)
             print(f"{f}: {len(res.created)} runs created, {len(res.updated)} already there (brought up to date)")
@@ -259,10 +269,11 @@ def cmd_runs_import(args) -> int:
 
 def cmd_runs_rename(args) -> int:
     from ..store.rename import rename_study
-    from ..tracking.store import quiet_mlflow
+    from ..tracking.store import default_tracking_uri, quiet_mlflow
 
     quiet_mlflow()
-    done = rename_study(args.study, args.new, tracking_uri=args.tracking_uri, storage=args.storage)
+    with _writing(args.tracking_uri or default_tracking_uri(), f"hmer runs rename {args.study} {args.new}"):
+        done = rename_study(args.study, args.new, tracking_uri=args.tracking_uri, storage=args.storage)
     print(f"renamed study {done.study} to {done.new}: {done.runs} run(s) retagged, "
           f"{'the experiment renamed' if done.experiment else 'no experiment of that name'}, "
           f"{done.trials} Optuna trial(s) under the new name")
@@ -272,11 +283,12 @@ def cmd_runs_rename(args) -> int:
 def cmd_runs_supersede(args) -> int:
     from ..store.present import present_study
     from ..store.rename import mark_superseded
-    from ..tracking.store import quiet_mlflow
+    from ..tracking.store import default_tracking_uri, quiet_mlflow
 
     quiet_mlflow()
-    print(mark_superseded(args.study, args.by, tracking_uri=args.tracking_uri))
-    changes = present_study(args.study, tracking_uri=args.tracking_uri)  # its table, and the mark in Optuna
+    with _writing(args.tracking_uri or default_tracking_uri(), f"hmer runs supersede {args.study} --by {args.by}"):
+        print(mark_superseded(args.study, args.by, tracking_uri=args.tracking_uri))
+        changes = present_study(args.study, tracking_uri=args.tracking_uri)  # its table, and the mark in Optuna
     if changes:
         print(f"study {args.study}: {', '.join(changes)}")
     return 0
@@ -292,7 +304,8 @@ def cmd_runs_present(args) -> int:
     folder = Path(args.folder)
     if not (folder / "mlflow.db").is_file():
         raise ValueError(f"{folder} holds no MLflow store (no mlflow.db)")
-    done = present_studies(f"sqlite:///{folder.resolve() / 'mlflow.db'}")
+    with _writing(f"sqlite:///{folder.resolve() / 'mlflow.db'}", f"hmer runs present {folder.resolve()}"):
+        done = present_studies(f"sqlite:///{folder.resolve() / 'mlflow.db'}")
     for study, changes in done.items():
         print(f"study {study}: {', '.join(changes) if changes else 'up to date'}")
     print(f"presented {len(done)} stud{'y' if len(done) == 1 else 'ies'} of {folder}; "
@@ -301,7 +314,6 @@ def cmd_runs_present(args) -> int:
 
 
 def cmd_runs_rescore(args) -> int:
-    from ..tracking.lock import database_store_lock
     from ..tracking.portable import sqlite_path
     from ..tracking.rescore import plan_rescoring, select_runs, write_rescoring
     from ..tracking.store import default_tracking_uri, mlflow_client, quiet_mlflow
@@ -317,10 +329,7 @@ def cmd_runs_rescore(args) -> int:
     command = " ".join(["hmer runs rescore", *args.runs, *(f"--study {s}" for s in args.study)])
     # Planned under the lock, so that no other writer changes the runs between what is read and what is logged;
     # a dry run writes nothing and takes no lock.
-    lock = database_store_lock(uri, command) if not args.dry_run else contextlib.nullcontext()
-    with lock as taken:
-        if taken is not None and taken.stale is not None:
-            print(f"hmer: {taken.stale_line()}", file=sys.stderr)
+    with _writing(uri, command) if not args.dry_run else contextlib.nullcontext():
         plans = plan_rescoring(client, select_runs(client, run_ids, args.study))
         logged = 0 if args.dry_run else write_rescoring(client, plans)
     added = [plan for plan in plans if plan.added]
