@@ -156,7 +156,7 @@ def test_hmer_runs_show_prints_a_committed_run_s_layers_commit_and_scores(store,
     assert "predictions/test_2014.csv" in out and "weights: model" in out
     assert main(["runs", "show", "f03c6924", "--tracking-uri", uri, "--storage", storage]) == 0
     out = capsys.readouterr().out
-    assert "docs/cpu_protocol.md, The best CPU model" in out and "value for value" in out
+    assert "docs/cpu_protocol.md, The recipe at 22 epochs" in out and "value for value" in out
     assert "2014: exprate 16.84" in out
 
 

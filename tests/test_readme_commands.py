@@ -27,7 +27,7 @@ RUN = (
     r"hmer models",
     r"hmer report --list",
     r"hmer report --study ablate_\w+-cpu(-\w+)?( --measure le2)?",
-    r"hmer report --claims( --measure le2)?",
+    r"hmer report --claims( --measure (le2|lgeval_exprate))?",
     r"hmer report --experiment [\w-]+",
     r"hmer config [a-z][\w-]*( .*)?",
 )

@@ -4,7 +4,7 @@ Beam search and training free and allocate the same large tensors (caches, activ
 step. By default glibc serves a block above its mmap threshold (128 KiB, rising dynamically to at
 most 32 MiB) with a fresh `mmap`, hands it back with `munmap` when freed, and the kernel zeroes
 its pages again on the next first touch; it also trims the top of the heap above 128 KiB.
-Decoding the best CPU model on 2014 made 17,670 `munmap` calls for 102 images, and most of its
+Decoding the then best CPU model (run `7ef3f758`) on 2014 made 17,670 `munmap` calls for 102 images, and most of its
 time was system time (issue 24). `tune_malloc` keeps freed memory in the process instead:
 
     M_MMAP_THRESHOLD  32 MiB (glibc's maximum; fixing it also stops the dynamic threshold)

@@ -30,6 +30,11 @@ CELLS_CHANGED_SINCE: dict[tuple[str, str], dict[str, str]] = {
     # ConvS2S's attention was Gehring's until ffdbb27, which brought `scaled` with model.decoder=convs2s
     # (hmer.model.convs2s); the study is kept under this name for it, its convs2s cells superseded
     ("ablate_decoder-cpu-gehring", "convs2s"): {"model.conv_attention": "gehring before ffdbb27"},
+    # The long direction study's bi cell is the long coverage study's none cell, copied (hmer.studies.reuse):
+    # the same model, trained once, under the name of the preset that built it there
+    ("ablate_direction-long", "bi"): {"name": "copied from ablate_coverage-long's none cell (run d9873c59), "
+                                              "built there as preset tiny-comer: with model.embed_norm=true "
+                                              "(STUDY_SETS) tiny is the same model"},
 }
 # The defaults that changed since the oldest runs of `hmer train`: key -> why.
 BEFORE_ISSUE_24 = {"train.channels_last": "False by default until 246d93c (issue 24): the encoder ran channels-first"}
@@ -82,7 +87,7 @@ TRAIN_COMMANDS: dict[str, Command] = {
     # cpu-best, at 2880448: small, the same recipe, 24 epochs
     "7ef3f75865114ed5848ddc270842bf0d": Command(
         None, ("data.render_height", "train.epochs", *_ADAMW_COSINE), BEFORE_ISSUE_24,
-        "docs/cpu_protocol.md, The best CPU model"),
+        "docs/cpu_protocol.md, The recipe at 22 epochs"),
     # cpu-budget-pilot, at f711c04: sweep trial 16's recipe for 24 epochs, with its constant rate and with cosine
     "dd933152ad084231a2504a194d0574ed": Command(
         "cpu", (*_TRIAL_16, "train.epochs", "train.seed", "train.schedule"), {},
@@ -91,7 +96,7 @@ TRAIN_COMMANDS: dict[str, Command] = {
         "cpu", (*_TRIAL_16, "train.epochs", "train.seed"), {}, "docs/cpu_protocol.md, From the sweep to the budget"),
     # cpu-best, at c13ce17: the cpu budget's recipe for 22 epochs (the warm-up at the same share)
     "f03c6924a6e745589942d333e6e1b42c": Command(
-        "cpu", ("train.epochs", "train.warmup_steps"), {}, "docs/cpu_protocol.md, The best CPU model"),
+        "cpu", ("train.epochs", "train.warmup_steps"), {}, "docs/cpu_protocol.md, The recipe at 22 epochs"),
     # cpu-budget-cost, at c6a05c6: the direction study's bi cell, seed 4
     "aed99a4f9d274b8497b05e83902d21d4": Command(
         "cpu", ("train.seed",), {}, "README, What a trial of the budget costs"),

@@ -7,8 +7,9 @@
 
 `hmer runs publish`, `hmer runs import`, `hmer runs workspace` and the GPU campaign's `home`
 replace or merge a store's files in several steps, and `hmer runs rescore`, `present`, `rename`,
-`supersede` and `fingerprint` write into many of its runs; two of them at once on one store break each other (one publish's staging folder removed under
-the other's feet, a run imported twice, a run rescored while a publish replaces its store). So
+`supersede` and `fingerprint` write into many of its runs; two of them at once on one store break
+each other (one publish's staging folder removed under the other's feet, a run imported twice, a
+run rescored while a publish replaces its store). So
 each takes this lock first, and a second one does not wait: it is refused (`StoreLocked`, a
 ValueError: one line, exit status 2) naming the process that holds the lock and since when, with
 nothing changed.
