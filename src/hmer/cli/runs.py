@@ -199,15 +199,12 @@ def cmd_runs_show(args) -> int:
 
 def _whole_run_id(client, given: str, uri: str) -> str:
     """The run whose id is `given` or begins with it (8 characters at least); a UserError otherwise."""
-    from mlflow.entities import ViewType
-
+    from ..tracking.store import search_all_runs
     from .errors import UserError
 
     if len(given) < 8:
         raise UserError(f"run {given!r}: give its id, or its first 8 characters at least")
-    ids = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ALL)]
-    runs = client.search_runs(ids, run_view_type=ViewType.ALL, max_results=50_000) if ids else []
-    found = [run.info.run_id for run in runs if run.info.run_id.startswith(given)]
+    found = [run.info.run_id for run in search_all_runs(client, deleted_too=True) if run.info.run_id.startswith(given)]
     if len(found) != 1:
         raise UserError(f"run {given!r}: {'no run' if not found else f'{len(found)} runs'} in {uri} "
                         f"{'has' if not found else 'have'} that id" + ("" if not found else "; give more of it"))
@@ -304,8 +301,9 @@ def cmd_runs_present(args) -> int:
     folder = Path(args.folder)
     if not (folder / "mlflow.db").is_file():
         raise ValueError(f"{folder} holds no MLflow store (no mlflow.db)")
-    with _writing(f"sqlite:///{folder.resolve() / 'mlflow.db'}", f"hmer runs present {folder.resolve()}"):
-        done = present_studies(f"sqlite:///{folder.resolve() / 'mlflow.db'}")
+    uri = f"sqlite:///{folder.resolve() / 'mlflow.db'}"
+    with _writing(uri, f"hmer runs present {folder.resolve()}"):
+        done = present_studies(uri)
     for study, changes in done.items():
         print(f"study {study}: {', '.join(changes) if changes else 'up to date'}")
     print(f"presented {len(done)} stud{'y' if len(done) == 1 else 'ies'} of {folder}; "

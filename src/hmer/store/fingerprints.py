@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..tracking import keys
+from ..tracking.store import search_all_runs
 from ..training.fingerprint import code_fingerprint, fingerprint_of_source
 
 UNKNOWN = "unknown: "
@@ -32,10 +33,7 @@ UNKNOWN = "unknown: "
 def trained_runs_without_fingerprint(client) -> dict[str, list[str]]:
     """{commit: run ids} of the runs in the store that were trained here (a commit tag, not imported,
     not a study's own parent or summary run) and carry no fingerprint yet."""
-    from mlflow.entities import ViewType
-
-    ids = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ALL)]
-    runs = client.search_runs(ids, run_view_type=ViewType.ALL, max_results=50_000) if ids else []
+    runs = search_all_runs(client, deleted_too=True)
     by_commit: dict[str, list[str]] = defaultdict(list)
     for run in runs:
         tags = run.data.tags

@@ -102,7 +102,8 @@ def _plan(client, run, tmp: Path) -> RunPlan:
         plan.why = f"a study's own run ({keys.ROLE}={tags[keys.ROLE]}), not a training run: no predictions"
         return plan
     if run.info.status == "RUNNING":
-        plan.why = "still running: its own final evaluation logs every registered metric"
+        plan.why = ("still running: rescore it once it has ended (its final evaluation logs the metrics "
+                    "its own code registers)")
         return plan
     stored = {key: f"{folder}/{name}" for folder in (PREDICTIONS, SPLIT)
               for name in list_run_artifacts(client, run.info.run_id, folder)
