@@ -90,3 +90,18 @@ def test_the_committed_coverage_runs_are_read_at_both_budgets_and_drawn(tmp_path
     assert set(long["variant"]) <= {"fusion", "none"}
     fig = plot_budget_curves(history, path=tmp_path / "curves.png")
     assert (tmp_path / "curves.png").stat().st_size > 10_000 and len(fig.axes) == 2
+
+
+def test_a_study_s_curves_count_each_cell_once_where_an_attempt_was_killed_and_trained_again(tmp_path):
+    """The committed `cpu` coverage study began some cells more than once (a killed worker's run,
+    tagged `hmer.trained_again_in`); its curves draw each (variant, seed) once, the finished run."""
+    from hmer.reports import curve_runs, load_runs
+
+    shutil.copy(MLRUNS / "mlflow.db", tmp_path / "mlflow.db")
+    runs = load_runs(f"sqlite:///{tmp_path / 'mlflow.db'}", study="ablate_coverage-cpu")
+    killed = runs["tags.hmer.trained_again_in"].notna()
+    assert killed.sum() >= 3 and runs[killed]["run_id"].nunique() == killed.sum()
+    curves = curve_runs(runs)
+    assert not curves["run_id"].isin(runs[killed]["run_id"]).any()
+    assert not curves.duplicated(["variant", "seed"]).any()
+    assert len(curves) == len(runs[~killed].drop_duplicates(["variant", "seed"])) == 12  # four coverages, three seeds

@@ -48,3 +48,24 @@ def test_optuna_s_private_names_are_named_in_one_module():
             if name in private:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {name}")
     assert not found, "Optuna's private names outside hmer.studies.optuna_compat:\n" + "\n".join(found)
+
+
+def test_every_search_for_all_runs_pages_through_the_store():
+    """MLflow's `search_runs` answers one page (1,000 runs unless told); a search that means "all of
+    them" reads every page through hmer.tracking.store.search_all_runs. Elsewhere a search asks for
+    a few runs, as a literal `max_results` of at most 10."""
+    import ast
+
+    found = []
+    for path in sorted([*(ROOT / "src").rglob("*.py"), *(ROOT / "tools").rglob("*.py"),
+                        *(ROOT / "studies").rglob("*.py"), *(ROOT / "benchmarks").rglob("*.py")]):
+        if path == ROOT / "src" / "hmer" / "tracking" / "store.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "search_runs"):
+                continue
+            limit = next((k.value for k in node.keywords if k.arg == "max_results"), None)
+            if not (isinstance(limit, ast.Constant) and isinstance(limit.value, int) and limit.value <= 10):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, "searches of one page where all runs are meant (use search_all_runs):\n" + "\n".join(found)

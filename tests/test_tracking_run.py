@@ -208,3 +208,26 @@ def test_runs_of_dead_processes_are_closed_in_the_named_experiment_only(store):
     assert "killed outright" in client.get_run(runs["ours"]).data.tags[keys.ERROR]
     assert client.get_run(runs["theirs"]).info.status == "RUNNING"
     assert fail_runs_of_dead_processes("absent", store) == []
+
+
+def test_search_all_runs_reads_every_page_of_a_real_store(tmp_path):
+    """Seven runs in pages of two: every page is read, in start order when asked, the deleted ones
+    only with `deleted_too`, and the filter applies to every page."""
+    from hmer.tracking.store import search_all_runs
+
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    first = client.create_experiment("first", artifact_location=str(tmp_path / "a"))
+    second = client.create_experiment("second", artifact_location=str(tmp_path / "b"))
+    made = []
+    for i in range(7):
+        run = client.create_run(first if i < 5 else second, start_time=1_000 + i, tags={"n": str(i)})
+        made.append(run.info.run_id)
+    client.delete_run(made[1])
+    client.delete_experiment(second)
+
+    active = search_all_runs(client, page_size=2, oldest_first=True)
+    assert [r.info.run_id for r in active] == [made[0], *made[2:5]]
+    every = search_all_runs(client, page_size=2, deleted_too=True)
+    assert sorted(r.info.run_id for r in every) == sorted(made)
+    kept = search_all_runs(client, [first], "tags.n != '2'", page_size=1, deleted_too=True)
+    assert sorted(r.data.tags["n"] for r in kept) == ["0", "1", "3", "4"]

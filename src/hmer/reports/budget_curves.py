@@ -40,7 +40,6 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from ..tracking import keys
 from .markup import layout, number
 from .paper_claims import CLAIMS, DEFAULT_BUDGETS, Claim
 from .plots import save_figure, variant_colors
@@ -92,8 +91,6 @@ def budget_history(claims: Sequence[Claim | str] = ("direction", "coverage"),
             continue
         for budget, frame in runs.items():
             frame = curve_runs(frame)
-            if not frame.empty and f"tags.{keys.TRAINED_AGAIN_IN}" in frame.columns:  # killed attempts trained again
-                frame = frame[frame[f"tags.{keys.TRAINED_AGAIN_IN}"].isna()]
             frame = frame[frame["variant"].isin(pair)] if not frame.empty else frame
             if frame.empty:
                 continue

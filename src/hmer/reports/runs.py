@@ -285,14 +285,19 @@ def scored_years(runs: pd.DataFrame) -> list[str]:
 # ---- histories and predictions ------------------------------------------------------------------
 
 def curve_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs whose training curves are worth drawing: all but the failed ones.
+    """The runs whose training curves are worth drawing: all but the failed ones and the killed
+    attempts that a later run trained again (tagged `hmer.trained_again_in`).
 
     Pruned runs (a sweep's losers) and runs still in progress stay: their curves are the
-    point. A failed run's few points would only bend the mean over seeds.
+    point. A failed run's few points would only bend the mean over seeds, and a killed attempt's
+    would count its cell twice.
     """
-    if runs.empty or "state" not in runs.columns:
+    if runs.empty:
         return runs
-    return runs[runs["state"] != "failed"]
+    if "state" in runs.columns:
+        runs = runs[runs["state"] != "failed"]
+    again = f"tags.{keys.TRAINED_AGAIN_IN}"
+    return runs[runs[again].isna()] if again in runs.columns else runs
 
 
 def load_history(

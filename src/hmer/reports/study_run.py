@@ -46,6 +46,7 @@ from typing import Any
 import pandas as pd
 
 from ..tracking import keys
+from ..tracking.store import search_all_runs
 from .plots import plot_exprate, variant_colors
 from .runs import client_for, load_runs, resolve_tracking_uri, study_parent
 from .table_format import format_table
@@ -177,8 +178,8 @@ def _mark_killed_attempts(client, runs: pd.DataFrame) -> list[str]:
 def summary_runs(client, experiment_id: str, study: str) -> list:
     """The study's summary runs (deleted ones aside)."""
     quoted = study.replace("'", "\\'")
-    return client.search_runs([experiment_id], max_results=1000, filter_string=(
-        f"tags.`{keys.STUDY}` = '{quoted}' and tags.`{keys.ROLE}` = '{keys.ROLE_SUMMARY}'"))
+    return search_all_runs(client, [experiment_id],
+                           f"tags.`{keys.STUDY}` = '{quoted}' and tags.`{keys.ROLE}` = '{keys.ROLE_SUMMARY}'")
 
 
 def comparison_metric(study: str, tracking_uri: str | None = None) -> str:

@@ -202,13 +202,9 @@ def _relabel_optuna_studies(storage: str) -> list[str]:
 
 
 def _parent_runs(client) -> list:
-    from mlflow.entities import ViewType
+    from ..tracking.store import search_all_runs
 
-    ids = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ALL)]
-    if not ids:
-        return []
-    return [run for run in client.search_runs(ids, filter_string=f"tags.`{keys.ROLE}` = 'study'",
-                                              run_view_type=ViewType.ALL, max_results=10_000)
+    return [run for run in search_all_runs(client, filter_string=f"tags.`{keys.ROLE}` = 'study'", deleted_too=True)
             if keys.STUDY in run.data.tags]
 
 

@@ -36,6 +36,7 @@ from pathlib import Path
 from ..tracking import keys
 from ..tracking.lock import store_lock
 from ..tracking.portable import ARTIFACTS, CHECKPOINTS, STORE_FILES, copy_store, make_portable
+from ..tracking.store import search_all_runs
 
 STAGING = ".publishing"  # the copy being made, inside the committed store's folder (git-ignored)
 
@@ -125,11 +126,9 @@ def close_running(client, storage: str | None) -> list[str]:
     closed = []
     if storage is not None:
         closed += _fail_running_trials(storage)
-    from mlflow.entities import RunStatus, ViewType
+    from mlflow.entities import RunStatus
 
-    ids = [e.experiment_id for e in client.search_experiments(view_type=ViewType.ALL)]
-    running = client.search_runs(ids, filter_string="attributes.status = 'RUNNING'", run_view_type=ViewType.ALL,
-                                 max_results=10_000) if ids else []
+    running = search_all_runs(client, filter_string="attributes.status = 'RUNNING'", deleted_too=True)
     from .rename import close_superseded_parent
 
     for run in running:

@@ -159,8 +159,8 @@ def close_superseded_parent(client, run) -> None:
     """End the parent run of a superseded study that stopped unfinished: nothing continues it.
     KILLED (stopped from outside, not failed), `hmer.status=incomplete`, at the end of its last
     trial (so that closing it again, in a copy, writes the same)."""
-    children = client.search_runs([run.info.experiment_id], filter_string=(
-        f"tags.`{keys.MLFLOW_PARENT_RUN_ID}` = '{run.info.run_id}'"), max_results=10_000)
+    children = search_all_runs(client, [run.info.experiment_id],
+                               f"tags.`{keys.MLFLOW_PARENT_RUN_ID}` = '{run.info.run_id}'")
     ends = [c.info.end_time for c in children if c.info.end_time]
     client.set_tag(run.info.run_id, keys.STATUS, "incomplete")
     client.set_terminated(run.info.run_id, status="KILLED", end_time=max(ends) if ends else run.info.start_time)

@@ -33,6 +33,7 @@ from urllib.parse import urlparse
 
 from ..tracking import keys
 from ..tracking.portable import CHECKPOINTS
+from ..tracking.store import search_all_runs
 
 LAST, BEST = "last.pt", "best.pt"  # a run's checkpoints (hmer.training.trainer)
 
@@ -42,10 +43,7 @@ def unfinished_studies(client) -> dict[str, str]:
     finished and is still to be continued. A study superseded by another (`hmer runs supersede`)
     is neither: it is kept as it stopped, published with or without --keep-unfinished, and its
     runs are not carried to be continued."""
-    experiment_ids = [e.experiment_id for e in client.search_experiments()]
-    if not experiment_ids:
-        return {}
-    parents = client.search_runs(experiment_ids, filter_string=f"tags.`{keys.ROLE}` = 'study'", max_results=10_000)
+    parents = search_all_runs(client, filter_string=f"tags.`{keys.ROLE}` = 'study'")
     return {run.data.tags[keys.STUDY]: run.data.tags.get(keys.STATUS, "unknown") for run in parents
             if run.data.tags.get(keys.STATUS) != "finished" and keys.STUDY in run.data.tags
             and keys.SUPERSEDED_BY not in run.data.tags}
@@ -138,9 +136,7 @@ def drop_studies(names: list[str], *, tracking_uri: str, storage: str | None) ->
         if storage is not None and name in in_storage:
             optuna.delete_study(study_name=name, storage=storage)
     if ids:
-        from mlflow.entities import ViewType
-
-        runs = client.search_runs(ids, run_view_type=ViewType.ALL, max_results=10_000)
+        runs = search_all_runs(client, ids, deleted_too=True)
         # --tracking-uri too: without it, gc stopped on the real workspace with "Tracking URL is not set"
         done = subprocess.run([sys.executable, "-m", "mlflow", "gc", "--backend-store-uri", tracking_uri,
                                "--tracking-uri", tracking_uri, "--experiment-ids", ",".join(ids)],

@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 
 from ..tracking import keys
 from ..tracking.run import close_failed, log_params
-from ..tracking.store import mlflow_client
+from ..tracking.store import mlflow_client, search_all_runs
 from .storage import first_use_lock
 
 
@@ -83,7 +83,7 @@ def finish_parent(client, study: optuna.Study, parent_run_id: str, complete: boo
 
 def trial_runs(client, experiment_id: str, study_name: str) -> list:
     """The child runs of the study's trials (every run that has a trial number)."""
-    runs = client.search_runs([experiment_id], filter_string=study_runs_filter(study_name), max_results=10_000)
+    runs = search_all_runs(client, [experiment_id], study_runs_filter(study_name))
     return [run for run in runs if keys.TRIAL in run.data.tags]
 
 

@@ -30,6 +30,7 @@ from typing import Mapping
 from ..config import Config
 from ..tracking import keys
 from ..tracking.portable import download_run_artifact, list_run_artifacts
+from ..tracking.store import search_all_runs
 from .resume import same_config
 
 REUSED_FROM = keys.REUSED_FROM
@@ -52,10 +53,8 @@ def find_trained(client, cfg: Config, own_study: str) -> TrainedRun | None:
 
     fingerprint = code_fingerprint()
     seed = str(cfg.train.seed)
-    experiment_ids = [e.experiment_id for e in client.search_experiments()]
-    runs = client.search_runs(
-        experiment_ids, max_results=10_000, order_by=["attributes.start_time ASC"],
-        filter_string=f"attributes.status = 'FINISHED' and tags.`{keys.SEED}` = '{seed}'")
+    runs = search_all_runs(client, filter_string=f"attributes.status = 'FINISHED' and tags.`{keys.SEED}` = '{seed}'",
+                           oldest_first=True)
     for run in runs:
         tags = run.data.tags
         study = tags.get(keys.STUDY)

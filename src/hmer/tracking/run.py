@@ -32,7 +32,7 @@ import time
 from typing import Any, Literal, Protocol
 
 from . import keys
-from .store import git_commit, mlflow_client, point_mlflow_at, setup_mlflow
+from .store import git_commit, mlflow_client, point_mlflow_at, search_all_runs, setup_mlflow
 
 MAX_PARAMS_PER_BATCH = 100  # MLflow refuses larger log_batch calls
 MAX_METRICS_PER_BATCH = 1000
@@ -184,7 +184,7 @@ def fail_runs_of_dead_processes(experiment: str, tracking_uri: str | None = None
     host = socket.gethostname()
     filter_string = f"attributes.status = 'RUNNING' and tags.`{keys.HOST}` = '{host}'"
     marked = []
-    for run in client.search_runs(experiment_ids, filter_string=filter_string, max_results=10_000):
+    for run in search_all_runs(client, experiment_ids, filter_string):
         pid = run.data.tags.get(keys.PID, "")
         if not pid.isdigit() or int(pid) == os.getpid() or _process_alive(int(pid)):
             continue

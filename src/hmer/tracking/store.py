@@ -80,10 +80,11 @@ def mlflow_client(tracking_uri: str | None = None):
 
 
 def search_all_runs(client, experiment_ids: Sequence[str] | None = None, filter_string: str = "", *,
-                    oldest_first: bool = False, deleted_too: bool = False) -> list[Any]:
+                    oldest_first: bool = False, deleted_too: bool = False, page_size: int = 1000) -> list[Any]:
     """Every run of `experiment_ids` (default: every experiment; with `deleted_too`, deleted
     experiments and runs as well) that matches `filter_string`, page by page: MLflow returns at most
-    one page a call, and a store outgrows one page without anyone noticing."""
+    one page a call, and a store outgrows one page without anyone noticing. Every search of the
+    package that means "all of them" goes through here (tests/test_code_quality.py holds it)."""
     from mlflow.entities import ViewType
 
     view = ViewType.ALL if deleted_too else ViewType.ACTIVE_ONLY
@@ -92,7 +93,7 @@ def search_all_runs(client, experiment_ids: Sequence[str] | None = None, filter_
     runs: list[Any] = []
     token = None
     while ids:
-        page = client.search_runs(ids, filter_string=filter_string, run_view_type=view, max_results=1000,
+        page = client.search_runs(ids, filter_string=filter_string, run_view_type=view, max_results=page_size,
                                   order_by=["attributes.start_time ASC"] if oldest_first else None,
                                   page_token=token)
         runs.extend(page)
