@@ -104,8 +104,12 @@ def flop_line(b: Bench, timing: Timing, run_steps, make, default_batches: int) -
     gflop_per_image = flops / sum(len(idx) for idx in counted_idx) / 1e9
     achieved = gflop_per_image * timing.images_per_second
     peak, source, measured = peak_gflops_for(b.device, b.amp or torch.float32)
-    return (f"gflop_per_image={gflop_per_image:.4f} achieved_gflops={achieved:.1f} peak_gflops={peak:.1f} "
+    line = (f"gflop_per_image={gflop_per_image:.4f} achieved_gflops={achieved:.1f} peak_gflops={peak:.1f} "
             f"share_of_peak={achieved / peak:.4f} matmul_gflops={measured:.1f}\npeak_source={source!r}")
+    if achieved > peak:  # both are wall-clock rates: the peak's second was shared, the step's were not
+        line += ("\npeak_note='the step outran the peak: something else ran on these cores while the peak "
+                 "was measured; read the share on an idle machine'")
+    return line
 
 
 def print_timing(b: Bench, timing: Timing, flops: str) -> None:
