@@ -199,6 +199,40 @@ def test_the_readme_names_the_best_cpu_model_the_store_holds():
     assert f"the `{best.data.tags[keys.BUDGET]}` budget" in row, row
 
 
+def test_the_readme_s_long_runs_stand_where_the_store_says():
+    """The README's table of the long runs ("Where they stand") reads each run from the committed
+    store: its epochs and whether it finished, its CPU-hours, its best validation ExpRate and epoch,
+    its last 20 epochs' mean against the 20 before, and its test ExpRate per year."""
+    client = MlflowClient(f"sqlite:///{MLRUNS / 'mlflow.db'}")
+    lines = (REPO / "README.md").read_text().splitlines()
+    start = lines.index(next(line for line in lines if line.startswith("| run | cell | epochs |"))) + 2
+    end = next(i for i in range(start, len(lines)) if not lines[i].startswith("|"))
+    rows = lines[start:end]
+    assert len(rows) >= 3, "the long runs' table lost its rows"
+    long_runs = {r.info.run_id: r for e in client.search_experiments() if e.name.endswith("-long")
+                 for r in client.search_runs([e.experiment_id], max_results=1000) if not r.data.tags.get(keys.REUSED_FROM)}
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip().strip("|").split("|")]
+        (run,) = [r for run_id, r in long_runs.items() if run_id.startswith(cells[0].strip("`"))]
+        m = run.data.metrics
+        val = {p.step: p.value for p in sorted(client.get_metric_history(run.info.run_id, "val_exprate"),
+                                               key=lambda p: p.timestamp)}  # an epoch trained again: its last
+        epochs = max(val)
+        finished = run.info.status == "FINISHED"
+        assert cells[2].startswith(f"{epochs}, finished" if finished else f"{epochs} of "), (row, epochs, finished)
+        hours = f"{m['train_cpu_seconds'] / 3600:.2f}"
+        assert cells[3] == (f"{hours} / {m['cpu_seconds'] / 3600:.2f}" if finished else f"{hours} so far"), row
+        best = max(val.values())
+        assert cells[4] == f"{best:.1f} ({min(s for s, v in val.items() if v == best)})", row
+        if finished and epochs >= 40:
+            curve = [val[s] for s in sorted(val)]
+            last, before = sum(curve[-20:]) / 20, sum(curve[-40:-20]) / 20
+            assert cells[5].startswith(f"{last:.1f} against {before:.1f}"), row
+        for cell, year in zip(cells[6:10], ("2014", "2014-std", "2016", "2019")):
+            key = f"test_{year}_exprate"
+            assert cell == (f"{m[key]:.1f}" if key in m else "–"), (row, year)
+
+
 def test_the_readme_states_the_22_epoch_recipe_as_stored():
     client = MlflowClient(f"sqlite:///{MLRUNS / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("cpu-best")
