@@ -210,7 +210,8 @@ def test_the_readme_s_long_runs_stand_where_the_store_says():
     rows = lines[start:end]
     assert len(rows) >= 3, "the long runs' table lost its rows"
     long_runs = {r.info.run_id: r for e in client.search_experiments() if e.name.endswith("-long")
-                 for r in client.search_runs([e.experiment_id], max_results=1000) if not r.data.tags.get(keys.REUSED_FROM)}
+                 for r in client.search_runs([e.experiment_id], max_results=1000)
+                 if not r.data.tags.get(keys.REUSED_FROM)}
     for row in rows:
         cells = [cell.strip() for cell in row.strip().strip("|").split("|")]
         (run,) = [r for run_id, r in long_runs.items() if run_id.startswith(cells[0].strip("`"))]

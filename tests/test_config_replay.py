@@ -158,6 +158,28 @@ def test_hmer_runs_show_prints_a_committed_run_s_layers_commit_and_scores(store,
     out = capsys.readouterr().out
     assert "docs/cpu_protocol.md, The recipe at 22 epochs" in out and "value for value" in out
     assert "2014: exprate 16.84" in out
+    assert "training: 22 of 22 epochs, finished" in out and "best 13.33 at epoch 21, last 12.04 (epoch 22)" in out
+    assert main(["runs", "show", "d9873c59", "--tracking-uri", uri, "--storage", storage]) == 0
+    out = capsys.readouterr().out  # the long budget's none cell: how far it trained and what it cost
+    assert "training: 100 of 100 epochs, finished\n    4.02 CPU-hours of training, 145 CPU-seconds an epoch over " \
+           "the last 10\n    validation ExpRate: best 30.11 at epoch 83, last 29.25 (epoch 100)" in out
+
+
+def test_a_stopped_run_s_progress_says_what_is_left_at_its_recent_rate():
+    """A run that spans sessions: its epochs of the planned, why it stopped, its CPU cost an epoch
+    over the last ten (the first epochs ran slower here) and what the rest would take at that rate."""
+    from hmer.store.provenance import Progress
+
+    cpu = [(epoch, 400.0 * min(epoch, 2) + 250.0 * max(epoch - 2, 0)) for epoch in range(1, 13)]
+    shown = Progress("killed", 12, 100, cpu, [(10, 11.0), (11, 12.9), (12, 12.5)],
+                     "stopped by SIGTERM in epoch 13 of 100, which is dropped").lines()
+    assert shown == [
+        "  training: 12 of 100 epochs, killed (stopped by SIGTERM in epoch 13 of 100, which is dropped)",
+        "    0.92 CPU-hours of training, 250 CPU-seconds an epoch over the last 10; 88 epochs left, about 6.1 "
+        "CPU-hours at that rate",
+        "    validation ExpRate: best 12.90 at epoch 11, last 12.50 (epoch 12)",
+    ]
+    assert Progress("finished", 3, 3, [], [], "stopped by SIGTERM").lines() == ["  training: 3 of 3 epochs, finished"]
 
 
 def test_values_before_key_existed_names_every_key_a_committed_config_lacks(store):

@@ -13,9 +13,11 @@ what the store records about it:
 
 Each value is shown with the layer that set it, as `hmer config` shows it, and the values where the
 run trained otherwise than today's layers give are named, with the reason where it is written down
-(`config_history`). Beside them: the study, cell, seed and commit, the training-code fingerprint
-against today's (hmer.training.fingerprint), the scores per year, and where the weights and
-predictions are. `tests/test_config_replay.py` holds every committed run to this rebuild.
+(`config_history`). Beside them: the study, cell, seed and commit, how far it trained (epochs,
+CPU-hours, the CPU cost an epoch lately and what is left at it, validation ExpRate so far: a run that
+spans sessions), the training-code fingerprint against today's (hmer.training.fingerprint), the
+scores per year, and where the weights and predictions are. `tests/test_config_replay.py` holds
+every committed run to this rebuild.
 """
 
 from __future__ import annotations
@@ -112,6 +114,61 @@ def rebuild_command(run_id: str, stored: dict[str, Any]) -> tuple[Resolution, di
 
 
 @dataclass
+class Progress:
+    """How far a run trained, read from its per-epoch metrics: what a run that spans sessions
+    needs said of it (epochs, CPU time and its rate, what is left, validation so far)."""
+
+    status: str
+    epochs: int
+    planned: int | None
+    cpu_seconds: list[tuple[int, float]]  # (epoch, the training's CPU seconds up to its end)
+    validation: list[tuple[int, float]]  # (epoch, validation ExpRate)
+    stopped_by: str | None = None
+
+    RATE_EPOCHS = 10  # the CPU cost an epoch is read over the last ten: a shared machine's rate drifts
+
+    def lines(self) -> list[str]:
+        planned = f" of {self.planned}" if self.planned else ""
+        out = [f"  training: {self.epochs}{planned} epochs, {self.status}"
+               + (f" ({self.stopped_by})" if self.stopped_by and self.status != "finished" else "")]
+        if self.cpu_seconds:
+            (first, before), (last, total) = self.cpu_seconds[max(0, len(self.cpu_seconds) - 1 - self.RATE_EPOCHS)], \
+                self.cpu_seconds[-1]
+            words = f"    {total / 3600:.2f} CPU-hours of training"
+            if last > first:
+                rate = (total - before) / (last - first)
+                words += f", {rate:.0f} CPU-seconds an epoch over the last {last - first}"
+                if self.planned and self.epochs < self.planned and self.status != "finished":
+                    left = self.planned - self.epochs
+                    words += f"; {left} epochs left, about {left * rate / 3600:.1f} CPU-hours at that rate"
+            out.append(words)
+        if self.validation:
+            best = max(value for _, value in self.validation)
+            at = min(epoch for epoch, value in self.validation if value == best)
+            out.append(f"    validation ExpRate: best {best:.2f} at epoch {at}, last {self.validation[-1][1]:.2f} "
+                       f"(epoch {self.validation[-1][0]})")
+        return out
+
+
+def _per_epoch(client, run_id: str, key: str) -> list[tuple[int, float]]:
+    """One value an epoch, the last logged where an epoch was trained again after a stop."""
+    points = sorted(client.get_metric_history(run_id, key), key=lambda p: (p.timestamp, p.step))
+    return sorted({int(p.step): float(p.value) for p in points}.items())
+
+
+def training_progress(client, run, stored: dict[str, Any]) -> Progress:
+    """A run's `Progress`, from its metric history and its stored `train.epochs`."""
+    run_id, tags = run.info.run_id, run.data.tags
+    cpu = _per_epoch(client, run_id, "train_cpu_seconds")
+    validation = _per_epoch(client, run_id, "val_exprate")
+    losses = _per_epoch(client, run_id, "train_loss")
+    epochs = max([e for e, _ in (*losses, *validation, *cpu)], default=0)
+    status = tags.get(keys.STATUS) or run.info.status.lower()
+    planned = stored.get("train.epochs")
+    return Progress(status, epochs, int(planned) if planned else None, cpu, validation, tags.get(keys.STOPPED_BY))
+
+
+@dataclass
 class Provenance:
     """What trained one run (see the module docstring)."""
 
@@ -126,6 +183,7 @@ class Provenance:
     scores: dict[str, dict[str, float]] = field(default_factory=dict)  # year -> measure -> value
     artifacts: list[str] = field(default_factory=list)
     artifact_uri: str = ""
+    progress: Progress | None = None
 
     def lines(self) -> list[str]:
         tags = self.tags
@@ -137,6 +195,8 @@ class Provenance:
             out.append(f"  copied from run {tags[keys.REUSED_FROM]} (the same config and seed, trained once)")
         out.append(f"  trained at commit {tags.get(keys.GIT_COMMIT, 'unknown')} (`git show` it), on "
                    f"{tags.get(keys.DEVICE, 'an unknown device')}")
+        if self.progress is not None:
+            out += self.progress.lines()
         fingerprint = tags.get(keys.FINGERPRINT)
         if fingerprint is None:
             out.append(f"  training code: no fingerprint recorded (`hmer runs fingerprint` measures its commit's); "
@@ -212,4 +272,5 @@ def run_provenance(client, storage: str | None, run_id: str, today_fingerprint: 
     if "predictions" in artifacts:
         artifacts += [f"predictions/{name}" for name in list_run_artifacts(client, run_id, "predictions")]
     return Provenance(run_id, tags, rebuilt, stored, differences(stored, rebuilt), written, source,
-                      today_fingerprint, scores, sorted(artifacts), run.info.artifact_uri)
+                      today_fingerprint, scores, sorted(artifacts), run.info.artifact_uri,
+                      training_progress(client, run, stored))
