@@ -310,8 +310,9 @@ def test_pause_after_epochs_checkpoints_and_resume_finishes_the_run(store, tmp_p
     assert run.info.status == "KILLED" and run.data.tags["hmer.status"] == "paused"
     # The CPU clock goes on from the checkpoint's: give it a value no single process reaches here.
     ckpt = load_checkpoint(tmp_path / "c" / "last.pt")
-    assert paused.train_cpu_seconds > 0
-    assert ckpt["train_cpu_seconds"] == pytest.approx(paused.train_cpu_seconds, rel=0.5)
+    # The checkpoint holds the clock at its epoch's end, the result at the run's pause, later: on one
+    # shared core CI read 0.04 and 1.84 CPU-seconds (the process's threads summed, as they wait).
+    assert 0 < ckpt["train_cpu_seconds"] <= paused.train_cpu_seconds
     torch.save({**ckpt, "train_cpu_seconds": 1000.0}, tmp_path / "c" / "last.pt")
     done = train(cfg, data=tiny_data(), tracking_uri=store, resume=tmp_path / "c" / "last.pt", pause_after_epochs=5)
     assert done.run_id == paused.run_id and done.epochs == 3 and done.stopped_by == "epochs" and done.test_scores

@@ -1,0 +1,131 @@
+"""Write the README's tables that a command prints from the committed store, as that command prints them.
+
+    python tools/readme_tables.py            # rewrite them in README.md (a minute or two: every report)
+    python tools/readme_tables.py --check    # say which differ, change nothing (exit 1 if any)
+
+The README quotes `hmer report` in two kinds of places, and tests/test_committed_results.py holds
+each to the store: each finished study's table, the fenced block after "`hmer report --study S`
+prints it:" (or "them:"), from its header line to its last variant row of the paired differences
+(and, where the prose reads it, the validation table); and the claims tables of `hmer report
+--claims`, the first markdown table whose header begins `| claim |` on ExpRate, the second within
+two errors. When a study is published or rescored, this writes them again instead of by hand.
+The prose around them, which reads their numbers, is still written by a person.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STORE = "sqlite:///mlruns/mlflow.db"  # relative: the commands run in the checkout
+
+# Each study the README prints, with its variants as the report names them; the studies whose
+# validation table the README prints too.
+STUDY_VARIANTS = {
+    "ablate_direction-cpu": ("l2r (baseline)", "r2l", "bi"),
+    "ablate_decoder-cpu": ("rnn (baseline)", "transformer", "convs2s"),
+    "ablate_coverage-cpu": ("none (baseline)", "self", "cross", "fusion"),
+    "ablate_posenc-cpu": ("sin2d (baseline)", "learned", "cape", "none"),
+}
+WITH_VALIDATION = {"ablate_posenc-cpu"}
+CLAIM_MEASURES = ("exprate", "le2")  # the README's claims tables, in order
+
+
+def study_block(printed: str, variants: tuple[str, ...], with_validation: bool) -> str:
+    """The lines of `hmer report --study`'s output that the README prints: from the table's header
+    to the last variant row of the paired differences (or to the end of the validation table)."""
+    lines = printed.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("variant "))
+    pattern = re.compile("^(" + "|".join(map(re.escape, variants)) + ") ")
+    rows = [i for i, line in enumerate(lines) if pattern.match(line)]
+    if len(rows) < 2 * len(variants):
+        raise ValueError(f"the report prints {len(rows)} rows of {variants}, not a table and its differences")
+    end = rows[2 * len(variants) - 1]
+    if with_validation:
+        end = next(i for i, line in enumerate(lines) if line.startswith("Validation beside")) + 2
+        while end + 1 < len(lines) and lines[end + 1].strip():
+            end += 1
+    return "\n".join(lines[start:end + 1])
+
+
+def replace_fenced(text: str, study: str, block: str) -> str:
+    """`text` with the fenced block after "`hmer report --study STUDY` prints it:" (or "them:") set to `block`."""
+    found = re.search(r"`hmer report --study " + re.escape(study) + r"` prints (them|it):\n\n```\n", text)
+    if found is None:
+        raise ValueError(f"README.md: no fenced block after \"`hmer report --study {study}` prints it:\"")
+    end = text.index("```", found.end())
+    return text[:found.end()] + block + "\n" + text[end:]
+
+
+def replace_markdown_table(text: str, index: int, table: str) -> str:
+    """`text` with its `index`-th (0-based) markdown table whose header begins `| claim |` set to `table`."""
+    starts = [m.start() for m in re.finditer(r"^\| claim \|", text, flags=re.M)]
+    if len(starts) <= index:
+        raise ValueError(f"README.md: {len(starts)} claims table(s), not {index + 1}")
+    start = starts[index]
+    lines = text[start:].split("\n")
+    n = next(i for i, line in enumerate(lines) if not line.startswith("|"))
+    return text[:start] + table + "\n" + "\n".join(lines[n:])
+
+
+def hmer(*args: str, out: Path) -> str:
+    """What `hmer ARGS --tracking-uri STORE --out OUT` prints, run as a user runs it."""
+    done = subprocess.run([sys.executable, "-m", "hmer.cli", *args, "--tracking-uri", STORE, "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"hmer {' '.join(args)} failed: {last}")
+    return done.stdout
+
+
+def claims_markdown(measure: str) -> str:
+    """The claims table on `measure` as `hmer report --claims --out` writes it into claims.md."""
+    with tempfile.TemporaryDirectory() as tmp:
+        hmer("report", "--claims", "--measure", measure, out=Path(tmp))
+        lines = (Path(tmp) / "claims.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| claim |"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return "\n".join(lines[start:end])
+
+
+def study_report(study: str) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        return hmer("report", "--study", study, out=Path(tmp))
+
+
+def written(text: str) -> str:
+    """The README's text with every table above as the store prints it now."""
+    for study, variants in STUDY_VARIANTS.items():
+        text = replace_fenced(text, study, study_block(study_report(study), variants, study in WITH_VALIDATION))
+    for index, measure in enumerate(CLAIM_MEASURES):
+        text = replace_markdown_table(text, index, claims_markdown(measure))
+    return text
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--check", action="store_true", help="say which tables differ; change nothing")
+    args = p.parse_args()
+    readme = ROOT / "README.md"
+    before = readme.read_text()
+    after = written(before)
+    old_lines = set(before.splitlines())
+    changed = [line for line in after.splitlines() if line not in old_lines]
+    if args.check:
+        print("\n".join(changed) if changed else "README.md prints every table as the store does")
+        return 1 if changed else 0
+    if after != before:
+        tmp = readme.with_suffix(".md.tmp")
+        tmp.write_text(after)
+        tmp.replace(readme)  # whole or not at all
+    print(f"README.md: {len(changed)} line(s) written anew")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
