@@ -25,7 +25,7 @@ def _source_copy(tmp_path: Path, name: str) -> Path:
     return src
 
 
-def test_one_operation_s_rounding_changes_the_fingerprint_and_a_report_s_edit_does_not(tmp_path):
+def test_one_operation_s_rounding_changes_the_fingerprint_and_a_report_s_edit_does_not(tmp_path, monkeypatch):
     today = code_fingerprint()
     assert len(today) == 16 and int(today, 16) >= 0
 
@@ -44,7 +44,12 @@ def test_one_operation_s_rounding_changes_the_fingerprint_and_a_report_s_edit_do
     edited = _source_copy(tmp_path, "edited")
     tables = edited / "hmer" / "reports" / "tables.py"
     tables.write_text(tables.read_text() + "\n# a comment and a constant that nothing trains with\nUNUSED = 1\n")
-    assert fingerprint_of_source(edited)[0] == today
+    # measured as rank 0 of torchrun measures it, with the launcher's variables: the measuring child
+    # is one process (it read them once, and waited for a rank 1 that never came)
+    for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": "29577", "TORCHELASTIC_RUN_ID": "fingerprint-test"}.items():
+        monkeypatch.setenv(key, value)
+    assert fingerprint_of_source(edited, timeout=600)[0] == today
 
 
 @pytest.mark.skipif(not (REPO / ".git").exists(), reason="needs the project's git history (a clone)")

@@ -19,8 +19,10 @@ import optuna
 import pandas as pd
 import pytest
 import torch
+from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 from optuna.trial import TrialState
+from sqlalchemy.exc import OperationalError
 
 from hmer.cli.study import present
 from hmer.studies import DIRECTION, SWEEP, StudySpec, get_budget, run_grid_study, run_sweep
@@ -269,10 +271,21 @@ def _env(tmp_path: Path) -> dict[str, str]:
 
 
 def _wait_for(predicate, proc: subprocess.Popen, timeout: float, what: str) -> None:
+    """Poll `predicate` until it holds, with `proc` stopped (SIGSTOP) while it is read: what it reads
+    (the Optuna trials, the MLflow runs, the checkpoint) is then one moment of the process, and the
+    process is still in that moment when this returns, stopped, for the caller to kill. Polling a
+    running process left a window: a loaded machine finished the trial between the read and the kill."""
     deadline = time.monotonic() + timeout
-    while not predicate():
+    while True:
         if proc.poll() is not None:
             raise AssertionError(f"the study ended (status {proc.returncode}) before {what}")
+        os.kill(proc.pid, signal.SIGSTOP)
+        try:
+            if predicate():
+                return
+        except (OperationalError, MlflowException):  # stopped inside a write to a SQLite store: not now
+            pass
+        os.kill(proc.pid, signal.SIGCONT)
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.2)
@@ -280,9 +293,10 @@ def _wait_for(predicate, proc: subprocess.Popen, timeout: float, what: str) -> N
 
 def _kill_after_two_checkpointed_epochs(cmd, env, tmp_path, study_name: str, storage: str, tracking: str,
                                         what: str, cwd: Path = REPO) -> dict:
-    """Run a study, and kill it with SIGKILL once its first RUNNING trial's MLflow run has left a
-    checkpoint of two epochs or more (beside its SQLite MLflow store `tracking`). Returns that
-    trial, its run id and the checkpoint's epoch."""
+    """Run a study, and kill it with SIGKILL in the middle of a trial's training: once its first
+    RUNNING trial's MLflow run is RUNNING and has left a checkpoint of two epochs or more, and fewer
+    than the trial trains (beside its SQLite MLflow store `tracking`). Returns that trial, its run id
+    and the checkpoint's epoch."""
     checkpoints = Path(tracking[len("sqlite:///"):]).parent / "checkpoints"
     killed: dict = {}
 
@@ -295,16 +309,18 @@ def _kill_after_two_checkpointed_epochs(cmd, env, tmp_path, study_name: str, sto
         if not running:  # (and MLflow's store may still be being created: not touched before)
             return False
         _, children = _child_runs(tracking, study_name)
-        runs = [r for r in children if r.data.tags.get("hmer.trial") == str(running[0].number)]
-        if not runs:  # the trial is claimed before its MLflow run starts
+        runs = [r for r in children if r.data.tags.get("hmer.trial") == str(running[0].number)
+                and r.info.status == "RUNNING"]
+        if not runs:  # the trial is claimed before its MLflow run starts, and told after it ends
             return False
         # The checkpoint's own epoch, not the logged metrics: an epoch's metrics are logged just
         # before its checkpoint is written.
         try:
-            epoch = int(load_checkpoint(checkpoints / runs[0].info.run_id / "last.pt")["epoch"])
+            checkpoint = load_checkpoint(checkpoints / runs[0].info.run_id / "last.pt")
         except (FileNotFoundError, ValueError):  # none yet, or the finished trial has just removed it
             return False
-        if epoch < 2:
+        epoch = int(checkpoint["epoch"])
+        if not 2 <= epoch < int(checkpoint["config"]["train"]["epochs"]):  # trained, decoding its test years
             return False
         killed.update(number=running[0].number, run_id=runs[0].info.run_id, epoch=epoch)
         return True
@@ -313,8 +329,8 @@ def _kill_after_two_checkpointed_epochs(cmd, env, tmp_path, study_name: str, sto
         proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=cwd)
         try:
             _wait_for(two_epochs_checkpointed, proc, 240, what)
-            os.kill(proc.pid, signal.SIGKILL)
         finally:
+            proc.kill()  # (stopped or not)
             proc.wait()
     assert proc.returncode == -signal.SIGKILL
     # the trial as the killed process left it (all its attributes written)
@@ -345,8 +361,8 @@ def test_a_study_killed_mid_trial_resumes_without_losing_or_repeating_a_cell(sto
 
     try:
         _wait_for(one_complete_one_training, proc, 240, "a trial completed and the next one started training")
-        os.kill(proc.pid, signal.SIGKILL)
     finally:
+        proc.kill()  # (stopped or not)
         proc.wait()
     assert proc.returncode == -signal.SIGKILL
     killed = optuna.load_study(study_name="direction-cli", storage=storage).get_trials(states=(TrialState.RUNNING,))

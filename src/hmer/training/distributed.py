@@ -98,6 +98,15 @@ def barrier(info: DistInfo) -> None:
         dist.barrier()
 
 
+def leave(info: DistInfo) -> None:
+    """Every rank leaves the process group at one point: a barrier, then each destroys it (the
+    order PyTorch's maintainers give for a clean exit, pytorch/pytorch#75097)."""
+    if info.enabled and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
 def cleanup(info: DistInfo) -> None:
+    """After a failure, when the ranks cannot meet: this rank's group is destroyed on its own."""
     if info.enabled and dist.is_initialized():
         dist.destroy_process_group()

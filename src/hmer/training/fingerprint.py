@@ -51,6 +51,12 @@ PORTABLE_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", 
 # fingerprinting them in turn would start the measurement again inside itself, without end.
 MEASURING = "HMER_FINGERPRINT_MEASURING"
 TAG_LENGTH = 16  # hex digits kept in the tag: 64 bits
+# What the measuring child leaves out of this process's environment: a store of its own (it
+# writes none), and torchrun's variables (the TORCHELASTIC_ ones too).
+LAUNCHER_VARIABLES = frozenset({
+    "HMER_MLRUNS", "MLFLOW_TRACKING_URI", "RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME",
+    "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+    "TORCH_ELASTIC_WORKER_IDENTIFIER"})
 # The fixed training, run as a script by its path (never imported: see its docstring).
 TRAINING_SCRIPT = Path(__file__).with_name("fingerprint_training.py")
 
@@ -74,9 +80,11 @@ def fingerprint_of_source(src: str | os.PathLike[str], timeout: float = 900) -> 
             return str(entry["fingerprint"]), dict(entry["measured"])
         except (ValueError, KeyError):
             pass  # a damaged cache entry is measured again
-    env = {**os.environ, **PORTABLE_KERNELS, MEASURING: "1", "PYTHONPATH": str(src)}
-    env.pop("HMER_MLRUNS", None)
-    env.pop("MLFLOW_TRACKING_URI", None)
+    # One process, whatever launched this one: a rank of torchrun passes its WORLD_SIZE, RANK and
+    # MASTER_PORT on, and a child that read them would wait for ranks that never come.
+    env = {key: value for key, value in os.environ.items()
+           if key not in LAUNCHER_VARIABLES and not key.startswith("TORCHELASTIC_")}
+    env.update({**PORTABLE_KERNELS, MEASURING: "1", "PYTHONPATH": str(src)})
     with tempfile.TemporaryDirectory(prefix="hmer-fingerprint-") as tmp:
         done = subprocess.run([sys.executable, str(TRAINING_SCRIPT)], cwd=tmp, env=env,
                               capture_output=True, text=True, timeout=timeout)

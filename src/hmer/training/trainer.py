@@ -154,6 +154,10 @@ def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | Non
                                      train_seconds=clock.elapsed(), train_cpu_seconds=clock.cpu_elapsed(),
                                      step_seconds=state.step_seconds,
                                      images_trained=state.images_trained)
+                # Every rank leaves the process group together, before rank 0 decodes the test years
+                # alone: a rank that left while another still worked could hang in it (a CI run's
+                # torchrun test: rank 0 printed its scores, and the job never ended).
+                ddp.leave(dist)
                 if stopped_by == "paused":  # the run goes on with `resume`; it is not over
                     run.pause()
                 elif dist.is_main:
