@@ -155,8 +155,8 @@ def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | Non
                                      step_seconds=state.step_seconds,
                                      images_trained=state.images_trained)
                 # Every rank leaves the process group together, before rank 0 decodes the test years
-                # alone: a rank that left while another still worked could hang in it (a CI run's
-                # torchrun test: rank 0 printed its scores, and the job never ended).
+                # alone: ranks that leave at different times can hang in it (pytorch/pytorch#75097;
+                # a CI run's torchrun job never ended after rank 0 had printed its scores).
                 ddp.leave(dist)
                 if stopped_by == "paused":  # the run goes on with `resume`; it is not over
                     run.pause()
