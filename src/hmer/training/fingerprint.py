@@ -51,9 +51,9 @@ PORTABLE_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", 
 # fingerprinting them in turn would start the measurement again inside itself, without end.
 MEASURING = "HMER_FINGERPRINT_MEASURING"
 TAG_LENGTH = 16  # hex digits kept in the tag: 64 bits
-# What the measuring child leaves out of this process's environment: a store of its own (it
-# writes none), and torchrun's variables (the TORCHELASTIC_ ones too).
-LAUNCHER_VARIABLES = frozenset({
+# The variables of this process that the measuring child does not inherit (nor any TORCHELASTIC_
+# one): a tracking store, since it writes none, and torchrun's, which would make it a rank.
+NOT_INHERITED = frozenset({
     "HMER_MLRUNS", "MLFLOW_TRACKING_URI", "RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME",
     "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
     "TORCH_ELASTIC_WORKER_IDENTIFIER"})
@@ -83,7 +83,7 @@ def fingerprint_of_source(src: str | os.PathLike[str], timeout: float = 900) -> 
     # One process, whatever launched this one: a rank of torchrun passes its WORLD_SIZE, RANK and
     # MASTER_PORT on, and a child that read them would wait for ranks that never come.
     env = {key: value for key, value in os.environ.items()
-           if key not in LAUNCHER_VARIABLES and not key.startswith("TORCHELASTIC_")}
+           if key not in NOT_INHERITED and not key.startswith("TORCHELASTIC_")}
     env.update({**PORTABLE_KERNELS, MEASURING: "1", "PYTHONPATH": str(src)})
     with tempfile.TemporaryDirectory(prefix="hmer-fingerprint-") as tmp:
         done = subprocess.run([sys.executable, str(TRAINING_SCRIPT)], cwd=tmp, env=env,
