@@ -101,8 +101,8 @@ def main() -> int:
         like = [e.image for e in load_split(source, "2014", RenderConfig.from_data_config(
             DataConfig(render_height=args.height, render_style="standard-like")), limit=args.limit)]
     captions = {e.name: e.tokens for e in ours}
-    standard = standard_2014_expressions(args.tar, captions, 0)
-    standard_h = standard_2014_expressions(args.tar, captions, args.height)
+    standard = standard_2014_expressions(args.tar, captions)
+    standard_h = standard_2014_expressions(args.tar, captions, RenderConfig(height=args.height))
     columns = {"ours": [e.image for e in ours], "standard": [e.image for e in standard],
                f"ours@{args.height}": [e.image for e in ours_h],
                f"standard@{args.height}": [e.image for e in standard_h],

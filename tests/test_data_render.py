@@ -113,8 +113,8 @@ from hmer.data.augment import AugmentConfig, augmented_image, val_alt_render_con
 AT_64 = RenderConfig(height=64)
 
 
-def _redraw(aug: AugmentConfig, seed: int = 0, strokes=None) -> np.ndarray:
-    return augmented_image(strokes or glyph_strokes(3), AT_64, aug, np.random.default_rng(seed))
+def _redraw(aug: AugmentConfig, seed: int = 0, strokes=None, render: RenderConfig = AT_64) -> np.ndarray:
+    return augmented_image(strokes or glyph_strokes(3), render, aug, np.random.default_rng(seed))
 
 
 def test_augmentation_with_neutral_options_redraws_the_cached_image_byte_for_byte():
@@ -198,3 +198,32 @@ def test_the_standard_like_style_is_drawn_at_its_own_scale_then_scaled_down():
 def test_per_stroke_widths_must_match_the_strokes():
     with pytest.raises(ValueError, match="2 stroke widths for 3 strokes"):
         render_ink(glyph_strokes(4), stroke_widths=[3.0, 3.0])
+
+
+def test_the_render_scale_draws_every_expression_at_one_multiple_of_the_ink_s_own_scale():
+    """`data.render_scale`: a symbol keeps one size whatever the expression, unlike a fixed height,
+    which shrinks a two-row expression more than a one-row one."""
+    one_row = glyph_strokes(3)
+    two_rows = one_row + [s + [0.0, 80.0] for s in one_row]
+    half = RenderConfig.from_data_config(DataConfig(render_scale=0.5))
+    assert half.scale == 0.5 and not half.downscale and "scale" not in RenderConfig().key()
+    # direct: drawn at half the ink's own scale with the suite's pen
+    assert ink_scale(one_row, half) == pytest.approx(ink_scale(one_row) / 2)
+    assert render_ink(two_rows, half).shape[0] > render_ink(one_row, half).shape[0] + 20
+    # standard-like: drawn at the ink's own scale, then halved bilinearly, as the standard images reach the model
+    like = RenderConfig.from_data_config(DataConfig(render_scale=0.5, render_style="standard-like"))
+    native = render_ink(two_rows)
+    image = render_ink(two_rows, like)
+    assert image.shape == tuple(round(n / 2) for n in native.shape)
+    assert ((image > 0) & (image < 255)).any()
+    # augmentation's downscale draws the same image when nothing else is on
+    assert _redraw(AugmentConfig(share=1.0, downscale=1.0), strokes=two_rows, render=like).tobytes() == image.tobytes()
+
+
+def test_a_render_scale_with_a_fixed_height_is_refused_naming_both_keys():
+    from hmer.config import Config, ConfigError
+
+    with pytest.raises(ConfigError, match="data.render_scale.*data.render_height"):
+        Config().override({"data.render_height": 48, "data.render_scale": 0.5})
+    with pytest.raises(ConfigError, match="data.render_scale"):
+        Config().override({"data.render_scale": 5})

@@ -10,6 +10,7 @@ import sys
 import pytest
 from mlflow.tracking import MlflowClient
 
+from hmer.data.render import RenderConfig
 from hmer.data.source import open_source, parse_captions
 from hmer.data.standard import STANDARD_2014, standard_2014_expressions
 from hmer.reports.runs import load_runs, scored_years
@@ -27,13 +28,23 @@ def _captions_2014(crohme_data, n: int) -> dict[str, list[str]]:
 
 def test_standard_images_are_scaled_to_the_rendering_height(crohme_data, standard_2014_images):
     captions = _captions_2014(crohme_data, 5)
-    exprs = standard_2014_expressions(standard_2014_images, captions, height=64)
+    exprs = standard_2014_expressions(standard_2014_images, captions, RenderConfig(height=64))
     assert [e.name for e in exprs] == list(captions) and all(e.image.shape[0] == 64 for e in exprs)
     assert [e.tokens for e in exprs] == list(captions.values())
-    as_they_are = standard_2014_expressions(standard_2014_images, captions, height=0)
+    as_they_are = standard_2014_expressions(standard_2014_images, captions)
     assert any(e.image.shape[0] != 64 for e in as_they_are)
     with pytest.raises(FileNotFoundError, match="no standard image"):
         standard_2014_expressions(standard_2014_images, {"no_such_expression": ["x"]})
+
+
+def test_standard_images_are_scaled_by_the_render_scale(crohme_data, standard_2014_images):
+    """At `data.render_scale` the standard images reach a model scaled by that factor, as the
+    suite's renderings at that scale are drawn: a symbol keeps one size across expressions."""
+    captions = _captions_2014(crohme_data, 5)
+    as_they_are = standard_2014_expressions(standard_2014_images, captions)
+    scaled = standard_2014_expressions(standard_2014_images, captions, RenderConfig(scale=0.5))
+    for before, after in zip(as_they_are, scaled):
+        assert after.image.shape == tuple(max(1, round(n * 0.5)) for n in before.image.shape)
 
 
 def test_evaluate_logs_the_standard_images_as_their_own_column(crohme_data, standard_2014_images, tmp_path):

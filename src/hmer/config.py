@@ -44,7 +44,7 @@ ENCODER_TAILS = ("relu-norm-pos", "pos-norm")
 CONV_ATTENTIONS = ("gehring", "scaled")  # ConvS2S's attention to the image (ModelConfig.conv_attention)
 OPTIMIZERS = ("adadelta", "sgd", "adamw")
 VAL_SPLITS = ("writer", "random")
-SCHEDULES = ("plateau", "cosine")  # hmer.data.holdout holds the rules
+SCHEDULES = ("plateau", "cosine", "wsd")  # hmer.training.optim.LRSchedule
 LR_SCALINGS = ("none", "linear", "sqrt")  # TrainConfig.lr_scaling: hmer.training.optim.batch_scaled_lr
 RENDER_STYLES = ("direct", "standard-like")  # hmer.data.render (RenderConfig.downscale)
 VAL_ALT_STYLES = ("", *RENDER_STYLES)  # "" = no second validation
@@ -77,6 +77,9 @@ RULES: tuple[Rule, ...] = (
          "data.scale_aug_min must not exceed data.scale_aug_max (unless scale_aug_max=0: none)"),
     Rule(("data.scale_aug_min", "data.scale_aug_max"), lambda lo, hi: hi == 0 or lo > 0,
          "scale augmentation draws from [min, max]: give both > 0, or scale_aug_max=0 for none"),
+    Rule(("data.render_scale", "data.render_height"), lambda scale, height: scale == 0 or height == 0,
+         "data.render_scale sizes images by the ink's own scale and needs data.render_height=0 (a fixed "
+         "height sizes them instead): give one of the two"),
     Rule(("data.aug_width_min", "data.aug_width_max"), lambda lo, hi: lo <= hi,
          "data.aug_width_min must not exceed data.aug_width_max"),
     Rule(("train.min_lr", "train.lr"), lambda low, lr: low <= lr,
@@ -89,6 +92,10 @@ RULES: tuple[Rule, ...] = (
          "without it every batch has its own shape"),
     Rule(("train.cuda_graphs", "train.compile"), lambda graphs, compiled: not (graphs and compiled),
          "train.cuda_graphs captures the eager step; torch.compile is another way to cut the launches: one of them"),
+    Rule(("train.schedule", "train.decay_epochs", "train.epochs"),
+         lambda schedule, decay, epochs: 0 < decay < epochs if schedule == "wsd" else decay == 0,
+         "train.decay_epochs is the wsd schedule's decay: with train.schedule=wsd give 0 < decay_epochs < "
+         "epochs, with another schedule leave it 0"),
     Rule(("train.warmup_steps", "train.warmup_epochs"), lambda steps, epochs: steps == 0 or epochs == 0,
          "give the warm-up in steps or in epochs, not both"),
 )
@@ -179,6 +186,11 @@ class DataConfig:
     path: str = allowed("", text="a dataset folder or zip (empty: $HMER_DATA or the default)")
     # Renderer (InkML strokes -> 8-bit grey image, white ink on black).
     render_height: int = allowed(0, ge=0)  # 0 = scale from the ink's own size (see hmer.data.render)
+    # With render_height 0: every image at this multiple of the standard images' scale (theirs is
+    # the ink's own, tall strokes 28.5 px high: 1.0), so that a symbol keeps one size whatever the
+    # expression; the standard 2014 images reach the model scaled by it too. 0 = not set: the size
+    # is render_height's (docs/data.md, "Input scale").
+    render_scale: float = allowed(0.0, ge=0, le=4)
     stroke_width: float = allowed(0.0, ge=0)  # 0 = renderer default
     # direct: drawn at render_height; standard-like: drawn at the ink's own scale and scaled to
     # render_height bilinearly, as the standard images reach a model (docs/data.md, issue 26)
@@ -236,7 +248,7 @@ class DataConfig:
     # The fields that decide what `hmer.data.load_dataset` returns (which files, how they are
     # rendered, how validation is held out); the others act on batches. Two configs with the same
     # loading fields can share loaded data (a sweep over rendering heights cannot).
-    LOADING_FIELDS = ("path", "render_height", "stroke_width", "render_style", "val_split",
+    LOADING_FIELDS = ("path", "render_height", "render_scale", "stroke_width", "render_style", "val_split",
                       "val_fraction", "val_seed", "val_min_edits", "train_limit", "val_limit", "test_limit",
                       "test_years")
 
@@ -272,14 +284,22 @@ class TrainConfig:
     # A linear warm-up given in epochs of this batch's steps (the same images at any batch size,
     # Goyal et al.'s "gradual warm-up"); train.warmup_steps gives it in steps instead.
     warmup_epochs: float = allowed(0.0, ge=0)
-    # After the warm-up: plateau (reduce when validation ExpRate stalls; BTTR, CoMER) or cosine
-    # (decay to min_lr over train.epochs; for fixed short budgets, see docs/cpu_protocol.md).
-    schedule: str = allowed("plateau", one_of=SCHEDULES)  # plateau | cosine
+    # After the warm-up: plateau (reduce when validation ExpRate stalls; BTTR, CoMER), cosine
+    # (decay to min_lr over train.epochs; for fixed short budgets, see docs/cpu_protocol.md) or wsd
+    # (warm-up, stable, decay: the rate held until the last train.decay_epochs, then decayed to min_lr
+    # as 1 - sqrt of the decay's progress; Hägele et al. 2024, arXiv:2405.18392). Before its decay a
+    # wsd run computes the same whatever its epochs, so runs of several lengths share that part
+    # (docs/training.md, "Budgets that share a run").
+    schedule: str = allowed("plateau", one_of=SCHEDULES)  # plateau | cosine | wsd
+    decay_epochs: int = allowed(0, ge=0)  # wsd: the last epochs, where the rate decays; 0 otherwise
     # Reduce-on-plateau on validation ExpRate.
     plateau_factor: float = allowed(0.25, gt=0, lt=1)
     plateau_patience: int = allowed(20, ge=0)
     min_lr: float = allowed(1e-6, ge=0)
     grad_clip: float = allowed(1.0, ge=0)
+    # An exponential moving average of the weights, updated after every step with this decay (0 = off;
+    # hmer.training.ema): validation reads the average, and the best weights kept are the average's.
+    ema_decay: float = allowed(0.0, ge=0, lt=1)
     # Share of each target token's probability spread over the vocabulary in the loss; 0 = plain
     # cross-entropy, as BTTR and CoMER train.
     label_smoothing: float = allowed(0.0, ge=0, lt=1)
@@ -432,6 +452,8 @@ VALUES_BEFORE_KEY_EXISTED: dict[str, Any] = {
     # issue 47's large batches: the rate as set (no scaling by the batch), the warm-up in steps
     "train.lr_scaling": "none", "train.lr_reference_batch_pixels": 320_000, "train.lr_reference_max_batch_size": 16,
     "train.warmup_epochs": 0.0,
+    # issue 66: images sized by render_height alone, no weight average, the schedules before WSD
+    "data.render_scale": 0.0, "train.ema_decay": 0.0, "train.decay_epochs": 0,
 }
 
 # Where the process that runs a config finds its data, and how far ahead it loads batches: they

@@ -126,7 +126,7 @@ def _study(args):
     n_jobs = max(1, args.n_jobs or budget.default_jobs)
     try:
         asked = parse_seeds(args.seeds)
-        variants = parse_variants(args.variants) if args.variants else None
+        variants = parse_variants(args.variants) if args.variants else getattr(spec, "variants", None)
     except argparse.ArgumentTypeError as exc:
         raise UserError(str(exc)) from None
     seeds: tuple[int, ...] = () if sweep else tuple(asked or budget.seeds)

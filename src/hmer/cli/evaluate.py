@@ -56,12 +56,13 @@ def cmd_evaluate(args) -> int:
     data_cfg = cfg.data
     data = load_dataset(args.data or cfg.data.path or None, data_cfg, splits=tuple(years))
     if args.standard_2014 is not None:
+        from ..data.render import RenderConfig
         from ..data.standard import STANDARD_2014, default_standard_tar, standard_2014_expressions
 
         captions = {e.name: e.tokens for e in load_dataset(args.data or cfg.data.path or None, data_cfg,
                                                             splits=("2014",))["2014"]}
         tar = args.standard_2014 or default_standard_tar()
-        data[STANDARD_2014] = standard_2014_expressions(tar, captions, cfg.data.render_height)
+        data[STANDARD_2014] = standard_2014_expressions(tar, captions, RenderConfig.from_data_config(cfg.data))
         years.append(STANDARD_2014)
     if args.log and Path(args.model).is_file():
         raise UserError("--log records into a run: give a run id, not a checkpoint file")

@@ -50,7 +50,7 @@ from PIL import Image, ImageFilter
 from ..config import DataConfig
 from .errors import DataError
 from .inkml import parse_inkml
-from .render import SUPERSAMPLE, RenderConfig, ink_scale, render_ink, scale_to_height
+from .render import SUPERSAMPLE, RenderConfig, ink_scale, render_ink, to_model_scale
 
 # Pen pressure is drawn at a knot every this many pen points along a stroke (linear between).
 _PRESSURE_PIECE = 8
@@ -104,10 +104,11 @@ def augmented_image(strokes: Sequence[np.ndarray], render_cfg: RenderConfig, aug
     strokes = [(st - centre) @ matrix.T + centre for st in strokes]
 
     downscale = u[2] < aug.downscale
-    height = render_cfg.height
     # (drawn at the ink's own scale when downscaling, whatever data.render_style is)
-    downscale = downscale or (render_cfg.downscale and height > 0)
-    draw_cfg = dataclasses.replace(render_cfg, antialias=bool(u[3] < aug.antialias), height=0 if downscale else height,
+    downscale = downscale or (render_cfg.downscale and render_cfg.resized)
+    draw_cfg = dataclasses.replace(render_cfg, antialias=bool(u[3] < aug.antialias),
+                                   height=0 if downscale else render_cfg.height,
+                                   scale=1.0 if downscale else render_cfg.scale,
                                    downscale=render_cfg.downscale and not downscale)
     scale = ink_scale(strokes, draw_cfg)
 
@@ -157,9 +158,9 @@ def augmented_image(strokes: Sequence[np.ndarray], render_cfg: RenderConfig, aug
         rng.integers(2**63)
         image = render_ink(strokes, dataclasses.replace(draw_cfg, stroke_width=width))
 
-    # 4. drawn at the ink's own scale: down to the training height as the standard images are
-    if downscale and height > 0:
-        image = scale_to_height(image, height)
+    # 4. drawn at the ink's own scale: to the training size as the standard images are
+    if downscale:
+        image = to_model_scale(image, render_cfg)
     # 5. blur
     sigma = float(aug.blur * u[5])
     if sigma > 0.05:

@@ -52,30 +52,41 @@ class RenderConfig:
     stroke_height: float = 28.5  # px: mean height of the expression's tall strokes
     tall_stroke_fraction: float = 0.1  # a stroke counts as tall above this fraction of the tallest
     height: int = 0  # > 0: scale every image to exactly this height instead (width follows)
+    # With height 0: the image at this multiple of the ink's own scale (1.0: the standard images'
+    # size, tall strokes 28.5 px high), so that a symbol has one size across expressions.
+    scale: float = 1.0
     stroke_width: float = 3.0  # px
     padding: int = 11  # blank px between the ink and each image edge
     max_height: int = 512  # px; a taller expression is scaled down to fit (keeping aspect)
     max_width: int = 2048  # px; likewise
     antialias: bool = False
-    # With height > 0: draw at the ink's own scale (stroke_height), then scale the image to
-    # `height` with bilinear filtering: the standard images' way to a model trained at that
-    # height (thinner, grey strokes; docs/data.md measures it). data.render_style=standard-like.
+    # With height > 0 or scale != 1: draw at the ink's own scale (stroke_height), then scale the
+    # image to `height` (or by `scale`) with bilinear filtering: the standard images' way to a model
+    # trained at that size (thinner, grey strokes; docs/data.md measures it). data.render_style=standard-like.
     downscale: bool = False
 
     @classmethod
     def from_data_config(cls, data_cfg: DataConfig) -> "RenderConfig":
-        """From `DataConfig.render_height` and `.stroke_width`, where 0 means the default."""
+        """From `DataConfig.render_height`, `.render_scale` and `.stroke_width`, where 0 means the default."""
         default = cls()
         return dataclasses.replace(default, height=int(data_cfg.render_height),
+                                   scale=float(data_cfg.render_scale) or default.scale,
                                    stroke_width=float(data_cfg.stroke_width) or default.stroke_width,
                                    downscale=data_cfg.render_style == "standard-like")
 
+    @property
+    def resized(self) -> bool:
+        """Whether images reach the model at another size than the ink's own scale draws them."""
+        return self.height > 0 or self.scale != 1.0
+
     def key(self) -> dict[str, object]:
-        """Everything that decides the pixels, for cache keys (`downscale` only when on, so that
-        the entries rendered before it existed keep their keys)."""
+        """Everything that decides the pixels, for cache keys (`downscale` only when on and `scale`
+        only when not 1, so that the entries rendered before they existed keep their keys)."""
         fields = dataclasses.asdict(self)
         if not self.downscale:
             del fields["downscale"]
+        if self.scale == 1.0:
+            del fields["scale"]
         return {"renderer_version": RENDERER_VERSION, **fields}
 
 
@@ -88,10 +99,10 @@ def render_ink(ink: Ink | Sequence[np.ndarray], cfg: RenderConfig | None = None,
     width in px (drawn with that pen directly, without the 3x3 brush of the uniform pen).
     """
     cfg = cfg or RenderConfig()
-    if cfg.downscale and cfg.height > 0:
-        drawn = render_ink(ink, dataclasses.replace(cfg, height=0, downscale=False), scale=scale,
+    if cfg.downscale and cfg.resized:
+        drawn = render_ink(ink, dataclasses.replace(cfg, height=0, scale=1.0, downscale=False), scale=scale,
                            stroke_widths=stroke_widths)
-        return scale_to_height(drawn, cfg.height)
+        return to_model_scale(drawn, cfg)
     strokes = [np.asarray(s, dtype=np.float64).reshape(-1, 2) for s in
                (ink.strokes if isinstance(ink, Ink) else ink)]
     if stroke_widths is not None:
@@ -226,6 +237,23 @@ def scale_to_height(image: np.ndarray, height: int) -> np.ndarray:
     return np.asarray(Image.fromarray(image).resize((width, height), Image.Resampling.BILINEAR), dtype=np.uint8)
 
 
+def scale_by(image: np.ndarray, factor: float) -> np.ndarray:
+    """`image` scaled by `factor` in both directions with bilinear filtering (at least 1 x 1 px)."""
+    if factor == 1.0:
+        return image
+    height, width = (max(1, round(n * factor)) for n in image.shape[:2])
+    return np.asarray(Image.fromarray(image).resize((width, height), Image.Resampling.BILINEAR), dtype=np.uint8)
+
+
+def to_model_scale(image: np.ndarray, cfg: RenderConfig) -> np.ndarray:
+    """An image drawn at the ink's own scale (a standard image, a `standard-like` drawing) brought
+    to the size a model trained on `cfg` renderings reads: scaled to `cfg.height`, or by
+    `cfg.scale` when the height is free (bilinear either way); as it is for neither."""
+    if cfg.height > 0:
+        return scale_to_height(image, cfg.height)
+    return scale_by(image, cfg.scale)
+
+
 def _grow_3x3(pixels: np.ndarray) -> np.ndarray:
     """3x3 max filter (dilation), as two separable 3-tap maxima: ~40x faster than PIL's
     MaxFilter, which was most of the rendering time."""
@@ -269,4 +297,4 @@ def _scale(strokes: list[np.ndarray], extent: np.ndarray, cfg: RenderConfig) -> 
     # is treated the same at every coordinate scale (x1000 must not flip it through rounding).
     tall = heights[heights > cfg.tall_stroke_fraction * heights.max() * (1 + 1e-6)]
     reference = float(tall.mean()) if tall.size else float(heights.max())
-    return cfg.stroke_height / reference
+    return cfg.stroke_height * cfg.scale / reference

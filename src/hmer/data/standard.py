@@ -20,7 +20,7 @@ from typing import Iterable, Iterator, Sequence
 import numpy as np
 from PIL import Image, ImageDraw
 
-from .render import RenderConfig, render_ink, scale_to_height
+from .render import RenderConfig, render_ink, to_model_scale
 
 STANDARD_SUFFIX = "_0.bmp"
 
@@ -60,11 +60,12 @@ def default_standard_tar() -> Path:
     return default_data_paths()[-1].parent / name
 
 
-def standard_2014_expressions(tar_path: str | Path, captions: dict[str, list[str]], height: int = 0) -> list:
-    """The standard 2014 images as Expressions with the 2014 captions, in caption order, each scaled
-    to `height` pixels (keeping its aspect ratio; 0 = as they are), so that a model trained on the
-    suite's renderings at that height reads them at the scale it knows. An image missing from the
-    archive is an error naming it."""
+def standard_2014_expressions(tar_path: str | Path, captions: dict[str, list[str]],
+                              render: RenderConfig | None = None) -> list:
+    """The standard 2014 images as Expressions with the 2014 captions, in caption order, each
+    brought to the size of `render`'s renderings (`to_model_scale`: scaled to its height, or by its
+    scale; None = as they are), so that a model trained on the suite's renderings reads them at the
+    scale it knows. An image missing from the archive is an error naming it."""
     from .expression import Expression
 
     images = dict(iter_standard_images(tar_path, captions))
@@ -74,13 +75,12 @@ def standard_2014_expressions(tar_path: str | Path, captions: dict[str, list[str
                                 f"e.g. {missing[0]}{STANDARD_SUFFIX}")
     out = []
     for name, tokens in captions.items():
-        image = images[name]
-        image = scale_to_height(image, height)
+        image = images[name] if render is None else to_model_scale(images[name], render)
         out.append(Expression(name=name, tokens=tokens, image=image))
     return out
 
 
-def standard_2014_if_available(exprs_2014: Sequence, height: int = 0,
+def standard_2014_if_available(exprs_2014: Sequence, render: RenderConfig | None = None,
                                tar_path: str | Path | None = None) -> list | None:
     """`standard_2014_expressions` for the given 2014 expressions (a run's test split, its
     `test_limit` included), or None when the tarball is absent (default: `default_standard_tar()`)
@@ -90,7 +90,7 @@ def standard_2014_if_available(exprs_2014: Sequence, height: int = 0,
     if not exprs_2014 or not tar.is_file():
         return None
     try:
-        return standard_2014_expressions(tar, {e.name: e.tokens for e in exprs_2014}, height)
+        return standard_2014_expressions(tar, {e.name: e.tokens for e in exprs_2014}, render)
     except FileNotFoundError:
         return None
 
@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     theirs = dict(iter_standard_images(args.tar, names))
     if args.height > 0:
         theirs = {e.name: e.image for e in standard_2014_expressions(
-            args.tar, {n: [] for n in names if n in theirs}, args.height)}
+            args.tar, {n: [] for n in names if n in theirs}, cfg)}
     pairs = [(n, render_ink(source.read_ink("2014", n), cfg), theirs[n]) for n in names if n in theirs]
     if args.out:
         titles = (f"ours at {args.height} px", f"standard scaled to {args.height} px") if args.height > 0 else \

@@ -86,7 +86,7 @@ class Grid(StudyKind):
                  variants: Sequence[str] | None = None):
         super().__init__(spec, run_grid_study)
         self.requested_seeds = seeds
-        self.variants = tuple(variants) if variants else None
+        self.variants = tuple(variants) if variants else spec.variants
         self.print_table = print_table
         self.reuse = reuse
         self.failed_here: set[str] = set()  # cell keys
@@ -134,17 +134,25 @@ class Grid(StudyKind):
         if self.since is None:
             self.since = time.time()
         self.failed_here |= claims.errored_since(self.since)
-        if not data.has(session.base) and claims.status().open_cells(self.cells, self.failed_here):
-            data(session.base)  # before claiming: a claim must turn into a trial within seconds, loading takes minutes
+        # A cell's data are loaded before it is claimed: a claim must turn into a trial within seconds,
+        # loading takes minutes (and a grid over the rendering loads once per way of rendering).
+        upcoming = claims.status().open_cells(self.cells, self.failed_here)
+        if upcoming and not data.has(self._config(session, upcoming[0])):
+            data(self._config(session, upcoming[0]))
         cell = claims.claim(self.cells, skip=self.failed_here)
         if cell is None:
             return False
-        if not data.has(session.base):  # a cell opened (its worker died) after the check above
+        cfg = self._config(session, cell)
+        if not data.has(cfg):  # another cell than the one loaded for (a worker died, a race was lost)
             claims.release()
             return True
-        if self._run_cell(session, cell, data(session.base)) != TrialState.COMPLETE:
+        if self._run_cell(session, cell, data(cfg)) != TrialState.COMPLETE:
             self.failed_here.add(cell_key(cell))  # not again in this command: a rerun retries it
         return True
+
+    def _config(self, session: Session, cell: Mapping[str, Any]) -> Config:
+        """The config `cell` trains: the study's base with the cell's overrides."""
+        return session.base.override(self.spec.overrides(cell)).validate()
 
     def others_running(self, claims: CellClaims) -> bool:
         status = claims.status()

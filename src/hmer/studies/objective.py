@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from pathlib import Path
 from typing import Callable, Mapping
 
 import optuna
@@ -22,6 +23,7 @@ from optuna.trial import TrialState
 
 from ..config import Config
 from ..tracking import keys
+from .branch import find_branch
 from .mlflow_runs import study_runs_filter
 from .resume import Resumable, adopt, checkpoint_dir, find_resumable
 from .session import Session
@@ -44,18 +46,23 @@ def train_trial(trial: optuna.Trial, cfg: Config, session: Session, data: dict[s
     from ..training import train
 
     resumable = find_resumable(session, cell_key, cfg) if cell_key else None
+    branch = find_branch(session, cfg) if resumable is None else None
     tags = {keys.STUDY: session.name, keys.TRIAL: str(trial.number), **tags}
     if resumable is not None:
         adopt(resumable, trial, session)
         session.say(f"trial {trial.number}: {name}: resuming run {resumable.run_id} from epoch "
                     f"{resumable.epoch + 1} (trial {resumable.trial} stopped there: its worker died)")
+    elif branch is not None:
+        trial.set_user_attr(keys.BRANCHED_FROM, branch.tag)
+        session.say(f"trial {trial.number}: {name}: starting from run {branch.run_id} at epoch {branch.epoch}, "
+                    f"where its decay began (the same config, shorter) ...")
     else:
         session.say(f"trial {trial.number}: {name} ...")
     t0 = time.monotonic()
     try:
         result = train(cfg, data=data, tracking_uri=session.tracking_uri, experiment=session.experiment,
                        run_name=run_name, parent_run_id=session.parent_run_id, tags=tags, epoch_callback=report,
-                       resume=resumable.checkpoint if resumable else False,
+                       resume=resumable.checkpoint if resumable else False, start_from=branch,
                        run_dir=checkpoint_dir(resumable.run_id, session.tracking_uri) if resumable else None)
     except optuna.TrialPruned as exc:
         _drop_checkpoints(session, trial.number, resumable)
@@ -68,7 +75,7 @@ def train_trial(trial: optuna.Trial, cfg: Config, session: Session, data: dict[s
         raise
     # A KeyboardInterrupt leaves the checkpoints: the next run of the command continues from them.
     record_result(trial, result)
-    shutil.rmtree(checkpoint_dir(result.run_id, session.tracking_uri), ignore_errors=True)  # the model is in MLflow now
+    _drop_finished_checkpoints(checkpoint_dir(result.run_id, session.tracking_uri))
     scores = ", ".join(f"{y} {s.exprate:.1f}" for y, s in result.test_scores.items())
     session.say(f"trial {trial.number}: {name}: validation ExpRate {result.best_val_exprate:.1f}, "
                 f"test ExpRate {scores or '-'} ({time.monotonic() - t0:.0f} s, {result.epochs} epochs, "
@@ -92,6 +99,20 @@ def copy_trial(trial: optuna.Trial, session: Session, trained, *, name: str, tag
                 f"(the same config and seed) instead of training it; validation ExpRate "
                 f"{trained.best_val_exprate:.1f}")
     return trained.best_val_exprate
+
+
+def _drop_finished_checkpoints(folder: Path) -> None:
+    """The checkpoints of a finished trial, deleted (its model is in MLflow now), but for the state
+    where a wsd run's decay began, which its longer cells start from (`hmer.studies.branch`)."""
+    from ..training.resume import STABLE, STABLE_BEST
+
+    kept = [folder / name for name in (STABLE, STABLE_BEST) if (folder / name).is_file()]
+    if not kept:
+        shutil.rmtree(folder, ignore_errors=True)
+        return
+    for path in folder.iterdir():
+        if path not in kept:
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
 
 
 def _drop_checkpoints(session: Session, number: int, resumable: Resumable | None) -> None:

@@ -43,6 +43,8 @@ class StudySpec:
         linked: axis key -> value -> overrides that come with that value, on top of those the
             value's registry entry brings (`Registry.register(..., linked=...)`).
         baseline: the baseline cell (axis key -> value); default: the first value of each axis.
+        variants: the variants the study trains (`variant_label`s, the baseline among them), where it
+            trains part of its grid; default every one. `--variants` replaces them.
     """
 
     name: str
@@ -52,6 +54,7 @@ class StudySpec:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     linked: Mapping[str, Mapping[Any, Mapping[str, Any]]] = field(default_factory=dict)
     baseline: Mapping[str, Any] | None = None
+    variants: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if not self.axes:
@@ -64,6 +67,8 @@ class StudySpec:
         for key, value in self.baseline_cell.items():
             if value not in self.axes[key]:
                 raise ValueError(f"baseline {key}={value!r} is not on the axis {list(self.axes[key])!r}")
+        if self.variants is not None:
+            self.variant_cells(self.variants)  # every one on the grid, the baseline among them
 
     @property
     def baseline_cell(self) -> dict[str, Any]:
@@ -87,8 +92,8 @@ class StudySpec:
 
     def variant_cells(self, variants: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """The grid's variants without the seed, baseline first: every one, or those named in
-        `variants` (`variant_label`s). A ValueError names a variant the grid lacks, or a choice
-        without the baseline, which every paired comparison of the study's table needs."""
+        `variants` (`variant_label`s), in their order. A ValueError names a variant the grid lacks,
+        or a choice without the baseline, which every paired comparison of the study's table needs."""
         import itertools
 
         keys = list(self.axes)
@@ -104,7 +109,8 @@ class StudySpec:
         if labels[0] not in variants:
             raise ValueError(f"study {self.name!r}: the variants {', '.join(variants)} leave out the baseline "
                              f"{labels[0]!r}, which the study's paired comparisons need")
-        return [cell for cell, label in zip(every, labels) if label in variants]
+        by_label = dict(zip(labels, every))
+        return [every[0], *(by_label[v] for v in dict.fromkeys(variants) if v != labels[0])]
 
     def cells(self, seeds: Sequence[int], variants: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """Every grid cell (of `variants` only, where given), seed-major (all variants of the first

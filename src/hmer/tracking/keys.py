@@ -23,6 +23,10 @@ FINGERPRINT = "hmer.fingerprint"  # what its training code computes (hmer.traini
 FINGERPRINT_CHANGED = "hmer.fingerprint_changed"  # "epoch N: <fingerprint>" where a resume ran other code
 DEVICE = "hmer.device"            # the device it trained on, in words
 RESUMED = "hmer.resumed"          # the epoch a resumed run continued from
+# A wsd run that started from a shorter run's state where its decay began (hmer.studies.branch):
+# "<run id>@<epoch>", and that run's train_cpu_seconds there (the cost the two share).
+BRANCHED_FROM = "hmer.branched_from"
+BRANCH_CPU_SECONDS = "hmer.branch_cpu_seconds"
 # The epochs (comma-separated) at which a run went on from a checkpoint carried without its
 # optimiser state (hmer.training.carry): its optimiser restarted there.
 WARM_RESTART = "hmer.warm_restart"

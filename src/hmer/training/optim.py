@@ -61,8 +61,9 @@ def warmup_steps(tc: TrainConfig, steps_per_epoch: int) -> int:
 
 class LRSchedule:
     """Linear warm-up over the first steps, then reduce-on-plateau on validation ExpRate
-    (`train.schedule=plateau`, the papers' choice) or a cosine decay to `min_lr` at the last
-    step of `train.epochs` (`train.schedule=cosine`, which needs `total_steps`).
+    (`train.schedule=plateau`, the papers' choice), a cosine decay to `min_lr` at the last
+    step of `train.epochs` (`train.schedule=cosine`, which needs `total_steps`), or the rate held
+    until the last `train.decay_epochs` and decayed to `min_lr` over them (`train.schedule=wsd`).
 
     The warm-up scales the base learning rate per optimiser step (large batches need
     it); the plateau part multiplies the base rate by `plateau_factor` once validation
@@ -76,10 +77,16 @@ class LRSchedule:
         self.optimizer = optimizer
         self.warmup_steps = tc.warmup_steps if warmup is None else warmup
         self.cosine = tc.schedule == "cosine"
+        self.wsd = tc.schedule == "wsd"
         if self.cosine and total_steps <= self.warmup_steps:
             raise ValueError(f"train.schedule=cosine needs more steps ({total_steps}) than "
                              f"its warm-up ({self.warmup_steps})")
         self.total_steps = total_steps
+        # wsd: the step where the decay begins, at an epoch's end (total_steps is whole epochs)
+        self.decay_start = total_steps // tc.epochs * (tc.epochs - tc.decay_epochs) if self.wsd else total_steps
+        if self.wsd and self.decay_start < self.warmup_steps:
+            raise ValueError(f"train.schedule=wsd decays from step {self.decay_start}, inside its warm-up "
+                             f"({self.warmup_steps} steps): fewer train.decay_epochs")
         self.min_lr = tc.min_lr
         self.base_lrs = [g["lr"] for g in optimizer.param_groups]
         self.plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(
@@ -90,6 +97,16 @@ class LRSchedule:
         self._apply_warmup()
 
     def _apply_warmup(self) -> None:
+        if self.wsd and self.step_count >= self.decay_start:
+            # 1 - sqrt: the cooldown that Hägele et al. found best for a decay of a fifth of the steps
+            progress = min(1.0, (self.step_count - self.decay_start) / max(1, self.total_steps - self.decay_start))
+            for group, base in zip(self.optimizer.param_groups, self.base_lrs):
+                group["lr"] = self.min_lr + (base - self.min_lr) * (1.0 - math.sqrt(progress))
+            return
+        if self.wsd and self.step_count > self.warmup_steps:  # the stable phase: the base rate itself
+            for group, base in zip(self.optimizer.param_groups, self.base_lrs):
+                group["lr"] = base
+            return
         if self.cosine and self.step_count >= self.warmup_steps:
             progress = min(1.0, (self.step_count - self.warmup_steps) / (self.total_steps - self.warmup_steps))
             for group, base in zip(self.optimizer.param_groups, self.base_lrs):
@@ -105,8 +122,13 @@ class LRSchedule:
         self.step_count += 1
         self._apply_warmup()
 
+    def refresh(self) -> None:
+        """Set the rate of the step the schedule stands at, from this schedule's own settings: a state
+        restored from a run of another length (a wsd branch) carries that run's rate."""
+        self._apply_warmup()
+
     def step_validation(self, val_exprate: float) -> None:
-        if self.cosine or self.step_count < self.warmup_steps:
+        if self.cosine or self.wsd or self.step_count < self.warmup_steps:
             return
         before = [g["lr"] for g in self.optimizer.param_groups]
         self.plateau.step(val_exprate)

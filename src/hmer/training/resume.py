@@ -15,6 +15,8 @@ uninterrupted training would have been. docs/benchmarks.md section 5 measures wh
 
 from __future__ import annotations
 
+import os
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +51,8 @@ def restore(ckpt: dict[str, Any], setup: Setup) -> TrainState:
     setup.optimizer.load_state_dict(ckpt["optimizer"])  # its param_groups hold the lr, also when carried
     setup.schedule.load_state_dict(ckpt["schedule"])
     set_rng_state(ckpt["rng"])
+    if setup.ema is not None:
+        setup.ema.load_state_dict(ckpt["ema"])
     return TrainState(epoch=int(ckpt["epoch"]), best_val_exprate=float(ckpt["best_val_exprate"]),
                       best_val_le1=float(ckpt.get("best_val_le1", -1.0)), best_epoch=int(ckpt["best_epoch"]),
                       train_seconds=float(ckpt.get("train_seconds", 0.0)),
@@ -99,7 +103,8 @@ def standalone_continuation(ckpt: dict[str, Any], best_weights: dict[str, Any] |
 
 def save_last(path: Path, setup: Setup, state: TrainState) -> None:
     """Everything `restore` needs, written atomically (a kill mid-write keeps the previous file)."""
-    atomic_torch_save({
+    ema = {"ema": setup.ema.state_dict()} if setup.ema is not None else {}
+    atomic_torch_save({**ema,
         "format": 1, "model": setup.model.state_dict(), "optimizer": setup.optimizer.state_dict(),
         "schedule": setup.schedule.state_dict(), "rng": rng_state(), "epoch": state.epoch,
         "best_val_exprate": state.best_val_exprate, "best_val_le1": state.best_val_le1,
@@ -108,6 +113,22 @@ def save_last(path: Path, setup: Setup, state: TrainState) -> None:
         "step_seconds": state.step_seconds,
         "images_trained": state.images_trained, "config": setup.cfg.to_dict(), "run_id": state.run_id,
     }, path)
+
+
+# A wsd run's state where its decay begins (`keep_stable_phase`): a longer run of the same config
+# computes the same up to there, and can start from it (hmer.training.branch).
+STABLE, STABLE_BEST = "stable.pt", "stable-best.pt"
+
+
+def keep_stable_phase(folder: Path) -> None:
+    """Copy `last.pt` (and `best.pt`, the best weights so far) of `folder` to `stable.pt` (and
+    `stable-best.pt`), each written whole: the end of a wsd run's stable phase."""
+    for name, copy in (("last.pt", STABLE), ("best.pt", STABLE_BEST)):
+        source = folder / name
+        if source.is_file():
+            partial = folder / f".{copy}.partial"
+            shutil.copyfile(source, partial)
+            os.replace(partial, folder / copy)
 
 
 def checkpoint_dir(run_dir: str | Path | None, resume: bool | str | Path | None, run_id: str | None,

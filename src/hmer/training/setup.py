@@ -16,12 +16,13 @@ import torch
 from ..config import Config
 from ..data import Expression, Vocab, load_dataset, make_batches, open_source
 from ..data.augment import VAL_ALT, AugmentConfig, load_strokes, val_alt_render_config
-from ..data.render import render_ink
+from ..data.render import RenderConfig, render_ink
 from ..data.standard import STANDARD_2014, standard_2014_if_available
 from ..device import autocast_dtype
 from ..model import HMERModel, build_model
 from ..model.pointwise import use_matmul
 from . import distributed as ddp
+from .ema import WeightAverage
 from .loader import auto_prefetch
 from .optim import LRSchedule, batch_scaled_lr, build_optimizer, warmup_steps
 
@@ -95,6 +96,8 @@ class Setup:
     # many times more images a step holds than at the recipe's reference batch.
     lr: float = 0.0
     batch_scale: float = 1.0
+    # The weight average validation reads (`train.ema_decay`; None when off).
+    ema: WeightAverage | None = None
 
     @property
     def train_set(self) -> list[Expression]:
@@ -135,8 +138,9 @@ def build(cfg: Config, data: dict[str, list] | None, device: torch.device, dist:
     loss_module: Any = ddp.wrap(LossModule(model, cfg.train.label_smoothing), dist, device)
     if tc.compile:
         loss_module = torch.compile(loss_module, dynamic=True)
+    ema = WeightAverage(model, tc.ema_decay) if tc.ema_decay > 0 else None
     return Setup(cfg=cfg, vocab=vocab, data=data, test_years=test_years, model=model, loss_module=loss_module,
-                 optimizer=optimizer, schedule=schedule, device=device,
+                 optimizer=optimizer, schedule=schedule, device=device, ema=ema,
                  amp_dtype=autocast_dtype(tc.precision, device), dist=dist,
                  prefetch=auto_prefetch(cfg.data.prefetch, device),
                  num_params=sum(p.numel() for p in model.parameters()), train_strokes=train_strokes,
@@ -165,7 +169,8 @@ def _add_restyled_splits(cfg: Config, data: dict[str, list], test_years: list[st
         data[VAL_ALT] = [Expression(name=e.name, tokens=e.tokens, image=render_ink(strokes[e.name], style))
                          for e in val]
     if "2014" in test_years and STANDARD_2014 not in test_years:
-        standard = data.get(STANDARD_2014) or standard_2014_if_available(data["2014"], cfg.data.render_height)
+        standard = data.get(STANDARD_2014) or standard_2014_if_available(data["2014"],
+                                                                         RenderConfig.from_data_config(cfg.data))
         if standard is not None:
             data[STANDARD_2014] = standard
             test_years.insert(test_years.index("2014") + 1, STANDARD_2014)

@@ -22,8 +22,10 @@ SIGTERM or SIGINT (`hmer.signals`) drops the epoch in progress, closes the run K
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -43,10 +45,12 @@ from ..signals import Stopped, deferred, stop_on_signals
 from ..tracking import keys
 from ..tracking.run import NullRun, RunLogger, TrainingRun
 from . import distributed as ddp
+from .branch import Branch, shares_stable_phase
 from .final import final_evaluation
 from .loader import Redraw, train_batches
 from .result import TrainResult
-from .resume import Clock, TrainState, best_weights_recoverable, checkpoint_dir, restore, save_last
+from .resume import (Clock, TrainState, best_weights_recoverable, checkpoint_dir, keep_stable_phase, restore,
+                     save_last)
 from . import planning
 from .fingerprint import code_fingerprint
 from .graphs import step_function
@@ -72,6 +76,7 @@ def train(
     pause_after_epochs: int = 0,
     pause_at: float = 0.0,
     final_seconds: float = 0.0,
+    start_from: Branch | None = None,
 ) -> TrainResult:
     """Train `cfg` and score it on every test year; see the module docstring.
 
@@ -82,35 +87,46 @@ def train(
     `pause_at` > 0 (a `time.time()`): pause the same way after the last epoch that leaves time for
     the next one (as long as the epoch just done took) before then, counting `final_seconds` for
     the test years when the next epoch is the last; a run whose epochs are done but whose test
-    years do not fit pauses too, and its resume goes straight to them."""
+    years do not fit pauses too, and its resume goes straight to them.
+    `start_from`: a new run of a wsd `cfg` that takes over a shorter run's state where its decay began,
+    with its curve so far (`hmer.training.branch`)."""
     with stop_on_signals():
         return _train(cfg, data, tracking_uri=tracking_uri, experiment=experiment, run_name=run_name,
                       parent_run_id=parent_run_id, tags=tags, epoch_callback=epoch_callback, resume=resume,
                       run_dir=run_dir, progress=progress, log_prefix=log_prefix,
-                      pause_after_epochs=pause_after_epochs, pause_at=pause_at, final_seconds=final_seconds)
+                      pause_after_epochs=pause_after_epochs, pause_at=pause_at, final_seconds=final_seconds,
+                      start_from=start_from)
 
 
 def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | None, experiment: str,
            run_name: str | None, parent_run_id: str | None, tags: dict[str, str] | None,
            epoch_callback: EpochCallback | None, resume: str | Path | Literal[False] | None, run_dir: str | Path | None,
            progress: bool, log_prefix: str, pause_after_epochs: int, pause_at: float,
-           final_seconds: float) -> TrainResult:
+           final_seconds: float, start_from: Branch | None) -> TrainResult:
     ckpt = load_checkpoint(resume, map_location="cpu") if resume else None
     if ckpt is not None:
         cfg = Config.from_dict(ckpt["config"], stored=True)
+    branch = load_checkpoint(start_from.checkpoint, map_location="cpu") if start_from is not None else None
     cfg.validate()
     tc = cfg.train
     dist, device = ddp.init_distributed(resolve_device(tc.device))
     seed_everything(tc.seed + dist.rank)
     setup = build(cfg, data, device, dist)
     state = restore(ckpt, setup) if ckpt is not None else TrainState()
+    if branch is not None:
+        state = _take_over(setup, branch)
     if ckpt is not None and dist.is_main:  # before the run reopens: a refusal leaves it as it was
         _restore_best(setup, state, checkpoint_dir(run_dir, resume, state.run_id, tracking_uri) / "best.pt", resume)
     with deferred():  # a run is opened whole: tags, params and config together
         run = _open_run(setup, state, tracking_uri=tracking_uri, experiment=experiment, run_name=run_name,
                         parent_run_id=parent_run_id, tags=tags)
+        if start_from is not None and dist.is_main:
+            _branch_history(run, start_from, state, tracking_uri)
     state.run_id = run.run_id
     folder = checkpoint_dir(run_dir, resume, state.run_id, tracking_uri)
+    if start_from is not None and dist.is_main and start_from.best.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(start_from.best, folder / "best.pt")
     last_path, best_path = folder / "last.pt", folder / "best.pt"
     first_epoch, epoch, stopped_by, finishing = state.epoch + 1, state.epoch, "epochs", False
     clock = Clock(before=state.train_seconds, cpu_before=state.train_cpu_seconds)
@@ -124,7 +140,8 @@ def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | Non
                 for epoch in range(first_epoch, tc.epochs + 1):
                     epoch_start = time.monotonic()
                     metrics, over_budget = _train_epoch(setup, step, state, epoch, clock, progress)
-                    val_exprate = _validate(setup, state, epoch, metrics, best_path, last=over_budget)
+                    with _scored_weights(setup):
+                        val_exprate = _validate(setup, state, epoch, metrics, best_path, last=over_budget)
                     with deferred():  # the epoch's metrics and its checkpoint, both or neither
                         state.epoch, state.train_seconds = epoch, clock.elapsed()
                         state.train_cpu_seconds = clock.cpu_elapsed()
@@ -134,6 +151,8 @@ def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | Non
                         run.log_metrics(metrics, step=epoch)
                         if dist.is_main:
                             save_last(last_path, setup, state)
+                            if epoch == tc.epochs - tc.decay_epochs and tc.schedule == "wsd":
+                                keep_stable_phase(folder)
                     ddp.barrier(dist)
                     if dist.is_main and not progress:
                         print(_epoch_line(log_prefix, epoch, tc.epochs, metrics, state.train_seconds, first_epoch,
@@ -173,6 +192,32 @@ def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | Non
                 raise
     finally:
         ddp.cleanup(dist)
+
+
+def _take_over(setup: Setup, branch: dict) -> TrainState:
+    """A shorter wsd run's state where its decay began (`hmer.training.branch`), put into `setup` for a
+    new run: its weights, optimiser, random state, clocks and best so far, with the rate of this
+    run's schedule (still held: this run's decay begins later)."""
+    if not shares_stable_phase(branch["config"], setup.cfg):
+        raise ValueError("the state to start from is another config's, not a shorter run of this one")
+    state = restore(branch, setup)
+    setup.schedule.refresh()
+    state.run_id = None
+    return state
+
+
+def _branch_history(run: RunLogger, start_from: Branch, state: TrainState, tracking_uri: str | None) -> None:
+    """The shorter run's curve up to the branch, as this run's own epochs, and the tags that say so."""
+    from ..tracking.store import mlflow_client
+
+    client = mlflow_client(tracking_uri)
+    source = client.get_run(start_from.run_id)
+    for key in source.data.metrics:
+        for metric in client.get_metric_history(start_from.run_id, key):
+            if 0 < metric.step <= start_from.epoch:
+                run.log_metrics({key: metric.value}, step=metric.step)
+    run.set_tag(keys.BRANCHED_FROM, start_from.tag)
+    run.set_tag(keys.BRANCH_CPU_SECONDS, f"{state.train_cpu_seconds:.1f}")
 
 
 def _restore_best(setup: Setup, state: TrainState, best_path: Path, resume) -> None:
@@ -278,6 +323,8 @@ def _train_epoch(setup: Setup, step: Callable, state: TrainState, epoch: int, cl
         for tb in iterator:
             loss_sum += step(tb).detach()
             setup.schedule.step_batch()
+            if setup.ema is not None:
+                setup.ema.update(setup.model)
             n_images += len(tb)
             n_steps += 1
             # The all-reduce is skipped without a budget: it would sync the host every step.
@@ -298,6 +345,12 @@ def _train_epoch(setup: Setup, step: Callable, state: TrainState, epoch: int, cl
         "images_per_second": n_images * dist.world_size / max(seconds, 1e-9),
         "epoch_seconds": seconds,
     }, over_budget
+
+
+def _scored_weights(setup: Setup) -> contextlib.AbstractContextManager:
+    """The weights validation reads and the best checkpoint keeps: the weight average
+    (`train.ema_decay`), else the model's own."""
+    return setup.ema.swapped_in(setup.model) if setup.ema is not None else contextlib.nullcontext()
 
 
 def _validate(setup: Setup, state: TrainState, epoch: int, metrics: dict[str, float], best_path: Path,
