@@ -171,6 +171,10 @@ class ModelConfig:
     conv_attention: str = allowed("gehring", one_of=CONV_ATTENTIONS)
     # Direction of decoding: l2r, r2l, or bi (one decoder trained on both).
     direction: str = allowed("bi", one_of=DIRECTIONS)
+    # CAN's symbol counting (hmer.model.counting): a multi-scale module counts each symbol class in the
+    # image, and the decoder's classifier reads the counts at every step; any decoder family.
+    counting: bool = allowed(False)
+    counting_channels: int = allowed(32, ge=1)  # the width of its two branches (CAN's: 512)
 
     def validate(self) -> "ModelConfig":
         """Every model field and the model's cross-field rules (a ModelConfig is built alone by the factory)."""
@@ -297,6 +301,8 @@ class TrainConfig:
     plateau_patience: int = allowed(20, ge=0)
     min_lr: float = allowed(1e-6, ge=0)
     grad_clip: float = allowed(1.0, ge=0)
+    # With model.counting: the weight of the counting loss beside the decoder's (CAN's: 1).
+    counting_weight: float = allowed(1.0, ge=0)
     # An exponential moving average of the weights, updated after every step with this decay (0 = off;
     # hmer.training.ema): validation reads the average, and the best weights kept are the average's.
     ema_decay: float = allowed(0.0, ge=0, lt=1)
@@ -454,6 +460,8 @@ VALUES_BEFORE_KEY_EXISTED: dict[str, Any] = {
     "train.warmup_epochs": 0.0,
     # issue 66: images sized by render_height alone, no weight average, the schedules before WSD
     "data.render_scale": 0.0, "train.ema_decay": 0.0, "train.decay_epochs": 0,
+    # issue 68: no symbol counting
+    "model.counting": False, "model.counting_channels": 32, "train.counting_weight": 1.0,
 }
 
 # Where the process that runs a config finds its data, and how far ahead it loads batches: they

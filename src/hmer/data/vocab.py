@@ -23,6 +23,9 @@ CROHME_SYMBOLS: tuple[str, ...] = tuple(
     """.split()
 )
 assert len(CROHME_SYMBOLS) == 110 and len(set(CROHME_SYMBOLS)) == 110
+# The tokens that lay a formula out rather than write a symbol: what symbol counting leaves uncounted
+# (CAN's counting labels leave them out too; hmer.model.counting).
+STRUCTURE_TOKENS = ("{", "}", "^", "_")
 
 
 class UnknownTokenError(ValueError):

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from ..config import ModelConfig
 from ..registry import DECODERS
+from .counting import CountingDecoder, caption_counts, counting_loss
 from .decoder_base import Decoder
 from .direction import make_targets, special_ids
 from .encoder import DenseNetB
@@ -37,8 +38,10 @@ from .refinement import sums_before
 
 
 def make_decoder(cfg: ModelConfig) -> Decoder:
-    """The decoder registered as `cfg.decoder` (hmer.registry.DECODERS), built from the config."""
-    return DECODERS.get(cfg.decoder)(cfg)
+    """The decoder registered as `cfg.decoder` (hmer.registry.DECODERS), built from the config; with
+    `model.counting`, its classifier also reads CAN's symbol counts (hmer.model.counting)."""
+    decoder = DECODERS.get(cfg.decoder)(cfg)
+    return CountingDecoder(decoder, cfg) if cfg.counting else decoder
 
 
 def repeat_rows(feats: Tensor, feat_mask: Tensor, rows: int) -> tuple[Tensor, Tensor]:
@@ -148,15 +151,27 @@ class HMERModel(nn.Module):
         return self.loss_from_targets(images, image_mask, tgt_in, tgt_out)
 
     def loss_from_targets(self, images: Tensor, image_mask: Tensor, tgt_in: Tensor, tgt_out: Tensor,
-                          label_smoothing: float = 0.0) -> Tensor:
+                          label_smoothing: float = 0.0, counted: Optional[Tensor] = None,
+                          counting_weight: float = 1.0) -> Tensor:
         """`loss` with the targets already built (`make_targets`) and on the device: what the
         trainer's step calls, so the step itself never copies from the host (which would block
         until the GPU has caught up). `label_smoothing` (train.label_smoothing) spreads that
-        share of each target's probability evenly over the vocabulary (Szegedy et al., 2016)."""
-        logits = self(images, image_mask, tgt_in)
+        share of each target's probability evenly over the vocabulary (Szegedy et al., 2016).
+        With `model.counting` and the classes it counts, `counted` [V] (bool), CAN's counting loss is
+        added with `counting_weight` (hmer.model.counting); without them it is the decoder's loss alone
+        (what validation's `val_loss` reads for every model)."""
         pad, _, _ = special_ids()
-        return F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=pad,
+        if counted is None or not isinstance(self.decoder, CountingDecoder):
+            logits = self(images, image_mask, tgt_in)
+            return F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=pad,
+                                   label_smoothing=label_smoothing)
+        feats, feat_mask = self.encode(images, image_mask)
+        logits = self.decode(feats, feat_mask, tgt_in)
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=pad,
                                label_smoothing=label_smoothing)
+        mean, branches = self.decoder.counter(feats, feat_mask)
+        target = caption_counts(tgt_out, images.shape[0], counted)
+        return loss + counting_weight * counting_loss(branches, mean, target)
 
     @torch.no_grad()
     def attention_maps(

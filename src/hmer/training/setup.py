@@ -15,6 +15,7 @@ import torch
 
 from ..config import Config
 from ..data import Expression, Vocab, load_dataset, make_batches, open_source
+from ..data.vocab import SPECIALS, STRUCTURE_TOKENS
 from ..data.augment import VAL_ALT, AugmentConfig, load_strokes, val_alt_render_config
 from ..data.render import RenderConfig, render_ink
 from ..data.standard import STANDARD_2014, standard_2014_if_available
@@ -36,13 +37,28 @@ def seed_everything(seed: int) -> None:
 class LossModule(torch.nn.Module):
     """`forward` = the model's training loss, so DistributedDataParallel can wrap it."""
 
-    def __init__(self, model: HMERModel, label_smoothing: float = 0.0):
+    def __init__(self, model: HMERModel, label_smoothing: float = 0.0, counted: torch.Tensor | None = None,
+                 counting_weight: float = 1.0):
         super().__init__()
         self.model = model
         self.label_smoothing = label_smoothing
+        self.counting_weight = counting_weight
+        self.counted = counted  # the classes a counting model counts (hmer.model.counting), on its device
 
     def forward(self, images, image_mask, tgt_in, tgt_out):
-        return self.model.loss_from_targets(images, image_mask, tgt_in, tgt_out, self.label_smoothing)
+        if self.counted is None:
+            return self.model.loss_from_targets(images, image_mask, tgt_in, tgt_out, self.label_smoothing)
+        return self.model.loss_from_targets(images, image_mask, tgt_in, tgt_out, self.label_smoothing,
+                                            counted=self.counted, counting_weight=self.counting_weight)
+
+
+def counted_classes(vocab: Vocab) -> torch.Tensor:
+    """[V] bool: the classes CAN's counting loss counts, every symbol but the pad, start and end tokens
+    and the structure tokens `{ } ^ _` (hmer.model.counting)."""
+    counted = torch.ones(len(vocab), dtype=torch.bool)
+    for token in (*SPECIALS, *STRUCTURE_TOKENS):
+        counted[vocab.stoi[token]] = False
+    return counted
 
 
 def prepare_model(model: HMERModel, tc) -> HMERModel:
@@ -135,7 +151,9 @@ def build(cfg: Config, data: dict[str, list] | None, device: torch.device, dist:
     optimizer = build_optimizer(model.parameters(), tc, lr)
     schedule = LRSchedule(optimizer, tc, total_steps=steps_per_epoch * tc.epochs,
                           warmup=warmup_steps(tc, steps_per_epoch))
-    loss_module: Any = ddp.wrap(LossModule(model, cfg.train.label_smoothing), dist, device)
+    counted = counted_classes(vocab).to(device) if cfg.model.counting else None
+    loss_module: Any = ddp.wrap(LossModule(model, cfg.train.label_smoothing, counted, tc.counting_weight), dist,
+                                device)
     if tc.compile:
         loss_module = torch.compile(loss_module, dynamic=True)
     ema = WeightAverage(model, tc.ema_decay) if tc.ema_decay > 0 else None

@@ -1,0 +1,31 @@
+"""The counting ablation (issue 68): does CAN's symbol counting help, and does it help a transformer?
+
+Grid: the GRU with coverage attention (WAP, CAN's own decoder) and the transformer (BTTR), each without
+and with CAN's counting module (`model.counting`, hmer.model.counting), and a parameter-matched control:
+the transformer without counting, its feed-forward layers widened from 384 to 588 so that it has the
+counting transformer's parameters (1,749,773 against 1,750,317 at the `cpu` size), so that a gain cannot
+be read as capacity alone. Times the seeds of the budget; every other setting held equal. The cells
+without counting at the width of 384 are the decoder ablation's, field for field, and are copied from it
+where the store has them trained by code of today's fingerprint (docs/studies.md, "Cells that studies
+share").
+
+    python studies/ablate_counting.py                   # budget cpu without a GPU, short with one
+
+Run it again to resume. Options: --help, and docs/studies.md.
+"""
+
+from ..spec import STUDIES, StudySpec
+
+MATCHED_FEEDFORWARD = 588  # the transformer's FFN width at which it has the counting transformer's parameters
+
+COUNTING = StudySpec(
+    name="ablate_counting",
+    description="CAN's symbol counting with the GRU (WAP) and the transformer (BTTR), and a parameter-matched control",
+    axes={"model.decoder": ("rnn", "transformer"), "model.counting": (False, True),
+          "model.dim_feedforward": (384, MATCHED_FEEDFORWARD)},
+    model_presets={"tiny": "tiny", "full": "bttr"},
+    variants=("rnn/False/384", "rnn/True/384", "transformer/False/384", "transformer/True/384",
+              f"transformer/False/{MATCHED_FEEDFORWARD}"),
+)
+
+STUDIES.register(COUNTING.name, COUNTING, description=COUNTING.description)
