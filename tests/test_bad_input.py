@@ -617,3 +617,67 @@ def test_sigterm_closes_the_run_killed_and_it_resumes_exactly_and_sigkill_is_clo
     assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
     assert {k: v for k, v in run.data.metrics.items() if k.startswith("test_") and "seconds" not in k} == \
         {k: v for k, v in whole.data.metrics.items() if k.startswith("test_") and "seconds" not in k}
+
+
+def test_a_publish_into_the_store_a_training_writes_is_refused_and_the_training_ends_in_it(home, tmp_path):
+    """Issue 70: a publish into the store a training was writing replaced the store under it, and the
+    run was gone. Every training holds the store's training lock; a publish is refused while one does."""
+    ws = tmp_path / "ws"
+    assert _run(home, "runs", "workspace", str(ws)).returncode == 0
+    training = _start_training(home, "--run-name", "under-a-publish")
+    training.send_signal(signal.SIGSTOP)  # held between two steps: the publish meets it training
+    try:
+        refused = _run(home, "runs", "publish", str(ws))
+    finally:
+        training.send_signal(signal.SIGCONT)
+    line = _one_line(refused, str(home["root"] / "mlruns"))
+    assert "1 training(s) write this store" in line and f"pid {training.pid}" in line
+    out, err = training.communicate(timeout=300)
+    assert training.returncode == 0, err[-3000:]
+    run = next(r for r in _runs(home) if r.info.run_name == "under-a-publish")
+    assert run.info.status == "FINISHED"
+    assert not (home["root"] / "mlruns" / ".trainers").exists()  # the last training to end left no record
+
+
+def test_two_resumes_of_one_run_train_it_once(home):
+    """Issue 70: two `hmer train --resume RUN` of one run both ran and logged epochs twice into it."""
+    client = MlflowClient(home["store"])
+    killed = _start_training(home, "--run-name", "resumed-twice")
+    killed.send_signal(signal.SIGKILL)
+    killed.communicate(timeout=60)
+    run = next(r for r in _runs(home) if r.info.run_name == "resumed-twice")
+    first = subprocess.Popen([sys.executable, "-m", "hmer.cli", "train", "--resume", run.info.run_id, "--no-progress"],
+                             env=home["env"], cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for line in first.stdout:  # the first resume trains: its first epoch is done
+        if line.startswith("epoch 2/3"):
+            break
+    first.send_signal(signal.SIGSTOP)
+    try:
+        second = _run(home, "train", "--resume", run.info.run_id, "--no-progress")
+    finally:
+        first.send_signal(signal.SIGCONT)
+    line = _one_line(second, run.info.run_id)
+    assert f"pid {first.pid}" in line and "one process trains a run at a time" in line
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err[-3000:]
+    assert [m.step for m in client.get_metric_history(run.info.run_id, "train_loss")] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("edit, names", [
+    (lambda d: [1, 2], ["not a list"]),
+    (lambda d: {**d, "foo": {}}, ["unknown section 'foo'"]),
+    (lambda d: {**d, "model": {**d["model"], "bogus": 1}}, ["model.bogus"]),
+    (lambda d: {**d, "model": {**d["model"], "bottleneck": "yes"}}, ["model.bottleneck", "true or false"]),
+    (lambda d: {**d, "model": {**d["model"], "d_model": "abc"}}, ["model.d_model"]),
+])
+def test_a_config_file_with_an_unknown_key_or_a_wrong_type_is_refused_before_anything_trains(home, tmp_path, edit,
+                                                                                             names):
+    """Issue 70: `hmer train --config F.json` trained without a mistyped key, or with "yes" for a boolean."""
+    from hmer.presets import preset_with_recipe
+
+    path = tmp_path / "my.json"
+    path.write_text(json.dumps(edit(preset_with_recipe("tiny").to_dict())))
+    runs_before = len(_runs(home))
+    done = _run(home, "train", "--config", str(path), "--data", str(home["data"]), "--no-progress")
+    _one_line(done, str(path), *names)
+    assert len(_runs(home)) == runs_before

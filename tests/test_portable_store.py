@@ -397,3 +397,70 @@ def test_a_store_that_cannot_be_made_clean_is_refused_in_one_line_and_the_commit
     assert f"run {run_id} (study ablate_x-cpu): is in the experiment 'results', not 'ablate_x-cpu'" in line, line
     assert (checkout / "mlruns" / "mlflow.db").read_bytes() == b"the committed store"
     assert sorted(p.name for p in (checkout / "mlruns").iterdir()) == ["mlflow.db"]
+
+
+def _files(folder) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()
+            and not p.name.endswith(".lock")}
+
+
+def _committed_store(tmp_path):
+    """A checkout whose mlruns/ holds a published store of one run and one Optuna study."""
+    import optuna
+
+    work = tmp_path / "first"
+    _store_with_one_run(work)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    optuna.create_study(study_name="kept", storage=f"sqlite:///{work / 'mlruns' / 'optuna.db'}").optimize(
+        lambda trial: trial.suggest_float("x", 0, 1), n_trials=1)
+    checkout, env = _checkout(tmp_path)
+    out = subprocess.run([sys.executable, "-m", "hmer.cli", "runs", "publish", str(work / "mlruns")],
+                         capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    return checkout, env
+
+
+def test_a_store_that_is_not_the_committed_one_s_continuation_is_refused_and_changes_nothing(tmp_path):
+    """Issue 70: publishing an unrelated store replaced every committed run with exit 0. Now it is
+    refused in one line naming what it lacks, unless --replace says to put it in the store's place."""
+    checkout, env = _committed_store(tmp_path)
+    before = _files(checkout / "mlruns")
+    foreign = tmp_path / "scratch"
+    _store_with_one_run(foreign)
+    cmd = [sys.executable, "-m", "hmer.cli", "runs", "publish", str(foreign / "mlruns")]
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 2, out.stdout + out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert "not published" in line and "1 of the 1 runs" in line and "--replace" in line
+    assert _files(checkout / "mlruns") == before
+    # a workspace made from the committed store is its continuation, and publishes
+    ws = tmp_path / "ws"
+    assert subprocess.run([sys.executable, "-m", "hmer.cli", "runs", "workspace", str(ws)], capture_output=True,
+                          env=env, cwd=tmp_path).returncode == 0
+    out = subprocess.run([sys.executable, "-m", "hmer.cli", "runs", "publish", str(ws)], capture_output=True,
+                         text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    # told to, the foreign store takes the committed one's place
+    out = subprocess.run([*cmd, "--replace"], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert _files(checkout / "mlruns") != before
+
+
+def test_a_workspace_is_never_made_over_a_store_or_any_other_file(tmp_path):
+    checkout, env = _committed_store(tmp_path)
+    ws = tmp_path / "ws"
+    cmd = [sys.executable, "-m", "hmer.cli", "runs", "workspace", str(ws)]
+    assert subprocess.run(cmd, capture_output=True, env=env, cwd=tmp_path).returncode == 0
+    client = MlflowClient(f"sqlite:///{ws / 'mlflow.db'}")
+    progress = client.create_run(client.get_experiment_by_name("results").experiment_id)  # a workspace in use
+    before = _files(ws)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 2
+    (line,) = out.stderr.strip().splitlines()
+    assert str(ws) in line and "holds a store already" in line
+    assert _files(ws) == before and client.get_run(progress.info.run_id)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    out = subprocess.run([*cmd[:-1], str(tmp_path / "other")], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 2 and "is not empty" in out.stderr
+    assert sorted(p.name for p in (tmp_path / "other").iterdir()) == ["notes.txt"]

@@ -416,11 +416,19 @@ class Config:
 
     @classmethod
     def load(cls, path: str | Path) -> "Config":
+        """A config file a user gives (`hmer train --config`): its sections and keys must all be known and
+        each value of its key's JSON type, so that a typo is refused instead of trained without; a key it
+        lacks takes the default. ConfigError in one line naming the file and the key."""
         path = Path(path)
         try:
-            return cls.from_dict(json.loads(path.read_text()))
+            data = json.loads(path.read_text())
         except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not a JSON config ({e})") from None
+            raise ConfigError(f"{path}: not a JSON config ({e})") from None
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"{path}: cannot be read ({e.strerror if isinstance(e, OSError) else e})") from None
+        try:
+            _check_file_config(data)
+            return cls.from_dict(data)
         except ConfigError as e:  # a value it holds is not allowed: name the file too
             raise ConfigError(f"{path}: {e}") from None
 
@@ -430,6 +438,37 @@ class Config:
         if stored:
             flat = {**{k: v for k, v in VALUES_BEFORE_KEY_EXISTED.items() if k not in flat}, **flat}
         return cls().override(flat)
+
+
+def _check_file_config(data: Any) -> None:
+    """What `Config.load` refuses before any value is read: anything but an object of the sections
+    `model`, `data`, `train` (objects) and `name`, a key no section has, a value of another JSON type
+    than its key's (a string for a boolean, a boolean for a number)."""
+    sections = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+    if not isinstance(data, dict):
+        raise ConfigError(f"a config is a JSON object of the sections {', '.join(sections)} (and name), "
+                          f"not a {type(data).__name__}")
+    unknown = [key for key in data if key not in (*sections, "name")]
+    if unknown:
+        raise ConfigError(f"unknown section {unknown[0]!r}: a config has the sections {', '.join(sections)} and name")
+    for section, cls in sections.items():
+        values = data.get(section, {})
+        if not isinstance(values, dict):
+            raise ConfigError(f"section {section!r} is a {type(values).__name__}, not an object of {section} keys")
+        hints = get_type_hints(cls)
+        for key, value in values.items():
+            if key not in hints:
+                raise ConfigError(f"unknown config key '{section}.{key}'; known {section} keys: "
+                                  f"{', '.join(f.name for f in fields(cls))}")
+            want = hints[key]
+            fits = isinstance(value, bool) if want is bool else \
+                (isinstance(value, int) and not isinstance(value, bool)) if want is int else \
+                (isinstance(value, (int, float)) and not isinstance(value, bool)) if want is float else \
+                isinstance(value, str)
+            if not fits:
+                kind = {bool: "true or false", int: "a whole number", float: "a number"}.get(want, "a string")
+                raise ConfigError(f"{section}.{key} is {json.dumps(value)}, a JSON {type(value).__name__}: it takes "
+                                  f"{kind}")
 
 
 # The one policy for configs stored by earlier versions (checkpoints, studies' base configs, runs'

@@ -56,9 +56,14 @@ def add_parser(sub) -> None:
                           "run continues as a warm restart, tagged hmer.warm_restart, and where its best weights "
                           "so far are an earlier epoch's, its best is chosen from the kept epoch on "
                           "(hmer.best_reset); docs/cpu_protocol.md, \"The long budget\", measures the cost")
+    pub.add_argument("--replace", action="store_true",
+                     help="publish FOLDER even when it is not mlruns/'s own continuation (a store that lacks some "
+                          "of mlruns/'s runs or studies, not made with `hmer runs workspace` from it): mlruns/ is "
+                          "replaced by it (default: refused, naming what it lacks)")
     pub.set_defaults(func=cmd_runs_publish)
-    ws = rsub.add_parser("workspace", help="copy the committed store in mlruns/ to FOLDER to run more studies "
-                         "there, and continue its unfinished ones (then `hmer runs publish FOLDER`)")
+    ws = rsub.add_parser("workspace", help="copy the committed store in mlruns/ to FOLDER (new or empty: a store "
+                         "there is never overwritten) to run more studies there, and continue its unfinished ones "
+                         "(then `hmer runs publish FOLDER`)")
     ws.add_argument("folder", metavar="FOLDER")
     ws.set_defaults(func=cmd_runs_workspace)
     rn = rsub.add_parser("rename", help="rename a study in its store: its MLflow experiment, its runs' hmer.study "
@@ -151,7 +156,8 @@ def _publish(args) -> int:
     from ..tracking.store import mlruns_dir, quiet_mlflow
 
     quiet_mlflow()
-    done = publish(args.folder, mlruns_dir(), keep_unfinished=args.keep_unfinished, weights_only=args.weights_only)
+    done = publish(args.folder, mlruns_dir(), keep_unfinished=args.keep_unfinished, weights_only=args.weights_only,
+                   replace=args.replace)
     uri = f"sqlite:///{done.store / 'mlflow.db'}"
     print(f"published {args.folder} to {done.store} (artifact locations relative to the checkout)")
     for study, status in sorted(done.unfinished.items()):
@@ -199,16 +205,13 @@ def cmd_runs_show(args) -> int:
 
 def _whole_run_id(client, given: str, uri: str) -> str:
     """The run whose id is `given` or begins with it (8 characters at least); a UserError otherwise."""
-    from ..tracking.store import search_all_runs
+    from ..tracking.models import RunNotFoundError, run_by_prefix
     from .errors import UserError
 
-    if len(given) < 8:
-        raise UserError(f"run {given!r}: give its id, or its first 8 characters at least")
-    found = [run.info.run_id for run in search_all_runs(client, deleted_too=True) if run.info.run_id.startswith(given)]
-    if len(found) != 1:
-        raise UserError(f"run {given!r}: {'no run' if not found else f'{len(found)} runs'} in {uri} "
-                        f"{'has' if not found else 'have'} that id" + ("" if not found else "; give more of it"))
-    return found[0]
+    try:
+        return run_by_prefix(client, given)
+    except RunNotFoundError as exc:
+        raise UserError(str(exc)) from None
 
 
 def cmd_runs_fingerprint(args) -> int:
@@ -234,17 +237,31 @@ def cmd_runs_fingerprint(args) -> int:
 def cmd_runs_workspace(args) -> int:
     from pathlib import Path
 
-    from ..tracking.lock import store_lock
+    from ..tracking.lock import LOCK_FILE, store_lock
     from ..tracking.portable import copy_store
     from ..tracking.store import mlruns_dir
 
+    folder = Path(args.folder)
+    if folder.exists() and not folder.is_dir():
+        return _not_a_workspace_folder(folder, "is a file")
     with store_lock(args.folder, f"hmer runs workspace {Path(args.folder).resolve()}") as lock:
         if lock.stale is not None:
             print(f"hmer: {lock.stale_line()}", file=sys.stderr)
+        if any(path.name != LOCK_FILE for path in folder.iterdir()):
+            return _not_a_workspace_folder(folder, "holds a store already" if (folder / "mlflow.db").exists()
+                                           else "is not empty")
         db = copy_store(mlruns_dir(), args.folder, portable=False, checkpoints=True)
     print(f"copied {mlruns_dir()} to {db.parent}; run studies with HMER_MLRUNS={db.parent}, "
           f"then `hmer runs publish {db.parent}`")
     return 0
+
+
+def _not_a_workspace_folder(folder, what: str) -> int:
+    from ..tracking.store import mlruns_dir
+
+    print(f"hmer runs workspace: error: {folder} {what}: give a new or empty folder (a workspace is a fresh copy of "
+          f"{mlruns_dir()}; to go on with one, set HMER_MLRUNS={folder} and run the studies)", file=sys.stderr)
+    return 2
 
 
 def cmd_runs_import(args) -> int:

@@ -86,7 +86,7 @@ def cmd_train(args) -> int:
         for run_id in fail_runs_of_dead_processes(args.experiment, args.tracking_uri):
             print(f"run {run_id}: its process is gone; marked FAILED", file=sys.stderr)
         ckpt = find_resume_checkpoint(args.resume, args.tracking_uri, args.experiment)
-        print(f"resuming from {ckpt}", file=sys.stderr)
+        print(f"resuming from {ckpt}", flush=True)
         result = train(Config(), tracking_uri=args.tracking_uri, experiment=args.experiment, resume=ckpt,
                        progress=not args.no_progress, pause_after_epochs=pause_after_epochs,
                        pause_at=pause_at, final_seconds=final_seconds)

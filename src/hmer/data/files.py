@@ -1,9 +1,12 @@
 """One expression from one file, strictly: what `hmer predict FILE...` reads.
 
 An `.inkml` file is rendered exactly as the training data is (same `RenderConfig`); an image is
-read as grey and inverted when it is black ink on white. Anything else, or a file that cannot be
-read, raises a `DataError` (a ValueError) whose message names the file; an image with no ink in
-it, a `NoInkError`.
+read as grey, inverted when it is black ink on white, and brought to the model's input size as the
+run's evaluation brings the standard 2014 images (`render.to_model_scale`: scaled to the model's
+`data.render_height`, or by its `data.render_scale`), so an image drawn like them (handwriting with
+symbols about 28 px tall, strokes about 3 px wide) reads as the run's own scores were measured. Anything
+else, or a file that cannot be read, raises a `DataError` (a ValueError) whose message names the file;
+an image with no ink in it, a `NoInkError`.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from .errors import DataError, NoInkError
 from .expression import Expression
 from .images import has_ink, read_image
 from .inkml import read_inkml
-from .render import RenderConfig, render_ink
+from .render import RenderConfig, render_ink, to_model_scale
 from .source import CONTENT_SUFFIXES, IMAGE_SUFFIXES
 
 
@@ -37,6 +40,8 @@ def read_expression_file(path: str | os.PathLike[str], render_cfg: RenderConfig 
     suffix = path.suffix.lower()
     if suffix in IMAGE_SUFFIXES:
         image = read_image(path)
+        if has_ink(image):
+            image = to_model_scale(image, render_cfg or RenderConfig())
     else:
         image = render_ink(read_inkml(path), render_cfg or RenderConfig())
     if not has_ink(image):

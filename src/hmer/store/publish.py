@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..tracking import keys
-from ..tracking.lock import store_lock
+from ..tracking.lock import no_training, store_lock
 from ..tracking.portable import ARTIFACTS, CHECKPOINTS, STORE_FILES, copy_store, make_portable
 from ..tracking.store import search_all_runs
 
@@ -55,18 +55,58 @@ class Published:
     portable: list[str] = field(default_factory=list)  # where machine paths were written portably
 
 
-def publish(source: str | Path, dest: str | Path, *, keep_unfinished: bool, weights_only: bool = False) -> Published:
+def publish(source: str | Path, dest: str | Path, *, keep_unfinished: bool, weights_only: bool = False,
+            replace: bool = False) -> Published:
     """Publish the local store in the folder `source` into the folder `dest` (see the module
     docstring); with `keep_unfinished` and `weights_only`, each unfinished trial is continued from
-    its weights alone (`unfinished.keep_resumable_checkpoints`). Raises ValueError naming the first
-    problem left, `dest` then as it was, and `tracking.lock.StoreLocked` when another publish is
-    writing `dest`."""
+    its weights alone (`unfinished.keep_resumable_checkpoints`). A source that is not `dest`'s own
+    continuation (every run and study of `dest` in it: a workspace made from it) is refused unless
+    `replace` says to put it in `dest`'s place. Raises ValueError naming the first problem left,
+    `dest` then as it was, and `tracking.lock.StoreLocked` when another publish is writing `dest`."""
     source, dest = Path(source).resolve(), Path(dest).resolve()
-    with store_lock(dest, f"hmer runs publish {source}"):
-        return _publish(source, dest, keep_unfinished=keep_unfinished, weights_only=weights_only)
+    with store_lock(dest, f"hmer runs publish {source}"), no_training(dest):
+        return _publish(source, dest, keep_unfinished=keep_unfinished, weights_only=weights_only, replace=replace)
 
 
-def _publish(source: Path, dest: Path, *, keep_unfinished: bool, weights_only: bool) -> Published:
+def not_a_continuation(copy: Path, dest: Path) -> str | None:
+    """Why the store `copy` (a copy of what is published) is not `dest`'s own continuation, or None:
+    each run (deleted ones too) and each Optuna study of `dest` must be in it. A store made for
+    something else would otherwise replace every result of `dest` (issue 70)."""
+    import optuna
+
+    from ..tracking.portable import snapshot_database
+    from ..tracking.store import mlflow_client
+
+    # dest's databases read from snapshots: one that is not a database is named in one line
+    target = copy / "target"
+    target.mkdir()
+    for name in STORE_FILES:
+        if (dest / name).is_file():
+            snapshot_database(dest / name, target / name)
+
+    def runs(folder: Path) -> set[str]:
+        db = folder / "mlflow.db"
+        return {r.info.run_id for r in search_all_runs(mlflow_client(f"sqlite:///{db}"), deleted_too=True)} \
+            if db.is_file() else set()
+
+    def studies(folder: Path) -> set[str]:
+        db = folder / "optuna.db"
+        return {s.study_name for s in optuna.get_all_study_summaries(f"sqlite:///{db}", include_best_trial=False)} \
+            if db.is_file() else set()
+
+    theirs, ours = runs(target), runs(copy)
+    lost = sorted(studies(target) - studies(copy))
+    shutil.rmtree(target)
+    missing = sorted(theirs - ours)
+    if missing:
+        return (f"{len(missing)} of the {len(theirs)} runs of {dest} are not in it (e.g. {missing[0]}): it is not "
+                f"a workspace made from {dest} (hmer runs workspace)")
+    if lost:
+        return f"{len(lost)} Optuna stud{'y' if len(lost) == 1 else 'ies'} of {dest} are not in it (e.g. {lost[0]})"
+    return None
+
+
+def _publish(source: Path, dest: Path, *, keep_unfinished: bool, weights_only: bool, replace: bool) -> Published:
     from .clean import make_paths_portable, relabel_studies, store_problems
     from .present import present_studies
     from .unfinished import drop_studies, keep_resumable_checkpoints, resumable_runs, unfinished_studies
@@ -79,6 +119,10 @@ def _publish(source: Path, dest: Path, *, keep_unfinished: bool, weights_only: b
         # brought up to date while its artifact locations are still absolute (an artifact written
         # to a portable store would land relative to the working folder), then made portable
         db = copy_store(source, staging, portable=False, checkpoints=keep_unfinished)
+        foreign = None if replace else not_a_continuation(staging, dest)
+        if foreign is not None:
+            raise ValueError(f"not published: {source} is not {dest}'s continuation: {foreign}; publish a workspace "
+                             f"made from it, or give --replace to put {source} in its place; {dest} is as it was")
         uri = f"sqlite:///{db}"
         optuna_db = staging / "optuna.db"
         storage = f"sqlite:///{optuna_db}" if optuna_db.is_file() else None

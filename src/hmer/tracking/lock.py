@@ -21,6 +21,13 @@ a file that is there with nobody holding its lock is what a killed writer left b
 writer names it (`stale`) and takes the lock over. Held again by the same process (a library
 function under the command that already holds it), the lock is simply held.
 
+Trainings are writers too, many at once (a study's workers, `hmer train` beside them): each holds a
+shared lock of the store (`training_lock`, `.trainers.lock`, with a record of itself in `.trainers/`)
+while it trains, and a publish into the store takes it exclusively (`no_training`): a publish is refused
+while a training writes the store, naming the trainings, and a training is refused while a publish
+replaces it. A resumed run is trained by one process at a time (`run_lock`, `.training.lock` in its
+checkpoint folder). The last holder of each lock removes its file.
+
 Within one machine only: `flock` on a network filesystem may lock nothing across hosts. Where
 `fcntl` does not exist (not POSIX), no lock is taken.
 """
@@ -108,6 +115,139 @@ def store_lock(folder: str | os.PathLike[str], command: str) -> Iterator[TakenLo
         if created:  # a store folder made for the lock alone, by a command that then wrote nothing
             with contextlib.suppress(OSError):
                 path.parent.rmdir()
+
+
+# Trainings share a store (a study's workers, `hmer train` beside them) and none may find the store
+# replaced under it (issue 70: a publish into the store a training wrote left the run gone, exit 0).
+# Every training holds a shared flock on this file while it writes, and records itself in TRAINERS;
+# a command that replaces the store takes it exclusively (`no_training`), which no training can share.
+TRAINERS_LOCK = ".trainers.lock"
+TRAINERS = ".trainers"
+RUN_LOCK = ".training.lock"  # in a run's checkpoint folder: one process trains a run at a time
+
+
+@contextlib.contextmanager
+def training_lock(folder: str | os.PathLike[str], command: str) -> Iterator[None]:
+    """Held by a training of a run of the store in `folder` while it trains (shared with the store's
+    other trainings). Raises StoreLocked, naming the holder, while a publish replaces the store. The
+    last training to let go removes the lock file and the records."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    store = Path(folder).resolve()
+    store.mkdir(parents=True, exist_ok=True)
+    fd = _flocked(store / TRAINERS_LOCK, fcntl.LOCK_SH)
+    if fd is None:
+        raise StoreLocked(f"{store}: {_holder_of(store / LOCK_FILE)} is replacing this store and holds its lock "
+                          f"({LOCK_FILE}); no training was started: run this again once it has ended")
+    record = store / TRAINERS / f"{socket.gethostname()}-{os.getpid()}.json"
+    record.parent.mkdir(exist_ok=True)
+    record.write_text(json.dumps(asdict(Holder(command=command, pid=os.getpid(), host=socket.gethostname(),
+                                               since=time.time()))))
+    try:
+        yield
+    finally:
+        record.unlink(missing_ok=True)
+        _let_go(fd, store / TRAINERS_LOCK, store / TRAINERS)
+
+
+@contextlib.contextmanager
+def no_training(folder: str | os.PathLike[str]) -> Iterator[None]:
+    """Held by a command that replaces the store in `folder` (a publish into it): no training of the
+    store runs meanwhile, and none starts. Raises StoreLocked naming the trainings that write it."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    store = Path(folder).resolve()
+    if not store.is_dir():
+        yield
+        return
+    fd = _flocked(store / TRAINERS_LOCK, fcntl.LOCK_EX)
+    if fd is None:
+        who = [_holder_of(path) for path in sorted((store / TRAINERS).glob("*.json"))] or ["a training"]
+        raise StoreLocked(f"{store}: {len(who)} training(s) write this store ({'; '.join(who[:3])}); nothing was "
+                          f"changed: run this again once they have ended")
+    try:
+        yield
+    finally:
+        _let_go(fd, store / TRAINERS_LOCK, store / TRAINERS)
+
+
+def _flocked(path: Path, kind: int) -> int | None:
+    """A descriptor of `path` (created if missing) holding a flock of `kind`, or None when another
+    process's lock excludes it. The file a holder removed as it let go is opened again."""
+    import fcntl
+
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, kind | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)
+
+
+def _let_go(fd: int, path: Path, records: Path) -> None:
+    """Release `fd`'s lock of `path`; when no other process holds one (an exclusive lock is to be
+    had), remove the file and the folder of records (of trainings killed too) first."""
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return
+    for record in records.glob("*.json"):
+        record.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        records.rmdir()
+    path.unlink(missing_ok=True)
+    os.close(fd)
+
+
+@contextlib.contextmanager
+def run_lock(folder: str | os.PathLike[str], run: str, command: str) -> Iterator[None]:
+    """Held while a process trains the run whose checkpoints are in `folder`: a second process that
+    would train it too (two `hmer train --resume RUN`) is refused, naming the first."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    path = Path(folder).resolve() / RUN_LOCK
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = _flocked(path, fcntl.LOCK_EX)
+    if fd is None:
+        raise StoreLocked(f"run {run}: {_holder_of(path)} is training it; one process trains a run at a time: "
+                          f"nothing was changed")
+    record = json.dumps(asdict(Holder(command=command, pid=os.getpid(), host=socket.gethostname(), since=time.time())))
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, record.encode(), 0)
+    try:
+        yield
+    finally:
+        path.unlink(missing_ok=True)  # while held: a process that opened it before sees it gone
+        os.close(fd)
+
+
+def _holder_of(path: Path) -> str:
+    """Who a lock or record file names, in words."""
+    try:
+        holder = Holder(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return "another process"
+    return holder.describe()
 
 
 def database_store_lock(tracking_uri: str, command: str) -> ContextManager[TakenLock | None]:

@@ -104,6 +104,22 @@ def _run_id_in_store(client, run_id: str, missing: str) -> str:
         from .transfer import find_by_source_id
 
         imported = find_by_source_id(client, run_id)
-        if imported is None:
-            raise RunNotFoundError(f"{run_id}: {missing} {client.tracking_uri}") from None
-        return imported
+        if imported is not None:
+            return imported
+    return run_by_prefix(client, run_id, missing)
+
+
+def run_by_prefix(client, given: str, missing: str = "no run in") -> str:
+    """The run whose id begins with `given` (8 characters at least, as the README and `hmer runs show`
+    print ids); RunNotFoundError in one line when none does, or listing the runs when several do."""
+    from .store import search_all_runs
+
+    if len(given) < 8:
+        raise RunNotFoundError(f"run {given!r}: give its id, or its first 8 characters at least")
+    found = [run.info.run_id for run in search_all_runs(client, deleted_too=True) if run.info.run_id.startswith(given)]
+    if len(found) == 1:
+        return found[0]
+    if found:
+        raise RunNotFoundError(f"{given}: {len(found)} runs in {client.tracking_uri} begin with it "
+                               f"({', '.join(found[:5])}): give more of the id")
+    raise RunNotFoundError(f"{given}: {missing} {client.tracking_uri}")

@@ -158,7 +158,7 @@ def make_local(db_path: str | Path) -> int:
 STORE_FILES = ("mlflow.db", "optuna.db")
 
 
-def _snapshot(source: Path, dest: Path) -> None:
+def snapshot_database(source: Path, dest: Path) -> None:
     """Copy an SQLite database with SQLite's online backup: a consistent copy even while a study's
     workers write to it (a file copy could catch a transaction half-written). Raises ValueError
     naming `source` when it is not an SQLite database or cannot be read; `dest` is then left as it was.
@@ -211,7 +211,7 @@ def copy_store(source: str | Path, dest: str | Path, *, portable: bool, checkpoi
         if checkpoints:
             _copy_checkpoints(source / CHECKPOINTS, staged)
         for name, partial in copied.items():
-            _snapshot(source / name, partial)
+            snapshot_database(source / name, partial)
     except BaseException:
         for partial in copied.values():
             partial.unlink(missing_ok=True)

@@ -25,11 +25,12 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import shutil
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Literal
+from typing import Callable, Iterator, Literal
 
 import numpy as np
 import torch
@@ -90,12 +91,32 @@ def train(
     years do not fit pauses too, and its resume goes straight to them.
     `start_from`: a new run of a wsd `cfg` that takes over a shorter run's state where its decay began,
     with its curve so far (`hmer.training.branch`)."""
-    with stop_on_signals():
+    with stop_on_signals(), _writing(tracking_uri, run_dir, resume):
         return _train(cfg, data, tracking_uri=tracking_uri, experiment=experiment, run_name=run_name,
                       parent_run_id=parent_run_id, tags=tags, epoch_callback=epoch_callback, resume=resume,
                       run_dir=run_dir, progress=progress, log_prefix=log_prefix,
                       pause_after_epochs=pause_after_epochs, pause_at=pause_at, final_seconds=final_seconds,
                       start_from=start_from)
+
+
+@contextlib.contextmanager
+def _writing(tracking_uri: str | None, run_dir: str | Path | None, resume) -> Iterator[None]:
+    """The locks a training holds (hmer.tracking.lock): its store's, shared with the store's other
+    trainings and exclusive of a publish into it; and, resuming a run, that run's, so that two
+    processes never train one run. Rank 0 alone holds a run's lock under torchrun."""
+    from ..tracking.lock import run_lock, training_lock
+    from ..tracking.portable import sqlite_path
+    from ..tracking.store import default_tracking_uri
+
+    db = sqlite_path(tracking_uri or default_tracking_uri())
+    command = f"training (pid {os.getpid()})"
+    with contextlib.ExitStack() as held:
+        if db is not None:
+            held.enter_context(training_lock(db.parent, command))
+        if resume and int(os.environ.get("RANK", "0")) == 0:
+            folder = checkpoint_dir(run_dir, resume, None, tracking_uri)
+            held.enter_context(run_lock(folder, folder.name if not run_dir else str(resume), command))
+        yield
 
 
 def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | None, experiment: str,
