@@ -3,6 +3,7 @@ datasets that tests write themselves."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -23,6 +24,18 @@ def crohme_data() -> Path:
         return resolve_data_path()
     except DatasetNotFoundError as exc:
         pytest.skip(f"CROHME data not found ({exc}); see README, 'Data'")
+
+
+# The golden outputs of the reference BTTR and CoMER code (their README says how they were made):
+# $HMER_PEERS, else ../shared/peers beside the checkout.
+PEERS = Path(os.environ.get("HMER_PEERS") or Path(__file__).resolve().parents[2] / "shared" / "peers")
+
+
+def peers_or_skip() -> Path:
+    """The golden reference data's folder, or a skip that says where it looked and how to point elsewhere."""
+    if not (PEERS / "README.md").is_file():
+        pytest.skip(f"golden reference data not found at {PEERS}: set HMER_PEERS to its folder (README, 'The tests')")
+    return PEERS
 
 
 @pytest.fixture(scope="session")

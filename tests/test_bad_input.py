@@ -431,6 +431,8 @@ RULE_CASES = {
     ("train.cuda_graphs", "train.compile"): {"train.cuda_graphs": "true", "train.compile": "true",
                                              "data.pad_multiple": "16"},
     ("train.warmup_steps", "train.warmup_epochs"): {"train.warmup_steps": "10", "train.warmup_epochs": "1"},
+    ("data.render_scale", "data.render_height"): {"data.render_scale": "0.5", "data.render_height": "48"},
+    ("train.schedule", "train.decay_epochs", "train.epochs"): {"train.schedule": "wsd", "train.decay_epochs": "0"},
 }
 
 

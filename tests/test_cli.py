@@ -119,3 +119,35 @@ def test_a_run_s_wall_clock_limit_is_time_budget(capsys):
     assert main(["train", "--budget", "90"]) == 2
     err = capsys.readouterr().err
     assert len(err.strip().splitlines()) == 1 and "unknown study budget '90'" in err, err
+
+
+def test_every_option_of_every_command_says_what_it_takes_and_its_default():
+    """Issue 70: `hmer predict --help` said nothing of --beam, --device or --tracking-uri."""
+    import argparse
+
+    from hmer.cli import build_parser
+
+    def actions(parser, path):
+        for action in parser._actions:  # argparse keeps a parser's arguments here, and only here
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from actions(sub, [*path, name])
+            elif not isinstance(action, argparse._HelpAction):
+                yield " ".join(path), action
+
+    found = list(actions(build_parser(), ["hmer"]))
+    assert len(found) > 100
+    silent = [(command, action.option_strings or action.dest) for command, action in found if not action.help]
+    assert not silent
+    unsaid = [(command, action.option_strings) for command, action in found if action.option_strings
+              and action.default not in (None, False, [], "", 0, 0.0) and "default" not in action.help]
+    assert not unsaid
+
+
+def test_claims_at_a_budget_that_does_not_exist_are_refused_in_one_line(capsys):
+    """Issue 70: `hmer report --claims --budget bogus` printed the table as if no budget had been named."""
+    from hmer.cli import main
+
+    assert main(["report", "--claims", "--budget", "cpu,bogus"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "'bogus' is not a study budget" in line and "smoke, cpu, long" in line

@@ -46,10 +46,15 @@ def test_presets_cover_every_family_in_both_directions():
 def test_list_presets_counts_what_build_model_builds():
     rows = list_presets()
     assert [r[0] for r in rows] == list(PRESETS)
-    counts = {name: n for name, _, n in rows}
-    assert all(description for _, description, _ in rows)
+    counts = {name: n for name, _, n, _ in rows}
+    assert all(description for _, description, _, _ in rows)
     assert counts["tiny-comer"] == count_parameters(build_model("tiny-comer"))
     assert counts["comer-fusion"] > counts["comer-self"] == counts["comer-cross"] > counts["bttr"]
+    # beside each, what CAN's symbol counting adds (`hmer models` prints it)
+    counting = {name: c for name, _, _, c in rows}
+    tiny = preset_config("tiny")
+    tiny.counting = True
+    assert counting["tiny"] == count_parameters(build_model(tiny)) - counts["tiny"] > 0
 
 
 def test_build_model_accepts_a_preset_name_a_model_config_or_a_config():

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from conftest import peers_or_skip
 from hmer.decoding.reference_search import reference_decode
 from hmer.data.vocab import Vocab
 from hmer.model import build_model
@@ -35,16 +36,13 @@ from hmer.tracking.reference_checkpoint import (
     reference_dictionary,
 )
 
-PEERS = Path(__file__).resolve().parents[2] / "shared" / "peers"
 GOLDEN = ("bttr", "comer_fusion", "comer_self", "comer_cross")
 TOL = 1e-4
 
 
 @pytest.fixture(scope="module")
 def peers() -> Path:
-    if not (PEERS / "README.md").is_file():
-        pytest.skip(f"golden reference data not found at {PEERS} (../shared/peers beside the checkout)")
-    return PEERS
+    return peers_or_skip()
 
 
 @pytest.fixture(scope="module", params=GOLDEN)

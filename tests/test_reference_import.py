@@ -13,16 +13,15 @@ from hmer.cli import main
 from hmer.config import Config
 from hmer.decoding import decode_batch
 from hmer.decoding.reference_search import reference_decode
+from conftest import PEERS, peers_or_skip
 from hmer.model import build_model
 from tiny_dataset import write_dataset
 
-PEERS = Path(__file__).resolve().parents[2] / "shared" / "peers"
 
 
 @pytest.fixture
 def env(tmp_path, monkeypatch, one_thread):
-    if not (PEERS / "README.md").is_file():
-        pytest.skip(f"golden reference data not found at {PEERS} (../shared/peers beside the checkout)")
+    peers_or_skip()
     monkeypatch.setenv("HMER_MLRUNS", str(tmp_path / "mlruns"))
     monkeypatch.setenv("HMER_CACHE", str(tmp_path / "cache"))
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

@@ -166,6 +166,8 @@ def test_a_study_s_comparison_lists_its_summary_runs_and_finished_trials_and_not
     studies = list_studies(_uri(folder))
     for study in studies[studies["kind"] == "grid"]["study"]:
         runs = load_runs(_uri(folder), study=study)
+        if runs.empty:  # a study just begun: no trial has a run yet
+            continue
         finished = runs[runs["status"] == "FINISHED"]
         done = set(zip(finished["variant"], finished["seed"]))
         trained = pd.Series([cell in done for cell in zip(runs["variant"], runs["seed"])], index=runs.index)

@@ -81,6 +81,8 @@ def test_bad_names_are_refused_in_one_line_and_change_nothing(store, capsys):
         (["no-such-study", NEW], "no study 'no-such-study'"),
         ([STUDY_NAME, "taken"], "already has an Optuna study 'taken'"),
         ([STUDY_NAME, STUDY_NAME], "give a new name other than the study's own"),
+        ([STUDY_NAME, "../../etc/x"], "a study's name is 1-100 letters, digits"),  # issue 70: it names a folder
+        ([STUDY_NAME, "a b"], "a study's name is 1-100 letters, digits"),
     ]:
         assert hmer_main(["runs", "rename", *argv, "--tracking-uri", tracking]) == 2
         err = capsys.readouterr().err.strip()
@@ -155,6 +157,12 @@ def test_a_kept_study_is_labelled_as_superseded_by_its_rerun(store, capsys):
     assert hmer_main(["report", "--list", "--tracking-uri", tracking]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith(NEW))
     assert f"finished, superseded by {STUDY_NAME}" in row, row
+    # issue 70: the successor superseded by the study it supersedes would be a cycle, which leaves no study to read
+    before = _digest(tracking, storage)
+    assert hmer_main(["runs", "supersede", STUDY_NAME, NEW, "--tracking-uri", tracking]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"{NEW} -> {STUDY_NAME}" in err, err
+    assert _digest(tracking, storage) == before
 
 
 def test_superseding_a_study_that_stopped_unfinished_closes_its_parent_run_with_its_table(store, capsys):

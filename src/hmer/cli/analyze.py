@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from . import options
 from .errors import UserError
 
 
 def add_parser(sub) -> None:
     an = sub.add_parser("analyze", help="error analysis of a run's predictions, or two runs compared")
     an.add_argument("runs", nargs="+", metavar="RUN_ID", help="one run, or two to compare (A then B)")
-    an.add_argument("--format", dest="fmt", choices=("markdown", "csv"), default="markdown")
+    an.add_argument("--format", dest="fmt", choices=("markdown", "csv"), default="markdown",
+                    help="how the tables are printed (default: markdown)")
     an.add_argument("--out", default=None, help="also write the tables (Markdown, CSV) and a plot here")
     an.add_argument("--top", type=int, default=10, help="token edits listed per kind (default 10)")
-    an.add_argument("--tracking-uri", default=None)
+    an.add_argument("--tracking-uri", default=None, help=options.TRACKING_URI)
     an.set_defaults(func=cmd_analyze)
 
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from . import options
+
 
 def add_parser(sub) -> None:
     bench = sub.add_parser("bench", help="throughput benchmarks; the last line is images_per_second=N")
@@ -12,16 +14,16 @@ def add_parser(sub) -> None:
         b.add_argument("--preset", default=None, help="the model and recipe (default: bttr)")
         b.add_argument("--config", default=None,
                        help="a JSON config file in place of --preset (a run's config.json: time what it trained)")
-        b.add_argument("--device", default="auto")
+        b.add_argument("--device", default="auto", help=options.DEVICE)
         b.add_argument("--data", default=None, help="real CROHME batches (default: synthetic images)")
         b.add_argument("--images", type=int, default=0, help="images to process (default: by device)")
         b.add_argument("--seconds", type=float, default=0.0, help="time limit")
-        b.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE")
+        b.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE", help=options.SET)
         b.set_defaults(func=cmd_bench, what=what)
     peak = bsub.add_parser("peak", help="the float32 matmul GFLOP/s of this process's threads (the share-of-peak "
                                         "denominator of train and decode)")
     peak.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's)")
-    peak.add_argument("--size", type=int, default=2048, help="the matmul's size")
+    peak.add_argument("--size", type=int, default=2048, help="the matmul's size, N x N (default: 2048)")
     peak.set_defaults(func=cmd_peak)
 
 

@@ -49,7 +49,7 @@ def add_parser(sub) -> None:
     study.add_argument("--fresh", action="store_true", help="what a new study would train: leave a stored one out")
     p.add_argument("--changed", action="store_true", help="only the keys a layer above the defaults sets")
     p.add_argument("--format", choices=("table", "json"), default="table",
-                   help="table (key, value, layer) or JSON ({key: {value, layer}})")
+                   help="table (key, value, layer) or JSON ({key: {value, layer}}) (default: table)")
     p.set_defaults(func=cmd_config)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from . import options
 from .errors import UserError
 
 
@@ -12,9 +13,9 @@ def add_parser(sub) -> None:
     from ..config import SEARCH_RULES
 
     ev = sub.add_parser("evaluate", help="score a run or checkpoint on every test year")
-    ev.add_argument("model", metavar="RUN_OR_CHECKPOINT")
-    ev.add_argument("--data", default=None)
-    ev.add_argument("--years", default="2014,2016,2019")
+    ev.add_argument("model", metavar="RUN_OR_CHECKPOINT", help=options.RUN_OR_CHECKPOINT)
+    ev.add_argument("--data", default=None, help=options.DATA)
+    ev.add_argument("--years", default="2014,2016,2019", help="the test years to score (default: 2014,2016,2019)")
     ev.add_argument("--beam", type=int, default=None, help="beam size (default: the run's, 10)")
     ev.add_argument("--limit", type=int, default=0, help="score only the first N of each year")
     ev.add_argument("--search-rule", choices=SEARCH_RULES, default=None,
@@ -24,8 +25,8 @@ def add_parser(sub) -> None:
                          "wap-offline-2014-test.tar.gz), scaled to the run's rendering height, as 2014-std")
     ev.add_argument("--log", action="store_true",
                     help="record the scores (test_<year>_*) and predictions in the run itself")
-    ev.add_argument("--device", default="auto")
-    ev.add_argument("--tracking-uri", default=None)
+    ev.add_argument("--device", default="auto", help=options.DEVICE)
+    ev.add_argument("--tracking-uri", default=None, help=options.TRACKING_URI)
     ev.set_defaults(func=cmd_evaluate)
 
 

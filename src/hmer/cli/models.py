@@ -20,15 +20,21 @@ def models_table() -> str:
     from ..presets import PRESETS
     from ..registry import catalogue
 
-    rows = [(name, params, PRESETS[name], description) for name, description, params in list_presets()]
+    rows = [(name, params, counting, PRESETS[name], description)
+            for name, description, params, counting in list_presets()]
     columns = ("preset", "family", "size", "recipe")
     width = [max(len(c), *(len(v) for v in values)) for c, values in
-             zip(columns, zip(*((name, p.family, p.size, p.recipe) for name, _, p, _ in rows)))]
+             zip(columns, zip(*((name, p.family, p.size, p.recipe) for name, _, _, p, _ in rows)))]
     head = "  ".join(f"{c:<{w}}" for c, w in zip(columns, width))
-    lines = [f"{head}  {'params':>9}  description"]
-    for name, params, preset, description in rows:
+    # "+counting": what model.counting (CAN's symbol counting, at the default model.counting_channels) adds
+    lines = [f"{head}  {'params':>9}  {'+counting':>9}  description"]
+    for name, params, counting, preset, description in rows:
         cells = "  ".join(f"{v:<{w}}" for v, w in zip((name, preset.family, preset.size, preset.recipe), width))
-        lines.append(f"{cells}  {params / 1e6:>8.2f}M  {description}")
+        lines.append(f"{cells}  {params / 1e6:>8.2f}M  {counting / 1e6:>8.2f}M  {description}")
+    # The CPU budgets' model is a size, not a preset: each CPU family at it, as the `cpu` budget trains them.
+    lines += ["", "at the `cpu` size (the cpu and long budgets' model):"]
+    for name, params, counting in cpu_size_rows():
+        lines.append(f"  {name:<{width[0]}}  {params / 1e6:>8.2f}M  {counting / 1e6:>8.2f}M")
     variants = catalogue()
     key_width = max(len(key) for key, _, _ in variants)
     name_width = max(len(name) for _, name, _ in variants)
@@ -38,3 +44,23 @@ def models_table() -> str:
         lines.append(f"{key if key != previous else '':<{key_width}}  {name:<{name_width}}  {description}")
         previous = key
     return "\n".join(lines)
+
+
+def cpu_size_rows() -> list[tuple[str, int, int]]:
+    """(CPU preset, its parameters at the `cpu` size, what symbol counting adds) for each CPU family."""
+    import dataclasses
+
+    import torch
+
+    from ..model import build_model
+    from ..model.factory import count_parameters
+    from ..presets import resolve_preset
+
+    rows = []
+    for name in ("tiny", "tiny-comer", "tiny-rnn", "tiny-convs2s"):
+        cfg = resolve_preset(name, size="cpu").config.model
+        with torch.device("meta"):
+            params = count_parameters(build_model(cfg))
+            counting = count_parameters(build_model(dataclasses.replace(cfg, counting=True))) - params
+        rows.append((name, params, counting))
+    return rows

@@ -4,24 +4,21 @@ from __future__ import annotations
 
 import sys
 
+from . import options
 from .errors import EXIT_USAGE
 
 
 def add_parser(sub) -> None:
     pr = sub.add_parser("predict", help="print LaTeX for images or InkML files (exit status 2 when a file is "
                         "refused: one with no ink is named on stderr and gets no prediction, the others do)")
-    pr.add_argument("model", metavar="RUN_OR_CHECKPOINT",
-                    help="a run id (or its first 8 characters at least, as the README and `hmer runs show` print "
-                         "them) whose model artifact is read, or a checkpoint or model file")
+    pr.add_argument("model", metavar="RUN_OR_CHECKPOINT", help=options.RUN_OR_CHECKPOINT)
     pr.add_argument("files", nargs="+", metavar="FILE",
                     help="InkML, drawn as the run's training data was, or images (PNG, JPEG, BMP): white or black "
                          "ink, drawn like the standard CROHME images (symbols about 28 px tall, strokes about 3 px "
                          "wide), each brought to the model's input size as the run's evaluation brings them")
     pr.add_argument("--beam", type=int, default=None, help="beam width (default: the run's train.beam_size)")
-    pr.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps (default: auto, a GPU where "
-                                                     "there is one)")
-    pr.add_argument("--tracking-uri", default=None,
-                    help="the MLflow store the run is in (default: $HMER_MLRUNS, else the checkout's mlruns/)")
+    pr.add_argument("--device", default="auto", help=options.DEVICE)
+    pr.add_argument("--tracking-uri", default=None, help=options.TRACKING_URI)
     pr.set_defaults(func=cmd_predict)
 
 

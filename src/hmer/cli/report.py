@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from ..registry import METRICS
+from . import options
 from .errors import UserError
 
 
@@ -11,9 +12,10 @@ def add_parser(sub) -> None:
     rp = sub.add_parser("report", help="per-year ExpRate tables (Markdown, CSV) and plots (PNG)")
     rp.add_argument("--study", default=None, help="an Optuna study / MLflow study name")
     rp.add_argument("--experiment", default=None, help="an MLflow experiment name")
-    rp.add_argument("--runs", nargs="*", default=None, metavar="RUN_ID")
+    rp.add_argument("--runs", nargs="*", default=None, metavar="RUN_ID", help="these runs (ids, or their first 8 "
+                    "characters at least) in place of a study")
     rp.add_argument("--list", action="store_true", help="list the studies in the store with their state and trials")
-    rp.add_argument("--tracking-uri", default=None)
+    rp.add_argument("--tracking-uri", default=None, help=options.TRACKING_URI)
     rp.add_argument("--out", default=None, help="output folder (default: reports/<name>)")
     rp.add_argument("--analysis", action="store_true",
                     help="also the error analysis per variant (as hmer analyze) into OUT/analysis/")
@@ -47,6 +49,14 @@ def cmd_report(args) -> int:
         if args.study or args.experiment or args.runs or args.analysis or args.list:
             raise UserError("--claims reads the studies <family>-BUDGET itself; drop --study/--experiment/--runs/"
                             "--analysis/--list (give --budget)")
+        if args.budget is not None:
+            from ..studies.budgets import BUDGET_NAMES
+
+            named = [b.strip() for b in args.budget.split(",")]
+            unknown = [b for b in named if b not in BUDGET_NAMES]
+            if unknown:
+                raise UserError(f"--budget {args.budget}: {unknown[0]!r} is not a study budget (the budgets: "
+                                f"{', '.join(BUDGET_NAMES)})")
         return claims_command(args.budget, args.tracking_uri, args.out, measure=args.measure)
     if args.budget:
         raise UserError("--budget goes with --claims (a study's budget is part of its name: --study NAME)")
@@ -57,6 +67,15 @@ def cmd_report(args) -> int:
         print(f"hmer report: the latest study, {args.study} (hmer report --list shows them all)", flush=True)
     from ..training.fingerprint import code_fingerprint
 
+    if args.runs:
+        from ..tracking.models import RunNotFoundError, run_by_prefix
+        from ..tracking.store import mlflow_client
+
+        client = mlflow_client(args.tracking_uri)
+        try:
+            args.runs = [run_by_prefix(client, given) for given in args.runs]
+        except RunNotFoundError as exc:
+            raise UserError(str(exc)) from None
     return report_command(study=args.study, experiment=args.experiment, run_ids=args.runs,
                           tracking_uri=args.tracking_uri, out_dir=args.out, analysis=args.analysis,
                           measure=args.measure or "exprate", code_fingerprint=code_fingerprint())

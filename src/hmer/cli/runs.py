@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import sys
+
+from . import options
 from typing import Iterator
 
 
@@ -25,26 +27,27 @@ def add_parser(sub) -> None:
     runs = sub.add_parser("runs", help="export MLflow runs to one file, or merge such a file into the store")
     rsub = runs.add_subparsers(title="runs commands", metavar="COMMAND")
     ex = rsub.add_parser("export", help="write runs (params, metric histories, tags, artifacts) to a .tar.gz")
-    ex.add_argument("file", metavar="FILE")
+    ex.add_argument("file", metavar="FILE", help="the export to write (a .tar.gz)")
     ex.add_argument("--experiment", action="append", default=None, help="only this experiment (repeatable)")
     ex.add_argument("--runs", nargs="*", default=None, metavar="RUN_ID", help="only these runs")
     ex.add_argument("--max-artifact-mb", type=float, default=0.0, help="leave out larger artifact files")
     ex.add_argument("--part-mb", type=float, default=0.0, help="split into FILE.part-NNN of at most N MiB")
-    ex.add_argument("--tracking-uri", default=None)
+    ex.add_argument("--tracking-uri", default=None, help=options.TRACKING_URI)
     ex.set_defaults(func=cmd_runs_export)
     # The tag's name is written out (it is tracking.keys.SOURCE_RUN_ID): importing hmer.tracking
     # loads torch and MLflow, seconds that `hmer --help` should not wait for.
     im = rsub.add_parser("import", help="merge an export into the store (idempotent; keeps the source run id "
                          "as tag hmer.source_run_id)")
     im.add_argument("files", nargs="+", metavar="FILE", help="an export, or any of its FILE.part-NNN")
-    im.add_argument("--tracking-uri", default=None)
+    im.add_argument("--tracking-uri", default=None, help=options.TRACKING_URI)
     im.set_defaults(func=cmd_runs_import)
     pub = rsub.add_parser("publish", help="copy a local store (FOLDER/mlflow.db, optuna.db, artifacts/) into "
                           "mlruns/, made clean so that it can be committed (hmer.store.publish): studies that have "
                           "not finished left out, no checkpoint, nothing RUNNING, no machine path, every study "
                           "under its name with its table on its parent run; a copy that is still not clean is "
                           "refused, mlruns/ left as it was")
-    pub.add_argument("folder", metavar="FOLDER")
+    pub.add_argument("folder", metavar="FOLDER", help="the store to publish: a workspace (hmer runs workspace) "
+                     "after its studies ran there")
     pub.add_argument("--keep-unfinished", action="store_true",
                      help="keep the studies that have not finished, with the smallest checkpoint files that "
                           "continue each of their cells (last.pt, and best.pt where its weights are not last.pt's), "
@@ -64,13 +67,13 @@ def add_parser(sub) -> None:
     ws = rsub.add_parser("workspace", help="copy the committed store in mlruns/ to FOLDER (new or empty: a store "
                          "there is never overwritten) to run more studies there, and continue its unfinished ones "
                          "(then `hmer runs publish FOLDER`)")
-    ws.add_argument("folder", metavar="FOLDER")
+    ws.add_argument("folder", metavar="FOLDER", help="a new or empty folder for the copy")
     ws.set_defaults(func=cmd_runs_workspace)
     rn = rsub.add_parser("rename", help="rename a study in its store: its MLflow experiment, its runs' hmer.study "
                          "tag and its Optuna study (to keep a superseded study beside a re-run of the same name; "
                          "run again to finish an interrupted rename)")
-    rn.add_argument("study", metavar="STUDY")
-    rn.add_argument("new", metavar="NEW_NAME")
+    rn.add_argument("study", metavar="STUDY", help="the study's name, e.g. ablate_direction-cpu")
+    rn.add_argument("new", metavar="NEW_NAME", help="its new name")
     rn.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
     rn.add_argument("--storage", default=None, help="Optuna storage (default: optuna.db beside the MLflow store)")
     rn.set_defaults(func=cmd_runs_rename)
@@ -78,8 +81,8 @@ def add_parser(sub) -> None:
                          "tag hmer.superseded_by on its experiment and parent run, and the experiment's "
                          "description; its parent run closed if it was RUNNING and given its table as it stands; "
                          "`hmer report --list` shows it")
-    sp.add_argument("study", metavar="STUDY")
-    sp.add_argument("by", metavar="NEW_STUDY")
+    sp.add_argument("study", metavar="STUDY", help="the study kept for reference")
+    sp.add_argument("by", metavar="NEW_STUDY", help="the study that replaces it")
     sp.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
     sp.set_defaults(func=cmd_runs_supersede)
     sh = rsub.add_parser("show", help="what trained a run: its study, cell, seed and commit, its config with each "
@@ -100,7 +103,7 @@ def add_parser(sub) -> None:
                          "the MLflow UI and optuna-dashboard, as a study that ends now is: a grid study's figure, "
                          "table and summary run per variant on its parent run, the objective's name, the study's "
                          "note and its failed trials' notes (hmer.store.present); writes only what differs")
-    pr.add_argument("folder", metavar="FOLDER")
+    pr.add_argument("folder", metavar="FOLDER", help="the store's folder (its mlflow.db and optuna.db)")
     pr.set_defaults(func=cmd_runs_present)
     rs = rsub.add_parser("rescore", help="give runs every registered metric they lack (the papers' lgeval_exprate, "
                          "lgeval_le1, lgeval_le2 for runs trained before them), computed from the predictions each "

@@ -77,6 +77,15 @@ def parse_variants(text: str) -> tuple[str, ...]:
     return items
 
 
+def _study_name(text: str) -> str:
+    from ..studies.spec import check_study_name
+
+    try:
+        return check_study_name(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def build_parser(spec: StudySpec | SweepSpec, doc: str | None = None,
                  prog: str | None = None) -> argparse.ArgumentParser:
     from ..studies.budgets import BUDGET_NAMES
@@ -97,7 +106,8 @@ def build_parser(spec: StudySpec | SweepSpec, doc: str | None = None,
                    help="worker processes on this machine, side by side (default: the budget's)")
     p.add_argument("--data", default=None, help="dataset folder or zip (default: the usual search, see README)")
     p.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
-    p.add_argument("--study-name", default=None, help=f"default: {spec.name}-<budget>")
+    p.add_argument("--study-name", default=None, type=_study_name,
+                   help=f"letters, digits, '_', '.' or '-' (default: {spec.name}-<budget>)")
     if sweep:
         p.add_argument("--trials", type=int, default=None, help="finished trials to aim for (default: the budget's)")
     else:

@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from . import options
 from .errors import UserError
 from .evaluate import print_scores
 
@@ -23,18 +24,20 @@ def add_parser(sub) -> None:
                                                    "preset (smoke, cpu, long, short, paper; `hmer config` shows them)")
     tr.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
                     help="config overrides such as train.lr=0.5 model.direction=l2r")
-    tr.add_argument("--data", default=None, help="dataset folder or zip")
-    tr.add_argument("--device", default=None, help="auto, cpu, cuda or cuda:N")
-    tr.add_argument("--epochs", type=int, default=None)
+    tr.add_argument("--data", default=None, help=options.DATA)
+    tr.add_argument("--device", default=None,
+                    help="auto, cpu, cuda, cuda:N or mps (train.device; default: the config's)")
+    tr.add_argument("--epochs", type=int, default=None, help="epochs to train (train.epochs; default: the config's)")
     # "budget" alone names a study's compute budget (smoke|cpu|long|short|paper); a run's limit is time.
     tr.add_argument("--time-budget", dest="time_budget", type=float, default=None, metavar="SECONDS",
                     help="wall-clock limit for training (train.time_budget_s); then it checkpoints and evaluates")
     tr.add_argument("--experiment", default="hmer", help="MLflow experiment (default: hmer)")
-    tr.add_argument("--run-name", default=None)
-    tr.add_argument("--tracking-uri", default=None, help="default: $MLFLOW_TRACKING_URI, then mlruns/")
+    tr.add_argument("--run-name", default=None, help="the MLflow run's name (default: the preset's name)")
+    tr.add_argument("--tracking-uri", default=None, help=options.TRACKING_URI)
     tr.add_argument("--resume", nargs="?", const="latest", default=None, metavar="RUN_OR_CHECKPOINT",
                     help="continue a killed run: a run id, a checkpoint, or the latest unfinished run")
-    tr.add_argument("--no-progress", action="store_true")
+    tr.add_argument("--no-progress", action="store_true",
+                    help="one line per epoch instead of progress bars (default: bars on a terminal)")
     tr.add_argument("--pause-after-epochs", type=int, default=None, metavar="N",
                     help="train N epochs, checkpoint and exit with status 3 (continue with --resume)")
     tr.add_argument("--pause-within", type=float, default=None, metavar="SECONDS",

@@ -2,10 +2,12 @@
 
     model = build_model(cfg.model)          # a ModelConfig
     model = build_model("comer-fusion")     # a preset name
-    for name, description, num_params in list_presets(): ...
+    for name, description, num_params, counting in list_presets(): ...
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import torch
 import torch.nn as nn
@@ -28,12 +30,15 @@ def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
 
 
-def list_presets() -> list[tuple[str, str, int]]:
-    """(name, description, number of parameters) for every preset, in definition order.
-    Models are built on the meta device: no memory, no initialisation cost."""
+def list_presets() -> list[tuple[str, str, int, int]]:
+    """(name, description, number of parameters, what CAN's symbol counting adds to them:
+    `model.counting`, hmer.model.counting) for every preset, in definition order. Models are built on
+    the meta device: no memory, no initialisation cost."""
     rows = []
     for name in PRESETS:
+        cfg = preset_config(name)
         with torch.device("meta"):
-            model = build_model(name)
-        rows.append((name, PRESETS[name].description, count_parameters(model)))
+            params = count_parameters(build_model(cfg))
+            counting = count_parameters(build_model(dataclasses.replace(cfg, counting=True))) - params
+        rows.append((name, PRESETS[name].description, params, counting))
     return rows

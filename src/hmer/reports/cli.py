@@ -278,12 +278,13 @@ def claims_command(budgets: str | None = None, tracking_uri: str | None = None, 
               for m in ([measure] if measure else CLAIM_MEASURES)]
     df = tables[0]
     texts = [format_claims(t, "text", sources=i == 0) for i, t in enumerate(tables)]
-    print("\n".join(texts), end="")
     history = (budget_history(budgets=df.attrs["budgets"], tracking_uri=tracking_uri)
                if len(df.attrs["budgets"]) > 1 else None)
     if history is not None and not history.empty:
-        print("\nThe same cells at each budget (validation ExpRate; test ExpRate, mean over seeds):\n")
-        print(format_budgets(history, "text"), end="")
+        texts.append("\nThe same cells at each budget (validation ExpRate; test ExpRate, mean over seeds):\n\n"
+                     + format_budgets(history, "text"))
+    text = "\n".join(texts)
+    print(text, end="" if text.endswith("\n") else "\n")
     if out_dir:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)

@@ -264,8 +264,9 @@ def run_provenance(client, storage: str | None, run_id: str, today_fingerprint: 
         source = f"its command, written down in {where}" if where else \
             f"its preset {stored['name']} alone (a run of `hmer train` whose --set is not written down)"
     metrics = run.data.metrics
-    years = sorted(key[len("test_"):-len("_exprate")] for key in metrics
-                   if key.startswith("test_") and key.endswith("_exprate"))
+    # a scored split logs its size, test_<year>_n, once (its measures, the graph measure's among them,
+    # are test_<year>_<measure>: "2014_lgeval" is no year)
+    years = sorted(key[len("test_"):-len("_n")] for key in metrics if key.startswith("test_") and key.endswith("_n"))
     scores = {year: {m: metrics[f"test_{year}_{m}"] for m in (*measures(), "n") if f"test_{year}_{m}" in metrics}
               for year in years}
     artifacts = list_run_artifacts(client, run_id)

@@ -119,10 +119,6 @@ def _publish(source: Path, dest: Path, *, keep_unfinished: bool, weights_only: b
         # brought up to date while its artifact locations are still absolute (an artifact written
         # to a portable store would land relative to the working folder), then made portable
         db = copy_store(source, staging, portable=False, checkpoints=keep_unfinished)
-        foreign = None if replace else not_a_continuation(staging, dest)
-        if foreign is not None:
-            raise ValueError(f"not published: {source} is not {dest}'s continuation: {foreign}; publish a workspace "
-                             f"made from it, or give --replace to put {source} in its place; {dest} is as it was")
         uri = f"sqlite:///{db}"
         optuna_db = staging / "optuna.db"
         storage = f"sqlite:///{optuna_db}" if optuna_db.is_file() else None
@@ -144,6 +140,11 @@ def _publish(source: Path, dest: Path, *, keep_unfinished: bool, weights_only: b
         if problems:
             more = f" (and {len(problems) - 1} more problem(s))" if len(problems) > 1 else ""
             raise ValueError(f"not published: {problems[0]}{more}; {dest} is as it was")
+        # what would be published, against what it replaces: every run and study of dest kept
+        foreign = None if replace else not_a_continuation(staging, dest)
+        if foreign is not None:
+            raise ValueError(f"not published: {source} is not {dest}'s continuation: {foreign}; publish a workspace "
+                             f"made from it, or give --replace to put {source} in its place; {dest} is as it was")
         _replace(staging, dest)
     finally:
         shutil.rmtree(staging, ignore_errors=True)

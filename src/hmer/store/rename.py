@@ -32,6 +32,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ..studies.claims import mark_failed, worker_alive
+from ..studies.spec import check_study_name
 from ..tracking import keys
 from ..tracking.portable import set_params, sqlite_path
 from ..tracking.store import search_all_runs
@@ -58,6 +59,7 @@ def rename_study(study: str, new: str, *, tracking_uri: str | None = None, stora
 
     if not new or new == study:
         raise ValueError(f"rename {study!r}: give a new name other than the study's own")
+    check_study_name(new)
     uri = tracking_uri or default_tracking_uri()
     client = mlflow_client(uri)
     url = storage or default_storage(uri)
@@ -137,6 +139,15 @@ def mark_superseded(study: str, by: str, *, tracking_uri: str | None = None) -> 
         raise ValueError(f"no study {study!r} in {uri}")
     if client.get_experiment_by_name(by) is None:
         raise ValueError(f"no study {by!r} in {uri}: run it before labelling {study!r} as superseded by it")
+    chain, later = [by], client.get_experiment_by_name(by)
+    while later is not None and keys.SUPERSEDED_BY in later.tags:  # what `by` is superseded by, and so on
+        chain.append(later.tags[keys.SUPERSEDED_BY])
+        if chain[-1] == study:
+            raise ValueError(f"{study!r} cannot be superseded by {by!r}: {' -> '.join(chain)} supersedes it already "
+                             f"(a study superseded by its own successor would leave the reports no study to read)")
+        if chain[-1] in chain[:-1]:
+            break
+        later = client.get_experiment_by_name(chain[-1])
     note = (f"Superseded by the study {by}: this one is kept for reference, and the suite's reports "
             f"and claims read {by}.")
     if experiment.tags.get(keys.SUPERSEDED_BY) != by:

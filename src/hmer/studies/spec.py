@@ -18,12 +18,24 @@ spec and registers it in `STUDIES` under its name (docs/studies.md, "Add a study
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..registry import Registry, linked_overrides
 
 SEED_KEY = "train.seed"
+# What a study's name may hold: it names an MLflow experiment, an Optuna study and a folder of the store's
+# artifacts (`artifacts/<study>/`), so letters, digits and `_ . -`, starting with a letter or digit.
+STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+
+
+def check_study_name(name: str) -> str:
+    """`name` if a study may be called so (`STUDY_NAME`); a ValueError in one line saying what a name holds."""
+    if not STUDY_NAME.fullmatch(name):
+        raise ValueError(f"study name {name!r}: a study's name is 1-100 letters, digits, '_', '.' or '-', starting "
+                         f"with a letter or digit (it names an MLflow experiment and a folder of the store)")
+    return name
 
 
 class SearchSpaceError(ValueError):

@@ -162,8 +162,15 @@ def first_use_lock(url: str) -> Iterator[None]:
     except ImportError:  # not POSIX: first use by several processes at once is not supported
         yield
         return
-    lock_path = Path(path).with_name(Path(path).name + ".lock")
-    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    # The lock file lives in the temporary folder, named by the database's path: beside the database
+    # it was left in every store a command had only read (a committed store's mlruns/ among them), and a
+    # read-only store could not have it at all (issue 70).
+    import hashlib
+    import tempfile
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:16]
+    lock_path = Path(tempfile.gettempdir()) / f"hmer-first-use-{digest}.lock"
     with open(lock_path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
