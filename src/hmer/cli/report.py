@@ -49,14 +49,17 @@ def cmd_report(args) -> int:
         if args.study or args.experiment or args.runs or args.analysis or args.list:
             raise UserError("--claims reads the studies <family>-BUDGET itself; drop --study/--experiment/--runs/"
                             "--analysis/--list (give --budget)")
-        if args.budget is not None:
-            from ..studies.budgets import BUDGET_NAMES
+        if args.budget is not None:  # a budget no study of the store was run at answers nothing
+            from ..reports.runs import list_studies
 
+            listed = list_studies(args.tracking_uri)
+            studies = list(listed["study"])
             named = [b.strip() for b in args.budget.split(",")]
-            unknown = [b for b in named if b not in BUDGET_NAMES]
+            unknown = [b for b in named if not any(study.endswith(f"-{b}") for study in studies)]
             if unknown:
-                raise UserError(f"--budget {args.budget}: {unknown[0]!r} is not a study budget (the budgets: "
-                                f"{', '.join(BUDGET_NAMES)})")
+                budgets = sorted({str(b) for b in listed.get("budget", []) if isinstance(b, str) and b})
+                raise UserError(f"--budget {args.budget}: no study of the store was run at budget {unknown[0]!r} "
+                                f"(its studies' budgets: {', '.join(budgets) or 'none'})")
         return claims_command(args.budget, args.tracking_uri, args.out, measure=args.measure)
     if args.budget:
         raise UserError("--budget goes with --claims (a study's budget is part of its name: --study NAME)")
