@@ -10,7 +10,7 @@ start_from=...)`; a study finds it with `hmer.studies.branch.find_branch`): a ne
 the shorter run's state and its curve up to that epoch, tagged `hmer.branched_from` (`<run
 id>@<epoch>`), and ends as the longer run would have (tests/test_branch.py holds the two weight for
 weight). Its clocks count the shared epochs too, so its `train_cpu_seconds` is what it would have cost
-alone; what the study spent on it is that less the source's clock at the branch (`spent_cpu_seconds`).
+alone; what the study spent on it is that less the source's clock at the branch (`hmer.branch_cpu_seconds`).
 
 The shared state lives in the shorter run's checkpoint folder (`checkpoints/<run id>/`) on the machine
 that trained it: a study's trial keeps the two files when it ends (`hmer.studies.objective.train_trial`),
@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..config import MACHINE_KEYS, Config
-from ..tracking import keys
 
 # Keys in which a longer wsd run of the same variant differs from a shorter one: its length alone.
 LENGTH_KEYS = ("train.epochs", "train.decay_epochs")
@@ -60,10 +59,3 @@ def shares_stable_phase(stored: dict, cfg: Config) -> bool:
     ignored = set(LENGTH_KEYS) | set(MACHINE_KEYS)
     return other.get("train.schedule") == "wsd" and all(other.get(k) == v for k, v in mine.items() if k not in ignored)
 
-
-def spent_cpu_seconds(run) -> float:
-    """What training `run` (an MLflow run) cost the study: its `train_cpu_seconds`, less its source's
-    at the branch when it started from another run's state (`hmer.branched_from`)."""
-    total = float(run.data.metrics.get("train_cpu_seconds", 0.0))
-    shared = run.data.tags.get(keys.BRANCH_CPU_SECONDS)
-    return total - float(shared) if shared else total

@@ -46,7 +46,7 @@ from ..signals import Stopped, deferred, stop_on_signals
 from ..tracking import keys
 from ..tracking.run import NullRun, RunLogger, TrainingRun
 from . import distributed as ddp
-from .branch import Branch, shares_stable_phase
+from .branch import Branch, shares_stable_phase, stable_end
 from .final import final_evaluation
 from .loader import Redraw, train_batches
 from .result import TrainResult
@@ -172,7 +172,7 @@ def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | Non
                         run.log_metrics(metrics, step=epoch)
                         if dist.is_main:
                             save_last(last_path, setup, state)
-                            if epoch == tc.epochs - tc.decay_epochs and tc.schedule == "wsd":
+                            if epoch == stable_end(cfg):
                                 keep_stable_phase(folder)
                     ddp.barrier(dist)
                     if dist.is_main and not progress:
@@ -233,10 +233,13 @@ def _branch_history(run: RunLogger, start_from: Branch, state: TrainState, track
 
     client = mlflow_client(tracking_uri)
     source = client.get_run(start_from.run_id)
+    epochs: dict[int, dict[str, float]] = {}
     for key in source.data.metrics:
         for metric in client.get_metric_history(start_from.run_id, key):
             if 0 < metric.step <= start_from.epoch:
-                run.log_metrics({key: metric.value}, step=metric.step)
+                epochs.setdefault(metric.step, {})[key] = metric.value
+    for step, metrics in sorted(epochs.items()):  # one write an epoch, as the trainer logs them
+        run.log_metrics(metrics, step=step)
     run.set_tag(keys.BRANCHED_FROM, start_from.tag)
     run.set_tag(keys.BRANCH_CPU_SECONDS, f"{state.train_cpu_seconds:.1f}")
 
