@@ -48,7 +48,7 @@ def main() -> int:
     p.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE")
     args = p.parse_args()
     gpu = args.device.startswith("cuda")
-    preset = args.preset or ("bttr" if gpu else "tiny")
+    preset = args.preset or ("bttr" if gpu else "tiny-transformer")
     procs = [int(n) for n in (args.procs or ("1,2,4,8" if gpu else "1,2")).split(",")]
     seconds = args.seconds or (60.0 if gpu else 30.0)
     setup = args.setup_seconds or (120.0 if gpu else 45.0)

@@ -85,7 +85,7 @@ def main() -> int:
     args = p.parse_args()
     gpu = args.device.startswith("cuda")
     presets = (args.presets or ("bttr,comer-fusion,wap-rnn,convs2s" if gpu else
-                                "tiny,tiny-comer,tiny-rnn,tiny-convs2s")).split(",")
+                                "tiny-transformer,tiny-comer,tiny-rnn,tiny-convs2s")).split(",")
     whats = [w.strip() for w in args.what.split(",") if w.strip()]
     train_images = args.train_images or (4096 if gpu else 48)
     decode_images = args.decode_images or (1000 if gpu else 4)

@@ -1,7 +1,8 @@
 """The optimiser step alone: torch's loop implementation against its fused kernel, for a preset's
 parameters, alternating the two in one process, then how far their weights drift apart.
 
-    OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/bench_optimizer.py --preset tiny --set model.d_model=192 ...
+    OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/bench_optimizer.py --preset tiny-transformer \
+        --set model.d_model=192 ...
 
 The gradients are fixed random ones (the step's cost does not depend on their values); both sides
 start from the same weights. Prints ms per step for each round, then the largest difference of
@@ -32,7 +33,7 @@ def optimizer(params, cfg, fused: bool) -> torch.optim.Optimizer:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="tiny")
+    ap.add_argument("--preset", default="tiny-transformer")
     ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE")
     ap.add_argument("--steps", type=int, default=50, help="timed steps a round")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of loop, then fused")

@@ -50,7 +50,7 @@ def scaling_rule(optimizer: str, rule: str) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=os.environ.get("HMER_DATA") or (str(SHARED) if SHARED.is_file() else None))
-    p.add_argument("--preset", default="tiny")
+    p.add_argument("--preset", default="tiny-transformer")
     p.add_argument("--recipe", default=None, choices=("bttr", "comer"), help="default: the preset's paper's")
     p.add_argument("--device", default="cpu")
     p.add_argument("--train", type=int, default=200, help="training expressions (0 = all)")

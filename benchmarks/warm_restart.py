@@ -37,7 +37,7 @@ KEYS = ("train_loss", "val_loss", "val_exprate")
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=os.environ.get("HMER_DATA") or (str(SHARED) if SHARED.is_file() else None))
-    p.add_argument("--preset", default="tiny")
+    p.add_argument("--preset", default="tiny-transformer")
     p.add_argument("--recipe", default="comer", choices=("bttr", "comer"),
                    help="comer: SGD with momentum, what the GPU campaign trains (default)")
     p.add_argument("--train", type=int, default=600, help="training expressions (0 = all)")

@@ -44,8 +44,9 @@ from hmer.studies import ABLATIONS, DIRECTION, SWEEP, SweepParam, SweepSpec
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY_SCRIPT = REPO / "studies" / "ablate_direction.py"
-TINY = ["--preset", "tiny", "--device", "cpu", "--no-progress", "--epochs", "1", "--set", "train.beam_size=2",
-        "train.max_decode_len=12", "data.batch_pixels=20000", "data.max_batch_size=8", "train.attention_maps=0"]
+TINY = ["--preset", "tiny-transformer", "--device", "cpu", "--no-progress", "--epochs", "1", "--set",
+        "train.beam_size=2", "train.max_decode_len=12", "data.batch_pixels=20000", "data.max_batch_size=8",
+        "train.attention_maps=0"]
 MISSING_RUN = "0123456789abcdef0123456789abcdef"
 
 pytestmark = pytest.mark.slow
@@ -134,7 +135,8 @@ def _untrained_checkpoint(path: Path) -> Path:
     from hmer.model import build_model
     from hmer.presets import preset_with_recipe
 
-    cfg = preset_with_recipe("tiny").override({"train.max_decode_len": 4})  # untrained: it never ends by itself
+    # untrained: it never ends by itself
+    cfg = preset_with_recipe("tiny-transformer").override({"train.max_decode_len": 4})
     atomic_torch_save(model_artifact(build_model(cfg.model), cfg, Vocab(), 1, 0.0), path)
     return path
 
@@ -387,7 +389,7 @@ def no_data(tmp_path, monkeypatch):
 
 def test_every_config_field_refuses_out_of_range_and_wrong_type_values_before_loading_data(capsys, tmp_path,
                                                                                           no_data):
-    base = ["--preset", "tiny", "--no-progress", "--data", str(no_data)]  # no option that sets a field
+    base = ["--preset", "tiny-transformer", "--no-progress", "--data", str(no_data)]  # no option that sets a field
     tried = 0
     for key, typ, rule in _fields():
         section, _, attr = key.rpartition(".")
@@ -439,7 +441,7 @@ RULE_CASES = {
 def test_every_cross_field_rule_refuses_before_loading_data(capsys, no_data):
     missing = {rule.keys for rule in RULES} - set(RULE_CASES)
     assert not missing, f"add a case that breaks each new rule to RULE_CASES: {missing}"
-    base = ["--preset", "tiny", "--device", "cpu", "--data", str(no_data)]
+    base = ["--preset", "tiny-transformer", "--device", "cpu", "--data", str(no_data)]
     for keys, values in RULE_CASES.items():
         err = _train_refuses(capsys, [*base, "--set", *(f"{k}={v}" for k, v in values.items())], *keys)
         assert str(no_data) not in err
@@ -463,7 +465,8 @@ TIME_FLAG_CASES = [
 
 def test_train_time_flags_are_checked_before_any_work(capsys, no_data, tmp_path):
     for flags, *names in TIME_FLAG_CASES:
-        for start in (["--preset", "tiny", "--device", "cpu", "--data", str(no_data)], ["--resume", MISSING_RUN]):
+        for start in (["--preset", "tiny-transformer", "--device", "cpu", "--data", str(no_data)],
+                      ["--resume", MISSING_RUN]):
             err = _train_refuses(capsys, [*start, *flags], *names)
             assert str(no_data) not in err and MISSING_RUN not in err, err  # before the data or the run
     assert not (tmp_path / "mlruns").exists()
@@ -494,7 +497,8 @@ def test_option_for_a_field_and_study_overrides_are_checked_before_anything_runs
     assert len(err.splitlines()) == 1 and "train.epochs=-1" in err and str(no_data) not in err, err
     # A sweep whose range leaves what its key allows is a bug in the search space, and says so.
     broken = SweepSpec(name="broken-sweep", description="dropout up to 1.5",
-                       params=(SweepParam("model.dropout", low=0.0, high=1.5),), model_presets={"tiny": "tiny"})
+                       params=(SweepParam("model.dropout", low=0.0, high=1.5),),
+                       model_presets={"tiny": "tiny-transformer"})
     assert study_cli.main(broken, [*common, "--trials", "2"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
@@ -678,7 +682,7 @@ def test_a_config_file_with_an_unknown_key_or_a_wrong_type_is_refused_before_any
     from hmer.presets import preset_with_recipe
 
     path = tmp_path / "my.json"
-    path.write_text(json.dumps(edit(preset_with_recipe("tiny").to_dict())))
+    path.write_text(json.dumps(edit(preset_with_recipe("tiny-transformer").to_dict())))
     runs_before = len(_runs(home))
     done = _run(home, "train", "--config", str(path), "--data", str(home["data"]), "--no-progress")
     _one_line(done, str(path), *names)

@@ -21,7 +21,7 @@ def _last_figure(text: str) -> float:
 
 
 def test_bench_train_tiny_on_cpu_ends_with_images_per_second(capsys, one_thread):
-    assert main(["bench", "train", "--preset", "tiny", "--device", "cpu", "--images", "8",
+    assert main(["bench", "train", "--preset", "tiny-transformer", "--device", "cpu", "--images", "8",
                  "--set", "bench.pool=300"]) == 0
     out = capsys.readouterr().out
     assert _last_figure(out) > 0
@@ -45,7 +45,7 @@ def test_bench_train_times_the_config_a_run_logged(tmp_path, capsys, one_thread)
     from hmer.model import build_model
     from hmer.presets import preset_with_recipe
 
-    logged = preset_with_recipe("tiny").override({"model.d_model": 48, "model.image_pos": "cape"})
+    logged = preset_with_recipe("tiny-transformer").override({"model.d_model": 48, "model.image_pos": "cape"})
     logged.save(tmp_path / "config.json")
     assert main(["bench", "train", "--config", str(tmp_path / "config.json"), "--device", "cpu", "--images", "4",
                  "--set", "bench.pool=60", "model.image_pos=learned"]) == 0
@@ -56,12 +56,12 @@ def test_bench_train_times_the_config_a_run_logged(tmp_path, capsys, one_thread)
     params = sum(p.numel() for p in build_model(timed.model).parameters())
     assert f"params={params}" in header, (header, params)
     assert _last_figure(out) > 0
-    assert main(["bench", "train", "--preset", "tiny", "--config", str(tmp_path / "config.json")]) == 2
+    assert main(["bench", "train", "--preset", "tiny-transformer", "--config", str(tmp_path / "config.json")]) == 2
     assert "give --preset or --config, not both" in capsys.readouterr().err
 
 
 def test_bench_train_on_a_few_batches_times_them_after_a_pass_over_them(capsys, one_thread):
-    assert main(["bench", "train", "--preset", "tiny", "--device", "cpu", "--images", "20",
+    assert main(["bench", "train", "--preset", "tiny-transformer", "--device", "cpu", "--images", "20",
                  "--set", "bench.pool=300", "bench.batches=2", "bench.flop_batches=0"]) == 0
     out = capsys.readouterr().out
     assert "timed_batches=2 " in out
@@ -78,7 +78,7 @@ def test_bench_peak_times_a_matmul_on_this_process_threads(capsys, one_thread):
 
 
 def test_bench_decode_tiny_on_cpu_ends_with_images_per_second(capsys, one_thread):
-    assert main(["bench", "decode", "--preset", "tiny", "--device", "cpu", "--images", "2",
+    assert main(["bench", "decode", "--preset", "tiny-transformer", "--device", "cpu", "--images", "2",
                  "--set", "bench.pool=40", "data.eval_max_batch_size=2", "train.beam_size=2",
                  "train.max_decode_len=6", "bench.check_unbatched=2"]) == 0
     out = capsys.readouterr().out
@@ -120,7 +120,7 @@ def test_the_peak_is_the_one_of_the_steps_precision():
 
 
 def test_bench_train_runs_the_ladder_planning_graphs_and_matmul_1x1_steps(capsys, one_thread):
-    assert main(["bench", "train", "--preset", "tiny", "--device", "cpu", "--images", "12",
+    assert main(["bench", "train", "--preset", "tiny-transformer", "--device", "cpu", "--images", "12",
                  "--set", "bench.pool=200", "data.pad_multiple=16", "data.pad_growth=1.25", "train.plan_shapes=true",
                  "train.cuda_graphs=true", "train.conv1x1_as_matmul=true", "data.scale_aug_min=0.8",
                  "data.scale_aug_max=1.2"]) == 0

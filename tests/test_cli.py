@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 from hmer.cli import main
 from tiny_dataset import write_dataset
 
-TINY = ["--preset", "tiny", "--device", "cpu", "--no-progress", "--set", "train.beam_size=2",
+TINY = ["--preset", "tiny-transformer", "--device", "cpu", "--no-progress", "--set", "train.beam_size=2",
         "train.max_decode_len=12", "data.batch_pixels=20000", "data.max_batch_size=8",
         "train.attention_maps=1"]
 

@@ -65,7 +65,7 @@ def test_a_named_recipe_or_size_replaces_the_presets_own(capsys):
     assert cpu["train.optimizer"] == {"value": "adamw", "layer": "recipe cpu (budget cpu)"}
     assert cpu["train.epochs"] == {"value": 13, "layer": "budget cpu"}
     with pytest.raises(ValueError, match="comes before"):  # the layers apply in their order only
-        resolve_preset("tiny").apply("family", "bttr", {})
+        resolve_preset("tiny-transformer").apply("family", "bttr", {})
     assert LAYERS.index("cell") == len(LAYERS) - 1  # a cell's own values are the last word in a study
 
 
@@ -122,10 +122,10 @@ def test_bad_options_say_what_is_wrong_in_one_line_and_write_nothing(capsys, tmp
                "--seeds", "x"], "--seeds 'x'"),
              (["sweep", "--budget", "smoke", "--storage", storage, "--cell", "model.decoder=rnn"],
               "not a parameter of sweep 'sweep'"),
-             (["tiny", "--cell", "model.direction=bi"], "options of a study"),
-             (["tiny", "--budget", "cpu", "--recipe", "comer"], "give --budget or --recipe"),
-             (["tiny", "--recipe", "adam"], "unknown recipe 'adam'"),
-             (["tiny", "--budget", "huge"], "unknown study budget 'huge'")]
+             (["tiny-transformer", "--cell", "model.direction=bi"], "options of a study"),
+             (["tiny-transformer", "--budget", "cpu", "--recipe", "comer"], "give --budget or --recipe"),
+             (["tiny-transformer", "--recipe", "adam"], "unknown recipe 'adam'"),
+             (["tiny-transformer", "--budget", "huge"], "unknown study budget 'huge'")]
     for argv, says in cases:
         capsys.readouterr()
         assert main(["config", *argv]) == 2, argv

@@ -18,7 +18,7 @@ from hmer.training.setup import counted_classes
 from tiny_dataset import tiny_config, tiny_data
 from toy_decoders import EOS, SOS, padded_batch
 
-FAMILIES = ["tiny", "tiny-comer", "tiny-rnn", "tiny-convs2s"]
+FAMILIES = ["tiny-transformer", "tiny-comer", "tiny-rnn", "tiny-convs2s"]
 SIZES = [(30, 45), (50, 77), (20, 33)]
 
 
@@ -42,14 +42,14 @@ def test_every_search_reads_the_counts_as_teacher_forcing_does(preset):
                                 [SOS] * len(hyps), [EOS] * len(hyps))
     assert forced == pytest.approx([h.log_prob for _, h in hyps], abs=1e-8)
     # a padded batch decodes as its images one at a time, with the joint search for bi too
-    direction = "bi" if preset in ("tiny", "tiny-comer") else "l2r"
+    direction = "bi" if preset in ("tiny-transformer", "tiny-comer") else "l2r"
     batched = decode_batch(model, images.double(), mask, direction, beam_size=3, max_len=6)
     assert batched == [decode_batch(model, img.double(), m, direction, beam_size=3, max_len=6)[0]
                        for img, m in singles]
 
 
 def test_the_counts_change_what_the_classifier_reads():
-    model = counting_model("tiny")
+    model = counting_model("tiny-transformer")
     images, mask, _ = padded_batch(SIZES, seed=2)
     feats, fmask = model.encode(images.double(), mask)
     tgt_in = torch.full((len(SIZES), 4), SOS)
@@ -69,9 +69,9 @@ def test_the_counting_loss_counts_the_caption_s_symbols_not_its_structure():
     assert counts.sum() == 4  # neither ^ { } nor the end token
 
 
-@pytest.mark.parametrize("preset", ["tiny", "tiny-rnn", "tiny-convs2s"])
+@pytest.mark.parametrize("preset", ["tiny-transformer", "tiny-rnn", "tiny-convs2s"])
 def test_a_counting_model_of_every_family_trains(tmp_path, preset):
-    direction = {"tiny": "bi"}.get(preset, "l2r")
+    direction = {"tiny-transformer": "bi"}.get(preset, "l2r")
     cfg = tiny_config(**{"model.counting": True, "model.direction": direction, "train.epochs": 1})
     family = preset_config(preset)
     cfg = cfg.override({"model.decoder": family.decoder, "model.token_pos": family.token_pos,

@@ -25,7 +25,7 @@ def tiny_model(preset: str) -> torch.nn.Module:
         return build_model(preset).eval().double()
 
 
-@pytest.mark.parametrize("preset", ["tiny", "tiny-comer", "tiny-rnn", "tiny-convs2s"])
+@pytest.mark.parametrize("preset", ["tiny-transformer", "tiny-comer", "tiny-rnn", "tiny-convs2s"])
 def test_real_model_decodes_a_padded_batch_like_single_images(preset):
     model = tiny_model(preset)
     images, mask, singles = padded_batch(SIZES, seed=0)
@@ -40,7 +40,7 @@ def test_real_model_decodes_a_padded_batch_like_single_images(preset):
 
 
 def test_real_model_beam_scores_equal_teacher_forced_scores():
-    model = tiny_model("tiny")
+    model = tiny_model("tiny-transformer")
     images, mask, _ = padded_batch(SIZES, seed=1)
     feats, fmask = model.encode(images.double(), mask)
     for start, end in ((SOS, EOS), (EOS, SOS)):
@@ -51,7 +51,7 @@ def test_real_model_beam_scores_equal_teacher_forced_scores():
         assert forced == pytest.approx([h.log_prob for _, h in hyps], abs=1e-8)
 
 
-@pytest.mark.parametrize("preset", ["tiny", "tiny-comer"])
+@pytest.mark.parametrize("preset", ["tiny-transformer", "tiny-comer"])
 def test_rescoring_in_memory_bounded_chunks_gives_the_same_log_probs(preset):
     # Joint search rescores every hypothesis by teacher forcing, in chunks of rows sorted by
     # length; the chunking (down to one row per call) must not change a single score.

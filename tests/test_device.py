@@ -45,6 +45,6 @@ def test_bench_share_runs_the_benchmark_as_one_of_n(threads_restored, monkeypatc
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     torch.set_num_threads(_cores())
     out = io.StringIO()
-    run_benchmark("train", preset="tiny", device="cpu", images=2, out=out,
+    run_benchmark("train", preset="tiny-transformer", device="cpu", images=2, out=out,
                   overrides=["bench.pool=16", "bench.warmup=0", "bench.flop_batches=0", "bench.share=2"])
     assert f"threads={max(1, _cores() // 2)} share=2 " in out.getvalue()

@@ -42,7 +42,8 @@ def test_torchrun_two_cpu_processes_train_one_run(tmp_path):
            "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}  # SIGABRT prints where each thread of each process is
     env.pop("MLFLOW_TRACKING_URI", None)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
-           "-m", "hmer.cli", "train", "--preset", "tiny", "--device", "cpu", "--data", str(data), "--epochs", "2",
+           "-m", "hmer.cli", "train", "--preset", "tiny-transformer", "--device", "cpu", "--data", str(data),
+           "--epochs", "2",
            "--no-progress", "--set", "train.beam_size=2", "train.max_decode_len=12", "data.batch_pixels=20000",
            "data.max_batch_size=4", "train.attention_maps=0"]
     with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as job:

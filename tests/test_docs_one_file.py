@@ -82,7 +82,7 @@ from hmer.registry import DECODERS
 
 name, package = sys.argv[1:]
 assert hmer.__file__.startswith(package), hmer.__file__
-cfg = preset_with_recipe("tiny").override({"model.decoder": name})  # validated against the registry
+cfg = preset_with_recipe("tiny-transformer").override({"model.decoder": name})  # validated against the registry
 model = build_model(cfg).eval()
 torch.manual_seed(0)
 images, mask = torch.rand(2, 1, 32, 48), torch.zeros(2, 32, 48, dtype=torch.bool)

@@ -71,8 +71,8 @@ def test_two_leases_carry_one_run_home_as_one_curve(tmp_path, monkeypatch):
     assert first["train"]["epochs_this_lease"] == [1, 2] and not first["train"]["finished"]
     assert any(f.startswith("carried.tar") for f in first["files"])
     bench = (tmp_path / "out1" / "bench.md").read_text()
-    assert "| train | tiny | large k=4, padded to 32 px | done |" in bench
-    assert "| train | tiny | compile | timeout |" in bench
+    assert "| train | tiny-transformer | large k=4, padded to 32 px | done |" in bench
+    assert "| train | tiny-transformer | compile | timeout |" in bench
     said = _home(tmp_path, 1, keep, store)
     assert "kept run" in said and "at epoch 2 of 3" in said and keep.is_file()
 

@@ -22,7 +22,7 @@ def test_the_shape_cost_diagnostic_rehearses_on_the_cpu(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO / "src")}
     env.pop("TORCH_CUDNN_V8_API_LRU_CACHE_LIMIT", None)
     proc = subprocess.run([sys.executable, str(REPO / "tools" / "gpu_shape_cost.py"), "--device", "cpu",
-                           "--preset", "tiny", "--smoke", "--out", str(out), "--budget", "600"],
+                           "--preset", "tiny-transformer", "--smoke", "--out", str(out), "--budget", "600"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     results = json.loads((out / "shape_cost.json").read_text())
@@ -38,5 +38,6 @@ def test_the_shape_cost_diagnostic_rehearses_on_the_cpu(tmp_path):
     graphs = results["S7_graphs_reference"]
     assert graphs["graphs"] == 0 and graphs["failures"] == []  # a CPU has no graph: GraphedStep steps eagerly
     sized = results["S8_lru_sized"]  # a fresh process with the cache sized for 40 shapes of the preset
-    assert sized["cache_limit"] == str(cache_plans(build_model("tiny"), 40)) and len(sized["third_pass_s"]) == 2
+    assert sized["cache_limit"] == str(cache_plans(build_model("tiny-transformer"), 40))
+    assert len(sized["third_pass_s"]) == 2
     assert "=== summary" in proc.stdout and "1x1 as matmul" in proc.stdout

@@ -130,16 +130,16 @@ def test_validation_keeps_no_caption_within_val_min_edits_of_training_and_1_is_t
         split_validation(names, captions, writers, "writer", 0.1, seed=7, min_edits=0)
 
 
-def test_a_config_stored_before_val_min_edits_existed_keeps_the_old_rule():
+def test_a_config_stored_before_val_min_edits_existed_was_migrated_to_the_old_rule():
+    """The committed runs from before the key were migrated with its value then (hmer.store.migrate)."""
+    from hmer.store.migrate import full_config
+
     assert Config().data.val_min_edits == 2
     stored = Config().to_flat_dict()
     del stored["data.val_min_edits"]
-    assert Config.from_flat_dict(stored, stored=True).data.val_min_edits == 1  # a study or checkpoint from then
-    assert Config.from_flat_dict(stored).data.val_min_edits == 2  # a config a user writes gets today's default
-    nested = Config().to_dict()
-    del nested["data"]["val_min_edits"]
-    assert Config.from_dict(nested, stored=True).data.val_min_edits == 1
-    assert Config.from_flat_dict({**stored, "data.val_min_edits": 3}, stored=True).data.val_min_edits == 3
+    assert full_config(stored).data.val_min_edits == 1  # a study or checkpoint from then
+    assert Config.from_flat_dict(stored).data.val_min_edits == 2  # a config written since gets today's default
+    assert full_config({**stored, "data.val_min_edits": 3}).data.val_min_edits == 3
 
 
 def test_random_rule_is_the_old_hold_out():

@@ -31,8 +31,9 @@ def sixteen_expressions(crohme_data):
 # bi decodes with the approximate joint search: beams in both directions, each rescored by the other.
 # Every decoder family, bidirectional: the transformer in each direction; CoMER's fusion coverage,
 # WAP's GRU and ConvS2S (the claims studies' other variants; the GRU takes about 150 epochs).
-@pytest.mark.parametrize("preset,direction", [("tiny", "l2r"), ("tiny", "r2l"), ("tiny", "bi"),
-                                              ("tiny-comer", "bi"), ("tiny-rnn", "bi"), ("tiny-convs2s", "bi")])
+@pytest.mark.parametrize("preset,direction", [("tiny-transformer", "l2r"), ("tiny-transformer", "r2l"),
+                                              ("tiny-transformer", "bi"), ("tiny-comer", "bi"), ("tiny-rnn", "bi"),
+                                              ("tiny-convs2s", "bi")])
 def test_small_model_memorizes_16_expressions_and_beam_search_reads_them_back(sixteen_expressions, preset,
                                                                             direction, tmp_path):
     chosen = sixteen_expressions

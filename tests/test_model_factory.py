@@ -37,7 +37,7 @@ def test_presets_cover_every_family_in_both_directions():
         assert preset_config(f"{family}-l2r").direction == "l2r"
     assert preset_config("comer-cross").coverage == "cross" and preset_config("bttr").coverage == "none"
     assert preset_config("wap-rnn").decoder == "rnn" and preset_config("convs2s").decoder == "convs2s"
-    for name in ("tiny", "tiny-transformer", "tiny-comer", "tiny-rnn", "tiny-convs2s"):
+    for name in ("tiny-transformer", "tiny-comer", "tiny-rnn", "tiny-convs2s"):
         assert preset_config(name).d_model == 64
     with pytest.raises(KeyError, match="unknown model preset"):
         preset_config("nope")
@@ -52,9 +52,9 @@ def test_list_presets_counts_what_build_model_builds():
     assert counts["comer-fusion"] > counts["comer-self"] == counts["comer-cross"] > counts["bttr"]
     # beside each, what CAN's symbol counting adds (`hmer models` prints it)
     counting = {name: c for name, _, _, c in rows}
-    tiny = preset_config("tiny")
+    tiny = preset_config("tiny-transformer")
     tiny.counting = True
-    assert counting["tiny"] == count_parameters(build_model(tiny)) - counts["tiny"] > 0
+    assert counting["tiny-transformer"] == count_parameters(build_model(tiny)) - counts["tiny-transformer"] > 0
 
 
 def test_build_model_accepts_a_preset_name_a_model_config_or_a_config():
@@ -134,7 +134,7 @@ def test_bidirectional_loss_is_the_average_of_both_directions():
 
 
 def test_bidirectional_encodes_each_image_once():
-    model = build_model("tiny").eval()
+    model = build_model("tiny-transformer").eval()
     images, mask = make_images([(32, 48), (24, 40)])
     calls = []
     model.encoder.register_forward_hook(lambda m, args, out: calls.append(args[0].shape[0]))
@@ -243,11 +243,12 @@ def test_reference_presets_and_the_tiny_presets_pin_their_encoders():
     assert (comer.mask_padding, comer.encoder_tail, comer.image_pos, comer.embed_norm, comer.embed_pos_norm) == \
         (False, "pos-norm", "sin2d", True, True)
     defaults = ModelConfig()
-    for name in ("tiny", "tiny-transformer", "tiny-comer", "tiny-rnn", "tiny-convs2s"):
+    for name in ("tiny-transformer", "tiny-comer", "tiny-rnn", "tiny-convs2s"):
         cfg = preset_config(name)
         assert (cfg.mask_padding, cfg.encoder_tail) == (defaults.mask_padding, defaults.encoder_tail) == \
             (True, "relu-norm-pos")
-    assert preset_config("tiny").image_pos == "sin2d" and preset_config("tiny").embed_norm is False
+    tiny = preset_config("tiny-transformer")
+    assert tiny.image_pos == "sin2d" and tiny.embed_norm is False
     assert Config().train.search_rule == "hmer"
 
 
@@ -261,7 +262,7 @@ def test_mask_padding_makes_batched_features_batch_invariant_and_its_absence_doe
     images[1, :, 24:, :] = 0.0
     images[1, :, :, 40:] = 0.0
     for mask_padding, invariant in ((True, True), (False, False)):
-        model = build_model(dataclasses.replace(preset_config("tiny"), mask_padding=mask_padding)).eval()
+        model = build_model(dataclasses.replace(preset_config("tiny-transformer"), mask_padding=mask_padding)).eval()
         batched, _ = model.encode(images, mask)
         alone, _ = model.encode(images[1:, :, :24, :40], mask[1:, :24, :40])
         assert torch.allclose(batched[1, :alone.shape[1], :alone.shape[2]], alone[0], atol=1e-5) is invariant

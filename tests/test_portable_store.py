@@ -162,7 +162,7 @@ def test_loading_a_run_s_model_leaves_no_download_behind(tmp_path, monkeypatch):
     (tmp_path / "mlruns").mkdir()
     client = MlflowClient(uri)
     run_id = client.create_run(setup_mlflow(uri, "results")).info.run_id
-    cfg = Config(model=preset_with_recipe("tiny").model)
+    cfg = Config(model=preset_with_recipe("tiny-transformer").model)
     atomic_torch_save(model_artifact(build_model(cfg.model), cfg, Vocab(), 1, 0.0), tmp_path / "model.pt")
     client.log_artifact(run_id, str(tmp_path / "model.pt"), "model")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
@@ -308,7 +308,8 @@ def _workspace_with_what_a_store_must_not_publish(tmp_path_factory, tmp_path):
 
     experiment = setup_mlflow(uri, "results")
     running = client.create_run(experiment, run_name="still training").info.run_id
-    cfg = Config(model=preset_with_recipe("tiny").model).override({"data.path": "/data/crohme/crohme-inkml.zip"})
+    cfg = Config(model=preset_with_recipe("tiny-transformer").model).override(
+        {"data.path": "/data/crohme/crohme-inkml.zip"})
     client.log_param(running, "data.path", cfg.data.path)
     atomic_torch_save(model_artifact(build_model(cfg.model), cfg, Vocab(), 1, 0.0), tmp_path / "model.pt")
     client.log_artifact(running, str(tmp_path / "model.pt"), "model")

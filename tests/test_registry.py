@@ -167,7 +167,7 @@ def test_a_one_cell_study_runs_it(toy_decoder, tmp_path, monkeypatch):
     tracking, storage = (f"sqlite:///{tmp_path / 'mlruns' / name}" for name in ("mlflow.db", "optuna.db"))
     torch.set_num_threads(1)
     spec = StudySpec(name="toy", description="the toy decoder alone", axes={"model.decoder": (toy_decoder,)},
-                     model_presets={"tiny": "tiny"})
+                     model_presets={"tiny": "tiny-transformer"})
     outcome = run_grid_study(spec, "smoke", storage=storage, tracking_uri=tracking, data=tiny_data(), seeds=(1,),
                              overrides=TINY, study_name="toy-test", print_table=False)
     assert outcome.complete and outcome.n_complete == outcome.n_expected == 1

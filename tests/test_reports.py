@@ -390,12 +390,12 @@ def test_runs_come_back_typed(store):
         load_predictions(runs["run_id"][0], 2099, store.tracking_uri)
 
 
-def test_a_studys_budget_reads_from_parent_runs_old_and_new():
+def test_a_studys_budget_reads_from_its_parent_run_or_a_trial_s_tag():
     from hmer.reports.runs import study_budget
+    from hmer.tracking import keys
 
-    assert study_budget(pd.Series({"params.budget": "cpu", "tags.hmer.preset": "cpu"})) == "cpu"
-    assert study_budget(pd.Series({"params.preset": "smoke"})) == "smoke"  # a parent run written before 2026-11
-    assert study_budget(pd.Series({"tags.hmer.preset": "short", "params.name": "x"})) == "short"  # a trial's run
+    assert study_budget(pd.Series({"params.budget": "cpu", f"tags.{keys.BUDGET}": "cpu"})) == "cpu"
+    assert study_budget(pd.Series({f"tags.{keys.BUDGET}": "short", "params.name": "x"})) == "short"  # a trial's run
     assert study_budget(pd.Series({"params.name": "x"})) is None
 
 

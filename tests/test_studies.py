@@ -98,7 +98,7 @@ def test_grid_study_end_to_end_and_rerun_runs_nothing(stores, capsys):
         assert tags["hmer.variant"] == trial.params["model.direction"] and tags["hmer.seed"] == "1"
         assert trial.user_attrs[keys.TRIAL_RUN_ID] == run.info.run_id
         assert run.data.params["model.direction"] == trial.params["model.direction"]
-        assert trial.user_attrs["test_2014_n"] == 4 and "test_2014_exprate" in trial.user_attrs
+        assert trial.user_attrs["hmer.test_2014_n"] == 4 and "hmer.test_2014_exprate" in trial.user_attrs
     # Every other setting is held equal: the children's params differ only in the grid axis.
     params = [{k: v for k, v in r.data.params.items() if k not in ("model.direction",)} for r in children]
     assert all(p == params[0] for p in params)
@@ -167,7 +167,7 @@ def test_a_cell_that_fails_is_marked_failed_and_retried_by_the_next_run(stores):
     tracking, storage = stores
     # A learning rate of 1e30 makes the loss NaN: train() raises in the first epoch.
     spec = StudySpec(name="lr", description="a cell that diverges", axes={"train.lr": (1.0, 1e30)},
-                     model_presets={"tiny": "tiny"})
+                     model_presets={"tiny": "tiny-transformer"})
     outcome = run_grid_study(spec, "smoke", storage=storage, tracking_uri=tracking, data=tiny_data(), seeds=(1,),
                              overrides=TINY, study_name="lr-test")
     assert not outcome.complete and outcome.n_complete == 1
@@ -192,7 +192,7 @@ def test_a_study_begun_before_a_config_key_existed_resumes_with_the_value_it_beg
     tracking, storage = stores
     # One cell that fails in its first step (NaN loss): quick, and it runs again on every resume.
     spec = StudySpec(name="old", description="a study from an older version", axes={"train.lr": (1e30,)},
-                     model_presets={"tiny": "tiny"})
+                     model_presets={"tiny": "tiny-transformer"})
     run_grid_study(spec, "smoke", storage=storage, tracking_uri=tracking, data=tiny_data(), seeds=(1,),
                    overrides=TINY, study_name="old-test")
     # As a version before data.val_min_edits stored it: the base config without the key.
@@ -217,7 +217,7 @@ def test_a_resumed_study_trains_its_stored_config_and_refuses_other_values_it_is
     tracking, storage = stores
     # One cell that fails in its first step (NaN loss): quick, and it runs again on every resume.
     spec = StudySpec(name="kept", description="a study whose defaults changed", axes={"train.lr": (1e30,)},
-                     model_presets={"tiny": "tiny"})
+                     model_presets={"tiny": "tiny-transformer"})
 
     def run(budget="smoke", **more):
         return run_grid_study(spec, budget, storage=storage, tracking_uri=tracking, data=tiny_data(), seeds=(1,),
@@ -862,7 +862,7 @@ def test_a_cell_another_study_trained_with_the_same_config_is_copied_not_trained
     trial = next(t for t in study.trials if t.params["model.decoder"] == "transformer")
     assert trial.state == TrialState.COMPLETE and trial.value == bi.data.metrics["best_val_exprate"]
     assert trial.user_attrs[keys.REUSED_FROM]["run"] == bi.info.run_id
-    assert trial.user_attrs["test_2014_exprate"] == bi.data.metrics["test_2014_exprate"]
+    assert trial.user_attrs["hmer.test_2014_exprate"] == bi.data.metrics["test_2014_exprate"]
     cost = measured_cost(client, parents[0].info.experiment_id, "decoder-test")
     assert cost.startswith("measured on its 1 finished trial(s)") and "1 trial(s) copied" in cost
     # the study started when its parent run did, not when the run it copied had
@@ -873,7 +873,7 @@ def test_a_cell_another_study_trained_with_the_same_config_is_copied_not_trained
 
     # Only the same config is the same cell: another seed or another dropout trains.
     stored = json.loads(Path(client.download_artifacts(bi.info.run_id, "config.json", str(tmp_path))).read_text())
-    cfg = Config.from_dict(stored, stored=True)
+    cfg = Config.from_dict(stored)
     assert find_trained(client, cfg, "another").run_id == bi.info.run_id
     assert find_trained(client, cfg.override({"train.seed": 2}), "another") is None
     assert find_trained(client, cfg.override({"model.dropout": 0.25}), "another") is None

@@ -41,7 +41,7 @@ def test_label_smoothing_spreads_the_target_probability():
     from hmer.training.setup import LossModule
 
     torch.manual_seed(0)
-    model = build_model("tiny").eval()
+    model = build_model("tiny-transformer").eval()
     vocab = Vocab()
     batch = collate(tiny_data()["train"][:2], vocab)
     tgt_in, tgt_out, _ = make_targets(batch.token_ids, "bi", vocab)

@@ -74,7 +74,7 @@ def cfg_ladder(cfg):
 
 def test_plan_runs_the_encoder_at_every_shape_and_keeps_no_gradient(one_thread):
     torch.manual_seed(0)
-    model = build_model("tiny").train()
+    model = build_model("tiny-transformer").train()
     before = copy.deepcopy(model.state_dict())
     n, seconds = plan(model, {(2, 32, 64), (3, 48, 80)}, torch.device("cpu"), None, True)
     assert n == 2 and seconds > 0 and model.training
@@ -83,7 +83,7 @@ def test_plan_runs_the_encoder_at_every_shape_and_keeps_no_gradient(one_thread):
 
 
 def test_the_plan_cache_is_sized_to_the_shapes_once_and_before_any_convolution(monkeypatch):
-    model = build_model("tiny")
+    model = build_model("tiny-transformer")
     convs = sum(1 for m in model.modules() if isinstance(m, torch.nn.Conv2d))
     assert plans_per_shape(model) == 3 * convs - 1
     use_matmul(model, True)  # a 1x1 convolution as a matrix product needs no plan

@@ -49,7 +49,7 @@ def test_scale_augmentation_resizes_and_none_keeps_sizes():
 
 def test_loss_from_prebuilt_targets_is_the_models_loss():
     torch.manual_seed(0)
-    model = build_model("tiny").eval()
+    model = build_model("tiny-transformer").eval()
     tb = epoch(0, scale=None)[0]
     expected = model.loss(tb.batch.images, tb.batch.image_mask, tb.batch.token_ids)
     got = model.loss_from_targets(tb.batch.images, tb.batch.image_mask, tb.tgt_in, tb.tgt_out)

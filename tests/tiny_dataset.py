@@ -72,7 +72,7 @@ def tiny_config(**overrides) -> Config:
     """A model small enough to train a few steps per second on one CPU core."""
     from hmer.presets import preset_with_recipe
 
-    cfg = preset_with_recipe("tiny")
+    cfg = preset_with_recipe("tiny-transformer")
     values = {
         "train.epochs": 2, "train.device": "cpu", "train.beam_size": 2, "train.max_decode_len": 12,
         "train.attention_maps": 1, "data.test_years": "2014", "data.batch_pixels": 20_000,

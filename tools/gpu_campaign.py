@@ -181,7 +181,7 @@ class Campaign:
         return "failed"
 
     def train_preset(self) -> str:
-        return "tiny" if self.args.rehearse else self.args.train_preset
+        return "tiny-transformer" if self.args.rehearse else self.args.train_preset
 
     def checkpoint(self) -> Path | None:
         found = sorted(glob.glob(str(self.home / "mlruns" / "checkpoints" / "*" / "last.pt")), key=os.path.getmtime)
@@ -223,7 +223,7 @@ class Campaign:
         cmd = [sys.executable, str(REPO / "tools" / "gpu_shape_cost.py"), "--device", self.args.device,
                "--out", str(folder), "--budget", str(max(cap - 30, 10))]
         if not self.gpu:
-            cmd += ["--preset", "tiny", "--smoke"]
+            cmd += ["--preset", "tiny-transformer", "--smoke"]
         rc, _, _ = self.run(cmd, cap)
         if (folder / "shape_cost.json").is_file():
             shutil.copyfile(folder / "shape_cost.json", self.lease.out / "shape_cost.json")

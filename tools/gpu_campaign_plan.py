@@ -74,12 +74,12 @@ GPU_TRIALS = {"preset": "bttr", "procs": "1,8", "seconds": 30, "setup_seconds": 
 # ---- the CPU rehearsal: the same steps, tiny, seconds each ---------------------------------------
 REHEARSAL_TINY = ["data.batch_pixels=20000", "data.max_batch_size=8"]
 REHEARSAL_TRAIN_FIGURES = [
-    ("tiny", "large k=4, padded to 32 px", ["data.batch_pixels=80000", "data.max_batch_size=32",
+    ("tiny-transformer", "large k=4, padded to 32 px", ["data.batch_pixels=80000", "data.max_batch_size=32",
                                             "data.pad_multiple=32"], 60, 3),
     # Inductor on a CPU needs minutes (docs/benchmarks.md section 2): this figure shows a cap at work.
-    ("tiny", "compile", [*REHEARSAL_TINY, "train.compile=true"], 2, 3),
+    ("tiny-transformer", "compile", [*REHEARSAL_TINY, "train.compile=true"], 2, 3),
 ]
-REHEARSAL_TRIALS = {"preset": "tiny", "procs": "1,2", "seconds": 2, "setup_seconds": 40}
+REHEARSAL_TRIALS = {"preset": "tiny-transformer", "procs": "1,2", "seconds": 2, "setup_seconds": 40}
 # (the limits keep a rehearsal on the real data to minutes; the tests' datasets are smaller still)
 REHEARSAL_TRAIN_SET = ["train.beam_size=2", "train.max_decode_len=12", "train.attention_maps=1", "train.epochs=3",
                        "data.train_limit=300", "data.val_limit=40", "data.test_limit=40", *REHEARSAL_TINY]

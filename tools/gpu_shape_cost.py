@@ -14,7 +14,7 @@ printed last, each remedy beside the baseline it is meant to beat.
 
 The CPU rehearsal (tests/test_gpu_shape_cost.py runs it; every section that needs a GPU is skipped,
 the others run on two shapes of the `tiny` preset):
-  python tools/gpu_shape_cost.py --device cpu --preset tiny --smoke --out /tmp/sc
+  python tools/gpu_shape_cost.py --device cpu --preset tiny-transformer --smoke --out /tmp/sc
 
 Sections (a "fresh" shape is one this process's cuDNN plan cache has never seen; "cold" = the step's
 first time at a shape, "warm" = its second; per-shape cost = median cold - median warm):

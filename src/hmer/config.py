@@ -7,17 +7,20 @@ Optuna studies vary it, and how MLflow logs it as a param. Changing one field an
 holding every other equal is the whole point of an ablation, so nothing about a run
 lives outside this object.
 
-This module is the schema: the fields, what each allows (declared with `hmer.allowed`), the
-rules between them, and how a stored config reloads (`VALUES_BEFORE_KEY_EXISTED`). What a run's
-config is made of, layer by layer (a preset's family, size and recipe, a study's budget and cell,
-`--set`), is `hmer.presets` and `hmer.studies.resolution`; `hmer config` prints it.
+This module is the schema: the fields, what each allows (declared with `hmer.allowed`) and the rules
+between them. What a run's config is made of, layer by layer (a preset's family, size and recipe, a
+study's budget and cell, `--set`), is `hmer.presets` and `hmer.studies.resolution`; `hmer config`
+prints it.
 
 Why one file of over 400 lines: it is one concept, the schema, and most of its lines are the fields,
-each with what it allows and why. Adding a field is one change here: the field, the rules that name it
-(some span sections: `train.cuda_graphs` needs the pad ladder of `data`), and its entry in
-`VALUES_BEFORE_KEY_EXISTED`. Split by section, a cross-section rule and the stored-config table would
-sit apart from the fields they bind; split by kind (fields, rules, reloading), one change would touch
-three files.
+each with what it allows and why. Adding a field is one change here: the field and the rules that
+name it (some span sections: `train.cuda_graphs` needs the pad ladder of `data`). Split by section, a
+cross-section rule would sit apart from the fields it binds.
+
+A stored config (a run's `config.json`, a study's base config, a checkpoint's) reloads with the
+values it holds; a key added after it was stored takes its default, so a new key's default is what
+the code did before the key existed. (The committed store holds every key of today's config: it was
+migrated once, issue 67.)
 """
 
 from __future__ import annotations
@@ -116,8 +119,7 @@ class ModelConfig:
     """Architecture. Defaults are the BTTR paper's sizes (bidirectional transformer) with the
     project's own choices where it departs from the reference code (`mask_padding`, the `sin2d`
     image positions, no token-embedding norm). The `bttr` and `comer-*` presets pin the
-    references' functions (see hmer.presets). A stored config that lacks a field reloads
-    with `VALUES_BEFORE_KEY_EXISTED`, not with the default (see there)."""
+    references' functions (see hmer.presets)."""
 
     vocab_size: int = allowed(113, ge=4)  # 110 CROHME symbols + pad, sos, eos
     d_model: int = allowed(256, ge=4)
@@ -402,9 +404,8 @@ class Config:
         Path(path).write_text(json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n")
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], *, stored: bool = False) -> "Config":
-        """From nested sections. `stored`: `d` was written by an earlier run (a checkpoint, a
-        study), so a key it lacks takes the value it had then (`VALUES_BEFORE_KEY_EXISTED`)."""
+    def from_dict(cls, d: dict[str, Any]) -> "Config":
+        """From nested sections; a key `d` lacks takes its default."""
         cfg = cls()
         flat = {"name": d.get("name", "")}
         for section in ("model", "data", "train"):
@@ -412,7 +413,7 @@ class Config:
             for k, v in (d.get(section) or {}).items():
                 if k in known:  # tolerate fields of older versions
                     flat[f"{section}.{k}"] = v
-        return cls.from_flat_dict(flat, stored=stored)
+        return cls.from_flat_dict(flat)
 
     @classmethod
     def load(cls, path: str | Path) -> "Config":
@@ -433,10 +434,8 @@ class Config:
             raise ConfigError(f"{path}: {e}") from None
 
     @classmethod
-    def from_flat_dict(cls, flat: dict[str, Any], *, stored: bool = False) -> "Config":
-        """From "section.key" keys; `stored` as in `from_dict`."""
-        if stored:
-            flat = {**{k: v for k, v in VALUES_BEFORE_KEY_EXISTED.items() if k not in flat}, **flat}
+    def from_flat_dict(cls, flat: dict[str, Any]) -> "Config":
+        """From "section.key" keys; a key `flat` lacks takes its default."""
         return cls().override(flat)
 
 
@@ -471,38 +470,6 @@ def _check_file_config(data: Any) -> None:
                                   f"{kind}")
 
 
-# The one policy for configs stored by earlier versions (checkpoints, studies' base configs, runs'
-# config.json): a key a stored config lacks takes the value that reproduces what the code did before
-# the key existed, from this table, never today's default. So a default may change (the replay test,
-# tests/test_config_replay.py, says which committed runs resolve through it), and a resumed run or
-# study keeps training as it began. Every key added since the oldest config in the committed store
-# is here, whether or not its value is today's default (the replay test holds the table complete).
-VALUES_BEFORE_KEY_EXISTED: dict[str, Any] = {
-    # f3dc35a: the reference presets' options; before them every model computed the project's own
-    "model.mask_padding": True,
-    "model.encoder_tail": "relu-norm-pos",
-    "model.embed_pos_norm": True,  # embed_norm meant both LayerNorms, after the embedding and after the positions
-    "train.search_rule": "hmer",
-    "data.val_min_edits": 1,  # 8fb14e1: only exact caption twins were kept out of validation
-    "train.label_smoothing": 0.0,  # 246d93c: plain cross-entropy
-    # be4b31a: renderer augmentation and the second validation style, off
-    "data.aug_share": 0.0, "data.aug_width_min": 1.0, "data.aug_width_max": 1.0, "data.aug_pressure": 0.0,
-    "data.aug_antialias": 0.0, "data.aug_downscale": 0.0, "data.aug_blur": 0.0, "data.aug_slant": 0.0,
-    "data.aug_rotate": 0.0, "data.aug_jitter": 0.0, "data.aug_elastic": 0.0, "data.val_alt": "",
-    "data.render_style": "direct",  # 6ff3393: drawn at render_height
-    "model.conv_attention": "gehring",  # ffdbb27: Gehring et al.'s unscaled scores (ablate_decoder-cpu-gehring)
-    "data.pad_multiple": 1,  # 3e0263a: each batch padded to its own largest image
-    # issue 47's shape-cost work: no pad ladder, 1x1 convolutions as convolutions, no planning pass, no graphs
-    "data.pad_growth": 1.0, "train.conv1x1_as_matmul": False, "train.plan_shapes": False, "train.cuda_graphs": False,
-    # issue 47's large batches: the rate as set (no scaling by the batch), the warm-up in steps
-    "train.lr_scaling": "none", "train.lr_reference_batch_pixels": 320_000, "train.lr_reference_max_batch_size": 16,
-    "train.warmup_epochs": 0.0,
-    # issue 66: images sized by render_height alone, no weight average, the schedules before WSD
-    "data.render_scale": 0.0, "train.ema_decay": 0.0, "train.decay_epochs": 0,
-    # issue 68: no symbol counting
-    "model.counting": False, "model.counting_channels": 32, "train.counting_weight": 1.0,
-}
-
 # Where the process that runs a config finds its data, and how far ahead it loads batches: they
 # belong to the machine, not to what is trained. A config stored by an earlier process and taken
 # up again (a resumed study's base config, the checkpoint a killed trial continues from) takes
@@ -512,10 +479,10 @@ MACHINE_KEYS = ("data.path", "data.prefetch")
 
 def stored_config(stored: dict[str, Any], here: Config) -> Config:
     """The config `stored` (flat "section.key" values written by an earlier process) as this
-    process runs it: the stored values (a key it lacks takes `VALUES_BEFORE_KEY_EXISTED`), with
-    `here`'s MACHINE_KEYS. Defaults changed in the code since it was stored change nothing."""
+    process runs it: the stored values, with `here`'s MACHINE_KEYS. A stored config holds every key
+    (module docstring), so defaults changed in the code since it was stored change nothing."""
     mine = here.to_flat_dict()
-    return Config.from_flat_dict({**stored, **{key: mine[key] for key in MACHINE_KEYS}}, stored=True)
+    return Config.from_flat_dict({**stored, **{key: mine[key] for key in MACHINE_KEYS}})
 
 
 def copy_config(cfg: Config) -> Config:

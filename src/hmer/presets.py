@@ -35,7 +35,7 @@ up to the recipe); `hmer.studies.resolution` adds the budget, the study, --set, 
 and the cell; `hmer config` prints the result with the layer of each value.
 
     preset_with_recipe("comer-fusion")             # CoMER fusion, CoMER's recipe (SGD, scale augmentation)
-    resolve_preset("tiny", size="cpu", recipe="cpu").sources["model.d_model"]   # 'size cpu'
+    resolve_preset("tiny-transformer", size="cpu", recipe="cpu").sources["model.d_model"]   # 'size cpu'
     preset_config("tiny-rnn")                      # its ModelConfig alone
 
 A part of the foundation: plain values and the config's layers, so that a preset with its recipe
@@ -130,7 +130,6 @@ for _family in ("bttr", "comer-self", "comer-cross", "comer-fusion", "wap-rnn", 
 # (the smoke studies, the tests, the timings of docs/benchmarks.md). At the `cpu` budget a study
 # trains every one of them with the `cpu` recipe instead (hmer.studies.budgets).
 PRESETS.update({
-    "tiny": Preset("transformer", "tiny", "bttr"),
     "tiny-transformer": Preset("transformer", "tiny", "bttr"),
     "tiny-comer": Preset("comer-fusion", "tiny", "bttr"),
     "tiny-rnn": Preset("wap-rnn", "tiny", "bttr"),
@@ -198,14 +197,12 @@ class Resolution:
     def take_stored(self, stored: Mapping[str, Any], name: str) -> "Resolution":
         """The `stored` layer: a study's base config stored by the process that began it (flat keys)
         wins over every layer below, as a resumed study runs it (`hmer.config.stored_config`: this
-        process's machine keys, `VALUES_BEFORE_KEY_EXISTED` for a key it lacks). A key whose stored
-        value is the one resolved keeps its layer."""
+        process's machine keys). A key whose stored value is the one resolved keeps its layer."""
         if LAYERS.index("stored") < LAYERS.index(self.last):
             raise ValueError(f"the stored layer comes before the {self.last} layer (hmer.presets.LAYERS)")
         resumed = stored_config(dict(stored), self.config)
         before, after = self.config.to_flat_dict(), resumed.to_flat_dict()
-        changed = {key: (f"stored {name}" if key in stored else f"stored {name}, a key it lacks: its value before "
-                         f"the key existed") for key in after if after[key] != before[key]}
+        changed = {key: f"stored {name}" for key in after if after[key] != before[key]}
         return Resolution(resumed, {**self.sources, **changed}, "stored")
 
     def rows(self) -> list[tuple[str, Any, str]]:

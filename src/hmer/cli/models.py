@@ -57,7 +57,7 @@ def cpu_size_rows() -> list[tuple[str, int, int]]:
     from ..presets import resolve_preset
 
     rows = []
-    for name in ("tiny", "tiny-comer", "tiny-rnn", "tiny-convs2s"):
+    for name in ("tiny-transformer", "tiny-comer", "tiny-rnn", "tiny-convs2s"):
         cfg = resolve_preset(name, size="cpu").config.model
         with torch.device("meta"):
             params = count_parameters(build_model(cfg))

@@ -1,7 +1,7 @@
-"""`hmer runs export | import | publish | workspace | rename | supersede | present | show | fingerprint |
-rescore`: MLflow runs moved between stores (a GPU machine's and the committed one in mlruns/), a study
-renamed in its store, a store's studies presented for its UIs, what trained a run, and runs given what
-they lack (a fingerprint, the scores of metrics registered after them)."""
+"""`hmer runs export | import | publish | workspace | rename | supersede | present | show | rescore |
+migrate`: MLflow runs moved between stores (a GPU machine's and the committed one in mlruns/), a study
+renamed in its store, a store's studies presented for its UIs, what trained a run, runs given the
+scores of metrics registered after them, and a store brought to today's schema once (issue 67)."""
 
 from __future__ import annotations
 
@@ -85,20 +85,19 @@ def add_parser(sub) -> None:
     sp.add_argument("by", metavar="NEW_STUDY", help="the study that replaces it")
     sp.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
     sp.set_defaults(func=cmd_runs_supersede)
-    sh = rsub.add_parser("show", help="what trained a run: its study, cell, seed and commit, its config with each "
-                         "value's layer rebuilt through today's layers and what differs and why, its training-code "
-                         "fingerprint against today's, its scores per year, where its weights and predictions are "
-                         "(hmer.store.provenance)")
+    sh = rsub.add_parser("show", help="what trained a run: its study, cell, seed and commit, how far it trained, "
+                         "its training-code fingerprint against today's, the config it trained with, its scores per "
+                         "year, where its weights and predictions are (hmer.store.provenance)")
     sh.add_argument("run", metavar="RUN", help="a run id, or its first 8 or more characters")
     sh.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
-    sh.add_argument("--storage", default=None, help="Optuna storage (default: optuna.db beside the MLflow store)")
     sh.set_defaults(func=cmd_runs_show)
-    fp = rsub.add_parser("fingerprint", help="tag every run trained before runs carried a training-code fingerprint "
-                         "(hmer.fingerprint) with the fingerprint of the code at its commit, measured in a temporary "
-                         "worktree of it (hmer.store.fingerprints); runs whose fingerprints are equal were trained "
-                         "by code that computes the same numbers")
-    fp.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
-    fp.set_defaults(func=cmd_runs_fingerprint)
+    mg = rsub.add_parser("migrate", help="bring a store to today's schema, once (issue 67; hmer.store.migrate): every "
+                         "run's config.json and study's base config with every key, today's tag, param and trial "
+                         "attribute names, a fingerprint on every trained run, every study under its name; rewrites "
+                         "the databases and config files only, never weights; a second run changes nothing")
+    mg.add_argument("folder", metavar="STORE", nargs="?", default=None,
+                    help="the store's folder, its mlflow.db and optuna.db (default: the checkout's mlruns/)")
+    mg.set_defaults(func=cmd_runs_migrate)
     pr = rsub.add_parser("present", help="bring every study of the store FOLDER (mlflow.db, optuna.db) up to date for "
                          "the MLflow UI and optuna-dashboard, as a study that ends now is: a grid study's figure, "
                          "table and summary run per variant on its parent run, the objective's name, the study's "
@@ -181,8 +180,8 @@ def _publish(args) -> int:
         print(f"  closed in the published copy, where nothing runs: {'; '.join(done.closed)}")
     if done.marked:
         print(f"  experiments marked as model training (tag mlflow.experimentKind): {', '.join(done.marked)}")
-    for change in done.relabelled:
-        print(f"  {change} set to the study's name")
+    if done.migrated:
+        print(f"  brought to today's schema (hmer runs migrate): {'; '.join(done.migrated)}")
     for study, changes in done.annotated.items():
         print(f"  study {study}: {', '.join(changes)}")
     if done.portable:
@@ -192,7 +191,6 @@ def _publish(args) -> int:
 
 def cmd_runs_show(args) -> int:
     from ..store.provenance import run_provenance
-    from ..studies.storage import default_storage
     from ..tracking.store import default_tracking_uri, mlflow_client, quiet_mlflow
     from ..training.fingerprint import code_fingerprint
 
@@ -200,8 +198,7 @@ def cmd_runs_show(args) -> int:
     uri = args.tracking_uri or default_tracking_uri()
     client = mlflow_client(uri)
     run_id = _whole_run_id(client, args.run, uri)
-    storage = args.storage or default_storage(uri)
-    for line in run_provenance(client, storage, run_id, code_fingerprint()).lines():
+    for line in run_provenance(client, run_id, code_fingerprint()).lines():
         print(line)
     return 0
 
@@ -217,23 +214,21 @@ def _whole_run_id(client, given: str, uri: str) -> str:
         raise UserError(str(exc)) from None
 
 
-def cmd_runs_fingerprint(args) -> int:
+def cmd_runs_migrate(args) -> int:
+    from pathlib import Path
+
     from ..data.source import repo_root
-    from ..store.fingerprints import record_fingerprints
-    from ..tracking.store import default_tracking_uri, quiet_mlflow
-    from ..training.fingerprint import code_fingerprint
+    from ..store.migrate import migrate_store
+    from ..tracking.lock import no_training
+    from ..tracking.store import mlruns_dir, quiet_mlflow
 
     quiet_mlflow()
-    root = repo_root()
-    if root is None or not (root / ".git").exists():
-        print("hmer runs fingerprint: error: it measures each commit in a worktree of this package's git checkout, "
-              "and this package is not installed from one", file=sys.stderr)
-        return 2
-    uri = args.tracking_uri or default_tracking_uri()
-    with _writing(uri, "hmer runs fingerprint"):
-        done = record_fingerprints(uri, root)
-    print(f"today's code: {code_fingerprint()}; {len(done)} commit(s) measured" if done else
-          f"today's code: {code_fingerprint()}; every trained run in {uri} carries a fingerprint")
+    folder = Path(args.folder).resolve() if args.folder else mlruns_dir()
+    root = repo_root()  # the clone whose commits measure a fingerprint a run lacks
+    with _writing(f"sqlite:///{folder / 'mlflow.db'}", f"hmer runs migrate {folder}"), no_training(folder):
+        changes = migrate_store(folder, root if root is not None and (root / ".git").exists() else None,
+                                say=lambda line: print(f"  {line}", flush=True))
+    print(f"migrated {folder}: {len(changes)} change(s)" if changes else f"{folder} is today's schema: nothing changed")
     return 0
 
 

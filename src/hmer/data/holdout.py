@@ -4,7 +4,7 @@ A CROHME test year has writers that training never saw and captions that trainin
 saw (3.0 / 1.6 / 0.3 % of the 2014 / 2016 / 2019 captions occur in train). The training split is
 not like that: half its expressions share their caption with another training expression. A
 random hold-out therefore puts most of validation beside a twin left in training, and validation
-measures memorisation: measured on a `tiny` model, 18.3 % validation ExpRate against 4-5 % on the
+measures memorisation: measured on a `tiny-transformer` model, 18.3 % validation ExpRate against 4-5 % on the
 test years. Everything that reads validation inherits that bias (best checkpoint, plateau
 schedule, pruning, the sweep's objective).
 

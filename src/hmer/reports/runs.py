@@ -215,10 +215,8 @@ def study_parent(study: str, tracking_uri: str | None = None) -> pd.Series | Non
 def study_budget(head: pd.Series) -> str | None:
     """The budget a study ran under, from its parent run's row of `load_runs` (or, for a study whose
     parent run is missing, one of its trials' rows)."""
-    # A study's parent run logs its budget as the param `budget`. Parent runs written before November
-    # 2026 (the committed direction study's among them) have it as the param `preset`, from before
-    # budgets had a word of their own. The tag `hmer.preset` (keys.BUDGET) is on every run of a study.
-    for column in ("params.budget", "params.preset", f"tags.{keys.BUDGET}"):
+    # A study's parent run logs its budget as the param `budget`; the tag keys.BUDGET is on every run of a study.
+    for column in ("params.budget", f"tags.{keys.BUDGET}"):
         value = head.get(column)
         if isinstance(value, str) and value:
             return value

@@ -19,9 +19,7 @@ variant, its summary run and its trials, is drawn in the variant's colour of the
 `mlflow.runColor`), in the tables and the charts alike.
 
 The parent run carries no `hmer.variant`: grouping the runs by that tag groups the variants' own
-runs. Stores annotated before issue 49 hold the variants' summaries as metrics of the parent,
-`test_<year>_exprate_mean/<variant>` and `..._std/<variant>`, each its own one-bar chart: they
-are deleted (SQLite stores; MLflow has no API that deletes a metric).
+runs.
 
 A sweep's parent run gets its table as a sweep prints it (`hmer.reports.sweep.sweep_table`: every
 trial with its objective and parameters), as its description and `table.md`; a study superseded
@@ -37,8 +35,6 @@ from __future__ import annotations
 
 import io
 import math
-import re
-import sqlite3
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -55,8 +51,6 @@ from .tables import scored, study_table
 TABLE_ARTIFACT = "table.md"
 FIGURE_ARTIFACT = "exprate.png"
 FIGURE_WIDTH_PX = 800  # the figure fits the run page's description at its natural size (MLflow does not scale it)
-# The parent-run metrics of stores annotated before issue 49 (`test_2014_exprate_mean/bi`)
-_RETIRED_METRIC = re.compile(r"^test_[^/]+_exprate_(mean|std)/")
 
 
 def summary_metric(year: str) -> str:
@@ -99,15 +93,6 @@ def description(study: str, table: pd.DataFrame, experiment_id: str, run_id: str
             f"chart per year.\n")
 
 
-def forget_parent_variant(client, run_id: str) -> list[str]:
-    """Delete the `hmer.variant` tag of a study's parent run (parent runs made before issue 49 have
-    it): it made the parent a group of its own when the runs are grouped by variant."""
-    if keys.VARIANT not in client.get_run(run_id).data.tags:
-        return []
-    client.delete_tag(run_id, keys.VARIANT)
-    return [f"parent run without the tag {keys.VARIANT}"]
-
-
 def annotate_study(study: str, tracking_uri: str | None = None, *, runs: pd.DataFrame | None = None,
                    table: pd.DataFrame | None = None) -> list[str]:
     """Write the grid study's figure, table, description and summary runs (module docstring), only
@@ -121,7 +106,7 @@ def annotate_study(study: str, tracking_uri: str | None = None, *, runs: pd.Data
     table = study_table(study, uri, runs=runs) if table is None else table
     client = client_for(uri)
     run = client.get_run(parent["run_id"])
-    changes = _retire_parent_summaries(client, run)
+    changes: list[str] = []
     if table.empty:
         return changes
     order = [str(v) for v, row in table.iterrows() if int(row.get("seeds", 0) or 0) > 0]
@@ -253,25 +238,6 @@ def _one_summary_each(client, experiment_id: str, study: str, wanted: dict, chan
             client.delete_run(run.info.run_id)
             changes.append(f"summary run {run.info.run_name!r} deleted")
     return kept
-
-
-def _retire_parent_summaries(client, run) -> list[str]:
-    """Delete the parent's summary metrics of the layout before issue 49 (module docstring), in a
-    SQLite store: the second place, after `tracking.portable`, that writes MLflow's tables
-    directly, since no API deletes a metric. Another store keeps them (and says so)."""
-    from ..tracking.portable import sqlite_path
-
-    retired = sorted(k for k in run.data.metrics if _RETIRED_METRIC.match(k))
-    if not retired:
-        return []
-    db = sqlite_path(client.tracking_uri)
-    if db is None:
-        return [f"{len(retired)} parent metrics of the old layout kept (not a SQLite store: no API deletes them)"]
-    with sqlite3.connect(db) as conn:
-        for table in ("metrics", "latest_metrics"):
-            conn.executemany(f"DELETE FROM {table} WHERE run_uuid = ? AND key = ?",  # noqa: S608 - fixed names
-                             [(run.info.run_id, key) for key in retired])
-    return [f"{len(retired)} parent metrics of the old layout deleted"]
 
 
 def _png(figure) -> bytes:

@@ -254,9 +254,10 @@ def sweep_table(study: optuna.Study) -> str:
         row: dict[str, Any] = {"trial": t.number, "state": state, "objective": objective,
                                "trained %": last if last is not None else math.nan,
                                "val <=1 then": t.intermediate_values[last] if last is not None else math.nan}
+        scored = keys.trial_score("test_")
         for key, value in t.user_attrs.items():
-            if key.startswith("test_") and key.endswith("_exprate"):
-                row[key[len("test_"):-len("_exprate")] + " ExpRate"] = value
+            if key.startswith(scored) and key.endswith("_exprate"):
+                row[key[len(scored):-len("_exprate")] + " ExpRate"] = value
         row.update({k: f"{v:.4g}" if isinstance(v, float) else str(v) for k, v in t.params.items()})
         rows.append(row)
     if not rows:

@@ -10,10 +10,10 @@ is committed to the checkout and read on other machines (`hmer runs ...`, docs/s
   (`hmer runs rename | supersede`);
 - `present`: a study as both UIs show it, brought up to date (`hmer runs present`, and the command
   that runs a study once it ends), with `dashboard` (its notes in optuna-dashboard);
-- `provenance`: what trained a run, its config rebuilt through today's layers (`hmer runs show`),
-  with `config_history` (the committed runs that trained otherwise, and why);
-- `fingerprints`: the training-code fingerprint of runs trained before runs carried one
-  (`hmer runs fingerprint`).
+- `provenance`: what trained a run (`hmer runs show`);
+- `migrate`: a store brought to today's schema once (`hmer runs migrate`, and `publish` for a
+  workspace of a study begun before it; issue 67), deleted with its command once no unmigrated
+  store remains.
 
 It sits above `hmer.studies` (docs/architecture.md): it reads a study's records as the studies
 write them (`studies.storage`, `claims`, `spec`, `resolution`), and no module that runs a study

@@ -1,7 +1,7 @@
 """A clean store, as committed: no machine path, nothing left running, every study under its own name.
 
     problems = store_problems(Path("mlruns"))        # [] for a clean store; else one line each
-    fixed = relabel_studies(uri, storage) + make_paths_portable(folder, stores=[workspace])
+    fixed = make_paths_portable(folder, stores=[workspace])
 
 A committed store is read on other machines, by people who did not run it:
 - it names no folder of the machine it was published on (`tracking.portable.machine_paths`: a
@@ -9,13 +9,12 @@ A committed store is read on other machines, by people who did not run it:
   MLflow database, its Optuna storage, its artifacts or its checkpoints;
 - no run is RUNNING and no trial is: no process writes to a committed store;
 - a study is called by its name everywhere: its MLflow experiment, the `hmer.study` tag of its
-  runs, its parent run's name and `study` param, its Optuna study's `hmer.experiment` attribute
-  (a study renamed before `hmer runs rename` set them all kept its old name in the last two).
+  runs, its parent run's name and `study` param, its Optuna study's `hmer.experiment` attribute.
 
 `store_problems` walks the store folder's files (every text column of both databases, every text,
 JSON and model file) and reports each problem in one line naming where it is. `hmer runs publish`
-fixes what it can in its copy (closing what ran: hmer.store.publish; `relabel_studies`,
-`make_paths_portable`), then refuses a copy that `store_problems` still finds anything in.
+fixes what it can in its copy (closing what ran: hmer.store.publish; `make_paths_portable`), then
+refuses a copy that `store_problems` still finds anything in.
 """
 
 from __future__ import annotations
@@ -156,57 +155,6 @@ def _strings(value) -> Iterator[str]:
 
 
 # ---- fixing ----------------------------------------------------------------------------------------
-
-def relabel_studies(tracking_uri: str, storage: str | None) -> list[str]:
-    """Give every study its own name where a rename left the old one: its Optuna study's
-    `hmer.experiment`, its parent run's name and `study` param (SQLite: params are written once
-    through MLflow's API). Returns what changed, in words."""
-    from ..tracking.portable import sqlite_path
-    from ..tracking.store import mlflow_client
-
-    changed = []
-    if storage is not None:
-        changed += _relabel_optuna_studies(storage)
-    client = mlflow_client(tracking_uri)
-    params = {}
-    for run in _parent_runs(client):
-        study = run.data.tags[keys.STUDY]
-        if run.info.run_name != study:
-            client.set_tag(run.info.run_id, keys.MLFLOW_RUN_NAME, study)
-            changed.append(f"study {study}: its parent run's name")
-        if run.data.params.get(STUDY_PARAM, study) != study:
-            params[(run.info.run_id, STUDY_PARAM)] = study
-            changed.append(f"study {study}: its parent run's param {STUDY_PARAM}")
-    db = sqlite_path(tracking_uri)
-    if params:
-        if db is None:
-            raise ValueError(f"{tracking_uri}: the param {STUDY_PARAM} of {len(params)} parent run(s) names "
-                             f"another study, and only an SQLite store's params can be set again")
-        set_params(db, params)
-    return changed
-
-
-def _relabel_optuna_studies(storage: str) -> list[str]:
-    """`hmer.experiment` of every Optuna study in `storage` set to the study's own name where it
-    says another (the MLflow experiment a study logs to is named after it)."""
-    import optuna
-
-    changed = []
-    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
-        said = summary.user_attrs.get(keys.EXPERIMENT)
-        if said is not None and said != summary.study_name:
-            optuna.load_study(study_name=summary.study_name, storage=storage).set_user_attr(
-                keys.EXPERIMENT, summary.study_name)
-            changed.append(f"study {summary.study_name}: its Optuna {keys.EXPERIMENT} (was {said})")
-    return changed
-
-
-def _parent_runs(client) -> list:
-    from ..tracking.store import search_all_runs
-
-    return [run for run in search_all_runs(client, filter_string=f"tags.`{keys.ROLE}` = 'study'", deleted_too=True)
-            if keys.STUDY in run.data.tags]
-
 
 def make_paths_portable(folder: str | Path, stores: Sequence[Path] = ()) -> list[str]:
     """Write every machine path in the store in `folder` as a clone reads it

@@ -4,10 +4,9 @@
     done = present_studies(uri, url)                                                  # {study: changes}
 
 `present_study` writes what makes a study read at a glance, where it differs from what is stored:
-- MLflow: its parent run carries no `hmer.variant` (so that grouping by it groups the variants'
-  runs alone); a grid study that has finished, or that another supersedes (nothing continues it),
-  gets its figure, table, description and one summary run per variant, and a finished sweep its
-  table and description (`reports.study_run`);
+- MLflow: a grid study that has finished, or that another supersedes (nothing continues it), gets
+  its figure, table, description and one summary run per variant, and a finished sweep its table
+  and description (`reports.study_run`);
 - Optuna: its objective's name, its description and superseded mark as user attributes, its
   note and its failed trials' notes (`store.dashboard`).
 
@@ -52,8 +51,8 @@ def present_study(study: str, *, tracking_uri: str | None = None, storage: str |
 
 
 def _present(study: str, uri: str, storage: str | None) -> list[str]:
-    from ..reports.runs import client_for, load_runs, study_parent
-    from ..reports.study_run import annotate_study, forget_parent_variant
+    from ..reports.runs import load_runs, study_parent
+    from ..reports.study_run import annotate_study
 
     parent = study_parent(study, uri)
     changes: list[str] = []
@@ -62,7 +61,6 @@ def _present(study: str, uri: str, storage: str | None) -> list[str]:
     if parent is not None:
         kind = _text(parent.get(f"tags.{keys.KIND}"))
         superseded_by = _text(parent.get(f"tags.{keys.SUPERSEDED_BY}"))
-        changes += forget_parent_variant(client_for(uri), str(parent["run_id"]))
         if kind == "grid" and (parent["state"] == "finished" or superseded_by):
             from ..reports.tables import study_table
 

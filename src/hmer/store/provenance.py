@@ -1,23 +1,13 @@
-"""What trained a run, in one place: `hmer runs show RUN`.
+"""What trained a run, in one place: `hmer runs show`.
 
-    shown = run_provenance(client, storage, run_id)   # a Provenance; shown.lines() is what the command prints
+    shown = run_provenance(client, run_id, today_fingerprint)   # a Provenance; shown.lines() is what it prints
 
-A run's stored config (`config.json`) is rebuilt through today's layers (hmer.presets.LAYERS) from
-what the store records about it:
-
-- a study's trial run: its study's spec and budget (Optuna user attributes), the study's stored
-  base config as a resume takes it, and its cell (the `hmer.cell` and `hmer.seed` tags; a sweep
-  trial's drawn values, fitted epochs and warm-up steps);
-- a run of `hmer train`: the command that trained it, where it is written down
-  (`config_history.TRAIN_COMMANDS`), else its preset alone.
-
-Each value is shown with the layer that set it, as `hmer config` shows it, and the values where the
-run trained otherwise than today's layers give are named, with the reason where it is written down
-(`config_history`). Beside them: the study, cell, seed and commit, how far it trained (epochs,
+Beside the run's config as it trained (its `config.json`, every key: the committed store was migrated
+to today's keys once, issue 67): the study, cell, seed and commit, how far it trained (epochs,
 CPU-hours, the CPU cost an epoch lately and what is left at it, validation ExpRate so far: a run that
-spans sessions), the training-code fingerprint against today's (hmer.training.fingerprint), the
-scores per year, and where the weights and predictions are. `tests/test_config_replay.py` holds
-every committed run to this rebuild.
+spans sessions), the training-code fingerprint against today's (hmer.training.fingerprint), the scores
+per year, and where the weights and predictions are. How a config is built, layer by layer, is
+`hmer config`'s (hmer.studies.resolution).
 """
 
 from __future__ import annotations
@@ -26,91 +16,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..config import Config, stored_config
-from ..presets import Resolution, resolve_preset
+from ..config import Config
 from ..reports.markup import measures
-from ..studies.budgets import StudyBudget, get_budget
-from ..studies.resolution import budget_resolution, cell_resolution, stored_base, study_resolution, sweep_trial_values
-from ..studies.spec import STUDIES, StudySpec, SweepSpec
 from ..tracking import keys
-from .config_history import CELLS_CHANGED_SINCE, STUDY_SETS, TRAIN_COMMANDS
-
-
-@dataclass
-class StudyRecord:
-    """What a store records of one study: its spec, budget, stored base config, trials and attributes."""
-
-    name: str
-    spec: StudySpec | SweepSpec
-    budget: StudyBudget
-    base: dict[str, Any]
-    trials: dict[int, Any]
-    attrs: dict[str, Any]
-
-    def fresh(self) -> Resolution:
-        """What a study of this spec under this budget begins with today: the budget's workers, and
-        the --set its command gave where `config_history.STUDY_SETS` writes it down."""
-        spec = self.spec
-        n_trials = self.attrs[keys.N_TRIALS] if isinstance(spec, SweepSpec) else \
-            len(spec.cells(self.attrs[keys.GRID]["train.seed"]))
-        return study_resolution(spec, self.budget, n_trials=n_trials, n_jobs=self.budget.default_jobs,
-                                overrides=STUDY_SETS.get(self.name))
-
-
-def study_record(storage: str, name: str) -> StudyRecord:
-    """Study `name` of the Optuna storage `storage`, read."""
-    import optuna
-
-    study = optuna.load_study(study_name=name, storage=storage)
-    attrs = dict(study.user_attrs)
-    spec = STUDIES.get(attrs[keys.SPEC])
-    base = stored_base(storage, name, spec.name) or {}
-    return StudyRecord(name, spec, get_budget(attrs[keys.BUDGET]), base, {t.number: t for t in study.trials}, attrs)
-
-
-def stored_flat(stored: dict[str, Any]) -> dict[str, Any]:
-    """A run's `config.json` as flat keys, under the one policy for stored configs."""
-    return Config.from_dict(stored, stored=True).to_flat_dict()
-
-
-def differences(stored: dict[str, Any], rebuilt: Resolution) -> dict[str, tuple[Any, Any, str]]:
-    """Key -> (stored, rebuilt, the layer that set it) where a run's flat stored config and its
-    rebuild differ; the machine keys are this process's, as a stored config taken up again has them."""
-    mine = stored_config(stored, rebuilt.config).to_flat_dict()
-    flat = rebuilt.config.to_flat_dict()
-    return {key: (mine[key], flat[key], rebuilt.sources[key]) for key in flat if mine[key] != flat[key]}
-
-
-def rebuild_trial(record: StudyRecord, tags: dict[str, str]) -> tuple[Resolution, str]:
-    """(today's resolution of a study's trial run with `tags`, its variant label)."""
-    spec = record.spec
-    resumed = record.fresh().take_stored(record.base, record.name)
-    if isinstance(spec, SweepSpec):
-        trial = record.trials[int(tags[keys.TRIAL])]
-        drawn = {p.key: trial.params[p.name] for p in spec.params if not p.share_of_training}
-        # its warm-up steps, as the trial fitted them to its epochs, are in its label
-        label = dict(pair.split("=", 1) for pair in tags[keys.CELL].split(","))
-        drawn.update({"train.epochs": trial.user_attrs[keys.TRIAL_FITTED_EPOCHS],
-                      **{p.key: int(label[p.key]) for p in spec.params if p.share_of_training}})
-        rebuilt = resumed.apply("cell", f"trial {trial.number}", sweep_trial_values(spec, resumed.config, drawn))
-        return rebuilt, f"trial {trial.number}"
-    grid = record.attrs[keys.GRID]
-    given = dict(pair.split("=", 1) for pair in tags[keys.CELL].split(","))
-    cell = {key: next(v for v in grid[key] if str(v) == given[key]) for key in spec.axes}
-    cell["train.seed"] = int(tags[keys.SEED])
-    return cell_resolution(resumed, spec, cell), "/".join(str(cell[key]) for key in spec.axes)
-
-
-def rebuild_command(run_id: str, stored: dict[str, Any]) -> tuple[Resolution, dict[str, str], str]:
-    """(today's resolution of a run of `hmer train`, the keys written down as changed since and why,
-    where its command is written down; "" where it is not, and only its preset is rebuilt)."""
-    command = TRAIN_COMMANDS.get(run_id)
-    preset = stored["name"]
-    if command is None:
-        return resolve_preset(preset), {}, ""
-    resolved = budget_resolution(preset, get_budget(command.budget)) if command.budget else resolve_preset(preset)
-    rebuilt = resolved.apply("set", "--set", {key: stored[key] for key in command.set_keys})
-    return rebuilt, command.changed, command.where
 
 
 @dataclass
@@ -174,11 +82,7 @@ class Provenance:
 
     run_id: str
     tags: dict[str, str]
-    rebuilt: Resolution
-    stored: dict[str, Any]
-    differences: dict[str, tuple[Any, Any, str]]
-    written_down: dict[str, str]  # key -> why it trained otherwise, where that is written down
-    rebuilt_from: str
+    config: dict[str, Any]  # flat, as it trained
     today_fingerprint: str
     scores: dict[str, dict[str, float]] = field(default_factory=dict)  # year -> measure -> value
     artifacts: list[str] = field(default_factory=list)
@@ -189,50 +93,23 @@ class Provenance:
         tags = self.tags
         out = [f"run {self.run_id}" + (f" ({tags[keys.MLFLOW_RUN_NAME]})" if keys.MLFLOW_RUN_NAME in tags else "")]
         if keys.STUDY in tags:
-            out.append(f"  study {tags[keys.STUDY]}, trial {tags.get(keys.TRIAL, '?')}, cell "
-                       f"{tags.get(keys.CELL, '?')}, seed {tags.get(keys.SEED, '?')}")
+            out.append(f"  study {tags[keys.STUDY]} (budget {tags.get(keys.BUDGET, '?')}), trial "
+                       f"{tags.get(keys.TRIAL, '?')}, cell {tags.get(keys.CELL, '?')}, seed {tags.get(keys.SEED, '?')}")
         if keys.REUSED_FROM in tags:
             out.append(f"  copied from run {tags[keys.REUSED_FROM]} (the same config and seed, trained once)")
         out.append(f"  trained at commit {tags.get(keys.GIT_COMMIT, 'unknown')} (`git show` it), on "
                    f"{tags.get(keys.DEVICE, 'an unknown device')}")
         if self.progress is not None:
             out += self.progress.lines()
-        fingerprint = tags.get(keys.FINGERPRINT)
-        if fingerprint is None:
-            out.append(f"  training code: no fingerprint recorded (`hmer runs fingerprint` measures its commit's); "
-                       f"today's is {self.today_fingerprint}")
-        else:
-            same = "the same as today's" if fingerprint == self.today_fingerprint else \
-                f"not today's ({self.today_fingerprint}): another computation"
-            out.append(f"  training code: fingerprint {fingerprint}, {same}")
+        out.append(self._fingerprint_line())
         if keys.FINGERPRINT_CHANGED in tags:
             out.append(f"  resumed with other code: {tags[keys.FINGERPRINT_CHANGED]}")
         for tag, words in ((keys.WARM_RESTART, "optimiser restarted (warm restart) at epoch(s)"),
                            (keys.BEST_RESET, "best chosen afresh from epoch(s)")):
             if tag in tags:
                 out.append(f"  {words} {tags[tag]}")
-        out.append(f"  config rebuilt through today's layers from {self.rebuilt_from}:")
-        rows = self.rebuilt.rows()
-        width = max(len(key) for key, _, _ in rows)
-        shown = [json.dumps(v) if isinstance(v, str) else str(v) for _, v, _ in rows]
-        value_width = max(len(v) for v in shown)
-        out.append(f"    {'key':<{width}}  {'value':<{value_width}}  layer")
-        for (key, _, layer), value in zip(rows, shown):
-            mark = ""
-            if key in self.differences:
-                trained = self.differences[key][0]
-                why = self.written_down.get(key, "not written down: a change this table does not explain")
-                mark = f"   <- the run trained {json.dumps(trained) if isinstance(trained, str) else trained}: {why}"
-            out.append(f"    {key:<{width}}  {value:<{value_width}}  {layer}{mark}")
-        if not self.differences:
-            out.append("  today's layers build the config it trained, value for value")
-        if self.scores:
-            out.append("  scores (%):")
-            for year, values in self.scores.items():
-                out.append(f"    {year}: " + ", ".join(f"{m} {v:.0f}" if m == "n" else f"{m} {v:.2f}"
-                                                      for m, v in values.items()))
-        else:
-            out.append("  no test scores (not finished, or stopped before its test years)")
+        out += self._config_lines()
+        out += self._score_lines()
         out.append(f"  files: {self.artifact_uri}")
         weights = [a for a in self.artifacts if a.startswith("model")]
         predictions = [a for a in self.artifacts if a.startswith("predictions/")]
@@ -240,29 +117,42 @@ class Provenance:
         out.append(f"    predictions: {', '.join(predictions) or 'none'}")
         return out
 
+    def _fingerprint_line(self) -> str:
+        fingerprint = self.tags.get(keys.FINGERPRINT)
+        if fingerprint is None:
+            return f"  training code: no fingerprint recorded; today's is {self.today_fingerprint}"
+        same = "the same as today's" if fingerprint == self.today_fingerprint else \
+            f"not today's ({self.today_fingerprint}): another computation"
+        return f"  training code: fingerprint {fingerprint}, {same}"
 
-def run_provenance(client, storage: str | None, run_id: str, today_fingerprint: str) -> Provenance:
-    """What trained run `run_id` of the MLflow store `client` (studies in the Optuna `storage`)."""
+    def _config_lines(self) -> list[str]:
+        """The config as it trained, a key a line (`hmer config` shows how today's layers build one)."""
+        shown = {key: json.dumps(value) if isinstance(value, str) else str(value) for key, value in self.config.items()}
+        width = max(len(key) for key in shown)
+        return ["  config it trained with (its config.json):", *(f"    {key:<{width}}  {value}"
+                                                               for key, value in shown.items())]
+
+    def _score_lines(self) -> list[str]:
+        if not self.scores:
+            return ["  no test scores (not finished, or stopped before its test years)"]
+        return ["  scores (%):", *(f"    {year}: " + ", ".join(f"{m} {v:.0f}" if m == "n" else f"{m} {v:.2f}"
+                                                            for m, v in values.items())
+                                  for year, values in self.scores.items())]
+
+
+def run_provenance(client, run_id: str, today_fingerprint: str) -> Provenance:
+    """What trained run `run_id` of the MLflow store `client`."""
     import tempfile
 
     from ..tracking.portable import download_run_artifact, list_run_artifacts
 
     run = client.get_run(run_id)
-    tags = dict(run.data.tags)
     with tempfile.TemporaryDirectory(prefix="hmer-show-") as tmp:
         try:
-            stored = stored_flat(json.loads(open(download_run_artifact(client, run_id, "config.json", tmp)).read()))
+            stored = json.loads(open(download_run_artifact(client, run_id, "config.json", tmp)).read())
+            config = Config.from_dict(stored).to_flat_dict()
         except (OSError, ValueError) as exc:
             raise ValueError(f"run {run_id} has no readable config.json ({exc}): it trained nothing here") from None
-    if keys.STUDY in tags and storage is not None:
-        record = study_record(storage, tags[keys.STUDY])
-        rebuilt, variant = rebuild_trial(record, tags)
-        written = CELLS_CHANGED_SINCE.get((tags[keys.STUDY], variant), {})
-        source = f"study {record.name} (spec {record.spec.name}, budget {record.budget.name}, its stored base config)"
-    else:
-        rebuilt, written, where = rebuild_command(run_id, stored)
-        source = f"its command, written down in {where}" if where else \
-            f"its preset {stored['name']} alone (a run of `hmer train` whose --set is not written down)"
     metrics = run.data.metrics
     # a scored split logs its size, test_<year>_n, once (its measures, the graph measure's among them,
     # are test_<year>_<measure>: "2014_lgeval" is no year)
@@ -272,6 +162,5 @@ def run_provenance(client, storage: str | None, run_id: str, today_fingerprint: 
     artifacts = list_run_artifacts(client, run_id)
     if "predictions" in artifacts:
         artifacts += [f"predictions/{name}" for name in list_run_artifacts(client, run_id, "predictions")]
-    return Provenance(run_id, tags, rebuilt, stored, differences(stored, rebuilt), written, source,
-                      today_fingerprint, scores, sorted(artifacts), run.info.artifact_uri,
-                      training_progress(client, run, stored))
+    return Provenance(run_id, dict(run.data.tags), config, today_fingerprint, scores, sorted(artifacts),
+                      run.info.artifact_uri, training_progress(client, run, config))

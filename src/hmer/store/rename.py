@@ -3,12 +3,11 @@
 A study is known by its name in three places: its MLflow experiment, the `hmer.study` tag of its
 runs (the parent and every trial's), and its Optuna study. Its parent run is also named after it
 and records it as its param `study`, and its Optuna study as its attribute `hmer.experiment`:
-they are renamed with it (the param in an SQLite store, where it can be written again; `hmer runs
-publish` sets it in the published copy in any case). A study re-run at a redefined budget
-keeps its name (`<study>-<budget>`), so the study it supersedes must give the name up first;
-renamed, it stays in the store, whole, under another name (for example `ablate_direction-cpu-4ep`).
-Otherwise the re-run would resume the old study, which a resumed study's rule (its stored config
-wins) makes it do silently.
+they are renamed with it (the param in an SQLite store, where it can be written again). A study
+re-run at a redefined budget keeps its name (`<study>-<budget>`), so the study it supersedes must
+give the name up first; renamed, it stays in the store, whole, under another name (for example
+`ablate_direction-cpu-4ep`). Otherwise the re-run would resume the old study, which a resumed
+study's rule (its stored config wins) makes it do silently.
 
 Optuna cannot rename a study. The study is copied under the new name (`optuna.copy_study`: its
 attributes and every trial, numbers, states, parameters, reports and attributes included), and

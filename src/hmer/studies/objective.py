@@ -135,8 +135,8 @@ def record_result(trial: optuna.Trial, result) -> None:
     trial.set_user_attr(keys.TRIAL_EPOCHS, result.epochs)
     trial.set_user_attr(keys.TRIAL_STOPPED_BY, result.stopped_by)
     for year, scores in result.test_scores.items():
-        for name, value in scores.as_dict(f"test_{year}").items():  # as the run's metrics are named
-            trial.set_user_attr(name, value)
+        for name, value in scores.as_dict(f"test_{year}").items():  # the run's metric names, prefixed
+            trial.set_user_attr(keys.trial_score(name), value)
 
 
 def run_one_trial(session: Session, objective: Callable[[optuna.Trial], float]) -> TrialState:

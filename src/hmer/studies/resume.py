@@ -106,9 +106,12 @@ def _checkpoint(study_name: str, number: int, folder: Path, cfg: Config) -> tupl
 
 
 def same_config(stored: dict, cfg: Config) -> bool:
-    """Whether a checkpoint's config (`Config.to_dict()`), taken up by this process, is `cfg`."""
+    """Whether a checkpoint's config (`Config.to_dict()`), taken up by this process, trains as `cfg`:
+    the same values but for its name, which labels the preset it came from and trains nothing (a
+    checkpoint saved before the preset `tiny` was called `tiny-transformer` says `tiny`; the coverage
+    study's `tiny-comer` and the direction study's `tiny-transformer` differ only in what they set)."""
     try:
-        flat = Config.from_dict(stored, stored=True).to_flat_dict()
+        flat = {**Config.from_dict(stored).to_flat_dict(), "name": cfg.name}
         return stored_config(flat, cfg).to_flat_dict() == cfg.to_flat_dict()
     except (KeyError, TypeError, ValueError):
         return False

@@ -65,7 +65,7 @@ def find_trained(client, cfg: Config, own_study: str) -> TrainedRun | None:
         if "best_val_exprate" not in run.data.metrics:
             continue
         stored = _stored_config(client, run.info.run_id)
-        if stored is not None and same_config(stored, _without_name(cfg, stored)):
+        if stored is not None and same_config(stored, cfg):
             return TrainedRun(run.info.run_id, study, run.data.metrics["best_val_exprate"])
     return None
 
@@ -78,12 +78,6 @@ def _stored_config(client, run_id: str) -> dict | None:
             return None
         with open(path) as f:
             return json.load(f)
-
-
-def _without_name(cfg: Config, stored: Mapping) -> Config:
-    """`cfg` with the stored run's preset name: the name labels a preset and trains nothing (the
-    coverage study's `tiny-comer` and the direction study's `tiny` differ in what they set)."""
-    return cfg.override({"name": stored.get("name", cfg.name)})
 
 
 def copy_run(client, source: TrainedRun, *, experiment_id: str, parent_run_id: str, run_name: str,
@@ -117,8 +111,8 @@ def copy_run(client, source: TrainedRun, *, experiment_id: str, parent_run_id: s
 
 def trial_attrs(client, run_id: str) -> dict[str, float | int | str]:
     """What `objective.record_result` puts on a trial, read from the copied run: its id, its epochs
-    (the last step of its training loss) and its test scores, named as its metrics are."""
+    (the last step of its training loss) and its test scores, named after its metrics (`keys.trial_score`)."""
     metrics = client.get_run(run_id).data.metrics
     epochs = max((m.step for m in client.get_metric_history(run_id, "train_loss")), default=0)
     return {keys.TRIAL_RUN_ID: run_id, keys.TRIAL_EPOCHS: int(epochs), keys.TRIAL_STOPPED_BY: "epochs",
-            **{k: v for k, v in metrics.items() if k.startswith("test_")}}
+            **{keys.trial_score(k): v for k, v in metrics.items() if k.startswith("test_")}}

@@ -50,7 +50,7 @@ class StudySpec:
         name: the study family and script name, e.g. "ablate_direction".
         description: one line for the banner and the MLflow parent run.
         axes: dotted key -> values; the first value of each axis is the baseline variant.
-        model_presets: the model preset per model size of a budget: {"tiny": "tiny", "full": "bttr"}.
+        model_presets: the model preset per model size of a budget: {"tiny": "tiny-transformer", "full": "bttr"}.
         fixed: overrides held equal in every cell (on top of the model preset and the study budget).
         linked: axis key -> value -> overrides that come with that value, on top of those the
             value's registry entry brings (`Registry.register(..., linked=...)`).

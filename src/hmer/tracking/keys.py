@@ -9,6 +9,11 @@ Keys of one kind share a prefix: `hmer.` for the suite's own, `mlflow.` for MLfl
 PREFIX = "hmer."  # the prefix of every key of this project below
 
 
+def trial_score(metric: str) -> str:
+    """The trial user attribute that holds a test score, the run's metric `metric` (`test_2014_exprate`)."""
+    return PREFIX + metric
+
+
 def plain_name(key: str) -> str:
     """A key without the prefix: the name a study's parent run logs its attribute under."""
     return key.removeprefix(PREFIX)
@@ -45,8 +50,7 @@ ROLE = "hmer.role"                # what a study's own run is for, beside its tr
 ROLE_STUDY = "study"              # the study's parent run
 ROLE_SUMMARY = "summary"          # a variant's mean over seeds, a child of the parent run (reports.study_run)
 KIND = "hmer.kind"                # grid | sweep
-# Stored as "hmer.preset" since before study budgets had their own name; the value is the budget.
-BUDGET = "hmer.preset"
+BUDGET = "hmer.budget"            # the study budget its runs train at (hmer.studies.budgets)
 SPEC = "hmer.spec"                # the study spec's name (ablate_direction, sweep, ...)
 GRID = "hmer.grid"                # a grid study's search space, as JSON
 SPACE = "hmer.space"              # a sweep's search space, as JSON
@@ -70,14 +74,13 @@ SUPERSEDED_BY = "hmer.superseded_by"  # experiment, parent-run tag and study use
 DESCRIPTION = "hmer.description"  # study user attribute: what the study compares, in words (its spec's description)
 CONTINUES = "hmer.continues"      # user attribute of a sweep trial: the dead trial it continues
 # Trial user attributes a finished trial records (studies.objective.record_result), beside its test
-# scores under their metric names (`test_2014_exprate`, ...). Stored without the `hmer.` prefix since
-# the first studies; committed studies are read by these names.
-TRIAL_RUN_ID = "mlflow_run_id"    # the trial's MLflow run
-TRIAL_EPOCHS = "epochs"           # the epochs it trained
-TRIAL_STOPPED_BY = "stopped_by"   # why it stopped: epochs | budget | target | paused
+# scores under their metric names with the prefix (`hmer.test_2014_exprate`, ...: `trial_score`).
+TRIAL_RUN_ID = "hmer.mlflow_run_id"  # the trial's MLflow run
+TRIAL_EPOCHS = "hmer.epochs"         # the epochs it trained
+TRIAL_STOPPED_BY = "hmer.stopped_by"  # why it stopped: epochs | budget | target | paused
 # A sweep trial given CPU-minutes (studies.sweeps): its measured cost and the epochs that fit.
-TRIAL_CPU_SECONDS_PER_IMAGE = "train_cpu_seconds_per_image"
-TRIAL_FITTED_EPOCHS = "train_epochs"
+TRIAL_CPU_SECONDS_PER_IMAGE = "hmer.train_cpu_seconds_per_image"
+TRIAL_FITTED_EPOCHS = "hmer.train_epochs"
 
 # ---- moving runs between stores (hmer runs export / import) -----------------------------------
 SOURCE_RUN_ID = "hmer.source_run_id"

@@ -62,7 +62,7 @@ def load_model(run_or_checkpoint: str, tracking_uri: str | None = None,
 
     with checkpoint_file(run_or_checkpoint, tracking_uri) as path:
         ckpt = load_checkpoint(path, map_location=device)
-    cfg = Config.from_dict(ckpt["config"], stored=True)
+    cfg = Config.from_dict(ckpt["config"])
     vocab = Vocab(ckpt["vocab"][3:]) if "vocab" in ckpt else Vocab()
     model = build_model(cfg.model)
     model.load_state_dict(ckpt["model"])

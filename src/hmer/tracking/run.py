@@ -1,6 +1,6 @@
 """One training run in MLflow, from its first tags to its final status.
 
-    run = TrainingRun.start(experiment="hmer", variant="tiny", device="cpu (x86_64, 2 threads)")
+    run = TrainingRun.start(experiment="hmer", variant="tiny-transformer", device="cpu (x86_64, 2 threads)")
     with run:                                  # the run's status is settled on the way out
         run.log_params(cfg.to_flat_dict())
         for epoch in ...:

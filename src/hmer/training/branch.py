@@ -52,7 +52,7 @@ def shares_stable_phase(stored: dict, cfg: Config) -> bool:
     """Whether a checkpoint's config (`Config.to_dict()`) is `cfg` but for its length (and the keys of
     the machine that ran it): a wsd run whose stable phase `cfg`'s run repeats."""
     try:
-        other = Config.from_dict(stored, stored=True).to_flat_dict()
+        other = Config.from_dict(stored).to_flat_dict()
     except (KeyError, TypeError, ValueError):
         return False
     mine = cfg.to_flat_dict()

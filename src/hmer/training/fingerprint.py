@@ -28,7 +28,7 @@ the suite has had, and a config key that a commit does not know is left to that 
 behaviour (listed in the measurement).
 
 Every run records the fingerprint of the code that trained it as the tag `hmer.fingerprint`
-(`hmer.training.trainer`); `hmer runs fingerprint` computes it for runs trained before that, at
+(`hmer.training.trainer`); `hmer runs migrate` computes it for runs trained before that, at
 their commits. docs/studies.md, "Cells that studies share".
 """
 

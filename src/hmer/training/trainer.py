@@ -126,7 +126,7 @@ def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | Non
            final_seconds: float, start_from: Branch | None) -> TrainResult:
     ckpt = load_checkpoint(resume, map_location="cpu") if resume else None
     if ckpt is not None:
-        cfg = Config.from_dict(ckpt["config"], stored=True)
+        cfg = Config.from_dict(ckpt["config"])
     branch = load_checkpoint(start_from.checkpoint, map_location="cpu") if start_from is not None else None
     cfg.validate()
     tc = cfg.train
@@ -269,7 +269,7 @@ def _open_run(setup: Setup, state: TrainState, *, tracking_uri: str | None, expe
         marks = (keys.WARM_RESTART,) * state.optimizer_restarted + (keys.BEST_RESET,) * state.best_reset
         resumed = TrainingRun.resume(state.run_id, tracking_uri=tracking_uri, from_epoch=state.epoch + 1, marks=marks)
         tags_before = resumed.client.get_run(resumed.run_id).data.tags
-        # (a run begun before runs carried one has none: `hmer runs fingerprint` finds its commit's)
+        # (a run begun before runs carried one has none: `hmer runs migrate` finds its commit's)
         if tags_before.get(keys.FINGERPRINT, fingerprint) != fingerprint:
             # the run goes on with other code: say from which epoch, with which
             note, changed = f"epoch {state.epoch + 1}: {fingerprint}", tags_before.get(keys.FINGERPRINT_CHANGED)

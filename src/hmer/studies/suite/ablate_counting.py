@@ -24,7 +24,7 @@ COUNTING = StudySpec(
     description="CAN's symbol counting with the GRU (WAP) and the transformer (BTTR), and a parameter-matched control",
     axes={"model.decoder": ("rnn", "transformer"), "model.counting": (False, True),
           "model.dim_feedforward": (384, MATCHED_FEEDFORWARD)},
-    model_presets={"tiny": "tiny", "full": "bttr"},
+    model_presets={"tiny": "tiny-transformer", "full": "bttr"},
     # The GRU decodes left to right, as CAN-DWAP does (and at a third of the bi GRU's cost on a CPU: the
     # decoder study's bi GRU cells took 2.6-2.7 CPU-hours each at the `cpu` budget); the transformer is
     # bidirectional, as BTTR.

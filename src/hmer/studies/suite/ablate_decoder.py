@@ -17,7 +17,7 @@ DECODER = StudySpec(
     name="ablate_decoder",
     description="decoder family: GRU with coverage attention (WAP), transformer (BTTR), ConvS2S",
     axes={"model.decoder": ("rnn", "transformer", "convs2s")},
-    model_presets={"tiny": "tiny", "full": "bttr"},
+    model_presets={"tiny": "tiny-transformer", "full": "bttr"},
     # ConvS2S's learned token positions come with it from its registration (hmer.model.convs2s).
 )
 

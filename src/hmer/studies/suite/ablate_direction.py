@@ -17,7 +17,7 @@ DIRECTION = StudySpec(
     name="ablate_direction",
     description="decoding direction: left-to-right, right-to-left, bidirectional (BTTR)",
     axes={"model.direction": ("l2r", "r2l", "bi")},
-    model_presets={"tiny": "tiny", "full": "bttr"},
+    model_presets={"tiny": "tiny-transformer", "full": "bttr"},
 )
 
 STUDIES.register(DIRECTION.name, DIRECTION, description=DIRECTION.description)

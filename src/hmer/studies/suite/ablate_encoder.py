@@ -24,7 +24,7 @@ ENCODER = StudySpec(
     # the tail decides whether positions are added before or after the LayerNorm.
     axes={"model.mask_padding": (False, True), "model.encoder_tail": ("relu-norm-pos", "pos-norm"),
           "model.image_pos": ("sin2d-bttr", "sin2d")},
-    model_presets={"tiny": "tiny", "full": "bttr"},
+    model_presets={"tiny": "tiny-transformer", "full": "bttr"},
 )
 
 STUDIES.register(ENCODER.name, ENCODER, description=ENCODER.description)

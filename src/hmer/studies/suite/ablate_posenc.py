@@ -17,7 +17,7 @@ POSENC = StudySpec(
     name="ablate_posenc",
     description="image positional encoding: 2-D sinusoidal, learned, CAPE, none",
     axes={"model.image_pos": ("sin2d", "learned", "cape", "none")},
-    model_presets={"tiny": "tiny", "full": "bttr"},
+    model_presets={"tiny": "tiny-transformer", "full": "bttr"},
 )
 
 STUDIES.register(POSENC.name, POSENC, description=POSENC.description)

@@ -42,7 +42,7 @@ SWEEP = SweepSpec(
                    scales=("model.dim_feedforward",)),
         SweepParam("model.num_decoder_layers", choices=(1, 2, 3), integer=True),
     ),
-    model_presets={"tiny": "tiny", "full": "bttr"},
+    model_presets={"tiny": "tiny-transformer", "full": "bttr"},
     # Scale augmentation, when a trial turns it on, is CoMER's range x0.7 .. x1.4. Renderer
     # augmentation redraws `data.aug_share` of the training images with one recipe of distortions
     # (hmer.recipes.RENDERER_AUGMENTATION). Validation is also drawn standard-like when a trial draws
