@@ -68,12 +68,13 @@ def cmd_report(args) -> int:
         return claims_command(args.budget, args.tracking_uri, args.out, measure=args.measure)
     if args.frontier:
         from ..reports.frontier import frontier_command
-        from ..studies.spec import STUDIES
+        from ..studies.spec import STUDIES, StudySpec
 
         if args.experiment or args.runs or args.analysis or args.list:
             raise UserError("--frontier reads one study (--study); drop --experiment/--runs/--analysis/--list")
         try:
-            planned = STUDIES.get("frontier").variants or ()
+            spec = STUDIES.get("frontier")
+            planned = (spec.variants or ()) if isinstance(spec, StudySpec) else ()
             return frontier_command(args.study or "frontier-cpu", planned, args.tracking_uri, args.out, args.flops)
         except (FileNotFoundError, LookupError) as exc:
             raise UserError(str(exc)) from None
