@@ -353,7 +353,7 @@ def test_the_cpu_budget_is_the_committed_sweeps_best_trial():
         if key.startswith("data.aug_") and value != default[key]:
             assert key in budget, key
 
-    epochs = best.user_attrs["epochs"]
+    epochs = best.user_attrs[keys.TRIAL_EPOCHS]
     seconds_an_epoch = run.data.metrics["train_cpu_seconds"] / epochs
     assert budget["train.epochs"] == round(3600 / seconds_an_epoch), seconds_an_epoch
     assert budget["train.warmup_steps"] == round(trained["train.warmup_steps"] / epochs * budget["train.epochs"])
