@@ -4,7 +4,7 @@ in one process: the same weights, the same batches, rounds alternating between t
     OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/bench_conv1x1.py --preset small --set data.render_height=64
     python benchmarks/bench_conv1x1.py --device cuda --preset bttr        # on a GPU
 
-Prints, per round, the images a second of `--steps` training steps (`training.setup.optimizer_step`,
+Prints, per round, the images a second of `--steps` training steps (`training.step.train_step`,
 as the trainer steps) and of the encoder's forward and backward alone, for each side, then the
 medians and their ratio, and how far apart the two sides' losses and features are on one batch (the
 products are summed in another order, so they differ by float rounding). Batches come from the
@@ -28,11 +28,12 @@ from hmer.config import parse_overrides
 from hmer.data import Vocab, load_dataset, make_batches
 from hmer.device import autocast_dtype, resolve_device
 from hmer.model import build_model
-from hmer.model.pointwise import use_matmul
+from hmer.model.accelerations import use_matmul
 from hmer.presets import preset_with_recipe
 from hmer.training.loader import make_train_batch
 from hmer.training.optim import build_optimizer
-from hmer.training.setup import LossModule, optimizer_step, prepare_model
+from hmer.training.setup import prepare_model
+from hmer.training.step import LossModule, train_step
 
 
 def main() -> None:
@@ -81,7 +82,7 @@ def main() -> None:
         sync()
         start = time.perf_counter()
         for tb in steps:
-            optimizer_step(loss_module, opt, model, tb, cfg.train.grad_clip, amp)
+            train_step(loss_module, opt, model, tb, cfg.train.grad_clip, amp)
         sync()
         return n_images / (time.perf_counter() - start)
 

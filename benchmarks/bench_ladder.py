@@ -34,7 +34,7 @@ def main() -> int:
     from hmer.data import load_dataset, make_batches, padded_shapes, padding_share
     from hmer.data.ladder import PadLadder
     from hmer.model import build_model
-    from hmer.model.pointwise import use_matmul
+    from hmer.model.accelerations import use_matmul
     from hmer.presets import preset_with_recipe
     from hmer.training.planning import plans_per_shape, training_shapes
 

@@ -92,12 +92,14 @@ def train_probe(cfg, train_exprs, vocab, steps: int, seed: int):
 
     from hmer.data import make_batches
     from hmer.model import build_model
+    from hmer.model.accelerations import accelerate
     from hmer.training.loader import make_train_batch
     from hmer.training.optim import build_optimizer
-    from hmer.training.setup import LossModule, optimizer_step
+    from hmer.training.step import LossModule, train_step
 
     torch.manual_seed(seed)
     model = build_model(cfg.model)
+    accelerate(model, torch.device("cpu"))  # as the trainer steps (training.setup.prepare_model)
     model.train()
     loss_module = LossModule(model, cfg.train.label_smoothing)
     optimizer = build_optimizer(model.parameters(), cfg.train)
@@ -110,7 +112,7 @@ def train_probe(cfg, train_exprs, vocab, steps: int, seed: int):
         scale = (float(rng.uniform(cfg.data.scale_aug_min, cfg.data.scale_aug_max))
                  if cfg.data.scale_aug_max > 0 else None)
         tb = make_train_batch([train_exprs[i] for i in idx], vocab, cfg.model.direction, torch.device("cpu"), scale)
-        window.append(float(optimizer_step(loss_module, optimizer, model, tb, cfg.train.grad_clip).detach()))
+        window.append(float(train_step(loss_module, optimizer, model, tb, cfg.train.grad_clip).detach()))
         schedule.step()
         if step % 200 == 0 or step == min(steps, len(batches)):
             print(f"    step {step}: training loss {sum(window) / len(window):.3f} over the last {len(window)}, "

@@ -33,16 +33,18 @@ def train_losses(preset: str, steps: int, seed: int, data: str, overrides: list[
     from hmer.config import parse_overrides
     from hmer.data import Vocab, load_dataset, make_batches
     from hmer.model import build_model
+    from hmer.model.accelerations import accelerate
     from hmer.presets import preset_with_recipe
     from hmer.training.loader import make_train_batch
     from hmer.training.optim import build_optimizer
-    from hmer.training.setup import LossModule
+    from hmer.training.step import LossModule
 
     cfg = preset_with_recipe(preset).override(parse_overrides(overrides))
     exprs = load_dataset(data, cfg.data, splits=("train",))["train"]
     batches = make_batches(exprs, cfg.data.batch_pixels, cfg.data.max_batch_size, shuffle=True, seed=0)
     torch.manual_seed(seed)
     model = build_model(cfg.model)
+    accelerate(model, torch.device("cpu"))  # as the trainer steps (training.setup.prepare_model)
     model.train()
     loss_module = LossModule(model)
     opt = build_optimizer(model.parameters(), cfg.train)

@@ -3,7 +3,7 @@
     OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/profile_train.py --preset small --set data.render_height=64
 
 Builds the preset with its recipe, renders the first batches of the training split as the trainer
-batches it, takes a few warm-up steps, times `--steps` optimiser steps (`training.setup.optimizer_step`,
+batches it, takes a few warm-up steps, times `--steps` optimiser steps (`training.step.train_step`,
 as the trainer steps), then profiles the same steps again and prints the operators by self CPU
 time, and by input shape. Compare before and after a change side by side in the same minute (a
 worktree of the old commit with `PYTHONPATH=<it>/src`): these machines are shared and noisy.
@@ -22,10 +22,11 @@ from hmer.allocator import tune_malloc
 from hmer.config import parse_overrides
 from hmer.data import Vocab, load_dataset, make_batches
 from hmer.model import build_model
+from hmer.model.accelerations import accelerate
 from hmer.presets import preset_with_recipe
 from hmer.training.loader import make_train_batch
 from hmer.training.optim import build_optimizer
-from hmer.training.setup import LossModule, optimizer_step
+from hmer.training.step import LossModule, train_step
 
 
 def main() -> None:
@@ -44,6 +45,7 @@ def main() -> None:
     cfg = preset_with_recipe(args.preset).override(parse_overrides(args.overrides))
     torch.manual_seed(0)
     model = build_model(cfg.model)
+    accelerate(model, torch.device("cpu"))  # as the trainer steps (training.setup.prepare_model)
     channels_last = bool(cfg.train.channels_last)
     if channels_last:
         model = model.to(memory_format=torch.channels_last)
@@ -58,7 +60,7 @@ def main() -> None:
 
     def run(batch_list) -> None:
         for tb in batch_list:
-            optimizer_step(loss_module, optimizer, model, tb, cfg.train.grad_clip, None)
+            train_step(loss_module, optimizer, model, tb, cfg.train.grad_clip, None)
 
     run(steps[:args.warmup])
     timed = steps[args.warmup:]

@@ -1,10 +1,17 @@
-"""The CPU dropout masks (hmer.model.dropout): Bernoulli's distribution, torch's seed, the padding fold."""
+"""The CPU dropout masks (hmer.model.accelerations): Bernoulli's distribution, torch's seed, the identity
+where nothing is dropped."""
 
 import math
 
 import torch
 
-from hmer.model.dropout import Dropout, dropout, dropout_and_mask, keep_mask, kept_fraction
+from hmer.model.accelerations import Dropout, keep_mask, kept_fraction
+
+
+def dropout(x, p, training=True):
+    module = Dropout(p).train(training)
+    module.cheap_masks = True
+    return module(x)
 
 
 def test_masks_keep_one_minus_p_and_scale_to_the_same_expectation():
@@ -46,18 +53,12 @@ def test_evaluation_and_zero_p_are_the_identity():
     assert torch.equal(module(x), x)
 
 
-def test_the_padding_mask_folds_into_the_dropout_mask():
-    torch.manual_seed(3)
-    x = torch.randn(2, 4, 6, 8)
-    valid = torch.ones(2, 1, 6, 8)
-    valid[1, :, :, 5:] = 0
-    torch.manual_seed(3)
-    folded = dropout_and_mask(x, 0.25, True, valid)
-    torch.manual_seed(3)
-    separate = dropout(x, 0.25) * valid
-    assert torch.equal(folded, separate)
-    assert torch.count_nonzero(folded[1, :, :, 5:]) == 0
-    assert torch.equal(dropout_and_mask(x, 0.25, False, valid), x * valid)
+def test_the_plain_path_is_torchs_dropout():
+    x = torch.randn(3, 50)
+    torch.manual_seed(2)
+    ours = Dropout(0.3)(x)
+    torch.manual_seed(2)
+    assert torch.equal(ours, torch.nn.functional.dropout(x, 0.3))
 
 
 def test_gradient_is_the_mask():

@@ -197,19 +197,26 @@ def test_attention_fast_path_equals_explicit_scores_and_refinement_is_subtracted
     x, memory = torch.randn(2, 5, 16), torch.randn(2, 7, 16)
     pad = torch.zeros(2, 7, dtype=torch.bool)
     pad[1, 4:] = True
-    fast, _ = mha(x, memory, key_padding_mask=pad)
-    slow, weights = mha(x, memory, key_padding_mask=pad, need_weights=True)
+    fast = mha(x, memory, key_padding_mask=pad).out
+    slow, weights, _ = mha(x, memory, key_padding_mask=pad, need_weights=True)
     torch.testing.assert_close(fast, slow, rtol=1e-5, atol=1e-5)
     assert (weights[1, :, :, 4:] == 0).all()
-    causal_fast, _ = mha(x, causal=True)
-    causal_slow, causal_w = mha(x, causal=True, need_weights=True)
+    causal_fast = mha(x, causal=True).out
+    causal_slow, causal_w, _ = mha(x, causal=True, need_weights=True)
     torch.testing.assert_close(causal_fast, causal_slow, rtol=1e-5, atol=1e-5)
     assert (causal_w.triu(1) == 0).all()
     term = torch.randn(2, 4, 5, 7)
-    _, refined = mha(x, memory, key_padding_mask=pad, refine=lambda attn: term)
-    scores = mha.scores(mha.project_q(x), mha.project_kv(memory)[0]) - term
-    expected = torch.softmax(scores.masked_fill(pad[:, None, None], float("-inf")), -1)
-    torch.testing.assert_close(refined, expected, rtol=1e-5, atol=1e-5)
+    _, refined, unrefined = mha(x, memory, key_padding_mask=pad, refine=lambda attn: term, need_weights=True)
+    scores = mha.scores(mha.split_heads(mha.q_proj(x)), mha.project_kv(memory)[0])
+    masked = scores.masked_fill(pad[:, None, None], float("-inf"))
+    torch.testing.assert_close(refined, torch.softmax(masked - term, -1), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(unrefined, torch.softmax(masked, -1), rtol=1e-5, atol=1e-5)
+    # rows in groups that share their keys (accelerations.grouped_attention): each row as if alone
+    rows = torch.randn(4, 5, 16)
+    grouped = mha(rows, memory, key_padding_mask=pad, need_weights=True)
+    alone = mha(rows, memory.repeat_interleave(2, 0), key_padding_mask=pad.repeat_interleave(2, 0), need_weights=True)
+    torch.testing.assert_close(grouped.out, alone.out, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(grouped.weights, alone.weights, rtol=1e-5, atol=1e-5)
 
 
 def test_sums_before_is_cumsum_shifted_by_a_step_to_the_bit_with_its_gradient():

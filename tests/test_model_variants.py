@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from hmer.model import build_model, make_targets
+from hmer.model.accelerations import accelerate
 from hmer.model.hmer_model import repeat_rows
 from hmer.presets import preset_config
 from tiny_dataset import make_images
@@ -214,9 +215,11 @@ def test_grouped_rows_read_each_image_once_and_drop_finished_images(variant):
 
 
 def _training_decoder(variant):
-    """The variant in training mode with no dropout, and features of SIZES encoded once (the
-    encoder's BatchNorm then reads the same batch for every pass compared)."""
+    """The variant in training mode with no dropout and the accelerations of training on a CPU
+    (hmer.model.accelerations), and features of SIZES encoded once (the encoder's BatchNorm then
+    reads the same batch for every pass compared)."""
     model = make_model(variant, dropout=0.0)
+    accelerate(model, torch.device("cpu"))
     model.train()
     images, mask = make_images(SIZES)
     feats, feat_mask = model.encode(images, mask)
@@ -233,14 +236,14 @@ def _real_token_loss(logits, tgt_out):
 def test_a_padded_training_batch_computes_each_caption_as_if_alone(variant, direction):
     """Training pads captions to the batch's longest, bidirectional rows read their image as a
     group (the transformer projects its keys/values once) and the transformer's per-token layers
-    compute the real tokens alone (PackedTokens): every real position's logits and the gradients
-    of the summed loss must equal those of each caption decoded alone, unpadded, on its image.
+    compute the real tokens alone (accelerations.PackedTokens): every real position's logits and the
+    gradients of the summed loss must equal those of each caption decoded alone, unpadded, on its image.
     `transformer-explicit` takes the attention path of training with dropout (its dropout rate
     rounds to dropping nothing) instead of the fused one."""
     model, feats, feat_mask = _training_decoder(variant.removesuffix("-explicit"))
     if variant.endswith("-explicit"):
         for layer in model.decoder.layers:
-            layer.self_attn.dropout = layer.cross_attn.dropout = 1e-9  # explicit path; keeps every weight
+            layer.self_attn.dropout.p = layer.cross_attn.dropout.p = 1e-9  # explicit path; keeps every weight
     tgt_in, tgt_out, pad = make_targets(TOKENS, direction)
     assert pad.any()  # the two captions differ in length: the batch holds padding
     logits = model.decode(feats, feat_mask, tgt_in)
@@ -258,8 +261,9 @@ def test_a_padded_training_batch_computes_each_caption_as_if_alone(variant, dire
 
 @pytest.mark.parametrize("variant", list(DECODERS))
 def test_bidirectional_training_equals_the_pass_on_repeated_features(variant):
-    """Both directions' rows against each image's features repeated once per direction (the
-    layout before grouping), with coverage too: the same logits at every real position."""
+    """Both directions' rows grouped by image (accelerations.grouped_directions) against each image's
+    features repeated once per direction (the plain path), with coverage too: the same logits at
+    every real position."""
     model, feats, feat_mask = _training_decoder(variant)
     tgt_in, _, pad = make_targets(TOKENS, "bi")
     logits = model.decode(feats, feat_mask, tgt_in)

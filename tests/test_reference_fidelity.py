@@ -22,7 +22,7 @@ from hmer.decoding.reference_search import reference_decode
 from hmer.data.vocab import Vocab
 from hmer.model import build_model
 from hmer.model.factory import count_parameters
-from hmer.model.pointwise import use_matmul
+from hmer.model.accelerations import accelerate, use_matmul
 from hmer.model.posenc import sinusoid_table
 from hmer.presets import preset_config
 from hmer.tracking.reference_checkpoint import (
@@ -101,10 +101,13 @@ def test_teacher_forced_l2r_and_r2l_logits(golden):
 
 
 @torch.no_grad()
-def test_the_1x1_convolutions_as_matrix_products_match_the_golden_outputs_too(golden):
-    # train.conv1x1_as_matmul: the same parameters computed through F.linear (hmer.model.pointwise)
+def test_the_accelerations_match_the_golden_outputs_too(golden):
+    # what training switches on (hmer.model.accelerations), in evaluation: the l2r and r2l rows of an
+    # image as one block of queries, and with train.conv1x1_as_matmul the same parameters computed
+    # through F.linear
     ref, gold, to_project = golden
-    assert use_matmul(ref.model, True) > 0
+    accelerate(ref.model, torch.device("cpu"), conv1x1_as_matmul=True)
+    assert ref.model.groups_directions and use_matmul(ref.model, True) > 0
     try:
         feats, _ = ref.model.encode(gold["inputs"]["batch_images"], gold["inputs"]["batch_mask"])
         expected = gold["encoder"]["batch"]["feature"]
@@ -114,7 +117,7 @@ def test_the_1x1_convolutions_as_matrix_products_match_the_golden_outputs_too(go
                            tf["tgt"] == 0)[..., to_project]
         assert (logits - tf["logits"]).abs().max() < TOL
     finally:
-        use_matmul(ref.model, False)
+        accelerate(ref.model, None)
 
 
 def _symbols(ref, ids):

@@ -38,7 +38,7 @@ def test_label_smoothing_spreads_the_target_probability():
     from hmer.model import build_model
     from hmer.model.direction import make_targets
     from hmer.data import Vocab, collate
-    from hmer.training.setup import LossModule
+    from hmer.training.step import LossModule
 
     torch.manual_seed(0)
     model = build_model("tiny").eval()

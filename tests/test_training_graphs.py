@@ -15,14 +15,15 @@ from hmer.config import ConfigError
 from hmer.data import Vocab, make_batches
 from hmer.device import CUDNN_PLAN_CACHE, size_cudnn_plan_cache
 from hmer.model import build_model
-from hmer.model.pointwise import PointwiseConv, use_matmul
+from hmer.model.accelerations import PointwiseConv, use_matmul
 from hmer.presets import preset_with_recipe
 from hmer.training import train
 from hmer.training.graphs import LENGTH_LADDER, GraphedStep, pad_targets
 from hmer.training.loader import TrainBatch, train_batches
 from hmer.training.optim import build_optimizer
 from hmer.training.planning import cache_plans, plan, plans_per_shape, training_shapes
-from hmer.training.setup import LossModule, optimizer_step, prepare_model
+from hmer.training.setup import prepare_model
+from hmer.training.step import LossModule, train_step
 from tiny_dataset import tiny_config, tiny_data
 
 LADDER = {"data.pad_multiple": 16, "data.pad_growth": 1.25}
@@ -132,7 +133,7 @@ def test_the_static_shape_step_gives_the_ordinary_steps_losses_and_weights(one_t
         assert tgt_in.shape[1] == LENGTH_LADDER.rung(tb.tgt_in.shape[1])
         with torch.no_grad():  # on a copy: a training-mode forward moves BatchNorm's running statistics
             padded.append(float(copy.deepcopy(loss_a)(tb.batch.images, tb.batch.image_mask, tgt_in, tgt_out)))
-        plain.append(float(optimizer_step(loss_a, opt_a, model_a, tb, cfg.train.grad_clip)))
+        plain.append(float(train_step(loss_a, opt_a, model_a, tb, cfg.train.grad_clip)))
         graphed.append(float(step(tb)))
     assert graphed == pytest.approx(plain, rel=1e-5) and padded == pytest.approx(plain, rel=1e-5)
     for (name, a), b in zip(model_a.state_dict().items(), model_b.state_dict().values()):
@@ -149,7 +150,7 @@ def test_the_static_shape_step_on_padded_captions_is_the_ordinary_step_to_the_bi
     model_b, loss_b, opt_b = _stepper(cfg, seed=3)
     step = GraphedStep(loss_b, opt_b, model_b, cfg.train.grad_clip)
     torch.manual_seed(11)
-    plain = [float(optimizer_step(loss_a, opt_a, model_a, tb, cfg.train.grad_clip)) for tb in batches]
+    plain = [float(train_step(loss_a, opt_a, model_a, tb, cfg.train.grad_clip)) for tb in batches]
     torch.manual_seed(11)  # dropout draws the same masks on both sides
     graphed = [float(step(tb)) for tb in batches]
     assert graphed == plain

@@ -71,13 +71,14 @@ from hmer.data import Expression, Vocab
 from hmer.data.vocab import CROHME_SYMBOLS
 from hmer.device import CUDNN_PLAN_CACHE
 from hmer.model import build_model
-from hmer.model.pointwise import PointwiseConv, use_matmul
+from hmer.model.accelerations import PointwiseConv, use_matmul
 from hmer.presets import preset_with_recipe
 from hmer.training.graphs import GraphedStep
 from hmer.training.loader import make_train_batch
 from hmer.training.optim import build_optimizer
 from hmer.training.planning import cache_plans, plan, plans_per_shape
-from hmer.training.setup import LossModule, optimizer_step, prepare_model
+from hmer.training.setup import prepare_model
+from hmer.training.step import LossModule, train_step
 
 T0 = time.perf_counter()
 ARGS = argparse.Namespace()
@@ -150,7 +151,7 @@ class Setup:
         return make_train_batch(exprs, Vocab(), self.cfg.model.direction, DEV, None, self.cfg.train.channels_last)
 
     def step(self, tb):
-        optimizer_step(self.loss_module, self.opt, self.model, tb, self.cfg.train.grad_clip, self.amp)
+        train_step(self.loss_module, self.opt, self.model, tb, self.cfg.train.grad_clip, self.amp)
 
     def timed(self, tb, step=None):
         sync()
@@ -250,7 +251,7 @@ def graphs_vs_eager(cfg, amp, shape, steps=10):
     sync()
     t = time.perf_counter()
     for _ in range(steps):
-        eager_loss = optimizer_step(eager.loss_module, eager.opt, eager.model, tb, cfg.train.grad_clip, amp)
+        eager_loss = train_step(eager.loss_module, eager.opt, eager.model, tb, cfg.train.grad_clip, amp)
     sync()
     eager_s = (time.perf_counter() - t) / steps
     t = time.perf_counter()

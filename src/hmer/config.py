@@ -323,7 +323,7 @@ class TrainConfig:
     channels_last: bool = allowed(True)
     # The 1x1 convolutions (DenseNet-B bottlenecks and transitions, the projection to d_model, the
     # ARM's projection) as matrix products: no cuDNN plan per input shape on a GPU; the same
-    # parameters, other float rounding (hmer.model.pointwise).
+    # parameters, other float rounding (hmer.model.accelerations).
     conv1x1_as_matmul: bool = allowed(False)
     # Before the first step, one forward and backward pass of the encoder at every batch shape the
     # pad ladder can give the training split (scale augmentation included), so that a GPU plans

@@ -34,6 +34,9 @@ Benchmark-only knobs go through `--set bench.KEY=VALUE` beside the config overri
                              side processes: `benchmarks/bench_concurrency.py`)
     bench.flop_batches=N     batches whose FLOPs are counted after the timed region (default: 8 train,
                              2 decode; 0 = no FLOP count and no peak)
+    bench.flop_spread=1      train: the counted batches spread evenly over the whole epoch's batches
+                             sorted by size, each weighted by its share: the epoch's FLOPs an image
+                             (benchmarks/frontier_flops.py); default 0, the first timed batches
     bench.share=N            one of N processes side by side on this machine: cores // N torch threads
                              and, on a GPU, at most 1/N of its memory (`hmer.device.share_device`;
                              `benchmarks/bench_concurrency.py` sets it)

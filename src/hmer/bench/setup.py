@@ -17,7 +17,7 @@ if TYPE_CHECKING:  # the model library is imported when a benchmark runs, not fo
 
 BENCH_DEFAULTS: dict[str, Any] = {
     "pool": 0, "warmup": -1, "weights": "", "check_unbatched": 0, "start_at": 0.0, "flop_batches": -1,
-    "batches": 0, "share": 1,
+    "flop_spread": 0, "batches": 0, "share": 1,
 }
 
 

@@ -40,6 +40,11 @@ def print_batching(b: Bench, batches, ladder, max_px) -> None:
           f"mean_batch_size={len(b.exprs) / len(batches):.2f}", file=b.out)
 
 
+def _padded_area(b: Bench, idx) -> int:
+    """The pixels of a batch padded to its largest height and width."""
+    return len(idx) * max(b.exprs[i].image.shape[0] for i in idx) * max(b.exprs[i].image.shape[1] for i in idx)
+
+
 def timed(b: Bench, batches, make, step, warmup: int, before_timing=None) -> Timing:
     """Warm-up, then `step(make(idx))` over the batches in order, cycled, until `b.images` images or
     `b.seconds` have passed; `data.prefetch` batches made ahead in a thread, as in training."""
@@ -53,8 +58,7 @@ def timed(b: Bench, batches, make, step, warmup: int, before_timing=None) -> Tim
     else:
         # Warm-up on the smallest batches (allocator, kernels, optimiser state; compile traces
         # with dynamic shapes): a random batch can cost minutes on a CPU and teaches nothing more.
-        area = {id(idx): len(idx) * max(b.exprs[i].image.shape[0] for i in idx)
-                * max(b.exprs[i].image.shape[1] for i in idx) for idx in batches}
+        area = {id(idx): _padded_area(b, idx) for idx in batches}
         smallest = sorted(batches, key=lambda idx: area[id(idx)])
         warmup_batches = [smallest[k % len(smallest)] for k in range(warmup)]
 
@@ -92,16 +96,28 @@ def timed(b: Bench, batches, make, step, warmup: int, before_timing=None) -> Tim
     return Timing(done, elapsed, cpu, waited, batches)
 
 
-def flop_line(b: Bench, timing: Timing, run_steps, make, default_batches: int) -> str:
+def flop_line(b: Bench, timing: Timing, run_steps, make, default_batches: int,
+              epoch: Sequence | None = None) -> str:
     """FLOPs an image over the first batches, against the peak of the step's precision ('' with
-    bench.flop_batches=0)."""
+    bench.flop_batches=0). With `bench.flop_spread=1` and the epoch's batches (`epoch`), the counted
+    batches are spread evenly over the epoch's batches sorted by padded size, each standing for its
+    share of them: an estimate of the whole epoch's FLOPs an image (a batch's FLOPs follow its size,
+    and the first batches of one shuffle are a small random sample of sizes)."""
     flop_batches = b.knobs["flop_batches"] if b.knobs["flop_batches"] >= 0 else default_batches
     if flop_batches <= 0:
         return ""
-    counted_idx = timing.batches[:flop_batches]
-    counted = [make(idx) for idx in counted_idx]
-    flops = count_flops(lambda: run_steps(counted))
-    gflop_per_image = flops / sum(len(idx) for idx in counted_idx) / 1e9
+    if b.knobs["flop_spread"] and epoch:
+        by_size = sorted(epoch, key=lambda idx: _padded_area(b, idx))
+        n = min(flop_batches, len(by_size))
+        counted_idx = [by_size[int((k + 0.5) * len(by_size) / n)] for k in range(n)]
+        counted = [make(idx) for idx in counted_idx]
+        flops = count_flops(lambda: run_steps(counted)) * len(by_size) / len(counted_idx)
+        gflop_per_image = flops / sum(len(idx) for idx in epoch) / 1e9
+    else:
+        counted_idx = timing.batches[:flop_batches]
+        counted = [make(idx) for idx in counted_idx]
+        flops = count_flops(lambda: run_steps(counted))
+        gflop_per_image = flops / sum(len(idx) for idx in counted_idx) / 1e9
     achieved = gflop_per_image * timing.images_per_second
     peak, source, measured = peak_gflops_for(b.device, b.amp or torch.float32)
     line = (f"gflop_per_image={gflop_per_image:.4f} achieved_gflops={achieved:.1f} peak_gflops={peak:.1f} "

@@ -17,7 +17,7 @@ def bench_train(b: Bench) -> int:
     from ..training.loader import make_train_batch
     from ..training.optim import build_optimizer
     from ..training.planning import cache_plans, plan, training_shapes
-    from ..training.setup import LossModule, optimizer_step
+    from ..training.step import LossModule, train_step
     from ..device import size_cudnn_plan_cache
 
     cfg, exprs, dev, out = b.cfg, b.exprs, b.device, b.out
@@ -52,7 +52,7 @@ def bench_train(b: Bench) -> int:
                                 cfg.train.channels_last, ladder)
 
     def ordinary(tb):
-        optimizer_step(loss_module, opt, b.model, tb, cfg.train.grad_clip, b.amp)
+        train_step(loss_module, opt, b.model, tb, cfg.train.grad_clip, b.amp)
         return len(tb)
 
     graphed = GraphedStep(loss_module, opt, b.model, cfg.train.grad_clip, b.amp) if cfg.train.cuda_graphs else None
@@ -70,7 +70,8 @@ def bench_train(b: Bench) -> int:
               + (f" first_failure={next(iter(graphed.failures.values()))[:200]!r}" if graphed.failures else ""),
               file=out)
     # FLOPs through the ordinary step: a graph's replay runs no operator the counter could see
-    flops = flop_line(b, timing, lambda items: [ordinary(tb) for tb in items], make, default_batches=8)
+    flops = flop_line(b, timing, lambda items: [ordinary(tb) for tb in items], make, default_batches=8,
+                      epoch=batches)
     print_timing(b, timing, flops)
     print(f"epoch_seconds_8835={8835 / timing.images_per_second:.1f}", file=out)
     print_rate(b, timing)

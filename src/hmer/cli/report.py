@@ -23,6 +23,11 @@ def add_parser(sub) -> None:
     rp.add_argument("--claims", action="store_true",
                     help="the papers' claims (BTTR, CoMER, the decoder grid) answered from the studies "
                          "<family>-BUDGET in the store: one row per claim and year, with --out also as files")
+    rp.add_argument("--frontier", action="store_true",
+                    help="the frontier study's points (hold-out ExpRate against training compute) as a table and "
+                         "a figure: --study (default frontier-cpu) into --out (default reports/<study>)")
+    rp.add_argument("--flops", default=None, help="with --frontier: the measured FLOPs an image (default "
+                    "benchmarks/results/frontier_flops.csv, written by benchmarks/frontier_flops.py)")
     rp.add_argument("--budget", default=None, help="with --claims: the studies' budgets, comma-separated (default "
                     "cpu,long: the three-seed cpu rows, then the one-seed long rows where their studies exist)")
     rp.add_argument("--measure", choices=METRICS, default=None,
@@ -63,6 +68,20 @@ def cmd_report(args) -> int:
                 raise UserError(f"--budget {args.budget}: no study of the store was run at budget {unknown[0]!r} "
                                 f"(its studies' budgets: {', '.join(budgets) or 'none'})")
         return claims_command(args.budget, args.tracking_uri, args.out, measure=args.measure)
+    if args.frontier:
+        from ..reports.frontier import frontier_command
+        from ..studies.spec import STUDIES, StudySpec
+
+        if args.experiment or args.runs or args.analysis or args.list:
+            raise UserError("--frontier reads one study (--study); drop --experiment/--runs/--analysis/--list")
+        try:
+            spec = STUDIES.get("frontier")
+            planned = (spec.variants or ()) if isinstance(spec, StudySpec) else ()
+            return frontier_command(args.study or "frontier-cpu", planned, args.tracking_uri, args.out, args.flops)
+        except (FileNotFoundError, LookupError) as exc:
+            raise UserError(str(exc)) from None
+    if args.flops:
+        raise UserError("--flops goes with --frontier")
     if args.budget:
         raise UserError("--budget goes with --claims (a study's budget is part of its name: --study NAME)")
     if args.list:

@@ -70,7 +70,3 @@ class Vocab:
 
     def to_latex(self, ids: Iterable[int]) -> str:
         return " ".join(self.decode(ids))
-
-
-def default_vocab() -> Vocab:
-    return Vocab()

@@ -14,10 +14,11 @@ Two things need the explicit path, which materialises the scores [B, H, L, S]:
 
 The weights returned are the final probabilities before dropout; dropout applies only to
 the copy that averages the values. Training with dropout on a CPU also takes the explicit
-path, whose dropout masks are cheap there (hmer.model.dropout).
+path, whose dropout masks are cheap there (hmer.model.accelerations).
 
 Tensors are batch-first; heads live in dim 1: q [B, H, L, dh], k/v [B, H, S, dh].
-Masks are True at padding (`key_padding_mask` [B, S]).
+Masks are True at padding (`key_padding_mask` [B, S]). Rows may share keys and values: with
+N = g * B query rows, row r attends to keys r // g (`accelerations.grouped_attention`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from .dropout import dropout
+from .accelerations import Attended, Dropout, free_to_read, grouped_attention
 
 Refinement = Callable[[Tensor], Tensor]  # attn probs [B, H, L, S] -> term [B, H, L, S]
 
@@ -66,7 +67,7 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"d_model={d_model} is not divisible by nhead={nhead}")
         self.nhead = nhead
         self.head_dim = d_model // nhead
-        self.dropout = dropout
+        self.dropout = Dropout(dropout)  # of the weights that average the values
         self.q_proj = nn.Linear(d_model, d_model)
         self.kv_proj = nn.Linear(d_model, 2 * d_model)
         self.out_proj = nn.Linear(d_model, d_model)
@@ -76,14 +77,29 @@ class MultiHeadAttention(nn.Module):
             nn.init.zeros_(lin.bias)
         nn.init.zeros_(self.out_proj.bias)
 
+    def forward(
+        self,
+        x: Tensor,
+        memory: Optional[Tensor] = None,
+        key_padding_mask: Optional[Tensor] = None,
+        causal: bool = False,
+        refine: Optional[Refinement] = None,
+        need_weights: bool = False,
+        kv: Optional[tuple[Tensor, Tensor]] = None,
+        need_unrefined: bool = False,
+    ) -> Attended:
+        """Self-attention over x [N, L, d], or cross-attention to memory [B, S, d], or to keys and
+        values projected already (`kv`, [B, H, S, dh] each: incremental decoding's caches)."""
+        k, v = kv if kv is not None else self.project_kv(x if memory is None else memory)
+        out, weights, unrefined = self.attend(self.q_proj(x), k, v, key_padding_mask, causal, refine, need_weights,
+                                              need_unrefined)
+        return Attended(self.out_proj(out), weights, unrefined)
+
     # ---- projections ------------------------------------------------------------------------
     def split_heads(self, x: Tensor) -> Tensor:
         """[B, L, d] -> [B, H, L, dh]"""
         b, length, _ = x.shape
         return x.view(b, length, self.nhead, self.head_dim).transpose(1, 2)
-
-    def project_q(self, x: Tensor) -> Tensor:
-        return self.split_heads(self.q_proj(x))
 
     def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
         return self.kv_heads(self.kv_proj(x))
@@ -108,15 +124,21 @@ class MultiHeadAttention(nn.Module):
         causal: bool = False,
         refine: Optional[Refinement] = None,
         need_weights: bool = False,
-    ) -> tuple[Tensor, Optional[Tensor]]:
-        """(the heads' outputs side by side [B, L, d], before out_proj; weights [B, H, L, S] or None).
-        out_proj is the caller's, so that it can run on packed tokens (transformer.PackedTokens)."""
-        dropout_p = self.dropout if self.training else 0.0
-        if key_padding_mask is not None and key_padding_mask.device.type == "cpu" and not key_padding_mask.any():
-            key_padding_mask = None  # nothing to mask: spares a pass over the scores (read without a GPU sync)
-        # SDPA draws its attention dropout with bernoulli_, slow on a CPU (hmer.model.dropout):
-        # training with dropout on a CPU takes the explicit path and the cheap masks instead.
-        fused = refine is None and not need_weights and (dropout_p == 0.0 or q.device.type != "cpu")
+        need_unrefined: bool = False,
+    ) -> Attended:
+        """q [N, L, d] (projected) against k, v [B, H, S, dh]: the heads' outputs side by side
+        [N, L, d], before out_proj (so that it can run on packed tokens, accelerations.PackedTokens),
+        with the weights [N, H, L, S] where the explicit path computed them."""
+        if q.shape[0] != k.shape[0]:
+            return grouped_attention(self, q, k, v, key_padding_mask, refine, need_weights, need_unrefined)
+        q = self.split_heads(q)
+        dropout_p = self.dropout.p if self.training else 0.0
+        if key_padding_mask is not None and free_to_read(key_padding_mask) and not key_padding_mask.any():
+            key_padding_mask = None  # nothing to mask: spares a pass over the scores
+        # SDPA draws its attention dropout with bernoulli_: the cheap masks take the explicit path.
+        fused = refine is None and not need_weights and not need_unrefined and \
+            (dropout_p == 0.0 or not self.dropout.cheap_masks)
+        weights = unrefined = None
         if fused:
             attn_mask = None
             if key_padding_mask is not None:
@@ -125,7 +147,6 @@ class MultiHeadAttention(nn.Module):
                     attn_mask = attn_mask & ~causal_pad_mask(q.shape[2], q.device)
                     causal = False
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=causal)
-            weights = None
         else:
             pad = None
             if key_padding_mask is not None:
@@ -135,24 +156,9 @@ class MultiHeadAttention(nn.Module):
                 pad = c if pad is None else pad | c
             scores = self.scores(q, k)
             mask = additive_mask(pad, scores.dtype) if pad is not None else None
-            weights = masked_softmax(scores, mask)
+            weights = unrefined = masked_softmax(scores, mask)
             if refine is not None:
-                weights = masked_softmax(scores - refine(weights), mask)
-            out = torch.matmul(dropout(weights, dropout_p, self.training), v)
+                weights = masked_softmax(scores - refine(unrefined), mask)
+            out = torch.matmul(self.dropout(weights), v)
         b, _, length, _ = out.shape
-        return out.transpose(1, 2).reshape(b, length, self.nhead * self.head_dim), weights
-
-    def forward(
-        self,
-        x: Tensor,
-        memory: Optional[Tensor] = None,
-        key_padding_mask: Optional[Tensor] = None,
-        causal: bool = False,
-        refine: Optional[Refinement] = None,
-        need_weights: bool = False,
-    ) -> tuple[Tensor, Optional[Tensor]]:
-        """Self-attention over x [B, L, d], or cross-attention to memory [B, S, d]."""
-        q = self.project_q(x)
-        k, v = self.project_kv(x if memory is None else memory)
-        out, weights = self.attend(q, k, v, key_padding_mask, causal, refine, need_weights)
-        return self.out_proj(out), weights
+        return Attended(out.transpose(1, 2).reshape(b, length, self.nhead * self.head_dim), weights, unrefined)

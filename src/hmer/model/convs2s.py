@@ -45,7 +45,7 @@ from torch import Tensor
 from ..config import ModelConfig
 from ..registry import DECODERS
 from .decoder_base import Decoder, DecoderState
-from .dropout import Dropout
+from .accelerations import Dropout
 from .embedding import TokenEmbedding
 
 HALF = math.sqrt(0.5)

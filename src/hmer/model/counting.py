@@ -128,12 +128,12 @@ class CountingDecoder(Decoder):
         return F.linear(self.embed_counts(counts), self.classifier.weight)
 
     def forward(self, feats: Tensor, feat_mask: Tensor, tgt_in: Tensor, tgt_pad_mask: Optional[Tensor] = None,
-                return_attention: bool = False, group: int = 0):
+                return_attention: bool = False):
         term = self.count_term(self.counter(feats, feat_mask)[0])
-        extra = {"group": group} if group else {}
-        out = self.inner(feats, feat_mask, tgt_in, tgt_pad_mask, return_attention=return_attention, **extra)
+        out = self.inner(feats, feat_mask, tgt_in, tgt_pad_mask, return_attention=return_attention)
         logits, attention = out if return_attention else (out, None)
-        rows = term.repeat_interleave(group, 0) if group else term  # row r reads image r // group
+        group = tgt_in.shape[0] // feats.shape[0]
+        rows = term.repeat_interleave(group, 0) if group > 1 else term  # row r reads image r // group
         logits = logits + rows[:, None].to(logits.dtype)
         return (logits, attention) if return_attention else logits
 

@@ -57,19 +57,13 @@ class DecoderState:
         x = self.memory[name]
         return x if self.src_index is None else x.index_select(0, self.src_index)
 
-    @property
-    def num_rows(self) -> int:
-        if self.src_index is not None:
-            return self.src_index.shape[0]
-        return next(iter(self.memory.values())).shape[0]
-
 
 class Decoder(nn.Module):
     """Base class: subclasses implement forward, init_state and step; reorder_state is shared.
 
-    A decoder whose `reads_grouped_memory` is True also takes `forward(..., group=g)`: feats
-    [B, ...] and tgt_in [B * g, L], row r reading image r // g, each image's memory projected
-    once (joint search's rescoring); HMERModel.decode repeats the features for the others.
+    A decoder whose `reads_grouped_memory` is True also takes feats [B, ...] with tgt_in [B * g, L],
+    row r reading image r // g, each image's memory projected once (joint search's rescoring, and
+    `bi` training's rows); HMERModel.decode repeats the features for the others.
     """
 
     reads_grouped_memory = False

@@ -18,11 +18,13 @@ from torch import Tensor
 
 from ..config import DIRECTIONS
 
+PAD_ID, SOS_ID, EOS_ID = 0, 1, 2  # the project's fixed special ids (hmer.data.vocab.Vocab)
+
 
 def special_ids(vocab=None) -> tuple[int, int, int]:
-    """(pad, sos, eos) from a Vocab-like object, a (pad, sos, eos) tuple, or the fixed 0, 1, 2."""
+    """(pad, sos, eos) from a Vocab-like object, a (pad, sos, eos) tuple, or the fixed ones."""
     if vocab is None:
-        return 0, 1, 2
+        return PAD_ID, SOS_ID, EOS_ID
     if isinstance(vocab, (tuple, list)):
         pad, sos, eos = vocab
         return int(pad), int(sos), int(eos)

@@ -47,8 +47,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from .dropout import Dropout
-from .pointwise import PointwiseConv
+from .accelerations import Dropout, PointwiseConv, free_to_read
 
 
 def downsample_mask(mask: Tensor) -> Tensor:
@@ -56,14 +55,13 @@ def downsample_mask(mask: Tensor) -> Tensor:
     return mask[:, 0::2, 0::2]
 
 
-def masked_avg_pool2x2(x: Tensor, valid: Tensor, zero_at_padding: bool = False) -> Tensor:
+def masked_avg_pool2x2(x: Tensor, valid: Tensor) -> Tensor:
     """2x2 ceil-mode average over the valid pixels of each window only.
 
-    x: [B, C, H, W]; valid: [B, 1, H, W] float (1 = image, 0 = pad); `zero_at_padding`: x is
-    already 0 there (the caller folded the mask into its dropout), so it is not multiplied again.
-    The divisor of both pools is the same, so their ratio is sum(x * valid) / count(valid).
+    x: [B, C, H, W]; valid: [B, 1, H, W] float (1 = image, 0 = pad). The divisor of both pools is
+    the same, so their ratio is sum(x * valid) / count(valid).
     """
-    num = F.avg_pool2d(x if zero_at_padding else x * valid, 2, ceil_mode=True)
+    num = F.avg_pool2d(x * valid, 2, ceil_mode=True)
     den = F.avg_pool2d(valid, 2, ceil_mode=True)
     return num / den.clamp_min(1e-6)
 
@@ -81,8 +79,9 @@ class BottleneckLayer(nn.Module):
         self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor, valid: Optional[Tensor]) -> Tensor:
-        # the 3x3 conv must see zeros at padding, as at a tight canvas's border
-        y = self.dropout(F.relu(self.norm1(self.conv1(x))), valid)
+        y = self.dropout(F.relu(self.norm1(self.conv1(x))))
+        if valid is not None:  # the 3x3 conv must see zeros at padding, as at a tight canvas's border
+            y = y * valid
         y = self.dropout(F.relu(self.norm2(self.conv2(y))))
         return torch.cat([x, y], dim=1)
 
@@ -126,10 +125,10 @@ class Transition(nn.Module):
         self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor, valid: Optional[Tensor]) -> Tensor:
-        x = self.dropout(F.relu(self.norm(self.conv(x))), valid)  # zero at padding: the pool's numerator
+        x = self.dropout(F.relu(self.norm(self.conv(x))))
         if valid is None:
             return F.avg_pool2d(x, 2, ceil_mode=True)
-        return masked_avg_pool2x2(x, valid, zero_at_padding=True)
+        return masked_avg_pool2x2(x, valid)
 
 
 class DenseNetB(nn.Module):
@@ -169,9 +168,8 @@ class DenseNetB(nn.Module):
         mask = downsample_mask(image_mask)
         x = F.relu(self.stem_norm(x))
         # A batch without padding (common: batches are grouped by size) needs no masking at all,
-        # which saves a multiply of every feature map. The check reads the mask: on a CPU only,
-        # where it costs no synchronisation.
-        masking = self.mask_padding and (mask.device.type != "cpu" or bool(mask.any()))
+        # which saves a multiply of every feature map, where reading the mask is free.
+        masking = self.mask_padding and (not free_to_read(mask) or bool(mask.any()))
         if masking:
             # Zero the padding before the max-pool: ReLU output >= 0, so zeros never win over image pixels.
             x = x * (~mask).unsqueeze(1).to(x.dtype)

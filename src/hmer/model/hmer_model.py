@@ -11,9 +11,10 @@ positions -> LayerNorm, no ReLU). Padded feature positions are masked out of eve
 with `model.mask_padding` they are also zeroed (the references leave them as computed).
 
 Bidirectional training: `tgt_in` may hold k times as many rows as there are images (k = 2
-for `bi`: l2r rows, then r2l rows); each image is encoded once. A decoder that reads grouped
-memory (the transformer's) then attends to each image once with its k rows as one block of
-queries; the others get the features repeated k times in the rows' order.
+for `bi`: l2r rows, then r2l rows); each image is encoded once and its features repeated k times
+in the rows' order (BTTR's `torch.cat([x, x])`). Training switches on `groups_directions`
+(hmer.model.accelerations): a decoder that reads grouped memory (the transformer's) then attends
+to each image once with its k rows as one block of queries.
 """
 
 from __future__ import annotations
@@ -28,11 +29,11 @@ from torch import Tensor
 
 from ..config import ModelConfig
 from ..registry import DECODERS
+from .accelerations import PointwiseConv, grouped_directions
 from .counting import CountingDecoder, caption_counts, counting_loss
 from .decoder_base import Decoder
-from .direction import make_targets, special_ids
+from .direction import PAD_ID, make_targets
 from .encoder import DenseNetB
-from .pointwise import PointwiseConv
 from .posenc import make_image_positions
 from .refinement import sums_before
 
@@ -56,6 +57,8 @@ def repeat_rows(feats: Tensor, feat_mask: Tensor, rows: int) -> tuple[Tensor, Te
 
 
 class HMERModel(nn.Module):
+    groups_directions = False  # hmer.model.accelerations
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         cfg.validate()
@@ -105,29 +108,18 @@ class HMERModel(nn.Module):
         group > 0: tgt_in has B * group rows instead, image-major (row r reads image r // group),
         and a decoder that can (`reads_grouped_memory`) reads each image's memory once for them.
         """
-        grouped = getattr(self.decoder, "reads_grouped_memory", False)
         if group > 0:
             if tgt_in.shape[0] != feats.shape[0] * group:
                 raise ValueError(f"{tgt_in.shape[0]} target rows for {feats.shape[0]} images in groups of {group}")
-            if grouped:
-                return self.decoder(feats, feat_mask, tgt_in, tgt_pad_mask, return_attention=return_attention,
-                                    group=group)
-            feats, feat_mask = feats.repeat_interleave(group, 0), feat_mask.repeat_interleave(group, 0)
+            if not self.decoder.reads_grouped_memory:
+                feats, feat_mask = feats.repeat_interleave(group, 0), feat_mask.repeat_interleave(group, 0)
+            return self.decoder(feats, feat_mask, tgt_in, tgt_pad_mask, return_attention=return_attention)
         blocks, rest = divmod(tgt_in.shape[0], feats.shape[0])
-        if grouped and blocks > 1 and not rest and not return_attention:
-            # k direction blocks read each image's memory once, as groups of its k rows: the image's
-            # keys/values are projected once instead of k times (the largest matmul of bi training)
-            image_major = self._image_major(tgt_in, blocks)
-            pad_rows = None if tgt_pad_mask is None else self._image_major(tgt_pad_mask, blocks)
-            logits = self.decoder(feats, feat_mask, image_major, pad_rows, group=blocks)
-            return logits.unflatten(0, (-1, blocks)).transpose(0, 1).flatten(0, 1)
+        if self.groups_directions and self.decoder.reads_grouped_memory and blocks > 1 and not rest \
+                and not return_attention:
+            return grouped_directions(self.decoder, feats, feat_mask, tgt_in, tgt_pad_mask, blocks)
         feats, feat_mask = repeat_rows(feats, feat_mask, tgt_in.shape[0])
         return self.decoder(feats, feat_mask, tgt_in, tgt_pad_mask, return_attention=return_attention)
-
-    @staticmethod
-    def _image_major(rows: Tensor, blocks: int) -> Tensor:
-        """[k * B, ...] in direction blocks -> [B * k, ...] with each image's k rows together."""
-        return rows.unflatten(0, (blocks, -1)).transpose(0, 1).flatten(0, 1)
 
     def forward(
         self, images: Tensor, image_mask: Tensor, tgt_in: Tensor, tgt_pad_mask: Optional[Tensor] = None
@@ -160,14 +152,13 @@ class HMERModel(nn.Module):
         With `model.counting` and the classes it counts, `counted` [V] (bool), CAN's counting loss is
         added with `counting_weight` (hmer.model.counting); without them it is the decoder's loss alone
         (what validation's `val_loss` reads for every model)."""
-        pad, _, _ = special_ids()
         if counted is None or not isinstance(self.decoder, CountingDecoder):
             logits = self(images, image_mask, tgt_in)
-            return F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=pad,
+            return F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=PAD_ID,
                                    label_smoothing=label_smoothing)
         feats, feat_mask = self.encode(images, image_mask)
         logits = self.decode(feats, feat_mask, tgt_in)
-        loss = F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=pad,
+        loss = F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=PAD_ID,
                                label_smoothing=label_smoothing)
         mean, branches = self.decoder.counter(feats, feat_mask)
         target = caption_counts(tgt_out, images.shape[0], counted)

@@ -43,7 +43,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from ..registry import COVERAGES
-from .pointwise import PointwiseConv
+from .accelerations import PointwiseConv
 
 
 @dataclass(frozen=True)

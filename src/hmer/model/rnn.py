@@ -28,17 +28,18 @@ from typing import Optional
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 from torch import Tensor
 
 from ..config import ModelConfig
 from ..registry import DECODERS
+from .accelerations import Dropout, same_conv_as_matmul
 from .decoder_base import Decoder, DecoderState
-from .dropout import Dropout
 
 
 class CoverageAttention(nn.Module):
     """WAP's attention: additive (Bahdanau) scores plus a convolution of the coverage map."""
+
+    coverage_as_matmul = False  # hmer.model.accelerations
 
     def __init__(self, hidden: int, feat_dim: int, att_dim: int, kernel_size: int):
         super().__init__()
@@ -63,16 +64,12 @@ class CoverageAttention(nn.Module):
     def coverage_term(self, coverage: Tensor) -> Tensor:
         """U_f Q beta: the coverage map [N, 1, h, w] convolved to the attention dim, [N, S, att].
 
-        Training on a CPU computes the convolution as a matrix product of its k x k
-        neighbourhoods (`unfold`): the same products, and a forward plus backward in 2.3 against
-        3.0-3.1 ms a token at the `cpu` budget's sizes, which matters because the teacher-forced
-        pass runs it once per token. Without gradients the convolution itself is faster (0.37
-        against 0.80 ms). Both measured by `benchmarks/bench_coverage_ops.py`."""
-        if coverage.device.type != "cpu" or not torch.is_grad_enabled():
-            return self.coverage(coverage).flatten(2).transpose(1, 2)
-        k = self.coverage.kernel_size[0]
-        neighbourhoods = F.unfold(coverage, k, padding=k // 2)  # [N, k*k, S]
-        return neighbourhoods.transpose(1, 2) @ self.coverage.weight.reshape(self.coverage.out_channels, -1).t()
+        Training on a CPU computes the convolution as a matrix product (`coverage_as_matmul`,
+        hmer.model.accelerations), which matters because the teacher-forced pass runs it once per
+        token; without gradients the convolution itself is faster (0.37 against 0.80 ms)."""
+        if self.coverage_as_matmul and torch.is_grad_enabled():
+            return same_conv_as_matmul(self.coverage, coverage)
+        return self.coverage(coverage).flatten(2).transpose(1, 2)
 
 
 @DECODERS.register("rnn")

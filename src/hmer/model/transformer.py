@@ -14,8 +14,13 @@ attends to a pad token; training therefore passes no `tgt_pad_mask` (the loss ig
 positions), which keeps self-attention on the fast `is_causal` kernels. Given one, pad keys are
 masked as in BTTR's and CoMER's decoders: that only changes the logits at pad positions, and
 those of a sequence with a pad token inside (which the references' searches can produce).
-Training on a CPU computes the per-token layers on the real tokens alone (`PackedTokens`): at
-the `cpu` budget half of a batch's target positions are padding.
+Training on a CPU computes the per-token layers on the real tokens alone (`packs_tokens`,
+hmer.model.accelerations): at the `cpu` budget half of a batch's target positions are padding.
+
+Rows grouped by image: `tgt_in` may hold g rows per image ([B * g, L], row r reading image
+r // g, the layout of a `bi` batch in training, of beam search and of joint search's rescoring);
+each image's keys/values are then projected once and attended by its rows as one block
+(`accelerations.grouped_attention`), the ARM still reading each row's own maps.
 
 Incremental decoding caches, per layer, the keys/values of every token fed so far (each step
 projects only the new token) and, once per image, the keys/values of the image features.
@@ -34,45 +39,11 @@ from torch import Tensor
 
 from ..config import ModelConfig
 from ..registry import COVERAGES, DECODERS
+from .accelerations import Attended, Dropout, PackedTokens, packed_forward
 from .attention import MultiHeadAttention, Refinement
 from .decoder_base import Decoder, DecoderState
-from .direction import special_ids
-from .dropout import Dropout
 from .embedding import TokenEmbedding
 from .refinement import AttentionRefinementModule, CoverageKind, coverage_of_steps
-
-
-class PackedTokens:
-    """The real tokens of right-padded rows [B, L] packed into one [N, ...] tensor.
-
-    Training targets are about half padding at the `cpu` budget (a batch pads every caption to its
-    longest), and every per-token layer (projections, feed-forward, norms, dropout, the output
-    layer) would compute those positions only for the loss to ignore them. Packed, they compute the
-    N real tokens alone; attention unpacks its queries, keys and values to [B, L, ...] (zeros at
-    padding, which a real token never reads: the causal mask or `tgt_pad_mask` hides pad keys).
-    The real tokens' values are the padded computation's; only the pad positions' logits differ
-    (0 instead of values nothing reads)."""
-
-    def __init__(self, real: Tensor):
-        self.rows, self.length = real.shape
-        self.index = real.flatten().nonzero().squeeze(1)
-
-    def pack(self, x: Tensor) -> Tensor:
-        """[B, L, ...] -> [N, ...]"""
-        return x.flatten(0, 1).index_select(0, self.index)
-
-    def unpack(self, x: Tensor) -> Tensor:
-        """[N, ...] -> [B, L, ...], zeros at padding"""
-        full = x.new_zeros(self.rows * self.length, *x.shape[1:])
-        return full.index_copy(0, self.index, x).unflatten(0, (self.rows, self.length))
-
-
-def _unpacked(tokens: Optional[PackedTokens], x: Tensor) -> Tensor:
-    return x if tokens is None else tokens.unpack(x)
-
-
-def _packed(tokens: Optional[PackedTokens], x: Tensor) -> Tensor:
-    return x if tokens is None else tokens.pack(x)
 
 
 class TransformerDecoderLayer(nn.Module):
@@ -87,50 +58,23 @@ class TransformerDecoderLayer(nn.Module):
         self.norm3 = nn.LayerNorm(d_model)
         self.dropout = Dropout(dropout)
 
-    # x is [B, L, d], or the real tokens [N, d] when `tokens` packs them (PackedTokens).
-    def self_block(self, x: Tensor, k: Tensor, v: Tensor, causal: bool, pad: Optional[Tensor] = None,
-                   tokens: Optional[PackedTokens] = None) -> Tensor:
-        attn = self.self_attn
-        out, _ = attn.attend(attn.split_heads(_unpacked(tokens, attn.q_proj(x))), k, v, pad, causal=causal)
-        return self.norm1(x + self.dropout(attn.out_proj(_packed(tokens, out))))
+    def forward(self, x: Tensor, memory: Tensor, memory_pad: Tensor, tgt_pad_mask: Optional[Tensor] = None,
+                refine: Optional[Refinement] = None, need_weights: bool = False) -> tuple[Tensor, Optional[Tensor]]:
+        """Teacher forcing: x [N, L, d], memory [B, S, d] -> (x, the cross-attention weights [N, H, L, S])."""
+        x = self.norm1(x + self.dropout(self.self_attn(x, key_padding_mask=tgt_pad_mask, causal=True).out))
+        out, weights, _ = self.cross_attn(x, memory, memory_pad, refine=refine, need_weights=need_weights)
+        return self.feed_forward(self.norm2(x + self.dropout(out))), weights
 
-    def cross_block(
-        self, x: Tensor, k: Tensor, v: Tensor, pad: Tensor, refine: Optional[Refinement], need_weights: bool,
-        tokens: Optional[PackedTokens] = None,
-    ) -> tuple[Tensor, Optional[Tensor]]:
-        attn = self.cross_attn
-        q = attn.split_heads(_unpacked(tokens, attn.q_proj(x)))
-        out, weights = attn.attend(q, k, v, pad, refine=refine, need_weights=need_weights)
-        return self.norm2(x + self.dropout(attn.out_proj(_packed(tokens, out)))), weights
+    def step(self, x: Tensor, self_kv: tuple[Tensor, Tensor], memory_kv: tuple[Tensor, Tensor], memory_pad: Tensor,
+             refine: Optional[Refinement], need_weights: bool, need_unrefined: bool) -> tuple[Tensor, Attended]:
+        """One token a row, x [N, 1, d], against the keys/values of every token so far (`self_kv`) and
+        of the image (`memory_kv`, projected once by `init_state`)."""
+        x = self.norm1(x + self.dropout(self.self_attn(x, kv=self_kv).out))
+        attended = self.cross_attn(x, key_padding_mask=memory_pad, refine=refine, need_weights=need_weights,
+                                   kv=memory_kv, need_unrefined=need_unrefined)
+        return self.feed_forward(self.norm2(x + self.dropout(attended.out))), attended
 
-    def cross_block_grouped(
-        self, x: Tensor, k: Tensor, v: Tensor, pad: Tensor, group: int, refine: Optional[Refinement] = None,
-        need_weights: bool = False, tokens: Optional[PackedTokens] = None,
-    ) -> tuple[Tensor, Optional[Tensor]]:
-        """cross_block for rows in contiguous groups of `group` that share an image: x [N, L, d],
-        k/v [N // group, H, S, dh], pad [N // group, S]. Each image is attended once, by all its
-        group's positions as one block of queries (cross-attention never mixes queries), so its
-        keys/values are neither projected nor copied per row. The ARM (`refine`) still reads and
-        answers each row's own maps, and the weights come back per row: [N, H, L, S]."""
-        attn = self.cross_attn
-        q = _unpacked(tokens, attn.q_proj(x))
-        n, length, d = q.shape
-        q = q.view(n // group, group * length, attn.nhead, attn.head_dim).transpose(1, 2)
-
-        def rows(maps: Tensor) -> Tensor:  # [N // group, H, group * L, S] -> [N, H, L, S]
-            return maps.unflatten(2, (group, length)).transpose(1, 2).reshape(n, attn.nhead, length, -1)
-
-        def groups(maps: Tensor) -> Tensor:  # the inverse
-            return maps.unflatten(0, (n // group, group)).transpose(1, 2).flatten(2, 3)
-
-        by_rows = None if refine is None else (lambda weights: groups(refine(rows(weights))))
-        out, weights = attn.attend(q, k, v, pad, refine=by_rows, need_weights=need_weights)
-        out = attn.out_proj(_packed(tokens, out.reshape(n, length, d)))
-        # The explicit path (CPU training with dropout) computes weights whether asked or not: laying
-        # them out per row is a copy of the step's largest tensor, made only when they are wanted.
-        return self.norm2(x + self.dropout(out)), rows(weights) if need_weights and weights is not None else None
-
-    def ff_block(self, x: Tensor) -> Tensor:
+    def feed_forward(self, x: Tensor) -> Tensor:
         y = self.linear2(self.dropout(F.relu(self.linear1(x))))
         return self.norm3(x + self.dropout(y))
 
@@ -140,6 +84,8 @@ class TransformerDecoder(Decoder):
     """BTTR's transformer decoder; with a coverage (model.coverage), CoMER's."""
 
     supports_coverage = True  # the ARM refines its cross-attention (config validation reads this)
+    reads_grouped_memory = True  # rows grouped by image read its keys/values once (module docstring)
+    packs_tokens = False  # hmer.model.accelerations
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -151,7 +97,6 @@ class TransformerDecoder(Decoder):
             TransformerDecoderLayer(d, cfg.nhead, cfg.dim_feedforward, cfg.dropout)
             for _ in range(cfg.num_decoder_layers)
         ))
-        self.coverage = cfg.coverage
         self.coverage_kind: CoverageKind = COVERAGES.get(cfg.coverage)
         self.arm: Optional[AttentionRefinementModule] = None
         if self.coverage_kind.refines:
@@ -163,16 +108,18 @@ class TransformerDecoder(Decoder):
     def _has_arm(self, i: int) -> bool:
         return self.arm is not None and i > 0
 
-    # Rows grouped by image read its keys/values once (`cross_block_grouped`), with coverage too.
-    reads_grouped_memory = True
-
     def _needs_weights(self, i: int) -> bool:
         """Layer i's attention feeds layer i+1's cross coverage."""
         return self.coverage_kind.reads_below and i < len(self.layers) - 1
 
-    def _coverage_maps(self, prev: Optional[Tensor], curr: Tensor) -> Tensor:
-        """The attention maps coverage accumulates, heads as channels: [*, C_in, L, S]."""
-        return self.coverage_kind.maps(prev, curr)
+    def _refinement(self, i: int, below: Optional[Tensor], row_mask: Tensor) -> Optional[Refinement]:
+        """Layer i's ARM: its term from the coverage of every step, of this layer's unrefined
+        attention and `below`, the layer below's refined one."""
+        if not self._has_arm(i):
+            return None
+        arm = self.arm
+        assert arm is not None  # _has_arm
+        return lambda unrefined: arm(coverage_of_steps(self.coverage_kind, below, unrefined), row_mask)
 
     # ---- teacher forcing ----------------------------------------------------------------------
     def forward(
@@ -182,50 +129,26 @@ class TransformerDecoder(Decoder):
         tgt_in: Tensor,
         tgt_pad_mask: Optional[Tensor] = None,
         return_attention: bool = False,
-        group: int = 0,
     ):
-        if group and return_attention:
-            feats, feat_mask, group = feats.repeat_interleave(group, 0), feat_mask.repeat_interleave(group, 0), 0
+        if self.packs_tokens and self.training and self.arm is None and not return_attention:
+            tokens = PackedTokens.of(tgt_in, tgt_pad_mask)
+            if tokens is not None:
+                return packed_forward(self, feats, feat_mask, tgt_in, tgt_pad_mask, tokens)
         b, h, w, d = feats.shape
-        memory = feats.reshape(b, h * w, d)
-        pad = feat_mask.reshape(b, h * w)
-        row_mask = feat_mask.repeat_interleave(group, 0) if group and self.arm is not None else feat_mask
-        tokens = self._packing(tgt_in, tgt_pad_mask)
-        x = _packed(tokens, self.embed(tgt_in))
-        prev: Optional[Tensor] = None
+        memory, pad = feats.reshape(b, h * w, d), feat_mask.reshape(b, h * w)
+        rows = tgt_in.shape[0]
+        row_mask = feat_mask if rows == b else feat_mask.repeat_interleave(rows // b, 0)  # the ARM's, per row
+        x = self.embed(tgt_in)
+        weights: Optional[Tensor] = None
         last = len(self.layers) - 1
         for i, layer in enumerate(self.layers):
-            k, v = layer.self_attn.kv_heads(_unpacked(tokens, layer.self_attn.kv_proj(x)))
-            x = layer.self_block(x, k, v, causal=True, pad=tgt_pad_mask, tokens=tokens)
-            refine = None
-            if self._has_arm(i):
-                # curr: this layer's unrefined attention, all steps; prev: the layer below's refined one.
-                def refine(curr: Tensor, prev: Optional[Tensor] = prev) -> Tensor:
-                    assert self.arm is not None  # _has_arm
-                    return self.arm(coverage_of_steps(self.coverage_kind, prev, curr), row_mask)
-            mk, mv = layer.cross_attn.project_kv(memory)
             need = self._needs_weights(i) or (return_attention and i == last)
-            if group:
-                x, prev = layer.cross_block_grouped(x, mk, mv, pad, group, refine, need, tokens)
-            else:
-                x, prev = layer.cross_block(x, mk, mv, pad, refine, need, tokens)
-            x = layer.ff_block(x)
-        logits = _unpacked(tokens, self.out(x))
+            x, weights = layer(x, memory, pad, tgt_pad_mask, self._refinement(i, weights, row_mask), need)
+        logits = self.out(x)
         if return_attention:
-            assert prev is not None  # the last layer's weights were asked for
-            return logits, prev.mean(dim=1).view(b, -1, h, w)
+            assert weights is not None  # the last layer's weights were asked for
+            return logits, weights.mean(dim=1).view(rows, -1, h, w)
         return logits
-
-    def _packing(self, tgt_in: Tensor, tgt_pad_mask: Optional[Tensor]) -> Optional[PackedTokens]:
-        """PackedTokens for training on a CPU when the rows hold padding, else None. Evaluation keeps
-        the padded layout, so that rescoring's sums stay those of the shapes it always had, and a GPU
-        keeps it too: counting the real tokens would stop the host until the GPU catches up. So does
-        CoMER's ARM: its batch norm takes its statistics over every step of the batch, padding steps
-        included (as CoMER's does), so their attention maps must stay what they were."""
-        if not self.training or tgt_in.device.type != "cpu" or self.arm is not None:
-            return None
-        real = tgt_in != special_ids()[0] if tgt_pad_mask is None else ~tgt_pad_mask
-        return None if bool(real.all()) else PackedTokens(real)
 
     # ---- incremental decoding -----------------------------------------------------------------
     def init_state(self, feats: Tensor, feat_mask: Tensor) -> DecoderState:
@@ -241,8 +164,7 @@ class TransformerDecoder(Decoder):
             cache[f"self_v{i}"] = feats.new_zeros(b, nhead, 0, head_dim)
             if self._has_arm(i):
                 assert self.arm is not None  # _has_arm
-                in_maps = self.arm.conv.in_channels
-                cache[f"cov{i}"] = feats.new_zeros(b, in_maps, h * w)
+                cache[f"cov{i}"] = feats.new_zeros(b, self.arm.conv.in_channels, h * w)
         return DecoderState(t=0, memory=memory, cache=cache)
 
     def step(self, state: DecoderState, tokens: Tensor) -> tuple[Tensor, DecoderState]:
@@ -250,37 +172,27 @@ class TransformerDecoder(Decoder):
         x = self.embed(tokens.reshape(n, 1), start=state.t)
         # Beam search's rows come grouped by image: each image's keys/values are read once per
         # group, never gathered per row (see DecoderState). The ARM's maps stay per row.
-        grouped = state.group > 0
-        pad = (state.groups("mask") if grouped else state.rows("mask")).flatten(1)
+        image = state.groups if state.group > 0 else state.rows
+        pad = image("mask").flatten(1)
         row_mask = state.rows("mask") if self.arm is not None else None
         cache = dict(state.cache)
-        prev: Optional[Tensor] = None
+        below: Optional[Tensor] = None
         for i, layer in enumerate(self.layers):
             k, v = layer.self_attn.project_kv(x)
-            k = torch.cat([cache[f"self_k{i}"], k], dim=2)
-            v = torch.cat([cache[f"self_v{i}"], v], dim=2)
-            cache[f"self_k{i}"], cache[f"self_v{i}"] = k, v
-            x = layer.self_block(x, k, v, causal=False)  # the cache holds only the past and present
+            k = cache[f"self_k{i}"] = torch.cat([cache[f"self_k{i}"], k], dim=2)
+            v = cache[f"self_v{i}"] = torch.cat([cache[f"self_v{i}"], v], dim=2)
             refine = None
-            seen: dict[str, Tensor] = {}
             if self._has_arm(i):
-                # The ARM reads the coverage of the steps before this one; this step's attention
-                # (captured in `seen` by the callback) joins the running sum afterwards.
-                coverage = cache[f"cov{i}"]
-
-                def refine(curr: Tensor, coverage: Tensor = coverage, seen: dict = seen) -> Tensor:
-                    assert self.arm is not None  # _has_arm
-                    seen["curr"] = curr
-                    return self.arm(coverage[:, None], row_mask)
-            need = self._needs_weights(i)
-            if grouped:
-                x, weights = layer.cross_block_grouped(x, state.groups(f"k{i}"), state.groups(f"v{i}"), pad,
-                                                       state.group, refine, need)
-            else:
-                x, weights = layer.cross_block(x, state.rows(f"k{i}"), state.rows(f"v{i}"), pad, refine, need)
-            if self._has_arm(i):
-                cache[f"cov{i}"] = cache[f"cov{i}"] + self._coverage_maps(prev, seen["curr"])[:, :, 0]
-            prev = weights
-            x = layer.ff_block(x)
+                # The ARM's term at this step reads the coverage of the steps before it alone.
+                assert self.arm is not None  # _has_arm
+                term = self.arm(cache[f"cov{i}"][:, None], row_mask)
+                refine = lambda unrefined, term=term: term  # noqa: E731
+            # (the cache holds only the past and present: no causal mask)
+            x, attended = layer.step(x, (k, v), (image(f"k{i}"), image(f"v{i}")), pad, refine,
+                                     need_weights=self._needs_weights(i), need_unrefined=self._has_arm(i))
+            if self._has_arm(i):  # this step's attention joins the running sum
+                assert attended.unrefined is not None  # asked for
+                cache[f"cov{i}"] = cache[f"cov{i}"] + self.coverage_kind.maps(below, attended.unrefined)[:, :, 0]
+            below = attended.weights
         logits = self.out(x[:, 0])
         return logits, replace(state, t=state.t + 1, cache=cache)

@@ -36,7 +36,8 @@ def train_seconds_per_image(cfg: Config, exprs: Sequence[Expression], n_batches:
     from ..model import build_model
     from .loader import Redraw, train_batches
     from .optim import build_optimizer
-    from .setup import LossModule, optimizer_step, prepare_model
+    from .setup import prepare_model
+    from .step import LossModule, train_step
 
     batches = make_batches(list(exprs), cfg.data.batch_pixels, cfg.data.max_batch_size, shuffle=True, seed=seed)
     sample = batches[: n_batches + 1]
@@ -61,7 +62,7 @@ def train_seconds_per_image(cfg: Config, exprs: Sequence[Expression], n_batches:
         for k in range(len(sample)):
             t0 = time.process_time()
             tb = next(steps)
-            optimizer_step(loss_module, opt, model, tb, cfg.train.grad_clip)
+            train_step(loss_module, opt, model, tb, cfg.train.grad_clip)
             if k > 0:  # the first step warms the allocator and the kernels up
                 cpu += time.process_time() - t0
                 images += len(tb)

@@ -16,7 +16,7 @@ How a step runs (`GraphedStep.__call__`):
 3. the graph of that shape replays: gradients zeroed, forward under autocast, loss, backward into the
    parameters' `.grad` tensors, which are allocated once before the first capture so that every
    graph writes the same addresses the optimiser reads;
-4. gradient clipping and the optimiser's step run eagerly as in `optimizer_step` (they take the
+4. gradient clipping and the optimiser's step run eagerly as in `step.train_step` (they take the
    learning rate of the schedule, a Python number that a graph would freeze).
 
 The first batch of a shape takes steps 1-4 eagerly (cuDNN plans its convolutions, cuBLAS and the
@@ -35,14 +35,13 @@ tests/test_training_graphs.py holds to the ordinary step (the same losses and we
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from ..data.ladder import PadLadder
-from ..model.direction import special_ids
-from .setup import optimizer_step
+from ..model.direction import PAD_ID
 
 # Caption lengths (target positions) padded to multiples of 8, each rung at least 1.25 times the one
 # below: 8, 16, 24, 32, 40, 56, 72, 96, 120, 152, 192, 240 for the lengths CROHME has.
@@ -55,9 +54,8 @@ def pad_targets(tgt_in: Tensor, tgt_out: Tensor, ladder: PadLadder = LENGTH_LADD
     extra = ladder.rung(length) - length
     if extra == 0:
         return tgt_in, tgt_out
-    pad, _, _ = special_ids()
-    return (torch.nn.functional.pad(tgt_in, (0, extra), value=pad),
-            torch.nn.functional.pad(tgt_out, (0, extra), value=pad))
+    return (torch.nn.functional.pad(tgt_in, (0, extra), value=PAD_ID),
+            torch.nn.functional.pad(tgt_out, (0, extra), value=PAD_ID))
 
 
 @dataclass
@@ -74,7 +72,7 @@ class _Static:
 
 @dataclass
 class GraphedStep:
-    """`optimizer_step` with the forward and backward of each batch shape replayed from a CUDA graph
+    """`step.train_step` with the forward and backward of each batch shape replayed from a CUDA graph
     (module docstring). Call it with a `loader.TrainBatch`; it returns the batch's loss, detached."""
 
     loss_module: torch.nn.Module
@@ -96,7 +94,7 @@ class GraphedStep:
         tgt_in, tgt_out = pad_targets(tb.tgt_in, tb.tgt_out)
         key = (tuple(images.shape), tuple(tgt_in.shape), images.is_contiguous(memory_format=torch.channels_last))
         # Gradients live in fixed tensors that every graph writes and the optimiser reads: they are
-        # zeroed in place, never set to None (which `optimizer_step` does).
+        # zeroed in place, never set to None (which `train_step` does).
         self._ensure_grads()
         static = self.statics.get(key)
         first = static is None
@@ -165,15 +163,3 @@ class GraphedStep:
                     b.copy_(buffers[name])
             torch.set_rng_state(cpu_rng)
             torch.cuda.set_rng_state(cuda_rng)
-
-
-def step_function(setup: Any) -> Callable[[Any], Tensor]:
-    """The trainer's step for `setup` (a `training.setup.Setup`): a `GraphedStep` with
-    `train.cuda_graphs`, else `optimizer_step`. Either returns the batch's loss."""
-    tc = setup.cfg.train
-    if tc.cuda_graphs:
-        if setup.dist.world_size > 1:
-            raise ValueError("train.cuda_graphs captures one process's step; under torchrun (DDP) leave it off")
-        return GraphedStep(setup.loss_module, setup.optimizer, setup.model, tc.grad_clip, setup.amp_dtype)
-    return lambda tb: optimizer_step(setup.loss_module, setup.optimizer, setup.model, tb, tc.grad_clip,
-                                     setup.amp_dtype)

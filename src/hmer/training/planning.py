@@ -37,7 +37,7 @@ from ..device import size_cudnn_plan_cache
 from ..data import Expression, make_batches
 from ..data.batching import largest_sizes, padded_shapes
 from ..data.ladder import PadLadder, ladder_shapes
-from ..model.pointwise import PointwiseConv
+from ..model.accelerations import PointwiseConv
 
 
 def training_shapes(cfg: Config, exprs: Sequence[Expression]) -> set[tuple[int, int, int]]:

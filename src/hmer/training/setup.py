@@ -21,35 +21,19 @@ from ..data.render import RenderConfig, render_ink
 from ..data.standard import STANDARD_2014, standard_2014_if_available
 from ..device import autocast_dtype
 from ..model import HMERModel, build_model
-from ..model.pointwise import use_matmul
+from ..model.accelerations import accelerate
 from . import distributed as ddp
 from .ema import WeightAverage
+from .graphs import GraphedStep
 from .loader import auto_prefetch
 from .optim import LRSchedule, batch_scaled_lr, build_optimizer, warmup_steps
+from .step import LossModule
 
 
 def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % (2**32))
     torch.manual_seed(seed)
-
-
-class LossModule(torch.nn.Module):
-    """`forward` = the model's training loss, so DistributedDataParallel can wrap it."""
-
-    def __init__(self, model: HMERModel, label_smoothing: float = 0.0, counted: torch.Tensor | None = None,
-                 counting_weight: float = 1.0):
-        super().__init__()
-        self.model = model
-        self.label_smoothing = label_smoothing
-        self.counting_weight = counting_weight
-        self.counted = counted  # the classes a counting model counts (hmer.model.counting), on its device
-
-    def forward(self, images, image_mask, tgt_in, tgt_out):
-        if self.counted is None:
-            return self.model.loss_from_targets(images, image_mask, tgt_in, tgt_out, self.label_smoothing)
-        return self.model.loss_from_targets(images, image_mask, tgt_in, tgt_out, self.label_smoothing,
-                                            counted=self.counted, counting_weight=self.counting_weight)
 
 
 def counted_classes(vocab: Vocab) -> torch.Tensor:
@@ -62,30 +46,14 @@ def counted_classes(vocab: Vocab) -> torch.Tensor:
 
 
 def prepare_model(model: HMERModel, tc) -> HMERModel:
-    """The model as the step runs it (`tc`: the train section): NHWC weights with
-    `train.channels_last` (tensor cores prefer them on a GPU; 1.11x on one CPU thread), the 1x1
-    convolutions as matrix products with `train.conv1x1_as_matmul`. Neither changes a parameter."""
+    """The model as the step runs it (`tc`: the train section) on the device of its parameters: NHWC
+    weights with `train.channels_last` (tensor cores prefer them on a GPU; 1.11x on one CPU thread),
+    and the accelerations for that device (hmer.model.accelerations; the 1x1 convolutions as
+    matrix products with `train.conv1x1_as_matmul`). None changes a parameter."""
     if tc.channels_last:
         model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # Module.to takes memory_format; its stubs omit it
-    use_matmul(model, tc.conv1x1_as_matmul)
+    accelerate(model, next(model.parameters()).device, tc.conv1x1_as_matmul)
     return model
-
-
-def optimizer_step(loss_module: torch.nn.Module, optimizer: torch.optim.Optimizer, model: torch.nn.Module, tb,
-                   grad_clip: float, amp_dtype: torch.dtype | None = None) -> torch.Tensor:
-    """One training step on the batch `tb` (a `loader.TrainBatch`): the loss under autocast (when
-    `amp_dtype`), backward, gradient clipping (when `grad_clip` > 0), the optimiser's step. The
-    trainer, `hmer bench train` and the cost measurement of a sweep trial all step this way.
-    Returns the loss, not detached."""
-    device_type = tb.batch.images.device.type
-    with torch.autocast(device_type, dtype=amp_dtype, enabled=amp_dtype is not None):
-        loss = loss_module(tb.batch.images, tb.batch.image_mask, tb.tgt_in, tb.tgt_out)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    if grad_clip > 0:
-        torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    optimizer.step()
-    return loss
 
 
 @dataclass
@@ -114,6 +82,8 @@ class Setup:
     batch_scale: float = 1.0
     # The weight average validation reads (`train.ema_decay`; None when off).
     ema: WeightAverage | None = None
+    # The step replayed from CUDA graphs (`train.cuda_graphs`; None when off: `step.train_step`).
+    graphed: GraphedStep | None = None
 
     @property
     def train_set(self) -> list[Expression]:
@@ -139,7 +109,6 @@ def build(cfg: Config, data: dict[str, list] | None, device: torch.device, dist:
     train_strokes = _add_restyled_splits(cfg, data, test_years)
 
     model = prepare_model(build_model(cfg.model).to(device), tc)
-    optimizer = build_optimizer(model.parameters(), tc)
     # make_batches fixes the number of batches of an epoch whatever its shuffle seed
     batches = make_batches(data["train"], cfg.data.batch_pixels, cfg.data.max_batch_size, shuffle=True, seed=0)
     steps_per_epoch = len(ddp.shard(batches, dist))
@@ -157,9 +126,15 @@ def build(cfg: Config, data: dict[str, list] | None, device: torch.device, dist:
     if tc.compile:
         loss_module = torch.compile(loss_module, dynamic=True)
     ema = WeightAverage(model, tc.ema_decay) if tc.ema_decay > 0 else None
+    amp_dtype = autocast_dtype(tc.precision, device)
+    graphed = None
+    if tc.cuda_graphs:
+        if dist.world_size > 1:
+            raise ValueError("train.cuda_graphs captures one process's step; under torchrun (DDP) leave it off")
+        graphed = GraphedStep(loss_module, optimizer, model, tc.grad_clip, amp_dtype)
     return Setup(cfg=cfg, vocab=vocab, data=data, test_years=test_years, model=model, loss_module=loss_module,
-                 optimizer=optimizer, schedule=schedule, device=device, ema=ema,
-                 amp_dtype=autocast_dtype(tc.precision, device), dist=dist,
+                 optimizer=optimizer, schedule=schedule, device=device, ema=ema, graphed=graphed,
+                 amp_dtype=amp_dtype, dist=dist,
                  prefetch=auto_prefetch(cfg.data.prefetch, device),
                  num_params=sum(p.numel() for p in model.parameters()), train_strokes=train_strokes,
                  lr=lr, batch_scale=batch_scale)

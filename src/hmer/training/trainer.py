@@ -54,8 +54,8 @@ from .resume import (Clock, TrainState, best_weights_recoverable, checkpoint_dir
                      save_last)
 from . import planning
 from .fingerprint import code_fingerprint
-from .graphs import step_function
 from .setup import Setup, build, seed_everything
+from .step import train_step
 
 EpochCallback = Callable[[int, dict[str, float]], None]
 
@@ -151,7 +151,6 @@ def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | Non
     last_path, best_path = folder / "last.pt", folder / "best.pt"
     first_epoch, epoch, stopped_by, finishing = state.epoch + 1, state.epoch, "epochs", False
     clock = Clock(before=state.train_seconds, cpu_before=state.train_cpu_seconds)
-    step = step_function(setup)
     try:
         with run:  # settles the run's status: finished, paused, pruned, killed (a signal) or failed
             try:
@@ -160,7 +159,7 @@ def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | Non
                     stopped_by = "paused"  # resumed for its test years only, and they do not fit
                 for epoch in range(first_epoch, tc.epochs + 1):
                     epoch_start = time.monotonic()
-                    metrics, over_budget = _train_epoch(setup, step, state, epoch, clock, progress)
+                    metrics, over_budget = _train_epoch(setup, state, epoch, clock, progress)
                     with _scored_weights(setup):
                         val_exprate = _validate(setup, state, epoch, metrics, best_path, last=over_budget)
                     with deferred():  # the epoch's metrics and its checkpoint, both or neither
@@ -321,7 +320,7 @@ def _prepare_shapes(setup: Setup, run: RunLogger, state: TrainState, log_prefix:
             print(head + "pad ladder: " + "  ".join(f"{k} {v:.6g}" for k, v in done.items()), flush=True)
 
 
-def _train_epoch(setup: Setup, step: Callable, state: TrainState, epoch: int, clock: Clock,
+def _train_epoch(setup: Setup, state: TrainState, epoch: int, clock: Clock,
                  progress: bool) -> tuple[dict[str, float], bool]:
     """One pass over the training split (this rank's share). Returns the epoch's metrics and
     whether the time budget ran out (then the epoch stopped early, on every rank at once)."""
@@ -345,7 +344,11 @@ def _train_epoch(setup: Setup, step: Callable, state: TrainState, epoch: int, cl
     n_images, n_steps, over_budget = 0, 0, False
     try:
         for tb in iterator:
-            loss_sum += step(tb).detach()
+            if setup.graphed is not None:  # train.cuda_graphs: the same step, replayed
+                loss = setup.graphed(tb)
+            else:
+                loss = train_step(setup.loss_module, setup.optimizer, setup.model, tb, tc.grad_clip, setup.amp_dtype)
+            loss_sum += loss.detach()
             setup.schedule.step_batch()
             if setup.ema is not None:
                 setup.ema.update(setup.model)

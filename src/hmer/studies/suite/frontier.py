@@ -45,14 +45,17 @@ FRONTIER = StudySpec(
         "train.epochs": {epochs: {"train.schedule": "wsd", "train.decay_epochs": decay}
                          for epochs, decay in LENGTHS.items()},
     },
-    # Each variant's lengths in a row on one worker, so that each starts where the one before began to
-    # decay (its state stays on that machine only); the 64-epoch cells last, for the variants that the
-    # shorter ones say it pays for.
+    # Each input's lengths in a row on one worker, so that each starts where the one before began to
+    # decay (its state stays on that machine only). Planned to the issue's 40 CPU-hours on the 2-core
+    # AVX2 host of 2026-12-02 (48 px 9.6 CPU-min an epoch, the FLOPs of 0.5 and 0.7 in proportion): the
+    # three inputs' chains of 8/16/32 epochs (37 epochs each, about 6, 8 and 12 CPU-hours), then the
+    # wider model and the weight average at 8 epochs and the wider model at 16; last, one 64-epoch cell
+    # (about 14 CPU-hours as a point, 8 more for the study after its 32-epoch cell), trained only if the
+    # rest leaves the budget room for it. The planned grid names every value of every axis, as the study
+    # began with (a resumed study must search the space it began with).
     variants=(
         *(f"192/{scale}/0.0/{e}" for scale in ("0.0", "0.5", "0.7") for e in (8, 16, 32)),
-        "192/0.5/0.999/8",
-        *(f"256/0.5/0.0/{e}" for e in (8, 16, 32)),
-        *(f"192/{scale}/0.0/64" for scale in ("0.0", "0.5", "0.7")),
+        "256/0.5/0.0/8", "192/0.5/0.999/8", "256/0.5/0.0/16", "192/0.5/0.0/64",
     ),
 )
 

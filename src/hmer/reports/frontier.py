@@ -1,0 +1,187 @@
+"""The frontier (issue 66): hold-out ExpRate against training compute, one point a finished run.
+
+    points = frontier_points("frontier-cpu", flops=read_flops())   # one row a finished run
+    fig = plot_frontier(points)
+    hmer report --frontier                                          # both, as files
+
+The x-axis does not depend on the host: training compute in PFLOP, the FLOPs of a training step's
+image at the run's setting (`benchmarks/frontier_flops.py`, `hmer bench train`'s count, written to
+`benchmarks/results/frontier_flops.csv`) times the images an epoch trains times its epochs. Beside it
+stand what the point cost on the CPU that trained it: `cpu_hours`, its training clock as if trained
+alone (a branched run's clock counts the shared epochs, hmer.training.branch), and `cpu`, the
+`hmer.device` of its last session. The y-axis reads the writer hold-out: `val_final_exprate`, the
+final weights decoded with beam 10 (and the joint search for `bi`), beside `best_val_exprate`, the
+best greedy reading during training. A running or failed run is no point: nothing is extrapolated.
+`study_cpu_hours` is what the study spent on the point (less the epochs it shared with a shorter run).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from ..tracking import keys
+from .runs import load_runs
+
+SETTING_KEYS = ("model.d_model", "data.render_scale")  # what an image's FLOPs depend on in the study
+SERIES_KEYS = ("model.d_model", "data.render_scale", "train.ema_decay")  # a line: one setting, its lengths
+# Where today's budgets sit on the frontier: their fusion cells (48 px, the `cpu` size, cosine schedule).
+BUDGET_STUDIES = {"cpu budget": "ablate_coverage-cpu", "long budget": "ablate_coverage-long"}
+BUDGET_VARIANT = "fusion"
+BUDGET_SETTING = (192, 0.0)
+COLUMNS = ("variant", "width", "input", "ema", "epochs", "val_final_exprate", "best_val_exprate", "pflop",
+           "cpu_hours", "study_cpu_hours", "cpu", "warm_restarts", "run_id")
+
+
+def read_flops(path: str | Path | None = None) -> pd.DataFrame:
+    """The measured FLOPs an image of each setting (`benchmarks/frontier_flops.py`; default the
+    checkout's `benchmarks/results/frontier_flops.csv`)."""
+    from ..tracking.store import project_root
+
+    path = Path(path) if path else project_root() / "benchmarks" / "results" / "frontier_flops.csv"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: no FLOP measurement; run python benchmarks/frontier_flops.py")
+    return pd.read_csv(path)
+
+
+def input_label(render_scale: float) -> str:
+    """How the input is drawn, in words: a fixed height (scale 0) or a multiple of the standard scale."""
+    return "48 px" if not render_scale else f"x{render_scale:g}"
+
+
+def frontier_points(study: str, flops: pd.DataFrame, tracking_uri: str | None = None) -> pd.DataFrame:
+    """One row a finished run of `study`, `COLUMNS`, by width, input, weight average and epochs."""
+    runs = load_runs(tracking_uri, study=study)
+    runs = runs[runs["state"] == "finished"] if not runs.empty else runs
+    if runs.empty:
+        return pd.DataFrame(columns=list(COLUMNS))
+    rows = []
+    for run in runs.to_dict("records"):
+        setting = tuple(run[f"params.{k}"] for k in SETTING_KEYS)
+        measured = flops[(flops[SETTING_KEYS[0]] == setting[0]) & (flops[SETTING_KEYS[1]] == setting[1])]
+        if measured.empty:
+            raise LookupError(f"run {run['run_id'][:8]} ({run['variant']}): no FLOP measurement of "
+                              f"{dict(zip(SETTING_KEYS, setting))}; run python benchmarks/frontier_flops.py")
+        gflop, images = float(measured["gflop_per_image"].iloc[0]), int(measured["train_images"].iloc[0])
+        epochs = int(run["params.train.epochs"])
+        shared = run.get(f"tags.{keys.BRANCH_CPU_SECONDS}")
+        shared = 0.0 if pd.isna(shared) else float(shared)
+        rows.append({
+            "variant": run["variant"], "width": int(setting[0]), "input": input_label(setting[1]),
+            "ema": float(run["params.train.ema_decay"]), "epochs": epochs,
+            "val_final_exprate": run["metrics.val_final_exprate"], "best_val_exprate": run["metrics.best_val_exprate"],
+            "pflop": gflop * images * epochs / 1e6,
+            "cpu_hours": run["metrics.train_cpu_seconds"] / 3600,
+            "study_cpu_hours": (run["metrics.cpu_seconds"] - shared) / 3600,
+            "cpu": run.get(f"tags.{keys.DEVICE}"),
+            "warm_restarts": 0 if pd.isna(run.get(f"tags.{keys.WARM_RESTART}")) else 1,
+            "run_id": run["run_id"],
+        })
+    return pd.DataFrame(rows, columns=list(COLUMNS)).sort_values(["width", "input", "ema", "epochs"],
+                                                                   ignore_index=True)
+
+
+def budget_points(flops: pd.DataFrame, tracking_uri: str | None = None) -> pd.DataFrame:
+    """Where the `cpu` and `long` budgets sit: their fusion cells' finished runs, the mean over seeds
+    (columns `budget`, `epochs`, `seeds`, `val_final_exprate`, `pflop`, `cpu_hours`, `cpu`); a budget
+    whose study the store lacks is left out."""
+    measured = flops[(flops[SETTING_KEYS[0]] == BUDGET_SETTING[0]) & (flops[SETTING_KEYS[1]] == BUDGET_SETTING[1])]
+    rows = []
+    for budget, study in BUDGET_STUDIES.items():
+        runs = load_runs(tracking_uri, study=study)
+        if runs.empty or measured.empty:
+            continue
+        runs = runs[(runs["state"] == "finished") & (runs["variant"] == BUDGET_VARIANT)]
+        scored = runs.get("metrics.val_final_exprate", pd.Series(index=runs.index, dtype=float)).notna()
+        runs = runs[scored]
+        if runs.empty:
+            continue
+        epochs = int(runs["params.train.epochs"].iloc[0])
+        rows.append({"budget": budget, "epochs": epochs, "seeds": len(runs),
+                     "val_final_exprate": runs["metrics.val_final_exprate"].mean(),
+                     "pflop": float(measured["gflop_per_image"].iloc[0]) * int(measured["train_images"].iloc[0])
+                     * epochs / 1e6,
+                     "cpu_hours": runs["metrics.train_cpu_seconds"].mean() / 3600,
+                     "cpu": "; ".join(sorted(set(runs[f"tags.{keys.DEVICE}"].dropna())))})
+    return pd.DataFrame(rows, columns=["budget", "epochs", "seeds", "val_final_exprate", "pflop", "cpu_hours", "cpu"])
+
+
+def plot_frontier(points: pd.DataFrame, title: str | None = None, budgets: pd.DataFrame | None = None) -> Figure:
+    """Hold-out ExpRate (beam 10) against training PFLOP, log scale: a line for each width, input and
+    weight average through its lengths, each point marked with the CPU-hours it cost."""
+    import seaborn as sns
+
+    fig = Figure(figsize=(7.5, 4.8))
+    ax = fig.add_subplot()
+    series = list(points.groupby(["width", "input", "ema"], sort=True))
+    colors = sns.color_palette("colorblind", max(len(series), 1)).as_hex()
+    for color, ((width, inp, ema), group) in zip(colors, series):
+        label = f"d {width}, {inp}" + (f", EMA {ema:g}" if ema else "")
+        ax.plot(group["pflop"], group["val_final_exprate"], marker="o", color=color, label=label)
+        for x, y, hours in zip(group["pflop"], group["val_final_exprate"], group["cpu_hours"]):
+            ax.annotate(f"{hours:.1f} h", (x, y), textcoords="offset points", xytext=(4, -10), fontsize=7,
+                        color=color)
+    for budget in (budgets if budgets is not None else pd.DataFrame()).to_dict("records"):
+        ax.plot(budget["pflop"], budget["val_final_exprate"], marker="s", color="black", linestyle="none")
+        seeds = f"{budget['seeds']} seed" + ("s" if budget["seeds"] > 1 else "")
+        label = f"{budget['budget']} ({budget['epochs']} epochs, {seeds}): {budget['cpu_hours']:.1f} h"
+        ax.annotate(label, (budget["pflop"], budget["val_final_exprate"]), textcoords="offset points",
+                    xytext=(4, 4), fontsize=7)
+    ax.set_xscale("log")
+    ax.set_xlabel("training compute (PFLOP: FLOPs an image x images trained)")
+    ax.set_ylabel("hold-out ExpRate, beam 10 (%)")
+    cpus = sorted({str(c) for c in points["cpu"].dropna()}
+                  | {c for b in (budgets["cpu"] if budgets is not None else []) for c in str(b).split("; ") if c})
+    ax.set_title(title or "What a CPU-hour buys", fontsize=10)
+    if cpus:
+        fig.text(0.01, -0.02, "CPU-hours on: " + "; ".join(cpus), fontsize=7)
+    if series:
+        ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def format_frontier(points: pd.DataFrame) -> str:
+    """The points as a Markdown table."""
+    shown = points.drop(columns=["run_id"]).assign(run=points["run_id"].str[:8])
+    return shown.to_markdown(index=False, floatfmt=".2f")
+
+
+def frontier_summary(points: pd.DataFrame, planned: Sequence[str]) -> str:
+    """One line: the points finished of those planned, and the CPU-hours the study spent on them."""
+    return (f"{len(points)} of {len(planned)} planned points finished; the study spent "
+            f"{points['study_cpu_hours'].sum():.1f} CPU-hours on them")
+
+
+def frontier_command(study: str, planned: Sequence[str], tracking_uri: str | None = None,
+                     out_dir: str | None = None, flops_path: str | None = None) -> int:
+    """`hmer report --frontier`: print the points of `study` (whose `planned` variants are its points
+    to be) and write `frontier.md`, `frontier.csv` and `plots/frontier.png` into `out_dir` (default
+    reports/<study>). Returns 0, or 1 when no point is finished yet (its progress printed either way)."""
+    from ..atomic import write_text_atomically
+    from .cli import default_out_dir
+    from .plots import save_figure
+
+    flops = read_flops(flops_path)
+    points = frontier_points(study, flops, tracking_uri)
+    budgets = budget_points(flops, tracking_uri)
+    print(frontier_summary(points, planned))
+    if points.empty:
+        return 1
+    text = format_frontier(points)
+    if not budgets.empty:
+        text += "\n\nWhere today's budgets sit (their fusion cells, 48 px, cosine schedule, mean over seeds):\n\n"
+        text += budgets.to_markdown(index=False, floatfmt=".2f")
+    print(text)
+    out = Path(out_dir) if out_dir else default_out_dir(study)
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(out / "frontier.md", f"# {study}: the frontier\n\n{frontier_summary(points, planned)}\n\n"
+                          f"{text}\n\n![the frontier](plots/frontier.png)\n")
+    write_text_atomically(out / "frontier.csv", points.to_csv(index=False))
+    save_figure(plot_frontier(points, title=f"{study}: hold-out ExpRate against training compute", budgets=budgets),
+                out / "plots" / "frontier.png")
+    print(f"wrote frontier.md, frontier.csv and plots/frontier.png to {out}")
+    return 0
