@@ -23,6 +23,7 @@ import zipfile
 from dataclasses import fields
 from pathlib import Path
 
+import numpy as np
 import optuna
 import pytest
 from mlflow.tracking import MlflowClient
@@ -125,6 +126,42 @@ def test_a_100_megapixel_image_is_refused_before_decoding(home, tmp_path):
     Image.new("L", (10_000, 10_000), 255).save(huge)
     err = _one_line(_run(home, "predict", home["run_id"], str(huge), "--device", "cpu"), "huge.png")
     assert "10000" in err, err
+
+
+def _png_header(width: int, height: int) -> bytes:
+    """A PNG file that says it is `width` x `height` (its header whole, its pixels none): what a reader
+    sees of a huge image before it decodes a pixel."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0)  # 8-bit grey
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(b"")) + chunk(b"IEND", b"")
+
+
+def test_every_bad_file_given_to_predict_is_named_in_one_line(tmp_path):
+    """Issue 70: not an image, an empty file, a 20000 x 20000 image, a 1 x 1 image, a folder: each one
+    line naming it, exit status 2, through the real command line."""
+    model = _untrained_checkpoint(tmp_path / "tiny.pt")
+    (tmp_path / "notes.png").write_text("a shopping list, not a picture\n")
+    (tmp_path / "empty.png").write_bytes(b"")
+    (tmp_path / "huge.png").write_bytes(_png_header(20_000, 20_000))
+    Image.new("L", (1, 1), 0).save(tmp_path / "dot.png")
+    (tmp_path / "scans").mkdir()
+    (tmp_path / "folder.png").mkdir()  # a folder whose name says image
+    # a photograph in a shadow: three fifths of the page darker than the rest, the formula on the light part
+    shadow = np.full((100, 200), 220, dtype=np.uint8)
+    shadow[:, :120] = 90
+    shadow[40:60, 130:190] = 30
+    Image.fromarray(shadow).save(tmp_path / "shadow.jpg")
+    says = {"notes.png": "not a readable image", "empty.png": "not a readable image", "huge.png": "20 MP",
+            "dot.png": "no ink", "scans": "a folder, not a file", "folder.png": "a folder, not a file",
+            "shadow.jpg": "uneven light"}
+    for name, why in says.items():
+        _one_line(_hmer(_env(tmp_path), "predict", str(model), str(tmp_path / name), "--device", "cpu"),
+                  str(tmp_path / name), why)
 
 
 def _untrained_checkpoint(path: Path) -> Path:
@@ -276,10 +313,10 @@ def test_hmer_ui_names_a_damaged_database_in_one_line_and_refuses_a_port_that_is
     setup_mlflow(f"sqlite:///{good / 'mlflow.db'}", "results")
     optuna.create_study(storage=f"sqlite:///{good / 'optuna.db'}", study_name="any")
     whole = (good / "mlflow.db").read_bytes()
-    damaged = {"truncated": ("mlflow.db", whole[: len(whole) // 2], "cannot be read"),
+    damaged = {"truncated": ("mlflow.db", whole[: len(whole) // 2], "a truncated SQLite database"),
                "noise": ("mlflow.db", os.urandom(8192), "cannot be read"),
                "empty": ("mlflow.db", b"", "no table"),
-               "optuna-truncated": ("optuna.db", (good / "optuna.db").read_bytes()[:4096], "cannot be read")}
+               "optuna-truncated": ("optuna.db", (good / "optuna.db").read_bytes()[:4096], "truncated")}
     for folder, (name, data, says) in damaged.items():
         store = tmp_path / folder
         store.mkdir()
@@ -686,4 +723,170 @@ def test_a_config_file_with_an_unknown_key_or_a_wrong_type_is_refused_before_any
     runs_before = len(_runs(home))
     done = _run(home, "train", "--config", str(path), "--data", str(home["data"]), "--no-progress")
     _one_line(done, str(path), *names)
+    assert len(_runs(home)) == runs_before
+
+
+# ---- stores: not there, below a file, damaged, read-only (issue 70) ---------------------------------
+
+def _small_store(folder: Path) -> str:
+    """A store of one finished run of `hmer train --preset tiny` (its config.json) and an Optuna study
+    beside it; returns the run's id."""
+    from hmer.presets import preset_with_recipe
+    from hmer.tracking.store import setup_mlflow
+
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    run = client.create_run(setup_mlflow(uri, "hmer"))
+    client.log_text(run.info.run_id, json.dumps(preset_with_recipe("tiny").to_dict()), "config.json")
+    client.set_terminated(run.info.run_id)
+    optuna.create_study(storage=f"sqlite:///{folder / 'optuna.db'}", study_name="any")
+    return run.info.run_id
+
+
+def _digests(folder: Path) -> dict[str, str]:
+    """Every file under `folder` by its path, with the digest of its bytes: a store as it is."""
+    import hashlib
+
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _hmer(env: dict, *args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hmer.cli", *args], env=env, capture_output=True, text=True,
+                          cwd=cwd, timeout=600)
+
+
+def _env(tmp_path: Path, store: Path | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "HMER_MLRUNS")}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=str(REPO / "src"), HMER_CACHE=str(tmp_path / "cache"))
+    if store is not None:
+        env["HMER_MLRUNS"] = str(store)
+    return env
+
+
+@pytest.fixture(scope="module")
+def small_store(tmp_path_factory):
+    """(its folder, the run's id): copied, never written, by each test below."""
+    folder = tmp_path_factory.mktemp("small-store")
+    return folder, _small_store(folder)
+
+
+@pytest.mark.parametrize("damage", ["mlflow.db truncated", "mlflow.db noise", "optuna.db truncated"])
+@pytest.mark.parametrize("command", ["show", "present", "rescore"])
+def test_a_damaged_database_is_named_in_one_line_and_the_store_is_left_as_it_was(small_store, tmp_path, damage,
+                                                                                command):
+    """Issue 70: a truncated or garbage database had 70-85 lines and two SQLAlchemy tracebacks."""
+    import shutil
+
+    folder, run_id = small_store
+    store = tmp_path / "store"
+    shutil.copytree(folder, store)
+    name, how = damage.split()
+    whole = (store / name).read_bytes()
+    (store / name).write_bytes(whole[: len(whole) // 2] if how == "truncated" else os.urandom(len(whole)))
+    before = _digests(store)
+    args = {"show": ["runs", "show", run_id[:8]], "present": ["runs", "present", str(store)],
+            "rescore": ["runs", "rescore"]}[command]
+    done = _hmer(_env(tmp_path, store), *args)
+    if name == "optuna.db" and command in ("rescore", "show"):  # they read the runs alone: its database is whole
+        assert done.returncode == 0, done.stderr[-3000:]
+    else:
+        _one_line(done, str(store / name), "nothing was changed")
+    assert _digests(store) == before
+
+
+def test_a_mistyped_store_path_is_refused_and_creates_nothing(small_store, tmp_path):
+    """Issue 70: a store path with no store there became a new empty store, and `hmer runs show` and
+    `report --claims` then reported success on it. Each command that reads a store refuses it in one line."""
+    folder, run_id = small_store
+    typo = tmp_path / "mlrnus"
+    image = tmp_path / "x.png"
+    _strokes().save(image)
+    for args in (["runs", "show", run_id[:8]], ["report", "--claims"], ["report", "--list"],
+                 ["runs", "rescore"], ["runs", "export", str(tmp_path / "out.tar.gz")], ["predict", run_id, str(image)],
+                 ["train", "--resume", run_id]):
+        _one_line(_hmer(_env(tmp_path, typo), *args), str(typo / "mlflow.db"))
+        assert not typo.exists(), args
+        assert not (tmp_path / "out.tar.gz").exists()
+
+
+def test_a_store_below_a_plain_file_is_named_in_one_line(small_store, tmp_path):
+    """Issue 70: `--tracking-uri` below a plain file had a FileExistsError traceback."""
+    folder, run_id = small_store
+    plain = tmp_path / "notes.txt"
+    plain.write_text("not a folder\n")
+    for args in (["runs", "show", run_id[:8], "--tracking-uri", f"sqlite:///{plain / 'store' / 'mlflow.db'}"],
+                 ["runs", "present", str(plain / "store")]):
+        _one_line(_hmer(_env(tmp_path), *args), str(plain), "is a file")
+    _one_line(_hmer(_env(tmp_path, plain / "store"), "train", *TINY), str(plain), "is a file")  # a writer, too
+    assert plain.read_text() == "not a folder\n"
+
+
+def _read_only(store: Path, argv: list[str], env: dict, cwd: Path) -> subprocess.CompletedProcess:
+    """`argv` run with the folder `store` read-only: its permission bits taken away for a user, whom they
+    bind; for root, whom they do not, a read-only bind mount of it in a mount namespace of its own
+    (`unshare -m`, seen by that process alone). Skips where neither can be had."""
+    import shutil
+
+    if os.geteuid() != 0:
+        modes = {p: p.stat().st_mode for p in [store, *store.rglob("*")]}
+        for path in modes:
+            path.chmod(modes[path] & ~0o222)
+        try:
+            return subprocess.run(argv, env=env, capture_output=True, text=True, cwd=cwd, timeout=600)
+        finally:
+            for path, mode in modes.items():
+                path.chmod(mode)
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode:
+        pytest.skip("root, and no mount namespace (unshare -m) to make a store read-only in")
+    mount = 'mount --bind -o ro "$0" "$0" && exec "$@"'
+    return subprocess.run(["unshare", "-m", "sh", "-c", mount, str(store), *argv], env=env, capture_output=True,
+                          text=True, cwd=cwd, timeout=600)
+
+
+def test_a_read_only_store_is_read_and_a_command_that_would_write_it_is_refused_in_one_line(small_store, tmp_path):
+    """Issue 70: a read-only store gave `hmer runs show` a traceback (it created optuna.db.lock there) and
+    `hmer runs publish` into it an OSError traceback from the lock."""
+    import shutil
+
+    folder, run_id = small_store
+    store = tmp_path / "mlruns"
+    shutil.copytree(folder, store)
+    before = _digests(store)
+    hmer = [sys.executable, "-m", "hmer.cli"]
+    shown = _read_only(store, [*hmer, "runs", "show", run_id[:8]], _env(tmp_path, store), REPO)
+    assert shown.returncode == 0 and f"run {run_id}" in shown.stdout, shown.stderr[-3000:]
+    workspace = tmp_path / "ws"
+    shutil.copytree(folder, workspace)
+    for args in (["runs", "publish", str(workspace)], ["runs", "rescore"], ["runs", "present", str(store)]):
+        done = _read_only(store, [*hmer, *args], _env(tmp_path, store), REPO)
+        _one_line(done, str(store), "read-only")
+    assert _digests(store) == before
+
+
+def test_a_resume_is_refused_in_one_line_where_it_would_train_something_else(home, tmp_path):
+    """Issue 70: `--resume ''` started a new 300-epoch training; with `--resume RUN` every other flag was
+    dropped without a word, even an unknown preset; a checkpoint whose run is not in the store got an
+    MlflowException traceback. `--resume` takes a run's first 8 characters, as `runs show` does."""
+    import shutil
+
+    runs_before = len(_runs(home))
+    checkpoints = home["root"] / "mlruns" / "checkpoints"
+    before = _digests(checkpoints)
+    _one_line(_run(home, "train", "--resume", ""), "--resume ''")
+    _one_line(_run(home, "train", "--resume", home["run_id"], "--preset", "nosuch", "--set", "train.lr=1"),
+              "--preset, --set", "would be dropped")
+    client = MlflowClient(home["store"])
+    bare = client.create_run(client.get_experiment_by_name("hmer").experiment_id).info.run_id  # no checkpoint
+    client.set_terminated(bare, "KILLED")
+    _one_line(_run(home, "train", "--resume", bare[:8]), f"no checkpoint for run {bare}")
+    client.delete_run(bare)
+    other = tmp_path / "other"
+    other.mkdir()
+    _small_store(other)
+    elsewhere = shutil.copyfile(checkpoints / home["run_id"] / "last.pt", tmp_path / "last.pt")
+    other_before = _digests(other)
+    _one_line(_run(home, "train", "--resume", str(elsewhere), "--tracking-uri", f"sqlite:///{other / 'mlflow.db'}"),
+              str(elsewhere), home["run_id"], "is not in")
+    assert _digests(other) == other_before and _digests(checkpoints) == before
     assert len(_runs(home)) == runs_before

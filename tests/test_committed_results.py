@@ -288,6 +288,11 @@ def test_the_readmes_main_job_resumes_the_committed_study_and_writes_nothing(clo
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "l2r (baseline)" in proc.stdout
+    # issue 70: "expected cost: about 5.8 h" had come a second before "9 of 9 cells already complete"
+    lines = proc.stdout.splitlines()
+    budget = next(i for i, line in enumerate(lines) if line.startswith("budget cpu: "))
+    assert lines.index("resuming: 9 of 9 cells already complete") < budget, lines[:6]
+    assert "expected cost" not in proc.stdout
     assert {p.name: p.read_bytes() for p in (clone / "mlruns").glob("*.db")} == before
 
 

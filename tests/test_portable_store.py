@@ -78,7 +78,10 @@ def test_publish_and_workspace_round_trip(tmp_path):
     study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=2)
     # a study still training in the workspace: its parent run says so, its trial has a run and an artifact
     client = MlflowClient(f"sqlite:///{work / 'mlruns' / 'mlflow.db'}")
-    training = client.create_experiment("ablate_x-cpu")
+    # its artifacts in the workspace, as a study's are (setup_mlflow): MLflow's default is ./mlruns/<id> under the
+    # working folder, the checkout's own mlruns/ when the tests run from it (issue 70: an empty mlruns/2/<id> left)
+    training = client.create_experiment("ablate_x-cpu",
+                                        artifact_location=(work / "mlruns" / "artifacts" / "ablate_x-cpu").as_uri())
     parent = client.create_run(training, tags={"hmer.study": "ablate_x-cpu", "hmer.role": "study",
                                                "hmer.status": "running"})
     child = client.create_run(training, tags={"hmer.study": "ablate_x-cpu", "hmer.trial": "0",

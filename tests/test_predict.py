@@ -1,10 +1,12 @@
 """`hmer predict` reads a user's image as the run's own evaluation read the standard 2014 images
 (issue 70): a raw standard image, given as a file, gets the prediction the run's committed
-`predictions/test_2014-std.csv` holds for it, by the 8-character id the README prints."""
+`predictions/test_2014-std.csv` holds for it, by the 8-character id the README prints; a photograph of
+one (dark ink on light paper, grey levels, margins, another scale) is made the standard image again."""
 
 from __future__ import annotations
 
 import csv
+import itertools
 import os
 import subprocess
 import sys
@@ -45,3 +47,53 @@ def test_predict_gives_a_raw_standard_image_the_run_s_committed_prediction(stand
     differ = [name for name in names if printed[name] != committed[name]]
     assert not differ, f"{len(differ)} of 100 differ, e.g. {differ[0]}: {printed[differ[0]]!r} against " \
                        f"{committed[differ[0]]!r}"
+
+
+def _photographed(image, rng):
+    """A standard image (white ink on black) as a phone or a scanner would give it: dark ink on lighter,
+    unevenly lit paper, 2.5 times larger, soft-edged, noisy, with a wide margin."""
+    import numpy as np
+    from PIL import Image, ImageFilter
+
+    rows, cols = np.nonzero(image > 127)
+    ink = image[rows.min():rows.max() + 1, cols.min():cols.max() + 1]
+    size = (round(ink.shape[1] * 2.5), round(ink.shape[0] * 2.5))
+    large = Image.fromarray(ink).resize(size, Image.Resampling.BILINEAR)
+    ink = np.pad(np.asarray(large.filter(ImageFilter.GaussianBlur(1.5)), dtype=np.float64) / 255, 150)
+    paper = 215 + np.linspace(-15, 15, ink.shape[1])[None, :] + rng.normal(0, 8, ink.shape)
+    return Image.fromarray(np.clip(paper - ink * 165, 0, 255).astype(np.uint8))
+
+
+def _within_a_pixel(a, b) -> float:
+    """The share of `a`'s ink with `b`'s ink at most a pixel away (both boolean, of one shape)."""
+    import numpy as np
+
+    grown = np.pad(b, 1)
+    near = np.zeros_like(b)
+    for dy in (0, 1, 2):
+        for dx in (0, 1, 2):
+            near |= grown[dy:dy + b.shape[0], dx:dx + b.shape[1]]
+    return float((a & near).sum() / max(a.sum(), 1))
+
+
+@pytest.mark.parametrize("suffix", [".png", ".jpg"])
+def test_a_photographed_standard_image_is_read_as_the_standard_image_is(standard_2014_images, tmp_path, suffix):
+    """Issue 70: a photograph or a scan (dark ink on light paper, grey levels, margins, another scale) is
+    made what the standard images are before the model reads it: at the run's input size it is the
+    standard image's own ink, to within a pixel (95 % of it both ways), its width to within 5 %."""
+    import numpy as np
+    from PIL import Image
+
+    from hmer.data.files import read_expression_file
+    from hmer.data.render import RenderConfig
+
+    rng = np.random.default_rng(70)
+    model_input = RenderConfig(height=48)  # the run's data.render_height
+    for name, image in itertools.islice(iter_standard_images(standard_2014_images), 0, None, 50):  # 20 of them
+        Image.fromarray(image).save(tmp_path / f"{name}.bmp")
+        _photographed(image, rng).save(tmp_path / f"{name}-photo{suffix}")
+        standard = read_expression_file(tmp_path / f"{name}.bmp", model_input).image > 127
+        photo = read_expression_file(tmp_path / f"{name}-photo{suffix}", model_input).image > 127
+        assert abs(photo.shape[1] / standard.shape[1] - 1) < 0.05, (name, photo.shape, standard.shape)
+        photo = np.asarray(Image.fromarray(photo).resize(standard.shape[::-1], Image.Resampling.NEAREST))
+        assert min(_within_a_pixel(standard, photo), _within_a_pixel(photo, standard)) > 0.95, name

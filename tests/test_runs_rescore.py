@@ -7,6 +7,12 @@ and leaves the store as it was, byte for byte."""
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +31,7 @@ from hmer.tracking.artifacts import predictions_artifact, read_predictions_csv, 
 from hmer.tracking.lock import LOCK_FILE
 from hmer.tracking.portable import copy_store, download_run_artifact
 
+REPO = Path(__file__).resolve().parents[1]
 STUDY = "rescore-unit"
 SPLITS = ("test_2014", "val_final")  # what the tiny runs decode at their end (tiny_data: val and 2014)
 ON_GRAPHS = {"lgeval_exprate": 0, "lgeval_le1": 1, "lgeval_le2": 2}  # the graph errors each allows
@@ -174,3 +181,70 @@ def test_bad_input_is_one_line_and_leaves_the_store_as_it_was(store, tmp_path, c
         assert line.startswith("hmer: error: ") and says in line, line
         assert _files(folder) == before
     assert not (tmp_path / "none").exists()
+
+
+def test_a_run_whose_process_is_gone_is_shown_interrupted_and_rescored(store, capsys):
+    """Issue 70: a run left RUNNING by a process killed outright was shown as running, and `rescore` told
+    to wait for its end, which never comes. Its process gone (on this machine), `runs show` says it is
+    interrupted and `rescore` scores what it stored; a run whose process lives is still left to it."""
+    uri, ids = store
+    client = MlflowClient(uri)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    for role, pid in (("seed 1", dead.pid), ("seed 2", os.getpid())):  # killed; alive (this process)
+        client.update_run(ids[role], status="RUNNING")
+        for key, value in ((keys.STATUS, "running"), (keys.HOST, socket.gethostname()), (keys.PID, str(pid))):
+            client.set_tag(ids[role], key, value)
+    assert main(["runs", "show", ids["seed 1"][:8], "--tracking-uri", uri]) == 0
+    shown = capsys.readouterr().out
+    assert "epochs, interrupted (its process (pid " in shown and f"pid {dead.pid} on " in shown, shown
+    assert main(["runs", "show", ids["seed 2"][:8], "--tracking-uri", uri]) == 0
+    assert "epochs, running" in capsys.readouterr().out
+    assert main(["runs", "rescore", ids["seed 1"][:8], ids["seed 2"][:8], "--tracking-uri", uri]) == 0
+    printed = capsys.readouterr().out
+    assert f"still running: rescore it once it has ended (its final evaluation logs the metrics its own code " \
+           f"registers): {ids['seed 2'][:8]}" in printed
+    assert f"1 of 2 run(s) rescored in {uri}, 6 metric(s) logged" in printed.splitlines()
+    assert "test_2014_lgeval_le1" in client.get_run(ids["seed 1"]).data.metrics
+
+
+def _many_runs_to_rescore(folder: Path, n: int) -> str:
+    """A store of `n` finished runs, each with stored predictions and the ExpRate logged from them, and
+    none of the metrics registered since: what `rescore` plans for one after the other."""
+    from hmer.tracking.store import setup_mlflow
+
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = setup_mlflow(uri, "many")
+    rows = "name,truth,prediction,distance\nx,a + b,a + b,0\ny,\\frac { 1 } { 2 },\\frac { 1 } { 3 },1\n"
+    for _ in range(n):
+        run = client.create_run(experiment).info.run_id
+        client.log_text(run, rows, "predictions/test_2014.csv")
+        client.log_metric(run, "test_2014_exprate", 50.0)
+        client.log_metric(run, "test_2014_n", 2)
+        client.set_terminated(run)
+    return uri
+
+
+def test_sigterm_during_a_rescore_leaves_no_temporary_folder_and_the_store_as_it_was(tmp_path):
+    """Issue 70: SIGTERM of `rescore` left its temporary folder of downloaded predictions (21 MB)."""
+    folder = tmp_path / "store"
+    folder.mkdir()
+    uri = _many_runs_to_rescore(folder, 60)
+    before = _files(folder)
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "HMER_MLRUNS")}
+    env.update(TMPDIR=str(temporary), OMP_NUM_THREADS="1", PYTHONPATH=str(REPO / "src"))
+    rescore = subprocess.Popen([sys.executable, "-m", "hmer.cli", "runs", "rescore", "--tracking-uri", uri], env=env,
+                               cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not list(temporary.glob("hmer-rescore-*/*")) and rescore.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)  # until a run's predictions are downloaded: it is planning
+    rescore.send_signal(signal.SIGTERM)
+    out, err = rescore.communicate(timeout=300)
+    assert rescore.returncode == 128 + signal.SIGTERM, (rescore.returncode, out[-2000:], err[-3000:])
+    (line,) = err.strip().splitlines()
+    assert line == "hmer: stopped by SIGTERM", line
+    assert not list(temporary.glob("hmer-rescore-*"))
+    assert _files(folder) == before  # planned, not written: no run rescored, no lock left

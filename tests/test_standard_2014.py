@@ -47,6 +47,25 @@ def test_standard_images_are_scaled_by_the_render_scale(crohme_data, standard_20
         assert after.image.shape == tuple(max(1, round(n * 0.5)) for n in before.image.shape)
 
 
+def test_the_standard_images_are_what_a_user_s_image_is_made_and_are_left_as_they_are(standard_2014_images):
+    """`images.standard_like` (what `hmer predict` makes of a user's image) holds the tarball's own
+    measures: all 986 images are two levels, their ink within the standard margins, their strokes about
+    `STANDARD_STROKE_PX` wide, so that each standard image given to `hmer predict` is read as it is."""
+    import numpy as np
+
+    from hmer.data.images import INK_LEVEL, STANDARD_STROKE_PX, standard_like, stroke_width
+    from hmer.data.standard import iter_standard_images
+
+    widths, changed = [], []
+    for name, image in iter_standard_images(standard_2014_images):
+        assert set(np.unique(image)) == {0, 255}, name
+        if not np.array_equal(standard_like(image, name), image):
+            changed.append(name)
+        widths.append(stroke_width(image > INK_LEVEL))
+    assert len(widths) == 986 and not changed, changed[:5]
+    assert np.median(widths) == pytest.approx(STANDARD_STROKE_PX, abs=0.01)
+
+
 def test_evaluate_logs_the_standard_images_as_their_own_column(crohme_data, standard_2014_images, tmp_path):
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run_id = train(tiny_config(**{"train.epochs": 1}), data=tiny_data(), tracking_uri=store,

@@ -1,6 +1,6 @@
 """One writer at a time per store (hmer.tracking.lock), with real processes: two `hmer runs publish`
-started together into one committed store, one publish killed while it holds the lock, and the
-other commands that write a store (`hmer runs import`, `workspace`, `present`, `rename`, `supersede`,
+started together into one committed store, one publish killed while it holds the lock, one stopped by
+SIGTERM, and the other commands that write a store (`hmer runs import`, `workspace`, `present`, `rename`, `supersede`,
 `rescore`) refused while another process holds it."""
 
 from __future__ import annotations
@@ -85,6 +85,23 @@ def test_a_publish_killed_while_it_holds_the_lock_leaves_a_stale_lock_that_the_n
     (line,) = again.stderr.strip().splitlines()
     assert "stale lock" in line and f"(pid {killed.pid} on " in line and "taken over" in line, line
     assert sorted(p.name for p in mlruns.iterdir()) == ["artifacts", "mlflow.db"]
+
+
+def test_a_publish_stopped_by_sigterm_removes_its_staging_copy_and_changes_nothing(tmp_path):
+    """Issue 70: SIGTERM of a publish left its staging copy, `mlruns/.publishing/` (539 MB of it)."""
+    work, env = _workspace(tmp_path)
+    mlruns = Path(env["HMER_MLRUNS"])
+    before = sorted(p.name for p in mlruns.iterdir())
+    stopped = _publish(work, env, tmp_path)
+    deadline = time.monotonic() + 300
+    while not (mlruns / ".publishing").exists() and stopped.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    stopped.send_signal(signal.SIGTERM)
+    out, err = stopped.communicate(timeout=300)
+    assert stopped.returncode == 128 + signal.SIGTERM, (stopped.returncode, out[-2000:], err[-3000:])
+    (line,) = err.strip().splitlines()
+    assert line == "hmer: stopped by SIGTERM", line
+    assert sorted(p.name for p in mlruns.iterdir()) == before  # no staging copy, no lock, nothing published
 
 
 HOLD = """

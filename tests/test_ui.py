@@ -19,6 +19,7 @@ import hashlib
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -364,6 +365,52 @@ def test_serving_left_the_store_as_it_was(site):
     """`mlflow ui` and optuna-dashboard have served every page above: the store's files keep their
     bytes (the smoke store is served in place; the committed one from a copy)."""
     assert _digests(site.store) == site.before
+
+
+def _refused(port: int) -> bool:
+    """Whether nothing listens on `port` of 127.0.0.1 any more."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except OSError:
+        return True
+    return False
+
+
+def test_a_kill_9_of_hmer_ui_takes_both_servers_with_it(tmp_path):
+    """Issue 70: a kill -9 of `hmer ui` left both servers holding their ports. Each runs under a watchdog
+    (hmer.tracking.watchdog) that stops it when `hmer ui` dies, and removes the copy it served."""
+    from hmer.tracking.store import setup_mlflow
+
+    store = tmp_path / "store"
+    store.mkdir()
+    setup_mlflow(f"sqlite:///{store / 'mlflow.db'}", "results")
+    optuna.create_study(storage=f"sqlite:///{store / 'optuna.db'}", study_name="any")
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    ports = {"MLflow UI": free_port(), "optuna-dashboard": free_port()}
+    env = {k: v for k, v in os.environ.items() if k not in ("HMER_MLRUNS", "MLFLOW_TRACKING_URI")}
+    env["TMPDIR"] = str(temporary)
+    output = tmp_path / "output.txt"
+    with open(output, "w") as out:
+        ui = subprocess.Popen([sys.executable, "-m", "hmer.cli", "ui", "--store", str(store), "--mlflow-port",
+                               str(ports["MLflow UI"]), "--dashboard-port", str(ports["optuna-dashboard"])],
+                              cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while "Ctrl-C stops both." not in output.read_text(errors="replace"):
+        assert ui.poll() is None and time.monotonic() < deadline, output.read_text(errors="replace")[-4000:]
+        time.sleep(1)
+    printed = output.read_text(errors="replace")
+    served = {name: port for name, port in ports.items() if f"127.0.0.1:{port}" in printed}
+    assert "MLflow UI" in served and all(not _refused(port) for port in served.values())
+    ui.kill()  # SIGKILL: no handler of its own runs
+    ui.wait(timeout=60)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while not all(_refused(port) for port in served.values()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert all(_refused(port) for port in served.values()), served
+    while list(temporary.glob("hmer-ui-*")) and time.monotonic() < deadline:  # (removed just before the last kill)
+        time.sleep(0.5)
+    assert not list(temporary.glob("hmer-ui-*"))
 
 
 def test_ctrl_c_stops_both_servers(site):

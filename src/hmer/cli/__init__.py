@@ -20,7 +20,8 @@ command list and holds the functions that run it. They import the library inside
 functions, so that `hmer --help` stays fast.
 
 Bad input (a missing file, an unknown run id, a corrupt InkML, a token outside the
-vocabulary) ends with a one-line message and exit status 2, never a traceback.
+vocabulary) ends with a one-line message and exit status 2, never a traceback. SIGTERM and SIGINT
+end any command with one line and 128 + the signal's number, after its clean-up (hmer.signals).
 """
 
 from __future__ import annotations
@@ -54,7 +55,12 @@ def main(argv: list[str] | None = None) -> int:
             from ..tracking.store import check_tracking_server
 
             check_tracking_server(args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", ""))
-        return int(args.func(args) or 0)
+        from ..signals import stop_on_signals
+
+        # SIGTERM (`timeout`, a scheduler, `kill`) ends any command as Ctrl-C does, its `finally` blocks run:
+        # a publish's staging copy and a rescore's downloads are removed, not left behind as a kill leaves them
+        with stop_on_signals():
+            return int(args.func(args) or 0)
     except KeyboardInterrupt as exc:  # Ctrl-C, or hmer.signals.Stopped (SIGTERM/SIGINT during training)
         print(f"hmer: {exc}" if getattr(exc, "signal_name", None) else "hmer: interrupted", file=sys.stderr)
         return getattr(exc, "exit_status", 130)  # 128 + the signal's number, as a shell reports it

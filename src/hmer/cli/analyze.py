@@ -19,7 +19,9 @@ def add_parser(sub) -> None:
 
 def cmd_analyze(args) -> int:
     from ..reports.analysis import analyze_command
+    from ..tracking.store import existing_store
 
     if len(args.runs) > 2:
         raise UserError(f"give one run to analyse or two to compare, not {len(args.runs)}")
+    existing_store(args.tracking_uri)  # read alone: a mistyped path is named, not made a new store
     return analyze_command(args.runs, tracking_uri=args.tracking_uri, fmt=args.fmt, out_dir=args.out, top=args.top)

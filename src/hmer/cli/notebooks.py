@@ -37,6 +37,9 @@ def cmd_notebooks(args) -> int:
         if not sep or not key:
             raise UserError(f"--set {item!r}: expected VAR=VALUE")
         env[key] = value
+    from ..tracking.store import existing_store
+
+    existing_store(args.tracking_uri)  # the notebooks read it: a mistyped path is named, not made a new store
     for done in run_notebooks(notebooks_dir=args.notebooks, out_dir=args.out, tracking_uri=args.tracking_uri,
                               study=args.study, names=names, env=env):
         print(f"{done.path}: executed in {done.seconds:.0f} s")

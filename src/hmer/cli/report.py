@@ -40,6 +40,7 @@ def add_parser(sub) -> None:
 
 def cmd_report(args) -> int:
     from ..reports.cli import latest_study, list_command, report_command
+    from ..tracking.store import existing_store
 
     if args.published:
         from ..reports.published import format_published
@@ -48,6 +49,7 @@ def cmd_report(args) -> int:
             raise UserError("--published prints the published figures alone; drop --study/--experiment/--runs")
         print(format_published("text"), end="")
         return 0
+    existing_store(args.tracking_uri)  # every other report reads a store: a mistyped path is not made an empty one
     if args.claims:
         from ..reports.cli import claims_command
 

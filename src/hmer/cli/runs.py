@@ -121,13 +121,14 @@ def add_parser(sub) -> None:
 def cmd_runs_export(args) -> int:
     import math
 
+    from ..tracking.store import existing_store
     from ..tracking.transfer import export_runs
 
     for flag, value in (("--max-artifact-mb", args.max_artifact_mb), ("--part-mb", args.part_mb)):
         if not (math.isfinite(value) and value >= 0):  # before anything is written (inf had overflowed)
             raise ValueError(f"{flag} {value:g}: give a finite number of MiB, or 0 for no limit")
-    res = export_runs(args.file, tracking_uri=args.tracking_uri, experiments=args.experiment, run_ids=args.runs,
-                      max_artifact_mb=args.max_artifact_mb, part_mb=args.part_mb)
+    res = export_runs(args.file, tracking_uri=existing_store(args.tracking_uri), experiments=args.experiment,
+                      run_ids=args.runs, max_artifact_mb=args.max_artifact_mb, part_mb=args.part_mb)
     print(f"exported {res.runs} runs to " + ", ".join(str(f) for f in res.files))
     for item in res.omitted_artifacts:
         print(f"  left out {item}", file=sys.stderr)
@@ -191,19 +192,19 @@ def _publish(args) -> int:
 
 def cmd_runs_show(args) -> int:
     from ..store.provenance import run_provenance
-    from ..tracking.store import default_tracking_uri, mlflow_client, quiet_mlflow
+    from ..tracking.store import existing_store, mlflow_client, quiet_mlflow
     from ..training.fingerprint import code_fingerprint
 
     quiet_mlflow()
-    uri = args.tracking_uri or default_tracking_uri()
+    uri = existing_store(args.tracking_uri)  # read alone: a mistyped path creates no store
     client = mlflow_client(uri)
-    run_id = _whole_run_id(client, args.run, uri)
+    run_id = _whole_run_id(client, args.run)
     for line in run_provenance(client, run_id, code_fingerprint()).lines():
         print(line)
     return 0
 
 
-def _whole_run_id(client, given: str, uri: str) -> str:
+def _whole_run_id(client, given: str) -> str:
     """The run whose id is `given` or begins with it (8 characters at least); a UserError otherwise."""
     from ..tracking.models import RunNotFoundError, run_by_prefix
     from .errors import UserError
@@ -281,11 +282,14 @@ def cmd_runs_import(args) -> int:
 
 def cmd_runs_rename(args) -> int:
     from ..store.rename import rename_study
-    from ..tracking.store import default_tracking_uri, quiet_mlflow
+    from ..studies.storage import existing_storage
+    from ..tracking.store import existing_store, quiet_mlflow
 
     quiet_mlflow()
-    with _writing(args.tracking_uri or default_tracking_uri(), f"hmer runs rename {args.study} {args.new}"):
-        done = rename_study(args.study, args.new, tracking_uri=args.tracking_uri, storage=args.storage)
+    uri = existing_store(args.tracking_uri)
+    existing_storage(uri, args.storage)  # a damaged one named before anything is written
+    with _writing(uri, f"hmer runs rename {args.study} {args.new}"):
+        done = rename_study(args.study, args.new, tracking_uri=uri, storage=args.storage)
     print(f"renamed study {done.study} to {done.new}: {done.runs} run(s) retagged, "
           f"{'the experiment renamed' if done.experiment else 'no experiment of that name'}, "
           f"{done.trials} Optuna trial(s) under the new name")
@@ -295,12 +299,15 @@ def cmd_runs_rename(args) -> int:
 def cmd_runs_supersede(args) -> int:
     from ..store.present import present_study
     from ..store.rename import mark_superseded
-    from ..tracking.store import default_tracking_uri, quiet_mlflow
+    from ..studies.storage import existing_storage
+    from ..tracking.store import existing_store, quiet_mlflow
 
     quiet_mlflow()
-    with _writing(args.tracking_uri or default_tracking_uri(), f"hmer runs supersede {args.study} --by {args.by}"):
-        print(mark_superseded(args.study, args.by, tracking_uri=args.tracking_uri))
-        changes = present_study(args.study, tracking_uri=args.tracking_uri)  # its table, and the mark in Optuna
+    uri = existing_store(args.tracking_uri)
+    existing_storage(uri)  # read by present_study: a damaged one is named before anything is written
+    with _writing(uri, f"hmer runs supersede {args.study} --by {args.by}"):
+        print(mark_superseded(args.study, args.by, tracking_uri=uri))
+        changes = present_study(args.study, tracking_uri=uri)  # its table, and the mark in Optuna
     if changes:
         print(f"study {args.study}: {', '.join(changes)}")
     return 0
@@ -310,15 +317,18 @@ def cmd_runs_present(args) -> int:
     from pathlib import Path
 
     from ..store.present import present_studies
-    from ..tracking.store import quiet_mlflow
+    from ..studies.storage import existing_storage
+    from ..tracking.store import check_store_folder, existing_store, quiet_mlflow
 
     quiet_mlflow()
     folder = Path(args.folder)
+    check_store_folder(folder.resolve())
     if not (folder / "mlflow.db").is_file():
         raise ValueError(f"{folder} holds no MLflow store (no mlflow.db)")
-    uri = f"sqlite:///{folder.resolve() / 'mlflow.db'}"
+    uri = existing_store(f"sqlite:///{folder.resolve() / 'mlflow.db'}")  # both databases whole, before a write
+    storage = existing_storage(uri)
     with _writing(uri, f"hmer runs present {folder.resolve()}"):
-        done = present_studies(uri)
+        done = present_studies(uri, storage)
     for study, changes in done.items():
         print(f"study {study}: {', '.join(changes) if changes else 'up to date'}")
     print(f"presented {len(done)} stud{'y' if len(done) == 1 else 'ies'} of {folder}; "
@@ -329,16 +339,13 @@ def cmd_runs_present(args) -> int:
 def cmd_runs_rescore(args) -> int:
     from ..tracking.portable import sqlite_path
     from ..tracking.rescore import plan_rescoring, select_runs, write_rescoring
-    from ..tracking.store import default_tracking_uri, mlflow_client, quiet_mlflow
-    from .errors import UserError
+    from ..tracking.store import existing_store, mlflow_client, quiet_mlflow
 
     quiet_mlflow()
-    uri = args.tracking_uri or default_tracking_uri()
+    uri = existing_store(args.tracking_uri)  # MLflow would create an empty store at a mistyped path
     db = sqlite_path(uri)
-    if db is not None and not db.is_file():  # MLflow would create an empty store there
-        raise UserError(f"{uri}: no MLflow store there (no {db.name})")
     client = mlflow_client(uri)
-    run_ids = [_whole_run_id(client, given, uri) for given in args.runs]
+    run_ids = [_whole_run_id(client, given) for given in args.runs]
     command = " ".join(["hmer runs rescore", *args.runs, *(f"--study {s}" for s in args.study)])
     # Planned under the lock, so that no other writer changes the runs between what is read and what is logged;
     # a dry run writes nothing and takes no lock.

@@ -35,7 +35,9 @@ def add_parser(sub) -> None:
     tr.add_argument("--run-name", default=None, help="the MLflow run's name (default: the preset's name)")
     tr.add_argument("--tracking-uri", default=None, help=options.TRACKING_URI)
     tr.add_argument("--resume", nargs="?", const="latest", default=None, metavar="RUN_OR_CHECKPOINT",
-                    help="continue a killed run: a run id, a checkpoint, or the latest unfinished run")
+                    help="continue a killed run with the config it began with: a run id (or its first 8 characters "
+                         "at least), its checkpoint file, or, given alone, the latest unfinished run (default: a new "
+                         "run); the flags that make a new run's config are refused with it")
     tr.add_argument("--no-progress", action="store_true",
                     help="one line per epoch instead of progress bars (default: bars on a terminal)")
     tr.add_argument("--pause-after-epochs", type=int, default=None, metavar="N",
@@ -82,15 +84,18 @@ def cmd_train(args) -> int:
     pause_at = time.time() + args.pause_within if args.pause_within is not None else 0.0
     final_seconds = args.final_seconds or 0.0
     pause_after_epochs = args.pause_after_epochs or 0
-    if args.resume:
+    if args.resume is not None:
         from ..tracking.run import fail_runs_of_dead_processes
+        from ..tracking.store import existing_store
 
+        check_resume_flags(args)
+        uri = existing_store(args.tracking_uri)  # the run's own store: a mistyped path creates none
         # a kill -9 left them RUNNING
-        for run_id in fail_runs_of_dead_processes(args.experiment, args.tracking_uri):
+        for run_id in fail_runs_of_dead_processes(args.experiment, uri):
             print(f"run {run_id}: its process is gone; marked FAILED", file=sys.stderr)
-        ckpt = find_resume_checkpoint(args.resume, args.tracking_uri, args.experiment)
+        ckpt = find_resume_checkpoint(args.resume, uri, args.experiment)
         print(f"resuming from {ckpt}", flush=True)
-        result = train(Config(), tracking_uri=args.tracking_uri, experiment=args.experiment, resume=ckpt,
+        result = train(Config(), tracking_uri=uri, experiment=args.experiment, resume=ckpt,
                        progress=not args.no_progress, pause_after_epochs=pause_after_epochs,
                        pause_at=pause_at, final_seconds=final_seconds)
         return print_result(result)
@@ -125,6 +130,26 @@ def cmd_train(args) -> int:
     return print_result(result)
 
 
+# The flags that make a new run's config (flag, its argparse name): a resumed run trains on with the
+# config it began with, so each would be dropped without a word (issue 70: even an unknown preset was).
+NEW_RUN_FLAGS = (("--preset", "preset"), ("--config", "config"), ("--recipe", "recipe"), ("--budget", "budget"),
+                 ("--set", "overrides"), ("--data", "data"), ("--device", "device"), ("--epochs", "epochs"),
+                 ("--time-budget", "time_budget"), ("--run-name", "run_name"))
+
+
+def check_resume_flags(args) -> None:
+    """--resume names a run (or is alone), and comes without the flags it would drop: a UserError
+    naming them otherwise."""
+    if not args.resume.strip():  # `--resume ''` (an unset variable) had started a new 300-epoch training
+        raise UserError(f"--resume {args.resume!r}: give a run id (or its first 8 characters at least) or a "
+                        "checkpoint file, or --resume alone for the latest unfinished run")
+    given = [flag for flag, name in NEW_RUN_FLAGS if getattr(args, name) not in (None, [])]
+    if given:
+        raise UserError(f"--resume {args.resume} continues the run with the config it began with, so "
+                        f"{', '.join(given)} would be dropped: leave {'it' if len(given) == 1 else 'them'} out "
+                        "(or drop --resume to train a new run)")
+
+
 def print_result(result) -> int:
     """The run's outcome in a few lines; the exit status (3 when paused)."""
     if result.stopped_by == "paused":
@@ -140,25 +165,27 @@ def print_result(result) -> int:
     return 0
 
 
-def find_resume_checkpoint(what: str, tracking_uri: str | None, experiment: str) -> Path:
-    """A checkpoint file, a run id, or 'latest': the newest unfinished run with a checkpoint."""
-    from ..tracking.store import checkpoint_root
+def find_resume_checkpoint(what: str, tracking_uri: str, experiment: str) -> Path:
+    """A checkpoint file of a run of the store, a run id or its first 8 characters at least (as
+    `hmer runs show` takes it), or 'latest': the newest unfinished run with a checkpoint. A UserError
+    (or RunNotFoundError) in one line where the store has no such run, or several begin so."""
+    from ..tracking.models import run_by_prefix
+    from ..tracking.store import checkpoint_root, mlflow_client, quiet_mlflow
 
+    quiet_mlflow()
+    client = mlflow_client(tracking_uri)
     path = Path(what)
     if path.is_file():
+        check_checkpoint_run(path, client)
         return path
     root = checkpoint_root(tracking_uri)
     if what != "latest":
-        ckpt = root / what / "last.pt"
+        run_id = run_by_prefix(client, what)
+        ckpt = root / run_id / "last.pt"
         if not ckpt.is_file():
-            raise UserError(f"no checkpoint for run {what} under {root}")
+            raise UserError(f"no checkpoint for run {run_id} under {root}")
         return ckpt
     candidates = sorted(root.glob("*/last.pt"), key=lambda p: p.stat().st_mtime, reverse=True)
-    from ..tracking.store import mlflow_client, quiet_mlflow
-
-    quiet_mlflow()
-
-    client = mlflow_client(tracking_uri)
     for ckpt in candidates:
         try:
             if client.get_run(ckpt.parent.name).info.status != "FINISHED":
@@ -166,3 +193,21 @@ def find_resume_checkpoint(what: str, tracking_uri: str | None, experiment: str)
         except Exception:  # noqa: BLE001 - a checkpoint of another store
             continue
     raise UserError(f"no unfinished run with a checkpoint under {root}")
+
+
+def check_checkpoint_run(path: Path, client) -> None:
+    """A UserError naming the checkpoint `path` when the store `client` reads has not its run: the
+    run goes on in the store it began in (a checkpoint of a store's run, resumed against another,
+    ended in an MlflowException after its data had loaded)."""
+    from mlflow.exceptions import MlflowException
+
+    from ..checkpoint import load_checkpoint
+
+    run_id = load_checkpoint(path, map_location="cpu").get("run_id")
+    if run_id is None:
+        return  # (a checkpoint of no run: a new run begins from it)
+    try:
+        client.get_run(run_id)
+    except MlflowException:
+        raise UserError(f"{path}: its run {run_id} is not in {client.tracking_uri}: resume it against the store "
+                        f"it was trained in (--tracking-uri, HMER_MLRUNS)") from None

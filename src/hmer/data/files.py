@@ -1,10 +1,12 @@
 """One expression from one file, strictly: what `hmer predict FILE...` reads.
 
 An `.inkml` file is rendered exactly as the training data is (same `RenderConfig`); an image is
-read as grey, inverted when it is black ink on white, and brought to the model's input size as the
-run's evaluation brings the standard 2014 images (`render.to_model_scale`: scaled to the model's
-`data.render_height`, or by its `data.render_scale`), so an image drawn like them (handwriting with
-symbols about 28 px tall, strokes about 3 px wide) reads as the run's own scores were measured. Anything
+read as grey, inverted when it is black ink on white, made what the standard 2014 images are
+(`images.standard_like`: two grey levels, cropped to the ink with their margins; a photograph or scan
+also brought to their stroke width), and brought to the model's input size as the run's evaluation
+brings the standard images (`render.to_model_scale`: scaled to the model's `data.render_height`, or by
+its `data.render_scale`), so that a standard image, or one drawn like them (handwriting with symbols
+about 28 px tall, strokes about 3 px wide), reads as the run's own scores were measured. Anything
 else, or a file that cannot be read, raises a `DataError` (a ValueError) whose message names the file;
 an image with no ink in it, a `NoInkError`.
 """
@@ -16,7 +18,7 @@ from pathlib import Path
 
 from .errors import DataError, NoInkError
 from .expression import Expression
-from .images import has_ink, read_image
+from .images import has_ink, read_image, standard_like
 from .inkml import read_inkml
 from .render import RenderConfig, render_ink, to_model_scale
 from .source import CONTENT_SUFFIXES, IMAGE_SUFFIXES
@@ -26,6 +28,8 @@ def check_expression_file(path: str | os.PathLike[str]) -> Path:
     """The cheap checks of `read_expression_file` (suffix, existence), without reading the file."""
     path = Path(path)
     suffix = path.suffix.lower()
+    if path.is_dir():
+        raise DataError(f"{path}: a folder, not a file: give the image or InkML files in it")
     if suffix not in CONTENT_SUFFIXES:
         raise DataError(f"{path}: not an InkML or image file (expected {', '.join(CONTENT_SUFFIXES)})")
     if not path.is_file():
@@ -41,7 +45,7 @@ def read_expression_file(path: str | os.PathLike[str], render_cfg: RenderConfig 
     if suffix in IMAGE_SUFFIXES:
         image = read_image(path)
         if has_ink(image):
-            image = to_model_scale(image, render_cfg or RenderConfig())
+            image = to_model_scale(standard_like(image, str(path)), render_cfg or RenderConfig())
     else:
         image = render_ink(read_inkml(path), render_cfg or RenderConfig())
     if not has_ink(image):

@@ -4,6 +4,10 @@ An image file is decoded as grey (black-on-white images are inverted, a transpar
 background is paper: white, or black where light ink would vanish on white); an InkML file is
 rendered (`hmer.data.render`). A file that cannot be read raises `ImageReadError` naming it;
 `has_ink` says whether an image has anything to read.
+
+`standard_like` makes a user's image what the standard 2014 images are (the run's evaluation reads
+them): two grey levels, the ink cropped with their margins, and, for a photograph or a scan (an
+image of more than two grey levels, whose scale is the camera's), strokes as wide as theirs.
 """
 
 from __future__ import annotations
@@ -24,6 +28,14 @@ from .render import INK_LEVEL, RenderConfig, render_ink
 # (CROHME's are about 0.05 MP); a 100-MP scan would take minutes and gigabytes to decode and
 # shrink, and is a mistake (the wrong file, or a page instead of a formula).
 MAX_INPUT_PIXELS = 20_000_000
+
+# The standard 2014 images, as measured over all 986 of the tarball (tests/test_standard_2014.py holds
+# these to it): two grey levels, 0 and 255; the ink's bounding box with 12 px of paper above it and to
+# its left and 11 px below and to its right; strokes `stroke_width` 3.1-4.3 px wide (3.66 the median);
+# within the bounding box, at most 39 % of the pixels ink.
+STANDARD_MARGINS = (12, 11, 12, 11)  # top, bottom, left, right
+STANDARD_STROKE_PX = 3.66
+MAX_INK_SHARE = 0.5  # more of the cropped picture than this is ink: a shadow or a texture, not handwriting
 
 
 def decode_image(data: bytes, where: str) -> np.ndarray:
@@ -53,7 +65,10 @@ def decode_image(data: bytes, where: str) -> np.ndarray:
                 pixels = _white_ink(np.asarray(img.convert("L"), dtype=np.uint8))
     except ImageReadError:
         raise
-    except (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+    except Image.DecompressionBombError as exc:  # PIL's own refusal, past 179 MP: said as the limit here is
+        raise ImageReadError(f"{where}: more pixels than an input image may have ({MAX_INPUT_PIXELS / 1e6:.0f} MP; "
+                             f"{exc}); crop or scale it to the formula") from None
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as exc:
         raise ImageReadError(f"{where}: not a readable image ({exc})") from None
     return np.ascontiguousarray(pixels)
 
@@ -73,6 +88,78 @@ def has_ink(pixels: np.ndarray) -> bool:
     """Whether a white-on-black image has any ink: a pixel brighter than the renderer's `INK_LEVEL`.
     A blank page, a one-colour image or a single pixel has none (the paper is whatever most of it is)."""
     return bool((pixels > INK_LEVEL).any())
+
+
+def standard_like(pixels: np.ndarray, where: str) -> np.ndarray:
+    """A white-on-black image with ink (`has_ink`) made as the standard 2014 images are (module
+    docstring), so that a model reads it as its run's evaluation read them: an image of two grey levels
+    (one drawn at the ink's own scale, a standard image itself) cropped to its ink with their margins,
+    which leaves a standard image as it is; one of more (a photograph, a scan, a drawing with soft
+    edges) first made two levels at Otsu's threshold (the paper dark, the ink white, wherever their
+    greys lie) and scaled so that its strokes are as wide as theirs. ImageReadError naming `where`
+    when more than MAX_INK_SHARE of the cropped picture reads as ink (uneven light, a shadow, paper
+    with a texture): such a picture would be read as noise."""
+    grey = len(np.unique(pixels)) > 2
+    ink = pixels > (_otsu_threshold(pixels) if grey else INK_LEVEL)
+    ink = _cropped(ink, _despeckled(ink) if grey else ink)
+    share = ink.mean()
+    if share > MAX_INK_SHARE:
+        raise ImageReadError(f"{where}: {share:.0%} of the picture, cropped to what reads as ink, is ink, where a "
+                             f"handwritten formula has at most {MAX_INK_SHARE:.0%}: uneven light, a shadow or a "
+                             f"textured paper? Photograph it on evenly lit plain paper, cropped to the formula")
+    if grey:
+        ink = _scaled(ink, STANDARD_STROKE_PX / stroke_width(ink))
+        ink = _cropped(ink, ink)
+    top, bottom, left, right = STANDARD_MARGINS
+    return np.pad(ink.astype(np.uint8) * 255, ((top, bottom), (left, right)))
+
+
+def stroke_width(ink: np.ndarray) -> float:
+    """The strokes' width in pixels, read from a boolean ink mask: its area over half its edge (the ink
+    pixels beside paper), as a stroke of width w and length L has w L pixels and 2 L on its edges."""
+    padded = np.pad(ink, 1)
+    inner = ink & padded[:-2, 1:-1] & padded[2:, 1:-1] & padded[1:-1, :-2] & padded[1:-1, 2:]
+    edge = int(ink.sum()) - int(inner.sum())
+    return 2 * float(ink.sum()) / max(edge, 1)
+
+
+def _otsu_threshold(pixels: np.ndarray) -> int:
+    """The grey level that splits the image's histogram into paper and ink with the least variance
+    within each (Otsu, 1979): where a photograph's paper and ink lie, whatever the light."""
+    counts = np.bincount(pixels.ravel(), minlength=256).astype(np.float64)
+    levels = np.arange(256)
+    below = np.cumsum(counts)
+    mass = np.cumsum(counts * levels)
+    total, total_mass = below[-1], mass[-1]
+    above = total - below
+    with np.errstate(divide="ignore", invalid="ignore"):
+        between = (total_mass * below - total * mass) ** 2 / (below * above)
+    return int(np.nanargmax(between[:-1]))
+
+
+def _despeckled(ink: np.ndarray) -> np.ndarray:
+    """The ink without the lone specks of a scan's or a camera's noise (a 3x3 median), for finding where
+    the formula is; its strokes themselves are kept as they are."""
+    from PIL import ImageFilter
+
+    mask = Image.fromarray(ink.astype(np.uint8) * 255).filter(ImageFilter.MedianFilter(3))
+    return np.asarray(mask) > INK_LEVEL
+
+
+def _cropped(ink: np.ndarray, where: np.ndarray) -> np.ndarray:
+    """`ink` cropped to the bounding box of `where` (the whole of it where `where` is empty)."""
+    rows, cols = np.nonzero(where)
+    if not len(rows):
+        return ink
+    return ink[rows.min():rows.max() + 1, cols.min():cols.max() + 1]
+
+
+def _scaled(ink: np.ndarray, factor: float) -> np.ndarray:
+    """A boolean mask scaled by `factor` (bilinear, then two levels again at half)."""
+    height, width = ink.shape
+    size = (max(1, round(width * factor)), max(1, round(height * factor)))
+    scaled = Image.fromarray(ink.astype(np.uint8) * 255).resize(size, Image.Resampling.BILINEAR)
+    return np.asarray(scaled) > INK_LEVEL
 
 
 def read_image(path: str | os.PathLike[str]) -> np.ndarray:

@@ -19,6 +19,7 @@ from typing import Any
 from ..config import Config
 from ..reports.markup import measures
 from ..tracking import keys
+from ..tracking.run import process_gone
 
 
 @dataclass
@@ -71,9 +72,13 @@ def training_progress(client, run, stored: dict[str, Any]) -> Progress:
     validation = _per_epoch(client, run_id, "val_exprate")
     losses = _per_epoch(client, run_id, "train_loss")
     epochs = max([e for e, _ in (*losses, *validation, *cpu)], default=0)
-    status = tags.get(keys.STATUS) or run.info.status.lower()
+    status, stopped_by = tags.get(keys.STATUS) or run.info.status.lower(), tags.get(keys.STOPPED_BY)
+    gone = process_gone(tags) if run.info.status == "RUNNING" else None
+    if gone is not None:  # the store says running; its process says otherwise
+        status, stopped_by = "interrupted", (f"{gone}; the store still holds it RUNNING until `hmer train --resume "
+                                             f"{run_id[:8]}`, or its study's command, continues it")
     planned = stored.get("train.epochs")
-    return Progress(status, epochs, int(planned) if planned else None, cpu, validation, tags.get(keys.STOPPED_BY))
+    return Progress(status, epochs, int(planned) if planned else None, cpu, validation, stopped_by)
 
 
 @dataclass

@@ -19,11 +19,12 @@ nothing is wrong with it, so a refused publish leaves the committed store as it 
    the first problem and how many there are.
 
 One publish at a time per committed store: it holds the store's lock (`tracking.lock`) from start
-to end, and a second publish into the same store is refused, naming the first. A publish that is
-killed changes nothing until its last step, which moves the copy's files into place one by one
-(its two databases, then each folder by renaming: well under a second); killed there, the store
-may be left part old, part new, and the next publish, which names the killed one's lock, writes
-every file again.
+to end, and a second publish into the same store is refused, naming the first. A publish ended
+by SIGTERM or Ctrl-C removes its staging copy and changes nothing, or, in its last step (the copy's
+files moved into place one by one: its two databases, then each folder by renaming, well under a
+second), ends that step first. One killed outright (SIGKILL) changes nothing until that last step;
+killed there, the store may be left part old, part new, and the next publish, which names the
+killed one's lock, writes every file again.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..signals import deferred
 from ..tracking import keys
 from ..tracking.lock import no_training, store_lock
 from ..tracking.portable import ARTIFACTS, CHECKPOINTS, STORE_FILES, copy_store, make_portable
@@ -149,9 +151,11 @@ def _publish(source: Path, dest: Path, *, keep_unfinished: bool, weights_only: b
         if foreign is not None:
             raise ValueError(f"not published: {source} is not {dest}'s continuation: {foreign}; publish a workspace "
                              f"made from it, or give --replace to put {source} in its place; {dest} is as it was")
-        _replace(staging, dest)
+        with deferred():  # a SIGTERM here waits: the store is never left part old, part new by one
+            _replace(staging, dest)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        with deferred():  # nor its staging copy half removed (hundreds of MB, removed in seconds)
+            shutil.rmtree(staging, ignore_errors=True)
     return done
 
 

@@ -120,34 +120,35 @@ class StudyBudget:
                 else self.window_s
         return self.load_s + rounds * self.trial_seconds
 
-    def describe(self, n_trials: int, n_jobs: int) -> str:
-        """The start-of-study banner: what the budget is and what the study will cost."""
-        budget = self.trial_budget_s(n_trials, n_jobs)
+    def describe(self, n_trials: int, n_jobs: int, left: int | None = None) -> str:
+        """The start-of-study banner: what the budget is and what the study will cost; without the cost
+        where `left` (the trials still to train, default all) is none: a study that is done costs nothing."""
         named = [f"size {self.size}"] * bool(self.size) + [f"recipe {self.recipe}"] * bool(self.recipe)
         settings = ", ".join([*named, *(f"{k}={v}" for k, v in self.overrides.items())])
         lines = [f"budget {self.name}: {self.summary}", f"  settings: {settings}"]
-        cost = _format_duration(self.expected_seconds(n_trials, n_jobs))
-        if self.window_s > 0:
-            lines.append(
-                f"  expected cost: about {cost} on {self.hardware} for {n_trials} trials on {n_jobs} "
-                f"worker(s) (within the {_format_duration(self.window_s)} window: "
-                f"{_format_duration(budget)} of training per trial at most, "
-                f"{_format_duration(self.eval_reserve_s)} reserved for the test years)")
-        elif self.trial_seconds > 0:
-            # A process knows only its own workers: the others that share the study divide the cost.
-            lines.append(
-                f"  expected cost: about {cost} for {n_trials} trials on this process's {n_jobs} worker(s), on "
-                f"{self.hardware} ({_format_duration(self.trial_seconds)} per trial; worker processes started "
-                f"beside it on the same study share the trials)")
-        else:
-            epochs = int(self.overrides.get("train.epochs", 0))
-            images = epochs * CROHME_TRAIN_EXPRESSIONS
-            lines.append(
-                f"  expected cost: no time limit; each of the {n_trials} trials trains {epochs} epochs over "
-                f"{CROHME_TRAIN_EXPRESSIONS:,} expressions ({images / 1e6:.2f} M images): divide by the images per "
-                f"second of `hmer bench train` on your GPU for the hours per trial, then by the workers")
+        if left != 0:
+            lines.append(self._cost_line(n_trials, n_jobs))
         lines.extend(f"  {note}" for note in self.notes)
         return "\n".join(lines)
+
+    def _cost_line(self, n_trials: int, n_jobs: int) -> str:
+        budget = self.trial_budget_s(n_trials, n_jobs)
+        cost = _format_duration(self.expected_seconds(n_trials, n_jobs))
+        if self.window_s > 0:
+            return (f"  expected cost: about {cost} on {self.hardware} for {n_trials} trials on {n_jobs} "
+                    f"worker(s) (within the {_format_duration(self.window_s)} window: "
+                    f"{_format_duration(budget)} of training per trial at most, "
+                    f"{_format_duration(self.eval_reserve_s)} reserved for the test years)")
+        if self.trial_seconds > 0:
+            # A process knows only its own workers: the others that share the study divide the cost.
+            return (f"  expected cost: about {cost} for {n_trials} trials on this process's {n_jobs} worker(s), on "
+                    f"{self.hardware} ({_format_duration(self.trial_seconds)} per trial; worker processes started "
+                    f"beside it on the same study share the trials)")
+        epochs = int(self.overrides.get("train.epochs", 0))
+        images = epochs * CROHME_TRAIN_EXPRESSIONS
+        return (f"  expected cost: no time limit; each of the {n_trials} trials trains {epochs} epochs over "
+                f"{CROHME_TRAIN_EXPRESSIONS:,} expressions ({images / 1e6:.2f} M images): divide by the images per "
+                f"second of `hmer bench train` on your GPU for the hours per trial, then by the workers")
 
 
 def _format_duration(seconds: float) -> str:

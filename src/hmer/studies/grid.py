@@ -105,9 +105,9 @@ class Grid(StudyKind):
     def described(self, base: Config) -> dict[str, Any]:
         return {keys.GRID: self.space, keys.BASELINE: self.spec.baseline_cell}
 
-    def banner(self, budget: StudyBudget, n_trials: int, n_jobs: int, model_preset: str) -> list[str]:
+    def banner(self, budget: StudyBudget, n_trials: int, n_jobs: int, model_preset: str, left: int) -> list[str]:
         n_seeds = len(self.seeds)
-        return [budget.describe(n_trials, n_jobs),
+        return [budget.describe(n_trials, n_jobs, left),
                 f"  grid: {', '.join(f'{k} in {list(v)}' for k, v in self.space.items())} = {n_trials} trials "
                 f"({n_seeds} seed{'s' if n_seeds > 1 else ''} per variant); baseline "
                 f"{cell_label(self.spec.baseline_cell)}; model preset {model_preset}"]

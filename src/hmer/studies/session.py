@@ -175,8 +175,9 @@ class StudyKind:
         checked on resume, logged on the parent run under the key's plain name."""
         raise NotImplementedError
 
-    def banner(self, budget: StudyBudget, n_trials: int, n_jobs: int, model_preset: str) -> list[str]:
-        """The lines between the study's name and its storage."""
+    def banner(self, budget: StudyBudget, n_trials: int, n_jobs: int, model_preset: str, left: int) -> list[str]:
+        """The lines between the study's name and its storage; `left`: the trials still to train (the
+        expected cost is left out when none is)."""
         raise NotImplementedError
 
     def sampler(self) -> optuna.samplers.BaseSampler:
@@ -218,6 +219,22 @@ class StudyKind:
         raise NotImplementedError
 
 
+def _banner(kind: StudyKind, setup: Setup, n_trials: int, model_preset: str, left: int) -> list[str]:
+    """The start-of-study lines after its name: its budget and grid or space (`kind.banner`), where it
+    is stored, and, for the scratch store, how to read it."""
+    budget, name = setup.budget, setup.name
+    lines = kind.banner(budget, n_trials, setup.n_jobs, model_preset, left)
+    lines.append(f"  Optuna storage {mask_url(setup.storage_url)}; MLflow {mask_password(setup.tracking_uri)}, "
+                 f"experiment {name}")
+    if setup.scratch:
+        db = sqlite_path(setup.tracking_uri)
+        assert db is not None  # the scratch store is a SQLite file
+        lines.append(f"  budget {budget.name} tries the pipeline in the scratch store {db.parent}, not the committed "
+                     f"store (a store named by --tracking-uri or HMER_MLRUNS is used instead); read it with "
+                     f"HMER_MLRUNS={db.parent} hmer report --study {name}")
+    return lines
+
+
 def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | None, tracking_uri: str | None,
                 n_jobs: int | None, data_path: str | None, data: dict[str, list] | None, study_name: str | None,
                 overrides: Mapping[str, Any] | None, role: str) -> StudyOutcome:
@@ -232,22 +249,15 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
     base = kind.check(base_config(spec, budget, n_trials=n_trials, n_jobs=n_jobs, overrides=overrides,
                                   data_path=data_path))
     described = kind.described(base)
+    exists = study_exists(setup.storage_url, name)
     if main:
         say(f"study {name}: {spec.description}")
-        for line in kind.banner(budget, n_trials, n_jobs, model_preset):
-            say(line)
-        say(f"  Optuna storage {mask_url(setup.storage_url)}; MLflow {mask_password(setup.tracking_uri)}, "
-            f"experiment {name}")
-        if setup.scratch:
-            db = sqlite_path(setup.tracking_uri)
-            assert db is not None  # the scratch store is a SQLite file
-            home = db.parent
-            say(f"  budget {budget.name} tries the pipeline in the scratch store {home}, not the committed store "
-                f"(a store named by --tracking-uri or HMER_MLRUNS is used instead); read it with "
-                f"HMER_MLRUNS={home} hmer report --study {name}")
+        if not exists:  # a new study: what it is and costs, before its data loads
+            for line in _banner(kind, setup, n_trials, model_preset, left=n_trials):
+                say(line)
 
     study_data = StudyData(data, say)
-    if not study_data.has(base) and not study_exists(setup.storage_url, name):
+    if not study_data.has(base) and not exists:
         study_data(base)  # bad data fails here, before a study or an MLflow run exists
     store = open_storage(setup.storage_url)
     study, base, created = open_study(
@@ -264,6 +274,9 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
     done = kind.done(claims)
     if done and main:
         say(f"resuming: {done} of {n_trials} {kind.noun} already {kind.done_word}")
+    if exists and main:  # what is done first, then what is left costs (nothing, for a study that is done)
+        for line in _banner(kind, setup, n_trials, model_preset, left=n_trials - done):
+            say(line)
     plain = {keys.plain_name(key): value for key, value in described.items()}  # the parent run's names
     session = open_session(
         setup, store, study, base, created, worker, claims,

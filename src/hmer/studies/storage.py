@@ -63,6 +63,29 @@ def default_storage(tracking_uri: str | None = None) -> str:
     return f"sqlite:///{folder / 'optuna.db'}"
 
 
+def existing_storage(tracking_uri: str, storage: str | None = None) -> str | None:
+    """The Optuna storage a command that reads a store opens: `storage` as given, else `optuna.db`
+    beside the SQLite store `tracking_uri` where it is there, else None (no study to read: opening it
+    would create one). A local SQLite storage is checked whole first (`servers.check_database`), so that
+    a damaged one is one line naming it, and a missing one named by `storage` is not created."""
+    from ..tracking.portable import sqlite_path
+    from ..tracking.servers import check_database
+    from ..tracking.store import NoStoreThere
+
+    if storage is None:
+        store = sqlite_path(tracking_uri)
+        if store is None or not (store.parent / "optuna.db").is_file():
+            return None
+        storage = f"sqlite:///{store.parent / 'optuna.db'}"
+    db = sqlite_path(storage)
+    if db is None:
+        return storage
+    if not db.is_file():
+        raise NoStoreThere(f"{db}: no Optuna storage there (no such file); nothing was created")
+    check_database(db, "nothing was changed", role="optuna.db")
+    return storage
+
+
 class StaleTrials:
     """Optuna's callback for the trials that its heartbeat check (`optuna.storages.fail_stale_trials`)
     marks FAIL in this process. It keeps them until `take`: a worker that restarts after the grace

@@ -91,9 +91,12 @@ class Sweep(StudyKind):
         self.space = {p.name: _describe_param(p, flat) for p in self.spec.params}
         return {keys.SPACE: self.space, keys.N_TRIALS: self.n_trials}
 
-    def banner(self, budget: StudyBudget, n_trials: int, n_jobs: int, model_preset: str) -> list[str]:
+    def banner(self, budget: StudyBudget, n_trials: int, n_jobs: int, model_preset: str, left: int) -> list[str]:
         lines = []
-        if budget.sweep_trial_cpu_minutes > 0:
+        if budget.sweep_trial_cpu_minutes > 0 and not left:
+            lines.append(f"budget {budget.name}: {budget.summary}; each trial got "
+                         f"{budget.sweep_trial_cpu_minutes:g} CPU-minutes of training")
+        elif budget.sweep_trial_cpu_minutes > 0:
             # The grid's trial time says nothing of a sweep whose trials get a fixed compute.
             m = budget.sweep_trial_cpu_minutes
             lines.append(f"budget {budget.name}: {budget.summary}; each trial gets {m:g} CPU-minutes of training "
@@ -102,7 +105,7 @@ class Sweep(StudyKind):
                          f"{m * math.ceil(n_trials / max(n_jobs, 1)) / 60:.1f} h of training before pruning saves "
                          f"some")
         else:
-            lines.append(budget.describe(n_trials, n_jobs))
+            lines.append(budget.describe(n_trials, n_jobs, left))
         lines.append(f"  search space: {'; '.join(f'{k} {v}' for k, v in self.space.items())}; {n_trials} trials, "
                      f"TPE + median pruning on validation ExpRate per epoch")
         return lines

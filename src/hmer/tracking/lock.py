@@ -65,6 +65,10 @@ class StoreLocked(ValueError):
     """Another process is writing the store: one line naming it."""
 
 
+class StoreNotWritable(ValueError):
+    """The store's lock cannot be written there (a read-only store): one line naming it."""
+
+
 @dataclass
 class TakenLock:
     """A store's lock as this process holds it; `stale` is the record a killed writer left, if any."""
@@ -100,7 +104,7 @@ def store_lock(folder: str | os.PathLike[str], command: str) -> Iterator[TakenLo
         yield TakenLock(path)
         return
     created = not path.parent.exists()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_folder(path.parent, path.name)
     fd, stale = _acquire(path, command)
     taken = TakenLock(path, stale)
     _held[path] = [fd, 1, taken]
@@ -137,7 +141,7 @@ def training_lock(folder: str | os.PathLike[str], command: str) -> Iterator[None
         yield
         return
     store = Path(folder).resolve()
-    store.mkdir(parents=True, exist_ok=True)
+    _make_folder(store, TRAINERS_LOCK)
     fd = _flocked(store / TRAINERS_LOCK, fcntl.LOCK_SH)
     if fd is None:
         raise StoreLocked(f"{store}: {_holder_of(store / LOCK_FILE)} is replacing this store and holds its lock "
@@ -183,7 +187,7 @@ def _flocked(path: Path, kind: int) -> int | None:
     import fcntl
 
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock(path)
         try:
             fcntl.flock(fd, kind | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -226,7 +230,7 @@ def run_lock(folder: str | os.PathLike[str], run: str, command: str) -> Iterator
         yield
         return
     path = Path(folder).resolve() / RUN_LOCK
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_folder(path.parent, path.name)
     fd = _flocked(path, fcntl.LOCK_EX)
     if fd is None:
         raise StoreLocked(f"run {run}: {_holder_of(path)} is training it; one process trains a run at a time: "
@@ -239,6 +243,28 @@ def run_lock(folder: str | os.PathLike[str], run: str, command: str) -> Iterator
     finally:
         path.unlink(missing_ok=True)  # while held: a process that opened it before sees it gone
         os.close(fd)
+
+
+def _make_folder(folder: Path, lock: str) -> None:
+    """`folder` made where missing, or StoreNotWritable naming it and the lock it is for."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise _not_writable(folder, lock, exc) from None
+
+
+def _open_lock(path: Path) -> int:
+    """A read-write descriptor of the lock file `path` (created if missing), or StoreNotWritable naming
+    it: a store that cannot be locked here (read-only, another user's) is not written at all."""
+    try:
+        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise _not_writable(path.parent, path.name, exc) from None
+
+
+def _not_writable(folder: Path, lock: str, exc: OSError) -> StoreNotWritable:
+    return StoreNotWritable(f"{folder}: cannot write the store's lock {lock} there ({exc.strerror or exc}): a "
+                            f"read-only store can be read, not written; nothing was changed")
 
 
 def _holder_of(path: Path) -> str:
@@ -262,7 +288,7 @@ def _acquire(path: Path, command: str) -> tuple[int, Holder | str | None]:
     import fcntl
 
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = _open_lock(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -13,7 +13,7 @@ import torch
 from ..config import Config
 from ..data import Vocab
 from ..checkpoint import MODEL_FILES, load_checkpoint
-from .store import default_tracking_uri, mlflow_client
+from .store import NoStoreThere, existing_store, mlflow_client
 
 
 class RunNotFoundError(LookupError):
@@ -37,7 +37,10 @@ def checkpoint_file(run_or_checkpoint: str, tracking_uri: str | None = None) -> 
     from .store import quiet_mlflow
 
     quiet_mlflow()
-    uri = tracking_uri or default_tracking_uri()
+    try:
+        uri = existing_store(tracking_uri)  # read alone: a mistyped path creates no store
+    except NoStoreThere as exc:
+        raise RunNotFoundError(f"{run_or_checkpoint}: not a checkpoint file, and {exc}") from None
     client = mlflow_client(uri)
     run_or_checkpoint = _run_id_in_store(client, run_or_checkpoint, "not a checkpoint file, nor a run in")
     dest = Path(tempfile.mkdtemp(prefix="hmer-model-"))

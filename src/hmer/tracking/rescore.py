@@ -32,6 +32,7 @@ from . import keys
 from .store import search_all_runs
 from .artifacts import PREDICTIONS, SPLIT, read_predictions_csv, scored_key
 from .portable import download_run_artifact, list_run_artifacts
+from .run import process_gone
 
 # The split's score every run logs with its predictions: what the stored file is checked against, and
 # whose step the new scores take. `<key>_n`, where logged, must be the file's count of expressions.
@@ -101,7 +102,9 @@ def _plan(client, run, tmp: Path) -> RunPlan:
     if tags.get(keys.ROLE):
         plan.why = f"a study's own run ({keys.ROLE}={tags[keys.ROLE]}), not a training run: no predictions"
         return plan
-    if run.info.status == "RUNNING":
+    # A run whose process is gone ends no more (it is RUNNING until resumed): what it stored is scored
+    # as an ended run's is, the split's logged scores checked against its file as always.
+    if run.info.status == "RUNNING" and process_gone(tags) is None:
         plan.why = ("still running: rescore it once it has ended (its final evaluation logs the metrics "
                     "its own code registers)")
         return plan
@@ -163,13 +166,15 @@ def write_rescoring(client, plans: Sequence[RunPlan]) -> int:
     this moment's timestamp; returns how many were logged."""
     from mlflow.entities import Metric
 
+    from ..signals import deferred
     from .run import log_metric_points
 
     now = int(time.time() * 1000)
     logged = 0
     for plan in plans:
         if plan.added:
-            log_metric_points(client, plan.run_id, [Metric(key, value, now, step)
-                                                    for key, (value, step) in plan.added.items()])
+            with deferred():  # a SIGTERM waits for the run's metrics: each run is rescored whole or not at all
+                log_metric_points(client, plan.run_id, [Metric(key, value, now, step)
+                                                        for key, (value, step) in plan.added.items()])
             logged += len(plan.added)
     return logged

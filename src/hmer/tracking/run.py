@@ -181,17 +181,26 @@ def fail_runs_of_dead_processes(experiment: str, tracking_uri: str | None = None
     if found is None:
         return []
     experiment_ids = [found.experiment_id]
-    host = socket.gethostname()
-    filter_string = f"attributes.status = 'RUNNING' and tags.`{keys.HOST}` = '{host}'"
+    filter_string = f"attributes.status = 'RUNNING' and tags.`{keys.HOST}` = '{socket.gethostname()}'"
     marked = []
     for run in search_all_runs(client, experiment_ids, filter_string):
-        pid = run.data.tags.get(keys.PID, "")
-        if not pid.isdigit() or int(pid) == os.getpid() or _process_alive(int(pid)):
-            continue
-        close_failed(client, run.info.run_id, f"its process (pid {pid} on {host}) ended without closing the "
-                                              f"run: killed outright (SIGKILL, out of memory)")
-        marked.append(run.info.run_id)
+        gone = process_gone(run.data.tags)
+        if gone is not None:
+            close_failed(client, run.info.run_id, f"{gone}: it ended without closing the run")
+            marked.append(run.info.run_id)
     return marked
+
+
+def process_gone(tags: dict[str, str]) -> str | None:
+    """Why a run that the store holds RUNNING trains no more, in words, where this machine can tell:
+    the process its tags record (`hmer.pid` on `hmer.host`) ran here and is gone, killed outright
+    (SIGKILL, out of memory), which no handler sees. None where that process is alive (this one
+    included), ran on another machine (a host name says little: containers share them), or was not
+    recorded (a run older than the tags)."""
+    pid, host = tags.get(keys.PID, ""), tags.get(keys.HOST)
+    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid() or _process_alive(int(pid)):
+        return None
+    return f"its process (pid {pid} on {host}) is gone, killed outright (SIGKILL, out of memory)"
 
 
 def close_failed(client, run_id: str, why: str) -> None:

@@ -21,7 +21,8 @@ training runs has none of): it is turned off (`MLFLOW_SERVER_ENABLE_JOB_EXECUTIO
 
 Each server runs in a process group of its own, so that Ctrl-C in the terminal reaches this
 process alone, which then stops both groups (SIGTERM, then SIGKILL after `STOP_TIMEOUT_S`) and
-removes the copy.
+removes the copy. Each is started through `watchdog.py`, which ends its group and removes the copy
+when this process dies without doing so (SIGKILL), so that no server is left holding its port.
 """
 
 from __future__ import annotations
@@ -93,26 +94,48 @@ SERVED_TABLES = {"mlflow.db": ("MLflow", ("alembic_version", "experiments", "run
                  "optuna.db": ("Optuna", ("version_info", "studies", "trials"))}
 
 
-def check_database(path: Path) -> None:
-    """A ValueError, in one line naming `path`, when it is not a whole SQLite database of the kind
-    its server reads (`SERVED_TABLES`): unreadable, damaged (SQLite's quick_check, which reads every
-    page), or without its tables. Opened read-only: the file keeps its bytes. A server started on
-    such a file would stop with pages of its log instead."""
+def check_database(path: Path, then: str = "no server was started", role: str | None = None) -> None:
+    """A ValueError, in one line naming `path` and ending with `then` (what the caller did not do),
+    when it is not a whole SQLite database of the kind its server reads (`SERVED_TABLES`, by `role`,
+    the store's file name it stands for: default, its own name): unreadable, shorter than its header
+    says (a truncated copy, whose missing pages quick_check need not visit), damaged (SQLite's
+    quick_check, which reads every page in use), or without its tables. Opened read-only: the file
+    keeps its bytes. A server started on such a file would stop with pages of its log instead, and a
+    command two SQLAlchemy tracebacks."""
     import sqlite3
 
-    kind, tables = SERVED_TABLES[path.name]
+    kind, tables = SERVED_TABLES[role or path.name]
+    missing_bytes = _truncated(path)
+    if missing_bytes:
+        raise ValueError(f"{path}: a truncated SQLite database ({missing_bytes}); {then}")
     try:
-        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)) as db:
+        # (the timeout: a writer's commit holds the file for a moment, and a busy store is not a damaged one)
+        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30)) as db:
             verdict = [row[0] for row in db.execute("PRAGMA quick_check")]
             found = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.Error as exc:
-        raise ValueError(f"{path}: cannot be read as an SQLite database ({exc}); no server was started") from None
+        raise ValueError(f"{path}: cannot be read as an SQLite database ({exc}); {then}") from None
     if verdict != ["ok"]:
-        raise ValueError(f"{path}: a damaged SQLite database ({'; '.join(verdict[:2])}); no server was started")
+        raise ValueError(f"{path}: a damaged SQLite database ({'; '.join(verdict[:2])}); {then}")
     missing = [t for t in tables if t not in found]
     if missing:
-        raise ValueError(f"{path}: not an {kind} store's database (no table {', '.join(missing)}); "
-                         f"no server was started")
+        raise ValueError(f"{path}: not an {kind} store's database (no table {', '.join(missing)}); {then}")
+
+
+def _truncated(path: Path) -> str:
+    """How much of the SQLite database `path` is missing, in words, where its header gives its size
+    (a page count that its change counter vouches for) and the file is shorter; "" otherwise."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(100)
+        size = path.stat().st_size
+    except OSError:
+        return ""  # (sqlite3 names what is wrong with it)
+    if len(header) < 100 or not header.startswith(b"SQLite format 3\x00") or header[24:28] != header[92:96]:
+        return ""
+    page_size = int.from_bytes(header[16:18], "big")
+    whole = (65536 if page_size == 1 else page_size) * int.from_bytes(header[28:32], "big")
+    return f"{size:,} of its {whole:,} bytes" if size < whole else ""
 
 
 def check_port(port: int, option: str) -> None:
@@ -161,30 +184,41 @@ def serve_store(folder: Path, *, mlflow_port: int, dashboard_port: int, from_cop
     served = ServedStore(folder=folder, copy=databases if from_copy else None,
                          tracking_uri=f"sqlite:///{databases / 'mlflow.db'}",
                          storage=f"sqlite:///{databases / 'optuna.db'}" if serve_dashboard else None)
+    # The servers' watchdogs hold the read end of this pipe; this process alone holds the write end, which
+    # the kernel closes however this process ends: then they stop their servers (watchdog.py).
+    watched, alive = os.pipe()
     try:
         served.servers.append(_start(
             "mlflow ui", [mlflow, "ui", "--backend-store-uri", served.tracking_uri, "--host", "127.0.0.1",
                           "--port", str(mlflow_port), "--workers", "1"],
-            port=mlflow_port, ready="/health", log=scratch / "mlflow-ui.log", cwd=folder.parent,
+            port=mlflow_port, ready="/health", log=scratch / "mlflow-ui.log", cwd=folder.parent, watched=watched,
             env={"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}))
         if serve_dashboard:
             served.servers.append(_start(
                 "optuna-dashboard",
                 [str(dashboard), str(served.storage), "--host", "127.0.0.1", "--port", str(dashboard_port)],
-                port=dashboard_port, ready="/dashboard/", log=scratch / "optuna-dashboard.log", cwd=folder.parent))
+                port=dashboard_port, ready="/dashboard/", log=scratch / "optuna-dashboard.log", cwd=folder.parent,
+                watched=watched))
         _wait_until_ready(served.servers)
         yield served
     finally:
         for server in served.servers:
             _stop(server.process)
+        os.close(watched)
+        os.close(alive)
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _start(name: str, cmd: list[str], *, port: int, ready: str, log: Path, cwd: Path,
+WATCHDOG = Path(__file__).with_name("watchdog.py")
+
+
+def _start(name: str, cmd: list[str], *, port: int, ready: str, log: Path, cwd: Path, watched: int,
            env: dict[str, str] | None = None) -> Server:
+    """`cmd` started under its watchdog (the pipe's read end `watched`), the leader of a group of its own."""
     with open(log, "w") as out:
-        process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True,
-                                   env={**os.environ, **(env or {})})
+        process = subprocess.Popen([sys.executable, str(WATCHDOG), str(watched), str(log.parent), "--", *cmd],
+                                   stdout=out, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True,
+                                   env={**os.environ, **(env or {})}, pass_fds=(watched,))
     url = f"http://127.0.0.1:{port}"
     return Server(name=name, url=url, ready=url + ready, process=process, log=log)
 

@@ -51,8 +51,45 @@ def default_tracking_uri() -> str:
     if uri:
         return uri
     home = mlruns_dir()
+    check_store_folder(home)
     home.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{home / 'mlflow.db'}"
+
+
+class NoStoreThere(ValueError):
+    """A command that reads a store was given a place that holds none: one line naming it."""
+
+
+def check_store_folder(folder: Path) -> None:
+    """A NoStoreThere naming the plain file on the way to `folder`, where a store's folder would have
+    to be (mkdir would fail with a bare FileExistsError); nothing when the path is free or a folder."""
+    for place in (folder, *folder.parents):
+        if place.exists():
+            if not place.is_dir():
+                raise NoStoreThere(f"{place} is a file, not a folder: no store can be at {folder}")
+            return
+
+
+def existing_store(tracking_uri: str | None = None) -> str:
+    """The store `tracking_uri` names (default: the project's), for a command that reads a store or
+    amends its runs: the URI once its SQLite database is found whole; creates nothing. A mistyped path
+    must not become a new empty store that the command then reports on as if it were the one meant,
+    nor a damaged database a page of SQLAlchemy tracebacks: NoStoreThere (a ValueError, one line)
+    names the file below which the store would be, the missing `mlflow.db`, or the database that is
+    damaged or not MLflow's (`servers.check_database`). A server's URI is returned as it is."""
+    from .portable import sqlite_path
+    from .servers import check_database
+
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{mlruns_dir() / 'mlflow.db'}"
+    db = sqlite_path(uri)
+    if db is None:
+        return uri
+    check_store_folder(db.parent)
+    if not db.is_file():
+        raise NoStoreThere(f"{db}: no MLflow store there (no such file): give the folder of an existing store "
+                           f"(HMER_MLRUNS, --tracking-uri); nothing was created")
+    check_database(db, "nothing was changed", role="mlflow.db")
+    return uri
 
 
 def store_named() -> bool:
@@ -67,6 +104,7 @@ def scratch_tracking_uri() -> str:
     if store_named():
         return default_tracking_uri()
     home = (project_root() / SCRATCH).resolve()
+    check_store_folder(home)
     home.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{home / 'mlflow.db'}"
 
