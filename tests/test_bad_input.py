@@ -729,7 +729,7 @@ def test_a_config_file_with_an_unknown_key_or_a_wrong_type_is_refused_before_any
 # ---- stores: not there, below a file, damaged, read-only (issue 70) ---------------------------------
 
 def _small_store(folder: Path) -> str:
-    """A store of one finished run of `hmer train --preset tiny` (its config.json) and an Optuna study
+    """A store of one finished run of `hmer train --preset tiny-transformer` (its config.json) and an Optuna study
     beside it; returns the run's id."""
     from hmer.presets import preset_with_recipe
     from hmer.tracking.store import setup_mlflow
@@ -737,7 +737,7 @@ def _small_store(folder: Path) -> str:
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     client = MlflowClient(uri)
     run = client.create_run(setup_mlflow(uri, "hmer"))
-    client.log_text(run.info.run_id, json.dumps(preset_with_recipe("tiny").to_dict()), "config.json")
+    client.log_text(run.info.run_id, json.dumps(preset_with_recipe("tiny-transformer").to_dict()), "config.json")
     client.set_terminated(run.info.run_id)
     optuna.create_study(storage=f"sqlite:///{folder / 'optuna.db'}", study_name="any")
     return run.info.run_id
