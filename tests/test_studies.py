@@ -188,28 +188,6 @@ def test_a_cell_that_fails_is_marked_failed_and_retried_by_the_next_run(stores):
     assert len(optuna.load_study(study_name="lr-test", storage=storage).get_trials(states=(TrialState.FAIL,))) == 2
 
 
-def test_a_study_begun_before_a_config_key_existed_resumes_with_the_value_it_began_with(stores):
-    tracking, storage = stores
-    # One cell that fails in its first step (NaN loss): quick, and it runs again on every resume.
-    spec = StudySpec(name="old", description="a study from an older version", axes={"train.lr": (1e30,)},
-                     model_presets={"tiny": "tiny-transformer"})
-    run_grid_study(spec, "smoke", storage=storage, tracking_uri=tracking, data=tiny_data(), seeds=(1,),
-                   overrides=TINY, study_name="old-test")
-    # As a version before data.val_min_edits stored it: the base config without the key.
-    rdb = optuna.storages.RDBStorage(storage)
-    study_id = rdb.get_study_id_from_name("old-test")
-    base = dict(rdb.get_study_system_attrs(study_id)["hmer.config"])
-    del base["data.val_min_edits"]
-    rdb.set_study_system_attr(study_id, "hmer.config", base)
-
-    again = run_grid_study(spec, "smoke", storage=storage, tracking_uri=tracking, data=tiny_data(), seeds=(1,),
-                           overrides=TINY, study_name="old-test")  # not "exists with another base config"
-    assert again.failed == ["train.lr=1e+30, train.seed=1"]
-    _, children = _child_runs(tracking, "old-test")
-    latest = max(children, key=lambda r: r.info.start_time)
-    assert latest.data.params["data.val_min_edits"] == "1"  # the rule it began with, not today's 2
-
-
 def test_a_resumed_study_trains_its_stored_config_and_refuses_other_values_it_is_asked_for(stores):
     """One rule decides a resume: the stored base config wins over today's defaults (here a value
     the code no longer gives by default), and a command that asks for another value of a key it

@@ -218,17 +218,17 @@ def budget_names(store: Store) -> list[str]:
     if renamed:
         changes.append(f"param {OLD_BUDGET_PARAM} of {renamed} parent run(s) as {BUDGET_PARAM}")
     if store.storage is not None:
-        changes += _budget_attributes(store)
+        changes += _budget_attributes(store, store.storage)
     return changes
 
 
-def _budget_attributes(store: Store) -> list[str]:
+def _budget_attributes(store: Store, storage: str) -> list[str]:
     import optuna
 
     changes = []
-    for summary in optuna.get_all_study_summaries(store.storage, include_best_trial=False):
+    for summary in optuna.get_all_study_summaries(storage, include_best_trial=False):
         if OLD_BUDGET_KEY in summary.user_attrs:
-            study = optuna.load_study(study_name=summary.study_name, storage=store.storage)
+            study = optuna.load_study(study_name=summary.study_name, storage=storage)
             study.set_user_attr(keys.BUDGET, summary.user_attrs[OLD_BUDGET_KEY])
             changes.append(f"study {summary.study_name}: attribute {OLD_BUDGET_KEY} as {keys.BUDGET}")
     with closing(sqlite3.connect(store.optuna_db)) as db, db:  # Optuna deletes no study attribute
