@@ -171,7 +171,8 @@ def _untrained_checkpoint(path: Path) -> Path:
     from hmer.model import build_model
     from hmer.presets import preset_with_recipe
 
-    cfg = preset_with_recipe("tiny-transformer").override({"train.max_decode_len": 4})  # untrained: it never ends by itself
+    # untrained: it never ends by itself
+    cfg = preset_with_recipe("tiny-transformer").override({"train.max_decode_len": 4})
     atomic_torch_save(model_artifact(build_model(cfg.model), cfg, Vocab(), 1, 0.0), path)
     return path
 
