@@ -257,12 +257,11 @@ def test_the_link_opens_the_studys_comparison(site, page):
         screenshot(page, "ui_mlflow_runs")
 
 
+@pytest.mark.parametrize("site", ["committed"], indirect=True)  # the committed store's study
 def test_the_positional_encoding_study_s_link_lists_its_summary_runs_and_finished_trials_alone(site, page):
     """ablate_posenc-cpu began `none` seed 3 three times; the link lists the cell's finished run alone
     (its killed attempts, trained again, are marked and left out), as every other cell's, beside the
     four variants' summary runs: 16 runs, and not its parent run."""
-    if site.name != "committed":
-        pytest.skip("the committed store's study")
     runs = load_runs(site.tracking_uri, study="ablate_posenc-cpu")
     finished = runs[runs["status"] == "FINISHED"]
     assert len(finished) == 12
@@ -273,6 +272,7 @@ def test_the_positional_encoding_study_s_link_lists_its_summary_runs_and_finishe
         assert _shown(page.get_by_role("link", name=str(name), exact=True)) == 1, name
 
 
+@pytest.mark.parametrize("site", ["committed"], indirect=True)  # the README's way in, on the committed store
 def test_the_experiment_list_opens_the_study_as_model_training_once_chosen(site, browser):
     """The other way in that the README gives: in a fresh browser, choose "Model training" at the top
     left once, and choosing the study in the experiment list opens its training runs, in this tab and
@@ -280,8 +280,6 @@ def test_the_experiment_list_opens_the_study_as_model_training_once_chosen(site,
     without that choice, the list opens the GenAI overview (docs/studies.md)."""
     from playwright.sync_api import expect
 
-    if site.name != "committed":
-        pytest.skip("the README's way in, tried on the committed store")
     experiment_id = study_parent(site.study, site.tracking_uri)["experiment_id"]
     context = browser.new_context(viewport={"width": 1600, "height": 1000})
 

@@ -123,7 +123,7 @@ def annotate_study(study: str, tracking_uri: str | None = None, *, runs: pd.Data
         client.set_tag(run.info.run_id, keys.MLFLOW_NOTE, note)
         changes.append("description")
     changes += _summary_runs(client, run, study, table, colors)
-    changes += _mark_killed_attempts(client, runs)
+    changes += mark_killed_attempts(client, runs)
     recoloured = 0
     for _, trial in runs.iterrows():
         color = colors.get(str(trial.get(f"tags.{keys.VARIANT}")))
@@ -138,7 +138,7 @@ def annotate_study(study: str, tracking_uri: str | None = None, *, runs: pd.Data
 KILLED_ATTEMPT = " (killed attempt)"  # the end of a killed attempt's run name
 
 
-def _mark_killed_attempts(client, runs: pd.DataFrame) -> list[str]:
+def mark_killed_attempts(client, runs: pd.DataFrame) -> list[str]:
     """Tag `hmer.trained_again_in` on each trial run that was killed and whose cell (variant and seed)
     a later run trained from the start (a dead trial without a checkpoint to continue from), and end
     its name with KILLED_ATTEMPT, so that a study's comparison link leaves it out

@@ -6,7 +6,8 @@
 `present_study` writes what makes a study read at a glance, where it differs from what is stored:
 - MLflow: a grid study that has finished, or that another supersedes (nothing continues it), gets
   its figure, table, description and one summary run per variant, and a finished sweep its table
-  and description (`reports.study_run`);
+  and description (`reports.study_run`); a grid study's killed attempts whose cell a later run
+  trained are marked and left out of its comparison, finished or not;
 - Optuna: its objective's name, its description and superseded mark as user attributes, its
   note and its failed trials' notes (`store.dashboard`).
 
@@ -51,8 +52,8 @@ def present_study(study: str, *, tracking_uri: str | None = None, storage: str |
 
 
 def _present(study: str, uri: str, storage: str | None) -> list[str]:
-    from ..reports.runs import load_runs, study_parent
-    from ..reports.study_run import annotate_study
+    from ..reports.runs import client_for, load_runs, study_parent
+    from ..reports.study_run import annotate_study, mark_killed_attempts
 
     parent = study_parent(study, uri)
     changes: list[str] = []
@@ -61,10 +62,13 @@ def _present(study: str, uri: str, storage: str | None) -> list[str]:
     if parent is not None:
         kind = _text(parent.get(f"tags.{keys.KIND}"))
         superseded_by = _text(parent.get(f"tags.{keys.SUPERSEDED_BY}"))
+        if kind == "grid":
+            runs = load_runs(uri, study=study)
+            # a killed attempt leaves the comparison once its cell is trained again, finished study or not
+            changes += mark_killed_attempts(client_for(uri), runs)
         if kind == "grid" and (parent["state"] == "finished" or superseded_by):
             from ..reports.tables import study_table
 
-            runs = load_runs(uri, study=study)
             table = study_table(study, uri, runs=runs)
             changes += annotate_study(study, uri, runs=runs, table=table)
         elif kind == "sweep" and parent["state"] == "finished":
