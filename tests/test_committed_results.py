@@ -110,7 +110,7 @@ def test_every_study_s_parent_run_carries_its_table():
     """A finished study's, a sweep's and a superseded study's parent run have their table, as
     description and `table.md`, for whoever opens the study in `mlflow ui`."""
     from hmer.reports.runs import list_studies
-    from hmer.reports.study_run import TABLE_ARTIFACT
+    from hmer.store.study_run import TABLE_ARTIFACT
     from hmer.tracking.portable import list_run_artifacts
 
     uri = f"sqlite:///{MLRUNS / 'mlflow.db'}"

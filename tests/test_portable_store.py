@@ -332,7 +332,7 @@ def test_a_published_store_names_no_machine_path_runs_nothing_and_calls_every_st
 
     import optuna
 
-    from hmer.reports.study_run import TABLE_ARTIFACT
+    from hmer.store.study_run import TABLE_ARTIFACT
     from hmer.store.clean import store_problems
     from hmer.tracking import keys
     from hmer.tracking.models import load_model

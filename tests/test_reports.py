@@ -429,7 +429,7 @@ def test_study_table_of_the_smoke_study(store):
 
 @pytest.mark.slow
 def test_report_command_writes_tables_and_plots(store, tmp_path, capsys):
-    from hmer.reports import report_command
+    from hmer.cli.report import report_command
 
     out = tmp_path / "report"
     assert report_command(study=store.study, tracking_uri=store.tracking_uri, out_dir=out, n_resamples=500) == 0

@@ -23,7 +23,7 @@ from optuna_dashboard import get_note
 
 from hmer.cli import main as hmer_main
 from hmer.reports.runs import list_studies, load_runs, study_parent
-from hmer.reports.study_run import FIGURE_ARTIFACT, summary_metric, summary_run_name, summary_runs
+from hmer.store.study_run import FIGURE_ARTIFACT, summary_metric, summary_run_name, summary_runs
 from hmer.reports.tables import study_table
 from hmer.store.dashboard import load_for_notes
 from hmer.store.present import present_studies
@@ -158,7 +158,7 @@ def test_a_study_s_comparison_lists_its_summary_runs_and_finished_trials_and_not
     left out of the study's comparison link (tracking.ui.STUDY_COMPARISON_RUNS), with the parent run
     and the failed trials; nothing is deleted. In ablate_posenc-cpu-mixed-code (or ablate_posenc-cpu
     before its sin2d cells were trained again) `none` seed 3 was begun three times."""
-    from hmer.reports.study_run import KILLED_ATTEMPT
+    from hmer.store.study_run import KILLED_ATTEMPT
     from hmer.tracking.ui import STUDY_COMPARISON_RUNS
 
     folder, _ = presented

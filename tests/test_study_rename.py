@@ -168,7 +168,7 @@ def test_a_kept_study_is_labelled_as_superseded_by_its_rerun(store, capsys):
 def test_superseding_a_study_that_stopped_unfinished_closes_its_parent_run_with_its_table(store, capsys):
     """Nothing continues a superseded study: a parent run it left RUNNING is closed, at its last
     trial's end, and gets the study's table as it stands, as a finished study's parent run has it."""
-    from hmer.reports.study_run import TABLE_ARTIFACT
+    from hmer.store.study_run import TABLE_ARTIFACT
     from hmer.tracking.portable import list_run_artifacts
 
     tracking, storage = store

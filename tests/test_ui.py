@@ -34,7 +34,7 @@ from optuna.trial import TrialState
 
 from browser import chromium, require_browser, screenshot
 from hmer.reports.runs import list_studies, load_runs, study_parent
-from hmer.reports.study_run import FIGURE_WIDTH_PX, summary_metric, summary_run_name
+from hmer.store.study_run import FIGURE_WIDTH_PX, summary_metric, summary_run_name
 from hmer.reports.table_format import format_table
 from hmer.reports.tables import grid_order, variant_table
 from hmer.studies.grid import Grid

@@ -1,11 +1,42 @@
 """`hmer report`: a study's (an experiment's, some runs') tables and plots as files; `--list`: every study;
-`--claims`: the papers' claims answered from the studies."""
+`--claims`: the papers' claims answered from the studies; `--frontier`: the frontier study's points.
+
+    hmer report --study ablate_direction-smoke          # -> reports/ablate_direction-smoke/
+    hmer report --experiment hmer --out /tmp/report
+    hmer report --runs 3f2a... 9c1b...
+    hmer report                                         # the latest study, named on the first line
+    hmer report --list                                  # every study: state and trials
+
+writes, into the output folder:
+
+    table.md                   the tables as Markdown, with the plots embedded
+    table.csv                  one row per variant: every number of the table (see hmer.reports.tables)
+    runs.csv                   one row per run: variant, seed, state, test scores, cost
+    plots/exprate.png          ExpRate by variant and year, mean ± std over seeds, a dot per seed
+    plots/scores.png           the same for every registered metric logged (ExpRate, <=1, <=2) side by side
+    plots/training_curves.png  validation ExpRate and losses against epoch and CPU (or wall-clock) time
+
+and prints the text table, then the `mlflow ui` command and the link that compare the runs there.
+With `analysis=True` (`hmer report --analysis`) it also writes the error analysis per variant into
+`analysis/` (see hmer.reports.analysis). The notebooks in
+`notebooks/` show the same tables and plots.
+"""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
 
 from ..registry import METRICS
 from . import options
 from .errors import UserError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+EXIT_OK = 0
+EXIT_NOTHING_SCORED = 1
 
 
 def add_parser(sub) -> None:
@@ -39,7 +70,6 @@ def add_parser(sub) -> None:
 
 
 def cmd_report(args) -> int:
-    from ..reports.cli import latest_study, list_command, report_command
     from ..tracking.store import existing_store
 
     if args.published:
@@ -51,8 +81,6 @@ def cmd_report(args) -> int:
         return 0
     existing_store(args.tracking_uri)  # every other report reads a store: a mistyped path is not made an empty one
     if args.claims:
-        from ..reports.cli import claims_command
-
         if args.study or args.experiment or args.runs or args.analysis or args.list:
             raise UserError("--claims reads the studies <family>-BUDGET itself; drop --study/--experiment/--runs/"
                             "--analysis/--list (give --budget)")
@@ -69,7 +97,6 @@ def cmd_report(args) -> int:
                                 f"(its studies' budgets: {', '.join(budgets) or 'none'})")
         return claims_command(args.budget, args.tracking_uri, args.out, measure=args.measure)
     if args.frontier:
-        from ..reports.frontier import frontier_command
         from ..studies.spec import STUDIES, StudySpec
 
         if args.experiment or args.runs or args.analysis or args.list:
@@ -103,3 +130,331 @@ def cmd_report(args) -> int:
     return report_command(study=args.study, experiment=args.experiment, run_ids=args.runs,
                           tracking_uri=args.tracking_uri, out_dir=args.out, analysis=args.analysis,
                           measure=args.measure or "exprate", code_fingerprint=code_fingerprint())
+
+
+def report_name(study: str | None = None, experiment: str | None = None,
+                run_ids: Sequence[str] | None = None) -> str:
+    """The report's name (and default folder): the study, the experiment, or runs-<first id>."""
+    if study:
+        return study
+    if experiment:
+        return experiment
+    if run_ids:
+        return f"runs-{run_ids[0][:8]}" + (f"-and-{len(run_ids) - 1}-more" if len(run_ids) > 1 else "")
+    raise ValueError("give a study, an experiment or run ids")
+
+
+def default_out_dir(name: str) -> Path:
+    """`reports/<name>` under the project root (the checkout, else the current folder)."""
+    import re
+
+    from ..tracking.store import project_root
+
+    safe = re.sub(r"[^A-Za-z0-9._=-]+", "_", name).strip("_") or "report"
+    return project_root() / "reports" / safe
+
+
+def runs_summary(runs: pd.DataFrame, years: Sequence[str]) -> pd.DataFrame:
+    """One row per run: the columns a reader checks a table against."""
+    from ..reports.markup import measures
+    from ..tracking import keys
+
+    cols = {"run_id": "run_id", "variant": "variant", "seed": "seed", "trial": "trial", "state": "state",
+            "run_name": "run_name", f"tags.{keys.DEVICE}": "device", f"tags.{keys.GIT_COMMIT}": "git_commit",
+            f"tags.{keys.FINGERPRINT}": "fingerprint"}
+    for year in years:
+        for m in (*measures(), "n"):
+            cols[f"metrics.test_{year}_{m}"] = f"test_{year}_{m}"
+    for m in ("best_val_exprate", "gpu_minutes", "train_seconds", "cpu_seconds", "train_images_per_second",
+              "num_params"):
+        cols[f"metrics.{m}"] = m
+    present = [c for c in cols if c in runs.columns]
+    return runs[present].rename(columns=cols)
+
+
+def code_notes(runs: pd.DataFrame, today: str) -> list[str]:
+    """Which runs were trained by code that computes other numbers than today's (`today`: this code's
+    fingerprint, hmer.training.fingerprint), in words; one line that says so when all share it."""
+    import pandas as pd
+
+    from ..tracking import keys
+
+    def column(tag: str) -> pd.Series:
+        key = f"tags.{tag}"
+        return runs[key] if key in runs.columns else pd.Series([None] * len(runs), index=runs.index, dtype=object)
+
+    fingerprint, changed = column(keys.FINGERPRINT), column(keys.FINGERPRINT_CHANGED)
+    label = runs["variant"].astype(str) + " seed " + runs["seed"].astype(str) + " (" + runs["run_id"].str[:8] + ")"
+    groups: dict[str, list[str]] = {}
+    for i in runs.index:
+        value = fingerprint[i] if isinstance(fingerprint[i], str) and fingerprint[i] else None
+        if isinstance(changed[i], str) and changed[i]:
+            key = f"other code from a resume on ({changed[i]})"
+        elif value is None:
+            key = "no fingerprint (trained before runs carried one: `hmer runs migrate` measures its commit's)"
+        elif value != today:
+            key = f"fingerprint {value}"
+        else:
+            continue
+        groups.setdefault(key, []).append(label[i])
+    if not groups:
+        return [f"every run was trained by code that computes what today's does (fingerprint {today})"]
+    return [f"trained by other code than today's (fingerprint {today}): {key}: {', '.join(names)}"
+            for key, names in groups.items()]
+
+
+def write_report(runs: pd.DataFrame, table: pd.DataFrame, out_dir: Path, *, name: str,
+                 tracking_uri: str | None = None) -> list[Path]:
+    """Write every file of the report (see the module docstring); returns their paths."""
+    from ..reports.curves import plot_training_curves
+    from ..reports.markup import measure_list, measures
+    from ..reports.plots import plot_exprate, save_figure
+    from ..reports.runs import curve_runs, load_history, scored_years
+    from ..reports.tables import format_table, scored
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plots = out_dir / "plots"
+    written: list[Path] = []
+    order = list(table.index)
+    good = runs[scored(runs)] if not runs.empty else runs
+    figures: list[tuple[str, str]] = []
+    if not good.empty:
+        written.append(save_figure(plot_exprate(runs, order=order, title=name), plots / "exprate.png"))
+        figures.append(("ExpRate by variant and year", "plots/exprate.png"))
+        logged = [m for m in measures() if any(c.startswith("metrics.test_") and c.endswith(f"_{m}")
+                                               and good[c].notna().any() for c in good.columns)]
+        written.append(save_figure(plot_exprate(runs, order=order, measures=logged, title=name),
+                                   plots / "scores.png"))
+        figures.append((f"{measure_list(logged)} by variant and year", "plots/scores.png"))
+        history = load_history(curve_runs(runs), tracking_uri=tracking_uri)
+        if not history.empty:
+            written.append(save_figure(plot_training_curves(history, order=order, title=name),
+                                       plots / "training_curves.png"))
+            figures.append(("Training curves", "plots/training_curves.png"))
+    md = [f"# Report: {name}", "", format_table(table, "markdown")]
+    md += [f"![{caption}]({rel})\n" for caption, rel in figures]
+    (out_dir / "table.md").write_text("\n".join(md))
+    table.to_csv(out_dir / "table.csv")
+    runs_summary(runs, scored_years(runs)).to_csv(out_dir / "runs.csv", index=False)
+    written += [out_dir / "table.md", out_dir / "table.csv", out_dir / "runs.csv"]
+    return written
+
+
+def write_variant_analysis(runs: pd.DataFrame, out: Path, name: str, order: list[str],
+                           tracking_uri: str) -> list[Path]:
+    """The error analysis per variant (seeds pooled) into `out/analysis/`, linked from table.md."""
+    from ..reports.analysis import variant_analysis
+
+    result = variant_analysis(runs, tracking_uri, order=order)
+    if result is None:
+        print("hmer report: no run has predictions artifacts: no error analysis", file=sys.stderr)
+        return []
+    print(result.markdown("text"))
+    written = result.write(out / "analysis", name)
+    with (out / "table.md").open("a") as md:
+        md.write("\n[Error analysis by target length and structure, and token edits](analysis/analysis.md)\n")
+    return written
+
+
+def latest_study(tracking_uri: str | None = None) -> str:
+    """The name of the newest study in the store (`list_studies`' first row)."""
+    from ..reports.runs import NoRunsError, list_studies, resolve_tracking_uri
+    from ..tracking.store import mask_password
+
+    uri = resolve_tracking_uri(tracking_uri)
+    studies = list_studies(uri)
+    if studies.empty:
+        raise NoRunsError(f"no study in the MLflow store {mask_password(uri)}; give --experiment NAME or --runs ID")
+    return str(studies.loc[0, "study"])
+
+
+def list_command(tracking_uri: str | None = None) -> int:
+    """`hmer report --list`: every study in the store, newest first, with its state and trials."""
+    import pandas as pd
+
+    from ..reports.runs import NoRunsError, list_studies, resolve_tracking_uri
+    from ..tracking.store import mask_password
+
+    uri = resolve_tracking_uri(tracking_uri)
+    studies = list_studies(uri)
+    if studies.empty:
+        raise NoRunsError(f"no study in the MLflow store {mask_password(uri)}")
+    shown = studies.drop(columns=["experiment", "superseded_by"]).copy()
+    shown["state"] = shown["state"].fillna("(no parent run)").str.lower()
+    superseded = studies["superseded_by"].map(lambda name: isinstance(name, str) and bool(name))
+    # a superseded study is not continued: one that stopped unfinished has its parent run closed
+    # `incomplete` (hmer runs supersede), or still RUNNING where it was superseded before that did it
+    shown.loc[superseded & shown["state"].isin(["running", "incomplete"]), "state"] = "stopped unfinished"
+    shown.loc[superseded, "state"] += ", superseded by " + studies.loc[superseded, "superseded_by"]
+    shown["started"] = pd.to_datetime(shown["started"]).dt.strftime("%Y-%m-%d %H:%M")
+    print(f"{len(shown)} stud{'y' if len(shown) == 1 else 'ies'} in {mask_password(uri)}, newest first:")
+    print(shown.to_string(index=False))
+    return EXIT_OK
+
+
+def report_command(
+    study: str | None = None,
+    experiment: str | None = None,
+    run_ids: Sequence[str] | None = None,
+    tracking_uri: str | None = None,
+    out_dir: str | Path | None = None,
+    *,
+    n_resamples: int | None = None,
+    analysis: bool = False,
+    measure: str = "exprate",
+    code_fingerprint: str | None = None,
+) -> int:
+    """`hmer report`: tables and plots of a study, an experiment or a list of runs, as files.
+    With `code_fingerprint` (today's code's, hmer.training.fingerprint), the runs trained by other
+    code are named under the table.
+
+    Returns 0, or 1 when no run has test scores (the table of excluded runs is still
+    written). Raises `NoRunsError` (a ValueError: one line from `hmer`) when nothing matches.
+    """
+    from ..reports.runs import (NoRunsError, load_predictions, load_runs, resolve_tracking_uri, study_parent,
+                                study_progress)
+    from ..reports.significance import DEFAULT_RESAMPLES
+    from ..reports.tables import format_table, study_table, variant_table
+    from ..store.study_run import comparison_metric
+    from ..tracking import keys
+    from ..tracking.ui import ui_hint
+
+    n_resamples = DEFAULT_RESAMPLES if n_resamples is None else n_resamples
+    name = report_name(study, experiment, run_ids)
+    uri = resolve_tracking_uri(tracking_uri)
+    if study:
+        parent = study_parent(study, uri)
+        if parent is not None and parent.get(f"tags.{keys.KIND}") == "sweep":
+            return sweep_report(study, uri, out_dir)
+    runs = load_runs(uri, experiment=experiment, study=study, run_ids=list(run_ids) if run_ids else None)
+    if runs.empty:
+        what = f"study {study!r}" if study else f"experiment {experiment!r}" if experiment else "those run ids"
+        raise NoRunsError(f"no training runs for {what} in the MLflow store {uri}")
+    if study:
+        table = study_table(study, uri, runs=runs, measure=measure, n_resamples=n_resamples)
+    else:
+        table = variant_table(runs, predictions=lambda run_id, year: load_predictions(run_id, year, uri),
+                              measure=measure, n_resamples=n_resamples, title=name)
+    out = Path(out_dir) if out_dir else default_out_dir(name)
+    written = write_report(runs, table, out, name=name, tracking_uri=uri)
+    progress = study_progress(study, uri) if study else None
+    if progress:
+        print(f"study {study}: {progress}; this table is of its finished trials and will change")
+    print(format_table(table, "text"))
+    if code_fingerprint:
+        for line in code_notes(runs, code_fingerprint):
+            print(line)
+    if analysis:
+        written += write_variant_analysis(runs, out, name, list(table.index), uri)
+    print(f"wrote {len(written)} files to {out}:")
+    for path in written:
+        print(f"  {path.relative_to(out)}")
+    experiments = runs["experiment_id"].dropna().unique() if "experiment_id" in runs.columns else []
+    if len(experiments) == 1:
+        print(ui_hint(uri, str(experiments[0]), order_by=comparison_metric(study, uri) if study else None))
+    if table.empty or int(table["seeds"].sum()) == 0:
+        print(f"hmer report: no run of {name} has test scores (failed, pruned or unfinished)", file=sys.stderr)
+        return EXIT_NOTHING_SCORED
+    return EXIT_OK
+
+
+def sweep_report(study: str, tracking_uri: str, out_dir: str | Path | None = None) -> int:
+    """`hmer report --study SWEEP`: a sweep has no variants and seeds to tabulate, so its report is
+    the sweep's own table (every trial, best objective first, with its parameters), printed and
+    written to `sweep.txt`. Returns 0, or 1 when no trial has an objective yet."""
+    from ..atomic import write_text_atomically
+
+    from ..reports.sweep import complete_trials, describe_sweep, failures, find_sweep, sweep_table
+
+    sweep = find_sweep(tracking_uri, None, study)
+    text = "\n".join([describe_sweep(sweep), "", sweep_table(sweep), *failures(sweep)]) + "\n"
+    out = Path(out_dir) if out_dir else default_out_dir(study)
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(out / "sweep.txt", text)
+    print(text, end="")
+    print(f"wrote {out / 'sweep.txt'}; `hmer notebooks sweep` plots its history, importances and slices")
+    if not complete_trials(sweep):
+        print(f"hmer report: no trial of {study} has an objective yet", file=sys.stderr)
+        return EXIT_NOTHING_SCORED
+    return EXIT_OK
+
+
+def claims_command(budgets: str | None = None, tracking_uri: str | None = None, out_dir: str | None = None, *,
+                   measure: str | None = None, n_resamples: int | None = None) -> int:
+    """`hmer report --claims`: print the claims table at `budgets` (comma-separated; default
+    `paper_claims.DEFAULT_BUDGETS`) on `measure`, or without one on each of `CLAIM_MEASURES` in turn
+    (ExpRate, then within one and two errors, on the papers' measure where the runs carry it); with
+    `out_dir`, also write `claims.md` and `claims.csv` (every measure printed) and the figure
+    `claims.png` of the first measure's rows at the first budget. Answering more than one budget, it also
+    prints how the same cells read at each (`budget_curves.format_budgets`: plateaus, CPU-hours,
+    the gaps), with `out_dir` beside the figure `budget_curves.png`. Returns 0: a claim without its
+    study is a row saying so, not an error."""
+    import pandas as pd
+
+    from ..atomic import write_text_atomically
+    from ..reports.plots import plot_claims
+    from ..reports.significance import DEFAULT_RESAMPLES
+
+    from ..reports.budget_curves import budget_history, format_budgets, plot_budget_curves
+    from ..reports.claims_format import format_claims
+    from ..reports.paper_claims import CLAIM_MEASURES, DEFAULT_BUDGETS, claims_table
+
+    n_resamples = DEFAULT_RESAMPLES if n_resamples is None else n_resamples
+    tables = [claims_table(budgets or DEFAULT_BUDGETS, tracking_uri, measure=m, n_resamples=n_resamples)
+              for m in ([measure] if measure else CLAIM_MEASURES)]
+    df = tables[0]
+    texts = [format_claims(t, "text", sources=i == 0) for i, t in enumerate(tables)]
+    history = (budget_history(budgets=df.attrs["budgets"], tracking_uri=tracking_uri)
+               if len(df.attrs["budgets"]) > 1 else None)
+    if history is not None and not history.empty:
+        texts.append("\nThe same cells at each budget (validation ExpRate; test ExpRate, mean over seeds):\n\n"
+                     + format_budgets(history, "text"))
+    text = "\n".join(texts)
+    print(text, end="" if text.endswith("\n") else "\n")
+    if out_dir:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(out / "claims.md", "\n".join(format_claims(t, "markdown", sources=i == 0)
+                                                           for i, t in enumerate(tables)))
+        write_text_atomically(out / "claims.csv", pd.concat(tables, ignore_index=True).to_csv(index=False))
+        plot_claims(df[df["budget"] == df.attrs["budgets"][0]], path=out / "claims.png")
+        written = "claims.md, claims.csv and claims.png"
+        if history is not None and not history.empty:
+            write_text_atomically(out / "budgets.md", format_budgets(history, "markdown"))
+            plot_budget_curves(history, path=out / "budget_curves.png")
+            written = "claims.md, claims.csv, claims.png, budgets.md and budget_curves.png"
+        print(f"wrote {written} to {out}")
+    return 0
+
+
+def frontier_command(study: str, planned: Sequence[str], tracking_uri: str | None = None,
+                     out_dir: str | None = None, flops_path: str | None = None) -> int:
+    """`hmer report --frontier`: print the points of `study` (whose `planned` variants are its points
+    to be) and write `frontier.md`, `frontier.csv` and `plots/frontier.png` into `out_dir` (default
+    reports/<study>). Returns 0, or 1 when no point is finished yet (its progress printed either way)."""
+    from ..atomic import write_text_atomically
+    from ..reports.plots import save_figure
+
+    from ..reports.frontier import (budget_points, format_frontier, frontier_points, frontier_summary, plot_frontier,
+                                    read_flops)
+
+    flops = read_flops(flops_path)
+    points = frontier_points(study, flops, tracking_uri)
+    budgets = budget_points(flops, tracking_uri)
+    print(frontier_summary(points, planned))
+    if points.empty:
+        return 1
+    text = format_frontier(points)
+    if not budgets.empty:
+        text += "\n\nWhere today's budgets sit (their fusion cells, 48 px, cosine schedule, mean over seeds):\n\n"
+        text += budgets.to_markdown(index=False, floatfmt=".2f")
+    print(text)
+    out = Path(out_dir) if out_dir else default_out_dir(study)
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(out / "frontier.md", f"# {study}: the frontier\n\n{frontier_summary(points, planned)}\n\n"
+                          f"{text}\n\n![the frontier](plots/frontier.png)\n")
+    write_text_atomically(out / "frontier.csv", points.to_csv(index=False))
+    save_figure(plot_frontier(points, title=f"{study}: hold-out ExpRate against training compute", budgets=budgets),
+                out / "plots" / "frontier.png")
+    print(f"wrote frontier.md, frontier.csv and plots/frontier.png to {out}")
+    return 0

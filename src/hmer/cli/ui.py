@@ -84,7 +84,7 @@ def study_links(tracking_uri: str, storage: str | None, mlflow_port: int, dashbo
     import optuna
 
     from ..reports.runs import client_for, list_studies
-    from ..reports.study_run import comparison_metric
+    from ..store.study_run import comparison_metric
     from ..tracking.ui import dashboard_url, study_url
 
     client = client_for(tracking_uri)

@@ -18,8 +18,9 @@
 - `published`: the papers' published ExpRates and which preset is which paper's model;
 - `paper_claims`: the papers' claims answered from the studies (`hmer report --claims`), printed by
   `claims_format`;
-- `sweep`: a sweep read back from its Optuna storage (its best trial, its importances' spread);
-- `cli`: `hmer report`, the same tables and plots as files.
+- `sweep`: a sweep read back from its Optuna storage (its best trial, its importances' spread).
+
+`hmer report` (`hmer.cli.report`) writes the same tables and plots as files.
 
 The names below are loaded on first use, so `import hmer.reports` stays cheap.
 """
@@ -45,7 +46,6 @@ _EXPORTS = {
     "format_comparison": "analysis_format", "format_confusions": "analysis_format", "plot_breakdown": "plots",
     "run_expressions": "analysis", "top_confusions": "analysis", "variant_analysis": "analysis",
     "format_published": "published", "paper_of": "published", "published_table": "published",
-    "report_command": "cli",
     "NoSweepError": "sweep", "best_trial": "sweep", "complete_trials": "sweep", "describe_sweep": "sweep",
     "failures": "sweep", "find_sweep": "sweep", "importance_evaluator": "sweep", "importance_spread": "sweep",
     "why_no_importances": "sweep",

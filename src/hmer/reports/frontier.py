@@ -154,34 +154,3 @@ def frontier_summary(points: pd.DataFrame, planned: Sequence[str]) -> str:
     """One line: the points finished of those planned, and the CPU-hours the study spent on them."""
     return (f"{len(points)} of {len(planned)} planned points finished; the study spent "
             f"{points['study_cpu_hours'].sum():.1f} CPU-hours on them")
-
-
-def frontier_command(study: str, planned: Sequence[str], tracking_uri: str | None = None,
-                     out_dir: str | None = None, flops_path: str | None = None) -> int:
-    """`hmer report --frontier`: print the points of `study` (whose `planned` variants are its points
-    to be) and write `frontier.md`, `frontier.csv` and `plots/frontier.png` into `out_dir` (default
-    reports/<study>). Returns 0, or 1 when no point is finished yet (its progress printed either way)."""
-    from ..atomic import write_text_atomically
-    from .cli import default_out_dir
-    from .plots import save_figure
-
-    flops = read_flops(flops_path)
-    points = frontier_points(study, flops, tracking_uri)
-    budgets = budget_points(flops, tracking_uri)
-    print(frontier_summary(points, planned))
-    if points.empty:
-        return 1
-    text = format_frontier(points)
-    if not budgets.empty:
-        text += "\n\nWhere today's budgets sit (their fusion cells, 48 px, cosine schedule, mean over seeds):\n\n"
-        text += budgets.to_markdown(index=False, floatfmt=".2f")
-    print(text)
-    out = Path(out_dir) if out_dir else default_out_dir(study)
-    out.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(out / "frontier.md", f"# {study}: the frontier\n\n{frontier_summary(points, planned)}\n\n"
-                          f"{text}\n\n![the frontier](plots/frontier.png)\n")
-    write_text_atomically(out / "frontier.csv", points.to_csv(index=False))
-    save_figure(plot_frontier(points, title=f"{study}: hold-out ExpRate against training compute", budgets=budgets),
-                out / "plots" / "frontier.png")
-    print(f"wrote frontier.md, frontier.csv and plots/frontier.png to {out}")
-    return 0

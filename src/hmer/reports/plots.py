@@ -46,7 +46,7 @@ def save_figure(fig: Figure, path: str | Path, dpi: int = DPI) -> Path:
 
 def variant_colors(order: Sequence[str]) -> dict[str, str]:
     """Each variant's colour (#rrggbb) in the figures of a study whose variants are `order`, left to
-    right; the MLflow UI draws the variant's runs in it too (`reports.study_run`)."""
+    right; the MLflow UI draws the variant's runs in it too (`store.study_run`)."""
     import seaborn as sns
 
     return dict(zip(order, sns.color_palette(PALETTE, len(order)).as_hex()))

@@ -176,7 +176,7 @@ def load_runs(
         study: a study name: the runs tagged `hmer.study=<study>`, in any experiment.
         run_ids: exactly these runs (an unknown id raises `NoRunsError`).
         include_parents: keep the studies' own runs, their parent runs (tag `hmer.role=study`) and
-            the variants' summary runs (`hmer.role=summary`, `reports.study_run`), which are
+            the variants' summary runs (`hmer.role=summary`, `store.study_run`), which are
             bookkeeping, not training runs; dropped by default.
 
     Returns:

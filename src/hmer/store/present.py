@@ -6,7 +6,7 @@
 `present_study` writes what makes a study read at a glance, where it differs from what is stored:
 - MLflow: a grid study that has finished, or that another supersedes (nothing continues it), gets
   its figure, table, description and one summary run per variant, and a finished sweep its table
-  and description (`reports.study_run`); a grid study's killed attempts whose cell a later run
+  and description (`store.study_run`); a grid study's killed attempts whose cell a later run
   trained are marked and left out of its comparison, finished or not;
 - Optuna: its objective's name, its description and superseded mark as user attributes, its
   note and its failed trials' notes (`store.dashboard`).
@@ -39,7 +39,7 @@ def present_study(study: str, *, tracking_uri: str | None = None, storage: str |
 
     uri = resolve_tracking_uri(tracking_uri)
     # Workers of a study on one machine whose commands end together take turns (a SQLite store;
-    # `reports.study_run` keeps one summary run a variant where a tracking server is shared).
+    # `store.study_run` keeps one summary run a variant where a tracking server is shared).
     with first_use_lock(uri):
         try:
             return _present(study, uri, storage)
@@ -53,7 +53,7 @@ def present_study(study: str, *, tracking_uri: str | None = None, storage: str |
 
 def _present(study: str, uri: str, storage: str | None) -> list[str]:
     from ..reports.runs import client_for, load_runs, study_parent
-    from ..reports.study_run import annotate_study, mark_killed_attempts
+    from .study_run import annotate_study, mark_killed_attempts
 
     parent = study_parent(study, uri)
     changes: list[str] = []
@@ -88,10 +88,10 @@ def _present(study: str, uri: str, storage: str | None) -> list[str]:
 
 def comparison_hint(study: str, tracking_uri: str | None = None) -> str | None:
     """The line that says how to open the comparison of `study`'s runs in the MLflow UI, ordered by
-    the metric its summary runs carry once it is presented (`reports.study_run.comparison_metric`);
+    the metric its summary runs carry once it is presented (`store.study_run.comparison_metric`);
     None for a study without a parent run."""
     from ..reports.runs import resolve_tracking_uri, study_parent
-    from ..reports.study_run import comparison_metric
+    from .study_run import comparison_metric
     from ..tracking.ui import ui_hint
 
     uri = resolve_tracking_uri(tracking_uri)
@@ -182,7 +182,7 @@ def annotate_sweep(study: str, tracking_uri: str | None = None, storage: str | N
     import optuna
 
     from ..reports.runs import client_for, resolve_tracking_uri, study_parent
-    from ..reports.study_run import TABLE_ARTIFACT, _write_artifact_if_changed
+    from .study_run import TABLE_ARTIFACT, _write_artifact_if_changed
     from ..reports.sweep import sweep_storage
     from ..reports.sweep import sweep_table
 
@@ -210,7 +210,7 @@ NOTE_CHARS = 6000  # a description longer than MLflow's 8000-character tag limit
 def sweep_description(study: str, text: str) -> str:
     """The sweep's parent-run description: its table (`sweep_table`'s text, best trials first) as
     far as it fits a description, the whole of it being `table.md`."""
-    from ..reports.study_run import TABLE_ARTIFACT  # (the reports' plotting stays out of a study's start)
+    from .study_run import TABLE_ARTIFACT  # (the reports' plotting stays out of a study's start)
 
     lines = text.splitlines()
     header, rows = lines[:2], [line for line in lines[2:] if line.startswith(" ") or line[:1].isdigit()]

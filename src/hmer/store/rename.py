@@ -20,7 +20,7 @@ running the same command again.
 the tag `hmer.superseded_by` = NEW, and the experiment's description (what `mlflow ui` shows
 above its runs) says so; `hmer report --list` prints it beside the study's state. Nothing continues
 a superseded study, so a parent run it left RUNNING is closed (KILLED, `hmer.status=incomplete`, at
-its last trial's end), and the parent run gets the study's table as it stands (reports.study_run).
+its last trial's end), and the parent run gets the study's table as it stands (store.study_run).
 """
 
 from __future__ import annotations
@@ -159,7 +159,7 @@ def mark_superseded(study: str, by: str, *, tracking_uri: str | None = None) -> 
                 client.set_tag(run.info.run_id, keys.SUPERSEDED_BY, by)
             if run.info.status == "RUNNING":
                 close_superseded_parent(client, run)
-    from ..reports.study_run import annotate_study
+    from .study_run import annotate_study
 
     annotate_study(study, uri)
     return note

@@ -24,7 +24,7 @@ So the suite does both: every experiment it creates carries the tag (`TRAINING_E
 A study's link also orders its runs by a metric (`order_by`, `orderByKey` in the page's address,
 best first): the runs table then lists every run flat, the trials beside their parent instead of
 folded under it, and the chart view, which draws the first ten runs the table lists, draws the
-variants' summary runs first (`reports.study_run`: they alone have the metric `2014 ExpRate`).
+variants' summary runs first (`store.study_run`: they alone have the metric `2014 ExpRate`).
 """
 
 from __future__ import annotations

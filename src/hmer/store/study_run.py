@@ -43,10 +43,10 @@ import pandas as pd
 
 from ..tracking import keys
 from ..tracking.store import search_all_runs
-from .plots import plot_exprate, variant_colors
-from .runs import client_for, load_runs, resolve_tracking_uri, study_parent
-from .table_format import format_table
-from .tables import scored, study_table
+from ..reports.plots import plot_exprate, variant_colors
+from ..reports.runs import client_for, load_runs, resolve_tracking_uri, study_parent
+from ..reports.table_format import format_table
+from ..reports.tables import scored, study_table
 
 TABLE_ARTIFACT = "table.md"
 FIGURE_ARTIFACT = "exprate.png"
@@ -171,7 +171,7 @@ def comparison_metric(study: str, tracking_uri: str | None = None) -> str:
     """The metric whose order opens a study's comparison in the MLflow UI (`tracking.ui.study_url`'s
     `order_by`): its summary runs' first test year (`2014 ExpRate`) when it has them, else the
     metric every trial logs, its best validation ExpRate (a sweep's trials are not tested)."""
-    from .runs import scored_years
+    from ..reports.runs import scored_years
 
     uri = resolve_tracking_uri(tracking_uri)
     parent = study_parent(study, uri)
@@ -244,7 +244,7 @@ def _png(figure) -> bytes:
     """The figure as PNG, at most `FIGURE_WIDTH_PX` wide: drawn at the reports' resolution, then
     at lower ones until it fits (its tight box, the legend beside the axes included, is only known
     once drawn, and does not shrink in proportion: the pads are fixed)."""
-    from .plots import DPI
+    from ..reports.plots import DPI
 
     dpi = float(DPI)
     while True:
