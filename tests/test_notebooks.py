@@ -17,7 +17,7 @@ import pytest
 from optuna.trial import TrialState
 
 from hmer.cli import main as hmer_main
-from hmer.reports.notebooks import METADATA_KEY, NAMES, run_notebooks
+from hmer.cli.notebooks import METADATA_KEY, NAMES, run_notebooks
 from hmer.reports.sweep import NoSweepError, describe_sweep, find_sweep, importance_spread, why_no_importances
 from hmer.tracking import keys
 from study_store import STUDY_NAME, study_store, studying_into

@@ -1,13 +1,118 @@
-"""`hmer notebooks`: the report notebooks executed against a store, saved with their outputs."""
+"""`hmer notebooks`: the report notebooks executed against a store, saved with their outputs.
+
+The notebooks in `notebooks/` read their store and study from environment variables. Run
+here, each is executed top to bottom in a real kernel (nbclient) with those variables set, and
+written with its outputs and a record of what produced them in the notebook's metadata
+(`metadata.hmer`: the store as given, the study, the commit, the time). That record is how the
+committed notebooks say which results they show, and what `tests/test_notebooks.py` checks them
+against.
+
+A notebook is written only when every cell ran: the file is replaced atomically, so a cell
+that raises leaves the notebook on disk as it was.
+"""
 
 from __future__ import annotations
 
+import datetime as _dt
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
 from .errors import UserError
+
+NAMES = ("exprate_tables", "training_curves", "attention_maps", "sweep", "paper_claims")
+METADATA_KEY = "hmer"  # notebook.metadata["hmer"]: what produced the outputs
+CELL_TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class ExecutedNotebook:
+    name: str
+    path: Path
+    seconds: float
+
+
+def run_notebooks(*, notebooks_dir: str | Path = "notebooks", out_dir: str | Path | None = None,
+                  tracking_uri: str | None = None, study: str | None = None, names: tuple[str, ...] = NAMES,
+                  env: dict[str, str] | None = None, timeout_s: int = CELL_TIMEOUT_S) -> list[ExecutedNotebook]:
+    """Execute `names` from `notebooks_dir` against `tracking_uri` (None: the project's store)
+    and `study` (None: each notebook's default), writing them with outputs into `out_dir`
+    (None: in place). `env` adds kernel variables (`HMER_YEAR`, `HMER_RUNS`, ...)."""
+    import time
+
+    import nbformat
+    from nbclient import NotebookClient
+
+    from ..tracking.store import git_commit
+
+    source_dir = Path(notebooks_dir)
+    target_dir = Path(out_dir) if out_dir is not None else source_dir
+    missing = [n for n in names if not (source_dir / f"{n}.ipynb").is_file()]
+    if missing:
+        raise FileNotFoundError(f"{source_dir}: no notebook {', '.join(f'{n}.ipynb' for n in missing)} "
+                                f"(run from the project's checkout, or give --notebooks DIR)")
+    target_dir.mkdir(parents=True, exist_ok=True)
+    # No progress bars in a stored notebook: MLflow's per download, and tqdm's complaint (Optuna
+    # imports tqdm.auto) that a headless kernel has no ipywidgets, which prints a local path.
+    warnings = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), "ignore:IProgress not found"]))
+    # The kernel's whole environment: it is given to the kernel's start (jupyter_client's
+    # start_kernel), not set on this process.
+    kernel_env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "PYTHONWARNINGS": warnings,
+                  **(env or {})}
+    if tracking_uri:
+        kernel_env["MLFLOW_TRACKING_URI"] = tracking_uri
+    if study:
+        kernel_env["HMER_STUDY"] = study
+    record = {"tracking_uri": tracking_uri or "mlruns/mlflow.db (the project's store)", "study": study,
+              "git_commit": git_commit(),
+              "executed": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+              "env": dict(env or {})}
+    done = []
+    for name in names:
+        nb = _without_outputs(nbformat.read(source_dir / f"{name}.ipynb", as_version=4))
+        t0 = time.monotonic()
+        NotebookClient(nb, timeout=timeout_s, kernel_name="python3",
+                       resources={"metadata": {"path": str(source_dir.resolve())}}).execute(env=kernel_env)
+        nb.metadata[METADATA_KEY] = record
+        path = target_dir / f"{name}.ipynb"
+        _write(nb, path)
+        done.append(ExecutedNotebook(name=name, path=path, seconds=time.monotonic() - t0))
+    return done
+
+
+def clear_outputs(*, notebooks_dir: str | Path = "notebooks", names: tuple[str, ...] = NAMES) -> list[Path]:
+    """Strip every output, execution count and the run record: the notebooks as sources."""
+    import nbformat
+
+    paths = []
+    for name in names:
+        path = Path(notebooks_dir) / f"{name}.ipynb"
+        nb = _without_outputs(nbformat.read(path, as_version=4))
+        nb.metadata.pop(METADATA_KEY, None)
+        _write(nb, path)
+        paths.append(path)
+    return paths
+
+
+def _without_outputs(nb):
+    """`nb` with no output and no execution count in any code cell (changed in place)."""
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return nb
+
+
+def _write(nb, path: Path) -> None:
+    """Validate, then replace the file whole (a failure leaves it as it was)."""
+    import nbformat
+
+    from ..atomic import write_text_atomically
+
+    nbformat.validate(nb)
+    write_text_atomically(path, nbformat.writes(nb))
 
 
 def add_parser(sub) -> None:
-    from ..reports.notebooks import NAMES  # a light module: the names, no notebook machinery
-
     nb = sub.add_parser("notebooks", help="run the report notebooks against a store and keep their outputs")
     nb.add_argument("names", nargs="*", metavar="NAME", help=f"{', '.join(NAMES)} (default: all {len(NAMES)})")
     nb.add_argument("--study", default=None, help="the study the notebooks show (default: each notebook's own)")
@@ -21,8 +126,6 @@ def add_parser(sub) -> None:
 
 
 def cmd_notebooks(args) -> int:
-    from ..reports.notebooks import NAMES, clear_outputs, run_notebooks
-
     unknown = [n for n in args.names if n not in NAMES]
     if unknown:
         raise UserError(f"unknown notebook {', '.join(unknown)}: choose from {', '.join(NAMES)}")
