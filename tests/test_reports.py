@@ -479,91 +479,29 @@ def test_hmer_report_command_line_for_a_study_an_experiment_and_runs(store, tmp_
     assert main(base + ["--runs", "0" * 32, "--out", str(tmp_path / "y")]) == 2
 
 
-def _finished_runs(*rows):
-    """A `load_runs` frame of finished, scored runs: (run id, decoder, coverage, seed), newest first."""
-    return pd.DataFrame([{"run_id": r, "params.model.decoder": d, "params.model.coverage": c, "seed": s,
-                          "variant": f"{d}/{c}", "state": "finished", "metrics.test_2014_exprate": 1.0,
-                          "start_time": pd.Timestamp(2026, 11, 1) - pd.Timedelta(days=i)}
-                         for i, (r, d, c, s) in enumerate(rows)])
-
-
-def test_attention_compares_one_run_per_kind_of_coverage_of_one_seed():
-    from hmer.reports import coverage_variants
-
-    runs = _finished_runs(("f2", "transformer", "fusion", 2), ("n2", "transformer", "none", 2),
-                          ("c1", "transformer", "cross", 1), ("n1", "transformer", "none", 1),
-                          ("f1", "transformer", "fusion", 1), ("s1", "transformer", "self", 1),
-                          ("g3", "rnn", "none", 3))
-    # seed 1 is the seed of four kinds; the GRU has only seed 3; newest first never beats the shared seed
-    assert coverage_variants(runs) == ["n1", "s1", "c1", "f1", "g3"]
-    # one kind only: the two most recent runs of different variants
-    one_kind = _finished_runs(("b", "transformer", "none", 1), ("a", "transformer", "none", 2))
-    assert coverage_variants(one_kind) == ["b", "a"]
-    with pytest.raises(ValueError, match="no finished run"):
-        coverage_variants(runs.assign(state="failed"))
-
-
-def test_attention_compares_one_run_per_variant_of_a_study_baseline_first():
-    from hmer.reports import study_variants
-
-    runs = _finished_runs(("c2", "transformer", "none", 2), ("s2", "transformer", "none", 2),
-                          ("n1", "transformer", "none", 1), ("l1", "transformer", "none", 1),
-                          ("c1", "transformer", "none", 1), ("s1", "transformer", "none", 1),
-                          ("x3", "transformer", "none", 3))
-    runs["variant"] = ["cape", "sin2d", "none", "learned", "cape", "sin2d", "other"]
-    runs["tags.hmer.baseline"] = ["false", "true", "false", "false", "false", "true", "false"]
-    # seed 1 has four variants; the baseline (sin2d) first, then the others as they first started (x3, the
-    # oldest run, first); "other" has only seed 3, so its run of seed 3 stands in
-    assert study_variants(runs) == ["s1", "x3", "c1", "l1", "n1"]
-    # a killed run of a variant does not stand in for it
-    runs.loc[runs["run_id"] == "l1", "state"] = "killed"
-    assert "l1" not in study_variants(runs)
-    with pytest.raises(ValueError, match="no finished run"):
-        study_variants(runs.assign(state="failed"))
-
-
-def test_expressions_worth_looking_at_are_those_the_models_disagree_on():
-    from hmer.reports import pick_expressions
-
-    truth = {"e1": "a + b", "e2": "x", "e3": "a b c", "e4": "y = 1", "e5": "z"}
-
-    def read(**predictions):
-        return pd.DataFrame([{"name": n, "truth": truth[n], "prediction": p,
-                              "distance": 0 if p == truth[n] else 1} for n, p in predictions.items()])
-
-    first = read(e1="a + b", e2="x", e3="a b d", e4="y = 1", e5="w")
-    second = read(e1="a + b", e2="x x", e3="a b d", e4="y = 2", e5="w")
-    third = read(e1="a + b", e2="x", e3="a b d", e4="y = 1", e5="w")
-    # e2: the second over-parses what the others read; e4: a misreading; e5 and e3: all wrong, shorter first
-    assert pick_expressions(first, second, third, k=5) == ["e2", "e4", "e5", "e3", "e1"]
-    assert pick_expressions(first, second, k=2) == ["e2", "e4"]
-    assert pick_expressions(first.iloc[:2], third.iloc[1:], k=5) == ["e2"]  # names in every frame only
-
-
 @pytest.mark.slow
 def test_attention_maps_of_a_model_with_and_without_coverage(store):
-    from hmer.reports import coverage_variants, load_runs, load_test_expressions, plot_attention
-    from hmer.reports.attention import attend, compare_models, model_label, token_maps
+    from hmer.data import load_dataset
+    from hmer.reports import load_runs, plot_attention
+    from hmer.reports.attention import attend, token_maps
     from hmer.tracking import load_model
 
-    without_cov, with_cov = coverage_variants(load_runs(store.tracking_uri, study=store.study))
-    models, configs = {}, {}
-    for run_id in (with_cov, without_cov):
-        model, cfg, vocab = load_model(run_id, store.tracking_uri)
-        models[model_label(cfg, run_id)], configs[run_id] = (model, vocab), cfg
-    assert configs[with_cov].model.coverage == "cross" and configs[without_cov].model.coverage == "none"
-    expr = load_test_expressions(configs[with_cov], "2014")[0]
-    model, vocab = next(iter(models.values()))
+    runs = load_runs(store.tracking_uri, study=store.study)
+    runs = runs[runs["state"] == "finished"]
+    loaded = {coverage: load_model(runs.loc[runs["params.model.coverage"] == coverage, "run_id"].iloc[0],
+                                   store.tracking_uri) for coverage in ("cross", "none")}
+    model, cfg, vocab = loaded["cross"]
+    expr = load_dataset(cfg.data.path or None, cfg.data, splits=("2014",))["2014"][0]
     maps = token_maps(model, vocab, expr.image, expr.tokens)
     assert maps.shape == (len(expr.tokens), *expr.image.shape) and (maps >= 0).all()
     coverage = token_maps(model, vocab, expr.image, expr.tokens, kind="coverage")
     assert np.allclose(coverage[0], 0.0)  # nothing is covered before the first token
     assert coverage[-1].sum() > maps[0].sum()  # and then the attention of the steps before accumulates
-    decoded = attend(model, vocab, expr, cfg=configs[with_cov], label="decoded here")  # no tokens given: decode
+    decoded = attend(model, vocab, expr, cfg=cfg, label="decoded here")  # no tokens given: decode
     assert decoded.maps.shape == (len(decoded.tokens), *expr.image.shape) and decoded.forced is False
-    rows = compare_models(models, [expr], truth=True)
-    assert [r.forced for r in rows[0]] == [True, True] and rows[0][0].tokens == list(expr.tokens)
-    fig = plot_attention(rows[0])
+    row = [attend(m, v, expr, tokens=list(expr.tokens), label=name) for name, (m, _, v) in loaded.items()]
+    assert [r.tokens for r in row] == [list(expr.tokens)] * 2
+    fig = plot_attention(row)
     assert len(fig.axes) >= 2 * (len(expr.tokens) + 2)
 
 
