@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hmer.reports.analysis import (ALL, NO_STRUCTURE, Edit, align, analyse, breakdown, compare_runs, confusions,
+from hmer.reports.analysis import (ALL, NO_STRUCTURE, Edit, align, analyze, breakdown, compare_runs, confusions,
                                    edit_count, expressions, format_breakdown, length_bucket, structures,
                                    top_confusions)
 from hmer.reports.published import PAPER_OF_PRESET, format_published, paper_of, published_exprate, published_table
@@ -119,7 +119,7 @@ def test_two_runs_compared_bucket_by_bucket():
     assert everything["delta"] == pytest.approx(100 * (4 - 2) / 6)
     assert table.loc[("length", "11-20"), "only_a"] == 1 and table.loc[("length", "11-20"), "delta"] == -100.0
     assert table.loc[("structure", "\\frac"), "only_b"] == 1 and table.loc[("structure", "\\frac"), "only_a"] == 1
-    result = analyse(a, b)
+    result = analyze(a, b)
     assert result.labels == ("A", "B") and "only A" in result.markdown() and "Δ (B − A)" in result.markdown()
     with pytest.raises(ValueError, match="one run per side"):
         compare_runs(pd.concat([a, a]), b)

@@ -38,7 +38,7 @@ first time at a shape, "warm" = its second; per-shape cost = median cold - media
 Why one file of over 400 lines: it is one device call's measurement, and what it measures is the state
 of its one process (the cuDNN plan cache a section warms or leaves cold, the allocator's counters, the
 results rewritten after every section under one time budget), held in the module's globals that `main`
-sets. Its sections share that state and its helpers (`Setup`, `cold_warm`, `section`); split into
+sets. Its sections share that state and its helpers (`TrainStep`, `cold_warm`, `section`); split into
 modules, each would import and mutate the same globals across files, and a lease would carry several
 files for one script. A section added is one function here and one line in `main`.
 """
@@ -129,7 +129,7 @@ def fresh(k):
     return [next(POOL) for _ in range(k)]
 
 
-class Setup:
+class TrainStep:
     """A model, its optimiser and the trainer's step, as `train.*` asks (`matmul`: the 1x1
     convolutions as matrix products)."""
 
@@ -194,7 +194,7 @@ def numerics_1x1(cfg):
     ref = prepare_model(build_model(cfg.model).to(DEV), cfg.train).eval()
     alt = copy.deepcopy(ref)
     n = use_matmul(alt, True)
-    tb = Setup.batch(types.SimpleNamespace(cfg=cfg), (4, 120, 360))
+    tb = TrainStep.batch(types.SimpleNamespace(cfg=cfg), (4, 120, 360))
     out = {"pointwise_convs": n}
     tf32 = torch.backends.cudnn.allow_tf32
     torch.backends.cudnn.allow_tf32 = False
@@ -216,7 +216,7 @@ def numerics_1x1(cfg):
 
 # ---- S9: the planning pass -----------------------------------------------------------------------
 def planned(cfg, amp, matmul, k):
-    setup = Setup(cfg, amp, matmul=matmul)
+    setup = TrainStep(cfg, amp, matmul=matmul)
     warm_up(setup)
     shapes = fresh(k)
     tbs = [setup.batch(s) for s in shapes]
@@ -239,8 +239,8 @@ def graphs_vs_eager(cfg, amp, shape, steps=10):
     """One shape: the ordinary eager step against `GraphedStep` (train.cuda_graphs) on copies of the
     same model, both with their shape seen, stepping the same batch; their last losses side by side
     (a graph that replayed wrong, e.g. gradients not zeroed, would leave its loss far from eager's)."""
-    eager = Setup(cfg, amp)
-    graphed_setup = Setup(cfg, amp, model=copy.deepcopy(eager.model))
+    eager = TrainStep(cfg, amp)
+    graphed_setup = TrainStep(cfg, amp, model=copy.deepcopy(eager.model))
     graphed = GraphedStep(graphed_setup.loss_module, graphed_setup.opt, graphed_setup.model, cfg.train.grad_clip, amp)
     tb = eager.batch(shape)
     first_eager = eager.timed(tb)
@@ -355,7 +355,7 @@ def s3_micro(n=10):
 def variant_child(name):
     """In a fresh process under the variant's environment; prints one JSON line."""
     cfg = preset_with_recipe(ARGS.preset)
-    setup = Setup(cfg, torch.bfloat16 if DEV.type == "cuda" else None, matmul=ARGS.matmul)
+    setup = TrainStep(cfg, torch.bfloat16 if DEV.type == "cuda" else None, matmul=ARGS.matmul)
     warm_up(setup)
     shapes = [tuple(s) for s in json.loads(ARGS.shapes)]
     r = cold_warm(setup, shapes, name, passes=3)
@@ -476,7 +476,7 @@ def main(argv=None):
     log("env", RESULTS["env"])
     cfg = preset_with_recipe(ARGS.preset)
     amp = torch.bfloat16 if cuda else None
-    base = Setup(cfg, amp)
+    base = TrainStep(cfg, amp)
     RESULTS["plans_per_shape"] = {"conv": plans_per_shape(base.model)}
     use_matmul(base.model, True)
     RESULTS["plans_per_shape"]["matmul"] = plans_per_shape(base.model)
@@ -489,7 +489,7 @@ def main(argv=None):
     section("S4_numerics_1x1mm", 10, lambda: numerics_1x1(cfg))
 
     def matmul_1x1():
-        mm = Setup(cfg, amp, matmul=True, model=copy.deepcopy(base.model))
+        mm = TrainStep(cfg, amp, matmul=True, model=copy.deepcopy(base.model))
         warm_up(mm)
         return cold_warm(mm, fresh(k), "1x1 as matmul")
 

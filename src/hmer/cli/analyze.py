@@ -22,6 +22,6 @@ def cmd_analyze(args) -> int:
     from ..tracking.store import existing_store
 
     if len(args.runs) > 2:
-        raise UserError(f"give one run to analyse or two to compare, not {len(args.runs)}")
+        raise UserError(f"give one run to analyze or two to compare, not {len(args.runs)}")
     existing_store(args.tracking_uri)  # read alone: a mistyped path is named, not made a new store
     return analyze_command(args.runs, tracking_uri=args.tracking_uri, fmt=args.fmt, out_dir=args.out, top=args.top)

@@ -39,7 +39,7 @@ _EXPORTS = {
     "sign_flip": "significance",
     "plot_attention": "plots", "plot_exprate": "plots", "plot_training_curves": "curves", "save_figure": "plots",
     "AttentionResult": "attention", "attend": "attention",
-    "align": "alignment", "analyse": "analysis", "analyze_command": "analysis", "breakdown": "analysis",
+    "align": "alignment", "analyze": "analysis", "analyze_command": "analysis", "breakdown": "analysis",
     "compare_runs": "analysis", "confusions": "analysis", "format_breakdown": "analysis_format",
     "format_comparison": "analysis_format", "format_confusions": "analysis_format", "plot_breakdown": "plots",
     "run_expressions": "analysis", "top_confusions": "analysis", "variant_analysis": "analysis",

@@ -39,7 +39,7 @@ from .runs import NoRunsError, PredictionsNotFound, client_for, load_predictions
 
 __all__ = [
     "ALL", "AXES", "DEFAULT_TOP", "EDIT_KINDS", "LENGTH_BUCKETS", "NO_STRUCTURE", "STRUCTURE_TOKENS",
-    "Analysis", "AnalysisError", "Edit", "align", "analyse", "analyze_command", "breakdown", "compare_runs",
+    "Analysis", "AnalysisError", "Edit", "align", "analyze", "analyze_command", "breakdown", "compare_runs",
     "confusions", "edit_count", "expressions", "format_breakdown", "format_comparison", "format_confusions",
     "length_bucket", "prediction_years", "run_expressions", "run_label", "structures",
     "top_confusions", "variant_analysis",
@@ -50,7 +50,7 @@ _PREDICTIONS_FILE = re.compile(r"^test_(?P<year>[^/]+)\.csv$")
 
 
 class AnalysisError(ValueError):
-    """A run cannot be analysed (no predictions artifacts); printed by `hmer` as one line, exit 2."""
+    """A run cannot be analyzed (no predictions artifacts); printed by `hmer` as one line, exit 2."""
 
 
 # ---- expressions ------------------------------------------------------------------------------
@@ -103,7 +103,7 @@ def run_expressions(run_id: str, tracking_uri: str | None = None, label: str | N
         except PredictionsNotFound:
             continue
     if not frames:
-        raise AnalysisError(f"run {run_id} has no predictions/test_<year>.csv artifacts to analyse "
+        raise AnalysisError(f"run {run_id} has no predictions/test_<year>.csv artifacts to analyze "
                             "(it failed, was pruned, or has not finished)")
     return pd.concat(frames, ignore_index=True)
 
@@ -277,7 +277,7 @@ class Analysis:
         return written
 
 
-def analyse(rows: pd.DataFrame, rows_b: pd.DataFrame | None = None, top: int = DEFAULT_TOP) -> Analysis:
+def analyze(rows: pd.DataFrame, rows_b: pd.DataFrame | None = None, top: int = DEFAULT_TOP) -> Analysis:
     """The analysis of `rows` (any labels), and with `rows_b` (one run each) their comparison."""
     both = rows if rows_b is None else pd.concat([rows, rows_b], ignore_index=True)
     edits = confusions(both)
@@ -299,7 +299,7 @@ def analyze_command(run_ids: Sequence[str], tracking_uri: str | None = None, fmt
     if fmt not in ("markdown", "csv"):
         raise ValueError(f"--format must be markdown or csv, got {fmt!r}")
     if not 1 <= len(run_ids) <= 2:
-        raise ValueError(f"give one run to analyse or two to compare, not {len(run_ids)}")
+        raise ValueError(f"give one run to analyze or two to compare, not {len(run_ids)}")
     if len(run_ids) == 2 and run_ids[0] == run_ids[1]:
         raise ValueError("the two runs to compare are the same run")
     uri = resolve_tracking_uri(tracking_uri)
@@ -308,7 +308,7 @@ def analyze_command(run_ids: Sequence[str], tracking_uri: str | None = None, fmt
         raise NoRunsError(f"no run {', '.join(run_ids)} in the MLflow store {uri}")
     labels = [run_label(runs.iloc[i]) for i in range(len(runs))]
     sides = [run_expressions(run_id, uri, label) for run_id, label in zip(run_ids, labels)]
-    result = analyse(sides[0], sides[1] if len(sides) == 2 else None, top=top)
+    result = analyze(sides[0], sides[1] if len(sides) == 2 else None, top=top)
     print(result.main_csv() if fmt == "csv" else result.markdown("markdown"), end="")
     if out_dir is not None:
         written = result.write(out_dir, " vs ".join(labels))
@@ -332,5 +332,5 @@ def variant_analysis(runs: pd.DataFrame, tracking_uri: str | None = None,
                 continue
     if not frames:
         return None
-    return analyse(pd.concat(frames, ignore_index=True), top=top)
+    return analyze(pd.concat(frames, ignore_index=True), top=top)
 

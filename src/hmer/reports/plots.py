@@ -3,7 +3,7 @@ training curves are `hmer.reports.curves`, in the same colours (`variant_colors`
 
     fig = plot_exprate(runs)                        # bars = mean over seeds, whiskers = std, dots = seeds
     fig = plot_attention([with_cov, without_cov])   # per-token maps of two models, one expression
-    fig = plot_breakdown(analyse(rows).breakdown)   # ExpRate by target length and structure
+    fig = plot_breakdown(analyze(rows).breakdown)   # ExpRate by target length and structure
     fig = plot_claims(claims_table("cpu"))          # each claim's difference per year, with its interval
     save_figure(fig, "plots/exprate.png")
 

@@ -67,7 +67,7 @@ class StudyOutcome:
 
 
 @dataclass
-class Setup:
+class StudySettings:
     """What a grid study and a sweep resolve the same way before opening their study."""
 
     budget: StudyBudget
@@ -219,15 +219,15 @@ class StudyKind:
         raise NotImplementedError
 
 
-def _banner(kind: StudyKind, setup: Setup, n_trials: int, model_preset: str, left: int) -> list[str]:
+def _banner(kind: StudyKind, settings: StudySettings, n_trials: int, model_preset: str, left: int) -> list[str]:
     """The start-of-study lines after its name: its budget and grid or space (`kind.banner`), where it
     is stored, and, for the scratch store, how to read it."""
-    budget, name = setup.budget, setup.name
-    lines = kind.banner(budget, n_trials, setup.n_jobs, model_preset, left)
-    lines.append(f"  Optuna storage {mask_url(setup.storage_url)}; MLflow {mask_password(setup.tracking_uri)}, "
+    budget, name = settings.budget, settings.name
+    lines = kind.banner(budget, n_trials, settings.n_jobs, model_preset, left)
+    lines.append(f"  Optuna storage {mask_url(settings.storage_url)}; MLflow {mask_password(settings.tracking_uri)}, "
                  f"experiment {name}")
-    if setup.scratch:
-        db = sqlite_path(setup.tracking_uri)
+    if settings.scratch:
+        db = sqlite_path(settings.tracking_uri)
         assert db is not None  # the scratch store is a SQLite file
         lines.append(f"  budget {budget.name} tries the pipeline in the scratch store {db.parent}, not the committed "
                      f"store (a store named by --tracking-uri or HMER_MLRUNS is used instead); read it with "
@@ -240,26 +240,26 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
                 overrides: Mapping[str, Any] | None, role: str) -> StudyOutcome:
     """Run (or resume) the study `kind` describes; the arguments are `run_grid_study`'s."""
     spec = kind.spec
-    setup = resolve(spec.name, budget, n_jobs=n_jobs, data=data, study_name=study_name, role=role,
+    settings = resolve(spec.name, budget, n_jobs=n_jobs, data=data, study_name=study_name, role=role,
                     tracking_uri=tracking_uri, storage=storage)
-    budget, n_jobs, name, main, say = setup.budget, setup.n_jobs, setup.name, setup.main, setup.say
+    budget, n_jobs, name, main, say = settings.budget, settings.n_jobs, settings.name, settings.main, settings.say
     n_trials = kind.plan(budget)
     model_preset = spec.model_preset(budget.preset_size)
     # checked now: a value its key does not allow fails before any trial, not after the trials before it
     base = kind.check(base_config(spec, budget, n_trials=n_trials, n_jobs=n_jobs, overrides=overrides,
                                   data_path=data_path))
     described = kind.described(base)
-    exists = study_exists(setup.storage_url, name)
+    exists = study_exists(settings.storage_url, name)
     if main:
         say(f"study {name}: {spec.description}")
         if not exists:  # a new study: what it is and costs, before its data loads
-            for line in _banner(kind, setup, n_trials, model_preset, left=n_trials):
+            for line in _banner(kind, settings, n_trials, model_preset, left=n_trials):
                 say(line)
 
     study_data = StudyData(data, say)
     if not study_data.has(base) and not exists:
         study_data(base)  # bad data fails here, before a study or an MLflow run exists
-    store = open_storage(setup.storage_url)
+    store = open_storage(settings.storage_url)
     study, base, created = open_study(
         name, store, kind=kind.name, sampler=kind.sampler(), pruner=kind.pruner(n_trials),
         attrs={keys.SPEC: spec.name, keys.BUDGET: budget.name, keys.EXPERIMENT: name,
@@ -275,13 +275,13 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
     if done and main:
         say(f"resuming: {done} of {n_trials} {kind.noun} already {kind.done_word}")
     if exists and main:  # what is done first, then what is left costs (nothing, for a study that is done)
-        for line in _banner(kind, setup, n_trials, model_preset, left=n_trials - done):
+        for line in _banner(kind, settings, n_trials, model_preset, left=n_trials - done):
             say(line)
     plain = {keys.plain_name(key): value for key, value in described.items()}  # the parent run's names
     session = open_session(
-        setup, store, study, base, created, worker, claims,
+        settings, store, study, base, created, worker, claims,
         params={"study": name, "kind": kind.name, "spec": spec.name, "budget": budget.name,
-                "storage": mask_url(setup.storage_url), "n_trials": n_trials, "model_preset": model_preset,
+                "storage": mask_url(settings.storage_url), "n_trials": n_trials, "model_preset": model_preset,
                 **{key: json.dumps(value) for key, value in plain.items()}},
         tags={keys.BUDGET: budget.name, keys.KIND: kind.name},
         artifact={"spec": spec.name, "description": spec.description, **plain, "config": base.to_flat_dict()},
@@ -297,7 +297,7 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
         if not study_data.has(session.base) and kind.open_trials(claims):
             study_data(session.base)  # once per process; the extra workers then read the warm cache
         if main:
-            children = start_workers(kind.run_study, spec, budget, n_jobs, setup.storage_url, setup.tracking_uri,
+            children = start_workers(kind.run_study, spec, budget, n_jobs, settings.storage_url, settings.tracking_uri,
                                      data_path, name, overrides, **kind.worker_options())
         from ..device import resolve_device, share_device  # (torch: loaded once a trial is to run)
 
@@ -324,7 +324,7 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
         if main:
             session.fail_dead_trial_runs()
             finish_parent(session.client, study, session.parent_run_id, complete, failed, interrupted)
-    outcome = StudyOutcome(study_name=name, storage=setup.storage_url, tracking_uri=setup.tracking_uri,
+    outcome = StudyOutcome(study_name=name, storage=settings.storage_url, tracking_uri=settings.tracking_uri,
                            experiment=name, parent_run_id=session.parent_run_id, complete=complete,
                            n_complete=n_done, n_expected=n_trials, failed=failed)
     if main:
@@ -340,7 +340,7 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
 # ---- opening a study -----------------------------------------------------------------------------
 
 def resolve(spec_name: str, budget: str | StudyBudget, *, n_jobs: int | None, data, study_name: str | None,
-            role: str, tracking_uri: str | None, storage: str | None) -> Setup:
+            role: str, tracking_uri: str | None, storage: str | None) -> StudySettings:
     from ..tracking.store import check_tracking_server, default_tracking_uri, scratch_tracking_uri, store_named
 
     budget = get_budget(budget) if isinstance(budget, str) else budget
@@ -351,30 +351,31 @@ def resolve(spec_name: str, budget: str | StudyBudget, *, n_jobs: int | None, da
     main = role == "main"
     tracking_uri = tracking_uri or (scratch_tracking_uri() if scratch else default_tracking_uri())
     check_tracking_server(tracking_uri)
-    return Setup(budget=budget, n_jobs=n_jobs, name=study_name or f"{spec_name}-{budget.name}", main=main,
+    return StudySettings(budget=budget, n_jobs=n_jobs, name=study_name or f"{spec_name}-{budget.name}", main=main,
                  say=printer("" if main else f"[worker {os.getpid()}] "), tracking_uri=tracking_uri,
                  storage_url=storage or default_storage(tracking_uri), scratch=scratch)
 
 
 
-def open_session(setup: Setup, storage: optuna.storages.BaseStorage, study: optuna.Study, base: Config,
+def open_session(settings: StudySettings, storage: optuna.storages.BaseStorage, study: optuna.Study, base: Config,
                  created: bool, worker: Worker, claims: CellClaims, *, params: Mapping[str, Any],
                  tags: Mapping[str, str], artifact: Mapping[str, Any], reopen: bool = True) -> Session:
     """The study's MLflow parent run (created, or reopened unless `reopen` is False: nothing is left
     to run) and this worker's session; MLflow runs of trials whose worker died are marked FAILED on
     the way."""
     known = None if created else wait_for_attr(lambda: study.user_attrs, keys.PARENT_RUN_ID, timeout_s=60.0)
-    experiment_id, parent = parent_run(study, known, tracking_uri=setup.tracking_uri, experiment=setup.name,
+    experiment_id, parent = parent_run(study, known, tracking_uri=settings.tracking_uri, experiment=settings.name,
                                        params=params, tags=tags, artifact=artifact, reopen=reopen)
     if study.user_attrs.get(keys.PARENT_RUN_ID) != parent:
         study.set_user_attr(keys.PARENT_RUN_ID, parent)
-    session = Session(study=study, storage=storage, storage_url=setup.storage_url, tracking_uri=setup.tracking_uri,
-                      experiment=setup.name, experiment_id=experiment_id, parent_run_id=parent, base=base,
-                      created=created, worker=worker, claims=claims, budget=setup.budget, say=setup.say)
+    session = Session(study=study, storage=storage, storage_url=settings.storage_url,
+                      tracking_uri=settings.tracking_uri, experiment=settings.name, experiment_id=experiment_id,
+                      parent_run_id=parent, base=base, created=created, worker=worker, claims=claims,
+                      budget=settings.budget, say=settings.say)
     session.fail_dead_trial_runs()
     from ..tracking.run import fail_runs_of_dead_processes
 
-    fail_runs_of_dead_processes(setup.name, setup.tracking_uri)  # e.g. a trial's process killed with -9
+    fail_runs_of_dead_processes(settings.name, settings.tracking_uri)  # e.g. a trial's process killed with -9
     return session
 
 
