@@ -121,6 +121,13 @@ CLAIMS: tuple[Claim, ...] = (
           "without a run without it; CAPE is StyTr²'s (Deng et al., CVPR 2022, style transfer); learned "
           "absolute positions are ConvS2S's (Gehring et al., ICML 2017, for sequences)",
           "ablate_posenc", (("sin2d", "none"), ("cape", "sin2d"), ("learned", "sin2d"))),
+    # CAN reports its counting GRU (CAN-DWAP) against DWAP; the transformer rows and the parameter-matched
+    # control (the transformer widened to the counting transformer's parameters) are this suite's question.
+    Claim("counting", "CAN's symbol counting improves the GRU decoder with coverage attention (CAN-DWAP over "
+          "DWAP), and a transformer decoder too, also against a transformer of its parameters without counting",
+          "CAN (Li et al., ECCV 2022)", "ablate_counting",
+          (("rnn/True/384", "rnn/False/384"), ("transformer/True/384", "transformer/False/384"),
+           ("transformer/True/384", "transformer/False/588"))),
 )
 
 # The token measures whose papers' figures are counted over symbol label graphs a few points apart: on these the
