@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 from mlflow.tracking import MlflowClient
 
-from hmer.config import Config, DataConfig
+from hmer.config import DataConfig
 from hmer.data.commands import split_command
 import editdistance
 
@@ -128,18 +128,6 @@ def test_validation_keeps_no_caption_within_val_min_edits_of_training_and_1_is_t
     assert sorted(held.train + held.val + held.left_out) == sorted(names)
     with pytest.raises(HoldOutError, match="data.val_min_edits=0 must be at least 1"):
         split_validation(names, captions, writers, "writer", 0.1, seed=7, min_edits=0)
-
-
-def test_a_config_stored_before_val_min_edits_existed_was_migrated_to_the_old_rule():
-    """The committed runs from before the key were migrated with its value then (hmer.store.migrate)."""
-    from hmer.store.migrate import full_config
-
-    assert Config().data.val_min_edits == 2
-    stored = Config().to_flat_dict()
-    del stored["data.val_min_edits"]
-    assert full_config(stored).data.val_min_edits == 1  # a study or checkpoint from then
-    assert Config.from_flat_dict(stored).data.val_min_edits == 2  # a config written since gets today's default
-    assert full_config({**stored, "data.val_min_edits": 3}).data.val_min_edits == 3
 
 
 def test_random_rule_is_the_old_hold_out():

@@ -46,11 +46,8 @@ NEEDS = (
     (r"hmer import .*", "a BTTR or CoMER checkpoint of your own (tests/test_reference_import.py imports the peers')"),
     (r"hmer data (check|render).*", "the CROHME data (Getting CROHME); tests/test_data_commands.py runs both"),
     (r"hmer runs (export|import|workspace|publish|rename|supersede)( .*)?", "a store of your own runs to move"),
-    (r"hmer runs migrate( .*)?", "a store to write into, a clone with the commits' history, and a fingerprint's "
-                                 "training per commit (tests/test_store_migration.py and tests/test_fingerprint.py "
-                                 "migrate stores of their own)"),
     (r"hmer runs show .*(<run-id>|RUN|[0-9a-f]{8,}).*",
-     "a run id (tests/test_store_migration.py shows committed runs)"),
+     "a run id (tests/test_committed_store_schema.py shows committed runs)"),
     (r"hmer runs rescore( .*)?", "a store to write into: it logs metrics into the committed runs "
                                  "(tests/test_runs_rescore.py rescores a store of its own)"),
     (r"mlflow ui .*", "a server until Ctrl-C (tests/test_ui.py opens it in a browser)"),

@@ -164,9 +164,8 @@ def _spelled_keys(path: Path) -> list[str]:
 def test_tag_keys_are_named_once():
     """Every module of the package (studies, reports and the CLI included) names its tag and
     attribute keys from `hmer.tracking.keys`."""
-    # the one-off migration (issue 67) spells out the old names it replaces; it goes with them
     for path in sorted(SRC.rglob("*.py")):
-        if path not in (SRC / "tracking" / "keys.py", SRC / "store" / "migrate.py"):
+        if path != SRC / "tracking" / "keys.py":
             assert not _spelled_keys(path), f"{path.relative_to(SRC)}: {_spelled_keys(path)}"
 
 

@@ -19,8 +19,7 @@ cross-section rule would sit apart from the fields it binds.
 
 A stored config (a run's `config.json`, a study's base config, a checkpoint's) reloads with the
 values it holds; a key added after it was stored takes its default, so a new key's default is what
-the code did before the key existed. (The committed store holds every key of today's config: it was
-migrated once, issue 67.)
+the code did before the key existed.
 """
 
 from __future__ import annotations

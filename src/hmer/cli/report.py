@@ -191,7 +191,7 @@ def code_notes(runs: pd.DataFrame, today: str) -> list[str]:
         if isinstance(changed[i], str) and changed[i]:
             key = f"other code from a resume on ({changed[i]})"
         elif value is None:
-            key = "no fingerprint (trained before runs carried one: `hmer runs migrate` measures its commit's)"
+            key = "no fingerprint (not trained by the suite's training code)"
         elif value != today:
             key = f"fingerprint {value}"
         else:

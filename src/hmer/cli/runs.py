@@ -1,7 +1,7 @@
-"""`hmer runs export | import | publish | workspace | rename | supersede | present | show | rescore |
-migrate`: MLflow runs moved between stores (a GPU machine's and the committed one in mlruns/), a study
-renamed in its store, a store's studies presented for its UIs, what trained a run, runs given the
-scores of metrics registered after them, and a store brought to today's schema once (issue 67)."""
+"""`hmer runs export | import | publish | workspace | rename | supersede | present | show | rescore`:
+MLflow runs moved between stores (a GPU machine's and the committed one in mlruns/), a study renamed
+in its store, a store's studies presented for its UIs, what trained a run, and runs given the scores
+of metrics registered after them."""
 
 from __future__ import annotations
 
@@ -91,13 +91,6 @@ def add_parser(sub) -> None:
     sh.add_argument("run", metavar="RUN", help="a run id, or its first 8 or more characters")
     sh.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
     sh.set_defaults(func=cmd_runs_show)
-    mg = rsub.add_parser("migrate", help="bring a store to today's schema, once (issue 67; hmer.store.migrate): every "
-                         "run's config.json and study's base config with every key, today's tag, param and trial "
-                         "attribute names, a fingerprint on every trained run, every study under its name; rewrites "
-                         "the databases and config files only, never weights; a second run changes nothing")
-    mg.add_argument("folder", metavar="STORE", nargs="?", default=None,
-                    help="the store's folder, its mlflow.db and optuna.db (default: the checkout's mlruns/)")
-    mg.set_defaults(func=cmd_runs_migrate)
     pr = rsub.add_parser("present", help="bring every study of the store FOLDER (mlflow.db, optuna.db) up to date for "
                          "the MLflow UI and optuna-dashboard, as a study that ends now is: a grid study's figure, "
                          "table and summary run per variant on its parent run, the objective's name, the study's "
@@ -181,8 +174,6 @@ def _publish(args) -> int:
         print(f"  closed in the published copy, where nothing runs: {'; '.join(done.closed)}")
     if done.marked:
         print(f"  experiments marked as model training (tag mlflow.experimentKind): {', '.join(done.marked)}")
-    if done.migrated:
-        print(f"  brought to today's schema (hmer runs migrate): {'; '.join(done.migrated)}")
     for study, changes in done.annotated.items():
         print(f"  study {study}: {', '.join(changes)}")
     if done.portable:
@@ -213,24 +204,6 @@ def _whole_run_id(client, given: str) -> str:
         return run_by_prefix(client, given)
     except RunNotFoundError as exc:
         raise UserError(str(exc)) from None
-
-
-def cmd_runs_migrate(args) -> int:
-    from pathlib import Path
-
-    from ..data.source import repo_root
-    from ..store.migrate import migrate_store
-    from ..tracking.lock import no_training
-    from ..tracking.store import mlruns_dir, quiet_mlflow
-
-    quiet_mlflow()
-    folder = Path(args.folder).resolve() if args.folder else mlruns_dir()
-    root = repo_root()  # the clone whose commits measure a fingerprint a run lacks
-    with _writing(f"sqlite:///{folder / 'mlflow.db'}", f"hmer runs migrate {folder}"), no_training(folder):
-        changes = migrate_store(folder, root if root is not None and (root / ".git").exists() else None,
-                                say=lambda line: print(f"  {line}", flush=True))
-    print(f"migrated {folder}: {len(changes)} change(s)" if changes else f"{folder} is today's schema: nothing changed")
-    return 0
 
 
 def cmd_runs_workspace(args) -> int:

@@ -10,10 +10,7 @@ is committed to the checkout and read on other machines (`hmer runs ...`, docs/s
   (`hmer runs rename | supersede`);
 - `present`: a study as both UIs show it, brought up to date (`hmer runs present`, and the command
   that runs a study once it ends), with `dashboard` (its notes in optuna-dashboard);
-- `provenance`: what trained a run (`hmer runs show`);
-- `migrate`: a store brought to today's schema once (`hmer runs migrate`, and `publish` for a
-  workspace of a study begun before it; issue 67), deleted with its command once no unmigrated
-  store remains.
+- `provenance`: what trained a run (`hmer runs show`).
 
 It sits above `hmer.studies` (docs/architecture.md): it reads a study's records as the studies
 write them (`studies.storage`, `claims`, `spec`, `resolution`), and no module that runs a study

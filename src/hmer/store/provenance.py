@@ -2,8 +2,7 @@
 
     shown = run_provenance(client, run_id, today_fingerprint)   # a Provenance; shown.lines() is what it prints
 
-Beside the run's config as it trained (its `config.json`, every key: the committed store was migrated
-to today's keys once, issue 67): the study, cell, seed and commit, how far it trained (epochs,
+Beside the run's config as it trained (its `config.json`): the study, cell, seed and commit, how far it trained (epochs,
 CPU-hours, the CPU cost an epoch lately and what is left at it, validation ExpRate so far: a run that
 spans sessions), the training-code fingerprint against today's (hmer.training.fingerprint), the scores
 per year, and where the weights and predictions are. How a config is built, layer by layer, is

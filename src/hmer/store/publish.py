@@ -10,9 +10,8 @@ nothing is wrong with it, so a refused publish leaves the committed store as it 
    is FAIL in the copy, as a trial whose worker died (its cell continues it from its checkpoint in
    a workspace made from the commit, a sweep's next worker is given it), its MLflow run KILLED; a
    study's parent run stopped so is `interrupted`. In the workspace they go on;
-3. the copy is brought to today's schema (hmer.store.migrate: a study that trains from a commit
-   before issue 67's migration writes the old one), every study is called by its name, and its
-   parent run carries its table (the sweep's too, and a superseded study's as it stopped);
+3. every study's parent run carries its table (the sweep's too, and a superseded study's as it
+   stopped);
 4. no machine path is left and artifact locations are relative to the checkout (store.clean,
    tracking.portable);
 5. `clean.store_problems` must find nothing: else the publish is refused, in one line naming
@@ -53,7 +52,6 @@ class Published:
     kept_checkpoints: dict[str, list[str]] = field(default_factory=dict)  # {run id: files kept}
     closed: list[str] = field(default_factory=list)  # what was running, in words
     marked: list[str] = field(default_factory=list)  # experiments marked as model training
-    migrated: list[str] = field(default_factory=list)  # what the migration to today's schema changed
     annotated: dict[str, list[str]] = field(default_factory=dict)  # {study: what its parent run got}
     portable: list[str] = field(default_factory=list)  # where machine paths were written portably
 
@@ -110,9 +108,7 @@ def not_a_continuation(copy: Path, dest: Path) -> str | None:
 
 
 def _publish(source: Path, dest: Path, *, keep_unfinished: bool, weights_only: bool, replace: bool) -> Published:
-    from ..data.source import repo_root
     from .clean import make_paths_portable, store_problems
-    from .migrate import migrate_store
     from .present import present_studies
     from .unfinished import drop_studies, keep_resumable_checkpoints, resumable_runs, unfinished_studies
     from ..tracking.store import mlflow_client
@@ -137,8 +133,6 @@ def _publish(source: Path, dest: Path, *, keep_unfinished: bool, weights_only: b
             done.kept_checkpoints = keep_resumable_checkpoints(staging, resumable, client=client,
                                                                weights_only=weights_only)
         done.marked = mark_training_experiments(client)
-        root = repo_root()  # the clone whose commits measure a fingerprint a run lacks
-        done.migrated = migrate_store(staging, root if root is not None and (root / ".git").exists() else None)
         done.annotated = {study: changes for study, changes in present_studies(uri, storage).items() if changes}
         done.portable = make_paths_portable(staging, stores=[source])
         make_portable(db)

@@ -28,8 +28,7 @@ the suite has had, and a config key that a commit does not know is left to that 
 behaviour (listed in the measurement).
 
 Every run records the fingerprint of the code that trained it as the tag `hmer.fingerprint`
-(`hmer.training.trainer`); `hmer runs migrate` computes it for runs trained before that, at
-their commits. docs/studies.md, "Cells that studies share".
+(`hmer.training.trainer`); docs/studies.md, "Cells that studies share".
 """
 
 from __future__ import annotations

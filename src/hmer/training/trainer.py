@@ -268,7 +268,6 @@ def _open_run(setup: Setup, state: TrainState, *, tracking_uri: str | None, expe
         marks = (keys.WARM_RESTART,) * state.optimizer_restarted + (keys.BEST_RESET,) * state.best_reset
         resumed = TrainingRun.resume(state.run_id, tracking_uri=tracking_uri, from_epoch=state.epoch + 1, marks=marks)
         tags_before = resumed.client.get_run(resumed.run_id).data.tags
-        # (a run begun before runs carried one has none: `hmer runs migrate` finds its commit's)
         if tags_before.get(keys.FINGERPRINT, fingerprint) != fingerprint:
             # the run goes on with other code: say from which epoch, with which
             note, changed = f"epoch {state.epoch + 1}: {fingerprint}", tags_before.get(keys.FINGERPRINT_CHANGED)
