@@ -4,7 +4,7 @@
 
 Issue 50 asked whether grid cells could be enqueued with `study.enqueue_trial` and the trials of
 dead workers retried with Optuna's heartbeat and `RetryHeartbeatStaleTrialCallback` (formerly
-`RetryFailedTrialCallback`), instead of the studies' own claims (`hmer.studies.claims`). This
+`RetryFailedTrialCallback`), instead of the studies' own bookings (`hmer.studies.bookings`). This
 measures the two steps where several workers race, with Optuna's public API alone, on a real
 storage (default: a fresh SQLite file, the studies' default storage; give a PostgreSQL URL to
 measure a database server):
@@ -19,7 +19,7 @@ measure a database server):
    retry callback. Printed: the stale trials enqueued again more than once.
 
 Either count above zero is a cell trained twice. Run it again before raising the upper bound on
-optuna in pyproject.toml (with tests/test_studies_claims.py and tests/test_servers.py).
+optuna in pyproject.toml (with tests/test_studies_bookings.py and tests/test_servers.py).
 """
 
 from __future__ import annotations

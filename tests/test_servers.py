@@ -42,7 +42,7 @@ SETTINGS = {"train.epochs": 16, "train.beam_size": 2, "train.max_decode_len": 12
             "train.device": "cpu", "data.batch_pixels": 20_000, "data.max_batch_size": 8, "data.test_years": "2014"}
 
 # Three directions by three seeds: enough work (each trial a few seconds) that the surviving
-# worker is still training when the replacement machine has started up and claims a cell.
+# worker is still training when the replacement machine has started up and books a cell.
 SEEDS = 3
 CELLS = 3 * SEEDS
 

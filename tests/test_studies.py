@@ -289,7 +289,7 @@ def _kill_after_two_checkpointed_epochs(cmd, env, tmp_path, study_name: str, sto
         _, children = _child_runs(tracking, study_name)
         runs = [r for r in children if r.data.tags.get("hmer.trial") == str(running[0].number)
                 and r.info.status == "RUNNING"]
-        if not runs:  # the trial is claimed before its MLflow run starts, and told after it ends
+        if not runs:  # the trial is booked before its MLflow run starts, and told after it ends
             return False
         # The checkpoint's own epoch, not the logged metrics: an epoch's metrics are logged just
         # before its checkpoint is written.
@@ -719,7 +719,7 @@ run_sweep(IMAGE_SWEEP, budget, storage={storage!r}, tracking_uri={tracking!r}, d
 @pytest.mark.parametrize("restart", ["at once", "after the heartbeat's grace period"])
 def test_a_killed_sweep_trial_continues_from_its_checkpoint_with_its_parameters_and_epochs(stores, tmp_path,
                                                                                            restart):
-    """A sweep's worker killed mid-trial: the rerun claims the dead trial and runs a trial with its
+    """A sweep's worker killed mid-trial: the rerun books the dead trial and runs a trial with its
     parameters, which takes its measured cost and fitted epochs rather than measuring again, and
     continues its MLflow run from the checkpoint; the study ends with one COMPLETE trial. A rerun
     after the grace period (the next session's) finds the trial stale by Optuna's heartbeat rather

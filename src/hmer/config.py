@@ -343,7 +343,7 @@ class TrainConfig:
     # reproduced to their scores; slower, one image at a time). Greedy decoding ignores it.
     search_rule: str = allowed("hmer", one_of=SEARCH_RULES)
     # Validation decoding: greedy by default, which is cheap; BTTR and CoMER validate with the
-    # full beam (the `paper` study preset does too). For `bi` models greedy reads l2r only and can
+    # full beam (the `paper` budget does too). For `bi` models greedy reads l2r only and can
     # rank checkpoints differently from the joint search of the test (see tests/test_memorize.py).
     val_beam_size: int = allowed(1, ge=1)
     # Artifacts.

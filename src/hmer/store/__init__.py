@@ -13,6 +13,6 @@ is committed to the checkout and read on other machines (`hmer runs ...`, docs/s
 - `provenance`: what trained a run (`hmer runs show`).
 
 It sits above `hmer.studies` (docs/architecture.md): it reads a study's records as the studies
-write them (`studies.storage`, `claims`, `spec`, `resolution`), and no module that runs a study
+write them (`studies.storage`, `bookings`, `spec`, `resolution`), and no module that runs a study
 imports it.
 """

@@ -200,12 +200,12 @@ def close_running(client, storage: str | None) -> list[str]:
 
 def _fail_running_trials(storage: str) -> list[str]:
     """Mark FAIL the RUNNING trials of every study in `storage`, as its next worker does with a
-    dead worker's (`claims.CellClaims.reap`); the next worker of a sweep continues them as it
-    continues any dead trial (`claims.CellClaims.claim_continuation`)."""
+    dead worker's (`bookings.CellBookings.reap`); the next worker of a sweep continues them as it
+    continues any dead trial (`bookings.CellBookings.book_continuation`)."""
     import optuna
     from optuna.trial import TrialState
 
-    from ..studies.claims import mark_failed
+    from ..studies.bookings import mark_failed
     from ..studies.storage import open_storage, trial_id
 
     store = open_storage(storage)

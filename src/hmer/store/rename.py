@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import TrialState
 
-from ..studies.claims import mark_failed, worker_alive
+from ..studies.bookings import mark_failed, worker_alive
 from ..studies.spec import check_study_name
 from ..tracking import keys
 from ..tracking.portable import set_params, sqlite_path
@@ -85,7 +85,7 @@ def rename_study(study: str, new: str, *, tracking_uri: str | None = None, stora
             raise ValueError(f"study {study!r} has {len(live)} RUNNING trial(s) "
                              f"({', '.join(str(t.number) for t in live)}): stop its workers, or let it finish")
         study_id = optuna_storage.get_study_id_from_name(study)
-        for trial in dead:  # what the study's next worker would do (claims.CellClaims.reap)
+        for trial in dead:  # what the study's next worker would do (bookings.CellBookings.reap)
             tid = optuna_storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
             mark_failed(optuna_storage, tid, "worker is gone; marked FAIL by hmer runs rename")
 

@@ -5,7 +5,7 @@
                                                       # which then presents it (hmer.store.present)
 
 See `grid` and `sweeps` (running and resuming a study), `objective` (the one objective both
-share), `resume` (a killed trial continues from its checkpoint), `claims` (why no grid cell runs
+share), `resume` (a killed trial continues from its checkpoint), `bookings` (why no grid cell runs
 twice), `spec` (what a study spec is, and the `STUDIES` registry), `suite` (the studies, one
 module each) and `budgets` (smoke / cpu / short / paper). This package runs studies; the committed
 store's upkeep (publishing, presenting, renaming a study) is `hmer.store`'s, and the command that

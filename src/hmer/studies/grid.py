@@ -5,7 +5,7 @@
 Running the same command again resumes the study: trials left RUNNING by a dead worker are
 marked FAIL (their MLflow runs FAILED), and their cells run again, continuing the dead trial's
 run from its last checkpoint where there is one (`resume.py`); COMPLETE cells never run twice,
-also not with several workers (`claims.py`). The study's lifecycle (banner, data, parent run,
+also not with several workers (`bookings.py`). The study's lifecycle (banner, data, parent run,
 workers, Ctrl-C, table) is the session's (`session.run_session`); this module says what a grid is.
 """
 
@@ -20,10 +20,10 @@ from optuna.trial import TrialState
 from ..config import Config
 from ..tracking import keys
 from .budgets import StudyBudget
-from .claims import CellClaims, describe_cell_key
+from .bookings import CellBookings, describe_cell_key
 from .objective import copy_trial, run_one_trial, train_trial
 from .reuse import find_trained
-from .sampler import ClaimedCellSampler
+from .sampler import BookedCellSampler
 from .session import Session, StudyData, StudyKind, StudyOutcome, run_session
 from .spec import SEED_KEY, StudySpec, cell_key, cell_label, variant_label
 
@@ -73,7 +73,7 @@ def run_grid_study(
 
 
 class Grid(StudyKind):
-    """A grid study: each worker claims an open cell (`claims.py`) and runs it as one trial; a
+    """A grid study: each worker books an open cell (`bookings.py`) and runs it as one trial; a
     cell whose trial raised an error in this command (in any worker) is not retried until the
     command runs again."""
 
@@ -112,39 +112,39 @@ class Grid(StudyKind):
                 f"({n_seeds} seed{'s' if n_seeds > 1 else ''} per variant); baseline "
                 f"{cell_label(self.spec.baseline_cell)}; model preset {model_preset}"]
 
-    def sampler(self) -> ClaimedCellSampler:
-        self.cell_sampler = ClaimedCellSampler()
+    def sampler(self) -> BookedCellSampler:
+        self.cell_sampler = BookedCellSampler()
         return self.cell_sampler
 
     def worker_options(self) -> dict[str, Any]:
         return {"seeds": self.seeds, "print_table": False, "reuse": self.reuse, "variants": self.variants}
 
-    def take_up(self, claims: CellClaims, dead: list) -> str:
-        return "their cells run again"  # they are open: the next claim takes them
+    def take_up(self, bookings: CellBookings, dead: list) -> str:
+        return "their cells run again"  # they are open: the next booking takes them
 
-    def done(self, claims: CellClaims) -> int:
-        complete = claims.status().complete
+    def done(self, bookings: CellBookings) -> int:
+        complete = bookings.status().complete
         return sum(cell_key(c) in complete for c in self.cells)
 
-    def open_trials(self, claims: CellClaims) -> bool:
-        return bool(claims.status().open_cells(self.cells, set()))
+    def open_trials(self, bookings: CellBookings) -> bool:
+        return bool(bookings.status().open_cells(self.cells, set()))
 
     def run_next(self, session: Session, data: StudyData) -> bool:
-        claims = session.claims
+        bookings = session.bookings
         if self.since is None:
             self.since = time.time()
-        self.failed_here |= claims.errored_since(self.since)
-        # A cell's data are loaded before it is claimed: a claim must turn into a trial within seconds,
+        self.failed_here |= bookings.errored_since(self.since)
+        # A cell's data are loaded before it is booked: a booking must turn into a trial within seconds,
         # loading takes minutes (and a grid over the rendering loads once per way of rendering).
-        upcoming = claims.status().open_cells(self.cells, self.failed_here)
+        upcoming = bookings.status().open_cells(self.cells, self.failed_here)
         if upcoming and not data.has(self._config(session, upcoming[0])):
             data(self._config(session, upcoming[0]))
-        cell = claims.claim(self.cells, skip=self.failed_here)
+        cell = bookings.book(self.cells, skip=self.failed_here)
         if cell is None:
             return False
         cfg = self._config(session, cell)
         if not data.has(cfg):  # another cell than the one loaded for (a worker died, a race was lost)
-            claims.release()
+            bookings.release()
             return True
         if self._run_cell(session, cell, data(cfg)) != TrialState.COMPLETE:
             self.failed_here.add(cell_key(cell))  # not again in this command: a rerun retries it
@@ -154,9 +154,9 @@ class Grid(StudyKind):
         """The config `cell` trains: the study's base with the cell's overrides."""
         return session.base.override(self.spec.overrides(cell)).validate()
 
-    def others_running(self, claims: CellClaims) -> bool:
-        status = claims.status()
-        return bool(status.running | status.claimed)
+    def others_running(self, bookings: CellBookings) -> bool:
+        status = bookings.status()
+        return bool(status.running | status.booked)
 
     def failed(self) -> list[str]:
         return [describe_cell_key(k) for k in sorted(self.failed_here)]
@@ -171,12 +171,12 @@ class Grid(StudyKind):
         return format_table(study_table(session.name, session.tracking_uri))
 
     def _run_cell(self, session: Session, cell: Mapping[str, Any], data: dict[str, list]) -> TrialState:
-        """One trial of the claimed `cell`: the objective is a plain Optuna objective over the grid."""
-        spec, space, claims = self.spec, self.space, session.claims
+        """One trial of the booked `cell`: the objective is a plain Optuna objective over the grid."""
+        spec, space, bookings = self.spec, self.space, session.bookings
         ordered = {**{k: cell[k] for k in spec.axes}, SEED_KEY: cell[SEED_KEY]}
         variant, label, seed = variant_label(ordered), cell_label(ordered), int(cell[SEED_KEY])
         baseline = all(ordered[k] == v for k, v in spec.baseline_cell.items())
-        self.cell_sampler.assign(ordered, lambda study, trial: claims.started(
+        self.cell_sampler.assign(ordered, lambda study, trial: bookings.started(
             trial, ordered, {keys.CELL: label, keys.VARIANT: variant, keys.SEED: seed}))
 
         def objective(trial: optuna.Trial) -> float:

@@ -148,7 +148,7 @@ def run_one_trial(session: Session, objective: Callable[[optuna.Trial], float]) 
         numbers.append(trial.number)
         return objective(trial)
 
-    session.claims.vouch_for_live_workers()  # Optuna checks heartbeats as the trial starts
+    session.bookings.vouch_for_live_workers()  # Optuna checks heartbeats as the trial starts
     try:
         session.study.optimize(numbered, n_trials=1, catch=(Exception,), gc_after_trial=True)
     except (optuna.exceptions.UpdateFinishedTrialError, ValueError):

@@ -1,7 +1,7 @@
 """The one place where the studies reach past Optuna's public API, and why.
 
 Everything else in `hmer.studies` uses Optuna's public API only: studies, trials, the public
-interface of `BaseSampler` (`sampler.ClaimedCellSampler`), and the storage object the session
+interface of `BaseSampler` (`sampler.BookedCellSampler`), and the storage object the session
 creates and holds itself (`optuna.storages.RDBStorage` and its public methods; a trial's storage id
 comes from them, `storage.trial_id`, not from a `FrozenTrial`'s private attribute). No other module
 names a private Optuna attribute, nor patches Optuna's classes (`wrap_database_calls` gives the
@@ -20,12 +20,12 @@ while the database restarted. Optuna has no public hook for "retry storage calls
 errors".
 
 What Optuna's public API offers for the rest does not hold the studies' guarantees, measured with
-Optuna 5.0 by `benchmarks/optuna_queue.py` (issue 50; the figures are in `claims.py`): grid cells
+Optuna 5.0 by `benchmarks/optuna_queue.py` (issue 50; the figures are in `bookings.py`): grid cells
 enqueued with `study.enqueue_trial` and popped by several workers' `study.optimize` run twice on
 SQLite (popping a trial is a read, then a write; SQLite has no row lock), and on any storage a
 worker whose `optimize` finds the queue emptied samples a trial of its own; and
 `RetryHeartbeatStaleTrialCallback` can enqueue one stale trial twice on SQLite. So the grid's cells
-are claimed (`claims.py`), not enqueued.
+are booked (`bookings.py`), not enqueued.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The sampler of a study's trials: a trial takes the cell its worker has claimed
-(`hmer.studies.claims`), and a sweep's other trials what its proposer (TPE) proposes."""
+"""The sampler of a study's trials: a trial takes the cell its worker has booked
+(`hmer.studies.bookings`), and a sweep's other trials what its proposer (TPE) proposes."""
 
 from __future__ import annotations
 
@@ -12,18 +12,18 @@ from optuna.trial import FrozenTrial, TrialState
 from .spec import cell_key
 
 
-class ClaimedCellSampler(optuna.samplers.BaseSampler):
-    """The sampler of a grid study: a worker's next trial takes the cell its worker has claimed.
+class BookedCellSampler(optuna.samplers.BaseSampler):
+    """The sampler of a grid study: a worker's next trial takes the cell its worker has booked.
     A sweep's has a `proposer` (TPE): it proposes each trial but one that continues a dead trial,
-    which takes the dead trial's parameters as its claimed cell (`CellClaims.claim_continuation`).
+    which takes the dead trial's parameters as its booked cell (`CellBookings.book_continuation`).
 
-    The choice of cell is `CellClaims`', and the decision to stop is the runner's (it knows that a
-    FAIL cell must run again), so the sampler only hands the claimed values to the objective's
+    The choice of cell is `CellBookings`', and the decision to stop is the runner's (it knows that a
+    FAIL cell must run again), so the sampler only hands the booked values to the objective's
     `suggest_*` calls: the trial's distributions stay the study's, and `optuna trials` and the
     dashboard show each cell as a grid point. It is a sampler of its own, on the public interface of
     `BaseSampler`, because Optuna's `GridSampler` picks the cell itself and has no public way to be
     told which one, and Optuna's way to fix a sweep trial's parameters, `enqueue_trial`, puts a
-    WAITING trial that two workers can pop together on SQLite (`hmer.studies.claims`, "Why not
+    WAITING trial that two workers can pop together on SQLite (`hmer.studies.bookings`, "Why not
     Optuna's queue").
     """
 
@@ -31,7 +31,7 @@ class ClaimedCellSampler(optuna.samplers.BaseSampler):
         self.proposer = proposer
         self.next_cell: dict[str, Any] | None = None
         self.on_start: Any = None
-        self.cell: dict[str, Any] | None = None  # the cell of the trial in progress in this process, if claimed
+        self.cell: dict[str, Any] | None = None  # the cell of the trial in progress in this process, if booked
 
     def assign(self, cell: Mapping[str, Any], on_start) -> None:
         """The next trial of this process takes `cell`; `on_start(study, trial)` runs once it exists."""
@@ -42,7 +42,7 @@ class ClaimedCellSampler(optuna.samplers.BaseSampler):
         cell, on_start = self.next_cell, self.on_start
         self.next_cell, self.on_start = None, None
         if cell is None and self.proposer is None:
-            raise RuntimeError("a grid trial was started without a claimed cell; "
+            raise RuntimeError("a grid trial was started without a booked cell; "
                                "studies are run by hmer.studies.run_grid_study")
         self.cell = cell
         if on_start is not None:
@@ -67,7 +67,7 @@ class ClaimedCellSampler(optuna.samplers.BaseSampler):
             return self.proposer.sample_independent(study, trial, param_name, param_distribution)
         cell = self.cell or {}
         if param_name not in cell:
-            raise ValueError(f"trial {trial.number} asks for {param_name!r}, which its claimed cell "
+            raise ValueError(f"trial {trial.number} asks for {param_name!r}, which its booked cell "
                              f"{cell_key(cell)} does not set")
         return cell[param_name]
 

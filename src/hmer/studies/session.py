@@ -36,7 +36,7 @@ from ..tracking import keys
 from ..tracking.portable import sqlite_path
 from ..tracking.store import mask_password, mlflow_client
 from .budgets import StudyBudget, get_budget
-from .claims import CellClaims, Worker
+from .bookings import CellBookings, Worker
 from .mlflow_runs import fail_dead_trial_runs, finish_parent, measured_cost, parent_run
 from .opening import asked_keys, open_study, wait_for_attr
 from .resolution import base_config
@@ -83,7 +83,7 @@ class StudySettings:
 @dataclass
 class Session:
     """One worker's handles on a study: the Optuna study and its storage, MLflow, the base config,
-    and the claims through which it finds dead workers' trials (and a grid's next cell)."""
+    and the bookings through which it finds dead workers' trials (and a grid's next cell)."""
 
     study: optuna.Study
     storage: optuna.storages.BaseStorage
@@ -95,7 +95,7 @@ class Session:
     base: Config
     created: bool
     worker: Worker
-    claims: CellClaims
+    bookings: CellBookings
     budget: StudyBudget
     say: Callable[[str], None]
 
@@ -191,15 +191,15 @@ class StudyKind:
         return {}
 
     # -- once it is open ----------------------------------------------------------------------------
-    def take_up(self, claims: CellClaims, dead: list) -> str:
+    def take_up(self, bookings: CellBookings, dead: list) -> str:
         """What becomes of trials whose worker died (just marked FAIL), in words."""
         raise NotImplementedError
 
-    def done(self, claims: CellClaims) -> int:
+    def done(self, bookings: CellBookings) -> int:
         """The trials that count as done (a grid's complete cells, a sweep's finished trials)."""
         raise NotImplementedError
 
-    def open_trials(self, claims: CellClaims) -> bool:
+    def open_trials(self, bookings: CellBookings) -> bool:
         """Whether a trial is left for a worker to start (it then needs the data)."""
         raise NotImplementedError
 
@@ -207,7 +207,7 @@ class StudyKind:
         """Pick and run this worker's next trial; False when there is none for it to run now."""
         raise NotImplementedError
 
-    def others_running(self, claims: CellClaims) -> bool:
+    def others_running(self, bookings: CellBookings) -> bool:
         """Whether other workers still run (or are about to run) trials of the study."""
         raise NotImplementedError
 
@@ -266,12 +266,12 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
                keys.DESCRIPTION: spec.description, **described},
         base=base, asked=asked_keys(spec.fixed, overrides, kind.asked), objective_name=kind.objective_name)
     worker = Worker.current()
-    claims = CellClaims(study, worker, store)
-    dead = claims.reap()
-    what = kind.take_up(claims, dead)
+    bookings = CellBookings(study, worker, store)
+    dead = bookings.reap()
+    what = kind.take_up(bookings, dead)
     if dead and main:
         say(f"resuming: trial(s) {', '.join(str(t.number) for t in dead)} of a dead worker marked FAIL; {what}")
-    done = kind.done(claims)
+    done = kind.done(bookings)
     if done and main:
         say(f"resuming: {done} of {n_trials} {kind.noun} already {kind.done_word}")
     if exists and main:  # what is done first, then what is left costs (nothing, for a study that is done)
@@ -279,7 +279,7 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
             say(line)
     plain = {keys.plain_name(key): value for key, value in described.items()}  # the parent run's names
     session = open_session(
-        settings, store, study, base, created, worker, claims,
+        settings, store, study, base, created, worker, bookings,
         params={"study": name, "kind": kind.name, "spec": spec.name, "budget": budget.name,
                 "storage": mask_url(settings.storage_url), "n_trials": n_trials, "model_preset": model_preset,
                 **{key: json.dumps(value) for key, value in plain.items()}},
@@ -294,7 +294,7 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
     children: list = []
     interrupted = False
     try:
-        if not study_data.has(session.base) and kind.open_trials(claims):
+        if not study_data.has(session.base) and kind.open_trials(bookings):
             study_data(session.base)  # once per process; the extra workers then read the warm cache
         if main:
             children = start_workers(kind.run_study, spec, budget, n_jobs, settings.storage_url, settings.tracking_uri,
@@ -304,10 +304,10 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
         share_device(resolve_device(session.base.train.device), n_jobs)  # threads, and a GPU's memory
         while True:
             if not kind.run_next(session, study_data):
-                if not main or not kind.others_running(claims):
+                if not main or not kind.others_running(bookings):
                     break
                 time.sleep(POLL_S)  # another worker runs the last trials; if it dies they open again
-            kind.take_up(claims, claims.reap())
+            kind.take_up(bookings, bookings.reap())
             session.fail_dead_trial_runs()
     except KeyboardInterrupt:
         interrupted = True
@@ -318,7 +318,7 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
             if interrupted:  # a SIGTERM sent to this process alone: the workers stop their trials too
                 child.terminate()
             child.join()
-        n_done = kind.done(claims)
+        n_done = kind.done(bookings)
         complete = n_done >= n_trials
         failed = kind.failed()
         if main:
@@ -358,7 +358,7 @@ def resolve(spec_name: str, budget: str | StudyBudget, *, n_jobs: int | None, da
 
 
 def open_session(settings: StudySettings, storage: optuna.storages.BaseStorage, study: optuna.Study, base: Config,
-                 created: bool, worker: Worker, claims: CellClaims, *, params: Mapping[str, Any],
+                 created: bool, worker: Worker, bookings: CellBookings, *, params: Mapping[str, Any],
                  tags: Mapping[str, str], artifact: Mapping[str, Any], reopen: bool = True) -> Session:
     """The study's MLflow parent run (created, or reopened unless `reopen` is False: nothing is left
     to run) and this worker's session; MLflow runs of trials whose worker died are marked FAILED on
@@ -370,7 +370,7 @@ def open_session(settings: StudySettings, storage: optuna.storages.BaseStorage, 
         study.set_user_attr(keys.PARENT_RUN_ID, parent)
     session = Session(study=study, storage=storage, storage_url=settings.storage_url,
                       tracking_uri=settings.tracking_uri, experiment=settings.name, experiment_id=experiment_id,
-                      parent_run_id=parent, base=base, created=created, worker=worker, claims=claims,
+                      parent_run_id=parent, base=base, created=created, worker=worker, bookings=bookings,
                       budget=settings.budget, say=settings.say)
     session.fail_dead_trial_runs()
     from ..tracking.run import fail_runs_of_dead_processes

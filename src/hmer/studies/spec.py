@@ -1,7 +1,7 @@
 """What a study varies: grid specs for the ablations and the search space of the sweep.
 
 A grid study is a `StudySpec`: one or more axes (dotted Config keys and their values;
-the first value of each axis is the baseline), a model preset per study preset size,
+the first value of each axis is the baseline), a model preset per preset size of a budget,
 overrides held equal in every cell, and, where a variant is more than one field, the
 fields that come with a value: a registered variant names its own when it registers
 (ConvS2S brings its learned token positions; hmer.registry), a spec may add more. The seed is
@@ -90,7 +90,7 @@ class StudySpec:
         return {key: values[0] for key, values in self.axes.items()}
 
     def model_preset(self, size: str) -> str:
-        """The model preset for a study preset's size ("tiny" or "full")."""
+        """The model preset for a budget's preset size ("tiny" or "full")."""
         try:
             return self.model_presets[size]
         except KeyError:

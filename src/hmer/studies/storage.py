@@ -3,7 +3,7 @@
     storage = open_storage("sqlite:///mlruns/optuna.db")      # or postgresql://user:pw@host/db
     study = optuna.create_study(study_name=name, storage=storage, ...)
 
-The session creates the storage object here and holds it: the claims and the session read and
+The session creates the storage object here and holds it: the bookings and the session read and
 write study and trial attributes through its public methods (Optuna has no public accessor for
 a study's storage). Every storage has Optuna's heartbeat, so trials of dead workers on other
 hosts go FAIL. SQLite beside the MLflow store is the default; a database server may restart
@@ -20,8 +20,8 @@ saying so once on stderr; only errors of the connection are waited out, anything
 
 Waiting is safe for Optuna's writes: each is one transaction, so a call that failed left
 nothing behind, with one exception: a commit whose reply was lost. Retried, a new trial
-may then exist twice (the spare one never gets a cell or a worker, and `CellClaims.reap`
-fails it after its claim timeout), and a finished trial may report that it was already
+may then exist twice (the spare one never gets a cell or a worker, and `CellBookings.reap`
+fails it after its booking timeout), and a finished trial may report that it was already
 finished (the runner treats that as a trial failed by others; its cell runs again).
 """
 

@@ -6,8 +6,8 @@ Trials report their greedy validation reading within one edit (`PRUNE_METRIC`) a
 their training; the median pruner stops the ones below the median of the finished trials at the
 same share of their training (Optuna state PRUNED, MLflow tag hmer.status=pruned, run KILLED).
 A trial that fails in a live worker (diverged, out of memory) counts as finished. One whose worker
-died is marked FAIL and continued: the next free worker claims it (`CellClaims.claim_continuation`,
-as a grid cell is claimed, so that no two workers continue one trial) and runs a trial with its
+died is marked FAIL and continued: the next free worker books it (`CellBookings.book_continuation`,
+as a grid cell is booked, so that no two workers continue one trial) and runs a trial with its
 parameters, epochs and pruning reports, which continues the dead one's MLflow run from its last
 epoch's checkpoint (`resume.py`), as a grid cell does. A sweep
 killed at the end of a session thus loses no finished epoch. The study's lifecycle (banner, data,
@@ -28,9 +28,9 @@ from ..data import make_batches
 from ..tracking import keys
 from ..training.cost import epochs_for_budget, train_seconds_per_image
 from .budgets import StudyBudget
-from .claims import CellClaims
+from .bookings import CellBookings
 from .objective import run_one_trial, train_trial
-from .sampler import ClaimedCellSampler
+from .sampler import BookedCellSampler
 from .session import Session, StudyData, StudyKind, StudyOutcome, run_session
 from .spec import SEED_KEY, SweepSpec
 
@@ -111,8 +111,8 @@ class Sweep(StudyKind):
         return lines
 
     def sampler(self) -> optuna.samplers.BaseSampler:
-        # TPE proposes; a trial that continues a dead one takes its parameters as a claimed cell
-        self.cell_sampler = ClaimedCellSampler(optuna.samplers.TPESampler(
+        # TPE proposes; a trial that continues a dead one takes its parameters as a booked cell
+        self.cell_sampler = BookedCellSampler(optuna.samplers.TPESampler(
             multivariate=True, constant_liar=True, n_startup_trials=max(2, min(10, self.n_trials // 3))))
         return self.cell_sampler
 
@@ -124,41 +124,41 @@ class Sweep(StudyKind):
     def worker_options(self) -> dict[str, Any]:
         return {"n_trials": self.n_trials}
 
-    def take_up(self, claims: CellClaims, dead: list[FrozenTrial]) -> str:
+    def take_up(self, bookings: CellBookings, dead: list[FrozenTrial]) -> str:
         # Nothing to do here: a dead trial with its configuration complete stays open until a
-        # worker claims it (`run_next`); one that died before is replaced by TPE's next proposal.
+        # worker books it (`run_next`); one that died before is replaced by TPE's next proposal.
         continued = [t for t in dead if keys.CELL_KEY in t.user_attrs]
         return f"{len(continued)} continue from their last epoch, the others are replaced"
 
-    def done(self, claims: CellClaims) -> int:
-        return _finished_trials(claims.study)
+    def done(self, bookings: CellBookings) -> int:
+        return _finished_trials(bookings.study)
 
-    def open_trials(self, claims: CellClaims) -> bool:
-        return _finished_trials(claims.study) < self.n_trials
+    def open_trials(self, bookings: CellBookings) -> bool:
+        return _finished_trials(bookings.study) < self.n_trials
 
     def run_next(self, session: Session, data: StudyData) -> bool:
-        if self.failures_in_a_row >= 3 or not self.open_trials(session.claims):
+        if self.failures_in_a_row >= 3 or not self.open_trials(session.bookings):
             return False
         if self.objective is None:
             self.objective = _objective(session, self.spec, data, lambda: self.continued)
-        claims = session.claims
-        self.continued = dead = claims.claim_continuation()
+        bookings = session.bookings
+        self.continued = dead = bookings.book_continuation()
         if dead is not None:
             number = dead.number
-            self.cell_sampler.assign(dead.params, lambda study, trial: claims.continuing(trial, number))
+            self.cell_sampler.assign(dead.params, lambda study, trial: bookings.continuing(trial, number))
         try:
             state = run_one_trial(session, self.objective)
         finally:
             self.continued = None
             if dead is not None:
-                claims.release()  # already, once the trial named the dead one; here if it never began
+                bookings.release()  # already, once the trial named the dead one; here if it never began
         self.failures_in_a_row = self.failures_in_a_row + 1 if state == TrialState.FAIL else 0
         if self.failures_in_a_row >= 3:
             session.say("three trials in a row failed in this worker: stopping it (see the errors above)")
         return True
 
-    def others_running(self, claims: CellClaims) -> bool:
-        return bool(claims.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+    def others_running(self, bookings: CellBookings) -> bool:
+        return bool(bookings.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
 
     def table(self, session: Session, outcome: StudyOutcome) -> str:
         from ..reports.sweep import sweep_table

@@ -66,7 +66,10 @@ SEED = "hmer.seed"                # the child run's seed
 WORKER = "hmer.worker"            # trial user attribute: the worker that runs it
 FAILED_BY = "hmer.failed_by"      # trial user attribute: who marked a dead worker's trial FAIL
 FAILED = "hmer.failed"            # parent-run tag: the trials that failed, in words
-CLAIM_PREFIX = "hmer.claim:"      # study system attribute per worker (+ its token): the cell it claims
+# Study system attribute per worker (+ its token): the cell it books. Its value keeps the spelling the
+# workers wrote before bookings had that name: the committed optuna.db holds such keys, and a study
+# trained from an older commit (3d6c658) writes them while new workers may join it and must see them.
+BOOKING_PREFIX = "hmer.claim:"
 RESUMED_FROM = "hmer.resumed_from"  # trial attribute and run tag: the dead trial whose run a trial continued
 TRAINED_AGAIN_IN = "hmer.trained_again_in"  # a killed attempt's run tag: the run that trained its cell from the start
 REUSED_FROM = "hmer.reused_from"  # trial attribute and run tag: another study's run with the cell's config, copied

@@ -1,4 +1,4 @@
-"""The parts of the studies that need no training: claiming grid cells against a real SQLite
+"""The parts of the studies that need no training: booking grid cells against a real SQLite
 storage from several processes, reopening failed cells, presets and the command line."""
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ import pytest
 from optuna.trial import TrialState
 
 from hmer.studies import BUDGETS, DIRECTION, StudySpec, get_budget
-from hmer.studies.claims import CellClaims, Worker, worker_alive
+from hmer.studies.bookings import CellBookings, Worker, worker_alive
 from hmer.cli.study import build_parser, parse_seeds
-from hmer.studies.sampler import ClaimedCellSampler
+from hmer.studies.sampler import BookedCellSampler
 from hmer.studies.storage import mask_url, open_storage, trial_id
 from hmer.studies.spec import SEED_KEY, cell_key
 from hmer.tracking import keys
 
-SPEC = StudySpec(name="claims", description="", axes={"model.direction": ("l2r", "r2l", "bi")}, model_presets={})
+SPEC = StudySpec(name="bookings", description="", axes={"model.direction": ("l2r", "r2l", "bi")}, model_presets={})
 
-# The scripts below start claiming together: a worker that imports first must not take every claim
+# The scripts below start booking together: a worker that imports first must not take every booking
 # before the others are up (the tests are about processes that overlap).
 START_TOGETHER = textwrap.dedent("""
     def start_together(ready_dir, workers):
@@ -34,28 +34,28 @@ START_TOGETHER = textwrap.dedent("""
             time.sleep(0.05)
 """)
 
-# One worker: claims cells until none is open; each "trial" checks it got the cell it claimed.
+# One worker: books cells until none is open; each "trial" checks it got the cell it booked.
 WORKER = START_TOGETHER + textwrap.dedent("""
     import sys, time
     import optuna
-    from hmer.studies.claims import CellClaims, Worker
-    from hmer.studies.sampler import ClaimedCellSampler
+    from hmer.studies.bookings import CellBookings, Worker
+    from hmer.studies.sampler import BookedCellSampler
     from hmer.studies.storage import open_storage
     from hmer.studies.spec import StudySpec, cell_key
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    spec = StudySpec(name="claims", description="", axes={"model.direction": ("l2r", "r2l", "bi")},
+    spec = StudySpec(name="bookings", description="", axes={"model.direction": ("l2r", "r2l", "bi")},
                      model_presets={})
     seeds = tuple(range(1, int(sys.argv[2]) + 1))
     cells, space = spec.cells(seeds), spec.search_space(seeds)
     storage = open_storage(sys.argv[1])
-    sampler = ClaimedCellSampler()
+    sampler = BookedCellSampler()
     study = optuna.create_study(study_name="s", storage=storage, sampler=sampler,
                                 direction="maximize", load_if_exists=True)
-    claims = CellClaims(study, Worker.current(), storage)
+    bookings = CellBookings(study, Worker.current(), storage)
     start_together(sys.argv[3], int(sys.argv[4]))
-    while (cell := claims.claim(cells, set())) is not None:
-        sampler.assign(cell, lambda study, trial: claims.started(trial, cell))
+    while (cell := bookings.book(cells, set())) is not None:
+        sampler.assign(cell, lambda study, trial: bookings.started(trial, cell))
 
         def objective(trial):
             params = {k: trial.suggest_categorical(k, v) for k, v in space.items()}
@@ -68,23 +68,23 @@ WORKER = START_TOGETHER + textwrap.dedent("""
 
 
 # One sweep worker: continues dead trials until none is open; each checks it got the parameters and
-# the number of the trial it claimed.
+# the number of the trial it booked.
 CONTINUER = START_TOGETHER + textwrap.dedent("""
     import sys, time
     import optuna
-    from hmer.studies.claims import CellClaims, Worker
-    from hmer.studies.sampler import ClaimedCellSampler
+    from hmer.studies.bookings import CellBookings, Worker
+    from hmer.studies.sampler import BookedCellSampler
     from hmer.studies.storage import open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage = open_storage(sys.argv[1])
-    sampler = ClaimedCellSampler(optuna.samplers.RandomSampler())
+    sampler = BookedCellSampler(optuna.samplers.RandomSampler())
     study = optuna.load_study(study_name="sweep", storage=storage, sampler=sampler)
-    claims = CellClaims(study, Worker.current(), storage)
+    bookings = CellBookings(study, Worker.current(), storage)
     start_together(sys.argv[2], int(sys.argv[3]))
-    while (dead := claims.claim_continuation()) is not None:
+    while (dead := bookings.book_continuation()) is not None:
         number, params = dead.number, dead.params
-        sampler.assign(params, lambda study, trial: claims.continuing(trial, number))
+        sampler.assign(params, lambda study, trial: bookings.continuing(trial, number))
 
         def objective(trial):
             x = trial.suggest_float("x", 0.0, 1.0)
@@ -100,7 +100,7 @@ CONTINUER = START_TOGETHER + textwrap.dedent("""
 
 
 def test_three_processes_continue_every_dead_sweep_trial_exactly_once(tmp_path):
-    """Dead sweep trials (FAIL, configuration complete) are claimed as grid cells are: three
+    """Dead sweep trials (FAIL, configuration complete) are booked as grid cells are: three
     workers started together continue each exactly once, with its parameters. A trial that failed
     with an error in a live worker, or died before its configuration was complete, is not continued."""
     storage_url = f"sqlite:///{tmp_path / 'optuna.db'}"
@@ -130,16 +130,16 @@ def test_three_processes_continue_every_dead_sweep_trial_exactly_once(tmp_path):
     assert len({t.user_attrs[keys.WORKER]["token"] for t in continuing}) > 1  # they did overlap
 
 
-def _study(storage: str) -> tuple[optuna.Study, ClaimedCellSampler, CellClaims]:
+def _study(storage: str) -> tuple[optuna.Study, BookedCellSampler, CellBookings]:
     store = open_storage(storage)
-    sampler = ClaimedCellSampler()
+    sampler = BookedCellSampler()
     study = optuna.create_study(study_name="s", storage=store, sampler=sampler,
                                 direction="maximize", load_if_exists=True)
-    return study, sampler, CellClaims(study, Worker.current(), store)
+    return study, sampler, CellBookings(study, Worker.current(), store)
 
 
-def _run_cell(study, sampler, claims, cell, fail: bool = False) -> None:
-    sampler.assign(cell, lambda s, trial: claims.started(trial, cell))
+def _run_cell(study, sampler, bookings, cell, fail: bool = False) -> None:
+    sampler.assign(cell, lambda s, trial: bookings.started(trial, cell))
 
     def objective(trial):
         for key, values in SPEC.search_space((cell[SEED_KEY],)).items():
@@ -151,7 +151,7 @@ def _run_cell(study, sampler, claims, cell, fail: bool = False) -> None:
     study.optimize(objective, n_trials=1, catch=(RuntimeError,))
 
 
-def test_three_processes_claim_every_cell_exactly_once(tmp_path):
+def test_three_processes_book_every_cell_exactly_once(tmp_path):
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
@@ -170,42 +170,42 @@ def test_three_processes_claim_every_cell_exactly_once(tmp_path):
 
 
 def test_a_failed_cell_opens_again_but_a_complete_or_running_one_does_not(tmp_path):
-    study, sampler, claims = _study(f"sqlite:///{tmp_path / 'optuna.db'}")
+    study, sampler, bookings = _study(f"sqlite:///{tmp_path / 'optuna.db'}")
     cells = SPEC.cells((1,))
-    _run_cell(study, sampler, claims, cells[0])
-    _run_cell(study, sampler, claims, cells[1], fail=True)
-    status = claims.status()
+    _run_cell(study, sampler, bookings, cells[0])
+    _run_cell(study, sampler, bookings, cells[1], fail=True)
+    status = bookings.status()
     assert status.complete == {cell_key(cells[0])} and status.failed == {cell_key(cells[1])}
-    # Optuna's GridSampler counts the FAIL cell as visited; the claims do not.
+    # Optuna's GridSampler counts the FAIL cell as visited; the bookings do not.
     assert {cell_key(c) for c in status.open_cells(cells, set())} == {cell_key(cells[1]), cell_key(cells[2])}
 
     # A trial RUNNING in a live worker (this process) holds its cell; another worker skips it.
-    sampler.assign(cells[2], lambda s, trial: claims.started(trial, cells[2]))
+    sampler.assign(cells[2], lambda s, trial: bookings.started(trial, cells[2]))
     study.ask()
-    other = CellClaims(study, Worker(host="elsewhere", pid=1, started="", token="other"), claims.storage)
+    other = CellBookings(study, Worker(host="elsewhere", pid=1, started="", token="other"), bookings.storage)
     assert [cell_key(c) for c in other.status().open_cells(cells, set())] == [cell_key(cells[1])]
-    claimed = other.claim(cells, set())
-    assert claimed == cells[1]
-    # ...and that claim keeps this worker off the cell until it becomes a trial.
-    assert claims.claim(cells, set()) is None
+    booked = other.book(cells, set())
+    assert booked == cells[1]
+    # ...and that booking keeps this worker off the cell until it becomes a trial.
+    assert bookings.book(cells, set()) is None
 
 
 def test_a_running_trial_of_a_dead_process_is_failed_and_its_cell_reopened(tmp_path):
-    study, sampler, claims = _study(f"sqlite:///{tmp_path / 'optuna.db'}")
+    study, sampler, bookings = _study(f"sqlite:///{tmp_path / 'optuna.db'}")
     cells = SPEC.cells((1,))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     sampler.assign(cells[0], None)
     trial = study.ask()
-    storage, tid = claims.storage, trial_id(claims.storage, study, trial.number)
+    storage, tid = bookings.storage, trial_id(bookings.storage, study, trial.number)
     storage.set_trial_user_attr(tid, keys.WORKER, Worker(host=Worker.current().host, pid=dead.pid, started="1",
                                                          token="dead").as_attr())
     storage.set_trial_user_attr(tid, keys.CELL_KEY, cell_key(cells[0]))
     assert worker_alive(storage.get_trial(tid).user_attrs[keys.WORKER]) is False
-    reaped = claims.reap()
+    reaped = bookings.reap()
     assert [t.number for t in reaped] == [trial.number]
     assert storage.get_trial(tid).state == TrialState.FAIL
-    assert cell_key(cells[0]) in {cell_key(c) for c in claims.status().open_cells(cells, set())}
+    assert cell_key(cells[0]) in {cell_key(c) for c in bookings.status().open_cells(cells, set())}
     assert worker_alive(Worker.current().as_attr()) is True
 
 
@@ -275,7 +275,7 @@ def test_past_the_grace_period_a_paused_worker_keeps_its_trial_and_a_silent_one_
     import time
 
     monkeypatch.setenv("HMER_STUDY_HEARTBEAT_S", "1")  # grace period 3 s
-    study, sampler, claims = _study(f"sqlite:///{tmp_path / 'optuna.db'}")
+    study, sampler, bookings = _study(f"sqlite:///{tmp_path / 'optuna.db'}")
     cells = SPEC.cells((1,))
     paused = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -283,7 +283,7 @@ def test_past_the_grace_period_a_paused_worker_keeps_its_trial_and_a_silent_one_
         here = Worker.current().host
         workers = {here: Worker(host=here, pid=paused.pid, started="", token="paused"),
                    "elsewhere": Worker(host="elsewhere", pid=1, started="", token="elsewhere")}
-        storage, trials = claims.storage, {}
+        storage, trials = bookings.storage, {}
         for cell, (host, worker) in zip(cells, workers.items()):
             sampler.assign(cell, None)
             trial = study.ask()
@@ -293,11 +293,11 @@ def test_past_the_grace_period_a_paused_worker_keeps_its_trial_and_a_silent_one_
             storage.record_heartbeat(tid)
             trials[host] = (trial.number, tid)
         time.sleep(3 + 1.5)  # both silent past the grace period
-        reaped = claims.reap()
+        reaped = bookings.reap()
         assert [t.number for t in reaped] == [trials["elsewhere"][0]]
         states = {host: storage.get_trial(tid).state for host, (_, tid) in trials.items()}
         assert states == {here: TrialState.RUNNING, "elsewhere": TrialState.FAIL}
-        assert claims.reap() == []  # taken once
+        assert bookings.reap() == []  # taken once
     finally:
         paused.kill()
         paused.wait()

@@ -13,22 +13,22 @@ thing the workers share:
    is one of this host whose worker died longer ago than that (a worker restarted in a
    later session). Either way the worker that failed it takes it up (`reap`).
 2. **A cell is open** when no trial of it is COMPLETE, none is RUNNING, and no other
-   worker holds a live claim on it. FAIL cells (crashed, killed) are open again.
-3. **Claiming is write-then-read.** A worker writes its claim (a study system attribute
-   of its own, so nothing is overwritten), then reads every claim and trial. If anyone
-   else claims or runs the cell, it withdraws and tries again after a random pause. Of
-   two workers racing for one cell, the one that reads last sees the other's claim, so
+   worker holds a live booking on it. FAIL cells (crashed, killed) are open again.
+3. **Booking is write-then-read.** A worker writes its booking (a study system attribute
+   of its own, so nothing is overwritten), then reads every booking and trial. If anyone
+   else books or runs the cell, it withdraws and tries again after a random pause. Of
+   two workers racing for one cell, the one that reads last sees the other's booking, so
    at most one proceeds (both may withdraw, then the pause separates them).
-4. The trial is created with the claimed cell (`hmer.studies.sampler.ClaimedCellSampler`), gets the worker and
-   the cell as user attributes, and only then is the claim released. Readers read claims
-   before trials, so a released claim is always seen as its RUNNING trial.
+4. The trial is created with the booked cell (`hmer.studies.sampler.BookedCellSampler`), gets the worker and
+   the cell as user attributes, and only then is the booking released. Readers read bookings
+   before trials, so a released booking is always seen as its RUNNING trial.
 
-A claim that never became a trial (its worker died in between) expires: at once when its
-worker is on this host and gone, after `claim_ttl_s` otherwise.
+A booking that never became a trial (its worker died in between) expires: at once when its
+worker is on this host and gone, after `booking_ttl_s` otherwise.
 
-A sweep's dead trials are continued the same way (`claim_continuation`): a trial that died with its
-configuration complete is open until a later trial names it (`hmer.continues`); a worker claims it
-as a cell is claimed, and its next trial takes the dead trial's parameters (`ClaimedCellSampler`).
+A sweep's dead trials are continued the same way (`book_continuation`): a trial that died with its
+configuration complete is open until a later trial names it (`hmer.continues`); a worker books it
+as a cell is booked, and its next trial takes the dead trial's parameters (`BookedCellSampler`).
 
 **Why not Optuna's queue.** Cells enqueued with `study.enqueue_trial`, run by each worker's
 `study.optimize`, with the trials of dead workers put back in the queue by Optuna's heartbeat and
@@ -42,7 +42,7 @@ as a cell is claimed, and its next trial takes the dead trial's parameters (`Cla
   enqueues its retry;
 - on any storage, a worker whose `optimize` finds the queue emptied since it looked has its
   sampler propose a trial of its own, a cell another worker has run.
-Claims need no atomic read-and-write: a worker's claim is an attribute only it writes.
+Bookings need no atomic read-and-write: a worker's booking is an attribute only it writes.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ from ..tracking import keys
 from .spec import SEED_KEY, cell_key
 from .storage import StaleTrials
 
-_Claimed = TypeVar("_Claimed")  # what a claim key stands for: a grid cell, a dead trial
+_Booked = TypeVar("_Booked")  # what a booking key stands for: a grid cell, a dead trial
 
 
 # ---- workers ------------------------------------------------------------------------------------
@@ -143,7 +143,7 @@ def mark_failed(storage: optuna.storages.BaseStorage, trial_id: int, reason: str
         return False
 
 
-# ---- claims -------------------------------------------------------------------------------------
+# ---- bookings -------------------------------------------------------------------------------------
 
 @dataclass
 class GridStatus:
@@ -151,26 +151,26 @@ class GridStatus:
 
     complete: set[str]
     running: set[str]
-    claimed: set[str]  # claimed by other live workers, not yet a trial
+    booked: set[str]  # booked by other live workers, not yet a trial
     failed: set[str]  # has a FAIL trial and no COMPLETE one
 
     def open_cells(self, cells: Iterable[Mapping[str, Any]], skip: set[str]) -> list[dict[str, Any]]:
-        busy = self.complete | self.running | self.claimed | skip
+        busy = self.complete | self.running | self.booked | skip
         return [dict(c) for c in cells if cell_key(c) not in busy]
 
 
-class CellClaims:
-    """Claims grid cells for one worker in one study; see the module docstring."""
+class CellBookings:
+    """Books grid cells for one worker in one study; see the module docstring."""
 
     def __init__(self, study: optuna.Study, worker: Worker, storage: optuna.storages.RDBStorage,
-                 claim_ttl_s: float = 120.0, rng: random.Random | None = None):
+                 booking_ttl_s: float = 120.0, rng: random.Random | None = None):
         self.study = study
         self.worker = worker
         self.storage = storage  # the study's: its public methods read and write what the workers share
         self.study_id = storage.get_study_id_from_name(study.study_name)
-        self.claim_ttl_s = claim_ttl_s
+        self.booking_ttl_s = booking_ttl_s
         self.rng = rng or random.Random(worker.token)
-        self.claim_key = keys.CLAIM_PREFIX + worker.token
+        self.booking_key = keys.BOOKING_PREFIX + worker.token
 
     def trial_id(self, trial: FrozenTrial) -> int:
         return self.storage.get_trial_id_from_study_id_trial_number(self.study_id, trial.number)
@@ -205,7 +205,7 @@ class CellClaims:
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             worker = trial.user_attrs.get(keys.WORKER)
             alive = worker_alive(worker)
-            orphan = worker is None and self._age_s(trial) > self.claim_ttl_s  # died before tagging it
+            orphan = worker is None and self._age_s(trial) > self.booking_ttl_s  # died before tagging it
             if alive is False or orphan:
                 tid = self.trial_id(trial)
                 gone = f"worker {worker.get('token') if worker else '?'} is gone; marked FAIL by {self.worker.token}"
@@ -221,8 +221,8 @@ class CellClaims:
 
     # -- status ----------------------------------------------------------------------------------
     def status(self) -> GridStatus:
-        """Claims first, then trials: a claim released after our read shows as its trial."""
-        claimed = self._live_claims()
+        """Bookings first, then trials: a booking released after our read shows as its trial."""
+        booked = self._live_bookings()
         trials = self.study.get_trials(deepcopy=False)
         complete, running, failed = set(), set(), set()
         for t in trials:
@@ -235,7 +235,7 @@ class CellClaims:
                 running.add(key)
             elif t.state == TrialState.FAIL:
                 failed.add(key)
-        return GridStatus(complete=complete, running=running, claimed=claimed, failed=failed - complete)
+        return GridStatus(complete=complete, running=running, booked=booked, failed=failed - complete)
 
     def errored_since(self, since: float) -> set[str]:
         """Cells whose trial raised an error in a live worker (not a killed one) since `since`
@@ -247,27 +247,27 @@ class CellClaims:
                 out.add(key)
         return out
 
-    def _live_claims(self) -> set[str]:
+    def _live_bookings(self) -> set[str]:
         out = set()
         now = time.time()
         for key, value in self.storage.get_study_system_attrs(self.study_id).items():
-            if not key.startswith(keys.CLAIM_PREFIX) or key == self.claim_key or not isinstance(value, dict):
+            if not key.startswith(keys.BOOKING_PREFIX) or key == self.booking_key or not isinstance(value, dict):
                 continue
             if not value.get("cell"):
                 continue  # released
             alive = worker_alive(value.get("worker"))
-            if alive is False or (alive is None and now - float(value.get("at", 0.0)) > self.claim_ttl_s):
+            if alive is False or (alive is None and now - float(value.get("at", 0.0)) > self.booking_ttl_s):
                 continue  # its worker died before it became a trial
             out.add(value["cell"])
         return out
 
-    # -- claiming --------------------------------------------------------------------------------
-    def claim(self, cells: Sequence[Mapping[str, Any]], skip: set[str],
+    # -- booking --------------------------------------------------------------------------------
+    def book(self, cells: Sequence[Mapping[str, Any]], skip: set[str],
               max_attempts: int = 50) -> dict[str, Any] | None:
-        """Claim an open cell: the first in `cells` order (seed-major, baseline first), or after
+        """Book an open cell: the first in `cells` order (seed-major, baseline first), or after
         a lost race a random one among those of the lowest open seed.
 
-        Returns None when no cell is open. The claim is released by `started` once the
+        Returns None when no cell is open. The booking is released by `started` once the
         cell's trial exists, or by `release` when the worker gives it up.
         """
         def open_cells() -> dict[str, dict[str, Any]]:
@@ -277,34 +277,34 @@ class CellClaims:
             first_seed = next(iter(candidates.values()))[SEED_KEY]
             return self.rng.choice([key for key, c in candidates.items() if c[SEED_KEY] == first_seed])
 
-        return self._claim_open(open_cells, of_the_lowest_seed, "a grid cell", max_attempts, before=self.reap)
+        return self._book_open(open_cells, of_the_lowest_seed, "a grid cell", max_attempts, before=self.reap)
 
     def open_continuations(self) -> list[FrozenTrial]:
         """A sweep's trials that died with their configuration complete (`hmer.cell_key`; not an
-        error in a live worker), that no later trial continues and no other live worker claims.
-        Claims first, then trials, as `status` reads them."""
-        claimed = self._live_claims()
+        error in a live worker), that no later trial continues and no other live worker books.
+        Bookings first, then trials, as `status` reads them."""
+        booked = self._live_bookings()
         trials = self.study.get_trials(deepcopy=False)
         taken = {t.user_attrs[keys.CONTINUES] for t in trials if keys.CONTINUES in t.user_attrs}
         return [t for t in trials if t.state == TrialState.FAIL and keys.CELL_KEY in t.user_attrs
                 and keys.ERROR not in t.user_attrs and t.number not in taken
-                and continuation_key(t.number) not in claimed]
+                and continuation_key(t.number) not in booked]
 
-    def claim_continuation(self, max_attempts: int = 50) -> FrozenTrial | None:
-        """Claim a dead trial of a sweep to continue (the oldest, or after a lost race a random one),
-        as `claim` claims a cell; None when none is open. The claim is released by `continuing`
+    def book_continuation(self, max_attempts: int = 50) -> FrozenTrial | None:
+        """Book a dead trial of a sweep to continue (the oldest, or after a lost race a random one),
+        as `book` books a cell; None when none is open. The booking is released by `continuing`
         once the continuing trial names it, or by `release`."""
         def open_trials() -> dict[str, FrozenTrial]:
             return {continuation_key(t.number): t for t in self.open_continuations()}
 
-        return self._claim_open(open_trials, lambda candidates: self.rng.choice(list(candidates)),
+        return self._book_open(open_trials, lambda candidates: self.rng.choice(list(candidates)),
                                 "a dead trial to continue", max_attempts)
 
-    def _claim_open(self, open_now: Callable[[], dict[str, _Claimed]],
-                    after_a_lost_race: Callable[[dict[str, _Claimed]], str], what: str, max_attempts: int,
-                    before: Callable[[], Any] | None = None) -> _Claimed | None:
-        """Claiming (the module docstring's step 3): write a claim on the first of `open_now()`
-        ({claim key: what it claims}, claims read before trials), or after a lost race on the key
+    def _book_open(self, open_now: Callable[[], dict[str, _Booked]],
+                    after_a_lost_race: Callable[[dict[str, _Booked]], str], what: str, max_attempts: int,
+                    before: Callable[[], Any] | None = None) -> _Booked | None:
+        """Booking (the module docstring's step 3): write a booking on the first of `open_now()`
+        ({booking key: what it books}, bookings read before trials), or after a lost race on the key
         `after_a_lost_race` picks; read again; keep it if it is still open, else withdraw and
         pause. `before` runs ahead of each attempt. None when nothing is open."""
         for attempt in range(max_attempts):
@@ -314,22 +314,22 @@ class CellClaims:
             if not candidates:
                 return None
             key = next(iter(candidates)) if attempt == 0 else after_a_lost_race(candidates)
-            self._write_claim(key)
+            self._write_booking(key)
             if key in open_now():
                 return candidates[key]
             self.release()
             time.sleep(self.rng.uniform(0.05, 1.0))  # two workers raced for it: separate them
-        raise RuntimeError(f"could not claim {what} in {max_attempts} attempts")
+        raise RuntimeError(f"could not book {what} in {max_attempts} attempts")
 
     def continuing(self, trial: FrozenTrial, dead_number: int) -> None:
-        """Record on the new trial its worker and the dead trial it continues, then release the claim."""
+        """Record on the new trial its worker and the dead trial it continues, then release the booking."""
         tid = self.trial_id(trial)
         self.storage.set_trial_user_attr(tid, keys.WORKER, self.worker.as_attr())
         self.storage.set_trial_user_attr(tid, keys.CONTINUES, dead_number)
         self.release()
 
     def started(self, trial: FrozenTrial, cell: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> None:
-        """Record the cell and worker on the new trial, then release the claim (in that order)."""
+        """Record the cell and worker on the new trial, then release the booking (in that order)."""
         tid = self.trial_id(trial)
         self.storage.set_trial_user_attr(tid, keys.WORKER, self.worker.as_attr())
         self.storage.set_trial_user_attr(tid, keys.CELL_KEY, cell_key(cell))
@@ -338,16 +338,16 @@ class CellClaims:
         self.release()
 
     def release(self) -> None:
-        self.storage.set_study_system_attr(self.study_id, self.claim_key,
+        self.storage.set_study_system_attr(self.study_id, self.booking_key,
                                            {"cell": None, "at": time.time(), "worker": self.worker.as_attr()})
 
-    def _write_claim(self, key: str) -> None:
-        self.storage.set_study_system_attr(self.study_id, self.claim_key,
+    def _write_booking(self, key: str) -> None:
+        self.storage.set_study_system_attr(self.study_id, self.booking_key,
                                            {"cell": key, "at": time.time(), "worker": self.worker.as_attr()})
 
 
 def continuation_key(number: int) -> str:
-    """What a worker claims to continue dead trial `number` (no cell key looks like it)."""
+    """What a worker books to continue dead trial `number` (no cell key looks like it)."""
     return f"continues trial {number}"
 
 
