@@ -22,7 +22,7 @@ from hmer.reports.claims_format import format_claims
 from hmer.reports.paper_claims import (CLAIMS, NO_STUDY, NO_TEST, NOT_SIGNIFICANT, REPRODUCED, REVERSED, Claim,
                                        claims_table, measure_sides, paper_figure, paper_figures, verdict,
                                        verdict_per_seed)
-from hmer.reports.significance import compare
+from hmer.evaluation.significance import compare
 
 BUDGET = "claimtest"  # the smoke study below is ablate_direction-claimtest
 YEARS = ["2014", "2016", "2019"]

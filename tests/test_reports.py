@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from hmer.reports.runs import PredictionsNotFound, parse_value, typed_column
-from hmer.reports.significance import (compare, exact_binomial_two_sided, mcnemar, paired_bootstrap,
+from hmer.evaluation.significance import (compare, exact_binomial_two_sided, mcnemar, paired_bootstrap,
                                        seed_pairs, sign_flip)
 from hmer.reports.tables import MISSING, format_table, grid_order, resolve_baseline, variant_table
 from study_store import OVERRIDES, STUDY_NAME, TEST_SPLITS, VARIANTS, study_store
@@ -483,7 +483,7 @@ def test_hmer_report_command_line_for_a_study_an_experiment_and_runs(store, tmp_
 def test_attention_maps_of_a_model_with_and_without_coverage(store):
     from hmer.data import load_dataset
     from hmer.reports import load_runs, plot_attention
-    from hmer.reports.attention import attend, token_maps
+    from hmer.tracking.attention import attend, token_maps
     from hmer.tracking import load_model
 
     runs = load_runs(store.tracking_uri, study=store.study)

@@ -313,7 +313,7 @@ def report_command(
     """
     from ..reports.runs import (NoRunsError, load_predictions, load_runs, resolve_tracking_uri, study_parent,
                                 study_progress)
-    from ..reports.significance import DEFAULT_RESAMPLES
+    from ..evaluation.significance import DEFAULT_RESAMPLES
     from ..reports.tables import format_table, study_table, variant_table
     from ..store.study_run import comparison_metric
     from ..tracking import keys
@@ -364,7 +364,7 @@ def sweep_report(study: str, tracking_uri: str, out_dir: str | Path | None = Non
     written to `sweep.txt`. Returns 0, or 1 when no trial has an objective yet."""
     from ..atomic import write_text_atomically
 
-    from ..reports.sweep import complete_trials, describe_sweep, failures, find_sweep, sweep_table
+    from ..studies.sweep_report import complete_trials, describe_sweep, failures, find_sweep, sweep_table
 
     sweep = find_sweep(tracking_uri, None, study)
     text = "\n".join([describe_sweep(sweep), "", sweep_table(sweep), *failures(sweep)]) + "\n"
@@ -393,7 +393,7 @@ def claims_command(budgets: str | None = None, tracking_uri: str | None = None, 
 
     from ..atomic import write_text_atomically
     from ..reports.plots import plot_claims
-    from ..reports.significance import DEFAULT_RESAMPLES
+    from ..evaluation.significance import DEFAULT_RESAMPLES
 
     from ..reports.budget_curves import budget_history, format_budgets, plot_budget_curves
     from ..reports.claims_format import format_claims

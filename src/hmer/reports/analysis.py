@@ -12,7 +12,7 @@ which every training run logs. `hmer analyze RUN [RUN_B]` prints these tables an
 per variant to a report.
 
 The buckets (target length, structure) are defined and explained in `hmer.reports.buckets`,
-the token alignment behind the edits in `hmer.reports.alignment`; the tables are written by
+the token alignment behind the edits in `hmer.evaluation.alignment`; the tables are written by
 `hmer.reports.analysis_format` and the plot by `hmer.reports.plots.plot_breakdown`. The
 names of the first three import from here as well.
 """
@@ -29,7 +29,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .alignment import EDIT_KINDS, Edit, align, edit_count
+from ..evaluation.alignment import EDIT_KINDS, Edit, align, edit_count
 from .analysis_format import format_breakdown, format_comparison, format_confusions
 from .buckets import (ALL, AXES, LENGTH_BUCKETS, NO_STRUCTURE, STRUCTURE_TOKENS, length_bucket, length_labels,
                       structure_labels, structures)

@@ -18,7 +18,7 @@ import pandas as pd
 from .markup import MISSING, bold, is_missing, layout, mean_pm_std, measure_label, p_value
 from .paper_claims import (ALPHA, CLAIMS, NO_SINGLE_PAPER, NOT_SIGNIFICANT, REPRODUCED, REVERSED, SPLIT,
                            paper_figures)
-from .significance import DEFAULT_CONFIDENCE
+from ..evaluation.significance import DEFAULT_CONFIDENCE
 
 # Within one / two errors means two things when the table is on token edits. The papers' ≤1 / ≤2 columns are the
 # official CROHME tools' (lgeval over symbol label graphs, as CoMER's repository runs them); ours count token

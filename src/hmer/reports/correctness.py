@@ -1,5 +1,5 @@
 """Which test expressions each run read right, from its predictions artifacts, lined up for the
-paired tests of `hmer.reports.significance`: the same expressions, in the same order, for the
+paired tests of `hmer.evaluation.significance`: the same expressions, in the same order, for the
 baseline's runs and a variant's.
 """
 

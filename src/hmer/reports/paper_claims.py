@@ -65,7 +65,7 @@ import pandas as pd
 from ..evaluation.lgeval import TOKEN_MEASURE
 from .markup import is_missing, measures
 from .runs import PredictionsNotFound, load_predictions, load_runs, resolve_tracking_uri, scored_years, study_progress
-from .significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES
+from ..evaluation.significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES
 from .tables import scored, variant_table
 
 ALPHA = 0.05  # the level of the verdict, matching the 95 % interval

@@ -30,7 +30,7 @@ from .markup import measure_label
 from .tables import scores_long, variant_order
 
 if TYPE_CHECKING:
-    from .attention import AttentionResult
+    from ..tracking.attention import AttentionResult
 
 PALETTE = "colorblind"
 DPI = 150

@@ -17,7 +17,7 @@ import pandas as pd
 from .markup import (MISSING, Layout, bold, count, is_missing, layout, mean_pm_std, measure_label, measure_list,
                      measures,
                      number, p_value, parameter_count)
-from .significance import DEFAULT_CONFIDENCE
+from ..evaluation.significance import DEFAULT_CONFIDENCE
 
 
 def format_table(df: pd.DataFrame, fmt: str = "text") -> str:

@@ -17,7 +17,7 @@
   (per seed pair, in the order of the baseline's seeds: its p, and the side its discordant
   expressions favour, 1 the variant, -1 the baseline, 0 neither), `Y_p_sign_flip` and
   `Y_sign_flip_favours` (the exact sign-flip test over all seeds at once, and its side) (see
-  `hmer.reports.significance` for how seeds are pooled); NaN where the predictions
+  `hmer.evaluation.significance` for how seeds are pooled); NaN where the predictions
   artifacts are missing;
 - training cost: `gpu_minutes`, `train_minutes` (wall clock), `cpu_minutes` (the whole trial's CPU
   time, training and final decoding: metric `cpu_seconds`), `images_per_second` (means over seeds)
@@ -49,7 +49,7 @@ from .correctness import CorrectnessCache, PredictionLoader
 from .markup import MISSING, measure_label
 from .markup import measures as registered_measures
 from .runs import load_predictions, load_runs, scored_years, study_parent
-from .significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, compare
+from ..evaluation.significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, compare
 from .table_format import format_table
 
 __all__ = ["MISSING", "format_table", "grid_order", "resolve_baseline", "scored",

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 # The maps themselves are computed where a run's logged pictures are drawn from them too.
-from ..tracking.artifacts import KINDS, token_maps
+from .artifacts import KINDS, token_maps
 
 __all__ = ["KINDS", "AttentionResult", "attend", "decode_tokens", "token_maps"]
 
