@@ -45,7 +45,7 @@ from ..tracking import keys
 from ..tracking.store import search_all_runs
 from ..reports.plots import plot_exprate, variant_colors
 from ..reports.runs import client_for, load_runs, resolve_tracking_uri, study_parent
-from ..reports.table_format import format_table
+from ..reports.tables import format_table
 from ..reports.tables import scored, study_table
 
 TABLE_ARTIFACT = "table.md"
