@@ -431,9 +431,8 @@ def frontier_command(study: str, planned: Sequence[str], tracking_uri: str | Non
     reports/<study>). Returns 0, or 1 when no point is finished yet (its progress printed either way)."""
     from ..atomic import write_text_atomically
     from ..reports.plots import save_figure
-
-    from ..studies.frontier_report import (budget_points, format_frontier, frontier_points, frontier_summary, plot_frontier,
-                                           read_flops)
+    from ..studies.frontier_report import (budget_points, format_frontier, frontier_points, frontier_summary,
+                                           plot_frontier, read_flops)
 
     flops = read_flops(flops_path)
     points = frontier_points(study, flops, tracking_uri)
