@@ -166,13 +166,13 @@ def test_the_readme_prints_the_table_hmer_report_makes(clone, monkeypatch, capsy
 
 
 def test_the_readme_quotes_the_test_within_two_edits(clone, monkeypatch, capsys):
-    printed = _report(clone, monkeypatch, capsys, "--measure", "le2")
+    printed = _report(clone, monkeypatch, capsys, "--metric", "le2")
     bi = next(line for line in printed.splitlines() if line.startswith("bi ") and "[" in line)
     quoted = [line.rstrip() for line in (REPO / "README.md").read_text().splitlines()
               if line.startswith("bi ") and "≤2" not in line and line.count("[") >= 3]
     # the README prints the row up to the last year's p-values (not the cost columns)
     assert any(bi.startswith(line) and len(line) > 60 for line in quoted), \
-        f"the README does not quote `hmer report --study {STUDY} --measure le2`:\n{bi}"
+        f"the README does not quote `hmer report --study {STUDY} --metric le2`:\n{bi}"
 
 
 def test_the_readme_names_the_best_cpu_model_the_store_holds():
@@ -300,22 +300,22 @@ def test_the_readme_prints_the_claims_table_hmer_report_makes(clone, monkeypatch
     """Every measured row of `hmer report --claims` (ExpRate and within two edits) is in the README
     as printed, under the header that names both tests' columns, and each claim without a study is
     named there as such."""
-    from hmer.reports.claims_format import format_claims
+    from hmer.reports.paper_claims import format_claims
     from hmer.reports.paper_claims import CLAIMS, NO_STUDY, claims_table
 
     monkeypatch.chdir(clone)
     readme = (REPO / "README.md").read_text()
-    for measure in ("exprate", "le2"):
-        df = claims_table(tracking_uri="sqlite:///mlruns/mlflow.db", measure=measure)  # the cpu and long budgets
+    for metric in ("exprate", "le2"):
+        df = claims_table(tracking_uri="sqlite:///mlruns/mlflow.db", metric=metric)  # the cpu and long budgets
         lines = format_claims(df, "markdown").splitlines()
         (header,) = [line for line in lines if line.startswith("| claim |")]
         assert "verdict, all seeds" in header and "verdict, per-seed McNemar" in header
-        assert header in readme, f"the README's claims table on {measure} has not this header:\n{header}"
+        assert header in readme, f"the README's claims table on {metric} has not this header:\n{header}"
         rows = [line for line in lines if line.startswith("| ") and NO_STUDY not in line and line != header]
-        assert rows, f"the store answers no claim on {measure}"
+        assert rows, f"the store answers no claim on {metric}"
         for row in rows:
             assert row in readme, \
-                f"the README does not print this row of `hmer report --claims --measure {measure}`:\n{row}"
+                f"the README does not print this row of `hmer report --claims --metric {metric}`:\n{row}"
         for claim in CLAIMS:
             if (df.loc[df["claim"] == claim.name, "verdict"] == NO_STUDY).all():
                 assert f"The {claim.name} claim" in readme or f"the {claim.name} claim" in readme, claim.name

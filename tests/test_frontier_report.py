@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hmer.reports.frontier import frontier_points, input_label, read_flops
+from hmer.studies.frontier_report import frontier_points, input_label, read_flops
 from hmer.studies.suite.frontier import FRONTIER
 from study_store import studying_into
 from tiny_dataset import write_dataset

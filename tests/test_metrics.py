@@ -37,7 +37,7 @@ def test_as_dict_gives_the_mlflow_keys():
         "test_2014_le1": 100.0,
         "test_2014_le2": 100.0,
         "test_2014_n": 2,
-        # the papers' measures on symbol label graphs: `b` for `c` is one wrong node
+        # the papers' metrics on symbol label graphs: `b` for `c` is one wrong node
         "test_2014_lgeval_exprate": 50.0,
         "test_2014_lgeval_le1": 100.0,
         "test_2014_lgeval_le2": 100.0,

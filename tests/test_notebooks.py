@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 
 from hmer.cli import main as hmer_main
 from hmer.cli.notebooks import METADATA_KEY, NAMES, run_notebooks
-from hmer.reports.sweep import NoSweepError, describe_sweep, find_sweep, importance_spread, why_no_importances
+from hmer.studies.sweep_report import NoSweepError, describe_sweep, find_sweep, importance_spread, why_no_importances
 from hmer.tracking import keys
 from study_store import STUDY_NAME, study_store, studying_into
 
@@ -192,7 +192,7 @@ def sweep_store(tmp_path_factory):
 def test_sweep_notebook_shows_a_real_smoke_sweep(sweep_store, tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from hmer.reports.sweep import sweep_table
+    from hmer.studies.sweep_report import sweep_table
     from hmer.tracking.ui import run_url
 
     root = sweep_store["root"]

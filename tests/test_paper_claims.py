@@ -2,8 +2,8 @@
 correctness vectors whose answer is known (through the real paired tests), and the table on the
 store of a real smoke direction study (l2r against bi, one seed, one epoch of the tiny model),
 where the coverage, decoder and positional-encoding claims have no study yet. The study is trained
-before the papers' lgeval measures were registered, as the committed studies were: within one / two
-errors the table is on token edits until `hmer runs rescore` gives the runs the papers' measure,
+before the papers' lgeval metrics were registered, as the committed studies were: within one / two
+errors the table is on token edits until `hmer runs rescore` gives the runs the papers' metric,
 and then on it."""
 
 from __future__ import annotations
@@ -18,11 +18,10 @@ from metrics_absent import metrics_absent
 from study_store import OVERRIDES, TEST_SPLITS, studying_into
 from tiny_dataset import write_dataset
 
-from hmer.reports.claims_format import format_claims
 from hmer.reports.paper_claims import (CLAIMS, NO_STUDY, NO_TEST, NOT_SIGNIFICANT, REPRODUCED, REVERSED, Claim,
-                                       claims_table, measure_sides, paper_figure, paper_figures, verdict,
+                                       claims_table, format_claims, metric_sides, paper_figure, paper_figures, verdict,
                                        verdict_per_seed)
-from hmer.reports.significance import compare
+from hmer.evaluation.significance import compare
 
 BUDGET = "claimtest"  # the smoke study below is ablate_direction-claimtest
 YEARS = ["2014", "2016", "2019"]
@@ -41,7 +40,7 @@ def test_each_claim_compares_variants_of_its_study_grid():
     figures = paper_figures()
     sides = {(c.name, v) for c in CLAIMS for pair in c.comparisons for v in pair}
     assert set(zip(figures["claim"], figures["variant"])) <= sides  # every figure is a side of a claim
-    assert not figures.duplicated(["claim", "variant", "year", "measure"]).any()
+    assert not figures.duplicated(["claim", "variant", "year", "metric"]).any()
     assert (figures["source"] != "").all() and figures["value"].between(0, 100).all()
     assert paper_figure("direction", "bi", "2014") == 53.96 and math.isnan(paper_figure("direction", "l2r", "2014"))
     assert paper_figure("coverage", "none", "2019", "le2") == 76.06
@@ -96,7 +95,7 @@ def test_seed_pairs_that_disagree_are_not_read_as_not_significant():
 @pytest.fixture(scope="module")
 def direction_store(tmp_path_factory):
     """A real grid study named as the direction claim reads it: l2r (baseline) and bi, one seed, trained
-    before the lgeval measures were registered."""
+    before the lgeval metrics were registered."""
     from hmer.studies import DIRECTION, StudySpec, run_grid_study
 
     root = tmp_path_factory.mktemp("claims-store")
@@ -162,18 +161,18 @@ def test_claims_table_on_a_real_direction_study(direction_store):
                                                                           [62.97, 59.55]]
 
     # within two edits: the means and the tests are on <=2
-    le2 = claims_table(BUDGET, direction_store, measure="le2", claims=CLAIMS[:1], n_resamples=500)
+    le2 = claims_table(BUDGET, direction_store, metric="le2", claims=CLAIMS[:1], n_resamples=500)
     assert le2["winner_mean"].tolist() == [table.loc["bi", f"{y}_le2_mean"] for y in YEARS]
     assert le2["paper_winner"].tolist() == [70.28, 68.61, 69.14]
-    # the runs predate the papers' measure: the table stays on the token measure, and says why
-    assert (le2.attrs["measure"], le2.attrs["lacking"]) == ("le2", [f"ablate_direction-{BUDGET}"])
-    assert (le2["measure"] == "le2").all() and le2["winner_token_mean"].tolist() == le2["winner_mean"].tolist()
+    # the runs predate the papers' metric: the table stays on the token metric, and says why
+    assert (le2.attrs["metric"], le2.attrs["lacking"]) == ("le2", [f"ablate_direction-{BUDGET}"])
+    assert (le2["metric"] == "le2").all() and le2["winner_token_mean"].tolist() == le2["winner_mean"].tolist()
     # the papers' ≤2 (lgeval, symbol label graph errors) and ours (token edits) are labelled apart
     text = format_claims(le2)
     assert "paper ≤2 lgeval" in text and "ours ≤2 tokens (winner)" in text and "Δ ≤2 tokens" in text
     assert "ours ≤2 lgeval" not in text
     assert "symbol label graph" in text and "token edits" in text
-    assert f"the runs of ablate_direction-{BUDGET} do not carry the papers' measure" in text
+    assert f"the runs of ablate_direction-{BUDGET} do not carry the papers' metric" in text
     assert "`hmer runs rescore`" in text
     exprate_text = format_claims(claims_table(BUDGET, direction_store, claims=CLAIMS[:1], n_resamples=100))
     assert "paper ExpRate" in exprate_text and "symbol label graph" not in exprate_text
@@ -236,7 +235,7 @@ def test_hmer_report_claims(direction_store, tmp_path, capsys):
     out = tmp_path / "claims"
     assert main(["report", "--claims", "--budget", BUDGET, "--tracking-uri", direction_store, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
-    # without --measure: ExpRate, then within one and two errors (on token edits: these runs lack lgeval's);
+    # without --metric: ExpRate, then within one and two errors (on token edits: these runs lack lgeval's);
     # 29 rows without a study (coverage 15, decoder 2, posenc 3, counting 9), each with two verdicts
     assert "bi > l2r" in printed and printed.count(NO_STUDY) == 3 * 2 * 29 and "53.96 / –" in printed  # both verdicts
     assert printed.count("verdict, all seeds") == 3 and printed.count("verdict, per-seed McNemar") == 3
@@ -254,17 +253,17 @@ def test_hmer_report_claims(direction_store, tmp_path, capsys):
     assert main(["report", "--budget", "cpu", "--study", "x"]) == 2  # --budget alone means nothing
 
 
-def test_which_measure_a_claim_is_answered_on():
-    assert measure_sides("exprate") == ("exprate", None)  # the suite's ExpRate, its tables' and the README's
-    assert measure_sides("le1") == ("le1", "lgeval_le1") and measure_sides("lgeval_le2") == ("le2", "lgeval_le2")
-    assert measure_sides("lgeval_exprate") == ("exprate", "lgeval_exprate")
+def test_which_metric_a_claim_is_answered_on():
+    assert metric_sides("exprate") == ("exprate", None)  # the suite's ExpRate, its tables' and the README's
+    assert metric_sides("le1") == ("le1", "lgeval_le1") and metric_sides("lgeval_le2") == ("le2", "lgeval_le2")
+    assert metric_sides("lgeval_exprate") == ("exprate", "lgeval_exprate")
 
 
 @pytest.mark.slow
-def test_the_claims_are_answered_on_the_papers_measure_once_the_runs_carry_it(direction_store, tmp_path, capsys):
+def test_the_claims_are_answered_on_the_papers_metric_once_the_runs_carry_it(direction_store, tmp_path, capsys):
     """Re-scored (`hmer runs rescore`, on a copy of the store), the runs carry lgeval's ≤2: the table sets
     ours on it beside the paper's, with Δ and both tests on it, exactly as the study's own table on that
-    measure, and keeps our token measure beside it, named as such."""
+    metric, and keeps our token metric beside it, named as such."""
     from hmer.cli import main
     from hmer.reports import load_runs, variant_table
     from hmer.reports.runs import load_predictions
@@ -277,10 +276,10 @@ def test_the_claims_are_answered_on_the_papers_measure_once_the_runs_carry_it(di
     # the two trials; the study's own runs (its parent, a summary per variant) have no predictions
     assert re.search(r"\n2 of \d+ run\(s\) rescored", capsys.readouterr().out)
 
-    le2 = claims_table(BUDGET, uri, measure="le2", claims=CLAIMS[:1], n_resamples=500)
-    assert (le2.attrs["measure"], le2.attrs["token_measure"], le2.attrs["lacking"]) == ("lgeval_le2", "le2", [])
-    assert (le2["measure"] == "lgeval_le2").all() and le2["paper_winner"].tolist() == [70.28, 68.61, 69.14]
-    table = variant_table(load_runs(uri, study=study), baseline="l2r", n_resamples=500, measure="lgeval_le2",
+    le2 = claims_table(BUDGET, uri, metric="le2", claims=CLAIMS[:1], n_resamples=500)
+    assert (le2.attrs["metric"], le2.attrs["token_metric"], le2.attrs["lacking"]) == ("lgeval_le2", "le2", [])
+    assert (le2["metric"] == "lgeval_le2").all() and le2["paper_winner"].tolist() == [70.28, 68.61, 69.14]
+    table = variant_table(load_runs(uri, study=study), baseline="l2r", n_resamples=500, metric="lgeval_le2",
                           predictions=lambda run_id, year: load_predictions(run_id, year, uri))
     for _, row in le2.iterrows():
         y = row["year"]
@@ -289,14 +288,14 @@ def test_the_claims_are_answered_on_the_papers_measure_once_the_runs_carry_it(di
             assert row[f"{side}_token_mean"] == table.loc[variant, f"{y}_le2_mean"]
         for test in ("delta", "delta_low", "delta_high", "p_bootstrap", "p_sign_flip", "p_mcnemar", "p_mcnemar_pairs"):
             assert row[test] == table.loc["bi", f"{y}_{test}"], test
-    named = claims_table(BUDGET, uri, measure="lgeval_le2", claims=CLAIMS[:1], n_resamples=500)
+    named = claims_table(BUDGET, uri, metric="lgeval_le2", claims=CLAIMS[:1], n_resamples=500)
     assert named.equals(le2)
     text = format_claims(le2, "markdown")
     (header,) = [line for line in text.splitlines() if line.startswith("| claim |")]
     assert ("| paper ≤2 lgeval | ours ≤2 lgeval (winner) | ours ≤2 lgeval (loser) | ours ≤2 tokens (winner) | "
             "ours ≤2 tokens (loser) | Δ ≤2 lgeval [95% CI] |") in header
-    assert "on the papers' measure" in text and "`hmer runs rescore`" not in text
-    # ExpRate stays the suite's own, the measure of its study tables
+    assert "on the papers' metric" in text and "`hmer runs rescore`" not in text
+    # ExpRate stays the suite's own, the metric of its study tables
     exprate = claims_table(BUDGET, uri, claims=CLAIMS[:1], n_resamples=100)
-    assert exprate.attrs["measure"] == "exprate" and "paper ExpRate | ours ExpRate (winner)" in format_claims(
+    assert exprate.attrs["metric"] == "exprate" and "paper ExpRate | ours ExpRate (winner)" in format_claims(
         exprate, "markdown")

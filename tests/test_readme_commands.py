@@ -26,8 +26,8 @@ MLRUNS = REPO / "mlruns"
 RUN = (
     r"hmer models",
     r"hmer report --list",
-    r"hmer report --study ablate_\w+-cpu(-\w+)?( --measure le2)?",
-    r"hmer report --claims( --measure (le2|lgeval_exprate))?",
+    r"hmer report --study ablate_\w+-cpu(-\w+)?( --metric le2)?",
+    r"hmer report --claims( --metric (le2|lgeval_exprate))?",
     r"hmer report --experiment [\w-]+",
     r"hmer config [a-z][\w-]*( .*)?",
 )

@@ -185,7 +185,7 @@ def test_a_one_cell_study_runs_it(toy_decoder, tmp_path, monkeypatch):
 # ---- a metric of this file's own ---------------------------------------------------------------------
 
 def test_a_metric_registered_here_is_logged_and_reported_under_its_name(tmp_path, monkeypatch, capsys):
-    """The metric's one file is this one: training logs it, `hmer report --measure` takes it, and the
+    """The metric's one file is this one: training logs it, `hmer report --metric` takes it, and the
     report's tables carry its label and numbers, with its paired tests."""
     from hmer.evaluation.metrics import Metric
     from hmer.training import train
@@ -206,14 +206,14 @@ def test_a_metric_registered_here_is_logged_and_reported_under_its_name(tmp_path
                    for seed, variant in ((0, "first"), (1, "second"))]
         capsys.readouterr()
         out = tmp_path / "report"
-        assert main(["report", "--experiment", "metric", "--measure", "le3", "--tracking-uri", store,
+        assert main(["report", "--experiment", "metric", "--metric", "le3", "--tracking-uri", store,
                      "--out", str(out)]) == 0
         printed = capsys.readouterr().out
     finally:
         METRICS.unregister("le3")
     assert "le3" not in expression_metrics([["a"]], [["a"]]).extra
     with pytest.raises(SystemExit) as exit_:  # gone from the choices with its registration
-        main(["report", "--experiment", "metric", "--measure", "le3", "--tracking-uri", store])
+        main(["report", "--experiment", "metric", "--metric", "le3", "--tracking-uri", store])
     assert exit_.value.code == 2 and "invalid choice: 'le3'" in capsys.readouterr().err
 
     # The run logs it for validation and every test year, computed from the decoded predictions.

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from hmer.reports.runs import PredictionsNotFound, parse_value, typed_column
-from hmer.reports.significance import (compare, exact_binomial_two_sided, mcnemar, paired_bootstrap,
+from hmer.evaluation.significance import (compare, exact_binomial_two_sided, mcnemar, paired_bootstrap,
                                        seed_pairs, sign_flip)
 from hmer.reports.tables import MISSING, format_table, grid_order, resolve_baseline, variant_table
 from study_store import OVERRIDES, STUDY_NAME, TEST_SPLITS, VARIANTS, study_store
@@ -294,7 +294,7 @@ def test_table_with_predictions_has_paired_tests():
 
 
 def test_differences_and_tests_within_two_edits():
-    """`measure="le2"`: a variant that reads no formula exactly but gets close is told apart."""
+    """`metric="le2"`: a variant that reads no formula exactly but gets close is told apart."""
     names = [f"e{i}" for i in range(60)]
     runs = _runs(HAND[:5])
     # l2r is off by 3 or more edits everywhere; bi by exactly 2 on 40 of the 60 (never exact)
@@ -310,14 +310,14 @@ def test_differences_and_tests_within_two_edits():
     exact = variant_table(runs, years=["2014"], predictions=loader, n_resamples=1_000)
     assert exact.loc["bi", "2014_p_bootstrap"] == 1.0 and exact.loc["bi", "2014_p_mcnemar"] == 1.0
     assert exact.loc["bi", "2014_delta"] == 0.0  # from the predictions: neither reads one exactly
-    within = variant_table(runs, years=["2014"], predictions=loader, measure="le2", n_resamples=1_000)
+    within = variant_table(runs, years=["2014"], predictions=loader, metric="le2", n_resamples=1_000)
     assert within.loc["bi", "2014_delta_low"] > 0 and within.loc["bi", "2014_p_bootstrap"] < 0.01
     assert within.loc["bi", "2014_p_mcnemar"] < 0.001  # 40 discordant pairs, all one way
-    assert within.attrs["measure"] == "le2"
+    assert within.attrs["metric"] == "le2"
     text = format_table(within)
     assert "2014 Δ ≤2" in text and "Δ ≤2 in percentage points" in text and "Δ ExpRate" not in text
-    with pytest.raises(ValueError, match="unknown measure 'le3'"):
-        variant_table(runs, predictions=loader, measure="le3")
+    with pytest.raises(ValueError, match="unknown metric 'le3'"):
+        variant_table(runs, predictions=loader, metric="le3")
 
 
 def test_baseline_from_tag_cell_or_json():
@@ -482,8 +482,8 @@ def test_hmer_report_command_line_for_a_study_an_experiment_and_runs(store, tmp_
 @pytest.mark.slow
 def test_attention_maps_of_a_model_with_and_without_coverage(store):
     from hmer.data import load_dataset
-    from hmer.reports import load_runs, plot_attention
-    from hmer.reports.attention import attend, token_maps
+    from hmer.reports import load_runs
+    from hmer.tracking.attention import attend, plot_attention, token_maps
     from hmer.tracking import load_model
 
     runs = load_runs(store.tracking_uri, study=store.study)

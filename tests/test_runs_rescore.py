@@ -1,5 +1,5 @@
 """`hmer runs rescore`: runs trained before a metric was registered (two tiny real runs, trained while the
-papers' lgeval measures are out of the registry) are given its values from the predictions they stored,
+papers' lgeval metrics are out of the registry) are given its values from the predictions they stored,
 under the keys and at the step a new run logs them, equal to what `hmer.evaluation.lgeval` computes on
 those predictions; a second pass writes nothing; a run without predictions and a study's own run are
 skipped, said why; a bad input (no such run or study, a predictions file that is not one) is one line
@@ -119,7 +119,7 @@ def test_runs_are_given_the_metrics_registered_after_them_and_a_second_pass_writ
         assert f"2 of 4 run(s) rescored in {uri}, 16 metric(s) logged" in lines
         assert lines[-1].startswith(f"the tables on the parent runs of {STUDY} (what the UIs show) predate")
 
-        # the runs' tables show what they now carry (hmer report shows a measure some run has)
+        # the runs' tables show what they now carry (hmer report shows a metric some run has)
         from hmer.reports import format_table, study_table
 
         assert "2014 ≤2 (lgeval)" in format_table(study_table(STUDY, uri, n_resamples=100))

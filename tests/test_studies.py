@@ -26,7 +26,7 @@ from sqlalchemy.exc import OperationalError
 
 from hmer.cli.study import present
 from hmer.studies import DIRECTION, SWEEP, StudySpec, get_budget, run_grid_study, run_sweep
-from hmer.reports.sweep import sweep_table
+from hmer.studies.sweep_report import sweep_table
 from hmer.tracking import keys
 from hmer.checkpoint import load_checkpoint
 from tiny_dataset import tiny_data, write_dataset

@@ -35,7 +35,7 @@ from optuna.trial import TrialState
 from browser import chromium, require_browser, screenshot
 from hmer.reports.runs import list_studies, load_runs, study_parent
 from hmer.store.study_run import FIGURE_WIDTH_PX, summary_metric, summary_run_name
-from hmer.reports.table_format import format_table
+from hmer.reports.tables import format_table
 from hmer.reports.tables import grid_order, variant_table
 from hmer.studies.grid import Grid
 from hmer.tracking import keys
@@ -174,7 +174,7 @@ def _variant_table(site: Site):
 
 def _study_rows(site: Site) -> dict[str, list[str]]:
     """The first table `hmer report --study` prints (variant, seeds, mean ± std per year and
-    measure), cell by cell, by variant label."""
+    metric), cell by cell, by variant label."""
     text = format_table(_variant_table(site), "text").split("\n\n")[1]  # the title, then the scores block
     rows = [re.split(r"\s{2,}", line.strip()) for line in text.splitlines()[2:]]
     return {row[0]: row for row in rows}

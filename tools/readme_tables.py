@@ -33,7 +33,7 @@ STUDY_VARIANTS = {
     "ablate_posenc-cpu": ("sin2d (baseline)", "learned", "cape", "none"),
 }
 WITH_VALIDATION = {"ablate_posenc-cpu"}
-CLAIM_MEASURES = ("exprate", "le2")  # the README's claims tables, in order
+CLAIM_METRICS = ("exprate", "le2")  # the README's claims tables, in order
 
 
 def study_block(printed: str, variants: tuple[str, ...], with_validation: bool) -> str:
@@ -83,10 +83,10 @@ def hmer(*args: str, out: Path) -> str:
     return done.stdout
 
 
-def claims_markdown(measure: str) -> str:
-    """The claims table on `measure` as `hmer report --claims --out` writes it into claims.md."""
+def claims_markdown(metric: str) -> str:
+    """The claims table on `metric` as `hmer report --claims --out` writes it into claims.md."""
     with tempfile.TemporaryDirectory() as tmp:
-        hmer("report", "--claims", "--measure", measure, out=Path(tmp))
+        hmer("report", "--claims", "--metric", metric, out=Path(tmp))
         lines = (Path(tmp) / "claims.md").read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("| claim |"))
     end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
@@ -102,8 +102,8 @@ def written(text: str) -> str:
     """The README's text with every table above as the store prints it now."""
     for study, variants in STUDY_VARIANTS.items():
         text = replace_fenced(text, study, study_block(study_report(study), variants, study in WITH_VALIDATION))
-    for index, measure in enumerate(CLAIM_MEASURES):
-        text = replace_markdown_table(text, index, claims_markdown(measure))
+    for index, metric in enumerate(CLAIM_METRICS):
+        text = replace_markdown_table(text, index, claims_markdown(metric))
     return text
 
 

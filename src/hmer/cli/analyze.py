@@ -18,10 +18,28 @@ def add_parser(sub) -> None:
 
 
 def cmd_analyze(args) -> int:
-    from ..reports.analysis import analyze_command
+    """The tables on stdout (markdown or csv), and with `--out` every table and the plot as files. An
+    unknown run or one without predictions raises a ValueError (`hmer` prints it as one line, exit 2)."""
+    import sys
+
+    from ..reports.analysis import analyze, run_expressions, run_label
+    from ..reports.runs import NoRunsError, load_runs, resolve_tracking_uri
     from ..tracking.store import existing_store
 
     if len(args.runs) > 2:
         raise UserError(f"give one run to analyze or two to compare, not {len(args.runs)}")
+    if len(args.runs) == 2 and args.runs[0] == args.runs[1]:
+        raise ValueError("the two runs to compare are the same run")
     existing_store(args.tracking_uri)  # read alone: a mistyped path is named, not made a new store
-    return analyze_command(args.runs, tracking_uri=args.tracking_uri, fmt=args.fmt, out_dir=args.out, top=args.top)
+    uri = resolve_tracking_uri(args.tracking_uri)
+    runs = load_runs(uri, run_ids=list(args.runs), include_parents=True)
+    if runs.empty:
+        raise NoRunsError(f"no run {', '.join(args.runs)} in the MLflow store {uri}")
+    labels = [run_label(runs.iloc[i]) for i in range(len(runs))]
+    sides = [run_expressions(run_id, uri, label) for run_id, label in zip(args.runs, labels)]
+    result = analyze(sides[0], sides[1] if len(sides) == 2 else None, top=args.top)
+    print(result.main_csv() if args.fmt == "csv" else result.markdown("markdown"), end="")
+    if args.out is not None:
+        written = result.write(args.out, " vs ".join(labels))
+        print(f"wrote {len(written)} files to {args.out}", file=sys.stderr)
+    return 0

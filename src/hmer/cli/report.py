@@ -61,11 +61,11 @@ def add_parser(sub) -> None:
                     "benchmarks/results/frontier_flops.csv, written by benchmarks/frontier_flops.py)")
     rp.add_argument("--budget", default=None, help="with --claims: the studies' budgets, comma-separated (default "
                     "cpu,long: the three-seed cpu rows, then the one-seed long rows where their studies exist)")
-    rp.add_argument("--measure", choices=METRICS, default=None,
+    rp.add_argument("--metric", choices=METRICS, default=None,
                     help="the registered metric the differences against the baseline and the paired tests "
                          "are on: exprate, exact readings (a study's default); le1, le2 readings within 1 or 2 "
                          "edits; `hmer models` lists every metric. --claims without it answers each claim on "
-                         "ExpRate, then within 1 and 2 errors (on the papers' measure where the runs carry it)")
+                         "ExpRate, then within 1 and 2 errors (on the papers' metric where the runs carry it)")
     rp.set_defaults(func=cmd_report)
 
 
@@ -95,7 +95,7 @@ def cmd_report(args) -> int:
                 budgets = sorted({str(b) for b in listed.get("budget", []) if isinstance(b, str) and b})
                 raise UserError(f"--budget {args.budget}: no study of the store was run at budget {unknown[0]!r} "
                                 f"(its studies' budgets: {', '.join(budgets) or 'none'})")
-        return claims_command(args.budget, args.tracking_uri, args.out, measure=args.measure)
+        return claims_command(args.budget, args.tracking_uri, args.out, metric=args.metric)
     if args.frontier:
         from ..studies.spec import STUDIES, StudySpec
 
@@ -129,7 +129,7 @@ def cmd_report(args) -> int:
             raise UserError(str(exc)) from None
     return report_command(study=args.study, experiment=args.experiment, run_ids=args.runs,
                           tracking_uri=args.tracking_uri, out_dir=args.out, analysis=args.analysis,
-                          measure=args.measure or "exprate", code_fingerprint=code_fingerprint())
+                          metric=args.metric or "exprate", code_fingerprint=code_fingerprint())
 
 
 def report_name(study: str | None = None, experiment: str | None = None,
@@ -156,14 +156,13 @@ def default_out_dir(name: str) -> Path:
 
 def runs_summary(runs: pd.DataFrame, years: Sequence[str]) -> pd.DataFrame:
     """One row per run: the columns a reader checks a table against."""
-    from ..reports.markup import measures
     from ..tracking import keys
 
     cols = {"run_id": "run_id", "variant": "variant", "seed": "seed", "trial": "trial", "state": "state",
             "run_name": "run_name", f"tags.{keys.DEVICE}": "device", f"tags.{keys.GIT_COMMIT}": "git_commit",
             f"tags.{keys.FINGERPRINT}": "fingerprint"}
     for year in years:
-        for m in (*measures(), "n"):
+        for m in (*METRICS.names(), "n"):
             cols[f"metrics.test_{year}_{m}"] = f"test_{year}_{m}"
     for m in ("best_val_exprate", "gpu_minutes", "train_seconds", "cpu_seconds", "train_images_per_second",
               "num_params"):
@@ -207,7 +206,7 @@ def write_report(runs: pd.DataFrame, table: pd.DataFrame, out_dir: Path, *, name
                  tracking_uri: str | None = None) -> list[Path]:
     """Write every file of the report (see the module docstring); returns their paths."""
     from ..reports.curves import plot_training_curves
-    from ..reports.markup import measure_list, measures
+    from ..reports.markup import metric_list
     from ..reports.plots import plot_exprate, save_figure
     from ..reports.runs import curve_runs, load_history, scored_years
     from ..reports.tables import format_table, scored
@@ -221,11 +220,11 @@ def write_report(runs: pd.DataFrame, table: pd.DataFrame, out_dir: Path, *, name
     if not good.empty:
         written.append(save_figure(plot_exprate(runs, order=order, title=name), plots / "exprate.png"))
         figures.append(("ExpRate by variant and year", "plots/exprate.png"))
-        logged = [m for m in measures() if any(c.startswith("metrics.test_") and c.endswith(f"_{m}")
+        logged = [m for m in METRICS.names() if any(c.startswith("metrics.test_") and c.endswith(f"_{m}")
                                                and good[c].notna().any() for c in good.columns)]
-        written.append(save_figure(plot_exprate(runs, order=order, measures=logged, title=name),
+        written.append(save_figure(plot_exprate(runs, order=order, metrics=logged, title=name),
                                    plots / "scores.png"))
-        figures.append((f"{measure_list(logged)} by variant and year", "plots/scores.png"))
+        figures.append((f"{metric_list(logged)} by variant and year", "plots/scores.png"))
         history = load_history(curve_runs(runs), tracking_uri=tracking_uri)
         if not history.empty:
             written.append(save_figure(plot_training_curves(history, order=order, title=name),
@@ -301,7 +300,7 @@ def report_command(
     *,
     n_resamples: int | None = None,
     analysis: bool = False,
-    measure: str = "exprate",
+    metric: str = "exprate",
     code_fingerprint: str | None = None,
 ) -> int:
     """`hmer report`: tables and plots of a study, an experiment or a list of runs, as files.
@@ -313,7 +312,7 @@ def report_command(
     """
     from ..reports.runs import (NoRunsError, load_predictions, load_runs, resolve_tracking_uri, study_parent,
                                 study_progress)
-    from ..reports.significance import DEFAULT_RESAMPLES
+    from ..evaluation.significance import DEFAULT_RESAMPLES
     from ..reports.tables import format_table, study_table, variant_table
     from ..store.study_run import comparison_metric
     from ..tracking import keys
@@ -331,10 +330,10 @@ def report_command(
         what = f"study {study!r}" if study else f"experiment {experiment!r}" if experiment else "those run ids"
         raise NoRunsError(f"no training runs for {what} in the MLflow store {uri}")
     if study:
-        table = study_table(study, uri, runs=runs, measure=measure, n_resamples=n_resamples)
+        table = study_table(study, uri, runs=runs, metric=metric, n_resamples=n_resamples)
     else:
         table = variant_table(runs, predictions=lambda run_id, year: load_predictions(run_id, year, uri),
-                              measure=measure, n_resamples=n_resamples, title=name)
+                              metric=metric, n_resamples=n_resamples, title=name)
     out = Path(out_dir) if out_dir else default_out_dir(name)
     written = write_report(runs, table, out, name=name, tracking_uri=uri)
     progress = study_progress(study, uri) if study else None
@@ -364,7 +363,7 @@ def sweep_report(study: str, tracking_uri: str, out_dir: str | Path | None = Non
     written to `sweep.txt`. Returns 0, or 1 when no trial has an objective yet."""
     from ..atomic import write_text_atomically
 
-    from ..reports.sweep import complete_trials, describe_sweep, failures, find_sweep, sweep_table
+    from ..studies.sweep_report import complete_trials, describe_sweep, failures, find_sweep, sweep_table
 
     sweep = find_sweep(tracking_uri, None, study)
     text = "\n".join([describe_sweep(sweep), "", sweep_table(sweep), *failures(sweep)]) + "\n"
@@ -380,28 +379,26 @@ def sweep_report(study: str, tracking_uri: str, out_dir: str | Path | None = Non
 
 
 def claims_command(budgets: str | None = None, tracking_uri: str | None = None, out_dir: str | None = None, *,
-                   measure: str | None = None, n_resamples: int | None = None) -> int:
+                   metric: str | None = None, n_resamples: int | None = None) -> int:
     """`hmer report --claims`: print the claims table at `budgets` (comma-separated; default
-    `paper_claims.DEFAULT_BUDGETS`) on `measure`, or without one on each of `CLAIM_MEASURES` in turn
-    (ExpRate, then within one and two errors, on the papers' measure where the runs carry it); with
-    `out_dir`, also write `claims.md` and `claims.csv` (every measure printed) and the figure
-    `claims.png` of the first measure's rows at the first budget. Answering more than one budget, it also
+    `paper_claims.DEFAULT_BUDGETS`) on `metric`, or without one on each of `CLAIM_METRICS` in turn
+    (ExpRate, then within one and two errors, on the papers' metric where the runs carry it); with
+    `out_dir`, also write `claims.md` and `claims.csv` (every metric printed) and the figure
+    `claims.png` of the first metric's rows at the first budget. Answering more than one budget, it also
     prints how the same cells read at each (`budget_curves.format_budgets`: plateaus, CPU-hours,
     the gaps), with `out_dir` beside the figure `budget_curves.png`. Returns 0: a claim without its
     study is a row saying so, not an error."""
     import pandas as pd
 
     from ..atomic import write_text_atomically
-    from ..reports.plots import plot_claims
-    from ..reports.significance import DEFAULT_RESAMPLES
-
+    from ..evaluation.significance import DEFAULT_RESAMPLES
     from ..reports.budget_curves import budget_history, format_budgets, plot_budget_curves
-    from ..reports.claims_format import format_claims
-    from ..reports.paper_claims import CLAIM_MEASURES, DEFAULT_BUDGETS, claims_table
+    from ..reports.paper_claims import CLAIM_METRICS, DEFAULT_BUDGETS, claims_table, format_claims
+    from ..reports.plots import plot_claims
 
     n_resamples = DEFAULT_RESAMPLES if n_resamples is None else n_resamples
-    tables = [claims_table(budgets or DEFAULT_BUDGETS, tracking_uri, measure=m, n_resamples=n_resamples)
-              for m in ([measure] if measure else CLAIM_MEASURES)]
+    tables = [claims_table(budgets or DEFAULT_BUDGETS, tracking_uri, metric=m, n_resamples=n_resamples)
+              for m in ([metric] if metric else CLAIM_METRICS)]
     df = tables[0]
     texts = [format_claims(t, "text", sources=i == 0) for i, t in enumerate(tables)]
     history = (budget_history(budgets=df.attrs["budgets"], tracking_uri=tracking_uri)
@@ -434,9 +431,8 @@ def frontier_command(study: str, planned: Sequence[str], tracking_uri: str | Non
     reports/<study>). Returns 0, or 1 when no point is finished yet (its progress printed either way)."""
     from ..atomic import write_text_atomically
     from ..reports.plots import save_figure
-
-    from ..reports.frontier import (budget_points, format_frontier, frontier_points, frontier_summary, plot_frontier,
-                                    read_flops)
+    from ..studies.frontier_report import (budget_points, format_frontier, frontier_points, frontier_summary,
+                                           plot_frontier, read_flops)
 
     flops = read_flops(flops_path)
     points = frontier_points(study, flops, tracking_uri)

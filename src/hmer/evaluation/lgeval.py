@@ -12,7 +12,7 @@ Which expressions count: one whose truth does not convert to MathML (pandoc leav
 no graph to compare with and leaves the denominator; a prediction that does not convert is compared
 with an empty graph, so all of the truth's nodes and relations count as errors.
 
-This differs from the token measures (`exprate`, `le1`, `le2` in `metrics`): token sequences that
+This differs from the token metrics (`exprate`, `le1`, `le2` in `metrics`): token sequences that
 draw the same graph are equal here (`x ^ { 2 } _ { 1 }` and `x _ { 1 } ^ { 2 }`, braces, `\\limits`
 in inline math), a wrong symbol costs one node error whatever its length in tokens, and a symbol
 in the wrong place costs its node and each relation that changed.
@@ -94,5 +94,5 @@ lgeval_le2 = METRICS.register(
     "lgeval_le2", within_graph_errors(2, "≤2 (lgeval)"),
     description="The papers' ≤2: at most two symbol label graph errors (lgeval D_B), in percent")
 
-# Each graph measure's counterpart among ours on token edits (`metrics`): the same question asked of the tokens.
-TOKEN_MEASURE = {"lgeval_exprate": "exprate", "lgeval_le1": "le1", "lgeval_le2": "le2"}
+# Each graph metric's counterpart among ours on token edits (`metrics`): the same question asked of the tokens.
+TOKEN_METRIC = {"lgeval_exprate": "exprate", "lgeval_le1": "le1", "lgeval_le2": "le2"}

@@ -11,13 +11,13 @@ equal though their tokens differ: a few tenths of a point apart (`lgeval_exprate
 pipeline's). The papers' "≤1 / ≤2 errors" are not these
 `le1` / `le2`: they count errors in the symbol label graph (a wrong symbol, relation or
 segmentation), which reads a few points lower than token edits on the same predictions
-(`hmer.reports.claims_format.EDIT_MEASURES_DIFFER`). Wherever a paper's figure stands beside ours,
+(`hmer.reports.paper_claims.EDIT_METRICS_DIFFER`). Wherever a paper's figure stands beside ours,
 the reports label the two apart.
 
 Each metric is a `Metric`, registered by name in `hmer.registry.METRICS`, and this file is the
 only place that names one: `expression_metrics` computes every registered metric (one beyond the
 three papers' goes into `Scores.extra`, and from there into MLflow as `test_{year}_{name}`), and
-`hmer report` takes its measures, their column labels and the `--measure` choices from the
+`hmer report` takes its metrics, their column labels and the `--metric` choices from the
 registry. A metric is a share of expressions, so that the report's paired tests (bootstrap,
 McNemar) can compare two runs expression by expression on it:
 
@@ -123,11 +123,6 @@ def within(max_errors: int, label: str) -> Metric:
 exprate = METRICS.register("exprate", within(0, "ExpRate"), description="ExpRate: exact matches, in percent")
 le1 = METRICS.register("le1", within(1, "≤1"), description="Within one token edit, in percent")
 le2 = METRICS.register("le2", within(2, "≤2"), description="Within two token edits, in percent")
-
-
-def measures() -> tuple[str, ...]:
-    """The registered metrics' names, in registration order: what the reports show and `--measure` takes."""
-    return METRICS.names()
 
 
 def label(name: str) -> str:

@@ -7,18 +7,14 @@
 - `runs`: load runs, metric histories and predictions out of MLflow as typed frames
   (`params`: MLflow's string params back to Python values);
 - `tables`: per-variant, per-year tables (mean ± std over seeds, paired tests, cost), built
-  from `correctness` (which expressions each run read right) and printed by `table_format`;
-- `markup`: numbers as strings and rows as Markdown or aligned text, for every table;
-- `significance`: paired bootstrap, exact McNemar and exact sign-flip tests over test expressions;
+  from `correctness` (which expressions each run read right), as a frame and as text;
+- `markup`: the one formatter: numbers as strings and rows as Markdown or aligned text, for every table;
 - `plots`: seaborn figures (ExpRate by variant and year, attention, error analysis, the papers'
   claims), and `curves`: the training curves;
-- `attention`: per-token attention / coverage maps of a model over an image;
 - `analysis`: error analysis of a run's predictions (by length and structure, token edits, two runs),
-  over `buckets` (target length, structure) and `alignment` (token edits), printed by `analysis_format`;
+  over `buckets` (target length, structure);
 - `published`: the papers' published ExpRates and which preset is which paper's model;
-- `paper_claims`: the papers' claims answered from the studies (`hmer report --claims`), printed by
-  `claims_format`;
-- `sweep`: a sweep read back from its Optuna storage (its best trial, its importances' spread).
+- `paper_claims`: the papers' claims answered from the studies (`hmer report --claims`);
 
 `hmer report` (`hmer.cli.report`) writes the same tables and plots as files.
 
@@ -33,21 +29,15 @@ from typing import Any
 _EXPORTS = {
     "NoRunsError": "runs", "PredictionsNotFound": "runs", "curve_runs": "runs", "list_studies": "runs",
     "load_history": "runs", "load_predictions": "runs", "load_runs": "runs", "scored_years": "runs",
-    "format_table": "table_format", "scored": "tables", "scores_long": "tables", "study_table": "tables",
+    "format_table": "tables", "scored": "tables", "scores_long": "tables", "study_table": "tables",
     "variant_order": "tables", "variant_table": "tables",
-    "compare": "significance", "mcnemar": "significance", "paired_bootstrap": "significance",
-    "sign_flip": "significance",
-    "plot_attention": "plots", "plot_exprate": "plots", "plot_training_curves": "curves", "save_figure": "plots",
-    "AttentionResult": "attention", "attend": "attention",
-    "align": "alignment", "analyze": "analysis", "analyze_command": "analysis", "breakdown": "analysis",
-    "compare_runs": "analysis", "confusions": "analysis", "format_breakdown": "analysis_format",
-    "format_comparison": "analysis_format", "format_confusions": "analysis_format", "plot_breakdown": "plots",
+    "plot_exprate": "plots", "plot_training_curves": "curves", "save_figure": "plots",
+    "analyze": "analysis", "breakdown": "analysis",
+    "compare_runs": "analysis", "confusions": "analysis", "format_breakdown": "analysis",
+    "format_comparison": "analysis", "format_confusions": "analysis", "plot_breakdown": "plots",
     "run_expressions": "analysis", "top_confusions": "analysis", "variant_analysis": "analysis",
     "format_published": "published", "paper_of": "published", "published_table": "published",
-    "NoSweepError": "sweep", "best_trial": "sweep", "complete_trials": "sweep", "describe_sweep": "sweep",
-    "failures": "sweep", "find_sweep": "sweep", "importance_evaluator": "sweep", "importance_spread": "sweep",
-    "why_no_importances": "sweep",
-    "CLAIMS": "paper_claims", "claims_table": "paper_claims", "format_claims": "claims_format", "plot_claims": "plots",
+    "CLAIMS": "paper_claims", "claims_table": "paper_claims", "format_claims": "paper_claims", "plot_claims": "plots",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -12,8 +12,8 @@ which every training run logs. `hmer analyze RUN [RUN_B]` prints these tables an
 per variant to a report.
 
 The buckets (target length, structure) are defined and explained in `hmer.reports.buckets`,
-the token alignment behind the edits in `hmer.reports.alignment`; the tables are written by
-`hmer.reports.analysis_format` and the plot by `hmer.reports.plots.plot_breakdown`. The
+the token alignment behind the edits in `hmer.evaluation.alignment`; the tables are written
+here and the plot by `hmer.reports.plots.plot_breakdown`. The
 names of the first three import from here as well.
 """
 
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -29,17 +28,16 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .alignment import EDIT_KINDS, Edit, align, edit_count
-from .analysis_format import format_breakdown, format_comparison, format_confusions
+from ..evaluation.alignment import EDIT_KINDS, Edit, align, edit_count
+from ..registry import METRICS
 from .buckets import (ALL, AXES, LENGTH_BUCKETS, NO_STRUCTURE, STRUCTURE_TOKENS, length_bucket, length_labels,
                       structure_labels, structures)
-from ..registry import METRICS
-from .markup import measures
-from .runs import NoRunsError, PredictionsNotFound, client_for, load_predictions, load_runs, resolve_tracking_uri
+from .markup import MISSING, bold, difference, layout, metric_label, metric_list, number
+from .runs import PredictionsNotFound, client_for, load_predictions
 
 __all__ = [
     "ALL", "AXES", "DEFAULT_TOP", "EDIT_KINDS", "LENGTH_BUCKETS", "NO_STRUCTURE", "STRUCTURE_TOKENS",
-    "Analysis", "AnalysisError", "Edit", "align", "analyze", "analyze_command", "breakdown", "compare_runs",
+    "Analysis", "AnalysisError", "Edit", "align", "analyze", "breakdown", "compare_runs",
     "confusions", "edit_count", "expressions", "format_breakdown", "format_comparison", "format_confusions",
     "length_bucket", "prediction_years", "run_expressions", "run_label", "structures",
     "top_confusions", "variant_analysis",
@@ -110,18 +108,18 @@ def run_expressions(run_id: str, tracking_uri: str | None = None, label: str | N
 
 # ---- the breakdown -----------------------------------------------------------------------------
 
-def token_measures() -> tuple[str, ...]:
+def token_metrics() -> tuple[str, ...]:
     """The registered metrics that read the token edit distance: the error analysis buckets those
     (a metric that judges the tokens themselves, lgeval's graph errors, is left out of it)."""
-    return tuple(m for m in measures() if getattr(METRICS.get(m), "judge", None) is None)
+    return tuple(m for m in METRICS.names() if getattr(METRICS.get(m), "judge", None) is None)
 
 
 def _rates(group: pd.DataFrame) -> dict[str, float]:
     """Every registered metric's rate (percent) over the group's expressions; NaN for none."""
     distance = group["distance"].to_numpy(float)
     if len(distance) == 0:
-        return {m: math.nan for m in token_measures()}
-    return {m: 100.0 * float(np.mean(METRICS.get(m).read_right(distance))) for m in token_measures()}
+        return {m: math.nan for m in token_metrics()}
+    return {m: 100.0 * float(np.mean(METRICS.get(m).read_right(distance))) for m in token_metrics()}
 
 
 def breakdown(rows: pd.DataFrame) -> pd.DataFrame:
@@ -147,7 +145,7 @@ def breakdown(rows: pd.DataFrame) -> pd.DataFrame:
         for bucket in structure_labels():
             part = flat[flat["structures"] == bucket]
             out.append({**base, "axis": "structure", "bucket": bucket, "n": part["name"].nunique(), **_rates(part)})
-    return pd.DataFrame(out, columns=["label", "year", "axis", "bucket", "n", "runs", *token_measures()])
+    return pd.DataFrame(out, columns=["label", "year", "axis", "bucket", "n", "runs", *token_metrics()])
 
 
 def confusions(rows: pd.DataFrame) -> pd.DataFrame:
@@ -200,7 +198,7 @@ def compare_runs(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> pd.DataFrame:
     both, only A, only B, neither), and for every other registered metric `a_<m>`, `b_<m>`
     (a_le1, b_le1, a_le2, b_le2, ...). Each side must be one run (one row per expression and year).
     """
-    others = [m for m in token_measures() if m != "exprate"]
+    others = [m for m in token_metrics() if m != "exprate"]
     for side, rows in (("A", rows_a), ("B", rows_b)):
         if rows.duplicated(["year", "name"]).any():
             raise ValueError(f"compare_runs: side {side} has several rows per expression; give one run per side")
@@ -291,31 +289,6 @@ def run_label(run: pd.Series) -> str:
     return f"{run['variant']} ({str(run['run_id'])[:8]})"
 
 
-def analyze_command(run_ids: Sequence[str], tracking_uri: str | None = None, fmt: str = "markdown",
-                    out_dir: str | Path | None = None, top: int = DEFAULT_TOP) -> int:
-    """`hmer analyze RUN [RUN_B]`: the tables on stdout (`fmt` markdown or csv), and with
-    `out_dir` every table and the plot as files. An unknown run or one without predictions
-    raises a ValueError (`hmer` prints it as one line and exits 2)."""
-    if fmt not in ("markdown", "csv"):
-        raise ValueError(f"--format must be markdown or csv, got {fmt!r}")
-    if not 1 <= len(run_ids) <= 2:
-        raise ValueError(f"give one run to analyze or two to compare, not {len(run_ids)}")
-    if len(run_ids) == 2 and run_ids[0] == run_ids[1]:
-        raise ValueError("the two runs to compare are the same run")
-    uri = resolve_tracking_uri(tracking_uri)
-    runs = load_runs(uri, run_ids=list(run_ids), include_parents=True)
-    if runs.empty:
-        raise NoRunsError(f"no run {', '.join(run_ids)} in the MLflow store {uri}")
-    labels = [run_label(runs.iloc[i]) for i in range(len(runs))]
-    sides = [run_expressions(run_id, uri, label) for run_id, label in zip(run_ids, labels)]
-    result = analyze(sides[0], sides[1] if len(sides) == 2 else None, top=top)
-    print(result.main_csv() if fmt == "csv" else result.markdown("markdown"), end="")
-    if out_dir is not None:
-        written = result.write(out_dir, " vs ".join(labels))
-        print(f"wrote {len(written)} files to {out_dir}", file=sys.stderr)
-    return 0
-
-
 def variant_analysis(runs: pd.DataFrame, tracking_uri: str | None = None,
                      order: Sequence[str] | None = None, top: int = DEFAULT_TOP) -> Analysis | None:
     """The analysis per variant of a report's runs, seeds pooled; None when no run has predictions."""
@@ -334,3 +307,65 @@ def variant_analysis(runs: pd.DataFrame, tracking_uri: str | None = None,
         return None
     return analyze(pd.concat(frames, ignore_index=True), top=top)
 
+
+def _row_name(axis: str, bucket: str) -> str:
+    if axis == "all":
+        return "all"
+    return f"{'length' if axis == 'length' else 'has'} {bucket}" if bucket != NO_STRUCTURE else bucket
+
+
+def format_breakdown(table: pd.DataFrame, fmt: str = "markdown") -> str:
+    """One table per label: a row per bucket; per year n and every registered metric (ExpRate, ≤1, ≤2; percent)."""
+    render = layout(fmt)
+    blocks = []
+    for label, part in table.groupby("label", sort=False):
+        years = list(dict.fromkeys(part["year"]))
+        runs = int(part["runs"].max())
+        shown = [m for m in METRICS.names() if m in part.columns]
+        head = ["bucket"] + [f"{y} {c}" for y in years for c in ("n", *(metric_label(m) for m in shown))]
+        body = []
+        for (axis, bucket), rows in part.groupby(["axis", "bucket"], sort=False):
+            cells = [_row_name(axis, bucket)]
+            for year in years:
+                r = rows[rows["year"] == year]
+                if r.empty:
+                    cells += [MISSING] * (1 + len(shown))
+                    continue
+                r = r.iloc[0]
+                cells += [str(int(r["n"]))] + [number(r[m]) for m in shown]
+            body.append(cells)
+        pooled = f" (pooled over {runs} runs)" if runs > 1 else ""
+        blocks.append(f"{bold(fmt)(str(label))}: {metric_list(shown)} (%) by target length and structure{pooled}\n\n"
+                      + render(head, body))
+    blocks.append("Length buckets partition each year. Structure buckets overlap: an expression holding "
+                  "\\frac and ^ counts under both, so those rows add up to more than the year's n.")
+    return "\n\n".join(blocks) + "\n"
+
+
+def format_confusions(top: pd.DataFrame, fmt: str = "markdown") -> str:
+    """The most frequent substitutions, insertions and deletions of each label, with counts per year."""
+    render = layout(fmt)
+    if top.empty:
+        return "No token edits: every expression was read right.\n"
+    years = [c for c in top.columns if c not in ("label", "kind", "truth", "prediction", "count")]
+    blocks = []
+    for label, part in top.groupby("label", sort=False):
+        head = ["edit", "truth", "prediction", "count", *years]
+        body = [[r["kind"], r["truth"] or MISSING, r["prediction"] or MISSING, str(int(r["count"])),
+                 *[str(int(r[y])) for y in years]] for _, r in part.iterrows()]
+        blocks.append(f"{bold(fmt)(str(label))}: the most frequent token edits (alignment of truth to prediction)\n\n"
+                      + render(head, body))
+    return "\n\n".join(blocks) + "\n"
+
+
+def format_comparison(table: pd.DataFrame, label_a: str, label_b: str, fmt: str = "markdown") -> str:
+    """Per year and bucket: A's and B's ExpRate, B − A, and the expressions only one read right."""
+    render = layout(fmt)
+    head = ["year", "bucket", "n", "A ExpRate", "B ExpRate", "Δ (B − A)", "only A", "only B", "both", "neither"]
+    body = [[str(r["year"]), _row_name(r["axis"], r["bucket"]), str(int(r["n"])), number(r["a_exprate"]),
+             number(r["b_exprate"]), difference(r["delta"]),
+             str(r["only_a"]), str(r["only_b"]), str(r["both"]), str(r["neither"])] for _, r in table.iterrows()]
+    strong = bold(fmt)
+    intro = (f"A = {strong(label_a)}, B = {strong(label_b)}: ExpRate (%) on the expressions both were scored on; "
+             "Δ in percentage points; only A / only B = expressions one read right and the other did not")
+    return f"{intro}\n\n{render(head, body)}\n"

@@ -1,5 +1,5 @@
 """Which test expressions each run read right, from its predictions artifacts, lined up for the
-paired tests of `hmer.reports.significance`: the same expressions, in the same order, for the
+paired tests of `hmer.evaluation.significance`: the same expressions, in the same order, for the
 baseline's runs and a variant's.
 """
 
@@ -13,7 +13,7 @@ import pandas as pd
 from ..registry import METRICS
 from .runs import PredictionsNotFound
 
-# (run_id, year) -> a frame with the columns name, correct and (for a measure other than exprate)
+# (run_id, year) -> a frame with the columns name, correct and (for a metric other than exprate)
 # distance, e.g. a bound `load_predictions`
 PredictionLoader = Callable[[str, str], pd.DataFrame]
 
@@ -21,18 +21,18 @@ PredictionLoader = Callable[[str, str], pd.DataFrame]
 class CorrectnessCache:
     """Per-run correctness per year from the predictions artifacts, each fetched once.
 
-    `measure` says what counts as read right: `exprate` (the default) an exact reading (the
+    `metric` says what counts as read right: `exprate` (the default) an exact reading (the
     `correct` column), any other registered metric its `counts` of the token edit distance (the
     `distance` column): `le1` and `le2` a reading within one or two token edits of the truth; a
     metric that judges the tokens (`lgeval_*`) reads the `prediction` and `truth` columns.
     """
 
-    def __init__(self, loader: PredictionLoader | None, measure: str = "exprate"):
-        if measure not in METRICS:
-            raise ValueError(f"unknown measure {measure!r}; known: {', '.join(METRICS)}")
+    def __init__(self, loader: PredictionLoader | None, metric: str = "exprate"):
+        if metric not in METRICS:
+            raise ValueError(f"unknown metric {metric!r}; known: {', '.join(METRICS)}")
         self.loader = loader
-        self.measure = measure
-        self.metric = METRICS.get(measure)
+        self.metric_name = metric
+        self.metric = METRICS.get(metric)
         self.cache: dict[tuple[str, str], pd.Series | None] = {}
         self.used = False  # whether any pair of runs was aligned: the table carries tests
 
@@ -44,7 +44,7 @@ class CorrectnessCache:
         if key not in self.cache:
             try:
                 df = self.loader(run_id, year)
-                if self.measure == "exprate":
+                if self.metric_name == "exprate":
                     right = pd.Series(df["correct"].to_numpy(bool), index=df["name"].astype(str))
                 else:
                     # A metric that judges the tokens (lgeval's graphs) leaves out, as NaN, the

@@ -1,14 +1,13 @@
-"""How every report writes its numbers: the measures and their labels, numbers as strings, and
-rows of strings as a GitHub Markdown table or as aligned plain text.
-
-The measures are the registered metrics (`hmer.registry.METRICS`, built in `evaluation/metrics.py`),
-read at each use, so a metric registered anywhere (a test, a notebook) is a column of every table.
+"""The one formatter of every report: the metrics' labels, numbers as strings, and rows of strings as a
+GitHub Markdown table or as aligned plain text.
 
     render = layout("markdown")                       # or "text"
     print(render(["variant", "2014 ExpRate"], [["bttr", mean_pm_std(55.2, 0.4)]]))
 
-Shared by `tables` (the variant tables), `analysis` and `published`, so that a missing
-number looks the same everywhere.
+The metrics are the registered ones (`hmer.registry.METRICS`), read at each use, so a metric registered
+anywhere (a test, a notebook) is a column of every table. A missing number looks the same everywhere.
+The Markdown is written here rather than by `DataFrame.to_markdown`: tabulate pads every cell to its
+column's width, and the committed README tables are unpadded.
 """
 
 from __future__ import annotations
@@ -17,8 +16,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from ..evaluation.metrics import label as measure_label
-from ..evaluation.metrics import measures as measures  # the reports read the registry's measures from here
+from ..evaluation.metrics import label as metric_label
 
 MISSING = "–"  # shown for a number that does not exist (std of one seed, no test, no baseline)
 FORMATS = ("text", "markdown")
@@ -26,9 +24,9 @@ FORMATS = ("text", "markdown")
 Layout = Callable[[list[str], list[list[str]]], str]
 
 
-def measure_list(names: list[str]) -> str:
+def metric_list(names: list[str]) -> str:
     """The metrics' labels as a phrase: "ExpRate, ≤1 and ≤2"."""
-    labels = [measure_label(m) for m in names]
+    labels = [metric_label(m) for m in names]
     return f"{', '.join(labels[:-1])} and {labels[-1]}" if len(labels) > 1 else "".join(labels)
 
 
@@ -45,6 +43,13 @@ def mean_pm_std(mean: Any, std: Any) -> str:
     if is_missing(mean):
         return MISSING
     return f"{float(mean):.1f} ± {number(std)}"
+
+
+def difference(value: Any, low: Any = None, high: Any = None) -> str:
+    """A signed difference in points, with its interval where there is one: "+2.1 [+0.4, +3.9]"."""
+    if is_missing(value):
+        return MISSING
+    return f"{value:+.1f}" if is_missing(low) else f"{value:+.1f} [{low:+.1f}, {high:+.1f}]"
 
 
 def p_value(value: Any) -> str:
@@ -95,4 +100,4 @@ def layout(fmt: str) -> Layout:
 
 def bold(fmt: str) -> Callable[[str], str]:
     """**s** in Markdown, s as it is in text."""
-    return (lambda s: f"**{s}**") if fmt == "markdown" else (lambda s: s)
+    return (lambda s: f"**{s}**") if fmt == "markdown" else str

@@ -1,7 +1,7 @@
 """The papers' claims, answered from the studies in the store: `hmer report --claims`.
 
     df = claims_table()                   # one row per claim, budget, comparison and test year
-    print(format_claims(df))              # aligned text; fmt="markdown" for a README (`claims_format`)
+    print(format_claims(df))              # aligned text; fmt="markdown" for a README
 
 A claim is a row of `CLAIMS`, the one place that says which study answers it, which variants it
 compares, which side it says wins and which paper makes it; adding a claim is adding a row there
@@ -12,7 +12,7 @@ than two variants (CoMER: fusion > cross, self > none) is several comparisons, e
 Each comparison is a variant table (`hmer.reports.tables.variant_table`) of the study's runs of
 its two variants with the claimed loser as the baseline, so the difference, its interval and
 the paired tests are computed exactly as `hmer report --study` computes them, on the same
-measure (column `measure`). Each comparison has two verdicts:
+metric (column `metric`). Each comparison has two verdicts:
 
 - **all seeds** (column `verdict`, the headline): the exact paired sign-flip test of the
   seed-averaged difference, one test that uses every seed at once, each test expression once;
@@ -34,19 +34,19 @@ only the claims whose study it has, and of those only the comparisons of the var
 trains (`--variants`: the long studies train two each).
 
 The papers' own figures live in `paper_claims.csv` (package data: claim, variant, year,
-measure, value, paper, source, note), one row per figure with where it stands: ExpRate, and ≤1 /
-≤2 where the paper gives them, so that `measure="le2"` shows the paper's ≤2 beside ours. A figure
+metric, value, paper, source, note), one row per figure with where it stands: ExpRate, and ≤1 /
+≤2 where the paper gives them, so that `metric="le2"` shows the paper's ≤2 beside ours. A figure
 that was not found in a source that can be cited has no row, and its cell is empty.
 
-Which measure ours are on (`measure_sides`). The papers count ≤1 / ≤2 errors in the symbol label graph
+Which metric ours are on (`metric_sides`). The papers count ≤1 / ≤2 errors in the symbol label graph
 (lgeval); the suite's own `le1` / `le2` count token edits, a few points apart on the same predictions.
-So with `measure="le2"` (or `"lgeval_le2"`) the table is on `lgeval_le2`, the papers' measure, wherever
+So with `metric="le2"` (or `"lgeval_le2"`) the table is on `lgeval_le2`, the papers' metric, wherever
 every answered study's runs carry it (runs trained before it was registered do once `hmer runs rescore`
-has given it to them): ours beside the paper's on one measure, Δ and both tests on it, and our token
-measure kept beside as `winner_token_*` / `loser_token_*`. Where some study's runs lack it, the whole
-table stays on the token measure (one measure per table, so that its header says what every row is
+has given it to them): ours beside the paper's on one metric, Δ and both tests on it, and our token
+metric kept beside as `winner_token_*` / `loser_token_*`. Where some study's runs lack it, the whole
+table stays on the token metric (one metric per table, so that its header says what every row is
 on) and `attrs["lacking"]` names those studies. ExpRate stays the suite's own (`exprate`), the
-measure of every other table: it agrees with lgeval's but for a few expressions a year.
+metric of every other table: it agrees with lgeval's but for a few expressions a year.
 
 "claims" alone already names something else in this project: workers claiming grid cells
 (`hmer.studies.claims`). Here a claim is a paper's, hence the module's name.
@@ -62,10 +62,11 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from ..evaluation.lgeval import TOKEN_MEASURE
-from .markup import is_missing, measures
+from ..evaluation.lgeval import TOKEN_METRIC
+from ..evaluation.significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES
+from ..registry import METRICS
+from .markup import MISSING, bold, difference, is_missing, layout, mean_pm_std, metric_label, number, p_value
 from .runs import PredictionsNotFound, load_predictions, load_runs, resolve_tracking_uri, scored_years, study_progress
-from .significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES
 from .tables import scored, variant_table
 
 ALPHA = 0.05  # the level of the verdict, matching the 95 % interval
@@ -130,23 +131,23 @@ CLAIMS: tuple[Claim, ...] = (
            ("transformer/True/384", "transformer/False/588"))),
 )
 
-# The token measures whose papers' figures are counted over symbol label graphs a few points apart: on these the
-# table is on the graph measure where the runs carry it (see the module docstring). Not ExpRate, on which tokens
+# The token metrics whose papers' figures are counted over symbol label graphs a few points apart: on these the
+# table is on the graph metric where the runs carry it (see the module docstring). Not ExpRate, on which tokens
 # and graphs agree but for a few expressions a year: the suite's ExpRate is its tables' and the README's.
-ON_GRAPHS = {token: graph for graph, token in TOKEN_MEASURE.items() if token != "exprate"}
-# What `hmer report --claims` answers each claim on when no measure is named: the papers' three columns
-CLAIM_MEASURES = ("exprate", "le1", "le2")
+ON_GRAPHS = {token: graph for graph, token in TOKEN_METRIC.items() if token != "exprate"}
+# What `hmer report --claims` answers each claim on when no metric is named: the papers' three columns
+CLAIM_METRICS = ("exprate", "le1", "le2")
 
 # p_sign_flip: the test over all seeds; p_mcnemar_pairs, mcnemar_favours: one entry per seed pair; a
 # `*_favours` is the side the test's data favour, the claimed winner's or loser's name ("" for neither)
-# measure: what winner_*, loser_*, delta and the tests are on; winner_token_*, loser_token_*: the same runs on our
-# token measure (equal to winner_* and loser_* where the measure is it)
-COLUMNS = ["claim", "budget", "study", "winner", "loser", "year", "measure", "paper_winner", "paper_loser",
+# metric: what winner_*, loser_*, delta and the tests are on; winner_token_*, loser_token_*: the same runs on our
+# token metric (equal to winner_* and loser_* where the metric is it)
+COLUMNS = ["claim", "budget", "study", "winner", "loser", "year", "metric", "paper_winner", "paper_loser",
            "seeds_winner", "seeds_loser", "winner_mean", "winner_std", "loser_mean", "loser_std", "winner_token_mean",
            "winner_token_std", "loser_token_mean", "loser_token_std", "delta", "delta_low", "delta_high",
            "p_bootstrap", "p_sign_flip", "sign_flip_favours", "verdict", "p_mcnemar", "p_mcnemar_pairs",
            "mcnemar_favours", "verdict_mcnemar"]
-_FIGURE_COLUMNS = ["claim", "variant", "year", "measure", "value", "paper", "source", "note"]
+_FIGURE_COLUMNS = ["claim", "variant", "year", "metric", "value", "paper", "source", "note"]
 
 
 # ---- the papers' figures ---------------------------------------------------------------------------
@@ -154,30 +155,30 @@ _FIGURE_COLUMNS = ["claim", "variant", "year", "measure", "value", "paper", "sou
 @lru_cache(maxsize=1)
 def _figures() -> pd.DataFrame:
     with resources.files(__package__).joinpath("paper_claims.csv").open("r", encoding="utf-8") as f:
-        df = pd.read_csv(f, dtype={"year": str, "claim": str, "variant": str, "measure": str},
+        df = pd.read_csv(f, dtype={"year": str, "claim": str, "variant": str, "metric": str},
                          keep_default_na=False)
     missing = set(_FIGURE_COLUMNS) - set(df.columns)
     if missing:
         raise ValueError(f"hmer/reports/paper_claims.csv lacks the column(s) {', '.join(sorted(missing))}")
-    unknown = set(df["measure"]) - set(measures())
+    unknown = set(df["metric"]) - set(METRICS.names())
     if unknown:
-        raise ValueError(f"hmer/reports/paper_claims.csv: unknown measure(s) {', '.join(sorted(unknown))}; "
-                         f"known: {', '.join(measures())}")
+        raise ValueError(f"hmer/reports/paper_claims.csv: unknown metric(s) {', '.join(sorted(unknown))}; "
+                         f"known: {', '.join(METRICS.names())}")
     df["value"] = pd.to_numeric(df["value"], errors="raise")
     return df[_FIGURE_COLUMNS]
 
 
 def paper_figures() -> pd.DataFrame:
-    """Every figure the papers give for a side of a claim: claim, variant, year, measure, value (%), paper,
+    """Every figure the papers give for a side of a claim: claim, variant, year, metric, value (%), paper,
     source, note."""
     return _figures().copy()
 
 
-def paper_figure(claim: str, variant: str, year: str, measure: str = "exprate") -> float:
-    """The paper's figure (%) on `measure` for that side of the claim and year; NaN when none was found."""
+def paper_figure(claim: str, variant: str, year: str, metric: str = "exprate") -> float:
+    """The paper's figure (%) on `metric` for that side of the claim and year; NaN when none was found."""
     df = _figures()
     hit = df[(df["claim"] == claim) & (df["variant"] == variant) & (df["year"] == str(year))
-             & (df["measure"] == measure)]
+             & (df["metric"] == metric)]
     return float(hit["value"].iloc[0]) if not hit.empty else math.nan
 
 
@@ -229,14 +230,14 @@ def _cached_loader(tracking_uri: str) -> Callable[[str, str], pd.DataFrame]:
     return load
 
 
-def measure_sides(measure: str) -> tuple[str, str | None]:
-    """(our token measure, the graph measure the table is on where the runs carry it, or None) of the
-    measure asked for: `le2` and `lgeval_le2` give (`le2`, `lgeval_le2`); `exprate` (`exprate`, None);
+def metric_sides(metric: str) -> tuple[str, str | None]:
+    """(our token metric, the graph metric the table is on where the runs carry it, or None) of the
+    metric asked for: `le2` and `lgeval_le2` give (`le2`, `lgeval_le2`); `exprate` (`exprate`, None);
     `lgeval_exprate`, named, (`exprate`, `lgeval_exprate`). The papers' figures are filed under the token
-    measure's name (`paper_claims.csv`)."""
-    if measure in TOKEN_MEASURE:
-        return TOKEN_MEASURE[measure], measure
-    return measure, ON_GRAPHS.get(measure)
+    metric's name (`paper_claims.csv`)."""
+    if metric in TOKEN_METRIC:
+        return TOKEN_METRIC[metric], metric
+    return metric, ON_GRAPHS.get(metric)
 
 
 @dataclass(frozen=True)
@@ -262,7 +263,7 @@ def claims_table(
     budgets: str | Sequence[str] = DEFAULT_BUDGETS,
     tracking_uri: str | None = None,
     *,
-    measure: str = "exprate",
+    metric: str = "exprate",
     claims: Sequence[Claim] = CLAIMS,
     n_resamples: int = DEFAULT_RESAMPLES,
     confidence: float = DEFAULT_CONFIDENCE,
@@ -273,18 +274,18 @@ def claims_table(
     `<study>-<budget>` has no scored run in the store gets, per comparison, a row per year the paper
     gives figures for (one row, year empty, when it gives none), verdict `no study yet`; one whose
     study has not finished, the same rows with its progress as the verdict. Means, stds
-    and differences are percent on the table's measure: `measure`, or its graph measure where every
-    answered study's runs carry it (`measure_sides`; `attrs`: `measure` the one shown, `token_measure`,
-    `lacking` the studies whose runs lack the graph measure)."""
+    and differences are percent on the table's metric: `metric`, or its graph metric where every
+    answered study's runs carry it (`metric_sides`; `attrs`: `metric` the one shown, `token_metric`,
+    `lacking` the studies whose runs lack the graph metric)."""
     uri = resolve_tracking_uri(tracking_uri)
     names = [b.strip() for b in budgets.split(",")] if isinstance(budgets, str) else list(budgets)
-    token, graph = measure_sides(measure)
+    token, graph = metric_sides(metric)
     studies = [study for i, budget in enumerate(names) for study in _studies(budget, uri, claims, first=i == 0)]
     lacking = [s.name for s in studies if graph and s.answers and not _carries(s.good, graph)]
     shown = graph if graph and not lacking else token
     rows = [row for s in studies for row in _study_rows(s, uri, shown, token, n_resamples, confidence, alpha)]
     df = pd.DataFrame(rows, columns=COLUMNS)
-    df.attrs.update({"budgets": names, "measure": shown, "token_measure": token, "lacking": lacking,
+    df.attrs.update({"budgets": names, "metric": shown, "token_metric": token, "lacking": lacking,
                      "confidence": confidence, "alpha": alpha, "n_resamples": n_resamples, "claims": list(claims)})
     return df
 
@@ -311,26 +312,26 @@ def _studies(budget: str, uri: str, claims: Sequence[Claim], first: bool) -> lis
     return studies
 
 
-def _carries(runs: pd.DataFrame, measure: str) -> bool:
-    """Whether each run has `measure` on every test year it was scored on (a run trained before the metric
+def _carries(runs: pd.DataFrame, metric: str) -> bool:
+    """Whether each run has `metric` on every test year it was scored on (a run trained before the metric
     was registered has not, until `hmer runs rescore` gives it)."""
     for year in scored_years(runs):
         scored_on = runs[f"metrics.test_{year}_exprate"].notna()
-        column = f"metrics.test_{year}_{measure}"
+        column = f"metrics.test_{year}_{metric}"
         if scored_on.any() and (column not in runs.columns or runs.loc[scored_on, column].isna().any()):
             return False
     return True
 
 
-def _study_rows(s: _Study, uri: str, measure: str, token: str, n_resamples: int, confidence: float,
+def _study_rows(s: _Study, uri: str, metric: str, token: str, n_resamples: int, confidence: float,
                 alpha: float) -> list[dict[str, Any]]:
-    """The rows of one claim's study (`claims_table`), on `measure`, with our `token` measure beside it."""
+    """The rows of one claim's study (`claims_table`), on `metric`, with our `token` metric beside it."""
     claim, budget, study = s.claim, s.budget, s.name
     if not s.answers:
         # the paper's figures still show, a row per year it gives them for (one row, year empty, without any)
         figures = _figures()
         paper_years = sorted(set(figures.loc[figures["claim"] == claim.name, "year"])) or [""]
-        return [_empty_row(claim, budget, study, winner, loser, y, measure, token, s.progress or NO_STUDY)
+        return [_empty_row(claim, budget, study, winner, loser, y, metric, token, s.progress or NO_STUDY)
                 for winner, loser in s.comparisons for y in paper_years]
     rows: list[dict[str, Any]] = []
     years = scored_years(s.runs)
@@ -339,15 +340,15 @@ def _study_rows(s: _Study, uri: str, measure: str, token: str, n_resamples: int,
         present = set(s.good["variant"])
         absent = [v for v in (winner, loser) if v not in present]
         if absent:
-            rows += [_empty_row(claim, budget, study, winner, loser, y, measure, token,
+            rows += [_empty_row(claim, budget, study, winner, loser, y, metric, token,
                                 f"no runs of {' and '.join(absent)}") for y in years]
             continue
         pair = s.runs[s.runs["variant"].isin([winner, loser])]
-        table = variant_table(pair, baseline=loser, years=years, predictions=load, measure=measure,
+        table = variant_table(pair, baseline=loser, years=years, predictions=load, metric=metric,
                               n_resamples=n_resamples, confidence=confidence, title=study)
         won, lost = table.loc[winner], table.loc[loser]
         for year in years:
-            row = _empty_row(claim, budget, study, winner, loser, year, measure, token, "")
+            row = _empty_row(claim, budget, study, winner, loser, year, metric, token, "")
             cells = {k: won.get(f"{year}_{k}") for k in ("delta", "delta_low", "delta_high", "p_bootstrap",
                                                            "p_sign_flip", "p_mcnemar")}
             row.update(cells)
@@ -361,7 +362,7 @@ def _study_rows(s: _Study, uri: str, measure: str, token: str, n_resamples: int,
                 "seeds_winner": int(won["seeds"]), "seeds_loser": int(lost["seeds"]),
                 **{f"{name}{part}_{stat}": side_row.get(f"{year}_{m}_{stat}")
                    for name, side_row in (("winner", won), ("loser", lost))
-                   for part, m in (("", measure), ("_token", token)) for stat in ("mean", "std")},
+                   for part, m in (("", metric), ("_token", token)) for stat in ("mean", "std")},
                 "sign_flip_favours": math.nan if is_missing(cells["p_sign_flip"]) else side[flip_favours],
                 "verdict": verdict(cells["p_sign_flip"], flip_favours, alpha),
                 "p_mcnemar_pairs": pair_ps or math.nan,
@@ -372,14 +373,125 @@ def _study_rows(s: _Study, uri: str, measure: str, token: str, n_resamples: int,
     return rows
 
 
-def _empty_row(claim: Claim, budget: str, study: str, winner: str, loser: str, year: str, measure: str, token: str,
+def _empty_row(claim: Claim, budget: str, study: str, winner: str, loser: str, year: str, metric: str, token: str,
                word: str) -> dict[str, Any]:
-    """A row with the claim, the paper's figures (filed under the `token` measure's name) where it gives them,
-    and no measurement on `measure`."""
+    """A row with the claim, the paper's figures (filed under the `token` metric's name) where it gives them,
+    and no measurement on `metric`."""
     row: dict[str, Any] = {c: math.nan for c in COLUMNS}
     row.update({"claim": claim.name, "budget": budget, "study": study, "winner": winner, "loser": loser, "year": year,
-                "measure": measure,
+                "metric": metric,
                 "paper_winner": paper_figure(claim.name, winner, year, token) if year else math.nan,
                 "paper_loser": paper_figure(claim.name, loser, year, token) if year else math.nan, "verdict": word,
                 "verdict_mcnemar": word})
     return row
+
+
+# Within one / two errors means two things when the table is on token edits. The papers' ≤1 / ≤2 columns are the
+# official CROHME tools' (lgeval over symbol label graphs, as CoMER's repository runs them); ours count token
+# edits (`hmer.evaluation.metrics`). On the same predictions the two disagree by points, which is why the columns
+# are labelled apart and a paper's figure on them is context, never a target; the verdicts compare our runs with
+# each other, on the token metric.
+EDIT_METRICS_DIFFER = (
+    "Within one / two errors: the papers' figures (lgeval) count errors in the symbol label graph (symbols, "
+    "relations and segmentation) as the official CROHME tools do; ours count token edits (Levenshtein over the "
+    "LaTeX tokens). They are different metrics: on the same 2014 predictions (run 7ef3f758 of cpu-best, "
+    "the previous best CPU model) the official pipeline read 26.57 / 31.64 % within one / two graph errors "
+    "where the token metric reads 28.30 / 36.71 % (their ExpRates agree). The verdicts compare our runs on "
+    "the token metric only.")
+# ... and one thing when the runs carry the papers' metric: ours counted as the papers count.
+ON_THE_PAPERS_METRIC = (
+    "Within one / two errors, on the papers' metric: ours (lgeval) count errors in the symbol label graph as "
+    "the official CROHME tools do (hmer.evaluation.lgeval, which gives their figures expression for expression), "
+    "the metric of the papers' figures; Δ and both tests are on it, over the expressions whose truth converts "
+    "to a graph. Ours (tokens) are the suite's own metric, token edits (Levenshtein over the LaTeX tokens), on "
+    "the same runs: it reads a few points higher (run 7ef3f758 of cpu-best, 2014: 28.30 / 36.71 % within one / "
+    "two token edits, 26.57 / 31.64 % within one / two graph errors).")
+
+
+def format_claims(df: pd.DataFrame, fmt: str = "text", *, sources: bool = True) -> str:
+    """The claims table, then what each claim says and who says it, and where the papers' figures are from.
+    With `sources=False`, for a further metric printed under the first: a line naming the metric, the table
+    and what its metric is, without repeating the claims and the papers' sources."""
+    render = layout(fmt)
+    strong = bold(fmt)
+    confidence = float(df.attrs.get("confidence", DEFAULT_CONFIDENCE))
+    alpha = float(df.attrs.get("alpha", ALPHA))
+    metric = df.attrs.get("metric", "exprate")
+    token = df.attrs.get("token_metric", metric)
+    label = metric_label(token)
+    on_graphs = metric != token  # ours on the papers' metric, our token metric kept beside it
+    # the papers' ≤1 / ≤2 are lgeval's; ours are on it or on token edits (EDIT_METRICS_DIFFER)
+    paper_label, ours_label = (label, label) if token == "exprate" and not on_graphs else (
+        f"{label} lgeval", f"{label} lgeval" if on_graphs else f"{label} tokens")
+    kept = [f"ours {label} tokens (winner)", f"ours {label} tokens (loser)"] if on_graphs else []
+    head = ["claim", "budget", "year", "claimed", f"paper {paper_label}", f"ours {ours_label} (winner)",
+            f"ours {ours_label} (loser)", *kept, f"Δ {ours_label} [{confidence:.0%} CI]", "p boot", "p all seeds",
+            "verdict, all seeds", "p McNemar per seed pair", "verdict, per-seed McNemar"]
+    body = []
+    for _, r in df.iterrows():
+        paper = (MISSING if is_missing(r["paper_winner"]) and is_missing(r["paper_loser"])
+                 else f"{number(r['paper_winner'], 2)} / {number(r['paper_loser'], 2)}")
+        delta = difference(r["delta"], r["delta_low"], r["delta_high"])
+        pairs = MISSING if not isinstance(r["p_mcnemar_pairs"], tuple) else " ".join(
+            _sided_p(p, favours, r) for p, favours in zip(r["p_mcnemar_pairs"], r["mcnemar_favours"]))
+        tokens = [_ours(r, "winner", "_token"), _ours(r, "loser", "_token")] if on_graphs else []
+        body.append([r["claim"], r["budget"], r["year"] or MISSING, f"{r['winner']} > {r['loser']}", paper,
+                     _ours(r, "winner"), _ours(r, "loser"), *tokens, delta, p_value(r["p_bootstrap"]),
+                     _sided_p(r["p_sign_flip"], r["sign_flip_favours"], r), r["verdict"], pairs,
+                     r["verdict_mcnemar"]])
+    budgets = list(df.attrs.get("budgets", ()))
+    at = " and ".join(f"the {b}" for b in budgets) + (" budgets" if len(budgets) > 1 else " budget")
+    intro = (f"{strong('The papers’ claims')} against the studies at {at} (column budget; "
+             f"hmer.studies.budgets): ours are mean ± std over seeds (%, the number of seeds in brackets; one "
+             f"seed is one run, with no std); Δ = claimed winner − claimed loser in percentage points "
+             f"with its paired-bootstrap interval and p (p boot). Two tests, each with its verdict at α = {alpha:g}: "
+             f"{REPRODUCED} (significant in the claimed direction), {NOT_SIGNIFICANT}, or {REVERSED} (significant "
+             f"against the claim). All seeds: the exact paired sign-flip test over test expressions of the "
+             f"seed-averaged difference (each expression once, its correctness averaged over each side's seeds). "
+             f"Per-seed McNemar: the exact McNemar test of each seed-matched pair; their verdict when every pair "
+             f"reads the same, else {SPLIT} with how many pairs read what. A + or - before a p is the side its test's "
+             f"data favour: + the claimed winner, - the claimed loser, none a tie.")
+    claims = df.attrs.get("claims", CLAIMS)
+    notes = []
+    for c in claims:
+        studies = [s for s in dict.fromkeys(df.loc[df["claim"] == c.name, "study"])]
+        notes.append(f"- {c.name}: {c.statement}; {c.paper or NO_SINGLE_PAPER}; "
+                     f"{'studies' if len(studies) > 1 else 'study'} {', '.join(studies) or MISSING}")
+    figures = paper_figures()
+    cited = []
+    for (claim, variant), part in figures.groupby(["claim", "variant"], sort=False):
+        where = "; ".join(f"{', '.join(metric_label(m) for m in sub['metric'].unique())} from {source}"
+                          for source, sub in part.groupby("source", sort=False))
+        cited.append(f"- {claim}, {variant}: {part.iloc[0]['paper']}. {where}. Note: {part.iloc[0]['note']}.")
+    paper_note = (f"Paper {paper_label} = the paper's figure for the claimed winner / loser; {MISSING} where it was "
+                  "not found in a source that can be cited:")
+    blocks = ([intro, render(head, body), "Claims:\n" + "\n".join(notes), paper_note + "\n" + "\n".join(cited)]
+              if sources else
+              [f"{strong('The same claims, ' + ours_label)}: columns, tests and verdicts as in the first table, "
+               f"on this metric.", render(head, body)])
+    if on_graphs:
+        blocks.append(ON_THE_PAPERS_METRIC)
+    elif token != "exprate":
+        blocks.append(EDIT_METRICS_DIFFER)
+    lacking = df.attrs.get("lacking") or []
+    if lacking:
+        blocks.append(f"Ours are on token edits because the runs of {', '.join(lacking)} do not carry the papers' "
+                      f"metric (they were trained before it was registered): `hmer runs rescore` gives it to them "
+                      f"from their stored predictions, and the table is then on it.")
+    return "\n\n".join(blocks) + "\n"
+
+
+def _sided_p(p: Any, favours: Any, row: pd.Series) -> str:
+    """A p-value with the side its test favours: "+0.003" the claimed winner, "-0.003" the claimed loser."""
+    if is_missing(p):
+        return MISSING
+    sign = "+" if favours == row["winner"] else "-" if favours == row["loser"] else ""
+    return f"{sign}{p_value(p)}"
+
+
+def _ours(row: pd.Series, side: str, suffix: str = "") -> str:
+    """One side's mean ± std (seeds) on the table's metric, or with `suffix="_token"` on our token metric."""
+    mean = row[f"{side}{suffix}_mean"]
+    if is_missing(mean):
+        return MISSING
+    return f"{mean_pm_std(mean, row[f'{side}{suffix}_std'])} ({int(row[f'seeds_{side}'])})"

@@ -1,8 +1,7 @@
-"""Plots of the runs: ExpRate by variant and year, attention maps, error analysis, the claims; the
+"""Plots of the runs: ExpRate by variant and year, error analysis, the claims; the
 training curves are `hmer.reports.curves`, in the same colours (`variant_colors`).
 
     fig = plot_exprate(runs)                        # bars = mean over seeds, whiskers = std, dots = seeds
-    fig = plot_attention([with_cov, without_cov])   # per-token maps of two models, one expression
     fig = plot_breakdown(analyze(rows).breakdown)   # ExpRate by target length and structure
     fig = plot_claims(claims_table("cpu"))          # each claim's difference per year, with its interval
     save_figure(fig, "plots/exprate.png")
@@ -15,9 +14,8 @@ inline in a notebook all the same.
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -26,11 +24,8 @@ from matplotlib.lines import Line2D
 
 from ..atomic import write_atomically
 from .buckets import length_labels, structure_labels
-from .markup import measure_label
+from .markup import metric_label
 from .tables import scores_long, variant_order
-
-if TYPE_CHECKING:
-    from .attention import AttentionResult
 
 PALETTE = "colorblind"
 DPI = 150
@@ -64,7 +59,7 @@ def plot_exprate(
     variant_col: str = "variant",
     order: Sequence[str] | None = None,
     years: Sequence[str] | None = None,
-    measures: Sequence[str] = ("exprate",),
+    metrics: Sequence[str] = ("exprate",),
     title: str | None = None,
     path: str | Path | None = None,
     jitter: float = 0.08,
@@ -75,7 +70,7 @@ def plot_exprate(
         runs: a `load_runs` frame (runs without test scores are left out).
         order: the variants left to right (default: the order they ran in; the baseline
             first when `order` comes from `variant_table(...).index`).
-        measures: one panel per measure, each a registered metric ("exprate", "le1", "le2", ...).
+        metrics: one panel per metric, each a registered metric ("exprate", "le1", "le2", ...).
         path: also save the figure there as PNG.
         jitter: how far apart the seeds' dots of a bar spread, drawn at random (seaborn draws
             them from numpy's global generator); 0 puts them on the bar's centre line, and the
@@ -83,23 +78,23 @@ def plot_exprate(
     """
     import seaborn as sns
 
-    data = scores_long(runs, variant_col, years, measures)
+    data = scores_long(runs, variant_col, years, metrics)
     if data.empty:
         raise ValueError("no run with test scores to plot")
     hue_order = _order(runs, variant_col, order, data["variant"].unique())
     year_order = sorted(data["year"].unique())
     panel_width = max(4.0, 1.5 + 0.35 * len(year_order) * len(hue_order))  # room for every bar
-    fig = Figure(figsize=(panel_width * len(measures) + 1.5, 4.2), layout="constrained")
-    axes = fig.subplots(1, len(measures), squeeze=False)[0]
+    fig = Figure(figsize=(panel_width * len(metrics) + 1.5, 4.2), layout="constrained")
+    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     colors = variant_colors(hue_order)
-    for ax, measure in zip(axes, measures):
-        sub = data[data["measure"] == measure]
+    for ax, metric in zip(axes, metrics):
+        sub = data[data["metric"] == metric]
         sns.barplot(data=sub, x="year", y="value", hue="variant", order=year_order, hue_order=hue_order,
                     palette=colors, errorbar="sd", capsize=0.15, err_kws={"linewidth": 1.2}, alpha=0.85, ax=ax)
         sns.stripplot(data=sub, x="year", y="value", hue="variant", order=year_order, hue_order=hue_order,
                       palette={v: "0.15" for v in hue_order}, dodge=True, size=4, jitter=jitter, legend=False, ax=ax)
         ax.set_xlabel("CROHME test year")
-        ax.set_ylabel(f"{measure_label(measure)} (%)")
+        ax.set_ylabel(f"{metric_label(metric)} (%)")
         stats = sub.groupby(["variant", "year"])["value"].agg(["mean", "std"]).fillna(0.0)
         top = max(float(sub["value"].max()), float((stats["mean"] + stats["std"]).max()))
         ax.set_ylim(0, max(5.0, top * 1.15))  # room for the highest seed and whisker
@@ -113,76 +108,8 @@ def plot_exprate(
     seeds = data.groupby("variant")["run_id"].nunique()
     spread = f"mean ± std over {seeds.min()}–{seeds.max()} seeds" if seeds.min() != seeds.max() \
         else f"mean ± std over {seeds.min()} seed{'s' if seeds.min() != 1 else ''}"
-    fig.suptitle(f"{title + ': ' if title else ''}{', '.join(measure_label(m) for m in measures)} by variant "
+    fig.suptitle(f"{title + ': ' if title else ''}{', '.join(metric_label(m) for m in metrics)} by variant "
                  f"and year ({spread}; dots: seeds)")
-    if path is not None:
-        save_figure(fig, path)
-    return fig
-
-
-def _overlay(image: np.ndarray, heat: np.ndarray | None, vmax: float | None = None) -> np.ndarray:
-    """RGB [H, W, 3]: the grey image with `heat` on top in the inferno colours, opaque where
-    `heat` reaches `vmax` (default: its own maximum) and transparent where it is zero."""
-    from matplotlib import colormaps
-
-    base = np.repeat((0.15 + 0.6 * image)[..., None], 3, axis=-1)
-    if heat is None:
-        return base
-    top = float(vmax if vmax is not None else heat.max())
-    level = np.clip(heat / top, 0.0, 1.0) if top > 0 else np.zeros_like(heat)
-    color = colormaps["inferno"](0.35 + 0.65 * level)[..., :3]
-    alpha = (0.8 * level)[..., None]
-    return (1 - alpha) * base + alpha * color
-
-
-_TITLE_CHARS = 34  # characters of a panel title line that fit over a panel 2 inches wide
-
-
-def _shorten(text: str, limit: int = _TITLE_CHARS) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def plot_attention(results: Sequence["AttentionResult"], *, max_columns: int = 12, title: str | None = None,
-                   path: str | Path | None = None) -> Figure:
-    """One expression as read by several models, side by side: a block of rows per model.
-
-    Each block shows the input (with the model's reading and its error type), one panel per
-    token with that token's attention (or coverage) over the image, and a last panel with
-    the attention summed over all tokens: bright ink was read more than once
-    (over-parsing), dark ink never (under-parsing). The summed panels of all models
-    share one colour scale.
-    """
-    if not results:
-        raise ValueError("no attention results to plot")
-    columns = min(max_columns, max(len(r.tokens) for r in results) + 2)
-    rows_per = [int(np.ceil((len(r.tokens) + 2) / columns)) for r in results]
-    h, w = results[0].image.shape
-    panel_w = 2.0
-    panel_h = panel_w * h / max(w, 1) + 0.75  # the image and a title of up to four lines
-    fig = Figure(figsize=(panel_w * columns, panel_h * sum(rows_per) + 0.6), layout="constrained")
-    axes = fig.subplots(sum(rows_per), columns, squeeze=False)
-    for ax in axes.flat:
-        ax.set_axis_off()
-    # The summed panels share one scale, at least 1 (a place attended once): brighter is read more.
-    totals_max = max([1.0] + [float(r.total.max()) for r in results if len(r.tokens)])
-    row0 = 0
-    for result, n_rows in zip(results, rows_per):
-        panels: list[tuple[str, np.ndarray | None, float | None]] = []
-        reading = " ".join(result.tokens) or "(nothing)"
-        verdict = f" — {result.parse_error}, distance {result.distance}" if result.parse_error else ""
-        verb = "forced" if result.forced else "read"
-        header = textwrap.fill(f"{result.label}{verdict}", _TITLE_CHARS)
-        panels.append((f"{header}\n{_shorten(f'{verb}: {reading}', _TITLE_CHARS)}", None, None))
-        panels += [(f"{i + 1}: {tok}", result.maps[i], None) for i, tok in enumerate(result.tokens)]
-        panels.append((f"Σ over tokens (max {result.total.max():.2f})" if len(result.tokens) else "Σ (no tokens)",
-                       result.total if len(result.tokens) else None, totals_max))
-        for k, (label, heat, vmax) in enumerate(panels):
-            ax = axes[row0 + k // columns, k % columns]
-            ax.imshow(_overlay(result.image, heat, vmax), interpolation="nearest")
-            ax.set_title(label, fontsize=8, loc="left")
-        row0 += n_rows
-    truth = " ".join(results[0].truth) if results[0].truth is not None else None
-    fig.suptitle(f"{title or results[0].name}" + (f"   truth: {_shorten(truth, 90)}" if truth else ""), fontsize=10)
     if path is not None:
         save_figure(fig, path)
     return fig
@@ -233,7 +160,7 @@ def plot_claims(claims: pd.DataFrame, *, max_columns: int = 3, title: str | None
 
     if claims.empty:
         raise ValueError("no claims to plot")
-    measure = claims.attrs.get("measure", "exprate")
+    metric = claims.attrs.get("metric", "exprate")
     confidence = float(claims.attrs.get("confidence", 0.95))
     verdicts = (REPRODUCED, NOT_SIGNIFICANT, REVERSED)
     green, grey, red = (sns.color_palette(PALETTE)[i] for i in (2, 7, 3))
@@ -274,7 +201,7 @@ def plot_claims(claims: pd.DataFrame, *, max_columns: int = 3, title: str | None
         ax.set_xticks(x, years)
         ax.set_xlim(-0.6, max(len(years) - 0.4, 0.6))
         ax.set_title(f"{claim}: {winner} > {loser}", fontsize=10)
-        ax.set_ylabel(f"Δ {measure_label(measure)} (points)")
+        ax.set_ylabel(f"Δ {metric_label(metric)} (points)")
         ax.grid(axis="y", alpha=0.3)
     handles = [Line2D([], [], marker="o", linestyle="", color=colors[v], label=f"{v} (all seeds)") for v in verdicts]
     handles.append(Line2D([], [], marker="D", linestyle="", markerfacecolor="none", markeredgecolor="0.2",
@@ -282,7 +209,7 @@ def plot_claims(claims: pd.DataFrame, *, max_columns: int = 3, title: str | None
     fig.legend(handles=handles, loc="outside lower center", ncols=len(handles), frameon=False)
     budget = " and ".join(dict.fromkeys(claims["budget"]))
     fig.suptitle(f"{title + ': ' if title else ''}the papers' claims at the {budget} budget\n"
-                 f"claimed winner − claimed loser in {measure_label(measure)}, means over seeds, "
+                 f"claimed winner − claimed loser in {metric_label(metric)}, means over seeds, "
                  f"{confidence:.0%} paired-bootstrap intervals")
     if path is not None:
         save_figure(fig, path)

@@ -11,13 +11,13 @@
 - per test year `Y`: `Y_n` (test expressions), `Y_exprate_mean`, `Y_exprate_std`,
   `Y_le1_mean`, `Y_le1_std`, `Y_le2_mean`, `Y_le2_std` (percent; mean and sample standard
   deviation over seeds, NaN for one seed), `Y_delta` (ExpRate minus the baseline's, in
-  percentage points; ≤1 or ≤2 with `measure="le1"` or `"le2"`), `Y_delta_low`, `Y_delta_high`
+  percentage points; ≤1 or ≤2 with `metric="le1"` or `"le2"`), `Y_delta_low`, `Y_delta_high`
   (its confidence interval by paired bootstrap over test expressions), `Y_p_bootstrap`,
   `Y_p_mcnemar` (the largest over the seed pairs), `Y_p_mcnemar_pairs` and `Y_mcnemar_favours`
   (per seed pair, in the order of the baseline's seeds: its p, and the side its discordant
   expressions favour, 1 the variant, -1 the baseline, 0 neither), `Y_p_sign_flip` and
   `Y_sign_flip_favours` (the exact sign-flip test over all seeds at once, and its side) (see
-  `hmer.reports.significance` for how seeds are pooled); NaN where the predictions
+  `hmer.evaluation.significance` for how seeds are pooled); NaN where the predictions
   artifacts are missing;
 - training cost: `gpu_minutes`, `train_minutes` (wall clock), `cpu_minutes` (the whole trial's CPU
   time, training and final decoding: metric `cpu_seconds`), `images_per_second` (means over seeds)
@@ -39,18 +39,18 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
 from ..tracking import keys
+from ..evaluation.significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, compare
+from ..registry import METRICS
 from .correctness import CorrectnessCache, PredictionLoader
-from .markup import MISSING, measure_label
-from .markup import measures as registered_measures
+from .markup import (MISSING, Layout, bold, count, difference, is_missing, layout, mean_pm_std, metric_label,
+                     metric_list, number, p_value, parameter_count)
 from .runs import load_predictions, load_runs, scored_years, study_parent
-from .significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, compare
-from .table_format import format_table
 
 __all__ = ["MISSING", "format_table", "grid_order", "resolve_baseline", "scored",
            "scores_long", "study_table", "variant_order", "variant_table"]
@@ -148,7 +148,7 @@ def variant_table(
     *,
     years: Sequence[str] | None = None,
     predictions: PredictionLoader | None = None,
-    measure: str = "exprate",
+    metric: str = "exprate",
     order: Sequence[str] | None = None,
     n_resamples: int = DEFAULT_RESAMPLES,
     confidence: float = DEFAULT_CONFIDENCE,
@@ -166,7 +166,7 @@ def variant_table(
         predictions: `(run_id, year) -> frame with name and correct`, e.g. a bound
             `load_predictions`; without it the differences come from the metrics and
             carry no interval or p-value.
-        measure: what the differences and paired tests are on: `exprate` (exact readings),
+        metric: what the differences and paired tests are on: `exprate` (exact readings),
             `le1` or `le2` (within one or two edits), which tells models apart that read few
             formulas exactly.
         order: the rows after the baseline (default: the order the variants first ran).
@@ -180,14 +180,14 @@ def variant_table(
     # study in progress) stays the baseline, with no seeds, and nothing is measured against another.
     base = resolve_baseline(runs if baseline is not None or good.empty else good, baseline,
                             variant_col) if not runs.empty else None
-    correctness = CorrectnessCache(predictions, measure)
+    correctness = CorrectnessCache(predictions, metric)
     rows = []
     for variant in variant_order(runs, variant_col, base, order) if not runs.empty else []:
         mine, base_runs = good[good[variant_col] == variant], good[good[variant_col] == base]
         row: dict[str, Any] = {"variant": variant, "baseline": variant == base, "seeds": len(mine),
                                "excluded": int((bad[variant_col] == variant).sum())}
         for year in years:
-            row.update(_year_cells(year, mine, base_runs, variant == base, correctness, measure, n_resamples,
+            row.update(_year_cells(year, mine, base_runs, variant == base, correctness, metric, n_resamples,
                                    confidence, seed))
         row.update(_cost_cells(mine))
         row.update(_validation_cells(mine))
@@ -198,7 +198,7 @@ def variant_table(
     df.attrs.update({
         "title": title, "baseline": base, "years": list(years), "variant_col": variant_col,
         "excluded": {str(k): int(v) for k, v in excluded.items()},
-        "n_resamples": n_resamples, "confidence": confidence, "tested": correctness.used, "measure": measure,
+        "n_resamples": n_resamples, "confidence": confidence, "tested": correctness.used, "metric": metric,
     })
     return df
 
@@ -207,11 +207,11 @@ def _columns(years: Sequence[str]) -> list[str]:
     cols = ["variant", "baseline", "seeds", "excluded"]
     for year in years:
         cols.append(f"{year}_n")
-        for m in registered_measures():
+        for m in METRICS.names():
             cols += [f"{year}_{m}_mean", f"{year}_{m}_std"]
         cols += [f"{year}_{test}" for test in _TEST_CELLS]
     cols += ["gpu_minutes", "train_minutes", "cpu_minutes", "images_per_second", "num_params", "val_n"]
-    cols += [f"val_{m}_{s}" for m in registered_measures() for s in ("mean", "std")]
+    cols += [f"val_{m}_{s}" for m in METRICS.names() for s in ("mean", "std")]
     cols += ["val_alt_exprate_mean", "val_alt_exprate_std", "best_val_exprate_mean", "best_val_exprate_std", "paper"]
     return cols + [f"{y}_published" for y in years]
 
@@ -234,15 +234,15 @@ _TEST_CELLS = ("delta", "delta_low", "delta_high", "p_bootstrap", "p_mcnemar", "
 
 
 def _year_cells(year: str, mine: pd.DataFrame, base_runs: pd.DataFrame, is_base: bool,
-                correctness: CorrectnessCache, measure: str, n_resamples: int, confidence: float,
+                correctness: CorrectnessCache, metric: str, n_resamples: int, confidence: float,
                 seed: int) -> dict[str, Any]:
     cells: dict[str, Any] = {}
     n = pd.to_numeric(_metric(mine, f"test_{year}_n"), errors="coerce").dropna()
     cells[f"{year}_n"] = int(n.max()) if not n.empty else math.nan
-    for m in registered_measures():
+    for m in METRICS.names():
         cells[f"{year}_{m}_mean"], cells[f"{year}_{m}_std"] = _mean_std(_metric(mine, f"test_{year}_{m}"))
-    mean, _ = _mean_std(_metric(mine, f"test_{year}_{measure}"))
-    base_mean, _ = _mean_std(_metric(base_runs, f"test_{year}_{measure}"))
+    mean, _ = _mean_std(_metric(mine, f"test_{year}_{metric}"))
+    base_mean, _ = _mean_std(_metric(base_runs, f"test_{year}_{metric}"))
     delta: dict[str, Any] = {k: math.nan for k in _TEST_CELLS}
     delta["delta"] = mean - base_mean
     if is_base:
@@ -281,7 +281,7 @@ def _validation_cells(mine: pd.DataFrame) -> dict[str, Any]:
     `best_val_exprate` 0 and no `val_exprate` curve: its figure is missing, not 0."""
     n = pd.to_numeric(_metric(mine, "val_final_n"), errors="coerce").dropna()
     cells: dict[str, Any] = {"val_n": int(n.max()) if not n.empty else math.nan}
-    for m in registered_measures():
+    for m in METRICS.names():
         cells[f"val_{m}_mean"], cells[f"val_{m}_std"] = _mean_std(_metric(mine, f"val_final_{m}"))
     # the same writers drawn in the other rendering style (`data.val_alt`, issue 26), when the runs have it
     cells["val_alt_exprate_mean"], cells["val_alt_exprate_std"] = _mean_std(_metric(mine, "val-alt_final_exprate"))
@@ -308,13 +308,13 @@ def study_table(
     *,
     runs: pd.DataFrame | None = None,
     baseline: str | Mapping[str, Any] | None = None,
-    measure: str = "exprate",
+    metric: str = "exprate",
     n_resamples: int = DEFAULT_RESAMPLES,
     confidence: float = DEFAULT_CONFIDENCE,
     seed: int = 0,
 ) -> pd.DataFrame:
     """The table of a study: its trial runs by variant, against its baseline, with paired tests
-    on `measure` (see `variant_table`).
+    on `metric` (see `variant_table`).
 
     The baseline is `baseline` if given, else the study parent run's `baseline` param, else
     the runs tagged `hmer.baseline=true`, else the first variant. A study without runs
@@ -335,7 +335,7 @@ def study_table(
     def loader(run_id: str, year: str) -> pd.DataFrame:
         return load_predictions(run_id, year, tracking_uri)
 
-    return variant_table(runs, "variant", baseline, predictions=loader, measure=measure, order=grid_order(parent),
+    return variant_table(runs, "variant", baseline, predictions=loader, metric=metric, order=grid_order(parent),
                          n_resamples=n_resamples, confidence=confidence, seed=seed, title=study_name)
 
 
@@ -360,21 +360,190 @@ def grid_order(parent: pd.Series | None) -> list[str]:
 
 
 def scores_long(runs: pd.DataFrame, variant_col: str = "variant", years: Sequence[str] | None = None,
-                measures: Sequence[str] | None = None) -> pd.DataFrame:
-    """One row per (scored run, year, measure): variant, seed, run_id, year, measure, label, value.
+                metrics: Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per (scored run, year, metric): variant, seed, run_id, year, metric, label, value.
 
-    The tidy form seaborn plots from; `label` is the metric's ("ExpRate", "≤1", "≤2"). `measures`:
+    The tidy form seaborn plots from; `label` is the metric's ("ExpRate", "≤1", "≤2"). `metrics`:
     default every registered metric.
     """
-    measures = tuple(measures) if measures is not None else registered_measures()
+    metrics = tuple(metrics) if metrics is not None else METRICS.names()
     years = list(years) if years is not None else scored_years(runs)
     good = runs[scored(runs, years)] if not runs.empty else runs
     rows = []
     for _, run in good.iterrows():
         for year in years:
-            for m in measures:
+            for m in metrics:
                 value = run.get(f"metrics.test_{year}_{m}")
                 if value is not None and not pd.isna(value):
                     rows.append({"variant": run[variant_col], "seed": run.get("seed"), "run_id": run["run_id"],
-                                 "year": year, "measure": m, "label": measure_label(m), "value": float(value)})
-    return pd.DataFrame(rows, columns=["variant", "seed", "run_id", "year", "measure", "label", "value"])
+                                 "year": year, "metric": m, "label": metric_label(m), "value": float(value)})
+    return pd.DataFrame(rows, columns=["variant", "seed", "run_id", "year", "metric", "label", "value"])
+
+
+def format_table(df: pd.DataFrame, fmt: str = "text") -> str:
+    """The table as aligned text (`fmt="text"`) or GitHub Markdown (`fmt="markdown"`).
+
+    Two tables: the scores (mean ± std over seeds, per year) and, against the baseline,
+    the ExpRate difference with its confidence interval and p-values, beside the training
+    cost; then notes (test set sizes, excluded runs, how the tests were made). A missing
+    number (the std of one seed, a year a variant was not scored on) shows as "–".
+    """
+    render = layout(fmt)
+    strong = bold(fmt)
+    title = df.attrs.get("title") or "runs"
+    years = _years_of(df)
+    if df.empty:
+        return f"{title}: no runs to tabulate" + _excluded_note(df)
+    baseline = df.attrs.get("baseline")
+    if baseline is None and "baseline" in df.columns and df["baseline"].any():
+        baseline = str(df.index[df["baseline"].astype(bool)][0])
+
+    def name(variant: Any, row: pd.Series) -> str:
+        return f"{variant} (baseline)" if bool(row.get("baseline", False)) else str(variant)
+
+    shown = _metrics(df)
+    head1 = ["variant", "seeds"] + [f"{y} {metric_label(m)}" for y in years for m in shown]
+    body1 = [[name(v, r), str(int(r["seeds"]))]
+             + [mean_pm_std(r.get(f"{y}_{m}_mean"), r.get(f"{y}_{m}_std")) for y in years for m in shown]
+             for v, r in df.iterrows()]
+    tested = metric_label(df.attrs.get("metric", "exprate"))
+    # CPU time of the whole trial (training and final decoding), for the runs that record it
+    cpu = _has_any(df, ["cpu_minutes"])
+    head2 = ["variant"] + [c for y in years for c in (f"{y} Δ {tested}", f"{y} p")] + [
+        "GPU min", "train min"] + (["CPU min"] if cpu else []) + ["img/s", "params"]
+    body2 = [[name(v, r)]
+             + [c for y in years for c in (_delta(r, y), _pair_p(r, y))]
+             + [number(r.get("gpu_minutes")), number(r.get("train_minutes"))]
+             + ([number(r.get("cpu_minutes"))] if cpu else [])
+             + [number(r.get("images_per_second"), 0), parameter_count(r.get("num_params"))]
+             for v, r in df.iterrows()]
+    confidence = float(df.attrs.get("confidence", DEFAULT_CONFIDENCE))
+    intro1 = f"{strong(title)}: {metric_list(shown)} edits (%) per test year, mean ± std over seeds"
+    intro2 = (f"Against the baseline {strong(str(baseline))}: Δ {tested} in percentage points "
+              f"[{confidence:.0%} CI, paired bootstrap over test expressions], p = paired bootstrap / exact "
+              f"McNemar; training cost (means over seeds)")
+    blocks = [intro1, render(head1, body1), intro2, render(head2, body2)]
+    blocks += _validation_block(df, years, render, strong) + _published_block(df, years, render, strong)
+    blocks.append(" ".join(_notes(df, years)))
+    return "\n\n".join(blocks) + "\n"
+
+
+def _years_of(df: pd.DataFrame) -> list[str]:
+    years = df.attrs.get("years")
+    if years:
+        return [str(y) for y in years]
+    return sorted({c.split("_", 1)[0] for c in map(str, df.columns) if c.endswith("_exprate_mean")})
+
+
+def _delta(row: pd.Series, year: str) -> str:
+    if bool(row.get("baseline", False)):
+        return "baseline"
+    return difference(row.get(f"{year}_delta"), row.get(f"{year}_delta_low"), row.get(f"{year}_delta_high"))
+
+
+def _pair_p(row: pd.Series, year: str) -> str:
+    if bool(row.get("baseline", False)):
+        return MISSING
+    boot, mcn = row.get(f"{year}_p_bootstrap"), row.get(f"{year}_p_mcnemar")
+    if is_missing(boot) and is_missing(mcn):
+        return MISSING
+    return f"{p_value(boot)} / {p_value(mcn)}"
+
+
+def _notes(df: pd.DataFrame, years: Sequence[str]) -> list[str]:
+    """Test set sizes, the runs left out, and how the tests were made."""
+    notes = []
+    sizes = ", ".join(f"{y}: {int(df[f'{y}_n'].max())}" for y in years
+                      if f"{y}_n" in df.columns and df[f"{y}_n"].notna().any())
+    if sizes:
+        notes.append(f"Test expressions per year: {sizes}.")
+    excluded = _excluded_note(df).strip()
+    if excluded:
+        notes.append(excluded)
+    baseline = df.attrs.get("baseline")
+    if baseline in df.index and "seeds" in df.columns and df.loc[baseline, "seeds"] == 0:
+        notes.append(f"The baseline {baseline} has no finished run yet: nothing is measured against it.")
+    elif not df.attrs.get("tested", True):
+        notes.append("No predictions artifacts: differences come from the metrics, without tests.")
+    elif "seeds" in df.columns and df["seeds"].max() > 1:
+        notes.append("Several seeds: the bootstrap averages correctness over seeds per expression; McNemar "
+                     "shows the largest p over seed-matched pairs.")
+    return notes
+
+
+def _excluded_note(df: pd.DataFrame) -> str:
+    excluded = df.attrs.get("excluded") or {}
+    total = sum(excluded.values())
+    if not total:
+        return ""
+    parts = ", ".join(f"{n} {state}" for state, n in sorted(excluded.items()))
+    return f" Runs without test scores, left out: {total} ({parts})."
+
+
+def _metrics(df: pd.DataFrame) -> list[str]:
+    """The registered metrics the table has values for (a table read back from CSV may predate one, and
+    runs scored before a metric was registered have no value for it: `lgeval_*` until re-scored)."""
+    return [m for m in METRICS.names() if _has_any(df, [str(c) for c in df.columns if str(c).endswith(f"_{m}_mean")])]
+
+
+def _has_any(df: pd.DataFrame, columns: Sequence[str]) -> bool:
+    return any(c in df.columns and df[c].notna().any() for c in columns)
+
+
+def _validation_block(df: pd.DataFrame, years: Sequence[str], render: Layout,
+                      strong: Callable[[str], str]) -> list[str]:
+    """Validation beside the test years, when any run has validation scores."""
+    if not _has_any(df, ["val_exprate_mean", "best_val_exprate_mean"]):
+        return []
+    shown = _metrics(df)
+    restyled = _has_any(df, ["val_alt_exprate_mean"])
+    head = (["variant", "val n"] + [f"val {metric_label(m)}" for m in shown]
+            + (["val-alt ExpRate"] if restyled else []) + ["val ExpRate (selection)"]
+            + [f"{y} ExpRate" for y in years])
+    body = [[str(v), count(r.get("val_n"))]
+            + [mean_pm_std(r.get(f"val_{m}_mean"), r.get(f"val_{m}_std")) for m in shown]
+            + ([mean_pm_std(r.get("val_alt_exprate_mean"), r.get("val_alt_exprate_std"))] if restyled else [])
+            + [mean_pm_std(r.get("best_val_exprate_mean"), r.get("best_val_exprate_std"))]
+            + [mean_pm_std(r.get(f"{y}_exprate_mean"), r.get(f"{y}_exprate_std")) for y in years]
+            for v, r in df.iterrows()]
+    intro = (f"{strong('Validation beside the test years')}: the validation split decoded as the test years are "
+             f"(val {', '.join(metric_label(m) for m in shown)}), "
+             + ("the same writers drawn in the other rendering style (val-alt, `data.val_alt`), " if restyled else "")
+             + "and as it was when it picked the checkpoint (selection); mean ± std over seeds")
+    blocks = [intro, render(head, body)]
+    ranks = _rank_agreement(df, years)
+    if ranks:
+        blocks.append("Spearman rank correlation of validation and test ExpRate over the variants: " + ranks + ".")
+    return blocks
+
+
+def _rank_agreement(df: pd.DataFrame, years: Sequence[str]) -> str:
+    """How well validation orders the variants as each test year does (three variants or more)."""
+    parts = []
+    for y in years:
+        col = f"{y}_exprate_mean"
+        if col not in df.columns or "val_exprate_mean" not in df.columns:
+            continue
+        pair = df[["val_exprate_mean", col]].dropna()
+        if len(pair) >= 3 and pair.nunique().min() > 1:
+            parts.append(f"{y} {pair['val_exprate_mean'].corr(pair[col], method='spearman'):+.2f}")
+    return ", ".join(parts)
+
+
+def _published_block(df: pd.DataFrame, years: Sequence[str], render: Layout,
+                     strong: Callable[[str], str]) -> list[str]:
+    """The papers' published ExpRate beside ours, for the variants that train a paper's model."""
+    if "paper" not in df.columns or not (df["paper"].fillna("") != "").any():
+        return []
+    head = ["variant", "paper"] + [c for y in years for c in (f"{y} measured", f"{y} published", f"{y} Δ")]
+    body = []
+    for v, r in df[df["paper"].fillna("") != ""].iterrows():
+        cells = [str(v), str(r["paper"])]
+        for y in years:
+            mean, pub = r.get(f"{y}_exprate_mean"), r.get(f"{y}_published")
+            cells += [mean_pm_std(mean, r.get(f"{y}_exprate_std")), number(pub, 2), difference(mean - pub)]
+        body.append(cells)
+    intro = (f"{strong('Published beside measured')}: ExpRate (%) measured here (mean ± std over seeds) and as "
+             "published by the paper whose model the variant trains; Δ = measured − published "
+             "(sources: `hmer report --published`)")
+    return [intro, render(head, body)]

@@ -183,8 +183,8 @@ def annotate_sweep(study: str, tracking_uri: str | None = None, storage: str | N
 
     from ..reports.runs import client_for, resolve_tracking_uri, study_parent
     from .study_run import TABLE_ARTIFACT, _write_artifact_if_changed
-    from ..reports.sweep import sweep_storage
-    from ..reports.sweep import sweep_table
+    from ..studies.sweep_report import sweep_storage
+    from ..studies.sweep_report import sweep_table
 
     uri = resolve_tracking_uri(tracking_uri)
     parent = study_parent(study, uri)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Config
-from ..reports.markup import measures
+from ..registry import METRICS
 from ..tracking import keys
 from ..tracking.run import process_gone
 
@@ -88,7 +88,7 @@ class Provenance:
     tags: dict[str, str]
     config: dict[str, Any]  # flat, as it trained
     today_fingerprint: str
-    scores: dict[str, dict[str, float]] = field(default_factory=dict)  # year -> measure -> value
+    scores: dict[str, dict[str, float]] = field(default_factory=dict)  # year -> metric -> value
     artifacts: list[str] = field(default_factory=list)
     artifact_uri: str = ""
     progress: Progress | None = None
@@ -158,10 +158,10 @@ def run_provenance(client, run_id: str, today_fingerprint: str) -> Provenance:
         except (OSError, ValueError) as exc:
             raise ValueError(f"run {run_id} has no readable config.json ({exc}): it trained nothing here") from None
     metrics = run.data.metrics
-    # a scored split logs its size, test_<year>_n, once (its measures, the graph measure's among them,
-    # are test_<year>_<measure>: "2014_lgeval" is no year)
+    # a scored split logs its size, test_<year>_n, once (its metrics, the graph metric's among them,
+    # are test_<year>_<metric>: "2014_lgeval" is no year)
     years = sorted(key[len("test_"):-len("_n")] for key in metrics if key.startswith("test_") and key.endswith("_n"))
-    scores = {year: {m: metrics[f"test_{year}_{m}"] for m in (*measures(), "n") if f"test_{year}_{m}" in metrics}
+    scores = {year: {m: metrics[f"test_{year}_{m}"] for m in (*METRICS.names(), "n") if f"test_{year}_{m}" in metrics}
               for year in years}
     artifacts = list_run_artifacts(client, run_id)
     if "predictions" in artifacts:

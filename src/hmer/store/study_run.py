@@ -21,7 +21,7 @@ variant, its summary run and its trials, is drawn in the variant's colour of the
 The parent run carries no `hmer.variant`: grouping the runs by that tag groups the variants' own
 runs.
 
-A sweep's parent run gets its table as a sweep prints it (`hmer.reports.sweep.sweep_table`: every
+A sweep's parent run gets its table as a sweep prints it (`hmer.studies.sweep_report.sweep_table`: every
 trial with its objective and parameters), as its description and `table.md`; a study superseded
 by another (`hmer runs supersede`) gets its table as it stopped, finished or not.
 
@@ -45,7 +45,7 @@ from ..tracking import keys
 from ..tracking.store import search_all_runs
 from ..reports.plots import plot_exprate, variant_colors
 from ..reports.runs import client_for, load_runs, resolve_tracking_uri, study_parent
-from ..reports.table_format import format_table
+from ..reports.tables import format_table
 from ..reports.tables import scored, study_table
 
 TABLE_ARTIFACT = "table.md"

@@ -161,7 +161,7 @@ class Sweep(StudyKind):
         return bool(bookings.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
 
     def table(self, session: Session, outcome: StudyOutcome) -> str:
-        from ..reports.sweep import sweep_table
+        from .sweep_report import sweep_table
 
         return sweep_table(session.study)
 

@@ -7,7 +7,7 @@ years are (`val_final`, `val-alt_final`) as `split/val_predictions.csv`, `split/
 (`training.final`) and the code that scores them again (`tracking.rescore`).
 
 `token_maps` is the one implementation of "where the model looks for each token": the run's
-`attention/*.png` are drawn from it here, and `hmer.reports.attention` builds its figures on it.
+`attention/*.png` are drawn from it here, and `hmer.tracking.attention` builds its figures on it.
 
 Each logged picture is one validation image on top, then one panel per decoded token with that
 token's cross-attention over the image, so over-parsing (attending to ink twice) and

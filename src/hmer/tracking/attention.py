@@ -2,7 +2,7 @@
 
     model, cfg, vocab = hmer.tracking.load_model(run_id)
     result = attend(model, vocab, expr, tokens=predicted_tokens, label="coverage=cross")
-    fig = hmer.reports.plots.plot_attention([result_with, result_without])   # one row block per model
+    fig = plot_attention([result_with, result_without])   # one block of rows per model
 
 The maps come from `model.attention_maps` with teacher forcing on the given tokens (the
 tokens the model decoded, read from its predictions CSV, or decoded here): row t is
@@ -19,16 +19,21 @@ case from the lengths of prediction and truth.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 import torch
+from matplotlib.figure import Figure
+
+from ..atomic import write_atomically
 
 # The maps themselves are computed where a run's logged pictures are drawn from them too.
-from ..tracking.artifacts import KINDS, token_maps
+from .artifacts import KINDS, token_maps
 
-__all__ = ["KINDS", "AttentionResult", "attend", "decode_tokens", "token_maps"]
+__all__ = ["KINDS", "AttentionResult", "attend", "decode_tokens", "plot_attention", "token_maps"]
 
 
 @dataclass
@@ -116,3 +121,73 @@ def attend(model: Any, vocab: Any, expr: Any, *, tokens: Sequence[str] | None = 
     return AttentionResult(label=label, name=expr.name, image=expr.image.astype(np.float32) / 255.0,
                            tokens=list(tokens), maps=maps, truth=list(expr.tokens) if expr.tokens else None,
                            kind=kind)
+
+
+def _overlay(image: np.ndarray, heat: np.ndarray | None, vmax: float | None = None) -> np.ndarray:
+    """RGB [H, W, 3]: the grey image with `heat` on top in the inferno colours, opaque where
+    `heat` reaches `vmax` (default: its own maximum) and transparent where it is zero."""
+    from matplotlib import colormaps
+
+    base = np.repeat((0.15 + 0.6 * image)[..., None], 3, axis=-1)
+    if heat is None:
+        return base
+    top = float(vmax if vmax is not None else heat.max())
+    level = np.clip(heat / top, 0.0, 1.0) if top > 0 else np.zeros_like(heat)
+    color = colormaps["inferno"](0.35 + 0.65 * level)[..., :3]
+    alpha = (0.8 * level)[..., None]
+    return (1 - alpha) * base + alpha * color
+
+
+_TITLE_CHARS = 34  # characters of a panel title line that fit over a panel 2 inches wide
+
+
+def _shorten(text: str, limit: int = _TITLE_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def plot_attention(results: Sequence[AttentionResult], *, max_columns: int = 12, title: str | None = None,
+                   path: str | Path | None = None) -> Figure:
+    """One expression as read by several models, side by side: a block of rows per model.
+
+    Each block shows the input (with the model's reading and its error type), one panel per
+    token with that token's attention (or coverage) over the image, and a last panel with
+    the attention summed over all tokens: bright ink was read more than once
+    (over-parsing), dark ink never (under-parsing). The summed panels of all models
+    share one colour scale.
+    """
+    if not results:
+        raise ValueError("no attention results to plot")
+    columns = min(max_columns, max(len(r.tokens) for r in results) + 2)
+    rows_per = [int(np.ceil((len(r.tokens) + 2) / columns)) for r in results]
+    h, w = results[0].image.shape
+    panel_w = 2.0
+    panel_h = panel_w * h / max(w, 1) + 0.75  # the image and a title of up to four lines
+    fig = Figure(figsize=(panel_w * columns, panel_h * sum(rows_per) + 0.6), layout="constrained")
+    axes = fig.subplots(sum(rows_per), columns, squeeze=False)
+    for ax in axes.flat:
+        ax.set_axis_off()
+    # The summed panels share one scale, at least 1 (a place attended once): brighter is read more.
+    totals_max = max([1.0] + [float(r.total.max()) for r in results if len(r.tokens)])
+    row0 = 0
+    for result, n_rows in zip(results, rows_per):
+        panels: list[tuple[str, np.ndarray | None, float | None]] = []
+        reading = " ".join(result.tokens) or "(nothing)"
+        verdict = f" — {result.parse_error}, distance {result.distance}" if result.parse_error else ""
+        verb = "forced" if result.forced else "read"
+        header = textwrap.fill(f"{result.label}{verdict}", _TITLE_CHARS)
+        panels.append((f"{header}\n{_shorten(f'{verb}: {reading}', _TITLE_CHARS)}", None, None))
+        panels += [(f"{i + 1}: {tok}", result.maps[i], None) for i, tok in enumerate(result.tokens)]
+        panels.append((f"Σ over tokens (max {result.total.max():.2f})" if len(result.tokens) else "Σ (no tokens)",
+                       result.total if len(result.tokens) else None, totals_max))
+        for k, (label, heat, vmax) in enumerate(panels):
+            ax = axes[row0 + k // columns, k % columns]
+            ax.imshow(_overlay(result.image, heat, vmax), interpolation="nearest")
+            ax.set_title(label, fontsize=8, loc="left")
+        row0 += n_rows
+    truth = " ".join(results[0].truth) if results[0].truth is not None else None
+    fig.suptitle(f"{title or results[0].name}" + (f"   truth: {_shorten(truth, 90)}" if truth else ""), fontsize=10)
+    if path is not None:  # as hmer.reports.plots.save_figure writes every report's figure
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(Path(path), lambda f: fig.savefig(f, format="png", dpi=150, bbox_inches="tight",
+                                                           facecolor="white"))
+    return fig

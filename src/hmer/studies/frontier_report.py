@@ -24,7 +24,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..tracking import keys
-from .runs import load_runs
+from ..reports.runs import load_runs
 
 SETTING_KEYS = ("model.d_model", "data.render_scale")  # what an image's FLOPs depend on in the study
 SERIES_KEYS = ("model.d_model", "data.render_scale", "train.ema_decay")  # a line: one setting, its lengths
