@@ -40,7 +40,7 @@ from hmer.presets import PRESETS, SIZES, resolve_preset
 from hmer.recipes import RECIPES
 from hmer.cli import study as study_cli
 from hmer.studies.budgets import BUDGETS
-from hmer.studies.resolution import base_config
+from hmer.studies.resolution import check_cells, range_ends, study_resolution
 from hmer.studies import ABLATIONS, DIRECTION, SWEEP, SweepParam, SweepSpec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -518,8 +518,9 @@ def test_every_preset_size_recipe_budget_and_study_is_allowed():
     for budget in BUDGETS.values():
         # one trial: whether a whole grid fits a budget's window is the budget's own check, not a value's
         for spec in ABLATIONS.values():
-            spec.check_cells(base_config(spec, budget, n_trials=1, n_jobs=1), budget.seeds)
-        SWEEP.check_space(base_config(SWEEP, budget, n_trials=1, n_jobs=1))
+            check_cells(study_resolution(spec, budget, n_trials=1, n_jobs=1), spec, spec.cells(budget.seeds))
+        base = study_resolution(SWEEP, budget, n_trials=1, n_jobs=1)
+        check_cells(base, SWEEP, range_ends(SWEEP, base.config))
 
 
 def test_option_for_a_field_and_study_overrides_are_checked_before_anything_runs(capsys, no_data, tmp_path):

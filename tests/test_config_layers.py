@@ -132,3 +132,19 @@ def test_bad_options_say_what_is_wrong_in_one_line_and_write_nothing(capsys, tmp
         err = capsys.readouterr().err.strip()
         assert len(err.splitlines()) == 1 and says in err, (argv, err)
     assert not (tmp_path / "optuna.db").exists()  # a study that does not exist is read, not created
+
+
+def test_hmer_config_prints_what_a_committed_study_cell_trained_with(capsys, tmp_path):
+    """`hmer config` on the committed store's study prints, key for key, the `config.json` its cell's
+    run trained with (what `hmer runs show` prints): both come from `resolution.cell_resolution`."""
+    import shutil
+
+    from package_imports import ROOT
+
+    shutil.copy(ROOT / "mlruns" / "optuna.db", tmp_path / "optuna.db")  # read as a copy: nothing written
+    path = sorted((ROOT / "mlruns" / "artifacts" / "ablate_direction-cpu").glob("*/artifacts/config.json"))[0]
+    trained = Config.from_dict(json.loads(path.read_text())).to_flat_dict()
+    printed = _config(capsys, "ablate_direction", "--budget", "cpu", "--storage", f"sqlite:///{tmp_path / 'optuna.db'}",
+                      "--cell", f"model.direction={trained['model.direction']}", "--seed", str(trained["train.seed"]))
+    assert {key: entry["value"] for key, entry in printed.items()} == trained
+    assert printed["train.seed"]["layer"].startswith("cell model.direction=")

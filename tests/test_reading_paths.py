@@ -1,7 +1,7 @@
-"""docs/architecture.md's answers to "what a `comer-fusion` model computes in a forward pass" and "how
-one training step is done", held to the code: each lists the modules to open (at most 9 and 3), and
-running the code in question reaches the functions of those modules and of no other module of
-`hmer` (the step: of its own modules and the forward pass's)."""
+"""docs/architecture.md's answers to "what a `comer-fusion` model computes in a forward pass", "how
+one training step is done" and "where a study's cell gets its config", held to the code: each lists
+the modules to open (at most 9, 3 and 9), and running the code in question reaches the functions of
+those modules and of no other module of `hmer` (the step: of its own modules and the forward pass's)."""
 
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from tiny_dataset import make_images, tiny_data
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 FORWARD = "What a `comer-fusion` model computes in a forward pass"
 STEP = "How one training step is done"
+CELL_CONFIG = "Where a study's cell gets its config"
 PACKAGE = Path(hmer.__file__).resolve().parent
 # comer-fusion at a size that runs in a moment: two decoder layers, so that the ARM refines one
 SMALL = {"growth_rate": 4, "num_dense_layers": 2, "d_model": 32, "nhead": 4, "dim_feedforward": 64,
@@ -97,3 +98,17 @@ def test_a_training_step_opens_the_modules_it_lists_and_the_forward_passs(one_th
     called = {node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
               for node in ast.walk(epoch) if isinstance(node, ast.Call)}
     assert {"train_step", "step_batch"} <= called
+
+
+def test_a_study_cells_config_opens_the_modules_it_lists():
+    from hmer.studies import DIRECTION
+    from hmer.studies.budgets import get_budget
+    from hmer.studies.resolution import cell_resolution, study_resolution
+
+    listed = _listed(CELL_CONFIG)
+    assert 0 < len(listed) <= 9
+    budget = get_budget("cpu")
+    study_resolution(DIRECTION, budget, n_trials=9, n_jobs=2)  # the registries imported before the count
+    reached = _reached(lambda: cell_resolution(study_resolution(DIRECTION, budget, n_trials=9, n_jobs=2), DIRECTION,
+                                               DIRECTION.cells((1,))[0]))
+    assert reached == set(listed), f"reached {sorted(reached)}, listed {listed}"

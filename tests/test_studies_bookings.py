@@ -252,14 +252,14 @@ def test_hmer_study_runs_a_study_by_name_and_refuses_an_unknown_one(capsys):
 
 def test_every_ablation_cell_is_a_valid_config():
     from hmer.studies import ABLATIONS
-    from hmer.studies.resolution import base_config
+    from hmer.studies.resolution import cell_resolution, study_resolution
 
     for spec in ABLATIONS.values():
         for name in ("smoke", "cpu", "paper"):
             budget = get_budget(name)
-            base = base_config(spec, budget, n_trials=9, n_jobs=1)
+            base = study_resolution(spec, budget, n_trials=9, n_jobs=1)
             for cell in spec.cells(budget.seeds[:1]):
-                cfg = base.override(spec.overrides(cell)).validate()
+                cfg = cell_resolution(base, spec, cell).config
                 for key, value in cell.items():
                     assert cfg.to_flat_dict()[key] == value
 

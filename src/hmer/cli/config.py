@@ -108,7 +108,7 @@ def _study(args):
     from ..config import parse_overrides
     from ..studies.budgets import pick_budget
     from .study import parse_seeds, parse_variants
-    from ..studies.resolution import cell_resolution, pick_cell, stored_base, study_resolution, sweep_trial_values
+    from ..studies.resolution import cell_resolution, pick_cell, stored_base, study_resolution
     from ..studies.spec import STUDIES, SweepSpec, cell_label
 
     spec = STUDIES.get(args.name)
@@ -149,7 +149,7 @@ def _study(args):
     given = _pairs(args.cell)
     if isinstance(spec, SweepSpec):
         if given:
-            resolution = resolution.apply("cell", "trial", sweep_trial_values(spec, resolution.config, given))
+            resolution = cell_resolution(resolution, spec, given)
         else:
             notes.append("a sweep's base config: --cell KEY=VALUE gives a trial's drawn values "
                          f"({', '.join(p.key for p in spec.params)}, train.epochs)")

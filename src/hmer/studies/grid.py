@@ -18,10 +18,12 @@ import optuna
 from optuna.trial import TrialState
 
 from ..config import Config
+from ..presets import Resolution
 from ..tracking import keys
 from .budgets import StudyBudget
 from .bookings import CellBookings, describe_cell_key
 from .objective import copy_trial, run_one_trial, train_trial
+from .resolution import cell_resolution, check_cells
 from .reuse import find_trained
 from .sampler import BookedCellSampler
 from .session import Session, StudyData, StudyKind, StudyOutcome, run_session
@@ -98,9 +100,8 @@ class Grid(StudyKind):
         self.space = self.spec.search_space(self.seeds, self.variants)
         return len(self.cells)
 
-    def check(self, base: Config) -> Config:
-        self.spec.check_cells(base, self.seeds, self.variants)
-        return base
+    def check(self, base: Resolution) -> None:
+        check_cells(base, self.spec, self.cells)
 
     def described(self, base: Config) -> dict[str, Any]:
         return {keys.GRID: self.space, keys.BASELINE: self.spec.baseline_cell}
@@ -137,22 +138,18 @@ class Grid(StudyKind):
         # A cell's data are loaded before it is booked: a booking must turn into a trial within seconds,
         # loading takes minutes (and a grid over the rendering loads once per way of rendering).
         upcoming = bookings.status().open_cells(self.cells, self.failed_here)
-        if upcoming and not data.has(self._config(session, upcoming[0])):
-            data(self._config(session, upcoming[0]))
+        if upcoming:
+            data(cell_resolution(session.base, self.spec, upcoming[0]).config)  # loaded now, if not yet
         cell = bookings.book(self.cells, skip=self.failed_here)
         if cell is None:
             return False
-        cfg = self._config(session, cell)
+        cfg = cell_resolution(session.base, self.spec, cell).config
         if not data.has(cfg):  # another cell than the one loaded for (a worker died, a race was lost)
             bookings.release()
             return True
         if self._run_cell(session, cell, data(cfg)) != TrialState.COMPLETE:
             self.failed_here.add(cell_key(cell))  # not again in this command: a rerun retries it
         return True
-
-    def _config(self, session: Session, cell: Mapping[str, Any]) -> Config:
-        """The config `cell` trains: the study's base with the cell's overrides."""
-        return session.base.override(self.spec.overrides(cell)).validate()
 
     def others_running(self, bookings: CellBookings) -> bool:
         status = bookings.status()
@@ -181,7 +178,7 @@ class Grid(StudyKind):
 
         def objective(trial: optuna.Trial) -> float:
             params = {key: trial.suggest_categorical(key, list(values)) for key, values in space.items()}
-            cfg = session.base.override(spec.overrides(params)).validate()
+            cfg = cell_resolution(session.base, spec, params).config
             tags = {keys.CELL: label, keys.SEED: str(seed), keys.VARIANT: variant, keys.BUDGET: session.budget.name,
                     keys.BASELINE: str(baseline).lower()}
             trained = find_trained(session.client, cfg, session.name) if self.reuse else None

@@ -2,7 +2,7 @@
 
     def objective(trial):
         cell = {key: trial.suggest_categorical(key, values) for key, values in space.items()}
-        cfg = base.override(spec.overrides(cell)).validate()
+        cfg = cell_resolution(session.base, spec, cell).config
         return train_trial(trial, cfg, session, data, name=..., tags=...).best_val_exprate
 
 `train_trial` makes the trial one MLflow child run of the study's parent run (through

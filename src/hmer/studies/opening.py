@@ -17,7 +17,8 @@ from typing import Any, Callable, Collection, Mapping
 
 import optuna
 
-from ..config import MACHINE_KEYS, Config, stored_config
+from ..config import MACHINE_KEYS
+from ..presets import Resolution
 from ..tracking import keys
 
 
@@ -33,13 +34,13 @@ CHECKED_ATTRS = {keys.SPEC: "spec", keys.BUDGET: "budget", keys.GRID: "grid", ke
 
 
 def open_study(name: str, storage: optuna.storages.BaseStorage, *, kind: str, sampler: optuna.samplers.BaseSampler,
-               pruner: optuna.pruners.BasePruner, attrs: Mapping[str, Any], base: Config,
-               asked: Collection[str] = (), objective_name: str = "") -> tuple[optuna.Study, Config, bool]:
+               pruner: optuna.pruners.BasePruner, attrs: Mapping[str, Any], base: Resolution,
+               asked: Collection[str] = (), objective_name: str = "") -> tuple[optuna.Study, Resolution, bool]:
     """Create the study (recording `attrs` and the base config), or load it and check that it is
     the study the command asks for.
 
     One rule decides a resume: the stored base config wins, taken up by this worker
-    (`config.stored_config`: where it finds the data is its own), so a study trains every trial
+    (`Resolution.take_stored`: where it finds the data is its own), so a study trains every trial
     under the config it began with, whatever defaults changed in the code since. The command is
     refused when it asks for something else: another kind, spec, budget or search space (`attrs`),
     or a value of one of the keys it sets itself (`asked`, see `asked_keys`) other than the
@@ -58,7 +59,7 @@ def open_study(name: str, storage: optuna.storages.BaseStorage, *, kind: str, sa
         study = optuna.load_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner)
         created = False
     study_id = storage.get_study_id_from_name(name)
-    flat = base.to_flat_dict()
+    flat = base.config.to_flat_dict()
 
     def record() -> None:
         for key, value in attrs.items():
@@ -83,8 +84,8 @@ def open_study(name: str, storage: optuna.storages.BaseStorage, *, kind: str, sa
             raise ValueError(f"study {name!r} exists with {word} {study.user_attrs.get(key)!r}, "
                              f"but this command asks for {attrs[key]!r}; use the same options to resume "
                              f"it, or another --study-name for a new study")
-    resumed = stored_config(dict(stored), base)
-    kept = resumed.to_flat_dict()
+    resumed = base.take_stored(stored, name)
+    kept = resumed.config.to_flat_dict()
     differences = [f"{k}: study {kept.get(k)!r}, now {flat.get(k)!r}" for k in sorted(asked)
                    if kept.get(k) != flat.get(k)]
     if differences:

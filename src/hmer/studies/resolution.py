@@ -1,26 +1,24 @@
-"""What a study's cell trains with: its config resolved layer by layer (`hmer.presets.LAYERS`).
+"""What a study's cell trains with: its config built layer by layer (`hmer.presets.LAYERS`), once.
 
-The preset's layers (`hmer.presets.resolve_preset`: defaults, family, size, preset, recipe), with
-the size and recipe a budget names in place of the preset's own, then the budget's own keys, the
-spec's fixed keys, `--set`, the study's stored base config when it is resumed, and the cell:
+The one builder of a study's configs: the session trains what it builds, and `hmer config` prints it,
+with the layer that set each value. A study's base (`study_resolution`: the preset at the budget's
+size and recipe, the budget's keys, the spec's fixed keys, `--set`), the stored base of a resumed
+study on top of it (`Resolution.take_stored`), then the cell (`cell_resolution`):
 
     base = study_resolution(DIRECTION, get_budget("cpu"), n_trials=9, n_jobs=2)
     cell = cell_resolution(base, DIRECTION, {"model.direction": "bi", "train.seed": 1})
     cell.sources["model.d_model"]        # 'size cpu (budget cpu)'
-
-A study's session runs `base_config` (what its first worker stores), and each trial the cell on
-top of the base it resumed (`Grid`, `Sweep`); `hmer config` prints the same resolution.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ..config import Config, check_value
 from ..presets import Resolution, resolve_preset
 from .budgets import StudyBudget
-from .spec import SEED_KEY, StudySpec, SweepSpec, cell_label
+from .spec import SEED_KEY, SearchSpaceError, StudySpec, SweepSpec, cell_label
 
 
 def budget_resolution(preset: str, budget: StudyBudget, n_trials: int = 1, n_jobs: int = 1) -> Resolution:
@@ -47,17 +45,43 @@ def study_resolution(spec: StudySpec | SweepSpec, budget: StudyBudget, *, n_tria
     return resolution.apply("set", "--set", values)
 
 
-def base_config(spec: StudySpec | SweepSpec, budget: StudyBudget, *, n_trials: int, n_jobs: int,
-                overrides: Mapping[str, Any] | None = None, data_path: str | None = None) -> Config:
-    """The config a new study of `spec` records and every cell starts from (`study_resolution`)."""
-    return study_resolution(spec, budget, n_trials=n_trials, n_jobs=n_jobs, overrides=overrides,
-                            data_path=data_path).config
+def cell_resolution(base: Resolution, spec: StudySpec | SweepSpec, cell: Mapping[str, Any],
+                    name: str = "trial") -> Resolution:
+    """The config a cell of `spec` trains, on the study's `base`. A grid's cell is its axis values and
+    seed (`StudySpec.cells`): they, what they bring (`StudySpec.overrides`) and the seed. A sweep's is
+    a trial's drawn values (`sweep_trial_values`), `name` its trial. A config the cell's values do not
+    allow is a bug in the study's grid or search space: SearchSpaceError, naming the study and the cell."""
+    space = "search space"
+    if isinstance(spec, StudySpec):
+        name, space = f"{cell_label(cell)}, seed {cell[SEED_KEY]}", "grid"
+    try:
+        values = spec.overrides(cell) if isinstance(spec, StudySpec) else sweep_trial_values(spec, base.config, cell)
+        return base.apply("cell", name, values)
+    except ValueError as exc:
+        raise SearchSpaceError(f"study {spec.name!r}: cell {name} is not a valid config, a bug in the study's "
+                               f"{space}: {exc}") from None
 
 
-def cell_resolution(base: Resolution, spec: StudySpec, cell: Mapping[str, Any]) -> Resolution:
-    """Grid cell `cell` (axis key -> value, and its seed) on `base`: its axis values, what they bring
-    (`StudySpec.overrides`) and its seed."""
-    return base.apply("cell", f"{cell_label(cell)}, seed {cell[SEED_KEY]}", spec.overrides(cell))
+def check_cells(base: Resolution, spec: StudySpec | SweepSpec, cells: Sequence[Mapping[str, Any]]) -> None:
+    """Every cell of `cells` builds an allowed config on `base` (`cell_resolution`); a SearchSpaceError
+    before anything runs. A grid's cells are those it trains; a sweep's, both ends of every range of
+    its space and every choice (`range_ends`), so that no trial can draw a value that is not allowed."""
+    for cell in cells:
+        cell_resolution(base, spec, cell, name=cell_label(cell))
+
+
+def range_ends(spec: SweepSpec, base: Config) -> list[dict[str, Any]]:
+    """A cell for each end of each range of the sweep's space and for each choice (a share of
+    training is given as steps, by the trial: not here)."""
+    flat = base.to_flat_dict()
+    cells = []
+    for param in spec.params:
+        if param.share_of_training:
+            continue
+        dist = param.distribution(flat)
+        cells += [{param.key: value} for value in (list(dist.choices) if hasattr(dist, "choices") else
+                                                   [dist.low, dist.high])]
+    return cells
 
 
 def sweep_trial_values(spec: SweepSpec, base: Config, given: Mapping[str, Any]) -> dict[str, Any]:

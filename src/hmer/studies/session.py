@@ -32,6 +32,7 @@ from typing import Any, Callable, Mapping
 import optuna
 
 from ..config import Config
+from ..presets import Resolution
 from ..tracking import keys
 from ..tracking.portable import sqlite_path
 from ..tracking.store import mask_password, mlflow_client
@@ -39,7 +40,7 @@ from .budgets import StudyBudget, get_budget
 from .bookings import CellBookings, Worker
 from .mlflow_runs import fail_dead_trial_runs, finish_parent, measured_cost, parent_run
 from .opening import asked_keys, open_study, wait_for_attr
-from .resolution import base_config
+from .resolution import study_resolution
 from .storage import default_storage, mask_url, open_storage, study_exists
 from .workers import start_workers
 
@@ -82,8 +83,9 @@ class StudySettings:
 
 @dataclass
 class Session:
-    """One worker's handles on a study: the Optuna study and its storage, MLflow, the base config,
-    and the bookings through which it finds dead workers' trials (and a grid's next cell)."""
+    """One worker's handles on a study: the Optuna study and its storage, MLflow, the base config
+    every cell is built on (`resolution.cell_resolution`), and the bookings through which it finds dead
+    workers' trials (and a grid's next cell)."""
 
     study: optuna.Study
     storage: optuna.storages.BaseStorage
@@ -92,7 +94,7 @@ class Session:
     experiment: str
     experiment_id: str
     parent_run_id: str
-    base: Config
+    base: Resolution
     created: bool
     worker: Worker
     bookings: CellBookings
@@ -166,9 +168,8 @@ class StudyKind:
         """How many trials the study runs under `budget`."""
         raise NotImplementedError
 
-    def check(self, base: Config) -> Config:
-        """The base config every trial starts from, checked against what the trials will set."""
-        return base
+    def check(self, base: Resolution) -> None:
+        """Refuse, before anything runs, a base config that a trial's values would make invalid."""
 
     def described(self, base: Config) -> dict[str, Any]:
         """What the study searches, by study attribute (`keys.GRID`, ...): recorded on the study and
@@ -245,10 +246,9 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
     budget, n_jobs, name, main, say = settings.budget, settings.n_jobs, settings.name, settings.main, settings.say
     n_trials = kind.plan(budget)
     model_preset = spec.model_preset(budget.preset_size)
-    # checked now: a value its key does not allow fails before any trial, not after the trials before it
-    base = kind.check(base_config(spec, budget, n_trials=n_trials, n_jobs=n_jobs, overrides=overrides,
-                                  data_path=data_path))
-    described = kind.described(base)
+    base = study_resolution(spec, budget, n_trials=n_trials, n_jobs=n_jobs, overrides=overrides, data_path=data_path)
+    kind.check(base)  # a value its key does not allow fails before any trial, not after the trials before it
+    described = kind.described(base.config)
     exists = study_exists(settings.storage_url, name)
     if main:
         say(f"study {name}: {spec.description}")
@@ -257,8 +257,8 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
                 say(line)
 
     study_data = StudyData(data, say)
-    if not study_data.has(base) and not exists:
-        study_data(base)  # bad data fails here, before a study or an MLflow run exists
+    if not study_data.has(base.config) and not exists:
+        study_data(base.config)  # bad data fails here, before a study or an MLflow run exists
     store = open_storage(settings.storage_url)
     study, base, created = open_study(
         name, store, kind=kind.name, sampler=kind.sampler(), pruner=kind.pruner(n_trials),
@@ -284,7 +284,7 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
                 "storage": mask_url(settings.storage_url), "n_trials": n_trials, "model_preset": model_preset,
                 **{key: json.dumps(value) for key, value in plain.items()}},
         tags={keys.BUDGET: budget.name, keys.KIND: kind.name},
-        artifact={"spec": spec.name, "description": spec.description, **plain, "config": base.to_flat_dict()},
+        artifact={"spec": spec.name, "description": spec.description, **plain, "config": base.config.to_flat_dict()},
         reopen=done < n_trials)
     if main and done:
         cost = measured_cost(session.client, session.experiment_id, name)
@@ -294,14 +294,14 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
     children: list = []
     interrupted = False
     try:
-        if not study_data.has(session.base) and kind.open_trials(bookings):
-            study_data(session.base)  # once per process; the extra workers then read the warm cache
+        if not study_data.has(session.base.config) and kind.open_trials(bookings):
+            study_data(session.base.config)  # once per process; the extra workers then read the warm cache
         if main:
             children = start_workers(kind.run_study, spec, budget, n_jobs, settings.storage_url, settings.tracking_uri,
                                      data_path, name, overrides, **kind.worker_options())
         from ..device import resolve_device, share_device  # (torch: loaded once a trial is to run)
 
-        share_device(resolve_device(session.base.train.device), n_jobs)  # threads, and a GPU's memory
+        share_device(resolve_device(session.base.config.train.device), n_jobs)  # threads, and a GPU's memory
         while True:
             if not kind.run_next(session, study_data):
                 if not main or not kind.others_running(bookings):
@@ -357,7 +357,7 @@ def resolve(spec_name: str, budget: str | StudyBudget, *, n_jobs: int | None, da
 
 
 
-def open_session(settings: StudySettings, storage: optuna.storages.BaseStorage, study: optuna.Study, base: Config,
+def open_session(settings: StudySettings, storage: optuna.storages.BaseStorage, study: optuna.Study, base: Resolution,
                  created: bool, worker: Worker, bookings: CellBookings, *, params: Mapping[str, Any],
                  tags: Mapping[str, str], artifact: Mapping[str, Any], reopen: bool = True) -> Session:
     """The study's MLflow parent run (created, or reopened unless `reopen` is False: nothing is left

@@ -129,16 +129,6 @@ class StudySpec:
         seed first), baseline first."""
         return [{**cell, SEED_KEY: int(seed)} for seed in seeds for cell in self.variant_cells(variants)]
 
-    def check_cells(self, base, seeds: Sequence[int], variants: Sequence[str] | None = None) -> None:
-        """Every cell's config is allowed (`base`: the study's base Config); a ValueError naming the
-        study, the cell and the key before anything runs. A refused cell is a bug in the spec."""
-        for cell in self.cells(seeds, variants):
-            try:
-                base.override(self.overrides(cell))
-            except ValueError as exc:
-                raise SearchSpaceError(f"study {self.name!r}: cell {cell_label(cell)} is not a valid config, a bug in "
-                                       f"the study's grid: {exc}") from None
-
     def overrides(self, cell: Mapping[str, Any]) -> dict[str, Any]:
         """The Config overrides of one cell: the fixed ones, its axis values and what they bring."""
         values: dict[str, Any] = dict(self.fixed)
@@ -248,25 +238,6 @@ class SweepSpec:
             return self.model_presets[size]
         except KeyError:
             raise ValueError(f"sweep {self.name!r} has no model preset of size {size!r}") from None
-
-    def sampled_config(self, base, values: Mapping[str, Any], trial: int | str = "?"):
-        """`base` (a Config) with a trial's sampled `values`; a value its field does not allow is a
-        bug in the search space, and the SearchSpaceError says so."""
-        try:
-            return base.override(values)
-        except ValueError as exc:
-            raise SearchSpaceError(f"sweep {self.name!r}, trial {trial}: a sampled value is outside what its key "
-                                   f"allows, a bug in the search space: {exc}") from None
-
-    def check_space(self, base) -> None:
-        """Both ends of every range (and every choice) of the search space are allowed values of `base`
-        (a Config), so no trial can sample one that is not; SearchSpaceError before anything runs."""
-        flat = base.to_flat_dict()
-        for param in self.params:
-            dist = param.distribution(flat)
-            ends = list(dist.choices) if hasattr(dist, "choices") else [dist.low, dist.high]
-            for value in ends:
-                self.sampled_config(base, param.overrides(value, flat), trial=f"(range of {param.key})")
 
 
 # ---- every study of the suite, by name ----------------------------------------------------------------

@@ -106,7 +106,7 @@ def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
 
 def continued_by(trials: list[FrozenTrial]) -> dict[int, int]:
     """{number of a trial whose worker died: number of the trial that continued it}
-    (`keys.CONTINUES`, set by `studies.claims.CellClaims.continuing`)."""
+    (`keys.CONTINUES`, set by `studies.bookings.CellBookings.continuing`)."""
     return {t.user_attrs[keys.CONTINUES]: t.number for t in trials if keys.CONTINUES in t.user_attrs}
 
 

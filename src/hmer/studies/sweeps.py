@@ -25,11 +25,13 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ..config import Config
 from ..data import make_batches
+from ..presets import Resolution
 from ..tracking import keys
 from ..training.cost import epochs_for_budget, train_seconds_per_image
 from .budgets import StudyBudget
 from .bookings import CellBookings
 from .objective import run_one_trial, train_trial
+from .resolution import cell_resolution, check_cells, range_ends, sweep_trial_values
 from .sampler import BookedCellSampler
 from .session import Session, StudyData, StudyKind, StudyOutcome, run_session
 from .spec import SEED_KEY, SweepSpec
@@ -82,9 +84,8 @@ class Sweep(StudyKind):
         self.n_trials = int(self.requested_trials or budget.sweep_trials)
         return self.n_trials
 
-    def check(self, base: Config) -> Config:
-        self.spec.check_space(base)  # a range that leaves what its key allows is refused before any trial
-        return base
+    def check(self, base: Resolution) -> None:
+        check_cells(base, self.spec, range_ends(self.spec, base.config))
 
     def described(self, base: Config) -> dict[str, Any]:
         flat = base.to_flat_dict()
@@ -183,39 +184,38 @@ def _objective(session: Session, spec: SweepSpec, data_for: StudyData,
     """The sweep's objective: sample the spec's parameters, fit the epochs to the trial's compute,
     train, report at each quarter of the training for pruning. `continued()` is the dead trial
     this trial continues, or None."""
-    base_flat = session.base.to_flat_dict()
+    base_flat = session.base.config.to_flat_dict()
     cpu_minutes = session.budget.sweep_trial_cpu_minutes
 
     def objective(trial: optuna.Trial) -> float:
         trial.set_user_attr(keys.WORKER, session.worker.as_attr())
         dead = continued()  # (the trial's user_attrs were read before its sampler's before_trial wrote them)
         sampled = {param: param.suggest(trial, base_flat) for param in spec.params}
-        values: dict[str, Any] = {}
-        for param, value in sampled.items():
-            if not param.share_of_training:
-                values.update(param.overrides(value, base_flat))
-        cfg = spec.sampled_config(session.base, values, trial.number)
+        # what the trial drew, then the epochs that fit its compute and the steps its shares of training are
+        drawn = {param.key: value for param, value in sampled.items() if not param.share_of_training}
+        name = f"trial {trial.number}"
+        cfg = cell_resolution(session.base, spec, drawn, name).config
         data = data_for(cfg)
         if cpu_minutes > 0:
             if dead is not None and keys.TRIAL_FITTED_EPOCHS in dead.user_attrs:
                 per_image = float(dead.user_attrs[keys.TRIAL_CPU_SECONDS_PER_IMAGE])
-                values["train.epochs"] = int(dead.user_attrs[keys.TRIAL_FITTED_EPOCHS])
+                drawn["train.epochs"] = int(dead.user_attrs[keys.TRIAL_FITTED_EPOCHS])
             else:
                 per_image = train_seconds_per_image(cfg, data["train"])
-                values["train.epochs"] = epochs_for_budget(cpu_minutes * 60, per_image, len(data["train"]),
-                                                           MAX_SWEEP_EPOCHS)
+                drawn["train.epochs"] = epochs_for_budget(cpu_minutes * 60, per_image, len(data["train"]),
+                                                          MAX_SWEEP_EPOCHS)
             trial.set_user_attr(keys.TRIAL_CPU_SECONDS_PER_IMAGE, per_image)
-            trial.set_user_attr(keys.TRIAL_FITTED_EPOCHS, values["train.epochs"])
+            trial.set_user_attr(keys.TRIAL_FITTED_EPOCHS, drawn["train.epochs"])
             session.say(f"trial {trial.number}: {per_image * 1000:.1f} CPU-ms per training image: "
-                        f"{values['train.epochs']} epochs fit its {cpu_minutes:g} CPU-minutes")
-        cfg = spec.sampled_config(session.base, values, trial.number)
+                        f"{drawn['train.epochs']} epochs fit its {cpu_minutes:g} CPU-minutes")
+        cfg = cell_resolution(session.base, spec, drawn, name).config
         steps = cfg.train.epochs * len(make_batches(data["train"], cfg.data.batch_pixels, cfg.data.max_batch_size,
                                                     shuffle=True, seed=0))
         for param, value in sampled.items():
             if param.share_of_training:
-                values.update(param.overrides(value, base_flat, training_steps=steps))
-        cfg = spec.sampled_config(session.base, values, trial.number)
-        label = ",".join(f"{k}={_short(v)}" for k, v in values.items())
+                drawn.update(param.overrides(value, base_flat, training_steps=steps))
+        cfg = cell_resolution(session.base, spec, drawn, name).config
+        label = ",".join(f"{k}={_short(v)}" for k, v in sweep_trial_values(spec, session.base.config, drawn).items())
         trial.set_user_attr(keys.CELL, label)
         trial.set_user_attr(keys.CELL_KEY, label)  # what a trial continuing this one must match
         tags = {keys.CELL: label, keys.SEED: str(cfg.train.seed), keys.VARIANT: f"trial {trial.number}",
