@@ -14,6 +14,41 @@ import torch
 INKML_NS = "http://www.w3.org/2003/InkML"
 
 
+REPO = Path(__file__).resolve().parents[1]
+_STORE_BEFORE = pytest.StashKey[set]()
+
+
+def _committed_store_entries() -> set[str]:
+    """Every file and folder under the checkout's `mlruns/` (the committed store), by its path."""
+    root = REPO / "mlruns"
+    return {str(p.relative_to(REPO)) for p in root.rglob("*")} if root.is_dir() else set()
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):  # the one process that sees every test end (xdist's or -n 0)
+        session.config.stash[_STORE_BEFORE] = _committed_store_entries()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """No test leaves a file or a folder in the checkout's `mlruns/`, nor takes one away (issue 70: the
+    tests left an empty run folder, mlruns/2/<id>): the run fails, naming them."""
+    before = session.config.stash.get(_STORE_BEFORE, None)
+    if before is None:
+        return
+    after = _committed_store_entries()
+    left, gone = sorted(after - before), sorted(before - after)
+    if left or gone:
+        said = "; ".join(part for part in (f"left {', '.join(left[:10])}" if left else "",
+                                           f"removed {', '.join(gone[:10])}" if gone else "") if part)
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        line = f"the tests changed the checkout's committed store mlruns/: {said}"
+        if reporter is not None:
+            reporter.write_line(line, red=True)
+        else:
+            print(line)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
 @pytest.fixture(scope="session")
 def crohme_data() -> Path:
     """The CROHME data where every command looks for it: $HMER_DATA, else data/crohme(.zip) in the
