@@ -47,9 +47,6 @@ metric kept beside as `winner_token_*` / `loser_token_*`. Where some study's run
 table stays on the token metric (one metric per table, so that its header says what every row is
 on) and `attrs["lacking"]` names those studies. ExpRate stays the suite's own (`exprate`), the
 metric of every other table: it agrees with lgeval's but for a few expressions a year.
-
-"claims" alone already names something else in this project: workers claiming grid cells
-(`hmer.studies.claims`). Here a claim is a paper's, hence the module's name.
 """
 
 from __future__ import annotations
