@@ -7,7 +7,7 @@ by the code on PYTHONPATH; prints its losses and weights' hash as JSON, to compa
             PYTHONPATH=$tree/src python benchmarks/training_path_equality.py frontier > /tmp/$(basename $tree).json
     done; cmp /tmp/wt-frontier.json /tmp/main.json
 
-Why: the fingerprint (`hmer runs show`) trains each decoder family on the `cpu` recipe, not the
+Why: the fingerprint (`hmer runs show`) trains each decoder family on the `swept` recipe, not the
 frontier's schedule with its decay and weight average nor CAN's counting module, so a study that
 continues across a refactor first measures its own path this way. The portable kernels are the
 fingerprint's (its module docstring), so that the answer is the code's and not the CPU's.

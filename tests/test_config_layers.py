@@ -60,9 +60,9 @@ def test_a_named_recipe_or_size_replaces_the_presets_own(capsys):
     assert comer["train.lr"] == {"value": 0.04, "layer": "set --set"}
     assert comer["train.rho"]["layer"] == "default" and comer["train.eps"]["layer"] == "default"  # none of bttr's
     cpu = _config(capsys, "tiny-comer", "--budget", "cpu")
-    assert cpu["model.d_model"] == {"value": 192, "layer": "size cpu (budget cpu)"}
+    assert cpu["model.d_model"] == {"value": 192, "layer": "size swept (budget cpu)"}
     assert cpu["model.coverage_kernel"]["layer"] == "family comer-fusion"
-    assert cpu["train.optimizer"] == {"value": "adamw", "layer": "recipe cpu (budget cpu)"}
+    assert cpu["train.optimizer"] == {"value": "adamw", "layer": "recipe swept (budget cpu)"}
     assert cpu["train.epochs"] == {"value": 13, "layer": "budget cpu"}
     with pytest.raises(ValueError, match="comes before"):  # the layers apply in their order only
         resolve_preset("tiny-transformer").apply("family", "bttr", {})

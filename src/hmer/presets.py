@@ -35,7 +35,7 @@ up to the recipe); `hmer.studies.resolution` adds the budget, the study, --set, 
 and the cell; `hmer config` prints the result with the layer of each value.
 
     preset_with_recipe("comer-fusion")             # CoMER fusion, CoMER's recipe (SGD, scale augmentation)
-    resolve_preset("tiny-transformer", size="cpu", recipe="cpu").sources["model.d_model"]   # 'size cpu'
+    resolve_preset("tiny-transformer", size="swept", recipe="swept").sources["model.d_model"]   # 'size swept'
     preset_config("tiny-rnn")                      # its ModelConfig alone
 
 A part of the foundation: plain values and the config's layers, so that a preset with its recipe
@@ -94,10 +94,10 @@ SIZES: dict[str, tuple[dict[str, Any], str]] = {
     "full": ({}, "the papers' sizes (the ModelConfig defaults)"),
     "tiny": (_TINY, "growth 8, 2x4 dense layers, d 64"),
     "small": (_SMALL, "growth 12, 2x4 dense layers, d 128"),
-    # The shape of the committed sweep's best trial (`sweep-cpu` trial 25; the `cpu` recipe is the rest
+    # The shape of the committed sweep's best trial (`sweep-cpu` trial 25; the `swept` recipe is the rest
     # of it): small's encoder with 2x6 dense layers, a decoder of width 192 (FFN 384) and 3 layers; the
     # widths the sweep did not vary (heads, coverage, GRU) are small's. The `cpu` study budget's size.
-    "cpu": ({**_SMALL, "num_dense_layers": 6, "d_model": 192, "dim_feedforward": 384, "num_decoder_layers": 3},
+    "swept": ({**_SMALL, "num_dense_layers": 6, "d_model": 192, "dim_feedforward": 384, "num_decoder_layers": 3},
             "growth 12, 2x6 dense layers, d 192, 3 decoder layers"),
 }
 
@@ -128,7 +128,7 @@ for _family in ("bttr", "comer-self", "comer-cross", "comer-fusion", "wap-rnn", 
     PRESETS[f"{_family}-l2r"] = Preset(_family, "full", _recipe, direction="l2r")
 # The CPU presets train with BTTR's recipe, `tiny-comer` too: what each has always trained with
 # (the smoke studies, the tests, the timings of docs/benchmarks.md). At the `cpu` budget a study
-# trains every one of them with the `cpu` recipe instead (hmer.studies.budgets).
+# trains every one of them with the `swept` recipe instead (hmer.studies.budgets).
 PRESETS.update({
     "tiny-transformer": Preset("transformer", "tiny", "bttr"),
     "tiny-comer": Preset("comer-fusion", "tiny", "bttr"),

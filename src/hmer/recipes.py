@@ -11,7 +11,7 @@ fields build is `hmer.training.optim`.
 - `bttr`: BTTR's, Adadelta lr 1.0, rho 0.9, eps 1e-6, weight decay 1e-4.
 - `comer`: CoMER's, SGD lr 0.08, momentum 0.9, weight decay 1e-4, and its scale augmentation
   (each training batch resized by a factor drawn in x0.7 .. x1.4).
-- `cpu`: the recipe of the committed sweep's best trial (`sweep-cpu` trial 25, chosen on the writer
+- `swept`: the recipe of the committed sweep's best trial (`sweep-cpu` trial 25, chosen on the writer
   hold-out; docs/cpu_protocol.md), with the rate decayed by cosine: what the `cpu` study budget
   trains with.
 
@@ -25,7 +25,7 @@ from typing import Any
 # Renderer augmentation as the sweep trains it (`data.aug_share` of the training images redrawn):
 # one recipe of moderate distortions, each measured in docs/data.md. Antialiasing, the costly one,
 # is left to downscaling, which gives the same grey edges. The sweep holds it fixed and varies the
-# share (hmer.studies.suite.sweep); the `cpu` recipe takes it with its best trial's share.
+# share (hmer.studies.suite.sweep); the `swept` recipe takes it with its best trial's share.
 RENDERER_AUGMENTATION: dict[str, Any] = {
     "data.aug_width_min": 0.5, "data.aug_width_max": 1.5, "data.aug_pressure": 0.3, "data.aug_downscale": 0.5,
     "data.aug_blur": 0.8, "data.aug_slant": 8.0, "data.aug_rotate": 3.0, "data.aug_jitter": 0.5,
@@ -40,8 +40,8 @@ RECIPES: dict[str, dict[str, Any]] = {
     # Sweep trial 25's choices, with two changes measured by the pilots of experiment cpu-budget-pilot:
     # cosine decay to 1e-5 (at fixed epochs it read 2.3 points more on 2014 than the sweep's constant
     # rate), and a warm-up of the trial's share of the steps of the `cpu` budget's 13 epochs. Its
-    # model shape is the `cpu` size (hmer.presets.SIZES).
-    "cpu": {
+    # model shape is the `swept` size (hmer.presets.SIZES).
+    "swept": {
         # `train.recipe` names the papers' recipes only; every config this one trained stores `custom`
         # (a study's cell is compared with the store's runs field for field: hmer.studies.reuse)
         "train.recipe": "custom", "train.optimizer": "adamw", "train.lr": 6.5e-4, "train.weight_decay": 0.01,

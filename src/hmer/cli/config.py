@@ -28,7 +28,7 @@ def add_parser(sub) -> None:
     p.add_argument("--budget", default=None,
                    help="a study budget (smoke, cpu, long, short, paper): its size, recipe and keys; for a study, "
                         "default as its script (cpu without a GPU)")
-    p.add_argument("--recipe", default=None, help="a preset's recipe in place of its own (bttr, comer, cpu)")
+    p.add_argument("--recipe", default=None, help="a preset's recipe in place of its own (bttr, comer, swept)")
     p.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
                    help="config overrides, as `hmer train --set` or a study's --set")
     study = p.add_argument_group("a study's cell")

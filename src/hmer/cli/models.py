@@ -32,8 +32,8 @@ def models_table() -> str:
         cells = "  ".join(f"{v:<{w}}" for v, w in zip((name, preset.family, preset.size, preset.recipe), width))
         lines.append(f"{cells}  {params / 1e6:>8.2f}M  {counting / 1e6:>8.2f}M  {description}")
     # The CPU budgets' model is a size, not a preset: each CPU family at it, as the `cpu` budget trains them.
-    lines += ["", "at the `cpu` size (the cpu and long budgets' model):"]
-    for name, params, counting in cpu_size_rows():
+    lines += ["", "at the `swept` size (the cpu and long budgets' model):"]
+    for name, params, counting in swept_size_rows():
         lines.append(f"  {name:<{width[0]}}  {params / 1e6:>8.2f}M  {counting / 1e6:>8.2f}M")
     variants = catalogue()
     key_width = max(len(key) for key, _, _ in variants)
@@ -46,8 +46,8 @@ def models_table() -> str:
     return "\n".join(lines)
 
 
-def cpu_size_rows() -> list[tuple[str, int, int]]:
-    """(CPU preset, its parameters at the `cpu` size, what symbol counting adds) for each CPU family."""
+def swept_size_rows() -> list[tuple[str, int, int]]:
+    """(CPU preset, its parameters at the `swept` size, what symbol counting adds) for each CPU family."""
     import dataclasses
 
     import torch
@@ -58,7 +58,7 @@ def cpu_size_rows() -> list[tuple[str, int, int]]:
 
     rows = []
     for name in ("tiny-transformer", "tiny-comer", "tiny-rnn", "tiny-convs2s"):
-        cfg = resolve_preset(name, size="cpu").config.model
+        cfg = resolve_preset(name, size="swept").config.model
         with torch.device("meta"):
             params = count_parameters(build_model(cfg))
             counting = count_parameters(build_model(dataclasses.replace(cfg, counting=True))) - params

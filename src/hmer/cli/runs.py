@@ -55,7 +55,7 @@ def add_parser(sub) -> None:
                           "will not outlive its machine); reports mark them in progress")
     pub.add_argument("--weights-only", action="store_true",
                      help="with --keep-unfinished: keep of each unfinished trial its fp32 weights, schedule and "
-                          "random state alone (one last.pt of about a third the size: 6 MB at the cpu size): the "
+                          "random state alone (one last.pt of about a third the size: 6 MB at the swept size): the "
                           "run continues as a warm restart, tagged hmer.warm_restart, and where its best weights "
                           "so far are an earlier epoch's, its best is chosen from the kept epoch on "
                           "(hmer.best_reset); docs/cpu_protocol.md, \"The long budget\", measures the cost")

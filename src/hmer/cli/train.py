@@ -19,7 +19,7 @@ def add_parser(sub) -> None:
     tr = sub.add_parser("train", help="train a preset or config file, tracked in MLflow")
     tr.add_argument("--preset", default=None, help="a preset from `hmer models` (default: bttr)")
     tr.add_argument("--config", default=None, help="a JSON config file (as logged in a run's config.json)")
-    tr.add_argument("--recipe", default=None, help="a recipe in place of the preset's own (bttr, comer, cpu)")
+    tr.add_argument("--recipe", default=None, help="a recipe in place of the preset's own (bttr, comer, swept)")
     tr.add_argument("--budget", default=None, help="a study budget (smoke, cpu, long, short, paper): its size, recipe "
                                                    "and keys, as a study trains its preset (`hmer config` shows them)")
     tr.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",

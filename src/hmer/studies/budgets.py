@@ -11,8 +11,8 @@ default number of workers. It says what the study will cost before it starts:
   epochs, 50 test expressions per year and beam 3; for a CPU. The direction ablation
   finishes on a 2-core CPU within ten minutes end to end (``python studies/ablate_direction.py``;
   measured 2.8 minutes on an idle machine and 5.7 to 7.6 on a shared one, see docs/studies.md).
-- ``cpu``: real results on a 2-core CPU, no GPU: the spec's tiny preset at the `cpu` size with the
-  `cpu` recipe, what the sweep chose (its best trial on the writer hold-out, docs/cpu_protocol.md),
+- ``cpu``: real results on a 2-core CPU, no GPU: the spec's tiny preset at the `swept` size with the
+  `swept` recipe, what the sweep chose (its best trial on the writer hold-out, docs/cpu_protocol.md),
   trained for fixed epochs with cosine decay (so results do not depend on machine load), selection
   on the writer hold-out, the full test years decoded with beam 10 (joint search for bi), 3 seeds,
   2 workers of one thread each. The default on a machine without a GPU.
@@ -165,7 +165,7 @@ def _format_duration(seconds: float) -> str:
 # `python studies/ablate_direction.py --budget smoke` on an idle 2-core CPU (22-29 s; 38-117 s when the
 # cores are shared with other jobs); see docs/studies.md.
 _SMOKE_TRIAL_SECONDS = 30.0
-# The cpu budget trains the `cpu` size with the `cpu` recipe, the sweep's best trial
+# The cpu budget trains the `swept` size with the `swept` recipe, the sweep's best trial
 # (`sweep-cpu` trial 25; docs/cpu_protocol.md), for fixed epochs: about an hour of training on one
 # thread at the trial's measured cost, greedy validation after each epoch included (the recipe's
 # warm-up keeps the trial's share of these epochs' steps).
@@ -221,8 +221,8 @@ BUDGETS: dict[str, StudyBudget] = {
                  f"augmentation, {_CPU_EPOCHS} epochs of AdamW with cosine decay on the full training split, "
                  "the full test years with beam 10; one thread per worker"),
         preset_size="tiny",
-        size="cpu",
-        recipe="cpu",
+        size="swept",
+        recipe="swept",
         overrides={
             "train.epochs": _CPU_EPOCHS, "train.beam_size": 10, "train.max_decode_len": 200, "train.device": "cpu",
         },

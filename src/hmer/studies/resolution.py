@@ -7,7 +7,7 @@ study on top of it (`Resolution.take_stored`), then the cell (`cell_resolution`)
 
     base = study_resolution(DIRECTION, get_budget("cpu"), n_trials=9, n_jobs=2)
     cell = cell_resolution(base, DIRECTION, {"model.direction": "bi", "train.seed": 1})
-    cell.sources["model.d_model"]        # 'size cpu (budget cpu)'
+    cell.sources["model.d_model"]        # 'size swept (budget cpu)'
 """
 
 from __future__ import annotations

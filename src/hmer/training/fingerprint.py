@@ -5,7 +5,7 @@ Two runs are comparable only where the code that trained them computes the same 
 one kernel for another (AdamW `fused=True`, 1x1 convolutions as matrix products) changes every
 number while every config stays the same. So the suite measures it: a short, fixed training on
 synthetic images (`fingerprint_training.PARTS`: each decoder family at a toy size, two epochs, the
-`cpu` recipe's kind of optimiser, schedule and augmentation, one seed, one thread), through
+`swept` recipe's kind of optimiser, schedule and augmentation, one seed, one thread), through
 `hmer.training.train` itself, data pipeline, batching, step, optimiser, schedule and checkpoint
 included. Its fingerprint is a hash
 of every epoch's training and validation loss and of the final weights, bit for bit, of each part.

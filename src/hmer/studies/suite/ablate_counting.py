@@ -4,7 +4,7 @@ Grid: the GRU with coverage attention (WAP, CAN's own decoder, left to right as 
 bidirectional transformer (BTTR), each without and with CAN's counting module (`model.counting`,
 hmer.model.counting), and a parameter-matched control: the transformer without counting, its
 feed-forward layers widened from 384 to 588 so that it has the counting transformer's parameters
-(1,749,773 against 1,750,317 at the `cpu` size), so that a gain cannot be read as capacity alone. Times
+(1,749,773 against 1,750,317 at the `swept` size), so that a gain cannot be read as capacity alone. Times
 the seeds of the budget; every other setting held equal. The transformer's cells without counting at
 the width of 384 are the other studies' bi transformer cells, field for field, and are copied from them
 where the store has them trained by code of today's fingerprint (docs/studies.md, "Cells that studies

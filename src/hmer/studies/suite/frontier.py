@@ -1,13 +1,13 @@
 """What a CPU-hour buys: the input scale, the model width and the training length, measured as a
 frontier of validation ExpRate against training compute (issue 66).
 
-Grid: model width (the `cpu` size's d 192; d 256 with growth 16 and FFN 512) x input scale (`0.0`:
+Grid: model width (the `swept` size's d 192; d 256 with growth 16 and FFN 512) x input scale (`0.0`:
 today's fixed 48 px high; 0.5 and 0.7: drawn at that multiple of the standard images' own scale, so a
 symbol keeps one size across expressions) x weight average (off; 0.999) x epochs (8, 16, 32, 64), CoMER's
 fusion coverage, bidirectional, fp32 on every host, one seed. Only the planned variants train
 (`variants` below); the rest of the grid is there to be named.
 
-Every cell trains the `wsd` schedule: the `cpu` recipe's warm-up and rate, held until the last fifth of
+Every cell trains the `wsd` schedule: the `swept` recipe's warm-up and rate, held until the last fifth of
 its epochs and then decayed (1 - sqrt). Before its decay a cell computes what the longer cells of its
 variant compute, so each longer cell starts where the shorter one's decay began (`hmer.studies.branch`):
 the four lengths of a variant cost its longest stable phase plus the four decays, not the sum of four
