@@ -1,4 +1,4 @@
-"""Files written whole or not at all.
+"""Files written whole or not at all: bytes, text, and figures as PNG.
 
 A file is written to a temporary file in its own folder and moved into place with
 `os.replace`, so a process killed mid-write leaves the previous version (or nothing), never a
@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import Any, BinaryIO, Callable
+
+FIGURE_DPI = 150  # every figure's resolution: the reports', the attention maps', the MLflow UI's
 
 
 def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> None:
@@ -34,3 +36,12 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> N
 def write_text_atomically(path: str | Path, text: str) -> None:
     """Replace `path` with `text` (UTF-8) in one step (`write_atomically`)."""
     write_atomically(path, lambda f: f.write(text.encode("utf-8")))
+
+
+def save_figure(fig: Any, path: str | Path, dpi: float = FIGURE_DPI) -> Path:
+    """Write the matplotlib figure `fig` as PNG (folders made as needed, the file whole or not at
+    all, `write_atomically`); returns the path."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_atomically(path, lambda f: fig.savefig(f, format="png", dpi=dpi, bbox_inches="tight", facecolor="white"))
+    return path

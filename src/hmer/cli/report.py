@@ -207,7 +207,8 @@ def write_report(runs: pd.DataFrame, table: pd.DataFrame, out_dir: Path, *, name
     """Write every file of the report (see the module docstring); returns their paths."""
     from ..reports.curves import plot_training_curves
     from ..reports.markup import metric_list
-    from ..reports.plots import plot_exprate, save_figure
+    from ..atomic import save_figure
+    from ..reports.plots import plot_exprate
     from ..reports.runs import curve_runs, load_history, scored_years
     from ..reports.tables import format_table, scored
 
@@ -430,7 +431,7 @@ def frontier_command(study: str, planned: Sequence[str], tracking_uri: str | Non
     to be) and write `frontier.md`, `frontier.csv` and `plots/frontier.png` into `out_dir` (default
     reports/<study>). Returns 0, or 1 when no point is finished yet (its progress printed either way)."""
     from ..atomic import write_text_atomically
-    from ..reports.plots import save_figure
+    from ..atomic import save_figure
     from ..studies.frontier_report import (budget_points, format_frontier, frontier_points, frontier_summary,
                                            plot_frontier, read_flops)
 

@@ -9,8 +9,8 @@
 - `tables`: per-variant, per-year tables (mean ± std over seeds, paired tests, cost), built
   from `correctness` (which expressions each run read right), as a frame and as text;
 - `markup`: the one formatter: numbers as strings and rows as Markdown or aligned text, for every table;
-- `plots`: seaborn figures (ExpRate by variant and year, attention, error analysis, the papers'
-  claims), and `curves`: the training curves;
+- `plots`: seaborn figures (ExpRate by variant and year, error analysis, the papers' claims), and
+  `curves`: the training curves (each written by `hmer.atomic.save_figure`);
 - `analysis`: error analysis of a run's predictions (by length and structure, token edits, two runs),
   over `buckets` (target length, structure);
 - `published`: the papers' published ExpRates and which preset is which paper's model;
@@ -31,7 +31,7 @@ _EXPORTS = {
     "load_history": "runs", "load_predictions": "runs", "load_runs": "runs", "scored_years": "runs",
     "format_table": "tables", "scored": "tables", "scores_long": "tables", "study_table": "tables",
     "variant_order": "tables", "variant_table": "tables",
-    "plot_exprate": "plots", "plot_training_curves": "curves", "save_figure": "plots",
+    "plot_exprate": "plots", "plot_training_curves": "curves",
     "analyze": "analysis", "breakdown": "analysis",
     "compare_runs": "analysis", "confusions": "analysis", "format_breakdown": "analysis",
     "format_comparison": "analysis", "format_confusions": "analysis", "plot_breakdown": "plots",

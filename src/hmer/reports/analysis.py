@@ -259,7 +259,8 @@ class Analysis:
 
     def write(self, out_dir: str | Path, title: str) -> list[Path]:
         """analysis.md, breakdown.csv, confusions.csv, (comparison.csv) and analysis.png into `out_dir`."""
-        from .plots import plot_breakdown, save_figure
+        from ..atomic import save_figure
+        from .plots import plot_breakdown
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)

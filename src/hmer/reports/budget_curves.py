@@ -42,7 +42,8 @@ from matplotlib.ticker import MaxNLocator
 
 from .markup import layout, number
 from .paper_claims import CLAIMS, DEFAULT_BUDGETS, Claim
-from .plots import save_figure, variant_colors
+from ..atomic import save_figure
+from .plots import variant_colors
 from .runs import curve_runs, load_history, load_runs, scored_years
 
 SMOOTH_EPOCHS = 5

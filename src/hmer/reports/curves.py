@@ -2,7 +2,7 @@
 against the training's time, one colour per variant (`plots.variant_colors`).
 
     fig = plot_training_curves(load_history(runs))  # validation ExpRate and losses vs epoch and vs time
-    save_figure(fig, "plots/curves.png")
+    hmer.atomic.save_figure(fig, "plots/curves.png")
 
 The time axis is the best measure every run logged (`_with_time_axis`): the training's CPU time,
 else the wall-clock time of its training steps, else the time since it started.
@@ -17,7 +17,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from .plots import save_figure, variant_colors
+from ..atomic import save_figure
+from .plots import variant_colors
 
 METRIC_LABELS = {
     "val_exprate": "validation ExpRate (%)",

@@ -4,7 +4,7 @@ training curves are `hmer.reports.curves`, in the same colours (`variant_colors`
     fig = plot_exprate(runs)                        # bars = mean over seeds, whiskers = std, dots = seeds
     fig = plot_breakdown(analyze(rows).breakdown)   # ExpRate by target length and structure
     fig = plot_claims(claims_table("cpu"))          # each claim's difference per year, with its interval
-    save_figure(fig, "plots/exprate.png")
+    hmer.atomic.save_figure(fig, "plots/exprate.png")
 
 Figures are built with matplotlib's object-oriented API (`matplotlib.figure.Figure`),
 never with `pyplot`: they render through the Agg canvas on a machine without a display,
@@ -22,21 +22,12 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from ..atomic import write_atomically
+from ..atomic import save_figure
 from .buckets import length_labels, structure_labels
 from .markup import metric_label
 from .tables import scores_long, variant_order
 
 PALETTE = "colorblind"
-DPI = 150
-
-
-def save_figure(fig: Figure, path: str | Path, dpi: int = DPI) -> Path:
-    """Write `fig` as PNG (folders made as needed, the file whole or not at all); returns the path."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, lambda f: fig.savefig(f, format="png", dpi=dpi, bbox_inches="tight", facecolor="white"))
-    return path
 
 
 def variant_colors(order: Sequence[str]) -> dict[str, str]:

@@ -244,9 +244,9 @@ def _png(figure) -> bytes:
     """The figure as PNG, at most `FIGURE_WIDTH_PX` wide: drawn at the reports' resolution, then
     at lower ones until it fits (its tight box, the legend beside the axes included, is only known
     once drawn, and does not shrink in proportion: the pads are fixed)."""
-    from ..reports.plots import DPI
+    from ..atomic import FIGURE_DPI
 
-    dpi = float(DPI)
+    dpi = float(FIGURE_DPI)
     while True:
         buffer = io.BytesIO()
         figure.savefig(buffer, format="png", dpi=dpi, bbox_inches="tight", facecolor="white")

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from matplotlib.figure import Figure
 
-from ..atomic import write_atomically
+from ..atomic import save_figure
 
 # The maps themselves are computed where a run's logged pictures are drawn from them too.
 from .artifacts import KINDS, token_maps
@@ -186,8 +186,6 @@ def plot_attention(results: Sequence[AttentionResult], *, max_columns: int = 12,
         row0 += n_rows
     truth = " ".join(results[0].truth) if results[0].truth is not None else None
     fig.suptitle(f"{title or results[0].name}" + (f"   truth: {_shorten(truth, 90)}" if truth else ""), fontsize=10)
-    if path is not None:  # as hmer.reports.plots.save_figure writes every report's figure
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        write_atomically(Path(path), lambda f: fig.savefig(f, format="png", dpi=150, bbox_inches="tight",
-                                                           facecolor="white"))
+    if path is not None:
+        save_figure(fig, path)
     return fig
