@@ -44,15 +44,27 @@ def test_train_evaluate_predict_by_run_id(env, capsys):
     out = capsys.readouterr().out
     assert run_id in out and "2014" in out
 
-    assert main(["evaluate", run_id, "--data", env["data"], "--beam", "2", "--device", "cpu"]) == 0
+    short = run_id[:8]  # as the README prints run ids: every command that takes a run takes a unique prefix
+    assert main(["evaluate", short, "--data", env["data"], "--beam", "2", "--device", "cpu"]) == 0
     table = capsys.readouterr().out
     for year in ("2014", "2016", "2019"):
         assert year in table
 
     image = Path(env["data"]) / "2014" / "2014_0.png"
-    assert main(["predict", run_id, str(image), "--beam", "2", "--device", "cpu"]) == 0
+    assert main(["predict", short, str(image), "--beam", "2", "--device", "cpu"]) == 0
     # One line of LaTeX for one file (an untrained model may well predict an empty line).
     assert capsys.readouterr().out.count("\n") == 1
+
+    assert main(["report", "--runs", short, "--out", str(env["tmp"] / "report")]) == 0
+    assert capsys.readouterr().out.startswith(f"runs-{short}: ExpRate")  # the report of that run
+
+    assert main(["runs", "show", short]) == 0
+    shown = capsys.readouterr().out
+    score_lines = [line for line in shown.splitlines() if line.startswith("    20")]  # "    2014: exprate ..."
+    assert [line.split(":")[0].strip() for line in score_lines] == ["2014", "2016", "2019"]
+    # each year's scores once, the papers' lgeval ones among them, and nowhere else
+    assert all(line.count("lgeval_exprate") == 1 for line in score_lines)
+    assert shown.count("lgeval_exprate") == len(score_lines)
 
 
 def test_bad_inputs_give_one_line_and_status_2(env, capsys, tmp_path):

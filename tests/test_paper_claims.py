@@ -235,6 +235,7 @@ def test_hmer_report_claims(direction_store, tmp_path, capsys):
     out = tmp_path / "claims"
     assert main(["report", "--claims", "--budget", BUDGET, "--tracking-uri", direction_store, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
+    assert printed.endswith("\n") and not printed.endswith("\n\n")  # the shell's prompt on a line of its own
     # without --metric: ExpRate, then within one and two errors (on token edits: these runs lack lgeval's);
     # 29 rows without a study (coverage 15, decoder 2, posenc 3, counting 9), each with two verdicts
     assert "bi > l2r" in printed and printed.count(NO_STUDY) == 3 * 2 * 29 and "53.96 / –" in printed  # both verdicts
