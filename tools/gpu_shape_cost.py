@@ -351,32 +351,32 @@ def s3_micro(n=10):
     return out
 
 
-# ---- S8: the plan cache, each variant in a fresh process ----------------------------------------
-def variant_child(name):
-    """In a fresh process under the variant's environment; prints one JSON line."""
+# ---- S8: the plan cache, each setting in a fresh process ----------------------------------------
+def setting_child(name):
+    """In a fresh process under the setting's environment; prints one JSON line."""
     cfg = preset_with_recipe(ARGS.preset)
     setup = TrainStep(cfg, torch.bfloat16 if DEV.type == "cuda" else None, matmul=ARGS.matmul)
     warm_up(setup)
     shapes = [tuple(s) for s in json.loads(ARGS.shapes)]
     r = cold_warm(setup, shapes, name, passes=3)
     r["cache_limit"] = os.environ.get(CUDNN_PLAN_CACHE, "torch's default")
-    print("VARIANT_JSON " + json.dumps(r, default=str), flush=True)
+    print("SETTING_JSON " + json.dumps(r, default=str), flush=True)
 
 
-def run_variant(name, limit, shapes, cap, matmul=False):
+def run_setting(name, limit, shapes, cap, matmul=False):
     env = dict(os.environ)
     env.pop(CUDNN_PLAN_CACHE, None)
     if limit is not None:
         env[CUDNN_PLAN_CACHE] = str(limit)
-    cmd = [sys.executable, os.path.abspath(__file__), "--variant", name, "--shapes", json.dumps(shapes),
+    cmd = [sys.executable, os.path.abspath(__file__), "--setting", name, "--shapes", json.dumps(shapes),
            "--device", ARGS.device, "--preset", ARGS.preset, "--budget", str(cap)] + (["--matmul"] if matmul else [])
     try:
         p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=cap)
     except subprocess.TimeoutExpired:
         return {"error": f"timeout after {cap:.0f} s"}
     for line in p.stdout.splitlines():
-        if line.startswith("VARIANT_JSON "):
-            r = json.loads(line[len("VARIANT_JSON "):])
+        if line.startswith("SETTING_JSON "):
+            r = json.loads(line[len("SETTING_JSON "):])
             log(f"S8 {name}: cold {r['cold_med']:.3f} warm {r['warm_med']:.3f} third {med(r.get('third_pass_s', []))}")
             return r
     return {"error": (p.stdout[-800:] + p.stderr[-1500:])}
@@ -456,15 +456,15 @@ def main(argv=None):
     ap.add_argument("--preset", default="bttr")
     ap.add_argument("--budget", type=float, default=300, help="seconds for all sections")
     ap.add_argument("--smoke", action="store_true", help="2 shapes a section (the CPU rehearsal)")
-    ap.add_argument("--variant", default="")
+    ap.add_argument("--setting", default="", help="(S8's child) the plan-cache setting it measures")
     ap.add_argument("--shapes", default="[]")
-    ap.add_argument("--matmul", action="store_true", help="(a variant's child) the 1x1 convolutions as matmuls")
+    ap.add_argument("--matmul", action="store_true", help="(S8's child) the 1x1 convolutions as matmuls")
     ARGS = ap.parse_args(argv)
     DEV = torch.device(ARGS.device)
     if ARGS.out:
         os.makedirs(ARGS.out, exist_ok=True)
-    if ARGS.variant:
-        return variant_child(ARGS.variant)
+    if ARGS.setting:
+        return setting_child(ARGS.setting)
     k = 2 if ARGS.smoke else 16
     cuda = DEV.type == "cuda"
     RESULTS["env"] = dict(
@@ -503,14 +503,14 @@ def main(argv=None):
         section("S7_graphs_reference", 5, lambda: graphs_vs_eager(cfg, amp, (2, 48, 96), steps=2))
     shapes = (s1 or {}).get("shapes", fresh(6))[:2 if ARGS.smoke else 6]
     sized = cache_plans(base.model, 40)
-    variants = [("lru300", 300), ("lru0", 0), ("lru_sized", sized)] if cuda else [("lru_sized", sized)]
-    for name, limit in variants:
-        section(f"S8_{name}", 45, lambda name=name, limit=limit: run_variant(name, limit, shapes,
+    settings = [("lru300", 300), ("lru0", 0), ("lru_sized", sized)] if cuda else [("lru_sized", sized)]
+    for name, limit in settings:
+        section(f"S8_{name}", 45, lambda name=name, limit=limit: run_setting(name, limit, shapes,
                                                                             min(90, max(10, left() - 5))))
     if cuda:
         forty = fresh(40)
-        section("S8_default_40", 70, lambda: run_variant("default_40", None, forty, min(150, max(10, left() - 5))))
-        section("S8_sized_40", 70, lambda: run_variant("sized_40", sized, forty, min(150, max(10, left() - 5))))
+        section("S8_default_40", 70, lambda: run_setting("default_40", None, forty, min(150, max(10, left() - 5))))
+        section("S8_sized_40", 70, lambda: run_setting("sized_40", sized, forty, min(150, max(10, left() - 5))))
     section("S2_profile", 40, lambda: s2_profile(base, fresh(2)))
     section("S3_micro", 10, lambda: s3_micro(2 if ARGS.smoke else 10))
     if cuda:
