@@ -1,7 +1,9 @@
 """docs/architecture.md's answers to "what a `comer-fusion` model computes in a forward pass", "how
-one training step is done" and "where a study's cell gets its config", held to the code: each lists
-the modules to open (at most 9, 3 and 9), and running the code in question reaches the functions of
-those modules and of no other module of `hmer` (the step: of its own modules and the forward pass's)."""
+one training step is done", "where a study's cell gets its config" and "how a finished study gets into
+the committed store", held to the code: each lists the modules to open (at most 9, 3, 9 and 13), and
+running the code in question reaches the functions of those modules and of no other module of `hmer`
+(the step: of its own modules and the forward pass's; the publish: of its own modules and of those
+that `hmer report --study` reaches to build the table it gives each study)."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ ARCHITECTURE = ROOT / "docs" / "architecture.md"
 FORWARD = "What a `comer-fusion` model computes in a forward pass"
 STEP = "How one training step is done"
 CELL_CONFIG = "Where a study's cell gets its config"
+PUBLISH = "How a finished study gets into the committed store"
 PACKAGE = Path(hmer.__file__).resolve().parent
 # comer-fusion at a size that runs in a moment: two decoder layers, so that the ARM refines one
 SMALL = {"growth_rate": 4, "num_dense_layers": 2, "d_model": 32, "nhead": 4, "dim_feedforward": 64,
@@ -112,3 +115,30 @@ def test_a_study_cells_config_opens_the_modules_it_lists():
     reached = _reached(lambda: cell_resolution(study_resolution(DIRECTION, budget, n_trials=9, n_jobs=2), DIRECTION,
                                                DIRECTION.cells((1,))[0]))
     assert reached == set(listed), f"reached {sorted(reached)}, listed {listed}"
+
+
+def test_publishing_a_finished_study_opens_the_modules_it_lists(tmp_path_factory, tmp_path):
+    from hmer.cli import main
+    from hmer.store.publish import publish
+    from study_store import STUDY_NAME, study_store
+
+    listed = _listed(PUBLISH)
+    assert 0 < len(listed) <= 13
+    shared = study_store(tmp_path_factory.getbasetemp() / "report-study-store")  # a finished smoke study
+
+    def checkout(name: str) -> Path:
+        mlruns = tmp_path / name / "mlruns"
+        mlruns.mkdir(parents=True)
+        (tmp_path / name / "pyproject.toml").write_text('[project]\nname = "hmer"\n')
+        return mlruns
+
+    publish(shared.root, checkout("first"), keep_unfinished=False)  # every module imported before the count
+    reached = _reached(lambda: publish(shared.root, checkout("second"), keep_unfinished=False))
+    table = _reached(lambda: main(["report", "--study", STUDY_NAME, "--tracking-uri", shared.tracking_uri,
+                                   "--out", str(tmp_path / "report")]))
+    assert set(listed) <= reached, f"listed but not reached: {sorted(set(listed) - reached)}"
+    unlisted = reached - set(listed)
+    assert unlisted <= table, f"reached, neither listed nor the report's: {sorted(unlisted - table)}"
+    # what a publish does itself, in the store and tracking layers, is listed, not left to the report
+    own = {m for m in reached if m.startswith(("hmer.store.", "hmer.tracking."))}
+    assert own <= set(listed), f"not listed: {sorted(own - set(listed))}"
