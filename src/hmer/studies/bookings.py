@@ -139,7 +139,6 @@ class GridStatus:
     complete: set[str]
     running: set[str]
     booked: set[str]  # booked by other live workers, not yet a trial
-    failed: set[str]  # has a FAIL trial and no COMPLETE one
 
     def open_cells(self, cells: Iterable[Mapping[str, Any]], skip: set[str]) -> list[dict[str, Any]]:
         busy = self.complete | self.running | self.booked | skip
@@ -206,7 +205,7 @@ class CellBookings:
         """Bookings first, then trials: a booking released after our read shows as its trial."""
         booked = self._live_bookings()
         trials = self.study.get_trials(deepcopy=False)
-        complete, running, failed = set(), set(), set()
+        complete, running = set(), set()
         for t in trials:
             key = t.user_attrs.get(keys.CELL_KEY)
             if key is None:
@@ -215,9 +214,7 @@ class CellBookings:
                 complete.add(key)
             elif t.state == TrialState.RUNNING:
                 running.add(key)
-            elif t.state == TrialState.FAIL:
-                failed.add(key)
-        return GridStatus(complete=complete, running=running, booked=booked, failed=failed - complete)
+        return GridStatus(complete=complete, running=running, booked=booked)
 
     def errored_since(self, since: float) -> set[str]:
         """Cells whose trial raised an error in a live worker (not a killed one) since `since`
