@@ -175,7 +175,7 @@ def test_a_failed_cell_opens_again_but_a_complete_or_running_one_does_not(tmp_pa
     _run_cell(study, sampler, bookings, cells[0])
     _run_cell(study, sampler, bookings, cells[1], fail=True)
     status = bookings.status()
-    assert status.complete == {cell_key(cells[0])} and status.failed == {cell_key(cells[1])}
+    assert status.complete == {cell_key(cells[0])}
     # Optuna's GridSampler counts the FAIL cell as visited; the bookings do not.
     assert {cell_key(c) for c in status.open_cells(cells, set())} == {cell_key(cells[1]), cell_key(cells[2])}
 

@@ -119,14 +119,11 @@ def cmd_report(args) -> int:
     from ..training.fingerprint import code_fingerprint
 
     if args.runs:
-        from ..tracking.models import RunNotFoundError, run_by_prefix
         from ..tracking.store import mlflow_client
+        from .runs import whole_run_id
 
         client = mlflow_client(args.tracking_uri)
-        try:
-            args.runs = [run_by_prefix(client, given) for given in args.runs]
-        except RunNotFoundError as exc:
-            raise UserError(str(exc)) from None
+        args.runs = [whole_run_id(client, given) for given in args.runs]
     return report_command(study=args.study, experiment=args.experiment, run_ids=args.runs,
                           tracking_uri=args.tracking_uri, out_dir=args.out, analysis=args.analysis,
                           metric=args.metric or "exprate", code_fingerprint=code_fingerprint())
@@ -256,29 +253,30 @@ def write_variant_analysis(runs: pd.DataFrame, out: Path, name: str, order: list
     return written
 
 
-def latest_study(tracking_uri: str | None = None) -> str:
-    """The name of the newest study in the store (`list_studies`' first row)."""
+def _studies(tracking_uri: str | None, hint: str = ""):
+    """The store's URI and its studies (`list_studies`: newest first); `NoRunsError` when it has none."""
     from ..reports.runs import NoRunsError, list_studies, resolve_tracking_uri
     from ..tracking.store import mask_password
 
     uri = resolve_tracking_uri(tracking_uri)
     studies = list_studies(uri)
     if studies.empty:
-        raise NoRunsError(f"no study in the MLflow store {mask_password(uri)}; give --experiment NAME or --runs ID")
-    return str(studies.loc[0, "study"])
+        raise NoRunsError(f"no study in the MLflow store {mask_password(uri)}{hint}")
+    return uri, studies
+
+
+def latest_study(tracking_uri: str | None = None) -> str:
+    """The name of the newest study in the store."""
+    return str(_studies(tracking_uri, "; give --experiment NAME or --runs ID")[1].loc[0, "study"])
 
 
 def list_command(tracking_uri: str | None = None) -> int:
     """`hmer report --list`: every study in the store, newest first, with its state and trials."""
     import pandas as pd
 
-    from ..reports.runs import NoRunsError, list_studies, resolve_tracking_uri
     from ..tracking.store import mask_password
 
-    uri = resolve_tracking_uri(tracking_uri)
-    studies = list_studies(uri)
-    if studies.empty:
-        raise NoRunsError(f"no study in the MLflow store {mask_password(uri)}")
+    uri, studies = _studies(tracking_uri)
     shown = studies.drop(columns=["experiment", "superseded_by"]).copy()
     shown["state"] = shown["state"].fillna("(no parent run)").str.lower()
     superseded = studies["superseded_by"].map(lambda name: isinstance(name, str) and bool(name))
@@ -363,7 +361,6 @@ def sweep_report(study: str, tracking_uri: str, out_dir: str | Path | None = Non
     the sweep's own table (every trial, best objective first, with its parameters), printed and
     written to `sweep.txt`. Returns 0, or 1 when no trial has an objective yet."""
     from ..atomic import write_text_atomically
-
     from ..studies.sweep_report import complete_trials, describe_sweep, failures, find_sweep, sweep_table
 
     sweep = find_sweep(tracking_uri, None, study)
@@ -430,8 +427,7 @@ def frontier_command(study: str, planned: Sequence[str], tracking_uri: str | Non
     """`hmer report --frontier`: print the points of `study` (whose `planned` variants are its points
     to be) and write `frontier.md`, `frontier.csv` and `plots/frontier.png` into `out_dir` (default
     reports/<study>). Returns 0, or 1 when no point is finished yet (its progress printed either way)."""
-    from ..atomic import write_text_atomically
-    from ..atomic import save_figure
+    from ..atomic import save_figure, write_text_atomically
     from ..studies.frontier_report import (budget_points, format_frontier, frontier_points, frontier_summary,
                                            plot_frontier, read_flops)
 

@@ -18,9 +18,13 @@ def _writing(tracking_uri: str, command: str) -> Iterator[None]:
     from ..tracking.lock import database_store_lock
 
     with database_store_lock(tracking_uri, command) as lock:
-        if lock is not None and lock.stale is not None:
-            print(f"hmer: {lock.stale_line()}", file=sys.stderr)
+        _say_stale(lock)
         yield
+
+
+def _say_stale(lock) -> None:
+    if lock is not None and lock.stale is not None:
+        print(f"hmer: {lock.stale_line()}", file=sys.stderr)
 
 
 def add_parser(sub) -> None:
@@ -141,8 +145,7 @@ def cmd_runs_publish(args) -> int:
     # The store's lock first, before the seconds of imports: a second publish started with this
     # one is refused at once, naming it (publish() holds the same lock, as any caller of it does).
     with store_lock(mlruns_dir(), f"hmer runs publish {Path(args.folder).resolve()}") as lock:
-        if lock.stale is not None:
-            print(f"hmer: {lock.stale_line()}", file=sys.stderr)
+        _say_stale(lock)
         return _publish(args)
 
 
@@ -189,13 +192,13 @@ def cmd_runs_show(args) -> int:
     quiet_mlflow()
     uri = existing_store(args.tracking_uri)  # read alone: a mistyped path creates no store
     client = mlflow_client(uri)
-    run_id = _whole_run_id(client, args.run)
+    run_id = whole_run_id(client, args.run)
     for line in run_provenance(client, run_id, code_fingerprint()).lines():
         print(line)
     return 0
 
 
-def _whole_run_id(client, given: str) -> str:
+def whole_run_id(client, given: str) -> str:
     """The run whose id is `given` or begins with it (8 characters at least); a UserError otherwise."""
     from ..tracking.models import RunNotFoundError, run_by_prefix
     from .errors import UserError
@@ -217,8 +220,7 @@ def cmd_runs_workspace(args) -> int:
     if folder.exists() and not folder.is_dir():
         return _not_a_workspace_folder(folder, "is a file")
     with store_lock(args.folder, f"hmer runs workspace {Path(args.folder).resolve()}") as lock:
-        if lock.stale is not None:
-            print(f"hmer: {lock.stale_line()}", file=sys.stderr)
+        _say_stale(lock)
         if any(path.name != LOCK_FILE for path in folder.iterdir()):
             return _not_a_workspace_folder(folder, "holds a store already" if (folder / "mlflow.db").exists()
                                            else "is not empty")
@@ -318,7 +320,7 @@ def cmd_runs_rescore(args) -> int:
     uri = existing_store(args.tracking_uri)  # MLflow would create an empty store at a mistyped path
     db = sqlite_path(uri)
     client = mlflow_client(uri)
-    run_ids = [_whole_run_id(client, given) for given in args.runs]
+    run_ids = [whole_run_id(client, given) for given in args.runs]
     command = " ".join(["hmer runs rescore", *args.runs, *(f"--study {s}" for s in args.study)])
     # Planned under the lock, so that no other writer changes the runs between what is read and what is logged;
     # a dry run writes nothing and takes no lock.

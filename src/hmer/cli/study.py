@@ -21,11 +21,12 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Sequence
 
+from .errors import EXIT_USAGE
+
 if TYPE_CHECKING:
     from ..studies.spec import StudySpec, SweepSpec
 
 EXIT_INCOMPLETE = 1
-EXIT_USAGE = 2
 
 
 def add_parser(sub) -> None:

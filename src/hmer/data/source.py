@@ -16,19 +16,10 @@ Finding the dataset: an explicit path, else `$HMER_DATA`, else `data/crohme` or
 `data/crohme.zip` under the repository root. A caption.txt is read by `hmer.data.captions`,
 a file's contents become an image in `hmer.data.images`.
 
-Error policy (also in docs/data.md):
-
-- The dataset's structure must be right, always: a missing dataset or split, a malformed caption
-  line, a token outside the vocabulary (`UnknownTokenError` naming file, line and token) or a
-  caption whose file is missing raises at once, naming the file and line. Training on a silently
-  different set would be worse than stopping.
-- A single unusable content file (an empty or corrupt InkML, an undecodable image) raises for
-  single-file use (`read_inkml`, `read_image`, `hmer predict`, `load_split(strict=True)`); bulk
-  loading (`load_split`, `load_dataset`) skips it with one warning that counts the skipped files
-  and names the first few, because real collections contain such files (CROHME's source has an
-  empty `MfrDB3088.inkml`).
-- `hmer data check` lists every problem of both kinds, plus warnings (files without captions,
-  unbalanced braces).
+Error policy (docs/data.md, "Error policy"): a wrong structure (a missing dataset or split, a
+malformed caption line, an unknown token, a caption without its file) always raises, naming file and
+line; a single unusable content file raises for single-file use, and bulk loading skips it with one
+warning (real collections contain such files); `hmer data check` lists every problem of both kinds.
 """
 
 from __future__ import annotations
@@ -39,10 +30,8 @@ import zipfile
 from pathlib import Path, PurePosixPath
 from typing import Sequence
 
-# Captions and images were read here before they had modules of their own; they import from here too.
-from .captions import Caption, parse_caption_line, parse_captions  # noqa: F401
+from .captions import Caption
 from .errors import CaptionError, DatasetNotFoundError, MissingSplitError
-from .images import MAX_INPUT_PIXELS, decode_image, file_to_image, read_image  # noqa: F401
 from .inkml import Ink, parse_inkml
 
 SPLITS = ("train", "2014", "2016", "2019")
@@ -105,9 +94,6 @@ class DatasetSource:
     def split_names(self) -> list[str]:
         """Every split folder that holds a caption.txt, known splits first."""
         raise NotImplementedError
-
-    def has_split(self, split: str) -> bool:
-        return split in self.split_names()
 
     def caption_text(self, split: str) -> str:
         """The split's caption.txt as text; `MissingSplitError` when the split is not there."""

@@ -4,12 +4,9 @@
     outcome = run_grid_study(DIRECTION, "smoke")      # python studies/ablate_direction.py --budget smoke,
                                                       # which then presents it (hmer.store.present)
 
-See `grid` and `sweeps` (running and resuming a study), `objective` (the one objective both
-share), `resume` (a killed trial continues from its checkpoint), `bookings` (why no grid cell runs
-twice), `spec` (what a study spec is, and the `STUDIES` registry), `suite` (the studies, one
-module each) and `budgets` (smoke / cpu / short / paper). This package runs studies; the committed
-store's upkeep (publishing, presenting, renaming a study) is `hmer.store`'s, and the command that
-runs a study is `hmer.cli.study`.
+What each module says: docs/studies.md's table of `hmer.studies`' modules. This package runs studies;
+the committed store's upkeep (publishing, presenting, renaming a study) is `hmer.store`'s, and the
+command that runs a study is `hmer.cli.study`.
 
 The studies' constants (`DIRECTION`, `DECODER`, `COVERAGE`, `POSENC`, `ENCODER`, `SWEEP`, and any
 a new module of `suite` binds) and `ABLATIONS` (the grid studies by name) are read from

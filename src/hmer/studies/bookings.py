@@ -30,19 +30,10 @@ A sweep's dead trials are continued the same way (`book_continuation`): a trial 
 configuration complete is open until a later trial names it (`hmer.continues`); a worker books it
 as a cell is booked, and its next trial takes the dead trial's parameters (`BookedCellSampler`).
 
-**Why not Optuna's queue.** Cells enqueued with `study.enqueue_trial`, run by each worker's
-`study.optimize`, with the trials of dead workers put back in the queue by Optuna's heartbeat and
-`RetryHeartbeatStaleTrialCallback`, would be Optuna's public API alone; they break the guarantee
-"no cell runs twice" (measured by `benchmarks/optuna_queue.py`, figures in docs/studies.md,
-"Several workers"):
-- on SQLite, the default storage and the CPU studies' one, two workers pop the same WAITING
-  trial: Optuna reads the trial's state, then writes RUNNING, and SQLite ignores the row lock
-  (`SELECT ... FOR UPDATE`) that makes this one step on PostgreSQL;
-- on SQLite too, two workers whose heartbeat checks overlap both fail one stale trial, and each
-  enqueues its retry;
-- on any storage, a worker whose `optimize` finds the queue emptied since it looked has its
-  sampler propose a trial of its own, a cell another worker has run.
-Bookings need no atomic read-and-write: a worker's booking is an attribute only it writes.
+Optuna's own queue (`study.enqueue_trial`, retried by its heartbeat) breaks "no cell runs twice" on
+SQLite and on any storage whose queue empties under a worker: docs/studies.md, "Several workers",
+has the races and `benchmarks/optuna_queue.py`'s figures. Bookings need no atomic read-and-write:
+a worker's booking is an attribute only it writes.
 """
 
 from __future__ import annotations
@@ -85,10 +76,6 @@ def _start_time(fields: list[str]) -> str:
     return fields[19] if len(fields) > 19 else ""
 
 
-def _process_start(pid: int) -> str:
-    return _start_time(_stat_fields(pid))
-
-
 @dataclass(frozen=True)
 class Worker:
     """One worker process: where it runs, so that others can tell whether it still does."""
@@ -101,7 +88,7 @@ class Worker:
     @classmethod
     def current(cls) -> "Worker":
         pid = os.getpid()
-        return cls(host=socket.gethostname(), pid=pid, started=_process_start(pid),
+        return cls(host=socket.gethostname(), pid=pid, started=_start_time(_stat_fields(pid)),
                    token=f"{socket.gethostname()}:{pid}:{uuid.uuid4().hex[:8]}")
 
     def as_attr(self) -> dict[str, Any]:
@@ -152,7 +139,6 @@ class GridStatus:
     complete: set[str]
     running: set[str]
     booked: set[str]  # booked by other live workers, not yet a trial
-    failed: set[str]  # has a FAIL trial and no COMPLETE one
 
     def open_cells(self, cells: Iterable[Mapping[str, Any]], skip: set[str]) -> list[dict[str, Any]]:
         busy = self.complete | self.running | self.booked | skip
@@ -205,7 +191,8 @@ class CellBookings:
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             worker = trial.user_attrs.get(keys.WORKER)
             alive = worker_alive(worker)
-            orphan = worker is None and self._age_s(trial) > self.booking_ttl_s  # died before tagging it
+            age_s = time.time() - trial.datetime_start.timestamp() if trial.datetime_start else 0.0
+            orphan = worker is None and age_s > self.booking_ttl_s  # died before tagging it
             if alive is False or orphan:
                 tid = self.trial_id(trial)
                 gone = f"worker {worker.get('token') if worker else '?'} is gone; marked FAIL by {self.worker.token}"
@@ -213,18 +200,12 @@ class CellBookings:
                     failed.append(self.storage.get_trial(tid))
         return failed
 
-    @staticmethod
-    def _age_s(trial: FrozenTrial) -> float:
-        if trial.datetime_start is None:
-            return 0.0
-        return (time.time() - trial.datetime_start.timestamp())
-
     # -- status ----------------------------------------------------------------------------------
     def status(self) -> GridStatus:
         """Bookings first, then trials: a booking released after our read shows as its trial."""
         booked = self._live_bookings()
         trials = self.study.get_trials(deepcopy=False)
-        complete, running, failed = set(), set(), set()
+        complete, running = set(), set()
         for t in trials:
             key = t.user_attrs.get(keys.CELL_KEY)
             if key is None:
@@ -233,9 +214,7 @@ class CellBookings:
                 complete.add(key)
             elif t.state == TrialState.RUNNING:
                 running.add(key)
-            elif t.state == TrialState.FAIL:
-                failed.add(key)
-        return GridStatus(complete=complete, running=running, booked=booked, failed=failed - complete)
+        return GridStatus(complete=complete, running=running, booked=booked)
 
     def errored_since(self, since: float) -> set[str]:
         """Cells whose trial raised an error in a live worker (not a killed one) since `since`
@@ -338,10 +317,9 @@ class CellBookings:
         self.release()
 
     def release(self) -> None:
-        self.storage.set_study_system_attr(self.study_id, self.booking_key,
-                                           {"cell": None, "at": time.time(), "worker": self.worker.as_attr()})
+        self._write_booking(None)
 
-    def _write_booking(self, key: str) -> None:
+    def _write_booking(self, key: str | None) -> None:
         self.storage.set_study_system_attr(self.study_id, self.booking_key,
                                            {"cell": key, "at": time.time(), "worker": self.worker.as_attr()})
 

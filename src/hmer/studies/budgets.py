@@ -5,26 +5,11 @@ three variants whether it runs as a ten-minute CPU smoke test or as the papers' 
 recipe. The budget picks the spec's tiny or full model preset, may name another model size and
 recipe for it (`hmer.presets.SIZES`, `hmer.recipes`: they replace the preset's own), and sets
 its own keys: the data subset, the epochs, the decoding at test time; with them the seeds and the
-default number of workers. It says what the study will cost before it starts:
-
-- ``smoke``: a tiny model on 400 training expressions rendered 48 px high, at most 8
-  epochs, 50 test expressions per year and beam 3; for a CPU. The direction ablation
-  finishes on a 2-core CPU within ten minutes end to end (``python studies/ablate_direction.py``;
-  measured 2.8 minutes on an idle machine and 5.7 to 7.6 on a shared one, see docs/studies.md).
-- ``cpu``: real results on a 2-core CPU, no GPU: the spec's tiny preset at the `swept` size with the
-  `swept` recipe, what the sweep chose (its best trial on the writer hold-out, docs/cpu_protocol.md),
-  trained for fixed epochs with cosine decay (so results do not depend on machine load), selection
-  on the writer hold-out, the full test years decoded with beam 10 (joint search for bi), 3 seeds,
-  2 workers of one thread each. The default on a machine without a GPU.
-- ``long``: the ``cpu`` budget's model, recipe and test decoding trained 100 epochs instead of 13, the
-  cosine decay stretched over all of them: one seed, for runs that span several sessions of one core
-  each (``hmer train --resume``; a study resumes by itself). What it answers is whether the ``cpu``
-  budget's orderings hold once the models have learned (docs/cpu_protocol.md, "The long budget").
-- ``short``: the full-size model on the full data, with a wall-clock budget per trial
-  sized so that the whole grid fits a 25-minute window on one H200 (several trials share
-  the GPU side by side).
-- ``paper``: the papers' full recipe (300 epochs, beam 10 for validation and test, full test
-  sets, 3 seeds).
+default number of workers. It says what the study will cost before it starts. `BUDGETS` holds
+them (smoke, cpu, long, short, paper), each with its summary and notes; how cpu and long were
+chosen: docs/cpu_protocol.md. The smoke direction ablation finishes on a 2-core CPU within ten
+minutes end to end (measured 2.8 minutes on an idle machine and 5.7 to 7.6 on a shared one,
+docs/studies.md).
 
 A trial's time limit is derived from the window and the grid, never fixed per trial: a grid of 12
 cells on 3 workers gives each trial ``(window - loading) * 3 / 12`` seconds, less the
@@ -69,8 +54,6 @@ class StudyBudget:
     name: str
     summary: str
     preset_size: str
-    size: str | None
-    recipe: str | None
     overrides: Mapping[str, Any]
     seeds: tuple[int, ...]
     sweep_trials: int
@@ -80,6 +63,8 @@ class StudyBudget:
     default_jobs: int
     hardware: str
     trial_seconds: float = 0.0
+    size: str | None = None
+    recipe: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
     # A sweep trial's training compute in CPU-minutes of its worker (one thread): each trial
     # measures its own cost per image and trains the epochs that fit (hmer.training.cost).
@@ -197,8 +182,6 @@ BUDGETS: dict[str, StudyBudget] = {
         name="smoke",
         summary="the tiny model on a CPU-sized subset, images rendered 48 px high, beam 3",
         preset_size="tiny",
-        size=None,
-        recipe=None,
         overrides={
             "data.render_height": 48, "data.train_limit": 400, "data.val_limit": 50, "data.test_limit": 50,
             "train.epochs": 8, "train.beam_size": 3, "train.max_decode_len": 40, "train.attention_maps": 1,
@@ -242,8 +225,6 @@ BUDGETS: dict[str, StudyBudget] = {
         name="short",
         summary="full-size model on the full data, a wall-clock budget per trial, beam 10",
         preset_size="full",
-        size=None,
-        recipe=None,
         overrides={"train.epochs": _PAPER_EPOCHS},
         seeds=(1, 2, 3),
         sweep_trials=12,
@@ -259,8 +240,6 @@ BUDGETS: dict[str, StudyBudget] = {
         name="paper",
         summary=f"the papers' full recipes: {_PAPER_EPOCHS} epochs, full data, beam 10 (validation too), 3 seeds",
         preset_size="full",
-        size=None,
-        recipe=None,
         overrides={"train.epochs": _PAPER_EPOCHS, "train.val_beam_size": 10},
         seeds=(1, 2, 3),
         sweep_trials=50,

@@ -27,7 +27,6 @@ from ..tracking import keys
 from ..reports.runs import load_runs
 
 SETTING_KEYS = ("model.d_model", "data.render_scale")  # what an image's FLOPs depend on in the study
-SERIES_KEYS = ("model.d_model", "data.render_scale", "train.ema_decay")  # a line: one setting, its lengths
 # Where today's budgets sit on the frontier: their fusion cells (48 px, the `swept` size, cosine schedule).
 BUDGET_STUDIES = {"cpu budget": "ablate_coverage-cpu", "long budget": "ablate_coverage-long"}
 BUDGET_VARIANT = "fusion"

@@ -19,13 +19,8 @@ any storage with a heartbeat has it). Unwrapped, a worker's `study.get_trials()`
 while the database restarted. Optuna has no public hook for "retry storage calls on connection
 errors".
 
-What Optuna's public API offers for the rest does not hold the studies' guarantees, measured with
-Optuna 5.0 by `benchmarks/optuna_queue.py` (issue 50; the figures are in `bookings.py`): grid cells
-enqueued with `study.enqueue_trial` and popped by several workers' `study.optimize` run twice on
-SQLite (popping a trial is a read, then a write; SQLite has no row lock), and on any storage a
-worker whose `optimize` finds the queue emptied samples a trial of its own; and
-`RetryHeartbeatStaleTrialCallback` can enqueue one stale trial twice on SQLite. So the grid's cells
-are booked (`bookings.py`), not enqueued.
+What Optuna's public API offers for the rest (its queue) does not hold the studies' guarantees
+(issue 50; docs/studies.md, "Several workers"), so the grid's cells are booked (`bookings.py`).
 """
 
 from __future__ import annotations

@@ -9,8 +9,7 @@ for the dead trial's MLflow run and checkpoint:
 1. a FAIL trial of the same study and cell that did not fail by itself (no `hmer.error`: its
    worker died, or Ctrl-C), the latest first;
 2. its MLflow run (tags `hmer.study`, `hmer.trial`), and that run's `last.pt`, under
-   `checkpoints/<run id>/` beside the study's MLflow store (or, for trials of studies started before checkpoints
-   were kept there, in the temporary folder `hmer-<study>-<trial>-*` the old runner used);
+   `checkpoints/<run id>/` beside the study's MLflow store;
 3. the checkpoint's config, taken up here (`config.stored_config`: where this worker finds the
    data may differ), must be the cell's.
 
@@ -22,9 +21,6 @@ from scratch in a new run, as it always did.
 
 from __future__ import annotations
 
-import glob
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,37 +68,28 @@ def find_resumable(session, cell_key: str, cfg: Config) -> Resumable | None:
         return None
     runs = trial_runs(session.client, session.experiment_id, session.name)
     for number, run_id in dead_trial_runs(trials, runs, cell_key):
-        found = _checkpoint(session.name, number, checkpoint_dir(run_id, session.tracking_uri), cfg)
+        found = _checkpoint(checkpoint_dir(run_id, session.tracking_uri), cfg)
         if found is not None:
             path, epoch = found
             return Resumable(trial=number, run_id=run_id, checkpoint=path, epoch=epoch)
     return None
 
 
-def _checkpoint(study_name: str, number: int, folder: Path, cfg: Config) -> tuple[Path, int] | None:
+def _checkpoint(folder: Path, cfg: Config) -> tuple[Path, int] | None:
     """The last.pt of the run whose checkpoint folder is `folder` (named by its run id) and its
     epoch, if it exists, belongs to the run and holds `cfg`."""
     from ..checkpoint import load_checkpoint
 
-    run_id = folder.name
-    candidates = [folder / "last.pt"]
-    legacy = f"{glob.escape(tempfile.gettempdir())}/{glob.escape(f'hmer-{study_name}-{number}-')}*/last.pt"
-    candidates += [Path(p) for p in sorted(glob.glob(legacy))]
-    for path in candidates:
-        if not path.is_file():
-            continue
-        try:
-            ckpt = load_checkpoint(path, map_location="cpu")
-        except (OSError, ValueError):
-            continue  # unreadable: train from scratch
-        if ckpt.get("run_id") != run_id or not same_config(ckpt["config"], cfg):
-            continue
-        if path.parent != folder:  # from the old runner's temporary folder: keep it with the run
-            folder.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(path.parent), str(folder))
-            path = folder / "last.pt"
-        return path, int(ckpt["epoch"])
-    return None
+    path = folder / "last.pt"
+    if not path.is_file():
+        return None
+    try:
+        ckpt = load_checkpoint(path, map_location="cpu")
+    except (OSError, ValueError):
+        return None  # unreadable: train from scratch
+    if ckpt.get("run_id") != folder.name or not same_config(ckpt["config"], cfg):
+        return None
+    return path, int(ckpt["epoch"])
 
 
 def same_config(stored: dict, cfg: Config) -> bool:

@@ -23,8 +23,7 @@ class BookedCellSampler(optuna.samplers.BaseSampler):
     dashboard show each cell as a grid point. It is a sampler of its own, on the public interface of
     `BaseSampler`, because Optuna's `GridSampler` picks the cell itself and has no public way to be
     told which one, and Optuna's way to fix a sweep trial's parameters, `enqueue_trial`, puts a
-    WAITING trial that two workers can pop together on SQLite (`hmer.studies.bookings`, "Why not
-    Optuna's queue").
+    WAITING trial that two workers can pop together on SQLite (docs/studies.md, "Several workers").
     """
 
     def __init__(self, proposer: optuna.samplers.BaseSampler | None = None) -> None:

@@ -2,28 +2,20 @@
 
     outcome = run_session(Grid(spec, seeds, print_table), budget, storage=..., ...)   # grid.py
 
-`run_session` resolves the budget and the names, prints the banner, loads the data (bad data fails
-before anything is written), opens the study and its MLflow parent run, marks FAIL the trials of
-dead workers, starts the extra workers of `n_jobs`, runs trials one at a time until the kind has
-none left, waits for the other workers, and ends the parent run and prints the table; Ctrl-C marks
-the trial in progress FAIL and stops the workers. A `StudyKind` (`grid.Grid`, `sweeps.Sweep`) says
-what is its own: its trials, sampler and pruner, how a worker picks and runs its next trial, its
-banner and its table.
+`run_session` runs the lifecycle (banner, data, the study and its MLflow parent run, dead workers'
+trials, extra workers, trials, Ctrl-C, table); a `StudyKind` (`grid.Grid`, `sweeps.Sweep`) says what
+is its own. Bad data fail before anything is written, and a resumed study that asks for something
+else is refused (`opening.open_study`), so that every trial of a study trains under one config.
 
-Opening a study creates it (recording its options and the base config every trial starts from)
-or loads it and refuses a command that asks for something else (`opening.open_study`), so that
-every trial of a study trains under one config. The extra worker processes (`workers.py`) run the
-kind's study function (`run_grid_study`, `run_sweep`) with role "worker".
-
-The session runs trials and reports; it does not present the study in the UIs (its figure, summary
-runs and notes: `hmer.store.present`, the committed store's upkeep, drawn above this layer). Its
-caller does, once the study has ended: `hmer study NAME` and the scripts in `studies/`
-(`hmer.cli.study`); a library caller of `run_grid_study` or `run_sweep` calls `present_study` itself.
+The session does not present the study in the UIs (`hmer.store.present`, drawn above this layer):
+its caller does once the study has ended (`hmer.cli.study`, the scripts in `studies/`); a library
+caller of `run_grid_study` or `run_sweep` calls `present_study` itself.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import time
 from dataclasses import dataclass, field
@@ -42,7 +34,6 @@ from .mlflow_runs import fail_dead_trial_runs, finish_parent, measured_cost, par
 from .opening import asked_keys, open_study, wait_for_attr
 from .resolution import study_resolution
 from .storage import default_storage, mask_url, open_storage, study_exists
-from .workers import start_workers
 
 POLL_S = 5.0  # how often a worker with no trial to start looks at the others' trials
 # Each kind of study's objective in words, by kind (`keys.KIND`): every `StudyKind` adds its own, so
@@ -89,13 +80,11 @@ class Session:
 
     study: optuna.Study
     storage: optuna.storages.BaseStorage
-    storage_url: str
     tracking_uri: str
     experiment: str
     experiment_id: str
     parent_run_id: str
     base: Resolution
-    created: bool
     worker: Worker
     bookings: CellBookings
     budget: StudyBudget
@@ -291,7 +280,7 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
         if cost:
             say(f"  cost {cost}")
 
-    children: list = []
+    children: list = []  # the extra workers of n_jobs
     interrupted = False
     try:
         if not study_data.has(session.base.config) and kind.open_trials(bookings):
@@ -368,10 +357,9 @@ def open_session(settings: StudySettings, storage: optuna.storages.BaseStorage, 
                                        params=params, tags=tags, artifact=artifact, reopen=reopen)
     if study.user_attrs.get(keys.PARENT_RUN_ID) != parent:
         study.set_user_attr(keys.PARENT_RUN_ID, parent)
-    session = Session(study=study, storage=storage, storage_url=settings.storage_url,
-                      tracking_uri=settings.tracking_uri, experiment=settings.name, experiment_id=experiment_id,
-                      parent_run_id=parent, base=base, created=created, worker=worker, bookings=bookings,
-                      budget=settings.budget, say=settings.say)
+    session = Session(study=study, storage=storage, tracking_uri=settings.tracking_uri, experiment=settings.name,
+                      experiment_id=experiment_id, parent_run_id=parent, base=base, worker=worker,
+                      bookings=bookings, budget=settings.budget, say=settings.say)
     session.fail_dead_trial_runs()
     from ..tracking.run import fail_runs_of_dead_processes
 
@@ -395,3 +383,33 @@ def printer(prefix: str) -> Callable[[str], None]:
     def say(message: str) -> None:
         print(f"{prefix}{message}", flush=True)
     return say
+
+
+# ---- extra workers -------------------------------------------------------------------------------
+
+def start_workers(run_study: Callable[..., Any], spec, budget: StudyBudget, n_jobs: int, storage_url: str,
+                  tracking_uri: str, data_path: str | None, name: str, overrides, **options: Any):
+    """The n_jobs - 1 extra worker processes (spawned: fresh interpreters, safe with torch and SQLite),
+    sharing nothing with this one but the Optuna storage and the MLflow store, as workers on other
+    machines do. Each runs `run_study(spec, budget, role="worker", ...)`: the caller passes its own
+    study function (`run_grid_study`, `run_sweep`), so the session does not import them; `options` are
+    that function's own arguments (a grid's seeds, a sweep's number of trials)."""
+    if n_jobs <= 1:
+        return []
+    ctx = multiprocessing.get_context("spawn")
+    procs = []
+    for _ in range(n_jobs - 1):
+        proc = ctx.Process(target=worker_main, args=(run_study, spec, budget), kwargs=dict(
+            n_jobs=n_jobs, storage=storage_url, tracking_uri=tracking_uri, data_path=data_path,
+            study_name=name, overrides=dict(overrides or {}), **options))
+        proc.start()
+        procs.append(proc)
+    return procs
+
+
+def worker_main(run_study: Callable[..., Any], spec, budget: StudyBudget, **kwargs: Any) -> None:
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        run_study(spec, budget, role="worker", **kwargs)
+    except KeyboardInterrupt:  # Ctrl-C reaches every process of the group; the main one reports it
+        pass

@@ -266,13 +266,9 @@ def _describe_param(param, base_flat: Mapping[str, Any]) -> str:
 
 def _finished_trials(study: optuna.Study) -> int:
     """COMPLETE and PRUNED trials, and FAIL ones that failed in a live worker (a real outcome)."""
-    count = 0
-    for t in study.get_trials(deepcopy=False):
-        if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
-            count += 1
-        elif t.state == TrialState.FAIL and keys.ERROR in t.user_attrs:
-            count += 1
-    return count
+    return sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+               or (t.state == TrialState.FAIL and keys.ERROR in t.user_attrs)
+               for t in study.get_trials(deepcopy=False))
 
 
 def _short(value: Any) -> str:
