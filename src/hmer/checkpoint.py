@@ -18,27 +18,20 @@ Files are written to a temporary file in the same folder and moved into place wi
 from __future__ import annotations
 
 import json
-import os
 import random
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from .atomic import write_atomically
+
 
 def atomic_torch_save(obj: Any, path: str | Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(path, lambda f: torch.save(obj, f))
 
 
 MODEL_FILE = "model.safetensors"  # a run's model artifact, `model/model.safetensors`
@@ -53,8 +46,6 @@ def save_model_file(artifact: dict[str, Any], path: str | Path) -> None:
     same bytes (tensors sorted by safetensors, one metadata key), so a store published twice holds
     the file once."""
     from safetensors.torch import save
-
-    from .atomic import write_atomically
 
     weights = {name: tensor.detach().cpu().contiguous() for name, tensor in artifact["model"].items()}
     described = {key: artifact[key] for key in ("format", "config", "vocab", "epoch", "val_exprate") if key in artifact}

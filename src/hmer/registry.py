@@ -74,10 +74,6 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.key}={name!r} is not one of {', '.join(entries)}")
         return entries[name]
 
-    def check(self, name: str) -> None:
-        """Raise the one-line error of `get` if `name` is not registered."""
-        self.get(name)
-
     def names(self) -> tuple[str, ...]:
         """Every registered name, in registration order."""
         return tuple(self._filled())

@@ -30,7 +30,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Callable, Sequence
+from typing import Callable, Sequence, TypeVar
 
 
 class NotConverted(ValueError):
@@ -92,6 +92,7 @@ class _Fail(Exception):
 
 
 Parsed = tuple[Element, int]
+_T = TypeVar("_T")
 
 
 class _Reader:
@@ -121,7 +122,7 @@ class _Reader:
         return self.tokens[pos] if pos < len(self.tokens) else None
 
     @staticmethod
-    def _attempt(parse: Callable[[int], Parsed], pos: int) -> Parsed:
+    def _attempt(parse: Callable[[int], _T], pos: int) -> _T:
         try:
             return parse(pos)
         except _Fail:
@@ -195,17 +196,10 @@ class _Reader:
             return one, two, p
 
         try:
-            sub, sup, pos = self._attempt_triple(lambda p: in_order("_", "^", p), pos)
+            sub, sup, pos = self._attempt(lambda p: in_order("_", "^", p), pos)
         except _Fail:
             sup, sub, pos = in_order("^", "_", pos)
         return Element("munderover" if limits else "msubsup", [base, sub, sup]), pos
-
-    @staticmethod
-    def _attempt_triple(parse: Callable[[int], tuple[Element, Element, int]], pos: int) -> tuple[Element, Element, int]:
-        try:
-            return parse(pos)
-        except _Fail:
-            raise _Fail(False) from None
 
     def one_script(self, base: Element, limits: bool, pos: int) -> Parsed:
         """`^ a` or `_ a`, where the argument may carry scripts itself."""
@@ -300,10 +294,8 @@ class _Reader:
             raise _Fail(False)
         if tok == "{":
             return self.braces(pos)
-        if tok.startswith("\\"):
-            if tok in _NOT_SYMBOLS:
-                raise _Fail(False)
-            return symbol(text_of(tok)), pos + 1
+        if tok in _NOT_SYMBOLS:
+            raise _Fail(False)
         return symbol(text_of(tok)), pos + 1
 
 

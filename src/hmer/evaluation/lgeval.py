@@ -1,24 +1,13 @@
 """The papers' ExpRate, ≤1 and ≤2: errors in the symbol label graph, counted as the CROHME lgeval does.
 
-The papers score with the official pipeline that CoMER's repository ships: each LaTeX string to
-MathML with pandoc, the MathML to a symbol label graph (symLG) with `convert2symLG`, and the graphs
-compared with `lgeval`. An expression's error count is lgeval's D_B: the nodes (paths) whose label
-sets share no label, a path missing from one graph counting as labelled ABSENT there, plus the
-ordered pairs of paths whose relation label sets share no label, a pair without a relation counting
-as labelled `_` (so a relation that one graph has and the other lacks, or labels differently, counts
-once). ExpRate is the share of expressions with D_B = 0, `≤1` / `≤2` the share with D_B at most 1 / 2.
-
-Which expressions count: one whose truth does not convert to MathML (pandoc leaves it as text) has
-no graph to compare with and leaves the denominator; a prediction that does not convert is compared
-with an empty graph, so all of the truth's nodes and relations count as errors.
-
-This differs from the token metrics (`exprate`, `le1`, `le2` in `metrics`): token sequences that
-draw the same graph are equal here (`x ^ { 2 } _ { 1 }` and `x _ { 1 } ^ { 2 }`, braces, `\\limits`
-in inline math), a wrong symbol costs one node error whatever its length in tokens, and a symbol
-in the wrong place costs its node and each relation that changed.
-
-The conversion follows pandoc 2.17.1.1 (texmath 0.12.4), the version the fixtures in
-`tests/fixtures/lgeval/` come from (`latex_mathml` says what CoMER's pinned 1.19 does otherwise).
+The papers score with the official pipeline that CoMER's repository ships (LaTeX to MathML with pandoc,
+`latex_mathml`; MathML to a symbol label graph, `symbol_graph`; the graphs compared with `lgeval`). An
+expression's error count is lgeval's D_B: the paths whose label sets share no label (a path one graph
+lacks is labelled ABSENT there) plus the ordered pairs of paths whose relation label sets share no
+label (a pair without a relation is labelled `_`). A truth that does not convert leaves the denominator;
+a prediction that does not convert is compared with an empty graph. What it counts, how it differs from
+the token metrics and the pandoc version it follows (2.17.1.1, the fixtures' in `tests/fixtures/lgeval/`):
+docs/reports.md, "The papers' metrics".
 """
 
 from __future__ import annotations

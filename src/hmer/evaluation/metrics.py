@@ -14,19 +14,12 @@ segmentation), which reads a few points lower than token edits on the same predi
 (`hmer.reports.paper_claims.EDIT_METRICS_DIFFER`). Wherever a paper's figure stands beside ours,
 the reports label the two apart.
 
-Each metric is a `Metric`, registered by name in `hmer.registry.METRICS`, and this file is the
-only place that names one: `expression_metrics` computes every registered metric (one beyond the
-three papers' goes into `Scores.extra`, and from there into MLflow as `test_{year}_{name}`), and
-`hmer report` takes its metrics, their column labels and the `--metric` choices from the
-registry. A metric is a share of expressions, so that the report's paired tests (bootstrap,
-McNemar) can compare two runs expression by expression on it:
-
-    METRICS.register("le3", Metric("≤3", lambda d: d <= 3), description="Within three token edits")
-
-A metric that reads the tokens themselves gives `Metric` a `judge`: the papers' ExpRate, ≤1 and ≤2
-over symbol label graphs (`lgeval`, which the package imports beside this module so that it
-registers with the three above) judge each expression by its graph errors and leave out those whose truth does not
-convert.
+Each metric is a `Metric`, registered by name in `hmer.registry.METRICS`, and this file is the only
+place that names one: `expression_metrics` computes every registered one (beyond the papers' three, into
+`Scores.extra`), and the reports take theirs from the registry (docs/architecture.md, "Add a metric in
+one file"). A metric is a share of expressions, so that the paired tests compare runs expression by
+expression on it. `lgeval` (imported by the package beside this module) registers the papers' graph
+measures, which judge the tokens themselves (`Metric.judge`).
 """
 
 from __future__ import annotations

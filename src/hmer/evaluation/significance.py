@@ -1,48 +1,6 @@
-"""Is a variant really better than the baseline? Paired tests over the test expressions.
-
-Two systems scored on the same test expressions are *paired*: each expression is
-either read correctly by both, by neither, or by one of them only. Three tests use that
-pairing:
-
-- **Paired bootstrap** (`paired_bootstrap`): resample the test expressions with
-  replacement, recompute the ExpRate difference each time; the percentile interval of
-  those differences is the confidence interval, and the two-sided p-value is the share
-  of resampled differences at least as far from the observed one as the observed one is
-  from zero (the bootstrap distribution shifted to the null of no difference).
-- **Exact McNemar test** (`mcnemar`): only the discordant expressions (right for one
-  system, wrong for the other) carry information; under the null each is equally likely
-  to favour either system, so the count favouring one is Binomial(discordant, 1/2) and
-  the two-sided p-value is exact, computed with integers.
-- **Paired sign-flip test** (`sign_flip`): the permutation test of the seed-averaged
-  difference. Per expression, d = (share of the variant's seeds that read it) - (share of
-  the baseline's); under the null that the two systems are exchangeable on every
-  expression, each d is as likely to be -d, so the null distribution of their sum is that
-  of sum(+-d) over all 2^n sign flips. That distribution is computed exactly, not sampled:
-  scaled by the product of the two seed counts every d is an integer of magnitude at most
-  that product, so the sum of the flips is a convolution of a few scaled binomials. No
-  resamples, hence no Monte-Carlo error at the 0.05 boundary (or anywhere); only float
-  rounding, about 1e-13 on a p near 0.05.
-
-**Several seeds.** A variant trained with several seeds has a correctness vector per
-seed. The tests pool them differently, and `compare` documents and applies all three:
-
-- the bootstrap averages correctness over the seeds of each system per expression
-  (an expression read by 2 of 3 seeds counts 2/3), then resamples expressions. The
-  observed difference is then exactly the difference of the seed-mean ExpRates, the
-  seeds need not match, and the interval reflects the variation over test expressions
-  of the seed-averaged systems;
-- McNemar needs right/wrong outcomes, so it is applied to each *seed-matched* pair
-  (variant seed s against baseline seed s), and the reported p-value is the **largest**
-  of them: the intersection-union test, "the difference is significant for every seed".
-  It is valid whatever the dependence between seeds (they share the test set, so
-  summing discordant counts over seeds, or Fisher-combining the p-values, would not be).
-  With no matching seeds, the seeds are paired in sorted order. Each pair also says which
-  system it favours (`McNemarResult.favours`): the largest p alone cannot tell three pairs
-  that agree from pairs that point opposite ways;
-- the sign-flip test uses every seed at once: seeds are averaged per expression, as for the
-  bootstrap, and the expressions are the samples (the seeds are not independent samples:
-  they read one test set). Its statistic is the bootstrap's observed difference, so it
-  favours the side of that difference; it tests it exactly instead of by resampling.
+"""Is a variant really better than the baseline? Paired tests over the test expressions: the paired
+bootstrap, the exact McNemar test and the exact paired sign-flip test, and how each pools several
+seeds (`compare`): docs/reports.md, "Significance".
 """
 
 from __future__ import annotations
@@ -140,6 +98,17 @@ def _as_matrix(correct: Sequence[bool] | Sequence[Sequence[bool]] | np.ndarray, 
     return arr
 
 
+def _paired(baseline, variant) -> tuple[np.ndarray, np.ndarray]:
+    """Both systems' correctness matrices, refused unless they score the same, non-zero, number of expressions."""
+    base, var = _as_matrix(baseline, "baseline"), _as_matrix(variant, "variant")
+    if base.shape[1] != var.shape[1]:
+        raise ValueError(f"baseline and variant are scored on different numbers of expressions "
+                         f"({base.shape[1]} and {var.shape[1]})")
+    if base.shape[1] == 0:
+        raise ValueError("no test expressions to compare")
+    return base, var
+
+
 def paired_bootstrap(
     baseline: Sequence[bool] | Sequence[Sequence[bool]] | np.ndarray,
     variant: Sequence[bool] | Sequence[Sequence[bool]] | np.ndarray,
@@ -150,27 +119,14 @@ def paired_bootstrap(
 ) -> BootstrapResult:
     """Paired bootstrap of the ExpRate difference `variant - baseline` over test expressions.
 
-    Args:
-        baseline, variant: per-expression correctness, `[expressions]` for one run or
-            `[seeds, expressions]` for several (averaged over seeds per expression; see
-            the module docstring). Both must list the same expressions in the same order.
-        n_resamples: bootstrap resamples.
-        confidence: level of the percentile interval.
-        seed: seed of the resampling, so that a table is reproducible.
-
-    Returns:
-        The observed difference (percentage points), its percentile interval and the
-        two-sided p-value `(1 + #{|d* - d| >= |d|}) / (1 + n_resamples)`, which is 1 for two
-        identical systems.
+    `baseline`, `variant`: correctness `[expressions]` for one run or `[seeds, expressions]` for several
+    (averaged over seeds per expression), the same expressions in the same order; `seed` makes a table
+    reproducible. Returns the observed difference (percentage points), its percentile interval and the
+    two-sided p-value `(1 + #{|d* - d| >= |d|}) / (1 + n_resamples)`, 1 for two identical systems.
     """
-    base = _as_matrix(baseline, "baseline").mean(axis=0)
-    var = _as_matrix(variant, "variant").mean(axis=0)
-    if base.shape != var.shape:
-        raise ValueError(f"baseline and variant are scored on different numbers of expressions "
-                         f"({base.shape[0]} and {var.shape[0]})")
+    base, var = _paired(baseline, variant)
+    base, var = base.mean(axis=0), var.mean(axis=0)
     n = base.shape[0]
-    if n == 0:
-        raise ValueError("no test expressions to compare")
     if n_resamples < 1:
         raise ValueError(f"n_resamples must be positive, got {n_resamples}")
     if not 0.0 < confidence < 1.0:
@@ -218,25 +174,12 @@ def sign_flip(
     baseline: Sequence[bool] | Sequence[Sequence[bool]] | np.ndarray,
     variant: Sequence[bool] | Sequence[Sequence[bool]] | np.ndarray,
 ) -> SignFlipResult:
-    """Exact two-sided paired sign-flip test of the seed-averaged correctness difference.
-
-    Args:
-        baseline, variant: 0/1 correctness, `[expressions]` for one run or `[seeds, expressions]`
-            for several (averaged over seeds per expression); the same expressions in the same order.
-
-    Returns:
-        The observed difference and its side, and `p = P(|sum of s_i d_i| >= |sum of d_i|)` over
-        independent fair signs s_i, computed exactly (see the module docstring); 1 when the
-        difference is 0.
+    """Exact two-sided paired sign-flip test of the seed-averaged correctness difference (arguments as
+    `paired_bootstrap`'s): the observed difference and its side, and `p = P(|sum of s_i d_i| >= |sum of
+    d_i|)` over independent fair signs s_i, computed exactly; 1 when the difference is 0.
     """
-    base = _as_matrix(baseline, "baseline")
-    var = _as_matrix(variant, "variant")
-    if base.shape[1] != var.shape[1]:
-        raise ValueError(f"baseline and variant are scored on different numbers of expressions "
-                         f"({base.shape[1]} and {var.shape[1]})")
+    base, var = _paired(baseline, variant)
     n = base.shape[1]
-    if n == 0:
-        raise ValueError("no test expressions to compare")
     for arr, name in ((base, "baseline"), (var, "variant")):
         if not np.isin(arr, (0.0, 1.0)).all():
             raise ValueError(f"{name}: the sign-flip test needs 0/1 correctness per run")
@@ -285,16 +228,9 @@ def compare(
     confidence: float = DEFAULT_CONFIDENCE,
     seed: int = 0,
 ) -> Comparison:
-    """The three tests for a variant against the baseline on one test year.
-
-    Args:
-        baseline, variant: correctness `[seeds, expressions]` (one row per run), the same
-            expressions in the same order.
-        baseline_seeds, variant_seeds: the seed of each row, to pair runs for McNemar
-            (default: rows paired in order).
-    Returns:
-        A `Comparison`; see the module docstring for how seeds are pooled.
-    """
+    """The three tests for a variant against the baseline on one test year: correctness `[seeds,
+    expressions]` (one row per run); `baseline_seeds`, `variant_seeds`, the seed of each row, pair runs
+    for McNemar (default: rows paired in order)."""
     base = _as_matrix(baseline, "baseline")
     var = _as_matrix(variant, "variant")
     boot = paired_bootstrap(base, var, n_resamples=n_resamples, confidence=confidence, seed=seed)

@@ -26,8 +26,8 @@ def build_model(cfg: ModelConfig | Config | str) -> HMERModel:
     return HMERModel(cfg)
 
 
-def count_parameters(model: nn.Module, trainable_only: bool = False) -> int:
-    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
 
 
 def list_presets() -> list[tuple[str, str, int, int]]:

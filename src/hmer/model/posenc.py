@@ -1,21 +1,10 @@
 """Positional encodings for target tokens (1-D) and image features (2-D).
 
-Token positions (`ModelConfig.token_pos`), added to token embeddings [B, L, d]:
-  sin1d    fixed sinusoids (Vaswani et al.; BTTR's WordPosEnc)
-  learned  a learned table of `max_len` rows (ConvS2S)
-
-Image positions (`ModelConfig.image_pos`), added to features [B, h, w, d] with mask [B, h, w]:
-  sin2d    CoMER's ImgPosEnc: sinusoids of the row and column index, each normalised by the
-           unpadded height / width of that image, so that a position means "this fraction
-           of the formula" whatever the canvas; d/2 dims for x, d/2 for y, concatenated;
-           per axis, sin and cos of the same d/4 frequencies, interleaved.
-  sin2d-bttr  BTTR's ImgPosEnc: the same positions, but d/2 frequencies per axis, sin of the
-           even-numbered and cos of the odd-numbered ones (so no sin/cos pair shares a frequency).
-  cape     StyTr^2's content-aware positional encoding (see `ContentAwareImagePositions`).
-  learned  a learned n x n table (n = cape_grid) bilinearly resized to each image's unpadded size.
-  none     nothing.
-
-Every image encoding is computed from the unpadded region of each image only, so padding
+Token positions (`ModelConfig.token_pos`), added to token embeddings [B, L, d]: `sin1d` (fixed
+sinusoids; Vaswani et al., BTTR's WordPosEnc) or `learned` (a table of `max_len` rows; ConvS2S).
+Image positions (`ModelConfig.image_pos`), added to features [B, h, w, d] with mask [B, h, w]: `sin2d`
+(CoMER's), `sin2d-bttr` (BTTR's), `cape` (StyTr^2's), `learned` and `none`; each class says what it
+computes. Every image encoding is computed from the unpadded region of each image only, so padding
 an image onto a larger canvas never changes the encoding of its pixels.
 
 Each encoding registers itself under its config name (hmer.registry TOKEN_POSITIONS,

@@ -1,35 +1,15 @@
 """A run carried to another machine as one file: its MLflow record and the smallest checkpoint that
-continues it.
+continues it (docs/training.md, "One run across machines"; what it leaves out and what that changes).
 
     pack_run(run_id, "carried.tar.gz")                     # where it trained: after an epoch
     moved = unpack_run("carried.tar.gz", data_path=...)    # where it goes on: the run imported, its checkpoint in place
     train(Config(), resume=moved.checkpoint)                # the same run continues (`hmer train --resume`)
 
-Machines lent for minutes at a time (a GPU lease: one command, 64 MiB carried in, 16 MiB files back)
-train one run across many of them. What travels is one gzipped tar (fp32 weights shrink by about a
-twelfth, 24.6 to 22.6 MiB for `comer-fusion`, in about 3 s):
-
-    carried.json   what it holds: the run's id where it began, its epoch, what was left out
-    run.tar.gz     the run's `hmer runs export`: params, tags, every metric's whole history, artifacts
-                   up to 1 MiB (config, split lists; no model file)
-    last.pt        the checkpoint: fp32 weights, schedule, random generators and the run's state
-
-On the next machine the export is merged into that machine's store (the run keeps its original id
-as `hmer.source_run_id`, however many stores it passes through), so the run continues with its
-history, and its export merges back into the store it came from as the same run: one run, one
-curve, whatever number of machines.
-
-What the file leaves out, to stay small (6.4 M parameters are 25 MB of fp32 weights, and the
-optimiser's state as much again), and what that changes:
-
-- **The optimiser's state**, unless `optimizer_state=True`: the run goes on with fresh momentum
-  buffers, tagged `hmer.warm_restart` with the epoch (`resume.without_optimizer_state`);
-  docs/benchmarks.md section 5 measures what it costs the curve. The weights are never rounded:
-  fp32, as trained.
-- **An earlier epoch's best weights.** The best-on-validation weights are the last ones, or are
-  left behind: the run's best is then chosen from the carried epoch on (its validation reading is
-  the best's), tagged `hmer.best_reset`. Once the run's epochs are all done, only the test years
-  remain, and the best weights travel instead of the last.
+For machines lent for minutes at a time (a GPU lease: 64 MiB carried in, 16 MiB files back). The file
+is one gzipped tar (fp32 weights shrink by about a twelfth, 24.6 to 22.6 MiB for `comer-fusion`, in
+about 3 s): `carried.json` (the run's first id, its epoch, what was left out), `run.tar.gz` (its `hmer
+runs export`, artifacts up to 1 MiB: no model file) and `last.pt` (the checkpoint,
+`resume.standalone_continuation`).
 """
 
 from __future__ import annotations

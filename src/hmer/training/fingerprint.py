@@ -1,34 +1,14 @@
-"""A fingerprint of what the training code computes: equal fingerprints, the same numbers.
-
-Two runs are comparable only where the code that trained them computes the same thing. The commit
-(`hmer.git_commit`) cannot say so: most commits change nothing that trains, and a commit that swaps
-one kernel for another (AdamW `fused=True`, 1x1 convolutions as matrix products) changes every
-number while every config stays the same. So the suite measures it: a short, fixed training on
-synthetic images (`fingerprint_training.PARTS`: each decoder family at a toy size, two epochs, the
-`swept` recipe's kind of optimiser, schedule and augmentation, one seed, one thread), through
-`hmer.training.train` itself, data pipeline, batching, step, optimiser, schedule and checkpoint
-included. Its fingerprint is a hash
-of every epoch's training and validation loss and of the final weights, bit for bit, of each part.
-A change that moves one rounding anywhere on that path changes it; a change elsewhere (reports,
-studies, documentation) does not.
+"""A fingerprint of what the training code computes: equal fingerprints, the same numbers
+(docs/studies.md, "The training-code fingerprint": what it trains and why the commit cannot say it).
 
     fingerprint = code_fingerprint()            # this checkout's code, cached by its source (seconds once)
     fingerprint_of_source("/tmp/wt/src")        # another commit's code, in a worktree of it
 
-The training runs in a child process whose kernels are the portable ones
-(`ATEN_CPU_CAPABILITY=default`, `MKL_CBWR=COMPATIBLE`, `ONEDNN_MAX_CPU_ISA=SSE41`, one thread), so
-that the fingerprint of a code is the same on every x86-64 machine with the same torch, whatever its
-vector units: the training runs themselves use the fast kernels, whose roundings differ from one CPU
-to the next, and that is no change of code. The torch version and the machine's architecture are
-hashed with the rest: another torch is another computation.
-
-The training is `fingerprint_training.py`, a script that runs against any commit's code (that
-commit's `src/` on PYTHONPATH; `fingerprint_of_source` does so): it uses only what every commit of
-the suite has had, and a config key that a commit does not know is left to that commit's own
-behaviour (listed in the measurement).
-
-Every run records the fingerprint of the code that trained it as the tag `hmer.fingerprint`
-(`hmer.training.trainer`); docs/studies.md, "Cells that studies share".
+The training (`fingerprint_training.py`, a script run against any commit's `src/` on PYTHONPATH) runs in
+a child process with the portable kernels, so that one code has one fingerprint on every x86-64 machine
+with the same torch: the training runs themselves use the fast kernels, whose roundings differ from one
+CPU to the next, and that is no change of code. The torch version and the architecture are hashed with
+the rest: another torch is another computation. Every run records it as the tag `hmer.fingerprint`.
 """
 
 from __future__ import annotations

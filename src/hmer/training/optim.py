@@ -1,12 +1,7 @@
 """The optimisers and learning-rate schedules a `TrainConfig` names, built for a model.
 
-The recipes themselves are plain config values in `hmer.recipes` (every field stays overridable,
-so `--recipe comer --set train.lr=0.04` is a CoMER run at half the learning rate):
-
-- BTTR: Adadelta, lr 1.0, rho 0.9, eps 1e-6, weight decay 1e-4.
-- CoMER: SGD, lr 0.08, momentum 0.9, weight decay 1e-4.
-
-Both reduce the learning rate when validation ExpRate stops improving (`LRSchedule`).
+The recipes themselves (BTTR's Adadelta, CoMER's SGD, ...) are plain config values in `hmer.recipes`:
+every field stays overridable, so `--recipe comer --set train.lr=0.04` is a CoMER run at half the rate.
 
 Large batches: `train.lr_scaling` scales the recipe's learning rate with the batch
 (`batch_scaled_lr`; the rules and their sources are in `TrainConfig`), and `train.warmup_epochs`

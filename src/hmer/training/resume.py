@@ -1,16 +1,10 @@
-"""Continuing a killed run exactly: what `last.pt` holds and how it is put back.
+"""Continuing a killed run exactly: what `last.pt` holds and how it is put back (docs/training.md).
 
-After every epoch the trainer writes `last.pt`: the weights, the optimiser and schedule, every
-random generator, and the `TrainState` (epoch, best validation so far, clocks, run id). The batch
-order and augmentation of an epoch are drawn from (seed, epoch) alone, so with these restored a
-resumed run takes the very steps the uninterrupted one would have taken and ends with the same
-weights.
-
-A checkpoint carried to another machine may leave out the optimiser's state (`without_optimizer_state`:
-the momentum or second-moment buffers, as large again as the weights). The run then continues from
-the same weights, schedule and random generators with the optimiser's state started afresh: a warm
-restart, which the trainer tags on the run (`hmer.warm_restart`), since it is no longer the run an
-uninterrupted training would have been. docs/benchmarks.md section 5 measures what it costs.
+The batch order and augmentation of an epoch are drawn from (seed, epoch) alone, so with the weights,
+optimiser, schedule, every random generator and the `TrainState` restored, a resumed run takes the very
+steps an uninterrupted one would have taken. A checkpoint carried without the optimiser's state
+(`without_optimizer_state`) continues as a warm restart, tagged `hmer.warm_restart`; docs/benchmarks.md
+section 5 measures what it costs.
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """Train one configuration end to end: data, model, recipe, checkpoints, the run's record, test scores.
 
-`train(cfg)` is the single entry point that `hmer train`, the Optuna studies and the
-tests all call. One call is one tracked run (`hmer.tracking.run`):
-
-1. params (every config field), tags (variant, git commit, device) and `config.json`;
-2. per epoch: train loss, validation ExpRate and loss, learning rate, images per second
-   (step = epoch), then an atomic checkpoint of everything needed to continue;
-3. at the end (epochs done, or wall-clock budget spent): the best-on-validation weights
-   are decoded on every test year with the papers' beam search (`final.py`); per-year metrics,
-   predictions CSVs, attention maps and the reloadable model are logged.
-
-A killed run continues with `train(cfg, resume=<checkpoint>)` in the same run. The batch order
-and augmentation of an epoch are drawn from (seed, epoch), and every RNG is restored from the
-checkpoint (`resume.py`), so a resumed run ends with the same weights as one never interrupted.
-
-SIGTERM or SIGINT (`hmer.signals`) drops the epoch in progress, closes the run KILLED with the tag
-`hmer.stopped_by` saying why and where, and raises `Stopped`: the last epoch's checkpoint is what
-`resume` continues from, as after a kill -9. Checkpoints and the epoch's records are written whole
-(a signal waits for them).
+`train(cfg)` is the single entry point that `hmer train`, the Optuna studies and the tests all call. One
+call is one tracked run (`hmer.tracking.run`): params, tags and `config.json`; per epoch its metrics
+(step = epoch) and an atomic checkpoint; at the end the best-on-validation weights decoded on every test
+year (`final.py`). Checkpoints, exact resumes (`resume.py`), SIGTERM/SIGINT (`hmer.signals`: the epoch
+in progress is dropped, the run closed KILLED and `Stopped` raised) and pauses: docs/training.md.
 """
 
 from __future__ import annotations
@@ -81,14 +68,11 @@ def train(
 ) -> TrainResult:
     """Train `cfg` and score it on every test year; see the module docstring.
 
-    `progress` shows progress bars (a terminal); without them one line per epoch is printed,
-    starting with `log_prefix` (a study names its trial there), so a log file shows the run.
-    `pause_after_epochs` > 0: after that many epochs in this call, checkpoint and return
-    (stopped_by "paused", no test years) for `resume` to continue: a machine lent for a while.
-    `pause_at` > 0 (a `time.time()`): pause the same way after the last epoch that leaves time for
-    the next one (as long as the epoch just done took) before then, counting `final_seconds` for
-    the test years when the next epoch is the last; a run whose epochs are done but whose test
-    years do not fit pauses too, and its resume goes straight to them.
+    `progress` shows progress bars; without them one line per epoch is printed, starting with
+    `log_prefix` (a study names its trial there). `pause_after_epochs` > 0: after that many epochs in
+    this call, checkpoint and return (stopped_by "paused", no test years) for `resume` to continue.
+    `pause_at` > 0 (a `time.time()`): pause the same way after the last epoch that leaves time for the
+    next one before then, counting `final_seconds` for the test years (docs/training.md, `--pause-within`).
     `start_from`: a new run of a wsd `cfg` that takes over a shorter run's state where its decay began,
     with its curve so far (`hmer.training.branch`)."""
     with stop_on_signals(), _writing(tracking_uri, run_dir, resume):
@@ -244,10 +228,8 @@ def _branch_history(run: RunLogger, start_from: Branch, state: TrainState, track
 
 
 def _restore_best(setup: Setup, state: TrainState, best_path: Path, resume) -> None:
-    """Write `best.pt` again from the weights just restored, for a checkpoint carried without it
-    (`hmer runs publish --keep-unfinished` keeps `last.pt` alone where its epoch was the best so
-    far). Best weights that are not the checkpoint's own are not known: continuing would end in a
-    final evaluation of other weights, so that is refused."""
+    """Write `best.pt` again from the weights just restored, for a checkpoint carried without it; refused
+    where the best is an earlier epoch's, whose weights are not known (docs/training.md)."""
     if best_path.is_file():
         return
     if best_weights_recoverable(state.epoch, state.best_epoch):
@@ -411,11 +393,8 @@ def _validate(setup: Setup, state: TrainState, epoch: int, metrics: dict[str, fl
 
 
 def improves_on_best(state: TrainState, val_exprate: float, val_le1: float) -> bool:
-    """Whether a validation reading beats the best so far: a higher ExpRate, or the same ExpRate and
-    at least as much within one edit. On 465 expressions one expression is 0.22 points, so a short
-    CPU run often reads the same ExpRate at several epochs; the tie then goes to the reading closer
-    to right, and a full tie to the later epoch (trained longer, and at the end of a decaying
-    schedule). Ties on ExpRate alone had kept the earliest of them."""
+    """Whether a validation reading beats the best so far: a higher ExpRate, or the same ExpRate and at
+    least as much within one edit, so a full tie goes to the later epoch (docs/training.md: why)."""
     if val_exprate != state.best_val_exprate:
         return val_exprate > state.best_val_exprate
     return val_le1 >= state.best_val_le1
