@@ -9,16 +9,16 @@
     DECODERS.get("my-decoder")      # the class; an unknown name raises one line naming the known ones
     DECODERS.names()                # ("convs2s", "my-decoder", "rnn", "transformer")
 
-A variant registers itself in the module that defines it, with a decorator (or
+A choice registers itself in the module that defines it, with a decorator (or
 `register(name, obj)`). Nothing else names it: the factory, config validation, `hmer models`
-and the study specs all read the registry. The packages that hold the built-in variants
+and the study specs all read the registry. The packages that hold the built-in choices
 (`hmer.model`, `hmer.decoding`) import every one of their modules, so a new module there
-registers itself without a line anywhere else; a variant defined outside the package (a
+registers itself without a line anywhere else; a choice defined outside the package (a
 notebook, a test) registers when its own module runs.
 
 Each registry names the package whose import fills it (`home`, relative to `hmer`). It is imported at the first
 lookup, so that config validation in a fresh process (which imports nothing but the config)
-sees the built-in variants too. That import is the registry's only dependency on a higher
+sees the built-in choices too. That import is the registry's only dependency on a higher
 layer, and it is by name, at use time.
 """
 
@@ -32,7 +32,7 @@ T = TypeVar("T")
 
 
 class Registry(Generic[T]):
-    """Named variants of one kind: `key` is the config key that selects one (`model.decoder`)."""
+    """The named choices of one config key, `key` (`model.decoder`: transformer, rnn, convs2s)."""
 
     def __init__(self, key: str, home: str | None = None):
         self.key = key
@@ -47,7 +47,7 @@ class Registry(Generic[T]):
                  description: str = "") -> Any:
         """Register `obj` as `name`; without `obj`, a decorator that registers what it decorates.
 
-        linked: config overrides that come with this variant when a study varies `key`
+        linked: config overrides that come with this choice when a study varies `key`
             (ConvS2S brings its learned token positions); `hmer.studies.spec` applies them.
         description: one line for `hmer models`; default the first line of obj's docstring.
         """
@@ -62,7 +62,7 @@ class Registry(Generic[T]):
         return add if obj is None else add(obj)
 
     def unregister(self, name: str) -> None:
-        """Forget `name` (tests that register a variant of their own clean up with this)."""
+        """Forget `name` (tests that register a choice of their own clean up with this)."""
         self.get(name)
         for table in (self._entries, self._linked, self._descriptions):
             del table[name]
@@ -79,7 +79,7 @@ class Registry(Generic[T]):
         return tuple(self._filled())
 
     def linked(self, name: str) -> dict[str, Any]:
-        """The config overrides that come with variant `name` in a study (often none)."""
+        """The config overrides that come with choice `name` in a study (often none)."""
         self.get(name)
         return dict(self._linked[name])
 
@@ -116,7 +116,7 @@ class Registry(Generic[T]):
 def import_submodules(package: str, path: list[str]) -> None:
     """Import every module of `package` (whose `__path__` is `path`), so that each one's
     registrations are made: the pattern of fairseq's model folders. Called from the package's
-    `__init__`; a new variant module needs no import line anywhere."""
+    `__init__`; a new choice's module needs no import line anywhere."""
     for info in pkgutil.iter_modules(path):
         importlib.import_module(f"{package}.{info.name}")
 
@@ -130,7 +130,7 @@ def _origin(obj: Any) -> str:
 
 
 # ---- the registries of the suite ------------------------------------------------------------------
-# Each names the config key that selects a variant and the package whose modules register them.
+# Each names the config key that selects a choice and the package whose modules register them.
 
 DECODERS: Registry[Callable[..., Any]] = Registry("model.decoder", home=".model")
 """Decoder classes: `cls(cfg: ModelConfig)` -> a `hmer.model.Decoder`."""
@@ -169,7 +169,7 @@ ALL: dict[str, Registry[Any]] = {r.key: r for r in (DECODERS, TOKEN_POSITIONS, I
 
 
 def catalogue() -> list[tuple[str, str, str]]:
-    """(key, name, description) of every registered variant, registry by registry (`hmer models`)."""
+    """(key, name, description) of every registered choice, registry by registry (`hmer models`)."""
     return [(r.key, name, r.description(name)) for r in ALL.values() for name in r.names()]
 
 

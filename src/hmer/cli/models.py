@@ -1,4 +1,4 @@
-"""`hmer models`: the model presets with their parameter counts, then every registered variant."""
+"""`hmer models`: the model presets with their parameter counts, then every registered choice."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ def cmd_models(args) -> int:
 
 def models_table() -> str:
     """`hmer models`: the presets (family, size, recipe) with their parameter counts, then the
-    registered variants that a config can name (decoders, coverages, positions, search rules, metrics)."""
+    registered choices that a config can name (decoders, coverages, positions, search rules, metrics)."""
     from ..model import list_presets
     from ..presets import PRESETS
     from ..registry import catalogue
@@ -35,12 +35,12 @@ def models_table() -> str:
     lines += ["", "at the `swept` size (the cpu and long budgets' model):"]
     for name, params, counting in swept_size_rows():
         lines.append(f"  {name:<{width[0]}}  {params / 1e6:>8.2f}M  {counting / 1e6:>8.2f}M")
-    variants = catalogue()
-    key_width = max(len(key) for key, _, _ in variants)
-    name_width = max(len(name) for _, name, _ in variants)
-    lines += ["", f"{'variant of':<{key_width}}  {'name':<{name_width}}  description"]
+    choices = catalogue()
+    key_width = max(len(key) for key, _, _ in choices)
+    name_width = max(len(name) for _, name, _ in choices)
+    lines += ["", f"{'choice of':<{key_width}}  {'name':<{name_width}}  description"]
     previous = None
-    for key, name, description in variants:
+    for key, name, description in choices:
         lines.append(f"{key if key != previous else '':<{key_width}}  {name:<{name_width}}  {description}")
         previous = key
     return "\n".join(lines)

@@ -7,7 +7,7 @@ name are `hmer.presets`).
 
 Decoders, position encodings and coverage kinds register themselves by name in the module
 that defines them (hmer.registry). Every module of this package is imported here, so a new
-variant is one new module: nothing else names it.
+choice is one new module: nothing else names it.
 """
 
 from ..registry import import_submodules

@@ -1,7 +1,7 @@
-"""Every model variant on tiny configurations: shapes and dtypes (float32 and bfloat16), causality,
-incremental decoding against the teacher-forced pass, coverage using only the past, and padding
-invariance. Everything runs in eval mode where outputs are compared (dropout off, BatchNorm on
-its running statistics)."""
+"""Every registered model choice (decoders, coverage kinds, positions) on tiny configurations: shapes
+and dtypes (float32 and bfloat16), causality, incremental decoding against the teacher-forced pass,
+coverage using only the past, and padding invariance. Everything runs in eval mode where outputs are
+compared (dropout off, BatchNorm on its running statistics)."""
 
 from __future__ import annotations
 
