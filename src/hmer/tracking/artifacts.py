@@ -1,17 +1,12 @@
 """What a run logs besides metrics: per-token attention maps and their pictures, prediction files.
 
-A run keeps the predictions behind each split's scores: a test split's (`test_2014`: metrics
-`test_2014_*`) as `predictions/test_2014.csv`, the validation split decoded at the end as the test
-years are (`val_final`, `val-alt_final`) as `split/val_predictions.csv`, `split/val-alt_predictions.csv`;
-`predictions_artifact` and `scored_key` say which file is which split, for the code that writes them
-(`training.final`) and the code that scores them again (`tracking.rescore`).
+A run keeps the predictions behind each split's scores (`predictions/test_2014.csv`,
+`split/val_predictions.csv`, ...); `predictions_artifact` and `scored_key` say which file is which
+split, for `training.final` (which writes them) and `tracking.rescore` (which scores them again).
 
-`token_maps` is the one implementation of "where the model looks for each token": the run's
-`attention/*.png` are drawn from it here, and `hmer.tracking.attention` builds its figures on it.
-
-Each logged picture is one validation image on top, then one panel per decoded token with that
-token's cross-attention over the image, so over-parsing (attending to ink twice) and
-under-parsing (never attending to some ink) can be seen at a glance.
+`token_maps` is the one implementation of "where the model looks for each token", used by the
+run's `attention/*.png` here and by `hmer.tracking.attention`: one validation image on top, then one
+panel per decoded token, so over- and under-parsing can be seen at a glance.
 """
 
 from __future__ import annotations

@@ -4,17 +4,11 @@
     result = attend(model, vocab, expr, tokens=predicted_tokens, label="coverage=cross")
     fig = plot_attention([result_with, result_without])   # one block of rows per model
 
-The maps come from `model.attention_maps` with teacher forcing on the given tokens (the
-tokens the model decoded, read from its predictions CSV, or decoded here): row t is
-where the decoder looked to emit token t. With `kind="coverage"` they are the coverage
-instead, the sum of the attention of the steps before t. Maps are upsampled from the
-feature grid to the image and returned in reading order (for a right-to-left model the
-rows are flipped back).
-
-Over-parsing (a stroke read twice) shows as ink attended by several tokens, i.e. a
-summed attention above 1 there; under-parsing (a stroke never read) as ink the summed
-attention leaves dark. `AttentionResult.total` is that sum, and `parse_error` names the
-case from the lengths of prediction and truth.
+The maps come from `model.attention_maps` with teacher forcing on the given tokens: row t is where
+the decoder looked to emit token t (`kind="coverage"`: the sum of the steps before t), upsampled to
+the image, in reading order (a right-to-left model's rows flipped back). Over-parsing shows as a
+summed attention above 1 on ink (`AttentionResult.total`), under-parsing as ink it leaves dark;
+`parse_error` names the case from the lengths of prediction and truth.
 """
 
 from __future__ import annotations

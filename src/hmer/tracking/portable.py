@@ -1,24 +1,16 @@
-"""A committed MLflow store that works from any clone: artifact locations relative to the checkout.
+"""The committed store, read from any clone: artifact locations relative to the checkout.
 
-MLflow records where a run's artifacts are as an absolute location (`file:///home/me/hmer/mlruns/
-artifacts/...`), resolved when the experiment is created; no public API records a relative one.
-A store committed to the repository must open anywhere it is cloned, so `make_portable` rewrites
-the locations that lie inside the store's own `artifacts/` folder to `mlruns/artifacts/...`,
-relative to the checkout. MLflow reads such a location relative to the working directory, so
-`mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db`, started from the checkout as the
-README says, shows every artifact; the suite's own readers (`hmer report`, `evaluate`, `predict`,
-the notebooks) resolve it against the store's location instead, so they work from any folder.
+MLflow records artifact locations as absolute paths, and no public API records a relative one, so
+`make_portable` rewrites those inside the store's `artifacts/` folder as `mlruns/artifacts/...`.
+MLflow reads them relative to the working directory (`mlflow ui` started from the checkout, as the
+README says); the suite's own readers resolve them against the store's location, from any folder.
 
-Nor may a committed store name other folders of the machine it was published on: a study's
-parent run records its Optuna storage (`sqlite:////home/me/ws/optuna.db`), a run trained with
-`--data` its data file. `machine_paths` finds such paths in any text, and `portable_text` writes
-each as it reads in a clone: a path inside the published store as `mlruns/...` (as artifact
-locations), any other as `<local>/` and its file name (the folder belongs to the machine).
+Nor may a committed store name other folders of the publishing machine (a parent run's Optuna
+storage, a run's `--data`): `portable_text` writes a path inside the store as `mlruns/...`, any
+other as `<local>/` and its file name.
 
-This is the one place that writes MLflow's tables directly (SQLite only): the workaround for the
-missing public API (no relative artifact location; params are written once), kept small. Runs
-still being written should not be in a store made portable (their artifacts would be logged
-relative to the working directory): make a finished copy portable.
+This is the one place that writes MLflow's tables directly (SQLite only), kept small. Make only a
+finished copy portable: runs still being written would log artifacts relative to the cwd.
 """
 
 from __future__ import annotations

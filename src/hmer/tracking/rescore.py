@@ -1,20 +1,16 @@
 """The scores a run lacks, computed from the predictions it stored: `hmer runs rescore`.
 
-A metric registered after a run was trained (the papers' lgeval measures, issue 56) has no value in
-that run. Every run that finished keeps each scored split's predictions (`predictions/test_2014.csv`,
-`split/val_predictions.csv`: `artifacts.predictions_artifact`), and a metric is a function of those
-tokens, so the run can be given the value it would have logged: `expression_metrics` over the stored
-tokens, under the key a run logs (`Scores.as_dict`: `test_2014_lgeval_le1`), at the step of the
-split's other scores. Nothing here names a metric: a run is given every registered one it lacks.
+A metric registered after a run was trained (the papers' lgeval measures, issue 56) is a function of
+the predictions the run stored (`artifacts.predictions_artifact`), so the run is given the value it
+would have logged, under the key a run logs (`test_2014_lgeval_le1`), at the step of the split's
+other scores. Nothing here names a metric: a run is given every registered one it lacks.
 
     plans = plan_rescoring(client, select_runs(client, studies=["ablate_direction-cpu"]))
     logged = write_rescoring(client, plans)      # the metrics the plans add; nothing for a second pass
 
-Planning reads and computes and writes nothing, so that a bad input (a predictions file that is not
-one) stops the command before the store changes, and a dry run is planning alone. A metric a run
-has is never computed or logged again: a second pass writes nothing. A split whose stored
-predictions do not give the scores logged from them (another count of expressions, another ExpRate)
-is left as it is, and the plan says why: that file is not the one those scores came from.
+Planning writes nothing, so a bad input stops the command before the store changes (a dry run is
+planning alone). A metric a run has is never logged again. A split whose stored predictions do not
+give the scores logged from them is left as it is, and the plan says why.
 """
 
 from __future__ import annotations

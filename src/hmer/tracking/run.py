@@ -16,12 +16,10 @@ How a run ends, by how its `with` block ends:
     raises KeyboardInterrupt        hmer.status failed, hmer.error MLflow KILLED
     raises anything else            hmer.status failed, hmer.error MLflow FAILED
 
-Each run records the process that trains it (`hmer.pid`, `hmer.host`), so that a run left RUNNING
-by a process killed outright (SIGKILL, out of memory) can be told from a live one and closed FAILED
-by the next `hmer train --resume` or study start in its experiment (`fail_runs_of_dead_processes`).
-
-The trainer sees only the methods of `RunLogger`, so it never imports MLflow; a process that must
-not log (a DDP rank other than 0) is given a `NullRun`, which has the same methods and does nothing.
+A run records the process that trains it (`hmer.pid`, `hmer.host`), so a run left RUNNING by a
+process killed outright is closed FAILED by the next resume or study start in its experiment
+(`fail_runs_of_dead_processes`). The trainer sees only `RunLogger`'s methods, so it never imports
+MLflow; a process that must not log (a DDP rank other than 0) is given a `NullRun`.
 """
 
 from __future__ import annotations

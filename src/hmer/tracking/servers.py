@@ -5,24 +5,18 @@ optuna-dashboard over its Optuna database, both listening on 127.0.0.1 only.
         print(served.mlflow, served.dashboard)
         served.wait()          # until Ctrl-C (or SIGTERM), or until one of the servers stops
 
-What serving writes. Opening the store writes nothing: MLflow 3.17.2 (pinned: newer releases
-migrate the schema on first use) and optuna-dashboard read a store of their own schema as it is;
-tests/test_ui.py checks that both files keep their bytes after the servers ran and a browser
-went through them. But both UIs write what a user does in them (a run's description edited, a
-view saved, a note), so a committed store (`from_copy`: the checkout's mlruns/) is served from a
-copy of its two databases in a temporary folder, which is deleted when the servers stop; its
-artifacts are read where they are. Any other store (a workspace whose studies are running) is
-served in place, live.
+Opening a store writes nothing (MLflow is pinned at 3.17.2: newer releases migrate the schema;
+tests/test_ui.py checks both files keep their bytes), but both UIs write what a user does in them,
+so a committed store (`from_copy`) is served from a temporary copy of its two databases, deleted
+when the servers stop; any other store is served in place, live.
 
-`mlflow ui` runs from the store's parent folder: a portable store's artifact locations are
-relative to the checkout (`mlruns/artifacts/...`, `tracking.portable`). Its server would also start
-MLflow's job runner (eight processes for scheduled scorers and trace archival, which a store of
-training runs has none of): it is turned off (`MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false`).
+`mlflow ui` runs from the store's parent folder (portable artifact locations are relative to the
+checkout), with MLflow's job runner off (`MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false`: eight
+processes a store of training runs has no use for).
 
-Each server runs in a process group of its own, so that Ctrl-C in the terminal reaches this
-process alone, which then stops both groups (SIGTERM, then SIGKILL after `STOP_TIMEOUT_S`) and
-removes the copy. Each is started through `watchdog.py`, which ends its group and removes the copy
-when this process dies without doing so (SIGKILL), so that no server is left holding its port.
+Each server runs in its own process group, so Ctrl-C reaches this process alone, which stops both
+(SIGTERM, then SIGKILL after `STOP_TIMEOUT_S`) and removes the copy; `watchdog.py` does the same
+when this process dies without doing so (SIGKILL), so no server is left holding its port.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Where runs are recorded: the project's MLflow home and its defaults.
 
-The default store is embedded, so nothing has to be started: an SQLite database
-`mlruns/mlflow.db` with artifacts beside it in `mlruns/artifacts/` (MLflow 3 refuses a
-plain file store for new features, and SQLite keeps search fast). `MLFLOW_TRACKING_URI`
-overrides it, so a team can point every command at a tracking server instead.
-
-In a checkout, `mlruns/` is the committed store, which `hmer runs publish` alone writes. Trying the
-pipeline (a study under the smoke budget) is tracked in the scratch store `scratch/` instead, unless
-a store is named, and runs keep their checkpoints beside the store they are tracked in.
+The default store is embedded: `mlruns/mlflow.db` (SQLite: MLflow 3 refuses a plain file store for
+new features) with artifacts in `mlruns/artifacts/`; `MLFLOW_TRACKING_URI` points every command at a
+server instead. In a checkout `mlruns/` is the committed store, which `hmer runs publish` alone
+writes; a smoke-budget study is tracked in `scratch/` unless a store is named. Runs keep their
+checkpoints beside their store.
 """
 
 from __future__ import annotations

@@ -4,22 +4,14 @@
     hmer runs export --experiment gpu-campaign gpu-runs.tar.gz
     hmer runs import gpu-runs.tar.gz                       # into mlruns/ (or --tracking-uri)
 
-An export is one gzipped tar (its layout, its pieces of at most `--part-mb` MiB, and how it is read
-back and checked before any store is touched: `tracking.export_file`).
-
-The import goes through MLflow's public client API only (create_experiment, create_run,
-log_batch, log_artifacts, set_terminated), so it works against SQLite and tracking servers
-alike. That API gives every created run a new id, so the original id is kept as the tag
-`hmer.source_run_id` (an id that is already a source id keeps it: a run exported twice stays
-itself). The import is a merge keyed by that tag: a run already imported is brought up to date
-(new metric points, new tags and params, artifacts, status) instead of being created again, so
-importing the same file twice, or the exports of successive slices of one campaign, never
-duplicates a run. Where the file's copy of a run is at least as recent (end time) as the store's,
-it wins: its status, its tags, and tags it no longer has are removed (e.g. the `hmer.error` of an
-interruption that was later resumed); an older copy only adds what is missing. Parent links
-(`mlflow.parentRunId`, e.g. a study's trials) are remapped to the new ids; a parent that is
-neither in the file nor in the store is kept only as
-`hmer.source_parent_run_id`. `hmer evaluate` and `hmer predict` accept the source id too.
+The file's layout and checks: `tracking.export_file`. The import uses MLflow's public client API
+only, so it works against SQLite and servers alike. That API gives every created run a new id, so
+the original is kept as the tag `hmer.source_run_id` (kept as is when already set), and the import
+is a merge keyed by it: importing a file twice, or successive slices of one campaign, never
+duplicates a run. Where the file's copy is at least as recent (end time) as the store's, it wins
+(status, tags; tags it no longer has are removed, e.g. the `hmer.error` of an interruption since
+resumed); an older copy only adds what is missing. Parent links are remapped to the new ids; a
+parent in neither file nor store is kept only as `hmer.source_parent_run_id`.
 """
 
 from __future__ import annotations
