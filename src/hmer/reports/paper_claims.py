@@ -3,50 +3,37 @@
     df = claims_table()                   # one row per claim, budget, comparison and test year
     print(format_claims(df))              # aligned text; fmt="markdown" for a README
 
-A claim is a row of `CLAIMS`, the one place that says which study answers it, which variants it
-compares, which side it says wins and which paper makes it; adding a claim is adding a row there
-(and, when the paper gives figures for it, rows to `paper_claims.csv`). A claim that orders more
-than two variants (CoMER: fusion > cross, self > none) is several comparisons, each one
-(claimed winner, claimed loser) pair.
+A claim is a row of `CLAIMS`: the study that answers it, the variants it compares, the side it says
+wins, the paper that makes it (the paper's figures, where it gives them: rows of `paper_claims.csv`).
+A claim ordering more than two variants (CoMER: fusion > cross, self > none) is several
+(claimed winner, claimed loser) comparisons.
 
-Each comparison is a variant table (`hmer.reports.tables.variant_table`) of the study's runs of
-its two variants with the claimed loser as the baseline, so the difference, its interval and
-the paired tests are computed exactly as `hmer report --study` computes them, on the same
-metric (column `metric`). Each comparison has two verdicts:
+Each comparison is a `variant_table` of the study's runs of its two variants, the claimed loser
+the baseline, so its numbers are computed as `hmer report --study` computes them. Two verdicts:
 
-- **all seeds** (column `verdict`, the headline): the exact paired sign-flip test of the
-  seed-averaged difference, one test that uses every seed at once, each test expression once;
-- **per-seed McNemar** (column `verdict_mcnemar`): McNemar's test on each seed-matched pair,
-  each pair a verdict with its own side; the pairs' verdict when they agree, else `split`
-  with how many pairs read what. The largest p alone (the rule before issue 56) read "not
-  significant" when two pairs were significant for one side and the third was not, and
-  could not see pairs pointing opposite ways.
+- **all seeds** (`verdict`, the headline): the exact paired sign-flip test of the seed-averaged
+  difference, every seed at once;
+- **per-seed McNemar** (`verdict_mcnemar`): one verdict per seed-matched pair; theirs when they
+  agree, else `split` with the counts. (The largest p alone, the rule before issue 56, read "not
+  significant" when two pairs were significant for one side, and missed pairs pointing opposite ways.)
 
-The paired bootstrap gives the interval and its p, in no verdict. A study that has not finished
-(kept in the store to be continued, `hmer runs publish --keep-unfinished`) answers nothing yet:
-its rows say how far it is ("in progress, 4 of 9 trials finished") instead of numbers that its
-other cells would change.
+The paired bootstrap gives the interval, in no verdict. An unfinished study (`--keep-unfinished`)
+answers nothing yet: its rows say how far it is ("in progress, 4 of 9 trials finished").
 
-A claim is answered at each budget of `budgets` (`DEFAULT_BUDGETS`: the `cpu` budget's three seeds
-of 13 epochs, then the `long` budget's one seed of 100; the `budget` column says which). The first
-budget answers every claim, a row "no study yet" where its study is missing; a later budget answers
-only the claims whose study it has, and of those only the comparisons of the variants that study
-trains (`--variants`: the long studies train two each).
+A claim is answered at each budget of `budgets` (`DEFAULT_BUDGETS`: `cpu`'s three seeds of 13
+epochs, then `long`'s one seed of 100). The first budget answers every claim ("no study yet" where
+missing); a later one only the comparisons of the variants its study trains.
 
-The papers' own figures live in `paper_claims.csv` (package data: claim, variant, year,
-metric, value, paper, source, note), one row per figure with where it stands: ExpRate, and ≤1 /
-≤2 where the paper gives them, so that `metric="le2"` shows the paper's ≤2 beside ours. A figure
-that was not found in a source that can be cited has no row, and its cell is empty.
+`paper_claims.csv` (package data: claim, variant, year, metric, value, paper, source, note) holds
+one row per figure a paper gives (ExpRate, ≤1 / ≤2); a figure not found in a citable source has
+no row, and its cell is empty.
 
-Which metric ours are on (`metric_sides`). The papers count ≤1 / ≤2 errors in the symbol label graph
-(lgeval); the suite's own `le1` / `le2` count token edits, a few points apart on the same predictions.
-So with `metric="le2"` (or `"lgeval_le2"`) the table is on `lgeval_le2`, the papers' metric, wherever
-every answered study's runs carry it (runs trained before it was registered do once `hmer runs rescore`
-has given it to them): ours beside the paper's on one metric, Δ and both tests on it, and our token
-metric kept beside as `winner_token_*` / `loser_token_*`. Where some study's runs lack it, the whole
-table stays on the token metric (one metric per table, so that its header says what every row is
-on) and `attrs["lacking"]` names those studies. ExpRate stays the suite's own (`exprate`), the
-metric of every other table: it agrees with lgeval's but for a few expressions a year.
+Which metric ours are on (`metric_sides`): the papers count ≤1 / ≤2 in the symbol label graph
+(lgeval), the suite's `le1` / `le2` token edits (a few points apart). With `metric="le2"` the table
+is on `lgeval_le2` wherever every answered study's runs carry it (`hmer runs rescore` gives it to
+older runs), our token metric kept as `winner_token_*` / `loser_token_*`; else the whole table stays
+on the token metric (one metric per table) and `attrs["lacking"]` names the studies. ExpRate stays
+the suite's own `exprate`: it agrees with lgeval's but for a few expressions a year.
 """
 
 from __future__ import annotations

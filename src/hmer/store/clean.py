@@ -3,18 +3,12 @@
     problems = store_problems(Path("mlruns"))        # [] for a clean store; else one line each
     fixed = make_paths_portable(folder, stores=[workspace])
 
-A committed store is read on other machines, by people who did not run it:
-- it names no folder of the machine it was published on (`tracking.portable.machine_paths`: a
-  study's Optuna storage in its parent run's params, a data file given with `--data`), in its
-  MLflow database, its Optuna storage, its artifacts or its checkpoints;
-- no run is RUNNING and no trial is: no process writes to a committed store;
-- a study is called by its name everywhere: its MLflow experiment, the `hmer.study` tag of its
-  runs, its parent run's name and `study` param, its Optuna study's `hmer.experiment` attribute.
-
-`store_problems` walks the store folder's files (every text column of both databases, every text,
-JSON and model file) and reports each problem in one line naming where it is. `hmer runs publish`
-fixes what it can in its copy (closing what ran: hmer.store.publish; `make_paths_portable`), then
-refuses a copy that `store_problems` still finds anything in.
+A committed store is read on other machines: it names no folder of the publishing machine
+(`tracking.portable.machine_paths`) in its databases, artifacts or checkpoints; no run or trial is
+RUNNING; a study is called by its name everywhere (experiment, `hmer.study` tags, parent run's name
+and `study` param, Optuna's `hmer.experiment`). `store_problems` walks every text column and file
+and reports each problem in one line naming where it is; `hmer runs publish` refuses a copy in
+which it still finds anything.
 """
 
 from __future__ import annotations

@@ -4,23 +4,12 @@
     changes = annotate_optuna_study(study, storage, objective_name="best validation ExpRate (%)",
                                     description="decoding direction: ...", superseded_by=None, table=frame)
 
-optuna-dashboard shows a study's trials, their objective values and Markdown notes. A study of the
-suite gets
-- its objective's name (`Study.set_metric_names`, which the dashboard reads), instead of
-  "Objective 0": what its kind maximises (`StudyKind.objective_name`);
-- its description, what it compares, as the user attribute `hmer.description`;
-- a study note (`optuna_dashboard.save_note`, the dashboard's "Note" page): the description, what the
-  objective is and why the dashboard's "Best Trial" is not the study's answer (a grid's trial is
-  one seed of one variant, while the study compares the variants' means over seeds on the test
-  years: for a finished grid, its table is in the note), how many of the trials failed and
-  were taken over by later ones, and, for a superseded study, the study that replaces it (also the
-  user attribute `hmer.superseded_by`);
-- a note on every FAIL trial: why it failed, and the later trial that continued it (its worker
-  died, and the next trial of its cell resumed its run from the last checkpoint or ran the cell
-  again). Optuna refuses to change a finished trial's attributes, so this is said in the trial's
-  note (which the dashboard keeps among the study's system attributes), not in a user attribute.
-
-Only what differs from what is stored is written: annotating a study again writes nothing.
+A study of the suite gets its objective's name (not "Objective 0"), its description (user attribute
+`hmer.description`), and a study note: what it compares, why the dashboard's "Best Trial" is not its
+answer (a grid's trial is one seed of one variant; a finished grid's table is in the note), how many
+trials failed and were taken over, and the study superseding it, if any. Every FAIL trial gets a
+note: why it failed, and the trial that continued it (Optuna refuses to change a finished trial's
+attributes, so this is a note). Only what differs from what is stored is written.
 """
 
 from __future__ import annotations

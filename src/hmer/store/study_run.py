@@ -2,33 +2,22 @@
 
     changes = annotate_study("ablate_direction-cpu", tracking_uri)   # [] when already up to date
 
-A grid study's parent run gets
-- the figure `exprate.png`: each variant's ExpRate per test year, a bar at the mean over its
-  seeds, whiskers ± 1 std, a dot per seed (`plots.plot_exprate`, the figure `hmer report` draws),
-  and the table `table.md`, as artifacts;
-- its description (tag `mlflow.note.content`, Markdown, which the UI shows on the run's page):
-  the figure itself, the study's table as `hmer report --study` prints it, and a link to the figure.
+A grid study's parent run gets the figure `exprate.png` (`plots.plot_exprate`) and `table.md` as
+artifacts, and a description (`mlflow.note.content`) with the figure, the table as `hmer report
+--study` prints it, and a link to the figure. It carries no `hmer.variant`, so grouping by that tag
+groups the variants' own runs.
 
-Beside the trials, the parent gets one **summary run** per variant, a child run like them (tags
-`hmer.role=summary`, `hmer.study`, `hmer.variant`), named "bi: mean of 3 seeds", whose metric
-`<year> ExpRate` is the variant's mean ExpRate over its seeds on that test year (%). MLflow's
-charts compare runs, one bar per run in one chart per metric: so the chart view's first charts
-are one per test year with one bar per variant (the names begin with the year, so they sort
-before every metric of the trials), and the runs table has a row per variant. Every run of a
-variant, its summary run and its trials, is drawn in the variant's colour of the figure (tag
-`mlflow.runColor`), in the tables and the charts alike.
+Beside the trials, one **summary run** per variant (`hmer.role=summary`), named "bi: mean of 3
+seeds", with metric `<year> ExpRate` the mean over seeds: MLflow's charts are one bar per run, so
+the first charts (the year sorts first) have one bar per variant. A variant's runs share its
+figure colour (`mlflow.runColor`).
 
-The parent run carries no `hmer.variant`: grouping the runs by that tag groups the variants' own
-runs.
+A sweep's parent run gets its table (`sweep_report.sweep_table`) as description and `table.md`; a
+superseded study gets its table as it stopped.
 
-A sweep's parent run gets its table as a sweep prints it (`hmer.studies.sweep_report.sweep_table`: every
-trial with its objective and parameters), as its description and `table.md`; a study superseded
-by another (`hmer runs supersede`) gets its table as it stopped, finished or not.
-
-Only what differs from the stored values is written, so annotating a study again (a finished
-study resumed, a store published twice) leaves the store byte for byte as it was. The figure is
-drawn again only when it is missing or the table changed: its numbers are the runs', its pixels
-those of the matplotlib that draws it, which must not make a store differ from one machine to another.
+Only what differs is written, so annotating again leaves the store byte for byte. The figure is
+drawn again only when missing or the table changed: its pixels are matplotlib's, which must not
+make a store differ from one machine to another.
 """
 
 from __future__ import annotations

@@ -1,25 +1,15 @@
 """Unfinished studies in a published store: left out, or kept to be continued.
 
-`hmer runs publish WORKSPACE` copies a workspace into `mlruns/` to be committed. Studies run in
-the workspace for days, several at a time, and one finishes while the others train. A study that
-has not finished has no answer yet (half its cells, a table that will change), and its runs would
-be committed as if they were results. So by default the published copy keeps only finished
-studies: every study whose parent run is not tagged `hmer.status=finished` is removed from the
-copy, all three places it lives (its MLflow experiment with every run and artifact, purged with
-`mlflow gc`, and its Optuna study). The workspace itself is not touched: its studies go on, and
-are published when they finish. A study superseded by another (`hmer runs supersede`) is the
-exception: nothing continues it, so it is kept as it stopped, labelled superseded.
+A study that has not finished has no answer yet, so by default the published copy keeps only
+studies whose parent run is `hmer.status=finished` (a superseded study too: nothing continues it);
+the others are removed from the copy (experiment and runs purged with `mlflow gc`, Optuna study).
+The workspace is not touched.
 
-A workspace does not always outlive the machine it is on. `--keep-unfinished` keeps the
-unfinished studies in the copy instead, with their finished cells, their Optuna trials and the
-smallest files that continue each trial in flight, so that a workspace made from the committed
-store (`hmer runs workspace`) continues them where they stopped, on any machine: the dead trials
-are taken up as after any kill (hmer.studies.resume). Every file is committed for good (the
-clone's history keeps it), so only what a resume reads is kept (`resumable_runs`,
-`keep_resumable_checkpoints`): of each cell, the run its next trial continues, and of that run
-`last.pt` (weights, optimiser, schedule, random state), with `best.pt` only where the best
-weights so far are not its own (the trainer writes it again from `last.pt` otherwise). What was
-running is closed in the copy (`hmer.store.publish`); `hmer report` says what they are: in progress.
+`--keep-unfinished` keeps them instead, with the smallest files that continue each trial in flight,
+so that `hmer runs workspace` continues them on any machine (hmer.studies.resume). Every committed
+file stays in history, so only what a resume reads is kept (`resumable_runs`,
+`keep_resumable_checkpoints`): per cell the run its next trial continues, its `last.pt`, and
+`best.pt` only where the best weights are not its own.
 """
 
 from __future__ import annotations
