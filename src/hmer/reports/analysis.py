@@ -6,15 +6,9 @@
     print(format_breakdown(table), format_confusions(top_confusions(edits)))
     both = compare_runs(rows_a, rows_b)             # per bucket: A, B, B - A, only A / only B right
 
-The input is each run's `predictions/test_<year>.csv` (name, truth, prediction, distance),
-which every training run logs. `hmer analyze RUN [RUN_B]` prints these tables and with
-`--out DIR` writes them (Markdown, CSV) with a plot; `hmer report --analysis` adds them
-per variant to a report.
-
-The buckets (target length, structure) are defined and explained in `hmer.reports.buckets`,
-the token alignment behind the edits in `hmer.evaluation.alignment`; the tables are written
-here and the plot by `hmer.reports.plots.plot_breakdown`. The
-names of the first three import from here as well.
+The input is each run's `predictions/test_<year>.csv`. `hmer analyze RUN [RUN_B]` prints these
+tables (`--out DIR` writes them with a plot); `hmer report --analysis` adds them per variant. The
+buckets are `hmer.reports.buckets`', the token alignment `hmer.evaluation.alignment`'s.
 """
 
 from __future__ import annotations

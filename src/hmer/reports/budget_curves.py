@@ -7,27 +7,18 @@ lengthens, and did the longer runs stop learning?
     gap_summary(history)      # per claim and budget: the validation and test gaps, grows / shrinks / holds
     print(format_budgets(history))  # both, as `hmer report --claims` prints them under the claims
 
-`hmer report --claims` prints them when it answers more than one budget, and writes the figure
-(`budget_curves.png`) with `--out`.
+A claim's cells are the variants of its comparisons that the study of its LAST budget trains (the
+long studies train two each), so the `cpu` rows are cut to the same two.
 
-A claim's cells are the variants of its comparisons (`paper_claims.CLAIMS`) that the study of its
-LAST budget trains: the long studies train two variants each (`--variants`), so the `cpu` rows
-are cut to the same two. Budgets are the studies' suffixes, `<study>-<budget>`.
+One epoch's validation ExpRate over 465 expressions has a standard error of about 1.8 points at
+20 % (sqrt(0.2 * 0.8 / 465)), so no rule on single epochs can hold; both rules read means:
 
-Two readings are written down here. One epoch's validation ExpRate over 465 expressions is a
-binomial reading with a standard error of about 1.8 points at 20 % (sqrt(0.2 * 0.8 / 465)), so no
-rule on single epochs ("the last 20 epochs within 1 point of the best") can hold even for a run
-that has stopped learning; both rules read means of many epochs instead:
-
-- **plateau**: the mean of the last `PLATEAU_EPOCHS` epochs against the mean of the
-  `PLATEAU_EPOCHS` before them (standard error about 0.4 points each): within `PLATEAU_POINTS`
-  is a plateau, higher is still rising, lower is falling. A run shorter than twice
-  `PLATEAU_EPOCHS` is too short to tell, which is every `cpu` run. The table also gives the last
-  epochs' spread as measured, and the best epoch.
-- **grows / shrinks / holds**: the long budget's test gap (claimed winner − claimed loser, points)
-  against the first budget's mean gap over seeds, per year: more than `GAP_POINTS` larger grows,
-  more than `GAP_POINTS` smaller shrinks, else holds. One long seed cannot say more than that; the
-  paired tests of `hmer report --claims` say whether each gap is a difference at all.
+- **plateau**: the mean of the last `PLATEAU_EPOCHS` epochs against the `PLATEAU_EPOCHS` before
+  (about 0.4 points each): within `PLATEAU_POINTS` a plateau, else rising or falling. A run shorter
+  than twice `PLATEAU_EPOCHS` (every `cpu` run) is too short to tell.
+- **grows / shrinks / holds**: the long budget's test gap against the first budget's mean gap over
+  seeds, per year, by more than `GAP_POINTS`. One long seed cannot say more; the paired tests of
+  `hmer report --claims` say whether each gap is a difference at all.
 """
 
 from __future__ import annotations

@@ -6,10 +6,8 @@ training curves are `hmer.reports.curves`, in the same colours (`variant_colors`
     fig = plot_claims(claims_table("cpu"))          # each claim's difference per year, with its interval
     hmer.atomic.save_figure(fig, "plots/exprate.png")
 
-Figures are built with matplotlib's object-oriented API (`matplotlib.figure.Figure`),
-never with `pyplot`: they render through the Agg canvas on a machine without a display,
-hold no global state (nothing to close, no figure leaks in a long study), and show
-inline in a notebook all the same.
+Figures use matplotlib's object-oriented API, never `pyplot`: Agg without a display, no global
+state (no figure leaks in a long study), inline in a notebook all the same.
 """
 
 from __future__ import annotations

@@ -4,18 +4,11 @@
     history = load_history(runs, ["val_exprate", "train_loss"])  # long: one row per logged point
     preds = load_predictions(run_id, "2014")                  # name, truth, prediction, distance, correct
 
-`load_runs` returns the columns of `mlflow.search_runs` (`run_id`, `experiment_id`,
-`status`, `start_time`, `end_time`, `artifact_uri`, `metrics.*`, `params.*`, `tags.*`)
-plus `experiment`, `run_name` and four derived columns every report uses: `variant`
-(tag `hmer.variant`; runs outside a study that share one and a seed go by their run names),
-`seed` (tag `hmer.seed`, else param `train.seed`), `trial` (tag `hmer.trial`) and `state` (tag
-`hmer.status`, else MLflow's status in lower case).
-
-MLflow stores params as strings; `hmer.reports.params` parses them back to the types of
-their `Config` fields (any other param to an int, a float or a bool when it is one). The
-runs are searched with an `MlflowClient` bound to the given store rather than with the module-level
-`mlflow.search_runs`, which would change the process-wide tracking URI (and the
-`MLFLOW_TRACKING_URI` variable of every child process) as a side effect.
+`load_runs` returns `mlflow.search_runs`' columns plus `experiment`, `run_name` and `variant` (tag
+`hmer.variant`; standalone runs sharing one and a seed go by their run names), `seed`, `trial` and
+`state` (tag `hmer.status`, else MLflow's status in lower case); params are parsed back to their
+types (`hmer.reports.params`). The runs are searched with an `MlflowClient` bound to the store, not
+`mlflow.search_runs`, which would change the process-wide tracking URI (and child processes').
 """
 
 from __future__ import annotations
