@@ -64,14 +64,9 @@ def claim_cells(claim: Claim, variants: Sequence[str]) -> tuple[str, str] | None
 
 def budget_history(claims: Sequence[Claim | str] = ("direction", "coverage"),
                    budgets: Sequence[str] = DEFAULT_BUDGETS, tracking_uri: str | None = None) -> pd.DataFrame:
-    """The per-epoch validation ExpRate and training CPU time of each claim's two cells at every
-    budget, long: one row per (run, step).
-
-    Columns: claim, budget, variant, seed, run_id, state, step, val_exprate, cpu_hours (the
-    training's CPU time up to that epoch, NaN where a run did not log it), winner and loser (the
-    claim's comparison drawn), and `test_<year>_exprate` for each scored year (the run's final
-    test reading, repeated on its rows; NaN until it is scored). A claim without a study at the
-    last budget is left out; so is a budget without the study."""
+    """The per-epoch validation ExpRate and training CPU hours (NaN where not logged) of each claim's
+    two cells at every budget, one row per (run, step), with the run's final `test_<year>_exprate`
+    repeated on its rows. Claims and budgets without a study at the last budget are left out."""
     frames = []
     for claim in map(_claim, claims):
         runs = {b: load_runs(tracking_uri, study=claim.study_name(b)) for b in budgets}

@@ -104,16 +104,9 @@ def plot_training_curves(
     title: str | None = None,
     path: str | Path | None = None,
 ) -> Figure:
-    """Metrics against epoch (top row: mean ± std over seeds) and against time (bottom row: one
-    line per run), coloured by variant.
-
-    The time is the best measure every run logged for each epoch drawn (`_with_time_axis`); the
-    axis label says which.
-
-    Args:
-        history: a `load_history` frame with the `variant` column (give it the runs frame).
-        metrics: one column per metric present in `history`.
-    """
+    """Metrics (one column each) against epoch (top row: mean ± std over seeds) and against time
+    (bottom row: one line per run, the best measure every run logged: `_with_time_axis`), coloured by
+    variant; `history` is a `load_history` frame with the `variant` column."""
     import seaborn as sns
 
     if "variant" not in history.columns:

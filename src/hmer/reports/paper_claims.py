@@ -69,15 +69,9 @@ DEFAULT_BUDGETS = ("cpu", "long")
 
 @dataclass(frozen=True)
 class Claim:
-    """A claim of the field and the study that answers it.
-
-    Attributes:
-        name: short key, also the `claim` column of `paper_claims.csv`.
-        statement: the claim in words.
-        paper: who makes it ("" when no single paper does).
-        study: the study family; its runs are those of the study `<study>-<budget>`.
-        comparisons: (claimed winner, claimed loser) variant labels of that study.
-    """
+    """A claim of the field (`name`: the `claim` column of `paper_claims.csv`; `paper` "" when no single
+    paper makes it) and the study family answering it (`<study>-<budget>`), as (claimed winner,
+    claimed loser) variant labels."""
 
     name: str
     statement: str
@@ -253,14 +247,11 @@ def claims_table(
     confidence: float = DEFAULT_CONFIDENCE,
     alpha: float = ALPHA,
 ) -> pd.DataFrame:
-    """One row per claim, budget, comparison and test year (see the module docstring; `budgets`: a
-    name, a comma-separated list or a sequence). At the first budget, a claim whose study
-    `<study>-<budget>` has no scored run in the store gets, per comparison, a row per year the paper
-    gives figures for (one row, year empty, when it gives none), verdict `no study yet`; one whose
-    study has not finished, the same rows with its progress as the verdict. Means, stds
-    and differences are percent on the table's metric: `metric`, or its graph metric where every
-    answered study's runs carry it (`metric_sides`; `attrs`: `metric` the one shown, `token_metric`,
-    `lacking` the studies whose runs lack the graph metric)."""
+    """One row per claim, budget, comparison and test year (module docstring; `budgets`: a name, a
+    comma-separated list or a sequence). A claim without a scored study at the first budget gets a row
+    per year the paper gives figures for (one, year empty, if none), verdict `no study yet`; an
+    unfinished study the same rows with its progress. `attrs`: `metric` the one shown (`metric_sides`),
+    `token_metric`, and `lacking`."""
     uri = resolve_tracking_uri(tracking_uri)
     names = [b.strip() for b in budgets.split(",")] if isinstance(budgets, str) else list(budgets)
     token, graph = metric_sides(metric)

@@ -53,18 +53,10 @@ def plot_exprate(
     path: str | Path | None = None,
     jitter: float = 0.08,
 ) -> Figure:
-    """Test scores by year and variant: bars at the mean over seeds, whiskers ± 1 std, a dot per seed.
-
-    Args:
-        runs: a `load_runs` frame (runs without test scores are left out).
-        order: the variants left to right (default: the order they ran in; the baseline
-            first when `order` comes from `variant_table(...).index`).
-        metrics: one panel per metric, each a registered metric ("exprate", "le1", "le2", ...).
-        path: also save the figure there as PNG.
-        jitter: how far apart the seeds' dots of a bar spread, drawn at random (seaborn draws
-            them from numpy's global generator); 0 puts them on the bar's centre line, and the
-            figure is then the same, pixel for pixel, every time it is drawn from the same runs.
-    """
+    """Test scores by year and variant: bars at the mean over seeds, whiskers ± 1 std, a dot per seed;
+    one panel per registered metric of `metrics`, variants in `order` (default: as they ran). `jitter`
+    spreads the seeds' dots at random (numpy's global generator, as seaborn draws); 0 puts them on the
+    bar's centre, and the figure is then the same pixel for pixel from the same runs."""
     import seaborn as sns
 
     data = scores_long(runs, variant_col, years, metrics)

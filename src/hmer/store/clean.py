@@ -151,13 +151,11 @@ def _strings(value) -> Iterator[str]:
 # ---- fixing ----------------------------------------------------------------------------------------
 
 def make_paths_portable(folder: str | Path, stores: Sequence[Path] = ()) -> list[str]:
-    """Write every machine path in the store in `folder` as a clone reads it
-    (`tracking.portable.portable_text`; a path inside `folder` or one of `stores`, the folders the
-    store was copied from, as `mlruns/...`): a study's `storage` param as the store's own
-    optuna.db when the study is in it; params and tags; Optuna study attributes; text artifacts;
-    model files (a `model.pt` that names one becomes `model.safetensors`, written from the same
-    tensors) and checkpoints. Returns what changed, in words. Trial attributes are left (Optuna
-    changes no finished trial): `store_problems` reports them."""
+    """Write every machine path in the store in `folder` as a clone reads it (`portable_text`, with
+    `folder` and `stores`): params and tags, a study's `storage` (as the store's own optuna.db),
+    Optuna study attributes, text artifacts, model files (a `model.pt` naming one becomes
+    `model.safetensors`) and checkpoints. Returns what changed, in words. Trial attributes are left
+    (Optuna changes no finished trial): `store_problems` reports them."""
     folder = Path(folder)
     stores = [folder, *stores]
     changed = []

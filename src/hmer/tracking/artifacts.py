@@ -38,19 +38,10 @@ def _reading_direction(model: Any, direction: str | None) -> str:
 @torch.inference_mode()
 def token_maps(model: Any, vocab: Any, image: np.ndarray, tokens: Sequence[str], *, direction: str | None = None,
                kind: str = "attention", device: str | torch.device = "cpu") -> np.ndarray:
-    """float [len(tokens), H, W]: where `model` looks to emit each of `tokens` over `image`.
-
-    A pixel holds the weight of the feature cell it lies in (interpolated between cell
-    centres), so a row's values are attention weights (or coverage sums), not densities.
-
-    Args:
-        model: an `HMERModel` (anything with `attention_maps(images, mask, tgt_in, coverage)`).
-        vocab: the model's `Vocab`.
-        image: uint8 [H, W] with 255 = ink (an `Expression.image`).
-        tokens: the tokens, in reading order (decoded, or the truth).
-        direction: l2r or r2l; default the model's (`bi` models are read l2r).
-        kind: "attention" or "coverage".
-    """
+    """float [len(tokens), H, W]: where `model` looks to emit each of `tokens` (reading order) over the
+    uint8 `image` (255 = ink). A pixel holds the weight of its feature cell (interpolated between cell
+    centres): attention weights (or coverage sums with `kind="coverage"`), not densities. `direction`
+    defaults to the model's (`bi` models are read l2r)."""
     from ..data import Expression, collate
     from ..model.direction import make_targets
 

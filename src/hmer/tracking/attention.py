@@ -32,19 +32,9 @@ __all__ = ["KINDS", "AttentionResult", "attend", "decode_tokens", "plot_attentio
 
 @dataclass
 class AttentionResult:
-    """The per-token maps of one model on one expression.
-
-    Attributes:
-        label: the model's name in a figure ("with coverage", a variant, a run id).
-        name: the expression's name.
-        image: float [H, W] in [0, 1], white ink on black.
-        tokens: the tokens the maps belong to, in reading order.
-        maps: float [len(tokens), H, W], upsampled to the image: each pixel holds the
-            attention weight of its feature cell (see `token_maps`).
-        truth: the ground-truth tokens, when known.
-        kind: "attention" or "coverage".
-        forced: the tokens are the truth, teacher-forced (not what the model read).
-    """
+    """The per-token maps of one model on one expression: `image` float [H, W] in [0, 1] (white ink on
+    black), `maps` float [len(tokens), H, W] (`token_maps`); `forced`: the tokens are the truth,
+    teacher-forced, not what the model read."""
 
     label: str
     name: str
@@ -141,14 +131,9 @@ def _shorten(text: str, limit: int = _TITLE_CHARS) -> str:
 
 def plot_attention(results: Sequence[AttentionResult], *, max_columns: int = 12, title: str | None = None,
                    path: str | Path | None = None) -> Figure:
-    """One expression as read by several models, side by side: a block of rows per model.
-
-    Each block shows the input (with the model's reading and its error type), one panel per
-    token with that token's attention (or coverage) over the image, and a last panel with
-    the attention summed over all tokens: bright ink was read more than once
-    (over-parsing), dark ink never (under-parsing). The summed panels of all models
-    share one colour scale.
-    """
+    """One expression as read by several models, a block of rows per model: the input (with the
+    model's reading and error type), a panel per token, and the attention summed over all tokens
+    (bright ink read more than once, dark ink never), on one colour scale for all models."""
     if not results:
         raise ValueError("no attention results to plot")
     columns = min(max_columns, max(len(r.tokens) for r in results) + 2)

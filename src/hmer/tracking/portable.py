@@ -151,13 +151,10 @@ STORE_FILES = ("mlflow.db", "optuna.db")
 
 
 def snapshot_database(source: Path, dest: Path) -> None:
-    """Copy an SQLite database with SQLite's online backup: a consistent copy even while a study's
-    workers write to it (a file copy could catch a transaction half-written). Raises ValueError
-    naming `source` when it is not an SQLite database or cannot be read; `dest` is then left as it was.
-
-    The source opens read-write (never created: mode=rw): a worker killed inside a transaction
-    leaves a hot journal, and SQLite rolls it back on the next open, which a read-only
-    connection cannot do ("attempt to write a readonly database")."""
+    """Copy an SQLite database with SQLite's online backup, consistent even while workers write to it;
+    ValueError naming `source` when it is not one or cannot be read (`dest` then left as it was). The
+    source opens read-write (mode=rw, never created): SQLite rolls back a killed worker's hot journal on
+    open, which a read-only connection cannot do."""
     from contextlib import closing
 
     dest.unlink(missing_ok=True)
@@ -172,22 +169,15 @@ def snapshot_database(source: Path, dest: Path) -> None:
 
 
 def copy_store(source: str | Path, dest: str | Path, *, portable: bool, checkpoints: bool = False) -> Path:
-    """Copy a local store (`mlflow.db`, `optuna.db` where present, and `artifacts/`) from the folder
-    `source` to the folder `dest` (its files replaced; the databases by SQLite's backup, so a store
-    that workers are writing to copies consistently), then make the copy portable (to commit it)
-    or local (to run more studies in it). Returns the copied database.
+    """Copy a local store (`mlflow.db`, `optuna.db`, `artifacts/`) from the folder `source` to `dest`
+    (its files replaced), then make the copy portable (to commit it) or local (to run more studies in
+    it). Returns the copied database.
 
-    Run checkpoints (`checkpoints/<run id>/`) are copied only with `checkpoints=True`, and replace
-    the destination's: the best weights of a finished run are its `model/model.pt` artifact, and a
-    checkpoint is only worth carrying for a run that is still to be continued (`hmer runs publish
-    --keep-unfinished` keeps those of unfinished studies, `hmer runs workspace` takes them up).
-
-    The databases are copied beside their destinations first and replace them only when all are
-    copied: a source database that is not one stops the copy with `dest` as it was. Checkpoints
-    are copied before the databases, so that a store copied while its workers train holds no
-    checkpoint newer than its records: a continued run may repeat an epoch it had logged (and logs
-    the same values again), but never skips one. A checkpoint being written (`.last.pt.*.tmp`)
-    is left behind, and so is a run's folder deleted under the copy (its trial finished)."""
+    Checkpoints are copied only with `checkpoints=True` (worth carrying only for runs still to be
+    continued: `--keep-unfinished`, `hmer runs workspace`), and before the databases, so a copy made
+    while workers train holds no checkpoint newer than its records (a continued run may repeat an
+    epoch, never skip one); files being written (`.*.tmp`) and folders deleted meanwhile are left. The
+    databases replace the destination's only once all are copied."""
     import os
     import shutil
 

@@ -20,12 +20,8 @@ SCRATCH = "scratch"  # the scratch store's folder in the checkout (git-ignored)
 
 
 def project_root() -> Path:
-    """The checkout this package runs from, else the current folder.
-
-    Found by walking up from the working directory to a `pyproject.toml` that names
-    this project, so `mlruns/` is the same whether a command runs from the repository
-    root, `notebooks/` or `studies/`.
-    """
+    """The checkout this package runs from (a `pyproject.toml` naming this project, found walking up
+    from the working directory), else the current folder: `mlruns/` is the same from `notebooks/`."""
     here = Path.cwd().resolve()
     for folder in (here, *here.parents):
         pyproject = folder / "pyproject.toml"
