@@ -129,12 +129,9 @@ def plot_breakdown(table: pd.DataFrame, title: str | None = None) -> Figure:
 
 def plot_claims(claims: pd.DataFrame, *, max_columns: int = 3, title: str | None = None,
                 path: str | Path | None = None) -> Figure:
-    """The claims table (`paper_claims.claims_table`) of one budget as a figure: a panel per comparison (claimed
-    winner > claimed loser), the difference per test year as a dot with its interval, coloured by
-    the verdict of the test over all seeds (column `verdict`), above or below a zero line (above:
-    the claimed direction). Where the paper gives
-    both figures, its own difference stands beside ours as a hollow diamond. A comparison without
-    runs says why in its panel."""
+    """The claims table of one budget as a figure: a panel per comparison, the difference per test year
+    as a dot with its interval coloured by `verdict`, above (the claimed direction) or below zero; the
+    paper's own difference, where it gives both figures, as a hollow diamond."""
     import seaborn as sns
 
     from .paper_claims import NOT_SIGNIFICANT, REPRODUCED, REVERSED

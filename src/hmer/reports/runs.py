@@ -64,7 +64,7 @@ def client_for(tracking_uri: str | None = None):
 
 # ---- runs -----------------------------------------------------------------------------------------
 
-def _experiment_ids(client, experiment: str | None, study: str | None) -> tuple[list[str], dict[str, str]]:
+def _experiment_ids(client, experiment: str | None) -> tuple[list[str], dict[str, str]]:
     """Experiment ids to search and {id: name} for the `experiment` column."""
     from mlflow.entities import ViewType
 
@@ -171,7 +171,7 @@ def load_runs(
                     from None
         df = runs_frame(found, names)
     else:
-        ids, names = _experiment_ids(client, experiment, study)
+        ids, names = _experiment_ids(client, experiment)
         quoted = (study or "").replace("'", "\\'")
         where = f"tags.`{STUDY_TAG}` = '{quoted}'" if study else ""
         df = runs_frame(search_all_runs(client, ids, where, oldest_first=True) if ids else [], names)

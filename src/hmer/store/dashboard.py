@@ -28,12 +28,9 @@ NO_ERROR = "no error recorded (its worker died or was interrupted)"
 
 
 def continuations(trials: list[FrozenTrial]) -> dict[int, tuple[int, str]]:
-    """{number of a FAIL trial: (number of the later trial that took it over, how, in words)}.
-
-    A trial that continued a dead one names it: `hmer.resumed_from` (its MLflow run resumed from
-    the dead trial's last checkpoint, `studies.resume`) or `hmer.continues` (a sweep's trial
-    that took the dead one's parameters, `studies.sweeps`). Otherwise the next trial of the same cell (`hmer.cell_key`)
-    ran the cell again from its first epoch."""
+    """{number of a FAIL trial: (number of the later trial that took it over, how, in words)}: the one
+    naming it (`hmer.resumed_from`: resumed its run; `hmer.continues`: a sweep's trial that took its
+    parameters), else the next trial of its cell (`hmer.cell_key`), which ran the cell again."""
     taken: dict[int, tuple[int, str]] = {}
     for t in trials:
         resumed = t.user_attrs.get(keys.RESUMED_FROM)

@@ -29,10 +29,8 @@ LAST, BEST = "last.pt", "best.pt"  # a run's checkpoints (hmer.training.trainer)
 
 
 def unfinished_studies(client) -> dict[str, str]:
-    """{study name: its parent run's hmer.status} for every study in the store that has not
-    finished and is still to be continued. A study superseded by another (`hmer runs supersede`)
-    is neither: it is kept as it stopped, published with or without --keep-unfinished, and its
-    runs are not carried to be continued."""
+    """{study name: its parent run's hmer.status} for every study of the store not finished and still
+    to be continued (not a superseded one: it is kept as it stopped, its runs not carried)."""
     parents = search_all_runs(client, filter_string=f"tags.`{keys.ROLE}` = 'study'")
     return {run.data.tags[keys.STUDY]: run.data.tags.get(keys.STATUS, "unknown") for run in parents
             if run.data.tags.get(keys.STATUS) != "finished" and keys.STUDY in run.data.tags
@@ -71,13 +69,11 @@ def resumable_runs(client, storage: str, studies: list[str], store: Path) -> set
 
 def keep_resumable_checkpoints(store: Path, keep: set[str], *, client=None,
                                weights_only: bool = False) -> dict[str, list[str]]:
-    """Delete every run's checkpoints in the store folder `store` (`checkpoints/<run id>/`) but the
-    smallest files that resume the runs `keep`: `last.pt`, and `best.pt` only where its weights are
-    not `last.pt`'s own (`training.resume.best_weights_recoverable`); the folder goes when nothing is
-    left. With `weights_only` (and the store's MLflow `client`, for the epoch's validation reading),
-    `last.pt` alone, rewritten as `training.resume.standalone_continuation` makes it: no optimiser
-    state, no earlier best (`best.pt` is kept only once every epoch is done, for the test years).
-    Returns {run id: the files kept}."""
+    """Delete every run's checkpoints in the store folder `store` but the smallest files that resume
+    the runs `keep`: `last.pt`, and `best.pt` only where its weights are not `last.pt`'s
+    (`training.resume.best_weights_recoverable`). With `weights_only` (and the store's `client`),
+    `last.pt` alone, rewritten by `training.resume.standalone_continuation` (`best.pt` kept only once
+    every epoch is done). Returns {run id: the files kept}."""
     from ..checkpoint import atomic_torch_save, load_checkpoint
     from ..training.carry import epoch_readings
     from ..training.resume import best_weights_recoverable, standalone_continuation

@@ -91,11 +91,8 @@ def decode_tokens(model: Any, cfg: Any, vocab: Any, image: np.ndarray, *, device
 
 def attend(model: Any, vocab: Any, expr: Any, *, tokens: Sequence[str] | None = None, label: str = "",
            cfg: Any = None, kind: str = "attention", device: str | torch.device = "cpu") -> AttentionResult:
-    """The `AttentionResult` of `model` on an `Expression`.
-
-    `tokens`: what the model read (e.g. from its predictions CSV); decoded here with
-    `cfg` when None.
-    """
+    """The `AttentionResult` of `model` on an `Expression`, on `tokens` (what the model read, e.g. from
+    its predictions CSV), decoded here with `cfg` when None."""
     if tokens is None:
         if cfg is None:
             raise ValueError("give the decoded tokens, or the model's cfg to decode them")

@@ -113,10 +113,8 @@ def store_lock(folder: str | os.PathLike[str], command: str) -> Iterator[TakenLo
                 path.parent.rmdir()
 
 
-# Trainings share a store (a study's workers, `hmer train` beside them) and none may find the store
-# replaced under it (issue 70: a publish into the store a training wrote left the run gone, exit 0).
-# Every training holds a shared flock on this file while it writes, and records itself in TRAINERS;
-# a command that replaces the store takes it exclusively (`no_training`), which no training can share.
+# Shared by the trainings of a store, exclusive for a command that replaces it (issue 70: a publish into
+# the store a training wrote left the run gone, exit 0).
 TRAINERS_LOCK = ".trainers.lock"
 TRAINERS = ".trainers"
 RUN_LOCK = ".training.lock"  # in a run's checkpoint folder: one process trains a run at a time

@@ -89,13 +89,11 @@ SERVED_TABLES = {"mlflow.db": ("MLflow", ("alembic_version", "experiments", "run
 
 
 def check_database(path: Path, then: str = "no server was started", role: str | None = None) -> None:
-    """A ValueError, in one line naming `path` and ending with `then` (what the caller did not do),
-    when it is not a whole SQLite database of the kind its server reads (`SERVED_TABLES`, by `role`,
-    the store's file name it stands for: default, its own name): unreadable, shorter than its header
-    says (a truncated copy, whose missing pages quick_check need not visit), damaged (SQLite's
-    quick_check, which reads every page in use), or without its tables. Opened read-only: the file
-    keeps its bytes. A server started on such a file would stop with pages of its log instead, and a
-    command two SQLAlchemy tracebacks."""
+    """A ValueError, one line naming `path` and ending with `then`, when it is not a whole SQLite
+    database of the kind its server reads (`SERVED_TABLES[role or path.name]`): unreadable, shorter
+    than its header says (quick_check need not visit the missing pages), damaged (quick_check), or
+    without its tables; a server started on it would stop with pages of its log instead. Opened
+    read-only: the file keeps its bytes."""
     import sqlite3
 
     kind, tables = SERVED_TABLES[role or path.name]
@@ -146,12 +144,11 @@ def check_port(port: int, option: str) -> None:
 
 @contextlib.contextmanager
 def serve_store(folder: Path, *, mlflow_port: int, dashboard_port: int, from_copy: bool) -> Iterator[ServedStore]:
-    """Start both UIs on the store `folder` (its `mlflow.db`, `artifacts/` and `optuna.db`), wait
-    until they answer and yield them; stop them on the way out (module docstring). optuna-dashboard
-    is left out when the store has no `optuna.db` or the package is not installed (`served.dashboard`
-    is then None). Raises ValueError (one line) for a folder without `mlflow.db`, a database that is
-    damaged or not a store's (`check_database`), a port that is not one or is in use, or a missing
-    `mlflow`, and RuntimeError with the end of its log for a server that does not start."""
+    """Start both UIs on the store `folder`, wait until they answer and yield them; stop them on the
+    way out. optuna-dashboard is left out (`served.dashboard` None) without `optuna.db` or the
+    package. ValueError (one line) for a folder without `mlflow.db`, a bad database
+    (`check_database`), a bad or taken port, or no `mlflow`; RuntimeError with the end of its log for a
+    server that does not start."""
     folder = Path(folder).resolve()
     if not (folder / "mlflow.db").is_file():
         raise ValueError(f"{folder} holds no MLflow store (no mlflow.db): give the store's folder with --store")

@@ -64,12 +64,10 @@ def check_store_folder(folder: Path) -> None:
 
 
 def existing_store(tracking_uri: str | None = None) -> str:
-    """The store `tracking_uri` names (default: the project's), for a command that reads a store or
-    amends its runs: the URI once its SQLite database is found whole; creates nothing. A mistyped path
-    must not become a new empty store that the command then reports on as if it were the one meant,
-    nor a damaged database a page of SQLAlchemy tracebacks: NoStoreThere (a ValueError, one line)
-    names the file below which the store would be, the missing `mlflow.db`, or the database that is
-    damaged or not MLflow's (`servers.check_database`). A server's URI is returned as it is."""
+    """The store `tracking_uri` names (default: the project's), for a command that reads or amends it;
+    creates nothing. NoStoreThere (one line) names the missing folder or `mlflow.db`, or the database
+    that is damaged or not MLflow's (`servers.check_database`): a mistyped path must not become a new
+    empty store reported on as if it were the one meant. A server's URI is returned as it is."""
     from .portable import sqlite_path
     from .servers import check_database
 

@@ -79,11 +79,8 @@ def find_by_source_id(client, run_id: str) -> str | None:
 def export_runs(out_file: str | os.PathLike[str], *, tracking_uri: str | None = None,
                 experiments: Sequence[str] | None = None, run_ids: Sequence[str] | None = None,
                 max_artifact_mb: float = 0.0, part_mb: float = 0.0) -> ExportResult:
-    """Write the runs of `experiments` (names; default: all), or just `run_ids`, to `out_file`.
-
-    Artifact files over `max_artifact_mb` (0: no limit) are left out and listed in the manifest.
-    With `part_mb` > 0 a file larger than that is split into `out_file.part-NNN`.
-    """
+    """Write the runs of `experiments` (names; default: all), or just `run_ids`, to `out_file`: artifact
+    files over `max_artifact_mb` (0: no limit) left out and listed, split into parts over `part_mb`."""
     client = _client(tracking_uri)
     exps = {e.experiment_id: e for e in _experiments(client)}
     if run_ids:
