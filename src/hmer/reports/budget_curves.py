@@ -54,9 +54,8 @@ def _claim(claim: Claim | str) -> Claim:
 
 
 def claim_cells(claim: Claim, variants: Sequence[str]) -> tuple[str, str] | None:
-    """The claim's first comparison (claimed winner, claimed loser) whose two sides are both in
-    `variants`; while a study has trained only one side so far, the first comparison with that
-    side (the long studies train the baseline first); None when no comparison has either."""
+    """The claim's first comparison whose two sides are both in `variants`, else (a study that has
+    trained one side so far: the long studies train the baseline first) the first with either."""
     both = [pair for pair in claim.comparisons if pair[0] in variants and pair[1] in variants]
     either = [pair for pair in claim.comparisons if pair[0] in variants or pair[1] in variants]
     return (both or either)[0] if both or either else None
@@ -92,12 +91,11 @@ def budget_history(claims: Sequence[Claim | str] = ("direction", "coverage"),
                 columns={t: t.removeprefix("metrics.") for t in tests})
             wide = wide.merge(meta, on="run_id").assign(claim=claim.name, budget=budget, winner=pair[0], loser=pair[1])
             frames.append(wide.dropna(subset=["val_exprate"]))
-    if not frames:
-        return pd.DataFrame(columns=["claim", "budget", "variant", "seed", "run_id", "state", "step", "val_exprate",
-                                     "cpu_hours", "winner", "loser"])
-    out = pd.concat(frames, ignore_index=True)
     first = ["claim", "budget", "variant", "seed", "run_id", "state", "step", "val_exprate", "cpu_hours",
              "winner", "loser"]
+    if not frames:
+        return pd.DataFrame(columns=first)
+    out = pd.concat(frames, ignore_index=True)
     out = out[first + sorted(c for c in out.columns if c.startswith("test_"))]
     return out.sort_values(["claim", "budget", "variant", "seed", "step"]).reset_index(drop=True)
 
@@ -122,10 +120,9 @@ def _last_spread(curve: pd.Series) -> float:
 
 
 def budget_summary(history: pd.DataFrame) -> pd.DataFrame:
-    """One row per claim, budget and variant: seeds, epochs trained, the best validation ExpRate
-    (mean over seeds) and its epoch, the last epochs' spread (max − min of the last
-    `PLATEAU_EPOCHS`, as measured; NaN for a shorter run), the plateau reading per run, CPU-hours
-    per run (mean) and the test ExpRate per scored year (mean over seeds)."""
+    """One row per claim, budget and variant: seeds, epochs, the best validation ExpRate and its
+    epoch, the last epochs' spread (`_last_spread`), the plateau reading per run, CPU-hours and test
+    ExpRate per scored year (means over seeds)."""
     rows = []
     tests = sorted(c for c in history.columns if c.startswith("test_"))
     for (claim, budget, variant), group in history.groupby(["claim", "budget", "variant"], sort=False):
@@ -161,10 +158,9 @@ def _gaps(history: pd.DataFrame) -> pd.DataFrame:
 
 
 def gap_summary(history: pd.DataFrame) -> pd.DataFrame:
-    """One row per claim and budget: the comparison, its validation gap over the last
-    `SMOOTH_EPOCHS` epochs both variants reached (mean over seeds), the test gap per scored year
-    (mean over seeds), and for a later budget, per year, whether the gap grew, shrank or held
-    against the first budget's."""
+    """One row per claim and budget: the validation gap over the last `SMOOTH_EPOCHS` epochs both
+    variants reached and the test gap per scored year (means over seeds), and for a later budget
+    whether each year's gap grew, shrank or held against the first budget's."""
     tests = sorted(c for c in history.columns if c.startswith("test_"))
     gaps = _gaps(history)
     rows = []
@@ -198,10 +194,9 @@ def gap_summary(history: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_budget_curves(history: pd.DataFrame, *, title: str | None = None, path: str | Path | None = None) -> Figure:
-    """A column per claim. Top: validation ExpRate per epoch, a colour per variant and a line
-    style per budget (mean ± std over seeds where a budget has several). Bottom: the gap, claimed
-    winner − claimed loser, per epoch (thin: as measured; thick: the running mean of
-    `SMOOTH_EPOCHS` epochs, mean over seeds)."""
+    """A column per claim. Top: validation ExpRate per epoch, a colour per variant, a line style per
+    budget (mean ± std over seeds). Bottom: the gap per epoch (thin: as measured; thick: its running
+    mean of `SMOOTH_EPOCHS` epochs)."""
     if history.empty:
         raise ValueError("no runs to draw: no claim has its study at the last budget")
     claims = list(dict.fromkeys(history["claim"]))
