@@ -50,12 +50,11 @@ class Published:
 
 def publish(source: str | Path, dest: str | Path, *, keep_unfinished: bool, weights_only: bool = False,
             replace: bool = False) -> Published:
-    """Publish the local store in the folder `source` into the folder `dest` (see the module
-    docstring); with `keep_unfinished` and `weights_only`, each unfinished trial is continued from
-    its weights alone (`unfinished.keep_resumable_checkpoints`). A source that is not `dest`'s own
-    continuation (every run and study of `dest` in it: a workspace made from it) is refused unless
-    `replace` says to put it in `dest`'s place. Raises ValueError naming the first problem left,
-    `dest` then as it was, and `tracking.lock.StoreLocked` when another publish is writing `dest`."""
+    """Publish the local store in the folder `source` into `dest` (module docstring); `weights_only`:
+    each kept unfinished trial continues from its weights alone. A source that is not `dest`'s own
+    continuation (a workspace made from it, holding every run and study of `dest`) is refused unless
+    `replace`. ValueError naming the first problem (`dest` as it was); `StoreLocked` when another
+    publish writes `dest`."""
     source, dest = Path(source).resolve(), Path(dest).resolve()
     with store_lock(dest, f"hmer runs publish {source}"), no_training(dest):
         return _publish(source, dest, keep_unfinished=keep_unfinished, weights_only=weights_only, replace=replace)
@@ -146,9 +145,8 @@ def _publish(source: Path, dest: Path, *, keep_unfinished: bool, weights_only: b
 
 
 def _replace(staging: Path, dest: Path) -> None:
-    """The committed store's files replaced by the copy's (its databases, artifacts and checkpoints),
-    each by a rename: a folder's old version is moved into the staging folder (removed with it)
-    rather than deleted in place, so that the store is never long without it."""
+    """The committed store's files replaced by the copy's, each by a rename (a folder's old version
+    moved into the staging folder, removed with it), so the store is never long without one."""
     for name in STORE_FILES:
         if (staging / name).is_file():
             os.replace(staging / name, dest / name)

@@ -39,11 +39,9 @@ class Renamed:
 
 
 def rename_study(study: str, new: str, *, tracking_uri: str | None = None, storage: str | None = None) -> Renamed:
-    """Rename `study` to `new` in the MLflow store and the Optuna storage (see the module
-    docstring). Refuses, changing nothing, a study that is not there, a new name already taken
-    by another study, and a study with a RUNNING trial whose worker runs or may run (another host's:
-    it would write under the old name). A RUNNING trial whose worker on this host is gone is marked
-    FAIL first, as the study's next worker would."""
+    """Rename `study` to `new` in the MLflow store and the Optuna storage. Refuses, changing nothing, a
+    study not there, a name taken, and a study with a RUNNING trial whose worker runs or may run
+    (another host's); a RUNNING trial whose worker on this host is gone is first marked FAIL."""
     from ..tracking.store import default_tracking_uri, mlflow_client
     from ..studies.storage import default_storage, open_storage
 

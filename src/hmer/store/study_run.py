@@ -128,10 +128,9 @@ KILLED_ATTEMPT = " (killed attempt)"  # the end of a killed attempt's run name
 
 
 def mark_killed_attempts(client, runs: pd.DataFrame) -> list[str]:
-    """Tag `hmer.trained_again_in` on each trial run that was killed and whose cell (variant and seed)
-    a later run trained from the start (a dead trial without a checkpoint to continue from), and end
-    its name with KILLED_ATTEMPT, so that a study's comparison link leaves it out
-    (`tracking.ui.study_url`) and its list tells it from the run that counts; nothing is deleted."""
+    """Tag `hmer.trained_again_in` on each killed trial run whose cell (variant and seed) a later run
+    trained from the start, and end its name with KILLED_ATTEMPT, so the comparison link
+    (`tracking.ui.study_url`) leaves it out and its list tells it apart; nothing is deleted."""
     if runs.empty or "status" not in runs.columns:
         return []
     finished = runs[runs["status"] == "FINISHED"]
@@ -230,9 +229,8 @@ def _one_summary_each(client, experiment_id: str, study: str, wanted: dict, chan
 
 
 def _png(figure) -> bytes:
-    """The figure as PNG, at most `FIGURE_WIDTH_PX` wide: drawn at the reports' resolution, then
-    at lower ones until it fits (its tight box, the legend beside the axes included, is only known
-    once drawn, and does not shrink in proportion: the pads are fixed)."""
+    """The figure as PNG at most `FIGURE_WIDTH_PX` wide: drawn at the reports' resolution, then lower
+    until it fits (its tight box, legend included, is only known once drawn, and its pads are fixed)."""
     from ..atomic import FIGURE_DPI
 
     dpi = float(FIGURE_DPI)
