@@ -203,16 +203,13 @@ def _portable_study_attrs(storage: str, stores: Sequence[Path]) -> list[str]:
     changed = []
     for summary in optuna.get_all_study_summaries(store, include_best_trial=False):
         study_id = store.get_study_id_from_name(summary.study_name)
-        for key, value in store.get_study_user_attrs(study_id).items():
-            portable = _portable_json(value, stores)
-            if portable != value:
-                store.set_study_user_attr(study_id, key, portable)
-                changed.append(f"Optuna study {summary.study_name} user attr {key}")
-        for key, value in store.get_study_system_attrs(study_id).items():
-            portable = _portable_json(value, stores)
-            if portable != value:
-                store.set_study_system_attr(study_id, key, portable)
-                changed.append(f"Optuna study {summary.study_name} system attr {key}")
+        for kind, read, write in (("user", store.get_study_user_attrs, store.set_study_user_attr),
+                                  ("system", store.get_study_system_attrs, store.set_study_system_attr)):
+            for key, value in read(study_id).items():
+                portable = _portable_json(value, stores)
+                if portable != value:
+                    write(study_id, key, portable)
+                    changed.append(f"Optuna study {summary.study_name} {kind} attr {key}")
     return changed
 
 

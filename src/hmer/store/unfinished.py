@@ -38,11 +38,10 @@ def unfinished_studies(client) -> dict[str, str]:
 
 
 def resumable_runs(client, storage: str, studies: list[str], store: Path) -> set[str]:
-    """The ids of the runs of `studies` (Optuna storage `storage`, MLflow `client`) that a resumed
-    study continues from their checkpoints in the store folder `store`: of each cell that no trial
-    has finished (complete or pruned), the run of its latest trial whose worker died with a
-    `last.pt` beside it, the run `resume.find_resumable` takes up (its config check aside, which
-    needs the study's spec). Meant for a copy whose running trials are closed (`publish.close_running`)."""
+    """The ids of the runs of `studies` that a resumed study continues from their checkpoints in the
+    store folder `store`: per cell no trial has finished, the run `resume.find_resumable` takes up (the
+    latest dead trial's, with a `last.pt`; its config check aside). For a copy whose running trials
+    are closed (`publish.close_running`)."""
     import optuna
     from optuna.trial import TrialState
 
