@@ -24,7 +24,7 @@ from typing import Any, Iterator, Sequence
 import pandas as pd
 
 from ..tracking import keys
-from ..tracking.store import search_all_runs
+from ..tracking.store import search_all_runs, study_filter
 from .params import config_types, parse_value, typed_column
 
 STUDY_TAG = keys.STUDY
@@ -172,8 +172,7 @@ def load_runs(
         df = runs_frame(found, names)
     else:
         ids, names = _experiment_ids(client, experiment)
-        quoted = (study or "").replace("'", "\\'")
-        where = f"tags.`{STUDY_TAG}` = '{quoted}'" if study else ""
+        where = study_filter(study) if study else ""
         df = runs_frame(search_all_runs(client, ids, where, oldest_first=True) if ids else [], names)
     if not include_parents and not df.empty and f"tags.{ROLE_TAG}" in df.columns:
         df = df[~df[f"tags.{ROLE_TAG}"].isin(STUDY_ROLES)].reset_index(drop=True)

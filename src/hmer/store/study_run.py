@@ -31,7 +31,7 @@ from typing import Any
 import pandas as pd
 
 from ..tracking import keys
-from ..tracking.store import search_all_runs
+from ..tracking.store import search_all_runs, study_filter
 from ..reports.plots import plot_exprate, variant_colors
 from ..reports.runs import client_for, load_runs, resolve_tracking_uri, study_parent
 from ..reports.tables import format_table
@@ -150,9 +150,8 @@ def mark_killed_attempts(client, runs: pd.DataFrame) -> list[str]:
 
 def summary_runs(client, experiment_id: str, study: str) -> list:
     """The study's summary runs (deleted ones aside)."""
-    quoted = study.replace("'", "\\'")
-    return search_all_runs(client, [experiment_id],
-                           f"tags.`{keys.STUDY}` = '{quoted}' and tags.`{keys.ROLE}` = '{keys.ROLE_SUMMARY}'")
+    summaries = f"{study_filter(study)} and tags.`{keys.ROLE}` = '{keys.ROLE_SUMMARY}'"
+    return search_all_runs(client, [experiment_id], summaries)
 
 
 def comparison_metric(study: str, tracking_uri: str | None = None) -> str:

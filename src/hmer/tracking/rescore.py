@@ -25,7 +25,7 @@ from typing import Any, Sequence
 from ..evaluation.metrics import expression_metrics
 from ..registry import METRICS
 from . import keys
-from .store import search_all_runs
+from .store import search_all_runs, study_filter
 from .artifacts import PREDICTIONS, SPLIT, read_predictions_csv, scored_key
 from .portable import download_run_artifact, list_run_artifacts
 from .run import process_gone
@@ -74,8 +74,7 @@ def select_runs(client, run_ids: Sequence[str] = (), studies: Sequence[str] = ()
         except MlflowException:
             raise ValueError(f"run {run_id}: no such run in {client.tracking_uri}") from None
     for study in studies:
-        quoted = study.replace("'", "\\'")
-        found = search_all_runs(client, filter_string=f"tags.`{keys.STUDY}` = '{quoted}'", oldest_first=True)
+        found = search_all_runs(client, filter_string=study_filter(study), oldest_first=True)
         if not found:
             raise ValueError(f"study {study!r}: no run in {client.tracking_uri} is tagged {keys.STUDY}={study}")
         for run in found:

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, Sequence
 from urllib.parse import urlparse
 
+from . import keys
+
 DEFAULT_EXPERIMENT = "hmer"
 SCRATCH = "scratch"  # the scratch store's folder in the checkout (git-ignored)
 
@@ -130,6 +132,12 @@ def search_all_runs(client, experiment_ids: Sequence[str] | None = None, filter_
         if not token:
             break
     return runs
+
+
+def study_filter(study: str) -> str:
+    """The `search_all_runs` filter of a study's runs (tag `hmer.study`)."""
+    quoted = study.replace("'", "\\'")
+    return f"tags.`{keys.STUDY}` = '{quoted}'"
 
 
 def artifact_root_for(tracking_uri: str) -> str | None:
