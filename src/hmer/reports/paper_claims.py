@@ -163,9 +163,8 @@ def paper_figure(claim: str, variant: str, year: str, metric: str = "exprate") -
 # ---- the verdict ----------------------------------------------------------------------------------
 
 def verdict(p: float, favours: int, alpha: float = ALPHA) -> str:
-    """One test's verdict in words: `reproduced` when it rejects at `alpha` favouring the claimed
-    winner (`favours` 1), `reversed` when it rejects favouring the claimed loser (-1), else
-    `not significant`; `no paired test` without a p-value."""
+    """One test's verdict: `reproduced` (rejects at `alpha` for the claimed winner, `favours` 1),
+    `reversed` (for the loser, -1), else `not significant`; `no paired test` without a p-value."""
     if is_missing(p):
         return NO_TEST
     if p >= alpha or favours == 0:

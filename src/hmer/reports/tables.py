@@ -250,9 +250,8 @@ def _cost_cells(mine: pd.DataFrame) -> dict[str, Any]:
 
 
 def _validation_cells(mine: pd.DataFrame) -> dict[str, Any]:
-    """The validation split's scores: decoded as the test years (`val_final_*`) and as for
-    checkpoint selection (`best_val_exprate`). A run that never validated logs
-    `best_val_exprate` 0 and no `val_exprate` curve: its figure is missing, not 0."""
+    """The validation split decoded as the test years (`val_final_*`) and for checkpoint selection
+    (`best_val_exprate`: a run that never validated logs 0 and no `val_exprate` curve: missing, not 0)."""
     n = pd.to_numeric(_metric(mine, "val_final_n"), errors="coerce").dropna()
     cells: dict[str, Any] = {"val_n": int(n.max()) if not n.empty else math.nan}
     for m in METRICS.names():

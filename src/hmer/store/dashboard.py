@@ -112,9 +112,8 @@ def study_note(study: optuna.Study, *, objective_name: str, kind: str, descripti
 def annotate_optuna_study(study: optuna.Study, storage: optuna.storages.BaseStorage, *, objective_name: str,
                           kind: str, description: str | None, superseded_by: str | None = None,
                           table: pd.DataFrame | None = None) -> list[str]:
-    """Write the study's objective name, description, superseded mark, note and its failed trials'
-    notes (module docstring) where they differ from what is stored; returns what was written.
-    `storage`: the study's, as `load_for_notes` opened it."""
+    """Write the study's objective name, description, superseded mark, note and failed trials' notes
+    where they differ; returns what was written. `storage`: as `load_for_notes` opened it."""
     from optuna_dashboard import get_note, save_note
 
     from ..studies.storage import trial_id
@@ -151,9 +150,8 @@ def annotate_optuna_study(study: optuna.Study, storage: optuna.storages.BaseStor
 
 
 def load_for_notes(study_name: str, storage: str) -> tuple[optuna.Study, optuna.storages.BaseStorage]:
-    """The study at the storage URL `storage`, loaded to be annotated, and its storage: under a
-    sampler that writes nothing when a trial object is made for a finished trial (a grid's sampler
-    would record its grid on it)."""
+    """The study at `storage` and its storage, loaded under a sampler that writes nothing when a trial
+    object is made for a finished trial (a grid's sampler would record its grid on it)."""
     store = optuna.storages.RDBStorage(storage)
     study = optuna.load_study(study_name=study_name, storage=store, sampler=optuna.samplers.RandomSampler(seed=0))
     return study, store

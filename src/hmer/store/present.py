@@ -19,9 +19,8 @@ from ..tracking import keys
 
 
 def present_study(study: str, *, tracking_uri: str | None = None, storage: str | None = None) -> list[str]:
-    """Present `study` in both UIs (module docstring); returns what was written, in words. The
-    Optuna side is skipped when `storage` (default: `optuna.db` beside a SQLite MLflow store)
-    has no such study; a SQLite storage that does not exist is not created."""
+    """Present `study` in both UIs; returns what was written, in words. The Optuna side is skipped when
+    `storage` (default: `optuna.db` beside a SQLite store) has no such study; no SQLite file is created."""
     from ..reports.runs import resolve_tracking_uri
 
     from mlflow.exceptions import MlflowException
@@ -78,9 +77,8 @@ def _present(study: str, uri: str, storage: str | None) -> list[str]:
 
 
 def comparison_hint(study: str, tracking_uri: str | None = None) -> str | None:
-    """The line that says how to open the comparison of `study`'s runs in the MLflow UI, ordered by
-    the metric its summary runs carry once it is presented (`store.study_run.comparison_metric`);
-    None for a study without a parent run."""
+    """The line that says how to open the comparison of `study`'s runs in the MLflow UI
+    (`store.study_run.comparison_metric`); None for a study without a parent run."""
     from ..reports.runs import resolve_tracking_uri, study_parent
     from .study_run import comparison_metric
     from ..tracking.ui import ui_hint

@@ -84,9 +84,8 @@ def description(study: str, table: pd.DataFrame, experiment_id: str, run_id: str
 
 def annotate_study(study: str, tracking_uri: str | None = None, *, runs: pd.DataFrame | None = None,
                    table: pd.DataFrame | None = None) -> list[str]:
-    """Write the grid study's figure, table, description and summary runs (module docstring), only
-    where they differ from what is stored; returns what was written, in words. `runs` and `table`:
-    the study's `load_runs` and `study_table`, when the caller has them already."""
+    """Write the grid study's figure, table, description and summary runs where they differ; returns
+    what was written. `runs` and `table`: the study's `load_runs` and `study_table`, if at hand."""
     uri = resolve_tracking_uri(tracking_uri)
     parent = study_parent(study, uri)
     if parent is None:
@@ -253,9 +252,8 @@ def _millis(run) -> int:
 
 
 def _local_artifact(client, run, name: str) -> Path | None:
-    """Where the artifact `name` of `run` lies on this machine, for a local store (None for a
-    remote one). A portable store's relative locations (`tracking.portable`) are resolved
-    against the store's own place, not the working folder."""
+    """Where the artifact `name` of `run` lies on this machine (a portable store's relative location
+    resolved against the store's place), None for a remote store."""
     from urllib.parse import unquote, urlparse
 
     from ..tracking.portable import resolve_artifact_uri

@@ -79,9 +79,8 @@ _held: dict[Path, list] = {}  # lock file -> [its descriptor, how many times thi
 
 @contextlib.contextmanager
 def store_lock(folder: str | os.PathLike[str], command: str) -> Iterator[TakenLock]:
-    """Hold the lock of the store in `folder` (created if missing) while the block runs; see the
-    module docstring. Raises StoreLocked when another process holds it. A folder made for the lock
-    is removed with it if nothing was written into it."""
+    """Hold the lock of the store in `folder` (created if missing, and removed again if nothing was
+    written into it) while the block runs; StoreLocked when another process holds it."""
     path = Path(folder).resolve() / LOCK_FILE
     if path in _held:
         _held[path][1] += 1
@@ -122,9 +121,8 @@ RUN_LOCK = ".training.lock"  # in a run's checkpoint folder: one process trains 
 
 @contextlib.contextmanager
 def training_lock(folder: str | os.PathLike[str], command: str) -> Iterator[None]:
-    """Held by a training of a run of the store in `folder` while it trains (shared with the store's
-    other trainings). Raises StoreLocked, naming the holder, while a publish replaces the store. The
-    last training to let go removes the lock file and the records."""
+    """Held by a training of the store in `folder` (shared with its other trainings); StoreLocked,
+    naming the holder, while a publish replaces the store."""
     try:
         import fcntl
     except ImportError:

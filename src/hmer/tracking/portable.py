@@ -75,9 +75,8 @@ def make_values_portable(db_path: str | Path, stores: Sequence[Path] = ()) -> li
 
 
 def set_params(db_path: str | Path, params: Mapping[tuple[str, str], str]) -> None:
-    """Set the params `params` ({(run id, key): value}) of runs of the MLflow store `db_path` to
-    the values given: MLflow's API writes a param once, so a copy's are set again here (a published
-    copy, a renamed study's parent run)."""
+    """Set the params {(run id, key): value} of runs of the MLflow store `db_path`: MLflow's API writes a
+    param once, so a copy's are set again here (a published copy, a renamed study's parent run)."""
     with sqlite3.connect(db_path) as db:
         for (run_id, key), value in params.items():
             if db.execute("UPDATE params SET value = ? WHERE run_uuid = ? AND key = ?",
@@ -131,9 +130,8 @@ def make_portable(db_path: str | Path) -> int:
 
 
 def make_local(db_path: str | Path) -> int:
-    """The inverse of `make_portable`: relative artifact locations become absolute ones at the
-    store's current place, so that new runs can be logged into it from any working directory.
-    Returns how many experiments and runs changed."""
+    """The inverse of `make_portable`, so that new runs can be logged into the store from any working
+    directory; returns how many experiments and runs changed."""
     db_path = Path(db_path).resolve()
     changed = 0
     with sqlite3.connect(db_path) as db:
@@ -231,9 +229,8 @@ def _copy_checkpoints(source: Path, dest: Path) -> None:
 
 
 def resolve_artifact_uri(artifact_uri: str, tracking_uri: str) -> str:
-    """Where a run's artifacts really are: a relative location of a portable store
-    (`mlruns/artifacts/...`) lies in the store's own folder, wherever that is (whatever its
-    name); anything else is returned as it is."""
+    """Where a run's artifacts really are: a portable store's relative location (`mlruns/artifacts/...`)
+    lies in the store's own folder, wherever it is; anything else is returned as it is."""
     prefix = f"{STORE_FOLDER}/"
     db = sqlite_path(tracking_uri)
     if not artifact_uri.startswith(prefix) or db is None:

@@ -91,9 +91,8 @@ def store_named() -> bool:
 
 
 def scratch_tracking_uri() -> str:
-    """Where trying the pipeline is tracked: the store the environment names, else SQLite in the
-    scratch store `<project root>/scratch/`, so that trying things never changes the checkout's
-    committed store (`mlruns/`)."""
+    """Where trying the pipeline is tracked: the store the environment names, else `<project root>/scratch/`,
+    so that trying things never changes the committed store (`mlruns/`)."""
     if store_named():
         return default_tracking_uri()
     home = (project_root() / SCRATCH).resolve()
