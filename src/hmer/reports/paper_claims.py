@@ -109,9 +109,7 @@ CLAIMS: tuple[Claim, ...] = (
            ("transformer/True/384", "transformer/False/588"))),
 )
 
-# The token metrics whose papers' figures are counted over symbol label graphs a few points apart: on these the
-# table is on the graph metric where the runs carry it (see the module docstring). Not ExpRate, on which tokens
-# and graphs agree but for a few expressions a year: the suite's ExpRate is its tables' and the README's.
+# The token metrics whose table is on the graph metric where the runs carry it (module docstring); not ExpRate.
 ON_GRAPHS = {token: graph for graph, token in TOKEN_METRIC.items() if token != "exprate"}
 # What `hmer report --claims` answers each claim on when no metric is named: the papers' three columns
 CLAIM_METRICS = ("exprate", "le1", "le2")
@@ -360,11 +358,8 @@ def _empty_row(claim: Claim, budget: str, study: str, winner: str, loser: str, y
     return row
 
 
-# Within one / two errors means two things when the table is on token edits. The papers' ≤1 / ≤2 columns are the
-# official CROHME tools' (lgeval over symbol label graphs, as CoMER's repository runs them); ours count token
-# edits (`hmer.evaluation.metrics`). On the same predictions the two disagree by points, which is why the columns
-# are labelled apart and a paper's figure on them is context, never a target; the verdicts compare our runs with
-# each other, on the token metric.
+# Printed under a table on token edits: the papers' ≤1 / ≤2 are lgeval's, so a paper's figure there is context,
+# never a target.
 EDIT_METRICS_DIFFER = (
     "Within one / two errors: the papers' figures (lgeval) count errors in the symbol label graph (symbols, "
     "relations and segmentation) as the official CROHME tools do; ours count token edits (Levenshtein over the "

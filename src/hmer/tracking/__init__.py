@@ -2,14 +2,12 @@
 trained models.
 
 - `keys`: every tag and attribute key the suite writes, named once;
-- `store`: where runs are recorded (the project's MLflow home, its defaults);
-- `run`: one training run from start (or resume) to its final status, behind a small logger;
-- `artifacts`: per-token attention maps and the pictures and prediction files logged with a run;
+- `store`: where runs are recorded; `run`: one training run from start (or resume) to its end;
+- `artifacts`, `attention`: attention maps, their pictures and the prediction files of a run;
 - `models`: a trained model reloaded from a run id or a checkpoint;
-- `transfer`, `export_file`, `portable`: runs moved between stores as one file, and that file; the
-  committed store read from any folder;
-- `reference_checkpoint`, `import_reference`: a published BTTR / CoMER checkpoint read as a project
-  model, and `hmer import`, which records it as a run.
+- `transfer`, `export_file`, `portable`: runs moved between stores as one file; the committed store
+  read from any folder;
+- `reference_checkpoint`, `import_reference`: a published BTTR / CoMER checkpoint as a run.
 
 The names below are loaded on first use, so `from hmer.tracking import keys` does not import torch.
 """
