@@ -39,9 +39,7 @@ def _reading_direction(model: Any, direction: str | None) -> str:
 def token_maps(model: Any, vocab: Any, image: np.ndarray, tokens: Sequence[str], *, direction: str | None = None,
                kind: str = "attention", device: str | torch.device = "cpu") -> np.ndarray:
     """float [len(tokens), H, W]: where `model` looks to emit each of `tokens` (reading order) over the
-    uint8 `image` (255 = ink). A pixel holds the weight of its feature cell (interpolated between cell
-    centres): attention weights (or coverage sums with `kind="coverage"`), not densities. `direction`
-    defaults to the model's (`bi` models are read l2r)."""
+    uint8 `image` (255 = ink), or the coverage (`kind`); `direction` defaults to the model's."""
     from ..data import Expression, collate
     from ..model.direction import make_targets
 
@@ -71,9 +69,7 @@ def attention_grid(image: np.ndarray, maps: np.ndarray, tokens: Sequence[str], c
     """image: uint8 [H, W]; maps: float [L, h, w] (one per token); -> an RGB panel grid."""
     h, w = image.shape
     label_h = 14
-    panels = [_panel(image, None, "input")]
-    for tok, m in zip(tokens, maps):
-        panels.append(_panel(image, m, tok))
+    panels = [_panel(image, None, "input")] + [_panel(image, m, tok) for tok, m in zip(tokens, maps)]
     rows = (len(panels) + columns - 1) // columns
     grid = Image.new("RGB", (columns * w, rows * (h + label_h)), "white")
     for i, p in enumerate(panels):
