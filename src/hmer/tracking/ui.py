@@ -24,11 +24,8 @@ from .portable import sqlite_path
 DEFAULT_PORT = 5000  # `mlflow ui`'s default
 DASHBOARD_PORT = 8080  # optuna-dashboard's default
 WORKFLOW_TYPE_TRAINING = "machine_learning"
-# A study's link shows its variants' summary runs and its trials, no more: not the parent run (its
-# page has the study's figure and table), not the runs of trials that failed, and not the killed
-# attempts whose cell a later run trained from the start (tagged `hmer.trained_again_in` when the
-# study is presented): each would take one of the ten runs the charts draw (`study_url`). A sweep's
-# pruned trials (KILLED) stay: their curves are the point.
+# A study's link shows its variants' summary runs and its trials only: the parent run, failed trials and
+# killed attempts trained again would each take one of the ten runs the charts draw. Pruned trials stay.
 STUDY_COMPARISON_RUNS = (f"attributes.status != 'FAILED' and tags.`{keys.MLFLOW_PARENT_RUN_ID}` IS NOT NULL "
                          f"and tags.`{keys.TRAINED_AGAIN_IN}` IS NULL")
 TRAINING_EXPERIMENT_TAGS = {keys.MLFLOW_EXPERIMENT_KIND: keys.EXPERIMENT_KIND_TRAINING}
