@@ -61,16 +61,9 @@ def source_id(run) -> str:
     return run.data.tags.get(keys.SOURCE_RUN_ID) or run.info.run_id
 
 
-def _experiments(client) -> list:
-    from mlflow.entities import ViewType
-
-    return list(client.search_experiments(view_type=ViewType.ACTIVE_ONLY))
-
-
 def find_by_source_id(client, run_id: str) -> str | None:
     """The run of this store whose `hmer.source_run_id` is `run_id` (an imported run), or None."""
-    ids = [e.experiment_id for e in _experiments(client)]
-    found = search_all_runs(client, ids, f"tags.`{keys.SOURCE_RUN_ID}` = '{run_id}'")
+    found = search_all_runs(client, filter_string=f"tags.`{keys.SOURCE_RUN_ID}` = '{run_id}'")
     return found[0].info.run_id if found else None
 
 
@@ -81,8 +74,10 @@ def export_runs(out_file: str | os.PathLike[str], *, tracking_uri: str | None = 
                 max_artifact_mb: float = 0.0, part_mb: float = 0.0) -> ExportResult:
     """Write the runs of `experiments` (names; default: all), or just `run_ids`, to `out_file`: artifact
     files over `max_artifact_mb` (0: no limit) left out and listed, split into parts over `part_mb`."""
+    from mlflow.entities import ViewType
+
     client = _client(tracking_uri)
-    exps = {e.experiment_id: e for e in _experiments(client)}
+    exps = {e.experiment_id: e for e in client.search_experiments(view_type=ViewType.ACTIVE_ONLY)}
     if run_ids:
         runs = [client.get_run(r) for r in run_ids]
     else:
@@ -244,9 +239,8 @@ def ensure_experiment(client, name: str, tags: dict[str, str] | None = None) -> 
 
 
 def _existing_by_source(client) -> dict[str, str]:
-    ids = [e.experiment_id for e in _experiments(client)]
     return {r.data.tags[keys.SOURCE_RUN_ID]: r.info.run_id
-            for r in search_all_runs(client, ids, f"tags.`{keys.SOURCE_RUN_ID}` != ''")}
+            for r in search_all_runs(client, filter_string=f"tags.`{keys.SOURCE_RUN_ID}` != ''")}
 
 
 def _run_exists(client, run_id: str) -> bool:
