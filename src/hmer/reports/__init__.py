@@ -4,27 +4,15 @@
     df = study_table("ablate_direction-smoke")   # one row per variant, per-year columns
     print(format_table(df, "markdown"))
 
-- `runs`: load runs, metric histories and predictions out of MLflow as typed frames
-  (`params`: MLflow's string params back to Python values);
-- `tables`: per-variant, per-year tables (mean ± std over seeds, paired tests, cost), built
-  from `correctness` (which expressions each run read right), as a frame and as text;
-- `markup`: the one formatter: numbers as strings and rows as Markdown or aligned text, for every table;
-- `plots`: seaborn figures (ExpRate by variant and year, error analysis, the papers' claims), and
-  `curves`: the training curves (each written by `hmer.atomic.save_figure`);
-- `analysis`: error analysis of a run's predictions (by length and structure, token edits, two runs),
-  over `buckets` (target length, structure);
-- `published`: the papers' published ExpRates and which preset is which paper's model;
-- `paper_claims`: the papers' claims answered from the studies (`hmer report --claims`);
-
-`hmer report` (`hmer.cli.report`) writes the same tables and plots as files.
-
-The names below are loaded on first use, so `import hmer.reports` stays cheap.
+`runs` (with `params`) loads runs as frames; `tables` (over `correctness`) and `paper_claims` build
+the tables, `markup` formats every table; `plots` and `curves` draw; `analysis` (over `buckets`)
+is the error analysis; `published` the papers' figures. `hmer report` (`hmer.cli.report`) writes
+them as files. The names below are loaded on first use, so `import hmer.reports` stays cheap.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from ..tracking import lazy_exports
 
 _EXPORTS = {
     "NoRunsError": "runs", "PredictionsNotFound": "runs", "curve_runs": "runs", "list_studies": "runs",
@@ -41,14 +29,4 @@ _EXPORTS = {
 }
 
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hmer.reports' has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{module}", __name__), name)
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

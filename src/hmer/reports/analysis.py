@@ -6,15 +6,9 @@
     print(format_breakdown(table), format_confusions(top_confusions(edits)))
     both = compare_runs(rows_a, rows_b)             # per bucket: A, B, B - A, only A / only B right
 
-The input is each run's `predictions/test_<year>.csv` (name, truth, prediction, distance),
-which every training run logs. `hmer analyze RUN [RUN_B]` prints these tables and with
-`--out DIR` writes them (Markdown, CSV) with a plot; `hmer report --analysis` adds them
-per variant to a report.
-
-The buckets (target length, structure) are defined and explained in `hmer.reports.buckets`,
-the token alignment behind the edits in `hmer.evaluation.alignment`; the tables are written
-here and the plot by `hmer.reports.plots.plot_breakdown`. The
-names of the first three import from here as well.
+The input is each run's `predictions/test_<year>.csv`. `hmer analyze RUN [RUN_B]` prints these
+tables (`--out DIR` writes them with a plot); `hmer report --analysis` adds them per variant. The
+buckets are `hmer.reports.buckets`', the token alignment `hmer.evaluation.alignment`'s.
 """
 
 from __future__ import annotations
@@ -54,12 +48,8 @@ class AnalysisError(ValueError):
 # ---- expressions ------------------------------------------------------------------------------
 
 def expressions(predictions: pd.DataFrame, year: str, label: str, run_id: str = "") -> pd.DataFrame:
-    """One row per predicted expression: label, run_id, year, name, truth and prediction
-    (token lists), length, length_bucket, structures, distance, correct.
-
-    `predictions` is a `load_predictions` frame (or any frame with name, truth, prediction and
-    optionally distance). A missing distance is computed from the alignment.
-    """
+    """One row per predicted expression of a `load_predictions` frame (truth and prediction as token
+    lists); a missing distance is computed from the alignment."""
     truth = [str(t).split() for t in predictions["truth"]]
     pred = [str(p).split() for p in predictions["prediction"]]
     if "distance" in predictions.columns:
@@ -89,10 +79,8 @@ def prediction_years(run_id: str, tracking_uri: str | None = None) -> list[str]:
 
 def run_expressions(run_id: str, tracking_uri: str | None = None, label: str | None = None,
                     years: Sequence[str] | None = None) -> pd.DataFrame:
-    """`expressions` for every test year the run logged predictions for (or only `years`).
-
-    Raises `AnalysisError` when the run has none of them.
-    """
+    """`expressions` for every test year the run logged predictions for (or only `years`);
+    `AnalysisError` when it has none."""
     years = list(years) if years is not None else prediction_years(run_id, tracking_uri)
     frames = []
     for year in years:
@@ -123,37 +111,26 @@ def _rates(group: pd.DataFrame) -> dict[str, float]:
 
 
 def breakdown(rows: pd.DataFrame) -> pd.DataFrame:
-    """Every registered metric (ExpRate, <=1, <=2; percent) per label and year, over all expressions
-    and per bucket.
-
-    Columns: label, year, axis ("all", "length" or "structure"), bucket, n (test
-    expressions in the bucket), runs (runs pooled: seeds of a variant), then one per metric:
-    exprate, le1, le2, ...
-    Every bucket appears, with n = 0 and empty rates when no expression falls in it. Rates
-    pool the runs of a label: with the same test set for each, that is the mean over runs.
-    """
+    """Every token metric (percent) per label and year, over all expressions and per bucket (every
+    bucket, n = 0 when empty). Rates pool the runs of a label (`runs`): the mean over seeds."""
     out = []
-    exploded = rows.explode("structures")
     for (label, year), group in rows.groupby(["label", "year"], sort=False):
-        runs = group["run_id"].nunique()
-        base = {"label": label, "year": year, "runs": runs}
-        out.append({**base, "axis": "all", "bucket": ALL, "n": group["name"].nunique(), **_rates(group)})
-        for bucket in length_labels():
-            part = group[group["length_bucket"] == bucket]
-            out.append({**base, "axis": "length", "bucket": bucket, "n": part["name"].nunique(), **_rates(part)})
-        flat = exploded[(exploded["label"] == label) & (exploded["year"] == year)]
-        for bucket in structure_labels():
-            part = flat[flat["structures"] == bucket]
-            out.append({**base, "axis": "structure", "bucket": bucket, "n": part["name"].nunique(), **_rates(part)})
+        base = {"label": label, "year": year, "runs": group["run_id"].nunique()}
+        out += [{**base, "axis": axis, "bucket": bucket, "n": part["name"].nunique(), **_rates(part)}
+                for axis, bucket, part in _buckets(group)]
     return pd.DataFrame(out, columns=["label", "year", "axis", "bucket", "n", "runs", *token_metrics()])
 
 
-def confusions(rows: pd.DataFrame) -> pd.DataFrame:
-    """Every edit of every wrong expression, counted: label, year, kind, truth, prediction, count.
+def _buckets(group: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
+    """(axis, bucket, its rows) for all the rows, each length bucket and each structure bucket."""
+    exploded = group.explode("structures")
+    return ([("all", ALL, group)] + [("length", b, group[group["length_bucket"] == b]) for b in length_labels()]
+            + [("structure", b, exploded[exploded["structures"] == b]) for b in structure_labels()])
 
-    `kind` is substitution (truth -> prediction), insertion (prediction only) or deletion
-    (truth only); the missing side is the empty string. Sorted by count, most frequent first.
-    """
+
+def confusions(rows: pd.DataFrame) -> pd.DataFrame:
+    """Every edit of every wrong expression, counted, most frequent first (an insertion's truth and a
+    deletion's prediction are "")."""
     counts: dict[tuple[str, str, str, str, str], int] = {}
     wrong = rows[rows["distance"] > 0]
     for label, year, truth, pred in zip(wrong["label"], wrong["year"], wrong["truth"], wrong["prediction"]):
@@ -168,11 +145,8 @@ def confusions(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def top_confusions(edits: pd.DataFrame, top: int = DEFAULT_TOP) -> pd.DataFrame:
-    """The `top` most frequent edits of each label and kind over all years, with a count per year.
-
-    Columns: label, kind, truth, prediction, count (all years), then one column per year.
-    Ties are broken by the tokens, so the list is reproducible.
-    """
+    """The `top` most frequent edits of each label and kind over all years, with a column per year;
+    ties broken by the tokens, so the list is reproducible."""
     if edits.empty:
         return pd.DataFrame(columns=["label", "kind", "truth", "prediction", "count"])
     wide = edits.pivot_table(index=["label", "kind", "truth", "prediction"], columns="year", values="count",
@@ -191,13 +165,9 @@ def top_confusions(edits: pd.DataFrame, top: int = DEFAULT_TOP) -> pd.DataFrame:
 # ---- two runs --------------------------------------------------------------------------------------
 
 def compare_runs(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> pd.DataFrame:
-    """Where run B beats run A, per year and bucket, on the expressions both were scored on.
-
-    Columns: year, axis, bucket, n (shared expressions), a_exprate, b_exprate, delta
-    (B - A, percentage points), both, only_a, only_b, neither (expressions read right by
-    both, only A, only B, neither), and for every other registered metric `a_<m>`, `b_<m>`
-    (a_le1, b_le1, a_le2, b_le2, ...). Each side must be one run (one row per expression and year).
-    """
+    """Where run B beats run A, per year and bucket, on the expressions both were scored on: ExpRate,
+    B - A (points), the counts read right by both / only A / only B / neither, and `a_<m>`, `b_<m>`
+    for the other token metrics. Each side must be one run."""
     others = [m for m in token_metrics() if m != "exprate"]
     for side, rows in (("A", rows_a), ("B", rows_b)):
         if rows.duplicated(["year", "name"]).any():
@@ -207,12 +177,7 @@ def compare_runs(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> pd.DataFrame:
     out = []
     years = [y for y in dict.fromkeys(rows_a["year"]) if y in set(pair["year"])]
     for year in years:
-        group = pair[pair["year"] == year]
-        exploded = group.explode("structures")
-        parts = [("all", ALL, group)]
-        parts += [("length", b, group[group["length_bucket"] == b]) for b in length_labels()]
-        parts += [("structure", b, exploded[exploded["structures"] == b]) for b in structure_labels()]
-        for axis, bucket, part in parts:
+        for axis, bucket, part in _buckets(pair[pair["year"] == year]):
             distance_a, distance_b = part["distance_a"].to_numpy(float), part["distance_b"].to_numpy(float)
             a_ok, b_ok = METRICS.get("exprate").read_right(distance_a), METRICS.get("exprate").read_right(distance_b)
             n = len(part)

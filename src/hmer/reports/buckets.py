@@ -1,12 +1,8 @@
 """The buckets the error analysis sorts test expressions into: by target length and by structure.
 
-Target length is the number of tokens of the truth: 1-10, 11-20, 21-40, >40; these
-partition a year's expressions. The structure buckets are *not* a partition: an expression
-is in `\\frac` when its truth holds a `\\frac` token, in `^ or _` when it holds `^` or `_`,
-in `\\sqrt` when it holds `\\sqrt`, and in "none of these" when it holds none of them.
-`x ^ { \\frac { 1 } { 2 } }` counts under both `\\frac` and `^ or _`, so the structure rows
-add up to at least the year's size; "none of these" plus the expressions in at least one
-structure bucket add up to exactly the year's size.
+Target length (truth tokens: 1-10, 11-20, 21-40, >40) partitions a year. The structure buckets
+(`\\frac`, `^ or _`, `\\sqrt`: the truth holds that token; "none of these") do not:
+`x ^ { \\frac { 1 } { 2 } }` is under both `\\frac` and `^ or _`.
 """
 
 from __future__ import annotations

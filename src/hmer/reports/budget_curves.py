@@ -7,27 +7,18 @@ lengthens, and did the longer runs stop learning?
     gap_summary(history)      # per claim and budget: the validation and test gaps, grows / shrinks / holds
     print(format_budgets(history))  # both, as `hmer report --claims` prints them under the claims
 
-`hmer report --claims` prints them when it answers more than one budget, and writes the figure
-(`budget_curves.png`) with `--out`.
+A claim's cells are the variants of its comparisons that the study of its LAST budget trains (the
+long studies train two each), so the `cpu` rows are cut to the same two.
 
-A claim's cells are the variants of its comparisons (`paper_claims.CLAIMS`) that the study of its
-LAST budget trains: the long studies train two variants each (`--variants`), so the `cpu` rows
-are cut to the same two. Budgets are the studies' suffixes, `<study>-<budget>`.
+One epoch's validation ExpRate over 465 expressions has a standard error of about 1.8 points at
+20 % (sqrt(0.2 * 0.8 / 465)), so no rule on single epochs can hold; both rules read means:
 
-Two readings are written down here. One epoch's validation ExpRate over 465 expressions is a
-binomial reading with a standard error of about 1.8 points at 20 % (sqrt(0.2 * 0.8 / 465)), so no
-rule on single epochs ("the last 20 epochs within 1 point of the best") can hold even for a run
-that has stopped learning; both rules read means of many epochs instead:
-
-- **plateau**: the mean of the last `PLATEAU_EPOCHS` epochs against the mean of the
-  `PLATEAU_EPOCHS` before them (standard error about 0.4 points each): within `PLATEAU_POINTS`
-  is a plateau, higher is still rising, lower is falling. A run shorter than twice
-  `PLATEAU_EPOCHS` is too short to tell, which is every `cpu` run. The table also gives the last
-  epochs' spread as measured, and the best epoch.
-- **grows / shrinks / holds**: the long budget's test gap (claimed winner − claimed loser, points)
-  against the first budget's mean gap over seeds, per year: more than `GAP_POINTS` larger grows,
-  more than `GAP_POINTS` smaller shrinks, else holds. One long seed cannot say more than that; the
-  paired tests of `hmer report --claims` say whether each gap is a difference at all.
+- **plateau**: the mean of the last `PLATEAU_EPOCHS` epochs against the `PLATEAU_EPOCHS` before
+  (about 0.4 points each): within `PLATEAU_POINTS` a plateau, else rising or falling. A run shorter
+  than twice `PLATEAU_EPOCHS` (every `cpu` run) is too short to tell.
+- **grows / shrinks / holds**: the long budget's test gap against the first budget's mean gap over
+  seeds, per year, by more than `GAP_POINTS`. One long seed cannot say more; the paired tests of
+  `hmer report --claims` say whether each gap is a difference at all.
 """
 
 from __future__ import annotations
@@ -63,9 +54,8 @@ def _claim(claim: Claim | str) -> Claim:
 
 
 def claim_cells(claim: Claim, variants: Sequence[str]) -> tuple[str, str] | None:
-    """The claim's first comparison (claimed winner, claimed loser) whose two sides are both in
-    `variants`; while a study has trained only one side so far, the first comparison with that
-    side (the long studies train the baseline first); None when no comparison has either."""
+    """The claim's first comparison whose two sides are both in `variants`, else (a study that has
+    trained one side so far: the long studies train the baseline first) the first with either."""
     both = [pair for pair in claim.comparisons if pair[0] in variants and pair[1] in variants]
     either = [pair for pair in claim.comparisons if pair[0] in variants or pair[1] in variants]
     return (both or either)[0] if both or either else None
@@ -73,14 +63,9 @@ def claim_cells(claim: Claim, variants: Sequence[str]) -> tuple[str, str] | None
 
 def budget_history(claims: Sequence[Claim | str] = ("direction", "coverage"),
                    budgets: Sequence[str] = DEFAULT_BUDGETS, tracking_uri: str | None = None) -> pd.DataFrame:
-    """The per-epoch validation ExpRate and training CPU time of each claim's two cells at every
-    budget, long: one row per (run, step).
-
-    Columns: claim, budget, variant, seed, run_id, state, step, val_exprate, cpu_hours (the
-    training's CPU time up to that epoch, NaN where a run did not log it), winner and loser (the
-    claim's comparison drawn), and `test_<year>_exprate` for each scored year (the run's final
-    test reading, repeated on its rows; NaN until it is scored). A claim without a study at the
-    last budget is left out; so is a budget without the study."""
+    """The per-epoch validation ExpRate and training CPU hours (NaN where not logged) of each claim's
+    two cells at every budget, one row per (run, step), with the run's final `test_<year>_exprate`
+    repeated on its rows. Claims and budgets without a study at the last budget are left out."""
     frames = []
     for claim in map(_claim, claims):
         runs = {b: load_runs(tracking_uri, study=claim.study_name(b)) for b in budgets}
@@ -106,12 +91,11 @@ def budget_history(claims: Sequence[Claim | str] = ("direction", "coverage"),
                 columns={t: t.removeprefix("metrics.") for t in tests})
             wide = wide.merge(meta, on="run_id").assign(claim=claim.name, budget=budget, winner=pair[0], loser=pair[1])
             frames.append(wide.dropna(subset=["val_exprate"]))
-    if not frames:
-        return pd.DataFrame(columns=["claim", "budget", "variant", "seed", "run_id", "state", "step", "val_exprate",
-                                     "cpu_hours", "winner", "loser"])
-    out = pd.concat(frames, ignore_index=True)
     first = ["claim", "budget", "variant", "seed", "run_id", "state", "step", "val_exprate", "cpu_hours",
              "winner", "loser"]
+    if not frames:
+        return pd.DataFrame(columns=first)
+    out = pd.concat(frames, ignore_index=True)
     out = out[first + sorted(c for c in out.columns if c.startswith("test_"))]
     return out.sort_values(["claim", "budget", "variant", "seed", "step"]).reset_index(drop=True)
 
@@ -136,10 +120,9 @@ def _last_spread(curve: pd.Series) -> float:
 
 
 def budget_summary(history: pd.DataFrame) -> pd.DataFrame:
-    """One row per claim, budget and variant: seeds, epochs trained, the best validation ExpRate
-    (mean over seeds) and its epoch, the last epochs' spread (max − min of the last
-    `PLATEAU_EPOCHS`, as measured; NaN for a shorter run), the plateau reading per run, CPU-hours
-    per run (mean) and the test ExpRate per scored year (mean over seeds)."""
+    """One row per claim, budget and variant: seeds, epochs, the best validation ExpRate and its
+    epoch, the last epochs' spread (`_last_spread`), the plateau reading per run, CPU-hours and test
+    ExpRate per scored year (means over seeds)."""
     rows = []
     tests = sorted(c for c in history.columns if c.startswith("test_"))
     for (claim, budget, variant), group in history.groupby(["claim", "budget", "variant"], sort=False):
@@ -175,10 +158,9 @@ def _gaps(history: pd.DataFrame) -> pd.DataFrame:
 
 
 def gap_summary(history: pd.DataFrame) -> pd.DataFrame:
-    """One row per claim and budget: the comparison, its validation gap over the last
-    `SMOOTH_EPOCHS` epochs both variants reached (mean over seeds), the test gap per scored year
-    (mean over seeds), and for a later budget, per year, whether the gap grew, shrank or held
-    against the first budget's."""
+    """One row per claim and budget: the validation gap over the last `SMOOTH_EPOCHS` epochs both
+    variants reached and the test gap per scored year (means over seeds), and for a later budget
+    whether each year's gap grew, shrank or held against the first budget's."""
     tests = sorted(c for c in history.columns if c.startswith("test_"))
     gaps = _gaps(history)
     rows = []
@@ -212,10 +194,9 @@ def gap_summary(history: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_budget_curves(history: pd.DataFrame, *, title: str | None = None, path: str | Path | None = None) -> Figure:
-    """A column per claim. Top: validation ExpRate per epoch, a colour per variant and a line
-    style per budget (mean ± std over seeds where a budget has several). Bottom: the gap, claimed
-    winner − claimed loser, per epoch (thin: as measured; thick: the running mean of
-    `SMOOTH_EPOCHS` epochs, mean over seeds)."""
+    """A column per claim. Top: validation ExpRate per epoch, a colour per variant, a line style per
+    budget (mean ± std over seeds). Bottom: the gap per epoch (thin: as measured; thick: its running
+    mean of `SMOOTH_EPOCHS` epochs)."""
     if history.empty:
         raise ValueError("no runs to draw: no claim has its study at the last budget")
     claims = list(dict.fromkeys(history["claim"]))

@@ -19,13 +19,9 @@ PredictionLoader = Callable[[str, str], pd.DataFrame]
 
 
 class CorrectnessCache:
-    """Per-run correctness per year from the predictions artifacts, each fetched once.
-
-    `metric` says what counts as read right: `exprate` (the default) an exact reading (the
-    `correct` column), any other registered metric its `counts` of the token edit distance (the
-    `distance` column): `le1` and `le2` a reading within one or two token edits of the truth; a
-    metric that judges the tokens (`lgeval_*`) reads the `prediction` and `truth` columns.
-    """
+    """Per-run correctness per year from the predictions artifacts, each fetched once. `metric` says
+    what counts as right: `exprate` the `correct` column, another registered metric its `counts` of
+    the `distance` column, or (`lgeval_*`) its judgement of `prediction` and `truth`."""
 
     def __init__(self, loader: PredictionLoader | None, metric: str = "exprate"):
         if metric not in METRICS:

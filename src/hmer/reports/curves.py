@@ -42,13 +42,10 @@ def _per_epoch(history: pd.DataFrame, metric: str, points: pd.DataFrame) -> pd.D
 
 
 def _training_cpu_seconds(history: pd.DataFrame, points: pd.DataFrame) -> tuple[pd.DataFrame, bool] | None:
-    """The training's CPU time (`train_cpu_seconds`, cumulative, validation included) at every
-    (run_id, step) of `points`, as a `value` column, and whether some run's figures are its total
-    spread evenly over its epochs; None unless every run logged it.
-
-    Runs trained before it was logged every epoch (before `dafb8e0`) have it once, at their last
-    epoch: their epochs cost the same arithmetic, so the total spread evenly stands for them
-    where their wall-clock time would count every pause and every other job on the machine."""
+    """The training's CPU time (`train_cpu_seconds`, cumulative) at every (run_id, step) of `points`,
+    and whether some run's total is spread evenly over its epochs; None unless every run logged it.
+    Runs from before `dafb8e0` have it once, at their last epoch: their epochs cost the same
+    arithmetic, so the even spread stands for them better than wall-clock time would."""
     logged = history[history["metric"] == "train_cpu_seconds"].drop_duplicates(["run_id", "step"], keep="last")
     frames, spread = [], False
     for run_id, steps in points.groupby("run_id")["step"]:
@@ -71,12 +68,9 @@ def _training_cpu_seconds(history: pd.DataFrame, points: pd.DataFrame) -> tuple[
 
 
 def _with_time_axis(history: pd.DataFrame, points: pd.DataFrame) -> tuple[pd.DataFrame, str, str]:
-    """`points` with a `minutes` column for the curves' time axis, its label and the title's words.
-
-    In order of preference: the training's CPU time (`_training_cpu_seconds`); else the
-    wall-clock time of the training steps summed over the epochs (`epoch_seconds`), which leaves
-    out validation and the time between a killed run and its resumption but counts pauses and
-    other jobs; else wall-clock time since the run started, which counts all of them."""
+    """`points` with a `minutes` column for the time axis, its label and the title's words: the
+    training's CPU time, else the training steps' wall-clock time (`epoch_seconds`: no validation, no
+    gap before a resume, but pauses and other jobs), else wall-clock time since the start."""
     found = _training_cpu_seconds(history, points)
     if found is not None:
         cpu, spread = found
@@ -104,16 +98,9 @@ def plot_training_curves(
     title: str | None = None,
     path: str | Path | None = None,
 ) -> Figure:
-    """Metrics against epoch (top row: mean ± std over seeds) and against time (bottom row: one
-    line per run), coloured by variant.
-
-    The time is the best measure every run logged for each epoch drawn (`_with_time_axis`); the
-    axis label says which.
-
-    Args:
-        history: a `load_history` frame with the `variant` column (give it the runs frame).
-        metrics: one column per metric present in `history`.
-    """
+    """Metrics (one column each) against epoch (top row: mean ± std over seeds) and against time
+    (bottom row: one line per run, the best measure every run logged: `_with_time_axis`), coloured by
+    variant; `history` is a `load_history` frame with the `variant` column."""
     import seaborn as sns
 
     if "variant" not in history.columns:

@@ -3,50 +3,37 @@
     df = claims_table()                   # one row per claim, budget, comparison and test year
     print(format_claims(df))              # aligned text; fmt="markdown" for a README
 
-A claim is a row of `CLAIMS`, the one place that says which study answers it, which variants it
-compares, which side it says wins and which paper makes it; adding a claim is adding a row there
-(and, when the paper gives figures for it, rows to `paper_claims.csv`). A claim that orders more
-than two variants (CoMER: fusion > cross, self > none) is several comparisons, each one
-(claimed winner, claimed loser) pair.
+A claim is a row of `CLAIMS`: the study that answers it, the variants it compares, the side it says
+wins, the paper that makes it (the paper's figures, where it gives them: rows of `paper_claims.csv`).
+A claim ordering more than two variants (CoMER: fusion > cross, self > none) is several
+(claimed winner, claimed loser) comparisons.
 
-Each comparison is a variant table (`hmer.reports.tables.variant_table`) of the study's runs of
-its two variants with the claimed loser as the baseline, so the difference, its interval and
-the paired tests are computed exactly as `hmer report --study` computes them, on the same
-metric (column `metric`). Each comparison has two verdicts:
+Each comparison is a `variant_table` of the study's runs of its two variants, the claimed loser
+the baseline, so its numbers are computed as `hmer report --study` computes them. Two verdicts:
 
-- **all seeds** (column `verdict`, the headline): the exact paired sign-flip test of the
-  seed-averaged difference, one test that uses every seed at once, each test expression once;
-- **per-seed McNemar** (column `verdict_mcnemar`): McNemar's test on each seed-matched pair,
-  each pair a verdict with its own side; the pairs' verdict when they agree, else `split`
-  with how many pairs read what. The largest p alone (the rule before issue 56) read "not
-  significant" when two pairs were significant for one side and the third was not, and
-  could not see pairs pointing opposite ways.
+- **all seeds** (`verdict`, the headline): the exact paired sign-flip test of the seed-averaged
+  difference, every seed at once;
+- **per-seed McNemar** (`verdict_mcnemar`): one verdict per seed-matched pair; theirs when they
+  agree, else `split` with the counts. (The largest p alone, the rule before issue 56, read "not
+  significant" when two pairs were significant for one side, and missed pairs pointing opposite ways.)
 
-The paired bootstrap gives the interval and its p, in no verdict. A study that has not finished
-(kept in the store to be continued, `hmer runs publish --keep-unfinished`) answers nothing yet:
-its rows say how far it is ("in progress, 4 of 9 trials finished") instead of numbers that its
-other cells would change.
+The paired bootstrap gives the interval, in no verdict. An unfinished study (`--keep-unfinished`)
+answers nothing yet: its rows say how far it is ("in progress, 4 of 9 trials finished").
 
-A claim is answered at each budget of `budgets` (`DEFAULT_BUDGETS`: the `cpu` budget's three seeds
-of 13 epochs, then the `long` budget's one seed of 100; the `budget` column says which). The first
-budget answers every claim, a row "no study yet" where its study is missing; a later budget answers
-only the claims whose study it has, and of those only the comparisons of the variants that study
-trains (`--variants`: the long studies train two each).
+A claim is answered at each budget of `budgets` (`DEFAULT_BUDGETS`: `cpu`'s three seeds of 13
+epochs, then `long`'s one seed of 100). The first budget answers every claim ("no study yet" where
+missing); a later one only the comparisons of the variants its study trains.
 
-The papers' own figures live in `paper_claims.csv` (package data: claim, variant, year,
-metric, value, paper, source, note), one row per figure with where it stands: ExpRate, and ≤1 /
-≤2 where the paper gives them, so that `metric="le2"` shows the paper's ≤2 beside ours. A figure
-that was not found in a source that can be cited has no row, and its cell is empty.
+`paper_claims.csv` (package data: claim, variant, year, metric, value, paper, source, note) holds
+one row per figure a paper gives (ExpRate, ≤1 / ≤2); a figure not found in a citable source has
+no row, and its cell is empty.
 
-Which metric ours are on (`metric_sides`). The papers count ≤1 / ≤2 errors in the symbol label graph
-(lgeval); the suite's own `le1` / `le2` count token edits, a few points apart on the same predictions.
-So with `metric="le2"` (or `"lgeval_le2"`) the table is on `lgeval_le2`, the papers' metric, wherever
-every answered study's runs carry it (runs trained before it was registered do once `hmer runs rescore`
-has given it to them): ours beside the paper's on one metric, Δ and both tests on it, and our token
-metric kept beside as `winner_token_*` / `loser_token_*`. Where some study's runs lack it, the whole
-table stays on the token metric (one metric per table, so that its header says what every row is
-on) and `attrs["lacking"]` names those studies. ExpRate stays the suite's own (`exprate`), the
-metric of every other table: it agrees with lgeval's but for a few expressions a year.
+Which metric ours are on (`metric_sides`): the papers count ≤1 / ≤2 in the symbol label graph
+(lgeval), the suite's `le1` / `le2` token edits (a few points apart). With `metric="le2"` the table
+is on `lgeval_le2` wherever every answered study's runs carry it (`hmer runs rescore` gives it to
+older runs), our token metric kept as `winner_token_*` / `loser_token_*`; else the whole table stays
+on the token metric (one metric per table) and `attrs["lacking"]` names the studies. ExpRate stays
+the suite's own `exprate`: it agrees with lgeval's but for a few expressions a year.
 """
 
 from __future__ import annotations
@@ -82,15 +69,9 @@ DEFAULT_BUDGETS = ("cpu", "long")
 
 @dataclass(frozen=True)
 class Claim:
-    """A claim of the field and the study that answers it.
-
-    Attributes:
-        name: short key, also the `claim` column of `paper_claims.csv`.
-        statement: the claim in words.
-        paper: who makes it ("" when no single paper does).
-        study: the study family; its runs are those of the study `<study>-<budget>`.
-        comparisons: (claimed winner, claimed loser) variant labels of that study.
-    """
+    """A claim of the field (`name`: the `claim` column of `paper_claims.csv`; `paper` "" when no single
+    paper makes it) and the study family answering it (`<study>-<budget>`), as (claimed winner,
+    claimed loser) variant labels."""
 
     name: str
     statement: str
@@ -128,9 +109,7 @@ CLAIMS: tuple[Claim, ...] = (
            ("transformer/True/384", "transformer/False/588"))),
 )
 
-# The token metrics whose papers' figures are counted over symbol label graphs a few points apart: on these the
-# table is on the graph metric where the runs carry it (see the module docstring). Not ExpRate, on which tokens
-# and graphs agree but for a few expressions a year: the suite's ExpRate is its tables' and the README's.
+# The token metrics whose table is on the graph metric where the runs carry it (module docstring); not ExpRate.
 ON_GRAPHS = {token: graph for graph, token in TOKEN_METRIC.items() if token != "exprate"}
 # What `hmer report --claims` answers each claim on when no metric is named: the papers' three columns
 CLAIM_METRICS = ("exprate", "le1", "le2")
@@ -182,9 +161,8 @@ def paper_figure(claim: str, variant: str, year: str, metric: str = "exprate") -
 # ---- the verdict ----------------------------------------------------------------------------------
 
 def verdict(p: float, favours: int, alpha: float = ALPHA) -> str:
-    """One test's verdict in words: `reproduced` when it rejects at `alpha` favouring the claimed
-    winner (`favours` 1), `reversed` when it rejects favouring the claimed loser (-1), else
-    `not significant`; `no paired test` without a p-value."""
+    """One test's verdict: `reproduced` (rejects at `alpha` for the claimed winner, `favours` 1),
+    `reversed` (for the loser, -1), else `not significant`; `no paired test` without a p-value."""
     if is_missing(p):
         return NO_TEST
     if p >= alpha or favours == 0:
@@ -266,14 +244,11 @@ def claims_table(
     confidence: float = DEFAULT_CONFIDENCE,
     alpha: float = ALPHA,
 ) -> pd.DataFrame:
-    """One row per claim, budget, comparison and test year (see the module docstring; `budgets`: a
-    name, a comma-separated list or a sequence). At the first budget, a claim whose study
-    `<study>-<budget>` has no scored run in the store gets, per comparison, a row per year the paper
-    gives figures for (one row, year empty, when it gives none), verdict `no study yet`; one whose
-    study has not finished, the same rows with its progress as the verdict. Means, stds
-    and differences are percent on the table's metric: `metric`, or its graph metric where every
-    answered study's runs carry it (`metric_sides`; `attrs`: `metric` the one shown, `token_metric`,
-    `lacking` the studies whose runs lack the graph metric)."""
+    """One row per claim, budget, comparison and test year (module docstring; `budgets`: a name, a
+    comma-separated list or a sequence). A claim without a scored study at the first budget gets a row
+    per year the paper gives figures for (one, year empty, if none), verdict `no study yet`; an
+    unfinished study the same rows with its progress. `attrs`: `metric` the one shown (`metric_sides`),
+    `token_metric`, and `lacking`."""
     uri = resolve_tracking_uri(tracking_uri)
     names = [b.strip() for b in budgets.split(",")] if isinstance(budgets, str) else list(budgets)
     token, graph = metric_sides(metric)
@@ -383,11 +358,8 @@ def _empty_row(claim: Claim, budget: str, study: str, winner: str, loser: str, y
     return row
 
 
-# Within one / two errors means two things when the table is on token edits. The papers' ≤1 / ≤2 columns are the
-# official CROHME tools' (lgeval over symbol label graphs, as CoMER's repository runs them); ours count token
-# edits (`hmer.evaluation.metrics`). On the same predictions the two disagree by points, which is why the columns
-# are labelled apart and a paper's figure on them is context, never a target; the verdicts compare our runs with
-# each other, on the token metric.
+# Printed under a table on token edits: the papers' ≤1 / ≤2 are lgeval's, so a paper's figure there is context,
+# never a target.
 EDIT_METRICS_DIFFER = (
     "Within one / two errors: the papers' figures (lgeval) count errors in the symbol label graph (symbols, "
     "relations and segmentation) as the official CROHME tools do; ours count token edits (Levenshtein over the "

@@ -33,11 +33,8 @@ def config_types() -> dict[str, type]:
 
 
 def parse_value(text: Any, typ: type | None = None) -> Any:
-    """One MLflow param string as `typ` (int, float, bool or str), or inferred when `typ` is None.
-
-    Unparseable values of a typed key stay strings rather than raising: an old run may
-    hold a value that a newer Config no longer accepts, and a report must still load it.
-    """
+    """One MLflow param string as `typ` (inferred when None). An unparseable value of a typed key stays
+    a string: an old run may hold one a newer Config refuses, and a report must still load it."""
     if text is None or (isinstance(text, float) and math.isnan(text)):
         return None
     if not isinstance(text, str) or typ is str:

@@ -6,10 +6,8 @@ training curves are `hmer.reports.curves`, in the same colours (`variant_colors`
     fig = plot_claims(claims_table("cpu"))          # each claim's difference per year, with its interval
     hmer.atomic.save_figure(fig, "plots/exprate.png")
 
-Figures are built with matplotlib's object-oriented API (`matplotlib.figure.Figure`),
-never with `pyplot`: they render through the Agg canvas on a machine without a display,
-hold no global state (nothing to close, no figure leaks in a long study), and show
-inline in a notebook all the same.
+Figures use matplotlib's object-oriented API, never `pyplot`: Agg without a display, no global
+state (no figure leaks in a long study), inline in a notebook all the same.
 """
 
 from __future__ import annotations
@@ -55,18 +53,10 @@ def plot_exprate(
     path: str | Path | None = None,
     jitter: float = 0.08,
 ) -> Figure:
-    """Test scores by year and variant: bars at the mean over seeds, whiskers ± 1 std, a dot per seed.
-
-    Args:
-        runs: a `load_runs` frame (runs without test scores are left out).
-        order: the variants left to right (default: the order they ran in; the baseline
-            first when `order` comes from `variant_table(...).index`).
-        metrics: one panel per metric, each a registered metric ("exprate", "le1", "le2", ...).
-        path: also save the figure there as PNG.
-        jitter: how far apart the seeds' dots of a bar spread, drawn at random (seaborn draws
-            them from numpy's global generator); 0 puts them on the bar's centre line, and the
-            figure is then the same, pixel for pixel, every time it is drawn from the same runs.
-    """
+    """Test scores by year and variant: bars at the mean over seeds, whiskers ± 1 std, a dot per seed;
+    one panel per registered metric of `metrics`, variants in `order` (default: as they ran). `jitter`
+    spreads the seeds' dots at random (numpy's global generator, as seaborn draws); 0 puts them on the
+    bar's centre, and the figure is then the same pixel for pixel from the same runs."""
     import seaborn as sns
 
     data = scores_long(runs, variant_col, years, metrics)
@@ -139,12 +129,9 @@ def plot_breakdown(table: pd.DataFrame, title: str | None = None) -> Figure:
 
 def plot_claims(claims: pd.DataFrame, *, max_columns: int = 3, title: str | None = None,
                 path: str | Path | None = None) -> Figure:
-    """The claims table (`paper_claims.claims_table`) of one budget as a figure: a panel per comparison (claimed
-    winner > claimed loser), the difference per test year as a dot with its interval, coloured by
-    the verdict of the test over all seeds (column `verdict`), above or below a zero line (above:
-    the claimed direction). Where the paper gives
-    both figures, its own difference stands beside ours as a hollow diamond. A comparison without
-    runs says why in its panel."""
+    """The claims table of one budget as a figure: a panel per comparison, the difference per test year
+    as a dot with its interval coloured by `verdict`, above (the claimed direction) or below zero; the
+    paper's own difference, where it gives both figures, as a hollow diamond."""
     import seaborn as sns
 
     from .paper_claims import NOT_SIGNIFICANT, REPRODUCED, REVERSED

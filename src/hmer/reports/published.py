@@ -4,14 +4,9 @@
     print(format_published())       # the table `hmer report --published` prints
     paper_of(runs_of_a_variant)     # "BTTR", "CoMER" or None
 
-The figures live in `published.csv` in this package, one row per model and test year with
-the paper, its venue and where in it the figure stands. Only figures that were checked
-against the paper (its abstract) or its listing are there; see docs/reports.md.
-
-A variant is a paper's model when every run of it trained the preset named in
-`PAPER_OF_PRESET` (the run's `name` param) and its model fields are the preset's: an
-ablation cell that changed, say, the coverage of `comer-fusion` is not CoMER any more.
-The tiny presets are no paper's model.
+`published.csv` (package data) has one row per model and test year, each checked against the paper
+or its listing (docs/reports.md). A variant is a paper's model when every run trained a preset of
+`PAPER_OF_PRESET` with the preset's model fields (an ablation cell that changed them is not).
 """
 
 from __future__ import annotations

@@ -4,18 +4,11 @@
     history = load_history(runs, ["val_exprate", "train_loss"])  # long: one row per logged point
     preds = load_predictions(run_id, "2014")                  # name, truth, prediction, distance, correct
 
-`load_runs` returns the columns of `mlflow.search_runs` (`run_id`, `experiment_id`,
-`status`, `start_time`, `end_time`, `artifact_uri`, `metrics.*`, `params.*`, `tags.*`)
-plus `experiment`, `run_name` and four derived columns every report uses: `variant`
-(tag `hmer.variant`; runs outside a study that share one and a seed go by their run names),
-`seed` (tag `hmer.seed`, else param `train.seed`), `trial` (tag `hmer.trial`) and `state` (tag
-`hmer.status`, else MLflow's status in lower case).
-
-MLflow stores params as strings; `hmer.reports.params` parses them back to the types of
-their `Config` fields (any other param to an int, a float or a bool when it is one). The
-runs are searched with an `MlflowClient` bound to the given store rather than with the module-level
-`mlflow.search_runs`, which would change the process-wide tracking URI (and the
-`MLFLOW_TRACKING_URI` variable of every child process) as a side effect.
+`load_runs` returns `mlflow.search_runs`' columns plus `experiment`, `run_name` and `variant` (tag
+`hmer.variant`; standalone runs sharing one and a seed go by their run names), `seed`, `trial` and
+`state` (tag `hmer.status`, else MLflow's status in lower case); params are parsed back to their
+types (`hmer.reports.params`). The runs are searched with an `MlflowClient` bound to the store, not
+`mlflow.search_runs`, which would change the process-wide tracking URI (and child processes').
 """
 
 from __future__ import annotations
@@ -31,7 +24,7 @@ from typing import Any, Iterator, Sequence
 import pandas as pd
 
 from ..tracking import keys
-from ..tracking.store import search_all_runs
+from ..tracking.store import search_all_runs, study_filter
 from .params import config_types, parse_value, typed_column
 
 STUDY_TAG = keys.STUDY
@@ -71,15 +64,7 @@ def client_for(tracking_uri: str | None = None):
 
 # ---- runs -----------------------------------------------------------------------------------------
 
-def _filter(study: str | None) -> str:
-    return f"tags.`{STUDY_TAG}` = '{_quote(study)}'" if study else ""
-
-
-def _quote(value: str) -> str:
-    return value.replace("'", "\\'")
-
-
-def _experiment_ids(client, experiment: str | None, study: str | None) -> tuple[list[str], dict[str, str]]:
+def _experiment_ids(client, experiment: str | None) -> tuple[list[str], dict[str, str]]:
     """Experiment ids to search and {id: name} for the `experiment` column."""
     from mlflow.entities import ViewType
 
@@ -168,20 +153,10 @@ def load_runs(
     *,
     include_parents: bool = False,
 ) -> pd.DataFrame:
-    """Runs of a study, an experiment or a list of run ids (or every run of the store).
-
-    Args:
-        tracking_uri: the MLflow store; default the project's (see `hmer.tracking`).
-        experiment: an experiment name (or id).
-        study: a study name: the runs tagged `hmer.study=<study>`, in any experiment.
-        run_ids: exactly these runs (an unknown id raises `NoRunsError`).
-        include_parents: keep the studies' own runs, their parent runs (tag `hmer.role=study`) and
-            the variants' summary runs (`hmer.role=summary`, `store.study_run`), which are
-            bookkeeping, not training runs; dropped by default.
-
-    Returns:
-        One row per run, oldest first; see the module docstring for the columns.
-    """
+    """Runs of a study (tag `hmer.study`, any experiment), an experiment (name or id) or a list of run
+    ids (an unknown one raises `NoRunsError`), else every run of the store; one row per run, oldest
+    first. The studies' parent and summary runs (`hmer.role`) are bookkeeping, not training runs:
+    kept only with `include_parents`."""
     client = client_for(tracking_uri)
     if run_ids:
         from mlflow.exceptions import MlflowException
@@ -196,8 +171,9 @@ def load_runs(
                     from None
         df = runs_frame(found, names)
     else:
-        ids, names = _experiment_ids(client, experiment, study)
-        df = runs_frame(search_all_runs(client, ids, _filter(study), oldest_first=True) if ids else [], names)
+        ids, names = _experiment_ids(client, experiment)
+        where = study_filter(study) if study else ""
+        df = runs_frame(search_all_runs(client, ids, where, oldest_first=True) if ids else [], names)
     if not include_parents and not df.empty and f"tags.{ROLE_TAG}" in df.columns:
         df = df[~df[f"tags.{ROLE_TAG}"].isin(STUDY_ROLES)].reset_index(drop=True)
     return df
@@ -241,12 +217,8 @@ def study_progress(study: str, tracking_uri: str | None = None) -> str | None:
 
 
 def list_studies(tracking_uri: str | None = None) -> pd.DataFrame:
-    """Every study in the store: study, experiment, kind, budget, state, superseded_by (the study
-    that replaces it, `hmer runs supersede`), runs, trials (the runs counted by state, "6 finished,
-    2 failed"), started; newest first.
-
-    A study is known by its parent run or, failing that, by the `hmer.study` tag of its runs.
-    """
+    """Every study in the store (by its parent run, else its runs' `hmer.study` tag), newest first;
+    `trials` counts the runs by state ("6 finished, 2 failed")."""
     runs = load_runs(tracking_uri, include_parents=True)
     columns = ["study", "experiment", "kind", "budget", "state", "superseded_by", "runs", "trials", "started"]
     if runs.empty or f"tags.{STUDY_TAG}" not in runs.columns:
@@ -283,13 +255,9 @@ def scored_years(runs: pd.DataFrame) -> list[str]:
 # ---- histories and predictions ------------------------------------------------------------------
 
 def curve_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs whose training curves are worth drawing: all but the failed ones and the killed
-    attempts that a later run trained again (tagged `hmer.trained_again_in`).
-
-    Pruned runs (a sweep's losers) and runs still in progress stay: their curves are the
-    point. A failed run's few points would only bend the mean over seeds, and a killed attempt's
-    would count its cell twice.
-    """
+    """The runs whose training curves are worth drawing: not the failed ones (their few points would
+    bend the mean over seeds) nor killed attempts a later run trained again (`hmer.trained_again_in`:
+    their cell would count twice). Pruned and running runs stay: their curves are the point."""
     if runs.empty:
         return runs
     if "state" in runs.columns:
@@ -303,12 +271,8 @@ def load_history(
     metrics: Sequence[str] = EPOCH_METRICS,
     tracking_uri: str | None = None,
 ) -> pd.DataFrame:
-    """Every logged point of `metrics` of the runs, long: one row per (run, metric, step).
-
-    Columns: `run_id`, `metric`, `step` (the epoch), `value`, `timestamp` (UTC) and
-    `seconds` (wall-clock seconds from the run's start to the point). Given a frame of
-    `load_runs` instead of ids, its `variant` and `seed` columns are joined in.
-    """
+    """Every logged point of `metrics` of the runs, one row per (run, metric, step); `seconds` is from
+    the run's start. Given a `load_runs` frame, its `variant` and `seed` columns are joined in."""
     runs = run_ids if isinstance(run_ids, pd.DataFrame) else None
     ids = list(runs["run_id"]) if runs is not None else list(run_ids)
     client = client_for(tracking_uri)
@@ -343,10 +307,7 @@ def _quiet_downloads() -> Iterator[None]:
 
 
 def load_predictions(run_id: str, year: str | int, tracking_uri: str | None = None) -> pd.DataFrame:
-    """The run's `predictions/test_{year}.csv`: name, truth, prediction, distance, and `correct`.
-
-    Raises `PredictionsNotFound` when the run has no such artifact.
-    """
+    """The run's `predictions/test_{year}.csv` with a `correct` column (`PredictionsNotFound` without it)."""
     from mlflow.exceptions import MlflowException
 
     from ..tracking.portable import download_run_artifact

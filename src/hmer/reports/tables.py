@@ -6,33 +6,22 @@
 
 `variant_table(runs)` builds the same frame from any `load_runs` frame. Its columns:
 
-- `baseline` (bool), `seeds` (runs with test scores), `excluded` (runs of the variant
-  without test scores: failed, pruned or unfinished; left out of every number);
-- per test year `Y`: `Y_n` (test expressions), `Y_exprate_mean`, `Y_exprate_std`,
-  `Y_le1_mean`, `Y_le1_std`, `Y_le2_mean`, `Y_le2_std` (percent; mean and sample standard
-  deviation over seeds, NaN for one seed), `Y_delta` (ExpRate minus the baseline's, in
-  percentage points; ≤1 or ≤2 with `metric="le1"` or `"le2"`), `Y_delta_low`, `Y_delta_high`
-  (its confidence interval by paired bootstrap over test expressions), `Y_p_bootstrap`,
-  `Y_p_mcnemar` (the largest over the seed pairs), `Y_p_mcnemar_pairs` and `Y_mcnemar_favours`
-  (per seed pair, in the order of the baseline's seeds: its p, and the side its discordant
-  expressions favour, 1 the variant, -1 the baseline, 0 neither), `Y_p_sign_flip` and
-  `Y_sign_flip_favours` (the exact sign-flip test over all seeds at once, and its side) (see
-  `hmer.evaluation.significance` for how seeds are pooled); NaN where the predictions
-  artifacts are missing;
-- training cost: `gpu_minutes`, `train_minutes` (wall clock), `cpu_minutes` (the whole trial's CPU
-  time, training and final decoding: metric `cpu_seconds`), `images_per_second` (means over seeds)
-  and `num_params`;
-- validation: `val_n`, `val_exprate_mean`, `val_exprate_std`, `val_le1_*`, `val_le2_*` (the
-  validation split decoded at the end of the run as the test years are: metrics
-  `val_final_*`), `val_alt_exprate_mean`, `val_alt_exprate_std` (the same writers drawn in
-  the other rendering style, `data.val_alt`: metric `val-alt_final_exprate`),
-  `best_val_exprate_mean`, `best_val_exprate_std` (the validation ExpRate that picked the
-  checkpoint, decoded as during training); NaN where a run has none;
-- published: `paper` (the paper whose model the variant trains, see
-  `hmer.reports.published`, else empty) and `Y_published` (its published ExpRate).
+- `baseline`, `seeds` (runs with test scores), `excluded` (failed, pruned or unfinished runs of the
+  variant, left out of every number);
+- per test year `Y`: `Y_n`, `Y_<metric>_mean` / `_std` (percent, over seeds; NaN std for one
+  seed), `Y_delta` (against the baseline, in points, on `metric`) with `Y_delta_low` / `_high`
+  (paired bootstrap CI), `Y_p_bootstrap`, `Y_p_mcnemar` (the largest over seed pairs),
+  `Y_p_mcnemar_pairs` and `Y_mcnemar_favours` (per seed pair: 1 the variant, -1 the baseline, 0
+  neither), `Y_p_sign_flip` and `Y_sign_flip_favours` (`hmer.evaluation.significance`); NaN where
+  the predictions artifacts are missing;
+- cost: `gpu_minutes`, `train_minutes`, `cpu_minutes` (training and final decoding: metric
+  `cpu_seconds`), `images_per_second`, `num_params`;
+- validation: `val_n`, `val_<metric>_mean` / `_std` (metrics `val_final_*`), `val_alt_exprate_*`
+  (`data.val_alt`), `best_val_exprate_*` (the ExpRate that picked the checkpoint);
+- `paper` (`hmer.reports.published`) and `Y_published` (its published ExpRate).
 
-The frame's `attrs` carry the title, baseline, years, excluded counts and test settings,
-which `format_table` prints around the table.
+The frame's `attrs` carry the title, baseline, years, excluded counts and test settings, which
+`format_table` prints around the table.
 """
 
 from __future__ import annotations
@@ -94,13 +83,9 @@ def variant_order(runs: pd.DataFrame, variant_col: str = "variant", baseline: st
 
 def resolve_baseline(runs: pd.DataFrame, baseline: str | Mapping[str, Any] | None = None,
                      variant_col: str = "variant") -> str | None:
-    """The baseline variant's label.
-
-    `baseline` may be a variant label ("l2r"), a grid cell as the `hmer.cell` tag writes it
-    ("model.direction=l2r"), a JSON object or mapping of axis values (the study parent
-    run's `baseline` param), or None: then the variant of the runs tagged
-    `hmer.baseline=true`, else the first variant that ran.
-    """
+    """The baseline variant's label, from a variant label ("l2r"), an `hmer.cell` tag
+    ("model.direction=l2r"), a JSON object or mapping of axis values (the parent run's `baseline`
+    param), or None: the runs tagged `hmer.baseline=true`, else the first variant that ran."""
     variants = [v for v in runs[variant_col].dropna().unique()]
     if not variants:
         return None
@@ -155,23 +140,12 @@ def variant_table(
     seed: int = 0,
     title: str = "",
 ) -> pd.DataFrame:
-    """One row per variant of `runs` (a `load_runs` frame); see the module docstring for the columns.
+    """One row per variant of `runs` (a `load_runs` frame); the columns: module docstring.
 
-    Args:
-        runs: the runs; those without test scores, or failed or pruned, are counted in
-            `excluded` and left out of every number.
-        variant_col: the column that names a run's variant.
-        baseline: see `resolve_baseline`.
-        years: test years (default: every year the runs were scored on).
-        predictions: `(run_id, year) -> frame with name and correct`, e.g. a bound
-            `load_predictions`; without it the differences come from the metrics and
-            carry no interval or p-value.
-        metric: what the differences and paired tests are on: `exprate` (exact readings),
-            `le1` or `le2` (within one or two edits), which tells models apart that read few
-            formulas exactly.
-        order: the rows after the baseline (default: the order the variants first ran).
-        n_resamples, confidence, seed: the paired bootstrap's settings.
-        title: printed above the table by `format_table`.
+    `predictions` is `(run_id, year) -> frame with name and correct` (a bound `load_predictions`);
+    without it the differences come from the metrics, with no interval or p-value. `metric`
+    (`exprate`, `le1`, `le2`: the latter tell apart models that read few formulas exactly) is what
+    the differences and tests are on; `order` the rows after the baseline (default: as first ran).
     """
     years = [str(y) for y in years] if years is not None else scored_years(runs)
     counts = scored(runs, years) if not runs.empty else pd.Series(False, index=runs.index)
@@ -276,9 +250,8 @@ def _cost_cells(mine: pd.DataFrame) -> dict[str, Any]:
 
 
 def _validation_cells(mine: pd.DataFrame) -> dict[str, Any]:
-    """The validation split's scores: decoded as the test years (`val_final_*`) and as for
-    checkpoint selection (`best_val_exprate`). A run that never validated logs
-    `best_val_exprate` 0 and no `val_exprate` curve: its figure is missing, not 0."""
+    """The validation split decoded as the test years (`val_final_*`) and for checkpoint selection
+    (`best_val_exprate`: a run that never validated logs 0 and no `val_exprate` curve: missing, not 0)."""
     n = pd.to_numeric(_metric(mine, "val_final_n"), errors="coerce").dropna()
     cells: dict[str, Any] = {"val_n": int(n.max()) if not n.empty else math.nan}
     for m in METRICS.names():
@@ -313,14 +286,9 @@ def study_table(
     confidence: float = DEFAULT_CONFIDENCE,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """The table of a study: its trial runs by variant, against its baseline, with paired tests
-    on `metric` (see `variant_table`).
-
-    The baseline is `baseline` if given, else the study parent run's `baseline` param, else
-    the runs tagged `hmer.baseline=true`, else the first variant. A study without runs
-    gives an empty table (which `format_table` prints as such) rather than an error, so a
-    study script can always end with its table.
-    """
+    """The table of a study (`variant_table`): its baseline is `baseline`, else the parent run's
+    `baseline` param, else `resolve_baseline`'s. A study without runs gives an empty table, not an
+    error, so a study script can always end with its table."""
     runs = load_runs(tracking_uri, study=study_name) if runs is None else runs
     parent = study_parent(study_name, tracking_uri)
     if baseline is None:
@@ -340,12 +308,9 @@ def study_table(
 
 
 def grid_order(parent: pd.Series | None) -> list[str]:
-    """The variant labels of a grid study in grid order, from its parent run's `grid` param.
-
-    The grid is `{axis: [values]}` with the seed axis (`train.seed`) among them; a variant
-    label joins a cell's axis values with "/" (as the `hmer.variant` tag does). Empty for
-    a sweep or a parent without a grid.
-    """
+    """The variant labels of a grid study in grid order, from its parent run's `grid` param
+    (`{axis: [values]}`, the seed axis left out; labels join a cell's values with "/", as
+    `hmer.variant` does). Empty for a sweep or a parent without a grid."""
     import itertools
 
     raw = parent.get("params.grid") if parent is not None else None
@@ -361,11 +326,8 @@ def grid_order(parent: pd.Series | None) -> list[str]:
 
 def scores_long(runs: pd.DataFrame, variant_col: str = "variant", years: Sequence[str] | None = None,
                 metrics: Sequence[str] | None = None) -> pd.DataFrame:
-    """One row per (scored run, year, metric): variant, seed, run_id, year, metric, label, value.
-
-    The tidy form seaborn plots from; `label` is the metric's ("ExpRate", "≤1", "≤2"). `metrics`:
-    default every registered metric.
-    """
+    """One row per (scored run, year, metric), the tidy form seaborn plots from; `label` is the
+    metric's ("ExpRate", "≤1", "≤2"); `metrics` defaults to every registered one."""
     metrics = tuple(metrics) if metrics is not None else METRICS.names()
     years = list(years) if years is not None else scored_years(runs)
     good = runs[scored(runs, years)] if not runs.empty else runs
@@ -381,13 +343,9 @@ def scores_long(runs: pd.DataFrame, variant_col: str = "variant", years: Sequenc
 
 
 def format_table(df: pd.DataFrame, fmt: str = "text") -> str:
-    """The table as aligned text (`fmt="text"`) or GitHub Markdown (`fmt="markdown"`).
-
-    Two tables: the scores (mean ± std over seeds, per year) and, against the baseline,
-    the ExpRate difference with its confidence interval and p-values, beside the training
-    cost; then notes (test set sizes, excluded runs, how the tests were made). A missing
-    number (the std of one seed, a year a variant was not scored on) shows as "–".
-    """
+    """The table as aligned text (`fmt="text"`) or GitHub Markdown (`fmt="markdown"`): the scores,
+    then the differences against the baseline beside the training cost, then notes. A missing
+    number (the std of one seed, a year not scored) shows as "–"."""
     render = layout(fmt)
     strong = bold(fmt)
     title = df.attrs.get("title") or "runs"

@@ -3,18 +3,12 @@
     problems = store_problems(Path("mlruns"))        # [] for a clean store; else one line each
     fixed = make_paths_portable(folder, stores=[workspace])
 
-A committed store is read on other machines, by people who did not run it:
-- it names no folder of the machine it was published on (`tracking.portable.machine_paths`: a
-  study's Optuna storage in its parent run's params, a data file given with `--data`), in its
-  MLflow database, its Optuna storage, its artifacts or its checkpoints;
-- no run is RUNNING and no trial is: no process writes to a committed store;
-- a study is called by its name everywhere: its MLflow experiment, the `hmer.study` tag of its
-  runs, its parent run's name and `study` param, its Optuna study's `hmer.experiment` attribute.
-
-`store_problems` walks the store folder's files (every text column of both databases, every text,
-JSON and model file) and reports each problem in one line naming where it is. `hmer runs publish`
-fixes what it can in its copy (closing what ran: hmer.store.publish; `make_paths_portable`), then
-refuses a copy that `store_problems` still finds anything in.
+A committed store is read on other machines: it names no folder of the publishing machine
+(`tracking.portable.machine_paths`) in its databases, artifacts or checkpoints; no run or trial is
+RUNNING; a study is called by its name everywhere (experiment, `hmer.study` tags, parent run's name
+and `study` param, Optuna's `hmer.experiment`). `store_problems` walks every text column and file
+and reports each problem in one line naming where it is; `hmer runs publish` refuses a copy in
+which it still finds anything.
 """
 
 from __future__ import annotations
@@ -157,13 +151,11 @@ def _strings(value) -> Iterator[str]:
 # ---- fixing ----------------------------------------------------------------------------------------
 
 def make_paths_portable(folder: str | Path, stores: Sequence[Path] = ()) -> list[str]:
-    """Write every machine path in the store in `folder` as a clone reads it
-    (`tracking.portable.portable_text`; a path inside `folder` or one of `stores`, the folders the
-    store was copied from, as `mlruns/...`): a study's `storage` param as the store's own
-    optuna.db when the study is in it; params and tags; Optuna study attributes; text artifacts;
-    model files (a `model.pt` that names one becomes `model.safetensors`, written from the same
-    tensors) and checkpoints. Returns what changed, in words. Trial attributes are left (Optuna
-    changes no finished trial): `store_problems` reports them."""
+    """Write every machine path in the store in `folder` as a clone reads it (`portable_text`, with
+    `folder` and `stores`): params and tags, a study's `storage` (as the store's own optuna.db),
+    Optuna study attributes, text artifacts, model files (a `model.pt` naming one becomes
+    `model.safetensors`) and checkpoints. Returns what changed, in words. Trial attributes are left
+    (Optuna changes no finished trial): `store_problems` reports them."""
     folder = Path(folder)
     stores = [folder, *stores]
     changed = []
@@ -211,16 +203,13 @@ def _portable_study_attrs(storage: str, stores: Sequence[Path]) -> list[str]:
     changed = []
     for summary in optuna.get_all_study_summaries(store, include_best_trial=False):
         study_id = store.get_study_id_from_name(summary.study_name)
-        for key, value in store.get_study_user_attrs(study_id).items():
-            portable = _portable_json(value, stores)
-            if portable != value:
-                store.set_study_user_attr(study_id, key, portable)
-                changed.append(f"Optuna study {summary.study_name} user attr {key}")
-        for key, value in store.get_study_system_attrs(study_id).items():
-            portable = _portable_json(value, stores)
-            if portable != value:
-                store.set_study_system_attr(study_id, key, portable)
-                changed.append(f"Optuna study {summary.study_name} system attr {key}")
+        for kind, read, write in (("user", store.get_study_user_attrs, store.set_study_user_attr),
+                                  ("system", store.get_study_system_attrs, store.set_study_system_attr)):
+            for key, value in read(study_id).items():
+                portable = _portable_json(value, stores)
+                if portable != value:
+                    write(study_id, key, portable)
+                    changed.append(f"Optuna study {summary.study_name} {kind} attr {key}")
     return changed
 
 

@@ -4,23 +4,12 @@
     changes = annotate_optuna_study(study, storage, objective_name="best validation ExpRate (%)",
                                     description="decoding direction: ...", superseded_by=None, table=frame)
 
-optuna-dashboard shows a study's trials, their objective values and Markdown notes. A study of the
-suite gets
-- its objective's name (`Study.set_metric_names`, which the dashboard reads), instead of
-  "Objective 0": what its kind maximises (`StudyKind.objective_name`);
-- its description, what it compares, as the user attribute `hmer.description`;
-- a study note (`optuna_dashboard.save_note`, the dashboard's "Note" page): the description, what the
-  objective is and why the dashboard's "Best Trial" is not the study's answer (a grid's trial is
-  one seed of one variant, while the study compares the variants' means over seeds on the test
-  years: for a finished grid, its table is in the note), how many of the trials failed and
-  were taken over by later ones, and, for a superseded study, the study that replaces it (also the
-  user attribute `hmer.superseded_by`);
-- a note on every FAIL trial: why it failed, and the later trial that continued it (its worker
-  died, and the next trial of its cell resumed its run from the last checkpoint or ran the cell
-  again). Optuna refuses to change a finished trial's attributes, so this is said in the trial's
-  note (which the dashboard keeps among the study's system attributes), not in a user attribute.
-
-Only what differs from what is stored is written: annotating a study again writes nothing.
+A study of the suite gets its objective's name (not "Objective 0"), its description (user attribute
+`hmer.description`), and a study note: what it compares, why the dashboard's "Best Trial" is not its
+answer (a grid's trial is one seed of one variant; a finished grid's table is in the note), how many
+trials failed and were taken over, and the study superseding it, if any. Every FAIL trial gets a
+note: why it failed, and the trial that continued it (Optuna refuses to change a finished trial's
+attributes, so this is a note). Only what differs from what is stored is written.
 """
 
 from __future__ import annotations
@@ -39,12 +28,9 @@ NO_ERROR = "no error recorded (its worker died or was interrupted)"
 
 
 def continuations(trials: list[FrozenTrial]) -> dict[int, tuple[int, str]]:
-    """{number of a FAIL trial: (number of the later trial that took it over, how, in words)}.
-
-    A trial that continued a dead one names it: `hmer.resumed_from` (its MLflow run resumed from
-    the dead trial's last checkpoint, `studies.resume`) or `hmer.continues` (a sweep's trial
-    that took the dead one's parameters, `studies.sweeps`). Otherwise the next trial of the same cell (`hmer.cell_key`)
-    ran the cell again from its first epoch."""
+    """{number of a FAIL trial: (number of the later trial that took it over, how, in words)}: the one
+    naming it (`hmer.resumed_from`: resumed its run; `hmer.continues`: a sweep's trial that took its
+    parameters), else the next trial of its cell (`hmer.cell_key`), which ran the cell again."""
     taken: dict[int, tuple[int, str]] = {}
     for t in trials:
         resumed = t.user_attrs.get(keys.RESUMED_FROM)
@@ -126,9 +112,8 @@ def study_note(study: optuna.Study, *, objective_name: str, kind: str, descripti
 def annotate_optuna_study(study: optuna.Study, storage: optuna.storages.BaseStorage, *, objective_name: str,
                           kind: str, description: str | None, superseded_by: str | None = None,
                           table: pd.DataFrame | None = None) -> list[str]:
-    """Write the study's objective name, description, superseded mark, note and its failed trials'
-    notes (module docstring) where they differ from what is stored; returns what was written.
-    `storage`: the study's, as `load_for_notes` opened it."""
+    """Write the study's objective name, description, superseded mark, note and failed trials' notes
+    where they differ; returns what was written. `storage`: as `load_for_notes` opened it."""
     from optuna_dashboard import get_note, save_note
 
     from ..studies.storage import trial_id
@@ -165,9 +150,8 @@ def annotate_optuna_study(study: optuna.Study, storage: optuna.storages.BaseStor
 
 
 def load_for_notes(study_name: str, storage: str) -> tuple[optuna.Study, optuna.storages.BaseStorage]:
-    """The study at the storage URL `storage`, loaded to be annotated, and its storage: under a
-    sampler that writes nothing when a trial object is made for a finished trial (a grid's sampler
-    would record its grid on it)."""
+    """The study at `storage` and its storage, loaded under a sampler that writes nothing when a trial
+    object is made for a finished trial (a grid's sampler would record its grid on it)."""
     store = optuna.storages.RDBStorage(storage)
     study = optuna.load_study(study_name=study_name, storage=store, sampler=optuna.samplers.RandomSampler(seed=0))
     return study, store

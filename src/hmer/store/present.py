@@ -3,20 +3,11 @@
     changes = present_study("ablate_direction-cpu", tracking_uri=uri, storage=url)   # [] when up to date
     done = present_studies(uri, url)                                                  # {study: changes}
 
-`present_study` writes what makes a study read at a glance, where it differs from what is stored:
-- MLflow: a grid study that has finished, or that another supersedes (nothing continues it), gets
-  its figure, table, description and one summary run per variant, and a finished sweep its table
-  and description (`store.study_run`); a grid study's killed attempts whose cell a later run
-  trained are marked and left out of its comparison, finished or not;
-- Optuna: its objective's name, its description and superseded mark as user attributes, its
-  note and its failed trials' notes (`store.dashboard`).
-
-The command that runs a study calls it once the study has ended (`hmer study`, the scripts in
-`studies/`: hmer.cli.study; the study session itself only runs trials), and so do `hmer runs present
-FOLDER` (a store made before) and `hmer runs publish`; `hmer runs supersede` calls it for the study
-it labels. Presenting a study again writes nothing, so a finished study run again, or a store
-presented twice, keeps its bytes. `comparison_hint` is the line that then says where to compare the
-study's runs.
+MLflow: a finished or superseded grid study gets its figure, table, description and summary runs,
+a finished sweep its table and description (`store.study_run`); a grid's killed attempts whose cell
+a later run trained are marked and left out. Optuna: `store.dashboard`. Called once a study ends
+(hmer.cli.study), by `hmer runs present`, `publish` and `supersede`. Presenting again writes
+nothing, so a store presented twice keeps its bytes. `comparison_hint` says where to compare.
 """
 
 from __future__ import annotations
@@ -28,9 +19,8 @@ from ..tracking import keys
 
 
 def present_study(study: str, *, tracking_uri: str | None = None, storage: str | None = None) -> list[str]:
-    """Present `study` in both UIs (module docstring); returns what was written, in words. The
-    Optuna side is skipped when `storage` (default: `optuna.db` beside a SQLite MLflow store)
-    has no such study; a SQLite storage that does not exist is not created."""
+    """Present `study` in both UIs; returns what was written, in words. The Optuna side is skipped when
+    `storage` (default: `optuna.db` beside a SQLite store) has no such study; no SQLite file is created."""
     from ..reports.runs import resolve_tracking_uri
 
     from mlflow.exceptions import MlflowException
@@ -87,9 +77,8 @@ def _present(study: str, uri: str, storage: str | None) -> list[str]:
 
 
 def comparison_hint(study: str, tracking_uri: str | None = None) -> str | None:
-    """The line that says how to open the comparison of `study`'s runs in the MLflow UI, ordered by
-    the metric its summary runs carry once it is presented (`store.study_run.comparison_metric`);
-    None for a study without a parent run."""
+    """The line that says how to open the comparison of `study`'s runs in the MLflow UI
+    (`store.study_run.comparison_metric`); None for a study without a parent run."""
     from ..reports.runs import resolve_tracking_uri, study_parent
     from .study_run import comparison_metric
     from ..tracking.ui import ui_hint

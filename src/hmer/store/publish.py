@@ -3,27 +3,19 @@
     done = publish("/tmp/ws", mlruns_dir(), keep_unfinished=False)    # a Published, to print
 
 The copy is built in `mlruns/.publishing/` and replaces the committed store's files only once
-nothing is wrong with it, so a refused publish leaves the committed store as it was. Its steps:
-1. studies that have not finished are left out, or kept with `keep_unfinished`, with the smallest
-   checkpoint files that continue them (hmer.store.unfinished);
-2. nothing runs in a published store (`close_running`): a trial that was running in the workspace
-   is FAIL in the copy, as a trial whose worker died (its cell continues it from its checkpoint in
-   a workspace made from the commit, a sweep's next worker is given it), its MLflow run KILLED; a
-   study's parent run stopped so is `interrupted`. In the workspace they go on;
-3. every study's parent run carries its table (the sweep's too, and a superseded study's as it
-   stopped);
-4. no machine path is left and artifact locations are relative to the checkout (store.clean,
-   tracking.portable);
-5. `clean.store_problems` must find nothing: else the publish is refused, in one line naming
-   the first problem and how many there are.
+nothing is wrong with it. Its steps:
+1. unfinished studies are left out, or kept with `keep_unfinished` (hmer.store.unfinished);
+2. `close_running`: a running trial is FAIL in the copy, as one whose worker died (continued from
+   its checkpoint in a workspace made from the commit), its run KILLED, a parent so stopped
+   `interrupted`; in the workspace they go on;
+3. every study's parent run carries its table;
+4. no machine path is left (store.clean, tracking.portable);
+5. `clean.store_problems` must find nothing, else the publish is refused in one line.
 
-One publish at a time per committed store: it holds the store's lock (`tracking.lock`) from start
-to end, and a second publish into the same store is refused, naming the first. A publish ended
-by SIGTERM or Ctrl-C removes its staging copy and changes nothing, or, in its last step (the copy's
-files moved into place one by one: its two databases, then each folder by renaming, well under a
-second), ends that step first. One killed outright (SIGKILL) changes nothing until that last step;
-killed there, the store may be left part old, part new, and the next publish, which names the
-killed one's lock, writes every file again.
+It holds the store's lock (`tracking.lock`) throughout. Ended by SIGTERM or Ctrl-C it removes its
+staging copy and changes nothing, or, in its last step (files moved into place, well under a
+second), ends that step first. Killed outright in that step, the store may be left part old, part
+new; the next publish names the stale lock and writes every file again.
 """
 
 from __future__ import annotations
@@ -58,12 +50,11 @@ class Published:
 
 def publish(source: str | Path, dest: str | Path, *, keep_unfinished: bool, weights_only: bool = False,
             replace: bool = False) -> Published:
-    """Publish the local store in the folder `source` into the folder `dest` (see the module
-    docstring); with `keep_unfinished` and `weights_only`, each unfinished trial is continued from
-    its weights alone (`unfinished.keep_resumable_checkpoints`). A source that is not `dest`'s own
-    continuation (every run and study of `dest` in it: a workspace made from it) is refused unless
-    `replace` says to put it in `dest`'s place. Raises ValueError naming the first problem left,
-    `dest` then as it was, and `tracking.lock.StoreLocked` when another publish is writing `dest`."""
+    """Publish the local store in the folder `source` into `dest` (module docstring); `weights_only`:
+    each kept unfinished trial continues from its weights alone. A source that is not `dest`'s own
+    continuation (a workspace made from it, holding every run and study of `dest`) is refused unless
+    `replace`. ValueError naming the first problem (`dest` as it was); `StoreLocked` when another
+    publish writes `dest`."""
     source, dest = Path(source).resolve(), Path(dest).resolve()
     with store_lock(dest, f"hmer runs publish {source}"), no_training(dest):
         return _publish(source, dest, keep_unfinished=keep_unfinished, weights_only=weights_only, replace=replace)
@@ -154,9 +145,8 @@ def _publish(source: Path, dest: Path, *, keep_unfinished: bool, weights_only: b
 
 
 def _replace(staging: Path, dest: Path) -> None:
-    """The committed store's files replaced by the copy's (its databases, artifacts and checkpoints),
-    each by a rename: a folder's old version is moved into the staging folder (removed with it)
-    rather than deleted in place, so that the store is never long without it."""
+    """The committed store's files replaced by the copy's, each by a rename (a folder's old version
+    moved into the staging folder, removed with it), so the store is never long without one."""
     for name in STORE_FILES:
         if (staging / name).is_file():
             os.replace(staging / name, dest / name)

@@ -1,26 +1,17 @@
 """A study renamed in its store: `hmer runs rename STUDY NEW`.
 
-A study is known by its name in three places: its MLflow experiment, the `hmer.study` tag of its
-runs (the parent and every trial's), and its Optuna study. Its parent run is also named after it
-and records it as its param `study`, and its Optuna study as its attribute `hmer.experiment`:
-they are renamed with it (the param in an SQLite store, where it can be written again). A study
-re-run at a redefined budget keeps its name (`<study>-<budget>`), so the study it supersedes must
-give the name up first; renamed, it stays in the store, whole, under another name (for example
-`ablate_direction-cpu-4ep`). Otherwise the re-run would resume the old study, which a resumed
-study's rule (its stored config wins) makes it do silently.
+A study's name is its MLflow experiment's, its runs' `hmer.study` tag, its Optuna study's, its parent
+run's name and `study` param and its Optuna `hmer.experiment`: all are renamed. A study re-run at a
+redefined budget keeps its name (`<study>-<budget>`), so the one it supersedes must give the name up
+first (e.g. `ablate_direction-cpu-4ep`), or the re-run would silently resume it.
 
-Optuna cannot rename a study. The study is copied under the new name (`optuna.copy_study`: its
-attributes and every trial, numbers, states, parameters, reports and attributes included), and
-the old one deleted last. The steps run in an order that a second call can finish after an
-interrupted one: copy the Optuna study; retag the runs; rename the experiment; delete the old
-Optuna study. Each step skips what is already done, so an interrupted rename is repaired by
-running the same command again.
+Optuna cannot rename a study: it is copied (`optuna.copy_study`) and the old one deleted last. The
+steps (copy, retag runs, rename experiment, delete) each skip what is done, so an interrupted rename
+is repaired by running the command again.
 
-`hmer runs supersede OLD NEW` then labels the kept study: its MLflow experiment and parent run get
-the tag `hmer.superseded_by` = NEW, and the experiment's description (what `mlflow ui` shows
-above its runs) says so; `hmer report --list` prints it beside the study's state. Nothing continues
-a superseded study, so a parent run it left RUNNING is closed (KILLED, `hmer.status=incomplete`, at
-its last trial's end), and the parent run gets the study's table as it stands (store.study_run).
+`hmer runs supersede OLD NEW` labels the kept study (`hmer.superseded_by` on its experiment and
+parent run, and its description); a parent run it left RUNNING is closed (KILLED,
+`hmer.status=incomplete`) and gets the study's table as it stands.
 """
 
 from __future__ import annotations
@@ -48,11 +39,9 @@ class Renamed:
 
 
 def rename_study(study: str, new: str, *, tracking_uri: str | None = None, storage: str | None = None) -> Renamed:
-    """Rename `study` to `new` in the MLflow store and the Optuna storage (see the module
-    docstring). Refuses, changing nothing, a study that is not there, a new name already taken
-    by another study, and a study with a RUNNING trial whose worker runs or may run (another host's:
-    it would write under the old name). A RUNNING trial whose worker on this host is gone is marked
-    FAIL first, as the study's next worker would."""
+    """Rename `study` to `new` in the MLflow store and the Optuna storage. Refuses, changing nothing, a
+    study not there, a name taken, and a study with a RUNNING trial whose worker runs or may run
+    (another host's); a RUNNING trial whose worker on this host is gone is first marked FAIL."""
     from ..tracking.store import default_tracking_uri, mlflow_client
     from ..studies.storage import default_storage, open_storage
 

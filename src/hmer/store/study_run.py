@@ -2,33 +2,22 @@
 
     changes = annotate_study("ablate_direction-cpu", tracking_uri)   # [] when already up to date
 
-A grid study's parent run gets
-- the figure `exprate.png`: each variant's ExpRate per test year, a bar at the mean over its
-  seeds, whiskers ± 1 std, a dot per seed (`plots.plot_exprate`, the figure `hmer report` draws),
-  and the table `table.md`, as artifacts;
-- its description (tag `mlflow.note.content`, Markdown, which the UI shows on the run's page):
-  the figure itself, the study's table as `hmer report --study` prints it, and a link to the figure.
+A grid study's parent run gets the figure `exprate.png` (`plots.plot_exprate`) and `table.md` as
+artifacts, and a description (`mlflow.note.content`) with the figure, the table as `hmer report
+--study` prints it, and a link to the figure. It carries no `hmer.variant`, so grouping by that tag
+groups the variants' own runs.
 
-Beside the trials, the parent gets one **summary run** per variant, a child run like them (tags
-`hmer.role=summary`, `hmer.study`, `hmer.variant`), named "bi: mean of 3 seeds", whose metric
-`<year> ExpRate` is the variant's mean ExpRate over its seeds on that test year (%). MLflow's
-charts compare runs, one bar per run in one chart per metric: so the chart view's first charts
-are one per test year with one bar per variant (the names begin with the year, so they sort
-before every metric of the trials), and the runs table has a row per variant. Every run of a
-variant, its summary run and its trials, is drawn in the variant's colour of the figure (tag
-`mlflow.runColor`), in the tables and the charts alike.
+Beside the trials, one **summary run** per variant (`hmer.role=summary`), named "bi: mean of 3
+seeds", with metric `<year> ExpRate` the mean over seeds: MLflow's charts are one bar per run, so
+the first charts (the year sorts first) have one bar per variant. A variant's runs share its
+figure colour (`mlflow.runColor`).
 
-The parent run carries no `hmer.variant`: grouping the runs by that tag groups the variants' own
-runs.
+A sweep's parent run gets its table (`sweep_report.sweep_table`) as description and `table.md`; a
+superseded study gets its table as it stopped.
 
-A sweep's parent run gets its table as a sweep prints it (`hmer.studies.sweep_report.sweep_table`: every
-trial with its objective and parameters), as its description and `table.md`; a study superseded
-by another (`hmer runs supersede`) gets its table as it stopped, finished or not.
-
-Only what differs from the stored values is written, so annotating a study again (a finished
-study resumed, a store published twice) leaves the store byte for byte as it was. The figure is
-drawn again only when it is missing or the table changed: its numbers are the runs', its pixels
-those of the matplotlib that draws it, which must not make a store differ from one machine to another.
+Only what differs is written, so annotating again leaves the store byte for byte. The figure is
+drawn again only when missing or the table changed: its pixels are matplotlib's, which must not
+make a store differ from one machine to another.
 """
 
 from __future__ import annotations
@@ -42,7 +31,7 @@ from typing import Any
 import pandas as pd
 
 from ..tracking import keys
-from ..tracking.store import search_all_runs
+from ..tracking.store import search_all_runs, study_filter
 from ..reports.plots import plot_exprate, variant_colors
 from ..reports.runs import client_for, load_runs, resolve_tracking_uri, study_parent
 from ..reports.tables import format_table
@@ -95,9 +84,8 @@ def description(study: str, table: pd.DataFrame, experiment_id: str, run_id: str
 
 def annotate_study(study: str, tracking_uri: str | None = None, *, runs: pd.DataFrame | None = None,
                    table: pd.DataFrame | None = None) -> list[str]:
-    """Write the grid study's figure, table, description and summary runs (module docstring), only
-    where they differ from what is stored; returns what was written, in words. `runs` and `table`:
-    the study's `load_runs` and `study_table`, when the caller has them already."""
+    """Write the grid study's figure, table, description and summary runs where they differ; returns
+    what was written. `runs` and `table`: the study's `load_runs` and `study_table`, if at hand."""
     uri = resolve_tracking_uri(tracking_uri)
     parent = study_parent(study, uri)
     if parent is None:
@@ -139,10 +127,9 @@ KILLED_ATTEMPT = " (killed attempt)"  # the end of a killed attempt's run name
 
 
 def mark_killed_attempts(client, runs: pd.DataFrame) -> list[str]:
-    """Tag `hmer.trained_again_in` on each trial run that was killed and whose cell (variant and seed)
-    a later run trained from the start (a dead trial without a checkpoint to continue from), and end
-    its name with KILLED_ATTEMPT, so that a study's comparison link leaves it out
-    (`tracking.ui.study_url`) and its list tells it from the run that counts; nothing is deleted."""
+    """Tag `hmer.trained_again_in` on each killed trial run whose cell (variant and seed) a later run
+    trained from the start, and end its name with KILLED_ATTEMPT, so the comparison link
+    (`tracking.ui.study_url`) leaves it out and its list tells it apart; nothing is deleted."""
     if runs.empty or "status" not in runs.columns:
         return []
     finished = runs[runs["status"] == "FINISHED"]
@@ -162,9 +149,8 @@ def mark_killed_attempts(client, runs: pd.DataFrame) -> list[str]:
 
 def summary_runs(client, experiment_id: str, study: str) -> list:
     """The study's summary runs (deleted ones aside)."""
-    quoted = study.replace("'", "\\'")
-    return search_all_runs(client, [experiment_id],
-                           f"tags.`{keys.STUDY}` = '{quoted}' and tags.`{keys.ROLE}` = '{keys.ROLE_SUMMARY}'")
+    summaries = f"{study_filter(study)} and tags.`{keys.ROLE}` = '{keys.ROLE_SUMMARY}'"
+    return search_all_runs(client, [experiment_id], summaries)
 
 
 def comparison_metric(study: str, tracking_uri: str | None = None) -> str:
@@ -241,9 +227,8 @@ def _one_summary_each(client, experiment_id: str, study: str, wanted: dict, chan
 
 
 def _png(figure) -> bytes:
-    """The figure as PNG, at most `FIGURE_WIDTH_PX` wide: drawn at the reports' resolution, then
-    at lower ones until it fits (its tight box, the legend beside the axes included, is only known
-    once drawn, and does not shrink in proportion: the pads are fixed)."""
+    """The figure as PNG at most `FIGURE_WIDTH_PX` wide: drawn at the reports' resolution, then lower
+    until it fits (its tight box, legend included, is only known once drawn, and its pads are fixed)."""
     from ..atomic import FIGURE_DPI
 
     dpi = float(FIGURE_DPI)
@@ -267,9 +252,8 @@ def _millis(run) -> int:
 
 
 def _local_artifact(client, run, name: str) -> Path | None:
-    """Where the artifact `name` of `run` lies on this machine, for a local store (None for a
-    remote one). A portable store's relative locations (`tracking.portable`) are resolved
-    against the store's own place, not the working folder."""
+    """Where the artifact `name` of `run` lies on this machine (a portable store's relative location
+    resolved against the store's place), None for a remote store."""
     from urllib.parse import unquote, urlparse
 
     from ..tracking.portable import resolve_artifact_uri

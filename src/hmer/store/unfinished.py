@@ -1,25 +1,15 @@
 """Unfinished studies in a published store: left out, or kept to be continued.
 
-`hmer runs publish WORKSPACE` copies a workspace into `mlruns/` to be committed. Studies run in
-the workspace for days, several at a time, and one finishes while the others train. A study that
-has not finished has no answer yet (half its cells, a table that will change), and its runs would
-be committed as if they were results. So by default the published copy keeps only finished
-studies: every study whose parent run is not tagged `hmer.status=finished` is removed from the
-copy, all three places it lives (its MLflow experiment with every run and artifact, purged with
-`mlflow gc`, and its Optuna study). The workspace itself is not touched: its studies go on, and
-are published when they finish. A study superseded by another (`hmer runs supersede`) is the
-exception: nothing continues it, so it is kept as it stopped, labelled superseded.
+A study that has not finished has no answer yet, so by default the published copy keeps only
+studies whose parent run is `hmer.status=finished` (a superseded study too: nothing continues it);
+the others are removed from the copy (experiment and runs purged with `mlflow gc`, Optuna study).
+The workspace is not touched.
 
-A workspace does not always outlive the machine it is on. `--keep-unfinished` keeps the
-unfinished studies in the copy instead, with their finished cells, their Optuna trials and the
-smallest files that continue each trial in flight, so that a workspace made from the committed
-store (`hmer runs workspace`) continues them where they stopped, on any machine: the dead trials
-are taken up as after any kill (hmer.studies.resume). Every file is committed for good (the
-clone's history keeps it), so only what a resume reads is kept (`resumable_runs`,
-`keep_resumable_checkpoints`): of each cell, the run its next trial continues, and of that run
-`last.pt` (weights, optimiser, schedule, random state), with `best.pt` only where the best
-weights so far are not its own (the trainer writes it again from `last.pt` otherwise). What was
-running is closed in the copy (`hmer.store.publish`); `hmer report` says what they are: in progress.
+`--keep-unfinished` keeps them instead, with the smallest files that continue each trial in flight,
+so that `hmer runs workspace` continues them on any machine (hmer.studies.resume). Every committed
+file stays in history, so only what a resume reads is kept (`resumable_runs`,
+`keep_resumable_checkpoints`): per cell the run its next trial continues, its `last.pt`, and
+`best.pt` only where the best weights are not its own.
 """
 
 from __future__ import annotations
@@ -39,10 +29,8 @@ LAST, BEST = "last.pt", "best.pt"  # a run's checkpoints (hmer.training.trainer)
 
 
 def unfinished_studies(client) -> dict[str, str]:
-    """{study name: its parent run's hmer.status} for every study in the store that has not
-    finished and is still to be continued. A study superseded by another (`hmer runs supersede`)
-    is neither: it is kept as it stopped, published with or without --keep-unfinished, and its
-    runs are not carried to be continued."""
+    """{study name: its parent run's hmer.status} for every study of the store not finished and still
+    to be continued (not a superseded one: it is kept as it stopped, its runs not carried)."""
     parents = search_all_runs(client, filter_string=f"tags.`{keys.ROLE}` = 'study'")
     return {run.data.tags[keys.STUDY]: run.data.tags.get(keys.STATUS, "unknown") for run in parents
             if run.data.tags.get(keys.STATUS) != "finished" and keys.STUDY in run.data.tags
@@ -50,11 +38,10 @@ def unfinished_studies(client) -> dict[str, str]:
 
 
 def resumable_runs(client, storage: str, studies: list[str], store: Path) -> set[str]:
-    """The ids of the runs of `studies` (Optuna storage `storage`, MLflow `client`) that a resumed
-    study continues from their checkpoints in the store folder `store`: of each cell that no trial
-    has finished (complete or pruned), the run of its latest trial whose worker died with a
-    `last.pt` beside it, the run `resume.find_resumable` takes up (its config check aside, which
-    needs the study's spec). Meant for a copy whose running trials are closed (`publish.close_running`)."""
+    """The ids of the runs of `studies` that a resumed study continues from their checkpoints in the
+    store folder `store`: per cell no trial has finished, the run `resume.find_resumable` takes up (the
+    latest dead trial's, with a `last.pt`; its config check aside). For a copy whose running trials
+    are closed (`publish.close_running`)."""
     import optuna
     from optuna.trial import TrialState
 
@@ -81,13 +68,11 @@ def resumable_runs(client, storage: str, studies: list[str], store: Path) -> set
 
 def keep_resumable_checkpoints(store: Path, keep: set[str], *, client=None,
                                weights_only: bool = False) -> dict[str, list[str]]:
-    """Delete every run's checkpoints in the store folder `store` (`checkpoints/<run id>/`) but the
-    smallest files that resume the runs `keep`: `last.pt`, and `best.pt` only where its weights are
-    not `last.pt`'s own (`training.resume.best_weights_recoverable`); the folder goes when nothing is
-    left. With `weights_only` (and the store's MLflow `client`, for the epoch's validation reading),
-    `last.pt` alone, rewritten as `training.resume.standalone_continuation` makes it: no optimiser
-    state, no earlier best (`best.pt` is kept only once every epoch is done, for the test years).
-    Returns {run id: the files kept}."""
+    """Delete every run's checkpoints in the store folder `store` but the smallest files that resume
+    the runs `keep`: `last.pt`, and `best.pt` only where its weights are not `last.pt`'s
+    (`training.resume.best_weights_recoverable`). With `weights_only` (and the store's `client`),
+    `last.pt` alone, rewritten by `training.resume.standalone_continuation` (`best.pt` kept only once
+    every epoch is done). Returns {run id: the files kept}."""
     from ..checkpoint import atomic_torch_save, load_checkpoint
     from ..training.carry import epoch_readings
     from ..training.resume import best_weights_recoverable, standalone_continuation

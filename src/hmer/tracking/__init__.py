@@ -2,14 +2,12 @@
 trained models.
 
 - `keys`: every tag and attribute key the suite writes, named once;
-- `store`: where runs are recorded (the project's MLflow home, its defaults);
-- `run`: one training run from start (or resume) to its final status, behind a small logger;
-- `artifacts`: per-token attention maps and the pictures and prediction files logged with a run;
+- `store`: where runs are recorded; `run`: one training run from start (or resume) to its end;
+- `artifacts`, `attention`: attention maps, their pictures and the prediction files of a run;
 - `models`: a trained model reloaded from a run id or a checkpoint;
-- `transfer`, `export_file`, `portable`: runs moved between stores as one file, and that file; the
-  committed store read from any folder;
-- `reference_checkpoint`, `import_reference`: a published BTTR / CoMER checkpoint read as a project
-  model, and `hmer import`, which records it as a run.
+- `transfer`, `export_file`, `portable`: runs moved between stores as one file; the committed store
+  read from any folder;
+- `reference_checkpoint`, `import_reference`: a published BTTR / CoMER checkpoint as a run.
 
 The names below are loaded on first use, so `from hmer.tracking import keys` does not import torch.
 """
@@ -17,7 +15,8 @@ The names below are loaded on first use, so `from hmer.tracking import keys` doe
 from __future__ import annotations
 
 import importlib
-from typing import Any
+import sys
+from typing import Any, Callable
 
 _EXPORTS = {
     "RunNotFoundError": "models", "load_model": "models", "checkpoint_file": "models",
@@ -27,12 +26,20 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hmer.tracking' has no attribute {name!r}")
-    return getattr(importlib.import_module(f".{module}", __name__), name)
+def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """A package's `__getattr__` and `__dir__` that import each name of `exports` ({name: module})
+    from its module on first use."""
+
+    def __getattr__(name: str) -> Any:
+        module = exports.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(f".{module}", package), name)
+
+    def __dir__() -> list[str]:
+        return sorted(set(vars(sys.modules[package])) | set(exports))
+
+    return __getattr__, __dir__
 
 
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,17 +1,12 @@
 """What a run logs besides metrics: per-token attention maps and their pictures, prediction files.
 
-A run keeps the predictions behind each split's scores: a test split's (`test_2014`: metrics
-`test_2014_*`) as `predictions/test_2014.csv`, the validation split decoded at the end as the test
-years are (`val_final`, `val-alt_final`) as `split/val_predictions.csv`, `split/val-alt_predictions.csv`;
-`predictions_artifact` and `scored_key` say which file is which split, for the code that writes them
-(`training.final`) and the code that scores them again (`tracking.rescore`).
+A run keeps the predictions behind each split's scores (`predictions/test_2014.csv`,
+`split/val_predictions.csv`, ...); `predictions_artifact` and `scored_key` say which file is which
+split, for `training.final` (which writes them) and `tracking.rescore` (which scores them again).
 
-`token_maps` is the one implementation of "where the model looks for each token": the run's
-`attention/*.png` are drawn from it here, and `hmer.tracking.attention` builds its figures on it.
-
-Each logged picture is one validation image on top, then one panel per decoded token with that
-token's cross-attention over the image, so over-parsing (attending to ink twice) and
-under-parsing (never attending to some ink) can be seen at a glance.
+`token_maps` is the one implementation of "where the model looks for each token", used by the
+run's `attention/*.png` here and by `hmer.tracking.attention`: one validation image on top, then one
+panel per decoded token, so over- and under-parsing can be seen at a glance.
 """
 
 from __future__ import annotations
@@ -43,19 +38,8 @@ def _reading_direction(model: Any, direction: str | None) -> str:
 @torch.inference_mode()
 def token_maps(model: Any, vocab: Any, image: np.ndarray, tokens: Sequence[str], *, direction: str | None = None,
                kind: str = "attention", device: str | torch.device = "cpu") -> np.ndarray:
-    """float [len(tokens), H, W]: where `model` looks to emit each of `tokens` over `image`.
-
-    A pixel holds the weight of the feature cell it lies in (interpolated between cell
-    centres), so a row's values are attention weights (or coverage sums), not densities.
-
-    Args:
-        model: an `HMERModel` (anything with `attention_maps(images, mask, tgt_in, coverage)`).
-        vocab: the model's `Vocab`.
-        image: uint8 [H, W] with 255 = ink (an `Expression.image`).
-        tokens: the tokens, in reading order (decoded, or the truth).
-        direction: l2r or r2l; default the model's (`bi` models are read l2r).
-        kind: "attention" or "coverage".
-    """
+    """float [len(tokens), H, W]: where `model` looks to emit each of `tokens` (reading order) over the
+    uint8 `image` (255 = ink), or the coverage (`kind`); `direction` defaults to the model's."""
     from ..data import Expression, collate
     from ..model.direction import make_targets
 
@@ -85,9 +69,7 @@ def attention_grid(image: np.ndarray, maps: np.ndarray, tokens: Sequence[str], c
     """image: uint8 [H, W]; maps: float [L, h, w] (one per token); -> an RGB panel grid."""
     h, w = image.shape
     label_h = 14
-    panels = [_panel(image, None, "input")]
-    for tok, m in zip(tokens, maps):
-        panels.append(_panel(image, m, tok))
+    panels = [_panel(image, None, "input")] + [_panel(image, m, tok) for tok, m in zip(tokens, maps)]
     rows = (len(panels) + columns - 1) // columns
     grid = Image.new("RGB", (columns * w, rows * (h + label_h)), "white")
     for i, p in enumerate(panels):

@@ -4,17 +4,11 @@
     result = attend(model, vocab, expr, tokens=predicted_tokens, label="coverage=cross")
     fig = plot_attention([result_with, result_without])   # one block of rows per model
 
-The maps come from `model.attention_maps` with teacher forcing on the given tokens (the
-tokens the model decoded, read from its predictions CSV, or decoded here): row t is
-where the decoder looked to emit token t. With `kind="coverage"` they are the coverage
-instead, the sum of the attention of the steps before t. Maps are upsampled from the
-feature grid to the image and returned in reading order (for a right-to-left model the
-rows are flipped back).
-
-Over-parsing (a stroke read twice) shows as ink attended by several tokens, i.e. a
-summed attention above 1 there; under-parsing (a stroke never read) as ink the summed
-attention leaves dark. `AttentionResult.total` is that sum, and `parse_error` names the
-case from the lengths of prediction and truth.
+The maps come from `model.attention_maps` with teacher forcing on the given tokens: row t is where
+the decoder looked to emit token t (`kind="coverage"`: the sum of the steps before t), upsampled to
+the image, in reading order (a right-to-left model's rows flipped back). Over-parsing shows as a
+summed attention above 1 on ink (`AttentionResult.total`), under-parsing as ink it leaves dark;
+`parse_error` names the case from the lengths of prediction and truth.
 """
 
 from __future__ import annotations
@@ -38,19 +32,9 @@ __all__ = ["KINDS", "AttentionResult", "attend", "decode_tokens", "plot_attentio
 
 @dataclass
 class AttentionResult:
-    """The per-token maps of one model on one expression.
-
-    Attributes:
-        label: the model's name in a figure ("with coverage", a variant, a run id).
-        name: the expression's name.
-        image: float [H, W] in [0, 1], white ink on black.
-        tokens: the tokens the maps belong to, in reading order.
-        maps: float [len(tokens), H, W], upsampled to the image: each pixel holds the
-            attention weight of its feature cell (see `token_maps`).
-        truth: the ground-truth tokens, when known.
-        kind: "attention" or "coverage".
-        forced: the tokens are the truth, teacher-forced (not what the model read).
-    """
+    """The per-token maps of one model on one expression: `image` float [H, W] in [0, 1] (white ink on
+    black), `maps` float [len(tokens), H, W] (`token_maps`); `forced`: the tokens are the truth,
+    teacher-forced, not what the model read."""
 
     label: str
     name: str
@@ -107,11 +91,8 @@ def decode_tokens(model: Any, cfg: Any, vocab: Any, image: np.ndarray, *, device
 
 def attend(model: Any, vocab: Any, expr: Any, *, tokens: Sequence[str] | None = None, label: str = "",
            cfg: Any = None, kind: str = "attention", device: str | torch.device = "cpu") -> AttentionResult:
-    """The `AttentionResult` of `model` on an `Expression`.
-
-    `tokens`: what the model read (e.g. from its predictions CSV); decoded here with
-    `cfg` when None.
-    """
+    """The `AttentionResult` of `model` on an `Expression`, on `tokens` (what the model read, e.g. from
+    its predictions CSV), decoded here with `cfg` when None."""
     if tokens is None:
         if cfg is None:
             raise ValueError("give the decoded tokens, or the model's cfg to decode them")
@@ -147,14 +128,9 @@ def _shorten(text: str, limit: int = _TITLE_CHARS) -> str:
 
 def plot_attention(results: Sequence[AttentionResult], *, max_columns: int = 12, title: str | None = None,
                    path: str | Path | None = None) -> Figure:
-    """One expression as read by several models, side by side: a block of rows per model.
-
-    Each block shows the input (with the model's reading and its error type), one panel per
-    token with that token's attention (or coverage) over the image, and a last panel with
-    the attention summed over all tokens: bright ink was read more than once
-    (over-parsing), dark ink never (under-parsing). The summed panels of all models
-    share one colour scale.
-    """
+    """One expression as read by several models, a block of rows per model: the input (with the
+    model's reading and error type), a panel per token, and the attention summed over all tokens
+    (bright ink read more than once, dark ink never), on one colour scale for all models."""
     if not results:
         raise ValueError("no attention results to plot")
     columns = min(max_columns, max(len(r.tokens) for r in results) + 2)

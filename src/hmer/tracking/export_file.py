@@ -1,15 +1,11 @@
 """An export of runs as a file (`hmer runs export`): its layout, its pieces, and reading it back.
 
-An export is a gzipped tar: `hmer-runs.json` (experiments, and per run its info, params, tags
-and the full history of every metric: value, timestamp and step) followed by
-`artifacts/<run id>/...`, every artifact file of the run. `--part-mb N` splits the file into
-`FILE.part-000`, `FILE.part-001`, ... of at most N MiB each (a GPU machine returns files of at
-most 16 MiB); naming the file or any of its parts finds them all (`resolve_parts`).
-
-Before an import touches a store, the file is read to its end (a file cut short in transfer is
-refused, `read_to_end`), unpacked and its manifest checked (`unpack_parts`); `read_export` does
-the same without a store, for a file that has just come back from a GPU machine. Writing an export
-and merging one into a store are `tracking.transfer`'s.
+A gzipped tar: `hmer-runs.json` (experiments; per run its info, params, tags and every metric's
+full history) followed by `artifacts/<run id>/...`. `--part-mb N` splits it into `FILE.part-000`,
+... of at most N MiB (a GPU machine returns files of at most 16 MiB); naming the file or any part
+finds them all (`resolve_parts`). Before an import touches a store, the file is read to its end
+(a file cut short is refused), unpacked and its manifest checked (`unpack_parts`); `read_export`
+does the same without a store. Writing and merging are `tracking.transfer`'s.
 """
 
 from __future__ import annotations

@@ -5,31 +5,23 @@
             print(lock.stale_line(), file=sys.stderr)   # a writer killed before it let go
         ...                                              # write the store
 
-`hmer runs publish`, `hmer runs import`, `hmer runs workspace` and the GPU campaign's `home`
-replace or merge a store's files in several steps, and `hmer runs rescore`, `present`, `rename`,
-`supersede` and `fingerprint` write into many of its runs; two of them at once on one store break
-each other (one publish's staging folder removed under the other's feet, a run imported twice, a
-run rescored while a publish replaces its store). So
-each takes this lock first, and a second one does not wait: it is refused (`StoreLocked`, a
-ValueError: one line, exit status 2) naming the process that holds the lock and since when, with
-nothing changed.
+Publish, import, workspace, the GPU campaign's `home`, and rescore / present / rename / supersede /
+fingerprint each replace or write many runs of a store in several steps; two at once break each
+other. A second writer does not wait: it is refused (`StoreLocked`, one line, exit status 2) naming
+the holder, with nothing changed.
 
-The lock is an advisory `flock` on `<store>/.store.lock`, and the file holds who took it (command,
-pid, host, time). The kernel releases a `flock` when its process ends, however it ends (SIGKILL
-too), so a holder that was killed never blocks the next writer. The file is removed on release;
-a file that is there with nobody holding its lock is what a killed writer left behind: the next
-writer names it (`stale`) and takes the lock over. Held again by the same process (a library
-function under the command that already holds it), the lock is simply held.
+The lock is an advisory `flock` on `<store>/.store.lock`, whose file records the holder (command,
+pid, host, time). The kernel releases a `flock` when its process ends (SIGKILL too), so a killed
+holder never blocks the next writer; the file it leaves is reported as `stale` and taken over. The
+same process taking the lock again simply holds it.
 
-Trainings are writers too, many at once (a study's workers, `hmer train` beside them): each holds a
-shared lock of the store (`training_lock`, `.trainers.lock`, with a record of itself in `.trainers/`)
-while it trains, and a publish into the store takes it exclusively (`no_training`): a publish is refused
-while a training writes the store, naming the trainings, and a training is refused while a publish
-replaces it. A resumed run is trained by one process at a time (`run_lock`, `.training.lock` in its
-checkpoint folder). The last holder of each lock removes its file.
+Trainings (many at once) hold a shared lock (`training_lock`, `.trainers.lock`, records in
+`.trainers/`); a publish into the store takes it exclusively (`no_training`), so neither starts
+while the other writes. One process trains a resumed run at a time (`run_lock`, `.training.lock`
+in its checkpoint folder). The last holder of each lock removes its file.
 
-Within one machine only: `flock` on a network filesystem may lock nothing across hosts. Where
-`fcntl` does not exist (not POSIX), no lock is taken.
+Within one machine only (`flock` on a network filesystem may lock nothing across hosts); without
+`fcntl` (not POSIX) no lock is taken.
 """
 
 from __future__ import annotations
@@ -87,9 +79,8 @@ _held: dict[Path, list] = {}  # lock file -> [its descriptor, how many times thi
 
 @contextlib.contextmanager
 def store_lock(folder: str | os.PathLike[str], command: str) -> Iterator[TakenLock]:
-    """Hold the lock of the store in `folder` (created if missing) while the block runs; see the
-    module docstring. Raises StoreLocked when another process holds it. A folder made for the lock
-    is removed with it if nothing was written into it."""
+    """Hold the lock of the store in `folder` (created if missing, and removed again if nothing was
+    written into it) while the block runs; StoreLocked when another process holds it."""
     path = Path(folder).resolve() / LOCK_FILE
     if path in _held:
         _held[path][1] += 1
@@ -121,10 +112,8 @@ def store_lock(folder: str | os.PathLike[str], command: str) -> Iterator[TakenLo
                 path.parent.rmdir()
 
 
-# Trainings share a store (a study's workers, `hmer train` beside them) and none may find the store
-# replaced under it (issue 70: a publish into the store a training wrote left the run gone, exit 0).
-# Every training holds a shared flock on this file while it writes, and records itself in TRAINERS;
-# a command that replaces the store takes it exclusively (`no_training`), which no training can share.
+# Shared by the trainings of a store, exclusive for a command that replaces it (issue 70: a publish into
+# the store a training wrote left the run gone, exit 0).
 TRAINERS_LOCK = ".trainers.lock"
 TRAINERS = ".trainers"
 RUN_LOCK = ".training.lock"  # in a run's checkpoint folder: one process trains a run at a time
@@ -132,9 +121,8 @@ RUN_LOCK = ".training.lock"  # in a run's checkpoint folder: one process trains 
 
 @contextlib.contextmanager
 def training_lock(folder: str | os.PathLike[str], command: str) -> Iterator[None]:
-    """Held by a training of a run of the store in `folder` while it trains (shared with the store's
-    other trainings). Raises StoreLocked, naming the holder, while a publish replaces the store. The
-    last training to let go removes the lock file and the records."""
+    """Held by a training of the store in `folder` (shared with its other trainings); StoreLocked,
+    naming the holder, while a publish replaces the store."""
     try:
         import fcntl
     except ImportError:
@@ -193,6 +181,9 @@ def _flocked(path: Path, kind: int) -> int | None:
         except BlockingIOError:
             os.close(fd)
             return None
+        except BaseException:
+            os.close(fd)
+            raise
         try:
             same = os.stat(path).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:
@@ -235,9 +226,7 @@ def run_lock(folder: str | os.PathLike[str], run: str, command: str) -> Iterator
     if fd is None:
         raise StoreLocked(f"run {run}: {_holder_of(path)} is training it; one process trains a run at a time: "
                           f"nothing was changed")
-    record = json.dumps(asdict(Holder(command=command, pid=os.getpid(), host=socket.gethostname(), since=time.time())))
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, record.encode(), 0)
+    _write_record(fd, command)
     try:
         yield
     finally:
@@ -287,33 +276,22 @@ def database_store_lock(tracking_uri: str, command: str) -> ContextManager[Taken
 def _acquire(path: Path, command: str) -> tuple[int, Holder | str | None]:
     import fcntl
 
-    while True:
-        fd = _open_lock(path)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _wait_for_record(fd)
-            os.close(fd)
-            who = holder.describe() if isinstance(holder, Holder) else "another process (its record unreadable)"
-            raise StoreLocked(f"{path.parent}: {who} is writing this store and holds its lock ({path.name}); "
-                              f"nothing was changed: run this again once it has ended") from None
-        except BaseException:
-            os.close(fd)
-            raise
-        try:
-            same = os.stat(path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if not same:  # released (and removed) between our open and our flock: open the path again
-            os.close(fd)
-            continue
-        stale = _read_record(fd) or None
-        record = json.dumps(asdict(Holder(command=command, pid=os.getpid(), host=socket.gethostname(),
-                                          since=time.time())))
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, record.encode(), 0)
-        os.fsync(fd)
-        return fd, stale
+    fd = _flocked(path, fcntl.LOCK_EX)
+    if fd is None:
+        holder = _wait_for_record(path)
+        who = holder.describe() if isinstance(holder, Holder) else "another process (its record unreadable)"
+        raise StoreLocked(f"{path.parent}: {who} is writing this store and holds its lock ({path.name}); "
+                          f"nothing was changed: run this again once it has ended")
+    stale = _read_record(fd) or None
+    _write_record(fd, command)
+    os.fsync(fd)
+    return fd, stale
+
+
+def _write_record(fd: int, command: str) -> None:
+    record = json.dumps(asdict(Holder(command=command, pid=os.getpid(), host=socket.gethostname(), since=time.time())))
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, record.encode(), 0)
 
 
 def _read_record(fd: int) -> Holder | str:
@@ -326,11 +304,19 @@ def _read_record(fd: int) -> Holder | str:
         return text.strip()
 
 
-def _wait_for_record(fd: int) -> Holder | str:
+def _wait_for_record(path: Path) -> Holder | str:
     """The holder's record, waiting a moment for it: it is written just after the holder's flock."""
     deadline = time.monotonic() + RECORD_WAIT_S
     while True:
-        record = _read_record(fd)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            record = ""
+        else:
+            try:
+                record = _read_record(fd)
+            finally:
+                os.close(fd)
         if isinstance(record, Holder) or time.monotonic() > deadline:
             return record
         time.sleep(0.05)

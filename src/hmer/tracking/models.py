@@ -22,9 +22,8 @@ class RunNotFoundError(LookupError):
 
 @contextlib.contextmanager
 def checkpoint_file(run_or_checkpoint: str, tracking_uri: str | None = None) -> Iterator[Path]:
-    """A checkpoint path as given, or the run's model artifact (`model/model.safetensors`, or
-    `model/model.pt` for a run logged before it) downloaded into a temporary folder that is removed
-    again when the block ends."""
+    """A checkpoint path as given, or the run's model artifact (`model/model.safetensors`, or an older
+    run's `model/model.pt`) downloaded into a temporary folder removed when the block ends."""
     path = Path(run_or_checkpoint)
     if path.is_file():
         yield path

@@ -1,24 +1,16 @@
-"""A committed MLflow store that works from any clone: artifact locations relative to the checkout.
+"""The committed store, read from any clone: artifact locations relative to the checkout.
 
-MLflow records where a run's artifacts are as an absolute location (`file:///home/me/hmer/mlruns/
-artifacts/...`), resolved when the experiment is created; no public API records a relative one.
-A store committed to the repository must open anywhere it is cloned, so `make_portable` rewrites
-the locations that lie inside the store's own `artifacts/` folder to `mlruns/artifacts/...`,
-relative to the checkout. MLflow reads such a location relative to the working directory, so
-`mlflow ui --backend-store-uri sqlite:///mlruns/mlflow.db`, started from the checkout as the
-README says, shows every artifact; the suite's own readers (`hmer report`, `evaluate`, `predict`,
-the notebooks) resolve it against the store's location instead, so they work from any folder.
+MLflow records artifact locations as absolute paths, and no public API records a relative one, so
+`make_portable` rewrites those inside the store's `artifacts/` folder as `mlruns/artifacts/...`.
+MLflow reads them relative to the working directory (`mlflow ui` started from the checkout, as the
+README says); the suite's own readers resolve them against the store's location, from any folder.
 
-Nor may a committed store name other folders of the machine it was published on: a study's
-parent run records its Optuna storage (`sqlite:////home/me/ws/optuna.db`), a run trained with
-`--data` its data file. `machine_paths` finds such paths in any text, and `portable_text` writes
-each as it reads in a clone: a path inside the published store as `mlruns/...` (as artifact
-locations), any other as `<local>/` and its file name (the folder belongs to the machine).
+Nor may a committed store name other folders of the publishing machine (a parent run's Optuna
+storage, a run's `--data`): `portable_text` writes a path inside the store as `mlruns/...`, any
+other as `<local>/` and its file name.
 
-This is the one place that writes MLflow's tables directly (SQLite only): the workaround for the
-missing public API (no relative artifact location; params are written once), kept small. Runs
-still being written should not be in a store made portable (their artifacts would be logged
-relative to the working directory): make a finished copy portable.
+This is the one place that writes MLflow's tables directly (SQLite only), kept small. Make only a
+finished copy portable: runs still being written would log artifacts relative to the cwd.
 """
 
 from __future__ import annotations
@@ -83,9 +75,8 @@ def make_values_portable(db_path: str | Path, stores: Sequence[Path] = ()) -> li
 
 
 def set_params(db_path: str | Path, params: Mapping[tuple[str, str], str]) -> None:
-    """Set the params `params` ({(run id, key): value}) of runs of the MLflow store `db_path` to
-    the values given: MLflow's API writes a param once, so a copy's are set again here (a published
-    copy, a renamed study's parent run)."""
+    """Set the params {(run id, key): value} of runs of the MLflow store `db_path`: MLflow's API writes a
+    param once, so a copy's are set again here (a published copy, a renamed study's parent run)."""
     with sqlite3.connect(db_path) as db:
         for (run_id, key), value in params.items():
             if db.execute("UPDATE params SET value = ? WHERE run_uuid = ? AND key = ?",
@@ -139,9 +130,8 @@ def make_portable(db_path: str | Path) -> int:
 
 
 def make_local(db_path: str | Path) -> int:
-    """The inverse of `make_portable`: relative artifact locations become absolute ones at the
-    store's current place, so that new runs can be logged into it from any working directory.
-    Returns how many experiments and runs changed."""
+    """The inverse of `make_portable`, so that new runs can be logged into the store from any working
+    directory; returns how many experiments and runs changed."""
     db_path = Path(db_path).resolve()
     changed = 0
     with sqlite3.connect(db_path) as db:
@@ -159,13 +149,10 @@ STORE_FILES = ("mlflow.db", "optuna.db")
 
 
 def snapshot_database(source: Path, dest: Path) -> None:
-    """Copy an SQLite database with SQLite's online backup: a consistent copy even while a study's
-    workers write to it (a file copy could catch a transaction half-written). Raises ValueError
-    naming `source` when it is not an SQLite database or cannot be read; `dest` is then left as it was.
-
-    The source opens read-write (never created: mode=rw): a worker killed inside a transaction
-    leaves a hot journal, and SQLite rolls it back on the next open, which a read-only
-    connection cannot do ("attempt to write a readonly database")."""
+    """Copy an SQLite database with SQLite's online backup, consistent even while workers write to it;
+    ValueError naming `source` when it is not one or cannot be read (`dest` then left as it was). The
+    source opens read-write (mode=rw, never created): SQLite rolls back a killed worker's hot journal on
+    open, which a read-only connection cannot do."""
     from contextlib import closing
 
     dest.unlink(missing_ok=True)
@@ -180,22 +167,15 @@ def snapshot_database(source: Path, dest: Path) -> None:
 
 
 def copy_store(source: str | Path, dest: str | Path, *, portable: bool, checkpoints: bool = False) -> Path:
-    """Copy a local store (`mlflow.db`, `optuna.db` where present, and `artifacts/`) from the folder
-    `source` to the folder `dest` (its files replaced; the databases by SQLite's backup, so a store
-    that workers are writing to copies consistently), then make the copy portable (to commit it)
-    or local (to run more studies in it). Returns the copied database.
+    """Copy a local store (`mlflow.db`, `optuna.db`, `artifacts/`) from the folder `source` to `dest`
+    (its files replaced), then make the copy portable (to commit it) or local (to run more studies in
+    it). Returns the copied database.
 
-    Run checkpoints (`checkpoints/<run id>/`) are copied only with `checkpoints=True`, and replace
-    the destination's: the best weights of a finished run are its `model/model.pt` artifact, and a
-    checkpoint is only worth carrying for a run that is still to be continued (`hmer runs publish
-    --keep-unfinished` keeps those of unfinished studies, `hmer runs workspace` takes them up).
-
-    The databases are copied beside their destinations first and replace them only when all are
-    copied: a source database that is not one stops the copy with `dest` as it was. Checkpoints
-    are copied before the databases, so that a store copied while its workers train holds no
-    checkpoint newer than its records: a continued run may repeat an epoch it had logged (and logs
-    the same values again), but never skips one. A checkpoint being written (`.last.pt.*.tmp`)
-    is left behind, and so is a run's folder deleted under the copy (its trial finished)."""
+    Checkpoints are copied only with `checkpoints=True` (worth carrying only for runs still to be
+    continued: `--keep-unfinished`, `hmer runs workspace`), and before the databases, so a copy made
+    while workers train holds no checkpoint newer than its records (a continued run may repeat an
+    epoch, never skip one); files being written (`.*.tmp`) and folders deleted meanwhile are left. The
+    databases replace the destination's only once all are copied."""
     import os
     import shutil
 
@@ -249,9 +229,8 @@ def _copy_checkpoints(source: Path, dest: Path) -> None:
 
 
 def resolve_artifact_uri(artifact_uri: str, tracking_uri: str) -> str:
-    """Where a run's artifacts really are: a relative location of a portable store
-    (`mlruns/artifacts/...`) lies in the store's own folder, wherever that is (whatever its
-    name); anything else is returned as it is."""
+    """Where a run's artifacts really are: a portable store's relative location (`mlruns/artifacts/...`)
+    lies in the store's own folder, wherever it is; anything else is returned as it is."""
     prefix = f"{STORE_FOLDER}/"
     db = sqlite_path(tracking_uri)
     if not artifact_uri.startswith(prefix) or db is None:

@@ -5,23 +5,17 @@
     model = ref.model               # an HMERModel in eval mode, computing the reference's function
     ref.config, ref.vocab           # the project Config (search rule included) and its Vocab
 
-The checkpoints are PyTorch Lightning 1.x files of Green-Wood/BTTR (`LitBTTR`, keys `bttr.*`)
-and Green-Wood/CoMER (`LitCoMER`, keys `comer_model.*`).
+The checkpoints are PyTorch Lightning 1.x files of Green-Wood/BTTR (keys `bttr.*`) and
+Green-Wood/CoMER (keys `comer_model.*`).
 
-Safe loading. Lightning pickles `hyper_parameters` as its `AttributeDict` (a dict subclass), so
-`torch.load(weights_only=True)` refuses the file. We keep `weights_only=True` and allow that one
-global, read as a plain `dict`; a real training checkpoint also keys its `callbacks` entry by
-Lightning's callback classes, which are allowed as inert stand-ins. Anything else the file refers
-to is refused with its name: nothing in the file can run code.
+Safe loading: `torch.load(weights_only=True)` with an allow-list of Lightning's `AttributeDict`
+(read as a plain `dict`) and its callback classes (inert stand-ins, `callbacks` is keyed by them).
+Anything else the file refers to is refused with its name: nothing in the file can run code.
 
-Vocabulary. The checkpoint has no dictionary: BTTR's `dictionary.txt` is the project's symbol
-list in the project's order; CoMER's is the sorted list with `\\Pi` in place of `'`. Another
-list can be given (`dictionary=`, one symbol per line, as the repositories' files). The imported
-model uses the project's ids for every symbol the two share (embedding and output rows permuted
-by symbol); a symbol only the reference has is appended after them (CoMER's `\\Pi`: the model
-keeps predicting it, as the reference does); a project symbol the reference lacks (`'` for
-CoMER) gets an output row with bias -inf, so the model never predicts it, as the reference
-cannot. The imported model thus ranks exactly the reference's symbols, under project ids.
+Vocabulary: the checkpoint has none. BTTR's `dictionary.txt` is the project's symbol list; CoMER's
+is the sorted list with `\\Pi` in place of `'` (or give `dictionary=`). Shared symbols keep project
+ids (rows permuted); a reference-only symbol is appended (still predicted); a project symbol the
+reference lacks gets output bias -inf. The model thus ranks exactly the reference's symbols.
 """
 
 from __future__ import annotations

@@ -1,20 +1,16 @@
 """The scores a run lacks, computed from the predictions it stored: `hmer runs rescore`.
 
-A metric registered after a run was trained (the papers' lgeval measures, issue 56) has no value in
-that run. Every run that finished keeps each scored split's predictions (`predictions/test_2014.csv`,
-`split/val_predictions.csv`: `artifacts.predictions_artifact`), and a metric is a function of those
-tokens, so the run can be given the value it would have logged: `expression_metrics` over the stored
-tokens, under the key a run logs (`Scores.as_dict`: `test_2014_lgeval_le1`), at the step of the
-split's other scores. Nothing here names a metric: a run is given every registered one it lacks.
+A metric registered after a run was trained (the papers' lgeval measures, issue 56) is a function of
+the predictions the run stored (`artifacts.predictions_artifact`), so the run is given the value it
+would have logged, under the key a run logs (`test_2014_lgeval_le1`), at the step of the split's
+other scores. Nothing here names a metric: a run is given every registered one it lacks.
 
     plans = plan_rescoring(client, select_runs(client, studies=["ablate_direction-cpu"]))
     logged = write_rescoring(client, plans)      # the metrics the plans add; nothing for a second pass
 
-Planning reads and computes and writes nothing, so that a bad input (a predictions file that is not
-one) stops the command before the store changes, and a dry run is planning alone. A metric a run
-has is never computed or logged again: a second pass writes nothing. A split whose stored
-predictions do not give the scores logged from them (another count of expressions, another ExpRate)
-is left as it is, and the plan says why: that file is not the one those scores came from.
+Planning writes nothing, so a bad input stops the command before the store changes (a dry run is
+planning alone). A metric a run has is never logged again. A split whose stored predictions do not
+give the scores logged from them is left as it is, and the plan says why.
 """
 
 from __future__ import annotations
@@ -29,7 +25,7 @@ from typing import Any, Sequence
 from ..evaluation.metrics import expression_metrics
 from ..registry import METRICS
 from . import keys
-from .store import search_all_runs
+from .store import search_all_runs, study_filter
 from .artifacts import PREDICTIONS, SPLIT, read_predictions_csv, scored_key
 from .portable import download_run_artifact, list_run_artifacts
 from .run import process_gone
@@ -78,8 +74,7 @@ def select_runs(client, run_ids: Sequence[str] = (), studies: Sequence[str] = ()
         except MlflowException:
             raise ValueError(f"run {run_id}: no such run in {client.tracking_uri}") from None
     for study in studies:
-        quoted = study.replace("'", "\\'")
-        found = search_all_runs(client, filter_string=f"tags.`{keys.STUDY}` = '{quoted}'", oldest_first=True)
+        found = search_all_runs(client, filter_string=study_filter(study), oldest_first=True)
         if not found:
             raise ValueError(f"study {study!r}: no run in {client.tracking_uri} is tagged {keys.STUDY}={study}")
         for run in found:

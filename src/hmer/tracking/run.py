@@ -16,12 +16,10 @@ How a run ends, by how its `with` block ends:
     raises KeyboardInterrupt        hmer.status failed, hmer.error MLflow KILLED
     raises anything else            hmer.status failed, hmer.error MLflow FAILED
 
-Each run records the process that trains it (`hmer.pid`, `hmer.host`), so that a run left RUNNING
-by a process killed outright (SIGKILL, out of memory) can be told from a live one and closed FAILED
-by the next `hmer train --resume` or study start in its experiment (`fail_runs_of_dead_processes`).
-
-The trainer sees only the methods of `RunLogger`, so it never imports MLflow; a process that must
-not log (a DDP rank other than 0) is given a `NullRun`, which has the same methods and does nothing.
+A run records the process that trains it (`hmer.pid`, `hmer.host`), so a run left RUNNING by a
+process killed outright is closed FAILED by the next resume or study start in its experiment
+(`fail_runs_of_dead_processes`). The trainer sees only `RunLogger`'s methods, so it never imports
+MLflow; a process that must not log (a DDP rank other than 0) is given a `NullRun`.
 """
 
 from __future__ import annotations
@@ -167,12 +165,10 @@ def _process_alive(pid: int) -> bool:
 
 
 def fail_runs_of_dead_processes(experiment: str, tracking_uri: str | None = None) -> list[str]:
-    """Close FAILED every RUNNING run of `experiment` on this machine whose process is gone (killed
-    by SIGKILL or the out-of-memory killer, which no handler sees); tag `hmer.error` says so.
-    Returns their ids. Runs of other machines, and runs written before the process was recorded,
-    are left alone, and so are other experiments: a host name says little (containers share
-    them), and a study unfinished elsewhere, committed with its RUNNING trials, is not this
-    process's to close."""
+    """Close FAILED (`hmer.error` says why) every RUNNING run of `experiment` on this machine whose
+    process is gone (SIGKILL, out of memory: no handler sees it); returns their ids. Other machines'
+    runs (a host name says little: containers share them), runs recorded before the process tags, and
+    other experiments (a study committed with RUNNING trials is not this process's) are left alone."""
     from .store import quiet_mlflow
 
     quiet_mlflow()
@@ -192,11 +188,9 @@ def fail_runs_of_dead_processes(experiment: str, tracking_uri: str | None = None
 
 
 def process_gone(tags: dict[str, str]) -> str | None:
-    """Why a run that the store holds RUNNING trains no more, in words, where this machine can tell:
-    the process its tags record (`hmer.pid` on `hmer.host`) ran here and is gone, killed outright
-    (SIGKILL, out of memory), which no handler sees. None where that process is alive (this one
-    included), ran on another machine (a host name says little: containers share them), or was not
-    recorded (a run older than the tags)."""
+    """Why a run the store holds RUNNING trains no more, where this machine can tell: the process its
+    tags record (`hmer.pid` on `hmer.host`) ran here and is gone. None where it is alive, ran on
+    another machine, or was not recorded."""
     pid, host = tags.get(keys.PID, ""), tags.get(keys.HOST)
     if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid() or _process_alive(int(pid)):
         return None

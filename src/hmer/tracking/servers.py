@@ -5,24 +5,18 @@ optuna-dashboard over its Optuna database, both listening on 127.0.0.1 only.
         print(served.mlflow, served.dashboard)
         served.wait()          # until Ctrl-C (or SIGTERM), or until one of the servers stops
 
-What serving writes. Opening the store writes nothing: MLflow 3.17.2 (pinned: newer releases
-migrate the schema on first use) and optuna-dashboard read a store of their own schema as it is;
-tests/test_ui.py checks that both files keep their bytes after the servers ran and a browser
-went through them. But both UIs write what a user does in them (a run's description edited, a
-view saved, a note), so a committed store (`from_copy`: the checkout's mlruns/) is served from a
-copy of its two databases in a temporary folder, which is deleted when the servers stop; its
-artifacts are read where they are. Any other store (a workspace whose studies are running) is
-served in place, live.
+Opening a store writes nothing (MLflow is pinned at 3.17.2: newer releases migrate the schema;
+tests/test_ui.py checks both files keep their bytes), but both UIs write what a user does in them,
+so a committed store (`from_copy`) is served from a temporary copy of its two databases, deleted
+when the servers stop; any other store is served in place, live.
 
-`mlflow ui` runs from the store's parent folder: a portable store's artifact locations are
-relative to the checkout (`mlruns/artifacts/...`, `tracking.portable`). Its server would also start
-MLflow's job runner (eight processes for scheduled scorers and trace archival, which a store of
-training runs has none of): it is turned off (`MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false`).
+`mlflow ui` runs from the store's parent folder (portable artifact locations are relative to the
+checkout), with MLflow's job runner off (`MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false`: eight
+processes a store of training runs has no use for).
 
-Each server runs in a process group of its own, so that Ctrl-C in the terminal reaches this
-process alone, which then stops both groups (SIGTERM, then SIGKILL after `STOP_TIMEOUT_S`) and
-removes the copy. Each is started through `watchdog.py`, which ends its group and removes the copy
-when this process dies without doing so (SIGKILL), so that no server is left holding its port.
+Each server runs in its own process group, so Ctrl-C reaches this process alone, which stops both
+(SIGTERM, then SIGKILL after `STOP_TIMEOUT_S`) and removes the copy; `watchdog.py` does the same
+when this process dies without doing so (SIGKILL), so no server is left holding its port.
 """
 
 from __future__ import annotations
@@ -95,13 +89,11 @@ SERVED_TABLES = {"mlflow.db": ("MLflow", ("alembic_version", "experiments", "run
 
 
 def check_database(path: Path, then: str = "no server was started", role: str | None = None) -> None:
-    """A ValueError, in one line naming `path` and ending with `then` (what the caller did not do),
-    when it is not a whole SQLite database of the kind its server reads (`SERVED_TABLES`, by `role`,
-    the store's file name it stands for: default, its own name): unreadable, shorter than its header
-    says (a truncated copy, whose missing pages quick_check need not visit), damaged (SQLite's
-    quick_check, which reads every page in use), or without its tables. Opened read-only: the file
-    keeps its bytes. A server started on such a file would stop with pages of its log instead, and a
-    command two SQLAlchemy tracebacks."""
+    """A ValueError, one line naming `path` and ending with `then`, when it is not a whole SQLite
+    database of the kind its server reads (`SERVED_TABLES[role or path.name]`): unreadable, shorter
+    than its header says (quick_check need not visit the missing pages), damaged (quick_check), or
+    without its tables; a server started on it would stop with pages of its log instead. Opened
+    read-only: the file keeps its bytes."""
     import sqlite3
 
     kind, tables = SERVED_TABLES[role or path.name]
@@ -152,12 +144,11 @@ def check_port(port: int, option: str) -> None:
 
 @contextlib.contextmanager
 def serve_store(folder: Path, *, mlflow_port: int, dashboard_port: int, from_copy: bool) -> Iterator[ServedStore]:
-    """Start both UIs on the store `folder` (its `mlflow.db`, `artifacts/` and `optuna.db`), wait
-    until they answer and yield them; stop them on the way out (module docstring). optuna-dashboard
-    is left out when the store has no `optuna.db` or the package is not installed (`served.dashboard`
-    is then None). Raises ValueError (one line) for a folder without `mlflow.db`, a database that is
-    damaged or not a store's (`check_database`), a port that is not one or is in use, or a missing
-    `mlflow`, and RuntimeError with the end of its log for a server that does not start."""
+    """Start both UIs on the store `folder`, wait until they answer and yield them; stop them on the
+    way out. optuna-dashboard is left out (`served.dashboard` None) without `optuna.db` or the
+    package. ValueError (one line) for a folder without `mlflow.db`, a bad database
+    (`check_database`), a bad or taken port, or no `mlflow`; RuntimeError with the end of its log for a
+    server that does not start."""
     folder = Path(folder).resolve()
     if not (folder / "mlflow.db").is_file():
         raise ValueError(f"{folder} holds no MLflow store (no mlflow.db): give the store's folder with --store")

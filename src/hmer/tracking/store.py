@@ -1,13 +1,10 @@
 """Where runs are recorded: the project's MLflow home and its defaults.
 
-The default store is embedded, so nothing has to be started: an SQLite database
-`mlruns/mlflow.db` with artifacts beside it in `mlruns/artifacts/` (MLflow 3 refuses a
-plain file store for new features, and SQLite keeps search fast). `MLFLOW_TRACKING_URI`
-overrides it, so a team can point every command at a tracking server instead.
-
-In a checkout, `mlruns/` is the committed store, which `hmer runs publish` alone writes. Trying the
-pipeline (a study under the smoke budget) is tracked in the scratch store `scratch/` instead, unless
-a store is named, and runs keep their checkpoints beside the store they are tracked in.
+The default store is embedded: `mlruns/mlflow.db` (SQLite: MLflow 3 refuses a plain file store for
+new features) with artifacts in `mlruns/artifacts/`; `MLFLOW_TRACKING_URI` points every command at a
+server instead. In a checkout `mlruns/` is the committed store, which `hmer runs publish` alone
+writes; a smoke-budget study is tracked in `scratch/` unless a store is named. Runs keep their
+checkpoints beside their store.
 """
 
 from __future__ import annotations
@@ -18,17 +15,15 @@ from pathlib import Path
 from typing import Any, Sequence
 from urllib.parse import urlparse
 
+from . import keys
+
 DEFAULT_EXPERIMENT = "hmer"
 SCRATCH = "scratch"  # the scratch store's folder in the checkout (git-ignored)
 
 
 def project_root() -> Path:
-    """The checkout this package runs from, else the current folder.
-
-    Found by walking up from the working directory to a `pyproject.toml` that names
-    this project, so `mlruns/` is the same whether a command runs from the repository
-    root, `notebooks/` or `studies/`.
-    """
+    """The checkout this package runs from (a `pyproject.toml` naming this project, found walking up
+    from the working directory), else the current folder: `mlruns/` is the same from `notebooks/`."""
     here = Path.cwd().resolve()
     for folder in (here, *here.parents):
         pyproject = folder / "pyproject.toml"
@@ -71,12 +66,10 @@ def check_store_folder(folder: Path) -> None:
 
 
 def existing_store(tracking_uri: str | None = None) -> str:
-    """The store `tracking_uri` names (default: the project's), for a command that reads a store or
-    amends its runs: the URI once its SQLite database is found whole; creates nothing. A mistyped path
-    must not become a new empty store that the command then reports on as if it were the one meant,
-    nor a damaged database a page of SQLAlchemy tracebacks: NoStoreThere (a ValueError, one line)
-    names the file below which the store would be, the missing `mlflow.db`, or the database that is
-    damaged or not MLflow's (`servers.check_database`). A server's URI is returned as it is."""
+    """The store `tracking_uri` names (default: the project's), for a command that reads or amends it;
+    creates nothing. NoStoreThere (one line) names the missing folder or `mlflow.db`, or the database
+    that is damaged or not MLflow's (`servers.check_database`): a mistyped path must not become a new
+    empty store reported on as if it were the one meant. A server's URI is returned as it is."""
     from .portable import sqlite_path
     from .servers import check_database
 
@@ -98,9 +91,8 @@ def store_named() -> bool:
 
 
 def scratch_tracking_uri() -> str:
-    """Where trying the pipeline is tracked: the store the environment names, else SQLite in the
-    scratch store `<project root>/scratch/`, so that trying things never changes the checkout's
-    committed store (`mlruns/`)."""
+    """Where trying the pipeline is tracked: the store the environment names, else `<project root>/scratch/`,
+    so that trying things never changes the committed store (`mlruns/`)."""
     if store_named():
         return default_tracking_uri()
     home = (project_root() / SCRATCH).resolve()
@@ -139,6 +131,12 @@ def search_all_runs(client, experiment_ids: Sequence[str] | None = None, filter_
         if not token:
             break
     return runs
+
+
+def study_filter(study: str) -> str:
+    """The `search_all_runs` filter of a study's runs (tag `hmer.study`)."""
+    quoted = study.replace("'", "\\'")
+    return f"tags.`{keys.STUDY}` = '{quoted}'"
 
 
 def artifact_root_for(tracking_uri: str) -> str | None:

@@ -4,22 +4,14 @@
     hmer runs export --experiment gpu-campaign gpu-runs.tar.gz
     hmer runs import gpu-runs.tar.gz                       # into mlruns/ (or --tracking-uri)
 
-An export is one gzipped tar (its layout, its pieces of at most `--part-mb` MiB, and how it is read
-back and checked before any store is touched: `tracking.export_file`).
-
-The import goes through MLflow's public client API only (create_experiment, create_run,
-log_batch, log_artifacts, set_terminated), so it works against SQLite and tracking servers
-alike. That API gives every created run a new id, so the original id is kept as the tag
-`hmer.source_run_id` (an id that is already a source id keeps it: a run exported twice stays
-itself). The import is a merge keyed by that tag: a run already imported is brought up to date
-(new metric points, new tags and params, artifacts, status) instead of being created again, so
-importing the same file twice, or the exports of successive slices of one campaign, never
-duplicates a run. Where the file's copy of a run is at least as recent (end time) as the store's,
-it wins: its status, its tags, and tags it no longer has are removed (e.g. the `hmer.error` of an
-interruption that was later resumed); an older copy only adds what is missing. Parent links
-(`mlflow.parentRunId`, e.g. a study's trials) are remapped to the new ids; a parent that is
-neither in the file nor in the store is kept only as
-`hmer.source_parent_run_id`. `hmer evaluate` and `hmer predict` accept the source id too.
+The file's layout and checks: `tracking.export_file`. The import uses MLflow's public client API
+only, so it works against SQLite and servers alike. That API gives every created run a new id, so
+the original is kept as the tag `hmer.source_run_id` (kept as is when already set), and the import
+is a merge keyed by it: importing a file twice, or successive slices of one campaign, never
+duplicates a run. Where the file's copy is at least as recent (end time) as the store's, it wins
+(status, tags; tags it no longer has are removed, e.g. the `hmer.error` of an interruption since
+resumed); an older copy only adds what is missing. Parent links are remapped to the new ids; a
+parent in neither file nor store is kept only as `hmer.source_parent_run_id`.
 """
 
 from __future__ import annotations
@@ -69,16 +61,9 @@ def source_id(run) -> str:
     return run.data.tags.get(keys.SOURCE_RUN_ID) or run.info.run_id
 
 
-def _experiments(client) -> list:
-    from mlflow.entities import ViewType
-
-    return list(client.search_experiments(view_type=ViewType.ACTIVE_ONLY))
-
-
 def find_by_source_id(client, run_id: str) -> str | None:
     """The run of this store whose `hmer.source_run_id` is `run_id` (an imported run), or None."""
-    ids = [e.experiment_id for e in _experiments(client)]
-    found = search_all_runs(client, ids, f"tags.`{keys.SOURCE_RUN_ID}` = '{run_id}'")
+    found = search_all_runs(client, filter_string=f"tags.`{keys.SOURCE_RUN_ID}` = '{run_id}'")
     return found[0].info.run_id if found else None
 
 
@@ -87,13 +72,12 @@ def find_by_source_id(client, run_id: str) -> str | None:
 def export_runs(out_file: str | os.PathLike[str], *, tracking_uri: str | None = None,
                 experiments: Sequence[str] | None = None, run_ids: Sequence[str] | None = None,
                 max_artifact_mb: float = 0.0, part_mb: float = 0.0) -> ExportResult:
-    """Write the runs of `experiments` (names; default: all), or just `run_ids`, to `out_file`.
+    """Write the runs of `experiments` (names; default: all), or just `run_ids`, to `out_file`: artifact
+    files over `max_artifact_mb` (0: no limit) left out and listed, split into parts over `part_mb`."""
+    from mlflow.entities import ViewType
 
-    Artifact files over `max_artifact_mb` (0: no limit) are left out and listed in the manifest.
-    With `part_mb` > 0 a file larger than that is split into `out_file.part-NNN`.
-    """
     client = _client(tracking_uri)
-    exps = {e.experiment_id: e for e in _experiments(client)}
+    exps = {e.experiment_id: e for e in client.search_experiments(view_type=ViewType.ACTIVE_ONLY)}
     if run_ids:
         runs = [client.get_run(r) for r in run_ids]
     else:
@@ -255,9 +239,8 @@ def ensure_experiment(client, name: str, tags: dict[str, str] | None = None) -> 
 
 
 def _existing_by_source(client) -> dict[str, str]:
-    ids = [e.experiment_id for e in _experiments(client)]
     return {r.data.tags[keys.SOURCE_RUN_ID]: r.info.run_id
-            for r in search_all_runs(client, ids, f"tags.`{keys.SOURCE_RUN_ID}` != ''")}
+            for r in search_all_runs(client, filter_string=f"tags.`{keys.SOURCE_RUN_ID}` != ''")}
 
 
 def _run_exists(client, run_id: str) -> bool:

@@ -1,30 +1,15 @@
 """How MLflow's web UI opens the suite's experiments: as model training, on the runs, compared.
 
-MLflow 3's UI has two views of an experiment: GenAI (traces, an overview of LLM calls) and model
-training (runs, metrics, charts). How it chooses, in the version this suite pins (3.17.2: its
-`WorkflowTypeContext` and the experiment page's redirect, `useNavigateToExperimentPageTab`, in the
-bundle it ships):
+MLflow 3's UI (3.17.2, pinned) chooses an experiment's view (GenAI or model training) from the
+page's `workflowType` query parameter, else the visitor's last choice of its switch (browser local
+storage, starting as GenAI). The experiment tag `mlflow.experimentKind` decided it up to 3.9; since
+3.10 (mlflow/mlflow#20161) no release reads it there. So the suite does both: every experiment it
+creates carries the tag (`TRAINING_EXPERIMENT_TAGS`; `mark_training_experiments` adds it to an
+older store), and the links it prints carry `workflowType=machine_learning`.
 
-- the `workflowType` query parameter of the page (`genai` or `machine_learning`), else the
-  visitor's last choice of the "GenAI / Model training" switch, kept in the browser's local storage
-  (`mlflow.workflowType_v1`, per address), which starts as GenAI. Opening `#/experiments/<id>`, as
-  choosing an experiment in the list does, redirects to the runs tab for `machine_learning` and to
-  the GenAI overview otherwise.
-- The experiment's tag `mlflow.experimentKind` (`custom_model_development` for training,
-  `genai_development` for GenAI) is how MLflow records what an experiment is for. MLflow 3.9 and
-  earlier chose the view from it when an experiment opened; since 3.10 (mlflow/mlflow#20161) the
-  kind follows the switch instead, and no release up to 3.18 reads the tag there. 3.9 cannot open
-  a 3.17 store (it does not know its schema), so no release opens the committed store's
-  experiments as training when one is chosen in the list of a fresh browser.
-
-So the suite does both: every experiment it creates carries the tag (`TRAINING_EXPERIMENT_TAGS`;
-`mark_training_experiments` adds it to an older store), and the links it prints carry
-`workflowType=machine_learning`, which opens the runs of a study in any browser.
-
-A study's link also orders its runs by a metric (`order_by`, `orderByKey` in the page's address,
-best first): the runs table then lists every run flat, the trials beside their parent instead of
-folded under it, and the chart view, which draws the first ten runs the table lists, draws the
-variants' summary runs first (`store.study_run`: they alone have the metric `2014 ExpRate`).
+A study's link also orders its runs by a metric (`orderByKey`, best first): the runs table then
+lists every run flat, and the chart view (the first ten runs listed) draws the variants' summary
+runs first (`store.study_run`: they alone have the metric `2014 ExpRate`).
 """
 
 from __future__ import annotations
@@ -39,11 +24,8 @@ from .portable import sqlite_path
 DEFAULT_PORT = 5000  # `mlflow ui`'s default
 DASHBOARD_PORT = 8080  # optuna-dashboard's default
 WORKFLOW_TYPE_TRAINING = "machine_learning"
-# A study's link shows its variants' summary runs and its trials, no more: not the parent run (its
-# page has the study's figure and table), not the runs of trials that failed, and not the killed
-# attempts whose cell a later run trained from the start (tagged `hmer.trained_again_in` when the
-# study is presented): each would take one of the ten runs the charts draw (`study_url`). A sweep's
-# pruned trials (KILLED) stay: their curves are the point.
+# A study's link shows its variants' summary runs and its trials only: the parent run, failed trials and
+# killed attempts trained again would each take one of the ten runs the charts draw. Pruned trials stay.
 STUDY_COMPARISON_RUNS = (f"attributes.status != 'FAILED' and tags.`{keys.MLFLOW_PARENT_RUN_ID}` IS NOT NULL "
                          f"and tags.`{keys.TRAINED_AGAIN_IN}` IS NULL")
 TRAINING_EXPERIMENT_TAGS = {keys.MLFLOW_EXPERIMENT_KIND: keys.EXPERIMENT_KIND_TRAINING}

@@ -2,17 +2,12 @@
 
     python watchdog.py FD FOLDER -- mlflow ui --port 5000 ...
 
-`hmer ui` (`servers.serve_store`) starts each server through this script, in a process group of its
-own, and holds the write end of a pipe whose read end is FD here. When `hmer ui` ends, the kernel
-closes its end, SIGKILL included, which no handler of its own sees; this script then reads the end of
-the pipe and stops its group, the server and what the server started (SIGTERM, then SIGKILL after
-STOP_TIMEOUT_S), and removes FOLDER (the served copy of the databases and the servers' logs). Without
-it, a kill -9 of `hmer ui` left both servers holding their ports (issue 70).
-
-`hmer ui` stops a server itself by sending its group SIGTERM: the script lets it pass to the server
-(its own handler does nothing) and exits with the server's status once the server has ended, so that
-`hmer ui` sees the server end as before. Standard library only: it is run by its path (as
-`hmer.training.fingerprint_training` is), and imports nothing of the package.
+`hmer ui` starts each server through this script, in a process group of its own, holding the write
+end of a pipe whose read end is FD. When `hmer ui` ends (SIGKILL included) the kernel closes that
+end; the script then stops its group (SIGTERM, then SIGKILL after STOP_TIMEOUT_S) and removes FOLDER
+(the served copy and the logs). Without it a kill -9 of `hmer ui` left both servers holding their
+ports (issue 70). A SIGTERM from `hmer ui` itself passes to the server, and the script exits with
+its status. Standard library only: it is run by its path and imports nothing of the package.
 """
 
 from __future__ import annotations
