@@ -29,7 +29,7 @@ from hmer.data import Vocab, load_dataset, make_batches
 from hmer.device import autocast_dtype, resolve_device
 from hmer.model import build_model
 from hmer.model.accelerations import use_matmul
-from hmer.presets import preset_with_recipe
+from hmer.model_presets import preset_with_recipe
 from hmer.training.loader import make_train_batch
 from hmer.training.optim import build_optimizer
 from hmer.training.setup import prepare_model

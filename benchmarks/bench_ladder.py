@@ -35,7 +35,7 @@ def main() -> int:
     from hmer.data.ladder import PadLadder
     from hmer.model import build_model
     from hmer.model.accelerations import use_matmul
-    from hmer.presets import preset_with_recipe
+    from hmer.model_presets import preset_with_recipe
     from hmer.training.planning import plans_per_shape, training_shapes
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

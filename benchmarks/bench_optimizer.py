@@ -18,7 +18,7 @@ import torch
 
 from hmer.config import parse_overrides
 from hmer.model import build_model
-from hmer.presets import preset_with_recipe
+from hmer.model_presets import preset_with_recipe
 
 
 def optimizer(params, cfg, fused: bool) -> torch.optim.Optimizer:

@@ -80,7 +80,7 @@ def main() -> int:
     from hmer.config import parse_overrides
     from hmer.data import load_dataset, make_batches
     from hmer.data.splits import subset
-    from hmer.presets import preset_with_recipe
+    from hmer.model_presets import preset_with_recipe
     from hmer.recipes import apply_recipe
     from hmer.tracking.store import default_tracking_uri, mlflow_client
     from hmer.training import train

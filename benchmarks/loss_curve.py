@@ -34,7 +34,7 @@ def train_losses(preset: str, steps: int, seed: int, data: str, overrides: list[
     from hmer.data import Vocab, load_dataset, make_batches
     from hmer.model import build_model
     from hmer.model.accelerations import accelerate
-    from hmer.presets import preset_with_recipe
+    from hmer.model_presets import preset_with_recipe
     from hmer.training.loader import make_train_batch
     from hmer.training.optim import build_optimizer
     from hmer.training.step import LossModule

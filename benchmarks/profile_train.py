@@ -23,7 +23,7 @@ from hmer.config import parse_overrides
 from hmer.data import Vocab, load_dataset, make_batches
 from hmer.model import build_model
 from hmer.model.accelerations import accelerate
-from hmer.presets import preset_with_recipe
+from hmer.model_presets import preset_with_recipe
 from hmer.training.loader import make_train_batch
 from hmer.training.optim import build_optimizer
 from hmer.training.step import LossModule, train_step

@@ -55,7 +55,7 @@ def main() -> int:
     from hmer.config import Config, parse_overrides
     from hmer.data import load_dataset
     from hmer.data.splits import subset
-    from hmer.presets import preset_with_recipe
+    from hmer.model_presets import preset_with_recipe
     from hmer.recipes import apply_recipe
     from hmer.tracking.store import git_commit, mlflow_client
     from hmer.training import train

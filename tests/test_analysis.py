@@ -228,7 +228,7 @@ def test_hmer_report_published_prints_the_table_alone(capsys):
 
 def _runs(rows: list[dict]) -> pd.DataFrame:
     """A load_runs-like frame with params.name, model params, test and validation metrics."""
-    from hmer.presets import preset_with_recipe
+    from hmer.model_presets import preset_with_recipe
 
     out = []
     for i, r in enumerate(rows):

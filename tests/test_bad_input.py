@@ -36,7 +36,7 @@ from tiny_dataset import write_dataset
 from hmer import cli
 from hmer.allowed import allowed_of
 from hmer.config import RULES, Config, DataConfig, ModelConfig, TrainConfig
-from hmer.presets import PRESETS, SIZES, resolve_preset
+from hmer.model_presets import PRESETS, SIZES, resolve_preset
 from hmer.recipes import RECIPES
 from hmer.cli import study as study_cli
 from hmer.studies.budgets import BUDGETS
@@ -170,7 +170,7 @@ def _untrained_checkpoint(path: Path) -> Path:
     from hmer.checkpoint import atomic_torch_save, model_artifact
     from hmer.data import Vocab
     from hmer.model import build_model
-    from hmer.presets import preset_with_recipe
+    from hmer.model_presets import preset_with_recipe
 
     # untrained: it never ends by itself
     cfg = preset_with_recipe("tiny-transformer").override({"train.max_decode_len": 4})
@@ -717,7 +717,7 @@ def test_two_resumes_of_one_run_train_it_once(home):
 def test_a_config_file_with_an_unknown_key_or_a_wrong_type_is_refused_before_anything_trains(home, tmp_path, edit,
                                                                                              names):
     """Issue 70: `hmer train --config F.json` trained without a mistyped key, or with "yes" for a boolean."""
-    from hmer.presets import preset_with_recipe
+    from hmer.model_presets import preset_with_recipe
 
     path = tmp_path / "my.json"
     path.write_text(json.dumps(edit(preset_with_recipe("tiny-transformer").to_dict())))
@@ -732,7 +732,7 @@ def test_a_config_file_with_an_unknown_key_or_a_wrong_type_is_refused_before_any
 def _small_store(folder: Path) -> str:
     """A store of one finished run of `hmer train --preset tiny-transformer` (its config.json) and an Optuna study
     beside it; returns the run's id."""
-    from hmer.presets import preset_with_recipe
+    from hmer.model_presets import preset_with_recipe
     from hmer.tracking.store import setup_mlflow
 
     uri = f"sqlite:///{folder / 'mlflow.db'}"

@@ -43,7 +43,7 @@ def test_bench_train_times_the_config_a_run_logged(tmp_path, capsys, one_thread)
     """--config takes a run's config.json in place of a preset (what the run trained), --set still
     overrides it, and a preset beside it is refused in one line."""
     from hmer.model import build_model
-    from hmer.presets import preset_with_recipe
+    from hmer.model_presets import preset_with_recipe
 
     logged = preset_with_recipe("tiny-transformer").override({"model.d_model": 48, "model.image_pos": "cape"})
     logged.save(tmp_path / "config.json")

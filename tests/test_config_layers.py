@@ -16,7 +16,7 @@ from tiny_dataset import tiny_data
 
 from hmer.cli import main
 from hmer.config import Config
-from hmer.presets import FAMILIES, LAYERS, PRESETS, SIZES, resolve_preset
+from hmer.model_presets import FAMILIES, LAYERS, PRESETS, SIZES, resolve_preset
 from hmer.recipes import RECIPES
 from hmer.studies import STUDIES, StudySpec, run_grid_study
 

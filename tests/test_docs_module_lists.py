@@ -42,7 +42,7 @@ def _named(text: str) -> list[str]:
 
 def _architecture_list() -> dict[str, list[str]]:
     """docs/architecture.md's list of modules by layer: a package (`hmer.data`, `hmer` for the
-    foundation) to the names its item gives, and a top-level module (`hmer.presets`) to []."""
+    foundation) to the names its item gives, and a top-level module (`hmer.model_presets`) to []."""
     block = ARCHITECTURE.read_text().split("The modules, by layer:", 1)[1].split("\n\n", 2)[1]
     items = re.split(r"^- ", block, flags=re.MULTILINE)[1:]
     listed = {}

@@ -77,7 +77,7 @@ import torch
 import hmer
 from hmer.decoding import decode_batch
 from hmer.model import build_model, make_targets
-from hmer.presets import preset_with_recipe
+from hmer.model_presets import preset_with_recipe
 from hmer.registry import DECODERS
 
 name, package = sys.argv[1:]

@@ -13,7 +13,7 @@ import mlflow
 import pytest
 
 from hmer.data import load_split
-from hmer.presets import preset_with_recipe
+from hmer.model_presets import preset_with_recipe
 from hmer.training import train
 
 pytestmark = [pytest.mark.shared_data, pytest.mark.slow]

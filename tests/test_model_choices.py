@@ -14,7 +14,7 @@ import torch
 from hmer.model import build_model, make_targets
 from hmer.model.accelerations import accelerate
 from hmer.model.hmer_model import repeat_rows
-from hmer.presets import preset_config
+from hmer.model_presets import preset_config
 from tiny_dataset import make_images
 
 torch.set_num_threads(1)

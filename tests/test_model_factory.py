@@ -16,7 +16,7 @@ from hmer.model import build_model, count_parameters, list_presets, make_targets
 from hmer.model.attention import MultiHeadAttention
 from hmer.model.posenc import ContentAwareImagePositions, adaptive_pool_matrix, resize_matrix
 from hmer.model.refinement import MaskedBatchNorm, sums_before
-from hmer.presets import PRESETS, preset_config
+from hmer.model_presets import PRESETS, preset_config
 from tiny_dataset import make_images
 
 torch.set_num_threads(1)

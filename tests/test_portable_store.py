@@ -158,7 +158,7 @@ def test_loading_a_run_s_model_leaves_no_download_behind(tmp_path, monkeypatch):
     from hmer.data import Vocab
     from hmer.model import build_model
     from hmer.config import Config
-    from hmer.presets import preset_with_recipe
+    from hmer.model_presets import preset_with_recipe
     from hmer.tracking.models import load_model
 
     uri = f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
@@ -295,7 +295,7 @@ def _workspace_with_what_a_store_must_not_publish(tmp_path_factory, tmp_path):
     from hmer.config import Config
     from hmer.data import Vocab
     from hmer.model import build_model
-    from hmer.presets import preset_with_recipe
+    from hmer.model_presets import preset_with_recipe
     from hmer.tracking import keys
     from hmer.tracking.portable import copy_store
     from study_store import STUDY_NAME, study_store

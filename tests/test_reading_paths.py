@@ -18,7 +18,7 @@ import torch
 import hmer
 from hmer.data import Vocab
 from hmer.model import build_model, make_targets
-from hmer.presets import preset_config, preset_with_recipe
+from hmer.model_presets import preset_config, preset_with_recipe
 from hmer.training.loader import make_train_batch
 from hmer.training.optim import build_optimizer
 from hmer.training.setup import prepare_model

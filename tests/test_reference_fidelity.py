@@ -24,7 +24,7 @@ from hmer.model import build_model
 from hmer.model.factory import count_parameters
 from hmer.model.accelerations import accelerate, use_matmul
 from hmer.model.posenc import sinusoid_table
-from hmer.presets import preset_config
+from hmer.model_presets import preset_config
 from hmer.tracking.reference_checkpoint import (
     REFERENCES,
     ReferenceCheckpointError,

@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 from hmer.config import Config
 from hmer.training import train
 from hmer.checkpoint import load_checkpoint
-from hmer.presets import preset_with_recipe
+from hmer.model_presets import preset_with_recipe
 from hmer.training.optim import LRSchedule, build_optimizer
 from tiny_dataset import tiny_config, tiny_data
 

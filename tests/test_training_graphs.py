@@ -16,7 +16,7 @@ from hmer.data import Vocab, make_batches
 from hmer.device import CUDNN_PLAN_CACHE, size_cudnn_plan_cache
 from hmer.model import build_model
 from hmer.model.accelerations import PointwiseConv, use_matmul
-from hmer.presets import preset_with_recipe
+from hmer.model_presets import preset_with_recipe
 from hmer.training import train
 from hmer.training.graphs import LENGTH_LADDER, GraphedStep, pad_targets
 from hmer.training.loader import TrainBatch, train_batches

@@ -70,7 +70,7 @@ def write_dataset(root: Path, splits: dict[str, int] | None = None) -> Path:
 
 def tiny_config(**overrides) -> Config:
     """A model small enough to train a few steps per second on one CPU core."""
-    from hmer.presets import preset_with_recipe
+    from hmer.model_presets import preset_with_recipe
 
     cfg = preset_with_recipe("tiny-transformer")
     values = {

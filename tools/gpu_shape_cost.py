@@ -72,7 +72,7 @@ from hmer.data.vocab import CROHME_SYMBOLS
 from hmer.device import CUDNN_PLAN_CACHE
 from hmer.model import build_model
 from hmer.model.accelerations import PointwiseConv, use_matmul
-from hmer.presets import preset_with_recipe
+from hmer.model_presets import preset_with_recipe
 from hmer.training.graphs import GraphedStep
 from hmer.training.loader import make_train_batch
 from hmer.training.optim import build_optimizer

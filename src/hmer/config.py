@@ -9,7 +9,7 @@ lives outside this object.
 
 This module is the schema: the fields, what each allows (declared with `hmer.allowed`) and the rules
 between them. What a run's config is made of, layer by layer (a preset's family, size and recipe, a
-study's budget and cell, `--set`), is `hmer.presets` and `hmer.studies.resolution`; `hmer config`
+study's budget and cell, `--set`), is `hmer.model_presets` and `hmer.studies.resolution`; `hmer config`
 prints it.
 
 Why one file of over 400 lines: it is one concept, the schema, and most of its lines are the fields,
@@ -118,7 +118,7 @@ class ModelConfig:
     """Architecture. Defaults are the BTTR paper's sizes (bidirectional transformer) with the
     project's own choices where it departs from the reference code (`mask_padding`, the `sin2d`
     image positions, no token-embedding norm). The `bttr` and `comer-*` presets pin the
-    references' functions (see hmer.presets)."""
+    references' functions (see hmer.model_presets)."""
 
     vocab_size: int = allowed(113, ge=4)  # 110 CROHME symbols + pad, sos, eos
     d_model: int = allowed(256, ge=4)

@@ -1,4 +1,4 @@
-"""How a model is trained, by name: the recipes a preset states and a budget names (`hmer.presets`).
+"""How a model is trained, by name: the recipes a preset states and a budget names (`hmer.model_presets`).
 
 A recipe owns every key it sets: the optimiser and its schedule, and, where the recipe has them, its
 regularisation and the training-time choices of the data pipeline (rendering, batching,
@@ -40,7 +40,7 @@ RECIPES: dict[str, dict[str, Any]] = {
     # Sweep trial 25's choices, with two changes measured by the pilots of experiment cpu-budget-pilot:
     # cosine decay to 1e-5 (at fixed epochs it read 2.3 points more on 2014 than the sweep's constant
     # rate), and a warm-up of the trial's share of the steps of the `cpu` budget's 13 epochs. Its
-    # model shape is the `swept` size (hmer.presets.SIZES).
+    # model shape is the `swept` size (hmer.model_presets.SIZES).
     "swept": {
         # `train.recipe` names the papers' recipes only; every config this one trained stores `custom`
         # (a study's cell is compared with the store's runs field for field: hmer.studies.reuse)

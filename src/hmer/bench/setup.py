@@ -70,7 +70,7 @@ def prepare(what: str, preset: str, device: str, data: str | None, images: int, 
     from ..data import load_dataset
     from ..device import autocast_dtype, cpu_description, resolve_device, share_device
     from ..model import build_model
-    from ..presets import preset_with_recipe
+    from ..model_presets import preset_with_recipe
     from ..training.setup import prepare_model
 
     out = out if out is not None else sys.stdout

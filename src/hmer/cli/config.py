@@ -6,7 +6,7 @@
     hmer config ablate_direction --budget cpu --cell model.direction=bi --seed 2
     hmer config sweep --budget cpu --cell train.lr=6.5e-4 model.d_model=192 --fresh
 
-The layers, in order, are `hmer.presets.LAYERS` (docs/training.md, "What a run trains with").
+The layers, in order, are `hmer.model_presets.LAYERS` (docs/training.md, "What a run trains with").
 A study reads the Optuna storage as its script would (`--storage`, `--tracking-uri`,
 `--study-name`): when the study exists, its stored base config wins, as on resume; `--fresh` shows
 what a new study would train instead. Nothing is written.
@@ -54,7 +54,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_config(args) -> int:
-    from ..presets import PRESETS
+    from ..model_presets import PRESETS
     from ..studies.spec import STUDIES
 
     if args.name in PRESETS:
@@ -81,7 +81,7 @@ def cmd_config(args) -> int:
 
 def _preset(args):
     from ..config import parse_overrides
-    from ..presets import resolve_preset
+    from ..model_presets import resolve_preset
     from ..studies.budgets import get_budget
     from ..studies.resolution import budget_resolution
 

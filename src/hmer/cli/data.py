@@ -40,7 +40,7 @@ def cmd_data_check(args) -> int:
 def cmd_data_split(args) -> int:
     from ..config import Config, parse_overrides
     from ..data.commands import split_command
-    from ..presets import preset_with_recipe
+    from ..model_presets import preset_with_recipe
 
     if args.config and args.preset:
         raise UserError("give --preset or --config, not both")

@@ -17,7 +17,7 @@ def models_table() -> str:
     """`hmer models`: the presets (family, size, recipe) with their parameter counts, then the
     registered choices that a config can name (decoders, coverages, positions, search rules, metrics)."""
     from ..model import list_presets
-    from ..presets import PRESETS
+    from ..model_presets import PRESETS
     from ..registry import catalogue
 
     rows = [(name, params, counting, PRESETS[name], description)
@@ -54,7 +54,7 @@ def swept_size_rows() -> list[tuple[str, int, int]]:
 
     from ..model import build_model
     from ..model.factory import count_parameters
-    from ..presets import resolve_preset
+    from ..model_presets import resolve_preset
 
     rows = []
     for name in ("tiny-transformer", "tiny-comer", "tiny-rnn", "tiny-convs2s"):

@@ -77,7 +77,7 @@ def cmd_train(args) -> int:
     import time
 
     from ..config import Config, parse_overrides
-    from ..presets import resolve_preset
+    from ..model_presets import resolve_preset
     from ..training import train
 
     check_time_flags(args)

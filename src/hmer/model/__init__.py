@@ -1,6 +1,6 @@
 """Models: DenseNet-B encoder, positional encodings, attention + CoMER ARM, transformer / GRU /
 ConvS2S decoders, direction helpers, and the factory that builds them (the presets it builds by
-name are `hmer.presets`).
+name are `hmer.model_presets`).
 
     from hmer.model import build_model, list_presets
     model = build_model("bttr")            # or build_model(cfg.model)

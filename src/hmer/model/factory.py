@@ -1,4 +1,4 @@
-"""build_model: an HMERModel from a ModelConfig, a full Config or a preset's name (`hmer.presets`).
+"""build_model: an HMERModel from a ModelConfig, a full Config or a preset's name (`hmer.model_presets`).
 
     model = build_model(cfg.model)          # a ModelConfig
     model = build_model("comer-fusion")     # a preset name
@@ -13,7 +13,7 @@ import torch
 import torch.nn as nn
 
 from ..config import Config, ModelConfig
-from ..presets import PRESETS, preset_config
+from ..model_presets import PRESETS, preset_config
 from .hmer_model import HMERModel
 
 

@@ -49,7 +49,7 @@ def published_exprate(model: str) -> dict[str, float]:
 
 def _model_fields_match(run: pd.Series, preset: str) -> bool:
     """True when every `params.model.*` the run logged equals the preset's value."""
-    from ..presets import preset_with_recipe
+    from ..model_presets import preset_with_recipe
     from .params import parse_value
 
     expected = {f"params.model.{k}": v for k, v in vars(preset_with_recipe(preset).model).items()}

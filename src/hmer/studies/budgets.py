@@ -3,7 +3,7 @@
 A study budget is orthogonal to the study itself: the direction ablation is the same
 three variants whether it runs as a ten-minute CPU smoke test or as the papers' full
 recipe. The budget picks the spec's tiny or full model preset, may name another model size and
-recipe for it (`hmer.presets.SIZES`, `hmer.recipes`: they replace the preset's own), and sets
+recipe for it (`hmer.model_presets.SIZES`, `hmer.recipes`: they replace the preset's own), and sets
 its own keys: the data subset, the epochs, the decoding at test time; with them the seeds and the
 default number of workers. It says what the study will cost before it starts. `BUDGETS` holds
 them (smoke, cpu, long, short, paper), each with its summary and notes; how cpu and long were
@@ -34,7 +34,7 @@ class StudyBudget:
         name: smoke, cpu, long, short or paper.
         summary: one line for the start-of-study banner.
         preset_size: which of a study spec's model presets to start from, "tiny" or "full".
-        size: a model size (`hmer.presets.SIZES`) that replaces the preset's own; None keeps it.
+        size: a model size (`hmer.model_presets.SIZES`) that replaces the preset's own; None keeps it.
         recipe: a recipe (`hmer.recipes.RECIPES`) that replaces the preset's own; None keeps it.
         overrides: the budget's own Config keys (dotted), set in every cell of every study over
             the preset's size and recipe.

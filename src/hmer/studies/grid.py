@@ -18,7 +18,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ..config import Config
-from ..presets import Resolution
+from ..model_presets import Resolution
 from ..tracking import keys
 from .budgets import StudyBudget
 from .bookings import CellBookings, describe_cell_key

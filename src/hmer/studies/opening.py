@@ -18,7 +18,7 @@ from typing import Any, Callable, Collection, Mapping
 import optuna
 
 from ..config import MACHINE_KEYS
-from ..presets import Resolution
+from ..model_presets import Resolution
 from ..tracking import keys
 
 

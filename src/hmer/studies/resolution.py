@@ -1,4 +1,4 @@
-"""What a study's cell trains with: its config built layer by layer (`hmer.presets.LAYERS`), once.
+"""What a study's cell trains with: its config built layer by layer (`hmer.model_presets.LAYERS`), once.
 
 The one builder of a study's configs: the session trains what it builds, and `hmer config` prints it,
 with the layer that set each value. A study's base (`study_resolution`: the preset at the budget's
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..config import Config, check_value
-from ..presets import Resolution, resolve_preset
+from ..model_presets import Resolution, resolve_preset
 from .budgets import StudyBudget
 from .spec import SEED_KEY, SearchSpaceError, StudySpec, SweepSpec, cell_label
 

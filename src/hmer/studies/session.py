@@ -24,7 +24,7 @@ from typing import Any, Callable, Mapping
 import optuna
 
 from ..config import Config
-from ..presets import Resolution
+from ..model_presets import Resolution
 from ..tracking import keys
 from ..tracking.portable import sqlite_path
 from ..tracking.store import mask_password, mlflow_client

@@ -25,7 +25,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from ..config import Config
 from ..data import make_batches
-from ..presets import Resolution
+from ..model_presets import Resolution
 from ..tracking import keys
 from ..training.cost import epochs_for_budget, train_seconds_per_image
 from .budgets import StudyBudget

@@ -32,7 +32,7 @@ from ..config import Config
 from ..data.vocab import CROHME_SYMBOLS, SPECIALS, Vocab
 from ..model.factory import build_model
 from ..model.posenc import sinusoid_table
-from ..presets import preset_with_recipe
+from ..model_presets import preset_with_recipe
 
 REFERENCES = {
     "bttr": ("https://github.com/Green-Wood/BTTR", "bttr."),

@@ -189,7 +189,7 @@ class Resolution:
     def apply(self, layer: str, name: str, values: Mapping[str, Any]) -> "Resolution":
         """This resolution with `values` (dotted keys) set by `layer` called `name`."""
         if LAYERS.index(layer) < LAYERS.index(self.last):
-            raise ValueError(f"the {layer} layer comes before the {self.last} layer (hmer.presets.LAYERS)")
+            raise ValueError(f"the {layer} layer comes before the {self.last} layer (hmer.model_presets.LAYERS)")
         source = f"{layer} {name}".rstrip()
         sources = {**self.sources, **{key: source for key in values}}
         return Resolution(self.config.override(dict(values)), sources, layer)
@@ -199,7 +199,7 @@ class Resolution:
         wins over every layer below, as a resumed study runs it (`hmer.config.stored_config`: this
         process's machine keys). A key whose stored value is the one resolved keeps its layer."""
         if LAYERS.index("stored") < LAYERS.index(self.last):
-            raise ValueError(f"the stored layer comes before the {self.last} layer (hmer.presets.LAYERS)")
+            raise ValueError(f"the stored layer comes before the {self.last} layer (hmer.model_presets.LAYERS)")
         resumed = stored_config(dict(stored), self.config)
         before, after = self.config.to_flat_dict(), resumed.to_flat_dict()
         changed = {key: f"stored {name}" for key in after if after[key] != before[key]}
