@@ -804,11 +804,11 @@ def test_a_mistyped_store_path_is_refused_and_creates_nothing(small_store, tmp_p
     image = tmp_path / "x.png"
     _strokes().save(image)
     for args in (["runs", "show", run_id[:8]], ["report", "--claims"], ["report", "--list"],
-                 ["runs", "rescore"], ["runs", "export", str(tmp_path / "out.tar.gz")], ["predict", run_id, str(image)],
-                 ["train", "--resume", run_id]):
+                 ["report", "--runs", run_id[:8]], ["runs", "rescore"], ["runs", "export", str(tmp_path / "out.tgz")],
+                 ["predict", run_id, str(image)], ["train", "--resume", run_id]):
         _one_line(_hmer(_env(tmp_path, typo), *args), str(typo / "mlflow.db"))
         assert not typo.exists(), args
-        assert not (tmp_path / "out.tar.gz").exists()
+        assert not (tmp_path / "out.tgz").exists()
 
 
 def test_a_store_below_a_plain_file_is_named_in_one_line(small_store, tmp_path):
