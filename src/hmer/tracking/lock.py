@@ -308,6 +308,7 @@ def _wait_for_record(path: Path) -> Holder | str:
     """The holder's record, waiting a moment for it: it is written just after the holder's flock."""
     deadline = time.monotonic() + RECORD_WAIT_S
     while True:
+        record: Holder | str
         try:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
