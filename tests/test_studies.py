@@ -21,6 +21,7 @@ import pytest
 import torch
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
+from optuna.exceptions import StorageInternalError
 from optuna.trial import TrialState
 from sqlalchemy.exc import OperationalError
 
@@ -261,8 +262,8 @@ def _wait_for(predicate, proc: subprocess.Popen, timeout: float, what: str) -> N
         try:
             if predicate():
                 return
-        except (OperationalError, MlflowException):  # stopped inside a write to a SQLite store: not now
-            pass
+        except (OperationalError, StorageInternalError, MlflowException):
+            pass  # stopped inside a write to a SQLite store (Optuna wraps SQLAlchemy's error): not now
         os.kill(proc.pid, signal.SIGCONT)
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
