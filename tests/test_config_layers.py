@@ -69,6 +69,21 @@ def test_a_named_recipe_or_size_replaces_the_presets_own(capsys):
     assert LAYERS.index("cell") == len(LAYERS) - 1  # a cell's own values are the last word in a study
 
 
+def test_a_set_of_a_studys_fixed_key_holds_in_its_cells(capsys, tmp_path, monkeypatch):
+    """The frontier holds `model.coverage` and `data.test_years` fixed in its spec; a user's `--set`
+    of either is the study's word for every cell, and the cell's own axis values stay its own."""
+    monkeypatch.setenv("HMER_MLRUNS", str(tmp_path / "mlruns"))
+    cell = ["--cell", "model.d_model=256", "data.render_scale=0.5", "train.ema_decay=0.0", "train.epochs=8"]
+    plain = _config(capsys, "frontier", "--budget", "cpu", "--fresh", *cell)
+    assert plain["model.coverage"] == {"value": "fusion", "layer": "study frontier"}
+    assert plain["data.test_years"] == {"value": "", "layer": "study frontier"}
+    changed = _config(capsys, "frontier", "--budget", "cpu", "--fresh", *cell,
+                      "--set", "model.coverage=self", "data.test_years=2014", "model.d_model=128")
+    assert changed["model.coverage"] == {"value": "self", "layer": "set --set"}
+    assert changed["data.test_years"] == {"value": "2014", "layer": "set --set"}
+    assert changed["model.d_model"]["value"] == 256 and changed["model.d_model"]["layer"].startswith("cell ")
+
+
 def test_hmer_config_shows_a_studys_cell_with_its_stored_base_config_winning(capsys, tmp_path, monkeypatch):
     """A real study (one cell, which fails in its first step: quick) stores its base config; the
     stored value of a key wins over today's, as the study's next worker would train it, and the

@@ -130,8 +130,9 @@ class StudySpec:
         return [{**cell, SEED_KEY: int(seed)} for seed in seeds for cell in self.variant_cells(variants)]
 
     def overrides(self, cell: Mapping[str, Any]) -> dict[str, Any]:
-        """The Config overrides of one cell: the fixed ones, its axis values and what they bring."""
-        values: dict[str, Any] = dict(self.fixed)
+        """The Config overrides of one cell: its axis values and what they bring. The fixed ones are the
+        study's layer, below `--set`, so that a `--set` of a fixed key holds in every cell."""
+        values: dict[str, Any] = {}
         for key in self.axes:
             values[key] = cell[key]
             values.update(linked_overrides(key, cell[key]))
