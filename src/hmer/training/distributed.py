@@ -10,6 +10,7 @@ the validation score is broadcast so that every rank's schedule steps the same w
 
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 from typing import Sequence, TypeVar
@@ -102,6 +103,7 @@ def leave(info: DistInfo) -> None:
     """Every rank leaves the process group at one point: a barrier, then each destroys it (the
     order PyTorch's maintainers give for a clean exit, pytorch/pytorch#75097)."""
     if info.enabled and dist.is_initialized():
+        gc.collect()  # a DDP wrapper let go of is freed now, on every rank, while the group still stands
         dist.barrier()
         dist.destroy_process_group()
 

@@ -58,15 +58,16 @@ def prepare_model(model: HMERModel, tc) -> HMERModel:
 
 @dataclass
 class Setup:
-    """One training's parts. `loss_module` is the model's loss, wrapped for DDP and compiled as asked;
-    `model` is the bare model (its state_dict is what checkpoints hold)."""
+    """One training's parts. `loss_module` is the model's loss, wrapped for DDP and compiled as asked
+    (None once the training's epochs are over); `model` is the bare model (its state_dict is what
+    checkpoints hold)."""
 
     cfg: Config
     vocab: Vocab
     data: dict[str, list[Expression]]
     test_years: list[str]
     model: torch.nn.Module
-    loss_module: torch.nn.Module
+    loss_module: torch.nn.Module | None
     optimizer: torch.optim.Optimizer
     schedule: LRSchedule
     device: torch.device

@@ -180,6 +180,9 @@ def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | Non
                 # Every rank leaves the process group together, before rank 0 decodes the test years
                 # alone: ranks that leave at different times can hang in it (pytorch/pytorch#75097;
                 # a CI run's torchrun job never ended after rank 0 had printed its scores).
+                # The DDP wrapper holds the process group: every rank lets go of it first, so that no rank
+                # frees the group alone later, when this frame goes (where that CI run's rank 1 hung).
+                setup.loss_module = None
                 ddp.leave(dist)
                 if stopped_by == "paused":  # the run goes on with `resume`; it is not over
                     run.pause()
@@ -307,7 +310,9 @@ def _train_epoch(setup: Setup, state: TrainState, epoch: int, clock: Clock,
     whether the time budget ran out (then the epoch stopped early, on every rank at once)."""
     cfg, tc, dist = setup.cfg, setup.cfg.train, setup.dist
     epoch_start = time.monotonic()
-    setup.loss_module.train()
+    loss_module = setup.loss_module
+    assert loss_module is not None, "the training is over: its DDP wrapper was let go"
+    loss_module.train()
     batches = ddp.shard(make_batches(setup.train_set, cfg.data.batch_pixels, cfg.data.max_batch_size,
                                      shuffle=True, seed=tc.seed * 100_003 + epoch), dist)
     epoch_batches = train_batches(
@@ -328,7 +333,7 @@ def _train_epoch(setup: Setup, state: TrainState, epoch: int, clock: Clock,
             if setup.graphed is not None:  # train.cuda_graphs: the same step, replayed
                 loss = setup.graphed(tb)
             else:
-                loss = train_step(setup.loss_module, setup.optimizer, setup.model, tb, tc.grad_clip, setup.amp_dtype)
+                loss = train_step(loss_module, setup.optimizer, setup.model, tb, tc.grad_clip, setup.amp_dtype)
             loss_sum += loss.detach()
             setup.schedule.step_batch()
             if setup.ema is not None:
