@@ -38,8 +38,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -47,6 +45,7 @@ from typing import Sequence
 import numpy as np
 from PIL import Image, ImageFilter
 
+from ..atomic import write_atomically
 from ..config import DataConfig
 from .errors import DataError
 from .inkml import parse_inkml
@@ -216,16 +215,8 @@ def _write_strokes(path: Path, strokes: dict[str, list[np.ndarray]]) -> None:
     lengths = np.array([len(s) for s in flat], dtype=np.int64)
     points = np.concatenate(flat).astype(np.float32) if flat else np.zeros((0, 2), np.float32)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp", delete=False)
-    try:
-        with handle:
-            np.savez_compressed(handle, names=np.array(names, dtype=str), counts=counts, lengths=lengths,
-                                points=points)
-        os.chmod(handle.name, 0o644)
-        os.replace(handle.name, path)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
+    write_atomically(path, lambda f: np.savez_compressed(f, names=np.array(names, dtype=str), counts=counts,
+                                                         lengths=lengths, points=points))
 
 
 def _read_strokes(path: Path) -> dict[str, list[np.ndarray]]:

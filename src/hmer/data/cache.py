@@ -23,13 +23,13 @@ import json
 import logging
 import multiprocessing
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, BinaryIO, Iterator, Sequence
 
 import numpy as np
 
+from ..atomic import write_atomically
 from .errors import DataError, ImageReadError, InkMLError
 from .images import decode_image, file_to_image
 from .inkml import parse_inkml
@@ -231,30 +231,26 @@ def write_cache_file(path: Path, names: Sequence[str], images: dict[str, np.ndar
     pixels = np.empty(int(offsets[-1]), dtype=np.uint8)
     for i, name in enumerate(kept):
         pixels[offsets[i]:offsets[i + 1]] = images[name].reshape(-1)
+    # The default renderings are binary: 1 bit per pixel makes the entry 8x smaller
+    # before compression and a warm load several times faster.
+    binary = not np.any((pixels != 0) & (pixels != 255))
+    # Any: the checker takes a dict unpacked into savez_compressed for one that may name allow_pickle
+    packed: dict[str, Any] = {"bits": np.packbits(pixels == 255)} if binary else {"pixels": pixels}
+
+    def write(f: BinaryIO) -> None:
+        np.savez_compressed(
+            f,
+            **packed, n_pixels=np.array(pixels.size), offsets=offsets, shapes=shapes,
+            names=np.array(kept, dtype=str),
+            failed_names=np.array(list(failures), dtype=str),
+            failed_reasons=np.array(list(failures.values()), dtype=str),
+            meta=np.array(json.dumps(meta or {}, sort_keys=True)),
+        )
+        f.flush()
+        os.fsync(f.fileno())
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp", delete=False)
-    try:
-        with handle:
-            # The default renderings are binary: 1 bit per pixel makes the entry 8x smaller
-            # before compression and a warm load several times faster.
-            binary = not np.any((pixels != 0) & (pixels != 255))
-            # Any: the checker takes a dict unpacked into savez_compressed for one that may name allow_pickle
-            packed: dict[str, Any] = {"bits": np.packbits(pixels == 255)} if binary else {"pixels": pixels}
-            np.savez_compressed(
-                handle,
-                **packed, n_pixels=np.array(pixels.size), offsets=offsets, shapes=shapes,
-                names=np.array(kept, dtype=str),
-                failed_names=np.array(list(failures), dtype=str),
-                failed_reasons=np.array(list(failures.values()), dtype=str),
-                meta=np.array(json.dumps(meta or {}, sort_keys=True)),
-            )
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(handle.name, 0o644)  # temporary files are private; a cache entry need not be
-        os.replace(handle.name, path)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
+    write_atomically(path, write)
 
 
 def read_cache_file(path: Path) -> LoadedImages:

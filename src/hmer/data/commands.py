@@ -18,17 +18,16 @@ from __future__ import annotations
 import io
 import os
 import sys
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence, TextIO
+from typing import BinaryIO, Sequence, TextIO
 
 import numpy as np
 from PIL import Image
 
 from ..config import DataConfig
-from ..atomic import write_text_atomically
+from ..atomic import write_atomically, write_text_atomically
 from .cache import check_files, load_images
 from .captions import parse_caption_line, parse_captions
 from .render import INK_LEVEL, RenderConfig
@@ -245,23 +244,19 @@ def render_command(data: str | None, out_zip: str | os.PathLike[str], render_cfg
     target = Path(out_zip)
     target.parent.mkdir(parents=True, exist_ok=True)
     skipped = 0
+
+    def write(f: BinaryIO) -> None:
+        nonlocal skipped
+        with zipfile.ZipFile(f, "w", compression=IMAGE_FORMATS[image_format]) as archive:
+            for split in list(splits) if splits else source.split_names():
+                written, failed = _render_split(source, split, archive, render_cfg, workers, limit, use_cache,
+                                                image_format)
+                skipped += failed
+                note = f", {failed} skipped (unreadable; see `hmer data check`)" if failed else ""
+                print(f"{split}: {written} images{note}", file=out)
+
     with open_source(data) as source:
-        chosen = list(splits) if splits else source.split_names()
-        handle = tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp",
-                                             delete=False)
-        try:
-            with handle, zipfile.ZipFile(handle, "w", compression=IMAGE_FORMATS[image_format]) as archive:
-                for split in chosen:
-                    written, failed = _render_split(source, split, archive, render_cfg, workers, limit, use_cache,
-                                                    image_format)
-                    skipped += failed
-                    note = f", {failed} skipped (unreadable; see `hmer data check`)" if failed else ""
-                    print(f"{split}: {written} images{note}", file=out)
-            os.chmod(handle.name, 0o644)  # temporary files are private; the result need not be
-            os.replace(handle.name, target)
-        except BaseException:
-            Path(handle.name).unlink(missing_ok=True)
-            raise
+        write_atomically(target, write)
     print(f"wrote {target} ({target.stat().st_size / 2**20:.1f} MiB)", file=out)
     return 1 if skipped else 0
 
