@@ -35,8 +35,6 @@ images' pipeline with our pen. Its measured look matches the standard images (do
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,12 +183,9 @@ def load_strokes(source, split: str, names: Sequence[str]) -> dict[str, list[np.
     """{name: [float32 [N, 2] strokes]} for `names` of the split's InkML, through a cache file
     beside the rendered cache (keyed like it by the source identity and the names). A name whose
     file is not InkML is a `DataError`: only ink can be redrawn."""
-    from .cache import CACHE_FORMAT, cache_dir
+    from .cache import cache_dir, cache_key
 
-    key = hashlib.sha256(json.dumps({"format": CACHE_FORMAT, "source": source.identity(split), "split": split,
-                                     "names": hashlib.sha256("\n".join(names).encode()).hexdigest()},
-                                    sort_keys=True).encode()).hexdigest()[:20]
-    path = cache_dir() / f"strokes-{split}-{key}.npz"
+    path = cache_dir() / f"strokes-{split}-{cache_key(source, split, names, None)}.npz"
     if path.is_file():
         try:
             return _read_strokes(path)
