@@ -28,16 +28,20 @@ STANDARD_SUFFIX = "_0.bmp"
 def iter_standard_images(tar_path: str | Path, names: Iterable[str] | None = None) -> Iterator[tuple[str, np.ndarray]]:
     """(name, uint8 [H, W]) for each standard image, or for `names` only, in archive order."""
     wanted = set(names) if names is not None else None
+    for name, img in _standard_images(tar_path):
+        if wanted is None or name in wanted:
+            yield name, np.asarray(img.convert("L"), dtype=np.uint8)
+
+
+def _standard_images(tar_path: str | Path) -> Iterator[tuple[str, Image.Image]]:
+    """(name, the image opened but not yet decoded) for each standard image, in archive order."""
     with tarfile.open(tar_path, "r:*") as tar:
         for member in tar:
-            if not (member.isfile() and member.name.endswith(STANDARD_SUFFIX)):
-                continue
-            name = Path(member.name).name[: -len(STANDARD_SUFFIX)]
-            if wanted is not None and name not in wanted:
-                continue
-            data = _read(tar, member)
-            with Image.open(io.BytesIO(data)) as img:
-                yield name, np.asarray(img.convert("L"), dtype=np.uint8)
+            if member.isfile() and member.name.endswith(STANDARD_SUFFIX):
+                file = tar.extractfile(member)
+                assert file is not None, member.name  # None only for what is not a regular file
+                with Image.open(io.BytesIO(file.read())) as img:
+                    yield Path(member.name).name[: -len(STANDARD_SUFFIX)], img
 
 
 STANDARD_2014 = "2014-std"  # the split name its scores are logged under (test_2014-std_exprate)
@@ -95,24 +99,9 @@ def standard_2014_if_available(exprs_2014: Sequence, render: RenderConfig | None
         return None
 
 
-def _read(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
-    """The bytes of `member`, a regular file (`extractfile` gives None for anything else)."""
-    file = tar.extractfile(member)
-    assert file is not None, member.name
-    return file.read()
-
-
 def standard_sizes(tar_path: str | Path) -> dict[str, tuple[int, int]]:
     """{name: (height, width)} of every standard image (decodes headers, not pixels)."""
-    sizes = {}
-    with tarfile.open(tar_path, "r:*") as tar:
-        for member in tar:
-            if member.isfile() and member.name.endswith(STANDARD_SUFFIX):
-                data = _read(tar, member)
-                with Image.open(io.BytesIO(data)) as img:
-                    width, height = img.size
-                sizes[Path(member.name).name[: -len(STANDARD_SUFFIX)]] = (height, width)
-    return sizes
+    return {name: img.size[::-1] for name, img in _standard_images(tar_path)}
 
 
 def size_statistics(shapes: Sequence[tuple[int, int]]) -> dict[str, float]:
