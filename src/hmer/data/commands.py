@@ -1,16 +1,14 @@
-"""`hmer data check`, `hmer data split` and `hmer data render`, as library functions returning
-an exit status.
+"""`hmer data check`, `hmer data split` and `hmer data render` (`hmer.cli.data`), as library
+functions returning an exit status.
 
     check_command(data)                       counts per split and every problem found
     split_command(data, cfg.data, out_dir)    the validation hold-out a run would use, audited
     render_command(data, "crohme-bmp.zip")    the BTTR/CoMER data.zip layout, rendered
 
-The rendered zip holds `data/<split>/caption.txt` and `data/<split>/<name>.bmp` (8-bit grey BMP,
-white ink on black, deflated), exactly the layout BTTR's and CoMER's data modules read, plus
-`data/<split>/writers.txt` (which they ignore) so that the writer hold-out is the InkML's; it loads
-back through `hmer.data.load_split` with the same names and counts. `--format png` writes 1-bit
-PNGs, less than half the size (the GPU campaign's packed data). The command line is
-`hmer data` (`hmer.cli.data`).
+The rendered zip holds `data/<split>/caption.txt` and `<name>.bmp` (8-bit grey, white on black),
+the layout BTTR's and CoMER's data modules read, plus `writers.txt` (which they ignore) so that the
+writer hold-out is the InkML's; it loads back through `load_split` with the same names and counts.
+`--format png` writes 1-bit PNGs, less than half the size.
 """
 
 from __future__ import annotations
@@ -109,9 +107,8 @@ def check_split(source: DatasetSource, split: str, vocab: Vocab, workers: int | 
 
 def check_command(data: str | None, out: TextIO = sys.stdout, *, data_cfg: DataConfig | None = None,
                   vocab: Vocab | None = None, workers: int | None = None) -> int:
-    """Print the count of each split and every problem; 0 when there is no error, else 1.
-
-    The hold-out sizes shown use `data_cfg` (default: `DataConfig()`)."""
+    """Print the count of each split and every problem; 0 when there is no error, else 1. The
+    hold-out sizes shown use `data_cfg` (default: `DataConfig()`)."""
     cfg = data_cfg if data_cfg is not None else DataConfig()
     vocab = vocab or Vocab()
     with open_source(data or cfg.path or None) as source:
@@ -204,11 +201,9 @@ def _mean(values: Sequence[int]) -> float:
     return float(np.mean(values)) if len(values) else float("nan")
 
 
-
 # ---- render ----------------------------------------------------------------------------------------
 
 def encode_bmp(image: np.ndarray) -> bytes:
-    """uint8 [H, W] -> 8-bit grey BMP bytes."""
     buffer = io.BytesIO()
     Image.fromarray(image).save(buffer, format="BMP")
     return buffer.getvalue()
@@ -229,15 +224,8 @@ def render_command(data: str | None, out_zip: str | os.PathLike[str], render_cfg
                    workers: int | None = None, out: TextIO = sys.stdout, *, limit: int = 0,
                    splits: Sequence[str] | None = None, use_cache: bool = True, image_format: str = "bmp") -> int:
     """Write every split (or `splits`) as `data/<split>/{caption.txt,writers.txt,<name>.bmp}` into
-    `out_zip`; `image_format="png"` writes 1-bit PNGs instead, for renderings that are binary (the
-    default ones are), and refuses an image that is not.
-
-    writers.txt keeps the writers the InkML headers name, so that a run on the images holds out
-    the same writers as one on the InkML. The zip is written to a temporary file beside `out_zip`
-    and moved into place only when complete, so a failure or a kill leaves no partial zip.
-    `limit` > 0 keeps the first `limit` captions of each split (for quick round trips). Returns 0,
-    or 1 when files had to be skipped.
-    """
+    `out_zip`, whole or not at all; `image_format="png"`: 1-bit PNGs, refusing an image that is not
+    binary. `limit` > 0 keeps the first `limit` captions of each split. 1 when files were skipped."""
     if image_format not in IMAGE_FORMATS:
         raise ValueError(f"image format {image_format!r} is not one of {', '.join(IMAGE_FORMATS)}")
     render_cfg = render_cfg or RenderConfig()
