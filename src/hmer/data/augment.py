@@ -142,8 +142,7 @@ def augmented_image(strokes: Sequence[np.ndarray], render_cfg: RenderConfig, aug
         scale = ink_scale(strokes, draw_cfg)  # after the displacements, as render_ink would take it
         image = render_ink(pieces, draw_cfg, scale=scale, stroke_widths=widths)
     else:
-        # one pen for the whole expression: the renderer's own drawing (with its 3x3 brush), so
-        # that options that change nothing redraw the cached image byte for byte
+        # one pen: the renderer's own drawing, so options that change nothing redraw the cached image
         rng.integers(2**63)
         image = render_ink(strokes, dataclasses.replace(draw_cfg, stroke_width=width))
 

@@ -129,8 +129,7 @@ def render_files(source: DatasetSource, split: str, files: Sequence[str], render
 
 def check_files(source: DatasetSource, split: str, files: Sequence[str],
                 workers: int | None = None) -> Iterator[tuple[int, str | None, list[str]]]:
-    """(index, error message or None, notes) for each file: parses InkML and decodes images
-    without rendering, for `hmer data check`."""
+    """(index, error or None, notes) for each file, parsed or decoded unrendered (`hmer data check`)."""
     return _run_files(_check_one, source, split, files, RenderConfig(), workers, f"checking {split}")
 
 

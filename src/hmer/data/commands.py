@@ -142,9 +142,8 @@ def check_command(data: str | None, out: TextIO = sys.stdout, *, data_cfg: DataC
 
 def split_command(data: str | None, data_cfg: DataConfig, out_dir: str | os.PathLike[str] | None = None,
                   out: TextIO = sys.stdout) -> int:
-    """Print the validation hold-out of `data_cfg` (sizes, writers, left out, target lengths per
-    side and test year, what the sides share); with `out_dir`, write `train.txt` and `val.txt`,
-    one expression name per line, as every run logs them."""
+    """Print the validation hold-out of `data_cfg` (sizes, writers, caption lengths, what the sides
+    share); with `out_dir`, write `train.txt` and `val.txt` as every run logs them."""
     with open_source(data or data_cfg.path or None) as source:
         held = split_source_validation(source, data_cfg)
         captions = {c.name: c.tokens for c in parse_captions(source.caption_text(TRAIN),
@@ -175,8 +174,7 @@ def split_command(data: str | None, data_cfg: DataConfig, out_dir: str | os.Path
     shared_writers = {writers[x] for x in held.val if writers[x]} & train_writers
     print(f"shared between val and train: {len(shared_captions)} captions, {len(shared_writers)} known writers",
           file=out)
-    # How new each side's captions are to training: a test year has few near twins, and
-    # validation should not have many more (see hmer.data.holdout).
+    # A test year has few near twins of training captions; validation should not have many more.
     sides = {"val": [captions[x] for x in held.val], **{f"test {y}": t for y, t in year_captions.items()}}
     twins = near_twin_shares(train_captions, {side: [" ".join(t) for t in tokens] for side, tokens in sides.items()})
     print("captions with a training caption within 1 token edit (itself included): "

@@ -107,7 +107,6 @@ class DatasetSource:
         raise NotImplementedError
 
     def read_optional(self, split: str, filename: str) -> bytes | None:
-        """A file of the split's folder, or None when it is not there."""
         try:
             return self.read_bytes(split, filename)
         except FileNotFoundError:
@@ -140,7 +139,7 @@ class DatasetSource:
                                  f"(no {split}/{CAPTION_FILE}; splits there: {have})")
 
     def file_for(self, split: str, name: str) -> str | None:
-        """The file that holds expression `name` (by CONTENT_SUFFIXES order), or None."""
+        """The file of expression `name` (by CONTENT_SUFFIXES order), or None."""
         files = self.list_files(split).get(name)
         return files[0] if files else None
 
