@@ -1,45 +1,33 @@
-"""Renderer augmentation: training images drawn again from their strokes, each with its own random
-pen, blur and small distortions, so that a model does not learn one renderer's look; and a second
-rendering style for validation (`data.val_alt`) that scores how much a model cares.
+"""Renderer augmentation: training images redrawn from their strokes with a random pen, blur and
+small distortions, so that a model does not learn one renderer's look; and a second rendering style
+for validation (`data.val_alt`) that scores how much a model cares.
 
-Why. A model trained on the suite's renderings at `data.render_height=64` reads the standard 2014
-images (the WAP authors' renderings, which the papers score on) 6.5 points lower than our
-renderings of the same ink (issue 26). Measured in docs/data.md: at the training height ours have
-3-px binary strokes, while the standard images, drawn with 3-px strokes at about 94 px and scaled to
-64 px, have ~2-px grey strokes whose width depends on the expression's size.
+Why: a model trained at `data.render_height=64` reads the standard 2014 images 6.5 points lower
+than our renderings of the same ink (issue 26): at that height ours have 3-px binary strokes, theirs
+(3-px strokes at about 94 px, scaled to 64) ~2-px grey ones (docs/data.md).
 
-Augmentation (`AugmentConfig.from_data_config`, every key off by default). For a drawn share
-`data.aug_share` of the training images of each batch, the expression's strokes are
-  1. slanted (shear, +-`aug_slant` degrees) and rotated (+-`aug_rotate` degrees) about their centre;
-  2. displaced: every point by Gaussian jitter (`aug_jitter` px, standard deviation) and the whole
-     ink by a smooth random field (`aug_elastic` px amplitude, a sum of two low-frequency waves per
-     axis), both in pixels of the drawing;
-  3. drawn with a pen `aug_width_min`..`aug_width_max` times `data.stroke_width` wide, that varies
-     along each stroke by +-`aug_pressure` (relative) in pieces of a few points (pen pressure);
-     with grey edges (4x supersampled) with probability `aug_antialias`;
-  4. with probability `aug_downscale`, drawn at the ink's own scale (as the standard images are,
-     28.5 px stroke height) and scaled to the training height with bilinear filtering, as the
-     standard images reach a model; otherwise drawn at the training height directly;
-  5. blurred (Gaussian, sigma uniform in 0..`aug_blur` px).
-The others keep their cached image. Draws come from a generator seeded by (train.seed, epoch) and
-are taken in batch order, so a run is reproducible, the same with or without prefetching, and a
-resumed run continues the same stream. The strokes of the training split are parsed once and
-cached beside the rendered cache (`strokes-*.npz`).
+For a drawn share `data.aug_share` of each batch's training images (every key off by default):
+  1. slant (+-`aug_slant` degrees) and rotate (+-`aug_rotate` degrees) about the centre;
+  2. displace every point by Gaussian jitter (`aug_jitter` px) and the whole ink by a smooth field
+     (`aug_elastic` px, two low-frequency waves per axis), in pixels of the drawing;
+  3. draw with a pen `aug_width_min`..`aug_width_max` times `data.stroke_width`, varying along each
+     stroke by +-`aug_pressure`; grey edges (4x supersampled) with probability `aug_antialias`;
+  4. with probability `aug_downscale`, draw at the ink's own scale and scale to the training height
+     bilinearly, as the standard images reach a model;
+  5. blur (Gaussian, sigma uniform in 0..`aug_blur` px).
+The others keep their cached image. Draws come from a generator seeded by (train.seed, epoch), taken
+in batch order: reproducible, the same with or without prefetching, and a resumed run continues the
+stream. The training strokes are parsed once and cached beside the rendered cache (`strokes-*.npz`).
 
-The second style (`data.val_alt`, `val_alt_render_config`): validation drawn again in the other
-`data.render_style`, e.g. `standard-like` for a run trained on `direct` renderings: the default
-renderer at the ink's own scale, then scaled to the training height bilinearly, the standard
-images' pipeline with our pen. Its measured look matches the standard images (docs/data.md).
+`data.val_alt` (`val_alt_render_config`) draws validation again in the other `data.render_style`,
+e.g. `standard-like` (drawn at the ink's own scale, scaled bilinearly: the standard images'
+pipeline with our pen) for a run trained on `direct` renderings.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -47,6 +35,7 @@ from typing import Sequence
 import numpy as np
 from PIL import Image, ImageFilter
 
+from ..atomic import write_atomically
 from ..config import DataConfig
 from .errors import DataError
 from .inkml import parse_inkml
@@ -88,7 +77,7 @@ class AugmentConfig:
 def augmented_image(strokes: Sequence[np.ndarray], render_cfg: RenderConfig, aug: AugmentConfig,
                     rng: np.random.Generator) -> np.ndarray:
     """One random redrawing of `strokes` (uint8 [H, W], 255 = ink) for a model trained on
-    `render_cfg` renderings. Always takes the same number of draws from `rng`, whatever is on."""
+    `render_cfg` renderings; the same number of draws from `rng` whatever is on."""
     u = rng.random(12)  # every draw up front: the stream does not depend on which options are on
     waves = rng.random((2, 2, 3))  # elastic: per axis, two waves of (frequency, phase, direction)
     strokes = [np.asarray(s, dtype=np.float64).reshape(-1, 2) for s in strokes]
@@ -153,8 +142,7 @@ def augmented_image(strokes: Sequence[np.ndarray], render_cfg: RenderConfig, aug
         scale = ink_scale(strokes, draw_cfg)  # after the displacements, as render_ink would take it
         image = render_ink(pieces, draw_cfg, scale=scale, stroke_widths=widths)
     else:
-        # one pen for the whole expression: the renderer's own drawing (with its 3x3 brush), so
-        # that options that change nothing redraw the cached image byte for byte
+        # one pen: the renderer's own drawing, so options that change nothing redraw the cached image
         rng.integers(2**63)
         image = render_ink(strokes, dataclasses.replace(draw_cfg, stroke_width=width))
 
@@ -174,24 +162,18 @@ VAL_ALT = "val-alt"  # the split name: its final scores are logged as val-alt_fi
 
 
 def val_alt_render_config(data_cfg: DataConfig) -> RenderConfig:
-    """How `data.val_alt` draws validation: the run's renderer settings in that style
-    (`standard-like`: drawn at the ink's own scale, then scaled to render_height bilinearly, the
-    standard images' pipeline with the suite's pen; `direct`: drawn at render_height)."""
+    """How `data.val_alt` draws validation: the run's renderer settings in that style."""
     return dataclasses.replace(RenderConfig.from_data_config(data_cfg), downscale=data_cfg.val_alt == "standard-like")
 
 
 # ---- the strokes of a split, parsed once ------------------------------------------------------------
 
 def load_strokes(source, split: str, names: Sequence[str]) -> dict[str, list[np.ndarray]]:
-    """{name: [float32 [N, 2] strokes]} for `names` of the split's InkML, through a cache file
-    beside the rendered cache (keyed like it by the source identity and the names). A name whose
-    file is not InkML is a `DataError`: only ink can be redrawn."""
-    from .cache import CACHE_FORMAT, cache_dir
+    """{name: [float32 [N, 2] strokes]} of the split's InkML, cached beside the rendered cache. A
+    name whose file is not InkML is a `DataError`: only ink can be redrawn."""
+    from .cache import cache_dir, cache_key
 
-    key = hashlib.sha256(json.dumps({"format": CACHE_FORMAT, "source": source.identity(split), "split": split,
-                                     "names": hashlib.sha256("\n".join(names).encode()).hexdigest()},
-                                    sort_keys=True).encode()).hexdigest()[:20]
-    path = cache_dir() / f"strokes-{split}-{key}.npz"
+    path = cache_dir() / f"strokes-{split}-{cache_key(source, split, names, None)}.npz"
     if path.is_file():
         try:
             return _read_strokes(path)
@@ -216,16 +198,8 @@ def _write_strokes(path: Path, strokes: dict[str, list[np.ndarray]]) -> None:
     lengths = np.array([len(s) for s in flat], dtype=np.int64)
     points = np.concatenate(flat).astype(np.float32) if flat else np.zeros((0, 2), np.float32)
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp", delete=False)
-    try:
-        with handle:
-            np.savez_compressed(handle, names=np.array(names, dtype=str), counts=counts, lengths=lengths,
-                                points=points)
-        os.chmod(handle.name, 0o644)
-        os.replace(handle.name, path)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
+    write_atomically(path, lambda f: np.savez_compressed(f, names=np.array(names, dtype=str), counts=counts,
+                                                         lengths=lengths, points=points))
 
 
 def _read_strokes(path: Path) -> dict[str, list[np.ndarray]]:

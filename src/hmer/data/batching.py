@@ -2,22 +2,17 @@
 
 Training (BTTR's scheme, with a better sort): sort by image size, fill each batch while
 `B * maxH * maxW` stays within the budget (BTTR: 320,000 px) and B within `max_batch_size`, then
-shuffle the order of the batches with the epoch's seed. Every expression lands in exactly one
-batch; an image larger than the budget forms a batch of its own. `padding_share` reports the
-zero padding that is left.
+shuffle the batches with the epoch's seed. Every expression lands in one batch; an image larger than
+the budget forms a batch of its own.
 
-The sort key is (height // 16, width), not (height, width): 16 px is the encoder's stride, so
-heights within a bin make feature maps of nearly the same height, and inside a bin the widths,
-which vary far more than heights, line up. On CROHME this cuts the padding of training batches
-(320,000 px, <= 16 images) from 10.1 % to 5.3 %, and of evaluation batches (1.6 M px, <= 64
-images, 2014 test) from 53 % to 35 % (`python benchmarks/bench_data.py`).
+The sort key is (height // 16, width): 16 px is the encoder's stride, and within a height bin the
+widths, which vary far more, line up. On CROHME this cuts the padding of training batches (320,000
+px, <= 16 images) from 10.1 % to 5.3 %, and of evaluation batches (1.6 M px, <= 64 images, 2014
+test) from 53 % to 35 % (`python benchmarks/bench_data.py`).
 
-`ladder` (`data.pad_multiple`, `data.pad_growth`: hmer.data.ladder) rounds every batch's padded
-height and width up to a rung of a ladder of sizes, so that batches come in a few shapes instead of
-one each. On a GPU a new input shape costs far more than its arithmetic (cuDNN plans each
-convolution for each shape; the second GPU lease measured 7 images/s on a first pass against 71
-once the shapes had been seen, docs/benchmarks.md section 5); on a CPU it only adds padding. The
-pixel budget is applied to the images' own sizes.
+`ladder` (`hmer.data.ladder`) rounds every batch's padded height and width up to a rung, so that a
+GPU sees a few shapes instead of one a batch (a first pass ran at 7 images/s against 71 once the
+shapes were seen, docs/benchmarks.md section 5); the pixel budget applies to the images' own sizes.
 
 Evaluation never drops an expression: an image above `max_image_pixels` is resized down (keeping
 its aspect) in `collate(..., max_pixels=...)` and counted in `Batch.resized`; pass the same limit
@@ -77,11 +72,8 @@ HEIGHT_BIN = 16  # px; the encoder's stride (see the module docstring)
 def make_batches(exprs: Sequence[Expression], pixel_budget: int, max_batch_size: int, shuffle: bool = True,
                  seed: int = 0, max_image_pixels: int | None = None,
                  height_bin: int = HEIGHT_BIN) -> list[list[int]]:
-    """Indices into `exprs`, one list per batch (see the module docstring).
-
-    `max_batch_size` <= 0 means no cap; `height_bin=1` sorts by exact (height, width), as BTTR.
-    The result is the same for the same sizes and seed.
-    """
+    """Indices into `exprs`, one list per batch. `max_batch_size` <= 0: no cap; `height_bin=1`
+    sorts by exact (height, width), as BTTR."""
     sizes = [fit_to_pixels(e.image.shape[0], e.image.shape[1], max_image_pixels) for e in exprs]
     bin_ = max(1, height_bin)
     order = sorted(range(len(exprs)), key=lambda i: (sizes[i][0] // bin_, sizes[i][1], sizes[i][0], i))
@@ -135,8 +127,7 @@ def padded_shapes(exprs: Sequence[Expression], batches: Sequence[Sequence[int]],
 def padding_share(exprs: Sequence[Expression], batches: Sequence[Sequence[int]],
                   max_image_pixels: int | None = None, ladder: PadLadder = NO_LADDER,
                   scales: Sequence[float] | None = None) -> float:
-    """Padded pixels / all pixels of the padded batches: the compute spent on nothing (`scales`: as
-    in `padded_shapes`)."""
+    """Padded pixels / all pixels of the padded batches (`scales`: as in `padded_shapes`)."""
     total = real = 0
     for k, sizes in enumerate(_fitted_sizes(exprs, batches, max_image_pixels)):
         sizes = _scaled(sizes, scales[k] if scales is not None else None)
@@ -159,12 +150,9 @@ def resize_image(image: np.ndarray, height: int, width: int) -> np.ndarray:
 
 def collate(exprs: Sequence[Expression], vocab: Vocab, scale: float | None = None,
             max_pixels: int | None = None, ladder: PadLadder = NO_LADDER) -> Batch:
-    """Stack expressions into a `Batch`, zero padded at the bottom and right.
-
-    `scale` (train-time augmentation, e.g. drawn from [0.7, 1.4] per batch) resizes every image
-    by that factor; `max_pixels` (evaluation) shrinks any image above that many pixels and counts it;
-    `ladder` pads the batch's height and width up to its rungs, after the scaling (module docstring).
-    """
+    """Stack expressions into a `Batch`, zero padded at the bottom and right. `scale` (train-time
+    augmentation) resizes every image; `max_pixels` (evaluation) shrinks any image above it and counts
+    it; `ladder` pads the batch's height and width up to its rungs, after the scaling."""
     if not exprs:
         raise ValueError("collate needs at least one expression")
     images = []

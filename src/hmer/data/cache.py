@@ -1,19 +1,15 @@
 """The rendered cache: every split's images, rendered once, so training never waits on InkML.
 
-The first load of a split renders (or decodes) all its files in parallel, one worker process per
-core, and stores the result as one `.npz` per split: all pixels concatenated into one buffer (bit
-packed when the images are binary, as the default renderings are), plus offsets, shapes and names
-(and the files that could not be read, with why). Later loads read it back in a second or two;
-each image is a view into one uint8 buffer.
+The first load of a split renders (or decodes) its files in parallel, one process per core, into
+one `.npz` per split: all pixels in one buffer (bit packed when binary, as the default renderings
+are), plus offsets, shapes, names and the files that could not be read (with why). Later loads
+read it back in a second or two, each image a view into one uint8 buffer.
 
 The file name carries a hash of everything the pixels depend on: the renderer settings and
-`RENDERER_VERSION`, the split's source identity (for a zip its path, size and mtime; for a folder
-every file's name, size and mtime) and the list of names. Change any of these and a new entry is
-rendered; stale entries are never read (delete the folder to reclaim space).
-
-Where: `$HMER_CACHE`, else `<repository>/.cache/hmer` (gitignored), else `~/.cache/hmer` when the
-package is not run from a checkout. Entries are written to a temporary file and moved into place
-with `os.replace`, so a render that is killed leaves no half-written entry.
+`RENDERER_VERSION`, the split's source identity (a zip's path, size and mtime; a folder's every
+file name, size and mtime) and the names. Change any and a new entry is rendered; stale entries are
+never read (delete the folder to reclaim space). Where: `$HMER_CACHE`, else `<repository>/.cache/hmer`
+(gitignored), else `~/.cache/hmer`. Entries are written whole or not at all (`hmer.atomic`).
 """
 
 from __future__ import annotations
@@ -23,13 +19,13 @@ import json
 import logging
 import multiprocessing
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, BinaryIO, Iterator, Sequence
 
 import numpy as np
 
+from ..atomic import write_atomically
 from .errors import DataError, ImageReadError, InkMLError
 from .images import decode_image, file_to_image
 from .inkml import parse_inkml
@@ -69,25 +65,25 @@ class LoadedImages:
     from_cache: bool = False
 
 
-def cache_key(source: DatasetSource, split: str, names: Sequence[str], render_cfg: RenderConfig) -> str:
-    """A hash of everything the split's cached pixels depend on (see the module docstring)."""
+def cache_key(source: DatasetSource, split: str, names: Sequence[str], render_cfg: RenderConfig | None) -> str:
+    """A hash of everything the split's cached pixels depend on (see the module docstring); with no
+    `render_cfg`, of what its strokes depend on (`hmer.data.augment.load_strokes`)."""
     payload = {
         "format": CACHE_FORMAT,
-        "render": render_cfg.key(),
         "source": source.identity(split),
         "split": split,
         "names": hashlib.sha256("\n".join(names).encode()).hexdigest(),
     }
+    if render_cfg is not None:
+        payload["render"] = render_cfg.key()
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:20]
 
 
 def load_images(source: DatasetSource, split: str, names: Sequence[str], files: Sequence[str],
                 render_cfg: RenderConfig, *, strict: bool = False, use_cache: bool = True,
                 workers: int | None = None) -> LoadedImages:
-    """The image of each `names[i]` (from `files[i]` of the split), via the cache when allowed.
-
-    Unreadable files are collected in `failures`, or raise at the first one when `strict`.
-    """
+    """The image of each `names[i]` (from `files[i]` of the split), via the cache when allowed;
+    unreadable files are collected in `failures`, or raise at the first one when `strict`."""
     path = cache_dir() / f"{split}-{cache_key(source, split, names, render_cfg)}.npz" if use_cache else None
     if path is not None and path.is_file():
         try:
@@ -126,19 +122,14 @@ _worker_state: tuple[DatasetSource, str, RenderConfig] | None = None
 
 def render_files(source: DatasetSource, split: str, files: Sequence[str], render_cfg: RenderConfig,
                  workers: int | None = None) -> Iterator[RenderResult]:
-    """(index, image or None, (error kind, message) or None) for each file, in order.
-
-    Uses a process pool over files when there are enough of them: each worker reopens the
-    source itself (a zip handle cannot be shared), and only file names and pixels cross
-    process boundaries.
-    """
+    """(index, image or None, (error kind, message) or None) for each file, in order; a process pool
+    when there are enough files, each worker reopening the source (a zip handle cannot be shared)."""
     return _run_files(_render_one, source, split, files, render_cfg, workers, f"rendering {split}")
 
 
 def check_files(source: DatasetSource, split: str, files: Sequence[str],
                 workers: int | None = None) -> Iterator[tuple[int, str | None, list[str]]]:
-    """(index, error message or None, notes) for each file: parses InkML and decodes images
-    without rendering, for `hmer data check`."""
+    """(index, error or None, notes) for each file, parsed or decoded unrendered (`hmer data check`)."""
     return _run_files(_check_one, source, split, files, RenderConfig(), workers, f"checking {split}")
 
 
@@ -159,11 +150,9 @@ def _run_files(work, source: DatasetSource, split: str, files: Sequence[str], re
                 _worker_state = saved
             return
         log.info("%s: %d files with %d processes", desc, len(tasks), workers)
-        # forkserver where there is one: workers forked from a clean single-threaded server. A plain
-        # fork copies whatever locks the caller's other threads (torch's, MLflow's, logging's) hold
-        # at that moment, and a worker that needs one waits forever: a test process that had
-        # trained and logged runs hung that way. The workers only use numpy, PIL and the standard
-        # library, and do not re-import the caller's __main__.
+        # forkserver where there is one: a plain fork copies the locks the caller's other threads
+        # (torch's, MLflow's, logging's) hold, and a worker that needs one waits forever (a test
+        # process that had trained and logged runs hung that way).
         methods = multiprocessing.get_all_start_methods()
         context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
         with context.Pool(workers, initializer=_init_worker, initargs=(source.spec(), split, render_cfg)) as pool:
@@ -231,30 +220,26 @@ def write_cache_file(path: Path, names: Sequence[str], images: dict[str, np.ndar
     pixels = np.empty(int(offsets[-1]), dtype=np.uint8)
     for i, name in enumerate(kept):
         pixels[offsets[i]:offsets[i + 1]] = images[name].reshape(-1)
+    # The default renderings are binary: 1 bit per pixel makes the entry 8x smaller
+    # before compression and a warm load several times faster.
+    binary = not np.any((pixels != 0) & (pixels != 255))
+    # Any: the checker takes a dict unpacked into savez_compressed for one that may name allow_pickle
+    packed: dict[str, Any] = {"bits": np.packbits(pixels == 255)} if binary else {"pixels": pixels}
+
+    def write(f: BinaryIO) -> None:
+        np.savez_compressed(
+            f,
+            **packed, n_pixels=np.array(pixels.size), offsets=offsets, shapes=shapes,
+            names=np.array(kept, dtype=str),
+            failed_names=np.array(list(failures), dtype=str),
+            failed_reasons=np.array(list(failures.values()), dtype=str),
+            meta=np.array(json.dumps(meta or {}, sort_keys=True)),
+        )
+        f.flush()
+        os.fsync(f.fileno())
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle = tempfile.NamedTemporaryFile(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp", delete=False)
-    try:
-        with handle:
-            # The default renderings are binary: 1 bit per pixel makes the entry 8x smaller
-            # before compression and a warm load several times faster.
-            binary = not np.any((pixels != 0) & (pixels != 255))
-            # Any: the checker takes a dict unpacked into savez_compressed for one that may name allow_pickle
-            packed: dict[str, Any] = {"bits": np.packbits(pixels == 255)} if binary else {"pixels": pixels}
-            np.savez_compressed(
-                handle,
-                **packed, n_pixels=np.array(pixels.size), offsets=offsets, shapes=shapes,
-                names=np.array(kept, dtype=str),
-                failed_names=np.array(list(failures), dtype=str),
-                failed_reasons=np.array(list(failures.values()), dtype=str),
-                meta=np.array(json.dumps(meta or {}, sort_keys=True)),
-            )
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(handle.name, 0o644)  # temporary files are private; a cache entry need not be
-        os.replace(handle.name, path)
-    except BaseException:
-        Path(handle.name).unlink(missing_ok=True)
-        raise
+    write_atomically(path, write)
 
 
 def read_cache_file(path: Path) -> LoadedImages:

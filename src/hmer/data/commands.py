@@ -1,16 +1,14 @@
-"""`hmer data check`, `hmer data split` and `hmer data render`, as library functions returning
-an exit status.
+"""`hmer data check`, `hmer data split` and `hmer data render` (`hmer.cli.data`), as library
+functions returning an exit status.
 
     check_command(data)                       counts per split and every problem found
     split_command(data, cfg.data, out_dir)    the validation hold-out a run would use, audited
     render_command(data, "crohme-bmp.zip")    the BTTR/CoMER data.zip layout, rendered
 
-The rendered zip holds `data/<split>/caption.txt` and `data/<split>/<name>.bmp` (8-bit grey BMP,
-white ink on black, deflated), exactly the layout BTTR's and CoMER's data modules read, plus
-`data/<split>/writers.txt` (which they ignore) so that the writer hold-out is the InkML's; it loads
-back through `hmer.data.load_split` with the same names and counts. `--format png` writes 1-bit
-PNGs, less than half the size (the GPU campaign's packed data). The command line is
-`hmer data` (`hmer.cli.data`).
+The rendered zip holds `data/<split>/caption.txt` and `<name>.bmp` (8-bit grey, white on black),
+the layout BTTR's and CoMER's data modules read, plus `writers.txt` (which they ignore) so that the
+writer hold-out is the InkML's; it loads back through `load_split` with the same names and counts.
+`--format png` writes 1-bit PNGs, less than half the size.
 """
 
 from __future__ import annotations
@@ -18,17 +16,16 @@ from __future__ import annotations
 import io
 import os
 import sys
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence, TextIO
+from typing import BinaryIO, Sequence, TextIO
 
 import numpy as np
 from PIL import Image
 
 from ..config import DataConfig
-from ..atomic import write_text_atomically
+from ..atomic import write_atomically, write_text_atomically
 from .cache import check_files, load_images
 from .captions import parse_caption_line, parse_captions
 from .render import INK_LEVEL, RenderConfig
@@ -110,9 +107,8 @@ def check_split(source: DatasetSource, split: str, vocab: Vocab, workers: int | 
 
 def check_command(data: str | None, out: TextIO = sys.stdout, *, data_cfg: DataConfig | None = None,
                   vocab: Vocab | None = None, workers: int | None = None) -> int:
-    """Print the count of each split and every problem; 0 when there is no error, else 1.
-
-    The hold-out sizes shown use `data_cfg` (default: `DataConfig()`)."""
+    """Print the count of each split and every problem; 0 when there is no error, else 1. The
+    hold-out sizes shown use `data_cfg` (default: `DataConfig()`)."""
     cfg = data_cfg if data_cfg is not None else DataConfig()
     vocab = vocab or Vocab()
     with open_source(data or cfg.path or None) as source:
@@ -146,9 +142,8 @@ def check_command(data: str | None, out: TextIO = sys.stdout, *, data_cfg: DataC
 
 def split_command(data: str | None, data_cfg: DataConfig, out_dir: str | os.PathLike[str] | None = None,
                   out: TextIO = sys.stdout) -> int:
-    """Print the validation hold-out of `data_cfg` (sizes, writers, left out, target lengths per
-    side and test year, what the sides share); with `out_dir`, write `train.txt` and `val.txt`,
-    one expression name per line, as every run logs them."""
+    """Print the validation hold-out of `data_cfg` (sizes, writers, caption lengths, what the sides
+    share); with `out_dir`, write `train.txt` and `val.txt` as every run logs them."""
     with open_source(data or data_cfg.path or None) as source:
         held = split_source_validation(source, data_cfg)
         captions = {c.name: c.tokens for c in parse_captions(source.caption_text(TRAIN),
@@ -179,8 +174,7 @@ def split_command(data: str | None, data_cfg: DataConfig, out_dir: str | os.Path
     shared_writers = {writers[x] for x in held.val if writers[x]} & train_writers
     print(f"shared between val and train: {len(shared_captions)} captions, {len(shared_writers)} known writers",
           file=out)
-    # How new each side's captions are to training: a test year has few near twins, and
-    # validation should not have many more (see hmer.data.holdout).
+    # A test year has few near twins of training captions; validation should not have many more.
     sides = {"val": [captions[x] for x in held.val], **{f"test {y}": t for y, t in year_captions.items()}}
     twins = near_twin_shares(train_captions, {side: [" ".join(t) for t in tokens] for side, tokens in sides.items()})
     print("captions with a training caption within 1 token edit (itself included): "
@@ -205,11 +199,9 @@ def _mean(values: Sequence[int]) -> float:
     return float(np.mean(values)) if len(values) else float("nan")
 
 
-
 # ---- render ----------------------------------------------------------------------------------------
 
 def encode_bmp(image: np.ndarray) -> bytes:
-    """uint8 [H, W] -> 8-bit grey BMP bytes."""
     buffer = io.BytesIO()
     Image.fromarray(image).save(buffer, format="BMP")
     return buffer.getvalue()
@@ -230,38 +222,27 @@ def render_command(data: str | None, out_zip: str | os.PathLike[str], render_cfg
                    workers: int | None = None, out: TextIO = sys.stdout, *, limit: int = 0,
                    splits: Sequence[str] | None = None, use_cache: bool = True, image_format: str = "bmp") -> int:
     """Write every split (or `splits`) as `data/<split>/{caption.txt,writers.txt,<name>.bmp}` into
-    `out_zip`; `image_format="png"` writes 1-bit PNGs instead, for renderings that are binary (the
-    default ones are), and refuses an image that is not.
-
-    writers.txt keeps the writers the InkML headers name, so that a run on the images holds out
-    the same writers as one on the InkML. The zip is written to a temporary file beside `out_zip`
-    and moved into place only when complete, so a failure or a kill leaves no partial zip.
-    `limit` > 0 keeps the first `limit` captions of each split (for quick round trips). Returns 0,
-    or 1 when files had to be skipped.
-    """
+    `out_zip`, whole or not at all; `image_format="png"`: 1-bit PNGs, refusing an image that is not
+    binary. `limit` > 0 keeps the first `limit` captions of each split. 1 when files were skipped."""
     if image_format not in IMAGE_FORMATS:
         raise ValueError(f"image format {image_format!r} is not one of {', '.join(IMAGE_FORMATS)}")
     render_cfg = render_cfg or RenderConfig()
     target = Path(out_zip)
     target.parent.mkdir(parents=True, exist_ok=True)
     skipped = 0
+
+    def write(f: BinaryIO) -> None:
+        nonlocal skipped
+        with zipfile.ZipFile(f, "w", compression=IMAGE_FORMATS[image_format]) as archive:
+            for split in list(splits) if splits else source.split_names():
+                written, failed = _render_split(source, split, archive, render_cfg, workers, limit, use_cache,
+                                                image_format)
+                skipped += failed
+                note = f", {failed} skipped (unreadable; see `hmer data check`)" if failed else ""
+                print(f"{split}: {written} images{note}", file=out)
+
     with open_source(data) as source:
-        chosen = list(splits) if splits else source.split_names()
-        handle = tempfile.NamedTemporaryFile(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp",
-                                             delete=False)
-        try:
-            with handle, zipfile.ZipFile(handle, "w", compression=IMAGE_FORMATS[image_format]) as archive:
-                for split in chosen:
-                    written, failed = _render_split(source, split, archive, render_cfg, workers, limit, use_cache,
-                                                    image_format)
-                    skipped += failed
-                    note = f", {failed} skipped (unreadable; see `hmer data check`)" if failed else ""
-                    print(f"{split}: {written} images{note}", file=out)
-            os.chmod(handle.name, 0o644)  # temporary files are private; the result need not be
-            os.replace(handle.name, target)
-        except BaseException:
-            Path(handle.name).unlink(missing_ok=True)
-            raise
+        write_atomically(target, write)
     print(f"wrote {target} ({target.stat().st_size / 2**20:.1f} MiB)", file=out)
     return 1 if skipped else 0
 

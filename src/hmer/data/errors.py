@@ -1,13 +1,10 @@
-"""The data layer's errors. Every one is a `ValueError`, so the command line reports it as a
-one-line user error, and every message names the file (and the line where one is known).
-
-Which of them stop a bulk load and which are skipped with a count is the error policy, set out
-in `hmer.data.splits.load_split` and in docs/data.md.
+"""The data layer's errors: each a `ValueError` (the command line reports it in one line) whose message
+names the file, and the line where known. Which stop a bulk load is the error policy (docs/data.md).
 """
 
 from __future__ import annotations
 
-from .vocab import UnknownTokenError
+from .vocab import UnknownTokenError  # noqa: F401 - a data error too, raised from the vocabulary
 
 
 class DataError(ValueError):
@@ -42,15 +39,3 @@ class CaptionError(DataError):
 class WriterFileError(DataError):
     """A writers.txt line that is malformed, or names an expression twice."""
 
-
-__all__ = [
-    "DataError",
-    "InkMLError",
-    "ImageReadError",
-    "NoInkError",
-    "DatasetNotFoundError",
-    "MissingSplitError",
-    "CaptionError",
-    "WriterFileError",
-    "UnknownTokenError",
-]

@@ -1,14 +1,10 @@
 """One expression from one file, strictly: what `hmer predict FILE...` reads.
 
-An `.inkml` file is rendered exactly as the training data is (same `RenderConfig`); an image is
-read as grey, inverted when it is black ink on white, made what the standard 2014 images are
-(`images.standard_like`: two grey levels, cropped to the ink with their margins; a photograph or scan
-also brought to their stroke width), and brought to the model's input size as the run's evaluation
-brings the standard images (`render.to_model_scale`: scaled to the model's `data.render_height`, or by
-its `data.render_scale`), so that a standard image, or one drawn like them (handwriting with symbols
-about 28 px tall, strokes about 3 px wide), reads as the run's own scores were measured. Anything
-else, or a file that cannot be read, raises a `DataError` (a ValueError) whose message names the file;
-an image with no ink in it, a `NoInkError`.
+An `.inkml` file is rendered as the training data is; an image is read as grey (inverted when black
+on white), made what the standard 2014 images are (`images.standard_like`) and brought to the
+model's input size as the run's evaluation brings them (`render.to_model_scale`), so that a standard
+image, or one drawn like them, reads as the run's own scores were measured. Anything else, or an
+unreadable file, raises a `DataError` naming the file; an image with no ink, a `NoInkError`.
 """
 
 from __future__ import annotations
@@ -38,8 +34,8 @@ def check_expression_file(path: str | os.PathLike[str]) -> Path:
 
 
 def read_expression_file(path: str | os.PathLike[str], render_cfg: RenderConfig | None = None) -> Expression:
-    """An `Expression` without tokens (its name is the file's stem); a `NoInkError` naming the file
-    when its image has no ink (`images.has_ink`): a model reads something into a blank page."""
+    """An `Expression` without tokens, named by the file's stem; a `NoInkError` when its image has no
+    ink (a model reads something into a blank page)."""
     path = check_expression_file(path)
     suffix = path.suffix.lower()
     if suffix in IMAGE_SUFFIXES:

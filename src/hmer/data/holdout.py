@@ -1,31 +1,26 @@
 """The validation hold-out: which training expressions a run selects its checkpoints on.
 
-A CROHME test year has writers that training never saw and captions that training almost never
-saw (3.0 / 1.6 / 0.3 % of the 2014 / 2016 / 2019 captions occur in train). The training split is
-not like that: half its expressions share their caption with another training expression. A
-random hold-out therefore puts most of validation beside a twin left in training, and validation
-measures memorisation: measured on a `tiny-transformer` model, 18.3 % validation ExpRate against 4-5 % on the
-test years. Everything that reads validation inherits that bias (best checkpoint, plateau
-schedule, pruning, the sweep's objective).
+A CROHME test year has writers and captions that training never saw (3.0 / 1.6 / 0.3 % of the
+2014 / 2016 / 2019 captions occur in train), but half the training expressions share their caption
+with another. A random hold-out thus puts most of validation beside a twin in training and measures
+memorisation: a `tiny-transformer` model read 18.3 % validation ExpRate against 4-5 % on the test
+years, a bias that best checkpoint, plateau schedule, pruning and the sweep's objective inherit.
 
 Rules (`data.val_split`):
 
-- ``writer`` (the default): whole writers are held out, drawn in a seeded order until validation
-  holds `data.val_fraction` of train; expressions without a known writer (about a third of CROHME
-  train names none) always stay in training. Then every held-out expression whose caption is
-  fewer than `data.val_min_edits` token edits from a caption of the training part is left out of
-  both sides, so no caption, no near twin of one, and no known writer is shared. Where a dataset
-  names no writer at all (an image dataset in the BTTR/CoMER `data.zip` layout), whole captions
-  are held out instead (rule ``caption``), and the split says so.
-- `data.val_min_edits` (default 2): 1 leaves out exact twins only (the rule until it existed, and
-  what configs stored before then get). Why 2: with exact twins alone, a fifth of the CROHME
-  writer hold-out had a training caption one token edit away (`x ^ { 2 }` beside `y ^ { 2 }`),
-  against 8-14 % of a test year, and a model recognised those near twins at 45 % against 19-31 %
-  on the test years' ones: validation read 13.5 % (beam) where the test years averaged 5.9 %.
-- ``random``: the old behaviour, a seeded random `val_fraction` of expressions (captions shared).
+- ``writer`` (the default): whole writers are held out, in a seeded order, until validation holds
+  `data.val_fraction` of train; expressions without a known writer (a third of CROHME train) stay in
+  training. A held-out expression whose caption is fewer than `data.val_min_edits` token edits from
+  a training caption is left out of both sides. A dataset that names no writer (an image dataset in
+  the BTTR/CoMER `data.zip` layout) holds out whole captions instead (rule ``caption``), and says so.
+- `data.val_min_edits` (default 2; 1 leaves out exact twins only, what older configs get). With
+  exact twins alone, a fifth of the writer hold-out had a training caption one edit away (`x ^ { 2 }`
+  beside `y ^ { 2 }`), against 8-14 % of a test year; a model read those at 45 % against 19-31 % on
+  the test years' ones, and validation read 13.5 % (beam) where the test years averaged 5.9 %.
+- ``random``: a seeded random `val_fraction` of expressions (captions shared).
 
-`split_validation` returns the two name lists plus a `HoldOut` record of what was done, which
-`hmer data split` prints and every run logs.
+`split_validation` returns a `HoldOut`: the two name lists and what was done, which `hmer data
+split` prints and every run logs.
 """
 
 from __future__ import annotations
@@ -67,12 +62,9 @@ class HoldOut:
 
 def split_validation(names: Sequence[str], captions: Mapping[str, str], writers: Mapping[str, str | None],
                      rule: str, fraction: float, seed: int, min_edits: int = 2) -> HoldOut:
-    """Split `names` into training and validation names by `rule` (see the module docstring).
-
-    `captions` maps a name to its caption (tokens joined by spaces); `writers` maps a name to its
-    writer or None; `min_edits` is `data.val_min_edits` (the writer rule only). Deterministic for
-    the same arguments, whatever the input order; both lists keep the input order.
-    """
+    """Split `names` by `rule` (module docstring); `captions`: name -> tokens joined by spaces,
+    `writers`: name -> writer or None, `min_edits`: `data.val_min_edits` (the writer rule only).
+    Deterministic whatever the input order; both lists keep it."""
     if rule not in VAL_SPLITS:
         raise HoldOutError(f"data.val_split={rule!r} is not one of {', '.join(VAL_SPLITS)}")
     if min_edits < 1:
@@ -164,13 +156,9 @@ def _within(min_edits: int) -> str:
 
 
 def near_captions(captions: Iterable[str], max_edits: int) -> dict[str, set[str]]:
-    """{caption: the captions at most `max_edits` token edits from it, itself included}.
-
-    Two token sequences within d edits (substitutions, insertions, deletions) become equal after
-    deleting at most d tokens from each (the substituted and unmatched ones), so only captions that
-    share such a reduced form are compared, not all pairs: ~0.1 s for CROHME's 4,400 captions at
-    d = 1, where comparing all pairs of similar length takes seconds.
-    """
+    """{caption: the captions at most `max_edits` token edits from it, itself included}. Two sequences
+    within d edits become equal after deleting at most d tokens from each, so only captions sharing
+    such a reduced form are compared: ~0.1 s for CROHME's 4,400 captions at d = 1, not seconds."""
     unique = sorted(set(captions))
     near: dict[str, set[str]] = {c: {c} for c in unique}
     if max_edits <= 0:

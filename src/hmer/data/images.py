@@ -1,13 +1,10 @@
 """File contents to images: uint8 [H, W], white ink on black, as the encoder sees them.
 
-An image file is decoded as grey (black-on-white images are inverted, a transparent
-background is paper: white, or black where light ink would vanish on white); an InkML file is
-rendered (`hmer.data.render`). A file that cannot be read raises `ImageReadError` naming it;
-`has_ink` says whether an image has anything to read.
-
-`standard_like` makes a user's image what the standard 2014 images are (the run's evaluation reads
-them): two grey levels, the ink cropped with their margins, and, for a photograph or a scan (an
-image of more than two grey levels, whose scale is the camera's), strokes as wide as theirs.
+An image file is decoded as grey (black-on-white inverted; a transparent background is white
+paper, or black where light ink would vanish on white); an InkML file is rendered. An unreadable
+file raises `ImageReadError` naming it. `standard_like` makes a user's image what the standard
+2014 images are (the run's evaluation reads them): two grey levels, cropped to the ink with their
+margins, and for a photograph or scan (more than two grey levels) strokes as wide as theirs.
 """
 
 from __future__ import annotations
@@ -24,9 +21,8 @@ from .errors import ImageReadError
 from .inkml import parse_inkml
 from .render import INK_LEVEL, RenderConfig, render_ink
 
-# An input image above this is refused before it is decoded. A formula needs well under 1 MP
-# (CROHME's are about 0.05 MP); a 100-MP scan would take minutes and gigabytes to decode and
-# shrink, and is a mistake (the wrong file, or a page instead of a formula).
+# Refused before decoding: a formula needs well under 1 MP (CROHME's about 0.05 MP); a 100-MP scan
+# takes minutes and gigabytes, and is a mistake (the wrong file, or a page instead of a formula).
 MAX_INPUT_PIXELS = 20_000_000
 
 # The standard 2014 images, as measured over all 986 of the tarball (tests/test_standard_2014.py holds
@@ -54,9 +50,7 @@ def decode_image(data: bytes, where: str) -> np.ndarray:
             if width * height == 0:
                 raise ImageReadError(f"{where}: empty image")
             if img.mode in ("RGBA", "LA", "PA") or (img.mode == "P" and "transparency" in img.info):
-                # A transparent background shows the paper it is put on: white, as a page shows it;
-                # but light ink on it (white on transparent, drawn for a dark page) vanishes there,
-                # so where nothing is then ink, on black, as a dark page shows it.
+                # Transparent: on white paper, or on black where light ink would vanish on white.
                 rgba = img.convert("RGBA")
                 pixels = _on_paper(rgba, 255)
                 if not has_ink(pixels):
@@ -85,20 +79,17 @@ def _white_ink(pixels: np.ndarray) -> np.ndarray:
 
 
 def has_ink(pixels: np.ndarray) -> bool:
-    """Whether a white-on-black image has any ink: a pixel brighter than the renderer's `INK_LEVEL`.
-    A blank page, a one-colour image or a single pixel has none (the paper is whatever most of it is)."""
+    """Whether a white-on-black image has a pixel brighter than `INK_LEVEL` (a blank page, a one-colour
+    image or a single pixel has none)."""
     return bool((pixels > INK_LEVEL).any())
 
 
 def standard_like(pixels: np.ndarray, where: str) -> np.ndarray:
-    """A white-on-black image with ink (`has_ink`) made as the standard 2014 images are (module
-    docstring), so that a model reads it as its run's evaluation read them: an image of two grey levels
-    (one drawn at the ink's own scale, a standard image itself) cropped to its ink with their margins,
-    which leaves a standard image as it is; one of more (a photograph, a scan, a drawing with soft
-    edges) first made two levels at Otsu's threshold (the paper dark, the ink white, wherever their
-    greys lie) and scaled so that its strokes are as wide as theirs. ImageReadError naming `where`
-    when more than MAX_INK_SHARE of the cropped picture reads as ink (uneven light, a shadow, paper
-    with a texture): such a picture would be read as noise."""
+    """A white-on-black image with ink made as the standard 2014 images are: two grey levels, cropped
+    to the ink with their margins (a standard image stays as it is); an image of more levels (a photo,
+    a scan) first made two at Otsu's threshold and scaled to their stroke width. ImageReadError
+    naming `where` when more than MAX_INK_SHARE of the cropped picture is ink (uneven light, a shadow,
+    a textured paper): it would be read as noise."""
     grey = len(np.unique(pixels)) > 2
     ink = pixels > (_otsu_threshold(pixels) if grey else INK_LEVEL)
     ink = _cropped(ink, _despeckled(ink) if grey else ink)
@@ -115,8 +106,8 @@ def standard_like(pixels: np.ndarray, where: str) -> np.ndarray:
 
 
 def stroke_width(ink: np.ndarray) -> float:
-    """The strokes' width in pixels, read from a boolean ink mask: its area over half its edge (the ink
-    pixels beside paper), as a stroke of width w and length L has w L pixels and 2 L on its edges."""
+    """The strokes' width in px of a boolean ink mask: its area over half its edge pixels (a stroke of
+    width w and length L has w L pixels, 2 L of them on its edges)."""
     padded = np.pad(ink, 1)
     inner = ink & padded[:-2, 1:-1] & padded[2:, 1:-1] & padded[1:-1, :-2] & padded[1:-1, 2:]
     edge = int(ink.sum()) - int(inner.sum())
@@ -124,8 +115,8 @@ def stroke_width(ink: np.ndarray) -> float:
 
 
 def _otsu_threshold(pixels: np.ndarray) -> int:
-    """The grey level that splits the image's histogram into paper and ink with the least variance
-    within each (Otsu, 1979): where a photograph's paper and ink lie, whatever the light."""
+    """The grey level splitting the histogram into paper and ink with the least variance within each
+    (Otsu, 1979)."""
     counts = np.bincount(pixels.ravel(), minlength=256).astype(np.float64)
     levels = np.arange(256)
     below = np.cumsum(counts)
@@ -138,8 +129,7 @@ def _otsu_threshold(pixels: np.ndarray) -> int:
 
 
 def _despeckled(ink: np.ndarray) -> np.ndarray:
-    """The ink without the lone specks of a scan's or a camera's noise (a 3x3 median), for finding where
-    the formula is; its strokes themselves are kept as they are."""
+    """The ink without the lone specks of noise (a 3x3 median), for finding where the formula is."""
     from PIL import ImageFilter
 
     mask = Image.fromarray(ink.astype(np.uint8) * 255).filter(ImageFilter.MedianFilter(3))

@@ -1,22 +1,14 @@
 """Reading CROHME InkML: pen strokes, the writer's LaTeX truth, and the symbol segmentation.
 
-What the reader accepts, because the CROHME collections use all of it:
+Accepted, because the CROHME collections use all of it: the InkML namespace or none; traces of
+`x y`, `x y t`, `x y f` or more channels (X and Y as the `<traceFormat>` names them, else the first
+two values); points separated by commas, by newlines, or a flat list of values (grouped by the
+channel count); files that are not UTF-8 and do not say so (MfrDB0104 is Latin-1), read as Latin-1
+with a note. InkML's difference encodings (`'`, `"`, `!`), which CROHME does not use, are refused.
 
-- the InkML namespace (`http://www.w3.org/2003/InkML`) or none at all;
-- traces of `x y`, `x y t`, `x y f` or more channels; the X and Y channels are taken from the
-  `<traceFormat>` when it names them, else they are the first two values of a point;
-- points separated by commas with any whitespace around them, by newlines when a trace has no
-  commas, or a flat list of values when a trace has neither (then grouped by the channel count);
-- files that are not valid UTF-8 and do not say so (one CROHME training file, MfrDB0104, is
-  Latin-1 with no encoding declaration): they are decoded as Latin-1 and a note says so.
-
-InkML's difference encodings (`'`, `"`, `!` prefixes) are not used by CROHME and are refused
-with a clear error rather than misread.
-
-An empty file, XML that is not well formed, or a file without a single point of ink raises
-`InkMLError`, whose message starts with the file's name (and the line, where the XML parser gives
-one). This reader is strict; whether a bulk load skips such a file is decided by its caller (see
-`hmer.data.splits.load_split`).
+An empty file, XML that is not well formed, or a file without a point of ink raises `InkMLError`
+naming the file (and the line, where the parser gives one); whether a bulk load skips such a file
+is its caller's choice (`hmer.data.splits.load_split`).
 """
 
 from __future__ import annotations
@@ -48,11 +40,8 @@ class TraceGroup:
 
 @dataclass
 class Ink:
-    """A handwritten expression as read from one InkML file.
-
-    `strokes[i]` is a float32 array [N, 2] of (x, y) pen positions in the device's own units
-    (y grows downwards), and `trace_ids[i]` is the id of the `<trace>` it came from.
-    """
+    """One InkML file: `strokes[i]` is float32 [N, 2] of (x, y) pen positions in device units (y
+    down), from the `<trace>` with id `trace_ids[i]`."""
 
     strokes: list[np.ndarray]
     trace_ids: list[str]
@@ -119,9 +108,8 @@ UNKNOWN_WRITERS = frozenset({"", "unknown", "none", "anonymous"})
 
 
 def writer_of(data: bytes) -> str | None:
-    """The writer an InkML document names (`<annotation type="writer">`), or None when it names
-    none or an unknown one. Only the header is scanned: the annotation precedes the traces, and
-    this runs over a whole training split before any rendering."""
+    """The writer an InkML document names (`<annotation type="writer">`), or None for none or an
+    unknown one. Only the header before the traces is scanned: this runs over a whole split."""
     first_trace = _FIRST_TRACE.search(data)
     head = data[:first_trace.start()] if first_trace else data
     match = _WRITER.search(head)

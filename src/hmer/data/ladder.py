@@ -1,23 +1,18 @@
 """The ladder of padded batch sizes: every batch's height and width rounded up to one of a few sizes,
 so that a GPU sees a few input shapes instead of one a batch.
 
-Why. On a GPU a new input shape costs far more than its arithmetic: cuDNN builds an execution plan
-for every convolution (forward and both backward passes) at every new shape, and torch.compile and
-CUDA graphs need static shapes. The leases measured a training step at about 0.6 s for a new shape
-against 0.06-0.1 s for a seen one (docs/benchmarks.md section 5). Bucketing by size leaves one
-shape a batch, and scale augmentation makes every batch's shape new at every epoch.
+Why: cuDNN plans every convolution at every new shape, and torch.compile and CUDA graphs need static
+shapes; the leases measured a training step at about 0.6 s for a new shape against 0.06-0.1 s for a
+seen one (docs/benchmarks.md section 5). Scale augmentation makes every batch's shape new each epoch.
 
-The rungs (`data.pad_multiple` = m, `data.pad_growth` = g): multiples of m, starting at m, each at
-least g times the one below. g = 1 is every multiple of m (the rounding `data.pad_multiple` alone has
-always done); m = 1 and g = 1 is no ladder: a batch keeps its largest image's size. A geometric
-ladder pads a wide batch by at most a fixed share, where fixed steps pad small batches by a large
-share and still leave many rungs for wide ones: on CROHME train at the reference batch setting,
-m = 16 and g = 1.25 make 176 shapes at 24.4 % padding against 188 at 30.9 % for multiples of 64
+The rungs (`data.pad_multiple` = m, `data.pad_growth` = g): multiples of m from m up, each at least
+g times the one below; g = 1 is every multiple of m, m = g = 1 no ladder. A geometric ladder pads a
+wide batch by at most a fixed share: on CROHME train at the reference batch setting, m = 16 and
+g = 1.25 make 176 shapes at 24.4 % padding against 188 at 30.9 % for multiples of 64
 (`python benchmarks/bench_data.py`).
 
-The ladder is applied in `collate`, after the scale augmentation: a rescaled batch lands on the same
-rungs. `shapes_under_scale` lists every shape a batch can take for any scale of the augmentation's
-range, which is what a planning pass warms up before training (hmer.training.planning).
+`collate` applies the ladder after the scale augmentation. `shapes_under_scale` lists every shape a
+batch can take over the augmentation's range, which a planning pass warms up (hmer.training.planning).
 """
 
 from __future__ import annotations
@@ -85,12 +80,10 @@ def scaled_size(size: int, scale: float | None) -> int:
 
 def shapes_under_scale(images: int, height: int, width: int, ladder: PadLadder,
                        scale_range: tuple[float, float] | None = None) -> set[tuple[int, int, int]]:
-    """Every (images, padded height, padded width) that `collate` can give a batch whose largest
-    image is `height` x `width`, for any scale in `scale_range` (None: no augmentation).
-
-    The largest side after scaling is round(side * s), monotone in s, so the padded shape changes
-    only where round(side * s) crosses a rung: the shapes are those at the ends of the range and
-    between every two such scales."""
+    """Every (images, padded height, padded width) `collate` can give a batch whose largest image is
+    `height` x `width`, for any scale in `scale_range` (None: no augmentation). round(side * s) is
+    monotone in s, so the shape changes only where it crosses a rung: probing the range's ends and
+    between every two such scales finds them all."""
     if scale_range is None or scale_range[1] <= 0:
         return {(images, ladder.rung(height), ladder.rung(width))}
     low, high = scale_range

@@ -1,26 +1,19 @@
 """Pen strokes -> an 8-bit grey image, white ink (255) on black (0), in the style of the standard
 CROHME offline images (the WAP authors' renderings that WAP/BTTR/CoMER papers score on).
 
-Normalising the size. CROHME ink comes from many devices: some write large integer coordinates,
-some small decimals, so a fixed scale is meaningless. The renderer scales each expression so that
-the *mean height of its strokes* is `stroke_height` pixels, counting only the strokes taller than
-`tall_stroke_fraction` times its tallest stroke (flat strokes such as `-`, `=` or dots would
-otherwise drag the mean towards zero). Over the 986 CROHME 2014 test expressions this one number is
-what the standard images hold constant: fitted on them it is 28.5 px, and the rule predicts each
-image's height to within 4 % (other measures, e.g. the symbol or whole-expression height, vary by
-20-50 % across their images). So it reproduces their scale, and with it their size distribution,
-without looking at the annotation (the symbol segmentation is not used).
-An expression whose strokes are all flat (a lone `-`) is scaled by stroke width instead.
+Size. CROHME devices write coordinates at any scale, so each expression is scaled so that the mean
+height of its tall strokes (taller than `tall_stroke_fraction` of its tallest; flat `-`, `=` and dots
+would drag the mean to zero) is `stroke_height` px. Over the 986 standard 2014 images this is the
+number they hold constant: fitted on them it is 28.5 px, and it predicts each image's height within
+4 % (symbol or expression heights vary by 20-50 %), without the symbol segmentation. An expression of
+flat strokes only (a lone `-`) is scaled by stroke width instead.
 
-The look. The standard images are binary (only 0 and 255) with 3-pixel strokes that are never
-thinner than 3 px (no ink run shorter than 3), and 11-12 blank pixels around the ink; the
-defaults reproduce that: a 1-px centre line grown by a 3x3 max filter (a 3x3 brush), which matches
-their ink run-length histogram to within 0.3 % per bin. Sizes are clamped to `max_height` x
-`max_width` (only one CROHME training expression is that large). `antialias=True` draws at 4x
-and box-filters down instead, for grey edges.
+Look. The standard images are binary with 3-px strokes (no ink run shorter than 3) and 11-12 blank
+pixels around the ink. The defaults draw a 1-px centre line grown by a 3x3 max filter (a 3x3 brush),
+which matches their ink run-length histogram within 0.3 % per bin. Sizes are clamped to `max_height`
+x `max_width`; `antialias=True` draws at 4x and box-filters down, for grey edges.
 
-Rendering is deterministic: the same strokes and settings give the same bytes, and multiplying
-all coordinates by a constant gives the same image (the scale is taken from the ink itself).
+Deterministic: the same strokes and settings give the same bytes, at any coordinate scale.
 """
 
 from __future__ import annotations
@@ -92,12 +85,9 @@ class RenderConfig:
 
 def render_ink(ink: Ink | Sequence[np.ndarray], cfg: RenderConfig | None = None, *,
                scale: float | None = None, stroke_widths: Sequence[float] | None = None) -> np.ndarray:
-    """Render an `Ink` (or a list of [N, 2] stroke arrays) to uint8 [H, W], 255 = ink.
-
-    For augmentation (`hmer.data.augment`): `scale` (px per device unit) replaces the size
-    normalisation (the size clamps still apply), and `stroke_widths` gives each stroke its own pen
-    width in px (drawn with that pen directly, without the 3x3 brush of the uniform pen).
-    """
+    """Render an `Ink` (or [N, 2] stroke arrays) to uint8 [H, W], 255 = ink. For augmentation:
+    `scale` (px per device unit) replaces the size normalisation (the clamps still apply), and
+    `stroke_widths` gives each stroke its own pen (drawn directly, without the 3x3 brush)."""
     cfg = cfg or RenderConfig()
     if cfg.downscale and cfg.resized:
         drawn = render_ink(ink, dataclasses.replace(cfg, height=0, scale=1.0, downscale=False), scale=scale,
@@ -132,10 +122,8 @@ def render_ink(ink: Ink | Sequence[np.ndarray], cfg: RenderConfig | None = None,
 
     factor = SUPERSAMPLE if cfg.antialias else 1
     pen = max(1, int(round(width_px * factor)))
-    # PIL draws wide lines as polygons, which leave 1-2 px thin spots on diagonals. The standard
-    # images have none (no ink run is shorter than 3 px), as if a 3x3 brush were dragged along
-    # the path. So in binary mode draw the centre line 2 px thinner and grow it with a 3x3 max
-    # filter: 3 px strokes become a 1 px line dilated by 3x3, exactly that brush.
+    # PIL's wide lines leave 1-2 px thin spots on diagonals; the standard images have none (a 3x3
+    # brush). So in binary mode draw the line 2 px thinner and grow it with a 3x3 max filter.
     grow = not cfg.antialias and pen >= 3 and stroke_widths is None
     pens = [pen - 2 if grow else pen] * len(strokes) if stroke_widths is None else \
         [max(1, int(round(max(1.0, w) * factor))) for w in widths]
@@ -168,9 +156,8 @@ def render_ink(ink: Ink | Sequence[np.ndarray], cfg: RenderConfig | None = None,
 
 
 def _paths(strokes: list[np.ndarray], transform: tuple[np.ndarray, float, float]) -> list[list[tuple[int, int]]]:
-    """Each stroke's points on the pixel grid ((point - low) * scale + offset, whole pixels),
-    without consecutive repeats (pens sample faster than they move, and repeats only cost drawing
-    time). All strokes at once: augmentation draws hundreds of short pieces per image."""
+    """Each stroke's points on the pixel grid, without consecutive repeats (pens sample faster than
+    they move). All strokes at once: augmentation draws hundreds of short pieces per image."""
     low, scale, offset = transform
     lengths = [len(s) for s in strokes]
     xy = _snap((np.concatenate(strokes) - low) * scale + offset).astype(np.int64)
@@ -188,10 +175,8 @@ def _paths(strokes: list[np.ndarray], transform: tuple[np.ndarray, float, float]
 
 
 def _brushed(paths: list[list[tuple[int, int]]], pens: list[int], size: tuple[int, int]) -> np.ndarray:
-    """Each path dragged with a square brush as wide as its pen: the 1-px centre lines of the
-    paths that share a pen, grown by that brush (separable maxima), then the pens' layers
-    overlaid. A handful of pens per image keeps this cheap where PIL's wide lines with round caps
-    per piece of stroke (pen pressure) cost ten times more."""
+    """Each path dragged with a square brush as wide as its pen: per pen, the 1-px centre lines grown
+    by the brush, the layers overlaid; ten times cheaper than PIL's wide lines with round caps."""
     out = np.zeros(size[::-1], dtype=np.uint8)
     for pen in sorted(set(pens)):
         layer = Image.new("L", size, 0)
@@ -229,8 +214,7 @@ def _grow_square(pixels: np.ndarray, pen: int) -> np.ndarray:
 
 
 def scale_to_height(image: np.ndarray, height: int) -> np.ndarray:
-    """`image` scaled to `height` px with bilinear filtering, keeping its aspect: how the standard
-    images are brought to a model's height (`hmer.data.standard`), and `downscale` rendering."""
+    """`image` scaled to `height` px, bilinear, keeping its aspect."""
     if height <= 0 or image.shape[0] == height:
         return image
     width = max(1, round(image.shape[1] * height / image.shape[0]))
@@ -238,7 +222,7 @@ def scale_to_height(image: np.ndarray, height: int) -> np.ndarray:
 
 
 def scale_by(image: np.ndarray, factor: float) -> np.ndarray:
-    """`image` scaled by `factor` in both directions with bilinear filtering (at least 1 x 1 px)."""
+    """`image` scaled by `factor`, bilinear (at least 1 x 1 px)."""
     if factor == 1.0:
         return image
     height, width = (max(1, round(n * factor)) for n in image.shape[:2])
@@ -246,17 +230,15 @@ def scale_by(image: np.ndarray, factor: float) -> np.ndarray:
 
 
 def to_model_scale(image: np.ndarray, cfg: RenderConfig) -> np.ndarray:
-    """An image drawn at the ink's own scale (a standard image, a `standard-like` drawing) brought
-    to the size a model trained on `cfg` renderings reads: scaled to `cfg.height`, or by
-    `cfg.scale` when the height is free (bilinear either way); as it is for neither."""
+    """An image drawn at the ink's own scale (a standard image, a `standard-like` drawing) at the size
+    a model trained on `cfg` renderings reads: scaled to `cfg.height`, else by `cfg.scale`."""
     if cfg.height > 0:
         return scale_to_height(image, cfg.height)
     return scale_by(image, cfg.scale)
 
 
 def _grow_3x3(pixels: np.ndarray) -> np.ndarray:
-    """3x3 max filter (dilation), as two separable 3-tap maxima: ~40x faster than PIL's
-    MaxFilter, which was most of the rendering time."""
+    """3x3 max filter as two separable 3-tap maxima: ~40x faster than PIL's MaxFilter."""
     rows = pixels.copy()
     np.maximum(rows[1:], pixels[:-1], out=rows[1:])
     np.maximum(rows[:-1], pixels[1:], out=rows[:-1])
@@ -267,9 +249,8 @@ def _grow_3x3(pixels: np.ndarray) -> np.ndarray:
 
 
 def _snap(values: np.ndarray | float) -> np.ndarray:
-    """Round to whole pixels, first dropping floating-point noise below 1e-6 px, so that the same
-    ink at another coordinate scale (x1000, x0.001) lands on the same pixels instead of flipping
-    the values that sit at .5."""
+    """Round to whole pixels, first dropping noise below 1e-6 px, so that the same ink at another
+    coordinate scale (x1000, x0.001) does not flip the values that sit at .5."""
     return np.rint(np.round(values, 6))
 
 

@@ -5,16 +5,12 @@
     <split>/<name>.inkml         pen strokes (rendered on load), or
     <split>/<name>.bmp|png|jpg   an image (read as grey; black-on-white images are inverted)
     <split>/writers.txt          optional: <name> TAB <writer>, the writers of an image dataset
-                                 rendered from InkML (the writer hold-out needs them; see
-                                 `hmer.data.splits.read_writers`)
+                                 rendered from InkML (for the writer hold-out; `splits.read_writers`)
 
-possibly under one top folder (the shared zip has `crohme/<split>/...`, BTTR's has
-`data/<split>/...`). Splits are `train`, `2014`, `2016`, `2019` (any other folder with a
-caption.txt also loads by name).
-
-Finding the dataset: an explicit path, else `$HMER_DATA`, else `data/crohme` or
-`data/crohme.zip` under the repository root. A caption.txt is read by `hmer.data.captions`,
-a file's contents become an image in `hmer.data.images`.
+possibly under one top folder (the shared zip has `crohme/<split>/...`, BTTR's `data/<split>/...`).
+Splits are `train`, `2014`, `2016`, `2019` (any other folder with a caption.txt loads by name).
+Found at an explicit path, else `$HMER_DATA`, else `data/crohme` or `data/crohme.zip` under the
+repository root.
 
 Error policy (docs/data.md, "Error policy"): a wrong structure (a missing dataset or split, a
 malformed caption line, an unknown token, a caption without its file) always raises, naming file and
@@ -83,13 +79,11 @@ def resolve_data_path(path: str | os.PathLike[str] | None = None) -> Path:
 # ---- one dataset: a folder or a zip --------------------------------------------------------------
 
 class DatasetSource:
-    """Read access to one dataset's splits, the same for a folder and a zip.
-
-    `spec()` is a small picklable description from which `open_source_spec` reopens the same
-    source, so that worker processes can read files themselves.
-    """
+    """Read access to one dataset's splits, the same for a folder and a zip. `spec()` is a picklable
+    description from which `open_source_spec` reopens it in a worker process."""
 
     location: Path
+    _files: dict[str, dict[str, list[str]]]  # list_files, by split
 
     def split_names(self) -> list[str]:
         """Every split folder that holds a caption.txt, known splits first."""
@@ -100,14 +94,19 @@ class DatasetSource:
         raise NotImplementedError
 
     def list_files(self, split: str) -> dict[str, list[str]]:
-        """{name: [file names with a content suffix]} of the split's folder."""
+        """{name: [file names with a content suffix]} of the split's folder, listed once."""
+        if split not in self._files:
+            self._files[split] = _group_by_stem(self._filenames(split))
+        return self._files[split]
+
+    def _filenames(self, split: str) -> list[str]:
+        """The names of the files in the split's folder; `MissingSplitError` when it is not there."""
         raise NotImplementedError
 
     def read_bytes(self, split: str, filename: str) -> bytes:
         raise NotImplementedError
 
     def read_optional(self, split: str, filename: str) -> bytes | None:
-        """A file of the split's folder, or None when it is not there."""
         try:
             return self.read_bytes(split, filename)
         except FileNotFoundError:
@@ -140,7 +139,7 @@ class DatasetSource:
                                  f"(no {split}/{CAPTION_FILE}; splits there: {have})")
 
     def file_for(self, split: str, name: str) -> str | None:
-        """The file that holds expression `name` (by CONTENT_SUFFIXES order), or None."""
+        """The file of expression `name` (by CONTENT_SUFFIXES order), or None."""
         files = self.list_files(split).get(name)
         return files[0] if files else None
 
@@ -191,13 +190,11 @@ class FolderSource(DatasetSource):
             raise self.missing_split_error(split)
         return path.read_bytes().decode("utf-8")
 
-    def list_files(self, split: str) -> dict[str, list[str]]:
-        if split not in self._files:
-            folder = self.root / split
-            if not folder.is_dir():
-                raise self.missing_split_error(split)
-            self._files[split] = _group_by_stem([e.name for e in os.scandir(folder) if e.is_file()])
-        return self._files[split]
+    def _filenames(self, split: str) -> list[str]:
+        folder = self.root / split
+        if not folder.is_dir():
+            raise self.missing_split_error(split)
+        return [e.name for e in os.scandir(folder) if e.is_file()]
 
     def read_bytes(self, split: str, filename: str) -> bytes:
         return (self.root / split / filename).read_bytes()
@@ -259,12 +256,10 @@ class ZipSource(DatasetSource):
             raise self.missing_split_error(split)
         return self.zip.read(f"{self.prefix}{split}/{CAPTION_FILE}").decode("utf-8")
 
-    def list_files(self, split: str) -> dict[str, list[str]]:
-        if split not in self._files:
-            if split not in self._by_split:
-                raise self.missing_split_error(split)
-            self._files[split] = _group_by_stem(self._by_split[split])
-        return self._files[split]
+    def _filenames(self, split: str) -> list[str]:
+        if split not in self._by_split:
+            raise self.missing_split_error(split)
+        return self._by_split[split]
 
     def read_bytes(self, split: str, filename: str) -> bytes:
         try:

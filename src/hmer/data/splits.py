@@ -33,13 +33,10 @@ TRAIN = "train"
 def load_split(path: str | os.PathLike[str] | DatasetSource | None, split: str,
                render_cfg: RenderConfig | None = None, *, vocab: Vocab | None = None, strict: bool = False,
                limit: int = 0, use_cache: bool = True, workers: int | None = None) -> list[Expression]:
-    """Every expression of one split, in caption order (no hold-out; see `load_dataset`).
-
-    InkML is rendered with `render_cfg` through the rendered cache (`hmer.data.cache`), so only
-    the first load of a split renders. `limit` > 0 keeps the first `limit` caption lines and skips
-    the cache. Errors follow the policy in `hmer.data.source`'s docstring: structure errors raise;
-    an unusable file raises when `strict`, else it is skipped with one counted warning.
-    """
+    """Every expression of one split, in caption order (no hold-out), rendered with `render_cfg`
+    through the cache. `limit` > 0 keeps the first `limit` caption lines and skips the cache. Errors
+    (`hmer.data.source`): structure errors raise; an unusable file raises when `strict`, else it is
+    skipped with one counted warning."""
     render_cfg = render_cfg or RenderConfig()
     owned = not isinstance(path, DatasetSource)
     source = path if isinstance(path, DatasetSource) else open_source(path)
@@ -70,9 +67,8 @@ def default_splits(data_cfg: DataConfig | None = None) -> tuple[str, ...]:
 
 
 def read_writers(source: DatasetSource, split: str, names: Sequence[str]) -> dict[str, str | None]:
-    """{name: its writer, or None}. An InkML file names its writer in its header; an image names
-    nobody, so an image dataset rendered from InkML (`hmer data render`) keeps the writers in
-    `<split>/writers.txt`, without which its hold-out could not be the InkML's."""
+    """{name: its writer, or None}: an InkML file's header, else `<split>/writers.txt` (an image
+    dataset rendered from InkML keeps them there, so that its hold-out is the InkML's)."""
     listed = read_writer_file(source, split)
     writers: dict[str, str | None] = {}
     for name in names:
@@ -85,9 +81,8 @@ def read_writers(source: DatasetSource, split: str, names: Sequence[str]) -> dic
 
 
 def read_writer_file(source: DatasetSource, split: str) -> dict[str, str]:
-    """The split's writers.txt (`<name> TAB <writer>` a line) as {name: known writer}; {} without one.
-    A line that is not two tab-separated fields, or names an expression twice, raises, naming
-    the file and line (a silently different hold-out would be worse than stopping)."""
+    """The split's writers.txt as {name: known writer}; {} without one. A malformed line or a name given
+    twice raises (a silently different hold-out would be worse than stopping)."""
     data = source.read_optional(split, WRITER_FILE)
     if data is None:
         return {}
@@ -114,9 +109,8 @@ def writers_file_text(writers: Mapping[str, str | None]) -> str:
 
 def split_source_validation(source: DatasetSource, data_cfg: DataConfig, *,
                             vocab: Vocab | None = None) -> HoldOut:
-    """`holdout.split_validation` of a dataset source's train split: the names of the training part
-    and the validation hold-out of the train split, by `data.val_split` (see `hmer.data.holdout`).
-    Reads captions and InkML headers only: no rendering, so `hmer data split` is quick."""
+    """`holdout.split_validation` of the source's train split by `data.val_split`, from captions and
+    InkML headers only (no rendering, so `hmer data split` is quick)."""
     captions = parse_captions(source.caption_text(TRAIN), source.describe(TRAIN, CAPTION_FILE), vocab)
     names = [c.name for c in captions]
     writers = read_writers(source, TRAIN, names) if data_cfg.val_split == "writer" else {}
@@ -126,8 +120,8 @@ def split_source_validation(source: DatasetSource, data_cfg: DataConfig, *,
 
 
 def subset(exprs: Sequence[Expression], limit: int, seed: int, label: str) -> list[Expression]:
-    """A deterministic random `limit` of `exprs` in their order (all when limit <= 0). `label`
-    (the split) varies the draw between splits."""
+    """A seeded random `limit` of `exprs` in their order (all when limit <= 0); `label` (the split)
+    varies the draw between splits."""
     if limit <= 0 or limit >= len(exprs):
         return list(exprs)
     rng = np.random.default_rng([seed, zlib.crc32(label.encode())])
@@ -138,14 +132,10 @@ def subset(exprs: Sequence[Expression], limit: int, seed: int, label: str) -> li
 def load_dataset(path: str | os.PathLike[str] | None, data_cfg: DataConfig | None = None,
                  splits: Sequence[str] | None = None, *, vocab: Vocab | None = None,
                  workers: int | None = None) -> dict[str, list[Expression]]:
-    """{split: expressions} for `splits` (default: train, val and the configured test years).
-
-    `path` falls back to `data_cfg.path`, then $HMER_DATA, then the default place. `val` is the
-    hold-out of the train split by `val_split` (whole writers by default; `val_fraction` of it,
-    seeded by `val_seed`; see `hmer.data.holdout`), `train` is the rest; `train_limit`, `val_limit`
-    and `test_limit` (0 = all) then keep deterministic random subsets (test_limit applies to every
-    other split). Rendering goes through the cache.
-    """
+    """{split: expressions} for `splits` (default: train, val and the configured test years). `path`
+    falls back to `data_cfg.path`, $HMER_DATA, the default place. `val` is the train split's hold-out
+    (`hmer.data.holdout`), `train` the rest; `train_limit`, `val_limit` and `test_limit` (0 = all,
+    test_limit for every other split) then keep seeded random subsets."""
     cfg = data_cfg if data_cfg is not None else DataConfig()
     wanted = tuple(splits) if splits is not None else default_splits(cfg)
     render_cfg = RenderConfig.from_data_config(cfg)

@@ -2,8 +2,7 @@
 project's renderer with them: their sizes, and a side-by-side picture.
 
 The tarball (`wap-offline-2014-test.tar.gz`, JianshuZhang/WAP `data/off_image_test.tar.gz`) holds
-986 8-bit BMPs named `<name>_0.bmp`. Nothing here writes anything derived from it, except the
-picture that `python -m hmer.data.standard --out PNG` draws on request.
+986 8-bit BMPs named `<name>_0.bmp`; nothing derived from it is written but the picture drawn by
 
     python -m hmer.data.standard [--inkml ZIP] [--tar TAR.GZ] [--out docs/rendering_side_by_side.png]
 """
@@ -28,25 +27,27 @@ STANDARD_SUFFIX = "_0.bmp"
 def iter_standard_images(tar_path: str | Path, names: Iterable[str] | None = None) -> Iterator[tuple[str, np.ndarray]]:
     """(name, uint8 [H, W]) for each standard image, or for `names` only, in archive order."""
     wanted = set(names) if names is not None else None
+    for name, img in _standard_images(tar_path):
+        if wanted is None or name in wanted:
+            yield name, np.asarray(img.convert("L"), dtype=np.uint8)
+
+
+def _standard_images(tar_path: str | Path) -> Iterator[tuple[str, Image.Image]]:
+    """(name, the image opened but not yet decoded) for each standard image, in archive order."""
     with tarfile.open(tar_path, "r:*") as tar:
         for member in tar:
-            if not (member.isfile() and member.name.endswith(STANDARD_SUFFIX)):
-                continue
-            name = Path(member.name).name[: -len(STANDARD_SUFFIX)]
-            if wanted is not None and name not in wanted:
-                continue
-            data = _read(tar, member)
-            with Image.open(io.BytesIO(data)) as img:
-                yield name, np.asarray(img.convert("L"), dtype=np.uint8)
+            if member.isfile() and member.name.endswith(STANDARD_SUFFIX):
+                file = tar.extractfile(member)
+                assert file is not None, member.name  # None only for what is not a regular file
+                with Image.open(io.BytesIO(file.read())) as img:
+                    yield Path(member.name).name[: -len(STANDARD_SUFFIX)], img
 
 
 STANDARD_2014 = "2014-std"  # the split name its scores are logged under (test_2014-std_exprate)
 
 
 def default_standard_tar() -> Path:
-    """The standard images beside the CROHME data that every command finds ($HMER_DATA, data/ in
-    the checkout, ../shared/crohme beside it), else beside the checkout where the project's
-    machines keep them."""
+    """The standard images beside the CROHME data every command finds, else in ../shared/crohme."""
     from .source import DatasetNotFoundError, default_data_paths, resolve_data_path
 
     name = "wap-offline-2014-test.tar.gz"
@@ -62,10 +63,9 @@ def default_standard_tar() -> Path:
 
 def standard_2014_expressions(tar_path: str | Path, captions: dict[str, list[str]],
                               render: RenderConfig | None = None) -> list:
-    """The standard 2014 images as Expressions with the 2014 captions, in caption order, each
-    brought to the size of `render`'s renderings (`to_model_scale`: scaled to its height, or by its
-    scale; None = as they are), so that a model trained on the suite's renderings reads them at the
-    scale it knows. An image missing from the archive is an error naming it."""
+    """The standard 2014 images as Expressions with the 2014 captions, in caption order, brought to
+    the size of `render`'s renderings (`to_model_scale`; None: as they are), the scale a model trained
+    on them knows. An image missing from the archive is an error naming it."""
     from .expression import Expression
 
     images = dict(iter_standard_images(tar_path, captions))
@@ -82,10 +82,8 @@ def standard_2014_expressions(tar_path: str | Path, captions: dict[str, list[str
 
 def standard_2014_if_available(exprs_2014: Sequence, render: RenderConfig | None = None,
                                tar_path: str | Path | None = None) -> list | None:
-    """`standard_2014_expressions` for the given 2014 expressions (a run's test split, its
-    `test_limit` included), or None when the tarball is absent (default: `default_standard_tar()`)
-    or lacks one of them (the data is not CROHME 2014): what a run's final evaluation scores as
-    `test_2014-std_*` when it can."""
+    """`standard_2014_expressions` for a run's 2014 test split (what it scores as `test_2014-std_*`),
+    or None when the tarball (default: `default_standard_tar()`) is absent or lacks one of them."""
     tar = Path(tar_path) if tar_path is not None else default_standard_tar()
     if not exprs_2014 or not tar.is_file():
         return None
@@ -95,24 +93,9 @@ def standard_2014_if_available(exprs_2014: Sequence, render: RenderConfig | None
         return None
 
 
-def _read(tar: tarfile.TarFile, member: tarfile.TarInfo) -> bytes:
-    """The bytes of `member`, a regular file (`extractfile` gives None for anything else)."""
-    file = tar.extractfile(member)
-    assert file is not None, member.name
-    return file.read()
-
-
 def standard_sizes(tar_path: str | Path) -> dict[str, tuple[int, int]]:
     """{name: (height, width)} of every standard image (decodes headers, not pixels)."""
-    sizes = {}
-    with tarfile.open(tar_path, "r:*") as tar:
-        for member in tar:
-            if member.isfile() and member.name.endswith(STANDARD_SUFFIX):
-                data = _read(tar, member)
-                with Image.open(io.BytesIO(data)) as img:
-                    width, height = img.size
-                sizes[Path(member.name).name[: -len(STANDARD_SUFFIX)]] = (height, width)
-    return sizes
+    return {name: img.size[::-1] for name, img in _standard_images(tar_path)}
 
 
 def size_statistics(shapes: Sequence[tuple[int, int]]) -> dict[str, float]:

@@ -1,10 +1,8 @@
 """Token alignment of a truth and a prediction: the edits that turn one into the other.
 
-`align` is a Levenshtein dynamic programme over tokens with a backtrace; its edit count is
-the distance `editdistance` gives. Where several alignments are equally short the
-backtrace, walking from the ends of both sequences, prefers the diagonal (a match or a
-substitution), then a deletion (a truth token the prediction lacks), then an insertion (a
-predicted token the truth lacks): the same pair always gives the same edits.
+`align` is a Levenshtein dynamic programme with a backtrace; its edit count is `editdistance`'s.
+Among equally short alignments the backtrace, from the ends, prefers the diagonal (a match or a
+substitution), then a deletion, then an insertion: the same pair always gives the same edits.
 """
 
 from __future__ import annotations
@@ -17,10 +15,8 @@ EDIT_KINDS = ("substitution", "insertion", "deletion")  # every kind but "match"
 
 @dataclass(frozen=True)
 class Edit:
-    """One step of an alignment: `kind` is match, substitution, insertion or deletion.
-
-    `truth` is None for an insertion, `prediction` None for a deletion.
-    """
+    """One step of an alignment (match, substitution, insertion or deletion); `truth` is None for an
+    insertion, `prediction` for a deletion."""
 
     kind: str
     truth: str | None
@@ -28,8 +24,7 @@ class Edit:
 
 
 def align(truth: Sequence[str], prediction: Sequence[str]) -> list[Edit]:
-    """The edits that turn `truth` into `prediction`, in reading order (see the module docstring
-    for the tie-breaking). The number of edits other than matches is the Levenshtein distance."""
+    """The edits that turn `truth` into `prediction`, in reading order."""
     n, m = len(truth), len(prediction)
     # cost[i][j]: fewest edits turning truth[:i] into prediction[:j]
     cost = [[0] * (m + 1) for _ in range(n + 1)]

@@ -32,9 +32,8 @@ class SplitResult:
 
 def decode_options(cfg, device: torch.device, autocast_dtype: torch.dtype | None, beam: int | None = None,
                    progress: str | None = None) -> dict[str, Any]:
-    """The keyword arguments of `predict` / `evaluate_split` for a run's `Config`: its decoding
-    (direction, beam size unless `beam` is given, max length, length penalty, search rule) and its evaluation
-    batching. Training, `hmer evaluate` and `hmer predict` all decode through this."""
+    """The keyword arguments of `predict` / `evaluate_split` for a run's `Config` (its decoding, beam
+    size unless `beam` is given, and evaluation batching): training and the CLI all decode this way."""
     return dict(direction=cfg.model.direction, device=device, beam_size=cfg.train.beam_size if beam is None else beam,
                 max_len=cfg.train.max_decode_len, length_penalty=cfg.train.length_penalty,
                 search_rule=cfg.train.search_rule,

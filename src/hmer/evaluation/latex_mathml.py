@@ -1,28 +1,25 @@
 """LaTeX tokens to the MathML tree that the official CROHME pipeline reads (pandoc 2.17 / texmath 0.12.4).
 
-The official symbol-label-graph pipeline (CoMER's `tex2symlg`) runs `pandoc --mathml` on each
-expression written as `$tokens$`; pandoc parses the math with texmath. This module parses our
-space-separated tokens the way texmath's TeX reader does and returns the element tree its MathML
-writer prints for inline math, reduced to what the later steps read: the element names, the text of
-each symbol element (`mi` / `mo` / `mn`, all kept as `mi` here: the later steps treat the three
-alike) and the nesting. Where texmath rejects the input, pandoc writes no `<math>` at all and the
-expression does not convert: `to_mathml` raises `NotConverted`.
+The official pipeline (CoMER's `tex2symlg`) runs `pandoc --mathml` on each expression as `$tokens$`.
+This parses our tokens as texmath's TeX reader does and returns the element tree its MathML writer
+prints for inline math, reduced to what the later steps read: element names, each symbol's text (all
+symbols kept as `mi`: the later steps treat `mi` / `mo` / `mn` alike) and the nesting. Where texmath
+rejects the input, pandoc writes no `<math>` and `to_mathml` raises `NotConverted`.
 
-Written from texmath's behaviour, not its code. What matters for the graph, and is reproduced here:
+Written from texmath's behaviour, not its code. What matters for the graph:
 
-- scripts: `a _ b ^ c` (either order) takes each argument without scripts of its own and gives
-  `msubsup`; a lone `^` or `_` takes an argument that may carry scripts itself, so
-  `x _ { a } _ { b }` is `x` with subscript `a_b`; a script with nothing before it has an empty
-  base (`<mi></mi>`); `\\limits` after a base makes the scripts `munder` / `mover` /
-  `munderover` (inline math otherwise sets even `\\sum`'s limits as sub- and superscripts);
-- `( ... )`, `[ ... ]` and `| ... |` that match are one group (an `mrow`) that a script can follow;
-- `\\frac` and `\\sqrt` take their arguments as single tokens or braced groups; a control sequence
-  that is not a symbol (`\\frac`, `\\limits`, `\\{`) cannot be such an argument; `\\sqrt` without
-  an argument is the symbol `√`; `\\sqrt [ n ]` needs its argument or the whole expression fails;
-- a digit is a number of its own (tokens are space-separated, so `1 2` is two numbers).
+- `a _ b ^ c` (either order) takes arguments without scripts of their own and gives `msubsup`; a
+  lone `^` or `_` takes one that may carry scripts (`x _ { a } _ { b }` is `x` with subscript
+  `a_b`); a script with nothing before it has an empty base; `\\limits` makes the scripts `munder` /
+  `mover` / `munderover` (inline math sets even `\\sum`'s limits as sub- and superscripts);
+- matched `( ... )`, `[ ... ]` and `| ... |` are one group (an `mrow`) that a script can follow;
+- `\\frac` and `\\sqrt` take single tokens or braced groups, never a control sequence that is not a
+  symbol (`\\frac`, `\\limits`, `\\{`); `\\sqrt` without an argument is the symbol `√`; `\\sqrt [ n ]`
+  without its argument fails the whole expression;
+- a digit is a number of its own (`1 2` is two numbers).
 
-Pandoc 1.19 (the version CoMER pins) writes `\\sin`, `\\cos`, `\\tan`, `\\log` and `\\lim` otherwise;
-this module follows 2.17, the version of the fixtures it is tested against.
+Pandoc 1.19 (CoMER's pin) writes `\\sin`, `\\cos`, `\\tan`, `\\log` and `\\lim` otherwise; this follows
+2.17, the version of the fixtures it is tested against.
 """
 
 from __future__ import annotations
@@ -96,16 +93,13 @@ _T = TypeVar("_T")
 
 
 class _Reader:
-    """texmath's recursive descent over whole tokens, with its backtracking rules: an alternative
-    is tried only when the previous one failed without consuming input, unless it is wrapped in
-    `_attempt` (texmath's `try`).
+    """texmath's recursive descent over whole tokens: an alternative is tried only when the previous
+    one failed without consuming input, unless wrapped in `_attempt` (texmath's `try`).
 
-    An expression read at a position reads the same wherever the reading comes from, so `expr` and
-    `expr1` keep what they read at each position (a packrat parser) and each is read once. Without
-    it the alternatives that read a script again (`x _ { ...` as both scripts, then as one) double
-    the work at each level: a prediction of 200 tokens nesting `g _ { g _ { ...` unclosed did not
-    finish in minutes. The two keep their readings in their own bodies, not through a wrapper, which
-    would add frames to every level of a nesting (`to_mathml` makes room for them)."""
+    `expr` and `expr1` keep what they read at each position (a packrat parser): without it, reading a
+    script again (as both scripts, then as one) doubles the work at each level, and 200 tokens nesting
+    `g _ { g _ { ...` unclosed did not finish in minutes. They memoise in their own bodies, as a
+    wrapper would add frames to every level of a nesting."""
 
     def __init__(self, tokens: Sequence[str]):
         self.tokens = list(tokens)

@@ -1,12 +1,11 @@
 """The papers' ExpRate, ≤1 and ≤2: errors in the symbol label graph, counted as the CROHME lgeval does.
 
-The papers score with the official pipeline that CoMER's repository ships (LaTeX to MathML with pandoc,
-`latex_mathml`; MathML to a symbol label graph, `symbol_graph`; the graphs compared with `lgeval`). An
-expression's error count is lgeval's D_B: the paths whose label sets share no label (a path one graph
-lacks is labelled ABSENT there) plus the ordered pairs of paths whose relation label sets share no
-label (a pair without a relation is labelled `_`). A truth that does not convert leaves the denominator;
-a prediction that does not convert is compared with an empty graph. What it counts, how it differs from
-the token metrics and the pandoc version it follows (2.17.1.1, the fixtures' in `tests/fixtures/lgeval/`):
+The papers score with the official pipeline CoMER ships: LaTeX to MathML with pandoc (`latex_mathml`),
+MathML to a symbol label graph (`symbol_graph`), graphs compared by `lgeval`. An expression's error
+count is lgeval's D_B: the paths whose label sets share no label (ABSENT where a graph lacks the path)
+plus the ordered pairs of paths whose relation label sets share no label (`_` for no relation). A
+truth that does not convert leaves the denominator; a prediction that does not is compared with an
+empty graph. More, and the pandoc version followed (2.17.1.1, the fixtures' in `tests/fixtures/lgeval/`):
 docs/reports.md, "The papers' metrics".
 """
 

@@ -1,25 +1,18 @@
-"""Expression-level scores: ExpRate and the shares within one / two token edits.
+"""Expression-level scores: ExpRate and the shares within one / two token edits, in percent.
 
-An expression's distance is the Levenshtein distance between the predicted and the true
-token sequences (tokens, not characters: `\\frac` is one token). ExpRate is the share of
-exact matches, `le1` / `le2` the share within one / two token edits, all in percent.
+An expression's distance is the Levenshtein distance between the predicted and the true token
+sequences (`\\frac` is one token). ExpRate is the share of exact matches, `le1` / `le2` within one /
+two edits. ExpRate is the papers' on 2014, where the official pipeline (LaTeX to MathML to symbol
+label graphs, lgeval) agrees file for file; on 2016 and 2019 it is a few tenths of a point apart
+(`lgeval_exprate` is the pipeline's). The papers' "≤1 / ≤2 errors" count symbol label graph errors,
+a few points lower than token edits (`hmer.reports.paper_claims.EDIT_METRICS_DIFFER`); the reports
+label the two apart.
 
-ExpRate is the papers' ExpRate on 2014, where the official CROHME pipeline (LaTeX to MathML to
-symbol label graphs, lgeval) agrees with it file for file. On 2016 and 2019 the pipeline leaves out
-the two captions a year that do not convert and counts right a few expressions whose graphs are
-equal though their tokens differ: a few tenths of a point apart (`lgeval_exprate`, below, is the
-pipeline's). The papers' "≤1 / ≤2 errors" are not these
-`le1` / `le2`: they count errors in the symbol label graph (a wrong symbol, relation or
-segmentation), which reads a few points lower than token edits on the same predictions
-(`hmer.reports.paper_claims.EDIT_METRICS_DIFFER`). Wherever a paper's figure stands beside ours,
-the reports label the two apart.
-
-Each metric is a `Metric`, registered by name in `hmer.registry.METRICS`, and this file is the only
-place that names one: `expression_metrics` computes every registered one (beyond the papers' three, into
-`Scores.extra`), and the reports take theirs from the registry (docs/architecture.md, "Add a metric in
-one file"). A metric is a share of expressions, so that the paired tests compare runs expression by
-expression on it. `lgeval` (imported by the package beside this module) registers the papers' graph
-measures, which judge the tokens themselves (`Metric.judge`).
+Each metric is a `Metric` registered in `hmer.registry.METRICS`; `expression_metrics` computes every
+registered one (beyond the papers' three, into `Scores.extra`) and the reports take theirs from the
+registry (docs/architecture.md, "Add a metric in one file"). A metric is a share of expressions, so
+that the paired tests compare runs expression by expression. `lgeval` registers the graph measures,
+which judge the tokens themselves (`Metric.judge`).
 """
 
 from __future__ import annotations
@@ -46,9 +39,8 @@ class Scores:
     extra: dict[str, float] = field(default_factory=dict)  # registered metrics beyond the three above
 
     def as_dict(self, prefix: str = "") -> dict[str, float | int]:
-        """{"<prefix>_exprate", "<prefix>_le1", "<prefix>_le2", "<prefix>_n"} (and one key per extra
-        metric): the MLflow keys (`as_dict("test_2014")` -> `test_2014_exprate`, ...). No prefix: the
-        bare names."""
+        """The MLflow keys: `as_dict("test_2014")` -> `test_2014_exprate`, `_le1`, `_le2`, `_n` and one
+        per extra metric; no prefix, the bare names."""
         head = f"{prefix}_" if prefix else ""
         return {
             f"{head}exprate": self.exprate,
@@ -61,16 +53,12 @@ class Scores:
 
 @dataclass(frozen=True)
 class Metric:
-    """The share of expressions, in percent, whose token edit distance (or, with `judge`, whose
-    own per-expression value) `counts`.
+    """The share of expressions, in percent, whose token edit distance (or `judge` value) `counts`.
 
-    label: the column header of the report's tables and plots ("ExpRate", "≤1").
-    counts: per expression, whether it counts as read right, from its distance; elementwise on
-        a numpy array of distances (a missing distance, NaN, must give False).
-    judge: for a metric that reads the tokens themselves rather than their edit distance (the
-        papers' symbol label graph errors, `lgeval`): `judge(predictions, truths)` -> one value
-        per expression for `counts`, NaN for an expression the metric does not score (it leaves
-        the denominator).
+    label: the column header of the reports ("ExpRate", "≤1").
+    counts: elementwise on an array of distances, whether each is read right (NaN must give False).
+    judge: for a metric that reads the tokens (`lgeval`): `judge(predictions, truths)` -> a value per
+        expression for `counts`, NaN where it does not score (that leaves the denominator).
     """
 
     label: str

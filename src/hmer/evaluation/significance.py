@@ -32,11 +32,8 @@ class BootstrapResult:
 
 @dataclass(frozen=True)
 class McNemarResult:
-    """Exact McNemar test on one pair of correctness vectors.
-
-    `baseline_only`: expressions the baseline reads and the variant does not;
-    `variant_only`: the reverse. `n` is the number of expressions.
-    """
+    """Exact McNemar test on one pair of correctness vectors: `baseline_only` counts the expressions
+    the baseline reads and the variant does not, `variant_only` the reverse, `n` all of them."""
 
     baseline_only: int
     variant_only: int
@@ -53,12 +50,10 @@ class McNemarResult:
 class SignFlipResult:
     """Exact paired sign-flip test of the seed-averaged difference `variant - baseline`.
 
-    `difference`: percentage points, the mean over expressions of (the variant's seed-mean
-    correctness - the baseline's), i.e. the difference of the seed-mean ExpRates;
-    `favours`: 1 the variant is ahead, -1 the baseline, 0 neither (from the exact integer
-    statistic, so a tie is 0 whatever the float rounding of `difference`); `p_value`: exact,
-    two-sided; `n`: expressions; `informative`: those whose difference is not zero (the
-    others flip to themselves).
+    `difference`: the difference of the seed-mean ExpRates, percentage points; `favours`: 1 the
+    variant, -1 the baseline, 0 neither (from the exact integer statistic, so a tie is 0 whatever
+    the float rounding); `p_value`: exact, two-sided; `informative`: expressions whose difference is
+    not zero (the others flip to themselves).
     """
 
     difference: float
@@ -117,13 +112,10 @@ def paired_bootstrap(
     confidence: float = DEFAULT_CONFIDENCE,
     seed: int = 0,
 ) -> BootstrapResult:
-    """Paired bootstrap of the ExpRate difference `variant - baseline` over test expressions.
-
-    `baseline`, `variant`: correctness `[expressions]` for one run or `[seeds, expressions]` for several
-    (averaged over seeds per expression), the same expressions in the same order; `seed` makes a table
-    reproducible. Returns the observed difference (percentage points), its percentile interval and the
-    two-sided p-value `(1 + #{|d* - d| >= |d|}) / (1 + n_resamples)`, 1 for two identical systems.
-    """
+    """Paired bootstrap of the ExpRate difference `variant - baseline` over test expressions, from
+    correctness `[expressions]` or `[seeds, expressions]` (averaged over seeds): the difference in
+    percentage points, its percentile interval and the two-sided p-value
+    `(1 + #{|d* - d| >= |d|}) / (1 + n_resamples)`, 1 for two identical systems."""
     base, var = _paired(baseline, variant)
     base, var = base.mean(axis=0), var.mean(axis=0)
     n = base.shape[0]
@@ -174,10 +166,8 @@ def sign_flip(
     baseline: Sequence[bool] | Sequence[Sequence[bool]] | np.ndarray,
     variant: Sequence[bool] | Sequence[Sequence[bool]] | np.ndarray,
 ) -> SignFlipResult:
-    """Exact two-sided paired sign-flip test of the seed-averaged correctness difference (arguments as
-    `paired_bootstrap`'s): the observed difference and its side, and `p = P(|sum of s_i d_i| >= |sum of
-    d_i|)` over independent fair signs s_i, computed exactly; 1 when the difference is 0.
-    """
+    """Exact two-sided sign-flip test (arguments as `paired_bootstrap`'s): `p = P(|sum of s_i d_i| >=
+    |sum of d_i|)` over fair signs s_i; 1 when the difference is 0."""
     base, var = _paired(baseline, variant)
     n = base.shape[1]
     for arr, name in ((base, "baseline"), (var, "variant")):
@@ -228,9 +218,8 @@ def compare(
     confidence: float = DEFAULT_CONFIDENCE,
     seed: int = 0,
 ) -> Comparison:
-    """The three tests for a variant against the baseline on one test year: correctness `[seeds,
-    expressions]` (one row per run); `baseline_seeds`, `variant_seeds`, the seed of each row, pair runs
-    for McNemar (default: rows paired in order)."""
+    """The three tests for a variant against the baseline on one test year, from correctness `[seeds,
+    expressions]`; the seed of each row (default: rows in order) pairs runs for McNemar."""
     base = _as_matrix(baseline, "baseline")
     var = _as_matrix(variant, "variant")
     boot = paired_bootstrap(base, var, n_resamples=n_resamples, confidence=confidence, seed=seed)

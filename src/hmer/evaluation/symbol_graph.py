@@ -1,28 +1,20 @@
 """A MathML tree to the symbol label graph (symLG) that the official CROHME tools compare.
 
-CoMER's `convert2symLG` turns pandoc's MathML into a symLG file in three steps; this module does
-what they do, in one pass over `latex_mathml.Element` trees:
+This does what CoMER's `convert2symLG` does to pandoc's MathML, in one pass over
+`latex_mathml.Element` trees:
 
-1. Symbols. Every `mi` / `mo` / `mn` is a symbol labelled with its text, put into LaTeX spelling
-   for the symbols the tools know (`α` -> `\\alpha`, `−` -> `-`, `<` -> `\\lt`, `′` -> `\\prime`, both
-   `Γ` and `γ` -> `\\gamma`); a comma becomes `COMMA`. Each fraction adds a bar labelled `-` (the
-   minus sign's label) and each root a symbol `\\sqrt`. A symbol's id is its label and its position
-   among the elements, as the tools number them; ids only order the relations (step 3).
-2. Layout. The tree is normalised to CROHME's binary form: a row of more than two elements is
-   its first element and a row of the rest; a row whose first element is a row is flattened; a
-   one-element row is that element; a square root's content is treated as a row; a sub- or
-   superscript whose base is a row moves to the row's last element. Relations then join each
-   structure's main symbol to its arguments: `Right` along a row (from the main symbol of the
-   left element, which for a row is its last element's, to the first symbol of the right one),
-   `Sub` / `Sup` / `Below` / `Above` from a base (`msubsup`, `munderover` give two),
-   `Above` / `Below` from a fraction bar, `Inside` from a root to its content's first symbols
-   (both of them when the content is a row, with `Right` between them), `Above` from a root to its
-   index.
-3. Paths. A symbol's node in the graph is named by its path from the root: `O` followed by the
-   relations down to it (`Right` written `R`), each symbol taking the first relation that points to
-   it in the order of the relation lines, sorted as text, except that `Inside` gives way to a later
-   relation. Symbols whose relations are lost share a path (the root's, `O`); the graph compares
-   the set of labels at each path.
+1. Symbols. Every `mi` / `mo` / `mn` is a symbol labelled with its text in the tools' LaTeX spelling
+   (`α` -> `\\alpha`, `<` -> `\\lt`, both `Γ` and `γ` -> `\\gamma`, `,` -> `COMMA`); a fraction adds a
+   bar labelled `-` and a root a symbol `\\sqrt`. A symbol's id is its label and its position among
+   the elements, as the tools number them; ids only order the relations.
+2. Layout. The tree is normalised to CROHME's binary form (`_normalise`), then relations join each
+   structure's main symbol to its arguments' first symbols (`_RELATIONS`): `Right` along a row, `Sub`
+   / `Sup` / `Below` / `Above` from a base, `Above` / `Below` from a fraction bar, `Inside` from a
+   root to its content, `Above` to its index.
+3. Paths. A symbol's node is named by its path from the root: `O` and the relations down to it
+   (`Right` written `R`), each symbol taking the first relation to it in the relation lines sorted as
+   text, except that `Inside` gives way to a later one. Symbols whose relations are lost share the
+   root's path, `O`; the graph compares the set of labels at each path.
 """
 
 from __future__ import annotations
