@@ -302,17 +302,15 @@ class CellBookings:
 
     def continuing(self, trial: FrozenTrial, dead_number: int) -> None:
         """Record on the new trial its worker and the dead trial it continues, then release the booking."""
-        tid = self.trial_id(trial)
-        self.storage.set_trial_user_attr(tid, keys.WORKER, self.worker.as_attr())
-        self.storage.set_trial_user_attr(tid, keys.CONTINUES, dead_number)
-        self.release()
+        self._record(trial, {keys.CONTINUES: dead_number})
 
     def started(self, trial: FrozenTrial, cell: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> None:
         """Record the cell and worker on the new trial, then release the booking (in that order)."""
+        self._record(trial, {keys.CELL_KEY: cell_key(cell), **(extra or {})})
+
+    def _record(self, trial: FrozenTrial, attrs: Mapping[str, Any]) -> None:
         tid = self.trial_id(trial)
-        self.storage.set_trial_user_attr(tid, keys.WORKER, self.worker.as_attr())
-        self.storage.set_trial_user_attr(tid, keys.CELL_KEY, cell_key(cell))
-        for key, value in (extra or {}).items():
+        for key, value in {keys.WORKER: self.worker.as_attr(), **attrs}.items():
             self.storage.set_trial_user_attr(tid, key, value)
         self.release()
 

@@ -181,12 +181,10 @@ class Grid(StudyKind):
             cfg = cell_resolution(session.base, spec, params).config
             tags = {keys.CELL: label, keys.SEED: str(seed), keys.VARIANT: variant, keys.BUDGET: session.budget.name,
                     keys.BASELINE: str(baseline).lower()}
+            named = {"name": f"{label}, seed {seed}", "tags": tags, "run_name": f"{variant} seed {seed}"}
             trained = find_trained(session.client, cfg, session.name) if self.reuse else None
             if trained is not None:
-                return copy_trial(trial, session, trained, name=f"{label}, seed {seed}", tags=tags,
-                                  run_name=f"{variant} seed {seed}")
-            result = train_trial(trial, cfg, session, data, name=f"{label}, seed {seed}", tags=tags,
-                                 run_name=f"{variant} seed {seed}", cell_key=cell_key(params))
-            return result.best_val_exprate
+                return copy_trial(trial, session, trained, **named)
+            return train_trial(trial, cfg, session, data, cell_key=cell_key(params), **named).best_val_exprate
 
         return run_one_trial(session, objective)

@@ -78,18 +78,23 @@ def find_resumable(session, cell_key: str, cfg: Config) -> Resumable | None:
 def _checkpoint(folder: Path, cfg: Config) -> tuple[Path, int] | None:
     """The last.pt of the run whose checkpoint folder is `folder` (named by its run id) and its
     epoch, if it exists, belongs to the run and holds `cfg`."""
+    path = folder / "last.pt"
+    ckpt = read_checkpoint(path)
+    if ckpt is None or ckpt.get("run_id") != folder.name or not same_config(ckpt["config"], cfg):
+        return None
+    return path, int(ckpt["epoch"])
+
+
+def read_checkpoint(path: Path) -> dict | None:
+    """The checkpoint at `path`, or None where there is none or it is unreadable (train without it)."""
     from ..checkpoint import load_checkpoint
 
-    path = folder / "last.pt"
     if not path.is_file():
         return None
     try:
-        ckpt = load_checkpoint(path, map_location="cpu")
+        return load_checkpoint(path, map_location="cpu")
     except (OSError, ValueError):
-        return None  # unreadable: train from scratch
-    if ckpt.get("run_id") != folder.name or not same_config(ckpt["config"], cfg):
         return None
-    return path, int(ckpt["epoch"])
 
 
 def same_config(stored: dict, cfg: Config) -> bool:

@@ -33,7 +33,6 @@ from ..tracking.portable import download_run_artifact, list_run_artifacts
 from ..tracking.store import search_all_runs
 from .resume import same_config
 
-REUSED_FROM = keys.REUSED_FROM
 _NOT_COPIED = (keys.STUDY, keys.TRIAL, keys.CELL, keys.VARIANT, keys.BASELINE, keys.RESUMED_FROM, keys.PID, keys.HOST)
 
 
@@ -58,7 +57,7 @@ def find_trained(client, cfg: Config, own_study: str) -> TrainedRun | None:
     for run in runs:
         tags = run.data.tags
         study = tags.get(keys.STUDY)
-        if not study or study == own_study or keys.TRIAL not in tags or REUSED_FROM in tags:
+        if not study or study == own_study or keys.TRIAL not in tags or keys.REUSED_FROM in tags:
             continue
         if tags.get(keys.FINGERPRINT) != fingerprint or keys.FINGERPRINT_CHANGED in tags:
             continue
@@ -90,7 +89,7 @@ def copy_run(client, source: TrainedRun, *, experiment_id: str, parent_run_id: s
     original = client.get_run(source.run_id)
     own = {k: v for k, v in original.data.tags.items() if not k.startswith("mlflow.") and k not in _NOT_COPIED}
     run = client.create_run(experiment_id, start_time=original.info.start_time, run_name=run_name, tags={
-        **own, **tags, REUSED_FROM: source.run_id, keys.MLFLOW_PARENT_RUN_ID: parent_run_id,
+        **own, **tags, keys.REUSED_FROM: source.run_id, keys.MLFLOW_PARENT_RUN_ID: parent_run_id,
         keys.MLFLOW_NOTE: f"The same config and seed as run {source.run_id} of study {source.study}, "
                           f"copied instead of trained again (hmer.studies.reuse)."})
     run_id = run.info.run_id

@@ -50,16 +50,16 @@ _RESTARTING = ("the database system is starting up", "the database system is shu
 RESTART_WAIT_S = 120.0
 
 
-def default_storage(tracking_uri: str | None = None) -> str:
-    """SQLite `optuna.db` beside the MLflow SQLite store, else in the MLflow home."""
+def default_storage(tracking_uri: str | None = None, create: bool = True) -> str:
+    """SQLite `optuna.db` beside the MLflow SQLite store, else in the MLflow home; its folder made
+    where `create`."""
+    from ..tracking.portable import sqlite_path
     from ..tracking.store import default_tracking_uri, mlruns_dir
 
-    uri = tracking_uri or default_tracking_uri()
-    if uri.startswith("sqlite:///"):
-        folder = Path(uri[len("sqlite:///"):]).parent
-    else:
-        folder = mlruns_dir()
-    folder.mkdir(parents=True, exist_ok=True)
+    db = sqlite_path(tracking_uri or default_tracking_uri())
+    folder = db.parent if db is not None else mlruns_dir()
+    if create:
+        folder.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{folder / 'optuna.db'}"
 
 

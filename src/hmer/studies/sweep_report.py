@@ -37,24 +37,21 @@ class NoSweepError(LookupError):
 
 
 def sweep_storage(tracking_uri: str | None = None, storage: str | None = None) -> str:
-    """The Optuna storage of a store: `storage` if given, else `optuna.db` beside the MLflow store,
-    where a study script puts it (as `hmer.studies.storage.default_storage` does; a report never creates it)."""
-    from ..tracking.portable import sqlite_path
-    from ..tracking.store import default_tracking_uri, mlruns_dir
+    """The Optuna storage of a store: `storage` if given, else where a study puts it (never created)."""
+    from .storage import default_storage
 
-    if storage:
-        return storage
-    uri = tracking_uri or default_tracking_uri()
-    db = sqlite_path(uri)
-    return f"sqlite:///{(db.parent if db is not None else mlruns_dir()) / 'optuna.db'}"
+    return storage or default_storage(tracking_uri, create=False)
 
 
 def find_sweep(tracking_uri: str | None = None, storage: str | None = None,
                study: str | None = None) -> optuna.Study:
     """The sweep `study` of the store's Optuna storage, else its newest sweep (a study with
     `hmer.kind=sweep`). Raises `NoSweepError` with one plain line when there is none."""
+    from ..tracking.portable import sqlite_path
+
     url = sweep_storage(tracking_uri, storage)
-    if url.startswith("sqlite:///") and not _sqlite_file_exists(url):
+    db = sqlite_path(url)
+    if db is not None and str(db) != ":memory:" and not db.is_file():
         raise NoSweepError("no sweep in this store yet: it has no Optuna storage (optuna.db beside mlflow.db); "
                            "run one with python studies/sweep.py")
     summaries = optuna.study.get_all_study_summaries(url, include_best_trial=False)
@@ -77,13 +74,6 @@ def find_sweep(tracking_uri: str | None = None, storage: str | None = None,
         newest = max(sweeps, key=lambda s: (s.datetime_start or _dt.datetime.min, order[s.study_name]))
         name = newest.study_name
     return optuna.load_study(study_name=name, storage=url)
-
-
-def _sqlite_file_exists(url: str) -> bool:
-    from pathlib import Path
-
-    path = url[len("sqlite:///"):]
-    return path == ":memory:" or Path(path).is_file()
 
 
 def describe_sweep(study: optuna.Study) -> str:
