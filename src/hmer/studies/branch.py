@@ -14,8 +14,8 @@ if TYPE_CHECKING:  # (the training package imports torch: a study's planning doe
 
 
 def find_branch(session, cfg: Config) -> Branch | None:
-    """The latest state of the study's runs that `cfg`'s run can start from, or None: a `stable.pt` of
-    a run of the same config but shorter, whose decay began at or before `cfg`'s does."""
+    """The latest `stable.pt` of the study's runs that `cfg`'s run can start from (the same config, shorter,
+    its decay begun at or before `cfg`'s), or None."""
     from ..training.branch import Branch, shares_stable_phase, stable_end
     from ..training.resume import STABLE, STABLE_BEST
 
