@@ -1,16 +1,11 @@
 """Optuna studies: grid ablations and a TPE sweep over real training runs, tracked in MLflow.
 
     from hmer.studies import DIRECTION, run_grid_study
-    outcome = run_grid_study(DIRECTION, "smoke")      # python studies/ablate_direction.py --budget smoke,
-                                                      # which then presents it (hmer.store.present)
+    outcome = run_grid_study(DIRECTION, "smoke")      # python studies/ablate_direction.py --budget smoke
 
-What each module says: docs/studies.md's table of `hmer.studies`' modules. This package runs studies;
-the committed store's upkeep (publishing, presenting, renaming a study) is `hmer.store`'s, and the
-command that runs a study is `hmer.cli.study`.
-
-The studies' constants (`DIRECTION`, `DECODER`, `COVERAGE`, `POSENC`, `ENCODER`, `SWEEP`, and any
-a new module of `suite` binds) and `ABLATIONS` (the grid studies by name) are read from
-`hmer.studies.suite` when first asked for, so that no list of studies is kept here.
+The modules: docs/studies.md's table. The store's upkeep is `hmer.store`'s, the command `hmer.cli.study`.
+The studies' constants (`DIRECTION`, `SWEEP`, any a module of `suite` binds) and `ABLATIONS` are read
+from `hmer.studies.suite` when first asked for, so that no list of studies is kept here.
 """
 
 from __future__ import annotations
@@ -43,8 +38,8 @@ def __getattr__(name: str) -> Any:
 
 
 def study_constants() -> dict[str, StudySpec | SweepSpec]:
-    """Every study by the upper-case name its module of `hmer.studies.suite` binds its spec to (a study
-    registered elsewhere, by a notebook or a test, has no module there and no constant)."""
+    """Every study by the upper-case name its module of `hmer.studies.suite` binds it to (a study registered
+    elsewhere has none)."""
     found = {}
     for study in STUDIES:  # the first lookup imports every module of the suite
         module = sys.modules.get(f"{__name__}.suite.{study}")

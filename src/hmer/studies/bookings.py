@@ -1,39 +1,26 @@
 """Which grid cell a worker runs next, so that no cell runs twice and none is lost.
 
-Optuna's `GridSampler` alone does not give that: it counts a FAIL trial as a visited
-cell (a killed cell would never run again), and once every cell has been started it
-hands a worker a cell that another worker is still running. The study runner therefore
-decides the cell itself, and Optuna's storage (SQLite, PostgreSQL, any RDB) is the only
-thing the workers share:
+Optuna's `GridSampler` counts a FAIL trial as visited (a killed cell would never run again) and, once
+every cell has started, hands out cells still running elsewhere. So the runner picks the cell, and the
+Optuna storage is all the workers share:
 
-1. **Dead workers are found first.** A trial records its worker (host, pid, process start
-   time). A RUNNING trial whose worker is on this host and no longer exists is marked
-   FAIL at once; one from another host is failed by Optuna's heartbeat once its
-   heartbeat is older than the grace period (`optuna.storages.fail_stale_trials`), and so
-   is one of this host whose worker died longer ago than that (a worker restarted in a
-   later session). Either way the worker that failed it takes it up (`reap`).
-2. **A cell is open** when no trial of it is COMPLETE, none is RUNNING, and no other
-   worker holds a live booking on it. FAIL cells (crashed, killed) are open again.
-3. **Booking is write-then-read.** A worker writes its booking (a study system attribute
-   of its own, so nothing is overwritten), then reads every booking and trial. If anyone
-   else books or runs the cell, it withdraws and tries again after a random pause. Of
-   two workers racing for one cell, the one that reads last sees the other's booking, so
-   at most one proceeds (both may withdraw, then the pause separates them).
-4. The trial is created with the booked cell (`hmer.studies.sampler.BookedCellSampler`), gets the worker and
-   the cell as user attributes, and only then is the booking released. Readers read bookings
-   before trials, so a released booking is always seen as its RUNNING trial.
+1. **Dead workers are found first** (`reap`). A trial records its worker (host, pid, start time): a
+   RUNNING trial whose worker on this host is gone is failed at once; one of another host (or of this
+   host, dead longer than the grace period) by Optuna's heartbeat check. The worker that failed it
+   takes it up.
+2. **A cell is open** when none of its trials is COMPLETE or RUNNING and no other live worker books it.
+3. **Booking is write-then-read.** A worker writes its booking (a study system attribute of its own),
+   then reads every booking and trial; if anyone else books or runs the cell, it withdraws and retries
+   after a random pause. Of two racers the later reader sees the other, so at most one proceeds.
+4. The trial is created with the booked cell (`sampler.BookedCellSampler`), tagged with worker and cell,
+   and only then is the booking released; readers read bookings before trials, so a released booking
+   shows as its RUNNING trial.
 
-A booking that never became a trial (its worker died in between) expires: at once when its
-worker is on this host and gone, after `booking_ttl_s` otherwise.
-
-A sweep's dead trials are continued the same way (`book_continuation`): a trial that died with its
-configuration complete is open until a later trial names it (`hmer.continues`); a worker books it
-as a cell is booked, and its next trial takes the dead trial's parameters (`BookedCellSampler`).
-
-Optuna's own queue (`study.enqueue_trial`, retried by its heartbeat) breaks "no cell runs twice" on
-SQLite and on any storage whose queue empties under a worker: docs/studies.md, "Several workers",
-has the races and `benchmarks/optuna_queue.py`'s figures. Bookings need no atomic read-and-write:
-a worker's booking is an attribute only it writes.
+A booking that never became a trial expires: at once when its worker on this host is gone, else after
+`booking_ttl_s`. A sweep's dead trials are booked the same way (`book_continuation`) and continued
+with their parameters. Optuna's queue (`enqueue_trial`) breaks "no cell runs twice" on SQLite and
+wherever the queue empties under a worker (docs/studies.md, "Several workers";
+`benchmarks/optuna_queue.py`).
 """
 
 from __future__ import annotations
@@ -61,8 +48,8 @@ _Booked = TypeVar("_Booked")  # what a booking key stands for: a grid cell, a de
 # ---- workers ------------------------------------------------------------------------------------
 
 def _stat_fields(pid: int) -> list[str]:
-    """The fields of /proc/<pid>/stat after the command name (state first), or [] where unknown.
-    The command name is in parentheses and may contain spaces, so fields start after the last ")"."""
+    """The fields of /proc/<pid>/stat after the command name (state first), or [] where unknown; the name
+    may hold spaces, so they start after the last ")"."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
@@ -72,7 +59,7 @@ def _stat_fields(pid: int) -> list[str]:
 
 
 def _start_time(fields: list[str]) -> str:
-    """The process start time (clock ticks since boot) from `_stat_fields`, or "" where unknown."""
+    """The process start time (clock ticks since boot), or an empty string where unknown."""
     return fields[19] if len(fields) > 19 else ""
 
 
@@ -96,8 +83,7 @@ class Worker:
 
 
 def worker_alive(attr: Mapping[str, Any] | None) -> bool | None:
-    """Whether the worker described by `attr` still runs: True/False on its own host,
-    None when this machine cannot tell (another host, or no record)."""
+    """Whether the worker `attr` describes still runs; None where this machine cannot tell."""
     if not attr or attr.get("host") != socket.gethostname():
         return None
     pid = int(attr.get("pid", -1))
@@ -121,8 +107,7 @@ def worker_alive(attr: Mapping[str, Any] | None) -> bool | None:
 # ---- trials -------------------------------------------------------------------------------------
 
 def mark_failed(storage: optuna.storages.BaseStorage, trial_id: int, reason: str) -> bool:
-    """Mark a RUNNING trial FAIL, with `reason` as its `hmer.failed_by`; False if another worker
-    finished or failed it first."""
+    """Mark a RUNNING trial FAIL with `reason` (`hmer.failed_by`); False if it was finished first."""
     try:
         storage.set_trial_user_attr(trial_id, keys.FAILED_BY, reason)
         return storage.set_trial_state_values(trial_id, TrialState.FAIL)
@@ -134,7 +119,7 @@ def mark_failed(storage: optuna.storages.BaseStorage, trial_id: int, reason: str
 
 @dataclass
 class GridStatus:
-    """Where every cell of the grid stands, as one worker sees it now."""
+    """Where every cell stands, as one worker sees it now."""
 
     complete: set[str]
     running: set[str]
@@ -163,11 +148,9 @@ class CellBookings:
 
     # -- dead workers ---------------------------------------------------------------------------
     def vouch_for_live_workers(self) -> None:
-        """Record a heartbeat for every RUNNING trial whose worker runs on this host: a worker
-        paused (SIGSTOP, as while the tests run) or starved of CPU for longer than the grace period
-        is alive, and Optuna's heartbeat check, which cannot tell, must not fail its trial (a sweep
-        would continue it in a second worker while the first goes on training it). Called before
-        every heartbeat check of this worker's: `reap`'s, and Optuna's own at the start of a trial."""
+        """Record a heartbeat for every RUNNING trial whose worker runs on this host: a worker paused or starved
+        of CPU past the grace period is alive, and Optuna's heartbeat check must not fail its trial (a sweep
+        would continue it twice). Called before each of this worker's heartbeat checks."""
         if self.storage.get_heartbeat_interval() is None:
             return  # a storage opened without Optuna's heartbeat
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -175,12 +158,8 @@ class CellBookings:
                 self.storage.record_heartbeat(self.trial_id(trial))
 
     def reap(self) -> list[FrozenTrial]:
-        """Mark FAIL every RUNNING trial whose worker is gone; returns the trials it failed.
-
-        Trials of this host are checked by process id; trials of other hosts by Optuna's
-        heartbeat (when the storage has one), once their heartbeat is past the grace period, and so
-        are those of this host whose worker is gone since longer than that.
-        """
+        """Mark FAIL every RUNNING trial whose worker is gone (by pid on this host, by Optuna's heartbeat
+        elsewhere); the trials it failed."""
         stale = self.storage.get_heartbeat_stale_trial_callback()
         self.vouch_for_live_workers()
         with warnings.catch_warnings():
@@ -217,8 +196,8 @@ class CellBookings:
         return GridStatus(complete=complete, running=running, booked=booked)
 
     def errored_since(self, since: float) -> set[str]:
-        """Cells whose trial raised an error in a live worker (not a killed one) since `since`
-        (a Unix time): a worker does not retry those in the same session; a rerun does."""
+        """Cells whose trial raised an error in a live worker since `since` (Unix time): not retried in this
+        session; a rerun does."""
         out = set()
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
             key = t.user_attrs.get(keys.CELL_KEY)
@@ -243,12 +222,8 @@ class CellBookings:
     # -- booking --------------------------------------------------------------------------------
     def book(self, cells: Sequence[Mapping[str, Any]], skip: set[str],
               max_attempts: int = 50) -> dict[str, Any] | None:
-        """Book an open cell: the first in `cells` order (seed-major, baseline first), or after
-        a lost race a random one among those of the lowest open seed.
-
-        Returns None when no cell is open. The booking is released by `started` once the
-        cell's trial exists, or by `release` when the worker gives it up.
-        """
+        """Book an open cell: the first in `cells` order, or after a lost race a random one of the lowest open
+        seed; None when none is open. `started` or `release` releases it."""
         def open_cells() -> dict[str, dict[str, Any]]:
             return {cell_key(c): c for c in self.status().open_cells(cells, skip)}
 
@@ -259,9 +234,8 @@ class CellBookings:
         return self._book_open(open_cells, of_the_lowest_seed, "a grid cell", max_attempts, before=self.reap)
 
     def open_continuations(self) -> list[FrozenTrial]:
-        """A sweep's trials that died with their configuration complete (`hmer.cell_key`; not an
-        error in a live worker), that no later trial continues and no other live worker books.
-        Bookings first, then trials, as `status` reads them."""
+        """A sweep's trials that died with their configuration complete, that no later trial continues and
+        no other live worker books (bookings read first, as `status` does)."""
         booked = self._live_bookings()
         trials = self.study.get_trials(deepcopy=False)
         taken = {t.user_attrs[keys.CONTINUES] for t in trials if keys.CONTINUES in t.user_attrs}
@@ -270,9 +244,8 @@ class CellBookings:
                 and continuation_key(t.number) not in booked]
 
     def book_continuation(self, max_attempts: int = 50) -> FrozenTrial | None:
-        """Book a dead trial of a sweep to continue (the oldest, or after a lost race a random one),
-        as `book` books a cell; None when none is open. The booking is released by `continuing`
-        once the continuing trial names it, or by `release`."""
+        """Book a dead sweep trial to continue (the oldest, or after a lost race a random one), as `book` does;
+        None when none is open. Released by `continuing` or `release`."""
         def open_trials() -> dict[str, FrozenTrial]:
             return {continuation_key(t.number): t for t in self.open_continuations()}
 
@@ -282,10 +255,9 @@ class CellBookings:
     def _book_open(self, open_now: Callable[[], dict[str, _Booked]],
                     after_a_lost_race: Callable[[dict[str, _Booked]], str], what: str, max_attempts: int,
                     before: Callable[[], Any] | None = None) -> _Booked | None:
-        """Booking (the module docstring's step 3): write a booking on the first of `open_now()`
-        ({booking key: what it books}, bookings read before trials), or after a lost race on the key
-        `after_a_lost_race` picks; read again; keep it if it is still open, else withdraw and
-        pause. `before` runs ahead of each attempt. None when nothing is open."""
+        """The module docstring's step 3: book the first of `open_now()` ({booking key: what it books}), or after
+        a lost race the key `after_a_lost_race` picks; keep it if still open on reading again, else withdraw
+        and pause. `before` runs ahead of each attempt. None when nothing is open."""
         for attempt in range(max_attempts):
             if before is not None:
                 before()
@@ -301,18 +273,16 @@ class CellBookings:
         raise RuntimeError(f"could not book {what} in {max_attempts} attempts")
 
     def continuing(self, trial: FrozenTrial, dead_number: int) -> None:
-        """Record on the new trial its worker and the dead trial it continues, then release the booking."""
-        tid = self.trial_id(trial)
-        self.storage.set_trial_user_attr(tid, keys.WORKER, self.worker.as_attr())
-        self.storage.set_trial_user_attr(tid, keys.CONTINUES, dead_number)
-        self.release()
+        """Record the worker and the dead trial it continues on the new trial, then release."""
+        self._record(trial, {keys.CONTINUES: dead_number})
 
     def started(self, trial: FrozenTrial, cell: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> None:
-        """Record the cell and worker on the new trial, then release the booking (in that order)."""
+        """Record the cell and worker on the new trial, then release the booking."""
+        self._record(trial, {keys.CELL_KEY: cell_key(cell), **(extra or {})})
+
+    def _record(self, trial: FrozenTrial, attrs: Mapping[str, Any]) -> None:
         tid = self.trial_id(trial)
-        self.storage.set_trial_user_attr(tid, keys.WORKER, self.worker.as_attr())
-        self.storage.set_trial_user_attr(tid, keys.CELL_KEY, cell_key(cell))
-        for key, value in (extra or {}).items():
+        for key, value in {keys.WORKER: self.worker.as_attr(), **attrs}.items():
             self.storage.set_trial_user_attr(tid, key, value)
         self.release()
 

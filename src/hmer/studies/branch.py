@@ -7,16 +7,15 @@ from typing import TYPE_CHECKING
 
 from ..config import Config
 from .mlflow_runs import trial_runs
-from .resume import checkpoint_dir
+from .resume import checkpoint_dir, read_checkpoint
 
 if TYPE_CHECKING:  # (the training package imports torch: a study's planning does not need it)
     from ..training.branch import Branch
 
 
 def find_branch(session, cfg: Config) -> Branch | None:
-    """The latest state of the study's runs that `cfg`'s run can start from, or None: a `stable.pt` of
-    a run of the same config but shorter, whose decay began at or before `cfg`'s does."""
-    from ..checkpoint import load_checkpoint
+    """The latest `stable.pt` of the study's runs that `cfg`'s run can start from (the same config, shorter,
+    its decay begun at or before `cfg`'s), or None."""
     from ..training.branch import Branch, shares_stable_phase, stable_end
     from ..training.resume import STABLE, STABLE_BEST
 
@@ -27,12 +26,9 @@ def find_branch(session, cfg: Config) -> Branch | None:
     for run in trial_runs(session.client, session.experiment_id, session.name):
         folder = checkpoint_dir(run.info.run_id, session.tracking_uri)
         path = folder / STABLE
-        if not path.is_file():
+        ckpt = read_checkpoint(path)
+        if ckpt is None:
             continue
-        try:
-            ckpt = load_checkpoint(path, map_location="cpu")
-        except (OSError, ValueError):
-            continue  # unreadable: not a state to start from
         epoch = int(ckpt["epoch"])
         if epoch <= end and (best is None or epoch > best.epoch) and shares_stable_phase(ckpt["config"], cfg):
             best = Branch(run_id=run.info.run_id, checkpoint=path, best=folder / STABLE_BEST, epoch=epoch)

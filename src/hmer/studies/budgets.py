@@ -1,19 +1,14 @@
 """Study budgets: how much compute one study may spend, as Config overrides.
 
-A study budget is orthogonal to the study itself: the direction ablation is the same
-three variants whether it runs as a ten-minute CPU smoke test or as the papers' full
-recipe. The budget picks the spec's tiny or full model preset, may name another model size and
-recipe for it (`hmer.model_presets.SIZES`, `hmer.recipes`: they replace the preset's own), and sets
-its own keys: the data subset, the epochs, the decoding at test time; with them the seeds and the
-default number of workers. It says what the study will cost before it starts. `BUDGETS` holds
-them (smoke, cpu, long, short, paper), each with its summary and notes; how cpu and long were
-chosen: docs/cpu_protocol.md. The smoke direction ablation finishes on a 2-core CPU within ten
-minutes end to end (measured 2.8 minutes on an idle machine and 5.7 to 7.6 on a shared one,
-docs/studies.md).
+A budget is orthogonal to the study: the direction ablation is the same three variants as a CPU
+smoke test or as the papers' recipe. It picks the spec's tiny or full preset, may name another size
+and recipe (`hmer.model_presets.SIZES`, `hmer.recipes`), sets its own keys (data subset, epochs, test
+decoding), seeds and default workers, and says what the study will cost. How cpu and long were chosen:
+docs/cpu_protocol.md. The smoke direction ablation takes 2.8 minutes on an idle 2-core CPU, 5.7 to
+7.6 on a shared one (docs/studies.md).
 
-A trial's time limit is derived from the window and the grid, never fixed per trial: a grid of 12
-cells on 3 workers gives each trial ``(window - loading) * 3 / 12`` seconds, less the
-time reserved for decoding the test years.
+A trial's time limit follows from the window and the grid: 12 cells on 3 workers give each trial
+``(window - loading) * 3 / 12`` seconds, less the time reserved for the test years.
 """
 
 from __future__ import annotations
@@ -31,25 +26,15 @@ class StudyBudget:
     """The compute a study may spend; see the module docstring.
 
     Attributes:
-        name: smoke, cpu, long, short or paper.
-        summary: one line for the start-of-study banner.
-        preset_size: which of a study spec's model presets to start from, "tiny" or "full".
-        size: a model size (`hmer.model_presets.SIZES`) that replaces the preset's own; None keeps it.
-        recipe: a recipe (`hmer.recipes.RECIPES`) that replaces the preset's own; None keeps it.
-        overrides: the budget's own Config keys (dotted), set in every cell of every study over
-            the preset's size and recipe.
-        seeds: the default seed axis of a grid study (``--seeds`` replaces it).
-        sweep_trials: the default number of finished trials a sweep aims for.
-        window_s: the wall-clock window a whole study is sized for; 0 = unbounded.
-        load_s: the time reserved for loading (and, once, rendering) the data.
-        eval_reserve_s: per trial, the time reserved after training for the test years.
-        default_jobs: worker processes when ``--n-jobs`` is not given.
-        trial_seconds: what one trial is expected to take when the budget has no window
-            (the paper recipe), used only for the printed cost.
-        hardware: the machine the budget is sized for, for the printed cost.
-        scratch: its studies try the pipeline, so that without a store named they are tracked in
-            the scratch store, never in the checkout's committed one (`tracking.store.scratch_tracking_uri`).
-    """
+        preset_size: which of a spec's model presets to start from, "tiny" or "full".
+        size, recipe: a size (`hmer.model_presets.SIZES`) and recipe replacing the preset's; None keeps it.
+        overrides: the budget's own Config keys (dotted), over the preset's size and recipe.
+        seeds: a grid study's default seed axis; `sweep_trials`: a sweep's default finished trials.
+        window_s: the wall-clock window a study is sized for (0: unbounded); `load_s`: reserved for loading
+            the data; `eval_reserve_s`: per trial, reserved after training for the test years.
+        trial_seconds, hardware: what a trial takes without a window and where, for the printed cost.
+        scratch: its studies try the pipeline: without a store named they are tracked in the scratch
+            store (`tracking.store.scratch_tracking_uri`)."""
 
     name: str
     summary: str
@@ -66,18 +51,14 @@ class StudyBudget:
     size: str | None = None
     recipe: str | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
-    # A sweep trial's training compute in CPU-minutes of its worker (one thread): each trial
-    # measures its own cost per image and trains the epochs that fit (hmer.training.cost).
-    # 0 = every trial trains the budget's epochs.
+    # A sweep trial's training in CPU-minutes of one thread: it measures its cost per image and trains the
+    # epochs that fit (hmer.training.cost); 0: the budget's epochs.
     sweep_trial_cpu_minutes: float = 0.0
     scratch: bool = False
 
     def trial_budget_s(self, n_trials: int, n_jobs: int) -> float:
-        """Training seconds per trial so that `n_trials` on `n_jobs` workers fit the window.
-
-        0 (no limit) for a budget without a window. Trials run in ceil(n_trials / n_jobs)
-        rounds; each round gets an equal share of the window left after loading the data.
-        """
+        """Training seconds per trial so that `n_trials` on `n_jobs` workers fit the window (0: none): an equal
+        share of the window after loading for each of ceil(n_trials / n_jobs) rounds."""
         if self.window_s <= 0 or n_trials <= 0:
             return 0.0
         rounds = math.ceil(n_trials / max(1, n_jobs))
@@ -97,8 +78,7 @@ class StudyBudget:
         return values
 
     def expected_seconds(self, n_trials: int, n_jobs: int) -> float:
-        """The expected wall-clock time of a study of `n_trials` trials on `n_jobs` workers
-        (0 when unknown: no window and no measured trial time)."""
+        """The expected wall-clock time of the study (0 when unknown)."""
         rounds = math.ceil(n_trials / max(1, n_jobs))
         if self.window_s > 0:
             return min(self.window_s, self.load_s + rounds * self.trial_seconds) if self.trial_seconds \
@@ -106,8 +86,7 @@ class StudyBudget:
         return self.load_s + rounds * self.trial_seconds
 
     def describe(self, n_trials: int, n_jobs: int, left: int | None = None) -> str:
-        """The start-of-study banner: what the budget is and what the study will cost; without the cost
-        where `left` (the trials still to train, default all) is none: a study that is done costs nothing."""
+        """The start-of-study banner, without the cost where no trial is `left` to train."""
         named = [f"size {self.size}"] * bool(self.size) + [f"recipe {self.recipe}"] * bool(self.recipe)
         settings = ", ".join([*named, *(f"{k}={v}" for k, v in self.overrides.items())])
         lines = [f"budget {self.name}: {self.summary}", f"  settings: {settings}"]
@@ -146,31 +125,22 @@ def _format_duration(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
-# One smoke trial (training budget, validation, three test years, MLflow), as measured with
-# `python studies/ablate_direction.py --budget smoke` on an idle 2-core CPU (22-29 s; 38-117 s when the
-# cores are shared with other jobs); see docs/studies.md.
+# One smoke trial, measured with `python studies/ablate_direction.py --budget smoke` on an idle 2-core
+# CPU (22-29 s; 38-117 s on shared cores; docs/studies.md).
 _SMOKE_TRIAL_SECONDS = 30.0
-# The cpu budget trains the `swept` size with the `swept` recipe, the sweep's best trial
-# (`sweep-cpu` trial 25; docs/cpu_protocol.md), for fixed epochs: about an hour of training on one
-# thread at the trial's measured cost, greedy validation after each epoch included (the recipe's
-# warm-up keeps the trial's share of these epochs' steps).
+# The cpu budget: the sweep's best trial (`sweep-cpu` 25, docs/cpu_protocol.md), for fixed epochs: about
+# an hour of training on one thread with greedy validation after each epoch.
 _CPU_SWEEP_TRIAL = 25
 _CPU_EPOCHS = 13
-# The sweep's trials (studies/sweep.py --budget cpu) each get this much training on one core and
-# train the epochs that fit; with greedy validation after each epoch and no test year, a trial
-# costs about half an hour.
+# The sweep's trials train the epochs that fit this on one core: about half an hour a trial.
 _CPU_SWEEP_TRIAL_MINUTES = 25.0
-# A cpu trial's time for the banner, estimated from trial 25 (272 CPU-s an epoch with its greedy
-# validation, 54 s to decode validation with beam 10) and the 4,318 test images; the studies' own
-# trials replace it (docs/cpu_protocol.md, "The budget").
+# A cpu trial's time for the banner, from trial 25 (272 CPU-s an epoch with greedy validation, 54 s to
+# decode validation with beam 10) and the 4,318 test images; the studies' own trials replace it.
 _CPU_TRIAL_SECONDS = 70 * 60.0
-# The long budget: the cpu budget's epochs stretched about sevenfold. The cosine decay is over the
-# whole run (the recipe's schedule, unchanged), so the rate stays high for the first half and is small
-# for the last twenty epochs, where the best checkpoint is picked: a plateau schedule would decide its
-# cuts on the greedy validation ExpRate of 465 expressions, which moves by a point from epoch to epoch
-# (docs/cpu_protocol.md). The warm-up keeps its 163 steps (a sixth of an epoch): it shields AdamW's first
-# steps, whatever the run's length. Measured at 13 epochs, a bi transformer trains about 150 CPU-seconds
-# an epoch on one thread, so 100 epochs are about 4 CPU-hours, and CoMER's fusion about twice that.
+# The long budget: the cpu budget's epochs stretched sevenfold, the cosine decay over the whole run, so
+# the rate is small for the last twenty epochs where the best checkpoint is picked (a plateau schedule
+# would cut on a validation ExpRate that moves by a point an epoch). The warm-up keeps its 163 steps. A
+# bi transformer trains about 150 CPU-s an epoch on one thread: 100 epochs are about 4 CPU-hours.
 _LONG_EPOCHS = 100
 _LONG_TRIAL_SECONDS = _LONG_EPOCHS * 150.0 + 15 * 60.0
 # The papers train 300 epochs over the CROHME training set (8,835 expressions).
@@ -253,7 +223,6 @@ BUDGETS: dict[str, StudyBudget] = {
     ),
 }
 
-# The long budget is the cpu budget stretched: its model, recipe and test decoding, 100 epochs, one seed.
 BUDGETS["long"] = dataclasses.replace(
     BUDGETS["cpu"],
     name="long",
@@ -271,7 +240,7 @@ BUDGETS["long"] = dataclasses.replace(
 )
 
 def get_budget(name: str) -> StudyBudget:
-    """The budget called `name` (smoke, cpu, long, short or paper)."""
+    """The budget called `name`."""
     try:
         return BUDGETS[name]
     except KeyError:

@@ -4,15 +4,12 @@
     fig = plot_frontier(points)
     hmer report --frontier                                          # both, as files
 
-The x-axis does not depend on the host: training compute in PFLOP, the FLOPs of a training step's
-image at the run's setting (`benchmarks/frontier_flops.py`, `hmer bench train`'s count, written to
-`benchmarks/results/frontier_flops.csv`) times the images an epoch trains times its epochs. Beside it
-stand what the point cost on the CPU that trained it: `cpu_hours`, its training clock as if trained
-alone (a branched run's clock counts the shared epochs, hmer.training.branch), and `cpu`, the
-`hmer.device` of its last session. The y-axis reads the writer hold-out: `val_final_exprate`, the
-final weights decoded with beam 10 (and the joint search for `bi`), beside `best_val_exprate`, the
-best greedy reading during training. A running or failed run is no point: nothing is extrapolated.
-`study_cpu_hours` is what the study spent on the point (less the epochs it shared with a shorter run).
+The x-axis is host-independent: PFLOP, the FLOPs of a training image at the run's setting
+(`benchmarks/frontier_flops.py`, in `benchmarks/results/frontier_flops.csv`) times the images of its
+epochs. Beside it: `cpu_hours`, its training clock as if trained alone (a branched run counts its
+shared epochs), `study_cpu_hours` (less those), and `cpu`, its last session's `hmer.device`. The y-axis:
+`val_final_exprate` (final weights, beam 10, joint search for `bi`) beside `best_val_exprate` (best
+greedy reading). Running and failed runs are no point: nothing is extrapolated.
 """
 
 from __future__ import annotations
@@ -36,8 +33,7 @@ COLUMNS = ("variant", "width", "input", "ema", "epochs", "val_final_exprate", "b
 
 
 def read_flops(path: str | Path | None = None) -> pd.DataFrame:
-    """The measured FLOPs an image of each setting (`benchmarks/frontier_flops.py`; default the
-    checkout's `benchmarks/results/frontier_flops.csv`)."""
+    """The measured FLOPs an image of each setting; default the checkout's `frontier_flops.csv`."""
     from ..tracking.store import project_root
 
     path = Path(path) if path else project_root() / "benchmarks" / "results" / "frontier_flops.csv"
@@ -60,11 +56,10 @@ def frontier_points(study: str, flops: pd.DataFrame, tracking_uri: str | None = 
     rows = []
     for run in runs.to_dict("records"):
         setting = tuple(run[f"params.{k}"] for k in SETTING_KEYS)
-        measured = flops[(flops[SETTING_KEYS[0]] == setting[0]) & (flops[SETTING_KEYS[1]] == setting[1])]
-        if measured.empty:
+        epoch_gflop = _epoch_gflop(flops, setting)
+        if epoch_gflop is None:
             raise LookupError(f"run {run['run_id'][:8]} ({run['variant']}): no FLOP measurement of "
                               f"{dict(zip(SETTING_KEYS, setting))}; run python benchmarks/frontier_flops.py")
-        gflop, images = float(measured["gflop_per_image"].iloc[0]), int(measured["train_images"].iloc[0])
         epochs = int(run["params.train.epochs"])
         shared = run.get(f"tags.{keys.BRANCH_CPU_SECONDS}")
         shared = 0.0 if pd.isna(shared) else float(shared)
@@ -72,7 +67,7 @@ def frontier_points(study: str, flops: pd.DataFrame, tracking_uri: str | None = 
             "variant": run["variant"], "width": int(setting[0]), "input": input_label(setting[1]),
             "ema": float(run["params.train.ema_decay"]), "epochs": epochs,
             "val_final_exprate": run["metrics.val_final_exprate"], "best_val_exprate": run["metrics.best_val_exprate"],
-            "pflop": gflop * images * epochs / 1e6,
+            "pflop": epoch_gflop * epochs / 1e6,
             "cpu_hours": run["metrics.train_cpu_seconds"] / 3600,
             "study_cpu_hours": (run["metrics.cpu_seconds"] - shared) / 3600,
             "cpu": run.get(f"tags.{keys.DEVICE}"),
@@ -84,14 +79,13 @@ def frontier_points(study: str, flops: pd.DataFrame, tracking_uri: str | None = 
 
 
 def budget_points(flops: pd.DataFrame, tracking_uri: str | None = None) -> pd.DataFrame:
-    """Where the `cpu` and `long` budgets sit: their fusion cells' finished runs, the mean over seeds
-    (columns `budget`, `epochs`, `seeds`, `val_final_exprate`, `pflop`, `cpu_hours`, `cpu`); a budget
-    whose study the store lacks is left out."""
-    measured = flops[(flops[SETTING_KEYS[0]] == BUDGET_SETTING[0]) & (flops[SETTING_KEYS[1]] == BUDGET_SETTING[1])]
+    """Where the `cpu` and `long` budgets sit: the mean over seeds of their fusion cells' finished runs; a
+    budget whose study the store lacks is left out."""
+    epoch_gflop = _epoch_gflop(flops, BUDGET_SETTING)
     rows = []
     for budget, study in BUDGET_STUDIES.items():
         runs = load_runs(tracking_uri, study=study)
-        if runs.empty or measured.empty:
+        if runs.empty or epoch_gflop is None:
             continue
         runs = runs[(runs["state"] == "finished") & (runs["variant"] == BUDGET_VARIANT)]
         scored = runs.get("metrics.val_final_exprate", pd.Series(index=runs.index, dtype=float)).notna()
@@ -101,16 +95,21 @@ def budget_points(flops: pd.DataFrame, tracking_uri: str | None = None) -> pd.Da
         epochs = int(runs["params.train.epochs"].iloc[0])
         rows.append({"budget": budget, "epochs": epochs, "seeds": len(runs),
                      "val_final_exprate": runs["metrics.val_final_exprate"].mean(),
-                     "pflop": float(measured["gflop_per_image"].iloc[0]) * int(measured["train_images"].iloc[0])
-                     * epochs / 1e6,
+                     "pflop": epoch_gflop * epochs / 1e6,
                      "cpu_hours": runs["metrics.train_cpu_seconds"].mean() / 3600,
                      "cpu": "; ".join(sorted(set(runs[f"tags.{keys.DEVICE}"].dropna())))})
     return pd.DataFrame(rows, columns=["budget", "epochs", "seeds", "val_final_exprate", "pflop", "cpu_hours", "cpu"])
 
 
+def _epoch_gflop(flops: pd.DataFrame, setting: Sequence) -> float | None:
+    """The GFLOPs an epoch trains at `setting` (the values of SETTING_KEYS); None where unmeasured."""
+    row = flops[(flops[SETTING_KEYS[0]] == setting[0]) & (flops[SETTING_KEYS[1]] == setting[1])]
+    return None if row.empty else float(row["gflop_per_image"].iloc[0]) * int(row["train_images"].iloc[0])
+
+
 def plot_frontier(points: pd.DataFrame, title: str | None = None, budgets: pd.DataFrame | None = None) -> Figure:
-    """Hold-out ExpRate (beam 10) against training PFLOP, log scale: a line for each width, input and
-    weight average through its lengths, each point marked with the CPU-hours it cost."""
+    """Hold-out ExpRate against training PFLOP (log): a line per width, input and weight average through
+    its lengths, each point marked with its CPU-hours."""
     import seaborn as sns
 
     fig = Figure(figsize=(7.5, 4.8))

@@ -2,11 +2,9 @@
 
     outcome = run_grid_study(DIRECTION, "smoke")          # python studies/ablate_direction.py
 
-Running the same command again resumes the study: trials left RUNNING by a dead worker are
-marked FAIL (their MLflow runs FAILED), and their cells run again, continuing the dead trial's
-run from its last checkpoint where there is one (`resume.py`); COMPLETE cells never run twice,
-also not with several workers (`bookings.py`). The study's lifecycle (banner, data, parent run,
-workers, Ctrl-C, table) is the session's (`session.run_session`); this module says what a grid is.
+Running it again resumes: dead workers' trials go FAIL and their cells run again, from the last
+checkpoint where there is one (`resume.py`); no COMPLETE cell runs twice, with any number of workers
+(`bookings.py`). The lifecycle is `session.run_session`'s; this module says what a grid is.
 """
 
 from __future__ import annotations
@@ -47,40 +45,32 @@ def run_grid_study(
     reuse: bool = True,
     role: str = "main",
 ) -> StudyOutcome:
-    """Run (or resume) the grid study `spec` under `budget` until every cell is COMPLETE. The study
-    is not presented in the UIs here (`hmer.store.present.present_study`, which `hmer study` calls).
+    """Run (or resume) the grid study `spec` under `budget` until every cell is COMPLETE (not presented
+    in the UIs: `hmer.store.present.present_study`).
 
     Args:
-        spec: the grid (see `hmer.studies.spec`).
         budget: smoke, cpu, long, short or paper, or a StudyBudget.
         storage: an RDB URL shared by every worker; default SQLite beside the MLflow store.
         tracking_uri: the MLflow store; default `hmer.tracking.default_tracking_uri()`.
         n_jobs: worker processes on this machine (default: the budget's); each loads the data.
-        data_path: the dataset (folder or zip); default the usual search (`hmer.data`).
-        data: already-loaded splits, for a single worker (tests); overrides `data_path`.
+        data_path: the dataset (folder or zip); `data`: loaded splits for a single worker (tests).
         study_name: default "<spec name>-<budget>".
         seeds: the seed axis; default the budget's.
-        variants: train only these variants of the grid (`spec.variant_label`: "bi", or "rnn/l2r" for
-            two axes), the baseline among them; default every variant.
+        variants: only these variants (`spec.variant_label`), the baseline among them; default all.
         overrides: Config overrides held equal in every cell (`--set`).
-        print_table: print the per-year table at the end.
-        reuse: copy a cell that another study in the store has already trained with the same config
-            and seed instead of training it again (`reuse.py`).
-        role: "main" prints the banner and the table and waits for the other workers;
-            "worker" (the extra processes of n_jobs) only runs trials.
-    """
+        reuse: copy a cell another study of the store trained with the same config and seed (`reuse.py`).
+        role: "main" prints banner and table and waits for the others; "worker" only runs trials."""
     return run_session(Grid(spec, seeds, print_table, reuse, variants), budget, storage=storage,
                        tracking_uri=tracking_uri, n_jobs=n_jobs, data_path=data_path, data=data,
                        study_name=study_name, overrides=overrides, role=role)
 
 
 class Grid(StudyKind):
-    """A grid study: each worker books an open cell (`bookings.py`) and runs it as one trial; a
-    cell whose trial raised an error in this command (in any worker) is not retried until the
-    command runs again."""
+    """A grid study: each worker books an open cell and runs it as one trial; a cell whose trial raised
+    an error in this command is not retried until the command runs again."""
 
     name = "grid"
-    # the trial's value: its best validation ExpRate, the checkpoint's (greedy, as during training)
+    # the trial's value: the checkpoint's best (greedy) validation ExpRate
     objective_name = "best validation ExpRate (%)"
     noun, done_word = "cells", "complete"
 
@@ -135,8 +125,8 @@ class Grid(StudyKind):
         if self.since is None:
             self.since = time.time()
         self.failed_here |= bookings.errored_since(self.since)
-        # A cell's data are loaded before it is booked: a booking must turn into a trial within seconds,
-        # loading takes minutes (and a grid over the rendering loads once per way of rendering).
+        # Load a cell's data before booking it: a booking must become a trial within seconds, loading takes
+        # minutes.
         upcoming = bookings.status().open_cells(self.cells, self.failed_here)
         if upcoming:
             data(cell_resolution(session.base, self.spec, upcoming[0]).config)  # loaded now, if not yet
@@ -159,7 +149,7 @@ class Grid(StudyKind):
         return [describe_cell_key(k) for k in sorted(self.failed_here)]
 
     def table(self, session: Session, outcome: StudyOutcome) -> str:
-        """The per-year table (a complete study's parent run gets it too: `store.present`)."""
+        """The per-year table."""
         session.say(f"study {outcome.study_name}: {outcome.n_complete} of {outcome.n_expected} cells complete"
                     + ("" if outcome.complete else f"; failed: {'; '.join(outcome.failed) or 'none here'} "
                        f"(run the same command to retry them)"))
@@ -168,7 +158,7 @@ class Grid(StudyKind):
         return format_table(study_table(session.name, session.tracking_uri))
 
     def _run_cell(self, session: Session, cell: Mapping[str, Any], data: dict[str, list]) -> TrialState:
-        """One trial of the booked `cell`: the objective is a plain Optuna objective over the grid."""
+        """One trial of the booked `cell`, a plain Optuna objective over the grid."""
         spec, space, bookings = self.spec, self.space, session.bookings
         ordered = {**{k: cell[k] for k in spec.axes}, SEED_KEY: cell[SEED_KEY]}
         variant, label, seed = variant_label(ordered), cell_label(ordered), int(cell[SEED_KEY])
@@ -181,12 +171,10 @@ class Grid(StudyKind):
             cfg = cell_resolution(session.base, spec, params).config
             tags = {keys.CELL: label, keys.SEED: str(seed), keys.VARIANT: variant, keys.BUDGET: session.budget.name,
                     keys.BASELINE: str(baseline).lower()}
+            named = {"name": f"{label}, seed {seed}", "tags": tags, "run_name": f"{variant} seed {seed}"}
             trained = find_trained(session.client, cfg, session.name) if self.reuse else None
             if trained is not None:
-                return copy_trial(trial, session, trained, name=f"{label}, seed {seed}", tags=tags,
-                                  run_name=f"{variant} seed {seed}")
-            result = train_trial(trial, cfg, session, data, name=f"{label}, seed {seed}", tags=tags,
-                                 run_name=f"{variant} seed {seed}", cell_key=cell_key(params))
-            return result.best_val_exprate
+                return copy_trial(trial, session, trained, **named)
+            return train_trial(trial, cfg, session, data, cell_key=cell_key(params), **named).best_val_exprate
 
         return run_one_trial(session, objective)

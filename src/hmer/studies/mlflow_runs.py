@@ -1,8 +1,5 @@
-"""A study's MLflow side: its parent run, and the child runs of trials whose worker died.
-
-One study is one MLflow parent run (tags `hmer.study=<name>`, `hmer.role=study`; params: the
-study name, budget, grid and storage), created once and reopened on resume. Every trial is one
-child run made by `hmer.training.train`, tagged with the study and the trial number.
+"""A study's MLflow side: one parent run (tags `hmer.study`, `hmer.role=study`), created once and
+reopened on resume, and the child runs `hmer.training.train` makes for its trials.
 """
 
 from __future__ import annotations
@@ -28,12 +25,9 @@ def study_runs_filter(study_name: str) -> str:
 def parent_run(study: optuna.Study, known: str | None, *, tracking_uri: str, experiment: str,
                params: Mapping[str, Any], tags: Mapping[str, str], artifact: Mapping[str, Any],
                reopen: bool = True) -> tuple[str, str]:
-    """The study's MLflow parent run, created once and reopened on resume: (experiment id, run id).
-
-    `known` is the run id the study recorded (None for a new study); a run of another MLflow
-    store is looked up by its tags instead. `reopen=False` (a study with nothing left to run)
-    finds the run without marking it RUNNING again, so that reading a finished study writes nothing.
-    """
+    """The study's parent run, created once and reopened on resume: (experiment id, run id). `known` is the
+    recorded run id (a run of another store is found by its tags); `reopen=False` finds it without
+    marking it RUNNING, so that reading a finished study writes nothing."""
     from ..tracking.store import setup_mlflow
 
     with first_use_lock(tracking_uri):  # MLflow's first use of a new store migrates its schema
@@ -65,8 +59,8 @@ def parent_run(study: optuna.Study, known: str | None, *, tracking_uri: str, exp
 
 def finish_parent(client, study: optuna.Study, parent_run_id: str, complete: bool, failed: Sequence[str],
                   interrupted: bool) -> None:
-    """FINISHED when the study is complete; FAILED/KILLED when it stops short and no one else runs it.
-    A parent already FINISHED is left as it is (its end time stays the study's)."""
+    """FINISHED when the study is complete (left alone when already so); FAILED or KILLED when it stops
+    short and no one else runs it."""
     running = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
     if complete:
         run = client.get_run(parent_run_id)
@@ -82,20 +76,16 @@ def finish_parent(client, study: optuna.Study, parent_run_id: str, complete: boo
 
 
 def trial_runs(client, experiment_id: str, study_name: str) -> list:
-    """The child runs of the study's trials (every run that has a trial number)."""
+    """The child runs of the study's trials."""
     runs = search_all_runs(client, [experiment_id], study_runs_filter(study_name))
     return [run for run in runs if keys.TRIAL in run.data.tags]
 
 
 def fail_dead_trial_runs(client, experiment_id: str, study: optuna.Study) -> list[str]:
-    """Mark FAILED the MLflow runs of trials that Optuna has marked FAIL but MLflow has not.
-
-    That is a trial whose worker died: while training (the run is left RUNNING), or in
-    the moment between train() ending its run and Optuna recording the trial (the run is
-    FINISHED, but the cell runs again, so this run must not count twice in a table).
-    train() itself ends its run FAILED on every exception it sees. A run that a later trial
-    continues carries that trial's number and is left alone. Returns the run ids marked.
-    """
+    """Mark FAILED the runs of trials Optuna has marked FAIL and MLflow not: their worker died while
+    training, or between train() ending the run and Optuna recording the trial (its cell runs again, so
+    the run must not count twice). A run a later trial continues carries that trial's number. The run
+    ids marked."""
     states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
     marked = []
     for run in trial_runs(client, experiment_id, study.study_name):
@@ -111,11 +101,9 @@ def fail_dead_trial_runs(client, experiment_id: str, study: optuna.Study) -> lis
 
 
 def measured_cost(client, experiment_id: str, study_name: str) -> str:
-    """What the study's finished trials cost, measured by the trials themselves, as one line for
-    its banner ("" before the first trial finishes): their number (trials copied from another
-    study are counted apart: they cost nothing here), the mean CPU time of a trial
-    (training with its validation passes plus the final decodings; runs log `cpu_seconds` since
-    commit 34547ea) and its wall-clock time (training plus the final decodings)."""
+    """What the study's finished trials cost, measured, as one line ("" before the first): their number,
+    copies counted apart, and the mean CPU time (runs log `cpu_seconds` since 34547ea) and wall-clock
+    time of a trial."""
     finished = [r for r in trial_runs(client, experiment_id, study_name)
                 if r.info.status == "FINISHED" and "train_seconds" in r.data.metrics]
     done = [r for r in finished if keys.REUSED_FROM not in r.data.tags]  # copies cost nothing here

@@ -1,14 +1,6 @@
-"""The objective every study shares: train one config as one trial.
-
-    def objective(trial):
-        cell = {key: trial.suggest_categorical(key, values) for key, values in space.items()}
-        cfg = cell_resolution(session.base, spec, cell).config
-        return train_trial(trial, cfg, session, data, name=..., tags=...).best_val_exprate
-
-`train_trial` makes the trial one MLflow child run of the study's parent run (through
-`hmer.training.train`), records the run id and the test scores on the trial, and says what
-happened on one line. A trial that continues a killed one (see `resume.py`) continues that
-trial's MLflow run from its last checkpoint instead of training from epoch 1.
+"""The objective every study shares: train one config as one trial (`train_trial`), as one MLflow child
+run of the study's parent (`hmer.training.train`), its run id and test scores recorded on the trial.
+A trial that continues a killed one (`resume.py`) continues its run from the last checkpoint.
 """
 
 from __future__ import annotations
@@ -33,16 +25,9 @@ from .storage import GRACE_HEARTBEATS, heartbeat_s, trial_id
 def train_trial(trial: optuna.Trial, cfg: Config, session: Session, data: dict[str, list], *, name: str,
                 tags: Mapping[str, str], run_name: str, cell_key: str | None = None,
                 report: Callable[[int, dict[str, float]], None] | None = None):
-    """Train `cfg` as `trial` and return the `TrainResult`.
-
-    Args:
-        name: the trial in words for the log ("model.direction=bi, seed 1").
-        tags: MLflow tags of the run besides the study and the trial number.
-        run_name: the MLflow run's name.
-        cell_key: the grid cell (`spec.cell_key`); a killed trial of the same cell with the same
-            config is continued from its checkpoint. None (sweeps): always from scratch.
-        report: called after every epoch with its metrics (a sweep reports to its pruner there).
-    """
+    """Train `cfg` as `trial`; the `TrainResult`. `name`: the trial in words for the log; `tags`: the run's
+    MLflow tags besides study and trial; `cell_key`: the grid cell, whose killed trial of the same config
+    is continued (None: from scratch); `report`: called after every epoch with its metrics (a sweep's pruning)."""
     from ..training import train
 
     resumable = find_resumable(session, cell_key, cfg) if cell_key else None
@@ -85,8 +70,8 @@ def train_trial(trial: optuna.Trial, cfg: Config, session: Session, data: dict[s
 
 def copy_trial(trial: optuna.Trial, session: Session, trained, *, name: str, tags: Mapping[str, str],
                run_name: str) -> float:
-    """Make `trained` (a `reuse.TrainedRun` of another study with this cell's config) this trial's
-    run by copying it (`reuse.copy_run`), and return its best validation ExpRate."""
+    """Make `trained` (another study's run of this cell's config) this trial's run by copying it
+    (`reuse.copy_run`); its best validation ExpRate."""
     from .reuse import copy_run, trial_attrs
 
     run_id = copy_run(session.client, trained, experiment_id=session.experiment_id,
@@ -102,8 +87,8 @@ def copy_trial(trial: optuna.Trial, session: Session, trained, *, name: str, tag
 
 
 def _drop_finished_checkpoints(folder: Path) -> None:
-    """The checkpoints of a finished trial, deleted (its model is in MLflow now), but for the state
-    where a wsd run's decay began, which its longer cells start from (`hmer.studies.branch`)."""
+    """Delete a finished trial's checkpoints (its model is in MLflow) but the state where a wsd run's decay
+    began, which its longer cells start from (`hmer.studies.branch`)."""
     from ..training.resume import STABLE, STABLE_BEST
 
     kept = [folder / name for name in (STABLE, STABLE_BEST) if (folder / name).is_file()]
@@ -116,8 +101,7 @@ def _drop_finished_checkpoints(folder: Path) -> None:
 
 
 def _drop_checkpoints(session: Session, number: int, resumable: Resumable | None) -> None:
-    """Delete the checkpoints of a trial that ended in a live worker (failed or pruned): it is
-    never continued (a rerun retries a failed cell from scratch)."""
+    """Delete the checkpoints of a trial that failed or was pruned in a live worker: never continued."""
     if resumable is not None:
         run_ids = [resumable.run_id]
     else:
@@ -140,8 +124,7 @@ def record_result(trial: optuna.Trial, result) -> None:
 
 
 def run_one_trial(session: Session, objective: Callable[[optuna.Trial], float]) -> TrialState:
-    """Run one trial of `objective` in this worker; its final state (FAIL when another worker
-    failed it while it ran)."""
+    """Run one trial of `objective` in this worker; its final state (FAIL when another worker failed it)."""
     numbers: list[int] = []
 
     def numbered(trial: optuna.Trial) -> float:
@@ -152,10 +135,8 @@ def run_one_trial(session: Session, objective: Callable[[optuna.Trial], float]) 
     try:
         session.study.optimize(numbered, n_trials=1, catch=(Exception,), gc_after_trial=True)
     except (optuna.exceptions.UpdateFinishedTrialError, ValueError):
-        # Another worker failed the trial while it ran: its heartbeat was silent for longer than
-        # the grace period (a database outage, a frozen machine). Optuna then refuses the trial's
-        # next write (UpdateFinishedTrialError, caught as the objective's error) and its final tell
-        # (ValueError "Cannot tell a FAIL trial."). Any other error of Optuna's is raised.
+        # Another worker failed the trial while it ran (its heartbeat silent past the grace period): Optuna
+        # refuses its next write (UpdateFinishedTrialError) and its final tell (ValueError). Others raise.
         if not numbers or not _stored(session, numbers[0]).state.is_finished():
             raise
         session.say(f"trial {numbers[0]}: was marked FAIL by another worker while it ran "
@@ -169,5 +150,5 @@ def run_one_trial(session: Session, objective: Callable[[optuna.Trial], float]) 
 
 
 def _stored(session: Session, number: int) -> optuna.trial.FrozenTrial:
-    """Trial `number` as the storage has it now (not as this process last saw it)."""
+    """Trial `number` as the storage has it now."""
     return session.storage.get_trial(trial_id(session.storage, session.study, number))

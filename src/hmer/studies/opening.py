@@ -1,12 +1,8 @@
 """Opening a study: created under the command's config, or resumed under the one it began with.
 
-    study, base, created = open_study(name, storage, kind="grid", sampler=..., pruner=..., attrs=..., base=base,
-                                      asked=asked_keys(spec.fixed, overrides))
-
-A new study records what the command asked for (its kind, spec, budget, grid or search space) and
-the base config every trial starts from. A study that exists is resumed under its stored base
-config, so that every trial of a study trains under one config whatever changed in the code since;
-a command that asks for something else is refused before anything runs (docs/studies.md, "Resume").
+A new study records its kind, spec, budget, grid or space, and its base config. An existing study is
+resumed under its stored base config, so every trial trains under one config whatever changed in the
+code; a command asking for something else is refused before anything runs (docs/studies.md, "Resume").
 """
 
 from __future__ import annotations
@@ -23,9 +19,8 @@ from ..tracking import keys
 
 
 def asked_keys(fixed: Mapping[str, Any], overrides: Mapping[str, Any] | None, more: Collection[str] = ()) -> set[str]:
-    """The config keys a study's command sets by value: its spec's fixed values (and `more` the spec
-    sets), and `--set`. The rest of the base config comes from the code (the model preset, the
-    budget, which is asked for by name, and the defaults) and may have changed since a study began."""
+    """The config keys a study's command sets by value: the spec's fixed ones (and `more`) and `--set`;
+    the rest comes from the code and may have changed since the study began."""
     return (set(fixed) | set(overrides or {}) | set(more)) - set(MACHINE_KEYS)
 
 
@@ -36,21 +31,10 @@ CHECKED_ATTRS = {keys.SPEC: "spec", keys.BUDGET: "budget", keys.GRID: "grid", ke
 def open_study(name: str, storage: optuna.storages.BaseStorage, *, kind: str, sampler: optuna.samplers.BaseSampler,
                pruner: optuna.pruners.BasePruner, attrs: Mapping[str, Any], base: Resolution,
                asked: Collection[str] = (), objective_name: str = "") -> tuple[optuna.Study, Resolution, bool]:
-    """Create the study (recording `attrs` and the base config), or load it and check that it is
-    the study the command asks for.
-
-    One rule decides a resume: the stored base config wins, taken up by this worker
-    (`Resolution.take_stored`: where it finds the data is its own), so a study trains every trial
-    under the config it began with, whatever defaults changed in the code since. The command is
-    refused when it asks for something else: another kind, spec, budget or search space (`attrs`),
-    or a value of one of the keys it sets itself (`asked`, see `asked_keys`) other than the
-    study's.
-
-    A new study records its objective's name (`objective_name`), which optuna-dashboard shows.
-
-    Returns the study, the base config every trial uses (the stored one on resume) and
-    whether this call created the study.
-    """
+    """Create the study (recording `attrs`, its objective's name and the base config), or load it: the
+    stored base config wins (`Resolution.take_stored`), and a command that asks for another kind, spec,
+    budget or space (`attrs`) or another value of an `asked` key is refused. Returns the study, the base
+    config every trial uses and whether this call created the study."""
     try:
         study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner,
                                     direction="maximize")
@@ -95,16 +79,15 @@ def open_study(name: str, storage: optuna.storages.BaseStorage, *, kind: str, sa
 
 
 def name_objective(study: optuna.Study, name: str) -> None:
-    """`study.set_metric_names([name])`, which Optuna marks experimental (stable since 3.2): the
-    objective's name that optuna-dashboard shows instead of "Objective 0"."""
+    """`study.set_metric_names([name])` (experimental, stable since 3.2): the objective's name in
+    optuna-dashboard."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         study.set_metric_names([name])
 
 
 def wait_for_attr(read: Callable[[], Mapping[str, Any]], key: str, timeout_s: float) -> Any:
-    """A study attribute that its creator (another worker) is about to set; `read` reads the
-    attributes from the storage, afresh on every call."""
+    """A study attribute another worker is about to set; `read` reads them afresh on every call."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = read().get(key)

@@ -1,9 +1,8 @@
 """What a study's cell trains with: its config built layer by layer (`hmer.model_presets.LAYERS`), once.
 
-The one builder of a study's configs: the session trains what it builds, and `hmer config` prints it,
-with the layer that set each value. A study's base (`study_resolution`: the preset at the budget's
-size and recipe, the budget's keys, the spec's fixed keys, `--set`), the stored base of a resumed
-study on top of it (`Resolution.take_stored`), then the cell (`cell_resolution`):
+The one builder of a study's configs (the session trains it, `hmer config` prints it with the layer
+of each value): the study's base (`study_resolution`), a resumed study's stored base on top
+(`Resolution.take_stored`), then the cell (`cell_resolution`):
 
     base = study_resolution(DIRECTION, get_budget("cpu"), n_trials=9, n_jobs=2)
     cell = cell_resolution(base, DIRECTION, {"model.direction": "bi", "train.seed": 1})
@@ -22,18 +21,16 @@ from .spec import SEED_KEY, SearchSpaceError, StudySpec, SweepSpec, cell_label
 
 
 def budget_resolution(preset: str, budget: StudyBudget, n_trials: int = 1, n_jobs: int = 1) -> Resolution:
-    """Preset `preset` under `budget`: at the budget's size and with its recipe where it names them,
-    then the budget's own keys (with the time a trial may train, for `n_trials` on `n_jobs`
-    workers, where the budget has a window; one trial on one worker gets all of it)."""
+    """Preset `preset` under `budget`: its size and recipe where named, then its keys (with a trial's time,
+    for `n_trials` on `n_jobs` workers, where it has a window)."""
     resolution = resolve_preset(preset, size=budget.size, recipe=budget.recipe, named_by=f"budget {budget.name}")
     return resolution.apply("budget", budget.name, budget.config_overrides(n_trials, n_jobs))
 
 
 def study_resolution(spec: StudySpec | SweepSpec, budget: StudyBudget, *, n_trials: int, n_jobs: int,
                      overrides: Mapping[str, Any] | None = None, data_path: str | None = None) -> Resolution:
-    """The config every cell of `spec` starts from, before a stored one: the spec's model preset of
-    the budget's preset size under the budget, the spec's fixed keys (and a sweep's one seed), then
-    `overrides` (--set) and `data_path` (--data)."""
+    """The config every cell of `spec` starts from: the spec's preset under the budget, its fixed keys (and
+    a sweep's seed), then `overrides` (--set) and `data_path` (--data)."""
     resolution = budget_resolution(spec.model_preset(budget.preset_size), budget, n_trials, n_jobs)
     fixed = dict(spec.fixed)
     if isinstance(spec, SweepSpec):
@@ -47,10 +44,9 @@ def study_resolution(spec: StudySpec | SweepSpec, budget: StudyBudget, *, n_tria
 
 def cell_resolution(base: Resolution, spec: StudySpec | SweepSpec, cell: Mapping[str, Any],
                     name: str = "trial") -> Resolution:
-    """The config a cell of `spec` trains, on the study's `base`. A grid's cell is its axis values and
-    seed (`StudySpec.cells`): they, what they bring (`StudySpec.overrides`) and the seed. A sweep's is
-    a trial's drawn values (`sweep_trial_values`), `name` its trial. A config the cell's values do not
-    allow is a bug in the study's grid or search space: SearchSpaceError, naming the study and the cell."""
+    """The config a cell of `spec` trains on `base`: a grid cell's axis values, what they bring and its seed,
+    or a sweep trial's drawn values (`name` its trial). A config they do not allow is a bug in the
+    study's grid or space: SearchSpaceError."""
     space = "search space"
     if isinstance(spec, StudySpec):
         name, space = f"{cell_label(cell)}, seed {cell[SEED_KEY]}", "grid"
@@ -63,16 +59,14 @@ def cell_resolution(base: Resolution, spec: StudySpec | SweepSpec, cell: Mapping
 
 
 def check_cells(base: Resolution, spec: StudySpec | SweepSpec, cells: Sequence[Mapping[str, Any]]) -> None:
-    """Every cell of `cells` builds an allowed config on `base` (`cell_resolution`); a SearchSpaceError
-    before anything runs. A grid's cells are those it trains; a sweep's, both ends of every range of
-    its space and every choice (`range_ends`), so that no trial can draw a value that is not allowed."""
+    """A SearchSpaceError before anything runs where a cell of `cells` builds no allowed config: a grid's
+    cells, or a sweep's `range_ends`."""
     for cell in cells:
         cell_resolution(base, spec, cell, name=cell_label(cell))
 
 
 def range_ends(spec: SweepSpec, base: Config) -> list[dict[str, Any]]:
-    """A cell for each end of each range of the sweep's space and for each choice (a share of
-    training is given as steps, by the trial: not here)."""
+    """A cell for each end of each range of the sweep's space and each choice (not the shares of training)."""
     flat = base.to_flat_dict()
     cells = []
     for param in spec.params:
@@ -85,9 +79,8 @@ def range_ends(spec: SweepSpec, base: Config) -> list[dict[str, Any]]:
 
 
 def sweep_trial_values(spec: SweepSpec, base: Config, given: Mapping[str, Any]) -> dict[str, Any]:
-    """A sweep trial's keys from what it drew (`given`): a parameter's key with its sampled value
-    brings the keys that scale with it (`SweepParam.overrides`); a share-of-training parameter's key
-    takes its steps, and `train.epochs` the epochs the trial fitted to its compute, as they are."""
+    """A sweep trial's keys from what it drew: a parameter's value with the keys that scale with it; a
+    share of training's steps and `train.epochs` as they are."""
     flat = base.to_flat_dict()
     params = {param.key: param for param in spec.params}
     values: dict[str, Any] = {}
@@ -104,8 +97,8 @@ def sweep_trial_values(spec: SweepSpec, base: Config, given: Mapping[str, Any]) 
 
 
 def pick_cell(spec: StudySpec, given: Mapping[str, str], seed: int) -> dict[str, Any]:
-    """The grid cell of `spec` that `given` (axis key -> value as text; an axis left out takes the
-    baseline's value) and `seed` name; a KeyError or ValueError naming the axis and its values."""
+    """The cell of `spec` that `given` (axis -> value as text; a missing axis takes the baseline's) and
+    `seed` name; a KeyError or ValueError naming the axis and its values."""
     for key in given:
         if key not in spec.axes:
             raise KeyError(f"{key} is not an axis of study {spec.name!r}; its axes: {', '.join(spec.axes)}")
@@ -124,9 +117,8 @@ def pick_cell(spec: StudySpec, given: Mapping[str, str], seed: int) -> dict[str,
 
 
 def stored_base(storage_url: str, study_name: str, spec_name: str) -> dict[str, Any] | None:
-    """The base config study `study_name` stored when it began (flat keys), or None when the storage
-    holds no such study; read only: a SQLite file that does not exist is not created. A ValueError
-    when the study there is of another spec."""
+    """The base config study `study_name` stored (flat keys), or None where there is none; read only. A
+    ValueError when the study is of another spec."""
     if storage_url.startswith("sqlite:///") and not Path(storage_url[len("sqlite:///"):]).is_file():
         return None
     from ..tracking import keys

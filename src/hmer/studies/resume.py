@@ -1,22 +1,11 @@
 """A killed trial continues from its last epoch, not from scratch.
 
-When a worker dies, its trial is marked FAIL and its grid cell runs again. The trainer saved a
-checkpoint of everything needed to continue after every epoch (`last.pt`: weights, optimizer,
-schedule, random state), and `train(cfg, resume=last.pt)` continues a run exactly: the result is
-the one an uninterrupted run would have reached. So before the cell's new trial trains, it looks
-for the dead trial's MLflow run and checkpoint:
-
-1. a FAIL trial of the same study and cell that did not fail by itself (no `hmer.error`: its
-   worker died, or Ctrl-C), the latest first;
-2. its MLflow run (tags `hmer.study`, `hmer.trial`), and that run's `last.pt`, under
-   `checkpoints/<run id>/` beside the study's MLflow store;
-3. the checkpoint's config, taken up here (`config.stored_config`: where this worker finds the
-   data may differ), must be the cell's.
-
-Found, the new trial adopts the run: the run is tagged with the new trial number (so that
-`fail_dead_trial_runs` no longer takes it for a dead trial's run), and training continues in it.
-Not found (another machine's disk, a checkpoint from before the first epoch), the cell trains
-from scratch in a new run, as it always did.
+The trainer checkpoints everything after every epoch (`last.pt`), and `train(cfg, resume=last.pt)`
+reaches what an uninterrupted run would. So a cell's new trial first looks for a FAIL trial of its cell
+that did not fail by itself (no `hmer.error`), the latest first; its MLflow run; that run's `last.pt`
+(`checkpoints/<run id>/` beside the store); and the checkpoint's config, which must be the cell's.
+Found, the new trial adopts the run (tagged with its number, so `fail_dead_trial_runs` leaves it) and
+trains on in it; otherwise the cell trains from scratch in a new run.
 """
 
 from __future__ import annotations
@@ -43,18 +32,15 @@ class Resumable:
 
 
 def checkpoint_dir(run_id: str, tracking_uri: str) -> Path:
-    """Where a study's trial keeps its checkpoints while it trains (the trainer's default), the
-    study being tracked in `tracking_uri`."""
+    """Where a study's trial keeps its checkpoints while it trains, the study tracked in `tracking_uri`."""
     from ..tracking.store import checkpoint_root
 
     return checkpoint_root(tracking_uri) / str(run_id)
 
 
 def dead_trial_runs(trials: list, runs: list, cell_key: str) -> list[tuple[int, str]]:
-    """(trial number, run id) of the trials of `cell_key` whose worker died (FAIL without
-    `hmer.error`), the latest first, each with its MLflow run among the study's trial runs `runs`
-    (a trial killed before its run existed has none and is left out): the runs a new trial of the
-    cell may continue, in the order it tries them."""
+    """(trial number, run id) of the trials of `cell_key` whose worker died, the latest first, each with its
+    run among `runs` (a trial killed before its run existed is left out)."""
     by_trial = {int(r.data.tags[keys.TRIAL]): r.info.run_id for r in runs}
     dead = [t.number for t in trials if t.state == TrialState.FAIL and t.user_attrs.get(keys.CELL_KEY) == cell_key
             and keys.ERROR not in t.user_attrs]
@@ -62,7 +48,7 @@ def dead_trial_runs(trials: list, runs: list, cell_key: str) -> list[tuple[int, 
 
 
 def find_resumable(session, cell_key: str, cfg: Config) -> Resumable | None:
-    """The run and checkpoint a new trial of `cell_key` continues, or None; see the module."""
+    """The run and checkpoint a new trial of `cell_key` continues, or None."""
     trials = session.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
     if not any(t.user_attrs.get(keys.CELL_KEY) == cell_key for t in trials):
         return None
@@ -76,27 +62,30 @@ def find_resumable(session, cell_key: str, cfg: Config) -> Resumable | None:
 
 
 def _checkpoint(folder: Path, cfg: Config) -> tuple[Path, int] | None:
-    """The last.pt of the run whose checkpoint folder is `folder` (named by its run id) and its
-    epoch, if it exists, belongs to the run and holds `cfg`."""
-    from ..checkpoint import load_checkpoint
-
+    """The last.pt in `folder` (named by its run id) and its epoch, if it belongs to the run and holds `cfg`."""
     path = folder / "last.pt"
-    if not path.is_file():
-        return None
-    try:
-        ckpt = load_checkpoint(path, map_location="cpu")
-    except (OSError, ValueError):
-        return None  # unreadable: train from scratch
-    if ckpt.get("run_id") != folder.name or not same_config(ckpt["config"], cfg):
+    ckpt = read_checkpoint(path)
+    if ckpt is None or ckpt.get("run_id") != folder.name or not same_config(ckpt["config"], cfg):
         return None
     return path, int(ckpt["epoch"])
 
 
+def read_checkpoint(path: Path) -> dict | None:
+    """The checkpoint at `path`, or None where there is none or it is unreadable (train without it)."""
+    from ..checkpoint import load_checkpoint
+
+    if not path.is_file():
+        return None
+    try:
+        return load_checkpoint(path, map_location="cpu")
+    except (OSError, ValueError):
+        return None
+
+
 def same_config(stored: dict, cfg: Config) -> bool:
-    """Whether a checkpoint's config (`Config.to_dict()`), taken up by this process, trains as `cfg`:
-    the same values but for its name, which labels the preset it came from and trains nothing (a
-    checkpoint saved before the preset `tiny` was called `tiny-transformer` says `tiny`; the coverage
-    study's `tiny-comer` and the direction study's `tiny-transformer` differ only in what they set)."""
+    """Whether a checkpoint's config (`Config.to_dict()`), taken up by this process, trains as `cfg`: equal
+    but for its name, which labels the preset and trains nothing (e.g. `tiny` before it was called
+    `tiny-transformer`)."""
     try:
         flat = {**Config.from_dict(stored).to_flat_dict(), "name": cfg.name}
         return stored_config(flat, cfg).to_flat_dict() == cfg.to_flat_dict()
@@ -105,8 +94,7 @@ def same_config(stored: dict, cfg: Config) -> bool:
 
 
 def adopt(resumable: Resumable, trial: optuna.Trial, session) -> None:
-    """Make the dead trial's run the new trial's: its trial number, no error any more.
-    `train(resume=...)` then marks it RUNNING and records the epoch it resumed from."""
+    """Make the dead trial's run the new trial's: its trial number, no error any more."""
     client = session.client
     client.set_tag(resumable.run_id, keys.TRIAL, str(trial.number))
     client.set_tag(resumable.run_id, keys.RESUMED_FROM, str(resumable.trial))

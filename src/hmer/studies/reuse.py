@@ -1,22 +1,12 @@
 """A grid cell that another study has already trained is copied, not trained again.
 
-Studies share cells: at one budget the decoder study's transformer cell is the direction study's
-bidirectional cell (the same config, the same seeds), and training it twice would give the same
-model at the cost of a whole trial. So before a cell trains, `find_trained` looks through the
-store for a FINISHED trial run of another study whose config is the cell's, field for field
-(`config.json`, read as `resume.same_config` reads a checkpoint's: only the preset's `name` and
-where a worker finds the data may differ), with the same seed, and trained by code that computes
-what today's computes: its training-code fingerprint (`hmer.fingerprint`, hmer.training.fingerprint)
-is this code's, and no resume of it ran other code. A run of older code, or of unknown code, is
-trained again: the same config is not the same computation. Found, `copy_run` makes it this
-study's trial run: a new child run of the study's parent with the original's params, the full
-history of its metrics, its artifacts (weights, predictions, attention maps) and its start and end
-times, tagged `hmer.reused_from` with the original's id (its `hmer.git_commit` stays the commit that
-trained it). The study's tables, paired tests and notebooks then read it as any other trial.
-
-What it did not cost is not counted: a study's measured cost (`mlflow_runs.measured_cost`) leaves
-copied trials out and says how many there are. `--train-every-cell` on the study scripts
-(`run_grid_study(reuse=False)`) trains every cell instead.
+Studies share cells (the decoder study's transformer cell is the direction study's bi cell at one
+budget). `find_trained` looks for a FINISHED trial run of another study whose `config.json` is the
+cell's (`resume.same_config`), with its seed, trained by code of this code's fingerprint
+(`hmer.training.fingerprint`) and never resumed under other code: the same config is not the same
+computation otherwise. `copy_run` makes it a child run of this study's parent, with its params, metric
+histories, artifacts and times, tagged `hmer.reused_from`. Copies count no cost
+(`mlflow_runs.measured_cost`); `--train-every-cell` (`reuse=False`) trains every cell.
 """
 
 from __future__ import annotations
@@ -33,7 +23,6 @@ from ..tracking.portable import download_run_artifact, list_run_artifacts
 from ..tracking.store import search_all_runs
 from .resume import same_config
 
-REUSED_FROM = keys.REUSED_FROM
 _NOT_COPIED = (keys.STUDY, keys.TRIAL, keys.CELL, keys.VARIANT, keys.BASELINE, keys.RESUMED_FROM, keys.PID, keys.HOST)
 
 
@@ -47,8 +36,7 @@ class TrainedRun:
 
 
 def find_trained(client, cfg: Config, own_study: str) -> TrainedRun | None:
-    """The earliest FINISHED trial run of another study in the store whose config is `cfg`, trained
-    by code with this code's fingerprint."""
+    """The earliest such run in the store (see the module), or None."""
     from ..training.fingerprint import code_fingerprint
 
     fingerprint = code_fingerprint()
@@ -58,7 +46,7 @@ def find_trained(client, cfg: Config, own_study: str) -> TrainedRun | None:
     for run in runs:
         tags = run.data.tags
         study = tags.get(keys.STUDY)
-        if not study or study == own_study or keys.TRIAL not in tags or REUSED_FROM in tags:
+        if not study or study == own_study or keys.TRIAL not in tags or keys.REUSED_FROM in tags:
             continue
         if tags.get(keys.FINGERPRINT) != fingerprint or keys.FINGERPRINT_CHANGED in tags:
             continue
@@ -82,7 +70,7 @@ def _stored_config(client, run_id: str) -> dict | None:
 
 def copy_run(client, source: TrainedRun, *, experiment_id: str, parent_run_id: str, run_name: str,
              tags: Mapping[str, str]) -> str:
-    """A copy of `source` as a child run of `parent_run_id` with `tags` on top of its own; its id."""
+    """A copy of `source` as a child run of `parent_run_id`, `tags` over its own; its id."""
     from mlflow.entities import Metric
 
     from ..tracking.run import log_metric_points, log_params
@@ -90,7 +78,7 @@ def copy_run(client, source: TrainedRun, *, experiment_id: str, parent_run_id: s
     original = client.get_run(source.run_id)
     own = {k: v for k, v in original.data.tags.items() if not k.startswith("mlflow.") and k not in _NOT_COPIED}
     run = client.create_run(experiment_id, start_time=original.info.start_time, run_name=run_name, tags={
-        **own, **tags, REUSED_FROM: source.run_id, keys.MLFLOW_PARENT_RUN_ID: parent_run_id,
+        **own, **tags, keys.REUSED_FROM: source.run_id, keys.MLFLOW_PARENT_RUN_ID: parent_run_id,
         keys.MLFLOW_NOTE: f"The same config and seed as run {source.run_id} of study {source.study}, "
                           f"copied instead of trained again (hmer.studies.reuse)."})
     run_id = run.info.run_id
@@ -110,8 +98,8 @@ def copy_run(client, source: TrainedRun, *, experiment_id: str, parent_run_id: s
 
 
 def trial_attrs(client, run_id: str) -> dict[str, float | int | str]:
-    """What `objective.record_result` puts on a trial, read from the copied run: its id, its epochs
-    (the last step of its training loss) and its test scores, named after its metrics (`keys.trial_score`)."""
+    """What `objective.record_result` puts on a trial, read from the copied run (its epochs: the last step
+    of its training loss)."""
     metrics = client.get_run(run_id).data.metrics
     epochs = max((m.step for m in client.get_metric_history(run_id, "train_loss")), default=0)
     return {keys.TRIAL_RUN_ID: run_id, keys.TRIAL_EPOCHS: int(epochs), keys.TRIAL_STOPPED_BY: "epochs",

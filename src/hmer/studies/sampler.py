@@ -1,5 +1,6 @@
-"""The sampler of a study's trials: a trial takes the cell its worker has booked
-(`hmer.studies.bookings`), and a sweep's other trials what its proposer (TPE) proposes."""
+"""The sampler of the studies: a grid trial takes the cell its worker booked (`hmer.studies.bookings`),
+a sweep's other trials what its proposer (TPE) proposes.
+"""
 
 from __future__ import annotations
 
@@ -13,18 +14,13 @@ from .spec import cell_key
 
 
 class BookedCellSampler(optuna.samplers.BaseSampler):
-    """The sampler of a grid study: a worker's next trial takes the cell its worker has booked.
-    A sweep's has a `proposer` (TPE): it proposes each trial but one that continues a dead trial,
-    which takes the dead trial's parameters as its booked cell (`CellBookings.book_continuation`).
+    """A worker's next trial takes the cell it booked; with a `proposer` (a sweep's TPE) every trial but one
+    continuing a dead trial (which takes its parameters, `CellBookings.book_continuation`) is proposed.
 
-    The choice of cell is `CellBookings`', and the decision to stop is the runner's (it knows that a
-    FAIL cell must run again), so the sampler only hands the booked values to the objective's
-    `suggest_*` calls: the trial's distributions stay the study's, and `optuna trials` and the
-    dashboard show each cell as a grid point. It is a sampler of its own, on the public interface of
-    `BaseSampler`, because Optuna's `GridSampler` picks the cell itself and has no public way to be
-    told which one, and Optuna's way to fix a sweep trial's parameters, `enqueue_trial`, puts a
-    WAITING trial that two workers can pop together on SQLite (docs/studies.md, "Several workers").
-    """
+    The sampler only hands the booked values to the objective's `suggest_*` calls: the distributions stay
+    the study's, so `optuna trials` and the dashboard show grid points. Optuna's `GridSampler` cannot be
+    told which cell, and `enqueue_trial` leaves a WAITING trial two workers can pop together on SQLite
+    (docs/studies.md, "Several workers")."""
 
     def __init__(self, proposer: optuna.samplers.BaseSampler | None = None) -> None:
         self.proposer = proposer

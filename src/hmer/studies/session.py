@@ -1,15 +1,10 @@
 """The study session: what every study does, grid or sweep, from the command to its table.
 
-    outcome = run_session(Grid(spec, seeds, print_table), budget, storage=..., ...)   # grid.py
-
 `run_session` runs the lifecycle (banner, data, the study and its MLflow parent run, dead workers'
-trials, extra workers, trials, Ctrl-C, table); a `StudyKind` (`grid.Grid`, `sweeps.Sweep`) says what
-is its own. Bad data fail before anything is written, and a resumed study that asks for something
-else is refused (`opening.open_study`), so that every trial of a study trains under one config.
-
-The session does not present the study in the UIs (`hmer.store.present`, drawn above this layer):
-its caller does once the study has ended (`hmer.cli.study`, the scripts in `studies/`); a library
-caller of `run_grid_study` or `run_sweep` calls `present_study` itself.
+trials, extra workers, trials, Ctrl-C, table); a `StudyKind` (`grid.Grid`, `sweeps.Sweep`) adds what is
+its own. Bad data fail before anything is written, and a resumed study asking for something else is
+refused (`opening.open_study`). The caller presents the study in the UIs once it ends
+(`hmer.store.present.present_study`, as `hmer.cli.study` and `studies/` do).
 """
 
 from __future__ import annotations
@@ -36,9 +31,8 @@ from .resolution import study_resolution
 from .storage import default_storage, mask_url, open_storage, study_exists
 
 POLL_S = 5.0  # how often a worker with no trial to start looks at the others' trials
-# Each kind of study's objective in words, by kind (`keys.KIND`): every `StudyKind` adds its own, so
-# that a study read back from a store is described by its kind (`hmer.store.dashboard`). The kinds
-# register as `hmer.studies` is imported (its `__init__` imports `grid` and `sweeps`).
+# Each kind's objective in words (`keys.KIND` -> name), filled by every `StudyKind` subclass as
+# `hmer.studies` imports `grid` and `sweeps`, so a study read back from a store is described by its kind.
 OBJECTIVE_NAMES: dict[str, str] = {}
 
 
@@ -74,9 +68,8 @@ class StudySettings:
 
 @dataclass
 class Session:
-    """One worker's handles on a study: the Optuna study and its storage, MLflow, the base config
-    every cell is built on (`resolution.cell_resolution`), and the bookings through which it finds dead
-    workers' trials (and a grid's next cell)."""
+    """One worker's handles on a study: Optuna study and storage, MLflow, the base config every cell is
+    built on, and the bookings."""
 
     study: optuna.Study
     storage: optuna.storages.BaseStorage
@@ -103,9 +96,8 @@ class Session:
 
 
 class StudyData:
-    """The data splits of one worker process: given in memory (they then serve every trial), or
-    loaded once per way of loading them (`DataConfig.loading_key`: a sweep's trial may render at
-    another height), from the rendered cache after the first time."""
+    """One worker's data splits: given in memory, or loaded once per `DataConfig.loading_key` (a sweep trial
+    may render at another height), from the rendered cache after the first time."""
 
     def __init__(self, given: dict[str, list] | None, say: Callable[[str], None]):
         self.given = given
@@ -116,7 +108,7 @@ class StudyData:
         return self.given is not None or cfg.data.loading_key() in self._loaded
 
     def __call__(self, cfg: Config) -> dict[str, list]:
-        """The splits `cfg` trains and is scored on, loaded now if they are not yet."""
+        """The splits `cfg` trains and is scored on, loaded now if not yet."""
         if self.given is not None:
             return self.given
         key = cfg.data.loading_key()
@@ -126,21 +118,15 @@ class StudyData:
 
 
 class StudyKind:
-    """What a kind of study (a grid, a sweep) adds to the session that `run_session` runs.
-
-    One object per command and process. The hooks are called in this order: `plan` (the number of
-    trials), `check` (the base config), `described`, `banner`, `sampler` and `pruner`, then
-    `take_up` with the trials of dead workers, `done` and `open_trials`; then `run_next` until it has
-    no trial left for this worker, `others_running` while it waits; `done`, `failed` and `table` at
-    the end.
-    """
+    """What a kind of study adds to `run_session`; one object per command and process. Hooks in order:
+    `plan`, `check`, `described`, `banner`, `sampler`, `pruner`, `take_up`, `done`, `open_trials`; then
+    `run_next` until it has no trial left, `others_running` while it waits; `done`, `failed`, `table`."""
 
     name = ""  # the study's kind (keys.KIND): "grid" or "sweep"
     objective_name = ""  # what a trial's value is, in words: its name in optuna-dashboard (`opening`)
     noun, done_word = "trials", "finished"  # "resuming: 3 of 6 trials already finished"
     print_table = True
-    # Config keys the kind's spec sets beyond its fixed values (a sweep's seed): like those, a
-    # resumed study must have them as this command asks.
+    # Keys the spec sets beyond its fixed ones (a sweep's seed): a resumed study must keep them too.
     asked: tuple[str, ...] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -152,7 +138,7 @@ class StudyKind:
         self.spec = spec
         self.run_study = run_study  # the module-level study function the extra workers run
 
-    # -- before the study opens -------------------------------------------------------------------
+    # -- before the study opens ---------------------------------------------------------------------
     def plan(self, budget: StudyBudget) -> int:
         """How many trials the study runs under `budget`."""
         raise NotImplementedError
@@ -161,13 +147,11 @@ class StudyKind:
         """Refuse, before anything runs, a base config that a trial's values would make invalid."""
 
     def described(self, base: Config) -> dict[str, Any]:
-        """What the study searches, by study attribute (`keys.GRID`, ...): recorded on the study and
-        checked on resume, logged on the parent run under the key's plain name."""
+        """What the study searches, by study attribute (`keys.GRID`, ...), checked on resume."""
         raise NotImplementedError
 
     def banner(self, budget: StudyBudget, n_trials: int, n_jobs: int, model_preset: str, left: int) -> list[str]:
-        """The lines between the study's name and its storage; `left`: the trials still to train (the
-        expected cost is left out when none is)."""
+        """The banner's lines after the study's name; no expected cost when `left` is 0."""
         raise NotImplementedError
 
     def sampler(self) -> optuna.samplers.BaseSampler:
@@ -177,16 +161,16 @@ class StudyKind:
         return optuna.pruners.NopPruner()
 
     def worker_options(self) -> dict[str, Any]:
-        """The study function's own arguments for the extra workers (a grid's seeds)."""
+        """The study function's own arguments for the extra workers."""
         return {}
 
     # -- once it is open ----------------------------------------------------------------------------
     def take_up(self, bookings: CellBookings, dead: list) -> str:
-        """What becomes of trials whose worker died (just marked FAIL), in words."""
+        """What becomes of trials whose worker died, in words."""
         raise NotImplementedError
 
     def done(self, bookings: CellBookings) -> int:
-        """The trials that count as done (a grid's complete cells, a sweep's finished trials)."""
+        """The trials that count as done."""
         raise NotImplementedError
 
     def open_trials(self, bookings: CellBookings) -> bool:
@@ -194,7 +178,7 @@ class StudyKind:
         raise NotImplementedError
 
     def run_next(self, session: Session, data: StudyData) -> bool:
-        """Pick and run this worker's next trial; False when there is none for it to run now."""
+        """Run this worker's next trial; False when there is none for it now."""
         raise NotImplementedError
 
     def others_running(self, bookings: CellBookings) -> bool:
@@ -210,8 +194,7 @@ class StudyKind:
 
 
 def _banner(kind: StudyKind, settings: StudySettings, n_trials: int, model_preset: str, left: int) -> list[str]:
-    """The start-of-study lines after its name: its budget and grid or space (`kind.banner`), where it
-    is stored, and, for the scratch store, how to read it."""
+    """The banner after the study's name: `kind.banner`, its storage, and how to read a scratch store."""
     budget, name = settings.budget, settings.name
     lines = kind.banner(budget, n_trials, settings.n_jobs, model_preset, left)
     lines.append(f"  Optuna storage {mask_url(settings.storage_url)}; MLflow {mask_password(settings.tracking_uri)}, "
@@ -349,9 +332,8 @@ def resolve(spec_name: str, budget: str | StudyBudget, *, n_jobs: int | None, da
 def open_session(settings: StudySettings, storage: optuna.storages.BaseStorage, study: optuna.Study, base: Resolution,
                  created: bool, worker: Worker, bookings: CellBookings, *, params: Mapping[str, Any],
                  tags: Mapping[str, str], artifact: Mapping[str, Any], reopen: bool = True) -> Session:
-    """The study's MLflow parent run (created, or reopened unless `reopen` is False: nothing is left
-    to run) and this worker's session; MLflow runs of trials whose worker died are marked FAILED on
-    the way."""
+    """The study's MLflow parent run (reopened unless `reopen` is False: nothing left to run) and this
+    worker's session; runs of trials whose worker died are marked FAILED on the way."""
     known = None if created else wait_for_attr(lambda: study.user_attrs, keys.PARENT_RUN_ID, timeout_s=60.0)
     experiment_id, parent = parent_run(study, known, tracking_uri=settings.tracking_uri, experiment=settings.name,
                                        params=params, tags=tags, artifact=artifact, reopen=reopen)
@@ -389,11 +371,9 @@ def printer(prefix: str) -> Callable[[str], None]:
 
 def start_workers(run_study: Callable[..., Any], spec, budget: StudyBudget, n_jobs: int, storage_url: str,
                   tracking_uri: str, data_path: str | None, name: str, overrides, **options: Any):
-    """The n_jobs - 1 extra worker processes (spawned: fresh interpreters, safe with torch and SQLite),
-    sharing nothing with this one but the Optuna storage and the MLflow store, as workers on other
-    machines do. Each runs `run_study(spec, budget, role="worker", ...)`: the caller passes its own
-    study function (`run_grid_study`, `run_sweep`), so the session does not import them; `options` are
-    that function's own arguments (a grid's seeds, a sweep's number of trials)."""
+    """The n_jobs - 1 extra workers (spawned interpreters, safe with torch and SQLite) sharing only the
+    Optuna storage and the MLflow store, as other machines' workers do. Each runs
+    `run_study(spec, budget, role="worker", ...)` (the caller's study function) with `options`."""
     if n_jobs <= 1:
         return []
     ctx = multiprocessing.get_context("spawn")

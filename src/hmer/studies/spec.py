@@ -1,18 +1,12 @@
 """What a study varies: grid specs for the ablations and the search space of the sweep.
 
-A grid study is a `StudySpec`: one or more axes (dotted Config keys and their values;
-the first value of each axis is the baseline), a model preset per preset size of a budget,
-overrides held equal in every cell, and, where a variant is more than one field, the
-fields that come with a value: a registered variant names its own when it registers
-(ConvS2S brings its learned token positions; hmer.registry), a spec may add more. The seed is
-always one more axis, so every (variant, seed) pair is one grid cell and one trial.
-
-A sweep is a `SweepSpec`: a list of `SweepParam`, each a dotted key with a range that is
-absolute or relative to the preset's value (a learning-rate range of x1/8 to x4 means
-the same thing for Adadelta at 1.0 and SGD at 0.08).
-
-The studies themselves are not here: each is one module of `hmer.studies.suite`, which holds its
-spec and registers it in `STUDIES` under its name (docs/studies.md, "Add a study in one file").
+A grid study is a `StudySpec`: axes (dotted Config keys and their values, the first the baseline), a
+model preset per budget size, overrides held equal in every cell, and the fields that come with a
+value (a registered variant names its own, hmer.registry; a spec may add more). The seed is one more
+axis: every (variant, seed) pair is one cell and one trial. A sweep is a `SweepSpec` of `SweepParam`s,
+each a key with a range absolute or relative to the preset's value (x1/8 to x4 means the same for
+Adadelta at 1.0 and SGD at 0.08). Each study is one module of `hmer.studies.suite`, registered in
+`STUDIES` (docs/studies.md, "Add a study in one file").
 """
 
 from __future__ import annotations
@@ -25,13 +19,12 @@ from typing import Any, Mapping, Sequence
 from ..registry import Registry, linked_overrides
 
 SEED_KEY = "train.seed"
-# What a study's name may hold: it names an MLflow experiment, an Optuna study and a folder of the store's
-# artifacts (`artifacts/<study>/`), so letters, digits and `_ . -`, starting with a letter or digit.
+# A study's name names an MLflow experiment, an Optuna study and a folder of the store (`artifacts/<study>/`).
 STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 
 
 def check_study_name(name: str) -> str:
-    """`name` if a study may be called so (`STUDY_NAME`); a ValueError in one line saying what a name holds."""
+    """`name` if a study may be called so (`STUDY_NAME`), else a one-line ValueError."""
     if not STUDY_NAME.fullmatch(name):
         raise ValueError(f"study name {name!r}: a study's name is 1-100 letters, digits, '_', '.' or '-', starting "
                          f"with a letter or digit (it names an MLflow experiment and a folder of the store)")
@@ -39,7 +32,7 @@ def check_study_name(name: str) -> str:
 
 
 class SearchSpaceError(ValueError):
-    """A study's grid or search space reaches a value its config key does not allow (a bug in the spec)."""
+    """A study's grid or space reaches a value its config key does not allow (a bug in the spec)."""
 
 
 @dataclass(frozen=True)
@@ -47,17 +40,13 @@ class StudySpec:
     """A grid ablation; see the module docstring.
 
     Attributes:
-        name: the study family and script name, e.g. "ablate_direction".
-        description: one line for the banner and the MLflow parent run.
-        axes: dotted key -> values; the first value of each axis is the baseline variant.
-        model_presets: the model preset per model size of a budget: {"tiny": "tiny-transformer", "full": "bttr"}.
-        fixed: overrides held equal in every cell (on top of the model preset and the study budget).
-        linked: axis key -> value -> overrides that come with that value, on top of those the
-            value's registry entry brings (`Registry.register(..., linked=...)`).
-        baseline: the baseline cell (axis key -> value); default: the first value of each axis.
-        variants: the variants the study trains (`variant_label`s, the baseline among them), where it
-            trains part of its grid; default every one. `--variants` replaces them.
-    """
+        name: the study and script name, e.g. "ablate_direction"; `description`: one line.
+        axes: dotted key -> values; the first value of each axis is the baseline.
+        model_presets: the preset per budget size: {"tiny": "tiny-transformer", "full": "bttr"}.
+        fixed: overrides held equal in every cell.
+        linked: axis key -> value -> the overrides that come with it, besides its registry entry's.
+        baseline: the baseline cell; default the first value of each axis.
+        variants: the `variant_label`s trained, the baseline among them; default all (`--variants`)."""
 
     name: str
     description: str
@@ -90,22 +79,21 @@ class StudySpec:
         return {key: values[0] for key, values in self.axes.items()}
 
     def model_preset(self, size: str) -> str:
-        """The model preset for a budget's preset size ("tiny" or "full")."""
+        """The model preset for a budget's preset size."""
         try:
             return self.model_presets[size]
         except KeyError:
             raise ValueError(f"study {self.name!r} has no model preset of size {size!r}") from None
 
     def search_space(self, seeds: Sequence[int], variants: Sequence[str] | None = None) -> dict[str, list[Any]]:
-        """The Optuna grid: every axis (the values of `variants` only, where given) plus the seed axis."""
+        """The Optuna grid: every axis (only `variants`' values, where given) and the seed axis."""
         chosen = self.variant_cells(variants)
         return {**{key: [v for v in values if any(c[key] == v for c in chosen)] for key, values in self.axes.items()},
                 SEED_KEY: [int(s) for s in seeds]}
 
     def variant_cells(self, variants: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        """The grid's variants without the seed, baseline first: every one, or those named in
-        `variants` (`variant_label`s), in their order. A ValueError names a variant the grid lacks,
-        or a choice without the baseline, which every paired comparison of the study's table needs."""
+        """The variants without the seed, baseline first: all, or those of `variants` in their order. A
+        ValueError names one the grid lacks, or a choice without the baseline (the paired comparisons need it)."""
         import itertools
 
         keys = list(self.axes)
@@ -125,13 +113,12 @@ class StudySpec:
         return [every[0], *(by_label[v] for v in dict.fromkeys(variants) if v != labels[0])]
 
     def cells(self, seeds: Sequence[int], variants: Sequence[str] | None = None) -> list[dict[str, Any]]:
-        """Every grid cell (of `variants` only, where given), seed-major (all variants of the first
-        seed first), baseline first."""
+        """Every cell (of `variants`, where given), seed-major, baseline first."""
         return [{**cell, SEED_KEY: int(seed)} for seed in seeds for cell in self.variant_cells(variants)]
 
     def overrides(self, cell: Mapping[str, Any]) -> dict[str, Any]:
-        """The Config overrides of one cell: its axis values and what they bring. The fixed ones are the
-        study's layer, below `--set`, so that a `--set` of a fixed key holds in every cell."""
+        """A cell's Config overrides: its axis values and what they bring. The fixed keys are the study's
+        layer, below `--set`, so that a `--set` of one holds in every cell."""
         values: dict[str, Any] = {}
         for key in self.axes:
             values[key] = cell[key]
@@ -152,21 +139,16 @@ def cell_label(cell: Mapping[str, Any]) -> str:
 
 
 def cell_key(cell: Mapping[str, Any]) -> str:
-    """A cell's identity, seed included, stable across processes: '{"model.direction": "bi", ...}'."""
+    """A cell's identity, seed included, stable across processes (sorted JSON)."""
     return json.dumps({k: cell[k] for k in sorted(cell)}, sort_keys=True)
 
 
 @dataclass(frozen=True)
 class SweepParam:
-    """One dimension of a sweep.
-
-    A float or int range (`low`, `high`, `log`), or a list of `choices`. With `relative`,
-    bounds and choices are multiples of the preset's value of `key`. `scales` names keys
-    that move in proportion (the feed-forward width follows the model width). With
-    `share_of_training`, the value sampled is a share of the trial's training steps and `key`
-    gets that many steps (a warm-up of 1,000 steps is a tenth of one trial and all of another
-    when trials train different epochs); Optuna then knows the parameter as `name`.
-    """
+    """One dimension of a sweep: a float or int range (`low`, `high`, `log`) or `choices`, multiples of the
+    preset's value with `relative`. `scales`: keys moving in proportion (the FFN width with the model's).
+    With `share_of_training`, the sampled share of the trial's training steps gives `key` its steps
+    (1,000 warm-up steps are a tenth of one trial, all of another); Optuna knows it as `name`."""
 
     key: str
     low: float = 0.0
@@ -180,11 +162,11 @@ class SweepParam:
 
     @property
     def name(self) -> str:
-        """The parameter's name in Optuna: the key, or what the sampled share is of."""
+        """The parameter's name in Optuna."""
         return f"{self.key} (share of training)" if self.share_of_training else self.key
 
     def distribution(self, base: Mapping[str, Any]):
-        """The Optuna distribution of this parameter given the base config's flat values."""
+        """The Optuna distribution given the base config's flat values."""
         from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
         factor = float(base[self.key]) if self.relative else 1.0
@@ -199,7 +181,7 @@ class SweepParam:
         return FloatDistribution(low, high, log=self.log)
 
     def suggest(self, trial, base: Mapping[str, Any]) -> Any:
-        """Ask the Optuna trial for a value, under this parameter's (dotted-key) name."""
+        """Ask the Optuna trial for a value, under this parameter's name."""
         from optuna.distributions import CategoricalDistribution, IntDistribution
 
         dist = self.distribution(base)
@@ -210,8 +192,7 @@ class SweepParam:
         return trial.suggest_float(self.name, dist.low, dist.high, log=dist.log)
 
     def overrides(self, value: Any, base: Mapping[str, Any], training_steps: int = 0) -> dict[str, Any]:
-        """The Config overrides for a sampled `value`, including the keys that scale with it
-        (`training_steps`: the trial's, for a share of training)."""
+        """The overrides for a sampled `value`, the keys that scale with it included."""
         if self.share_of_training:
             return {self.key: int(round(float(value) * training_steps))}
         values = {self.key: value}
@@ -249,5 +230,5 @@ its spec here, and the package imports them all at the first lookup (`hmer.regis
 
 
 def ablations() -> dict[str, StudySpec]:
-    """The grid studies by name, in registration order (the suite's modules alphabetically)."""
+    """The grid studies by name, in registration order."""
     return {name: spec for name in STUDIES for spec in [STUDIES.get(name)] if isinstance(spec, StudySpec)}

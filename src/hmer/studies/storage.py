@@ -1,28 +1,21 @@
 """Optuna storage: a URL in, an `optuna.storages.RDBStorage` out.
 
     storage = open_storage("sqlite:///mlruns/optuna.db")      # or postgresql://user:pw@host/db
-    study = optuna.create_study(study_name=name, storage=storage, ...)
 
-The session creates the storage object here and holds it: the bookings and the session read and
-write study and trial attributes through its public methods (Optuna has no public accessor for
-a study's storage). Every storage has Optuna's heartbeat, so trials of dead workers on other
-hosts go FAIL. SQLite beside the MLflow store is the default; a database server may restart
-under running workers, and `PatientRDBStorage` waits that out:
+The session creates the storage here and holds it: bookings and session use its public methods (Optuna
+has no public accessor for a study's storage). Every storage has Optuna's heartbeat, so trials of dead
+workers on other hosts go FAIL. SQLite beside the MLflow store is the default.
 
-Workers on many machines share one PostgreSQL (or MySQL) database. When it restarts, every
-query fails for a few seconds. Optuna's `RDBStorage` then raises into the worker, and worse,
-its heartbeat thread dies silently: another worker later finds the trial's heartbeat stale
-and fails a trial that is still training, so its cell would run a second time. Here every
-storage call, the heartbeat and the private calls a study makes through Optuna's cache
-included (`optuna_compat.PRIVATE_STORAGE_CALLS`), waits for the database instead (up to `outage_s`),
-saying so once on stderr; only errors of the connection are waited out, anything else
-(a bad value, a finished trial) is raised at once.
+A database server shared by many machines may restart under running workers: every query then fails for
+a few seconds, Optuna raises into the worker, and its heartbeat thread dies silently (another worker
+would later fail a trial that is still training). `PatientRDBStorage` waits instead, up to `outage_s`,
+on every call (the heartbeat and `optuna_compat.PRIVATE_STORAGE_CALLS` included), saying so once on
+stderr; only connection errors are waited out.
 
-Waiting is safe for Optuna's writes: each is one transaction, so a call that failed left
-nothing behind, with one exception: a commit whose reply was lost. Retried, a new trial
-may then exist twice (the spare one never gets a cell or a worker, and `CellBookings.reap`
-fails it after its booking timeout), and a finished trial may report that it was already
-finished (the runner treats that as a trial failed by others; its cell runs again).
+Retrying is safe: each Optuna write is one transaction, but for a commit whose reply was lost. Then a
+new trial may exist twice (the spare gets no cell; `CellBookings.reap` fails it after its booking
+timeout), or a finished trial may report it was already finished (treated as failed by others; its
+cell runs again).
 """
 
 from __future__ import annotations
@@ -50,24 +43,23 @@ _RESTARTING = ("the database system is starting up", "the database system is shu
 RESTART_WAIT_S = 120.0
 
 
-def default_storage(tracking_uri: str | None = None) -> str:
-    """SQLite `optuna.db` beside the MLflow SQLite store, else in the MLflow home."""
+def default_storage(tracking_uri: str | None = None, create: bool = True) -> str:
+    """SQLite `optuna.db` beside the MLflow SQLite store, else in the MLflow home; its folder made
+    where `create`."""
+    from ..tracking.portable import sqlite_path
     from ..tracking.store import default_tracking_uri, mlruns_dir
 
-    uri = tracking_uri or default_tracking_uri()
-    if uri.startswith("sqlite:///"):
-        folder = Path(uri[len("sqlite:///"):]).parent
-    else:
-        folder = mlruns_dir()
-    folder.mkdir(parents=True, exist_ok=True)
+    db = sqlite_path(tracking_uri or default_tracking_uri())
+    folder = db.parent if db is not None else mlruns_dir()
+    if create:
+        folder.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{folder / 'optuna.db'}"
 
 
 def existing_storage(tracking_uri: str, storage: str | None = None) -> str | None:
-    """The Optuna storage a command that reads a store opens: `storage` as given, else `optuna.db`
-    beside the SQLite store `tracking_uri` where it is there, else None (no study to read: opening it
-    would create one). A local SQLite storage is checked whole first (`servers.check_database`), so that
-    a damaged one is one line naming it, and a missing one named by `storage` is not created."""
+    """The Optuna storage a command that reads a store opens: `storage`, else `optuna.db` beside the SQLite
+    store `tracking_uri` where it exists, else None (opening it would create it). A local SQLite file is
+    checked whole first (`servers.check_database`), and one named but missing is not created."""
     from ..tracking.portable import sqlite_path
     from ..tracking.servers import check_database
     from ..tracking.store import NoStoreThere
@@ -87,10 +79,9 @@ def existing_storage(tracking_uri: str, storage: str | None = None) -> str | Non
 
 
 class StaleTrials:
-    """Optuna's callback for the trials that its heartbeat check (`optuna.storages.fail_stale_trials`)
-    marks FAIL in this process. It keeps them until `take`: a worker that restarts after the grace
-    period finds its dead trials already stale, and it must still take them up (a sweep continues
-    each from its checkpoint), as it does those whose process it finds gone."""
+    """Optuna's callback for the trials its heartbeat check marks FAIL in this process, kept until `take`:
+    a worker restarted after the grace period finds its dead trials already stale and must still take
+    them up, as it does those whose process it finds gone."""
 
     def __init__(self) -> None:
         self.failed: list[optuna.trial.FrozenTrial] = []
@@ -104,7 +95,7 @@ class StaleTrials:
 
 
 def open_storage(url: str) -> optuna.storages.RDBStorage:
-    """An RDB storage with Optuna's heartbeat (so trials of dead workers on other hosts go FAIL)."""
+    """An RDB storage with Optuna's heartbeat."""
     engine_kwargs: dict[str, Any] = {}
     storage_class = optuna.storages.RDBStorage
     if url.startswith("sqlite"):
@@ -129,8 +120,7 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
             cause = connection_error(exc)
             if cause is None:
                 raise
-            # A server that says it is starting or shutting down is restarting: wait for it. One that
-            # refuses connections is down, and the user hears so at once.
+            # Restarting: wait for it. Refusing connections: down, said at once.
             if any(state in str(cause) for state in _RESTARTING) and time.monotonic() < deadline:
                 time.sleep(1.0)
                 continue
@@ -141,8 +131,7 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
 
 
 def study_exists(storage_url: str, name: str) -> bool:
-    """Whether the storage holds a study of that name (opening the storage, and failing on
-    one line when its server is down)."""
+    """Whether the storage holds a study of that name (one line when its server is down)."""
     try:
         open_storage(storage_url).get_study_id_from_name(name)
     except KeyError:
@@ -151,7 +140,7 @@ def study_exists(storage_url: str, name: str) -> bool:
 
 
 def trial_id(storage: optuna.storages.BaseStorage, study: optuna.Study, number: int) -> int:
-    """The storage's id of trial `number` of `study` (what the storage's trial methods take)."""
+    """The storage's id of trial `number` of `study`."""
     return storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study.study_name), number)
 
 
@@ -169,13 +158,9 @@ def heartbeat_s() -> int:
 
 @contextlib.contextmanager
 def first_use_lock(url: str) -> Iterator[None]:
-    """Hold an exclusive lock beside a local SQLite database while it is opened.
-
-    The first use of a new database creates its tables, and MLflow then runs its schema
-    migrations; two processes doing that at once break each other (SQLite's batch
-    migrations leave half-copied tables behind). Workers on one machine therefore take
-    turns here. Server databases (PostgreSQL, MySQL) need no lock: their DDL is transactional.
-    """
+    """Hold an exclusive lock for a local SQLite database while it is opened: the first use creates its
+    tables and MLflow migrates its schema, and two processes doing that at once leave half-copied tables.
+    Server databases need none: their DDL is transactional."""
     path = url[len("sqlite:///"):] if url.startswith("sqlite:///") else ""
     if not path or path == ":memory:":
         yield
@@ -185,9 +170,8 @@ def first_use_lock(url: str) -> Iterator[None]:
     except ImportError:  # not POSIX: first use by several processes at once is not supported
         yield
         return
-    # The lock file lives in the temporary folder, named by the database's path: beside the database
-    # it was left in every store a command had only read (a committed store's mlruns/ among them), and a
-    # read-only store could not have it at all (issue 70).
+    # The lock lives in the temporary folder: beside the database it was left in every store a command only
+    # read, and a read-only store could not hold it (issue 70).
     import hashlib
     import tempfile
 
@@ -203,7 +187,7 @@ def first_use_lock(url: str) -> Iterator[None]:
 
 
 def mask_url(url: str) -> str:
-    """A storage URL without its password, for params and printing."""
+    """A storage URL without its password."""
     try:
         from sqlalchemy.engine import make_url
 
@@ -213,10 +197,9 @@ def mask_url(url: str) -> str:
 
 
 def connection_error(exc: BaseException | None) -> BaseException | None:
-    """The driver error in `exc`'s chain if it says that the database cannot be reached
-    (refused, shut down, connection lost), else None. SQLAlchemy's PendingRollbackError counts:
-    it is what a thread's session answers after its connection died in a transaction that was
-    never rolled back (CI's workers met it after a restart), and a fresh session cures it."""
+    """The driver error in `exc`'s chain if it says the database cannot be reached, else None.
+    PendingRollbackError counts: a thread's session answers it after its connection died mid-transaction
+    (CI's workers met it after a restart), and a fresh session cures it."""
     from sqlalchemy import exc as sa_exc
 
     seen = 0
@@ -241,7 +224,7 @@ class StorageUnreachable(RuntimeError):
 
 
 class PatientRDBStorage(optuna.storages.RDBStorage):
-    """`optuna.storages.RDBStorage` whose calls wait for an unreachable database (see the module)."""
+    """`RDBStorage` whose calls wait for an unreachable database (see the module)."""
 
     outage_s: float = OUTAGE_S
     display_url: str = ""  # the URL without its password, for messages

@@ -1,12 +1,11 @@
-"""A sweep read back from its Optuna storage: what `notebooks/sweep.ipynb` shows beside Optuna's
-own plots (`optuna.visualization.matplotlib`).
+"""A sweep read back from its Optuna storage: what `notebooks/sweep.ipynb` shows beside Optuna's plots.
 
     study = find_sweep()                      # the newest sweep beside mlruns/mlflow.db
     print(sweep_table(study))                 # the table a sweep ends with
     spread = importance_spread(study)         # fANOVA importances and their range over resamples
     best = best_trial(study)                  # its config, MLflow run, validation and measured cost
 
-Only reads: a store without an Optuna storage is not given one (`NoSweepError` says what is there).
+Only reads: a store without an Optuna storage is not given one.
 """
 
 from __future__ import annotations
@@ -37,24 +36,21 @@ class NoSweepError(LookupError):
 
 
 def sweep_storage(tracking_uri: str | None = None, storage: str | None = None) -> str:
-    """The Optuna storage of a store: `storage` if given, else `optuna.db` beside the MLflow store,
-    where a study script puts it (as `hmer.studies.storage.default_storage` does; a report never creates it)."""
-    from ..tracking.portable import sqlite_path
-    from ..tracking.store import default_tracking_uri, mlruns_dir
+    """The Optuna storage of a store: `storage` if given, else where a study puts it (never created)."""
+    from .storage import default_storage
 
-    if storage:
-        return storage
-    uri = tracking_uri or default_tracking_uri()
-    db = sqlite_path(uri)
-    return f"sqlite:///{(db.parent if db is not None else mlruns_dir()) / 'optuna.db'}"
+    return storage or default_storage(tracking_uri, create=False)
 
 
 def find_sweep(tracking_uri: str | None = None, storage: str | None = None,
                study: str | None = None) -> optuna.Study:
-    """The sweep `study` of the store's Optuna storage, else its newest sweep (a study with
-    `hmer.kind=sweep`). Raises `NoSweepError` with one plain line when there is none."""
+    """The sweep `study` of the store's Optuna storage, else its newest sweep; `NoSweepError` in one plain
+    line when there is none."""
+    from ..tracking.portable import sqlite_path
+
     url = sweep_storage(tracking_uri, storage)
-    if url.startswith("sqlite:///") and not _sqlite_file_exists(url):
+    db = sqlite_path(url)
+    if db is not None and str(db) != ":memory:" and not db.is_file():
         raise NoSweepError("no sweep in this store yet: it has no Optuna storage (optuna.db beside mlflow.db); "
                            "run one with python studies/sweep.py")
     summaries = optuna.study.get_all_study_summaries(url, include_best_trial=False)
@@ -79,13 +75,6 @@ def find_sweep(tracking_uri: str | None = None, storage: str | None = None,
     return optuna.load_study(study_name=name, storage=url)
 
 
-def _sqlite_file_exists(url: str) -> bool:
-    from pathlib import Path
-
-    path = url[len("sqlite:///"):]
-    return path == ":memory:" or Path(path).is_file()
-
-
 def describe_sweep(study: optuna.Study) -> str:
     """One paragraph: the study, its budget, its trials by state, and the trials it aims for."""
     trials = study.get_trials(deepcopy=False)
@@ -99,28 +88,24 @@ def describe_sweep(study: optuna.Study) -> str:
 
 
 def complete_trials(study: optuna.Study) -> list[FrozenTrial]:
-    """The trials with an objective (COMPLETE): the only ones Optuna's history, slices and
-    importances use; pruned trials are in the table and the intermediate values only."""
+    """The COMPLETE trials: the only ones Optuna's history, slices and importances use."""
     return study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
 
 
 def continued_by(trials: list[FrozenTrial]) -> dict[int, int]:
-    """{number of a trial whose worker died: number of the trial that continued it}
-    (`keys.CONTINUES`, set by `studies.bookings.CellBookings.continuing`)."""
+    """{number of a trial whose worker died: number of the trial that continued it}."""
     return {t.user_attrs[keys.CONTINUES]: t.number for t in trials if keys.CONTINUES in t.user_attrs}
 
 
 def failures(study: optuna.Study) -> list[str]:
-    """One line per FAIL trial: why (its error, or that its worker died) and the trial that
-    continued it from its last epoch, if one did."""
+    """One line per FAIL trial: why, and the trial that continued it, if one did."""
     trials = study.get_trials(deepcopy=False)
     continued = continued_by(trials)
     lines = []
     for t in trials:
         if t.state != TrialState.FAIL:
             continue
-        # Without an error or a `hmer.failed_by`, Optuna failed it: its heartbeat went stale (its
-        # worker died longer ago than the grace period) or its worker was interrupted.
+        # Without an error or `hmer.failed_by`, Optuna failed it: its heartbeat went stale or it was interrupted.
         unknown = "no error recorded (its worker died or was interrupted)"
         why = str(t.user_attrs.get(keys.ERROR) or t.user_attrs.get(keys.FAILED_BY) or unknown)
         why = why.splitlines()[0][:200] if why.strip() else unknown
@@ -130,8 +115,7 @@ def failures(study: optuna.Study) -> list[str]:
 
 
 def why_no_importances(study: optuna.Study) -> str | None:
-    """Why importances cannot be computed (None when they can): fANOVA needs two finished trials
-    whose objectives differ."""
+    """Why importances cannot be computed (fANOVA needs two finished trials of different objectives), or None."""
     values = {t.value for t in complete_trials(study)}
     n = len(complete_trials(study))
     if n < 2:
@@ -143,16 +127,14 @@ def why_no_importances(study: optuna.Study) -> str | None:
 
 
 def importance_evaluator(seed: int = IMPORTANCE_SEED) -> optuna.importance.FanovaImportanceEvaluator:
-    """Optuna's default evaluator, fANOVA (a random forest fitted to the finished trials, its
-    variance split among the parameters), with a fixed seed."""
+    """Optuna's default evaluator, fANOVA, with a fixed seed."""
     return optuna.importance.FanovaImportanceEvaluator(seed=seed)
 
 
 def importance_spread(study: optuna.Study, resamples: int = 20, seed: int = IMPORTANCE_SEED) -> pd.DataFrame:
-    """Each parameter's fANOVA importance over the finished trials, and its 10-90 % range over
-    `resamples` bootstrap resamples of those trials (each with another forest seed): how much of
-    the ranking a few trials can carry. Most important first. Resamples whose trials all scored
-    the same are skipped (counted in the `resamples` column)."""
+    """Each parameter's fANOVA importance, and its 10-90 % range over `resamples` bootstrap resamples of the
+    finished trials (each with another seed): how much of the ranking a few trials carry. Most important
+    first; resamples whose trials all scored the same are skipped (the `resamples` column counts the rest)."""
     reason = why_no_importances(study)
     if reason is not None:
         raise ValueError(reason)
@@ -193,10 +175,9 @@ class BestTrial:
 
 
 def best_trial(study: optuna.Study, tracking_uri: str | None = None) -> BestTrial:
-    """The best finished trial (ValueError when none has finished), its config as trained (the
-    keys the sweep set, with the values its MLflow run logged) and its summary: the MLflow run and
-    its link in `mlflow ui`, the validation ExpRates decoded as the test years are (`val`, and
-    `val-alt`: the same writers drawn in the other style), and its measured cost."""
+    """The best finished trial (ValueError when none has): its config as trained (the keys the sweep set,
+    with its MLflow run's values) and summary (run and link, validation ExpRates decoded as the test
+    years, `val` and `val-alt`, and measured cost)."""
     from ..data.augment import VAL_ALT
     from ..tracking.store import default_tracking_uri, mlflow_client, project_root
     from ..tracking.ui import run_url, ui_command
@@ -210,8 +191,7 @@ def best_trial(study: optuna.Study, tracking_uri: str | None = None) -> BestTria
             run = mlflow_client(tracking_uri).get_run(run_id)
         except Exception:  # noqa: BLE001 - not in this MLflow store: the Optuna record still stands
             run = None
-    # What the trial set: its cell label lists every key (the sampled ones, those that scale with
-    # them, the fitted epochs and the warm-up in steps); the values as trained are the run's params.
+    # Its cell label lists every key the trial set; the values as trained are the run's params.
     label = trial.user_attrs.get(keys.CELL, "")
     pairs = [item.split("=", 1) for item in label.split(",") if "=" in item]
     params = run.data.params if run is not None else {}
@@ -240,8 +220,7 @@ def best_trial(study: optuna.Study, tracking_uri: str | None = None) -> BestTria
 
 
 def sweep_table(study: optuna.Study) -> str:
-    """The sweep's trials, best objective first (then pruned ones), with their parameters: the
-    objective (`hmer.studies.sweeps.sweep_objective`), how far each trial trained and its pruning reading there."""
+    """The sweep's trials, best objective first, then pruned ones, with their parameters."""
     rows = []
     trials = study.get_trials(deepcopy=False)
     continued = continued_by(trials)

@@ -2,17 +2,12 @@
 
     outcome = run_sweep(SWEEP, "short", n_jobs=3)         # python studies/sweep.py
 
-Trials report their greedy validation reading within one edit (`PRUNE_METRIC`) at each quarter of
-their training; the median pruner stops the ones below the median of the finished trials at the
-same share of their training (Optuna state PRUNED, MLflow tag hmer.status=pruned, run KILLED).
-A trial that fails in a live worker (diverged, out of memory) counts as finished. One whose worker
-died is marked FAIL and continued: the next free worker books it (`CellBookings.book_continuation`,
-as a grid cell is booked, so that no two workers continue one trial) and runs a trial with its
-parameters, epochs and pruning reports, which continues the dead one's MLflow run from its last
-epoch's checkpoint (`resume.py`), as a grid cell does. A sweep
-killed at the end of a session thus loses no finished epoch. The study's lifecycle (banner, data,
-parent run, workers, Ctrl-C, table) is the session's (`session.run_session`); this module says what
-a sweep is.
+Trials report greedy validation within one edit (`PRUNE_METRIC`) at each quarter of their training;
+the median pruner stops those below the median at the same share (PRUNED; MLflow hmer.status=pruned,
+run KILLED). A trial failing in a live worker counts as finished. One whose worker died is booked by
+the next free worker (`CellBookings.book_continuation`) and continued with its parameters, epochs and
+reports from its last checkpoint (`resume.py`), so a sweep killed at a session's end loses no finished
+epoch. The lifecycle is `session.run_session`'s; this module says what a sweep is.
 """
 
 from __future__ import annotations
@@ -52,20 +47,17 @@ def run_sweep(
     pruner: optuna.pruners.BasePruner | None = None,
     role: str = "main",
 ) -> StudyOutcome:
-    """Run (or resume) a TPE sweep with median pruning until `n_trials` trials have finished.
-
-    With several workers the study may end up to n_jobs - 1 trials over `n_trials`. `pruner`
-    replaces the median pruner (the extra workers of n_jobs keep the median pruner). The other
-    arguments are those of `run_grid_study`.
-    """
+    """Run (or resume) a TPE sweep with median pruning until `n_trials` trials have finished (with several
+    workers, up to n_jobs - 1 more). `pruner` replaces the median pruner of this process's worker. The
+    other arguments are `run_grid_study`'s."""
     return run_session(Sweep(spec, n_trials, pruner), budget, storage=storage, tracking_uri=tracking_uri,
                        n_jobs=n_jobs, data_path=data_path, data=data, study_name=study_name, overrides=overrides,
                        role=role)
 
 
 class Sweep(StudyKind):
-    """A sweep: each worker continues a trial a dead worker left, if one is open, or runs the trial
-    TPE proposes, until `n_trials` have finished; it stops after three failures in a row."""
+    """A sweep: each worker continues a dead worker's trial if one is open, else runs TPE's proposal,
+    until `n_trials` have finished; it stops after three failures in a row."""
 
     name = "sweep"
     objective_name = "validation ExpRate, decoded as the test years (%)"  # `sweep_objective`
@@ -77,7 +69,6 @@ class Sweep(StudyKind):
         self.given_pruner = pruner
         self.failures_in_a_row = 0
         self.continued: FrozenTrial | None = None  # the dead trial this worker's trial in progress continues
-        # built at the first trial, from the session's base config
         self.objective: Callable[[optuna.Trial], float] | None = None
 
     def plan(self, budget: StudyBudget) -> int:
@@ -126,8 +117,8 @@ class Sweep(StudyKind):
         return {"n_trials": self.n_trials}
 
     def take_up(self, bookings: CellBookings, dead: list[FrozenTrial]) -> str:
-        # Nothing to do here: a dead trial with its configuration complete stays open until a
-        # worker books it (`run_next`); one that died before is replaced by TPE's next proposal.
+        # A dead trial with its configuration complete stays open until `run_next` books it; the others are
+        # replaced by TPE.
         continued = [t for t in dead if keys.CELL_KEY in t.user_attrs]
         return f"{len(continued)} continue from their last epoch, the others are replaced"
 
@@ -167,23 +158,21 @@ class Sweep(StudyKind):
         return sweep_table(session.study)
 
 
-# A sweep trial's epochs when the budget gives it CPU-minutes instead: at most this many.
+# A sweep trial's epochs when its budget gives it CPU-minutes instead: at most this many.
 MAX_SWEEP_EPOCHS = 60
-# The pruner compares trials at the same share of their training (steps 25, 50, 75, 100 %), not
-# at the same epoch: trials given the same compute run different numbers of epochs.
+# The pruner compares trials at the same share of their training (25, 50, 75, 100 %): trials given the
+# same compute train different numbers of epochs.
 PRUNE_STEPS = 4
-# What the pruner compares: the greedy validation share read within one edit. Half-way through a
-# CPU trial, greedy ExpRate is still 0-1 % for most settings (the committed best model read 0.4 %
-# after 4 of its 24 epochs), too coarse to rank trials; within one edit it is already 5-15 %. The
-# validation loss would be finer still, but label smoothing changes its scale between trials.
+# Greedy validation within one edit: half-way through a CPU trial greedy ExpRate is still 0-1 % (the
+# best model read 0.4 % after 4 of 24 epochs), within one edit already 5-15 %; label smoothing changes
+# the validation loss's scale between trials.
 PRUNE_METRIC = "val_le1"
 
 
 def _objective(session: Session, spec: SweepSpec, data_for: StudyData,
                continued: Callable[[], FrozenTrial | None]):
-    """The sweep's objective: sample the spec's parameters, fit the epochs to the trial's compute,
-    train, report at each quarter of the training for pruning. `continued()` is the dead trial
-    this trial continues, or None."""
+    """The sweep's objective: sample, fit the epochs to the trial's compute, train, report each quarter
+    for pruning. `continued()` is the dead trial this one continues, or None."""
     base_flat = session.base.config.to_flat_dict()
     cpu_minutes = session.budget.sweep_trial_cpu_minutes
 
@@ -191,7 +180,7 @@ def _objective(session: Session, spec: SweepSpec, data_for: StudyData,
         trial.set_user_attr(keys.WORKER, session.worker.as_attr())
         dead = continued()  # (the trial's user_attrs were read before its sampler's before_trial wrote them)
         sampled = {param: param.suggest(trial, base_flat) for param in spec.params}
-        # what the trial drew, then the epochs that fit its compute and the steps its shares of training are
+        # what it drew, then the epochs that fit its compute and its shares of training as steps
         drawn = {param.key: value for param, value in sampled.items() if not param.share_of_training}
         name = f"trial {trial.number}"
         cfg = cell_resolution(session.base, spec, drawn, name).config
@@ -234,8 +223,7 @@ def _objective(session: Session, spec: SweepSpec, data_for: StudyData,
                 return
             reported.add(step)
             trial.report(value, step)
-            # At the end of its training a trial has spent its compute: it is decoded and scored,
-            # not pruned (pruning there would save one validation decode and lose the objective).
+            # At the end of its training a trial has spent its compute: it is scored, not pruned.
             if step < 100 and trial.should_prune():
                 raise optuna.TrialPruned(f"validation within one edit {value:.2f} % after {step} % of its "
                                          f"training (epoch {epoch}) is below the median")
@@ -248,11 +236,9 @@ def _objective(session: Session, spec: SweepSpec, data_for: StudyData,
 
 
 def sweep_objective(result) -> float:
-    """What a sweep maximises: the validation ExpRate decoded as the test years are (beam, joint
-    search), averaged with the same writers drawn in the `data.val_alt` style when the trial is
-    drawn in another one, so that a setting must read the standard-like strokes (issue 26) and no
-    test year is read; a trial drawn in that style already is scored on its validation alone.
-    Without a final validation decode: the best greedy validation ExpRate of the epochs."""
+    """What a sweep maximises: validation decoded as the test years are, averaged with the same writers
+    drawn in the `data.val_alt` style where the trial draws another (issue 26); no test year is read.
+    Without a final validation decode: the best greedy validation ExpRate."""
     scores = [s.exprate for key, s in sorted(result.validation_scores.items()) if s.n > 0]
     return sum(scores) / len(scores) if scores else result.best_val_exprate
 
@@ -265,7 +251,7 @@ def _describe_param(param, base_flat: Mapping[str, Any]) -> str:
 
 
 def _finished_trials(study: optuna.Study) -> int:
-    """COMPLETE and PRUNED trials, and FAIL ones that failed in a live worker (a real outcome)."""
+    """COMPLETE and PRUNED trials, and FAIL ones that failed in a live worker."""
     return sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED)
                or (t.state == TrialState.FAIL and keys.ERROR in t.user_attrs)
                for t in study.get_trials(deepcopy=False))

@@ -45,14 +45,12 @@ FRONTIER = StudySpec(
         "train.epochs": {epochs: {"train.schedule": "wsd", "train.decay_epochs": decay}
                          for epochs, decay in LENGTHS.items()},
     },
-    # Each input's lengths in a row on one worker, so that each starts where the one before began to
-    # decay (its state stays on that machine only). Planned to the issue's 40 CPU-hours on the 2-core
-    # AVX2 host of 2026-12-02 (48 px 9.6 CPU-min an epoch, the FLOPs of 0.5 and 0.7 in proportion): the
-    # three inputs' chains of 8/16/32 epochs (37 epochs each, about 6, 8 and 12 CPU-hours), then the
-    # wider model and the weight average at 8 epochs and the wider model at 16; last, one 64-epoch cell
-    # (about 14 CPU-hours as a point, 8 more for the study after its 32-epoch cell), trained only if the
-    # rest leaves the budget room for it. The planned grid names every value of every axis, as the study
-    # began with (a resumed study must search the space it began with).
+    # Each input's lengths in a row on one worker, each starting where the one before began to decay.
+    # Planned to the issue's 40 CPU-hours on the 2-core AVX2 host of 2026-12-02 (48 px: 9.6 CPU-min an
+    # epoch): the three inputs' 8/16/32-epoch chains (about 6, 8 and 12 CPU-hours), the wider model and the
+    # weight average at 8 epochs, the wider model at 16; last one 64-epoch cell (about 14 CPU-hours as a
+    # point, 8 more after its 32-epoch cell), if the budget leaves room. The grid names every value of
+    # every axis, as the study began with (a resumed study must search the space it began with).
     variants=(
         *(f"192/{scale}/0.0/{e}" for scale in ("0.0", "0.5", "0.7") for e in (8, 16, 32)),
         "256/0.5/0.0/8", "192/0.5/0.999/8", "256/0.5/0.0/16", "192/0.5/0.0/64",

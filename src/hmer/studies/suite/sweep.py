@@ -43,11 +43,9 @@ SWEEP = SweepSpec(
         SweepParam("model.num_decoder_layers", choices=(1, 2, 3), integer=True),
     ),
     model_presets={"tiny": "tiny-transformer", "full": "bttr"},
-    # Scale augmentation, when a trial turns it on, is CoMER's range x0.7 .. x1.4. Renderer
-    # augmentation redraws `data.aug_share` of the training images with one recipe of distortions
-    # (hmer.recipes.RENDERER_AUGMENTATION). Validation is also drawn standard-like when a trial draws
-    # direct, and the objective reads both (sweeps.sweep_objective). No test year is decoded: a
-    # sweep selects on validation only, and its winner is trained again by the studies.
+    # Scale augmentation is CoMER's range x0.7 .. x1.4; renderer augmentation redraws `data.aug_share` of
+    # the training images (hmer.recipes.RENDERER_AUGMENTATION). Validation is also drawn standard-like,
+    # and the objective reads both (sweeps.sweep_objective); no test year is decoded.
     fixed={"data.scale_aug_min": 0.7, "data.test_years": "", "data.val_alt": "standard-like",
            **RENDERER_AUGMENTATION},
 )
