@@ -42,13 +42,15 @@ def present_study(study: str, *, tracking_uri: str | None = None, storage: str |
 
 
 def _present(study: str, uri: str, storage: str | None) -> list[str]:
+    import optuna
+
     from ..reports.runs import client_for, load_runs, study_parent
     from .study_run import annotate_study, mark_killed_attempts
 
     parent = study_parent(study, uri)
+    url = _storage_url(storage, uri)
     changes: list[str] = []
-    table = None
-    superseded_by = kind = None
+    table = superseded_by = kind = None
     if parent is not None:
         kind = _text(parent.get(f"tags.{keys.KIND}"))
         superseded_by = _text(parent.get(f"tags.{keys.SUPERSEDED_BY}"))
@@ -62,13 +64,12 @@ def _present(study: str, uri: str, storage: str | None) -> list[str]:
             table = study_table(study, uri, runs=runs)
             changes += annotate_study(study, uri, runs=runs, table=table)
         elif kind == "sweep" and parent["state"] == "finished":
-            changes += annotate_sweep(study, uri, _storage_url(storage, uri))
-    loaded = _optuna_study(study, storage, uri)
-    if loaded is not None:
+            changes += annotate_sweep(study, uri, url)
+    if url is not None and study in optuna.get_all_study_names(url):
         from ..studies.session import OBJECTIVE_NAMES
-        from .dashboard import annotate_optuna_study
+        from .dashboard import annotate_optuna_study, load_for_notes
 
-        optuna_study, optuna_storage = loaded
+        optuna_study, optuna_storage = load_for_notes(study, url)
         kind = _text(optuna_study.user_attrs.get(keys.KIND)) or kind
         changes += annotate_optuna_study(
             optuna_study, optuna_storage, objective_name=OBJECTIVE_NAMES.get(kind or "", ""), kind=kind or "",
@@ -104,31 +105,15 @@ def present_studies(tracking_uri: str | None = None, storage: str | None = None)
     return {name: present_study(name, tracking_uri=uri, storage=url) for name in names}
 
 
-def _optuna_study(study: str, storage: str | None, tracking_uri: str) -> Any:
-    """(the Optuna study, its storage) as `dashboard.load_for_notes` opens them; None where there is none."""
-    url = _storage_url(storage, tracking_uri)
-    if url is None:
-        return None
-    import optuna
-
-    from .dashboard import load_for_notes
-
-    if study not in optuna.get_all_study_names(url):
-        return None
-    return load_for_notes(study, url)
-
 
 def _storage_url(storage: str | None, tracking_uri: str) -> str | None:
     """The Optuna storage to present, None where there is none: a SQLite file that does not exist
     (opening it would create it)."""
     from ..studies.storage import default_storage
 
-    if storage is None:
-        if not tracking_uri.startswith("sqlite:///"):
-            return None
-        url = default_storage(tracking_uri)
-    else:
-        url = storage
+    if storage is None and not tracking_uri.startswith("sqlite:///"):
+        return None
+    url = default_storage(tracking_uri) if storage is None else storage
     if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).is_file():
         return None
     return url
@@ -171,9 +156,8 @@ def annotate_sweep(study: str, tracking_uri: str | None = None, storage: str | N
     import optuna
 
     from ..reports.runs import client_for, resolve_tracking_uri, study_parent
+    from ..studies.sweep_report import sweep_storage, sweep_table
     from .study_run import TABLE_ARTIFACT, _write_artifact_if_changed
-    from ..studies.sweep_report import sweep_storage
-    from ..studies.sweep_report import sweep_table
 
     uri = resolve_tracking_uri(tracking_uri)
     parent = study_parent(study, uri)
