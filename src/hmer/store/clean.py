@@ -51,14 +51,10 @@ def store_problems(folder: str | Path) -> list[Problem]:
     (`mlflow.db`, `optuna.db`, `artifacts/`, `checkpoints/`); see the module docstring."""
     folder = Path(folder)
     problems: list[Problem] = []
-    if (folder / MLFLOW_DB).is_file():
-        with _read_only(folder / MLFLOW_DB) as db:
-            problems += _database_paths(db, MLFLOW_DB)
-            problems += _mlflow_problems(db)
-    if (folder / OPTUNA_DB).is_file():
-        with _read_only(folder / OPTUNA_DB) as db:
-            problems += _database_paths(db, OPTUNA_DB)
-            problems += _optuna_problems(db)
+    for name, more in ((MLFLOW_DB, _mlflow_problems), (OPTUNA_DB, _optuna_problems)):
+        if (folder / name).is_file():
+            with _read_only(folder / name) as db:
+                problems += [*_database_paths(db, name), *more(db)]
     for path in _files(folder):
         problems += [Problem(path.relative_to(folder).as_posix(), f"names the machine path {found}")
                      for found in _file_paths(path)]

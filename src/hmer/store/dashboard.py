@@ -41,15 +41,15 @@ def continuations(trials: list[FrozenTrial]) -> dict[int, tuple[int, str]]:
         continued = t.user_attrs.get(keys.CONTINUES)
         if continued is not None and str(continued).isdigit():
             taken.setdefault(int(continued), (t.number, "ran its parameters again"))
-    failed = [t for t in trials if t.state == TrialState.FAIL]
-    for t in failed:
+    failed = {t.number: t for t in trials if t.state == TrialState.FAIL}
+    for t in failed.values():
         if t.number in taken or keys.CELL_KEY not in t.user_attrs:
             continue
         cell = t.user_attrs[keys.CELL_KEY]
         later = [u for u in trials if u.number > t.number and u.user_attrs.get(keys.CELL_KEY) == cell]
         if later:
             taken[t.number] = (later[0].number, "ran its cell again from the first epoch")
-    return {number: how for number, how in taken.items() if number in {t.number for t in failed}}
+    return {number: how for number, how in taken.items() if number in failed}
 
 
 def failure_reason(trial: FrozenTrial) -> str:

@@ -40,8 +40,8 @@ class Progress:
         out = [f"  training: {self.epochs}{planned} epochs, {self.status}"
                + (f" ({self.stopped_by})" if self.stopped_by and self.status != "finished" else "")]
         if self.cpu_seconds:
-            (first, before), (last, total) = self.cpu_seconds[max(0, len(self.cpu_seconds) - 1 - self.RATE_EPOCHS)], \
-                self.cpu_seconds[-1]
+            first, before = self.cpu_seconds[max(0, len(self.cpu_seconds) - 1 - self.RATE_EPOCHS)]
+            last, total = self.cpu_seconds[-1]
             words = f"    {total / 3600:.2f} CPU-hours of training"
             if last > first:
                 rate = (total - before) / (last - first)

@@ -173,17 +173,14 @@ def close_running(client, storage: str | None) -> list[str]:
         if tags.get(keys.ROLE) == "study" and keys.SUPERSEDED_BY in tags:
             close_superseded_parent(client, run)
             status = "incomplete"
-        elif tags.get(keys.ROLE) == "study":
-            client.set_tag(run.info.run_id, keys.STATUS, "interrupted")  # as a study stopped with Ctrl-C
+        else:  # a parent as a study stopped with Ctrl-C, a trial's run as one stopped by a signal
+            status = "interrupted" if tags.get(keys.ROLE) == "study" else "killed"
+            client.set_tag(run.info.run_id, keys.STATUS, status)
+            if status == "killed":
+                client.set_tag(run.info.run_id, keys.STOPPED_BY,
+                               "still running in the workspace when it was published (hmer runs publish): "
+                               "the published copy holds it as it stood")
             client.set_terminated(run.info.run_id, status=RunStatus.to_string(RunStatus.KILLED))
-            status = "interrupted"
-        else:
-            client.set_tag(run.info.run_id, keys.STATUS, "killed")  # as a run stopped by a signal: resumable
-            client.set_tag(run.info.run_id, keys.STOPPED_BY,
-                           "still running in the workspace when it was published (hmer runs publish): "
-                           "the published copy holds it as it stood")
-            client.set_terminated(run.info.run_id, status=RunStatus.to_string(RunStatus.KILLED))
-            status = "killed"
         closed.append(f"run {run.info.run_id} ({tags.get(keys.STUDY) or run.info.run_name}): {status}")
     return closed
 

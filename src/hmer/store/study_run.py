@@ -34,8 +34,7 @@ from ..tracking import keys
 from ..tracking.store import search_all_runs, study_filter
 from ..reports.plots import plot_exprate, variant_colors
 from ..reports.runs import client_for, load_runs, resolve_tracking_uri, study_parent
-from ..reports.tables import format_table
-from ..reports.tables import scored, study_table
+from ..reports.tables import format_table, scored, study_table
 
 TABLE_ARTIFACT = "table.md"
 FIGURE_ARTIFACT = "exprate.png"
@@ -94,9 +93,9 @@ def annotate_study(study: str, tracking_uri: str | None = None, *, runs: pd.Data
     table = study_table(study, uri, runs=runs) if table is None else table
     client = client_for(uri)
     run = client.get_run(parent["run_id"])
-    changes: list[str] = []
     if table.empty:
-        return changes
+        return []
+    changes: list[str] = []
     order = [str(v) for v, row in table.iterrows() if int(row.get("seeds", 0) or 0) > 0]
     colors = variant_colors(order)
     table_changed = _write_artifact_if_changed(client, run, TABLE_ARTIFACT, format_table(table, "markdown").encode())
