@@ -182,11 +182,9 @@ def _run(spec: StudySpec | SweepSpec, args) -> int:
     except StorageUnreachable as exc:  # the database stayed down: nothing is lost, the study resumes
         print(f"{spec.name}: error: {exc}; run the same command to resume once it is back", file=sys.stderr)
         return EXIT_INCOMPLETE
-    except (ValueError, KeyError, FileNotFoundError) as exc:
-        print(f"{spec.name}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except ImportError as exc:  # a storage URL whose database driver is not installed
-        hint = " (for postgresql:// URLs: pip install psycopg2-binary)" if "DB access" in str(exc) else ""
+    except (ValueError, KeyError, FileNotFoundError, ImportError) as exc:  # ImportError: a storage's driver
+        missing = isinstance(exc, ImportError) and "DB access" in str(exc)
+        hint = " (for postgresql:// URLs: pip install psycopg2-binary)" if missing else ""
         print(f"{spec.name}: error: {exc}{hint}", file=sys.stderr)
         return EXIT_USAGE
     present(outcome)

@@ -115,14 +115,9 @@ def cmd_train(args) -> int:
     else:
         cfg = resolve_preset(args.preset or "bttr", recipe=args.recipe, named_by="--recipe").config
     overrides = parse_overrides(args.overrides)
-    if args.data:
-        overrides["data.path"] = args.data
-    if args.device:
-        overrides["train.device"] = args.device
-    if args.epochs is not None:
-        overrides["train.epochs"] = str(args.epochs)
-    if args.time_budget is not None:
-        overrides["train.time_budget_s"] = str(args.time_budget)
+    flags = {"data.path": args.data or None, "train.device": args.device or None, "train.epochs": args.epochs,
+             "train.time_budget_s": args.time_budget}
+    overrides.update({key: str(value) for key, value in flags.items() if value is not None})
     cfg = cfg.override(overrides).validate()
     result = train(cfg, tracking_uri=args.tracking_uri, experiment=args.experiment, run_name=args.run_name,
                    progress=not args.no_progress, pause_after_epochs=pause_after_epochs,
