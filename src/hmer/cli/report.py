@@ -52,20 +52,17 @@ def add_parser(sub) -> None:
                     help="also the error analysis per variant (as hmer analyze) into OUT/analysis/")
     rp.add_argument("--published", action="store_true", help="print the papers' published ExpRates alone")
     rp.add_argument("--claims", action="store_true",
-                    help="the papers' claims (BTTR, CoMER, the decoder grid) answered from the studies "
-                         "<family>-BUDGET in the store: one row per claim and year, with --out also as files")
+                    help="the papers' claims answered from the studies <family>-BUDGET: a row per claim and year")
     rp.add_argument("--frontier", action="store_true",
-                    help="the frontier study's points (hold-out ExpRate against training compute) as a table and "
-                         "a figure: --study (default frontier-cpu) into --out (default reports/<study>)")
+                    help="the frontier study's points (hold-out ExpRate against training compute), table and "
+                         "figure: --study (default frontier-cpu) into --out (default reports/<study>)")
     rp.add_argument("--flops", default=None, help="with --frontier: the measured FLOPs an image (default "
                     "benchmarks/results/frontier_flops.csv, written by benchmarks/frontier_flops.py)")
     rp.add_argument("--budget", default=None, help="with --claims: the studies' budgets, comma-separated (default "
                     "cpu,long: the three-seed cpu rows, then the one-seed long rows where their studies exist)")
     rp.add_argument("--metric", choices=METRICS, default=None,
-                    help="the registered metric the differences against the baseline and the paired tests "
-                         "are on: exprate, exact readings (a study's default); le1, le2 readings within 1 or 2 "
-                         "edits; `hmer models` lists every metric. --claims without it answers each claim on "
-                         "ExpRate, then within 1 and 2 errors (on the papers' metric where the runs carry it)")
+                    help="the metric (`hmer models`) of the differences against the baseline and the paired "
+                         "tests (default: exprate; --claims: exprate, le1 and le2 in turn)")
     rp.set_defaults(func=cmd_report)
 
 

@@ -22,8 +22,7 @@ def add_parser(sub) -> None:
     tr.add_argument("--recipe", default=None, help="a recipe in place of the preset's own (bttr, comer, swept)")
     tr.add_argument("--budget", default=None, help="a study budget (smoke, cpu, long, short, paper): its size, recipe "
                                                    "and keys, as a study trains its preset (`hmer config` shows them)")
-    tr.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
-                    help="config overrides such as train.lr=0.5 model.direction=l2r")
+    tr.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE", help=options.SET)
     tr.add_argument("--data", default=None, help=options.DATA)
     tr.add_argument("--device", default=None,
                     help="auto, cpu, cuda, cuda:N or mps (train.device; default: the config's)")
@@ -35,19 +34,16 @@ def add_parser(sub) -> None:
     tr.add_argument("--run-name", default=None, help="the MLflow run's name (default: the preset's name)")
     tr.add_argument("--tracking-uri", default=None, help=options.TRACKING_URI)
     tr.add_argument("--resume", nargs="?", const="latest", default=None, metavar="RUN_OR_CHECKPOINT",
-                    help="continue a killed run with the config it began with: a run id (or its first 8 characters "
-                         "at least), its checkpoint file, or, given alone, the latest unfinished run (default: a new "
-                         "run); the flags that make a new run's config are refused with it")
+                    help="continue a killed run with its own config: a run id (8 characters at least), its "
+                         "checkpoint file, or alone the latest unfinished run (default: a new run)")
     tr.add_argument("--no-progress", action="store_true",
                     help="one line per epoch instead of progress bars (default: bars on a terminal)")
     tr.add_argument("--pause-after-epochs", type=int, default=None, metavar="N",
                     help="train N epochs, checkpoint and exit with status 3 (continue with --resume)")
     tr.add_argument("--pause-within", type=float, default=None, metavar="SECONDS",
-                    help="pause likewise after the last epoch that leaves time for the next (as long as the one "
-                         "just done) within SECONDS from now: a machine lent for a while")
+                    help="pause likewise after the last epoch that leaves time for the next within SECONDS")
     tr.add_argument("--final-seconds", type=float, default=None, metavar="SECONDS",
-                    help="with --pause-within: what the test years take, counted before the last epoch "
-                         "(less than --pause-within)")
+                    help="with --pause-within: the test years' time, counted before the last epoch")
     tr.set_defaults(func=cmd_train)
 
 
