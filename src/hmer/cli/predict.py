@@ -38,8 +38,7 @@ def cmd_predict(args) -> int:
         check_expression_file(f)
     device = resolve_device(args.device)
     model, cfg, vocab = load_model(args.model, args.tracking_uri, device)
-    # Each file is read once, and rendered (InkML) as the model's training data was; a corrupt
-    # file fails here, naming itself.
+    # each file read once, InkML rendered as the training data was; a corrupt file fails here, named
     render_cfg = RenderConfig.from_data_config(cfg.data)
     exprs, blank = [], 0
     for f in args.files:

@@ -38,8 +38,7 @@ def add_parser(sub) -> None:
     ex.add_argument("--part-mb", type=float, default=0.0, help="split into FILE.part-NNN of at most N MiB")
     ex.add_argument("--tracking-uri", default=None, help=options.TRACKING_URI)
     ex.set_defaults(func=cmd_runs_export)
-    # The tag's name is written out (it is tracking.keys.SOURCE_RUN_ID): importing hmer.tracking
-    # loads torch and MLflow, seconds that `hmer --help` should not wait for.
+    # the tag written out (tracking.keys.SOURCE_RUN_ID): importing hmer.tracking would slow `hmer --help`
     im = rsub.add_parser("import", help="merge an export into the store (idempotent; keeps the source run id "
                          "as tag hmer.source_run_id)")
     im.add_argument("files", nargs="+", metavar="FILE", help="an export, or any of its FILE.part-NNN")
@@ -125,8 +124,7 @@ def cmd_runs_publish(args) -> int:
         print("hmer runs publish: error: --weights-only is for --keep-unfinished (what continues an unfinished "
               "trial); without it no checkpoint is published", file=sys.stderr)
         return 2
-    # The store's lock first, before the seconds of imports: a second publish started with this
-    # one is refused at once, naming it (publish() holds the same lock, as any caller of it does).
+    # the lock before the seconds of imports: a second publish is refused at once (publish() takes it too)
     with store_lock(mlruns_dir(), f"hmer runs publish {Path(args.folder).resolve()}") as lock:
         _say_stale(lock)
         return _publish(args)
@@ -305,8 +303,7 @@ def cmd_runs_rescore(args) -> int:
     client = mlflow_client(uri)
     run_ids = [whole_run_id(client, given) for given in args.runs]
     command = " ".join(["hmer runs rescore", *args.runs, *(f"--study {s}" for s in args.study)])
-    # Planned under the lock, so that no other writer changes the runs between what is read and what is logged;
-    # a dry run writes nothing and takes no lock.
+    # planned under the lock, so that no writer changes the runs in between; a dry run takes none
     with _writing(uri, command) if not args.dry_run else contextlib.nullcontext():
         plans = plan_rescoring(client, select_runs(client, run_ids, args.study))
         logged = 0 if args.dry_run else write_rescoring(client, plans)
@@ -330,8 +327,7 @@ def cmd_runs_rescore(args) -> int:
     else:
         print(f"{len(added)} of {len(plans)} run(s) rescored in {uri}, {logged} metric(s) logged")
     studies = sorted({plan.study for plan in added if plan.study})
-    # Presenting a study (its table, figure and notes for the UIs) is `hmer runs present`'s, kept apart so that
-    # rescoring writes the runs' metrics alone.
+    # presenting (the UIs' tables, figures and notes) is `hmer runs present`'s: rescoring writes metrics alone
     if studies and not args.dry_run:
         print(f"the tables on the parent runs of {', '.join(studies)} (what the UIs show) predate these scores: "
               f"`hmer runs present {db.parent if db is not None else 'FOLDER'}` brings them up to date")
