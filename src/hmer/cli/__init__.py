@@ -1,23 +1,7 @@
-"""The `hmer` command: a thin front end over the library.
+"""The `hmer` command: a thin front end over the library (`hmer --help` lists its commands).
 
-    hmer data check [DATA]              counts per split and every problem found
-    hmer data render [DATA] --out Z     the BTTR/CoMER data.zip layout, rendered
-    hmer models                         the model presets and their parameter counts
-    hmer config PRESET|STUDY            the config a preset or a study's cell trains with, layer by layer
-    hmer train --preset bttr            train, tracked in MLflow (resume with --resume)
-    hmer study ablate_direction         run (or resume) a study, then present it in both UIs
-    hmer evaluate RUN_OR_CHECKPOINT     per-year ExpRate table
-    hmer predict RUN_OR_CHECKPOINT F..  LaTeX for images or InkML files
-    hmer import CHECKPOINT              a published BTTR / CoMER checkpoint as a run
-    hmer report [--study NAME]          tables (Markdown, CSV) and plots (PNG); --list: every study
-    hmer ui [--store FOLDER]            the MLflow UI and optuna-dashboard, and each study's link
-    hmer analyze RUN [RUN_B]            errors by length and structure, token edits, A vs B
-    hmer notebooks [NAME..]             the report notebooks run against a store, with outputs
-    hmer bench train|decode             throughput benchmarks
-
-One module per command (`hmer.cli.train` is `hmer train`): each adds its parser to the
-command list and holds the functions that run it. They import the library inside those
-functions, so that `hmer --help` stays fast.
+One module per command (`hmer.cli.train` is `hmer train`): each adds its parser to the command list
+and holds the functions that run it, importing the library inside them so that `hmer --help` stays fast.
 
 Bad input (a missing file, an unknown run id, a corrupt InkML, a token outside the
 vocabulary) ends with a one-line message and exit status 2, never a traceback. SIGTERM and SIGINT
@@ -57,9 +41,7 @@ def main(argv: list[str] | None = None) -> int:
             check_tracking_server(args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", ""))
         from ..signals import stop_on_signals
 
-        # SIGTERM (`timeout`, a scheduler, `kill`) ends any command as Ctrl-C does, its `finally` blocks run:
-        # a publish's staging copy and a rescore's downloads are removed, not left behind as a kill leaves them
-        with stop_on_signals():
+        with stop_on_signals():  # SIGTERM as Ctrl-C: `finally` blocks run (a publish's staging copy removed)
             return int(args.func(args) or 0)
     except KeyboardInterrupt as exc:  # Ctrl-C, or hmer.signals.Stopped (SIGTERM/SIGINT during training)
         print(f"hmer: {exc}" if getattr(exc, "signal_name", None) else "hmer: interrupted", file=sys.stderr)

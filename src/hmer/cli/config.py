@@ -6,10 +6,8 @@
     hmer config ablate_direction --budget cpu --cell model.direction=bi --seed 2
     hmer config sweep --budget cpu --cell train.lr=6.5e-4 model.d_model=192 --fresh
 
-The layers, in order, are `hmer.model_presets.LAYERS` (docs/training.md, "What a run trains with").
-A study reads the Optuna storage as its script would (`--storage`, `--tracking-uri`,
-`--study-name`): when the study exists, its stored base config wins, as on resume; `--fresh` shows
-what a new study would train instead. Nothing is written.
+The layers are `hmer.model_presets.LAYERS` (docs/training.md). A study that exists in its storage
+shows its stored base config, as on resume (`--fresh`: a new study's). Nothing is written.
 """
 
 from __future__ import annotations
@@ -165,8 +163,7 @@ def _study(args):
 
 
 def _pairs(items: list[str]) -> dict[str, str]:
-    """["model.direction=bi", "a=1,b=2"] -> {"model.direction": "bi", "a": "1", "b": "2"}: a run's
-    hmer.cell tag (pairs joined by commas) is one item."""
+    """["model.direction=bi", "a=1,b=2"] -> {"model.direction": "bi", "a": "1", "b": "2"} (a hmer.cell tag)."""
     from ..config import parse_overrides
 
     return parse_overrides([pair for item in items for pair in item.split(",") if pair.strip()])

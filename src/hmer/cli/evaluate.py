@@ -21,8 +21,8 @@ def add_parser(sub) -> None:
     ev.add_argument("--search-rule", choices=SEARCH_RULES, default=None,
                     help="beam search rule (default: the run's train.search_rule)")
     ev.add_argument("--standard-2014", nargs="?", const="", default=None, metavar="TAR",
-                    help="also score the WAP authors' standard 2014 images (default: ../shared/crohme/"
-                         "wap-offline-2014-test.tar.gz), scaled to the run's rendering height, as 2014-std")
+                    help="also score the WAP authors' standard 2014 images as 2014-std, scaled to the run's "
+                         "rendering height (default: ../shared/crohme/wap-offline-2014-test.tar.gz)")
     ev.add_argument("--log", action="store_true",
                     help="record the scores (test_<year>_*) and predictions in the run itself")
     ev.add_argument("--device", default="auto", help=options.DEVICE)
@@ -38,14 +38,13 @@ def print_scores(scores) -> None:
 
 
 def cmd_evaluate(args) -> int:
+    from ..config import check_value
     from ..data import load_dataset
+    from ..device import autocast_dtype, resolve_device
     from ..evaluation.evaluate import decode_options, evaluate_split
     from ..tracking import load_model
-    from ..device import autocast_dtype, resolve_device
 
-    from ..config import check_value
-
-    # The options that stand for config fields are checked before the model loads, as the fields are.
+    # the options that stand for config fields are checked before the model loads, as the fields are
     if args.beam is not None:
         check_value("train.beam_size", args.beam, "--beam")
     check_value("data.test_limit", args.limit, "--limit")
@@ -54,14 +53,13 @@ def cmd_evaluate(args) -> int:
     years = [y.strip() for y in args.years.split(",") if y.strip()]
     run_rule = cfg.train.search_rule
     cfg = cfg.override({"train.search_rule": args.search_rule or run_rule, "data.test_limit": args.limit})
-    data_cfg = cfg.data
-    data = load_dataset(args.data or cfg.data.path or None, data_cfg, splits=tuple(years))
+    source = args.data or cfg.data.path or None
+    data = load_dataset(source, cfg.data, splits=tuple(years))
     if args.standard_2014 is not None:
         from ..data.render import RenderConfig
         from ..data.standard import STANDARD_2014, default_standard_tar, standard_2014_expressions
 
-        captions = {e.name: e.tokens for e in load_dataset(args.data or cfg.data.path or None, data_cfg,
-                                                            splits=("2014",))["2014"]}
+        captions = {e.name: e.tokens for e in load_dataset(source, cfg.data, splits=("2014",))["2014"]}
         tar = args.standard_2014 or default_standard_tar()
         data[STANDARD_2014] = standard_2014_expressions(tar, captions, RenderConfig.from_data_config(cfg.data))
         years.append(STANDARD_2014)

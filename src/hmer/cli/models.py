@@ -14,8 +14,7 @@ def cmd_models(args) -> int:
 
 
 def models_table() -> str:
-    """`hmer models`: the presets (family, size, recipe) with their parameter counts, then the
-    registered choices that a config can name (decoders, coverages, positions, search rules, metrics)."""
+    """The presets with their parameter counts, then the registered choices a config can name."""
     from ..model import list_presets
     from ..model_presets import PRESETS
     from ..registry import catalogue
@@ -31,7 +30,7 @@ def models_table() -> str:
     for name, params, counting, preset, description in rows:
         cells = "  ".join(f"{v:<{w}}" for v, w in zip((name, preset.family, preset.size, preset.recipe), width))
         lines.append(f"{cells}  {params / 1e6:>8.2f}M  {counting / 1e6:>8.2f}M  {description}")
-    # The CPU budgets' model is a size, not a preset: each CPU family at it, as the `cpu` budget trains them.
+    # the CPU budgets' model is a size, not a preset: each CPU family at it
     lines += ["", "at the `swept` size (the cpu and long budgets' model):"]
     for name, params, counting in swept_size_rows():
         lines.append(f"  {name:<{width[0]}}  {params / 1e6:>8.2f}M  {counting / 1e6:>8.2f}M")

@@ -1,14 +1,8 @@
 """`hmer notebooks`: the report notebooks executed against a store, saved with their outputs.
 
-The notebooks in `notebooks/` read their store and study from environment variables. Run
-here, each is executed top to bottom in a real kernel (nbclient) with those variables set, and
-written with its outputs and a record of what produced them in the notebook's metadata
-(`metadata.hmer`: the store as given, the study, the commit, the time). That record is how the
-committed notebooks say which results they show, and what `tests/test_notebooks.py` checks them
-against.
-
-A notebook is written only when every cell ran: the file is replaced atomically, so a cell
-that raises leaves the notebook on disk as it was.
+Each notebook of `notebooks/` runs in a kernel (nbclient) with its store and study in environment
+variables, and is written, atomically and only when every cell ran, with its outputs and what produced
+them (`metadata.hmer`: the store, the study, the commit, the time; tests/test_notebooks.py reads it).
 """
 
 from __future__ import annotations
@@ -35,9 +29,8 @@ class ExecutedNotebook:
 def run_notebooks(*, notebooks_dir: str | Path = "notebooks", out_dir: str | Path | None = None,
                   tracking_uri: str | None = None, study: str | None = None, names: tuple[str, ...] = NAMES,
                   env: dict[str, str] | None = None, timeout_s: int = CELL_TIMEOUT_S) -> list[ExecutedNotebook]:
-    """Execute `names` from `notebooks_dir` against `tracking_uri` (None: the project's store)
-    and `study` (None: each notebook's default), writing them with outputs into `out_dir`
-    (None: in place). `env` adds kernel variables (`HMER_YEAR`, `HMER_RUNS`, ...)."""
+    """Execute `names` from `notebooks_dir` against `tracking_uri` (None: the project's store) and `study`
+    (None: each one's own) into `out_dir` (None: in place); `env` adds kernel variables (`HMER_YEAR`, ...)."""
     import time
 
     import nbformat
@@ -52,11 +45,9 @@ def run_notebooks(*, notebooks_dir: str | Path = "notebooks", out_dir: str | Pat
         raise FileNotFoundError(f"{source_dir}: no notebook {', '.join(f'{n}.ipynb' for n in missing)} "
                                 f"(run from the project's checkout, or give --notebooks DIR)")
     target_dir.mkdir(parents=True, exist_ok=True)
-    # No progress bars in a stored notebook: MLflow's per download, and tqdm's complaint (Optuna
-    # imports tqdm.auto) that a headless kernel has no ipywidgets, which prints a local path.
+    # no progress bars in a stored notebook: MLflow's, nor tqdm's complaint (printing a local path) that
+    # a headless kernel has no ipywidgets; the environment goes to the kernel's start, not this process
     warnings = ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), "ignore:IProgress not found"]))
-    # The kernel's whole environment: it is given to the kernel's start (jupyter_client's
-    # start_kernel), not set on this process.
     kernel_env = {**os.environ, "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "PYTHONWARNINGS": warnings,
                   **(env or {})}
     if tracking_uri:

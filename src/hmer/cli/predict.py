@@ -13,11 +13,9 @@ def add_parser(sub) -> None:
                         "refused: one with no ink is named on stderr and gets no prediction, the others do)")
     pr.add_argument("model", metavar="RUN_OR_CHECKPOINT", help=options.RUN_OR_CHECKPOINT)
     pr.add_argument("files", nargs="+", metavar="FILE",
-                    help="InkML, drawn as the run's training data was, or images (PNG, JPEG, BMP) of one formula: "
-                         "white or black ink, made what the standard 2014 images are (two grey levels, cropped to the "
-                         "ink with their margins; a photograph or scan, dark ink on evenly lit plain paper, also "
-                         "brought to their stroke width), then scaled to the model's input size as the run's "
-                         "evaluation scales them; a picture that cannot be read so is refused, saying why")
+                    help="InkML, drawn as the run's training data was, or images (PNG, JPEG, BMP) of one formula "
+                         "(a scan or photograph too: dark ink on evenly lit plain paper), made what the standard "
+                         "2014 images are and scaled as the run's evaluation scales them, else refused saying why")
     pr.add_argument("--beam", type=int, default=None, help="beam width (default: the run's train.beam_size)")
     pr.add_argument("--device", default="auto", help=options.DEVICE)
     pr.add_argument("--tracking-uri", default=None, help=options.TRACKING_URI)
@@ -40,8 +38,7 @@ def cmd_predict(args) -> int:
         check_expression_file(f)
     device = resolve_device(args.device)
     model, cfg, vocab = load_model(args.model, args.tracking_uri, device)
-    # Each file is read once, and rendered (InkML) as the model's training data was; a corrupt
-    # file fails here, naming itself.
+    # each file read once, InkML rendered as the training data was; a corrupt file fails here, named
     render_cfg = RenderConfig.from_data_config(cfg.data)
     exprs, blank = [], 0
     for f in args.files:

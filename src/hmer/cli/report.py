@@ -7,19 +7,8 @@
     hmer report                                         # the latest study, named on the first line
     hmer report --list                                  # every study: state and trials
 
-writes, into the output folder:
-
-    table.md                   the tables as Markdown, with the plots embedded
-    table.csv                  one row per variant: every number of the table (see hmer.reports.tables)
-    runs.csv                   one row per run: variant, seed, state, test scores, cost
-    plots/exprate.png          ExpRate by variant and year, mean ± std over seeds, a dot per seed
-    plots/scores.png           the same for every registered metric logged (ExpRate, <=1, <=2) side by side
-    plots/training_curves.png  validation ExpRate and losses against epoch and CPU (or wall-clock) time
-
-and prints the text table, then the `mlflow ui` command and the link that compare the runs there.
-With `analysis=True` (`hmer report --analysis`) it also writes the error analysis per variant into
-`analysis/` (see hmer.reports.analysis). The notebooks in
-`notebooks/` show the same tables and plots.
+writes table.md, table.csv, runs.csv and plots/*.png (docs/reports.md lists them; with `--analysis`
+also `analysis/`), and prints the text table and the link that compares the runs in the MLflow UI.
 """
 
 from __future__ import annotations
@@ -52,20 +41,17 @@ def add_parser(sub) -> None:
                     help="also the error analysis per variant (as hmer analyze) into OUT/analysis/")
     rp.add_argument("--published", action="store_true", help="print the papers' published ExpRates alone")
     rp.add_argument("--claims", action="store_true",
-                    help="the papers' claims (BTTR, CoMER, the decoder grid) answered from the studies "
-                         "<family>-BUDGET in the store: one row per claim and year, with --out also as files")
+                    help="the papers' claims answered from the studies <family>-BUDGET: a row per claim and year")
     rp.add_argument("--frontier", action="store_true",
-                    help="the frontier study's points (hold-out ExpRate against training compute) as a table and "
-                         "a figure: --study (default frontier-cpu) into --out (default reports/<study>)")
+                    help="the frontier study's points (hold-out ExpRate against training compute), table and "
+                         "figure: --study (default frontier-cpu) into --out (default reports/<study>)")
     rp.add_argument("--flops", default=None, help="with --frontier: the measured FLOPs an image (default "
                     "benchmarks/results/frontier_flops.csv, written by benchmarks/frontier_flops.py)")
     rp.add_argument("--budget", default=None, help="with --claims: the studies' budgets, comma-separated (default "
                     "cpu,long: the three-seed cpu rows, then the one-seed long rows where their studies exist)")
     rp.add_argument("--metric", choices=METRICS, default=None,
-                    help="the registered metric the differences against the baseline and the paired tests "
-                         "are on: exprate, exact readings (a study's default); le1, le2 readings within 1 or 2 "
-                         "edits; `hmer models` lists every metric. --claims without it answers each claim on "
-                         "ExpRate, then within 1 and 2 errors (on the papers' metric where the runs carry it)")
+                    help="the metric (`hmer models`) of the differences against the baseline and the paired "
+                         "tests (default: exprate; --claims: exprate, le1 and le2 in turn)")
     rp.set_defaults(func=cmd_report)
 
 
@@ -131,7 +117,7 @@ def cmd_report(args) -> int:
 
 def report_name(study: str | None = None, experiment: str | None = None,
                 run_ids: Sequence[str] | None = None) -> str:
-    """The report's name (and default folder): the study, the experiment, or runs-<first id>."""
+    """The study, the experiment, or runs-<first id>: the report's name (and default folder)."""
     if study:
         return study
     if experiment:
@@ -169,8 +155,8 @@ def runs_summary(runs: pd.DataFrame, years: Sequence[str]) -> pd.DataFrame:
 
 
 def code_notes(runs: pd.DataFrame, today: str) -> list[str]:
-    """Which runs were trained by code that computes other numbers than today's (`today`: this code's
-    fingerprint, hmer.training.fingerprint), in words; one line that says so when all share it."""
+    """Which runs were trained by code that computes other numbers than today's (fingerprint `today`),
+    in words; one line that says so when all share it."""
     import pandas as pd
 
     from ..tracking import keys
@@ -302,12 +288,9 @@ def report_command(
     metric: str = "exprate",
     code_fingerprint: str | None = None,
 ) -> int:
-    """`hmer report`: tables and plots of a study, an experiment or a list of runs, as files.
-    With `code_fingerprint` (today's code's, hmer.training.fingerprint), the runs trained by other
-    code are named under the table.
-
-    Returns 0, or 1 when no run has test scores (the table of excluded runs is still
-    written). Raises `NoRunsError` (a ValueError: one line from `hmer`) when nothing matches.
+    """`hmer report`: tables and plots of a study, an experiment or runs, as files; with `code_fingerprint`
+    (today's), the runs trained by other code named. Returns 0, or 1 when no run has test scores (the
+    table still written); `NoRunsError` when nothing matches.
     """
     from ..reports.runs import (NoRunsError, load_predictions, load_runs, resolve_tracking_uri, study_parent,
                                 study_progress)
@@ -357,9 +340,8 @@ def report_command(
 
 
 def sweep_report(study: str, tracking_uri: str, out_dir: str | Path | None = None) -> int:
-    """`hmer report --study SWEEP`: a sweep has no variants and seeds to tabulate, so its report is
-    the sweep's own table (every trial, best objective first, with its parameters), printed and
-    written to `sweep.txt`. Returns 0, or 1 when no trial has an objective yet."""
+    """`hmer report --study SWEEP`: the sweep's own table (every trial, best first, with its parameters),
+    printed and written to `sweep.txt`. Returns 0, or 1 when no trial has an objective yet."""
     from ..atomic import write_text_atomically
     from ..studies.sweep_report import complete_trials, describe_sweep, failures, find_sweep, sweep_table
 
@@ -378,14 +360,10 @@ def sweep_report(study: str, tracking_uri: str, out_dir: str | Path | None = Non
 
 def claims_command(budgets: str | None = None, tracking_uri: str | None = None, out_dir: str | None = None, *,
                    metric: str | None = None, n_resamples: int | None = None) -> int:
-    """`hmer report --claims`: print the claims table at `budgets` (comma-separated; default
-    `paper_claims.DEFAULT_BUDGETS`) on `metric`, or without one on each of `CLAIM_METRICS` in turn
-    (ExpRate, then within one and two errors, on the papers' metric where the runs carry it); with
-    `out_dir`, also write `claims.md` and `claims.csv` (every metric printed) and the figure
-    `claims.png` of the first metric's rows at the first budget. Answering more than one budget, it also
-    prints how the same cells read at each (`budget_curves.format_budgets`: plateaus, CPU-hours,
-    the gaps), with `out_dir` beside the figure `budget_curves.png`. Returns 0: a claim without its
-    study is a row saying so, not an error."""
+    """`hmer report --claims`: the claims table at `budgets` (comma-separated) on `metric`, else on each
+    of `CLAIM_METRICS`; at several budgets also how the same cells read at each (`format_budgets`).
+    With `out_dir`, also as files (`claims.png`: the first metric at the first budget). Returns 0: a
+    claim without its study is a row saying so."""
     import pandas as pd
 
     from ..atomic import write_text_atomically
@@ -424,9 +402,8 @@ def claims_command(budgets: str | None = None, tracking_uri: str | None = None, 
 
 def frontier_command(study: str, planned: Sequence[str], tracking_uri: str | None = None,
                      out_dir: str | None = None, flops_path: str | None = None) -> int:
-    """`hmer report --frontier`: print the points of `study` (whose `planned` variants are its points
-    to be) and write `frontier.md`, `frontier.csv` and `plots/frontier.png` into `out_dir` (default
-    reports/<study>). Returns 0, or 1 when no point is finished yet (its progress printed either way)."""
+    """`hmer report --frontier`: print the points of `study` (of its `planned` ones) and write them into
+    `out_dir` (default reports/<study>). Returns 0, or 1 when no point is finished yet."""
     from ..atomic import save_figure, write_text_atomically
     from ..studies.frontier_report import (budget_points, format_frontier, frontier_points, frontier_summary,
                                            plot_frontier, read_flops)

@@ -38,75 +38,57 @@ def add_parser(sub) -> None:
     ex.add_argument("--part-mb", type=float, default=0.0, help="split into FILE.part-NNN of at most N MiB")
     ex.add_argument("--tracking-uri", default=None, help=options.TRACKING_URI)
     ex.set_defaults(func=cmd_runs_export)
-    # The tag's name is written out (it is tracking.keys.SOURCE_RUN_ID): importing hmer.tracking
-    # loads torch and MLflow, seconds that `hmer --help` should not wait for.
+    # the tag written out (tracking.keys.SOURCE_RUN_ID): importing hmer.tracking would slow `hmer --help`
     im = rsub.add_parser("import", help="merge an export into the store (idempotent; keeps the source run id "
                          "as tag hmer.source_run_id)")
     im.add_argument("files", nargs="+", metavar="FILE", help="an export, or any of its FILE.part-NNN")
     im.add_argument("--tracking-uri", default=None, help=options.TRACKING_URI)
     im.set_defaults(func=cmd_runs_import)
-    pub = rsub.add_parser("publish", help="copy a local store (FOLDER/mlflow.db, optuna.db, artifacts/) into "
-                          "mlruns/, made clean so that it can be committed (hmer.store.publish): studies that have "
-                          "not finished left out, no checkpoint, nothing RUNNING, no machine path, every study "
-                          "under its name with its table on its parent run; a copy that is still not clean is "
-                          "refused, mlruns/ left as it was")
+    pub = rsub.add_parser("publish", help="copy a store (FOLDER/mlflow.db, optuna.db, artifacts/) into mlruns/, "
+                          "made clean to be committed (unfinished studies, checkpoints, RUNNING states and machine "
+                          "paths left out); a copy still not clean is refused, mlruns/ left as it was")
     pub.add_argument("folder", metavar="FOLDER", help="the store to publish: a workspace (hmer runs workspace) "
                      "after its studies ran there")
     pub.add_argument("--keep-unfinished", action="store_true",
-                     help="keep the studies that have not finished, with the smallest checkpoint files that "
-                          "continue each of their cells (last.pt, and best.pt where its weights are not last.pt's), "
-                          "so that a workspace made from the committed store continues them (when the workspace "
-                          "will not outlive its machine); reports mark them in progress")
+                     help="keep the unfinished studies, with the smallest checkpoints that continue each cell "
+                          "(last.pt, and best.pt where its weights are not last.pt's), for a later workspace")
     pub.add_argument("--weights-only", action="store_true",
-                     help="with --keep-unfinished: keep of each unfinished trial its fp32 weights, schedule and "
-                          "random state alone (one last.pt of about a third the size: 6 MB at the swept size): the "
-                          "run continues as a warm restart, tagged hmer.warm_restart, and where its best weights "
-                          "so far are an earlier epoch's, its best is chosen from the kept epoch on "
-                          "(hmer.best_reset); docs/cpu_protocol.md, \"The long budget\", measures the cost")
+                     help="with --keep-unfinished: of each unfinished trial, last.pt with its fp32 weights, schedule "
+                          "and random state alone (a third the size): it continues as a warm restart "
+                          "(docs/cpu_protocol.md, \"The long budget\")")
     pub.add_argument("--replace", action="store_true",
-                     help="publish FOLDER even when it is not mlruns/'s own continuation (a store that lacks some "
-                          "of mlruns/'s runs or studies, not made with `hmer runs workspace` from it): mlruns/ is "
-                          "replaced by it (default: refused, naming what it lacks)")
+                     help="publish FOLDER even when it lacks some of mlruns/'s runs or studies (not made from it "
+                          "with `hmer runs workspace`), replacing mlruns/ (default: refused, naming what it lacks)")
     pub.set_defaults(func=cmd_runs_publish)
-    ws = rsub.add_parser("workspace", help="copy the committed store in mlruns/ to FOLDER (new or empty: a store "
-                         "there is never overwritten) to run more studies there, and continue its unfinished ones "
-                         "(then `hmer runs publish FOLDER`)")
+    ws = rsub.add_parser("workspace", help="copy the committed store in mlruns/ to a new or empty FOLDER to run and "
+                         "continue studies there (then `hmer runs publish FOLDER`)")
     ws.add_argument("folder", metavar="FOLDER", help="a new or empty folder for the copy")
     ws.set_defaults(func=cmd_runs_workspace)
     rn = rsub.add_parser("rename", help="rename a study in its store: its MLflow experiment, its runs' hmer.study "
-                         "tag and its Optuna study (to keep a superseded study beside a re-run of the same name; "
-                         "run again to finish an interrupted rename)")
+                         "tag and its Optuna study (run again to finish an interrupted rename)")
     rn.add_argument("study", metavar="STUDY", help="the study's name, e.g. ablate_direction-cpu")
     rn.add_argument("new", metavar="NEW_NAME", help="its new name")
     rn.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
     rn.add_argument("--storage", default=None, help="Optuna storage (default: optuna.db beside the MLflow store)")
     rn.set_defaults(func=cmd_runs_rename)
-    sp = rsub.add_parser("supersede", help="label a kept study as superseded by another (after `rename`): "
-                         "tag hmer.superseded_by on its experiment and parent run, and the experiment's "
-                         "description; its parent run closed if it was RUNNING and given its table as it stands; "
-                         "`hmer report --list` shows it")
+    sp = rsub.add_parser("supersede", help="label a kept study as superseded by another (after `rename`): tag "
+                         "hmer.superseded_by, a RUNNING parent run closed; `hmer report --list` shows it")
     sp.add_argument("study", metavar="STUDY", help="the study kept for reference")
     sp.add_argument("by", metavar="NEW_STUDY", help="the study that replaces it")
     sp.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
     sp.set_defaults(func=cmd_runs_supersede)
-    sh = rsub.add_parser("show", help="what trained a run: its study, cell, seed and commit, how far it trained, "
-                         "its training-code fingerprint against today's, the config it trained with, its scores per "
-                         "year, where its weights and predictions are (hmer.store.provenance)")
+    sh = rsub.add_parser("show", help="what trained a run: study, cell, seed, commit, progress, fingerprint, "
+                         "config, scores and files (hmer.store.provenance)")
     sh.add_argument("run", metavar="RUN", help="a run id, or its first 8 or more characters")
     sh.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
     sh.set_defaults(func=cmd_runs_show)
-    pr = rsub.add_parser("present", help="bring every study of the store FOLDER (mlflow.db, optuna.db) up to date for "
-                         "the MLflow UI and optuna-dashboard, as a study that ends now is: a grid study's figure, "
-                         "table and summary run per variant on its parent run, the objective's name, the study's "
-                         "note and its failed trials' notes (hmer.store.present); writes only what differs")
+    pr = rsub.add_parser("present", help="bring every study of the store FOLDER up to date for the MLflow UI and "
+                         "optuna-dashboard, as a study that ends now is (hmer.store.present); writes what differs")
     pr.add_argument("folder", metavar="FOLDER", help="the store's folder (its mlflow.db and optuna.db)")
     pr.set_defaults(func=cmd_runs_present)
-    rs = rsub.add_parser("rescore", help="give runs every registered metric they lack (the papers' lgeval_exprate, "
-                         "lgeval_le1, lgeval_le2 for runs trained before them), computed from the predictions each "
-                         "run stored, logged under the keys a new run logs them (test_2014_lgeval_le1, val_final_...); "
-                         "every run of the store, or the runs and studies named. Idempotent: a second pass writes "
-                         "nothing; a predictions file that cannot be read stops it before anything is written "
-                         "(hmer.tracking.rescore)")
+    rs = rsub.add_parser("rescore", help="give the store's runs (or those named) every registered metric they lack, "
+                         "computed from their stored predictions under a new run's keys (hmer.tracking.rescore; "
+                         "idempotent)")
     rs.add_argument("runs", nargs="*", metavar="RUN", help="a run id, or its first 8 or more characters")
     rs.add_argument("--study", action="append", default=[], metavar="STUDY",
                     help="the runs of this study (tag hmer.study; repeatable)")
@@ -142,8 +124,7 @@ def cmd_runs_publish(args) -> int:
         print("hmer runs publish: error: --weights-only is for --keep-unfinished (what continues an unfinished "
               "trial); without it no checkpoint is published", file=sys.stderr)
         return 2
-    # The store's lock first, before the seconds of imports: a second publish started with this
-    # one is refused at once, naming it (publish() holds the same lock, as any caller of it does).
+    # the lock before the seconds of imports: a second publish is refused at once (publish() takes it too)
     with store_lock(mlruns_dir(), f"hmer runs publish {Path(args.folder).resolve()}") as lock:
         _say_stale(lock)
         return _publish(args)
@@ -322,8 +303,7 @@ def cmd_runs_rescore(args) -> int:
     client = mlflow_client(uri)
     run_ids = [whole_run_id(client, given) for given in args.runs]
     command = " ".join(["hmer runs rescore", *args.runs, *(f"--study {s}" for s in args.study)])
-    # Planned under the lock, so that no other writer changes the runs between what is read and what is logged;
-    # a dry run writes nothing and takes no lock.
+    # planned under the lock, so that no writer changes the runs in between; a dry run takes none
     with _writing(uri, command) if not args.dry_run else contextlib.nullcontext():
         plans = plan_rescoring(client, select_runs(client, run_ids, args.study))
         logged = 0 if args.dry_run else write_rescoring(client, plans)
@@ -347,8 +327,7 @@ def cmd_runs_rescore(args) -> int:
     else:
         print(f"{len(added)} of {len(plans)} run(s) rescored in {uri}, {logged} metric(s) logged")
     studies = sorted({plan.study for plan in added if plan.study})
-    # Presenting a study (its table, figure and notes for the UIs) is `hmer runs present`'s, kept apart so that
-    # rescoring writes the runs' metrics alone.
+    # presenting (the UIs' tables, figures and notes) is `hmer runs present`'s: rescoring writes metrics alone
     if studies and not args.dry_run:
         print(f"the tables on the parent runs of {', '.join(studies)} (what the UIs show) predate these scores: "
               f"`hmer runs present {db.parent if db is not None else 'FOLDER'}` brings them up to date")

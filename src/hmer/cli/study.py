@@ -9,10 +9,8 @@
 Running the same command again resumes the study. Exit status: 0 when the study is
 complete, 1 when cells failed (run again to retry them), 2 on bad options.
 
-The command runs the study (`hmer.studies`: its trials, its table), then presents it as both UIs
-show it (`hmer.store.present`: its figure, summary runs and notes, written where they changed), and
-prints the link that compares its runs. Presenting is the store's upkeep, drawn above the studies
-(docs/architecture.md), so it is this command's step and not the study session's.
+It runs the study (`hmer.studies`), then presents it in both UIs (`hmer.store.present`, the store's
+upkeep, which sits above the studies) and prints the link that compares its runs.
 """
 
 from __future__ import annotations
@@ -40,7 +38,6 @@ def add_parser(sub) -> None:
 
 
 def cmd_study(args) -> int:
-    # (the library is imported here, not at the top: `hmer --help` does not wait for Optuna)
     from ..studies.spec import STUDIES
 
     if args.name is None or args.name.startswith("-") or args.name not in STUDIES:
@@ -126,8 +123,8 @@ def build_parser(spec: StudySpec | SweepSpec, doc: str | None = None,
 
 
 def run_study(name: str, argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    """Run the registered study `name` with the options of `argv` (default: the command line); its
-    module's docstring (`hmer.studies.suite.<name>`) is the `--help` text, else its description."""
+    """Run the registered study `name` with the options `argv` (default: the command line); its module's
+    docstring (`hmer.studies.suite.<name>`), else its description, is the `--help` text."""
     from ..studies import suite
     from ..studies.spec import STUDIES
 
@@ -145,9 +142,7 @@ def main(spec: StudySpec | SweepSpec, argv: Sequence[str] | None = None, doc: st
     from ..allocator import tune_malloc
     from ..signals import stop_on_signals
 
-    # as the `hmer` command does: a study's trials train and decode in this process, and the
-    # bi cell trained about 7 % faster with it, its system time a sixth lower (docs/benchmarks.md section 0)
-    tune_malloc()
+    tune_malloc()  # as `hmer` does: the bi cell trained about 7 % faster (docs/benchmarks.md section 0)
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # the runner prints every trial itself
     try:
@@ -182,11 +177,9 @@ def _run(spec: StudySpec | SweepSpec, args) -> int:
     except StorageUnreachable as exc:  # the database stayed down: nothing is lost, the study resumes
         print(f"{spec.name}: error: {exc}; run the same command to resume once it is back", file=sys.stderr)
         return EXIT_INCOMPLETE
-    except (ValueError, KeyError, FileNotFoundError) as exc:
-        print(f"{spec.name}: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except ImportError as exc:  # a storage URL whose database driver is not installed
-        hint = " (for postgresql:// URLs: pip install psycopg2-binary)" if "DB access" in str(exc) else ""
+    except (ValueError, KeyError, FileNotFoundError, ImportError) as exc:  # ImportError: a storage's driver
+        missing = isinstance(exc, ImportError) and "DB access" in str(exc)
+        hint = " (for postgresql:// URLs: pip install psycopg2-binary)" if missing else ""
         print(f"{spec.name}: error: {exc}{hint}", file=sys.stderr)
         return EXIT_USAGE
     present(outcome)
@@ -194,8 +187,7 @@ def _run(spec: StudySpec | SweepSpec, args) -> int:
 
 
 def present(outcome) -> None:
-    """The study this command ran (its `StudyOutcome`) as both UIs show it, brought up to date now
-    that its trials have ended, complete or not, and the link that compares its runs."""
+    """Present the study of `outcome` (a `StudyOutcome`) in both UIs, its trials ended, and print its link."""
     from ..store.present import comparison_hint, present_study
 
     present_study(outcome.study_name, tracking_uri=outcome.tracking_uri, storage=outcome.storage)

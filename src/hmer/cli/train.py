@@ -22,38 +22,33 @@ def add_parser(sub) -> None:
     tr.add_argument("--recipe", default=None, help="a recipe in place of the preset's own (bttr, comer, swept)")
     tr.add_argument("--budget", default=None, help="a study budget (smoke, cpu, long, short, paper): its size, recipe "
                                                    "and keys, as a study trains its preset (`hmer config` shows them)")
-    tr.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
-                    help="config overrides such as train.lr=0.5 model.direction=l2r")
+    tr.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE", help=options.SET)
     tr.add_argument("--data", default=None, help=options.DATA)
     tr.add_argument("--device", default=None,
                     help="auto, cpu, cuda, cuda:N or mps (train.device; default: the config's)")
     tr.add_argument("--epochs", type=int, default=None, help="epochs to train (train.epochs; default: the config's)")
-    # "budget" alone names a study's compute budget (smoke|cpu|long|short|paper); a run's limit is time.
+    # ("budget" alone is a study's compute budget, by name)
     tr.add_argument("--time-budget", dest="time_budget", type=float, default=None, metavar="SECONDS",
                     help="wall-clock limit for training (train.time_budget_s); then it checkpoints and evaluates")
     tr.add_argument("--experiment", default="hmer", help="MLflow experiment (default: hmer)")
     tr.add_argument("--run-name", default=None, help="the MLflow run's name (default: the preset's name)")
     tr.add_argument("--tracking-uri", default=None, help=options.TRACKING_URI)
     tr.add_argument("--resume", nargs="?", const="latest", default=None, metavar="RUN_OR_CHECKPOINT",
-                    help="continue a killed run with the config it began with: a run id (or its first 8 characters "
-                         "at least), its checkpoint file, or, given alone, the latest unfinished run (default: a new "
-                         "run); the flags that make a new run's config are refused with it")
+                    help="continue a killed run with its own config: a run id (8 characters at least), its "
+                         "checkpoint file, or alone the latest unfinished run (default: a new run)")
     tr.add_argument("--no-progress", action="store_true",
                     help="one line per epoch instead of progress bars (default: bars on a terminal)")
     tr.add_argument("--pause-after-epochs", type=int, default=None, metavar="N",
                     help="train N epochs, checkpoint and exit with status 3 (continue with --resume)")
     tr.add_argument("--pause-within", type=float, default=None, metavar="SECONDS",
-                    help="pause likewise after the last epoch that leaves time for the next (as long as the one "
-                         "just done) within SECONDS from now: a machine lent for a while")
+                    help="pause likewise after the last epoch that leaves time for the next within SECONDS")
     tr.add_argument("--final-seconds", type=float, default=None, metavar="SECONDS",
-                    help="with --pause-within: what the test years take, counted before the last epoch "
-                         "(less than --pause-within)")
+                    help="with --pause-within: the test years' time, counted before the last epoch")
     tr.set_defaults(func=cmd_train)
 
 
 def check_time_flags(args) -> None:
-    """The time and pause flags, before any work: each a finite, positive number, and together a
-    window the run can finish in (a UserError naming the flag and its value)."""
+    """The time and pause flags, before any work: finite, positive, and a window the run can finish in."""
     for flag, value in (("--time-budget", args.time_budget), ("--pause-within", args.pause_within),
                         ("--final-seconds", args.final_seconds)):
         if value is not None and not (math.isfinite(value) and value > 0):
@@ -66,8 +61,6 @@ def check_time_flags(args) -> None:
             raise UserError(f"--final-seconds {args.final_seconds:g} counts the test years within --pause-within, "
                             "which is not given")
         if args.final_seconds >= args.pause_within:
-            # every epoch would be followed by a pause, and a run whose epochs are done by a pause
-            # before its test years, at every resume: it would never finish
             raise UserError(f"--final-seconds {args.final_seconds:g} is not less than --pause-within "
                             f"{args.pause_within:g}: the test years alone would not fit the window, and the run "
                             "would pause at every resume without ever finishing")
@@ -90,8 +83,7 @@ def cmd_train(args) -> int:
 
         check_resume_flags(args)
         uri = existing_store(args.tracking_uri)  # the run's own store: a mistyped path creates none
-        # a kill -9 left them RUNNING
-        for run_id in fail_runs_of_dead_processes(args.experiment, uri):
+        for run_id in fail_runs_of_dead_processes(args.experiment, uri):  # a kill -9 left them RUNNING
             print(f"run {run_id}: its process is gone; marked FAILED", file=sys.stderr)
         ckpt = find_resume_checkpoint(args.resume, uri, args.experiment)
         print(f"resuming from {ckpt}", flush=True)
@@ -115,14 +107,9 @@ def cmd_train(args) -> int:
     else:
         cfg = resolve_preset(args.preset or "bttr", recipe=args.recipe, named_by="--recipe").config
     overrides = parse_overrides(args.overrides)
-    if args.data:
-        overrides["data.path"] = args.data
-    if args.device:
-        overrides["train.device"] = args.device
-    if args.epochs is not None:
-        overrides["train.epochs"] = str(args.epochs)
-    if args.time_budget is not None:
-        overrides["train.time_budget_s"] = str(args.time_budget)
+    flags = {"data.path": args.data or None, "train.device": args.device or None, "train.epochs": args.epochs,
+             "train.time_budget_s": args.time_budget}
+    overrides.update({key: str(value) for key, value in flags.items() if value is not None})
     cfg = cfg.override(overrides).validate()
     result = train(cfg, tracking_uri=args.tracking_uri, experiment=args.experiment, run_name=args.run_name,
                    progress=not args.no_progress, pause_after_epochs=pause_after_epochs,
@@ -130,16 +117,15 @@ def cmd_train(args) -> int:
     return print_result(result)
 
 
-# The flags that make a new run's config (flag, its argparse name): a resumed run trains on with the
-# config it began with, so each would be dropped without a word (issue 70: even an unknown preset was).
+# (flag, argparse name) of what makes a new run's config: a resumed run keeps its own, so each would be
+# dropped without a word (issue 70: even an unknown preset was)
 NEW_RUN_FLAGS = (("--preset", "preset"), ("--config", "config"), ("--recipe", "recipe"), ("--budget", "budget"),
                  ("--set", "overrides"), ("--data", "data"), ("--device", "device"), ("--epochs", "epochs"),
                  ("--time-budget", "time_budget"), ("--run-name", "run_name"))
 
 
 def check_resume_flags(args) -> None:
-    """--resume names a run (or is alone), and comes without the flags it would drop: a UserError
-    naming them otherwise."""
+    """--resume names a run (or is alone), without the flags it would drop: a UserError otherwise."""
     if not args.resume.strip():  # `--resume ''` (an unset variable) had started a new 300-epoch training
         raise UserError(f"--resume {args.resume!r}: give a run id (or its first 8 characters at least) or a "
                         "checkpoint file, or --resume alone for the latest unfinished run")
@@ -166,9 +152,8 @@ def print_result(result) -> int:
 
 
 def find_resume_checkpoint(what: str, tracking_uri: str, experiment: str) -> Path:
-    """A checkpoint file of a run of the store, a run id or its first 8 characters at least (as
-    `hmer runs show` takes it), or 'latest': the newest unfinished run with a checkpoint. A UserError
-    (or RunNotFoundError) in one line where the store has no such run, or several begin so."""
+    """The checkpoint of `what`: a checkpoint file, a run id (8 characters at least), or 'latest' (the
+    newest unfinished run with one); a UserError or RunNotFoundError where there is none."""
     from ..tracking.models import run_by_prefix
     from ..tracking.store import checkpoint_root, mlflow_client, quiet_mlflow
 
@@ -196,9 +181,8 @@ def find_resume_checkpoint(what: str, tracking_uri: str, experiment: str) -> Pat
 
 
 def check_checkpoint_run(path: Path, client) -> None:
-    """A UserError naming the checkpoint `path` when the store `client` reads has not its run: the
-    run goes on in the store it began in (a checkpoint of a store's run, resumed against another,
-    ended in an MlflowException after its data had loaded)."""
+    """A UserError naming the checkpoint `path` when the store of `client` lacks its run (resumed against
+    another store, it had ended in an MlflowException after its data had loaded)."""
     from mlflow.exceptions import MlflowException
 
     from ..checkpoint import load_checkpoint

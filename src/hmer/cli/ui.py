@@ -10,10 +10,10 @@ from .errors import UserError
 
 def add_parser(sub) -> None:
     p = sub.add_parser("ui", help="start the MLflow UI and optuna-dashboard on the committed store (or --store) "
-                       "and print the link that opens each study's comparison; Ctrl-C stops both")
+                       "and print each study's links; Ctrl-C stops both")
     p.add_argument("--store", default=None, metavar="FOLDER",
                    help="the store's folder (mlflow.db, artifacts/, optuna.db); default: the MLflow home, "
-                        "mlruns/ of the checkout (served from a copy, so that nothing done in the UIs changes it)")
+                        "mlruns/ of the checkout (served from a copy: what the UIs do is not kept)")
     p.add_argument("--mlflow-port", type=int, default=5000, metavar="N", help="the MLflow UI's port (default 5000)")
     p.add_argument("--dashboard-port", type=int, default=8080, metavar="N",
                    help="optuna-dashboard's port (default 8080)")

@@ -1,14 +1,11 @@
-"""A clean store, as committed: no machine path, nothing left running, every study under its own name.
+"""A clean store, as committed (read on other machines): no machine path (`tracking.portable.machine_paths`)
+in its databases, artifacts or checkpoints, no RUNNING run or trial, every study called by its name
+(experiment, `hmer.study` tags, parent run's name and `study` param, Optuna's `hmer.experiment`).
 
     problems = store_problems(Path("mlruns"))        # [] for a clean store; else one line each
     fixed = make_paths_portable(folder, stores=[workspace])
 
-A committed store is read on other machines: it names no folder of the publishing machine
-(`tracking.portable.machine_paths`) in its databases, artifacts or checkpoints; no run or trial is
-RUNNING; a study is called by its name everywhere (experiment, `hmer.study` tags, parent run's name
-and `study` param, Optuna's `hmer.experiment`). `store_problems` walks every text column and file
-and reports each problem in one line naming where it is; `hmer runs publish` refuses a copy in
-which it still finds anything.
+`hmer runs publish` refuses a copy in which `store_problems` still finds anything.
 """
 
 from __future__ import annotations
@@ -47,18 +44,13 @@ class Problem:
 # ---- finding ---------------------------------------------------------------------------------------
 
 def store_problems(folder: str | Path) -> list[Problem]:
-    """Every machine path, running run or trial and mislabelled study of the store in `folder`
-    (`mlflow.db`, `optuna.db`, `artifacts/`, `checkpoints/`); see the module docstring."""
+    """Every problem (module docstring) of the store in `folder`: its databases, artifacts, checkpoints."""
     folder = Path(folder)
     problems: list[Problem] = []
-    if (folder / MLFLOW_DB).is_file():
-        with _read_only(folder / MLFLOW_DB) as db:
-            problems += _database_paths(db, MLFLOW_DB)
-            problems += _mlflow_problems(db)
-    if (folder / OPTUNA_DB).is_file():
-        with _read_only(folder / OPTUNA_DB) as db:
-            problems += _database_paths(db, OPTUNA_DB)
-            problems += _optuna_problems(db)
+    for name, more in ((MLFLOW_DB, _mlflow_problems), (OPTUNA_DB, _optuna_problems)):
+        if (folder / name).is_file():
+            with _read_only(folder / name) as db:
+                problems += [*_database_paths(db, name), *more(db)]
     for path in _files(folder):
         problems += [Problem(path.relative_to(folder).as_posix(), f"names the machine path {found}")
                      for found in _file_paths(path)]
@@ -151,11 +143,10 @@ def _strings(value) -> Iterator[str]:
 # ---- fixing ----------------------------------------------------------------------------------------
 
 def make_paths_portable(folder: str | Path, stores: Sequence[Path] = ()) -> list[str]:
-    """Write every machine path in the store in `folder` as a clone reads it (`portable_text`, with
-    `folder` and `stores`): params and tags, a study's `storage` (as the store's own optuna.db),
-    Optuna study attributes, text artifacts, model files (a `model.pt` naming one becomes
-    `model.safetensors`) and checkpoints. Returns what changed, in words. Trial attributes are left
-    (Optuna changes no finished trial): `store_problems` reports them."""
+    """Write every machine path in the store in `folder` as a clone reads it (`portable_text`): params,
+    tags, a study's `storage` (the store's own optuna.db), study attributes, text artifacts, model files
+    (a `model.pt` becomes `model.safetensors`) and checkpoints; returns what changed, in words. Trial
+    attributes are left (Optuna changes no finished trial): `store_problems` reports them."""
     folder = Path(folder)
     stores = [folder, *stores]
     changed = []
@@ -179,8 +170,8 @@ def make_paths_portable(folder: str | Path, stores: Sequence[Path] = ()) -> list
 
 
 def _published_storages(folder: Path) -> dict[tuple[str, str], str]:
-    """{(parent run id, "storage"): the published storage} for every study whose parent run names a
-    machine's storage and whose Optuna study the store's optuna.db holds: that is where it is now."""
+    """{(parent run id, "storage"): PUBLISHED_STORAGE} for each study whose parent run names a machine's
+    storage and whose Optuna study the store's optuna.db holds."""
     if not (folder / OPTUNA_DB).is_file():
         return {}
     with _read_only(folder / OPTUNA_DB) as db:

@@ -4,12 +4,10 @@
     changes = annotate_optuna_study(study, storage, objective_name="best validation ExpRate (%)",
                                     description="decoding direction: ...", superseded_by=None, table=frame)
 
-A study of the suite gets its objective's name (not "Objective 0"), its description (user attribute
-`hmer.description`), and a study note: what it compares, why the dashboard's "Best Trial" is not its
-answer (a grid's trial is one seed of one variant; a finished grid's table is in the note), how many
-trials failed and were taken over, and the study superseding it, if any. Every FAIL trial gets a
-note: why it failed, and the trial that continued it (Optuna refuses to change a finished trial's
-attributes, so this is a note). Only what differs from what is stored is written.
+A study gets its objective's name (not "Objective 0"), its description (`hmer.description`) and a
+note: what it compares, why "Best Trial" is not a grid's answer, its failed and taken-over trials and
+what supersedes it. Each FAIL trial gets a note (Optuna changes no finished trial's attributes): why
+it failed, and the trial that continued it. Only what differs is written.
 """
 
 from __future__ import annotations
@@ -28,9 +26,8 @@ NO_ERROR = "no error recorded (its worker died or was interrupted)"
 
 
 def continuations(trials: list[FrozenTrial]) -> dict[int, tuple[int, str]]:
-    """{number of a FAIL trial: (number of the later trial that took it over, how, in words)}: the one
-    naming it (`hmer.resumed_from`: resumed its run; `hmer.continues`: a sweep's trial that took its
-    parameters), else the next trial of its cell (`hmer.cell_key`), which ran the cell again."""
+    """{FAIL trial's number: (the later trial that took it over, how)}: the one naming it
+    (`hmer.resumed_from`, `hmer.continues`), else the next trial of its cell (`hmer.cell_key`)."""
     taken: dict[int, tuple[int, str]] = {}
     for t in trials:
         resumed = t.user_attrs.get(keys.RESUMED_FROM)
@@ -41,20 +38,19 @@ def continuations(trials: list[FrozenTrial]) -> dict[int, tuple[int, str]]:
         continued = t.user_attrs.get(keys.CONTINUES)
         if continued is not None and str(continued).isdigit():
             taken.setdefault(int(continued), (t.number, "ran its parameters again"))
-    failed = [t for t in trials if t.state == TrialState.FAIL]
-    for t in failed:
+    failed = {t.number: t for t in trials if t.state == TrialState.FAIL}
+    for t in failed.values():
         if t.number in taken or keys.CELL_KEY not in t.user_attrs:
             continue
         cell = t.user_attrs[keys.CELL_KEY]
         later = [u for u in trials if u.number > t.number and u.user_attrs.get(keys.CELL_KEY) == cell]
         if later:
             taken[t.number] = (later[0].number, "ran its cell again from the first epoch")
-    return {number: how for number, how in taken.items() if number in {t.number for t in failed}}
+    return {number: how for number, how in taken.items() if number in failed}
 
 
 def failure_reason(trial: FrozenTrial) -> str:
-    """Why a FAIL trial failed, on one line: its error, who marked its dead worker's trial FAIL, or
-    that nothing was recorded (Optuna's heartbeat check failed it, or its worker was interrupted)."""
+    """Why a FAIL trial failed, on one line: its error, who marked it FAIL, or NO_ERROR."""
     why = str(trial.user_attrs.get(keys.ERROR) or trial.user_attrs.get(keys.FAILED_BY) or "")
     return why.splitlines()[0][:300] if why.strip() else NO_ERROR
 
@@ -67,8 +63,7 @@ def trial_note(trial: FrozenTrial, taken: Mapping[int, tuple[int, str]]) -> str:
 
 
 def scores_table(table: pd.DataFrame) -> str:
-    """The variants' ExpRate per test year, mean ± std over seeds, as a Markdown table (from a
-    `reports.tables.study_table`)."""
+    """A `study_table`'s ExpRate per variant and test year, mean ± std over seeds, in Markdown."""
     from ..reports.markup import markdown, mean_pm_std
 
     years = [str(y) for y in table.attrs.get("years", [])]
@@ -112,8 +107,7 @@ def study_note(study: optuna.Study, *, objective_name: str, kind: str, descripti
 def annotate_optuna_study(study: optuna.Study, storage: optuna.storages.BaseStorage, *, objective_name: str,
                           kind: str, description: str | None, superseded_by: str | None = None,
                           table: pd.DataFrame | None = None) -> list[str]:
-    """Write the study's objective name, description, superseded mark, note and failed trials' notes
-    where they differ; returns what was written. `storage`: as `load_for_notes` opened it."""
+    """Write what differs (module docstring); returns what was written. `storage`: `load_for_notes`'s."""
     from optuna_dashboard import get_note, save_note
 
     from ..studies.storage import trial_id
@@ -137,8 +131,8 @@ def annotate_optuna_study(study: optuna.Study, storage: optuna.storages.BaseStor
     for frozen in trials:
         if frozen.state != TrialState.FAIL:
             continue
-        # save_note takes a live `optuna.Trial`; made for a finished one, it only reads (under a
-        # sampler whose `before_trial` writes nothing), and the note goes to the study's attributes.
+        # save_note takes a live Trial; made for a finished one under a sampler that writes nothing,
+        # it only reads, and the note goes to the study's attributes
         trial = optuna.Trial(study, trial_id(storage, study, frozen.number))
         body = trial_note(frozen, taken)
         if get_note(trial) != body:
@@ -150,8 +144,8 @@ def annotate_optuna_study(study: optuna.Study, storage: optuna.storages.BaseStor
 
 
 def load_for_notes(study_name: str, storage: str) -> tuple[optuna.Study, optuna.storages.BaseStorage]:
-    """The study at `storage` and its storage, loaded under a sampler that writes nothing when a trial
-    object is made for a finished trial (a grid's sampler would record its grid on it)."""
+    """The study and its storage, under a sampler that writes nothing when a Trial is made for a
+    finished trial (a grid's sampler would record its grid on it)."""
     store = optuna.storages.RDBStorage(storage)
     study = optuna.load_study(study_name=study_name, storage=store, sampler=optuna.samplers.RandomSampler(seed=0))
     return study, store

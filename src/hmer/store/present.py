@@ -1,13 +1,12 @@
-"""A study as its users open it, in the MLflow UI and in optuna-dashboard: one function for every path.
+"""A study as its users open it, in the MLflow UI (`store.study_run`) and optuna-dashboard (`store.dashboard`).
 
     changes = present_study("ablate_direction-cpu", tracking_uri=uri, storage=url)   # [] when up to date
     done = present_studies(uri, url)                                                  # {study: changes}
 
-MLflow: a finished or superseded grid study gets its figure, table, description and summary runs,
-a finished sweep its table and description (`store.study_run`); a grid's killed attempts whose cell
-a later run trained are marked and left out. Optuna: `store.dashboard`. Called once a study ends
-(hmer.cli.study), by `hmer runs present`, `publish` and `supersede`. Presenting again writes
-nothing, so a store presented twice keeps its bytes. `comparison_hint` says where to compare.
+A finished or superseded grid gets its figure, table, description and summary runs, its killed
+attempts that a later run trained again marked; a finished sweep its table and description. Called
+when a study ends (hmer.cli.study) and by `hmer runs present | publish | supersede`. Presenting
+again writes nothing: a store presented twice keeps its bytes.
 """
 
 from __future__ import annotations
@@ -21,34 +20,31 @@ from ..tracking import keys
 def present_study(study: str, *, tracking_uri: str | None = None, storage: str | None = None) -> list[str]:
     """Present `study` in both UIs; returns what was written, in words. The Optuna side is skipped when
     `storage` (default: `optuna.db` beside a SQLite store) has no such study; no SQLite file is created."""
-    from ..reports.runs import resolve_tracking_uri
-
     from mlflow.exceptions import MlflowException
 
+    from ..reports.runs import resolve_tracking_uri
     from ..studies.storage import first_use_lock
 
     uri = resolve_tracking_uri(tracking_uri)
-    # Workers of a study on one machine whose commands end together take turns (a SQLite store;
-    # `store.study_run` keeps one summary run a variant where a tracking server is shared).
-    with first_use_lock(uri):
+    with first_use_lock(uri):  # a study's workers on one machine that end together take turns
         try:
             return _present(study, uri, storage)
         except MlflowException:
-            # Workers on several machines that end together present the study at once (a tracking
-            # server: no lock between machines); MLflow inserts a new tag or metric without one, so
-            # the second insert of a key can fail. What the first wrote is then there: a second
-            # pass writes only what still differs.
+            # workers on several machines (a tracking server, no lock) may insert the same new key at
+            # once, and the second insert fails: a second pass writes only what still differs
             return _present(study, uri, storage)
 
 
 def _present(study: str, uri: str, storage: str | None) -> list[str]:
+    import optuna
+
     from ..reports.runs import client_for, load_runs, study_parent
     from .study_run import annotate_study, mark_killed_attempts
 
     parent = study_parent(study, uri)
+    url = _storage_url(storage, uri)
     changes: list[str] = []
-    table = None
-    superseded_by = kind = None
+    table = superseded_by = kind = None
     if parent is not None:
         kind = _text(parent.get(f"tags.{keys.KIND}"))
         superseded_by = _text(parent.get(f"tags.{keys.SUPERSEDED_BY}"))
@@ -62,13 +58,12 @@ def _present(study: str, uri: str, storage: str | None) -> list[str]:
             table = study_table(study, uri, runs=runs)
             changes += annotate_study(study, uri, runs=runs, table=table)
         elif kind == "sweep" and parent["state"] == "finished":
-            changes += annotate_sweep(study, uri, _storage_url(storage, uri))
-    loaded = _optuna_study(study, storage, uri)
-    if loaded is not None:
+            changes += annotate_sweep(study, uri, url)
+    if url is not None and study in optuna.get_all_study_names(url):
         from ..studies.session import OBJECTIVE_NAMES
-        from .dashboard import annotate_optuna_study
+        from .dashboard import annotate_optuna_study, load_for_notes
 
-        optuna_study, optuna_storage = loaded
+        optuna_study, optuna_storage = load_for_notes(study, url)
         kind = _text(optuna_study.user_attrs.get(keys.KIND)) or kind
         changes += annotate_optuna_study(
             optuna_study, optuna_storage, objective_name=OBJECTIVE_NAMES.get(kind or "", ""), kind=kind or "",
@@ -77,8 +72,8 @@ def _present(study: str, uri: str, storage: str | None) -> list[str]:
 
 
 def comparison_hint(study: str, tracking_uri: str | None = None) -> str | None:
-    """The line that says how to open the comparison of `study`'s runs in the MLflow UI
-    (`store.study_run.comparison_metric`); None for a study without a parent run."""
+    """The line that says how to open the comparison of `study`'s runs in the MLflow UI; None for a
+    study without a parent run."""
     from ..reports.runs import resolve_tracking_uri, study_parent
     from .study_run import comparison_metric
     from ..tracking.ui import ui_hint
@@ -104,39 +99,20 @@ def present_studies(tracking_uri: str | None = None, storage: str | None = None)
     return {name: present_study(name, tracking_uri=uri, storage=url) for name in names}
 
 
-def _optuna_study(study: str, storage: str | None, tracking_uri: str) -> Any:
-    """(the Optuna study, its storage) as `dashboard.load_for_notes` opens them; None where there is none."""
-    url = _storage_url(storage, tracking_uri)
-    if url is None:
-        return None
-    import optuna
-
-    from .dashboard import load_for_notes
-
-    if study not in optuna.get_all_study_names(url):
-        return None
-    return load_for_notes(study, url)
-
-
 def _storage_url(storage: str | None, tracking_uri: str) -> str | None:
-    """The Optuna storage to present, None where there is none: a SQLite file that does not exist
-    (opening it would create it)."""
+    """The Optuna storage to present, None where there is none (a SQLite file that opening would create)."""
     from ..studies.storage import default_storage
 
-    if storage is None:
-        if not tracking_uri.startswith("sqlite:///"):
-            return None
-        url = default_storage(tracking_uri)
-    else:
-        url = storage
+    if storage is None and not tracking_uri.startswith("sqlite:///"):
+        return None
+    url = default_storage(tracking_uri) if storage is None else storage
     if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).is_file():
         return None
     return url
 
 
 def _description(study, parent, tracking_uri: str) -> str | None:
-    """What the study compares: its stored description, else the one its parent run recorded when
-    it began (`study.json`), else its spec's."""
+    """What the study compares: its stored description, else its parent run's `study.json`'s, else its spec's."""
     stored = _text(study.user_attrs.get(keys.DESCRIPTION))
     if stored:
         return stored
@@ -166,14 +142,13 @@ def _text(value: Any) -> str | None:
 
 
 def annotate_sweep(study: str, tracking_uri: str | None = None, storage: str | None = None) -> list[str]:
-    """Write the sweep's table (`sweep_table`, read from its Optuna storage: by default optuna.db
-    beside the MLflow store) onto its parent run, where it differs; returns what was written."""
+    """Write the sweep's table (`sweep_table`, from its Optuna storage: default optuna.db beside the
+    MLflow store) onto its parent run, where it differs; returns what was written."""
     import optuna
 
     from ..reports.runs import client_for, resolve_tracking_uri, study_parent
+    from ..studies.sweep_report import sweep_storage, sweep_table
     from .study_run import TABLE_ARTIFACT, _write_artifact_if_changed
-    from ..studies.sweep_report import sweep_storage
-    from ..studies.sweep_report import sweep_table
 
     uri = resolve_tracking_uri(tracking_uri)
     parent = study_parent(study, uri)
@@ -197,8 +172,7 @@ NOTE_CHARS = 6000  # a description longer than MLflow's 8000-character tag limit
 
 
 def sweep_description(study: str, text: str) -> str:
-    """The sweep's parent-run description: its table (`sweep_table`'s text, best trials first) as
-    far as it fits a description, the whole of it being `table.md`."""
+    """The sweep's parent-run description: as much of its table (best trials first) as fits; `table.md` holds all."""
     from .study_run import TABLE_ARTIFACT  # (the reports' plotting stays out of a study's start)
 
     lines = text.splitlines()

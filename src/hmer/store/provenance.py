@@ -2,11 +2,8 @@
 
     shown = run_provenance(client, run_id, today_fingerprint)   # a Provenance; shown.lines() is what it prints
 
-Beside the run's config as it trained (its `config.json`): the study, cell, seed and commit, how far it trained (epochs,
-CPU-hours, the CPU cost an epoch lately and what is left at it, validation ExpRate so far: a run that
-spans sessions), the training-code fingerprint against today's (hmer.training.fingerprint), the scores
-per year, and where the weights and predictions are. How a config is built, layer by layer, is
-`hmer config`'s (hmer.studies.resolution).
+Its study, cell, seed and commit, how far it trained (for a run that spans sessions), its training-code
+fingerprint against today's, its config as it trained, its scores per year, and where its files are.
 """
 
 from __future__ import annotations
@@ -23,8 +20,7 @@ from ..tracking.run import process_gone
 
 @dataclass
 class Progress:
-    """How far a run trained, read from its per-epoch metrics: what a run that spans sessions
-    needs said of it (epochs, CPU time and its rate, what is left, validation so far)."""
+    """How far a run trained, from its per-epoch metrics: epochs, CPU time and rate, what is left, validation."""
 
     status: str
     epochs: int
@@ -40,8 +36,8 @@ class Progress:
         out = [f"  training: {self.epochs}{planned} epochs, {self.status}"
                + (f" ({self.stopped_by})" if self.stopped_by and self.status != "finished" else "")]
         if self.cpu_seconds:
-            (first, before), (last, total) = self.cpu_seconds[max(0, len(self.cpu_seconds) - 1 - self.RATE_EPOCHS)], \
-                self.cpu_seconds[-1]
+            first, before = self.cpu_seconds[max(0, len(self.cpu_seconds) - 1 - self.RATE_EPOCHS)]
+            last, total = self.cpu_seconds[-1]
             words = f"    {total / 3600:.2f} CPU-hours of training"
             if last > first:
                 rate = (total - before) / (last - first)
@@ -130,7 +126,7 @@ class Provenance:
         return f"  training code: fingerprint {fingerprint}, {same}"
 
     def _config_lines(self) -> list[str]:
-        """The config as it trained, a key a line (`hmer config` shows how today's layers build one)."""
+        """The config as it trained, a key a line."""
         shown = {key: json.dumps(value) if isinstance(value, str) else str(value) for key, value in self.config.items()}
         width = max(len(key) for key in shown)
         return ["  config it trained with (its config.json):", *(f"    {key:<{width}}  {value}"
@@ -158,8 +154,7 @@ def run_provenance(client, run_id: str, today_fingerprint: str) -> Provenance:
         except (OSError, ValueError) as exc:
             raise ValueError(f"run {run_id} has no readable config.json ({exc}): it trained nothing here") from None
     metrics = run.data.metrics
-    # a scored split logs its size, test_<year>_n, once (its metrics, the graph metric's among them,
-    # are test_<year>_<metric>: "2014_lgeval" is no year)
+    # the years from test_<year>_n, one a scored split (test_2014_lgeval_exprate would give "2014_lgeval")
     years = sorted(key[len("test_"):-len("_n")] for key in metrics if key.startswith("test_") and key.endswith("_n"))
     scores = {year: {m: metrics[f"test_{year}_{m}"] for m in (*METRICS.names(), "n") if f"test_{year}_{m}" in metrics}
               for year in years}

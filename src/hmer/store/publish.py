@@ -2,20 +2,14 @@
 
     done = publish("/tmp/ws", mlruns_dir(), keep_unfinished=False)    # a Published, to print
 
-The copy is built in `mlruns/.publishing/` and replaces the committed store's files only once
-nothing is wrong with it. Its steps:
-1. unfinished studies are left out, or kept with `keep_unfinished` (hmer.store.unfinished);
-2. `close_running`: a running trial is FAIL in the copy, as one whose worker died (continued from
-   its checkpoint in a workspace made from the commit), its run KILLED, a parent so stopped
-   `interrupted`; in the workspace they go on;
-3. every study's parent run carries its table;
-4. no machine path is left (store.clean, tracking.portable);
-5. `clean.store_problems` must find nothing, else the publish is refused in one line.
+The copy is built in `mlruns/.publishing/` and replaces the committed store's files only once clean:
+unfinished studies left out or kept (`store.unfinished`); what runs closed in the copy (`close_running`:
+a trial FAIL as if its worker died, its run KILLED), going on in the workspace; every study presented;
+no machine path left (`store.clean`); then `clean.store_problems` must find nothing.
 
-It holds the store's lock (`tracking.lock`) throughout. Ended by SIGTERM or Ctrl-C it removes its
-staging copy and changes nothing, or, in its last step (files moved into place, well under a
-second), ends that step first. Killed outright in that step, the store may be left part old, part
-new; the next publish names the stale lock and writes every file again.
+It holds the store's lock throughout. SIGTERM or Ctrl-C removes the staging copy and changes nothing,
+or, in the last step (files moved into place, well under a second), waits for it. Killed outright
+there, the store may be part old, part new; the next publish names the stale lock and writes it all.
 """
 
 from __future__ import annotations
@@ -50,20 +44,17 @@ class Published:
 
 def publish(source: str | Path, dest: str | Path, *, keep_unfinished: bool, weights_only: bool = False,
             replace: bool = False) -> Published:
-    """Publish the local store in the folder `source` into `dest` (module docstring); `weights_only`:
-    each kept unfinished trial continues from its weights alone. A source that is not `dest`'s own
-    continuation (a workspace made from it, holding every run and study of `dest`) is refused unless
-    `replace`. ValueError naming the first problem (`dest` as it was); `StoreLocked` when another
-    publish writes `dest`."""
+    """Publish the store in the folder `source` into `dest`; `weights_only`: each kept unfinished trial
+    continues from its weights alone; `replace`: even a `source` that is not `dest`'s continuation.
+    ValueError naming the first problem (`dest` as it was); `StoreLocked` when another publish writes."""
     source, dest = Path(source).resolve(), Path(dest).resolve()
     with store_lock(dest, f"hmer runs publish {source}"), no_training(dest):
         return _publish(source, dest, keep_unfinished=keep_unfinished, weights_only=weights_only, replace=replace)
 
 
 def not_a_continuation(copy: Path, dest: Path) -> str | None:
-    """Why the store `copy` (a copy of what is published) is not `dest`'s own continuation, or None:
-    each run (deleted ones too) and each Optuna study of `dest` must be in it. A store made for
-    something else would otherwise replace every result of `dest` (issue 70)."""
+    """Why the store `copy` is not `dest`'s continuation (holding each run, deleted too, and Optuna study
+    of `dest`), or None: a store made for something else would replace all of `dest` (issue 70)."""
     import optuna
 
     from ..tracking.portable import snapshot_database
@@ -108,8 +99,8 @@ def _publish(source: Path, dest: Path, *, keep_unfinished: bool, weights_only: b
     staging = dest / STAGING
     shutil.rmtree(staging, ignore_errors=True)  # a publish that was killed
     try:
-        # brought up to date while its artifact locations are still absolute (an artifact written
-        # to a portable store would land relative to the working folder), then made portable
+        # presented while its artifact locations are absolute (a portable one's would land relative
+        # to the working folder), then made portable
         db = copy_store(source, staging, portable=False, checkpoints=keep_unfinished)
         uri = f"sqlite:///{db}"
         optuna_db = staging / "optuna.db"
@@ -145,8 +136,8 @@ def _publish(source: Path, dest: Path, *, keep_unfinished: bool, weights_only: b
 
 
 def _replace(staging: Path, dest: Path) -> None:
-    """The committed store's files replaced by the copy's, each by a rename (a folder's old version
-    moved into the staging folder, removed with it), so the store is never long without one."""
+    """The committed store's files replaced by the copy's, each by a rename (an old folder moved into
+    the staging folder, removed with it)."""
     for name in STORE_FILES:
         if (staging / name).is_file():
             os.replace(staging / name, dest / name)
@@ -158,8 +149,7 @@ def _replace(staging: Path, dest: Path) -> None:
 
 
 def close_running(client, storage: str | None) -> list[str]:
-    """Close, in a copy of a store, what was running where it was copied from (see the module
-    docstring); returns what was closed, in words."""
+    """Close, in a copy of a store, what was running (module docstring); returns what was closed, in words."""
     closed = []
     if storage is not None:
         closed += _fail_running_trials(storage)
@@ -173,25 +163,21 @@ def close_running(client, storage: str | None) -> list[str]:
         if tags.get(keys.ROLE) == "study" and keys.SUPERSEDED_BY in tags:
             close_superseded_parent(client, run)
             status = "incomplete"
-        elif tags.get(keys.ROLE) == "study":
-            client.set_tag(run.info.run_id, keys.STATUS, "interrupted")  # as a study stopped with Ctrl-C
+        else:  # a parent as a study stopped with Ctrl-C, a trial's run as one stopped by a signal
+            status = "interrupted" if tags.get(keys.ROLE) == "study" else "killed"
+            client.set_tag(run.info.run_id, keys.STATUS, status)
+            if status == "killed":
+                client.set_tag(run.info.run_id, keys.STOPPED_BY,
+                               "still running in the workspace when it was published (hmer runs publish): "
+                               "the published copy holds it as it stood")
             client.set_terminated(run.info.run_id, status=RunStatus.to_string(RunStatus.KILLED))
-            status = "interrupted"
-        else:
-            client.set_tag(run.info.run_id, keys.STATUS, "killed")  # as a run stopped by a signal: resumable
-            client.set_tag(run.info.run_id, keys.STOPPED_BY,
-                           "still running in the workspace when it was published (hmer runs publish): "
-                           "the published copy holds it as it stood")
-            client.set_terminated(run.info.run_id, status=RunStatus.to_string(RunStatus.KILLED))
-            status = "killed"
         closed.append(f"run {run.info.run_id} ({tags.get(keys.STUDY) or run.info.run_name}): {status}")
     return closed
 
 
 def _fail_running_trials(storage: str) -> list[str]:
-    """Mark FAIL the RUNNING trials of every study in `storage`, as its next worker does with a
-    dead worker's (`bookings.CellBookings.reap`); the next worker of a sweep continues them as it
-    continues any dead trial (`bookings.CellBookings.book_continuation`)."""
+    """Mark FAIL the RUNNING trials of every study in `storage`, as a next worker does a dead worker's
+    (`bookings.CellBookings.reap`), and continues them."""
     import optuna
     from optuna.trial import TrialState
 

@@ -1,17 +1,10 @@
-"""A study renamed in its store: `hmer runs rename STUDY NEW`.
+"""A study renamed in its store (`hmer runs rename STUDY NEW`), or labelled superseded (`hmer runs supersede`).
 
-A study's name is its MLflow experiment's, its runs' `hmer.study` tag, its Optuna study's, its parent
-run's name and `study` param and its Optuna `hmer.experiment`: all are renamed. A study re-run at a
-redefined budget keeps its name (`<study>-<budget>`), so the one it supersedes must give the name up
-first (e.g. `ablate_direction-cpu-4ep`), or the re-run would silently resume it.
-
-Optuna cannot rename a study: it is copied (`optuna.copy_study`) and the old one deleted last. The
-steps (copy, retag runs, rename experiment, delete) each skip what is done, so an interrupted rename
-is repaired by running the command again.
-
-`hmer runs supersede OLD NEW` labels the kept study (`hmer.superseded_by` on its experiment and
-parent run, and its description); a parent run it left RUNNING is closed (KILLED,
-`hmer.status=incomplete`) and gets the study's table as it stands.
+Renamed: its MLflow experiment, its runs' `hmer.study` tag, its parent run's name and `study` param,
+its Optuna study and `hmer.experiment`. (A study re-run at a redefined budget keeps its name, so the
+one it supersedes gives the name up first, or the re-run would resume it.) Optuna cannot rename a
+study: it is copied and the old one deleted last; each step skips what is done, so running the
+command again repairs an interrupted rename.
 """
 
 from __future__ import annotations
@@ -40,8 +33,7 @@ class Renamed:
 
 def rename_study(study: str, new: str, *, tracking_uri: str | None = None, storage: str | None = None) -> Renamed:
     """Rename `study` to `new` in the MLflow store and the Optuna storage. Refuses, changing nothing, a
-    study not there, a name taken, and a study with a RUNNING trial whose worker runs or may run
-    (another host's); a RUNNING trial whose worker on this host is gone is first marked FAIL."""
+    study not there, a name taken, and a RUNNING trial whose worker may run (a dead one is marked FAIL)."""
     from ..tracking.store import default_tracking_uri, mlflow_client
     from ..studies.storage import default_storage, open_storage
 
@@ -100,8 +92,7 @@ def rename_study(study: str, new: str, *, tracking_uri: str | None = None, stora
 
 
 def _tagged_runs(client, study: str) -> list:
-    """Every run, in any experiment, tagged as the study's (deleted runs included: they are the
-    study's too, and would come back under the old name if restored)."""
+    """Every run tagged as the study's, in any experiment, deleted too (restored, it keeps the tag)."""
     return search_all_runs(client, filter_string=f"tags.`{keys.STUDY}` = '{study}'", deleted_too=True)
 
 
@@ -114,8 +105,8 @@ def _same_trials(storage, study: str, new: str) -> bool:
 
 
 def mark_superseded(study: str, by: str, *, tracking_uri: str | None = None) -> str:
-    """Label `study` as superseded by `by` (module docstring). Both must be studies of the store;
-    running it again changes nothing. Returns the experiment's new description."""
+    """Label `study` as superseded by `by`: tag `hmer.superseded_by` on its experiment and parent run, the
+    experiment's description, a RUNNING parent closed, its table written; returns the description."""
     from ..tracking.store import default_tracking_uri, mlflow_client
 
     uri = tracking_uri or default_tracking_uri()
@@ -155,9 +146,8 @@ def mark_superseded(study: str, by: str, *, tracking_uri: str | None = None) -> 
 
 
 def close_superseded_parent(client, run) -> None:
-    """End the parent run of a superseded study that stopped unfinished: nothing continues it.
-    KILLED (stopped from outside, not failed), `hmer.status=incomplete`, at the end of its last
-    trial (so that closing it again, in a copy, writes the same)."""
+    """End the parent run of a superseded study that stopped unfinished (nothing continues it): KILLED,
+    `hmer.status=incomplete`, at its last trial's end (so that closing it again writes the same)."""
     children = search_all_runs(client, [run.info.experiment_id],
                                f"tags.`{keys.MLFLOW_PARENT_RUN_ID}` = '{run.info.run_id}'")
     ends = [c.info.end_time for c in children if c.info.end_time]

@@ -2,22 +2,14 @@
 
     changes = annotate_study("ablate_direction-cpu", tracking_uri)   # [] when already up to date
 
-A grid study's parent run gets the figure `exprate.png` (`plots.plot_exprate`) and `table.md` as
-artifacts, and a description (`mlflow.note.content`) with the figure, the table as `hmer report
---study` prints it, and a link to the figure. It carries no `hmer.variant`, so grouping by that tag
-groups the variants' own runs.
+A grid study's parent run gets the artifacts `exprate.png` and `table.md`, and a description
+(`mlflow.note.content`) with both. Beside the trials, one **summary run** per variant
+(`hmer.role=summary`, "bi: mean of 3 seeds") logs `<year> ExpRate`, the mean over seeds: MLflow's
+charts draw a bar per run, so these charts, sorted first, draw one per variant. A variant's runs
+share its figure's colour (`mlflow.runColor`).
 
-Beside the trials, one **summary run** per variant (`hmer.role=summary`), named "bi: mean of 3
-seeds", with metric `<year> ExpRate` the mean over seeds: MLflow's charts are one bar per run, so
-the first charts (the year sorts first) have one bar per variant. A variant's runs share its
-figure colour (`mlflow.runColor`).
-
-A sweep's parent run gets its table (`sweep_report.sweep_table`) as description and `table.md`; a
-superseded study gets its table as it stopped.
-
-Only what differs is written, so annotating again leaves the store byte for byte. The figure is
-drawn again only when missing or the table changed: its pixels are matplotlib's, which must not
-make a store differ from one machine to another.
+Only what differs is written, so annotating again leaves the store byte for byte; the figure is drawn
+again only when missing or the table changed (matplotlib's pixels differ from machine to machine).
 """
 
 from __future__ import annotations
@@ -34,8 +26,7 @@ from ..tracking import keys
 from ..tracking.store import search_all_runs, study_filter
 from ..reports.plots import plot_exprate, variant_colors
 from ..reports.runs import client_for, load_runs, resolve_tracking_uri, study_parent
-from ..reports.tables import format_table
-from ..reports.tables import scored, study_table
+from ..reports.tables import format_table, scored, study_table
 
 TABLE_ARTIFACT = "table.md"
 FIGURE_ARTIFACT = "exprate.png"
@@ -52,8 +43,7 @@ def summary_run_name(variant: str, seeds: int) -> str:
 
 
 def summary_values(table: pd.DataFrame) -> dict[str, dict[str, float]]:
-    """{variant: {summary metric: mean ExpRate}} from a `study_table`, for the variants with a
-    scored seed; a year a variant was not scored on is left out."""
+    """{variant: {summary metric: mean ExpRate}} from a `study_table`, for each variant and year scored."""
     values: dict[str, dict[str, float]] = {}
     for variant, row in table.iterrows():
         if int(row.get("seeds", 0) or 0) < 1:
@@ -67,9 +57,8 @@ def summary_values(table: pd.DataFrame) -> dict[str, dict[str, float]]:
 
 
 def description(study: str, table: pd.DataFrame, experiment_id: str, run_id: str) -> str:
-    """The parent run's description: the figure, the study's table as `hmer report --study` prints
-    it, and what the runs beside the trials are. The image is the run's own artifact, served by
-    the MLflow server that shows the page (`get-artifact`, relative to it)."""
+    """The parent run's description: the figure (its own artifact, `get-artifact` relative to the server
+    that shows the page), the table as `hmer report --study` prints it, and what the summary runs are."""
     image = f"get-artifact?path={FIGURE_ARTIFACT}&run_uuid={run_id}"
     page = f"#/experiments/{experiment_id}/runs/{run_id}/artifacts/{FIGURE_ARTIFACT}"
     return (f"![{study}: ExpRate by variant and test year]({image})\n\n"
@@ -94,9 +83,9 @@ def annotate_study(study: str, tracking_uri: str | None = None, *, runs: pd.Data
     table = study_table(study, uri, runs=runs) if table is None else table
     client = client_for(uri)
     run = client.get_run(parent["run_id"])
-    changes: list[str] = []
     if table.empty:
-        return changes
+        return []
+    changes: list[str] = []
     order = [str(v) for v, row in table.iterrows() if int(row.get("seeds", 0) or 0) > 0]
     colors = variant_colors(order)
     table_changed = _write_artifact_if_changed(client, run, TABLE_ARTIFACT, format_table(table, "markdown").encode())
@@ -127,9 +116,8 @@ KILLED_ATTEMPT = " (killed attempt)"  # the end of a killed attempt's run name
 
 
 def mark_killed_attempts(client, runs: pd.DataFrame) -> list[str]:
-    """Tag `hmer.trained_again_in` on each killed trial run whose cell (variant and seed) a later run
-    trained from the start, and end its name with KILLED_ATTEMPT, so the comparison link
-    (`tracking.ui.study_url`) leaves it out and its list tells it apart; nothing is deleted."""
+    """Tag `hmer.trained_again_in` on each killed trial run whose cell (variant, seed) a later run trained,
+    and end its name with KILLED_ATTEMPT: the comparison link (`tracking.ui.study_url`) leaves it out."""
     if runs.empty or "status" not in runs.columns:
         return []
     finished = runs[runs["status"] == "FINISHED"]
@@ -154,9 +142,8 @@ def summary_runs(client, experiment_id: str, study: str) -> list:
 
 
 def comparison_metric(study: str, tracking_uri: str | None = None) -> str:
-    """The metric whose order opens a study's comparison in the MLflow UI (`tracking.ui.study_url`'s
-    `order_by`): its summary runs' first test year (`2014 ExpRate`) when it has them, else the
-    metric every trial logs, its best validation ExpRate (a sweep's trials are not tested)."""
+    """The metric a study's comparison in the MLflow UI is ordered by: its summary runs' first test year
+    (`2014 ExpRate`), else what every trial logs (`best_val_exprate`: a sweep's trials are not tested)."""
     from ..reports.runs import scored_years
 
     uri = resolve_tracking_uri(tracking_uri)
@@ -203,8 +190,7 @@ def _summary_runs(client, parent, study: str, table: pd.DataFrame, colors: dict[
         if run.info.status != "FINISHED":
             client.set_terminated(run.info.run_id, status="FINISHED", end_time=when)
     if created:
-        # Two workers' commands that end together present the study at once: on a tracking server
-        # (no lock between machines) both may create a variant's summary. Each keeps the same one.
+        # two workers on a tracking server (no lock) may both create a variant's summary: keep one
         _one_summary_each(client, parent.info.experiment_id, study, wanted, [])
         changes.append(f"{created} summary run(s)")
     if updated:
@@ -213,8 +199,7 @@ def _summary_runs(client, parent, study: str, table: pd.DataFrame, colors: dict[
 
 
 def _one_summary_each(client, experiment_id: str, study: str, wanted: dict, changes: list[str]) -> dict[str, Any]:
-    """{variant: its summary run}; the summary runs of a variant no longer in the table, and all
-    but one of a variant's (the smallest run id: every process keeps the same), are deleted."""
+    """{variant: its summary run}; the others are deleted (a variant gone, or all but a variant's smallest run id)."""
     kept: dict[str, Any] = {}
     for run in sorted(summary_runs(client, experiment_id, study), key=lambda r: r.info.run_id):
         variant = run.data.tags.get(keys.VARIANT, "")
@@ -227,8 +212,8 @@ def _one_summary_each(client, experiment_id: str, study: str, wanted: dict, chan
 
 
 def _png(figure) -> bytes:
-    """The figure as PNG at most `FIGURE_WIDTH_PX` wide: drawn at the reports' resolution, then lower
-    until it fits (its tight box, legend included, is only known once drawn, and its pads are fixed)."""
+    """The figure as PNG at most `FIGURE_WIDTH_PX` wide: at the reports' resolution, then lower until it
+    fits (its tight box is only known once drawn)."""
     from ..atomic import FIGURE_DPI
 
     dpi = float(FIGURE_DPI)
@@ -252,8 +237,7 @@ def _millis(run) -> int:
 
 
 def _local_artifact(client, run, name: str) -> Path | None:
-    """Where the artifact `name` of `run` lies on this machine (a portable store's relative location
-    resolved against the store's place), None for a remote store."""
+    """Where the artifact `name` of `run` lies on this machine, None for a remote store."""
     from urllib.parse import unquote, urlparse
 
     from ..tracking.portable import resolve_artifact_uri

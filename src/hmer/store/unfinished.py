@@ -1,15 +1,10 @@
 """Unfinished studies in a published store: left out, or kept to be continued.
 
-A study that has not finished has no answer yet, so by default the published copy keeps only
-studies whose parent run is `hmer.status=finished` (a superseded study too: nothing continues it);
-the others are removed from the copy (experiment and runs purged with `mlflow gc`, Optuna study).
-The workspace is not touched.
-
-`--keep-unfinished` keeps them instead, with the smallest files that continue each trial in flight,
-so that `hmer runs workspace` continues them on any machine (hmer.studies.resume). Every committed
-file stays in history, so only what a resume reads is kept (`resumable_runs`,
-`keep_resumable_checkpoints`): per cell the run its next trial continues, its `last.pt`, and
-`best.pt` only where the best weights are not its own.
+An unfinished study has no answer yet, so the published copy keeps only the finished (and superseded)
+studies; the others are purged from the copy (`mlflow gc`, the Optuna study), not from the workspace.
+`--keep-unfinished` keeps them with the smallest files that continue each cell from a workspace made
+from the commit (every committed file stays in history): the run its next trial continues, `last.pt`,
+and `best.pt` only where the best weights are not last.pt's.
 """
 
 from __future__ import annotations
@@ -29,8 +24,7 @@ LAST, BEST = "last.pt", "best.pt"  # a run's checkpoints (hmer.training.trainer)
 
 
 def unfinished_studies(client) -> dict[str, str]:
-    """{study name: its parent run's hmer.status} for every study of the store not finished and still
-    to be continued (not a superseded one: it is kept as it stopped, its runs not carried)."""
+    """{study: its parent run's hmer.status} for each study not finished nor superseded (kept as it stopped)."""
     parents = search_all_runs(client, filter_string=f"tags.`{keys.ROLE}` = 'study'")
     return {run.data.tags[keys.STUDY]: run.data.tags.get(keys.STATUS, "unknown") for run in parents
             if run.data.tags.get(keys.STATUS) != "finished" and keys.STUDY in run.data.tags
@@ -38,10 +32,9 @@ def unfinished_studies(client) -> dict[str, str]:
 
 
 def resumable_runs(client, storage: str, studies: list[str], store: Path) -> set[str]:
-    """The ids of the runs of `studies` that a resumed study continues from their checkpoints in the
-    store folder `store`: per cell no trial has finished, the run `resume.find_resumable` takes up (the
-    latest dead trial's, with a `last.pt`; its config check aside). For a copy whose running trials
-    are closed (`publish.close_running`)."""
+    """The runs of `studies` a resumed study continues from their checkpoints in the store folder `store`:
+    per unfinished cell, the latest dead trial's with a `last.pt` (as `resume.find_resumable` takes it),
+    in a copy whose running trials are closed."""
     import optuna
     from optuna.trial import TrialState
 
@@ -68,11 +61,10 @@ def resumable_runs(client, storage: str, studies: list[str], store: Path) -> set
 
 def keep_resumable_checkpoints(store: Path, keep: set[str], *, client=None,
                                weights_only: bool = False) -> dict[str, list[str]]:
-    """Delete every run's checkpoints in the store folder `store` but the smallest files that resume
-    the runs `keep`: `last.pt`, and `best.pt` only where its weights are not `last.pt`'s
-    (`training.resume.best_weights_recoverable`). With `weights_only` (and the store's `client`),
-    `last.pt` alone, rewritten by `training.resume.standalone_continuation` (`best.pt` kept only once
-    every epoch is done). Returns {run id: the files kept}."""
+    """Delete every checkpoint in the store folder `store` but the smallest files that resume the runs
+    `keep` (module docstring); with `weights_only` (and `client`), `last.pt` rewritten by
+    `training.resume.standalone_continuation` (and `best.pt` once every epoch is done). Returns {run id:
+    the files kept}."""
     from ..checkpoint import atomic_torch_save, load_checkpoint
     from ..training.carry import epoch_readings
     from ..training.resume import best_weights_recoverable, standalone_continuation
@@ -103,8 +95,7 @@ def keep_resumable_checkpoints(store: Path, keep: set[str], *, client=None,
 
 
 def drop_studies(names: list[str], *, tracking_uri: str, storage: str | None) -> None:
-    """Remove the studies `names` from a store: their MLflow experiments (runs and artifacts
-    purged) and their Optuna studies. Meant for a copy of a store, never for one that is in use."""
+    """Purge the studies `names` (MLflow experiments, runs, artifacts, Optuna studies) from a copy of a store."""
     import optuna
 
     from ..tracking.store import mlflow_client
