@@ -171,7 +171,8 @@ class Grid(StudyKind):
             cfg = cell_resolution(session.base, spec, params).config
             tags = {keys.CELL: label, keys.SEED: str(seed), keys.VARIANT: variant, keys.BUDGET: session.budget.name,
                     keys.BASELINE: str(baseline).lower()}
-            named = {"name": f"{label}, seed {seed}", "tags": tags, "run_name": f"{variant} seed {seed}"}
+            named: dict[str, Any] = {"name": f"{label}, seed {seed}", "tags": tags,
+                                     "run_name": f"{variant} seed {seed}"}
             trained = find_trained(session.client, cfg, session.name) if self.reuse else None
             if trained is not None:
                 return copy_trial(trial, session, trained, **named)
