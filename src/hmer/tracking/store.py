@@ -222,29 +222,31 @@ def point_mlflow_at(tracking_uri: str | None = None) -> str:
 
 
 def setup_mlflow(tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT) -> str:
-    """Point MLflow at the store and make sure the experiment exists (created as a model-training
-    experiment, see tracking/ui.py); returns its id."""
+    """Point MLflow at the store and make `experiment` (`ensure_experiment`) its current one; returns its id."""
     import mlflow
 
-    from .ui import TRAINING_EXPERIMENT_TAGS
-
-    uri = point_mlflow_at(tracking_uri)
-    existing = mlflow.get_experiment_by_name(experiment)
-    if existing is not None:
-        mlflow.set_experiment(experiment_id=existing.experiment_id)
-        return existing.experiment_id
-    root = artifact_root_for(uri)
-    try:
-        experiment_id = mlflow.create_experiment(
-            experiment, artifact_location=f"{root}/{experiment}" if root else None, tags=TRAINING_EXPERIMENT_TAGS
-        )
-    except Exception:  # another worker created it first
-        found = mlflow.get_experiment_by_name(experiment)
-        if found is None:
-            raise
-        experiment_id = found.experiment_id
+    experiment_id = ensure_experiment(mlflow_client(point_mlflow_at(tracking_uri)), experiment)
     mlflow.set_experiment(experiment_id=experiment_id)
     return experiment_id
+
+
+def ensure_experiment(client, name: str, tags: dict[str, str] | None = None) -> str:
+    """The id of experiment `name`, created when missing: artifacts where `artifact_root_for` puts
+    them, a model-training experiment (tracking/ui.py) with `tags` (except MLflow's own)."""
+    from .ui import TRAINING_EXPERIMENT_TAGS
+
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    root = artifact_root_for(client.tracking_uri)
+    keep = {**TRAINING_EXPERIMENT_TAGS, **{k: v for k, v in (tags or {}).items() if not k.startswith("mlflow.")}}
+    try:
+        return client.create_experiment(name, artifact_location=f"{root}/{name}" if root else None, tags=keep)
+    except Exception:  # created meanwhile by another process
+        found = client.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
 
 
 def git_commit(short: bool = False, root: str | os.PathLike[str] | None = None) -> str:

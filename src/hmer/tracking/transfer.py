@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import keys
-from .store import search_all_runs
+from .store import ensure_experiment, search_all_runs
 from .export_file import FORMAT, MANIFEST, PART_SUFFIX, part_files, resolve_parts, split_file, unpack_parts
 from .lock import database_store_lock
 from .portable import download_run_artifact, list_run_artifacts
@@ -215,27 +215,6 @@ def _merge(client, manifest: dict, unpacked: Path, path: Path, tags: dict[str, s
         status = rec.get("status")
         if status in _TERMINAL and newer:
             client.set_terminated(target, status=status, end_time=rec.get("end_time"))
-
-
-def ensure_experiment(client, name: str, tags: dict[str, str] | None = None) -> str:
-    """The id of experiment `name`, created (artifacts beside a SQLite store, a model-training
-    experiment) when missing."""
-    from .store import artifact_root_for
-
-    found = client.get_experiment_by_name(name)
-    if found is not None:
-        return found.experiment_id
-    root = artifact_root_for(client.tracking_uri)
-    from .ui import TRAINING_EXPERIMENT_TAGS
-
-    keep = {**TRAINING_EXPERIMENT_TAGS, **{k: v for k, v in (tags or {}).items() if not k.startswith("mlflow.")}}
-    try:
-        return client.create_experiment(name, artifact_location=f"{root}/{name}" if root else None, tags=keep or None)
-    except Exception:  # created meanwhile by another process
-        found = client.get_experiment_by_name(name)
-        if found is None:
-            raise
-        return found.experiment_id
 
 
 def _existing_by_source(client) -> dict[str, str]:
