@@ -20,7 +20,7 @@ from ..checkpoint import MODEL_FILE, model_artifact, save_model_file
 from .reference_checkpoint import REFERENCES, ReferenceModel, read_reference_checkpoint
 from . import keys
 from .run import log_metrics, log_params, split_metrics
-from .store import git_commit, mlflow_client, setup_mlflow
+from .store import git_commit, open_experiment
 
 
 @dataclass
@@ -38,10 +38,7 @@ def import_reference(checkpoint: str | Path, *, tracking_uri: str | None = None,
     """Record `checkpoint` as a run (module doc). register_as: "" = `<preset>-reference`, None = not."""
     ref = read_reference_checkpoint(checkpoint, dictionary)
     cfg = ref.config
-    experiment_id = setup_mlflow(tracking_uri, experiment)
-    import mlflow
-
-    client = mlflow_client(mlflow.get_tracking_uri())
+    client, experiment_id = open_experiment(tracking_uri, experiment)
     repo, _ = REFERENCES[ref.family]
     tags = {
         keys.VARIANT: f"{cfg.name} (reference)",

@@ -30,7 +30,7 @@ import time
 from typing import Any, Literal, Protocol
 
 from . import keys
-from .store import git_commit, mlflow_client, point_mlflow_at, search_all_runs, setup_mlflow
+from .store import git_commit, mlflow_client, open_experiment, point_mlflow_at, search_all_runs
 
 MAX_PARAMS_PER_BATCH = 100  # MLflow refuses larger log_batch calls
 MAX_METRICS_PER_BATCH = 1000
@@ -66,7 +66,7 @@ class TrainingRun:
               tags: dict[str, str] | None = None) -> TrainingRun:
         """A new run, tagged with its variant, the code's commit, the device and status `running`;
         `tags` are added (and win), `parent_run_id` nests it under a study's parent run."""
-        client, experiment_id = _client(tracking_uri, experiment)
+        client, experiment_id = open_experiment(tracking_uri, experiment)
         run_tags = {
             keys.VARIANT: variant,
             keys.GIT_COMMIT: git_commit(),
@@ -279,10 +279,3 @@ def _in_batches(items: list, size: int, send) -> None:
     for i in range(0, len(items), size):
         send(items[i:i + size])
 
-
-def _client(tracking_uri: str | None, experiment: str):
-    """(MLflow client, experiment id), the experiment created if needed and made MLflow's current one."""
-    import mlflow
-
-    experiment_id = setup_mlflow(tracking_uri, experiment)
-    return mlflow_client(mlflow.get_tracking_uri()), experiment_id

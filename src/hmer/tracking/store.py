@@ -222,12 +222,19 @@ def point_mlflow_at(tracking_uri: str | None = None) -> str:
 
 
 def setup_mlflow(tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT) -> str:
-    """Point MLflow at the store and make `experiment` (`ensure_experiment`) its current one; returns its id."""
+    """`open_experiment`'s experiment id."""
+    return open_experiment(tracking_uri, experiment)[1]
+
+
+def open_experiment(tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT) -> tuple[Any, str]:
+    """(an MlflowClient, the id of `experiment`): MLflow pointed at the store, the experiment made
+    (`ensure_experiment`) and set as MLflow's current one."""
     import mlflow
 
-    experiment_id = ensure_experiment(mlflow_client(point_mlflow_at(tracking_uri)), experiment)
+    client = mlflow_client(point_mlflow_at(tracking_uri))
+    experiment_id = ensure_experiment(client, experiment)
     mlflow.set_experiment(experiment_id=experiment_id)
-    return experiment_id
+    return client, experiment_id
 
 
 def ensure_experiment(client, name: str, tags: dict[str, str] | None = None) -> str:
