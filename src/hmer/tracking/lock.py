@@ -35,6 +35,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import ContextManager, Iterator
 
+from .portable import sqlite_path
+
 LOCK_FILE = ".store.lock"
 RECORD_WAIT_S = 2.0  # how long a refused writer waits for the holder's record (written just after its flock)
 
@@ -268,9 +270,8 @@ def _holder_of(path: Path) -> str:
 def database_store_lock(tracking_uri: str, command: str) -> ContextManager[TakenLock | None]:
     """`store_lock` on the folder of a `sqlite:///` store; none for a server or a database server,
     which take their writers' transactions one by one themselves (yields None)."""
-    if not tracking_uri.startswith("sqlite:///"):
-        return contextlib.nullcontext()
-    return store_lock(Path(tracking_uri[len("sqlite:///"):]).parent, command)
+    db = sqlite_path(tracking_uri)
+    return contextlib.nullcontext() if db is None else store_lock(db.parent, command)
 
 
 def _acquire(path: Path, command: str) -> tuple[int, Holder | str | None]:

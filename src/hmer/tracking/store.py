@@ -42,10 +42,11 @@ def mlruns_dir() -> Path:
 
 def default_tracking_uri() -> str:
     """`$MLFLOW_TRACKING_URI`, else SQLite in the MLflow home."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI")
-    if uri:
-        return uri
-    home = mlruns_dir()
+    return os.environ.get("MLFLOW_TRACKING_URI") or _sqlite_store(mlruns_dir())
+
+
+def _sqlite_store(home: Path) -> str:
+    """The URI of the SQLite store in the folder `home`, made where missing."""
     check_store_folder(home)
     home.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{home / 'mlflow.db'}"
@@ -93,12 +94,7 @@ def store_named() -> bool:
 def scratch_tracking_uri() -> str:
     """Where trying the pipeline is tracked: the store the environment names, else `<project root>/scratch/`,
     so that trying things never changes the committed store (`mlruns/`)."""
-    if store_named():
-        return default_tracking_uri()
-    home = (project_root() / SCRATCH).resolve()
-    check_store_folder(home)
-    home.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{home / 'mlflow.db'}"
+    return default_tracking_uri() if store_named() else _sqlite_store((project_root() / SCRATCH).resolve())
 
 
 def mlflow_client(tracking_uri: str | None = None):
