@@ -37,6 +37,12 @@ from typing import ContextManager, Iterator
 
 from .portable import sqlite_path
 
+try:
+    import fcntl
+    FLOCK = True
+except ImportError:  # not POSIX: no lock is taken
+    FLOCK = False
+
 LOCK_FILE = ".store.lock"
 RECORD_WAIT_S = 2.0  # how long a refused writer waits for the holder's record (written just after its flock)
 
@@ -91,9 +97,7 @@ def store_lock(folder: str | os.PathLike[str], command: str) -> Iterator[TakenLo
         finally:
             _held[path][1] -= 1
         return
-    try:
-        import fcntl  # noqa: F401 - POSIX only
-    except ImportError:
+    if not FLOCK:
         yield TakenLock(path)
         return
     created = not path.parent.exists()
@@ -105,10 +109,7 @@ def store_lock(folder: str | os.PathLike[str], command: str) -> Iterator[TakenLo
         yield taken
     finally:
         del _held[path]
-        # removed while still held: a writer that opened the file before this sees that it is gone
-        # once it has the lock (`_acquire`), and opens the path again
-        path.unlink(missing_ok=True)
-        os.close(fd)  # releases the flock
+        _release(fd, path)
         if created:  # a store folder made for the lock alone, by a command that then wrote nothing
             with contextlib.suppress(OSError):
                 path.parent.rmdir()
@@ -125,9 +126,7 @@ RUN_LOCK = ".training.lock"  # in a run's checkpoint folder: one process trains 
 def training_lock(folder: str | os.PathLike[str], command: str) -> Iterator[None]:
     """Held by a training of the store in `folder` (shared with its other trainings); StoreLocked,
     naming the holder, while a publish replaces the store."""
-    try:
-        import fcntl
-    except ImportError:
+    if not FLOCK:
         yield
         return
     store = Path(folder).resolve()
@@ -138,26 +137,20 @@ def training_lock(folder: str | os.PathLike[str], command: str) -> Iterator[None
                           f"({LOCK_FILE}); no training was started: run this again once it has ended")
     record = store / TRAINERS / f"{socket.gethostname()}-{os.getpid()}.json"
     record.parent.mkdir(exist_ok=True)
-    record.write_text(json.dumps(asdict(Holder(command=command, pid=os.getpid(), host=socket.gethostname(),
-                                               since=time.time()))))
+    record.write_text(_record(command))
     try:
         yield
     finally:
         record.unlink(missing_ok=True)
-        _let_go(fd, store / TRAINERS_LOCK, store / TRAINERS)
+        _let_go(fd, store)
 
 
 @contextlib.contextmanager
 def no_training(folder: str | os.PathLike[str]) -> Iterator[None]:
     """Held by a command that replaces the store in `folder` (a publish into it): no training of the
     store runs meanwhile, and none starts. Raises StoreLocked naming the trainings that write it."""
-    try:
-        import fcntl
-    except ImportError:
-        yield
-        return
     store = Path(folder).resolve()
-    if not store.is_dir():
+    if not FLOCK or not store.is_dir():
         yield
         return
     fd = _flocked(store / TRAINERS_LOCK, fcntl.LOCK_EX)
@@ -168,14 +161,12 @@ def no_training(folder: str | os.PathLike[str]) -> Iterator[None]:
     try:
         yield
     finally:
-        _let_go(fd, store / TRAINERS_LOCK, store / TRAINERS)
+        _let_go(fd, store)
 
 
 def _flocked(path: Path, kind: int) -> int | None:
     """A descriptor of `path` (created if missing) holding a flock of `kind`, or None when another
     process's lock excludes it. The file a holder removed as it let go is opened again."""
-    import fcntl
-
     while True:
         fd = _open_lock(path)
         try:
@@ -195,11 +186,10 @@ def _flocked(path: Path, kind: int) -> int | None:
         os.close(fd)
 
 
-def _let_go(fd: int, path: Path, records: Path) -> None:
-    """Release `fd`'s lock of `path`; when no other process holds one (an exclusive lock is to be
-    had), remove the file and the folder of records (of trainings killed too) first."""
-    import fcntl
-
+def _let_go(fd: int, store: Path) -> None:
+    """Release `fd`'s lock of the store's TRAINERS_LOCK; when no other process holds one (an exclusive
+    lock is to be had), remove it and the folder of records (of trainings killed too) first."""
+    records = store / TRAINERS
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -209,7 +199,7 @@ def _let_go(fd: int, path: Path, records: Path) -> None:
         record.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         records.rmdir()
-    path.unlink(missing_ok=True)
+    (store / TRAINERS_LOCK).unlink(missing_ok=True)
     os.close(fd)
 
 
@@ -217,9 +207,7 @@ def _let_go(fd: int, path: Path, records: Path) -> None:
 def run_lock(folder: str | os.PathLike[str], run: str, command: str) -> Iterator[None]:
     """Held while a process trains the run whose checkpoints are in `folder`: a second process that
     would train it too (two `hmer train --resume RUN`) is refused, naming the first."""
-    try:
-        import fcntl
-    except ImportError:
+    if not FLOCK:
         yield
         return
     path = Path(folder).resolve() / RUN_LOCK
@@ -232,8 +220,14 @@ def run_lock(folder: str | os.PathLike[str], run: str, command: str) -> Iterator
     try:
         yield
     finally:
-        path.unlink(missing_ok=True)  # while held: a process that opened it before sees it gone
-        os.close(fd)
+        _release(fd, path)
+
+
+def _release(fd: int, path: Path) -> None:
+    """Remove the lock file `path`, then close `fd` (releasing its flock): removed while still held, so
+    that a process which opened the file before sees it gone once it has the lock, and opens it again."""
+    path.unlink(missing_ok=True)
+    os.close(fd)
 
 
 def _make_folder(folder: Path, lock: str) -> None:
@@ -275,8 +269,6 @@ def database_store_lock(tracking_uri: str, command: str) -> ContextManager[Taken
 
 
 def _acquire(path: Path, command: str) -> tuple[int, Holder | str | None]:
-    import fcntl
-
     fd = _flocked(path, fcntl.LOCK_EX)
     if fd is None:
         holder = _wait_for_record(path)
@@ -289,10 +281,14 @@ def _acquire(path: Path, command: str) -> tuple[int, Holder | str | None]:
     return fd, stale
 
 
+def _record(command: str) -> str:
+    """This process as the holder of a lock, as its file records it (JSON)."""
+    return json.dumps(asdict(Holder(command=command, pid=os.getpid(), host=socket.gethostname(), since=time.time())))
+
+
 def _write_record(fd: int, command: str) -> None:
-    record = json.dumps(asdict(Holder(command=command, pid=os.getpid(), host=socket.gethostname(), since=time.time())))
     os.ftruncate(fd, 0)
-    os.pwrite(fd, record.encode(), 0)
+    os.pwrite(fd, _record(command).encode(), 0)
 
 
 def _read_record(fd: int) -> Holder | str:
