@@ -220,23 +220,10 @@ class NullRun:
     def __init__(self, run_id: str | None = None):
         self.run_id = run_id
 
-    def log_params(self, params: dict[str, Any]) -> None:
+    def _nothing(self, *args: Any, **kwargs: Any) -> None:
         pass
 
-    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        pass
-
-    def log_text(self, text: str, artifact_file: str) -> None:
-        pass
-
-    def log_artifacts(self, local_dir: str, artifact_path: str) -> None:
-        pass
-
-    def set_tag(self, key: str, value: str) -> None:
-        pass
-
-    def pause(self) -> None:
-        pass
+    log_params = log_metrics = log_text = log_artifacts = set_tag = pause = _nothing
 
     def __enter__(self) -> NullRun:
         return self
