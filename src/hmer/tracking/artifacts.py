@@ -124,6 +124,14 @@ def write_predictions_csv(path: str | Path, rows: Iterable[dict[str, Any]]) -> N
         writer.writerows(rows)
 
 
+def log_test_predictions(client, run_id: str, results: dict[str, Any]) -> None:
+    """`predictions/test_<split>.csv` of each {split: evaluation.SplitResult} into the run."""
+    with tempfile.TemporaryDirectory(prefix="hmer-predictions-") as tmp:
+        for split, res in results.items():
+            write_predictions_csv(Path(tmp) / f"test_{split}.csv", res.rows())
+        client.log_artifacts(run_id, tmp, PREDICTIONS)
+
+
 def predictions_artifact(key: str) -> str:
     """The artifact that holds the predictions behind a run's metrics `<key>_*`: `test_2014` ->
     `predictions/test_2014.csv`, `val_final` -> `split/val_predictions.csv`."""

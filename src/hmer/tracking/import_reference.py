@@ -99,7 +99,7 @@ def _score_years(client, run_id: str, ref: ReferenceModel, data: str | None, yea
     from ..data import load_dataset
     from ..device import autocast_dtype, resolve_device
     from ..evaluation.evaluate import decode_options, evaluate_split
-    from .artifacts import write_predictions_csv
+    from .artifacts import log_test_predictions
 
     cfg = ref.config
     dev = resolve_device(device)
@@ -108,15 +108,12 @@ def _score_years(client, run_id: str, ref: ReferenceModel, data: str | None, yea
     data_cfg.test_limit = limit
     splits = load_dataset(data or cfg.data.path or None, data_cfg, splits=tuple(years))
     metrics: dict[str, float] = {}
-    scores = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for year in years:
-            t0 = time.monotonic()
-            res = evaluate_split(model, splits[year], ref.vocab,
-                                 **decode_options(cfg, dev, autocast_dtype(cfg.train.precision, dev)))
-            scores[year] = res.scores
-            metrics.update(split_metrics(f"test_{year}", res, time.monotonic() - t0))
-            write_predictions_csv(Path(tmp) / f"test_{year}.csv", res.rows())
-        client.log_artifacts(run_id, tmp, "predictions")
+    results = {}
+    for year in years:
+        t0 = time.monotonic()
+        results[year] = evaluate_split(model, splits[year], ref.vocab,
+                                       **decode_options(cfg, dev, autocast_dtype(cfg.train.precision, dev)))
+        metrics.update(split_metrics(f"test_{year}", results[year], time.monotonic() - t0))
+    log_test_predictions(client, run_id, results)
     log_metrics(client, run_id, metrics, step=0)
-    return scores
+    return {year: res.scores for year, res in results.items()}

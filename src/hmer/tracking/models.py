@@ -76,22 +76,14 @@ def log_evaluation(run_id: str, results: dict, tracking_uri: str | None = None) 
     """Record `hmer evaluate` results in the run, as the trainer records its test years: metrics
     `test_<split>_exprate|le1|le2|n` and `predictions/test_<split>.csv` (`results`: {split:
     SplitResult}). A later evaluation of the same split replaces the CSV and adds a metric point."""
-    import time
-
-    from mlflow.entities import Metric
-
-    from .artifacts import write_predictions_csv
+    from .artifacts import log_test_predictions
+    from .run import log_metrics
 
     client = mlflow_client(tracking_uri)
     run_id = _run_id_in_store(client, run_id, "not a run in")
-    now = int(time.time() * 1000)
-    metrics = [Metric(key, float(value), now, 0) for split, res in results.items()
-               for key, value in res.scores.as_dict(f"test_{split}").items()]
-    client.log_batch(run_id, metrics=metrics)
-    with tempfile.TemporaryDirectory(prefix="hmer-evaluate-") as tmp:
-        for split, res in results.items():
-            write_predictions_csv(Path(tmp) / f"test_{split}.csv", res.rows())
-        client.log_artifacts(run_id, tmp, "predictions")
+    log_metrics(client, run_id, {key: value for split, res in results.items()
+                                 for key, value in res.scores.as_dict(f"test_{split}").items()}, step=0)
+    log_test_predictions(client, run_id, results)
 
 
 def _run_id_in_store(client, run_id: str, missing: str) -> str:
