@@ -5,23 +5,19 @@
             print(lock.stale_line(), file=sys.stderr)   # a writer killed before it let go
         ...                                              # write the store
 
-Publish, import, workspace, the GPU campaign's `home`, and rescore / present / rename / supersede /
-fingerprint each replace or write many runs of a store in several steps; two at once break each
-other. A second writer does not wait: it is refused (`StoreLocked`, one line, exit status 2) naming
-the holder, with nothing changed.
+Publish, import, workspace, the GPU campaign's `home`, rescore / present / rename / supersede /
+fingerprint write many runs in several steps; two at once break each other. A second writer does not
+wait: it is refused (`StoreLocked`, one line, exit status 2) naming the holder, nothing changed.
 
 The lock is an advisory `flock` on `<store>/.store.lock`, whose file records the holder (command,
 pid, host, time). The kernel releases a `flock` when its process ends (SIGKILL too), so a killed
-holder never blocks the next writer; the file it leaves is reported as `stale` and taken over. The
-same process taking the lock again simply holds it.
+holder blocks no one; its file is reported `stale` and taken over. The same process may retake it.
 
-Trainings (many at once) hold a shared lock (`training_lock`, `.trainers.lock`, records in
-`.trainers/`); a publish into the store takes it exclusively (`no_training`), so neither starts
-while the other writes. One process trains a resumed run at a time (`run_lock`, `.training.lock`
-in its checkpoint folder). The last holder of each lock removes its file.
+Trainings share `.trainers.lock` (`training_lock`, records in `.trainers/`), which a publish into
+the store takes exclusively (`no_training`). One process trains a run at a time (`run_lock`,
+`.training.lock` in its checkpoint folder). The last holder of each lock removes its file.
 
-Within one machine only (`flock` on a network filesystem may lock nothing across hosts); without
-`fcntl` (not POSIX) no lock is taken.
+One machine only (`flock` on a network filesystem may lock nothing across hosts); not on non-POSIX.
 """
 
 from __future__ import annotations
@@ -87,8 +83,8 @@ _held: dict[Path, list] = {}  # lock file -> [its descriptor, how many times thi
 
 @contextlib.contextmanager
 def store_lock(folder: str | os.PathLike[str], command: str) -> Iterator[TakenLock]:
-    """Hold the lock of the store in `folder` (created if missing, and removed again if nothing was
-    written into it) while the block runs; StoreLocked when another process holds it."""
+    """Hold the lock of the store in `folder` (made if missing, removed again if left empty) while the
+    block runs; StoreLocked when another process holds it."""
     path = Path(folder).resolve() / LOCK_FILE
     if path in _held:
         _held[path][1] += 1
@@ -102,7 +98,15 @@ def store_lock(folder: str | os.PathLike[str], command: str) -> Iterator[TakenLo
         return
     created = not path.parent.exists()
     _make_folder(path.parent, path.name)
-    fd, stale = _acquire(path, command)
+    fd = _flocked(path, fcntl.LOCK_EX)
+    if fd is None:
+        holder = _wait_for_record(path)
+        who = holder.describe() if isinstance(holder, Holder) else "another process (its record unreadable)"
+        raise StoreLocked(f"{path.parent}: {who} is writing this store and holds its lock ({path.name}); "
+                          f"nothing was changed: run this again once it has ended")
+    stale = _read_record(fd) or None
+    _write_record(fd, command)
+    os.fsync(fd)
     taken = TakenLock(path, stale)
     _held[path] = [fd, 1, taken]
     try:
@@ -124,8 +128,7 @@ RUN_LOCK = ".training.lock"  # in a run's checkpoint folder: one process trains 
 
 @contextlib.contextmanager
 def training_lock(folder: str | os.PathLike[str], command: str) -> Iterator[None]:
-    """Held by a training of the store in `folder` (shared with its other trainings); StoreLocked,
-    naming the holder, while a publish replaces the store."""
+    """Held (shared) by each training of the store in `folder`; StoreLocked while a publish replaces it."""
     if not FLOCK:
         yield
         return
@@ -147,8 +150,8 @@ def training_lock(folder: str | os.PathLike[str], command: str) -> Iterator[None
 
 @contextlib.contextmanager
 def no_training(folder: str | os.PathLike[str]) -> Iterator[None]:
-    """Held by a command that replaces the store in `folder` (a publish into it): no training of the
-    store runs meanwhile, and none starts. Raises StoreLocked naming the trainings that write it."""
+    """Held by a publish into the store in `folder`: no training of it runs or starts meanwhile;
+    StoreLocked naming the trainings that write it."""
     store = Path(folder).resolve()
     if not FLOCK or not store.is_dir():
         yield
@@ -165,8 +168,8 @@ def no_training(folder: str | os.PathLike[str]) -> Iterator[None]:
 
 
 def _flocked(path: Path, kind: int) -> int | None:
-    """A descriptor of `path` (created if missing) holding a flock of `kind`, or None when another
-    process's lock excludes it. The file a holder removed as it let go is opened again."""
+    """A descriptor of `path` (made if missing) holding a flock of `kind`, or None when another
+    process's lock excludes it; a file its holder removed meanwhile is opened again."""
     while True:
         fd = _open_lock(path)
         try:
@@ -187,8 +190,7 @@ def _flocked(path: Path, kind: int) -> int | None:
 
 
 def _let_go(fd: int, store: Path) -> None:
-    """Release `fd`'s lock of the store's TRAINERS_LOCK; when no other process holds one (an exclusive
-    lock is to be had), remove it and the folder of records (of trainings killed too) first."""
+    """Release `fd`'s TRAINERS_LOCK; when no other process holds it, remove it and every record first."""
     records = store / TRAINERS
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -205,8 +207,8 @@ def _let_go(fd: int, store: Path) -> None:
 
 @contextlib.contextmanager
 def run_lock(folder: str | os.PathLike[str], run: str, command: str) -> Iterator[None]:
-    """Held while a process trains the run whose checkpoints are in `folder`: a second process that
-    would train it too (two `hmer train --resume RUN`) is refused, naming the first."""
+    """Held while a process trains the run whose checkpoints are in `folder`: a second one (two
+    `hmer train --resume RUN`) is refused, naming the first."""
     if not FLOCK:
         yield
         return
@@ -224,8 +226,8 @@ def run_lock(folder: str | os.PathLike[str], run: str, command: str) -> Iterator
 
 
 def _release(fd: int, path: Path) -> None:
-    """Remove the lock file `path`, then close `fd` (releasing its flock): removed while still held, so
-    that a process which opened the file before sees it gone once it has the lock, and opens it again."""
+    """Remove the lock file `path` while `fd` still holds it (a process that opened it before sees it
+    gone, `_flocked`), then close `fd`."""
     path.unlink(missing_ok=True)
     os.close(fd)
 
@@ -239,8 +241,8 @@ def _make_folder(folder: Path, lock: str) -> None:
 
 
 def _open_lock(path: Path) -> int:
-    """A read-write descriptor of the lock file `path` (created if missing), or StoreNotWritable naming
-    it: a store that cannot be locked here (read-only, another user's) is not written at all."""
+    """A read-write descriptor of the lock file `path` (made if missing), or StoreNotWritable: a store
+    that cannot be locked here (read-only, another user's) is not written at all."""
     try:
         return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
@@ -262,23 +264,10 @@ def _holder_of(path: Path) -> str:
 
 
 def database_store_lock(tracking_uri: str, command: str) -> ContextManager[TakenLock | None]:
-    """`store_lock` on the folder of a `sqlite:///` store; none for a server or a database server,
-    which take their writers' transactions one by one themselves (yields None)."""
+    """`store_lock` on a `sqlite:///` store's folder; none (yields None) for a server or a database
+    server, which serialise their writers themselves."""
     db = sqlite_path(tracking_uri)
     return contextlib.nullcontext() if db is None else store_lock(db.parent, command)
-
-
-def _acquire(path: Path, command: str) -> tuple[int, Holder | str | None]:
-    fd = _flocked(path, fcntl.LOCK_EX)
-    if fd is None:
-        holder = _wait_for_record(path)
-        who = holder.describe() if isinstance(holder, Holder) else "another process (its record unreadable)"
-        raise StoreLocked(f"{path.parent}: {who} is writing this store and holds its lock ({path.name}); "
-                          f"nothing was changed: run this again once it has ended")
-    stale = _read_record(fd) or None
-    _write_record(fd, command)
-    os.fsync(fd)
-    return fd, stale
 
 
 def _record(command: str) -> str:
