@@ -27,8 +27,7 @@ __all__ = sorted(_EXPORTS)
 
 
 def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """A package's `__getattr__` and `__dir__` that import each name of `exports` ({name: module})
-    from its module on first use."""
+    """A package's `__getattr__` and `__dir__` importing each of `exports` ({name: module}) on first use."""
 
     def __getattr__(name: str) -> Any:
         module = exports.get(name)

@@ -1,11 +1,9 @@
 """`hmer import CHECKPOINT`: a published BTTR / CoMER checkpoint as an MLflow run of the suite.
 
-The run holds what a trained run holds for reloading: params (the flat Config, with the
-reference's search rule), `config.json`, and `model/model.safetensors` in the project's model
-file format (`hmer.checkpoint`), so `hmer evaluate RUN` and `hmer predict RUN` work on it unchanged. The model is
-also a registered model version (default name `<preset>-reference`). With `years`, the test
-years are scored at import, logged as trained runs log them (`test_<year>_exprate`, ...,
-`predictions/test_<year>.csv`), so `hmer report --runs` sets the run beside trained ones.
+The run holds what a trained run holds for reloading: params (the flat Config, with the reference's
+search rule), `config.json` and `model/model.safetensors` (`hmer.checkpoint`), so `hmer evaluate RUN`
+and `hmer predict RUN` work on it; the model is also registered (default `<preset>-reference`). With
+`years`, the test years are scored and logged as trained runs log them, for `hmer report --runs`.
 """
 
 from __future__ import annotations
@@ -77,8 +75,8 @@ def import_reference(checkpoint: str | Path, *, tracking_uri: str | None = None,
 
 
 def _register(client, name: str, run_id: str) -> str:
-    """A new version of registered model `name` whose source is the run's `model/` folder (the
-    project's checkpoint, not an MLflow flavour, so `mlflow.register_model` would refuse it)."""
+    """A new version of registered model `name` from the run's `model/` folder (not an MLflow flavour,
+    which `mlflow.register_model` would want)."""
     from mlflow.exceptions import MlflowException
 
     try:
