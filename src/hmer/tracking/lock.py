@@ -104,7 +104,7 @@ def store_lock(folder: str | os.PathLike[str], command: str) -> Iterator[TakenLo
         who = holder.describe() if isinstance(holder, Holder) else "another process (its record unreadable)"
         raise StoreLocked(f"{path.parent}: {who} is writing this store and holds its lock ({path.name}); "
                           f"nothing was changed: run this again once it has ended")
-    stale = _read_record(fd) or None
+    stale = _read_record(path) or None
     _write_record(fd, command)
     os.fsync(fd)
     taken = TakenLock(path, stale)
@@ -256,11 +256,8 @@ def _not_writable(folder: Path, lock: str, exc: OSError) -> StoreNotWritable:
 
 def _holder_of(path: Path) -> str:
     """Who a lock or record file names, in words."""
-    try:
-        holder = Holder(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
-        return "another process"
-    return holder.describe()
+    holder = _read_record(path)
+    return holder.describe() if isinstance(holder, Holder) else "another process"
 
 
 def database_store_lock(tracking_uri: str, command: str) -> ContextManager[TakenLock | None]:
@@ -280,10 +277,13 @@ def _write_record(fd: int, command: str) -> None:
     os.pwrite(fd, _record(command).encode(), 0)
 
 
-def _read_record(fd: int) -> Holder | str:
-    """The holder that the lock file records; its text when it is not a whole record; "" when empty."""
-    size = os.fstat(fd).st_size
-    text = os.pread(fd, size, 0).decode("utf-8", errors="replace") if size else ""
+def _read_record(path: Path) -> Holder | str:
+    """The holder a lock or record file records; its text when not a whole record; "" when empty or
+    unreadable."""
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
     try:
         return Holder(**json.loads(text))
     except (ValueError, TypeError):
@@ -293,17 +293,6 @@ def _read_record(fd: int) -> Holder | str:
 def _wait_for_record(path: Path) -> Holder | str:
     """The holder's record, waiting a moment for it: it is written just after the holder's flock."""
     deadline = time.monotonic() + RECORD_WAIT_S
-    while True:
-        record: Holder | str
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            record = ""
-        else:
-            try:
-                record = _read_record(fd)
-            finally:
-                os.close(fd)
-        if isinstance(record, Holder) or time.monotonic() > deadline:
-            return record
+    while not isinstance(record := _read_record(path), Holder) and time.monotonic() <= deadline:
         time.sleep(0.05)
+    return record
