@@ -88,12 +88,11 @@ class TrainingRun:
         import mlflow
 
         client = mlflow_client(point_mlflow_at(tracking_uri))
-        tags = client.get_run(run_id).data.tags
-        mlflow.set_experiment(experiment_id=client.get_run(run_id).info.experiment_id)
+        run = client.get_run(run_id)
+        tags = run.data.tags
+        mlflow.set_experiment(experiment_id=run.info.experiment_id)
         client.update_run(run_id, status="RUNNING")
-        client.set_tag(run_id, keys.STATUS, "running")
-        client.set_tag(run_id, keys.RESUMED, str(from_epoch))
-        for key, value in _process_tags().items():
+        for key, value in {keys.STATUS: "running", keys.RESUMED: str(from_epoch), **_process_tags()}.items():
             client.set_tag(run_id, key, value)
         for key in marks:
             epochs = [e for e in tags.get(key, "").split(",") if e]
@@ -244,8 +243,7 @@ def log_metrics(client, run_id: str, metrics: dict[str, float], step: int) -> No
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
-    _in_batches([Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None],
-                MAX_METRICS_PER_BATCH, lambda items: client.log_batch(run_id, metrics=items))
+    log_metric_points(client, run_id, [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None])
 
 
 def log_metric_points(client, run_id: str, points: list) -> None:
