@@ -121,12 +121,11 @@ def export_runs(out_file: str | os.PathLike[str], *, tracking_uri: str | None = 
                 "status": info.status, "start_time": info.start_time, "end_time": info.end_time,
                 "params": dict(run.data.params), "tags": dict(run.data.tags), "metrics": history,
             })
+        names = sorted({r["experiment"] for r in records})
         manifest = {
             "format": FORMAT, "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "tracking_uri": client.tracking_uri,
-            "experiments": sorted({r["experiment"] for r in records}),
-            "experiment_tags": {exps[i].name: dict(exps[i].tags) for i in exps
-                                if exps[i].name in {r["experiment"] for r in records}},
+            "tracking_uri": client.tracking_uri, "experiments": names,
+            "experiment_tags": {e.name: dict(e.tags) for e in exps.values() if e.name in names},
             "runs": records, "omitted_artifacts": omitted,
         }
         (tmp_path / MANIFEST).write_text(json.dumps(manifest, indent=1))
