@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from .portable import STORE_FILES
+from .watchdog import POLL_S, STOP_TIMEOUT_S
+
 START_TIMEOUT_S = 300.0  # `mlflow ui` takes 10-60 s to answer on a busy 2-core machine
-STOP_TIMEOUT_S = 10.0
-POLL_S = 0.5
-DATABASES = ("mlflow.db", "optuna.db")
 
 
 @dataclass
@@ -163,7 +163,7 @@ def serve_store(folder: Path, *, mlflow_port: int, dashboard_port: int, from_cop
     if from_copy:
         databases = scratch / "store"
         databases.mkdir()
-        for name in DATABASES:
+        for name in STORE_FILES:
             if (folder / name).is_file():
                 shutil.copyfile(folder / name, databases / name)
     served = ServedStore(folder=folder, copy=databases if from_copy else None,
