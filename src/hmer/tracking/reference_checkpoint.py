@@ -40,9 +40,7 @@ REFERENCES = {
 }
 
 # Globals a Lightning 1.x checkpoint refers to, each read as something inert.
-_LIGHTNING_GLOBALS = {
-    "pytorch_lightning.utilities.parsing.AttributeDict": dict,  # SETITEMS needs a real dict
-}
+_ATTRIBUTE_DICT = "pytorch_lightning.utilities.parsing.AttributeDict"  # read as a dict: SETITEMS needs a real one
 _LIGHTNING_CALLBACK_KEYS = (  # `callbacks` is keyed by the callback classes themselves
     "pytorch_lightning.callbacks.model_checkpoint.ModelCheckpoint",
     "pytorch_lightning.callbacks.lr_monitor.LearningRateMonitor",
@@ -65,8 +63,7 @@ def load_lightning_checkpoint(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such checkpoint file")
     allowed: list[Callable[..., Any] | tuple[Callable[..., Any], str]] = [
-        (cls, name) for name, cls in _LIGHTNING_GLOBALS.items()]
-    allowed += [(_callback_stand_in(name), name) for name in _LIGHTNING_CALLBACK_KEYS]
+        (dict, _ATTRIBUTE_DICT), *((_callback_stand_in(name), name) for name in _LIGHTNING_CALLBACK_KEYS)]
     try:
         with torch.serialization.safe_globals(allowed):
             ckpt = torch.load(path, map_location="cpu", weights_only=True)
