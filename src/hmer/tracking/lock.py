@@ -17,7 +17,7 @@ Trainings share `.trainers.lock` (`training_lock`, records in `.trainers/`), whi
 the store takes exclusively (`no_training`). One process trains a run at a time (`run_lock`,
 `.training.lock` in its checkpoint folder). The last holder of each lock removes its file.
 
-One machine only (`flock` on a network filesystem may lock nothing across hosts); not on non-POSIX.
+One machine only (`flock` on a network filesystem may lock nothing across hosts); none without `fcntl`.
 """
 
 from __future__ import annotations
