@@ -96,9 +96,9 @@ def wrap_up(args) -> int:
 
     from hmer.device import device_description, resolve_device
     from hmer.tracking import keys
-    from hmer.tracking.store import checkpoint_root, git_commit, mlflow_client
+    from hmer.tracking.store import checkpoint_root, ensure_experiment, git_commit, mlflow_client
     from hmer.tracking.export_file import split_file
-    from hmer.tracking.transfer import ensure_experiment, export_runs
+    from hmer.tracking.transfer import export_runs
     from hmer.training.carry import pack_run
 
     home, out = Path(args.home), Path(args.out)

@@ -1,15 +1,12 @@
-"""Experiment tracking: the MLflow store, one training run's lifecycle, run artifacts, and reloading
-trained models.
+"""Experiment tracking: the MLflow store, training runs, their artifacts, reloading trained models.
 
-- `keys`: every tag and attribute key the suite writes, named once;
-- `store`: where runs are recorded; `run`: one training run from start (or resume) to its end;
-- `artifacts`, `attention`: attention maps, their pictures and the prediction files of a run;
-- `models`: a trained model reloaded from a run id or a checkpoint;
-- `transfer`, `export_file`, `portable`: runs moved between stores as one file; the committed store
-  read from any folder;
-- `reference_checkpoint`, `import_reference`: a published BTTR / CoMER checkpoint as a run.
+`keys` (every tag and attribute key, named once); `store` (where runs are recorded); `run` (one
+training run from start or resume to its end); `artifacts`, `attention` (attention maps, prediction
+files); `models` (a model reloaded from a run or a checkpoint); `transfer`, `export_file` (runs moved
+between stores as one file); `portable` (the committed store read from any folder);
+`reference_checkpoint`, `import_reference` (a published BTTR / CoMER checkpoint as a run).
 
-The names below are loaded on first use, so `from hmer.tracking import keys` does not import torch.
+The names below load on first use: `from hmer.tracking import keys` does not import torch.
 """
 
 from __future__ import annotations
@@ -27,8 +24,7 @@ __all__ = sorted(_EXPORTS)
 
 
 def lazy_exports(package: str, exports: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """A package's `__getattr__` and `__dir__` that import each name of `exports` ({name: module})
-    from its module on first use."""
+    """A package's `__getattr__` and `__dir__` importing each of `exports` ({name: module}) on first use."""
 
     def __getattr__(name: str) -> Any:
         module = exports.get(name)

@@ -1,12 +1,11 @@
 """What a run logs besides metrics: per-token attention maps and their pictures, prediction files.
 
 A run keeps the predictions behind each split's scores (`predictions/test_2014.csv`,
-`split/val_predictions.csv`, ...); `predictions_artifact` and `scored_key` say which file is which
-split, for `training.final` (which writes them) and `tracking.rescore` (which scores them again).
+`split/val_predictions.csv`); `predictions_artifact` and `scored_key` map files to splits for
+`training.final` (which writes them) and `tracking.rescore` (which scores them again).
 
-`token_maps` is the one implementation of "where the model looks for each token", used by the
-run's `attention/*.png` here and by `hmer.tracking.attention`: one validation image on top, then one
-panel per decoded token, so over- and under-parsing can be seen at a glance.
+`token_maps` computes where the model looks for each token, for the run's `attention/*.png` (an image,
+then a panel per decoded token: over- and under-parsing at a glance) and `tracking.attention`.
 """
 
 from __future__ import annotations
@@ -38,8 +37,8 @@ def _reading_direction(model: Any, direction: str | None) -> str:
 @torch.inference_mode()
 def token_maps(model: Any, vocab: Any, image: np.ndarray, tokens: Sequence[str], *, direction: str | None = None,
                kind: str = "attention", device: str | torch.device = "cpu") -> np.ndarray:
-    """float [len(tokens), H, W]: where `model` looks to emit each of `tokens` (reading order) over the
-    uint8 `image` (255 = ink), or the coverage (`kind`); `direction` defaults to the model's."""
+    """float [len(tokens), H, W]: where `model` looks (or its coverage) to emit each of `tokens`, in
+    reading order, over the uint8 `image` (255 = ink); `direction` defaults to the model's."""
     from ..data import Expression, collate
     from ..model.direction import make_targets
 
@@ -57,8 +56,7 @@ def token_maps(model: Any, vocab: Any, image: np.ndarray, tokens: Sequence[str],
     if reading == "r2l":
         maps = maps.flip(0)
     padded_h, padded_w = batch.images.shape[-2:]
-    # Each pixel gets the weight of the feature cell it lies in (bilinear between cell centres),
-    # not a per-pixel density: a token's map then peaks at its cell's weight, and the maps
+    # Each pixel gets its feature cell's weight (bilinear between centres), not a density: the maps
     # summed over tokens read as how many times a place was attended (1 = once).
     up = F.interpolate(maps[:, None], size=(padded_h, padded_w), mode="bilinear", align_corners=False)[:, 0]
     up = up[:, :height, :width].clamp_min(0)
@@ -124,17 +122,24 @@ def write_predictions_csv(path: str | Path, rows: Iterable[dict[str, Any]]) -> N
         writer.writerows(rows)
 
 
+def log_test_predictions(client, run_id: str, results: dict[str, Any]) -> None:
+    """`predictions/test_<split>.csv` of each {split: evaluation.SplitResult} into the run."""
+    with tempfile.TemporaryDirectory(prefix="hmer-predictions-") as tmp:
+        for split, res in results.items():
+            write_predictions_csv(Path(tmp) / f"test_{split}.csv", res.rows())
+        client.log_artifacts(run_id, tmp, PREDICTIONS)
+
+
 def predictions_artifact(key: str) -> str:
-    """The artifact that holds the predictions behind a run's metrics `<key>_*`: `test_2014` ->
-    `predictions/test_2014.csv`, `val_final` -> `split/val_predictions.csv`."""
+    """The predictions behind a run's metrics `<key>_*`: `test_2014` -> `predictions/test_2014.csv`,
+    `val_final` -> `split/val_predictions.csv`."""
     if key.endswith(_FINAL):
         return f"{SPLIT}/{key.removesuffix(_FINAL)}{_PREDICTIONS_FILE}"
     return f"{PREDICTIONS}/{key}.csv"
 
 
 def scored_key(artifact: str) -> str | None:
-    """The metric prefix of a predictions artifact (the inverse of `predictions_artifact`); None for
-    any other artifact."""
+    """The inverse of `predictions_artifact`; None for any other artifact."""
     folder, _, name = artifact.partition("/")
     if folder == PREDICTIONS and name.startswith("test_") and name.endswith(".csv") and "/" not in name:
         return name.removesuffix(".csv")
@@ -144,9 +149,8 @@ def scored_key(artifact: str) -> str | None:
 
 
 def read_predictions_csv(path: str | Path) -> list[dict[str, str]]:
-    """The rows of a predictions file (`write_predictions_csv`), each {column: text}. A ValueError naming
-    the file when it is not one: not UTF-8 text, not CSV, without a column a predictions file has, or a
-    row of another length than its header."""
+    """The rows of a predictions file, each {column: text}; ValueError naming the file when it is not
+    one (not UTF-8 CSV, a column missing, a row of another length than its header)."""
     try:
         with Path(path).open(newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)

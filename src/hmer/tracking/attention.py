@@ -4,10 +4,9 @@
     result = attend(model, vocab, expr, tokens=predicted_tokens, label="coverage=cross")
     fig = plot_attention([result_with, result_without])   # one block of rows per model
 
-The maps come from `model.attention_maps` with teacher forcing on the given tokens: row t is where
-the decoder looked to emit token t (`kind="coverage"`: the sum of the steps before t), upsampled to
-the image, in reading order (a right-to-left model's rows flipped back). Over-parsing shows as a
-summed attention above 1 on ink (`AttentionResult.total`), under-parsing as ink it leaves dark;
+`model.attention_maps`, teacher-forced on the tokens: row t is where the decoder looked to emit token
+t (`kind="coverage"`: the sum of the steps before t), upsampled, in reading order. Over-parsing shows
+as summed attention above 1 on ink (`AttentionResult.total`), under-parsing as ink left dark;
 `parse_error` names the case from the lengths of prediction and truth.
 """
 
@@ -32,9 +31,8 @@ __all__ = ["KINDS", "AttentionResult", "attend", "decode_tokens", "plot_attentio
 
 @dataclass
 class AttentionResult:
-    """The per-token maps of one model on one expression: `image` float [H, W] in [0, 1] (white ink on
-    black), `maps` float [len(tokens), H, W] (`token_maps`); `forced`: the tokens are the truth,
-    teacher-forced, not what the model read."""
+    """One model's per-token maps on one expression: `image` float [H, W] in [0, 1] (white ink),
+    `maps` [len(tokens), H, W]; `forced`: the tokens are the truth, not what the model read."""
 
     label: str
     name: str
@@ -63,8 +61,8 @@ class AttentionResult:
 
     @property
     def parse_error(self) -> str:
-        """"correct", "over-parsed" (more tokens than the truth), "under-parsed" (fewer),
-        "misread" (as many, some wrong), or "" without a truth or when the truth was forced."""
+        """"correct", "over-parsed" (more tokens than the truth), "under-parsed", "misread" (as many,
+        some wrong); "" without a truth or when it was forced."""
         if self.truth is None or self.forced:
             return ""
         if self.tokens == self.truth:
@@ -91,8 +89,8 @@ def decode_tokens(model: Any, cfg: Any, vocab: Any, image: np.ndarray, *, device
 
 def attend(model: Any, vocab: Any, expr: Any, *, tokens: Sequence[str] | None = None, label: str = "",
            cfg: Any = None, kind: str = "attention", device: str | torch.device = "cpu") -> AttentionResult:
-    """The `AttentionResult` of `model` on an `Expression`, on `tokens` (what the model read, e.g. from
-    its predictions CSV), decoded here with `cfg` when None."""
+    """`model` on an `Expression` and `tokens` (what it read, e.g. from its predictions CSV; decoded
+    with `cfg` when None)."""
     if tokens is None:
         if cfg is None:
             raise ValueError("give the decoded tokens, or the model's cfg to decode them")
@@ -105,8 +103,8 @@ def attend(model: Any, vocab: Any, expr: Any, *, tokens: Sequence[str] | None = 
 
 
 def _overlay(image: np.ndarray, heat: np.ndarray | None, vmax: float | None = None) -> np.ndarray:
-    """RGB [H, W, 3]: the grey image with `heat` on top in the inferno colours, opaque where
-    `heat` reaches `vmax` (default: its own maximum) and transparent where it is zero."""
+    """RGB [H, W, 3]: the grey image under `heat` in inferno colours, opaque at `vmax` (default: its
+    maximum), transparent at zero."""
     from matplotlib import colormaps
 
     base = np.repeat((0.15 + 0.6 * image)[..., None], 3, axis=-1)
@@ -128,9 +126,9 @@ def _shorten(text: str, limit: int = _TITLE_CHARS) -> str:
 
 def plot_attention(results: Sequence[AttentionResult], *, max_columns: int = 12, title: str | None = None,
                    path: str | Path | None = None) -> Figure:
-    """One expression as read by several models, a block of rows per model: the input (with the
-    model's reading and error type), a panel per token, and the attention summed over all tokens
-    (bright ink read more than once, dark ink never), on one colour scale for all models."""
+    """One expression read by several models, a block of rows each: the input (the reading, its error
+    type), a panel per token, and the summed attention (bright ink read more than once, dark never) on
+    one colour scale for all."""
     if not results:
         raise ValueError("no attention results to plot")
     columns = min(max_columns, max(len(r.tokens) for r in results) + 2)

@@ -59,17 +59,15 @@ def resolve_parts(path: str | os.PathLike[str]) -> list[Path]:
 
 
 def read_export(path: str | os.PathLike[str]) -> dict:
-    """The manifest of the export at `path` (or its parts), once the whole file has been read and
-    checked as `import_runs` checks it, without opening any store: a ValueError naming the file
-    when it is not a whole export."""
+    """The manifest of the export at `path` (or its parts), checked as `import_runs` checks it, with
+    no store: ValueError naming the file when it is not a whole export."""
     with tempfile.TemporaryDirectory(prefix="hmer-import-") as tmp:
         return unpack_parts(resolve_parts(path), Path(tmp) / "unpacked", Path(path))
 
 
 def read_to_end(archive: Path, named: str | os.PathLike[str], what: str) -> None:
-    """Read the gzip stream of `archive` to its end; a ValueError naming `named` when it stops short
-    or fails its checksum (a file cut short in transfer). tarfile alone does not notice a file cut
-    in its last kilobytes: it stops at the tar's end-of-archive blocks, before gzip's trailer."""
+    """Read the gzip stream of `archive` to its end; ValueError naming `named` when it stops short or
+    fails its checksum: tarfile alone stops at the tar's end blocks, before a cut in gzip's trailer."""
     import gzip
     import zlib
 
@@ -86,8 +84,10 @@ def read_to_end(archive: Path, named: str | os.PathLike[str], what: str) -> None
 
 
 def unpack_parts(parts: list[Path], folder: Path, named: Path) -> dict:
-    """The export in `parts` (joined beside `folder` when there are several) read to its end and
-    unpacked into `folder`; its checked manifest (`_unpack`)."""
+    """The export in `parts` (joined beside `folder` when several) read to its end, unpacked into
+    `folder`; its checked manifest, or ValueError naming `named` (the file given) and what is wrong."""
+    import zlib
+
     archive = parts[0]
     if len(parts) > 1:
         archive = folder.parent / "joined.tar.gz"
@@ -96,13 +96,6 @@ def unpack_parts(parts: list[Path], folder: Path, named: Path) -> dict:
                 with part.open("rb") as src:
                     shutil.copyfileobj(src, joined)
     read_to_end(archive, named, "an hmer runs export (a .tar.gz from `hmer runs export`)")
-    return _unpack(archive, folder, named)
-
-
-def _unpack(archive: Path, folder: Path, named: Path) -> dict:
-    """Unpack the export `archive` into `folder` and return its checked manifest; a ValueError naming
-    `named` (the file the user gave) and what is wrong with it, when it is not a whole export."""
-    import zlib
 
     try:
         with tarfile.open(archive, "r:gz") as tar:

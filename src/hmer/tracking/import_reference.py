@@ -1,11 +1,9 @@
 """`hmer import CHECKPOINT`: a published BTTR / CoMER checkpoint as an MLflow run of the suite.
 
-The run holds what a trained run holds for reloading: params (the flat Config, with the
-reference's search rule), `config.json`, and `model/model.safetensors` in the project's model
-file format (`hmer.checkpoint`), so `hmer evaluate RUN` and `hmer predict RUN` work on it unchanged. The model is
-also a registered model version (default name `<preset>-reference`). With `years`, the test
-years are scored at import, logged as trained runs log them (`test_<year>_exprate`, ...,
-`predictions/test_<year>.csv`), so `hmer report --runs` sets the run beside trained ones.
+The run holds what a trained run holds for reloading: params (the flat Config, with the reference's
+search rule), `config.json` and `model/model.safetensors` (`hmer.checkpoint`), so `hmer evaluate RUN`
+and `hmer predict RUN` work on it; the model is also registered (default `<preset>-reference`). With
+`years`, the test years are scored and logged as trained runs log them, for `hmer report --runs`.
 """
 
 from __future__ import annotations
@@ -20,7 +18,7 @@ from ..checkpoint import MODEL_FILE, model_artifact, save_model_file
 from .reference_checkpoint import REFERENCES, ReferenceModel, read_reference_checkpoint
 from . import keys
 from .run import log_metrics, log_params, split_metrics
-from .store import git_commit, mlflow_client, setup_mlflow
+from .store import git_commit, open_experiment
 
 
 @dataclass
@@ -38,10 +36,7 @@ def import_reference(checkpoint: str | Path, *, tracking_uri: str | None = None,
     """Record `checkpoint` as a run (module doc). register_as: "" = `<preset>-reference`, None = not."""
     ref = read_reference_checkpoint(checkpoint, dictionary)
     cfg = ref.config
-    experiment_id = setup_mlflow(tracking_uri, experiment)
-    import mlflow
-
-    client = mlflow_client(mlflow.get_tracking_uri())
+    client, experiment_id = open_experiment(tracking_uri, experiment)
     repo, _ = REFERENCES[ref.family]
     tags = {
         keys.VARIANT: f"{cfg.name} (reference)",
@@ -80,8 +75,8 @@ def import_reference(checkpoint: str | Path, *, tracking_uri: str | None = None,
 
 
 def _register(client, name: str, run_id: str) -> str:
-    """A new version of registered model `name` whose source is the run's `model/` folder (the
-    project's checkpoint, not an MLflow flavour, so `mlflow.register_model` would refuse it)."""
+    """A new version of registered model `name` from the run's `model/` folder (not an MLflow flavour,
+    which `mlflow.register_model` would want)."""
     from mlflow.exceptions import MlflowException
 
     try:
@@ -102,7 +97,7 @@ def _score_years(client, run_id: str, ref: ReferenceModel, data: str | None, yea
     from ..data import load_dataset
     from ..device import autocast_dtype, resolve_device
     from ..evaluation.evaluate import decode_options, evaluate_split
-    from .artifacts import write_predictions_csv
+    from .artifacts import log_test_predictions
 
     cfg = ref.config
     dev = resolve_device(device)
@@ -111,15 +106,12 @@ def _score_years(client, run_id: str, ref: ReferenceModel, data: str | None, yea
     data_cfg.test_limit = limit
     splits = load_dataset(data or cfg.data.path or None, data_cfg, splits=tuple(years))
     metrics: dict[str, float] = {}
-    scores = {}
-    with tempfile.TemporaryDirectory() as tmp:
-        for year in years:
-            t0 = time.monotonic()
-            res = evaluate_split(model, splits[year], ref.vocab,
-                                 **decode_options(cfg, dev, autocast_dtype(cfg.train.precision, dev)))
-            scores[year] = res.scores
-            metrics.update(split_metrics(f"test_{year}", res, time.monotonic() - t0))
-            write_predictions_csv(Path(tmp) / f"test_{year}.csv", res.rows())
-        client.log_artifacts(run_id, tmp, "predictions")
+    results = {}
+    for year in years:
+        t0 = time.monotonic()
+        results[year] = evaluate_split(model, splits[year], ref.vocab,
+                                       **decode_options(cfg, dev, autocast_dtype(cfg.train.precision, dev)))
+        metrics.update(split_metrics(f"test_{year}", results[year], time.monotonic() - t0))
+    log_test_predictions(client, run_id, results)
     log_metrics(client, run_id, metrics, step=0)
-    return scores
+    return {year: res.scores for year, res in results.items()}

@@ -1,8 +1,8 @@
 """Every tag, attribute and param key the suite writes into MLflow and Optuna, named once.
 
-The strings are part of the stored records: committed stores (mlruns/) and studies resumed across
-versions read them back, so a value here never changes once released; rename the constant instead.
-Keys of one kind share a prefix: `hmer.` for the suite's own, `mlflow.` for MLflow's reserved tags.
+The strings are part of the stored records (committed stores, studies resumed across versions), so
+a value never changes once released; rename the constant instead. `hmer.` prefixes the suite's keys,
+`mlflow.` MLflow's reserved tags.
 """
 
 
@@ -66,9 +66,8 @@ SEED = "hmer.seed"                # the child run's seed
 WORKER = "hmer.worker"            # trial user attribute: the worker that runs it
 FAILED_BY = "hmer.failed_by"      # trial user attribute: who marked a dead worker's trial FAIL
 FAILED = "hmer.failed"            # parent-run tag: the trials that failed, in words
-# Study system attribute per worker (+ its token): the cell it books. Its value keeps the spelling the
-# workers wrote before bookings had that name: the committed optuna.db holds such keys, and a study
-# trained from an older commit (3d6c658) writes them while new workers may join it and must see them.
+# Study system attribute per worker (+ its token): the cell it books, spelt as before bookings had that
+# name: the committed optuna.db holds such keys, and new workers must see those of an older commit's (3d6c658).
 BOOKING_PREFIX = "hmer.claim:"
 RESUMED_FROM = "hmer.resumed_from"  # trial attribute and run tag: the dead trial whose run a trial continued
 TRAINED_AGAIN_IN = "hmer.trained_again_in"  # a killed attempt's run tag: the run that trained its cell from the start
@@ -104,7 +103,6 @@ MLFLOW_PARENT_RUN_ID = "mlflow.parentRunId"
 MLFLOW_RUN_NAME = "mlflow.runName"
 MLFLOW_NOTE = "mlflow.note.content"  # a run's (or experiment's) description in the UI, Markdown
 MLFLOW_RUN_COLOR = "mlflow.runColor"  # a run's colour in the UI's tables and charts (#rrggbb)
-# What an experiment is for, read by MLflow's UI to choose between its GenAI and model-training
-# views; the suite's experiments hold training runs (see tracking/ui.py).
+# What an experiment is for: MLflow's UI chose its GenAI or model-training view by it (tracking/ui.py).
 MLFLOW_EXPERIMENT_KIND = "mlflow.experimentKind"
 EXPERIMENT_KIND_TRAINING = "custom_model_development"

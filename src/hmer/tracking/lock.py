@@ -5,23 +5,19 @@
             print(lock.stale_line(), file=sys.stderr)   # a writer killed before it let go
         ...                                              # write the store
 
-Publish, import, workspace, the GPU campaign's `home`, and rescore / present / rename / supersede /
-fingerprint each replace or write many runs of a store in several steps; two at once break each
-other. A second writer does not wait: it is refused (`StoreLocked`, one line, exit status 2) naming
-the holder, with nothing changed.
+Publish, import, workspace, the GPU campaign's `home`, rescore / present / rename / supersede /
+fingerprint write many runs in several steps; two at once break each other. A second writer does not
+wait: it is refused (`StoreLocked`, one line, exit status 2) naming the holder, nothing changed.
 
 The lock is an advisory `flock` on `<store>/.store.lock`, whose file records the holder (command,
 pid, host, time). The kernel releases a `flock` when its process ends (SIGKILL too), so a killed
-holder never blocks the next writer; the file it leaves is reported as `stale` and taken over. The
-same process taking the lock again simply holds it.
+holder blocks no one; its file is reported `stale` and taken over. The same process may retake it.
 
-Trainings (many at once) hold a shared lock (`training_lock`, `.trainers.lock`, records in
-`.trainers/`); a publish into the store takes it exclusively (`no_training`), so neither starts
-while the other writes. One process trains a resumed run at a time (`run_lock`, `.training.lock`
-in its checkpoint folder). The last holder of each lock removes its file.
+Trainings share `.trainers.lock` (`training_lock`, records in `.trainers/`), which a publish into
+the store takes exclusively (`no_training`). One process trains a run at a time (`run_lock`,
+`.training.lock` in its checkpoint folder). The last holder of each lock removes its file.
 
-Within one machine only (`flock` on a network filesystem may lock nothing across hosts); without
-`fcntl` (not POSIX) no lock is taken.
+One machine only (`flock` on a network filesystem may lock nothing across hosts); none without `fcntl`.
 """
 
 from __future__ import annotations
@@ -34,6 +30,14 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import ContextManager, Iterator
+
+from .portable import sqlite_path
+
+try:
+    import fcntl
+    FLOCK = True
+except ImportError:  # not POSIX: no lock is taken
+    FLOCK = False
 
 LOCK_FILE = ".store.lock"
 RECORD_WAIT_S = 2.0  # how long a refused writer waits for the holder's record (written just after its flock)
@@ -79,8 +83,8 @@ _held: dict[Path, list] = {}  # lock file -> [its descriptor, how many times thi
 
 @contextlib.contextmanager
 def store_lock(folder: str | os.PathLike[str], command: str) -> Iterator[TakenLock]:
-    """Hold the lock of the store in `folder` (created if missing, and removed again if nothing was
-    written into it) while the block runs; StoreLocked when another process holds it."""
+    """Hold the lock of the store in `folder` (made if missing, removed again if left empty) while the
+    block runs; StoreLocked when another process holds it."""
     path = Path(folder).resolve() / LOCK_FILE
     if path in _held:
         _held[path][1] += 1
@@ -89,24 +93,27 @@ def store_lock(folder: str | os.PathLike[str], command: str) -> Iterator[TakenLo
         finally:
             _held[path][1] -= 1
         return
-    try:
-        import fcntl  # noqa: F401 - POSIX only
-    except ImportError:
+    if not FLOCK:
         yield TakenLock(path)
         return
     created = not path.parent.exists()
     _make_folder(path.parent, path.name)
-    fd, stale = _acquire(path, command)
+    fd = _flocked(path, fcntl.LOCK_EX)
+    if fd is None:
+        holder = _wait_for_record(path)
+        who = holder.describe() if isinstance(holder, Holder) else "another process (its record unreadable)"
+        raise StoreLocked(f"{path.parent}: {who} is writing this store and holds its lock ({path.name}); "
+                          f"nothing was changed: run this again once it has ended")
+    stale = _read_record(path) or None
+    _write_record(fd, command)
+    os.fsync(fd)
     taken = TakenLock(path, stale)
     _held[path] = [fd, 1, taken]
     try:
         yield taken
     finally:
         del _held[path]
-        # removed while still held: a writer that opened the file before this sees that it is gone
-        # once it has the lock (`_acquire`), and opens the path again
-        path.unlink(missing_ok=True)
-        os.close(fd)  # releases the flock
+        _release(fd, path)
         if created:  # a store folder made for the lock alone, by a command that then wrote nothing
             with contextlib.suppress(OSError):
                 path.parent.rmdir()
@@ -121,11 +128,8 @@ RUN_LOCK = ".training.lock"  # in a run's checkpoint folder: one process trains 
 
 @contextlib.contextmanager
 def training_lock(folder: str | os.PathLike[str], command: str) -> Iterator[None]:
-    """Held by a training of the store in `folder` (shared with its other trainings); StoreLocked,
-    naming the holder, while a publish replaces the store."""
-    try:
-        import fcntl
-    except ImportError:
+    """Held (shared) by each training of the store in `folder`; StoreLocked while a publish replaces it."""
+    if not FLOCK:
         yield
         return
     store = Path(folder).resolve()
@@ -136,26 +140,20 @@ def training_lock(folder: str | os.PathLike[str], command: str) -> Iterator[None
                           f"({LOCK_FILE}); no training was started: run this again once it has ended")
     record = store / TRAINERS / f"{socket.gethostname()}-{os.getpid()}.json"
     record.parent.mkdir(exist_ok=True)
-    record.write_text(json.dumps(asdict(Holder(command=command, pid=os.getpid(), host=socket.gethostname(),
-                                               since=time.time()))))
+    record.write_text(_record(command))
     try:
         yield
     finally:
         record.unlink(missing_ok=True)
-        _let_go(fd, store / TRAINERS_LOCK, store / TRAINERS)
+        _let_go(fd, store)
 
 
 @contextlib.contextmanager
 def no_training(folder: str | os.PathLike[str]) -> Iterator[None]:
-    """Held by a command that replaces the store in `folder` (a publish into it): no training of the
-    store runs meanwhile, and none starts. Raises StoreLocked naming the trainings that write it."""
-    try:
-        import fcntl
-    except ImportError:
-        yield
-        return
+    """Held by a publish into the store in `folder`: no training of it runs or starts meanwhile;
+    StoreLocked naming the trainings that write it."""
     store = Path(folder).resolve()
-    if not store.is_dir():
+    if not FLOCK or not store.is_dir():
         yield
         return
     fd = _flocked(store / TRAINERS_LOCK, fcntl.LOCK_EX)
@@ -166,14 +164,12 @@ def no_training(folder: str | os.PathLike[str]) -> Iterator[None]:
     try:
         yield
     finally:
-        _let_go(fd, store / TRAINERS_LOCK, store / TRAINERS)
+        _let_go(fd, store)
 
 
 def _flocked(path: Path, kind: int) -> int | None:
-    """A descriptor of `path` (created if missing) holding a flock of `kind`, or None when another
-    process's lock excludes it. The file a holder removed as it let go is opened again."""
-    import fcntl
-
+    """A descriptor of `path` (made if missing) holding a flock of `kind`, or None when another
+    process's lock excludes it; a file its holder removed meanwhile is opened again."""
     while True:
         fd = _open_lock(path)
         try:
@@ -193,11 +189,9 @@ def _flocked(path: Path, kind: int) -> int | None:
         os.close(fd)
 
 
-def _let_go(fd: int, path: Path, records: Path) -> None:
-    """Release `fd`'s lock of `path`; when no other process holds one (an exclusive lock is to be
-    had), remove the file and the folder of records (of trainings killed too) first."""
-    import fcntl
-
+def _let_go(fd: int, store: Path) -> None:
+    """Release `fd`'s TRAINERS_LOCK; when no other process holds it, remove it and every record first."""
+    records = store / TRAINERS
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -207,17 +201,15 @@ def _let_go(fd: int, path: Path, records: Path) -> None:
         record.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         records.rmdir()
-    path.unlink(missing_ok=True)
+    (store / TRAINERS_LOCK).unlink(missing_ok=True)
     os.close(fd)
 
 
 @contextlib.contextmanager
 def run_lock(folder: str | os.PathLike[str], run: str, command: str) -> Iterator[None]:
-    """Held while a process trains the run whose checkpoints are in `folder`: a second process that
-    would train it too (two `hmer train --resume RUN`) is refused, naming the first."""
-    try:
-        import fcntl
-    except ImportError:
+    """Held while a process trains the run whose checkpoints are in `folder`: a second one (two
+    `hmer train --resume RUN`) is refused, naming the first."""
+    if not FLOCK:
         yield
         return
     path = Path(folder).resolve() / RUN_LOCK
@@ -230,8 +222,14 @@ def run_lock(folder: str | os.PathLike[str], run: str, command: str) -> Iterator
     try:
         yield
     finally:
-        path.unlink(missing_ok=True)  # while held: a process that opened it before sees it gone
-        os.close(fd)
+        _release(fd, path)
+
+
+def _release(fd: int, path: Path) -> None:
+    """Remove the lock file `path` while `fd` still holds it (a process that opened it before sees it
+    gone, `_flocked`), then close `fd`."""
+    path.unlink(missing_ok=True)
+    os.close(fd)
 
 
 def _make_folder(folder: Path, lock: str) -> None:
@@ -243,8 +241,8 @@ def _make_folder(folder: Path, lock: str) -> None:
 
 
 def _open_lock(path: Path) -> int:
-    """A read-write descriptor of the lock file `path` (created if missing), or StoreNotWritable naming
-    it: a store that cannot be locked here (read-only, another user's) is not written at all."""
+    """A read-write descriptor of the lock file `path` (made if missing), or StoreNotWritable: a store
+    that cannot be locked here (read-only, another user's) is not written at all."""
     try:
         return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except OSError as exc:
@@ -258,46 +256,34 @@ def _not_writable(folder: Path, lock: str, exc: OSError) -> StoreNotWritable:
 
 def _holder_of(path: Path) -> str:
     """Who a lock or record file names, in words."""
-    try:
-        holder = Holder(**json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError):
-        return "another process"
-    return holder.describe()
+    holder = _read_record(path)
+    return holder.describe() if isinstance(holder, Holder) else "another process"
 
 
 def database_store_lock(tracking_uri: str, command: str) -> ContextManager[TakenLock | None]:
-    """`store_lock` on the folder of a `sqlite:///` store; none for a server or a database server,
-    which take their writers' transactions one by one themselves (yields None)."""
-    if not tracking_uri.startswith("sqlite:///"):
-        return contextlib.nullcontext()
-    return store_lock(Path(tracking_uri[len("sqlite:///"):]).parent, command)
+    """`store_lock` on a `sqlite:///` store's folder; none (yields None) for a server or a database
+    server, which serialise their writers themselves."""
+    db = sqlite_path(tracking_uri)
+    return contextlib.nullcontext() if db is None else store_lock(db.parent, command)
 
 
-def _acquire(path: Path, command: str) -> tuple[int, Holder | str | None]:
-    import fcntl
-
-    fd = _flocked(path, fcntl.LOCK_EX)
-    if fd is None:
-        holder = _wait_for_record(path)
-        who = holder.describe() if isinstance(holder, Holder) else "another process (its record unreadable)"
-        raise StoreLocked(f"{path.parent}: {who} is writing this store and holds its lock ({path.name}); "
-                          f"nothing was changed: run this again once it has ended")
-    stale = _read_record(fd) or None
-    _write_record(fd, command)
-    os.fsync(fd)
-    return fd, stale
+def _record(command: str) -> str:
+    """This process as the holder of a lock, as its file records it (JSON)."""
+    return json.dumps(asdict(Holder(command=command, pid=os.getpid(), host=socket.gethostname(), since=time.time())))
 
 
 def _write_record(fd: int, command: str) -> None:
-    record = json.dumps(asdict(Holder(command=command, pid=os.getpid(), host=socket.gethostname(), since=time.time())))
     os.ftruncate(fd, 0)
-    os.pwrite(fd, record.encode(), 0)
+    os.pwrite(fd, _record(command).encode(), 0)
 
 
-def _read_record(fd: int) -> Holder | str:
-    """The holder that the lock file records; its text when it is not a whole record; "" when empty."""
-    size = os.fstat(fd).st_size
-    text = os.pread(fd, size, 0).decode("utf-8", errors="replace") if size else ""
+def _read_record(path: Path) -> Holder | str:
+    """The holder a lock or record file records; its text when not a whole record; "" when empty or
+    unreadable."""
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
     try:
         return Holder(**json.loads(text))
     except (ValueError, TypeError):
@@ -307,17 +293,6 @@ def _read_record(fd: int) -> Holder | str:
 def _wait_for_record(path: Path) -> Holder | str:
     """The holder's record, waiting a moment for it: it is written just after the holder's flock."""
     deadline = time.monotonic() + RECORD_WAIT_S
-    while True:
-        record: Holder | str
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            record = ""
-        else:
-            try:
-                record = _read_record(fd)
-            finally:
-                os.close(fd)
-        if isinstance(record, Holder) or time.monotonic() > deadline:
-            return record
+    while not isinstance(record := _read_record(path), Holder) and time.monotonic() <= deadline:
         time.sleep(0.05)
+    return record

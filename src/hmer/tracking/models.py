@@ -22,8 +22,8 @@ class RunNotFoundError(LookupError):
 
 @contextlib.contextmanager
 def checkpoint_file(run_or_checkpoint: str, tracking_uri: str | None = None) -> Iterator[Path]:
-    """A checkpoint path as given, or the run's model artifact (`model/model.safetensors`, or an older
-    run's `model/model.pt`) downloaded into a temporary folder removed when the block ends."""
+    """A checkpoint path as given, or the run's `model/model.safetensors` (an older run's `model.pt`)
+    downloaded into a temporary folder removed when the block ends."""
     path = Path(run_or_checkpoint)
     if path.is_file():
         yield path
@@ -73,30 +73,20 @@ def load_model(run_or_checkpoint: str, tracking_uri: str | None = None,
 
 
 def log_evaluation(run_id: str, results: dict, tracking_uri: str | None = None) -> None:
-    """Record `hmer evaluate` results in the run, as the trainer records its test years: metrics
-    `test_<split>_exprate|le1|le2|n` and `predictions/test_<split>.csv` (`results`: {split:
-    SplitResult}). A later evaluation of the same split replaces the CSV and adds a metric point."""
-    import time
-
-    from mlflow.entities import Metric
-
-    from .artifacts import write_predictions_csv
+    """`hmer evaluate` results ({split: SplitResult}) recorded as training records its test years
+    (`test_<split>_exprate`, ..., `predictions/test_<split>.csv`); a later one adds a metric point."""
+    from .artifacts import log_test_predictions
+    from .run import log_metrics
 
     client = mlflow_client(tracking_uri)
     run_id = _run_id_in_store(client, run_id, "not a run in")
-    now = int(time.time() * 1000)
-    metrics = [Metric(key, float(value), now, 0) for split, res in results.items()
-               for key, value in res.scores.as_dict(f"test_{split}").items()]
-    client.log_batch(run_id, metrics=metrics)
-    with tempfile.TemporaryDirectory(prefix="hmer-evaluate-") as tmp:
-        for split, res in results.items():
-            write_predictions_csv(Path(tmp) / f"test_{split}.csv", res.rows())
-        client.log_artifacts(run_id, tmp, "predictions")
+    log_metrics(client, run_id, {key: value for split, res in results.items()
+                                 for key, value in res.scores.as_dict(f"test_{split}").items()}, step=0)
+    log_test_predictions(client, run_id, results)
 
 
 def _run_id_in_store(client, run_id: str, missing: str) -> str:
-    """`run_id` if the store has that run, else the run imported from it by `hmer runs import`
-    (which gets a new id and keeps the original as a tag); RunNotFoundError naming the store."""
+    """`run_id` if the store has it, else the run `hmer runs import` made of it, else `run_by_prefix`."""
     from mlflow.exceptions import MlflowException
 
     try:
@@ -112,8 +102,8 @@ def _run_id_in_store(client, run_id: str, missing: str) -> str:
 
 
 def run_by_prefix(client, given: str, missing: str = "no run in") -> str:
-    """The run whose id begins with `given` (8 characters at least, as the README and `hmer runs show`
-    print ids); RunNotFoundError in one line when none does, or listing the runs when several do."""
+    """The run whose id begins with `given` (8 characters at least, as `hmer runs show` prints ids);
+    RunNotFoundError when none does, or listing them when several do."""
     from .store import search_all_runs
 
     if len(given) < 8:

@@ -1,16 +1,13 @@
 """The committed store, read from any clone: artifact locations relative to the checkout.
 
-MLflow records artifact locations as absolute paths, and no public API records a relative one, so
-`make_portable` rewrites those inside the store's `artifacts/` folder as `mlruns/artifacts/...`.
-MLflow reads them relative to the working directory (`mlflow ui` started from the checkout, as the
-README says); the suite's own readers resolve them against the store's location, from any folder.
+MLflow records artifact locations as absolute paths (no public API records a relative one), so
+`make_portable` rewrites those in the store's `artifacts/` as `mlruns/artifacts/...`: MLflow reads
+them relative to the working folder (`mlflow ui` from the checkout), the suite's readers relative to
+the store. Other machine paths (a parent run's Optuna storage, a run's `--data`) become `mlruns/...`
+inside the store, `<local>/<file name>` outside it (`portable_text`).
 
-Nor may a committed store name other folders of the publishing machine (a parent run's Optuna
-storage, a run's `--data`): `portable_text` writes a path inside the store as `mlruns/...`, any
-other as `<local>/` and its file name.
-
-This is the one place that writes MLflow's tables directly (SQLite only), kept small. Make only a
-finished copy portable: runs still being written would log artifacts relative to the cwd.
+The one place that writes MLflow's tables directly (SQLite only). Make only a finished copy
+portable: runs still being written would log artifacts relative to the cwd.
 """
 
 from __future__ import annotations
@@ -26,10 +23,9 @@ CHECKPOINTS = "checkpoints"  # runs in progress: `<store>/checkpoints/<run id>/l
 STORE_FOLDER = "mlruns"  # the store's folder name in the checkout (`<checkout>/mlruns/mlflow.db`)
 LOCAL = "<local>"  # in a published store, the folder of a machine path outside the store
 
-# An absolute path of the machine, two parts at least (`/work/x`, `~/x`, `C:\x`), alone or in a
-# `sqlite:///` or `file:` URL, where a value or a word begins (after a space, quote, bracket, `=`,
-# `,` or `;`). A "/" inside a word (`exprate_mean/bi`), a URL's path (`http://host/a/b`) and a
-# relative path (`mlruns/artifacts/...`) are not machine paths.
+# An absolute path of two parts at least (`/work/x`, `~/x`, `C:\x`), bare or in a `sqlite:///` or
+# `file:` URL, where a value or word begins; not a "/" inside a word (`exprate_mean/bi`), a URL's
+# path (`http://host/a/b`) nor a relative path (`mlruns/artifacts/...`).
 _MACHINE_PATH = re.compile(
     r"""(?:^|(?<=[\s"'(\[<=,;]))(?P<scheme>sqlite:///|file://|file:)?"""
     r"""(?P<path>~?/[\w.@+-]+/[^\s"'()<>\[\],;]*|[A-Za-z]:[\\/][^\s"'()<>\[\],;]*)""")
@@ -41,8 +37,8 @@ def machine_paths(text: str) -> list[str]:
 
 
 def portable_path(path: str, stores: Sequence[Path] = ()) -> str:
-    """`path` as a published store writes it: `mlruns/<path within the store>` when it lies in one
-    of the store folders `stores` (the workspace published, the copy), else `<local>/<file name>`."""
+    """`path` as a published store writes it: `mlruns/<path within>` in one of the folders `stores`
+    (the workspace published, the copy), else `<local>/<file name>`."""
     if ":" in path[:3]:  # a Windows path
         return f"{LOCAL}/{PureWindowsPath(path).name}"
     here = Path(path)
@@ -60,8 +56,8 @@ def portable_text(text: str, stores: Sequence[Path] = ()) -> str:
 
 
 def make_values_portable(db_path: str | Path, stores: Sequence[Path] = ()) -> list[str]:
-    """Write the machine paths in the params, run tags and experiment tags of the MLflow store
-    `db_path` as `portable_text` does. Returns what changed, in words ("run <id> param storage")."""
+    """The machine paths in the store's params, run and experiment tags rewritten by `portable_text`;
+    returns what changed, in words ("run <id> param storage")."""
     changed = []
     with sqlite3.connect(db_path) as db:
         for table, owner, word in (("params", "run_uuid", "run"), ("tags", "run_uuid", "run"),
@@ -75,8 +71,8 @@ def make_values_portable(db_path: str | Path, stores: Sequence[Path] = ()) -> li
 
 
 def set_params(db_path: str | Path, params: Mapping[tuple[str, str], str]) -> None:
-    """Set the params {(run id, key): value} of runs of the MLflow store `db_path`: MLflow's API writes a
-    param once, so a copy's are set again here (a published copy, a renamed study's parent run)."""
+    """Set the params {(run id, key): value} in the store `db_path`: MLflow's API writes a param once
+    (a published copy's, a renamed study's parent run's are set again here)."""
     with sqlite3.connect(db_path) as db:
         for (run_id, key), value in params.items():
             if db.execute("UPDATE params SET value = ? WHERE run_uuid = ? AND key = ?",
@@ -110,9 +106,8 @@ def _relative(location: str) -> str | None:
 
 
 def make_portable(db_path: str | Path) -> int:
-    """Rewrite absolute artifact locations under the store's `artifacts/` folder as relative ones
-    (see the module docstring), and an experiment's local location elsewhere (MLflow's Default) as
-    `mlruns/artifacts/<experiment id>`; returns how many experiments and runs changed."""
+    """Artifact locations in the store's `artifacts/` made relative (module docstring), an experiment's
+    local one elsewhere (MLflow's Default, `<cwd>/mlruns/0`) `mlruns/artifacts/<id>`; returns the rows changed."""
     changed = 0
     with sqlite3.connect(db_path) as db:
         for table, key, column in (("experiments", "experiment_id", "artifact_location"),
@@ -120,8 +115,6 @@ def make_portable(db_path: str | Path) -> int:
             for row_id, location in db.execute(f"SELECT {key}, {column} FROM {table}").fetchall():
                 relative = _relative(location or "")
                 if relative is None and table == "experiments" and _is_local(location or ""):
-                    # MLflow's Default experiment sits in its default root (`<cwd>/mlruns/0`), which
-                    # would name the publishing machine's folder in the committed store
                     relative = f"{STORE_FOLDER}/{ARTIFACTS}/{row_id}"
                 if relative and relative != location:
                     db.execute(f"UPDATE {table} SET {column} = ? WHERE {key} = ?", (relative, row_id))
@@ -130,8 +123,7 @@ def make_portable(db_path: str | Path) -> int:
 
 
 def make_local(db_path: str | Path) -> int:
-    """The inverse of `make_portable`, so that new runs can be logged into the store from any working
-    directory; returns how many experiments and runs changed."""
+    """The inverse of `make_portable` (new runs log from any working folder); returns the rows changed."""
     db_path = Path(db_path).resolve()
     changed = 0
     with sqlite3.connect(db_path) as db:
@@ -149,10 +141,9 @@ STORE_FILES = ("mlflow.db", "optuna.db")
 
 
 def snapshot_database(source: Path, dest: Path) -> None:
-    """Copy an SQLite database with SQLite's online backup, consistent even while workers write to it;
-    ValueError naming `source` when it is not one or cannot be read (`dest` then left as it was). The
-    source opens read-write (mode=rw, never created): SQLite rolls back a killed worker's hot journal on
-    open, which a read-only connection cannot do."""
+    """Copy an SQLite database by SQLite's online backup, consistent while workers write; ValueError
+    naming `source` when it cannot be read as one. Opened read-write (never created): only so does
+    SQLite roll back a killed worker's hot journal."""
     from contextlib import closing
 
     dest.unlink(missing_ok=True)
@@ -167,15 +158,13 @@ def snapshot_database(source: Path, dest: Path) -> None:
 
 
 def copy_store(source: str | Path, dest: str | Path, *, portable: bool, checkpoints: bool = False) -> Path:
-    """Copy a local store (`mlflow.db`, `optuna.db`, `artifacts/`) from the folder `source` to `dest`
-    (its files replaced), then make the copy portable (to commit it) or local (to run more studies in
-    it). Returns the copied database.
+    """Copy a local store (`mlflow.db`, `optuna.db`, `artifacts/`) from `source` over `dest`, made
+    portable (to commit) or local (to run more studies in); returns the copied database. The databases
+    replace `dest`'s only once all are copied.
 
-    Checkpoints are copied only with `checkpoints=True` (worth carrying only for runs still to be
-    continued: `--keep-unfinished`, `hmer runs workspace`), and before the databases, so a copy made
-    while workers train holds no checkpoint newer than its records (a continued run may repeat an
-    epoch, never skip one); files being written (`.*.tmp`) and folders deleted meanwhile are left. The
-    databases replace the destination's only once all are copied."""
+    `checkpoints` (for runs to continue: `--keep-unfinished`, `hmer runs workspace`) are copied first,
+    so a copy made while workers train has none newer than its records (a continued run may repeat an
+    epoch, never skip one), without files being written (`.*.tmp`) or folders deleted meanwhile."""
     import os
     import shutil
 
@@ -214,8 +203,8 @@ def copy_store(source: str | Path, dest: str | Path, *, portable: bool, checkpoi
 
 
 def _copy_checkpoints(source: Path, dest: Path) -> None:
-    """Copy `checkpoints/<run id>/` folders from `source` to `dest` (nothing when `source` has none),
-    leaving out files being written and the folders that vanish while they are copied."""
+    """Copy the `<run id>/` folders of `source` (if any) to `dest`, except files being written and
+    folders that vanish meanwhile."""
     import shutil
 
     shutil.rmtree(dest, ignore_errors=True)
@@ -229,8 +218,7 @@ def _copy_checkpoints(source: Path, dest: Path) -> None:
 
 
 def resolve_artifact_uri(artifact_uri: str, tracking_uri: str) -> str:
-    """Where a run's artifacts really are: a portable store's relative location (`mlruns/artifacts/...`)
-    lies in the store's own folder, wherever it is; anything else is returned as it is."""
+    """Where a run's artifacts are: a portable store's relative location in the store's folder."""
     prefix = f"{STORE_FOLDER}/"
     db = sqlite_path(tracking_uri)
     if not artifact_uri.startswith(prefix) or db is None:
@@ -239,8 +227,7 @@ def resolve_artifact_uri(artifact_uri: str, tracking_uri: str) -> str:
 
 
 def list_run_artifacts(client, run_id: str, path: str = "") -> list[str]:
-    """The names of the files and folders directly in a run's artifact folder `path` ("" = its
-    root), also for runs of a portable store read from any working directory."""
+    """The names in a run's artifact folder `path` ("" = its root), portable stores read from anywhere."""
     import mlflow.artifacts
 
     root = resolve_artifact_uri(client.get_run(run_id).info.artifact_uri, client.tracking_uri)
@@ -250,8 +237,7 @@ def list_run_artifacts(client, run_id: str, path: str = "") -> list[str]:
 
 
 def download_run_artifact(client, run_id: str, path: str, dest: str) -> str:
-    """`client.download_artifacts(run_id, path, dest)`, also for runs of a portable store read
-    from any working directory."""
+    """`client.download_artifacts(run_id, path, dest)`, portable stores read from anywhere."""
     import mlflow.artifacts
 
     run = client.get_run(run_id)

@@ -8,9 +8,9 @@
 The checkpoints are PyTorch Lightning 1.x files of Green-Wood/BTTR (keys `bttr.*`) and
 Green-Wood/CoMER (keys `comer_model.*`).
 
-Safe loading: `torch.load(weights_only=True)` with an allow-list of Lightning's `AttributeDict`
-(read as a plain `dict`) and its callback classes (inert stand-ins, `callbacks` is keyed by them).
-Anything else the file refers to is refused with its name: nothing in the file can run code.
+Safe loading: `torch.load(weights_only=True)` allowing Lightning's `AttributeDict` (read as a `dict`)
+and its callback classes (inert stand-ins: `callbacks` is keyed by them); anything else the file
+refers to is refused by name, so nothing in it can run code.
 
 Vocabulary: the checkpoint has none. BTTR's `dictionary.txt` is the project's symbol list; CoMER's
 is the sorted list with `\\Pi` in place of `'` (or give `dictionary=`). Shared symbols keep project
@@ -40,9 +40,7 @@ REFERENCES = {
 }
 
 # Globals a Lightning 1.x checkpoint refers to, each read as something inert.
-_LIGHTNING_GLOBALS = {
-    "pytorch_lightning.utilities.parsing.AttributeDict": dict,  # SETITEMS needs a real dict
-}
+_ATTRIBUTE_DICT = "pytorch_lightning.utilities.parsing.AttributeDict"  # read as a dict: SETITEMS needs a real one
 _LIGHTNING_CALLBACK_KEYS = (  # `callbacks` is keyed by the callback classes themselves
     "pytorch_lightning.callbacks.model_checkpoint.ModelCheckpoint",
     "pytorch_lightning.callbacks.lr_monitor.LearningRateMonitor",
@@ -65,8 +63,7 @@ def load_lightning_checkpoint(path: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such checkpoint file")
     allowed: list[Callable[..., Any] | tuple[Callable[..., Any], str]] = [
-        (cls, name) for name, cls in _LIGHTNING_GLOBALS.items()]
-    allowed += [(_callback_stand_in(name), name) for name in _LIGHTNING_CALLBACK_KEYS]
+        (dict, _ATTRIBUTE_DICT), *((_callback_stand_in(name), name) for name in _LIGHTNING_CALLBACK_KEYS)]
     try:
         with torch.serialization.safe_globals(allowed):
             ckpt = torch.load(path, map_location="cpu", weights_only=True)
@@ -229,8 +226,7 @@ class VocabularyMapping:
 
 def map_state_dict(state_dict: Mapping[str, Tensor], prefix: str, mapping: VocabularyMapping,
                    expected: Mapping[str, Tensor], path="checkpoint") -> dict[str, Tensor]:
-    """The project state dict; a clear error lists every reference key without a counterpart, and
-    every project key (or shape) the checkpoint does not provide."""
+    """The project state dict; the error lists every key without a counterpart, or shape that differs."""
     out: dict[str, Tensor] = {}
     unmapped: list[str] = []
     for key, value in state_dict.items():

@@ -1,16 +1,15 @@
 """The scores a run lacks, computed from the predictions it stored: `hmer runs rescore`.
 
 A metric registered after a run was trained (the papers' lgeval measures, issue 56) is a function of
-the predictions the run stored (`artifacts.predictions_artifact`), so the run is given the value it
-would have logged, under the key a run logs (`test_2014_lgeval_le1`), at the step of the split's
-other scores. Nothing here names a metric: a run is given every registered one it lacks.
+the predictions it stored (`artifacts.predictions_artifact`): the run is given every registered one
+it lacks, under the key it would have logged (`test_2014_lgeval_le1`), at the split's scores' step.
 
     plans = plan_rescoring(client, select_runs(client, studies=["ablate_direction-cpu"]))
     logged = write_rescoring(client, plans)      # the metrics the plans add; nothing for a second pass
 
-Planning writes nothing, so a bad input stops the command before the store changes (a dry run is
-planning alone). A metric a run has is never logged again. A split whose stored predictions do not
-give the scores logged from them is left as it is, and the plan says why.
+Planning writes nothing (a dry run plans only), so a bad input stops before the store changes. A
+metric a run has is never logged again; a split whose predictions do not give its logged scores is
+left, the plan saying why.
 """
 
 from __future__ import annotations
@@ -62,9 +61,8 @@ class RunPlan:
 
 
 def select_runs(client, run_ids: Sequence[str] = (), studies: Sequence[str] = ()) -> list[Any]:
-    """The runs `run_ids` (whole ids) and those tagged with any of `studies` (`hmer.study`), in that
-    order, each once; every run of the store when neither is given. A ValueError names a run or a
-    study the store does not have."""
+    """The runs `run_ids` (whole ids), then those of `studies` (`hmer.study`), each once; all runs when
+    neither is given. ValueError names a run or study the store lacks."""
     from mlflow.exceptions import MlflowException
 
     runs: dict[str, Any] = {}
@@ -85,8 +83,7 @@ def select_runs(client, run_ids: Sequence[str] = (), studies: Sequence[str] = ()
 
 
 def plan_rescoring(client, runs: Sequence[Any]) -> list[RunPlan]:
-    """A plan per run, in order (see the module docstring); writes nothing. Raises UnreadablePredictions
-    for a stored predictions file that is not one."""
+    """A plan per run, in order; writes nothing. UnreadablePredictions for a file that is not one."""
     with tempfile.TemporaryDirectory(prefix="hmer-rescore-") as tmp:
         return [_plan(client, run, Path(tmp)) for run in runs]
 
@@ -97,8 +94,7 @@ def _plan(client, run, tmp: Path) -> RunPlan:
     if tags.get(keys.ROLE):
         plan.why = f"a study's own run ({keys.ROLE}={tags[keys.ROLE]}), not a training run: no predictions"
         return plan
-    # A run whose process is gone ends no more (it is RUNNING until resumed): what it stored is scored
-    # as an ended run's is, the split's logged scores checked against its file as always.
+    # A run whose process is gone (RUNNING until resumed) is scored as an ended one.
     if run.info.status == "RUNNING" and process_gone(tags) is None:
         plan.why = ("still running: rescore it once it has ended (its final evaluation logs the metrics "
                     "its own code registers)")
@@ -157,8 +153,7 @@ def _label(run) -> str:
 
 
 def write_rescoring(client, plans: Sequence[RunPlan]) -> int:
-    """Log every plan's added metrics into its run, a run per request (MLflow's public `log_batch`), with
-    this moment's timestamp; returns how many were logged."""
+    """Log each plan's added metrics into its run, timestamped now; returns how many were logged."""
     from mlflow.entities import Metric
 
     from ..signals import deferred

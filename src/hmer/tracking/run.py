@@ -16,10 +16,9 @@ How a run ends, by how its `with` block ends:
     raises KeyboardInterrupt        hmer.status failed, hmer.error MLflow KILLED
     raises anything else            hmer.status failed, hmer.error MLflow FAILED
 
-A run records the process that trains it (`hmer.pid`, `hmer.host`), so a run left RUNNING by a
-process killed outright is closed FAILED by the next resume or study start in its experiment
-(`fail_runs_of_dead_processes`). The trainer sees only `RunLogger`'s methods, so it never imports
-MLflow; a process that must not log (a DDP rank other than 0) is given a `NullRun`.
+A run records its process (`hmer.pid`, `hmer.host`): one left RUNNING by a process killed outright
+is closed FAILED by the next resume or study start in its experiment (`fail_runs_of_dead_processes`).
+The trainer sees only `RunLogger` (it never imports MLflow); DDP ranks other than 0 get a `NullRun`.
 """
 
 from __future__ import annotations
@@ -30,7 +29,7 @@ import time
 from typing import Any, Literal, Protocol
 
 from . import keys
-from .store import git_commit, mlflow_client, point_mlflow_at, search_all_runs, setup_mlflow
+from .store import git_commit, mlflow_client, open_experiment, point_mlflow_at, search_all_runs
 
 MAX_PARAMS_PER_BATCH = 100  # MLflow refuses larger log_batch calls
 MAX_METRICS_PER_BATCH = 1000
@@ -64,9 +63,9 @@ class TrainingRun:
     def start(cls, *, tracking_uri: str | None = None, experiment: str = "hmer", variant: str, device: str,
               run_name: str | None = None, parent_run_id: str | None = None,
               tags: dict[str, str] | None = None) -> TrainingRun:
-        """A new run, tagged with its variant, the code's commit, the device and status `running`;
-        `tags` are added (and win), `parent_run_id` nests it under a study's parent run."""
-        client, experiment_id = _client(tracking_uri, experiment)
+        """A new run tagged with its variant, commit, device and status `running`, and `tags` (which
+        win); `parent_run_id` nests it under a study's parent run."""
+        client, experiment_id = open_experiment(tracking_uri, experiment)
         run_tags = {
             keys.VARIANT: variant,
             keys.GIT_COMMIT: git_commit(),
@@ -83,19 +82,17 @@ class TrainingRun:
     @classmethod
     def resume(cls, run_id: str, *, tracking_uri: str | None = None, from_epoch: int,
                marks: tuple[str, ...] = ()) -> TrainingRun:
-        """The run `run_id` running again, from epoch `from_epoch` (tagged `hmer.resumed`), in its
-        own experiment (made MLflow's current one; no other is created). Each tag of `marks` gets
-        `from_epoch` added to its comma-separated list of epochs: where the run changed on the way
-        (`hmer.warm_restart`: its optimiser restarted there), kept whole across every resume."""
+        """The run `run_id` running again from epoch `from_epoch` (`hmer.resumed`), its experiment made
+        MLflow's current one. Each tag of `marks` (`hmer.warm_restart`) gets `from_epoch` appended to
+        its comma-separated epochs, kept whole across resumes."""
         import mlflow
 
         client = mlflow_client(point_mlflow_at(tracking_uri))
-        tags = client.get_run(run_id).data.tags
-        mlflow.set_experiment(experiment_id=client.get_run(run_id).info.experiment_id)
+        run = client.get_run(run_id)
+        tags = run.data.tags
+        mlflow.set_experiment(experiment_id=run.info.experiment_id)
         client.update_run(run_id, status="RUNNING")
-        client.set_tag(run_id, keys.STATUS, "running")
-        client.set_tag(run_id, keys.RESUMED, str(from_epoch))
-        for key, value in _process_tags().items():
+        for key, value in {keys.STATUS: "running", keys.RESUMED: str(from_epoch), **_process_tags()}.items():
             client.set_tag(run_id, key, value)
         for key in marks:
             epochs = [e for e in tags.get(key, "").split(",") if e]
@@ -165,10 +162,9 @@ def _process_alive(pid: int) -> bool:
 
 
 def fail_runs_of_dead_processes(experiment: str, tracking_uri: str | None = None) -> list[str]:
-    """Close FAILED (`hmer.error` says why) every RUNNING run of `experiment` on this machine whose
-    process is gone (SIGKILL, out of memory: no handler sees it); returns their ids. Other machines'
-    runs (a host name says little: containers share them), runs recorded before the process tags, and
-    other experiments (a study committed with RUNNING trials is not this process's) are left alone."""
+    """Close FAILED every RUNNING run of `experiment` on this host whose process is gone (SIGKILL, out
+    of memory: no handler sees it); returns their ids. Other hosts' runs (containers share host
+    names), runs without process tags and other experiments (a committed study's) are left alone."""
     from .store import quiet_mlflow
 
     quiet_mlflow()
@@ -188,9 +184,8 @@ def fail_runs_of_dead_processes(experiment: str, tracking_uri: str | None = None
 
 
 def process_gone(tags: dict[str, str]) -> str | None:
-    """Why a run the store holds RUNNING trains no more, where this machine can tell: the process its
-    tags record (`hmer.pid` on `hmer.host`) ran here and is gone. None where it is alive, ran on
-    another machine, or was not recorded."""
+    """Why a RUNNING run trains no more: its process (`hmer.pid` on `hmer.host`) ran here and is gone.
+    None where it is alive, ran elsewhere, or was not recorded."""
     pid, host = tags.get(keys.PID, ""), tags.get(keys.HOST)
     if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid() or _process_alive(int(pid)):
         return None
@@ -198,18 +193,15 @@ def process_gone(tags: dict[str, str]) -> str | None:
 
 
 def close_failed(client, run_id: str, why: str) -> None:
-    """End a run that its own process can no longer close: FAILED, with `hmer.status=failed` and
-    `hmer.error` saying why."""
+    """End a run its own process can no longer close: FAILED, `hmer.error` saying why."""
     from mlflow.exceptions import MlflowException  # mlflow loads where a store is opened, as in store.py
 
     for key, value in ((keys.STATUS, "failed"), (keys.ERROR, why)):
         try:
             client.set_tag(run_id, key, value)
         except MlflowException:
-            # Two workers starting at once may both close the same dead run. A tracking store on a
-            # database inserts a tag the run does not have yet, so the slower of two inserts of one
-            # key fails on the primary key (seen on PostgreSQL behind `mlflow server`); written
-            # again, it is an update.
+            # Two workers closing one dead run at once: the slower insert of a new tag fails on the
+            # primary key (PostgreSQL behind `mlflow server`); written again, it is an update.
             client.set_tag(run_id, key, value)
     client.set_terminated(run_id, status="FAILED")
 
@@ -220,23 +212,10 @@ class NullRun:
     def __init__(self, run_id: str | None = None):
         self.run_id = run_id
 
-    def log_params(self, params: dict[str, Any]) -> None:
+    def _nothing(self, *args: Any, **kwargs: Any) -> None:
         pass
 
-    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        pass
-
-    def log_text(self, text: str, artifact_file: str) -> None:
-        pass
-
-    def log_artifacts(self, local_dir: str, artifact_path: str) -> None:
-        pass
-
-    def set_tag(self, key: str, value: str) -> None:
-        pass
-
-    def pause(self) -> None:
-        pass
+    log_params = log_metrics = log_text = log_artifacts = set_tag = pause = _nothing
 
     def __enter__(self) -> NullRun:
         return self
@@ -246,9 +225,8 @@ class NullRun:
 
 
 def split_metrics(key: str, result: Any, decode_seconds: float) -> dict[str, float]:
-    """The final metrics of one decoded split (`key` = `test_2014`, `val_final`, ...), as every run logs
-    them: the scores (`<key>_exprate`, `_le1`, `_le2`, `_n`), `<key>_resized` and `<key>_decode_seconds`.
-    `result` is an `evaluation.SplitResult`."""
+    """The final metrics of one decoded split (`key`: `test_2014`, ...; `result`: a SplitResult): its
+    scores (`<key>_exprate`, ...), `<key>_resized` and `<key>_decode_seconds`."""
     return {**result.scores.as_dict(key), f"{key}_resized": result.resized, f"{key}_decode_seconds": decode_seconds}
 
 
@@ -265,13 +243,11 @@ def log_metrics(client, run_id: str, metrics: dict[str, float], step: int) -> No
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
-    _in_batches([Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None],
-                MAX_METRICS_PER_BATCH, lambda items: client.log_batch(run_id, metrics=items))
+    log_metric_points(client, run_id, [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None])
 
 
 def log_metric_points(client, run_id: str, points: list) -> None:
-    """MLflow `Metric` points as they are (each with its own value, timestamp and step: a metric's
-    history copied from another run), in as few requests as MLflow allows."""
+    """MLflow `Metric` points as they are (a history copied from another run), in few requests."""
     _in_batches(points, MAX_METRICS_PER_BATCH, lambda items: client.log_batch(run_id, metrics=items))
 
 
@@ -279,10 +255,3 @@ def _in_batches(items: list, size: int, send) -> None:
     for i in range(0, len(items), size):
         send(items[i:i + size])
 
-
-def _client(tracking_uri: str | None, experiment: str):
-    """(MLflow client, experiment id), the experiment created if needed and made MLflow's current one."""
-    import mlflow
-
-    experiment_id = setup_mlflow(tracking_uri, experiment)
-    return mlflow_client(mlflow.get_tracking_uri()), experiment_id

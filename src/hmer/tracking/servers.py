@@ -5,18 +5,16 @@ optuna-dashboard over its Optuna database, both listening on 127.0.0.1 only.
         print(served.mlflow, served.dashboard)
         served.wait()          # until Ctrl-C (or SIGTERM), or until one of the servers stops
 
-Opening a store writes nothing (MLflow is pinned at 3.17.2: newer releases migrate the schema;
-tests/test_ui.py checks both files keep their bytes), but both UIs write what a user does in them,
-so a committed store (`from_copy`) is served from a temporary copy of its two databases, deleted
-when the servers stop; any other store is served in place, live.
+Opening a store writes nothing (MLflow pinned at 3.17.2: newer releases migrate the schema;
+tests/test_ui.py checks), but both UIs write what a user does in them, so a committed store
+(`from_copy`) is served from a temporary copy of its databases; any other store in place, live.
 
 `mlflow ui` runs from the store's parent folder (portable artifact locations are relative to the
-checkout), with MLflow's job runner off (`MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false`: eight
-processes a store of training runs has no use for).
+checkout), its job runner off (`MLFLOW_SERVER_ENABLE_JOB_EXECUTION=false`: eight idle processes).
 
-Each server runs in its own process group, so Ctrl-C reaches this process alone, which stops both
-(SIGTERM, then SIGKILL after `STOP_TIMEOUT_S`) and removes the copy; `watchdog.py` does the same
-when this process dies without doing so (SIGKILL), so no server is left holding its port.
+Each server has its own process group, so Ctrl-C reaches this process alone, which stops both
+(SIGTERM, then SIGKILL after `STOP_TIMEOUT_S`) and removes the copy; `watchdog.py` does so when this
+process dies (SIGKILL), so no server is left holding its port.
 """
 
 from __future__ import annotations
@@ -35,10 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterator
 
+from .portable import STORE_FILES
+from .watchdog import POLL_S, STOP_TIMEOUT_S
+
 START_TIMEOUT_S = 300.0  # `mlflow ui` takes 10-60 s to answer on a busy 2-core machine
-STOP_TIMEOUT_S = 10.0
-POLL_S = 0.5
-DATABASES = ("mlflow.db", "optuna.db")
 
 
 @dataclass
@@ -89,11 +87,9 @@ SERVED_TABLES = {"mlflow.db": ("MLflow", ("alembic_version", "experiments", "run
 
 
 def check_database(path: Path, then: str = "no server was started", role: str | None = None) -> None:
-    """A ValueError, one line naming `path` and ending with `then`, when it is not a whole SQLite
-    database of the kind its server reads (`SERVED_TABLES[role or path.name]`): unreadable, shorter
-    than its header says (quick_check need not visit the missing pages), damaged (quick_check), or
-    without its tables; a server started on it would stop with pages of its log instead. Opened
-    read-only: the file keeps its bytes."""
+    """ValueError naming `path`, ending with `then`, when it is no whole SQLite database of its kind
+    (`SERVED_TABLES[role or path.name]`): unreadable, truncated (quick_check need not visit the missing
+    pages), damaged or without its tables; a server would stop with pages of log. Opened read-only."""
     import sqlite3
 
     kind, tables = SERVED_TABLES[role or path.name]
@@ -115,8 +111,8 @@ def check_database(path: Path, then: str = "no server was started", role: str | 
 
 
 def _truncated(path: Path) -> str:
-    """How much of the SQLite database `path` is missing, in words, where its header gives its size
-    (a page count that its change counter vouches for) and the file is shorter; "" otherwise."""
+    """How much of the SQLite database `path` is missing, in words, where the file is shorter than its
+    header's page count (vouched for by its change counter) says; "" otherwise."""
     try:
         with open(path, "rb") as f:
             header = f.read(100)
@@ -131,7 +127,7 @@ def _truncated(path: Path) -> str:
 
 
 def check_port(port: int, option: str) -> None:
-    """A ValueError, in one line, when `port` is not one (1-65535) or on 127.0.0.1 is taken."""
+    """ValueError when `port` is not one (1-65535) or is taken on 127.0.0.1."""
     if not 1 <= port <= 65535:
         raise ValueError(f"{option} {port}: a port is a number from 1 to 65535")
     with socket.socket() as s:
@@ -144,11 +140,9 @@ def check_port(port: int, option: str) -> None:
 
 @contextlib.contextmanager
 def serve_store(folder: Path, *, mlflow_port: int, dashboard_port: int, from_copy: bool) -> Iterator[ServedStore]:
-    """Start both UIs on the store `folder`, wait until they answer and yield them; stop them on the
-    way out. optuna-dashboard is left out (`served.dashboard` None) without `optuna.db` or the
-    package. ValueError (one line) for a folder without `mlflow.db`, a bad database
-    (`check_database`), a bad or taken port, or no `mlflow`; RuntimeError with the end of its log for a
-    server that does not start."""
+    """Both UIs on the store `folder`, yielded once they answer, stopped on the way out (no
+    optuna-dashboard without `optuna.db` or the package). ValueError for no `mlflow.db`, a bad database,
+    a bad or taken port, or no `mlflow`; RuntimeError with its log's end for a server that fails."""
     folder = Path(folder).resolve()
     if not (folder / "mlflow.db").is_file():
         raise ValueError(f"{folder} holds no MLflow store (no mlflow.db): give the store's folder with --store")
@@ -169,14 +163,13 @@ def serve_store(folder: Path, *, mlflow_port: int, dashboard_port: int, from_cop
     if from_copy:
         databases = scratch / "store"
         databases.mkdir()
-        for name in DATABASES:
+        for name in STORE_FILES:
             if (folder / name).is_file():
                 shutil.copyfile(folder / name, databases / name)
     served = ServedStore(folder=folder, copy=databases if from_copy else None,
                          tracking_uri=f"sqlite:///{databases / 'mlflow.db'}",
                          storage=f"sqlite:///{databases / 'optuna.db'}" if serve_dashboard else None)
-    # The servers' watchdogs hold the read end of this pipe; this process alone holds the write end, which
-    # the kernel closes however this process ends: then they stop their servers (watchdog.py).
+    # The watchdogs hold the read end; the kernel closes the write end however this process ends.
     watched, alive = os.pipe()
     try:
         served.servers.append(_start(
@@ -234,8 +227,8 @@ def _wait_until_ready(servers: list[Server]) -> None:
 
 
 def _stop(process: subprocess.Popen) -> None:
-    """SIGTERM to the server's process group (`mlflow ui` and the uvicorn it starts, gunicorn and
-    its worker), SIGKILL to what is left of it after `STOP_TIMEOUT_S`."""
+    """SIGTERM to the server's process group (with its uvicorn or gunicorn workers), SIGKILL to what is
+    left after `STOP_TIMEOUT_S`."""
     group = process.pid
     with contextlib.suppress(ProcessLookupError):
         os.killpg(group, signal.SIGTERM)

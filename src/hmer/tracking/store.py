@@ -22,8 +22,8 @@ SCRATCH = "scratch"  # the scratch store's folder in the checkout (git-ignored)
 
 
 def project_root() -> Path:
-    """The checkout this package runs from (a `pyproject.toml` naming this project, found walking up
-    from the working directory), else the current folder: `mlruns/` is the same from `notebooks/`."""
+    """The checkout (a `pyproject.toml` naming this project) at or above the working folder, else the
+    one this package is in, else the working folder: `mlruns/` is the same from `notebooks/`."""
     here = Path.cwd().resolve()
     for folder in (here, *here.parents):
         pyproject = folder / "pyproject.toml"
@@ -42,10 +42,11 @@ def mlruns_dir() -> Path:
 
 def default_tracking_uri() -> str:
     """`$MLFLOW_TRACKING_URI`, else SQLite in the MLflow home."""
-    uri = os.environ.get("MLFLOW_TRACKING_URI")
-    if uri:
-        return uri
-    home = mlruns_dir()
+    return os.environ.get("MLFLOW_TRACKING_URI") or _sqlite_store(mlruns_dir())
+
+
+def _sqlite_store(home: Path) -> str:
+    """The URI of the SQLite store in the folder `home`, made where missing."""
     check_store_folder(home)
     home.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{home / 'mlflow.db'}"
@@ -56,8 +57,8 @@ class NoStoreThere(ValueError):
 
 
 def check_store_folder(folder: Path) -> None:
-    """A NoStoreThere naming the plain file on the way to `folder`, where a store's folder would have
-    to be (mkdir would fail with a bare FileExistsError); nothing when the path is free or a folder."""
+    """NoStoreThere naming a plain file on the way to `folder` (where mkdir would raise a bare
+    FileExistsError)."""
     for place in (folder, *folder.parents):
         if place.exists():
             if not place.is_dir():
@@ -66,10 +67,9 @@ def check_store_folder(folder: Path) -> None:
 
 
 def existing_store(tracking_uri: str | None = None) -> str:
-    """The store `tracking_uri` names (default: the project's), for a command that reads or amends it;
-    creates nothing. NoStoreThere (one line) names the missing folder or `mlflow.db`, or the database
-    that is damaged or not MLflow's (`servers.check_database`): a mistyped path must not become a new
-    empty store reported on as if it were the one meant. A server's URI is returned as it is."""
+    """The store `tracking_uri` names (default: the project's), for a command that reads or amends it,
+    creating nothing: a mistyped path must not become a new empty store reported on as the one meant.
+    NoStoreThere names a missing `mlflow.db`, or one damaged or not MLflow's (`servers.check_database`)."""
     from .portable import sqlite_path
     from .servers import check_database
 
@@ -86,24 +86,18 @@ def existing_store(tracking_uri: str | None = None) -> str:
 
 
 def store_named() -> bool:
-    """Whether the environment names a store ($MLFLOW_TRACKING_URI or $HMER_MLRUNS)."""
+    """Whether $MLFLOW_TRACKING_URI or $HMER_MLRUNS names a store."""
     return bool(os.environ.get("MLFLOW_TRACKING_URI") or os.environ.get("HMER_MLRUNS"))
 
 
 def scratch_tracking_uri() -> str:
-    """Where trying the pipeline is tracked: the store the environment names, else `<project root>/scratch/`,
-    so that trying things never changes the committed store (`mlruns/`)."""
-    if store_named():
-        return default_tracking_uri()
-    home = (project_root() / SCRATCH).resolve()
-    check_store_folder(home)
-    home.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{home / 'mlflow.db'}"
+    """The store the environment names, else `<project root>/scratch/`: trying the pipeline never
+    changes the committed store (`mlruns/`)."""
+    return default_tracking_uri() if store_named() else _sqlite_store((project_root() / SCRATCH).resolve())
 
 
 def mlflow_client(tracking_uri: str | None = None):
-    """An `MlflowClient` on the store `tracking_uri` (the project default when None): every module
-    of the suite opens a store here."""
+    """An `MlflowClient` on `tracking_uri` (default: the project's store)."""
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=tracking_uri or default_tracking_uri())
@@ -111,10 +105,9 @@ def mlflow_client(tracking_uri: str | None = None):
 
 def search_all_runs(client, experiment_ids: Sequence[str] | None = None, filter_string: str = "", *,
                     oldest_first: bool = False, deleted_too: bool = False, page_size: int = 1000) -> list[Any]:
-    """Every run of `experiment_ids` (default: every experiment; with `deleted_too`, deleted
-    experiments and runs as well) that matches `filter_string`, page by page: MLflow returns at most
-    one page a call, and a store outgrows one page without anyone noticing. Every search of the
-    package that means "all of them" goes through here (tests/test_code_quality.py holds it)."""
+    """Every run of `experiment_ids` (default: all; `deleted_too`: deleted ones as well) matching
+    `filter_string`, page by page: a store outgrows MLflow's one page a call unnoticed. Every search
+    meaning "all of them" goes through here (tests/test_code_quality.py holds it)."""
     from mlflow.entities import ViewType
 
     view = ViewType.ALL if deleted_too else ViewType.ACTIVE_ONLY
@@ -140,10 +133,9 @@ def study_filter(study: str) -> str:
 
 
 def artifact_root_for(tracking_uri: str) -> str | None:
-    """Where a new experiment keeps its artifacts: beside a local SQLite store; under the MLflow
-    home for another database (PostgreSQL, MySQL), since MLflow's own default there is `./mlruns`
-    under whatever folder the process happens to run in; a tracking server or a file store decides
-    for itself (None)."""
+    """Where a new experiment keeps its artifacts: beside a SQLite store; in the MLflow home for
+    another database (MLflow's default is `./mlruns` of whatever folder the process runs in); None
+    for a server or a file store, which decide for themselves."""
     parsed = urlparse(tracking_uri)
     scheme = parsed.scheme.split("+")[0]  # postgresql+psycopg2 -> postgresql
     if scheme == "sqlite":
@@ -164,10 +156,9 @@ def mask_password(uri: str) -> str:
 
 
 def check_tracking_server(uri: str, timeout_s: float = 10.0) -> None:
-    """Raise ValueError (one line, naming the URI) when `uri` is an http(s) tracking server that
-    cannot be reached. MLflow's own client retries a refused connection for minutes before it
-    says so; a command should say at once that its server is down. Any HTTP answer counts as
-    reachable (a proxy may refuse /health without credentials)."""
+    """ValueError naming `uri` when it is an http(s) tracking server that cannot be reached: MLflow
+    retries a refused connection for minutes before saying so. Any HTTP answer counts as reachable
+    (a proxy may refuse /health without credentials)."""
     import urllib.error
     import urllib.request
 
@@ -186,10 +177,9 @@ def check_tracking_server(uri: str, timeout_s: float = 10.0) -> None:
 
 
 def checkpoint_root(tracking_uri: str | None = None) -> Path:
-    """Local checkpoints of runs in progress, `<root>/<run id>/`: `checkpoints/` beside the SQLite
-    store `tracking_uri` (default: the project's) is tracked in, so that a run tracked elsewhere
-    writes nothing into the checkout; in the MLflow home for another store (a database, a server),
-    which keeps no local folder of its own."""
+    """Where runs in progress keep their checkpoints (`<root>/<run id>/`): `checkpoints/` beside the
+    SQLite store (default: the project's), so a run tracked elsewhere writes nothing into the checkout;
+    in the MLflow home for a database or a server."""
     from .portable import CHECKPOINTS, sqlite_path
 
     db = sqlite_path(tracking_uri or default_tracking_uri())
@@ -197,11 +187,10 @@ def checkpoint_root(tracking_uri: str | None = None) -> Path:
 
 
 def quiet_mlflow() -> None:
-    """Keep MLflow's and its migrations' INFO chatter ("Creating initial MLflow database
-    tables...") and its artifact download bars out of the terminal; warnings and errors still show."""
+    """MLflow's and alembic's INFO logging and artifact download bars (three for one model made an
+    error no longer one line) kept out of the terminal; warnings and errors still show."""
     import logging
 
-    # Three "Downloading artifacts" bars on stderr for one model made an error no longer one line.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
     import mlflow  # noqa: F401 - configures its loggers on import; adjust them after
@@ -211,8 +200,7 @@ def quiet_mlflow() -> None:
 
 
 def point_mlflow_at(tracking_uri: str | None = None) -> str:
-    """Make `tracking_uri` (default: the project's store) MLflow's current store, its logging
-    quiet; returns the URI."""
+    """Make `tracking_uri` (default: the project's store) MLflow's current one, quiet; returns it."""
     import mlflow
 
     quiet_mlflow()
@@ -222,34 +210,43 @@ def point_mlflow_at(tracking_uri: str | None = None) -> str:
 
 
 def setup_mlflow(tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT) -> str:
-    """Point MLflow at the store and make sure the experiment exists (created as a model-training
-    experiment, see tracking/ui.py); returns its id."""
+    """`open_experiment`'s experiment id."""
+    return open_experiment(tracking_uri, experiment)[1]
+
+
+def open_experiment(tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT) -> tuple[Any, str]:
+    """(an MlflowClient, the id of `experiment`): MLflow pointed at the store, the experiment made
+    (`ensure_experiment`) and set as MLflow's current one."""
     import mlflow
 
+    client = mlflow_client(point_mlflow_at(tracking_uri))
+    experiment_id = ensure_experiment(client, experiment)
+    mlflow.set_experiment(experiment_id=experiment_id)
+    return client, experiment_id
+
+
+def ensure_experiment(client, name: str, tags: dict[str, str] | None = None) -> str:
+    """The id of experiment `name`, created when missing: artifacts where `artifact_root_for` puts
+    them, a model-training experiment (tracking/ui.py) with `tags` (except MLflow's own)."""
     from .ui import TRAINING_EXPERIMENT_TAGS
 
-    uri = point_mlflow_at(tracking_uri)
-    existing = mlflow.get_experiment_by_name(experiment)
-    if existing is not None:
-        mlflow.set_experiment(experiment_id=existing.experiment_id)
-        return existing.experiment_id
-    root = artifact_root_for(uri)
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    root = artifact_root_for(client.tracking_uri)
+    keep = {**TRAINING_EXPERIMENT_TAGS, **{k: v for k, v in (tags or {}).items() if not k.startswith("mlflow.")}}
     try:
-        experiment_id = mlflow.create_experiment(
-            experiment, artifact_location=f"{root}/{experiment}" if root else None, tags=TRAINING_EXPERIMENT_TAGS
-        )
-    except Exception:  # another worker created it first
-        found = mlflow.get_experiment_by_name(experiment)
+        return client.create_experiment(name, artifact_location=f"{root}/{name}" if root else None, tags=keep)
+    except Exception:  # created meanwhile by another process
+        found = client.get_experiment_by_name(name)
         if found is None:
             raise
-        experiment_id = found.experiment_id
-    mlflow.set_experiment(experiment_id=experiment_id)
-    return experiment_id
+        return found.experiment_id
 
 
 def git_commit(short: bool = False, root: str | os.PathLike[str] | None = None) -> str:
-    """The commit of the checkout at `root` (default: `project_root()`), with '-dirty' when tracked
-    files have changes, or 'unknown'. `short`: the abbreviated hash, as the benchmark scripts print it."""
+    """The commit of the checkout at `root` (default: `project_root()`), '-dirty' with changes to
+    tracked files, or 'unknown'; `short`: abbreviated, as the benchmark scripts print it."""
     root = root or project_root()
     try:
         sha = subprocess.run(

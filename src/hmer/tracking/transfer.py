@@ -5,13 +5,12 @@
     hmer runs import gpu-runs.tar.gz                       # into mlruns/ (or --tracking-uri)
 
 The file's layout and checks: `tracking.export_file`. The import uses MLflow's public client API
-only, so it works against SQLite and servers alike. That API gives every created run a new id, so
-the original is kept as the tag `hmer.source_run_id` (kept as is when already set), and the import
-is a merge keyed by it: importing a file twice, or successive slices of one campaign, never
-duplicates a run. Where the file's copy is at least as recent (end time) as the store's, it wins
-(status, tags; tags it no longer has are removed, e.g. the `hmer.error` of an interruption since
-resumed); an older copy only adds what is missing. Parent links are remapped to the new ids; a
-parent in neither file nor store is kept only as `hmer.source_parent_run_id`.
+only (SQLite and servers alike), which gives each created run a new id, so the original is kept as
+`hmer.source_run_id` (unless already set) and the import merges by it: a file imported twice, or
+successive slices of one campaign, never duplicate a run. A copy at least as recent (end time) as the
+store's wins (status, tags; tags it lacks are removed, e.g. the `hmer.error` of an interruption since
+resumed); an older one only adds what is missing. Parent links are remapped to the new ids; a parent
+in neither file nor store is kept only as `hmer.source_parent_run_id`.
 """
 
 from __future__ import annotations
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Sequence
 
 from . import keys
-from .store import search_all_runs
+from .store import ensure_experiment, search_all_runs
 from .export_file import FORMAT, MANIFEST, PART_SUFFIX, part_files, resolve_parts, split_file, unpack_parts
 from .lock import database_store_lock
 from .portable import download_run_artifact, list_run_artifacts
@@ -72,8 +71,8 @@ def find_by_source_id(client, run_id: str) -> str | None:
 def export_runs(out_file: str | os.PathLike[str], *, tracking_uri: str | None = None,
                 experiments: Sequence[str] | None = None, run_ids: Sequence[str] | None = None,
                 max_artifact_mb: float = 0.0, part_mb: float = 0.0) -> ExportResult:
-    """Write the runs of `experiments` (names; default: all), or just `run_ids`, to `out_file`: artifact
-    files over `max_artifact_mb` (0: no limit) left out and listed, split into parts over `part_mb`."""
+    """Write the runs of `experiments` (names; default: all), or `run_ids`, to `out_file`: artifacts
+    over `max_artifact_mb` (0: no limit) left out and listed, split into parts over `part_mb`."""
     from mlflow.entities import ViewType
 
     client = _client(tracking_uri)
@@ -122,12 +121,11 @@ def export_runs(out_file: str | os.PathLike[str], *, tracking_uri: str | None = 
                 "status": info.status, "start_time": info.start_time, "end_time": info.end_time,
                 "params": dict(run.data.params), "tags": dict(run.data.tags), "metrics": history,
             })
+        names = sorted({r["experiment"] for r in records})
         manifest = {
             "format": FORMAT, "exported_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "tracking_uri": client.tracking_uri,
-            "experiments": sorted({r["experiment"] for r in records}),
-            "experiment_tags": {exps[i].name: dict(exps[i].tags) for i in exps
-                                if exps[i].name in {r["experiment"] for r in records}},
+            "tracking_uri": client.tracking_uri, "experiments": names,
+            "experiment_tags": {e.name: dict(e.tags) for e in exps.values() if e.name in names},
             "runs": records, "omitted_artifacts": omitted,
         }
         (tmp_path / MANIFEST).write_text(json.dumps(manifest, indent=1))
@@ -196,8 +194,6 @@ def _merge(client, manifest: dict, unpacked: Path, path: Path, tags: dict[str, s
         else:
             result.updated.append(target)
             have = client.get_run(target)
-            # The record wins where it is at least as recent as what is here (a later slice's export);
-            # an older one (imported after a newer) only adds what is missing.
             newer = (rec.get("end_time") or 0) >= (have.info.end_time or 0)
             if newer:
                 _set_tags(client, target, new_tags)
@@ -215,27 +211,6 @@ def _merge(client, manifest: dict, unpacked: Path, path: Path, tags: dict[str, s
         status = rec.get("status")
         if status in _TERMINAL and newer:
             client.set_terminated(target, status=status, end_time=rec.get("end_time"))
-
-
-def ensure_experiment(client, name: str, tags: dict[str, str] | None = None) -> str:
-    """The id of experiment `name`, created (artifacts beside a SQLite store, a model-training
-    experiment) when missing."""
-    from .store import artifact_root_for
-
-    found = client.get_experiment_by_name(name)
-    if found is not None:
-        return found.experiment_id
-    root = artifact_root_for(client.tracking_uri)
-    from .ui import TRAINING_EXPERIMENT_TAGS
-
-    keep = {**TRAINING_EXPERIMENT_TAGS, **{k: v for k, v in (tags or {}).items() if not k.startswith("mlflow.")}}
-    try:
-        return client.create_experiment(name, artifact_location=f"{root}/{name}" if root else None, tags=keep or None)
-    except Exception:  # created meanwhile by another process
-        found = client.get_experiment_by_name(name)
-        if found is None:
-            raise
-        return found.experiment_id
 
 
 def _existing_by_source(client) -> dict[str, str]:

@@ -1,15 +1,14 @@
 """How MLflow's web UI opens the suite's experiments: as model training, on the runs, compared.
 
-MLflow 3's UI (3.17.2, pinned) chooses an experiment's view (GenAI or model training) from the
-page's `workflowType` query parameter, else the visitor's last choice of its switch (browser local
-storage, starting as GenAI). The experiment tag `mlflow.experimentKind` decided it up to 3.9; since
-3.10 (mlflow/mlflow#20161) no release reads it there. So the suite does both: every experiment it
-creates carries the tag (`TRAINING_EXPERIMENT_TAGS`; `mark_training_experiments` adds it to an
-older store), and the links it prints carry `workflowType=machine_learning`.
+MLflow 3's UI (3.17.2, pinned) picks an experiment's view (GenAI or model training) from the page's
+`workflowType` parameter, else the visitor's last choice (starting as GenAI); the experiment tag
+`mlflow.experimentKind` decided it up to 3.9 (mlflow/mlflow#20161). So every experiment the suite
+creates carries the tag (`TRAINING_EXPERIMENT_TAGS`; `mark_training_experiments` for an older store),
+and its links `workflowType=machine_learning`.
 
-A study's link also orders its runs by a metric (`orderByKey`, best first): the runs table then
-lists every run flat, and the chart view (the first ten runs listed) draws the variants' summary
-runs first (`store.study_run`: they alone have the metric `2014 ExpRate`).
+A study's link orders its runs by a metric (`orderByKey`, best first): the table lists every run
+flat, and the charts (the first ten listed) draw the variants' summary runs first (`store.study_run`:
+they alone have the metric `2014 ExpRate`).
 """
 
 from __future__ import annotations
@@ -33,10 +32,8 @@ TRAINING_EXPERIMENT_TAGS = {keys.MLFLOW_EXPERIMENT_KIND: keys.EXPERIMENT_KIND_TR
 
 def ui_url(experiment_id: str | None = None, *, charts: bool = True, port: int = DEFAULT_PORT,
            host: str = "127.0.0.1", order_by: str | None = None, search: str | None = None) -> str:
-    """The link that opens an experiment's training runs (`charts`: as charts, the variants side by
-    side) in `mlflow ui`, ordered by the metric `order_by`, highest first (module docstring), those
-    that match the runs filter `search` only; without an experiment, the list of experiments in
-    the training view."""
+    """The `mlflow ui` link to an experiment's training runs matching `search` (`charts`: as charts),
+    highest `order_by` first; without an experiment, the list of experiments."""
     query = {"workflowType": WORKFLOW_TYPE_TRAINING}
     if experiment_id is None:
         return f"http://{host}:{port}/#/experiments?{urlencode(query)}"
@@ -51,8 +48,7 @@ def ui_url(experiment_id: str | None = None, *, charts: bool = True, port: int =
 
 def study_url(experiment_id: str, *, order_by: str | None = None, port: int = DEFAULT_PORT,
               host: str = "127.0.0.1") -> str:
-    """The link that opens a study's comparison: its summary runs and trials (not the parent, the
-    failed ones, nor the killed attempts trained again), flat, best first by the metric `order_by`, as charts."""
+    """The link to a study's comparison (`STUDY_COMPARISON_RUNS`), best `order_by` first, as charts."""
     return ui_url(experiment_id, order_by=order_by, port=port, host=host, search=STUDY_COMPARISON_RUNS)
 
 
@@ -63,8 +59,8 @@ def run_url(experiment_id: str, run_id: str, *, port: int = DEFAULT_PORT, host: 
 
 
 def ui_command(tracking_uri: str, cwd: str | os.PathLike[str] | None = None) -> str:
-    """The `mlflow ui` command that serves `tracking_uri`: a SQLite store under the working folder
-    by its relative path (`sqlite:///mlruns/mlflow.db` from a checkout, as the README says)."""
+    """The `mlflow ui` command serving `tracking_uri`, a SQLite store under the working folder by its
+    relative path (`sqlite:///mlruns/mlflow.db`, as the README says)."""
     db = sqlite_path(tracking_uri)
     if db is None:
         return f"mlflow ui --backend-store-uri {tracking_uri}"
@@ -84,15 +80,13 @@ def ui_hint(tracking_uri: str, experiment_id: str, order_by: str | None = None) 
 
 
 def dashboard_url(study_id: int | None = None, *, port: int = DASHBOARD_PORT, host: str = "127.0.0.1") -> str:
-    """The link that opens an Optuna study (by its storage's id) in optuna-dashboard; without one,
-    the list of studies."""
+    """The optuna-dashboard link to a study (its storage's id), else to the list of studies."""
     base = f"http://{host}:{port}/dashboard/"
     return base if study_id is None else f"{base}studies/{study_id}"
 
 
 def mark_training_experiments(client) -> list[str]:
-    """Tag every experiment of the store that has no `mlflow.experimentKind` as model training;
-    returns the names of those tagged (none when the store is up to date: nothing is written)."""
+    """Tag each experiment without `mlflow.experimentKind` as model training; returns their names."""
     from mlflow.entities import ViewType
 
     marked = []

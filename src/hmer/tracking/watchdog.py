@@ -2,12 +2,11 @@
 
     python watchdog.py FD FOLDER -- mlflow ui --port 5000 ...
 
-`hmer ui` starts each server through this script, in a process group of its own, holding the write
-end of a pipe whose read end is FD. When `hmer ui` ends (SIGKILL included) the kernel closes that
-end; the script then stops its group (SIGTERM, then SIGKILL after STOP_TIMEOUT_S) and removes FOLDER
-(the served copy and the logs). Without it a kill -9 of `hmer ui` left both servers holding their
-ports (issue 70). A SIGTERM from `hmer ui` itself passes to the server, and the script exits with
-its status. Standard library only: it is run by its path and imports nothing of the package.
+`hmer ui` starts each server through this script, in a process group of its own, and holds the
+write end of the pipe FD reads. When `hmer ui` ends (SIGKILL too: issue 70, both servers left holding
+their ports) the kernel closes it; the script stops its group (SIGTERM, SIGKILL after STOP_TIMEOUT_S)
+and removes FOLDER (the served copy, the logs). A SIGTERM from `hmer ui` reaches the server, whose
+status the script exits with. Standard library only: run by its path, it imports nothing of hmer.
 """
 
 from __future__ import annotations
@@ -43,8 +42,7 @@ def main(argv: list[str]) -> int:
 
 
 def _stop_group(server: subprocess.Popen, folder: str) -> None:
-    """SIGTERM to this process group (the server and its workers), SIGKILL after STOP_TIMEOUT_S to what
-    is left of it, this script included; FOLDER removed in between."""
+    """SIGTERM to this process group, FOLDER removed, SIGKILL after STOP_TIMEOUT_S (this script too)."""
     group = os.getpgid(0)
     os.killpg(group, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_S
