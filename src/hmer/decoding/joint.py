@@ -55,7 +55,7 @@ def joint_beam_search(
         exhaustive=exhaustive,
     )
 
-    # Every candidate in left-to-right order, with what the opposite direction must score.
+    # Every candidate left to right, with what the opposite direction must score.
     images: list[int] = []
     l2r_tokens: list[list[int]] = []
     own_log_prob: list[float] = []
@@ -63,21 +63,15 @@ def joint_beam_search(
     starts: list[int] = []
     ends: list[int] = []
     for i in range(batch):
-        for hyp in pools[i]:  # found left-to-right: rescored right-to-left
-            images.append(i)
-            l2r_tokens.append(hyp.tokens)
-            own_log_prob.append(hyp.log_prob)
-            targets.append(hyp.tokens[::-1])
-            starts.append(eos_id)
-            ends.append(sos_id)
-        for hyp in pools[batch + i]:  # found right-to-left: rescored left-to-right
-            seq = hyp.tokens[::-1]
-            images.append(i)
-            l2r_tokens.append(seq)
-            own_log_prob.append(hyp.log_prob)
-            targets.append(seq)
-            starts.append(sos_id)
-            ends.append(eos_id)
+        for found_l2r, pool in ((True, pools[i]), (False, pools[batch + i])):
+            for hyp in pool:  # rescored in the other direction
+                seq = hyp.tokens if found_l2r else hyp.tokens[::-1]
+                images.append(i)
+                l2r_tokens.append(seq)
+                own_log_prob.append(hyp.log_prob)
+                targets.append(seq[::-1] if found_l2r else seq)
+                starts.append(eos_id if found_l2r else sos_id)
+                ends.append(sos_id if found_l2r else eos_id)
 
     other_log_prob = sequence_log_probs(model, feats, mask, images, targets, starts, ends, pad_id=pad_id)
 
