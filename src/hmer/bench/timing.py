@@ -104,17 +104,14 @@ def flop_line(b: Bench, timing: Timing, run_steps, make, default_batches: int,
     if flop_batches <= 0:
         return ""
     if b.knobs["flop_spread"] and epoch:
-        by_size = sorted(epoch, key=lambda idx: _padded_area(b, idx))
-        n = min(flop_batches, len(by_size))
-        counted_idx = [by_size[int((k + 0.5) * len(by_size) / n)] for k in range(n)]
-        counted = [make(idx) for idx in counted_idx]
-        flops = count_flops(lambda: run_steps(counted)) * len(by_size) / len(counted_idx)
-        gflop_per_image = flops / sum(len(idx) for idx in epoch) / 1e9
+        stands_for = sorted(epoch, key=lambda idx: _padded_area(b, idx))
+        n = min(flop_batches, len(stands_for))
+        counted_idx = [stands_for[int((k + 0.5) * len(stands_for) / n)] for k in range(n)]
     else:
-        counted_idx = timing.batches[:flop_batches]
-        counted = [make(idx) for idx in counted_idx]
-        flops = count_flops(lambda: run_steps(counted))
-        gflop_per_image = flops / sum(len(idx) for idx in counted_idx) / 1e9
+        counted_idx = stands_for = timing.batches[:flop_batches]
+    counted = [make(idx) for idx in counted_idx]
+    flops = count_flops(lambda: run_steps(counted)) * len(stands_for) / len(counted_idx)
+    gflop_per_image = flops / sum(len(idx) for idx in stands_for) / 1e9
     achieved = gflop_per_image * timing.images_per_second
     peak, source, measured = peak_gflops_for(b.device, b.amp or torch.float32)
     line = (f"gflop_per_image={gflop_per_image:.4f} achieved_gflops={achieved:.1f} peak_gflops={peak:.1f} "
