@@ -1,12 +1,6 @@
-"""The papers' published ExpRates, beside ours.
-
-    published_table()               # model, year, exprate, paper, venue, source, note
-    print(format_published())       # the table `hmer report --published` prints
-    paper_of(runs_of_a_variant)     # "BTTR", "CoMER" or None
-
-`published.csv` (package data) has one row per model and test year, each checked against the paper
-or its listing (docs/reports.md). A variant is a paper's model when every run trained a preset of
-`PAPER_OF_PRESET` with the preset's model fields (an ablation cell that changed them is not).
+"""The papers' published ExpRates (`published.csv`, one row per model and year, checked against the
+paper: docs/reports.md), beside ours. A variant is a paper's model when every run trained a preset
+of `PAPER_OF_PRESET` with its model fields (an ablation cell that changed them is not).
 """
 
 from __future__ import annotations
@@ -36,19 +30,16 @@ def _load() -> pd.DataFrame:
 
 
 def published_table() -> pd.DataFrame:
-    """Every published figure: model, year, exprate (percent), paper, venue, source, note."""
     return _load().copy()
 
 
 def published_exprate(model: str) -> dict[str, float]:
-    """{year: published ExpRate} of a model of `published.csv` (empty when it has none)."""
     df = _load()
     part = df[df["model"] == model]
     return dict(zip(part["year"], part["exprate"].astype(float)))
 
 
 def _model_fields_match(run: pd.Series, preset: str) -> bool:
-    """True when every `params.model.*` the run logged equals the preset's value."""
     from ..model_presets import preset_with_recipe
     from .params import parse_value
 
@@ -65,7 +56,7 @@ def _model_fields_match(run: pd.Series, preset: str) -> bool:
 
 
 def paper_of(runs: pd.DataFrame) -> str | None:
-    """The paper model (`BTTR`, `CoMER`) the runs of one variant all trained, or None."""
+    """The paper model (`BTTR`, `CoMER`) one variant's runs all trained, or None."""
     if runs.empty or "params.name" not in runs.columns:
         return None
     names = set(runs["params.name"].astype(str))
@@ -81,7 +72,7 @@ def paper_of(runs: pd.DataFrame) -> str | None:
 
 
 def format_published(fmt: str = "text") -> str:
-    """The published table (a row per model, its ExpRate per year), then each figure's source."""
+    """A row per model, its ExpRate per year, then each figure's source."""
     render = layout(fmt)
     df = _load()
     years = sorted(set(df["year"]))
