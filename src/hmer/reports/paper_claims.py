@@ -30,7 +30,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from typing import Any, Callable, Sequence
 
 import pandas as pd
@@ -39,6 +38,7 @@ from ..evaluation.lgeval import TOKEN_METRIC
 from ..evaluation.significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES
 from ..registry import METRICS
 from .markup import MISSING, bold, difference, is_missing, layout, mean_pm_std, metric_label, number, p_value
+from .published import package_csv
 from .runs import PredictionsNotFound, load_predictions, load_runs, resolve_tracking_uri, scored_years, study_progress
 from .tables import scored, variant_table
 
@@ -112,18 +112,12 @@ _FIGURE_COLUMNS = ["claim", "variant", "year", "metric", "value", "paper", "sour
 
 @lru_cache(maxsize=1)
 def _figures() -> pd.DataFrame:
-    with resources.files(__package__).joinpath("paper_claims.csv").open("r", encoding="utf-8") as f:
-        df = pd.read_csv(f, dtype={"year": str, "claim": str, "variant": str, "metric": str},
-                         keep_default_na=False)
-    missing = set(_FIGURE_COLUMNS) - set(df.columns)
-    if missing:
-        raise ValueError(f"hmer/reports/paper_claims.csv lacks the column(s) {', '.join(sorted(missing))}")
+    df = package_csv("paper_claims.csv", _FIGURE_COLUMNS, ["year", "claim", "variant", "metric"], "value")
     unknown = set(df["metric"]) - set(METRICS.names())
     if unknown:
         raise ValueError(f"hmer/reports/paper_claims.csv: unknown metric(s) {', '.join(sorted(unknown))}; "
                          f"known: {', '.join(METRICS.names())}")
-    df["value"] = pd.to_numeric(df["value"], errors="raise")
-    return df[_FIGURE_COLUMNS]
+    return df
 
 
 def paper_figures() -> pd.DataFrame:

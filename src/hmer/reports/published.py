@@ -18,15 +18,20 @@ PAPER_OF_PRESET = {"bttr": "BTTR", "comer-fusion": "CoMER"}
 COLUMNS = ["model", "year", "exprate", "paper", "venue", "source", "note"]
 
 
+def package_csv(name: str, columns: list[str], text: list[str], number: str) -> pd.DataFrame:
+    """A CSV of this package: `columns` required, `text` read as strings, `number` as numbers."""
+    with resources.files(__package__).joinpath(name).open("r", encoding="utf-8") as f:
+        df = pd.read_csv(f, dtype=dict.fromkeys(text, str), keep_default_na=False)
+    missing = set(columns) - set(df.columns)
+    if missing:
+        raise ValueError(f"hmer/reports/{name} lacks the column(s) {', '.join(sorted(missing))}")
+    df[number] = pd.to_numeric(df[number], errors="raise")
+    return df[columns]
+
+
 @lru_cache(maxsize=1)
 def _load() -> pd.DataFrame:
-    with resources.files(__package__).joinpath("published.csv").open("r", encoding="utf-8") as f:
-        df = pd.read_csv(f, dtype={"year": str, "model": str}, keep_default_na=False)
-    missing = set(COLUMNS) - set(df.columns)
-    if missing:
-        raise ValueError(f"hmer/reports/published.csv lacks the column(s) {', '.join(sorted(missing))}")
-    df["exprate"] = pd.to_numeric(df["exprate"], errors="raise")
-    return df[COLUMNS]
+    return package_csv("published.csv", COLUMNS, ["year", "model"], "exprate")
 
 
 def published_table() -> pd.DataFrame:
