@@ -198,14 +198,19 @@ _TEST_CELLS = ("delta", "delta_low", "delta_high", "p_bootstrap", "p_mcnemar", "
                "p_sign_flip", "sign_flip_favours")
 
 
+def _score_cells(mine: pd.DataFrame, name: str, logged: str) -> dict[str, Any]:
+    """`{name}_n` and `{name}_<metric>_mean` / `_std` from the metrics `{logged}_n` and `{logged}_<metric>`."""
+    n = pd.to_numeric(_metric(mine, f"{logged}_n"), errors="coerce").dropna()
+    cells: dict[str, Any] = {f"{name}_n": int(n.max()) if not n.empty else math.nan}
+    for m in METRICS.names():
+        cells[f"{name}_{m}_mean"], cells[f"{name}_{m}_std"] = _mean_std(_metric(mine, f"{logged}_{m}"))
+    return cells
+
+
 def _year_cells(year: str, mine: pd.DataFrame, base_runs: pd.DataFrame, is_base: bool,
                 correctness: CorrectnessCache, metric: str, n_resamples: int, confidence: float,
                 seed: int) -> dict[str, Any]:
-    cells: dict[str, Any] = {}
-    n = pd.to_numeric(_metric(mine, f"test_{year}_n"), errors="coerce").dropna()
-    cells[f"{year}_n"] = int(n.max()) if not n.empty else math.nan
-    for m in METRICS.names():
-        cells[f"{year}_{m}_mean"], cells[f"{year}_{m}_std"] = _mean_std(_metric(mine, f"test_{year}_{m}"))
+    cells = _score_cells(mine, year, f"test_{year}")
     mean, _ = _mean_std(_metric(mine, f"test_{year}_{metric}"))
     base_mean, _ = _mean_std(_metric(base_runs, f"test_{year}_{metric}"))
     delta: dict[str, Any] = {k: math.nan for k in _TEST_CELLS}
@@ -243,10 +248,7 @@ def _cost_cells(mine: pd.DataFrame) -> dict[str, Any]:
 def _validation_cells(mine: pd.DataFrame) -> dict[str, Any]:
     """Validation as the test years decode it (`val_final_*`) and as it picked the checkpoint
     (`best_val_exprate`; a run that never validated logs 0 and no curve: missing, not 0)."""
-    n = pd.to_numeric(_metric(mine, "val_final_n"), errors="coerce").dropna()
-    cells: dict[str, Any] = {"val_n": int(n.max()) if not n.empty else math.nan}
-    for m in METRICS.names():
-        cells[f"val_{m}_mean"], cells[f"val_{m}_std"] = _mean_std(_metric(mine, f"val_final_{m}"))
+    cells = _score_cells(mine, "val", "val_final")
     # the same writers in the other rendering style (`data.val_alt`, issue 26)
     cells["val_alt_exprate_mean"], cells["val_alt_exprate_std"] = _mean_std(_metric(mine, "val-alt_final_exprate"))
     best = _metric(mine, "best_val_exprate")
