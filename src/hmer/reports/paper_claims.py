@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import Any, Callable, Sequence
 
 import pandas as pd
@@ -161,16 +161,15 @@ def verdict_per_seed(p_pairs: Sequence[float], favours_pairs: Sequence[int], alp
 
 def _cached_loader(tracking_uri: str) -> Callable[[str, str], pd.DataFrame]:
     """`load_predictions` fetching each artifact once across a study's comparisons."""
-    cache: dict[tuple[str, str], pd.DataFrame | PredictionsNotFound] = {}
+    @cache
+    def fetch(run_id: str, year: str) -> pd.DataFrame | PredictionsNotFound:
+        try:
+            return load_predictions(run_id, year, tracking_uri)
+        except PredictionsNotFound as exc:
+            return exc
 
     def load(run_id: str, year: str) -> pd.DataFrame:
-        key = (run_id, str(year))
-        if key not in cache:
-            try:
-                cache[key] = load_predictions(run_id, year, tracking_uri)
-            except PredictionsNotFound as exc:
-                cache[key] = exc
-        hit = cache[key]
+        hit = fetch(run_id, str(year))
         if isinstance(hit, PredictionsNotFound):
             raise hit
         return hit
