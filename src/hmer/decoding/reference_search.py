@@ -227,7 +227,6 @@ def _first_max(values: list[float]) -> int:
 
 # The references' searches by rule name; each is also registered as a beam search rule below.
 SEARCHES = {"bttr": bttr_search, "comer": comer_search}
-RULES = tuple(SEARCHES)
 
 
 @torch.inference_mode()
@@ -236,7 +235,7 @@ def reference_decode(model, feats: Tensor, mask: Tensor, rule: str, direction: s
     """`rule`'s search for every image of encoded features feats [B, h, w, d] / mask [B, h, w]."""
     search = SEARCHES.get(rule)
     if search is None:
-        raise ValueError(f"search rule {rule!r} is not one of {', '.join(RULES)}")
+        raise ValueError(f"search rule {rule!r} is not one of {', '.join(SEARCHES)}")
     return [search(model, feats[i:i + 1], mask[i:i + 1], direction, sos_id, eos_id, beam_size, max_len,
                    float(alpha), pad_id) for i in range(feats.shape[0])]
 
