@@ -29,12 +29,6 @@ def variant_colors(order: Sequence[str]) -> dict[str, str]:
     return dict(zip(order, sns.color_palette(PALETTE, len(order)).as_hex()))
 
 
-def _order(runs: pd.DataFrame, variant_col: str, order: Sequence[str] | None, present: Sequence[str]) -> list[str]:
-    if order is not None:
-        return [v for v in order if v in set(present)]
-    return [v for v in variant_order(runs, variant_col) if v in set(present)]
-
-
 def plot_exprate(
     runs: pd.DataFrame,
     *,
@@ -54,7 +48,8 @@ def plot_exprate(
     data = scores_long(runs, variant_col, years, metrics)
     if data.empty:
         raise ValueError("no run with test scores to plot")
-    hue_order = _order(runs, variant_col, order, data["variant"].unique())
+    present = set(data["variant"].unique())
+    hue_order = [v for v in (order if order is not None else variant_order(runs, variant_col)) if v in present]
     year_order = sorted(data["year"].unique())
     panel_width = max(4.0, 1.5 + 0.35 * len(year_order) * len(hue_order))  # room for every bar
     fig = Figure(figsize=(panel_width * len(metrics) + 1.5, 4.2), layout="constrained")

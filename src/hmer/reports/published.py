@@ -71,9 +71,7 @@ def paper_of(runs: pd.DataFrame) -> str | None:
     model = PAPER_OF_PRESET.get(preset)
     if model is None or not published_exprate(model):
         return None
-    if not all(_model_fields_match(run, preset) for _, run in runs.iterrows()):
-        return None
-    return model
+    return model if all(_model_fields_match(run, preset) for _, run in runs.iterrows()) else None
 
 
 def format_published(fmt: str = "text") -> str:
