@@ -23,8 +23,8 @@ import pandas as pd
 
 from ..evaluation.alignment import EDIT_KINDS, Edit, align, edit_count
 from ..registry import METRICS
-from .buckets import (ALL, AXES, LENGTH_BUCKETS, NO_STRUCTURE, STRUCTURE_TOKENS, length_bucket, length_labels,
-                      structure_labels, structures)
+from .buckets import (ALL, AXES, LENGTH_BUCKETS, LENGTH_LABELS, NO_STRUCTURE, STRUCTURE_LABELS, STRUCTURE_TOKENS,
+                      length_bucket, structures)
 from .markup import MISSING, bold, difference, layout, metric_label, metric_list, number
 from .runs import PredictionsNotFound, client_for, load_predictions
 
@@ -116,8 +116,8 @@ def breakdown(rows: pd.DataFrame) -> pd.DataFrame:
 
 def _buckets(group: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
     exploded = group.explode("structures")
-    return ([("all", ALL, group)] + [("length", b, group[group["length_bucket"] == b]) for b in length_labels()]
-            + [("structure", b, exploded[exploded["structures"] == b]) for b in structure_labels()])
+    return ([("all", ALL, group)] + [("length", b, group[group["length_bucket"] == b]) for b in LENGTH_LABELS]
+            + [("structure", b, exploded[exploded["structures"] == b]) for b in STRUCTURE_LABELS])
 
 
 def confusions(rows: pd.DataFrame) -> pd.DataFrame:

@@ -19,25 +19,16 @@ STRUCTURE_TOKENS: tuple[tuple[str, frozenset[str]], ...] = (
 NO_STRUCTURE = "none of these"
 ALL = "all"  # the bucket of every expression (axis "all")
 AXES = ("all", "length", "structure")
+LENGTH_LABELS = [label for label, _ in LENGTH_BUCKETS]
+STRUCTURE_LABELS = [label for label, _ in STRUCTURE_TOKENS] + [NO_STRUCTURE]
 
 
 def length_bucket(n_tokens: int) -> str:
     """The target-length bucket of `n_tokens` (an empty truth is 1-10)."""
-    for label, upper in LENGTH_BUCKETS:
-        if n_tokens <= upper:
-            return label
-    raise AssertionError("unreachable: the last bucket has no upper bound")
+    return next(label for label, upper in LENGTH_BUCKETS if n_tokens <= upper)  # the last has no bound
 
 
 def structures(tokens: Iterable[str]) -> list[str]:
     present = set(tokens)
     found = [label for label, marks in STRUCTURE_TOKENS if present & marks]
     return found or [NO_STRUCTURE]
-
-
-def length_labels() -> list[str]:
-    return [label for label, _ in LENGTH_BUCKETS]
-
-
-def structure_labels() -> list[str]:
-    return [label for label, _ in STRUCTURE_TOKENS] + [NO_STRUCTURE]

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ..atomic import save_figure
-from .buckets import length_labels, structure_labels
+from .buckets import LENGTH_LABELS, STRUCTURE_LABELS
 from .markup import metric_label
 from .tables import scores_long, variant_order
 
@@ -97,7 +97,7 @@ def plot_breakdown(table: pd.DataFrame, title: str | None = None) -> Figure:
     grid = fig.subplots(len(axes_names), len(years), squeeze=False, sharey=True)
     palette = dict(zip(labels, sns.color_palette("colorblind", len(labels))))
     for r, axis in enumerate(axes_names):
-        order = length_labels() if axis == "length" else structure_labels()
+        order = LENGTH_LABELS if axis == "length" else STRUCTURE_LABELS
         for c, year in enumerate(years):
             ax = grid[r][c]
             part = data[(data["axis"] == axis) & (data["year"] == year)]
