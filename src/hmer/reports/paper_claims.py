@@ -39,8 +39,9 @@ from ..evaluation.significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES
 from ..registry import METRICS
 from .markup import MISSING, bold, difference, is_missing, layout, mean_pm_std, metric_label, number, p_value
 from .published import package_csv
-from .runs import PredictionsNotFound, load_predictions, load_runs, resolve_tracking_uri, scored_years, study_progress
-from .tables import scored, variant_table
+from .runs import (PredictionsNotFound, load_predictions, load_runs, resolve_tracking_uri, scored_years, study_parent,
+                   study_progress)
+from .tables import grid_order, scored, variant_table
 
 ALPHA = 0.05  # the level of the verdict, matching the 95 % interval
 
@@ -230,9 +231,6 @@ def claims_table(
 def _studies(budget: str, uri: str, claims: Sequence[Claim], first: bool) -> list[_Study]:
     """Every claim's study at one budget; after the `first`, only those the store has, with the
     comparisons of the variants they train (the long studies train two each)."""
-    from .runs import study_parent
-    from .tables import grid_order
-
     studies = []
     for claim in claims:
         study = claim.study_name(budget)

@@ -23,7 +23,7 @@ from typing import Any, Iterator, Sequence
 import pandas as pd
 
 from ..tracking import keys
-from ..tracking.store import search_all_runs, study_filter
+from ..tracking.store import default_tracking_uri, mlflow_client, search_all_runs, study_filter
 from .params import config_types, parse_value, typed_column
 
 STUDY_TAG = keys.STUDY
@@ -47,16 +47,10 @@ class PredictionsNotFound(LookupError):
 
 def resolve_tracking_uri(tracking_uri: str | None = None) -> str:
     """The given URI, else the project default."""
-    if tracking_uri:
-        return tracking_uri
-    from ..tracking.store import default_tracking_uri
-
-    return default_tracking_uri()
+    return tracking_uri or default_tracking_uri()
 
 
 def client_for(tracking_uri: str | None = None):
-    from ..tracking.store import mlflow_client
-
     return mlflow_client(tracking_uri)
 
 

@@ -21,6 +21,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from typing import Any, Callable, Mapping, Sequence
@@ -34,6 +35,7 @@ from ..registry import METRICS
 from .correctness import CorrectnessCache, PredictionLoader
 from .markup import (MISSING, Layout, bold, count, difference, is_missing, layout, mean_pm_std, metric_label,
                      metric_list, number, p_value, parameter_count)
+from .published import paper_of, published_exprate
 from .runs import load_predictions, load_runs, scored_years, study_parent
 
 __all__ = ["MISSING", "format_table", "grid_order", "resolve_baseline", "scored",
@@ -261,8 +263,6 @@ def _validation_cells(mine: pd.DataFrame) -> dict[str, Any]:
 
 
 def _published_cells(mine: pd.DataFrame, years: Sequence[str]) -> dict[str, Any]:
-    from .published import paper_of, published_exprate
-
     paper = paper_of(mine)
     figures = published_exprate(paper) if paper else {}
     return {"paper": paper or "", **{f"{y}_published": figures.get(str(y), math.nan) for y in years}}
@@ -302,8 +302,6 @@ def study_table(
 def grid_order(parent: pd.Series | None) -> list[str]:
     """A grid study's variant labels in grid order (its parent's `grid` param, seed axis left out,
     values joined with "/" as `hmer.variant`); empty for a sweep or no grid."""
-    import itertools
-
     raw = parent.get("params.grid") if parent is not None else None
     try:
         grid = json.loads(raw) if isinstance(raw, str) else None
