@@ -10,7 +10,6 @@ from .timing import flop_line, print_batching, print_rate, print_timing, timed
 
 
 def bench_decode(b: Bench) -> int:
-    """`hmer bench decode`: beam search on the evaluation bucketing (docs/benchmarks.md, "The tools")."""
     from ..data import Vocab, collate, make_batches
     from ..data.ladder import PadLadder
     from ..decoding import decode_batch
@@ -66,7 +65,6 @@ def bench_decode(b: Bench) -> int:
               file=out)
     print_rate(b, timing)
     return 0
-
 
 
 @torch.inference_mode()

@@ -1,5 +1,4 @@
-"""What both benchmarks share before timing: the benchmark-only knobs (`bench.KEY=VALUE` beside the
-config overrides), the config, device, model and expressions (`Bench`), and the header lines."""
+"""What both benchmarks share before timing: the `bench.KEY=VALUE` knobs, the `Bench`, the header."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ def split_overrides(overrides: Sequence[str] | None) -> tuple[list[str], dict[st
 
 @dataclass
 class Bench:
-    """What both benchmarks share: the config, device, precision, model and expressions, the
-    benchmark-only knobs, where the figures go, and how many images to time."""
+    """What both benchmarks share."""
 
     what: str
     preset: str
@@ -63,9 +61,8 @@ class Bench:
 
 def prepare(what: str, preset: str, device: str, data: str | None, images: int, seconds: float,
             overrides: list[str] | None, out, config: str | None = None) -> Bench:
-    """The shared setup: config (the preset's, or the `config` file's) with overrides, device, model
-    (trained weights with `bench.weights`), expressions (a split of `data`, or synthetic ones), and
-    the header lines."""
+    """The config with overrides, device, model (`bench.weights`' or fresh), expressions (a split of
+    `data`, else synthetic) and the header lines."""
     from ..config import Config, parse_overrides
     from ..data import load_dataset
     from ..device import autocast_dtype, cpu_description, resolve_device, share_device

@@ -1,5 +1,4 @@
-"""Synthetic expressions for the benchmarks without `--data`: stroke-like images and captions whose
-sizes follow CROHME train's."""
+"""Synthetic expressions for the benchmarks without `--data`."""
 
 from __future__ import annotations
 

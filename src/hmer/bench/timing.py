@@ -1,6 +1,5 @@
-"""The timed region both benchmarks share: a warm-up, then the steps over the batches until the images
-or the seconds are done, with the batches made ahead as in training; and the lines it prints (the
-padding, the rates, the memory, the FLOPs an image against the peak)."""
+"""The timed region both benchmarks share (warm-up, then steps over batches made ahead as in
+training) and the lines it prints."""
 
 from __future__ import annotations
 
@@ -18,8 +17,7 @@ from .setup import Bench
 
 @dataclass
 class Timing:
-    """The timed region: images, wall and CPU seconds, the wall time spent waiting for data, and
-    the batches it drew from (cut to `bench.batches` when set)."""
+    """The timed region; `batches` it drew from are cut to `bench.batches` when set."""
 
     images: int
     seconds: float
@@ -46,8 +44,8 @@ def _padded_area(b: Bench, idx) -> int:
 
 
 def timed(b: Bench, batches, make, step, warmup: int, before_timing=None) -> Timing:
-    """Warm-up, then `step(make(idx))` over the batches in order, cycled, until `b.images` images or
-    `b.seconds` have passed; `data.prefetch` batches made ahead in a thread, as in training."""
+    """Warm-up, then `step(make(idx))` over the batches, cycled, until `b.images` images or
+    `b.seconds`; `data.prefetch` batches made ahead in a thread."""
     from ..training.loader import auto_prefetch, prefetched
 
     dev, out = b.device, b.out
@@ -99,25 +97,21 @@ def timed(b: Bench, batches, make, step, warmup: int, before_timing=None) -> Tim
 def flop_line(b: Bench, timing: Timing, run_steps, make, default_batches: int,
               epoch: Sequence | None = None) -> str:
     """FLOPs an image over the first batches, against the peak of the step's precision ('' with
-    bench.flop_batches=0). With `bench.flop_spread=1` and the epoch's batches (`epoch`), the counted
-    batches are spread evenly over the epoch's batches sorted by padded size, each standing for its
-    share of them: an estimate of the whole epoch's FLOPs an image (a batch's FLOPs follow its size,
-    and the first batches of one shuffle are a small random sample of sizes)."""
+    bench.flop_batches=0). With `bench.flop_spread=1` and the epoch's batches, the counted batches
+    are spread evenly over the epoch sorted by padded size, each standing for its share: a batch's
+    FLOPs follow its size, and one shuffle's first batches are a small sample of sizes."""
     flop_batches = b.knobs["flop_batches"] if b.knobs["flop_batches"] >= 0 else default_batches
     if flop_batches <= 0:
         return ""
     if b.knobs["flop_spread"] and epoch:
-        by_size = sorted(epoch, key=lambda idx: _padded_area(b, idx))
-        n = min(flop_batches, len(by_size))
-        counted_idx = [by_size[int((k + 0.5) * len(by_size) / n)] for k in range(n)]
-        counted = [make(idx) for idx in counted_idx]
-        flops = count_flops(lambda: run_steps(counted)) * len(by_size) / len(counted_idx)
-        gflop_per_image = flops / sum(len(idx) for idx in epoch) / 1e9
+        stands_for = sorted(epoch, key=lambda idx: _padded_area(b, idx))
+        n = min(flop_batches, len(stands_for))
+        counted_idx = [stands_for[int((k + 0.5) * len(stands_for) / n)] for k in range(n)]
     else:
-        counted_idx = timing.batches[:flop_batches]
-        counted = [make(idx) for idx in counted_idx]
-        flops = count_flops(lambda: run_steps(counted))
-        gflop_per_image = flops / sum(len(idx) for idx in counted_idx) / 1e9
+        counted_idx = stands_for = timing.batches[:flop_batches]
+    counted = [make(idx) for idx in counted_idx]
+    flops = count_flops(lambda: run_steps(counted)) * len(stands_for) / len(counted_idx)
+    gflop_per_image = flops / sum(len(idx) for idx in stands_for) / 1e9
     achieved = gflop_per_image * timing.images_per_second
     peak, source, measured = peak_gflops_for(b.device, b.amp or torch.float32)
     line = (f"gflop_per_image={gflop_per_image:.4f} achieved_gflops={achieved:.1f} peak_gflops={peak:.1f} "

@@ -10,7 +10,6 @@ from .timing import flop_line, print_batching, print_rate, print_timing, timed
 
 
 def bench_train(b: Bench) -> int:
-    """`hmer bench train`: the trainer's step over the trainer's input pipeline (docs/benchmarks.md, "The tools")."""
     from ..data import Vocab, make_batches
     from ..data.ladder import PadLadder
     from ..training.graphs import GraphedStep

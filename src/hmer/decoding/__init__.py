@@ -5,13 +5,10 @@
                        length_penalty=1.0, sos_id=vocab.sos_id, eos_id=vocab.eos_id)
     # -> list[list[int]] per image, left-to-right, without sos/eos
 
-Everything runs on the model's incremental interface (`model.decoder.init_state / step /
-reorder_state`); joint search also rescores with teacher forcing (`model.decode`).
-Scores follow BTTR's length normalisation: `log_prob / max(len, 1) ** length_penalty`.
-`reference_search` holds BTTR's and CoMER's own searches (`search_rule="bttr"` / `"comer"`).
-
-Beam search rules register themselves by name where they are defined (hmer.registry.SEARCH_RULES);
-every module of this package is imported here, so a new rule is one new module.
+Searches run on `model.decoder.init_state / step / reorder_state`; joint search also rescores
+with teacher forcing (`model.decode`). `reference_search` holds BTTR's and CoMER's own searches.
+Rules register by name where defined (hmer.registry.SEARCH_RULES); every module is imported here,
+so a new rule is one new module.
 """
 
 from ..config import DIRECTIONS

@@ -1,27 +1,17 @@
 """Batched beam search: every image and every beam of a batch advance in one decoder step.
 
-Rows of the decoder state are laid out image-major, row = image * beam_size + beam, and the
-state is expanded to that layout once (`reorder_state`). Each step:
+Decoder state rows are image-major (row = image * beam_size + beam). Each step, per image:
+extend every live hypothesis by every token; take the best `2 * beam_size` candidates in a
+stable order (ties: lower beam, then lower token id), so results never depend on the rest of
+the batch; an end token ranked within the first `beam_size` finishes into the image's pool
+(BTTR's length normalisation, best `beam_size` kept); refill the live beam with the best
+non-end candidates (CoMER's / Hugging Face's scheme; BTTR lets the beam shrink); drop the
+image's rows once its answer can no longer change (`_image_done`).
 
-1. every live hypothesis is extended by every token: `live sum + log p(token)`, per image
-   over its `beam_size * V` candidates (never across images: the sort is per image row);
-2. the best `2 * beam_size` candidates of each image are taken, in a stable order (ties go to
-   the lower beam, then the lower token id), so results never depend on the rest of the batch;
-3. an end-token candidate ranked within the first `beam_size` finishes: it leaves the live
-   beam and joins the image's pool of finished hypotheses, scored with BTTR's length
-   normalisation (`hypothesis.length_normalized`); the pool keeps its best `beam_size`;
-4. the live beam is refilled with the best `beam_size` non-end candidates, so it stays full
-   (CoMER's / Hugging Face's scheme; BTTR lets the beam shrink instead);
-5. an image is done when its answer can no longer change (see `_image_done`); its rows
-   leave the decoder state, and the loop stops when every image is done.
-
-A hypothesis that reaches `max_len` tokens without ending is closed there, with its end-token
-log-probability added, so every returned score is of the same kind.
-
-The pad token and the start token are never used to extend a hypothesis (neither can occur
-inside a sequence; a pad would also corrupt the teacher-forced rescoring of joint search).
-Their probability mass is not renormalised away: scores stay the model's own log-probabilities,
-which teacher forcing reproduces exactly.
+A hypothesis reaching `max_len` tokens is closed with its end-token log-probability, so every
+score is of one kind. Pad and start tokens never extend a hypothesis (a pad would corrupt
+joint search's teacher-forced rescoring); their mass is not renormalised away, so scores stay
+the model's own log-probabilities, which teacher forcing reproduces exactly.
 """
 
 from __future__ import annotations
@@ -60,19 +50,10 @@ def beam_search(
 ) -> list[list[Hypothesis]]:
     """Up to `beam_size` finished hypotheses per image, best first (tokens in decoding order).
 
-    model: anything with `.decoder` implementing `init_state` / `step` / `reorder_state`.
-    feats [B, h, w, d], mask [B, h, w] (True = pad): from `model.encode`.
-    start_id, end_id: an int, or one id per image (joint search runs l2r and r2l rows together).
-    length_penalty: alpha of `log_prob / max(len, 1) ** alpha`.
-    exhaustive: by default an image stops once `beam_size` hypotheses have finished and the best
-        live one, scored at its current length, ranks below all of them (Hugging Face's
-        `early_stopping=False`, as in BTTR and CoMER), or earlier once no continuation can beat
-        the best finished one. With exhaustive=True only the second rule (and max_len) applies:
-        the returned best is then the best the beam can reach, at the price of decoding longer
-        (up to max_len for a weak model).
-
-    Deterministic, and one image's hypotheses are the same in any batch, as long as the model's
-    rows are independent of one another (its feature masks make padding irrelevant).
+    feats [B, h, w, d], mask [B, h, w] (True = pad) from `model.encode`; start_id, end_id: an
+    int, or one per image (joint search runs l2r and r2l rows together). `exhaustive` keeps only
+    `_image_done`'s exact rule: the best the beam can reach, at the price of decoding longer.
+    One image's hypotheses are the same in any batch, as long as the model's rows are independent.
     """
     check_search_args(beam_size, max_len)
     batch = feats.shape[0]
@@ -166,8 +147,7 @@ def beam_search(
 
 
 def _add(pool: list[Hypothesis], hyp: Hypothesis, capacity: int) -> None:
-    """Insert keeping the pool sorted best first and at most `capacity` long.
-    Python's sort is stable: among equal scores the earlier-found hypothesis stays ahead."""
+    """Insert keeping the pool best first (stable: ties keep the earlier one), `capacity` long."""
     pool.append(hyp)
     pool.sort(key=lambda h: -h.score)
     del pool[capacity:]
@@ -182,14 +162,11 @@ def _image_done(
     alpha: float,
     exhaustive: bool,
 ) -> bool:
-    """Whether to stop decoding this image.
-
-    Exact rule (always on): no continuation of a live hypothesis can beat the pool's best.
-    Default rule (off when `exhaustive`): the pool is full and the best live hypothesis, scored
-    at its current length, already ranks below the pool's worst; this is Hugging Face's
-    `early_stopping=False` test, used by BTTR and CoMER. Stopping merely because `beam_size`
-    hypotheses have finished is wrong: a model that is sure of a long answer lets short junk
-    hypotheses end first, and would then lose its answer.
+    """Whether to stop decoding this image. Exact rule (always on): no continuation of a live
+    hypothesis can beat the pool's best. Default rule (off when `exhaustive`): the pool is full and
+    the best live one, at its current length, ranks below its worst (Hugging Face's
+    `early_stopping=False`, as BTTR and CoMER). Not "`beam_size` finished": short junk ending first
+    would cost a model sure of a long answer that answer.
     """
     if best_live == NEG_INF:  # nothing left to extend
         return True
@@ -197,8 +174,7 @@ def _image_done(
         return False
     if not exhaustive and len(pool) >= beam_size and length_normalized(best_live, live_len, alpha) <= pool[-1].score:
         return True
-    # Upper bound on the normalised score of any continuation: log-probs are <= 0, so the sum
-    # can only fall, while the length it is divided by lies in [live_len, max_len]; the ratio
-    # is monotonic in the length, so one of the two ends is the best case.
+    # Log-probs are <= 0, so the sum can only fall; the normalised score is monotonic in the
+    # length, in [live_len, max_len], so one end bounds any continuation.
     bound = max(length_normalized(best_live, live_len, alpha), length_normalized(best_live, max_len, alpha))
     return bound <= pool[0].score

@@ -1,9 +1,6 @@
-"""`decode_batch`: images in, token ids out, with the search the config calls for.
-
-The one entry point that training, evaluation, the CLI and the benchmarks use, so every
-number in a table comes from the same decoding. Beam searches are looked up by their rule
-(`train.search_rule`) in hmer.registry.SEARCH_RULES; this module registers the project's own
-rule, `hmer`, and `reference_search` registers BTTR's and CoMER's.
+"""`decode_batch`: the one entry point of training, evaluation, the CLI and the benchmarks, so
+every number comes from the same decoding. Beam searches are looked up by `train.search_rule` in
+hmer.registry.SEARCH_RULES: `hmer` here, BTTR's and CoMER's in `reference_search`.
 """
 
 from __future__ import annotations
@@ -35,16 +32,10 @@ def decode_batch(
     pad_id: int = 0,
     search_rule: str = "hmer",
 ) -> list[list[int]]:
-    """Per image, the decoded symbol ids in left-to-right order, without sos/eos.
-
-    images [B, 1, H, W], image_mask [B, H, W] (True = pad). Encodes once, then:
-      beam_size == 1   greedy, whatever the rule; from `<sos>` for l2r and bi, from `<eos>`
-                       (then reversed) for r2l;
-      beam_size > 1    the beam search registered as `search_rule`: `hmer` (the project's
-                       batched searches, below) or `bttr` / `comer`, the references' own
-                       searches (hmer.decoding.reference_search).
-    The model should be in eval mode (incremental decoding reproduces teacher forcing only
-    there); this function does not change its mode.
+    """Per image, the decoded symbol ids left to right, without sos/eos; images [B, 1, H, W],
+    image_mask [B, H, W] (True = pad). beam_size 1 is greedy whatever the rule (r2l from `<eos>`,
+    reversed); else the search registered as `search_rule`. The model should be in eval mode
+    (only there does incremental decoding reproduce teacher forcing); its mode is left as it is.
     """
     if direction not in DIRECTIONS:
         raise ValueError(f"direction={direction!r} is not one of {', '.join(DIRECTIONS)}")
@@ -64,11 +55,7 @@ def decode_batch(
 @SEARCH_RULES.register("hmer")
 def hmer_search(model, feats: Tensor, mask: Tensor, direction: str, *, beam_size: int, max_len: int,
                 length_penalty: float, sos_id: int, eos_id: int, pad_id: int) -> list[list[int]]:
-    """The project's batched searches: beam search in one direction; BTTR's joint search for bi.
-
-    l2r beam search from `<sos>`; r2l from `<eos>`, the tokens reversed; bi both directions,
-    each hypothesis rescored by the other (hmer.decoding.joint).
-    """
+    """The project's batched searches: beam search in one direction; BTTR's joint search for bi."""
     if direction == "bi":
         hyps = joint_beam_search(model, feats, mask, sos_id, eos_id, beam_size, max_len, length_penalty,
                                  pad_id=pad_id)

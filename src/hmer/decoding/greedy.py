@@ -1,10 +1,5 @@
-"""Batched greedy decoding on the decoder's incremental interface.
-
-Each step feeds one token per still-running image and takes the arg-max of the next-token
-distribution. An image stops at its end token; its rows then leave the decoder state, so a
-batch costs what its running images cost, and the loop ends when every image has stopped
-(or after max_len tokens).
-"""
+"""Batched greedy decoding on the decoder's incremental interface: an image's rows leave the
+decoder state at its end token, so a batch costs what its running images cost."""
 
 from __future__ import annotations
 
@@ -27,13 +22,8 @@ def greedy_search(
     *,
     pad_id: int = 0,
 ) -> list[list[int]]:
-    """Greedy token ids per image, in decoding order, without start/end tokens.
-
-    model: anything with `.decoder` implementing `init_state` / `step` / `reorder_state`.
-    feats [B, h, w, d], mask [B, h, w] (True = pad): from `model.encode`.
-    An image that has not produced `end_id` after `max_len` tokens is cut there.
-    The pad and start tokens are never chosen: neither can appear inside a sequence.
-    """
+    """Greedy token ids per image, in decoding order, without start/end tokens, cut at `max_len`;
+    feats and mask from `model.encode`. Pad and start tokens are never chosen."""
     check_search_args(1, max_len)
     batch = feats.shape[0]
     if batch == 0:

@@ -1,16 +1,9 @@
-"""What every search returns, the one length-normalisation rule they share, and small helpers.
+"""What every search returns, the length normalisation they share, and small helpers.
 
-Length normalisation (BTTR's convention, `bttr/lit_bttr.py` + `bttr/utils.py`): a finished
-hypothesis with `n` tokens (start and end excluded) and summed log-probability `log_prob`
-(the end token's log-probability included) scores
-
-    score = log_prob / max(n, 1) ** alpha
-
-`alpha` is the length penalty (1.0: mean log-probability per output token; 0.0: the raw
-sum). BTTR applies it to the final choice only; we apply the same formula when a hypothesis
-finishes, so a beam's n-best list is ranked by the very score that picks the answer. CoMER
-divides by n + 1 instead (it counts the start token); with alpha = 1 the two rank almost
-always alike, and one convention for every search keeps l2r, r2l and joint numbers comparable.
+BTTR's normalisation (`bttr/lit_bttr.py`, `bttr/utils.py`): `score = log_prob / max(n, 1) ** alpha`,
+n tokens without start/end, log_prob including the end token. BTTR applies it to the final choice
+only; we score each hypothesis so when it finishes, so the n-best list is ranked by the score that
+picks the answer. CoMER divides by n + 1; one convention keeps l2r, r2l and joint numbers comparable.
 """
 
 from __future__ import annotations
@@ -34,9 +27,8 @@ class SearchDecoder(Protocol):
 
 
 class SearchModel(Protocol):
-    """What a search reads of the model (an `HMERModel`, which decoding does not import). The
-    searches take a `torch.nn.Module`, whose attributes the checker sees as `Tensor | Module`;
-    they read it through this."""
+    """What a search reads of the model (an `HMERModel`, which decoding does not import): the
+    type checker sees a `torch.nn.Module`'s attributes as `Tensor | Module`."""
 
     @property
     def decoder(self) -> SearchDecoder: ...
@@ -45,13 +37,9 @@ class SearchModel(Protocol):
 
 @dataclass
 class Hypothesis:
-    """A finished (or, at max_len, closed) decoding hypothesis.
-
-    tokens:   symbol ids without start/end: in decoding order from `beam_search` (so reversed
-              for a right-to-left search), in left-to-right order from `joint_beam_search`.
-    score:    length-normalised, `log_prob / max(len(tokens), 1) ** alpha`; higher is better.
-    log_prob: summed log-probability of the tokens and of the end token.
-    """
+    """A finished (or, at max_len, closed) hypothesis: `tokens` without start/end, in decoding
+    order from `beam_search`, left to right from `joint_beam_search`; `log_prob` summed with the
+    end token's; `score` its `length_normalized` value."""
 
     tokens: list[int]
     score: float
@@ -84,6 +72,5 @@ def check_search_args(beam_size: int, max_len: int) -> None:
 
 
 def at_least_float32(logits: Tensor) -> Tensor:
-    """Logits in float32, or in float64 if they are: log-probs are summed over up to max_len
-    steps, which bf16/fp16 (autocast) would round badly."""
+    """Logits in at least float32: log-probs summed over max_len steps would round badly in bf16/fp16."""
     return logits.to(torch.promote_types(logits.dtype, torch.float32))

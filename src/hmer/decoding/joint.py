@@ -1,19 +1,13 @@
-"""BTTR's bidirectional approximate joint search.
+"""BTTR's bidirectional approximate joint search (`bttr/model/decoder.py` `beam_search` +
+`_cross_rate_score`, `bttr/lit_bttr.py`), for one decoder trained l2r (`<sos>` to `<eos>`) and r2l:
 
-A bidirectional model is one decoder trained left-to-right (from `<sos>`, ending at `<eos>`)
-and right-to-left (from `<eos>`, ending at `<sos>`). Joint search (BTTR, `bttr/model/decoder.py`
-`beam_search` + `_cross_rate_score`, and `bttr/lit_bttr.py`):
-
-1. beam search in both directions; here in one batched search over 2B rows (the l2r rows of
-   every image, then its r2l rows), as CoMER does, so the two directions share every step;
-2. every finished hypothesis is rescored by the *opposite* direction with teacher forcing:
-   the summed log-probability of the sequence in that direction, its end token included
-   (BTTR's `to_tgt_output` puts the stop token in the target);
-3. joint score = (own log-prob + opposite log-prob) / max(len, 1) ** alpha, where own log-prob
-   includes its end token and len counts the tokens without start/end: BTTR adds the two raw
-   sums and normalises once, by `len(h) ** alpha` with `len` at least 1 (`Hypothesis.__len__`);
-4. the best joint score over both directions' hypotheses wins (ties: l2r before r2l, then
-   the beam's own order).
+1. beam search in both directions, batched over 2B rows (every image's l2r rows, then its r2l
+   rows) as CoMER does, so the directions share every step;
+2. each finished hypothesis is rescored by the opposite direction with teacher forcing, its end
+   token included (BTTR's `to_tgt_output` puts the stop token in the target);
+3. joint score = (own + opposite log-prob) / max(len, 1) ** alpha: BTTR adds the raw sums and
+   normalises once;
+4. the best joint score wins (ties: l2r before r2l, then the beam's order).
 """
 
 from __future__ import annotations
@@ -41,13 +35,9 @@ def joint_beam_search(
     pad_id: int = 0,
     exhaustive: bool = False,
 ) -> list[Hypothesis]:
-    """The best hypothesis per image by joint (l2r + r2l) score, tokens in left-to-right order.
-
-    model: anything with `.decoder` (incremental interface) and
-    `.decode(feats, feat_mask, tgt_in, group=g) -> logits [N, L, V]` (teacher forcing, one row per
-    tgt row, row r reading image r // g).
-    The returned `log_prob` is the joint sum, `score` its length-normalised value.
-    """
+    """The best hypothesis per image by joint score, tokens left to right, `log_prob` the joint
+    sum. The model also needs `.decode(feats, feat_mask, tgt_in, group=g) -> logits [N, L, V]`
+    (teacher forcing, row r reading image r // g)."""
     check_search_args(beam_size, max_len)
     batch = feats.shape[0]
     if batch == 0:
@@ -65,7 +55,7 @@ def joint_beam_search(
         exhaustive=exhaustive,
     )
 
-    # Every candidate in left-to-right order, with what the opposite direction must score.
+    # Every candidate left to right, with what the opposite direction must score.
     images: list[int] = []
     l2r_tokens: list[list[int]] = []
     own_log_prob: list[float] = []
@@ -73,21 +63,15 @@ def joint_beam_search(
     starts: list[int] = []
     ends: list[int] = []
     for i in range(batch):
-        for hyp in pools[i]:  # found left-to-right: rescored right-to-left
-            images.append(i)
-            l2r_tokens.append(hyp.tokens)
-            own_log_prob.append(hyp.log_prob)
-            targets.append(hyp.tokens[::-1])
-            starts.append(eos_id)
-            ends.append(sos_id)
-        for hyp in pools[batch + i]:  # found right-to-left: rescored left-to-right
-            seq = hyp.tokens[::-1]
-            images.append(i)
-            l2r_tokens.append(seq)
-            own_log_prob.append(hyp.log_prob)
-            targets.append(seq)
-            starts.append(sos_id)
-            ends.append(eos_id)
+        for found_l2r, pool in ((True, pools[i]), (False, pools[batch + i])):
+            for hyp in pool:  # rescored in the other direction
+                seq = hyp.tokens if found_l2r else hyp.tokens[::-1]
+                images.append(i)
+                l2r_tokens.append(seq)
+                own_log_prob.append(hyp.log_prob)
+                targets.append(seq[::-1] if found_l2r else seq)
+                starts.append(eos_id if found_l2r else sos_id)
+                ends.append(sos_id if found_l2r else eos_id)
 
     other_log_prob = sequence_log_probs(model, feats, mask, images, targets, starts, ends, pad_id=pad_id)
 
@@ -102,13 +86,11 @@ def joint_beam_search(
     return [h if h is not None else Hypothesis([], NEG_INF, NEG_INF) for h in best]
 
 
-# Rows x target length x feature-map cells of one teacher-forced rescoring call. CoMER's ARM
-# convolves the coverage of every (row, head, step), so its activations grow with this product
-# times heads x coverage channels. Unchunked, tiny-comer's joint search over 4 images of 2014
-# with random weights (200-token hypotheses) peaked at 5.9 GB against 0.50 GB for its beam search
-# alone; chunks of 4 M / 1 M / 256 K cells peaked at 1.5 / 0.76 / 0.52 GB, and ran faster, not
-# slower (CPU, 2026-11-21). 2 M cells is about 2 GB of ARM activations for CoMER at paper size
-# in fp32 (8 heads x 32 channels), in chunks of about 80 rows of 20-token hypotheses.
+# Rows x target length x feature cells of one rescoring call: CoMER's ARM activations grow with
+# it. Unchunked, tiny-comer's joint search over 4 images of 2014 (random weights, 200-token
+# hypotheses) peaked at 5.9 GB against 0.50 GB for beam search alone; chunks of 4 M / 1 M / 256 K
+# cells peaked at 1.5 / 0.76 / 0.52 GB, and ran faster (CPU, 2026-11-21). 2 M cells is about 2 GB
+# of ARM activations for paper-size CoMER in fp32.
 RESCORE_CELLS = 1 << 21
 
 
@@ -124,19 +106,14 @@ def sequence_log_probs(
     pad_id: int = 0,
     max_cells: int = RESCORE_CELLS,
 ) -> list[float]:
-    """Teacher-forced summed log-probability of each `sequences[j]` (end token included), read
-    from image `images[j]`, decoded from `start_ids[j]`.
+    """Teacher-forced summed log-probability of each `sequences[j]` (in the decoder's reading
+    order, end token included), read from image `images[j]`, decoded from `start_ids[j]`.
 
-    `sequences[j]` is in the order the decoder reads it (reversed for a right-to-left start).
-    Rows are grouped by image: one `model.decode(..., group=g)` call reads each image's features
-    once for all its rows (a transformer then projects and attends to them once per image, not
-    once per row; joint search rescores 2 x beam rows an image). Groups are sorted by their
-    longest row and decoded in chunks of at most `max_cells` rows x length x feature cells, so
-    that each chunk pads only to its own longest row and memory stays bounded; an image whose
-    rows alone exceed the budget is split into several groups (at least one row each). A chunk's
-    groups are padded to the same number of rows with all-pad rows. Rows are right-padded with
-    `pad_id`; with causal self-attention a real position never sees a pad, and pad positions are
-    left out of the sum.
+    Rows are grouped by image, so one `model.decode(..., group=g)` reads each image's features once
+    for all its rows. Groups, sorted by longest row, are decoded in chunks of at most `max_cells`
+    rows x length x feature cells (an image over budget alone is split), padded with all-pad rows
+    to one width. Rows are right-padded with `pad_id`: causal attention never sees a pad, and pad
+    positions are left out of the sum.
     """
     n = len(sequences)
     if n == 0:
@@ -175,8 +152,7 @@ def sequence_log_probs(
 
 def _rescore_chunk(model, feats: Tensor, mask: Tensor, sequences, start_ids, end_ids,
                    groups: list[tuple[int, list[int]]], width: int, out: list[float], pad_id: int) -> None:
-    """One batched `model.decode(..., group=width)` over `groups` (image, rows), each padded to
-    `width` rows; writes the rows' summed log-probabilities into `out`."""
+    """One `model.decode(..., group=width)` over `groups` (image, rows); the sums go into `out`."""
     device = feats.device
     length = max(len(sequences[j]) for _, rows in groups for j in rows) + 1
     filler = [pad_id] * length

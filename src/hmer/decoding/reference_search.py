@@ -13,14 +13,10 @@ other in ways that change the chosen hypothesis even with equal logits:
   joint score             (own + other)/n^a    (own + other)/max(n,1)^a own/(n+1)^a + other/(n+1)^a
   (own, other: summed log-probabilities, the stop token included; n tokens without start/stop)
 
-Both references decode by running the decoder over the whole prefix at every step (with pad
-keys masked, so a pad token inside a hypothesis is invisible to later steps), and so do we
-here: slower than the incremental `hmer` search, but the same function. One image at a time,
-one direction at a time, as BTTR; CoMER batches images and directions, but its rows are
-independent, so the results are the same. A model trained in one direction only gets that
-direction's search and the references' final normalisation, without the rescoring.
-
-Scores accumulate in float32, as in the references.
+As both references, we run the decoder over the whole prefix at every step (pad keys masked),
+slower than the incremental `hmer` search but the same function, in float32; one image and one
+direction at a time, as BTTR (CoMER's batched rows are independent: the same results). A one-way
+model gets that direction's search and the final normalisation, without the rescoring.
 """
 
 from __future__ import annotations
@@ -38,11 +34,8 @@ from .hypothesis import at_least_float32
 
 @dataclass
 class ReferenceHypothesis:
-    """tokens: left-to-right order, start/stop removed. score: the rule's own score of the search
-    (bttr: summed log-prob; comer: summed log-prob / (n+1)^alpha). rev_score: the opposite
-    direction's rating (bttr: its summed log-prob; comer: negative summed cross-entropy /
-    (n+1)^alpha). total: what the final choice compares (bttr: (score + rev) / max(n,1)^alpha;
-    comer: score + rev)."""
+    """tokens left to right without start/stop; score, rev_score (the opposite direction's) and
+    total (what the final choice compares) as in the module's table."""
 
     tokens: list[int]
     direction: str
@@ -53,8 +46,8 @@ class ReferenceHypothesis:
 
 @dataclass
 class ReferenceSearchResult:
-    """One image: each direction's hypotheses in the reference's order (bttr: completion order;
-    comer: the scorer's stored order), and the chosen one (index into `l2r + r2l`)."""
+    """One image: each direction's hypotheses in the reference's order, and the chosen one's index
+    into `l2r + r2l`."""
 
     l2r: list[ReferenceHypothesis] = field(default_factory=list)
     r2l: list[ReferenceHypothesis] = field(default_factory=list)
@@ -69,7 +62,7 @@ class ReferenceSearchResult:
 
 def next_log_probs(model, feats: Tensor, mask: Tensor, prefixes: list[list[int]], pad_id: int) -> Tensor:
     """[n, V] float32 log-probabilities of the token after each prefix (equal lengths, start
-    token first), by teacher forcing the whole prefix with pad keys masked. feats [1, h, w, d]."""
+    first), teacher forcing the whole prefix with pad keys masked; feats [1, h, w, d]."""
     tgt = torch.tensor(prefixes, dtype=torch.long, device=feats.device)
     logits = model.decode(feats, mask, tgt, tgt == pad_id)[:, -1]
     return F.log_softmax(at_least_float32(logits), dim=-1)
@@ -77,9 +70,8 @@ def next_log_probs(model, feats: Tensor, mask: Tensor, prefixes: list[list[int]]
 
 def sequence_scores(model, feats: Tensor, mask: Tensor, seqs: list[list[int]], start: int, stop: int,
                     pad_id: int) -> tuple[list[float], list[int]]:
-    """Per sequence (in the order the decoder reads it): the summed log-probability of its tokens
-    and of `stop` (positions whose target is a pad token left out, as cross-entropy with
-    ignore_index does), and the number of non-pad input tokens (start included)."""
+    """Per sequence (in reading order): the summed log-probability of its tokens and `stop` (pad
+    targets left out, as cross-entropy's ignore_index), and its non-pad input tokens (start included)."""
     if not seqs:
         return [], []
     length = max(len(s) for s in seqs) + 1
@@ -98,7 +90,7 @@ def sequence_scores(model, feats: Tensor, mask: Tensor, seqs: list[list[int]], s
 def bttr_direction(model, feats, mask, start: int, stop: int, beam_size: int, max_len: int,
                    pad_id: int) -> list[tuple[list[int], float]]:
     """BTTR's `Decoder._beam_search`: (tokens in decoding order, summed log-prob incl. stop) in
-    completion order. The live beam shrinks by one for every finished hypothesis."""
+    completion order; the live beam shrinks with every finished hypothesis."""
     hyps: list[list[int]] = [[start]]
     scores = torch.zeros(1, dtype=torch.float32, device=feats.device)
     completed: list[tuple[list[int], float]] = []
@@ -148,8 +140,7 @@ def bttr_search(model, feats, mask, direction: str, sos_id: int, eos_id: int, be
 # ---- CoMER ----------------------------------------------------------------------------------
 
 class _CoMERHypotheses:
-    """CoMER's (Hugging Face's) `BeamHypotheses`: the n best finished, in insertion order with
-    the worst deleted; `score = sum_logprobs / len(tokens incl. start) ** alpha`."""
+    """CoMER's (Hugging Face's) `BeamHypotheses`: the n best, in insertion order, the worst deleted."""
 
     def __init__(self, beam_size: int, alpha: float):
         self.beam_size, self.alpha = beam_size, alpha
@@ -175,8 +166,7 @@ class _CoMERHypotheses:
 
 def comer_direction(model, feats, mask, start: int, stop: int, beam_size: int, max_len: int, alpha: float,
                     pad_id: int) -> list[tuple[list[int], float]]:
-    """CoMER's `_beam_search` with its `BeamSearchScorer`, one image, one direction:
-    (tokens in decoding order, score) in the scorer's stored order."""
+    """CoMER's `_beam_search` with its `BeamSearchScorer`: (tokens in decoding order, score)."""
     prefixes: list[list[int]] = [[start]]
     beam_scores = torch.zeros(1, dtype=torch.float32, device=feats.device)
     finished = _CoMERHypotheses(beam_size, alpha)
@@ -237,7 +227,6 @@ def _first_max(values: list[float]) -> int:
 
 # The references' searches by rule name; each is also registered as a beam search rule below.
 SEARCHES = {"bttr": bttr_search, "comer": comer_search}
-RULES = tuple(SEARCHES)
 
 
 @torch.inference_mode()
@@ -246,7 +235,7 @@ def reference_decode(model, feats: Tensor, mask: Tensor, rule: str, direction: s
     """`rule`'s search for every image of encoded features feats [B, h, w, d] / mask [B, h, w]."""
     search = SEARCHES.get(rule)
     if search is None:
-        raise ValueError(f"search rule {rule!r} is not one of {', '.join(RULES)}")
+        raise ValueError(f"search rule {rule!r} is not one of {', '.join(SEARCHES)}")
     return [search(model, feats[i:i + 1], mask[i:i + 1], direction, sos_id, eos_id, beam_size, max_len,
                    float(alpha), pad_id) for i in range(feats.shape[0])]
 

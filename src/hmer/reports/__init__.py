@@ -4,10 +4,8 @@
     df = study_table("ablate_direction-smoke")   # one row per variant, per-year columns
     print(format_table(df, "markdown"))
 
-`runs` (with `params`) loads runs as frames; `tables` (over `correctness`) and `paper_claims` build
-the tables, `markup` formats every table; `plots` and `curves` draw; `analysis` (over `buckets`)
-is the error analysis; `published` the papers' figures. `hmer report` (`hmer.cli.report`) writes
-them as files. The names below are loaded on first use, so `import hmer.reports` stays cheap.
+`hmer report` (`hmer.cli.report`) writes them as files. The names below load on first use, so
+`import hmer.reports` stays cheap.
 """
 
 from __future__ import annotations

@@ -6,9 +6,8 @@
     print(format_breakdown(table), format_confusions(top_confusions(edits)))
     both = compare_runs(rows_a, rows_b)             # per bucket: A, B, B - A, only A / only B right
 
-The input is each run's `predictions/test_<year>.csv`. `hmer analyze RUN [RUN_B]` prints these
-tables (`--out DIR` writes them with a plot); `hmer report --analysis` adds them per variant. The
-buckets are `hmer.reports.buckets`', the token alignment `hmer.evaluation.alignment`'s.
+The input is each run's `predictions/test_<year>.csv`; `hmer analyze RUN [RUN_B]` and `hmer report
+--analysis` print these tables.
 """
 
 from __future__ import annotations
@@ -24,8 +23,8 @@ import pandas as pd
 
 from ..evaluation.alignment import EDIT_KINDS, Edit, align, edit_count
 from ..registry import METRICS
-from .buckets import (ALL, AXES, LENGTH_BUCKETS, NO_STRUCTURE, STRUCTURE_TOKENS, length_bucket, length_labels,
-                      structure_labels, structures)
+from .buckets import (ALL, AXES, LENGTH_BUCKETS, LENGTH_LABELS, NO_STRUCTURE, STRUCTURE_LABELS, STRUCTURE_TOKENS,
+                      length_bucket, structures)
 from .markup import MISSING, bold, difference, layout, metric_label, metric_list, number
 from .runs import PredictionsNotFound, client_for, load_predictions
 
@@ -42,14 +41,13 @@ _PREDICTIONS_FILE = re.compile(r"^test_(?P<year>[^/]+)\.csv$")
 
 
 class AnalysisError(ValueError):
-    """A run cannot be analyzed (no predictions artifacts); printed by `hmer` as one line, exit 2."""
+    """A run has no predictions artifacts; `hmer` prints it as one line, exit 2."""
 
 
 # ---- expressions ------------------------------------------------------------------------------
 
 def expressions(predictions: pd.DataFrame, year: str, label: str, run_id: str = "") -> pd.DataFrame:
-    """One row per predicted expression of a `load_predictions` frame (truth and prediction as token
-    lists); a missing distance is computed from the alignment."""
+    """One row per expression of a `load_predictions` frame, truth and prediction as token lists."""
     truth = [str(t).split() for t in predictions["truth"]]
     pred = [str(p).split() for p in predictions["prediction"]]
     if "distance" in predictions.columns:
@@ -66,7 +64,6 @@ def expressions(predictions: pd.DataFrame, year: str, label: str, run_id: str = 
 
 
 def prediction_years(run_id: str, tracking_uri: str | None = None) -> list[str]:
-    """The years of the run's `predictions/test_<year>.csv` artifacts, sorted."""
     from ..tracking.portable import list_run_artifacts
 
     try:  # (a committed store's runs are listed from any working directory, the notebooks' too)
@@ -79,8 +76,7 @@ def prediction_years(run_id: str, tracking_uri: str | None = None) -> list[str]:
 
 def run_expressions(run_id: str, tracking_uri: str | None = None, label: str | None = None,
                     years: Sequence[str] | None = None) -> pd.DataFrame:
-    """`expressions` for every test year the run logged predictions for (or only `years`);
-    `AnalysisError` when it has none."""
+    """`expressions` of every test year (or `years`) the run has predictions for."""
     years = list(years) if years is not None else prediction_years(run_id, tracking_uri)
     frames = []
     for year in years:
@@ -97,13 +93,11 @@ def run_expressions(run_id: str, tracking_uri: str | None = None, label: str | N
 # ---- the breakdown -----------------------------------------------------------------------------
 
 def token_metrics() -> tuple[str, ...]:
-    """The registered metrics that read the token edit distance: the error analysis buckets those
-    (a metric that judges the tokens themselves, lgeval's graph errors, is left out of it)."""
+    """The registered metrics on the token edit distance (not lgeval's, which judge the tokens)."""
     return tuple(m for m in METRICS.names() if getattr(METRICS.get(m), "judge", None) is None)
 
 
 def _rates(group: pd.DataFrame) -> dict[str, float]:
-    """Every registered metric's rate (percent) over the group's expressions; NaN for none."""
     distance = group["distance"].to_numpy(float)
     if len(distance) == 0:
         return {m: math.nan for m in token_metrics()}
@@ -111,8 +105,7 @@ def _rates(group: pd.DataFrame) -> dict[str, float]:
 
 
 def breakdown(rows: pd.DataFrame) -> pd.DataFrame:
-    """Every token metric (percent) per label and year, over all expressions and per bucket (every
-    bucket, n = 0 when empty). Rates pool the runs of a label (`runs`): the mean over seeds."""
+    """Every token metric (%) per label, year and bucket (n = 0 when empty), pooling a label's runs."""
     out = []
     for (label, year), group in rows.groupby(["label", "year"], sort=False):
         base = {"label": label, "year": year, "runs": group["run_id"].nunique()}
@@ -122,15 +115,13 @@ def breakdown(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def _buckets(group: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
-    """(axis, bucket, its rows) for all the rows, each length bucket and each structure bucket."""
     exploded = group.explode("structures")
-    return ([("all", ALL, group)] + [("length", b, group[group["length_bucket"] == b]) for b in length_labels()]
-            + [("structure", b, exploded[exploded["structures"] == b]) for b in structure_labels()])
+    return ([("all", ALL, group)] + [("length", b, group[group["length_bucket"] == b]) for b in LENGTH_LABELS]
+            + [("structure", b, exploded[exploded["structures"] == b]) for b in STRUCTURE_LABELS])
 
 
 def confusions(rows: pd.DataFrame) -> pd.DataFrame:
-    """Every edit of every wrong expression, counted, most frequent first (an insertion's truth and a
-    deletion's prediction are "")."""
+    """Every edit of every wrong expression, counted, most frequent first."""
     counts: dict[tuple[str, str, str, str, str], int] = {}
     wrong = rows[rows["distance"] > 0]
     for label, year, truth, pred in zip(wrong["label"], wrong["year"], wrong["truth"], wrong["prediction"]):
@@ -145,8 +136,7 @@ def confusions(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def top_confusions(edits: pd.DataFrame, top: int = DEFAULT_TOP) -> pd.DataFrame:
-    """The `top` most frequent edits of each label and kind over all years, with a column per year;
-    ties broken by the tokens, so the list is reproducible."""
+    """The `top` edits of each label and kind over all years, a column per year; ties by the tokens."""
     if edits.empty:
         return pd.DataFrame(columns=["label", "kind", "truth", "prediction", "count"])
     wide = edits.pivot_table(index=["label", "kind", "truth", "prediction"], columns="year", values="count",
@@ -165,9 +155,8 @@ def top_confusions(edits: pd.DataFrame, top: int = DEFAULT_TOP) -> pd.DataFrame:
 # ---- two runs --------------------------------------------------------------------------------------
 
 def compare_runs(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> pd.DataFrame:
-    """Where run B beats run A, per year and bucket, on the expressions both were scored on: ExpRate,
-    B - A (points), the counts read right by both / only A / only B / neither, and `a_<m>`, `b_<m>`
-    for the other token metrics. Each side must be one run."""
+    """Per year and bucket, on the expressions both scored: ExpRate of A, B and B - A, the counts read
+    right by both / only A / only B / neither, and the other token metrics. One run a side."""
     others = [m for m in token_metrics() if m != "exprate"]
     for side, rows in (("A", rows_a), ("B", rows_b)):
         if rows.duplicated(["year", "name"]).any():
@@ -202,7 +191,7 @@ def compare_runs(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> pd.DataFrame:
 
 @dataclass
 class Analysis:
-    """The tables of one analysis: a breakdown, the top edits, and for two runs their comparison."""
+    """The tables of one analysis; `comparison` for two runs."""
 
     breakdown: pd.DataFrame
     confusions: pd.DataFrame
@@ -218,12 +207,11 @@ class Analysis:
         return "\n".join(parts)
 
     def main_csv(self) -> str:
-        """The table `--format csv` prints: the comparison of two runs, else the breakdown."""
+        """What `--format csv` prints: the comparison, else the breakdown."""
         table = self.comparison if self.comparison is not None else self.breakdown
         return table.to_csv(index=False, float_format="%.4f")
 
     def write(self, out_dir: str | Path, title: str) -> list[Path]:
-        """analysis.md, breakdown.csv, confusions.csv, (comparison.csv) and analysis.png into `out_dir`."""
         from ..atomic import save_figure
         from .plots import plot_breakdown
 
@@ -242,7 +230,6 @@ class Analysis:
 
 
 def analyze(rows: pd.DataFrame, rows_b: pd.DataFrame | None = None, top: int = DEFAULT_TOP) -> Analysis:
-    """The analysis of `rows` (any labels), and with `rows_b` (one run each) their comparison."""
     both = rows if rows_b is None else pd.concat([rows, rows_b], ignore_index=True)
     edits = confusions(both)
     labels = tuple(dict.fromkeys(both["label"]))
@@ -251,13 +238,12 @@ def analyze(rows: pd.DataFrame, rows_b: pd.DataFrame | None = None, top: int = D
 
 
 def run_label(run: pd.Series) -> str:
-    """How a run is named in the tables: its variant and the first 8 characters of its id."""
     return f"{run['variant']} ({str(run['run_id'])[:8]})"
 
 
 def variant_analysis(runs: pd.DataFrame, tracking_uri: str | None = None,
                      order: Sequence[str] | None = None, top: int = DEFAULT_TOP) -> Analysis | None:
-    """The analysis per variant of a report's runs, seeds pooled; None when no run has predictions."""
+    """The analysis per variant, seeds pooled; None when no run has predictions."""
     from .tables import scored
 
     good = runs[scored(runs)] if not runs.empty else runs
@@ -281,7 +267,7 @@ def _row_name(axis: str, bucket: str) -> str:
 
 
 def format_breakdown(table: pd.DataFrame, fmt: str = "markdown") -> str:
-    """One table per label: a row per bucket; per year n and every registered metric (ExpRate, ≤1, ≤2; percent)."""
+    """A table per label: a row per bucket; per year n and every registered metric."""
     render = layout(fmt)
     blocks = []
     for label, part in table.groupby("label", sort=False):
@@ -309,7 +295,6 @@ def format_breakdown(table: pd.DataFrame, fmt: str = "markdown") -> str:
 
 
 def format_confusions(top: pd.DataFrame, fmt: str = "markdown") -> str:
-    """The most frequent substitutions, insertions and deletions of each label, with counts per year."""
     render = layout(fmt)
     if top.empty:
         return "No token edits: every expression was read right.\n"
@@ -325,7 +310,6 @@ def format_confusions(top: pd.DataFrame, fmt: str = "markdown") -> str:
 
 
 def format_comparison(table: pd.DataFrame, label_a: str, label_b: str, fmt: str = "markdown") -> str:
-    """Per year and bucket: A's and B's ExpRate, B − A, and the expressions only one read right."""
     render = layout(fmt)
     head = ["year", "bucket", "n", "A ExpRate", "B ExpRate", "Δ (B − A)", "only A", "only B", "both", "neither"]
     body = [[str(r["year"]), _row_name(r["axis"], r["bucket"]), str(int(r["n"])), number(r["a_exprate"]),

@@ -19,28 +19,16 @@ STRUCTURE_TOKENS: tuple[tuple[str, frozenset[str]], ...] = (
 NO_STRUCTURE = "none of these"
 ALL = "all"  # the bucket of every expression (axis "all")
 AXES = ("all", "length", "structure")
+LENGTH_LABELS = [label for label, _ in LENGTH_BUCKETS]
+STRUCTURE_LABELS = [label for label, _ in STRUCTURE_TOKENS] + [NO_STRUCTURE]
 
 
 def length_bucket(n_tokens: int) -> str:
-    """The target-length bucket of a truth of `n_tokens` tokens (an empty truth counts as 1-10)."""
-    for label, upper in LENGTH_BUCKETS:
-        if n_tokens <= upper:
-            return label
-    raise AssertionError("unreachable: the last bucket has no upper bound")
+    """The target-length bucket of `n_tokens` (an empty truth is 1-10)."""
+    return next(label for label, upper in LENGTH_BUCKETS if n_tokens <= upper)  # the last has no bound
 
 
 def structures(tokens: Iterable[str]) -> list[str]:
-    """The structure buckets of a truth: any of \\frac, "^ or _", \\sqrt, else ["none of these"]."""
     present = set(tokens)
     found = [label for label, marks in STRUCTURE_TOKENS if present & marks]
     return found or [NO_STRUCTURE]
-
-
-def length_labels() -> list[str]:
-    """The length buckets in order."""
-    return [label for label, _ in LENGTH_BUCKETS]
-
-
-def structure_labels() -> list[str]:
-    """The structure buckets in order, "none of these" last."""
-    return [label for label, _ in STRUCTURE_TOKENS] + [NO_STRUCTURE]

@@ -2,23 +2,16 @@
 lengthens, and did the longer runs stop learning?
 
     history = budget_history(["direction", "coverage"])     # validation ExpRate, cpu and long runs
-    plot_budget_curves(history, path="docs/long_cpu_curves.png")
-    budget_summary(history)   # per claim, budget and variant: best, plateau, CPU-hours
-    gap_summary(history)      # per claim and budget: the validation and test gaps, grows / shrinks / holds
-    print(format_budgets(history))  # both, as `hmer report --claims` prints them under the claims
+    print(format_budgets(history))  # `budget_summary` and `gap_summary`, as `hmer report --claims`
 
-A claim's cells are the variants of its comparisons that the study of its LAST budget trains (the
-long studies train two each), so the `cpu` rows are cut to the same two.
-
+A claim's cells are those of its comparisons that its LAST budget's study trains (two each).
 One epoch's validation ExpRate over 465 expressions has a standard error of about 1.8 points at
-20 % (sqrt(0.2 * 0.8 / 465)), so no rule on single epochs can hold; both rules read means:
+20 % (sqrt(0.2 * 0.8 / 465)), so both rules read means:
 
 - **plateau**: the mean of the last `PLATEAU_EPOCHS` epochs against the `PLATEAU_EPOCHS` before
-  (about 0.4 points each): within `PLATEAU_POINTS` a plateau, else rising or falling. A run shorter
-  than twice `PLATEAU_EPOCHS` (every `cpu` run) is too short to tell.
-- **grows / shrinks / holds**: the long budget's test gap against the first budget's mean gap over
-  seeds, per year, by more than `GAP_POINTS`. One long seed cannot say more; the paired tests of
-  `hmer report --claims` say whether each gap is a difference at all.
+  (about 0.4 points each) within `PLATEAU_POINTS`; a shorter run (every `cpu` run) is too short.
+- **grows / shrinks / holds**: the long budget's test gap against the first's mean over seeds, per
+  year, by more than `GAP_POINTS`; the paired tests of `hmer report --claims` say if it is one at all.
 """
 
 from __future__ import annotations
@@ -54,8 +47,8 @@ def _claim(claim: Claim | str) -> Claim:
 
 
 def claim_cells(claim: Claim, variants: Sequence[str]) -> tuple[str, str] | None:
-    """The claim's first comparison whose two sides are both in `variants`, else (a study that has
-    trained one side so far: the long studies train the baseline first) the first with either."""
+    """The claim's first comparison with both sides in `variants`, else (the long studies train the
+    baseline first) the first with either."""
     both = [pair for pair in claim.comparisons if pair[0] in variants and pair[1] in variants]
     either = [pair for pair in claim.comparisons if pair[0] in variants or pair[1] in variants]
     return (both or either)[0] if both or either else None
@@ -63,9 +56,8 @@ def claim_cells(claim: Claim, variants: Sequence[str]) -> tuple[str, str] | None
 
 def budget_history(claims: Sequence[Claim | str] = ("direction", "coverage"),
                    budgets: Sequence[str] = DEFAULT_BUDGETS, tracking_uri: str | None = None) -> pd.DataFrame:
-    """The per-epoch validation ExpRate and training CPU hours (NaN where not logged) of each claim's
-    two cells at every budget, one row per (run, step), with the run's final `test_<year>_exprate`
-    repeated on its rows. Claims and budgets without a study at the last budget are left out."""
+    """Per (run, step): validation ExpRate, training CPU hours and the run's `test_<year>_exprate`,
+    of each claim's two cells at every budget (claims without a last-budget study left out)."""
     frames = []
     for claim in map(_claim, claims):
         runs = {b: load_runs(tracking_uri, study=claim.study_name(b)) for b in budgets}
@@ -105,8 +97,7 @@ def _smoothed(values: pd.Series) -> pd.Series:
 
 
 def plateau(curve: pd.Series) -> str:
-    """One run's validation ExpRate per epoch (in order) read as `plateau`, `still rising`,
-    `falling` or `too short to tell` (the rule is the module's)."""
+    """One run's validation curve read as `plateau`, `still rising`, `falling` or `too short to tell`."""
     if len(curve) < 2 * PLATEAU_EPOCHS:
         return "too short to tell"
     gain = curve.iloc[-PLATEAU_EPOCHS:].mean() - curve.iloc[-2 * PLATEAU_EPOCHS:-PLATEAU_EPOCHS].mean()
@@ -114,15 +105,13 @@ def plateau(curve: pd.Series) -> str:
 
 
 def _last_spread(curve: pd.Series) -> float:
-    """Max − min of the last `PLATEAU_EPOCHS` epochs, as measured; NaN for a shorter run."""
     last = curve.iloc[-PLATEAU_EPOCHS:]
     return float(last.max() - last.min()) if len(curve) >= PLATEAU_EPOCHS else np.nan
 
 
 def budget_summary(history: pd.DataFrame) -> pd.DataFrame:
-    """One row per claim, budget and variant: seeds, epochs, the best validation ExpRate and its
-    epoch, the last epochs' spread (`_last_spread`), the plateau reading per run, CPU-hours and test
-    ExpRate per scored year (means over seeds)."""
+    """Per claim, budget and variant: the best validation ExpRate and epoch, the last epochs' spread,
+    the plateau reading per run, CPU-hours and test ExpRate (means over seeds)."""
     rows = []
     tests = sorted(c for c in history.columns if c.startswith("test_"))
     for (claim, budget, variant), group in history.groupby(["claim", "budget", "variant"], sort=False):
@@ -144,7 +133,6 @@ def budget_summary(history: pd.DataFrame) -> pd.DataFrame:
 
 
 def _gaps(history: pd.DataFrame) -> pd.DataFrame:
-    """Per (claim, budget, seed, step): winner − loser validation ExpRate, paired by seed."""
     frames = []
     for (claim, budget), group in history.groupby(["claim", "budget"], sort=False):
         winner, loser = group["winner"].iloc[0], group["loser"].iloc[0]
@@ -158,9 +146,8 @@ def _gaps(history: pd.DataFrame) -> pd.DataFrame:
 
 
 def gap_summary(history: pd.DataFrame) -> pd.DataFrame:
-    """One row per claim and budget: the validation gap over the last `SMOOTH_EPOCHS` epochs both
-    variants reached and the test gap per scored year (means over seeds), and for a later budget
-    whether each year's gap grew, shrank or held against the first budget's."""
+    """Per claim and budget: the validation gap over the last `SMOOTH_EPOCHS` shared epochs, the test
+    gap per year (means over seeds), and for a later budget its trend against the first's."""
     tests = sorted(c for c in history.columns if c.startswith("test_"))
     gaps = _gaps(history)
     rows = []
@@ -194,9 +181,8 @@ def gap_summary(history: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_budget_curves(history: pd.DataFrame, *, title: str | None = None, path: str | Path | None = None) -> Figure:
-    """A column per claim. Top: validation ExpRate per epoch, a colour per variant, a line style per
-    budget (mean ± std over seeds). Bottom: the gap per epoch (thin: as measured; thick: its running
-    mean of `SMOOTH_EPOCHS` epochs)."""
+    """A column per claim: validation ExpRate per epoch (a colour per variant, a line style per budget),
+    and the gap below (thin: as measured; thick: its `SMOOTH_EPOCHS` running mean)."""
     if history.empty:
         raise ValueError("no runs to draw: no claim has its study at the last budget")
     claims = list(dict.fromkeys(history["claim"]))
@@ -245,7 +231,6 @@ def plot_budget_curves(history: pd.DataFrame, *, title: str | None = None, path:
 
 
 def format_budgets(history: pd.DataFrame, fmt: str = "text") -> str:
-    """`budget_summary` and `gap_summary` as two tables (`fmt`: text or markdown)."""
     if history.empty:
         return ""
     table = layout(fmt)

@@ -1,7 +1,5 @@
-"""Which test expressions each run read right, from its predictions artifacts, lined up for the
-paired tests of `hmer.evaluation.significance`: the same expressions, in the same order, for the
-baseline's runs and a variant's.
-"""
+"""Which test expressions each run read right, lined up (same expressions, same order) for the
+paired tests of `hmer.evaluation.significance`."""
 
 from __future__ import annotations
 
@@ -19,9 +17,7 @@ PredictionLoader = Callable[[str, str], pd.DataFrame]
 
 
 class CorrectnessCache:
-    """Per-run correctness per year from the predictions artifacts, each fetched once. `metric` says
-    what counts as right: `exprate` the `correct` column, another registered metric its `counts` of
-    the `distance` column, or (`lgeval_*`) its judgement of `prediction` and `truth`."""
+    """Per-run correctness per year, each artifact fetched once; right is `metric`'s verdict."""
 
     def __init__(self, loader: PredictionLoader | None, metric: str = "exprate"):
         if metric not in METRICS:
@@ -43,9 +39,7 @@ class CorrectnessCache:
                 if self.metric_name == "exprate":
                     right = pd.Series(df["correct"].to_numpy(bool), index=df["name"].astype(str))
                 else:
-                    # A metric that judges the tokens (lgeval's graphs) leaves out, as NaN, the
-                    # expressions it does not score; they leave the pairing too. One on the edit
-                    # distance reads the distance alone.
+                    # A metric judging the tokens (lgeval) gives NaN where it does not score: unpaired.
                     distances = pd.to_numeric(df["distance"], errors="coerce").to_numpy(float)
                     verdicts = self.metric.verdicts(distances) if getattr(self.metric, "judge", None) is None else \
                         self.metric.verdicts(distances, [str(p).split() for p in df["prediction"]],

@@ -1,11 +1,5 @@
-"""The training curves of a study's runs: validation ExpRate and the losses against the epoch and
-against the training's time, one colour per variant (`plots.variant_colors`).
-
-    fig = plot_training_curves(load_history(runs))  # validation ExpRate and losses vs epoch and vs time
-    hmer.atomic.save_figure(fig, "plots/curves.png")
-
-The time axis is the best measure every run logged (`_with_time_axis`): the training's CPU time,
-else the wall-clock time of its training steps, else the time since it started.
+"""The training curves of a study's runs against the epoch and the training's time, one colour per
+variant: `plot_training_curves(load_history(runs))`.
 """
 
 from __future__ import annotations
@@ -32,8 +26,7 @@ CURVE_METRICS = ("val_exprate", "train_loss", "val_loss")
 
 
 def _per_epoch(history: pd.DataFrame, metric: str, points: pd.DataFrame) -> pd.DataFrame | None:
-    """`metric` per (run_id, step) as a `value` column, or None unless it was logged at every step
-    of every run in `points` (a run logged before it became a per-epoch metric has it at most once)."""
+    """`metric` per (run_id, step), or None unless logged at every step of `points`."""
     logged = history[history["metric"] == metric].drop_duplicates(["run_id", "step"], keep="last")
     have = set(zip(logged["run_id"], logged["step"]))
     if not all(key in have for key in zip(points["run_id"], points["step"])):
@@ -42,10 +35,9 @@ def _per_epoch(history: pd.DataFrame, metric: str, points: pd.DataFrame) -> pd.D
 
 
 def _training_cpu_seconds(history: pd.DataFrame, points: pd.DataFrame) -> tuple[pd.DataFrame, bool] | None:
-    """The training's CPU time (`train_cpu_seconds`, cumulative) at every (run_id, step) of `points`,
-    and whether some run's total is spread evenly over its epochs; None unless every run logged it.
-    Runs from before `dafb8e0` have it once, at their last epoch: their epochs cost the same
-    arithmetic, so the even spread stands for them better than wall-clock time would."""
+    """Cumulative `train_cpu_seconds` at every (run_id, step) of `points`, and whether a run's total
+    is spread evenly (runs before `dafb8e0` log it once; their epochs cost the same arithmetic, so
+    this beats wall-clock time); None unless every run logged it."""
     logged = history[history["metric"] == "train_cpu_seconds"].drop_duplicates(["run_id", "step"], keep="last")
     frames, spread = [], False
     for run_id, steps in points.groupby("run_id")["step"]:
@@ -68,9 +60,8 @@ def _training_cpu_seconds(history: pd.DataFrame, points: pd.DataFrame) -> tuple[
 
 
 def _with_time_axis(history: pd.DataFrame, points: pd.DataFrame) -> tuple[pd.DataFrame, str, str]:
-    """`points` with a `minutes` column for the time axis, its label and the title's words: the
-    training's CPU time, else the training steps' wall-clock time (`epoch_seconds`: no validation, no
-    gap before a resume, but pauses and other jobs), else wall-clock time since the start."""
+    """`points` with `minutes`, the axis label and title words: CPU time, else the training steps'
+    wall-clock time (`epoch_seconds`: pauses and other jobs count), else time since the start."""
     found = _training_cpu_seconds(history, points)
     if found is not None:
         cpu, spread = found
@@ -98,9 +89,8 @@ def plot_training_curves(
     title: str | None = None,
     path: str | Path | None = None,
 ) -> Figure:
-    """Metrics (one column each) against epoch (top row: mean ± std over seeds) and against time
-    (bottom row: one line per run, the best measure every run logged: `_with_time_axis`), coloured by
-    variant; `history` is a `load_history` frame with the `variant` column."""
+    """A column per metric: against the epoch (mean ± std over seeds) and below against time (a line
+    per run); `history` a `load_history` frame with `variant`."""
     import seaborn as sns
 
     if "variant" not in history.columns:

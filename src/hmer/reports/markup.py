@@ -1,13 +1,9 @@
-"""The one formatter of every report: the metrics' labels, numbers as strings, and rows of strings as a
-GitHub Markdown table or as aligned plain text.
+"""The one formatter of every report: numbers as strings, rows as Markdown or aligned text.
 
     render = layout("markdown")                       # or "text"
     print(render(["variant", "2014 ExpRate"], [["bttr", mean_pm_std(55.2, 0.4)]]))
 
-The metrics are the registered ones (`hmer.registry.METRICS`), read at each use, so a metric registered
-anywhere (a test, a notebook) is a column of every table. A missing number looks the same everywhere.
-The Markdown is written here rather than by `DataFrame.to_markdown`: tabulate pads every cell to its
-column's width, and the committed README tables are unpadded.
+Not `DataFrame.to_markdown`: tabulate pads every cell, and the committed README tables are unpadded.
 """
 
 from __future__ import annotations
@@ -25,7 +21,6 @@ Layout = Callable[[list[str], list[list[str]]], str]
 
 
 def metric_list(names: list[str]) -> str:
-    """The metrics' labels as a phrase: "ExpRate, ≤1 and ≤2"."""
     labels = [metric_label(m) for m in names]
     return f"{', '.join(labels[:-1])} and {labels[-1]}" if len(labels) > 1 else "".join(labels)
 
@@ -46,7 +41,7 @@ def mean_pm_std(mean: Any, std: Any) -> str:
 
 
 def difference(value: Any, low: Any = None, high: Any = None) -> str:
-    """A signed difference in points, with its interval where there is one: "+2.1 [+0.4, +3.9]"."""
+    """"+2.1 [+0.4, +3.9]", or "+2.1" without an interval."""
     if is_missing(value):
         return MISSING
     return f"{value:+.1f}" if is_missing(low) else f"{value:+.1f} [{low:+.1f}, {high:+.1f}]"
@@ -75,14 +70,13 @@ def parameter_count(value: Any) -> str:
 
 
 def markdown(head: list[str], body: list[list[str]]) -> str:
-    """A GitHub Markdown table: the first column left-aligned, the others right-aligned."""
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join([":---"] + ["---:"] * (len(head) - 1)) + "|"]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in body]
     return "\n".join(lines)
 
 
 def text(head: list[str], body: list[list[str]]) -> str:
-    """Aligned plain text under a dashed rule: the first column left-aligned, the others right-aligned."""
+    """Aligned text under a dashed rule, like `markdown`: the first column left, the others right."""
     widths = [max(len(str(r[i])) for r in [head, *body]) for i in range(len(head))]
 
     def line(cells: list[str]) -> str:
@@ -92,12 +86,10 @@ def text(head: list[str], body: list[list[str]]) -> str:
 
 
 def layout(fmt: str) -> Layout:
-    """`markdown` or `text` by name; a ValueError for any other."""
     if fmt not in FORMATS:
         raise ValueError(f"fmt must be 'text' or 'markdown', got {fmt!r}")
     return markdown if fmt == "markdown" else text
 
 
 def bold(fmt: str) -> Callable[[str], str]:
-    """**s** in Markdown, s as it is in text."""
     return (lambda s: f"**{s}**") if fmt == "markdown" else str

@@ -3,45 +3,33 @@
     df = claims_table()                   # one row per claim, budget, comparison and test year
     print(format_claims(df))              # aligned text; fmt="markdown" for a README
 
-A claim is a row of `CLAIMS`: the study that answers it, the variants it compares, the side it says
-wins, the paper that makes it (the paper's figures, where it gives them: rows of `paper_claims.csv`).
-A claim ordering more than two variants (CoMER: fusion > cross, self > none) is several
-(claimed winner, claimed loser) comparisons.
-
-Each comparison is a `variant_table` of the study's runs of its two variants, the claimed loser
-the baseline, so its numbers are computed as `hmer report --study` computes them. Two verdicts:
+A claim (`CLAIMS`) names its study, the (claimed winner, claimed loser) comparisons and its paper,
+whose figures are rows of `paper_claims.csv` (none where no citable source gives one). Each
+comparison is a `variant_table` of its two variants, the loser the baseline, computed as `hmer
+report --study` computes it. Two verdicts:
 
 - **all seeds** (`verdict`, the headline): the exact paired sign-flip test of the seed-averaged
-  difference, every seed at once;
-- **per-seed McNemar** (`verdict_mcnemar`): one verdict per seed-matched pair; theirs when they
-  agree, else `split` with the counts. (The largest p alone, the rule before issue 56, read "not
+  difference;
+- **per-seed McNemar** (`verdict_mcnemar`): a verdict per seed-matched pair; theirs when they agree,
+  else `split` with the counts. (The largest p alone, the rule before issue 56, read "not
   significant" when two pairs were significant for one side, and missed pairs pointing opposite ways.)
 
-The paired bootstrap gives the interval, in no verdict. An unfinished study (`--keep-unfinished`)
-answers nothing yet: its rows say how far it is ("in progress, 4 of 9 trials finished").
+The paired bootstrap gives the interval only. An unfinished study answers nothing yet: its rows say
+how far it is. The first of `budgets` answers every claim ("no study yet" where missing); a later
+one only the comparisons its study trains.
 
-A claim is answered at each budget of `budgets` (`DEFAULT_BUDGETS`: `cpu`'s three seeds of 13
-epochs, then `long`'s one seed of 100). The first budget answers every claim ("no study yet" where
-missing); a later one only the comparisons of the variants its study trains.
-
-`paper_claims.csv` (package data: claim, variant, year, metric, value, paper, source, note) holds
-one row per figure a paper gives (ExpRate, ≤1 / ≤2); a figure not found in a citable source has
-no row, and its cell is empty.
-
-Which metric ours are on (`metric_sides`): the papers count ≤1 / ≤2 in the symbol label graph
-(lgeval), the suite's `le1` / `le2` token edits (a few points apart). With `metric="le2"` the table
-is on `lgeval_le2` wherever every answered study's runs carry it (`hmer runs rescore` gives it to
-older runs), our token metric kept as `winner_token_*` / `loser_token_*`; else the whole table stays
-on the token metric (one metric per table) and `attrs["lacking"]` names the studies. ExpRate stays
-the suite's own `exprate`: it agrees with lgeval's but for a few expressions a year.
+The papers count ≤1 / ≤2 in the symbol label graph (lgeval), the suite's `le1` / `le2` token edits (a
+few points apart). With `metric="le2"` the table is on `lgeval_le2` where every answered study's runs
+carry it (`hmer runs rescore`), the token metric kept as `winner_token_*` / `loser_token_*`; else on
+the token metric, `attrs["lacking"]` naming the studies. ExpRate stays the suite's own `exprate`: it
+agrees with lgeval's but for a few expressions a year.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
-from importlib import resources
+from functools import cache, lru_cache
 from typing import Any, Callable, Sequence
 
 import pandas as pd
@@ -50,8 +38,10 @@ from ..evaluation.lgeval import TOKEN_METRIC
 from ..evaluation.significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES
 from ..registry import METRICS
 from .markup import MISSING, bold, difference, is_missing, layout, mean_pm_std, metric_label, number, p_value
-from .runs import PredictionsNotFound, load_predictions, load_runs, resolve_tracking_uri, scored_years, study_progress
-from .tables import scored, variant_table
+from .published import package_csv
+from .runs import (PredictionsNotFound, load_predictions, load_runs, resolve_tracking_uri, scored_years, study_parent,
+                   study_progress)
+from .tables import grid_order, scored, variant_table
 
 ALPHA = 0.05  # the level of the verdict, matching the 95 % interval
 
@@ -62,16 +52,14 @@ SPLIT = "split"  # the seed pairs' McNemar verdicts differ: "split: 2 reversed, 
 NO_STUDY = "no study yet"
 NO_TEST = "no paired test"  # the runs logged no predictions to pair
 NO_SINGLE_PAPER = "no single paper: the design's ablation grid"
-# The budgets `hmer report --claims` answers the claims at: the three-seed `cpu` rows, then the
-# one-seed `long` rows of the studies trained 100 epochs (hmer.studies.budgets).
+# `cpu`'s three seeds of 13 epochs, then `long`'s one seed of 100 (hmer.studies.budgets)
 DEFAULT_BUDGETS = ("cpu", "long")
 
 
 @dataclass(frozen=True)
 class Claim:
-    """A claim of the field (`name`: the `claim` column of `paper_claims.csv`; `paper` "" when no single
-    paper makes it) and the study family answering it (`<study>-<budget>`), as (claimed winner,
-    claimed loser) variant labels."""
+    """A claim (`name`: `paper_claims.csv`'s `claim`; `paper` "" when no single paper makes it), the
+    study family answering it (`<study>-<budget>`) and its (claimed winner, claimed loser) labels."""
 
     name: str
     statement: str
@@ -91,17 +79,14 @@ CLAIMS: tuple[Claim, ...] = (
           (("fusion", "none"), ("fusion", "cross"), ("fusion", "self"), ("cross", "none"), ("self", "none"))),
     Claim("decoder", "a transformer decoder beats a GRU with coverage attention (WAP) and the convolutional decoder",
           "", "ablate_decoder", (("transformer", "rnn"), ("transformer", "convs2s"))),
-    # BTTR adds a 2-D sinusoidal encoding to the image features so that attention can find regions, but
-    # reports no run without it; CAPE (content-aware, StyTr²) and learned absolute positions (ConvS2S)
-    # are the alternatives this suite builds. No HMER paper compares them, so no row has a paper figure.
+    # No HMER paper compares these, so no row has a paper figure.
     Claim("posenc", "a 2-D sinusoidal image positional encoding beats none (BTTR's motivation for it), and "
           "content-aware (CAPE) or learned positions beat the 2-D sinusoids (the alternatives' hypotheses)",
           "no HMER paper reports these comparisons: BTTR (Zhao et al., ICDAR 2021) motivates its 2-D encoding "
           "without a run without it; CAPE is StyTr²'s (Deng et al., CVPR 2022, style transfer); learned "
           "absolute positions are ConvS2S's (Gehring et al., ICML 2017, for sequences)",
           "ablate_posenc", (("sin2d", "none"), ("cape", "sin2d"), ("learned", "sin2d"))),
-    # CAN reports its counting GRU (CAN-DWAP) against DWAP; the transformer rows and the parameter-matched
-    # control (the transformer widened to the counting transformer's parameters) are this suite's question.
+    # CAN reports CAN-DWAP against DWAP; the transformer rows and the parameter-matched control are ours.
     Claim("counting", "CAN's symbol counting improves the GRU decoder with coverage attention (CAN-DWAP over "
           "DWAP), and a transformer decoder too, also against a transformer of its parameters without counting",
           "CAN (Li et al., ECCV 2022)", "ablate_counting",
@@ -109,15 +94,13 @@ CLAIMS: tuple[Claim, ...] = (
            ("transformer/True/384", "transformer/False/588"))),
 )
 
-# The token metrics whose table is on the graph metric where the runs carry it (module docstring); not ExpRate.
+# token metric -> the graph metric its table is on where the runs carry it (not ExpRate)
 ON_GRAPHS = {token: graph for graph, token in TOKEN_METRIC.items() if token != "exprate"}
 # What `hmer report --claims` answers each claim on when no metric is named: the papers' three columns
 CLAIM_METRICS = ("exprate", "le1", "le2")
 
-# p_sign_flip: the test over all seeds; p_mcnemar_pairs, mcnemar_favours: one entry per seed pair; a
-# `*_favours` is the side the test's data favour, the claimed winner's or loser's name ("" for neither)
-# metric: what winner_*, loser_*, delta and the tests are on; winner_token_*, loser_token_*: the same runs on our
-# token metric (equal to winner_* and loser_* where the metric is it)
+# `*_favours`: the side a test's data favour, the winner's or loser's name ("" neither); `*_pairs`: per
+# seed pair; `winner_token_*` / `loser_token_*`: the same runs on our token metric
 COLUMNS = ["claim", "budget", "study", "winner", "loser", "year", "metric", "paper_winner", "paper_loser",
            "seeds_winner", "seeds_loser", "winner_mean", "winner_std", "loser_mean", "loser_std", "winner_token_mean",
            "winner_token_std", "loser_token_mean", "loser_token_std", "delta", "delta_low", "delta_high",
@@ -130,28 +113,21 @@ _FIGURE_COLUMNS = ["claim", "variant", "year", "metric", "value", "paper", "sour
 
 @lru_cache(maxsize=1)
 def _figures() -> pd.DataFrame:
-    with resources.files(__package__).joinpath("paper_claims.csv").open("r", encoding="utf-8") as f:
-        df = pd.read_csv(f, dtype={"year": str, "claim": str, "variant": str, "metric": str},
-                         keep_default_na=False)
-    missing = set(_FIGURE_COLUMNS) - set(df.columns)
-    if missing:
-        raise ValueError(f"hmer/reports/paper_claims.csv lacks the column(s) {', '.join(sorted(missing))}")
+    df = package_csv("paper_claims.csv", _FIGURE_COLUMNS, ["year", "claim", "variant", "metric"], "value")
     unknown = set(df["metric"]) - set(METRICS.names())
     if unknown:
         raise ValueError(f"hmer/reports/paper_claims.csv: unknown metric(s) {', '.join(sorted(unknown))}; "
                          f"known: {', '.join(METRICS.names())}")
-    df["value"] = pd.to_numeric(df["value"], errors="raise")
-    return df[_FIGURE_COLUMNS]
+    return df
 
 
 def paper_figures() -> pd.DataFrame:
-    """Every figure the papers give for a side of a claim: claim, variant, year, metric, value (%), paper,
-    source, note."""
+    """Every figure the papers give for a side of a claim."""
     return _figures().copy()
 
 
 def paper_figure(claim: str, variant: str, year: str, metric: str = "exprate") -> float:
-    """The paper's figure (%) on `metric` for that side of the claim and year; NaN when none was found."""
+    """The paper's figure (%) for that side, year and metric; NaN when none was found."""
     df = _figures()
     hit = df[(df["claim"] == claim) & (df["variant"] == variant) & (df["year"] == str(year))
              & (df["metric"] == metric)]
@@ -161,8 +137,8 @@ def paper_figure(claim: str, variant: str, year: str, metric: str = "exprate") -
 # ---- the verdict ----------------------------------------------------------------------------------
 
 def verdict(p: float, favours: int, alpha: float = ALPHA) -> str:
-    """One test's verdict: `reproduced` (rejects at `alpha` for the claimed winner, `favours` 1),
-    `reversed` (for the loser, -1), else `not significant`; `no paired test` without a p-value."""
+    """`reproduced` (rejects at `alpha`, `favours` 1: the winner), `reversed` (-1), else `not
+    significant`; `no paired test` without a p-value."""
     if is_missing(p):
         return NO_TEST
     if p >= alpha or favours == 0:
@@ -171,10 +147,8 @@ def verdict(p: float, favours: int, alpha: float = ALPHA) -> str:
 
 
 def verdict_per_seed(p_pairs: Sequence[float], favours_pairs: Sequence[int], alpha: float = ALPHA) -> str:
-    """McNemar per seed pair: each pair's `verdict` with its own side; their verdict when every pair
-    reads the same, else `split: ` and how many pairs read each (e.g. `split: 2 reversed, 1 not
-    significant`). So "not significant" means no pair is, and pairs significant for opposite sides
-    never pass for agreement; a pair's side counts where its own test rejects."""
+    """Each seed pair's McNemar `verdict`: theirs when all agree, else e.g. `split: 2 reversed, 1 not
+    significant`; so pairs significant for opposite sides never pass for agreement."""
     words = [verdict(p, favours, alpha) for p, favours in zip(p_pairs, favours_pairs)]
     if not words:
         return NO_TEST
@@ -187,17 +161,16 @@ def verdict_per_seed(p_pairs: Sequence[float], favours_pairs: Sequence[int], alp
 # ---- the table ------------------------------------------------------------------------------------
 
 def _cached_loader(tracking_uri: str) -> Callable[[str, str], pd.DataFrame]:
-    """`load_predictions` that fetches each artifact once across the comparisons of a study."""
-    cache: dict[tuple[str, str], pd.DataFrame | PredictionsNotFound] = {}
+    """`load_predictions` fetching each artifact once across a study's comparisons."""
+    @cache
+    def fetch(run_id: str, year: str) -> pd.DataFrame | PredictionsNotFound:
+        try:
+            return load_predictions(run_id, year, tracking_uri)
+        except PredictionsNotFound as exc:
+            return exc
 
     def load(run_id: str, year: str) -> pd.DataFrame:
-        key = (run_id, str(year))
-        if key not in cache:
-            try:
-                cache[key] = load_predictions(run_id, year, tracking_uri)
-            except PredictionsNotFound as exc:
-                cache[key] = exc
-        hit = cache[key]
+        hit = fetch(run_id, str(year))
         if isinstance(hit, PredictionsNotFound):
             raise hit
         return hit
@@ -206,10 +179,8 @@ def _cached_loader(tracking_uri: str) -> Callable[[str, str], pd.DataFrame]:
 
 
 def metric_sides(metric: str) -> tuple[str, str | None]:
-    """(our token metric, the graph metric the table is on where the runs carry it, or None) of the
-    metric asked for: `le2` and `lgeval_le2` give (`le2`, `lgeval_le2`); `exprate` (`exprate`, None);
-    `lgeval_exprate`, named, (`exprate`, `lgeval_exprate`). The papers' figures are filed under the token
-    metric's name (`paper_claims.csv`)."""
+    """(token metric, graph metric or None) of the metric asked for: `le2` and `lgeval_le2` give
+    (`le2`, `lgeval_le2`), `exprate` (`exprate`, None); paper figures go by the token metric's name."""
     if metric in TOKEN_METRIC:
         return TOKEN_METRIC[metric], metric
     return metric, ON_GRAPHS.get(metric)
@@ -217,8 +188,7 @@ def metric_sides(metric: str) -> tuple[str, str | None]:
 
 @dataclass(frozen=True)
 class _Study:
-    """A claim at one budget as the store holds it: its study's runs, the comparisons asked of them, and
-    how far it is when it has not finished."""
+    """A claim at one budget as the store holds it."""
 
     claim: Claim
     budget: str
@@ -230,7 +200,6 @@ class _Study:
 
     @property
     def answers(self) -> bool:
-        # a study still training answers nothing yet: its finished cells are not its answer
         return not self.good.empty and not self.progress
 
 
@@ -244,11 +213,8 @@ def claims_table(
     confidence: float = DEFAULT_CONFIDENCE,
     alpha: float = ALPHA,
 ) -> pd.DataFrame:
-    """One row per claim, budget, comparison and test year (module docstring; `budgets`: a name, a
-    comma-separated list or a sequence). A claim without a scored study at the first budget gets a row
-    per year the paper gives figures for (one, year empty, if none), verdict `no study yet`; an
-    unfinished study the same rows with its progress. `attrs`: `metric` the one shown (`metric_sides`),
-    `token_metric`, and `lacking`."""
+    """One row per claim, budget, comparison and test year; `budgets` a name, "a,b" or a sequence.
+    `attrs`: `metric` (the one shown), `token_metric`, `lacking`."""
     uri = resolve_tracking_uri(tracking_uri)
     names = [b.strip() for b in budgets.split(",")] if isinstance(budgets, str) else list(budgets)
     token, graph = metric_sides(metric)
@@ -263,11 +229,8 @@ def claims_table(
 
 
 def _studies(budget: str, uri: str, claims: Sequence[Claim], first: bool) -> list[_Study]:
-    """Every claim's study at one budget; at a budget after the `first`, only the claims whose study the
-    store has, with the comparisons of the variants it trains (the long studies train two each)."""
-    from .runs import study_parent
-    from .tables import grid_order
-
+    """Every claim's study at one budget; after the `first`, only those the store has, with the
+    comparisons of the variants they train (the long studies train two each)."""
     studies = []
     for claim in claims:
         study = claim.study_name(budget)
@@ -285,8 +248,7 @@ def _studies(budget: str, uri: str, claims: Sequence[Claim], first: bool) -> lis
 
 
 def _carries(runs: pd.DataFrame, metric: str) -> bool:
-    """Whether each run has `metric` on every test year it was scored on (a run trained before the metric
-    was registered has not, until `hmer runs rescore` gives it)."""
+    """Whether each run has `metric` on every test year it was scored on."""
     for year in scored_years(runs):
         scored_on = runs[f"metrics.test_{year}_exprate"].notna()
         column = f"metrics.test_{year}_{metric}"
@@ -297,10 +259,9 @@ def _carries(runs: pd.DataFrame, metric: str) -> bool:
 
 def _study_rows(s: _Study, uri: str, metric: str, token: str, n_resamples: int, confidence: float,
                 alpha: float) -> list[dict[str, Any]]:
-    """The rows of one claim's study (`claims_table`), on `metric`, with our `token` metric beside it."""
     claim, budget, study = s.claim, s.budget, s.name
     if not s.answers:
-        # the paper's figures still show, a row per year it gives them for (one row, year empty, without any)
+        # a row per year the paper gives figures for (one, year empty, without any)
         figures = _figures()
         paper_years = sorted(set(figures.loc[figures["claim"] == claim.name, "year"])) or [""]
         return [_empty_row(claim, budget, study, winner, loser, y, metric, token, s.progress or NO_STUDY)
@@ -347,8 +308,7 @@ def _study_rows(s: _Study, uri: str, metric: str, token: str, n_resamples: int, 
 
 def _empty_row(claim: Claim, budget: str, study: str, winner: str, loser: str, year: str, metric: str, token: str,
                word: str) -> dict[str, Any]:
-    """A row with the claim, the paper's figures (filed under the `token` metric's name) where it gives them,
-    and no measurement on `metric`."""
+    """A row with the claim and the paper's figures, measuring nothing."""
     row: dict[str, Any] = {c: math.nan for c in COLUMNS}
     row.update({"claim": claim.name, "budget": budget, "study": study, "winner": winner, "loser": loser, "year": year,
                 "metric": metric,
@@ -358,8 +318,7 @@ def _empty_row(claim: Claim, budget: str, study: str, winner: str, loser: str, y
     return row
 
 
-# Printed under a table on token edits: the papers' ≤1 / ≤2 are lgeval's, so a paper's figure there is context,
-# never a target.
+# printed under a table on token edits: a paper's (lgeval) figure there is context, never a target
 EDIT_METRICS_DIFFER = (
     "Within one / two errors: the papers' figures (lgeval) count errors in the symbol label graph (symbols, "
     "relations and segmentation) as the official CROHME tools do; ours count token edits (Levenshtein over the "
@@ -367,7 +326,7 @@ EDIT_METRICS_DIFFER = (
     "the previous best CPU model) the official pipeline read 26.57 / 31.64 % within one / two graph errors "
     "where the token metric reads 28.30 / 36.71 % (their ExpRates agree). The verdicts compare our runs on "
     "the token metric only.")
-# ... and one thing when the runs carry the papers' metric: ours counted as the papers count.
+# ... and under one on the papers' metric
 ON_THE_PAPERS_METRIC = (
     "Within one / two errors, on the papers' metric: ours (lgeval) count errors in the symbol label graph as "
     "the official CROHME tools do (hmer.evaluation.lgeval, which gives their figures expression for expression), "
@@ -378,9 +337,8 @@ ON_THE_PAPERS_METRIC = (
 
 
 def format_claims(df: pd.DataFrame, fmt: str = "text", *, sources: bool = True) -> str:
-    """The claims table, then what each claim says and who says it, and where the papers' figures are from.
-    With `sources=False`, for a further metric printed under the first: a line naming the metric, the table
-    and what its metric is, without repeating the claims and the papers' sources."""
+    """The claims table, the claims and the figures' sources; `sources=False` (a further metric under
+    the first) without the claims and sources."""
     render = layout(fmt)
     strong = bold(fmt)
     confidence = float(df.attrs.get("confidence", DEFAULT_CONFIDENCE))
@@ -389,7 +347,6 @@ def format_claims(df: pd.DataFrame, fmt: str = "text", *, sources: bool = True) 
     token = df.attrs.get("token_metric", metric)
     label = metric_label(token)
     on_graphs = metric != token  # ours on the papers' metric, our token metric kept beside it
-    # the papers' ≤1 / ≤2 are lgeval's; ours are on it or on token edits (EDIT_METRICS_DIFFER)
     paper_label, ours_label = (label, label) if token == "exprate" and not on_graphs else (
         f"{label} lgeval", f"{label} lgeval" if on_graphs else f"{label} tokens")
     kept = [f"ours {label} tokens (winner)", f"ours {label} tokens (loser)"] if on_graphs else []
@@ -451,7 +408,7 @@ def format_claims(df: pd.DataFrame, fmt: str = "text", *, sources: bool = True) 
 
 
 def _sided_p(p: Any, favours: Any, row: pd.Series) -> str:
-    """A p-value with the side its test favours: "+0.003" the claimed winner, "-0.003" the claimed loser."""
+    """"+0.003" favouring the claimed winner, "-0.003" the loser."""
     if is_missing(p):
         return MISSING
     sign = "+" if favours == row["winner"] else "-" if favours == row["loser"] else ""
@@ -459,7 +416,7 @@ def _sided_p(p: Any, favours: Any, row: pd.Series) -> str:
 
 
 def _ours(row: pd.Series, side: str, suffix: str = "") -> str:
-    """One side's mean ± std (seeds) on the table's metric, or with `suffix="_token"` on our token metric."""
+    """One side's mean ± std (seeds); `suffix="_token"` on our token metric."""
     mean = row[f"{side}{suffix}_mean"]
     if is_missing(mean):
         return MISSING

@@ -1,9 +1,5 @@
-"""MLflow params back to Python values: MLflow stores every param as a string.
-
-Config keys (`train.lr`, `model.direction`, ...) are parsed back to the type of their
-`Config` field; any other param is read as an int, a float or a bool when it is one, and kept
-as a string otherwise.
-"""
+"""MLflow params (strings) back to Python values: config keys to their `Config` field's type, any
+other to an int, float or bool when it is one."""
 
 from __future__ import annotations
 
@@ -17,7 +13,7 @@ import pandas as pd
 
 @lru_cache(maxsize=1)
 def config_types() -> dict[str, type]:
-    """{dotted config key: its Python type}, e.g. {"train.lr": float, "model.direction": str}."""
+    """{dotted config key: its Python type}, e.g. {"train.lr": float}."""
     from typing import get_type_hints
 
     from ..config import Config
@@ -33,8 +29,8 @@ def config_types() -> dict[str, type]:
 
 
 def parse_value(text: Any, typ: type | None = None) -> Any:
-    """One MLflow param string as `typ` (inferred when None). An unparseable value of a typed key stays
-    a string: an old run may hold one a newer Config refuses, and a report must still load it."""
+    """One param string as `typ` (inferred when None); unparseable stays a string: an old run may hold
+    a value a newer Config refuses, and a report must still load it."""
     if text is None or (isinstance(text, float) and math.isnan(text)):
         return None
     if not isinstance(text, str) or typ is str:
@@ -60,7 +56,6 @@ _BOOLS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0":
 
 
 def _infer(text: str) -> Any:
-    """A param of no known type: "true"/"false" as bool, then int, then float, else the string."""
     low = text.strip().lower()
     if low in ("true", "false"):
         return low == "true"
@@ -73,7 +68,7 @@ def _infer(text: str) -> Any:
 
 
 def typed_column(values: Iterable[Any]) -> pd.Series:
-    """A column of parsed values with a fitting dtype (nullable Int64/boolean where values are missing)."""
+    """Parsed values with a fitting (nullable) dtype."""
     series = pd.Series(list(values), dtype=object)
     present = series.dropna()
     if present.empty:

@@ -1,13 +1,7 @@
-"""Plots of the runs: ExpRate by variant and year, error analysis, the claims; the
-training curves are `hmer.reports.curves`, in the same colours (`variant_colors`).
+"""Plots of the runs: ExpRate by variant and year (`plot_exprate`), the error analysis, the claims.
 
-    fig = plot_exprate(runs)                        # bars = mean over seeds, whiskers = std, dots = seeds
-    fig = plot_breakdown(analyze(rows).breakdown)   # ExpRate by target length and structure
-    fig = plot_claims(claims_table("cpu"))          # each claim's difference per year, with its interval
-    hmer.atomic.save_figure(fig, "plots/exprate.png")
-
-Figures use matplotlib's object-oriented API, never `pyplot`: Agg without a display, no global
-state (no figure leaks in a long study), inline in a notebook all the same.
+Figures use matplotlib's object-oriented API, never `pyplot`: no global state (no figure leaks in
+a long study), inline in a notebook all the same.
 """
 
 from __future__ import annotations
@@ -21,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ..atomic import save_figure
-from .buckets import length_labels, structure_labels
+from .buckets import LENGTH_LABELS, STRUCTURE_LABELS
 from .markup import metric_label
 from .tables import scores_long, variant_order
 
@@ -29,17 +23,10 @@ PALETTE = "colorblind"
 
 
 def variant_colors(order: Sequence[str]) -> dict[str, str]:
-    """Each variant's colour (#rrggbb) in the figures of a study whose variants are `order`, left to
-    right; the MLflow UI draws the variant's runs in it too (`store.study_run`)."""
+    """Each variant's colour (#rrggbb), also in the MLflow UI (`store.study_run`)."""
     import seaborn as sns
 
     return dict(zip(order, sns.color_palette(PALETTE, len(order)).as_hex()))
-
-
-def _order(runs: pd.DataFrame, variant_col: str, order: Sequence[str] | None, present: Sequence[str]) -> list[str]:
-    if order is not None:
-        return [v for v in order if v in set(present)]
-    return [v for v in variant_order(runs, variant_col) if v in set(present)]
 
 
 def plot_exprate(
@@ -53,16 +40,16 @@ def plot_exprate(
     path: str | Path | None = None,
     jitter: float = 0.08,
 ) -> Figure:
-    """Test scores by year and variant: bars at the mean over seeds, whiskers ± 1 std, a dot per seed;
-    one panel per registered metric of `metrics`, variants in `order` (default: as they ran). `jitter`
-    spreads the seeds' dots at random (numpy's global generator, as seaborn draws); 0 puts them on the
-    bar's centre, and the figure is then the same pixel for pixel from the same runs."""
+    """Test scores by year and variant: bars at the mean, whiskers ± 1 std, a dot per seed; a panel
+    per metric. `jitter` spreads the dots with numpy's global generator; 0 makes the figure the same
+    pixel for pixel from the same runs."""
     import seaborn as sns
 
     data = scores_long(runs, variant_col, years, metrics)
     if data.empty:
         raise ValueError("no run with test scores to plot")
-    hue_order = _order(runs, variant_col, order, data["variant"].unique())
+    present = set(data["variant"].unique())
+    hue_order = [v for v in (order if order is not None else variant_order(runs, variant_col)) if v in present]
     year_order = sorted(data["year"].unique())
     panel_width = max(4.0, 1.5 + 0.35 * len(year_order) * len(hue_order))  # room for every bar
     fig = Figure(figsize=(panel_width * len(metrics) + 1.5, 4.2), layout="constrained")
@@ -97,8 +84,7 @@ def plot_exprate(
 
 
 def plot_breakdown(table: pd.DataFrame, title: str | None = None) -> Figure:
-    """ExpRate by bucket (a `breakdown` frame of `hmer.reports.analysis`): a row of panels per axis
-    (length, structure), a column per year, a bar per label (run or variant)."""
+    """ExpRate of a `breakdown` frame: a row per axis, a column per year, a bar per label."""
     import seaborn as sns
 
     data = table[table["axis"].isin(["length", "structure"])].copy()
@@ -111,7 +97,7 @@ def plot_breakdown(table: pd.DataFrame, title: str | None = None) -> Figure:
     grid = fig.subplots(len(axes_names), len(years), squeeze=False, sharey=True)
     palette = dict(zip(labels, sns.color_palette("colorblind", len(labels))))
     for r, axis in enumerate(axes_names):
-        order = length_labels() if axis == "length" else structure_labels()
+        order = LENGTH_LABELS if axis == "length" else STRUCTURE_LABELS
         for c, year in enumerate(years):
             ax = grid[r][c]
             part = data[(data["axis"] == axis) & (data["year"] == year)]
@@ -129,8 +115,7 @@ def plot_breakdown(table: pd.DataFrame, title: str | None = None) -> Figure:
 
 def plot_claims(claims: pd.DataFrame, *, max_columns: int = 3, title: str | None = None,
                 path: str | Path | None = None) -> Figure:
-    """The claims table of one budget as a figure: a panel per comparison, the difference per test year
-    as a dot with its interval coloured by `verdict`, above (the claimed direction) or below zero; the
+    """A panel per comparison: the difference per year with its interval, coloured by `verdict`; the
     paper's own difference, where it gives both figures, as a hollow diamond."""
     import seaborn as sns
 

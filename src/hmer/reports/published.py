@@ -1,12 +1,6 @@
-"""The papers' published ExpRates, beside ours.
-
-    published_table()               # model, year, exprate, paper, venue, source, note
-    print(format_published())       # the table `hmer report --published` prints
-    paper_of(runs_of_a_variant)     # "BTTR", "CoMER" or None
-
-`published.csv` (package data) has one row per model and test year, each checked against the paper
-or its listing (docs/reports.md). A variant is a paper's model when every run trained a preset of
-`PAPER_OF_PRESET` with the preset's model fields (an ablation cell that changed them is not).
+"""The papers' published ExpRates (`published.csv`, one row per model and year, checked against the
+paper: docs/reports.md), beside ours. A variant is a paper's model when every run trained a preset
+of `PAPER_OF_PRESET` with its model fields (an ablation cell that changed them is not).
 """
 
 from __future__ import annotations
@@ -24,31 +18,33 @@ PAPER_OF_PRESET = {"bttr": "BTTR", "comer-fusion": "CoMER"}
 COLUMNS = ["model", "year", "exprate", "paper", "venue", "source", "note"]
 
 
+def package_csv(name: str, columns: list[str], text: list[str], number: str) -> pd.DataFrame:
+    """A CSV of this package: `columns` required, `text` read as strings, `number` as numbers."""
+    with resources.files(__package__).joinpath(name).open("r", encoding="utf-8") as f:
+        df = pd.read_csv(f, dtype=dict.fromkeys(text, str), keep_default_na=False)
+    missing = set(columns) - set(df.columns)
+    if missing:
+        raise ValueError(f"hmer/reports/{name} lacks the column(s) {', '.join(sorted(missing))}")
+    df[number] = pd.to_numeric(df[number], errors="raise")
+    return df[columns]
+
+
 @lru_cache(maxsize=1)
 def _load() -> pd.DataFrame:
-    with resources.files(__package__).joinpath("published.csv").open("r", encoding="utf-8") as f:
-        df = pd.read_csv(f, dtype={"year": str, "model": str}, keep_default_na=False)
-    missing = set(COLUMNS) - set(df.columns)
-    if missing:
-        raise ValueError(f"hmer/reports/published.csv lacks the column(s) {', '.join(sorted(missing))}")
-    df["exprate"] = pd.to_numeric(df["exprate"], errors="raise")
-    return df[COLUMNS]
+    return package_csv("published.csv", COLUMNS, ["year", "model"], "exprate")
 
 
 def published_table() -> pd.DataFrame:
-    """Every published figure: model, year, exprate (percent), paper, venue, source, note."""
     return _load().copy()
 
 
 def published_exprate(model: str) -> dict[str, float]:
-    """{year: published ExpRate} of a model of `published.csv` (empty when it has none)."""
     df = _load()
     part = df[df["model"] == model]
     return dict(zip(part["year"], part["exprate"].astype(float)))
 
 
 def _model_fields_match(run: pd.Series, preset: str) -> bool:
-    """True when every `params.model.*` the run logged equals the preset's value."""
     from ..model_presets import preset_with_recipe
     from .params import parse_value
 
@@ -65,7 +61,7 @@ def _model_fields_match(run: pd.Series, preset: str) -> bool:
 
 
 def paper_of(runs: pd.DataFrame) -> str | None:
-    """The paper model (`BTTR`, `CoMER`) the runs of one variant all trained, or None."""
+    """The paper model (`BTTR`, `CoMER`) one variant's runs all trained, or None."""
     if runs.empty or "params.name" not in runs.columns:
         return None
     names = set(runs["params.name"].astype(str))
@@ -75,13 +71,11 @@ def paper_of(runs: pd.DataFrame) -> str | None:
     model = PAPER_OF_PRESET.get(preset)
     if model is None or not published_exprate(model):
         return None
-    if not all(_model_fields_match(run, preset) for _, run in runs.iterrows()):
-        return None
-    return model
+    return model if all(_model_fields_match(run, preset) for _, run in runs.iterrows()) else None
 
 
 def format_published(fmt: str = "text") -> str:
-    """The published table (a row per model, its ExpRate per year), then each figure's source."""
+    """A row per model, its ExpRate per year, then each figure's source."""
     render = layout(fmt)
     df = _load()
     years = sorted(set(df["year"]))

@@ -4,11 +4,10 @@
     history = load_history(runs, ["val_exprate", "train_loss"])  # long: one row per logged point
     preds = load_predictions(run_id, "2014")                  # name, truth, prediction, distance, correct
 
-`load_runs` returns `mlflow.search_runs`' columns plus `experiment`, `run_name` and `variant` (tag
-`hmer.variant`; standalone runs sharing one and a seed go by their run names), `seed`, `trial` and
-`state` (tag `hmer.status`, else MLflow's status in lower case); params are parsed back to their
-types (`hmer.reports.params`). The runs are searched with an `MlflowClient` bound to the store, not
-`mlflow.search_runs`, which would change the process-wide tracking URI (and child processes').
+`load_runs` gives `mlflow.search_runs`' columns plus `experiment`, `run_name`, `variant` (tag
+`hmer.variant`), `seed`, `trial` and `state` (tag `hmer.status`, else MLflow's status), params parsed
+back to their types. It searches with an `MlflowClient` bound to the store: `mlflow.search_runs`
+would change the process-wide tracking URI (and child processes').
 """
 
 from __future__ import annotations
@@ -24,7 +23,7 @@ from typing import Any, Iterator, Sequence
 import pandas as pd
 
 from ..tracking import keys
-from ..tracking.store import search_all_runs, study_filter
+from ..tracking.store import default_tracking_uri, mlflow_client, search_all_runs, study_filter
 from .params import config_types, parse_value, typed_column
 
 STUDY_TAG = keys.STUDY
@@ -37,35 +36,27 @@ _YEAR_METRIC = re.compile(r"^metrics\.test_(?P<year>\d{4}(?:-std)?)_exprate$")
 
 
 class NoRunsError(ValueError):
-    """Nothing in the store matches what was asked for (unknown study, experiment or run)."""
+    """Nothing in the store matches (unknown study, experiment or run)."""
 
 
 class PredictionsNotFound(LookupError):
-    """A run has no `predictions/test_{year}.csv` artifact (failed, pruned, or not that year)."""
+    """A run has no `predictions/test_{year}.csv` artifact."""
 
 
 # ---- the store --------------------------------------------------------------------------------
 
 def resolve_tracking_uri(tracking_uri: str | None = None) -> str:
-    """The given URI, else the project default (`$MLFLOW_TRACKING_URI`, else `mlruns/mlflow.db`)."""
-    if tracking_uri:
-        return tracking_uri
-    from ..tracking.store import default_tracking_uri
-
-    return default_tracking_uri()
+    """The given URI, else the project default."""
+    return tracking_uri or default_tracking_uri()
 
 
 def client_for(tracking_uri: str | None = None):
-    """An `MlflowClient` on the store (the project default when None)."""
-    from ..tracking.store import mlflow_client
-
     return mlflow_client(tracking_uri)
 
 
 # ---- runs -----------------------------------------------------------------------------------------
 
 def _experiment_ids(client, experiment: str | None) -> tuple[list[str], dict[str, str]]:
-    """Experiment ids to search and {id: name} for the `experiment` column."""
     from mlflow.entities import ViewType
 
     names = {e.experiment_id: e.name for e in client.search_experiments(view_type=ViewType.ALL)}
@@ -79,7 +70,7 @@ def _experiment_ids(client, experiment: str | None) -> tuple[list[str], dict[str
 
 
 def runs_frame(runs: Sequence[Any], experiment_names: dict[str, str] | None = None) -> pd.DataFrame:
-    """MLflow `Run` objects as the typed frame described in the module docstring."""
+    """MLflow `Run` objects as the module docstring's frame."""
     types = config_types()
     rows: list[dict[str, Any]] = []
     for run in runs:
@@ -124,9 +115,8 @@ def _variant(row: dict[str, Any]) -> str:
 
 
 def _distinct_standalone_runs(df: pd.DataFrame) -> pd.Series:
-    """The variant column, where runs outside a study that share a variant and a seed are told
-    apart by their run names: they are different recipes of one preset (a retrain beside the
-    model it improves on), not seeds of one variant, and a table must not average them."""
+    """The variant column, runs outside a study sharing a variant and seed told apart by run name:
+    they are recipes of one preset (a retrain beside the model it improves on), not seeds."""
     variant = df["variant"].copy()
     study = df.get(f"tags.{keys.STUDY}", pd.Series([None] * len(df), index=df.index))
     alone = study.isna() | (study == "")
@@ -153,10 +143,9 @@ def load_runs(
     *,
     include_parents: bool = False,
 ) -> pd.DataFrame:
-    """Runs of a study (tag `hmer.study`, any experiment), an experiment (name or id) or a list of run
-    ids (an unknown one raises `NoRunsError`), else every run of the store; one row per run, oldest
-    first. The studies' parent and summary runs (`hmer.role`) are bookkeeping, not training runs:
-    kept only with `include_parents`."""
+    """Runs of a study (tag `hmer.study`), an experiment (name or id), run ids (`NoRunsError` for an
+    unknown one) or the whole store, oldest first; a study's parent and summary runs (`hmer.role`)
+    only with `include_parents`."""
     client = client_for(tracking_uri)
     if run_ids:
         from mlflow.exceptions import MlflowException
@@ -180,7 +169,7 @@ def load_runs(
 
 
 def study_parent(study: str, tracking_uri: str | None = None) -> pd.Series | None:
-    """The parent run of a study (tag `hmer.role=study`) as a row of `load_runs`, or None."""
+    """A study's parent run (tag `hmer.role=study`) as a `load_runs` row, or None."""
     parents = load_runs(tracking_uri, study=study, include_parents=True)
     if parents.empty or f"tags.{ROLE_TAG}" not in parents.columns:
         return None
@@ -189,9 +178,7 @@ def study_parent(study: str, tracking_uri: str | None = None) -> pd.Series | Non
 
 
 def study_budget(head: pd.Series) -> str | None:
-    """The budget a study ran under, from its parent run's row of `load_runs` (or, for a study whose
-    parent run is missing, one of its trials' rows)."""
-    # A study's parent run logs its budget as the param `budget`; the tag keys.BUDGET is on every run of a study.
+    """A study's budget from its parent's row (param `budget`) or a trial's (tag keys.BUDGET)."""
     for column in ("params.budget", f"tags.{keys.BUDGET}"):
         value = head.get(column)
         if isinstance(value, str) and value:
@@ -200,8 +187,7 @@ def study_budget(head: pd.Series) -> str | None:
 
 
 def study_progress(study: str, tracking_uri: str | None = None) -> str | None:
-    """None for a finished study (and for runs without a parent run); for one that has not
-    finished, how far it is, in words: "in progress, 4 of 9 trials finished"."""
+    """How far an unfinished study is: "in progress, 4 of 9 trials finished"; else None."""
     runs = load_runs(tracking_uri, study=study, include_parents=True)
     if runs.empty or f"tags.{ROLE_TAG}" not in runs.columns:
         return None
@@ -217,8 +203,7 @@ def study_progress(study: str, tracking_uri: str | None = None) -> str | None:
 
 
 def list_studies(tracking_uri: str | None = None) -> pd.DataFrame:
-    """Every study in the store (by its parent run, else its runs' `hmer.study` tag), newest first;
-    `trials` counts the runs by state ("6 finished, 2 failed")."""
+    """Every study in the store, newest first; `trials` counts runs by state ("6 finished, 2 failed")."""
     runs = load_runs(tracking_uri, include_parents=True)
     columns = ["study", "experiment", "kind", "budget", "state", "superseded_by", "runs", "trials", "started"]
     if runs.empty or f"tags.{STUDY_TAG}" not in runs.columns:
@@ -247,17 +232,15 @@ def list_studies(tracking_uri: str | None = None) -> pd.DataFrame:
 
 
 def scored_years(runs: pd.DataFrame) -> list[str]:
-    """The test years the runs were scored on (columns `metrics.test_{year}_exprate`), in order."""
-    years = {m.group("year") for c in runs.columns if (m := _YEAR_METRIC.match(str(c)))}
-    return sorted(years)
+    """The test years the runs were scored on, in order."""
+    return sorted({m.group("year") for c in runs.columns if (m := _YEAR_METRIC.match(str(c)))})
 
 
 # ---- histories and predictions ------------------------------------------------------------------
 
 def curve_runs(runs: pd.DataFrame) -> pd.DataFrame:
-    """The runs whose training curves are worth drawing: not the failed ones (their few points would
-    bend the mean over seeds) nor killed attempts a later run trained again (`hmer.trained_again_in`:
-    their cell would count twice). Pruned and running runs stay: their curves are the point."""
+    """The runs whose curves are worth drawing: not failed ones (a few points bend the mean) nor
+    killed attempts trained again (`hmer.trained_again_in`: counted twice); pruned and running stay."""
     if runs.empty:
         return runs
     if "state" in runs.columns:
@@ -271,8 +254,8 @@ def load_history(
     metrics: Sequence[str] = EPOCH_METRICS,
     tracking_uri: str | None = None,
 ) -> pd.DataFrame:
-    """Every logged point of `metrics` of the runs, one row per (run, metric, step); `seconds` is from
-    the run's start. Given a `load_runs` frame, its `variant` and `seed` columns are joined in."""
+    """One row per (run, metric, step) logged, `seconds` from the run's start; a `load_runs` frame's
+    `variant` and `seed` are joined in."""
     runs = run_ids if isinstance(run_ids, pd.DataFrame) else None
     ids = list(runs["run_id"]) if runs is not None else list(run_ids)
     client = client_for(tracking_uri)
@@ -294,7 +277,7 @@ def load_history(
 
 @contextmanager
 def _quiet_downloads() -> Iterator[None]:
-    """No MLflow download progress bar per file (a table fetches one CSV per run and year)."""
+    """No MLflow progress bar per file (a table fetches a CSV per run and year)."""
     key = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
     if key in os.environ:  # the user's own choice
         yield
@@ -307,7 +290,7 @@ def _quiet_downloads() -> Iterator[None]:
 
 
 def load_predictions(run_id: str, year: str | int, tracking_uri: str | None = None) -> pd.DataFrame:
-    """The run's `predictions/test_{year}.csv` with a `correct` column (`PredictionsNotFound` without it)."""
+    """The run's `predictions/test_{year}.csv` with a `correct` column."""
     from mlflow.exceptions import MlflowException
 
     from ..tracking.portable import download_run_artifact

@@ -2,30 +2,26 @@
 
     df = study_table("ablate_direction-smoke")     # the study's runs, its baseline, paired tests
     print(format_table(df))                        # aligned text; fmt="markdown" for a README
-    df.to_csv("table.csv")                         # the numbers behind it
 
-`variant_table(runs)` builds the same frame from any `load_runs` frame. Its columns:
+`variant_table(runs)` builds the frame from any `load_runs` frame. Its columns:
 
-- `baseline`, `seeds` (runs with test scores), `excluded` (failed, pruned or unfinished runs of the
-  variant, left out of every number);
-- per test year `Y`: `Y_n`, `Y_<metric>_mean` / `_std` (percent, over seeds; NaN std for one
-  seed), `Y_delta` (against the baseline, in points, on `metric`) with `Y_delta_low` / `_high`
-  (paired bootstrap CI), `Y_p_bootstrap`, `Y_p_mcnemar` (the largest over seed pairs),
-  `Y_p_mcnemar_pairs` and `Y_mcnemar_favours` (per seed pair: 1 the variant, -1 the baseline, 0
-  neither), `Y_p_sign_flip` and `Y_sign_flip_favours` (`hmer.evaluation.significance`); NaN where
-  the predictions artifacts are missing;
-- cost: `gpu_minutes`, `train_minutes`, `cpu_minutes` (training and final decoding: metric
-  `cpu_seconds`), `images_per_second`, `num_params`;
-- validation: `val_n`, `val_<metric>_mean` / `_std` (metrics `val_final_*`), `val_alt_exprate_*`
+- `baseline`, `seeds` (runs with test scores), `excluded` (failed, pruned or unfinished runs);
+- per test year `Y`: `Y_n`, `Y_<metric>_mean` / `_std` (percent, over seeds), `Y_delta` (points
+  against the baseline on `metric`) with `Y_delta_low` / `_high` (paired bootstrap CI),
+  `Y_p_bootstrap`, `Y_p_mcnemar` (the largest over seed pairs), `Y_p_mcnemar_pairs`,
+  `Y_mcnemar_favours` (per pair: 1 the variant, -1 the baseline, 0 neither), `Y_p_sign_flip`,
+  `Y_sign_flip_favours` (`hmer.evaluation.significance`); NaN without predictions artifacts;
+- cost: `gpu_minutes`, `train_minutes`, `cpu_minutes`, `images_per_second`, `num_params`;
+- validation: `val_n`, `val_<metric>_mean` / `_std` (`val_final_*`), `val_alt_exprate_*`
   (`data.val_alt`), `best_val_exprate_*` (the ExpRate that picked the checkpoint);
-- `paper` (`hmer.reports.published`) and `Y_published` (its published ExpRate).
+- `paper` and `Y_published` (`hmer.reports.published`).
 
-The frame's `attrs` carry the title, baseline, years, excluded counts and test settings, which
-`format_table` prints around the table.
+`attrs` carry the title, baseline, years, excluded counts and test settings for `format_table`.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from typing import Any, Callable, Mapping, Sequence
@@ -39,6 +35,7 @@ from ..registry import METRICS
 from .correctness import CorrectnessCache, PredictionLoader
 from .markup import (MISSING, Layout, bold, count, difference, is_missing, layout, mean_pm_std, metric_label,
                      metric_list, number, p_value, parameter_count)
+from .published import paper_of, published_exprate
 from .runs import load_predictions, load_runs, scored_years, study_parent
 
 __all__ = ["MISSING", "format_table", "grid_order", "resolve_baseline", "scored",
@@ -53,7 +50,7 @@ CELL_TAG = f"tags.{keys.CELL}"
 # ---- which runs count ----------------------------------------------------------------------------
 
 def scored(runs: pd.DataFrame, years: Sequence[str] | None = None) -> pd.Series:
-    """True for the runs that count: scored on at least one test year, and not failed or pruned."""
+    """True for the runs scored on a test year, and not failed or pruned."""
     years = list(years) if years is not None else scored_years(runs)
     has_scores = pd.Series(False, index=runs.index)
     for year in years:
@@ -66,8 +63,7 @@ def scored(runs: pd.DataFrame, years: Sequence[str] | None = None) -> pd.Series:
 
 def variant_order(runs: pd.DataFrame, variant_col: str = "variant", baseline: str | None = None,
                   preferred: Sequence[str] | None = None) -> list[str]:
-    """The variants of `runs`, the baseline first, then those of `preferred` (e.g. the study's
-    grid order) in that order, then the others in the order they first ran (trial, start time)."""
+    """The variants, the baseline first, then `preferred` (e.g. grid order), then as they first ran."""
     keys = runs.assign(_trial=runs["trial"] if "trial" in runs.columns else np.nan,
                        _start=runs["start_time"] if "start_time" in runs.columns else pd.NaT)
     keys["_trial"] = pd.to_numeric(keys["_trial"], errors="coerce")
@@ -83,10 +79,10 @@ def variant_order(runs: pd.DataFrame, variant_col: str = "variant", baseline: st
 
 def resolve_baseline(runs: pd.DataFrame, baseline: str | Mapping[str, Any] | None = None,
                      variant_col: str = "variant") -> str | None:
-    """The baseline variant's label, from a variant label ("l2r"), an `hmer.cell` tag
-    ("model.direction=l2r"), a JSON object or mapping of axis values (the parent run's `baseline`
-    param), or None: the runs tagged `hmer.baseline=true`, else the first variant that ran."""
-    variants = [v for v in runs[variant_col].dropna().unique()]
+    """The baseline's label, from a variant label ("l2r"), an `hmer.cell` tag ("model.direction=l2r"),
+    axis values (a mapping or JSON: the parent run's `baseline` param), or None: the runs tagged
+    `hmer.baseline=true`, else the first variant that ran."""
+    variants = list(runs[variant_col].dropna().unique())
     if not variants:
         return None
     if baseline is None:
@@ -108,7 +104,7 @@ def resolve_baseline(runs: pd.DataFrame, baseline: str | Mapping[str, Any] | Non
 
 
 def _baseline_candidates(baseline: str | Mapping[str, Any]) -> list[str]:
-    """Labels a baseline may appear under: itself, and for axis values the cell and variant labels."""
+    """Labels a baseline may go by: itself, or for axis values the cell and variant labels."""
     cell: Mapping[str, Any] | None = baseline if isinstance(baseline, Mapping) else None
     if isinstance(baseline, str):
         try:
@@ -140,18 +136,15 @@ def variant_table(
     seed: int = 0,
     title: str = "",
 ) -> pd.DataFrame:
-    """One row per variant of `runs` (a `load_runs` frame); the columns: module docstring.
-
-    `predictions` is `(run_id, year) -> frame with name and correct` (a bound `load_predictions`);
-    without it the differences come from the metrics, with no interval or p-value. `metric`
-    (`exprate`, `le1`, `le2`: the latter tell apart models that read few formulas exactly) is what
-    the differences and tests are on; `order` the rows after the baseline (default: as first ran).
-    """
+    """One row per variant of a `load_runs` frame (columns: module docstring). Without
+    `predictions` (a bound `load_predictions`) the differences come from the metrics, untested;
+    `metric` is what they and the tests are on (`le1` / `le2` tell apart models that read few
+    formulas exactly); `order` the rows after the baseline."""
     years = [str(y) for y in years] if years is not None else scored_years(runs)
     counts = scored(runs, years) if not runs.empty else pd.Series(False, index=runs.index)
     good, bad = runs[counts], runs[~counts]
-    # A named baseline is looked up among all the runs: one none of whose runs is scored yet (a
-    # study in progress) stays the baseline, with no seeds, and nothing is measured against another.
+    # A named baseline is looked up among all runs: unscored yet (a study in progress), it stays
+    # the baseline, with no seeds, and nothing is measured against another.
     base = resolve_baseline(runs if baseline is not None or good.empty else good, baseline,
                             variant_col) if not runs.empty else None
     correctness = CorrectnessCache(predictions, metric)
@@ -207,14 +200,19 @@ _TEST_CELLS = ("delta", "delta_low", "delta_high", "p_bootstrap", "p_mcnemar", "
                "p_sign_flip", "sign_flip_favours")
 
 
+def _score_cells(mine: pd.DataFrame, name: str, logged: str) -> dict[str, Any]:
+    """`{name}_n` and `{name}_<metric>_mean` / `_std` from the metrics `{logged}_n` and `{logged}_<metric>`."""
+    n = pd.to_numeric(_metric(mine, f"{logged}_n"), errors="coerce").dropna()
+    cells: dict[str, Any] = {f"{name}_n": int(n.max()) if not n.empty else math.nan}
+    for m in METRICS.names():
+        cells[f"{name}_{m}_mean"], cells[f"{name}_{m}_std"] = _mean_std(_metric(mine, f"{logged}_{m}"))
+    return cells
+
+
 def _year_cells(year: str, mine: pd.DataFrame, base_runs: pd.DataFrame, is_base: bool,
                 correctness: CorrectnessCache, metric: str, n_resamples: int, confidence: float,
                 seed: int) -> dict[str, Any]:
-    cells: dict[str, Any] = {}
-    n = pd.to_numeric(_metric(mine, f"test_{year}_n"), errors="coerce").dropna()
-    cells[f"{year}_n"] = int(n.max()) if not n.empty else math.nan
-    for m in METRICS.names():
-        cells[f"{year}_{m}_mean"], cells[f"{year}_{m}_std"] = _mean_std(_metric(mine, f"test_{year}_{m}"))
+    cells = _score_cells(mine, year, f"test_{year}")
     mean, _ = _mean_std(_metric(mine, f"test_{year}_{metric}"))
     base_mean, _ = _mean_std(_metric(base_runs, f"test_{year}_{metric}"))
     delta: dict[str, Any] = {k: math.nan for k in _TEST_CELLS}
@@ -250,13 +248,10 @@ def _cost_cells(mine: pd.DataFrame) -> dict[str, Any]:
 
 
 def _validation_cells(mine: pd.DataFrame) -> dict[str, Any]:
-    """The validation split decoded as the test years (`val_final_*`) and for checkpoint selection
-    (`best_val_exprate`: a run that never validated logs 0 and no `val_exprate` curve: missing, not 0)."""
-    n = pd.to_numeric(_metric(mine, "val_final_n"), errors="coerce").dropna()
-    cells: dict[str, Any] = {"val_n": int(n.max()) if not n.empty else math.nan}
-    for m in METRICS.names():
-        cells[f"val_{m}_mean"], cells[f"val_{m}_std"] = _mean_std(_metric(mine, f"val_final_{m}"))
-    # the same writers drawn in the other rendering style (`data.val_alt`, issue 26), when the runs have it
+    """Validation as the test years decode it (`val_final_*`) and as it picked the checkpoint
+    (`best_val_exprate`; a run that never validated logs 0 and no curve: missing, not 0)."""
+    cells = _score_cells(mine, "val", "val_final")
+    # the same writers in the other rendering style (`data.val_alt`, issue 26)
     cells["val_alt_exprate_mean"], cells["val_alt_exprate_std"] = _mean_std(_metric(mine, "val-alt_final_exprate"))
     best = _metric(mine, "best_val_exprate")
     if "metrics.val_exprate" in mine.columns and not best.empty:
@@ -268,8 +263,6 @@ def _validation_cells(mine: pd.DataFrame) -> dict[str, Any]:
 
 
 def _published_cells(mine: pd.DataFrame, years: Sequence[str]) -> dict[str, Any]:
-    from .published import paper_of, published_exprate
-
     paper = paper_of(mine)
     figures = published_exprate(paper) if paper else {}
     return {"paper": paper or "", **{f"{y}_published": figures.get(str(y), math.nan) for y in years}}
@@ -286,9 +279,8 @@ def study_table(
     confidence: float = DEFAULT_CONFIDENCE,
     seed: int = 0,
 ) -> pd.DataFrame:
-    """The table of a study (`variant_table`): its baseline is `baseline`, else the parent run's
-    `baseline` param, else `resolve_baseline`'s. A study without runs gives an empty table, not an
-    error, so a study script can always end with its table."""
+    """A study's `variant_table`; the baseline is `baseline`, else the parent run's param, else
+    `resolve_baseline`'s. No runs give an empty table, so a study script can always end with it."""
     runs = load_runs(tracking_uri, study=study_name) if runs is None else runs
     parent = study_parent(study_name, tracking_uri)
     if baseline is None:
@@ -308,11 +300,8 @@ def study_table(
 
 
 def grid_order(parent: pd.Series | None) -> list[str]:
-    """The variant labels of a grid study in grid order, from its parent run's `grid` param
-    (`{axis: [values]}`, the seed axis left out; labels join a cell's values with "/", as
-    `hmer.variant` does). Empty for a sweep or a parent without a grid."""
-    import itertools
-
+    """A grid study's variant labels in grid order (its parent's `grid` param, seed axis left out,
+    values joined with "/" as `hmer.variant`); empty for a sweep or no grid."""
     raw = parent.get("params.grid") if parent is not None else None
     try:
         grid = json.loads(raw) if isinstance(raw, str) else None
@@ -326,8 +315,7 @@ def grid_order(parent: pd.Series | None) -> list[str]:
 
 def scores_long(runs: pd.DataFrame, variant_col: str = "variant", years: Sequence[str] | None = None,
                 metrics: Sequence[str] | None = None) -> pd.DataFrame:
-    """One row per (scored run, year, metric), the tidy form seaborn plots from; `label` is the
-    metric's ("ExpRate", "≤1", "≤2"); `metrics` defaults to every registered one."""
+    """One row per (scored run, year, metric), the tidy form seaborn plots; `metrics` default: all."""
     metrics = tuple(metrics) if metrics is not None else METRICS.names()
     years = list(years) if years is not None else scored_years(runs)
     good = runs[scored(runs, years)] if not runs.empty else runs
@@ -343,9 +331,7 @@ def scores_long(runs: pd.DataFrame, variant_col: str = "variant", years: Sequenc
 
 
 def format_table(df: pd.DataFrame, fmt: str = "text") -> str:
-    """The table as aligned text (`fmt="text"`) or GitHub Markdown (`fmt="markdown"`): the scores,
-    then the differences against the baseline beside the training cost, then notes. A missing
-    number (the std of one seed, a year not scored) shows as "–"."""
+    """The table as text or Markdown: the scores, the differences beside the cost, then notes."""
     render = layout(fmt)
     strong = bold(fmt)
     title = df.attrs.get("title") or "runs"
@@ -409,7 +395,6 @@ def _pair_p(row: pd.Series, year: str) -> str:
 
 
 def _notes(df: pd.DataFrame, years: Sequence[str]) -> list[str]:
-    """Test set sizes, the runs left out, and how the tests were made."""
     notes = []
     sizes = ", ".join(f"{y}: {int(df[f'{y}_n'].max())}" for y in years
                       if f"{y}_n" in df.columns and df[f"{y}_n"].notna().any())
@@ -439,8 +424,7 @@ def _excluded_note(df: pd.DataFrame) -> str:
 
 
 def _metrics(df: pd.DataFrame) -> list[str]:
-    """The registered metrics the table has values for (a table read back from CSV may predate one, and
-    runs scored before a metric was registered have no value for it: `lgeval_*` until re-scored)."""
+    """The registered metrics with values (a CSV, or runs, may predate one: `lgeval_*` until re-scored)."""
     return [m for m in METRICS.names() if _has_any(df, [str(c) for c in df.columns if str(c).endswith(f"_{m}_mean")])]
 
 
@@ -450,7 +434,6 @@ def _has_any(df: pd.DataFrame, columns: Sequence[str]) -> bool:
 
 def _validation_block(df: pd.DataFrame, years: Sequence[str], render: Layout,
                       strong: Callable[[str], str]) -> list[str]:
-    """Validation beside the test years, when any run has validation scores."""
     if not _has_any(df, ["val_exprate_mean", "best_val_exprate_mean"]):
         return []
     shown = _metrics(df)
@@ -476,7 +459,7 @@ def _validation_block(df: pd.DataFrame, years: Sequence[str], render: Layout,
 
 
 def _rank_agreement(df: pd.DataFrame, years: Sequence[str]) -> str:
-    """How well validation orders the variants as each test year does (three variants or more)."""
+    """Spearman of validation against each test year over the variants (three or more)."""
     parts = []
     for y in years:
         col = f"{y}_exprate_mean"
@@ -490,7 +473,6 @@ def _rank_agreement(df: pd.DataFrame, years: Sequence[str]) -> str:
 
 def _published_block(df: pd.DataFrame, years: Sequence[str], render: Layout,
                      strong: Callable[[str], str]) -> list[str]:
-    """The papers' published ExpRate beside ours, for the variants that train a paper's model."""
     if "paper" not in df.columns or not (df["paper"].fillna("") != "").any():
         return []
     head = ["variant", "paper"] + [c for y in years for c in (f"{y} measured", f"{y} published", f"{y} Δ")]
