@@ -1,9 +1,8 @@
 """The accelerations: the same model computed faster for training, beside the plain path.
 
-Every model module computes the plain path: what BTTR's and CoMER's code compute, in one layout,
-with torch's kernels. Training switches these on for its device (`accelerate`, called by
-`training.setup.prepare_model`); each gives the plain path's numbers up to float rounding
-(tests/test_model_choices.py, tests/test_reference_fidelity.py):
+The plain path computes what BTTR's and CoMER's code compute, with torch's kernels. Training switches
+these on for its device (`accelerate`, from `training.setup.prepare_model`); each gives the plain
+path's numbers up to float rounding (tests/test_model_choices.py, tests/test_reference_fidelity.py):
 
 - **cheap dropout masks** (a CPU): torch's CPU dropout draws a Bernoulli variable per element
   (`bernoulli_`): 8-15 ms for a 1.5M-element feature map against 0.4 ms for the multiply it gates, a

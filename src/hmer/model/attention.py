@@ -12,9 +12,9 @@ Two things need the explicit path, which materialises the scores [B, H, L, S]:
         attn'   = softmax(scores')               (what the values are averaged with)
   * `need_weights=True` (attention maps for visualisation, or a coverage that needs them).
 
-The weights returned are the final probabilities before dropout; dropout applies only to
-the copy that averages the values. Training with dropout on a CPU also takes the explicit
-path, whose dropout masks are cheap there (hmer.model.accelerations).
+The weights returned are the final probabilities before dropout (which applies only to the
+copy that averages the values). CPU training with dropout also takes the explicit path, for its
+cheap masks (hmer.model.accelerations).
 
 Tensors are batch-first; heads live in dim 1: q [B, H, L, dh], k/v [B, H, S, dh].
 Masks are True at padding (`key_padding_mask` [B, S]). Rows may share keys and values: with
@@ -45,11 +45,10 @@ def masked_softmax(scores: Tensor, mask: Optional[Tensor]) -> Tensor:
 
 
 def additive_mask(pad: Tensor, dtype: torch.dtype) -> Tensor:
-    """0 where a position may be attended, -inf where `pad` says it may not. Added to the scores it
-    masks them as `masked_fill` would, to the bit, in one pass over the scores instead of a copy and
-    a fill, and its backward hands the gradient through untouched instead of zeroing it in another
-    pass (the softmax already gives masked positions none). The mask is broadcast: [B, 1, 1, S] or
-    [L, L], an eighth or less of the scores."""
+    """0 where a position may be attended, -inf at `pad`. Added to the scores it masks them as
+    `masked_fill` would, to the bit, in one pass instead of a copy and a fill, and its backward
+    passes the gradient through (the softmax gives masked positions none). Broadcast: [B, 1, 1, S]
+    or [L, L], an eighth or less of the scores."""
     return torch.zeros(pad.shape, dtype=dtype, device=pad.device).masked_fill_(pad, float("-inf"))
 
 

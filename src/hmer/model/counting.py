@@ -10,15 +10,12 @@ weight `train.counting_weight`; the classes counted are the symbols, not the pad
 nor the structure tokens `{ } ^ _` (CAN's counting labels leave the same out), given by the trainer as
 `counted` (the model does not know the vocabulary's strings).
 
-Where each decoder reads the count: CAN's GRU adds a linear embedding of the count vector to the sum
-that feeds its classifier, at every step ("counting-combined attentional context"). `CountingDecoder`
-does that for every family: the count embedded to the width of the decoder's classifier input and
-added there, i.e. `out(x + E c) = out(x) + W_out E c`, a per-image term of the logits at every step,
-read by teacher forcing and by every search alike (it rides in the decoding state's per-image memory).
-For the GRU that is CAN's construction (its maxout readout is the classifier's input). For the
-transformer, the natural equivalent is the same place: the last layer's output, just before the
-projection to the vocabulary, where the GRU's sum sits; adding the count to the token embeddings
-instead would change what every attention reads, which CAN does not do.
+Where the count is read: CAN's GRU adds a linear embedding of the count vector to the sum that feeds
+its classifier at every step. `CountingDecoder` does that for every family, `out(x + E c) = out(x) +
+W_out E c`: a per-image term of the logits, read by teacher forcing and every search alike (it rides
+in the decoding state's per-image memory). For the GRU that is CAN's construction; for the transformer
+the same place is the last layer's output (adding the count to the token embeddings would change what
+every attention reads, which CAN does not do).
 
 What departs from CAN, and why: the branches read the decoder's memory (the encoder's features
 projected to d_model, with their positions), not the DenseNet's raw output: that is what every
@@ -106,8 +103,7 @@ def caption_counts(tgt_out: Tensor, images: int, counted: Tensor) -> Tensor:
 
 
 class CountingDecoder(Decoder):
-    """A decoder whose classifier also reads CAN's symbol counts (see the module docstring); `inner`
-    is the decoder of the family `model.decoder` names, unchanged."""
+    """`inner` (the `model.decoder` family's decoder, unchanged) with CAN's counts added to its logits."""
 
     def __init__(self, inner: Decoder, cfg: ModelConfig):
         super().__init__()

@@ -13,9 +13,8 @@ feats [B, h, w, d] and feat_mask [B, h, w] (True = pad) come from `HMERModel.enc
     (cross-attention keys/values, attention keys). Never copied when beams are reordered;
   * `cache`: per *row* ([N, ...]): whatever grows or changes with the decoded prefix (KV caches,
     hidden states, coverage sums, convolution histories). Reordered with index_select.
-`src_index` [N] maps each row to its image (None = row i is image i). Decoders read memory
-for their rows with `state.rows(...)`: a gather when the rows are a reordering/expansion,
-free otherwise. `t` counts the tokens fed so far (the position of the next token).
+`src_index` [N] maps each row to its image (None = row i is image i); `state.rows(...)` reads memory
+for the rows (a gather only after a reordering). `t` counts the tokens fed so far.
 
 Beam search keeps its rows image-major, `group` rows per image, and says so
 (`reorder_state(state, index, group=beam_size)`): memory is then kept for the live images
@@ -24,8 +23,7 @@ entry r // group). A decoder can then attend to the image with the group's rows 
 block per image, instead of copying the image's keys/values for every row at every step
 (at beam 10 and 64 images, about 40 MB a layer a step, most of a CPU decode's time).
 
-Incremental decoding must reproduce the teacher-forced pass in eval mode; in training mode
-(dropout, batch statistics) it is not meant to be used.
+Incremental decoding reproduces the teacher-forced pass in eval mode; not meant for training mode.
 """
 
 from __future__ import annotations

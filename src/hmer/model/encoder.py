@@ -10,22 +10,18 @@ Layout, as in BTTR's and CoMER's `encoder.py` (which fix the parameter count of 
     ...    blocks and transitions alternate; the last block has no transition
     final  BN (BTTR's and CoMER's `post_norm`)
 
-Note the order inside a layer: the reference code convolves first and normalises after
-(conv-BN-ReLU), not the pre-activation BN-ReLU-conv of the DenseNet paper. We follow the
-code, because it is what the published numbers (and parameter counts) come from.
+The reference code's layer is conv-BN-ReLU, not the DenseNet paper's BN-ReLU-conv; we follow the
+code, which the published numbers (and parameter counts) come from. Total stride: 4 (stem) * 2 per
+transition, 16 with three blocks.
 
-Total stride: 4 (stem) * 2 per transition, i.e. 16 with three blocks.
-
-Padding. Images are zero-padded at the bottom and right. For a padded image to give
-exactly the features of the same image on a tight canvas (in eval mode), every spatial
-operation must see at padded positions what it would see beyond the border of the
-tight canvas:
-  * 3x3 convolutions: zeros (their own zero padding), so the input of every 3x3 conv is
-    multiplied by the valid mask (after BN/ReLU, padded positions are not zero any more);
-  * max-pool after ReLU: any value <= the valid ones; zeros are fine (ReLU output >= 0);
-  * average pool: a 2x2 window that straddles the border averages only its valid pixels
-    on a tight canvas (`ceil_mode` excludes out-of-range pixels from the divisor), so we
-    pool `x * valid` and divide by the pooled valid fraction.
+Padding. Images are zero-padded at the bottom and right. For a padded image to give exactly the
+features of the same image on a tight canvas (in eval mode), every spatial operation must see at
+padded positions what it would see beyond the tight canvas's border:
+  * 3x3 convolutions: zeros, so every 3x3 conv's input is multiplied by the valid mask
+    (after BN/ReLU, padded positions are not zero any more);
+  * max-pool after ReLU: zeros are fine (ReLU output >= 0);
+  * average pool: on a tight canvas a window straddling the border averages only its valid
+    pixels (`ceil_mode`), so we pool `x * valid` and divide by the pooled valid fraction.
 The mask is downsampled by taking every second row/column (BTTR's `mask[:, 0::2, 0::2]`):
 an output position is valid iff the first pixel of its window is, which for bottom/right
 padding is the same as "its window holds a valid pixel" and matches the ceil-mode sizes.
@@ -56,11 +52,8 @@ def downsample_mask(mask: Tensor) -> Tensor:
 
 
 def masked_avg_pool2x2(x: Tensor, valid: Tensor) -> Tensor:
-    """2x2 ceil-mode average over the valid pixels of each window only.
-
-    x: [B, C, H, W]; valid: [B, 1, H, W] float (1 = image, 0 = pad). The divisor of both pools is
-    the same, so their ratio is sum(x * valid) / count(valid).
-    """
+    """2x2 ceil-mode average over each window's valid pixels: x [B, C, H, W], valid [B, 1, H, W] float
+    (1 = image). Both pools share a divisor, so their ratio is sum(x * valid) / count(valid)."""
     num = F.avg_pool2d(x * valid, 2, ceil_mode=True)
     den = F.avg_pool2d(valid, 2, ceil_mode=True)
     return num / den.clamp_min(1e-6)

@@ -145,13 +145,10 @@ class HMERModel(nn.Module):
     def loss_from_targets(self, images: Tensor, image_mask: Tensor, tgt_in: Tensor, tgt_out: Tensor,
                           label_smoothing: float = 0.0, counted: Optional[Tensor] = None,
                           counting_weight: float = 1.0) -> Tensor:
-        """`loss` with the targets already built (`make_targets`) and on the device: what the
-        trainer's step calls, so the step itself never copies from the host (which would block
-        until the GPU has caught up). `label_smoothing` (train.label_smoothing) spreads that
-        share of each target's probability evenly over the vocabulary (Szegedy et al., 2016).
-        With `model.counting` and the classes it counts, `counted` [V] (bool), CAN's counting loss is
-        added with `counting_weight` (hmer.model.counting); without them it is the decoder's loss alone
-        (what validation's `val_loss` reads for every model)."""
+        """`loss` on targets already built and on the device, so the trainer's step never copies from
+        the host (which would wait for the GPU). `label_smoothing`: Szegedy et al., 2016. With
+        `model.counting` and `counted` [V] (bool), CAN's counting loss is added with `counting_weight`;
+        without them, the decoder's loss alone (what validation's `val_loss` reads for every model)."""
         if counted is None or not isinstance(self.decoder, CountingDecoder):
             logits = self(images, image_mask, tgt_in)
             return F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=PAD_ID,

@@ -76,9 +76,8 @@ def make_token_positions(kind: str, d_model: int, max_len: int) -> nn.Module:
 
 
 # ---- helpers: per-image extents, resizing and pooling as matrices ------------------------------
-# Images in a batch have different unpadded sizes, so resizing "to the unpadded size" or pooling
-# "over the unpadded region" differs per image. We express both as small per-image matrices and
-# apply them with einsum: no Python loop over the batch, no host sync.
+# Resizing to, or pooling over, each image's unpadded region as small per-image matrices applied
+# with einsum: no Python loop over the batch, no host sync.
 
 def valid_extent(mask: Tensor) -> tuple[Tensor, Tensor]:
     """Unpadded height and width of each image, [B] each (long, >= 1). Padding is bottom/right."""
@@ -198,22 +197,14 @@ class LearnedImagePositions(nn.Module):
 class ContentAwareImagePositions(nn.Module):
     """StyTr^2's content-aware positional encoding (CAPE; Deng et al., CVPR 2022, eq. 6-7).
 
-    What StyTr^2 does (models/transformer.py: `averagepooling` + `new_ps` + interpolate):
-      1. P_L = F_pos(AvgPool_{n x n}(E)): the content features E are average-pooled to a fixed
-         n x n grid (n = 18 there, `cape_grid` here) and a learned 1x1 convolution F_pos maps
-         each pooled cell to a d-dim position code. The grid is therefore learned *as a
-         function of content*: the code of a cell says what kind of content sits in that
-         region, not its absolute coordinates;
-      2. P_CA(x, y) = sum_{k,l} a_kl P_L(x_k, y_l): P_L is bilinearly interpolated back to the
-         feature map, so every pixel gets the blend of its nearest grid cells' codes. Because
-         the grid has a fixed size, the encoding is scale-invariant: the same formula written
-         larger or smaller maps to the same n x n codes.
-    There is no free-standing learned grid in StyTr^2 (a content-independent learned table
-    is our `learned` option); the "positions" are the content-conditioned grid codes above.
-
-    Padding: the pooling runs over the unpadded region of each image only (exactly
-    F.adaptive_avg_pool2d of the cropped feature map) and the interpolation targets the
-    unpadded size, so a padded canvas gives the same encoding.
+    As StyTr^2's models/transformer.py (`averagepooling` + `new_ps` + interpolate):
+      1. P_L = F_pos(AvgPool_{n x n}(E)): the content features are average-pooled to a fixed n x n
+         grid (n = 18 there, `cape_grid` here) and a learned 1x1 convolution maps each cell to a
+         position code: a code says what content sits in that region, not its coordinates;
+      2. P_CA = P_L bilinearly interpolated back to the feature map. The grid's fixed size makes
+         the encoding scale-invariant.
+    StyTr^2 has no content-independent learned table (that is our `learned`). Pooling and
+    interpolation cover each image's unpadded region only, so a padded canvas gives the same encoding.
     """
 
     def __init__(self, d_model: int, grid: int):

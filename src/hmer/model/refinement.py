@@ -11,26 +11,22 @@ The ARM turns coverage into a term subtracted from the pre-softmax cross-attenti
       -> masked batch norm over the unpadded positions only
       =  term [B, nhead, L, h*w]
 
-CoMER also zeroes the ReLU's output at image padding. We leave that out because nothing can see
-it: the 1x1 convolution keeps positions apart, the norm's statistics skip padding, and the term
-at a padded position is added to a score that the softmax masks to -inf, so it gets no
-gradient either. Outputs and gradients at every unpadded position are the same to the bit, and
-a pass over the largest tensor of the step (and its copy) is saved.
+CoMER also zeroes the ReLU's output at image padding; nothing can see it (the 1x1 conv keeps
+positions apart, the norm skips padding, the softmax masks padded scores to -inf), so we leave it
+out: the same outputs and gradients to the bit, and a pass over the step's largest tensor saved.
 
 Which attention the coverage accumulates (CoMER's `self_coverage` / `cross_coverage`):
   self    this layer's own (unrefined) attention of the earlier steps;
   cross   the previous layer's refined attention of the earlier steps;
   fusion  both, concatenated along channels as [cross, self].
-As in CoMER's code, one ARM module is shared by all decoder layers, and the first layer has
-no ARM in any mode (it has no previous layer; CoMER applies the ARM from layer 2 on even for
-self coverage, and we follow the reference).
+As in CoMER's code, one ARM is shared by all decoder layers, and the first layer has none in any
+mode (even for self coverage).
 
 Masked norm, from CoMER's `MaskBatchNorm2d`: a BatchNorm1d over the feature vectors of the
-unpadded (batch, step, y, x) positions only, per head channel. CoMER gathers them with a
-boolean index (a host sync and a data-dependent shape); we compute the same masked mean and
-(biased) variance with sums over the mask, and update the running statistics with the unbiased
-variance and momentum 0.1, as BatchNorm does. In eval mode it is the usual affine map with the
-running statistics, so incremental decoding (one step at a time) equals the full pass.
+unpadded (batch, step, y, x) positions only, per head channel. CoMER gathers them with a boolean
+index (a host sync, a data-dependent shape); we take the same masked mean and (biased) variance as
+sums over the mask, running statistics as BatchNorm's. In eval mode it is the usual affine map, so
+incremental decoding equals the full pass.
 """
 
 from __future__ import annotations

@@ -11,14 +11,12 @@ One decoding step, as WAP's conditional GRU (`gru_cond_layer` in JianshuZhang/WA
     h_t   = GRU_2(ctx, h1)                               second GRU: updates with what it saw
     logit = W_o dropout(maxout_2(W_h h_t + W_e embed(y_{t-1}) + W_c ctx))
 
-with h_0 = tanh(W_init mean(a over unpadded positions)). WAP convolves the coverage to q
-channels and then maps them linearly to the attention dim (conv_Q then conv_Uf); two
-linear maps in a row are one, so we use a single k x k convolution straight to the
-attention dim (`rnn_attention`), which is the same function class with fewer parameters.
+with h_0 = tanh(W_init mean(a over unpadded positions)). WAP's conv_Q then conv_Uf are two linear
+maps in a row; one k x k convolution straight to the attention dim (`rnn_attention`) is the same
+function class with fewer parameters.
 
-The teacher-forced pass must loop over time (each attention depends on the coverage of the
-previous ones); everything that does not depend on the recurrence (U_a a, the embedding,
-the readout) is computed for all steps at once outside the loop.
+The teacher-forced pass loops over time (each attention depends on the past coverage); what does
+not depend on the recurrence (U_a a, the embedding, the readout) is computed for all steps at once.
 """
 
 from __future__ import annotations
@@ -62,11 +60,9 @@ class CoverageAttention(nn.Module):
         return context, alpha
 
     def coverage_term(self, coverage: Tensor) -> Tensor:
-        """U_f Q beta: the coverage map [N, 1, h, w] convolved to the attention dim, [N, S, att].
-
-        Training on a CPU computes the convolution as a matrix product (`coverage_as_matmul`,
-        hmer.model.accelerations), which matters because the teacher-forced pass runs it once per
-        token; without gradients the convolution itself is faster (0.37 against 0.80 ms)."""
+        """U_f Q beta: the coverage map [N, 1, h, w] convolved to the attention dim, [N, S, att]; as a
+        matrix product in CPU training (`coverage_as_matmul`; it runs once per token). Without
+        gradients the convolution itself is faster (0.37 against 0.80 ms)."""
         if self.coverage_as_matmul and torch.is_grad_enabled():
             return same_conv_as_matmul(self.coverage, coverage)
         return self.coverage(coverage).flatten(2).transpose(1, 2)

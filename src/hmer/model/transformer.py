@@ -10,12 +10,10 @@ ReLU FFN, dropout on the attention weights and on every residual branch:
 then a linear projection to the vocabulary (no final LayerNorm, as in BTTR's and CoMER's code).
 
 Target padding: targets are right-padded and self-attention is causal, so a real token never
-attends to a pad token; training therefore passes no `tgt_pad_mask` (the loss ignores pad
-positions), which keeps self-attention on the fast `is_causal` kernels. Given one, pad keys are
-masked as in BTTR's and CoMER's decoders: that only changes the logits at pad positions, and
-those of a sequence with a pad token inside (which the references' searches can produce).
-Training on a CPU computes the per-token layers on the real tokens alone (`packs_tokens`,
-hmer.model.accelerations): at the `cpu` budget half of a batch's target positions are padding.
+attends to a pad token; training passes no `tgt_pad_mask`, keeping the fast `is_causal` kernels.
+Given one, pad keys are masked as in BTTR's and CoMER's decoders (which changes only the logits at
+pad positions and of a sequence with a pad inside). CPU training computes the per-token layers on
+the real tokens alone (`packs_tokens`, hmer.model.accelerations).
 
 Rows grouped by image: `tgt_in` may hold g rows per image ([B * g, L], row r reading image
 r // g, the layout of a `bi` batch in training, of beam search and of joint search's rescoring);
