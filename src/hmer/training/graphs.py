@@ -19,14 +19,11 @@ How a step runs (`GraphedStep.__call__`):
 4. gradient clipping and the optimiser's step run eagerly as in `step.train_step` (they take the
    learning rate of the schedule, a Python number that a graph would freeze).
 
-The first batch of a shape takes steps 1-4 eagerly (cuDNN plans its convolutions, cuBLAS and the
-allocator warm up: the real step for that batch), then one warm-up pass on a side stream and the
-capture follow, with the model's buffers (BatchNorm statistics) and the RNG put back afterwards, so
-neither changes the training (the gradients it leaves are zeroed by the next step). Graphs share one memory pool:
-they never run at the same time, and
-the only tensors of theirs that outlive a replay (the loss) are kept, so a capture never reuses them.
-A shape whose capture fails (an operation a graph cannot hold) stays eager, with its reason kept in
-`failures`.
+The first batch of a shape takes steps 1-4 eagerly (the real step for that batch, warming cuDNN,
+cuBLAS and the allocator), then a warm-up pass on a side stream and the capture, with the buffers
+(BatchNorm statistics) and the RNG put back afterwards, so neither changes the training. Graphs share
+one memory pool: they never run at once, and the only tensors that outlive a replay (the loss) are
+kept. A shape whose capture fails stays eager, its reason kept in `failures`.
 
 On a CPU there is no graph: steps 1-4 run eagerly on the static tensors, which is what
 tests/test_training_graphs.py holds to the ordinary step (the same losses and weights).

@@ -13,10 +13,9 @@ the first epochs. Two things follow:
   and backward at every shape, in the training's precision and memory layout, so that the
   epochs that follow run at the speed of seen shapes from their first batch.
 
-The pass runs the model in eval mode with gradients on: the convolutions are the training's (their
-plans do not depend on the mode), while BatchNorm's running statistics stay as they are and dropout
-draws nothing, and the gradients it leaves are dropped. So a training is the same with or without
-it (tests/test_training_graphs.py holds the weights to that on a CPU).
+The pass runs in eval mode with gradients on: the training's convolutions (plans do not depend on
+the mode), BatchNorm's statistics untouched, no dropout draws, its gradients dropped; so a training
+is the same with or without it (tests/test_training_graphs.py, on a CPU).
 
 What it does not reach: the decoder's shapes follow the caption lengths, not the ladder. Its
 matrix products need no plan, but CoMER's attention refinement convolves [rows x steps, heads, h, w]
