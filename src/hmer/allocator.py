@@ -11,11 +11,9 @@ time was system time (issue 24). `tune_malloc` keeps freed memory in the process
     M_TRIM_THRESHOLD  1 GiB  (free memory at the top of the heap is kept, up to this)
     M_TOP_PAD         256 MiB (the heap grows in large steps: fewer `brk` calls)
 
-The same settings as the environment variables MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ /
-MALLOC_TOP_PAD_, which a library cannot set for its own process after it started. Called by
-the `hmer` command; a program using the library may call it too. Only on Linux with glibc;
-elsewhere (musl, macOS, Windows) it does nothing. Memory stays with the process up to about
-the trim threshold after a peak, which is what a process that keeps decoding wants.
+As MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ / MALLOC_TOP_PAD_, which a process cannot set
+for itself once started. Called by the `hmer` command; Linux with glibc only, a no-op elsewhere.
+After a peak the process keeps up to about the trim threshold, as one that keeps decoding wants.
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
 """Checkpoints and model files: written atomically, loaded safely.
 
-Below training and tracking alike: the trainer writes checkpoints, `hmer evaluate` and the
-tracking store read them back, and neither has to import the other for it.
+Below training and tracking alike, so that neither imports the other for it.
 
 A training checkpoint (`last.pt`, `best.pt`) holds only tensors and plain Python values, so it
 loads with `torch.load(weights_only=True)`: opening a checkpoint from someone else cannot run code.

@@ -12,10 +12,8 @@ between them. What a run's config is made of, layer by layer (a preset's family,
 study's budget and cell, `--set`), is `hmer.model_presets` and `hmer.studies.resolution`; `hmer config`
 prints it.
 
-Why one file of over 400 lines: it is one concept, the schema, and most of its lines are the fields,
-each with what it allows and why. Adding a field is one change here: the field and the rules that
-name it (some span sections: `train.cuda_graphs` needs the pad ladder of `data`). Split by section, a
-cross-section rule would sit apart from the fields it binds.
+One file because it is one concept, the schema, mostly fields: split by section, a cross-section
+rule (`train.cuda_graphs` needs the pad ladder of `data`) would sit apart from the fields it binds.
 
 A stored config (a run's `config.json`, a study's base config, a checkpoint's) reloads with the
 values it holds; a key added after it was stored takes its default, so a new key's default is what
@@ -469,10 +467,8 @@ def _check_file_config(data: Any) -> None:
                                   f"{kind}")
 
 
-# Where the process that runs a config finds its data, and how far ahead it loads batches: they
-# belong to the machine, not to what is trained. A config stored by an earlier process and taken
-# up again (a resumed study's base config, the checkpoint a killed trial continues from) takes
-# these from the process running now and keeps every other value it was stored with.
+# Keys of the machine, not of what is trained: a stored config taken up again (a resumed study's
+# base config, a killed trial's checkpoint) takes these from the process running now.
 MACHINE_KEYS = ("data.path", "data.prefetch")
 
 

@@ -1,12 +1,9 @@
 """How a model is trained, by name: the recipes a preset states and a budget names (`hmer.model_presets`).
 
-A recipe owns every key it sets: the optimiser and its schedule, and, where the recipe has them, its
-regularisation and the training-time choices of the data pipeline (rendering, batching,
-augmentation). It is one layer of a config (docs/training.md, "What a run trains with"): applied
-after the model's family and size, it replaces the preset's own recipe when a budget or `--recipe`
-names another, so no key of the one it replaces stays behind. Every key stays overridable
-(`--recipe comer --set train.lr=0.04` is a CoMER run at half the learning rate). What the optimiser
-fields build is `hmer.training.optim`.
+A recipe owns every key it sets: optimiser, schedule and, where it has them, regularisation and the
+data pipeline's training-time choices. It is one config layer (docs/training.md, "What a run trains
+with"), after family and size; a budget's or `--recipe`'s replaces the preset's whole. Every key stays
+overridable (`--recipe comer --set train.lr=0.04`). The optimiser fields build `hmer.training.optim`.
 
 - `bttr`: BTTR's, Adadelta lr 1.0, rho 0.9, eps 1e-6, weight decay 1e-4.
 - `comer`: CoMER's, SGD lr 0.08, momentum 0.9, weight decay 1e-4, and its scale augmentation

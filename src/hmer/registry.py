@@ -16,10 +16,9 @@ and the study specs all read the registry. The packages that hold the built-in c
 registers itself without a line anywhere else; a choice defined outside the package (a
 notebook, a test) registers when its own module runs.
 
-Each registry names the package whose import fills it (`home`, relative to `hmer`). It is imported at the first
-lookup, so that config validation in a fresh process (which imports nothing but the config)
-sees the built-in choices too. That import is the registry's only dependency on a higher
-layer, and it is by name, at use time.
+Each registry names the package whose import fills it (`home`, relative to `hmer`), imported at the
+first lookup so that config validation in a fresh process sees the built-in choices too: the
+registry's only dependency on a higher layer, by name, at use time.
 """
 
 from __future__ import annotations
