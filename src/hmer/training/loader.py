@@ -1,18 +1,14 @@
-"""The training input pipeline: batches collated ahead, targets built on the host, copies that
-never block.
+"""The training input pipeline: batches collated ahead, targets built on the host, copies that never block.
 
-A training step on an H200 takes a few milliseconds, so anything the host does in the step, or
-any copy that waits for the GPU, shows up as idle GPU time. Each batch is therefore prepared
-off the step's critical path:
+A step on an H200 takes a few milliseconds, so host work or a blocking copy inside it is idle GPU time.
+Each batch is prepared off the step's critical path:
 
-1. collate the images (with the per-batch scale augmentation) and build the teacher-forcing
-   targets `tgt_in` / `tgt_out` on the host, as tensors (`make_targets`: list work in Python);
-2. on a GPU, put them in page-locked memory, so that
+1. collate the images (with the per-batch scale augmentation) and build `tgt_in` / `tgt_out` on the host;
+2. on a GPU, pin them, so that
 3. `.to(device, non_blocking=True)` queues the copies without waiting for the GPU;
 4. with `prefetch > 0`, steps 1-3 run `prefetch` batches ahead in one background thread.
 
-The step then only launches kernels (`HMERModel.loss_from_targets`). Augmentation draws happen
-in batch order whichever thread runs them, so a run is the same with or without prefetching.
+Augmentation draws happen in batch order whichever thread runs them: prefetching changes no number.
 """
 
 from __future__ import annotations
@@ -45,8 +41,7 @@ class TrainBatch:
 
 
 def auto_prefetch(prefetch: int, device: torch.device) -> int:
-    """`data.prefetch`: -1 means 2 batches ahead on a GPU and none on a CPU (where the thread
-    would only take a core from the step)."""
+    """`data.prefetch` -1: 2 batches ahead on a GPU, none on a CPU (the thread would take a core from the step)."""
     if prefetch >= 0:
         return prefetch
     return 2 if device.type == "cuda" else 0
@@ -74,10 +69,8 @@ def train_batches(exprs: Sequence[Expression], batches: Iterable[Sequence[int]],
                   ladder: PadLadder = NO_LADDER) -> Generator[TrainBatch, None, None]:
     """The batches of one epoch, in the order given, ready for the step.
 
-    scale_range: (min, max) of the per-batch scale augmentation (CoMER: 0.7, 1.4), drawn from
-    `rng` once per batch in batch order; None or max <= 0 disables it.
-    redraw: the renderer augmentation (`data.aug_*`): a share of each batch's images drawn again
-    from their strokes, with draws from its own generator, in batch order.
+    scale_range: (min, max) of the per-batch scale (CoMER: 0.7, 1.4), drawn from `rng` in batch order; None or
+    max <= 0: off. redraw: the renderer augmentation (`data.aug_*`), from its own generator, in batch order.
     """
     augment = scale_range is not None and scale_range[1] > 0
     if augment and rng is None:
@@ -118,9 +111,8 @@ class Redraw:
 
 def prefetched(make: Callable[[Sequence[int]], Any], order: Iterator[Sequence[int]],
                depth: int) -> Generator[Any, None, None]:
-    """make(idx) for each idx of `order`, computed `depth` items ahead in one background thread
-    (depth 0: in the caller's thread). An exception in `make` is raised in the consumer; closing
-    the iterator early (a `break` in the epoch loop) stops the thread."""
+    """make(idx) for each idx of `order`, `depth` items ahead in one background thread (0: in the caller's).
+    An exception in `make` is raised in the consumer; closing the iterator early stops the thread."""
     if depth <= 0:
         for idx in order:
             yield make(idx)
@@ -134,7 +126,7 @@ def prefetched(make: Callable[[Sequence[int]], Any], order: Iterator[Sequence[in
                 if stop.is_set():
                     return
                 q.put(make(idx))
-        except BaseException as exc:  # re-raised in the consumer
+        except BaseException as exc:
             q.put(exc)
         q.put(None)
 

@@ -1,10 +1,7 @@
 """One training step: a batch's loss, its gradients, the optimiser's step.
 
-    loss = train_step(loss_module, optimizer, model, tb, grad_clip, amp_dtype)
-
-The trainer's epoch loop, `hmer bench train` and a sweep trial's cost measurement all step this
-way; `train.cuda_graphs` replays the same step from a CUDA graph per batch shape
-(`training.graphs.GraphedStep`), and the trainer then steps the learning-rate schedule.
+The trainer, `hmer bench train` and a sweep trial's cost measurement all step this way;
+`train.cuda_graphs` replays it from a CUDA graph per batch shape (`training.graphs.GraphedStep`).
 """
 
 from __future__ import annotations
@@ -35,8 +32,7 @@ class LossModule(torch.nn.Module):
 
 def train_step(loss_module: torch.nn.Module, optimizer: torch.optim.Optimizer, model: torch.nn.Module, tb,
                grad_clip: float, amp_dtype: torch.dtype | None = None) -> Tensor:
-    """One training step on the batch `tb` (a `loader.TrainBatch`): the loss under autocast (when
-    `amp_dtype`), backward, gradient clipping (when `grad_clip` > 0), the optimiser's step.
+    """One step on `tb` (a `loader.TrainBatch`): autocast when `amp_dtype`, clipping when `grad_clip` > 0.
     Returns the loss, not detached."""
     device_type = tb.batch.images.device.type
     with torch.autocast(device_type, dtype=amp_dtype, enabled=amp_dtype is not None):
