@@ -1,14 +1,9 @@
-"""An exponential moving average of a model's weights (`train.ema_decay`), for validation and the
-weights a run keeps.
+"""An exponential moving average of a model's weights (`train.ema_decay`): what validation scores and a run keeps.
 
-After every optimiser step each floating-point parameter's average moves towards it:
-`average = d * average + (1 - d) * weight`, with `d = min(ema_decay, (1 + n) / (10 + n))` after n
-updates, so that the first averages are not dominated by the random initial weights (the
-warm-up of TensorFlow's `ExponentialMovingAverage(num_updates=...)`). Buffers (the BatchNorm running
-statistics) are not averaged: the average takes the model's own, as timm's `ModelEmaV3` can.
-
-Validation and the best weights read the average (`swapped_in`): the model is trained on, the average
-is what is scored and kept. Off by default, so that nothing trained before it changes.
+After each optimiser step, `average = d * average + (1 - d) * weight` with `d = min(ema_decay, (1 + n) / (10 + n))`
+after n updates, so the random initial weights do not dominate the first averages (TensorFlow's
+`ExponentialMovingAverage(num_updates=...)`). Buffers (BatchNorm statistics) are not averaged: the model's own
+are used, as timm's `ModelEmaV3` can. Off by default, so nothing trained before it changes.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
-"""The optimisers and learning-rate schedules a `TrainConfig` names, built for a model.
+"""The optimisers and learning-rate schedules a `TrainConfig` names (the recipes are config values: `hmer.recipes`).
 
-The recipes themselves (BTTR's Adadelta, CoMER's SGD, ...) are plain config values in `hmer.recipes`:
-every field stays overridable, so `--recipe comer --set train.lr=0.04` is a CoMER run at half the rate.
-
-Large batches: `train.lr_scaling` scales the recipe's learning rate with the batch
-(`batch_scaled_lr`; the rules and their sources are in `TrainConfig`), and `train.warmup_epochs`
-warms it up over epochs of the batch's own steps. A recipe's lr was set at one batch size (the
-reference batch); k times larger batches take k times fewer steps an epoch, and the rules say
-what learning rate keeps the curve per epoch where it was: lr x k for SGD, lr x sqrt(k) for
-adaptive optimisers. docs/benchmarks.md section 4 measures them on the CPU.
+Large batches: a recipe's lr was set at a reference batch; k times larger batches take k times fewer steps an
+epoch, and `train.lr_scaling` keeps the per-epoch curve where it was (`batch_scaled_lr`: lr x k for SGD, lr x
+sqrt(k) for adaptive optimisers; sources in `TrainConfig`), with `train.warmup_epochs` in the batch's own steps.
+docs/benchmarks.md section 4 measures them on the CPU.
 """
 
 from __future__ import annotations
@@ -34,11 +29,8 @@ def build_optimizer(params, tc: TrainConfig, lr: float | None = None) -> torch.o
 
 
 def batch_scaled_lr(tc: TrainConfig, steps_per_epoch: int, reference_steps_per_epoch: int) -> tuple[float, float]:
-    """(learning rate, k): train.lr scaled by `train.lr_scaling` for a batch that takes
-    `steps_per_epoch` optimiser steps an epoch where the reference batch takes
-    `reference_steps_per_epoch`; k is their ratio (how many times more images a step holds).
-    Counting steps rather than comparing the two batch settings measures what changes for the
-    optimiser: a pixel budget and an image cap together decide how many images a step gets."""
+    """(learning rate, k): train.lr scaled by `train.lr_scaling`, k = reference steps / steps an epoch.
+    Steps, not the batch settings, because a pixel budget and an image cap together decide a step's images."""
     k = reference_steps_per_epoch / max(steps_per_epoch, 1)
     if tc.lr_scaling == "linear":
         return tc.lr * k, k
@@ -55,20 +47,14 @@ def warmup_steps(tc: TrainConfig, steps_per_epoch: int) -> int:
 
 
 class LRSchedule:
-    """Linear warm-up over the first steps, then reduce-on-plateau on validation ExpRate
-    (`train.schedule=plateau`, the papers' choice), a cosine decay to `min_lr` at the last
-    step of `train.epochs` (`train.schedule=cosine`, which needs `total_steps`), or the rate held
-    until the last `train.decay_epochs` and decayed to `min_lr` over them (`train.schedule=wsd`).
-
-    The warm-up scales the base learning rate per optimiser step (large batches need
-    it); the plateau part multiplies the base rate by `plateau_factor` once validation
-    ExpRate has not improved for `plateau_patience` validations. A fixed number of epochs on a
-    small budget is what the cosine form is for: it does not wait on validation to decay.
+    """Linear warm-up per step, then one of `train.schedule`: `plateau` (the papers': the rate x `plateau_factor`
+    after `plateau_patience` validations without a better ExpRate), `cosine` (to `min_lr` at the last step, which
+    needs `total_steps`; for fixed epochs on a small budget: it does not wait on validation) or `wsd` (held, then
+    decayed to `min_lr` over the last `train.decay_epochs`).
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, tc: TrainConfig, total_steps: int = 0,
                  warmup: int | None = None):
-        """`warmup`: the warm-up in steps (default: train.warmup_steps; see `warmup_steps`)."""
         self.optimizer = optimizer
         self.warmup_steps = tc.warmup_steps if warmup is None else warmup
         self.cosine = tc.schedule == "cosine"
@@ -118,8 +104,7 @@ class LRSchedule:
         self._apply_warmup()
 
     def refresh(self) -> None:
-        """Set the rate of the step the schedule stands at, from this schedule's own settings: a state
-        restored from a run of another length (a wsd branch) carries that run's rate."""
+        """Set the current step's rate from this schedule: a state restored from a wsd branch carries its rate."""
         self._apply_warmup()
 
     def step_validation(self, val_exprate: float) -> None:
