@@ -4,11 +4,10 @@
     fingerprint = code_fingerprint()            # this checkout's code, cached by its source (seconds once)
     fingerprint_of_source("/tmp/wt/src")        # another commit's code, in a worktree of it
 
-The training (`fingerprint_training.py`, a script run against any commit's `src/` on PYTHONPATH) runs in
-a child process with the portable kernels, so that one code has one fingerprint on every x86-64 machine
-with the same torch: the training runs themselves use the fast kernels, whose roundings differ from one
-CPU to the next, and that is no change of code. The torch version and the architecture are hashed with
-the rest: another torch is another computation. Every run records it as the tag `hmer.fingerprint`.
+The training (`fingerprint_training.py`, run against any commit's `src/`) runs in a child process with the
+portable kernels, so one code has one fingerprint on every x86-64 machine with the same torch (the fast kernels'
+roundings differ between CPUs). The torch version and architecture are hashed too. Runs record it as the tag
+`hmer.fingerprint`.
 """
 
 from __future__ import annotations
@@ -26,12 +25,10 @@ from pathlib import Path
 # The kernels that give the same roundings on every x86-64 CPU (see the module docstring).
 PORTABLE_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41",
                     "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-# Set in the child process that measures a fingerprint: the runs it trains are the measurement, and
-# fingerprinting them in turn would start the measurement again inside itself, without end.
+# Set in the measuring child: fingerprinting the runs it trains would recurse without end.
 MEASURING = "HMER_FINGERPRINT_MEASURING"
 TAG_LENGTH = 16  # hex digits kept in the tag: 64 bits
-# The variables of this process that the measuring child does not inherit (nor any TORCHELASTIC_
-# one): a tracking store, since it writes none, and torchrun's, which would make it a rank.
+# Not inherited by the measuring child (nor any TORCHELASTIC_ one): a tracking store, and torchrun's (a rank).
 NOT_INHERITED = frozenset({
     "HMER_MLRUNS", "MLFLOW_TRACKING_URI", "RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "ROLE_NAME",
     "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_WORLD_SIZE", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
@@ -46,9 +43,7 @@ def digest(measured: dict) -> str:
 
 
 def fingerprint_of_source(src: str | os.PathLike[str], timeout: float = 900) -> tuple[str, dict]:
-    """(fingerprint, measurement) of the `hmer` package under the folder `src` (a checkout's or a
-    worktree's `src/`), trained in a child process with the portable kernels; from the cache when
-    those sources and the training that measures them are unchanged."""
+    """(fingerprint, measurement) of the `hmer` package under `src`; cached by `source_key`."""
     import torch
 
     src = Path(src).resolve()
@@ -59,8 +54,7 @@ def fingerprint_of_source(src: str | os.PathLike[str], timeout: float = 900) -> 
             return str(entry["fingerprint"]), dict(entry["measured"])
         except (ValueError, KeyError):
             pass  # a damaged cache entry is measured again
-    # One process, whatever launched this one: a rank of torchrun passes its WORLD_SIZE, RANK and
-    # MASTER_PORT on, and a child that read them would wait for ranks that never come.
+    # A child that read a torchrun rank's WORLD_SIZE, RANK, MASTER_PORT would wait for ranks that never come.
     env = {key: value for key, value in os.environ.items()
            if key not in NOT_INHERITED and not key.startswith("TORCHELASTIC_")}
     env.update({**PORTABLE_KERNELS, MEASURING: "1", "PYTHONPATH": str(src)})
@@ -80,8 +74,7 @@ def fingerprint_of_source(src: str | os.PathLike[str], timeout: float = 900) -> 
 
 
 def source_key(src: Path) -> str:
-    """A hash of the package's Python sources under `src` and of the training that measures them:
-    the cache key of their fingerprint."""
+    """The fingerprint's cache key: a hash of the Python sources under `src` and of the measuring script."""
     h = hashlib.sha256(TRAINING_SCRIPT.read_bytes())
     for path in sorted((src / "hmer").rglob("*.py")):
         h.update(path.relative_to(src).as_posix().encode())
@@ -90,9 +83,7 @@ def source_key(src: Path) -> str:
 
 
 def _cache_folder() -> Path:
-    """`.cache/fingerprints/` of the checkout (else `~/.cache/hmer/fingerprints/`), not `$HMER_CACHE`,
-    whose renderings a test or a machine may keep anywhere: one code has one fingerprint, wherever
-    its images are."""
+    """`.cache/fingerprints/` of the checkout (else `~/.cache/hmer/`), not `$HMER_CACHE`, which may be anywhere."""
     from ..data.source import repo_root
 
     root = repo_root()
@@ -101,8 +92,7 @@ def _cache_folder() -> Path:
 
 @functools.lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """The fingerprint of the code this process runs (`fingerprint_of_source` of its own `src/`):
-    about fifteen seconds on one core the first time, then read from the cache."""
+    """The fingerprint of this process's own `src/`: about fifteen seconds on one core once, then cached."""
     if os.environ.get(MEASURING):
         return "unknown: the fingerprint's own training"
     return fingerprint_of_source(Path(__file__).resolve().parents[2])[0]

@@ -1,11 +1,9 @@
-"""The fixed training that a training-code fingerprint hashes (hmer.training.fingerprint), run as a
-script in a child process: `python fingerprint_training.py` prints one line of JSON, the measurement.
+"""The fixed training a training-code fingerprint hashes (hmer.training.fingerprint): run as a script, it prints
+one line of JSON, the measurement.
 
-It runs against whichever `hmer` package is first on PYTHONPATH, this checkout's or an older commit's
-in a worktree of it, so it uses only what every commit of the suite has had (`hmer.config.Config`,
-`hmer.data.Expression`, `hmer.training.train`); a config key that a commit does not know is left to
-that commit's own behaviour and listed in the measurement. hmer.training.fingerprint runs it by its
-path and never imports it: the training it runs records a fingerprint in turn.
+It runs against whichever `hmer` is first on PYTHONPATH, any commit's, so it uses only what every commit has had
+(`Config`, `Expression`, `train`); a key a commit does not know is left to it and listed in the measurement.
+Run by its path, never imported: the training it runs records a fingerprint in turn.
 """
 
 from __future__ import annotations
@@ -18,9 +16,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-# What the fingerprint trains: the settings every part shares, then each part's own. Widths are not
-# powers of two, so that no scale (1/sqrt(12) of two heads of 12) is exact, and an operation moved
-# before or after it rounds differently.
+# The settings every part shares, then each part's own. Widths are not powers of two, so no scale (1/sqrt(12))
+# is exact and an operation moved across it rounds differently.
 COMMON = {
     "model.d_model": 24, "model.growth_rate": 4, "model.num_dense_layers": 2, "model.num_dense_blocks": 2,
     "model.num_decoder_layers": 1, "model.nhead": 2, "model.dim_feedforward": 64, "model.dropout": 0.1,
@@ -44,8 +41,7 @@ FORMAT = 1
 
 
 def _images(n: int, salt: int):
-    """`n` synthetic expressions: tokens, and an image drawn from them with NumPy alone (no font, no
-    resampling whose rounding could differ between library versions)."""
+    """`n` synthetic expressions, drawn with NumPy alone (no font or resampling to round differently)."""
     import numpy as np
 
     tokens_pool = ["x", "^", "{", "2", "}", "+", "a", "=", "1", "-", "b", "\\frac", "y"]
