@@ -1,21 +1,15 @@
 """A longer `wsd` run starts where a shorter run of its config began to decay.
 
-Under `train.schedule=wsd` the rate is held until the last `train.decay_epochs` (hmer.training.optim),
-and nothing else a run computes depends on its length: batch order and augmentation are drawn from
-(seed, epoch), the warm-up is in steps. So a run of 32 epochs computes, epoch for epoch, what a run
-of 16 epochs of the same config computes until the 16-epoch run's decay begins (epoch 13), and the
-trainer keeps its state there (`stable.pt`, with the best weights so far in `stable-best.pt`:
-`hmer.training.resume.keep_stable_phase`). A longer run then starts from it (`train(cfg,
-start_from=...)`; a study finds it with `hmer.studies.branch.find_branch`): a new run that takes over
-the shorter run's state and its curve up to that epoch, tagged `hmer.branched_from` (`<run
-id>@<epoch>`), and ends as the longer run would have (tests/test_branch.py holds the two weight for
-weight). Its clocks count the shared epochs too, so its `train_cpu_seconds` is what it would have cost
-alone; what the study spent on it is that less the source's clock at the branch (`hmer.branch_cpu_seconds`).
+Under `train.schedule=wsd` the rate is held until the last `train.decay_epochs`, and nothing else depends on a
+run's length (batches and augmentation are drawn from (seed, epoch), the warm-up is in steps). So a 32-epoch run
+computes what the 16-epoch run computes until its decay (epoch 13), where the trainer keeps `stable.pt` and
+`stable-best.pt` (`resume.keep_stable_phase`). `train(cfg, start_from=...)` (found by
+`hmer.studies.branch.find_branch`) takes over that state and curve as a new run tagged `hmer.branched_from`
+(`<run id>@<epoch>`) and ends as the longer run would have (tests/test_branch.py: weight for weight). Its
+`train_cpu_seconds` counts the shared epochs; the study's own cost is `hmer.branch_cpu_seconds`.
 
-The shared state lives in the shorter run's checkpoint folder (`checkpoints/<run id>/`) on the machine
-that trained it: a study's trial keeps the two files when it ends (`hmer.studies.objective.train_trial`),
-and they are never committed. Where they are gone, the longer run trains from scratch: the same
-numbers at a higher cost.
+The files stay in `checkpoints/<run id>/` on the machine that trained it (`studies.objective.train_trial`),
+never committed; where they are gone the longer run trains from scratch: the same numbers at a higher cost.
 """
 
 from __future__ import annotations
@@ -49,8 +43,7 @@ def stable_end(cfg: Config) -> int:
 
 
 def shares_stable_phase(stored: dict, cfg: Config) -> bool:
-    """Whether a checkpoint's config (`Config.to_dict()`) is `cfg` but for its length (and the keys of
-    the machine that ran it): a wsd run whose stable phase `cfg`'s run repeats."""
+    """Whether a checkpoint's config (`Config.to_dict()`) is a wsd `cfg` but for its length and machine keys."""
     try:
         other = Config.from_dict(stored).to_flat_dict()
     except (KeyError, TypeError, ValueError):

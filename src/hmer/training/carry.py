@@ -5,11 +5,10 @@ continues it (docs/training.md, "One run across machines"; what it leaves out an
     moved = unpack_run("carried.tar.gz", data_path=...)    # where it goes on: the run imported, its checkpoint in place
     train(Config(), resume=moved.checkpoint)                # the same run continues (`hmer train --resume`)
 
-For machines lent for minutes at a time (a GPU lease: 64 MiB carried in, 16 MiB files back). The file
-is one gzipped tar (fp32 weights shrink by about a twelfth, 24.6 to 22.6 MiB for `comer-fusion`, in
-about 3 s): `carried.json` (the run's first id, its epoch, what was left out), `run.tar.gz` (its `hmer
-runs export`, artifacts up to 1 MiB: no model file) and `last.pt` (the checkpoint,
-`resume.standalone_continuation`).
+For machines lent for minutes (a GPU lease: 64 MiB in, 16 MiB files back). One gzipped tar (fp32 weights shrink
+by about a twelfth, 24.6 to 22.6 MiB for `comer-fusion`, in about 3 s): `carried.json` (first id, epoch, what was
+left out), `run.tar.gz` (`hmer runs export`, artifacts up to 1 MiB) and `last.pt`
+(`resume.standalone_continuation`).
 """
 
 from __future__ import annotations
@@ -58,8 +57,7 @@ class Carried:
 
 def pack_run(run_id: str, out_file: str | os.PathLike[str], *, tracking_uri: str | None = None,
              checkpoint: str | os.PathLike[str] | None = None, optimizer_state: bool = False) -> Carried:
-    """Write run `run_id` (its record and its last checkpoint, by default
-    `checkpoints/<run id>/last.pt` beside the store) to `out_file`; see the module docstring."""
+    """Write run `run_id` (its record and `checkpoint`, default `checkpoints/<run id>/last.pt`) to `out_file`."""
     quiet_mlflow()
     client = mlflow_client(tracking_uri)
     run = client.get_run(run_id)
@@ -106,10 +104,8 @@ def read_carried(path: str | os.PathLike[str]) -> Carried:
 
 def unpack_run(path: str | os.PathLike[str], *, tracking_uri: str | None = None,
                checkpoints: str | os.PathLike[str] | None = None, data_path: str | None = None) -> Carried:
-    """Merge the carried run at `path` into the store and put its checkpoint, as `last.pt` and
-    `best.pt`, under `checkpoints` (default: `checkpoints/` beside the store,
-    `tracking.store.checkpoint_root`)/<its id here>/.
-    `data_path`: where this machine has the data (the checkpoint's config names the old machine's)."""
+    """Merge the carried run into the store; its `last.pt` and `best.pt` go to `checkpoints`/<its id here>/
+    (default `tracking.store.checkpoint_root`). `data_path`: this machine's data (the config names the old one's)."""
     with tempfile.TemporaryDirectory(prefix="hmer-carry-") as tmp:
         folder = Path(tmp)
         carried, ckpt = _extract(path, folder)
@@ -133,8 +129,7 @@ def unpack_run(path: str | os.PathLike[str], *, tracking_uri: str | None = None,
 
 
 def _extract(path: str | os.PathLike[str], folder: Path) -> tuple[Carried, dict]:
-    """Unpack the carried file into `folder`: (what it holds, its checkpoint); a ValueError naming
-    the file and what is wrong when it is not one."""
+    """Unpack the carried file into `folder`: (what it holds, its checkpoint), or a ValueError saying why not."""
     parts = resolve_parts(path)
     joined = folder / "joined.tar"
     with joined.open("wb") as dst:

@@ -1,10 +1,8 @@
 """Continuing a killed run exactly: what `last.pt` holds and how it is put back (docs/training.md).
 
-The batch order and augmentation of an epoch are drawn from (seed, epoch) alone, so with the weights,
-optimiser, schedule, every random generator and the `TrainState` restored, a resumed run takes the very
-steps an uninterrupted one would have taken. A checkpoint carried without the optimiser's state
-(`without_optimizer_state`) continues as a warm restart, tagged `hmer.warm_restart`; docs/benchmarks.md
-section 5 measures what it costs.
+An epoch's batches and augmentation are drawn from (seed, epoch), so with weights, optimiser, schedule, RNGs and
+`TrainState` restored, a resumed run takes the same steps. Without the optimiser's state
+(`without_optimizer_state`) it is a warm restart, tagged `hmer.warm_restart` (cost: docs/benchmarks.md section 5).
 """
 
 from __future__ import annotations
@@ -63,9 +61,8 @@ BEST_RESET = "best_reset"
 
 
 def without_optimizer_state(ckpt: dict[str, Any]) -> dict[str, Any]:
-    """`ckpt` (a `last.pt`) without the optimiser's per-parameter state: the smallest checkpoint that
-    resumes the run. Its param groups stay (they hold the learning rate that the plateau schedule
-    has reduced), so the optimiser continues at the same rate with fresh buffers."""
+    """`ckpt` without the optimiser's per-parameter state: the smallest checkpoint that resumes the run. Its
+    param groups stay (they hold the plateau-reduced rate): the same rate, fresh buffers."""
     return {**ckpt, "optimizer": {"state": {}, "param_groups": ckpt["optimizer"]["param_groups"]},
             OPTIMIZER_STATE_DROPPED: True}
 
@@ -73,15 +70,12 @@ def without_optimizer_state(ckpt: dict[str, Any]) -> dict[str, Any]:
 def standalone_continuation(ckpt: dict[str, Any], best_weights: dict[str, Any] | None,
                             readings: Callable[[int], tuple[float, float]], *,
                             optimizer_state: bool = False) -> tuple[dict[str, Any], str, bool]:
-    """`ckpt` (a `last.pt`) made into one file that continues its run alone, with no `best.pt` beside
-    it: its fp32 weights, schedule and random state, the optimiser's state only with `optimizer_state`
-    (else a warm restart, `without_optimizer_state`), and, where the best weights so far are an
-    earlier epoch's (`best_weights`, from `best.pt`), either those weights (the epochs are all done:
-    only the test years remain, and they read the best weights) or none: the best is then chosen from
-    the checkpoint's epoch on, its reading that epoch's (`readings(epoch)`: its validation ExpRate and
-    within-one-edit rate).
+    """`ckpt` (a `last.pt`) as one file that continues its run with no `best.pt` beside it; the optimiser's
+    state only with `optimizer_state`. Where the best so far is an earlier epoch's: with all epochs done, the
+    best weights (`best_weights`; only the test years remain); else the best is reset to the checkpoint's epoch,
+    with `readings(epoch)` (validation ExpRate, within one edit).
 
-    Returns (the checkpoint, which weights it holds: "last" or "best", whether the best was reset)."""
+    Returns (the checkpoint, "last" or "best" weights, whether the best was reset)."""
     epoch, epochs = int(ckpt["epoch"]), int(ckpt["config"]["train"]["epochs"])
     weights, best_reset = "last", False
     if not best_weights_recoverable(epoch, int(ckpt["best_epoch"])):
@@ -115,8 +109,7 @@ STABLE, STABLE_BEST = "stable.pt", "stable-best.pt"
 
 
 def keep_stable_phase(folder: Path) -> None:
-    """Copy `last.pt` (and `best.pt`, the best weights so far) of `folder` to `stable.pt` (and
-    `stable-best.pt`), each written whole: the end of a wsd run's stable phase."""
+    """Copy `folder`'s `last.pt` and `best.pt` to `stable.pt` and `stable-best.pt`, each written whole."""
     for name, copy in (("last.pt", STABLE), ("best.pt", STABLE_BEST)):
         source = folder / name
         if source.is_file():
@@ -127,8 +120,7 @@ def keep_stable_phase(folder: Path) -> None:
 
 def checkpoint_dir(run_dir: str | Path | None, resume: bool | str | Path | None, run_id: str | None,
                    tracking_uri: str | None = None) -> Path:
-    """Where `last.pt` and `best.pt` go: `run_dir` when given, else beside the checkpoint resumed
-    from, else `checkpoints/<run id>/` beside the store the run is tracked in (`checkpoint_root`)."""
+    """Where `last.pt` and `best.pt` go: `run_dir`, else beside the resumed checkpoint, else `checkpoint_root`."""
     if run_dir:
         return Path(run_dir)
     if resume and Path(str(resume)).is_file():
@@ -137,15 +129,12 @@ def checkpoint_dir(run_dir: str | Path | None, resume: bool | str | Path | None,
 
 
 def best_weights_recoverable(epoch: int, best_epoch: int) -> bool:
-    """Whether the weights of a checkpoint of `epoch` are its run's best so far (`best_epoch`, the
-    epoch `best.pt` holds), so that `best.pt` need not be carried beside it: the trainer writes it
-    again from them when it resumes."""
+    """Whether a checkpoint's weights are its best so far, so `best.pt` need not travel: a resume rewrites it."""
     return 0 < best_epoch == epoch
 
 
 class Clock:
-    """A run's wall clock and CPU time across processes: the seconds of the runs before a resume
-    plus this one's. CPU time is the process's, all its threads summed: what a run costs on a
+    """A run's wall clock and CPU time across resumes. CPU time (all threads summed) is what a run costs on a
     shared machine, where wall-clock time depends on the neighbours."""
 
     def __init__(self, before: float = 0.0, cpu_before: float = 0.0):
