@@ -1,13 +1,9 @@
-"""What one training image costs on this thread, measured on real batches: how a fixed CPU
-budget becomes a number of epochs.
+"""What one training image costs on this thread, measured on real batches: how a CPU budget becomes epochs.
 
-A sweep over what learns fastest per CPU-minute (model width, rendering height, batch size,
-dropout...) must give every trial the same compute, not the same epochs: a 48 px model runs
-about twice as many epochs as an 80 px one in the same time. Training itself runs fixed epochs
-(results then do not depend on how busy the machine is), so a trial first measures the CPU
-seconds per image of its own configuration on a sample of its own training batches, then
-trains `cpu_seconds / (seconds_per_image * training images)` epochs. The measurement is
-recorded with the run; the epochs are a config value like any other, so the run reproduces.
+A sweep over what learns fastest per CPU-minute must give every trial the same compute, not the same epochs (a
+48 px model runs about twice the epochs of an 80 px one). Training runs fixed epochs, independent of the machine's
+load, so a trial measures its CPU seconds per image on its own batches and trains
+`cpu_seconds / (seconds_per_image * training images)` epochs: a config value, so the run reproduces.
 """
 
 from __future__ import annotations
@@ -25,12 +21,9 @@ from ..data.ladder import PadLadder
 
 
 def train_seconds_per_image(cfg: Config, exprs: Sequence[Expression], n_batches: int = 8, seed: int = 0) -> float:
-    """CPU seconds (this process, all its threads) per training image of `cfg`'s step on a
-    shuffled sample of its training batches, after one untimed warm-up step. A step here is
-    what the trainer's step costs: preparing the batch (scale augmentation, the renderer
-    augmentation's redrawn images, which cost as much as the step itself when every image is
-    redrawn) and the optimiser step. The model is a fresh one; the process's RNG state is
-    restored afterwards, so the measurement does not change the training that follows."""
+    """CPU seconds (all threads) per training image of `cfg`'s step on a sample of its batches, after one
+    untimed step. Batch preparation counts (redrawing every image costs as much as the step itself). A fresh
+    model; the torch RNG state is restored, so the training that follows is unchanged."""
     from ..data import RenderConfig, open_source
     from ..data.augment import AugmentConfig, load_strokes
     from ..model import build_model

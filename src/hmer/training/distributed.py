@@ -1,11 +1,8 @@
-"""Multi-process data-parallel training (`torchrun`), the same command as one process.
+"""Multi-process data-parallel training (`torchrun --nproc_per_node 4 -m hmer.cli train ...`).
 
-`torchrun --nproc_per_node 4 -m hmer.cli train ...` sets RANK, WORLD_SIZE and
-LOCAL_RANK; `init_distributed` reads them, joins the process group (NCCL on GPUs,
-gloo on CPU) and pins each process to its GPU. Every rank builds the same bucketed
-batch list from the same seed and takes every `world_size`-th batch, so no sampler
-state has to be shared. Rank 0 alone validates, checkpoints and talks to MLflow;
-the validation score is broadcast so that every rank's schedule steps the same way.
+Each rank joins the group (NCCL on GPUs, gloo on CPU), builds the same batch list from the same seed and takes
+every `world_size`-th batch: no sampler state to share. Rank 0 alone validates, checkpoints and logs; the
+validation score is broadcast so every rank's schedule steps alike.
 """
 
 from __future__ import annotations
@@ -63,12 +60,8 @@ def wrap(module: torch.nn.Module, info: DistInfo, device: torch.device) -> torch
 
 
 def shard(items: Sequence[T], info: DistInfo) -> list[T]:
-    """This rank's share of the batches, with every rank given the same number of steps.
-
-    DDP needs all ranks to run the same number of backward passes, so the list is cut
-    to a multiple of the world size; the few dropped batches change every epoch
-    because the batch order is reshuffled.
-    """
+    """This rank's share of the batches, cut to a multiple of the world size: DDP needs the same number of
+    backward passes on every rank. The dropped batches change every epoch, as the order is reshuffled."""
     if not info.enabled:
         return list(items)
     usable = len(items) - len(items) % info.world_size

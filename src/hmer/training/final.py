@@ -1,14 +1,11 @@
 """The end of a run: the best-on-validation weights decoded on every test year, and what is logged.
 
-Final metrics (step = the last epoch): `best_val_exprate`, `best_epoch`, the clocks (`train_seconds`
-wall, `train_cpu_seconds`, and `cpu_seconds`: the whole run's CPU time, training and every final
-decoding), `num_params`, then per split
-`<key>_exprate|le1|le2|n|resized|decode_seconds|decode_cpu_seconds` for `val_final`, `val-alt_final`
-(validation drawn in the `data.val_alt` style, when set) and each `test_<year>`, `test_2014-std`
-included when the standard 2014 images are beside the checkout (see `setup._add_restyled_splits`).
-Artifacts: `predictions/test_<year>.csv`, `split/val_predictions.csv` and
-`split/val-alt_predictions.csv` (beside the split's name list), `model/model.safetensors` (the best
-weights, what `hmer evaluate RUN` and `hmer predict RUN` fetch; `hmer.checkpoint`) and `attention/*.png`.
+Final metrics (step = the last epoch): `best_val_exprate`, `best_epoch`, `train_seconds`, `train_cpu_seconds`,
+`cpu_seconds` (training and every final decoding), `num_params`, then
+`<key>_exprate|le1|le2|n|resized|decode_seconds|decode_cpu_seconds` for `val_final`, `val-alt_final` and each
+`test_<year>` (`test_2014-std` too: `setup._add_restyled_splits`). Artifacts: `predictions/test_<year>.csv`,
+`split/val_predictions.csv`, `split/val-alt_predictions.csv`, `model/model.safetensors` (the best weights, what
+`hmer evaluate RUN` and `hmer predict RUN` fetch) and `attention/*.png`.
 """
 
 from __future__ import annotations
@@ -48,8 +45,7 @@ def final_evaluation(run: RunLogger, setup: Setup, result: TrainResult, best_pat
         tmp_path = Path(tmp)
         (tmp_path / PREDICTIONS).mkdir()
         (tmp_path / SPLIT).mkdir()
-        # Validation decoded as the test years are (beam, joint search for bi), beside them: how
-        # well the split that selected the checkpoint predicts the test years.
+        # Validation decoded as the test years are: how well the split that selected the checkpoint predicts them.
         splits = [("val", "val_final", data.get("val") or []), (VAL_ALT, f"{VAL_ALT}_final", data.get(VAL_ALT) or [])]
         splits += [(y, f"test_{y}", data[y]) for y in setup.test_years]
         for split, key, exprs in splits:
@@ -78,7 +74,6 @@ def final_evaluation(run: RunLogger, setup: Setup, result: TrainResult, best_pat
                                cfg.train.attention_maps)
         except Exception as e:  # a picture must never cost a finished run
             run.set_tag(keys.ATTENTION_MAPS_ERROR, f"{type(e).__name__}: {e}"[:500])
-    # what the run cost in all: training with its validation passes, and every final decoding
     final["cpu_seconds"] = result.train_cpu_seconds + sum(v for k, v in final.items()
                                                           if k.endswith("_decode_cpu_seconds"))
     run.log_metrics(final, step=result.epochs)

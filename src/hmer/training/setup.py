@@ -46,21 +46,18 @@ def counted_classes(vocab: Vocab) -> torch.Tensor:
 
 
 def prepare_model(model: HMERModel, tc) -> HMERModel:
-    """The model as the step runs it (`tc`: the train section) on the device of its parameters: NHWC
-    weights with `train.channels_last` (tensor cores prefer them on a GPU; 1.11x on one CPU thread),
-    and the accelerations for that device (hmer.model.accelerations; the 1x1 convolutions as
-    matrix products with `train.conv1x1_as_matmul`). None changes a parameter."""
+    """The model as the step runs it: NHWC with `train.channels_last` (tensor cores prefer it; 1.11x on one CPU
+    thread) and its device's accelerations (hmer.model.accelerations). None changes a parameter."""
     if tc.channels_last:
-        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # Module.to takes memory_format; its stubs omit it
+        model = model.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # stubs omit it
     accelerate(model, next(model.parameters()).device, tc.conv1x1_as_matmul)
     return model
 
 
 @dataclass
 class Setup:
-    """One training's parts. `loss_module` is the model's loss, wrapped for DDP and compiled as asked
-    (None once the training's epochs are over); `model` is the bare model (its state_dict is what
-    checkpoints hold)."""
+    """One training's parts. `loss_module`: the loss, wrapped for DDP and compiled (None once the epochs are
+    over); `model`: the bare model, whose state_dict checkpoints hold."""
 
     cfg: Config
     vocab: Vocab
@@ -75,15 +72,11 @@ class Setup:
     dist: ddp.DistInfo
     prefetch: int
     num_params: int
-    # The training split's strokes by name, when `data.aug_share` redraws training images.
     train_strokes: dict[str, list[np.ndarray]] | None = None
-    # The learning rate the optimiser starts from (train.lr scaled by train.lr_scaling) and k, how
-    # many times more images a step holds than at the recipe's reference batch.
+    # train.lr scaled by train.lr_scaling, and k: how many times more images a step holds than the reference batch
     lr: float = 0.0
     batch_scale: float = 1.0
-    # The weight average validation reads (`train.ema_decay`; None when off).
     ema: WeightAverage | None = None
-    # The step replayed from CUDA graphs (`train.cuda_graphs`; None when off: `step.train_step`).
     graphed: GraphedStep | None = None
 
     @property
@@ -142,14 +135,12 @@ def build(cfg: Config, data: dict[str, list] | None, device: torch.device, dist:
 
 
 def _add_restyled_splits(cfg: Config, data: dict[str, list], test_years: list[str]) -> dict | None:
-    """The splits that other renderings of the same expressions make (issue 26), added to `data`:
-    `val-alt` (validation in the `data.val_alt` style) and `2014-std` (the standard 2014 images of
-    the 2014 expressions, when they are beside the checkout; appended to `test_years`). Returns the
-    training strokes when `data.aug_share` redraws training images, else None."""
+    """Add the splits of other renderings (issue 26): `val-alt` (`data.val_alt` style) and `2014-std` (the
+    standard 2014 images, when beside the checkout; appended to `test_years`). Returns the training strokes
+    when `data.aug_share` redraws training images, else None."""
     augmenting = AugmentConfig.from_data_config(cfg.data).enabled
     val = data.get("val") or []
-    # Validation drawn again in its own style would be the same images and the same scores: a run
-    # drawn in the `data.val_alt` style has no second validation.
+    # Validation redrawn in its own style would score the same: no second validation then.
     restyled = bool(cfg.data.val_alt) and cfg.data.val_alt != cfg.data.render_style and bool(val)
     strokes = None
     if augmenting or restyled:
