@@ -1,10 +1,9 @@
 """Train one configuration end to end: data, model, recipe, checkpoints, the run's record, test scores.
 
-`train(cfg)` is the single entry point that `hmer train`, the Optuna studies and the tests all call. One
-call is one tracked run (`hmer.tracking.run`): params, tags and `config.json`; per epoch its metrics
-(step = epoch) and an atomic checkpoint; at the end the best-on-validation weights decoded on every test
-year (`final.py`). Checkpoints, exact resumes (`resume.py`), SIGTERM/SIGINT (`hmer.signals`: the epoch
-in progress is dropped, the run closed KILLED and `Stopped` raised) and pauses: docs/training.md.
+`train(cfg)` is the entry point of `hmer train`, the studies and the tests; one call is one tracked run: per
+epoch its metrics (step = epoch) and an atomic checkpoint, at the end the test years (`final.py`). Resumes
+(`resume.py`), SIGTERM/SIGINT (`hmer.signals`: the epoch in progress dropped, the run KILLED, `Stopped` raised)
+and pauses: docs/training.md.
 """
 
 from __future__ import annotations
@@ -68,13 +67,10 @@ def train(
 ) -> TrainResult:
     """Train `cfg` and score it on every test year; see the module docstring.
 
-    `progress` shows progress bars; without them one line per epoch is printed, starting with
-    `log_prefix` (a study names its trial there). `pause_after_epochs` > 0: after that many epochs in
-    this call, checkpoint and return (stopped_by "paused", no test years) for `resume` to continue.
-    `pause_at` > 0 (a `time.time()`): pause the same way after the last epoch that leaves time for the
-    next one before then, counting `final_seconds` for the test years (docs/training.md, `--pause-within`).
-    `start_from`: a new run of a wsd `cfg` that takes over a shorter run's state where its decay began,
-    with its curve so far (`hmer.training.branch`)."""
+    `progress`: progress bars, else one line per epoch after `log_prefix`. `pause_after_epochs` > 0: checkpoint
+    and return (stopped_by "paused", no test years) after that many epochs. `pause_at` (a `time.time()`): pause
+    after the last epoch that leaves time for the next, counting `final_seconds` for the test years
+    (`--pause-within`). `start_from`: a shorter wsd run's state to take over (`hmer.training.branch`)."""
     with stop_on_signals(), _writing(tracking_uri, run_dir, resume):
         return _train(cfg, data, tracking_uri=tracking_uri, experiment=experiment, run_name=run_name,
                       parent_run_id=parent_run_id, tags=tags, epoch_callback=epoch_callback, resume=resume,
@@ -85,9 +81,8 @@ def train(
 
 @contextlib.contextmanager
 def _writing(tracking_uri: str | None, run_dir: str | Path | None, resume) -> Iterator[None]:
-    """The locks a training holds (hmer.tracking.lock): its store's, shared with the store's other
-    trainings and exclusive of a publish into it; and, resuming a run, that run's, so that two
-    processes never train one run. Rank 0 alone holds a run's lock under torchrun."""
+    """The locks a training holds (hmer.tracking.lock): its store's (shared; a publish is excluded) and, on
+    resume, the run's (rank 0 only), so two processes never train one run."""
     from ..tracking.lock import run_lock, training_lock
     from ..tracking.portable import sqlite_path
     from ..tracking.store import default_tracking_uri
@@ -149,8 +144,7 @@ def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | Non
                     with deferred():  # the epoch's metrics and its checkpoint, both or neither
                         state.epoch, state.train_seconds = epoch, clock.elapsed()
                         state.train_cpu_seconds = clock.cpu_elapsed()
-                        # cumulative, so a curve can be drawn against CPU time: wall time on a
-                        # shared machine counts other jobs and pauses
+                        # cumulative: wall time on a shared machine counts other jobs and pauses
                         metrics["train_cpu_seconds"] = state.train_cpu_seconds
                         run.log_metrics(metrics, step=epoch)
                         if dist.is_main:
@@ -177,11 +171,9 @@ def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | Non
                                      train_seconds=clock.elapsed(), train_cpu_seconds=clock.cpu_elapsed(),
                                      step_seconds=state.step_seconds,
                                      images_trained=state.images_trained)
-                # Every rank leaves the process group together, before rank 0 decodes the test years
-                # alone: ranks that leave at different times can hang in it (pytorch/pytorch#75097;
-                # a CI run's torchrun job never ended after rank 0 had printed its scores).
-                # The DDP wrapper holds the process group: every rank lets go of it first, so that no rank
-                # frees the group alone later, when this frame goes (where that CI run's rank 1 hung).
+                # All ranks leave the group together before rank 0 decodes alone, or they can hang
+                # (pytorch/pytorch#75097: a CI torchrun job never ended); the DDP wrapper, which holds the
+                # group, is let go first, so no rank frees it alone later (where that CI run's rank 1 hung).
                 setup.loss_module = None
                 ddp.leave(dist)
                 if stopped_by == "paused":  # the run goes on with `resume`; it is not over
@@ -202,9 +194,7 @@ def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | Non
 
 
 def _take_over(setup: Setup, branch: dict) -> TrainState:
-    """A shorter wsd run's state where its decay began (`hmer.training.branch`), put into `setup` for a
-    new run: its weights, optimiser, random state, clocks and best so far, with the rate of this
-    run's schedule (still held: this run's decay begins later)."""
+    """A shorter wsd run's state where its decay began, put into `setup` for a new run, at this schedule's rate."""
     if not shares_stable_phase(branch["config"], setup.cfg):
         raise ValueError("the state to start from is another config's, not a shorter run of this one")
     state = restore(branch, setup)
@@ -231,8 +221,7 @@ def _branch_history(run: RunLogger, start_from: Branch, state: TrainState, track
 
 
 def _restore_best(setup: Setup, state: TrainState, best_path: Path, resume) -> None:
-    """Write `best.pt` again from the weights just restored, for a checkpoint carried without it; refused
-    where the best is an earlier epoch's, whose weights are not known (docs/training.md)."""
+    """Rewrite a missing `best.pt` from the restored weights; refused where the best is an earlier epoch's."""
     if best_path.is_file():
         return
     if best_weights_recoverable(state.epoch, state.best_epoch):
@@ -273,8 +262,7 @@ def _open_run(setup: Setup, state: TrainState, *, tracking_uri: str | None, expe
 
 
 def _code_fingerprint() -> str:
-    """What this code's training computes (hmer.training.fingerprint), or "unknown: why" where it
-    cannot be measured: a run is never refused for want of its fingerprint."""
+    """The code's fingerprint, or "unknown: why": a run is never refused for want of it."""
     try:
         return code_fingerprint()
     except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
@@ -282,9 +270,8 @@ def _code_fingerprint() -> str:
 
 
 def _redraw(setup: Setup, epoch: int) -> Redraw | None:
-    """The epoch's renderer augmentation (`data.aug_*`), or None when it is off. Its generator is
-    seeded by (seed, epoch, 1), apart from the scale draws' (seed, epoch), so turning it on leaves
-    the scale stream as it was, and a resumed epoch redraws the same images."""
+    """The epoch's renderer augmentation, or None. Seeded by (seed, epoch, 1), apart from the scale draws'
+    (seed, epoch): turning it on leaves the scale stream as it was, and a resumed epoch redraws the same."""
     aug = AugmentConfig.from_data_config(setup.cfg.data)
     if not aug.enabled or setup.train_strokes is None:
         return None
@@ -293,9 +280,8 @@ def _redraw(setup: Setup, epoch: int) -> Redraw | None:
 
 
 def _prepare_shapes(setup: Setup, run: RunLogger, state: TrainState, log_prefix: str, progress: bool) -> None:
-    """The pad ladder's shapes before the first step of this process (hmer.training.planning): the
-    plan cache sized on a GPU, and the planning pass with `train.plan_shapes`; its figures logged
-    at the step of the last finished epoch (its cost is outside every epoch's images/s)."""
+    """The pad ladder's shapes before this process's first step (hmer.training.planning); its figures logged
+    at the last finished epoch's step (its cost is outside every epoch's images/s)."""
     done = planning.prepare(setup)
     if done and setup.dist.is_main:
         run.log_metrics(done, step=state.epoch)
@@ -306,8 +292,7 @@ def _prepare_shapes(setup: Setup, run: RunLogger, state: TrainState, log_prefix:
 
 def _train_epoch(setup: Setup, state: TrainState, epoch: int, clock: Clock,
                  progress: bool) -> tuple[dict[str, float], bool]:
-    """One pass over the training split (this rank's share). Returns the epoch's metrics and
-    whether the time budget ran out (then the epoch stopped early, on every rank at once)."""
+    """One pass over this rank's share: (the epoch's metrics, whether the time budget ran out on any rank)."""
     cfg, tc, dist = setup.cfg, setup.cfg.train, setup.dist
     epoch_start = time.monotonic()
     loss_module = setup.loss_module
@@ -361,15 +346,13 @@ def _train_epoch(setup: Setup, state: TrainState, epoch: int, clock: Clock,
 
 
 def _scored_weights(setup: Setup) -> contextlib.AbstractContextManager:
-    """The weights validation reads and the best checkpoint keeps: the weight average
-    (`train.ema_decay`), else the model's own."""
+    """The weights validation reads and the best checkpoint keeps: the EMA, else the model's own."""
     return setup.ema.swapped_in(setup.model) if setup.ema is not None else contextlib.nullcontext()
 
 
 def _validate(setup: Setup, state: TrainState, epoch: int, metrics: dict[str, float], best_path: Path,
               last: bool) -> float:
-    """Score validation when it is due (every `val_every` epochs, and at the last one), step the
-    schedule on it and keep the best weights in `best_path`. Returns the ExpRate, -1 when not scored."""
+    """Score validation when due, step the schedule on it, keep the best in `best_path`. ExpRate, or -1."""
     cfg, tc, dist = setup.cfg, setup.cfg.train, setup.dist
     if not setup.val_set:
         if dist.is_main:
@@ -406,8 +389,7 @@ def improves_on_best(state: TrainState, val_exprate: float, val_le1: float) -> b
 
 
 def _out_of_time(pause_at: float, epoch_seconds: float, final_seconds: float, epoch: int, epochs: int) -> bool:
-    """Whether what follows `epoch` would end after `pause_at`: the next epoch, taken to last as
-    long as this one, and the test years when that is the last epoch (or this one was)."""
+    """Whether the next epoch (as long as this one) and, after the last, the test years would end past `pause_at`."""
     need = (epoch_seconds if epoch < epochs else 0.0) + (final_seconds if epoch + 1 >= epochs else 0.0)
     return time.time() + need > pause_at
 
@@ -440,7 +422,6 @@ def _mean_loss(model, exprs, vocab: Vocab, cfg: Config, device, amp_dtype) -> fl
 
 def _epoch_line(prefix: str, epoch: int, epochs: int, metrics: dict[str, float], elapsed: float,
                 start_epoch: int, elapsed_this_process: float) -> str:
-    """One log line per epoch: what a log file of a run without a terminal shows."""
     done = epoch - start_epoch + 1
     eta = elapsed_this_process / done * (epochs - epoch)
     val = f"val ExpRate {metrics['val_exprate']:.2f}" if "val_exprate" in metrics else "val -"
