@@ -1,22 +1,16 @@
 """A model preset: what it is made of, and the config it resolves to, layer by layer.
 
-A **family** is what a model computes (its decoder, coverage, positions, norms), a **size** how big
-it is (widths and depths), both as ModelConfig fields over the defaults (BTTR's sizes). A
-**preset** names one family at one size, its direction, and the recipe it trains with
-(`hmer.recipes`). Naming: `<family>` trains bidirectionally (one decoder on l2r + r2l targets, as
-BTTR and CoMER); `<family>-l2r` is the same model trained left-to-right only. The `tiny*` presets
-are the families shrunk for CPU tests and smoke runs (stride 8: two dense blocks), `small` a CPU
-model twice as wide. `hmer models` lists them; `hmer.model.build_model` builds one by name.
+A **family** is what a model computes (decoder, coverage, positions, norms), a **size** its widths and depths,
+both ModelConfig fields over the defaults (BTTR's sizes). A **preset** is a family at a size, with its direction
+and recipe (`hmer.recipes`): `<family>` trains bidirectionally (as BTTR and CoMER), `<family>-l2r` left-to-right;
+`tiny*` are the families shrunk for CPU tests (stride 8: two dense blocks), `small` twice as wide. `hmer models`
+lists them.
 
-`bttr` and `comer-*` compute the reference code's functions (Green-Wood/BTTR 43cabd4,
-Green-Wood/CoMER ee15cdb; checked against their outputs in tests/test_reference_fidelity.py):
-no padding mask in the encoder, each one's encoder tail and image positions, BTTR's
-embedding LayerNorm. The project's alternatives are config values, measured by
-`studies/ablate_encoder.py`. The CPU sizes pin the project's choices, so that the tiny presets
-compute what they always have.
+`bttr` and `comer-*` compute the reference code's functions (Green-Wood/BTTR 43cabd4, Green-Wood/CoMER ee15cdb;
+tests/test_reference_fidelity.py); the project's alternatives are config values (`studies/ablate_encoder.py`).
+The CPU sizes pin the project's choices, so the tiny presets compute what they always have.
 
-A config is resolved in layers, each setting some keys over the ones below it; the last layer that
-sets a key decides its value. In order (`LAYERS`):
+A config is resolved in layers; the last layer that sets a key decides it. In order (`LAYERS`):
 
     default   the ModelConfig / DataConfig / TrainConfig defaults (hmer.config)
     family    what the model computes: the preset's family (FAMILIES)
@@ -29,17 +23,14 @@ sets a key decides its value. In order (`LAYERS`):
     stored    on resume: the study's stored base config wins (hmer.config.stored_config)
     cell      the grid cell's axis values, what they bring (hmer.registry linked values), its seed
 
-A size or recipe named by a budget or --recipe replaces the preset's own (its keys are not applied
-underneath), so every key a recipe sets is that recipe's. This module resolves a preset (the layers
-up to the recipe); `hmer.studies.resolution` adds the budget, the study, --set, the stored config
-and the cell; `hmer config` prints the result with the layer of each value.
+A size or recipe named by a budget or --recipe replaces the preset's own (not applied underneath). This module
+resolves up to the recipe; `hmer.studies.resolution` the rest; `hmer config` prints each value's layer.
 
     preset_with_recipe("comer-fusion")             # CoMER fusion, CoMER's recipe (SGD, scale augmentation)
     resolve_preset("tiny-transformer", size="swept", recipe="swept").sources["model.d_model"]   # 'size swept'
     preset_config("tiny-rnn")                      # its ModelConfig alone
 
-A part of the foundation: plain values and the config's layers, so that a preset with its recipe
-needs neither the model nor the training code.
+Plain values: a preset with its recipe needs neither the model nor the training code.
 """
 
 from __future__ import annotations
@@ -195,9 +186,8 @@ class Resolution:
         return Resolution(self.config.override(dict(values)), sources, layer)
 
     def take_stored(self, stored: Mapping[str, Any], name: str) -> "Resolution":
-        """The `stored` layer: a study's base config stored by the process that began it (flat keys)
-        wins over every layer below, as a resumed study runs it (`hmer.config.stored_config`: this
-        process's machine keys). A key whose stored value is the one resolved keeps its layer."""
+        """The `stored` layer: a study's stored base config (flat keys) wins over every layer below
+        (`hmer.config.stored_config`). A key whose stored value is the one resolved keeps its layer."""
         if LAYERS.index("stored") < LAYERS.index(self.last):
             raise ValueError(f"the stored layer comes before the {self.last} layer (hmer.model_presets.LAYERS)")
         resumed = stored_config(dict(stored), self.config)
@@ -212,10 +202,8 @@ class Resolution:
 
 def resolve_preset(name: str, *, size: str | None = None, recipe: str | None = None,
                    named_by: str = "") -> Resolution:
-    """Preset `name` resolved up to its recipe: the defaults, its family, its size (or `size`), the
-    preset (its name and direction), its recipe (or `recipe`). `named_by` says who named another
-    size or recipe ("budget cpu", "--recipe"), for the layer's label. A KeyError that lists the
-    presets when there is none."""
+    """Preset `name` resolved up to its recipe (or `size`, `recipe` instead of its own). `named_by` labels who
+    named them ("budget cpu", "--recipe")."""
     if name not in PRESETS:
         raise KeyError(f"unknown preset {name!r}; `hmer models` lists them: {', '.join(sorted(PRESETS))}")
     resolution = Resolution()
