@@ -150,6 +150,7 @@ def test_hmer_report_lists_the_committed_study_with_its_budget(clone, monkeypatc
 # tools/readme_tables.py's, which writes those tables
 sys.path.insert(0, str(REPO / "tools"))
 from readme_tables import STUDY_VARIANTS as README_STUDIES  # noqa: E402
+from readme_tables import frontier_block  # noqa: E402
 
 
 @pytest.mark.parametrize("study", README_STUDIES)
@@ -163,6 +164,18 @@ def test_the_readme_prints_the_table_hmer_report_makes(clone, monkeypatch, capsy
     assert len(table_rows) >= 2 * len(variants), printed
     for row in table_rows[:2 * len(variants)]:
         assert row in readme, f"the README does not print this row of `hmer report --study {study}`:\n{row}"
+
+
+def test_the_readme_prints_the_frontier_hmer_report_makes(clone, monkeypatch, capsys):
+    """Issue 66's frontier in the README: its finished points and where the budgets sit, as `hmer report
+    --frontier` prints them from the committed store (the FLOPs an image from benchmarks/results)."""
+    monkeypatch.chdir(clone)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.setenv("HMER_MLRUNS", str(clone / "mlruns"))
+    capsys.readouterr()
+    assert hmer_main(["report", "--frontier", "--out", str(clone / "frontier")]) == 0
+    block = frontier_block(capsys.readouterr().out)
+    assert block in (REPO / "README.md").read_text(), f"the README does not print `hmer report --frontier`:\n{block}"
 
 
 def test_the_readme_quotes_the_test_within_two_edits(clone, monkeypatch, capsys):

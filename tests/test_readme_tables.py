@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from readme_tables import replace_fenced, replace_markdown_table, study_block  # noqa: E402
+from readme_tables import frontier_block, replace_fenced, replace_markdown_table, study_block  # noqa: E402
 
 PRINTED = """study s: 2 of 2 trials
 variant  2014 ExpRate  2016 ExpRate
@@ -41,10 +41,18 @@ def test_a_study_s_block_runs_from_its_header_to_the_last_difference_or_its_vali
 
 def test_the_fenced_block_after_the_command_is_replaced_and_nothing_else():
     text = "intro\n`hmer report --study s` prints it:\n\n```\nold\nrows\n```\n\nprose 10.0\n"
-    assert replace_fenced(text, "s", "new") == \
+    assert replace_fenced(text, "hmer report --study s", "new") == \
         "intro\n`hmer report --study s` prints it:\n\n```\nnew\n```\n\nprose 10.0\n"
     with pytest.raises(ValueError, match="no fenced block"):
-        replace_fenced(text, "t", "new")
+        replace_fenced(text, "hmer report --study t", "new")
+
+
+def test_the_frontier_block_runs_from_the_count_of_points_to_the_budgets_last_row():
+    printed = ("2 of 13 planned points finished; the study spent 3.0 CPU-hours on them\n| variant | pflop |\n"
+               "|:--|--:|\n| a | 0.1 |\n\nWhere today's budgets sit:\n\n| budget | pflop |\n|:--|--:|\n"
+               "| cpu budget | 0.2 |\nwrote frontier.md, frontier.csv and plots/frontier.png to out\n")
+    block = frontier_block(printed).splitlines()
+    assert block[0].startswith("2 of 13 planned points finished") and block[-1] == "| cpu budget | 0.2 |"
 
 
 def test_the_nth_claims_table_is_replaced_to_its_last_row():

@@ -3,12 +3,14 @@
     python tools/readme_tables.py            # rewrite them in README.md (a minute or two: every report)
     python tools/readme_tables.py --check    # say which differ, change nothing (exit 1 if any)
 
-The README quotes `hmer report` in two kinds of places, and tests/test_committed_results.py holds
+The README quotes `hmer report` in three kinds of places, and tests/test_committed_results.py holds
 each to the store: each finished study's table, the fenced block after "`hmer report --study S`
 prints it:" (or "them:"), from its header line to its last variant row of the paired differences
-(and, where the prose reads it, the validation table); and the claims tables of `hmer report
---claims`, the first markdown table whose header begins `| claim |` on ExpRate, the second within
-two errors. When a study is published or rescored, this writes them again instead of by hand.
+(and, where the prose reads it, the validation table); the frontier's points and where the budgets
+sit, the fenced block after "`hmer report --frontier` prints it:"; and the claims tables of `hmer
+report --claims`, the first markdown table whose header begins `| claim |` on ExpRate, the second
+within two errors. When a study is published or rescored, this writes them again instead of by hand,
+and the frontier's figure (docs/frontier_cpu.png) as that report draws it.
 The prose around them, which reads their numbers, is still written by a person.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -33,6 +36,8 @@ STUDY_VARIANTS = {
     "ablate_posenc-cpu": ("sin2d (baseline)", "learned", "cape", "none"),
 }
 WITH_VALIDATION = {"ablate_posenc-cpu"}
+FRONTIER_COMMAND = "hmer report --frontier"  # its default study, frontier-cpu
+FRONTIER_FIGURE = ROOT / "docs" / "frontier_cpu.png"  # the README shows the figure that report draws
 CLAIM_METRICS = ("exprate", "le2")  # the README's claims tables, in order
 
 
@@ -53,11 +58,20 @@ def study_block(printed: str, variants: tuple[str, ...], with_validation: bool) 
     return "\n".join(lines[start:end + 1])
 
 
-def replace_fenced(text: str, study: str, block: str) -> str:
-    """`text` with the fenced block after "`hmer report --study STUDY` prints it:" (or "them:") set to `block`."""
-    found = re.search(r"`hmer report --study " + re.escape(study) + r"` prints (them|it):\n\n```\n", text)
+def frontier_block(printed: str) -> str:
+    """The lines of `hmer report --frontier`'s output that the README prints: from the count of finished
+    points to the last row of where the budgets sit (not the files it wrote)."""
+    lines = printed.splitlines()
+    start = next(i for i, line in enumerate(lines) if "planned points finished" in line)
+    end = max(i for i, line in enumerate(lines) if line.startswith("|"))
+    return "\n".join(lines[start:end + 1])
+
+
+def replace_fenced(text: str, command: str, block: str) -> str:
+    """`text` with the fenced block after "`COMMAND` prints it:" (or "them:") set to `block`."""
+    found = re.search("`" + re.escape(command) + r"` prints (them|it):\n\n```\n", text)
     if found is None:
-        raise ValueError(f"README.md: no fenced block after \"`hmer report --study {study}` prints it:\"")
+        raise ValueError(f"README.md: no fenced block after \"`{command}` prints it:\"")
     end = text.index("```", found.end())
     return text[:found.end()] + block + "\n" + text[end:]
 
@@ -98,10 +112,16 @@ def study_report(study: str) -> str:
         return hmer("report", "--study", study, out=Path(tmp))
 
 
-def written(text: str) -> str:
-    """The README's text with every table above as the store prints it now."""
+def written(text: str, figure: Path | None = None) -> str:
+    """The README's text with every table above as the store prints it now; with `figure`, the
+    frontier's figure that the same report drew is copied there."""
     for study, variants in STUDY_VARIANTS.items():
-        text = replace_fenced(text, study, study_block(study_report(study), variants, study in WITH_VALIDATION))
+        block = study_block(study_report(study), variants, study in WITH_VALIDATION)
+        text = replace_fenced(text, f"hmer report --study {study}", block)
+    with tempfile.TemporaryDirectory() as tmp:
+        text = replace_fenced(text, FRONTIER_COMMAND, frontier_block(hmer("report", "--frontier", out=Path(tmp))))
+        if figure is not None:
+            shutil.copyfile(Path(tmp) / "plots" / "frontier.png", figure)
     for index, metric in enumerate(CLAIM_METRICS):
         text = replace_markdown_table(text, index, claims_markdown(metric))
     return text
@@ -113,7 +133,7 @@ def main() -> int:
     args = p.parse_args()
     readme = ROOT / "README.md"
     before = readme.read_text()
-    after = written(before)
+    after = written(before, figure=None if args.check else FRONTIER_FIGURE)
     old_lines = set(before.splitlines())
     changed = [line for line in after.splitlines() if line not in old_lines]
     if args.check:
