@@ -12,9 +12,6 @@ between them. What a run's config is made of, layer by layer (a preset's family,
 study's budget and cell, `--set`), is `hmer.model_presets` and `hmer.studies.resolution`; `hmer config`
 prints it.
 
-One file because it is one concept, the schema, mostly fields: split by section, a cross-section
-rule (`train.cuda_graphs` needs the pad ladder of `data`) would sit apart from the fields it binds.
-
 A stored config (a run's `config.json`, a study's base config, a checkpoint's) reloads with the
 values it holds; a key added after it was stored takes its default, so a new key's default is what
 the code did before the key existed.
@@ -32,9 +29,7 @@ from typing import Any, get_type_hints
 from .allowed import ConfigError, Rule, allowed, allowed_of, check_section, coerce
 from .recipes import recipe_labels  # the labels `train.recipe` takes (plain values, importing nothing)
 
-# The swappable parts (decoders, position encodings, coverage kinds, search rules) are not
-# listed here: each registers itself by name where it is defined (see hmer.registry), and
-# validation reads those registries.
+# The swappable parts register themselves by name where they are defined (hmer.registry).
 from .registry import COVERAGES, DECODERS, IMAGE_POSITIONS, SEARCH_RULES, TOKEN_POSITIONS
 
 # Decoding directions, defined once (hmer.model.direction builds their targets, hmer.decoding
@@ -53,9 +48,6 @@ TEST_YEARS_SAY = ("comma-separated test split names, each a folder of the datase
                   "not train or val, none twice")
 DEVICE_SAY = "auto, cpu, cuda, cuda:N or mps"
 
-
-# Every field is declared with `allowed(default, ...)` (hmer.allowed), which says once, beside the
-# field, what values it takes; `Config.validate` checks them all, then the cross-field RULES below.
 
 def _coverage_fits_decoder(coverage: str, decoder: str) -> bool:
     return not COVERAGES.get(coverage).refines or getattr(DECODERS.get(decoder), "supports_coverage", False)
@@ -161,12 +153,8 @@ class ModelConfig:
     # ConvS2S decoder.
     conv_layers: int = allowed(3, ge=1)
     conv_kernel: int = allowed(3, ge=1)
-    # Its attention to the image: `gehring` (dot products unscaled, the context rescaled by m sqrt(1/m)
-    # over the m positions, as Gehring et al.) or `scaled` (dot products over sqrt(d), the context a
-    # weighted average). The paper's scores assume embeddings initialised near 0.1; on this project's
-    # unit-variance features they saturate the softmax and the decoder learns to read little of the
-    # image (docs/architecture.md, "ConvS2S's attention"). `model.decoder=convs2s` brings `scaled` with it
-    # (its registration in hmer.model.convs2s), wherever a preset's family or a study's cell sets it.
+    # Its attention to the image: `gehring` (the paper's) or `scaled` (over sqrt(d), as a transformer's),
+    # which `model.decoder=convs2s` brings with it (docs/architecture.md, "ConvS2S's attention").
     conv_attention: str = allowed("gehring", one_of=CONV_ATTENTIONS)
     # Direction of decoding: l2r, r2l, or bi (one decoder trained on both).
     direction: str = allowed("bi", one_of=DIRECTIONS)
@@ -274,25 +262,19 @@ class TrainConfig:
     eps: float = allowed(1e-6, gt=0)
     weight_decay: float = allowed(1e-4, ge=0)
     warmup_steps: int = allowed(0, ge=0)
-    # Large batches: the learning rate scaled with the batch, `linear` (lr x k: Goyal et al. 2017,
-    # "Accurate, Large Minibatch SGD", arXiv:1706.02677, for SGD with momentum, the CoMER recipe)
-    # or `sqrt` (lr x sqrt(k): Krizhevsky 2014, arXiv:1404.5997; Malladi et al. 2022, arXiv:2205.10287,
-    # for adaptive optimisers, Adadelta and AdamW), where k is how many times fewer optimiser steps
-    # an epoch takes than at the reference batch, the one the recipe's lr was set at (by default
-    # the data section's default batch, which BTTR's and CoMER's recipes train at here). `none`:
-    # train.lr as given. See hmer.training.optim and docs/benchmarks.md section 4.
+    # Large batches: lr x k (`linear`, Goyal et al. 2017, arXiv:1706.02677, for SGD) or x sqrt(k)
+    # (`sqrt`, Malladi et al. 2022, arXiv:2205.10287, for Adadelta and AdamW), k = how many times fewer
+    # steps an epoch takes than at the reference batch the recipe's lr was set at; `none`: lr as given.
+    # See hmer.training.optim and docs/benchmarks.md section 4.
     lr_scaling: str = allowed("none", one_of=LR_SCALINGS)
     lr_reference_batch_pixels: int = allowed(320_000, ge=1)
     lr_reference_max_batch_size: int = allowed(16, ge=1)
     # A linear warm-up given in epochs of this batch's steps (the same images at any batch size,
     # Goyal et al.'s "gradual warm-up"); train.warmup_steps gives it in steps instead.
     warmup_epochs: float = allowed(0.0, ge=0)
-    # After the warm-up: plateau (reduce when validation ExpRate stalls; BTTR, CoMER), cosine
-    # (decay to min_lr over train.epochs; for fixed short budgets, see docs/cpu_protocol.md) or wsd
-    # (warm-up, stable, decay: the rate held until the last train.decay_epochs, then decayed to min_lr
-    # as 1 - sqrt of the decay's progress; Hägele et al. 2024, arXiv:2405.18392). Before its decay a
-    # wsd run computes the same whatever its epochs, so runs of several lengths share that part
-    # (docs/training.md, "Budgets that share a run").
+    # After the warm-up: plateau (BTTR, CoMER), cosine (to min_lr over train.epochs; docs/cpu_protocol.md)
+    # or wsd (held, then 1 - sqrt decay to min_lr over the last decay_epochs; Hägele et al. 2024,
+    # arXiv:2405.18392), whose runs of several lengths share all but the decay (docs/training.md).
     schedule: str = allowed("plateau", one_of=SCHEDULES)  # plateau | cosine | wsd
     decay_epochs: int = allowed(0, ge=0)  # wsd: the last epochs, where the rate decays; 0 otherwise
     # Reduce-on-plateau on validation ExpRate.
@@ -369,7 +351,8 @@ class Config:
 
     def override(self, values: dict[str, Any]) -> "Config":
         """A copy with dotted keys set (text parsed to the field's type), checked whole (`validate`)."""
-        new = copy_config(self)
+        new = Config(model=dataclasses.replace(self.model), data=dataclasses.replace(self.data),
+                     train=dataclasses.replace(self.train), name=self.name)
         for key, raw in values.items():
             if key == "name":
                 new.name = coerce(key, raw, str, allowed_of(Config, "name"))
@@ -478,15 +461,6 @@ def stored_config(stored: dict[str, Any], here: Config) -> Config:
     (module docstring), so defaults changed in the code since it was stored change nothing."""
     mine = here.to_flat_dict()
     return Config.from_flat_dict({**stored, **{key: mine[key] for key in MACHINE_KEYS}})
-
-
-def copy_config(cfg: Config) -> Config:
-    return Config(
-        model=dataclasses.replace(cfg.model),
-        data=dataclasses.replace(cfg.data),
-        train=dataclasses.replace(cfg.train),
-        name=cfg.name,
-    )
 
 
 def parse_overrides(items: list[str] | None) -> dict[str, str]:

@@ -5,12 +5,9 @@ data pipeline's training-time choices. It is one config layer (docs/training.md,
 with"), after family and size; a budget's or `--recipe`'s replaces the preset's whole. Every key stays
 overridable (`--recipe comer --set train.lr=0.04`). The optimiser fields build `hmer.training.optim`.
 
-- `bttr`: BTTR's, Adadelta lr 1.0, rho 0.9, eps 1e-6, weight decay 1e-4.
-- `comer`: CoMER's, SGD lr 0.08, momentum 0.9, weight decay 1e-4, and its scale augmentation
-  (each training batch resized by a factor drawn in x0.7 .. x1.4).
-- `swept`: the recipe of the committed sweep's best trial (`sweep-cpu` trial 25, chosen on the writer
-  hold-out; docs/cpu_protocol.md), with the rate decayed by cosine: what the `cpu` study budget
-  trains with.
+`bttr` and `comer` are the papers' (CoMER's with its scale augmentation); `swept` is the committed
+sweep's best trial (`sweep-cpu` trial 25, chosen on the writer hold-out; docs/cpu_protocol.md) with a
+cosine decay: what the `cpu` study budget trains with.
 
 Plain values, importing nothing of the suite: `hmer.config` reads the labels from here.
 """

@@ -6,16 +6,10 @@ Why: a model trained at `data.render_height=64` reads the standard 2014 images 6
 than our renderings of the same ink (issue 26): at that height ours have 3-px binary strokes, theirs
 (3-px strokes at about 94 px, scaled to 64) ~2-px grey ones (docs/data.md).
 
-For a drawn share `data.aug_share` of each batch's training images (every key off by default):
-  1. slant (+-`aug_slant` degrees) and rotate (+-`aug_rotate` degrees) about the centre;
-  2. displace every point by Gaussian jitter (`aug_jitter` px) and the whole ink by a smooth field
-     (`aug_elastic` px, two low-frequency waves per axis), in pixels of the drawing;
-  3. draw with a pen `aug_width_min`..`aug_width_max` times `data.stroke_width`, varying along each
-     stroke by +-`aug_pressure`; grey edges (4x supersampled) with probability `aug_antialias`;
-  4. with probability `aug_downscale`, draw at the ink's own scale and scale to the training height
-     bilinearly, as the standard images reach a model;
-  5. blur (Gaussian, sigma uniform in 0..`aug_blur` px).
-The others keep their cached image. Draws come from a generator seeded by (train.seed, epoch), taken
+A drawn share `data.aug_share` of each batch's training images is, in this order, slanted and
+rotated, jittered and elastically displaced, drawn with a random pen (width, pressure, antialiasing),
+maybe downscaled as the standard images are, and blurred (the keys: docs/data.md, "Renderer
+augmentation"); the others keep their cached image. Draws come from a generator seeded by (train.seed, epoch), taken
 in batch order: reproducible, the same with or without prefetching, and a resumed run continues the
 stream. The training strokes are parsed once and cached beside the rendered cache (`strokes-*.npz`).
 

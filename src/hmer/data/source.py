@@ -12,10 +12,8 @@ Splits are `train`, `2014`, `2016`, `2019` (any other folder with a caption.txt 
 Found at an explicit path, else `$HMER_DATA`, else `data/crohme` or `data/crohme.zip` under the
 repository root.
 
-Error policy (docs/data.md, "Error policy"): a wrong structure (a missing dataset or split, a
-malformed caption line, an unknown token, a caption without its file) always raises, naming file and
-line; a single unusable content file raises for single-file use, and bulk loading skips it with one
-warning (real collections contain such files); `hmer data check` lists every problem of both kinds.
+A wrong structure always raises, naming file and line; bulk loading skips an unusable content file
+with one warning (docs/data.md, "Error policy").
 """
 
 from __future__ import annotations

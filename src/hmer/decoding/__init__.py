@@ -21,13 +21,5 @@ from .joint import joint_beam_search, sequence_log_probs
 
 import_submodules(__name__, __path__)
 
-__all__ = [
-    "DIRECTIONS",
-    "Hypothesis",
-    "beam_search",
-    "decode_batch",
-    "greedy_search",
-    "joint_beam_search",
-    "length_normalized",
-    "sequence_log_probs",
-]
+__all__ = ["DIRECTIONS", "Hypothesis", "beam_search", "decode_batch", "greedy_search", "joint_beam_search",
+           "length_normalized", "sequence_log_probs"]

@@ -17,11 +17,8 @@ Attention of one block (fairseq's AttentionLayer, one head), `model.conv_attenti
     scaled:
     a   = softmax(q . z_j / sqrt(d)),  c = sum_j a_j z_j            as a transformer's attention
     x   = (W_out c + x) * sqrt(1/2)
-The paper's unscaled scores rely on its initialisation (embeddings drawn with std 0.1); this
-project's image features leave a LayerNorm with unit variance, so at initialisation the scores
-already have a std of about 9 over hundreds of positions, the softmax saturates, and a model
-trained so learns a language model that reads little of the image. `scaled` is what the presets
-and studies use; docs/architecture.md ("ConvS2S's attention") has the measurements.
+On this project's unit-variance features the unscaled scores saturate the softmax and the decoder
+reads little of the image: the presets and studies take `scaled` (docs/architecture.md, "ConvS2S's attention").
 In the text-to-text model the values are encoder output + source embedding; an image has no
 separate source embedding, so keys and values are both the (position-encoded) image features.
 Weight normalisation and the paper's dropout-aware initialisation are left out.

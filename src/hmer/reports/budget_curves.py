@@ -92,10 +92,6 @@ def budget_history(claims: Sequence[Claim | str] = ("direction", "coverage"),
     return out.sort_values(["claim", "budget", "variant", "seed", "step"]).reset_index(drop=True)
 
 
-def _smoothed(values: pd.Series) -> pd.Series:
-    return values.rolling(SMOOTH_EPOCHS, min_periods=SMOOTH_EPOCHS).mean()
-
-
 def plateau(curve: pd.Series) -> str:
     """One run's validation curve read as `plateau`, `still rising`, `falling` or `too short to tell`."""
     if len(curve) < 2 * PLATEAU_EPOCHS:
@@ -212,7 +208,8 @@ def plot_budget_curves(history: pd.DataFrame, *, title: str | None = None, path:
             if not gap.empty:
                 per_step = gap.groupby("step")["gap"].mean()
                 bottom.plot(per_step.index, per_step.values, style, color="0.6", lw=0.8)
-                bottom.plot(per_step.index, _smoothed(per_step).values, style, color="black", lw=1.8,
+                smoothed = per_step.rolling(SMOOTH_EPOCHS, min_periods=SMOOTH_EPOCHS).mean()
+                bottom.plot(per_step.index, smoothed.values, style, color="black", lw=1.8,
                             label=f"{budget}: {SMOOTH_EPOCHS}-epoch running mean")
         bottom.axhline(0.0, color="0.3", lw=0.6)
         top.set_title(f"{claim}: {variants[0]} > {variants[1]}")

@@ -11,8 +11,7 @@ report --study` computes it. Two verdicts:
 - **all seeds** (`verdict`, the headline): the exact paired sign-flip test of the seed-averaged
   difference;
 - **per-seed McNemar** (`verdict_mcnemar`): a verdict per seed-matched pair; theirs when they agree,
-  else `split` with the counts. (The largest p alone, the rule before issue 56, read "not
-  significant" when two pairs were significant for one side, and missed pairs pointing opposite ways.)
+  else `split` with the counts (the largest p alone hid pairs significant for opposite sides).
 
 The paired bootstrap gives the interval only. An unfinished study answers nothing yet: its rows say
 how far it is. The first of `budgets` answers every claim ("no study yet" where missing); a later
