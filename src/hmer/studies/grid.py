@@ -1,7 +1,5 @@
 """Grid studies: every (variant, seed) cell of a `StudySpec` trained once, then the per-year table.
 
-    outcome = run_grid_study(DIRECTION, "smoke")          # python studies/ablate_direction.py
-
 Running it again resumes: dead workers' trials go FAIL and their cells run again, from the last
 checkpoint where there is one (`resume.py`); no COMPLETE cell runs twice, with any number of workers
 (`bookings.py`). The lifecycle is `session.run_session`'s; this module says what a grid is.

@@ -1,9 +1,5 @@
 """Move MLflow runs between stores as one file: `hmer runs export` and `hmer runs import`.
 
-    hmer runs export gpu-runs.tar.gz                       # every run of the store
-    hmer runs export --experiment gpu-campaign gpu-runs.tar.gz
-    hmer runs import gpu-runs.tar.gz                       # into mlruns/ (or --tracking-uri)
-
 The file's layout and checks: `tracking.export_file`. The import uses MLflow's public client API
 only (SQLite and servers alike), which gives each created run a new id, so the original is kept as
 `hmer.source_run_id` (unless already set) and the import merges by it: a file imported twice, or
