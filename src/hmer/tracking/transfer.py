@@ -62,8 +62,6 @@ def find_by_source_id(client, run_id: str) -> str | None:
     return found[0].info.run_id if found else None
 
 
-# ---- export ------------------------------------------------------------------------------------
-
 def export_runs(out_file: str | os.PathLike[str], *, tracking_uri: str | None = None,
                 experiments: Sequence[str] | None = None, run_ids: Sequence[str] | None = None,
                 max_artifact_mb: float = 0.0, part_mb: float = 0.0) -> ExportResult:
@@ -138,8 +136,6 @@ def export_runs(out_file: str | os.PathLike[str], *, tracking_uri: str | None = 
     return ExportResult(files=files, runs=len(records), omitted_artifacts=omitted)
 
 
-# ---- import ------------------------------------------------------------------------------------
-
 def import_runs(path: str | os.PathLike[str], *, tracking_uri: str | None = None,
                 tags: dict[str, str] | None = None) -> ImportResult:
     """Merge the export at `path` (or its parts) into the store; see the module docstring."""
@@ -160,7 +156,8 @@ def _merge(client, manifest: dict, unpacked: Path, path: Path, tags: dict[str, s
     label = Path(path).name.split(PART_SUFFIX)[0]
     exp_ids = {name: ensure_experiment(client, name, manifest.get("experiment_tags", {}).get(name, {}))
                for name in manifest["experiments"]}
-    existing = _existing_by_source(client)
+    existing = {r.data.tags[keys.SOURCE_RUN_ID]: r.info.run_id
+                for r in search_all_runs(client, filter_string=f"tags.`{keys.SOURCE_RUN_ID}` != ''")}
     for rec in _parents_first(manifest["runs"]):
         src = rec["tags"].get(keys.SOURCE_RUN_ID) or rec["run_id"]
         target = existing.get(src)
@@ -207,11 +204,6 @@ def _merge(client, manifest: dict, unpacked: Path, path: Path, tags: dict[str, s
         status = rec.get("status")
         if status in _TERMINAL and newer:
             client.set_terminated(target, status=status, end_time=rec.get("end_time"))
-
-
-def _existing_by_source(client) -> dict[str, str]:
-    return {r.data.tags[keys.SOURCE_RUN_ID]: r.info.run_id
-            for r in search_all_runs(client, filter_string=f"tags.`{keys.SOURCE_RUN_ID}` != ''")}
 
 
 def _run_exists(client, run_id: str) -> bool:
