@@ -1,11 +1,5 @@
 """`hmer config`: the flat config a preset or a study's cell trains with, and the layer of each value.
 
-    hmer config tiny-transformer                           # a preset: defaults, family, size, recipe
-    hmer config tiny-transformer --budget cpu --set train.seed=4   # at a study budget's size, recipe and keys
-    hmer config ablate_direction --budget cpu              # a study's base config (stored, if it began)
-    hmer config ablate_direction --budget cpu --cell model.direction=bi --seed 2
-    hmer config sweep --budget cpu --cell train.lr=6.5e-4 model.d_model=192 --fresh
-
 The layers are `hmer.model_presets.LAYERS` (docs/training.md). A study that exists in its storage
 shows its stored base config, as on resume (`--fresh`: a new study's). Nothing is written.
 """

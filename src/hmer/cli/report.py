@@ -1,12 +1,6 @@
 """`hmer report`: a study's (an experiment's, some runs') tables and plots as files; `--list`: every study;
 `--claims`: the papers' claims answered from the studies; `--frontier`: the frontier study's points.
 
-    hmer report --study ablate_direction-smoke          # -> reports/ablate_direction-smoke/
-    hmer report --experiment hmer --out /tmp/report
-    hmer report --runs 3f2a... 9c1b...
-    hmer report                                         # the latest study, named on the first line
-    hmer report --list                                  # every study: state and trials
-
 writes table.md, table.csv, runs.csv and plots/*.png (docs/reports.md lists them; with `--analysis`
 also `analysis/`), and prints the text table and the link that compares the runs in the MLflow UI.
 """

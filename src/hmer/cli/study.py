@@ -1,11 +1,5 @@
 """`hmer study NAME`: run a registered study; `run_study(name)` is all a script in `studies/` calls.
 
-    python studies/ablate_direction.py                      # budget cpu without a GPU, short with one
-    hmer study ablate_direction                             # the same, for any registered study
-    python studies/ablate_direction.py --budget short --n-jobs 3
-    python studies/ablate_decoder.py --storage postgresql://user:pw@host/hmer   # one of many workers
-    python studies/sweep.py --budget short --trials 20
-
 Running the same command again resumes the study. Exit status: 0 when the study is
 complete, 1 when cells failed (run again to retry them), 2 on bad options.
 

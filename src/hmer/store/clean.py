@@ -2,9 +2,6 @@
 in its databases, artifacts or checkpoints, no RUNNING run or trial, every study called by its name
 (experiment, `hmer.study` tags, parent run's name and `study` param, Optuna's `hmer.experiment`).
 
-    problems = store_problems(Path("mlruns"))        # [] for a clean store; else one line each
-    fixed = make_paths_portable(folder, stores=[workspace])
-
 `hmer runs publish` refuses a copy in which `store_problems` still finds anything.
 """
 

@@ -1,9 +1,5 @@
 """How a study reads in optuna-dashboard: its objective by name, what it compares, and its failed trials' fates.
 
-    study, storage = load_for_notes("ablate_direction-cpu", "sqlite:///mlruns/optuna.db")
-    changes = annotate_optuna_study(study, storage, objective_name="best validation ExpRate (%)",
-                                    description="decoding direction: ...", superseded_by=None, table=frame)
-
 A study gets its objective's name (not "Objective 0"), its description (`hmer.description`) and a
 note: what it compares, why "Best Trial" is not a grid's answer, its failed and taken-over trials and
 what supersedes it. Each FAIL trial gets a note (Optuna changes no finished trial's attributes): why

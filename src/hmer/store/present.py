@@ -1,8 +1,5 @@
 """A study as its users open it, in the MLflow UI (`store.study_run`) and optuna-dashboard (`store.dashboard`).
 
-    changes = present_study("ablate_direction-cpu", tracking_uri=uri, storage=url)   # [] when up to date
-    done = present_studies(uri, url)                                                  # {study: changes}
-
 A finished or superseded grid gets its figure, table, description and summary runs, its killed
 attempts that a later run trained again marked; a finished sweep its table and description. Called
 when a study ends (hmer.cli.study) and by `hmer runs present | publish | supersede`. Presenting

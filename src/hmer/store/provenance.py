@@ -1,7 +1,5 @@
 """What trained a run, in one place: `hmer runs show`.
 
-    shown = run_provenance(client, run_id, today_fingerprint)   # a Provenance; shown.lines() is what it prints
-
 Its study, cell, seed and commit, how far it trained (for a run that spans sessions), its training-code
 fingerprint against today's, its config as it trained, its scores per year, and where its files are.
 """

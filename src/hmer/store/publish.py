@@ -1,7 +1,5 @@
 """`hmer runs publish WORKSPACE`: a workspace's store copied into the checkout's `mlruns/`, to be committed.
 
-    done = publish("/tmp/ws", mlruns_dir(), keep_unfinished=False)    # a Published, to print
-
 The copy is built in `mlruns/.publishing/` and replaces the committed store's files only once clean:
 unfinished studies left out or kept (`store.unfinished`); what runs closed in the copy (`close_running`:
 a trial FAIL as if its worker died, its run KILLED), going on in the workspace; every study presented;

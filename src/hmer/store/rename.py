@@ -18,7 +18,7 @@ from ..studies.bookings import mark_failed, worker_alive
 from ..studies.spec import check_study_name
 from ..tracking import keys
 from ..tracking.portable import set_params, sqlite_path
-from ..tracking.store import search_all_runs
+from ..tracking.store import search_all_runs, study_filter
 from .clean import STUDY_PARAM
 
 
@@ -93,7 +93,7 @@ def rename_study(study: str, new: str, *, tracking_uri: str | None = None, stora
 
 def _tagged_runs(client, study: str) -> list:
     """Every run tagged as the study's, in any experiment, deleted too (restored, it keeps the tag)."""
-    return search_all_runs(client, filter_string=f"tags.`{keys.STUDY}` = '{study}'", deleted_too=True)
+    return search_all_runs(client, filter_string=study_filter(study), deleted_too=True)
 
 
 def _same_trials(storage, study: str, new: str) -> bool:

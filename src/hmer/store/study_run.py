@@ -1,7 +1,5 @@
 """A study at a glance where it lives: on its MLflow parent run, and in one run per variant beside it.
 
-    changes = annotate_study("ablate_direction-cpu", tracking_uri)   # [] when already up to date
-
 A grid study's parent run gets the artifacts `exprate.png` and `table.md`, and a description
 (`mlflow.note.content`) with both. Beside the trials, one **summary run** per variant
 (`hmer.role=summary`, "bi: mean of 3 seeds") logs `<year> ExpRate`, the mean over seeds: MLflow's

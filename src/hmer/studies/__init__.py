@@ -1,8 +1,5 @@
 """Optuna studies: grid ablations and a TPE sweep over real training runs, tracked in MLflow.
 
-    from hmer.studies import DIRECTION, run_grid_study
-    outcome = run_grid_study(DIRECTION, "smoke")      # python studies/ablate_direction.py --budget smoke
-
 The modules: docs/studies.md's table. The store's upkeep is `hmer.store`'s, the command `hmer.cli.study`.
 The studies' constants (`DIRECTION`, `SWEEP`, any a module of `suite` binds) and `ABLATIONS` are read
 from `hmer.studies.suite` when first asked for, so that no list of studies is kept here.

@@ -1,26 +1,14 @@
 """Which grid cell a worker runs next, so that no cell runs twice and none is lost.
 
-Optuna's `GridSampler` counts a FAIL trial as visited (a killed cell would never run again) and, once
-every cell has started, hands out cells still running elsewhere. So the runner picks the cell, and the
-Optuna storage is all the workers share:
-
-1. **Dead workers are found first** (`reap`). A trial records its worker (host, pid, start time): a
-   RUNNING trial whose worker on this host is gone is failed at once; one of another host (or of this
-   host, dead longer than the grace period) by Optuna's heartbeat check. The worker that failed it
-   takes it up.
-2. **A cell is open** when none of its trials is COMPLETE or RUNNING and no other live worker books it.
-3. **Booking is write-then-read.** A worker writes its booking (a study system attribute of its own),
-   then reads every booking and trial; if anyone else books or runs the cell, it withdraws and retries
-   after a random pause. Of two racers the later reader sees the other, so at most one proceeds.
-4. The trial is created with the booked cell (`sampler.BookedCellSampler`), tagged with worker and cell,
-   and only then is the booking released; readers read bookings before trials, so a released booking
-   shows as its RUNNING trial.
-
-A booking that never became a trial expires: at once when its worker on this host is gone, else after
-`booking_ttl_s`. A sweep's dead trials are booked the same way (`book_continuation`) and continued
-with their parameters. Optuna's queue (`enqueue_trial`) breaks "no cell runs twice" on SQLite and
-wherever the queue empties under a worker (docs/studies.md, "Several workers";
-`benchmarks/optuna_queue.py`).
+Optuna's `GridSampler` counts a FAIL trial as visited and hands out cells still running elsewhere, and
+its queue breaks "no cell runs twice" on SQLite (docs/studies.md, "Several workers"). So the runner
+picks the cell, and the Optuna storage is all the workers share: dead workers' trials are failed first
+(`reap`: by pid on this host, by Optuna's heartbeat elsewhere); a cell is open when none of its trials
+is COMPLETE or RUNNING and no other live worker books it; booking is write-then-read (a worker writes
+its booking, then reads every booking and trial, and withdraws if anyone else has the cell: of two
+racers the later reader sees the other); the trial is tagged with its cell before the booking is
+released, and readers read bookings before trials. A booking that never became a trial expires after
+`booking_ttl_s` (at once when its worker here is gone). A sweep's dead trials are booked the same way.
 """
 
 from __future__ import annotations
@@ -44,8 +32,6 @@ from .storage import StaleTrials
 
 _Booked = TypeVar("_Booked")  # what a booking key stands for: a grid cell, a dead trial
 
-
-# ---- workers ------------------------------------------------------------------------------------
 
 def _stat_fields(pid: int) -> list[str]:
     """The fields of /proc/<pid>/stat after the command name (state first), or [] where unknown; the name
@@ -104,8 +90,6 @@ def worker_alive(attr: Mapping[str, Any] | None) -> bool | None:
     return True
 
 
-# ---- trials -------------------------------------------------------------------------------------
-
 def mark_failed(storage: optuna.storages.BaseStorage, trial_id: int, reason: str) -> bool:
     """Mark a RUNNING trial FAIL with `reason` (`hmer.failed_by`); False if it was finished first."""
     try:
@@ -114,8 +98,6 @@ def mark_failed(storage: optuna.storages.BaseStorage, trial_id: int, reason: str
     except optuna.exceptions.UpdateFinishedTrialError:
         return False
 
-
-# ---- bookings -------------------------------------------------------------------------------------
 
 @dataclass
 class GridStatus:
@@ -148,9 +130,8 @@ class CellBookings:
 
     # -- dead workers ---------------------------------------------------------------------------
     def vouch_for_live_workers(self) -> None:
-        """Record a heartbeat for every RUNNING trial whose worker runs on this host: a worker paused or starved
-        of CPU past the grace period is alive, and Optuna's heartbeat check must not fail its trial (a sweep
-        would continue it twice). Called before each of this worker's heartbeat checks."""
+        """A heartbeat for every RUNNING trial whose worker runs on this host: one starved of CPU past the
+        grace period is alive, and Optuna's heartbeat check must not fail its trial."""
         if self.storage.get_heartbeat_interval() is None:
             return  # a storage opened without Optuna's heartbeat
         for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
@@ -255,9 +236,8 @@ class CellBookings:
     def _book_open(self, open_now: Callable[[], dict[str, _Booked]],
                     after_a_lost_race: Callable[[dict[str, _Booked]], str], what: str, max_attempts: int,
                     before: Callable[[], Any] | None = None) -> _Booked | None:
-        """The module docstring's step 3: book the first of `open_now()` ({booking key: what it books}), or after
-        a lost race the key `after_a_lost_race` picks; keep it if still open on reading again, else withdraw
-        and pause. `before` runs ahead of each attempt. None when nothing is open."""
+        """Book the first of `open_now()` ({booking key: what it books}), or after a lost race the key
+        `after_a_lost_race` picks; keep it if still open on reading again, else withdraw and pause."""
         for attempt in range(max_attempts):
             if before is not None:
                 before()

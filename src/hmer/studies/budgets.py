@@ -1,7 +1,6 @@
 """Study budgets: how much compute one study may spend, as Config overrides.
 
-A budget is orthogonal to the study: the direction ablation is the same three variants as a CPU
-smoke test or as the papers' recipe. It picks the spec's tiny or full preset, may name another size
+A budget is orthogonal to the study. It picks the spec's tiny or full preset, may name another size
 and recipe (`hmer.model_presets.SIZES`, `hmer.recipes`), sets its own keys (data subset, epochs, test
 decoding), seeds and default workers, and says what the study will cost. How cpu and long were chosen:
 docs/cpu_protocol.md. The smoke direction ablation takes 2.8 minutes on an idle 2-core CPU, 5.7 to
@@ -40,13 +39,13 @@ class StudyBudget:
     summary: str
     preset_size: str
     overrides: Mapping[str, Any]
-    seeds: tuple[int, ...]
     sweep_trials: int
-    window_s: float
-    load_s: float
-    eval_reserve_s: float
-    default_jobs: int
     hardware: str
+    seeds: tuple[int, ...] = (1, 2, 3)
+    window_s: float = 0.0
+    load_s: float = 60.0
+    eval_reserve_s: float = 0.0
+    default_jobs: int = 1
     trial_seconds: float = 0.0
     size: str | None = None
     recipe: str | None = None
@@ -159,9 +158,7 @@ BUDGETS: dict[str, StudyBudget] = {
         seeds=(1, 2),
         sweep_trials=6,
         window_s=9 * 60.0,
-        load_s=60.0,
         eval_reserve_s=40.0,
-        default_jobs=1,
         hardware="a 2-core CPU",
         trial_seconds=_SMOKE_TRIAL_SECONDS,
         notes=("a smoke study shows that the pipeline works end to end, not which variant is better",),
@@ -179,11 +176,7 @@ BUDGETS: dict[str, StudyBudget] = {
         overrides={
             "train.epochs": _CPU_EPOCHS, "train.beam_size": 10, "train.max_decode_len": 200, "train.device": "cpu",
         },
-        seeds=(1, 2, 3),
         sweep_trials=24,
-        window_s=0.0,
-        load_s=60.0,
-        eval_reserve_s=0.0,
         default_jobs=2,
         hardware="a 2-core CPU, one thread per worker",
         trial_seconds=_CPU_TRIAL_SECONDS,
@@ -196,7 +189,6 @@ BUDGETS: dict[str, StudyBudget] = {
         summary="full-size model on the full data, a wall-clock budget per trial, beam 10",
         preset_size="full",
         overrides={"train.epochs": _PAPER_EPOCHS},
-        seeds=(1, 2, 3),
         sweep_trials=12,
         window_s=25 * 60.0,
         load_s=120.0,
@@ -211,12 +203,8 @@ BUDGETS: dict[str, StudyBudget] = {
         summary=f"the papers' full recipes: {_PAPER_EPOCHS} epochs, full data, beam 10 (validation too), 3 seeds",
         preset_size="full",
         overrides={"train.epochs": _PAPER_EPOCHS, "train.val_beam_size": 10},
-        seeds=(1, 2, 3),
         sweep_trials=50,
-        window_s=0.0,
         load_s=120.0,
-        eval_reserve_s=0.0,
-        default_jobs=1,
         hardware="one GPU",
         notes=("run several workers (--n-jobs, or the same command on more machines with a shared "
                "--storage) to divide the wall-clock time",),

@@ -1,9 +1,5 @@
 """The frontier (issue 66): hold-out ExpRate against training compute, one point a finished run.
 
-    points = frontier_points("frontier-cpu", flops=read_flops())   # one row a finished run
-    fig = plot_frontier(points)
-    hmer report --frontier                                          # both, as files
-
 The x-axis is host-independent: PFLOP, the FLOPs of a training image at the run's setting
 (`benchmarks/frontier_flops.py`, in `benchmarks/results/frontier_flops.csv`) times the images of its
 epochs. Beside it: `cpu_hours`, its training clock as if trained alone (a branched run counts its

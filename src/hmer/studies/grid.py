@@ -1,7 +1,5 @@
 """Grid studies: every (variant, seed) cell of a `StudySpec` trained once, then the per-year table.
 
-    outcome = run_grid_study(DIRECTION, "smoke")          # python studies/ablate_direction.py
-
 Running it again resumes: dead workers' trials go FAIL and their cells run again, from the last
 checkpoint where there is one (`resume.py`); no COMPLETE cell runs twice, with any number of workers
 (`bookings.py`). The lifecycle is `session.run_session`'s; this module says what a grid is.
@@ -28,23 +26,12 @@ from .session import Session, StudyData, StudyKind, StudyOutcome, run_session
 from .spec import SEED_KEY, StudySpec, cell_key, cell_label, variant_label
 
 
-def run_grid_study(
-    spec: StudySpec,
-    budget: str | StudyBudget = "smoke",
-    *,
-    storage: str | None = None,
-    tracking_uri: str | None = None,
-    n_jobs: int | None = None,
-    data_path: str | None = None,
-    data: dict[str, list] | None = None,
-    study_name: str | None = None,
-    seeds: Sequence[int] | None = None,
-    variants: Sequence[str] | None = None,
-    overrides: Mapping[str, Any] | None = None,
-    print_table: bool = True,
-    reuse: bool = True,
-    role: str = "main",
-) -> StudyOutcome:
+def run_grid_study(spec: StudySpec, budget: str | StudyBudget = "smoke", *, storage: str | None = None,
+                   tracking_uri: str | None = None, n_jobs: int | None = None, data_path: str | None = None,
+                   data: dict[str, list] | None = None, study_name: str | None = None,
+                   seeds: Sequence[int] | None = None, variants: Sequence[str] | None = None,
+                   overrides: Mapping[str, Any] | None = None, print_table: bool = True, reuse: bool = True,
+                   role: str = "main") -> StudyOutcome:
     """Run (or resume) the grid study `spec` under `budget` until every cell is COMPLETE (not presented
     in the UIs: `hmer.store.present.present_study`).
 

@@ -12,14 +12,8 @@ from optuna.trial import TrialState
 
 from ..tracking import keys
 from ..tracking.run import close_failed, log_params
-from ..tracking.store import mlflow_client, search_all_runs
+from ..tracking.store import mlflow_client, search_all_runs, study_filter
 from .storage import first_use_lock
-
-
-def study_runs_filter(study_name: str) -> str:
-    """An MLflow filter for every run of the study, the parent included."""
-    quoted = study_name.replace("'", "\\'")
-    return f"tags.`{keys.STUDY}` = '{quoted}'"
 
 
 def parent_run(study: optuna.Study, known: str | None, *, tracking_uri: str, experiment: str,
@@ -41,7 +35,7 @@ def parent_run(study: optuna.Study, known: str | None, *, tracking_uri: str, exp
             run_id = None
     if run_id is None:
         found = client.search_runs([experiment_id], filter_string=(
-            f"{study_runs_filter(study.study_name)} and tags.`{keys.ROLE}` = 'study'"),
+            f"{study_filter(study.study_name)} and tags.`{keys.ROLE}` = 'study'"),
             order_by=["attributes.start_time ASC"], max_results=1)
         run_id = found[0].info.run_id if found else None
     if run_id is None:
@@ -77,7 +71,7 @@ def finish_parent(client, study: optuna.Study, parent_run_id: str, complete: boo
 
 def trial_runs(client, experiment_id: str, study_name: str) -> list:
     """The child runs of the study's trials."""
-    runs = search_all_runs(client, [experiment_id], study_runs_filter(study_name))
+    runs = search_all_runs(client, [experiment_id], study_filter(study_name))
     return [run for run in runs if keys.TRIAL in run.data.tags]
 
 

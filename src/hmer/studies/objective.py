@@ -15,8 +15,8 @@ from optuna.trial import TrialState
 
 from ..config import Config
 from ..tracking import keys
+from ..tracking.store import study_filter
 from .branch import find_branch
-from .mlflow_runs import study_runs_filter
 from .resume import Resumable, adopt, checkpoint_dir, find_resumable
 from .session import Session
 from .storage import GRACE_HEARTBEATS, heartbeat_s, trial_id
@@ -107,7 +107,7 @@ def _drop_checkpoints(session: Session, number: int, resumable: Resumable | None
     else:
         runs = session.client.search_runs(
             [session.experiment_id], max_results=5,
-            filter_string=f"{study_runs_filter(session.name)} and tags.`{keys.TRIAL}` = '{number}'")
+            filter_string=f"{study_filter(session.name)} and tags.`{keys.TRIAL}` = '{number}'")
         run_ids = [run.info.run_id for run in runs]
     for run_id in run_ids:
         shutil.rmtree(checkpoint_dir(run_id, session.tracking_uri), ignore_errors=True)

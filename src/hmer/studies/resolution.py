@@ -3,10 +3,6 @@
 The one builder of a study's configs (the session trains it, `hmer config` prints it with the layer
 of each value): the study's base (`study_resolution`), a resumed study's stored base on top
 (`Resolution.take_stored`), then the cell (`cell_resolution`):
-
-    base = study_resolution(DIRECTION, get_budget("cpu"), n_trials=9, n_jobs=2)
-    cell = cell_resolution(base, DIRECTION, {"model.direction": "bi", "train.seed": 1})
-    cell.sources["model.d_model"]        # 'size swept (budget cpu)'
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
-"""Optuna storage: a URL in, an `optuna.storages.RDBStorage` out.
+"""Optuna storage: a URL in, an `optuna.storages.RDBStorage` with Optuna's heartbeat out.
 
-    storage = open_storage("sqlite:///mlruns/optuna.db")      # or postgresql://user:pw@host/db
-
-The session creates the storage here and holds it: bookings and session use its public methods (Optuna
-has no public accessor for a study's storage). Every storage has Optuna's heartbeat, so trials of dead
-workers on other hosts go FAIL. SQLite beside the MLflow store is the default.
-
-A database server shared by many machines may restart under running workers: every query then fails for
-a few seconds, Optuna raises into the worker, and its heartbeat thread dies silently (another worker
-would later fail a trial that is still training). `PatientRDBStorage` waits instead, up to `outage_s`,
-on every call (the heartbeat and `optuna_compat.PRIVATE_STORAGE_CALLS` included), saying so once on
-stderr; only connection errors are waited out.
-
-Retrying is safe: each Optuna write is one transaction, but for a commit whose reply was lost. Then a
-new trial may exist twice (the spare gets no cell; `CellBookings.reap` fails it after its booking
-timeout), or a finished trial may report it was already finished (treated as failed by others; its
-cell runs again).
+A database server may restart under running workers: every query then fails for a few seconds and the
+heartbeat thread dies silently (another worker would later fail a trial still training).
+`PatientRDBStorage` waits out connection errors instead, up to `outage_s`, saying so once on stderr.
+Retrying is safe but for a commit whose reply was lost: then a new trial may exist twice (the spare gets
+no cell; `CellBookings.reap` fails it), or a finished trial reads as failed (its cell runs again).
 """
 
 from __future__ import annotations
@@ -170,8 +159,7 @@ def first_use_lock(url: str) -> Iterator[None]:
     except ImportError:  # not POSIX: first use by several processes at once is not supported
         yield
         return
-    # The lock lives in the temporary folder: beside the database it was left in every store a command only
-    # read, and a read-only store could not hold it (issue 70).
+    # The lock lives in the temporary folder: a read-only store could not hold it.
     import hashlib
     import tempfile
 

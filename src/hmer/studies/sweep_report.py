@@ -1,10 +1,5 @@
 """A sweep read back from its Optuna storage: what `notebooks/sweep.ipynb` shows beside Optuna's plots.
 
-    study = find_sweep()                      # the newest sweep beside mlruns/mlflow.db
-    print(sweep_table(study))                 # the table a sweep ends with
-    spread = importance_spread(study)         # fANOVA importances and their range over resamples
-    best = best_trial(study)                  # its config, MLflow run, validation and measured cost
-
 Only reads: a store without an Optuna storage is not given one.
 """
 

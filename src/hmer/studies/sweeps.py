@@ -1,7 +1,5 @@
 """Sweeps: TPE over a `SweepSpec`'s search space with median pruning, every trial a training run.
 
-    outcome = run_sweep(SWEEP, "short", n_jobs=3)         # python studies/sweep.py
-
 Trials report greedy validation within one edit (`PRUNE_METRIC`) at each quarter of their training;
 the median pruner stops those below the median at the same share (PRUNED; MLflow hmer.status=pruned,
 run KILLED). A trial failing in a live worker counts as finished. One whose worker died is booked by
@@ -32,21 +30,11 @@ from .session import Session, StudyData, StudyKind, StudyOutcome, run_session
 from .spec import SEED_KEY, SweepSpec
 
 
-def run_sweep(
-    spec: SweepSpec,
-    budget: str | StudyBudget = "smoke",
-    *,
-    storage: str | None = None,
-    tracking_uri: str | None = None,
-    n_jobs: int | None = None,
-    data_path: str | None = None,
-    data: dict[str, list] | None = None,
-    study_name: str | None = None,
-    n_trials: int | None = None,
-    overrides: Mapping[str, Any] | None = None,
-    pruner: optuna.pruners.BasePruner | None = None,
-    role: str = "main",
-) -> StudyOutcome:
+def run_sweep(spec: SweepSpec, budget: str | StudyBudget = "smoke", *, storage: str | None = None,
+              tracking_uri: str | None = None, n_jobs: int | None = None, data_path: str | None = None,
+              data: dict[str, list] | None = None, study_name: str | None = None, n_trials: int | None = None,
+              overrides: Mapping[str, Any] | None = None, pruner: optuna.pruners.BasePruner | None = None,
+              role: str = "main") -> StudyOutcome:
     """Run (or resume) a TPE sweep with median pruning until `n_trials` trials have finished (with several
     workers, up to n_jobs - 1 more). `pruner` replaces the median pruner of this process's worker. The
     other arguments are `run_grid_study`'s."""
@@ -85,12 +73,10 @@ class Sweep(StudyKind):
 
     def banner(self, budget: StudyBudget, n_trials: int, n_jobs: int, model_preset: str, left: int) -> list[str]:
         lines = []
-        if budget.sweep_trial_cpu_minutes > 0 and not left:
-            lines.append(f"budget {budget.name}: {budget.summary}; each trial got "
-                         f"{budget.sweep_trial_cpu_minutes:g} CPU-minutes of training")
-        elif budget.sweep_trial_cpu_minutes > 0:
-            # The grid's trial time says nothing of a sweep whose trials get a fixed compute.
-            m = budget.sweep_trial_cpu_minutes
+        m = budget.sweep_trial_cpu_minutes  # a fixed compute per trial: the grid's trial time says nothing
+        if m > 0 and not left:
+            lines.append(f"budget {budget.name}: {budget.summary}; each trial got {m:g} CPU-minutes of training")
+        elif m > 0:
             lines.append(f"budget {budget.name}: {budget.summary}; each trial gets {m:g} CPU-minutes of training "
                          f"(one thread) and trains the epochs that fit, plus greedy validation after each epoch and "
                          f"the final validation decode; {n_trials} trials on {n_jobs} worker(s) take at least "
@@ -117,8 +103,6 @@ class Sweep(StudyKind):
         return {"n_trials": self.n_trials}
 
     def take_up(self, bookings: CellBookings, dead: list[FrozenTrial]) -> str:
-        # A dead trial with its configuration complete stays open until `run_next` books it; the others are
-        # replaced by TPE.
         continued = [t for t in dead if keys.CELL_KEY in t.user_attrs]
         return f"{len(continued)} continue from their last epoch, the others are replaced"
 

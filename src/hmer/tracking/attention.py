@@ -1,9 +1,5 @@
 """Where a model looks for each token it reads: per-token attention (or coverage) over the image.
 
-    model, cfg, vocab = hmer.tracking.load_model(run_id)
-    result = attend(model, vocab, expr, tokens=predicted_tokens, label="coverage=cross")
-    fig = plot_attention([result_with, result_without])   # one block of rows per model
-
 `model.attention_maps`, teacher-forced on the tokens: row t is where the decoder looked to emit token
 t (`kind="coverage"`: the sum of the steps before t), upsampled, in reading order. Over-parsing shows
 as summed attention above 1 on ink (`AttentionResult.total`), under-parsing as ink left dark;

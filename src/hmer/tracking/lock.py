@@ -1,23 +1,12 @@
 """One writer at a time per store: the lock that the commands which write a whole store take.
 
-    with store_lock(mlruns_dir(), "hmer runs publish /tmp/ws") as lock:
-        if lock.stale is not None:
-            print(lock.stale_line(), file=sys.stderr)   # a writer killed before it let go
-        ...                                              # write the store
-
-Publish, import, workspace, the GPU campaign's `home`, rescore / present / rename / supersede /
-fingerprint write many runs in several steps; two at once break each other. A second writer does not
-wait: it is refused (`StoreLocked`, one line, exit status 2) naming the holder, nothing changed.
-
-The lock is an advisory `flock` on `<store>/.store.lock`, whose file records the holder (command,
-pid, host, time). The kernel releases a `flock` when its process ends (SIGKILL too), so a killed
-holder blocks no one; its file is reported `stale` and taken over. The same process may retake it.
-
-Trainings share `.trainers.lock` (`training_lock`, records in `.trainers/`), which a publish into
-the store takes exclusively (`no_training`). One process trains a run at a time (`run_lock`,
-`.training.lock` in its checkpoint folder). The last holder of each lock removes its file.
-
-One machine only (`flock` on a network filesystem may lock nothing across hosts); none without `fcntl`.
+Publish, import, workspace, rescore, present, rename, supersede write many runs in several steps; two
+at once break each other. A second writer does not wait: it is refused (`StoreLocked`, one line)
+naming the holder. The lock is an advisory `flock` on `<store>/.store.lock`, whose file records the
+holder; the kernel releases a `flock` when its process ends (SIGKILL too), so a killed holder's file
+is reported `stale` and taken over. Trainings share `.trainers.lock` (`training_lock`), which a
+publish takes exclusively (`no_training`); `run_lock` lets one process train a run. One machine only
+(`flock` on a network filesystem may lock nothing across hosts); none without `fcntl`.
 """
 
 from __future__ import annotations
@@ -40,7 +29,7 @@ except ImportError:  # not POSIX: no lock is taken
     FLOCK = False
 
 LOCK_FILE = ".store.lock"
-RECORD_WAIT_S = 2.0  # how long a refused writer waits for the holder's record (written just after its flock)
+RECORD_WAIT_S = 2.0  # how long a refused writer waits for the holder's record
 
 
 @dataclass(frozen=True)
@@ -99,8 +88,10 @@ def store_lock(folder: str | os.PathLike[str], command: str) -> Iterator[TakenLo
     created = not path.parent.exists()
     _make_folder(path.parent, path.name)
     fd = _flocked(path, fcntl.LOCK_EX)
-    if fd is None:
-        holder = _wait_for_record(path)
+    if fd is None:  # the holder writes its record just after its flock: wait a moment for it
+        deadline = time.monotonic() + RECORD_WAIT_S
+        while not isinstance(holder := _read_record(path), Holder) and time.monotonic() <= deadline:
+            time.sleep(0.05)
         who = holder.describe() if isinstance(holder, Holder) else "another process (its record unreadable)"
         raise StoreLocked(f"{path.parent}: {who} is writing this store and holds its lock ({path.name}); "
                           f"nothing was changed: run this again once it has ended")
@@ -171,7 +162,10 @@ def _flocked(path: Path, kind: int) -> int | None:
     """A descriptor of `path` (made if missing) holding a flock of `kind`, or None when another
     process's lock excludes it; a file its holder removed meanwhile is opened again."""
     while True:
-        fd = _open_lock(path)
+        try:  # a store that cannot be locked here (read-only, another user's) is not written at all
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise _not_writable(path.parent, path.name, exc) from None
         try:
             fcntl.flock(fd, kind | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -240,15 +234,6 @@ def _make_folder(folder: Path, lock: str) -> None:
         raise _not_writable(folder, lock, exc) from None
 
 
-def _open_lock(path: Path) -> int:
-    """A read-write descriptor of the lock file `path` (made if missing), or StoreNotWritable: a store
-    that cannot be locked here (read-only, another user's) is not written at all."""
-    try:
-        return os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise _not_writable(path.parent, path.name, exc) from None
-
-
 def _not_writable(folder: Path, lock: str, exc: OSError) -> StoreNotWritable:
     return StoreNotWritable(f"{folder}: cannot write the store's lock {lock} there ({exc.strerror or exc}): a "
                             f"read-only store can be read, not written; nothing was changed")
@@ -289,10 +274,3 @@ def _read_record(path: Path) -> Holder | str:
     except (ValueError, TypeError):
         return text.strip()
 
-
-def _wait_for_record(path: Path) -> Holder | str:
-    """The holder's record, waiting a moment for it: it is written just after the holder's flock."""
-    deadline = time.monotonic() + RECORD_WAIT_S
-    while not isinstance(record := _read_record(path), Holder) and time.monotonic() <= deadline:
-        time.sleep(0.05)
-    return record

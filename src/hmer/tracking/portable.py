@@ -82,9 +82,7 @@ def set_params(db_path: str | Path, params: Mapping[tuple[str, str], str]) -> No
 
 def sqlite_path(tracking_uri: str) -> Path | None:
     """The database file of a `sqlite:///...` tracking URI, else None."""
-    if not tracking_uri.startswith("sqlite:///"):
-        return None
-    return Path(tracking_uri[len("sqlite:///"):])
+    return Path(tracking_uri[len("sqlite:///"):]) if tracking_uri.startswith("sqlite:///") else None
 
 
 def _is_local(location: str) -> bool:
@@ -95,12 +93,8 @@ def _is_local(location: str) -> bool:
 
 def _relative(location: str) -> str | None:
     """`file:///any/where/artifacts/exp/...` -> `mlruns/artifacts/exp/...` (None if not local)."""
-    parsed = urlparse(location)
-    if not _is_local(location):
-        return None
-    path = unquote(parsed.path)
-    marker = f"/{ARTIFACTS}/"
-    if marker not in path:
+    path, marker = unquote(urlparse(location).path), f"/{ARTIFACTS}/"
+    if not _is_local(location) or marker not in path:
         return None
     return f"{STORE_FOLDER}/{ARTIFACTS}/{path.rsplit(marker, 1)[1]}"
 
@@ -160,11 +154,8 @@ def snapshot_database(source: Path, dest: Path) -> None:
 def copy_store(source: str | Path, dest: str | Path, *, portable: bool, checkpoints: bool = False) -> Path:
     """Copy a local store (`mlflow.db`, `optuna.db`, `artifacts/`) from `source` over `dest`, made
     portable (to commit) or local (to run more studies in); returns the copied database. The databases
-    replace `dest`'s only once all are copied.
-
-    `checkpoints` (for runs to continue: `--keep-unfinished`, `hmer runs workspace`) are copied first,
-    so a copy made while workers train has none newer than its records (a continued run may repeat an
-    epoch, never skip one), without files being written (`.*.tmp`) or folders deleted meanwhile."""
+    replace `dest`'s only once all are copied. `checkpoints` are copied first, so a copy made while
+    workers train has none newer than its records (a continued run may repeat an epoch, never skip one)."""
     import os
     import shutil
 
@@ -188,12 +179,11 @@ def copy_store(source: str | Path, dest: str | Path, *, portable: bool, checkpoi
         raise
     for name, partial in copied.items():
         os.replace(partial, dest / name)
-    if (dest / ARTIFACTS).exists():
-        shutil.rmtree(dest / ARTIFACTS)
+    for folder in (ARTIFACTS, CHECKPOINTS):
+        if (dest / folder).exists():
+            shutil.rmtree(dest / folder)
     if (source / ARTIFACTS).is_dir():
         shutil.copytree(source / ARTIFACTS, dest / ARTIFACTS)
-    if (dest / CHECKPOINTS).exists():
-        shutil.rmtree(dest / CHECKPOINTS)
     if staged.is_dir():
         os.replace(staged, dest / CHECKPOINTS)
     make_portable(dest / "mlflow.db")  # from wherever the source was
@@ -240,6 +230,5 @@ def download_run_artifact(client, run_id: str, path: str, dest: str) -> str:
     """`client.download_artifacts(run_id, path, dest)`, portable stores read from anywhere."""
     import mlflow.artifacts
 
-    run = client.get_run(run_id)
-    root = resolve_artifact_uri(run.info.artifact_uri, client.tracking_uri)
+    root = resolve_artifact_uri(client.get_run(run_id).info.artifact_uri, client.tracking_uri)
     return mlflow.artifacts.download_artifacts(artifact_uri=f"{root}/{path}" if path else root, dst_path=dest)

@@ -1,10 +1,5 @@
 """Published BTTR and CoMER checkpoints as project models: safe loading, config, weight mapping.
 
-    ref = read_reference_checkpoint("lightning_logs/version_0/checkpoints/epoch=....ckpt")
-    ref.family, ref.preset          # "comer", "comer-fusion"
-    model = ref.model               # an HMERModel in eval mode, computing the reference's function
-    ref.config, ref.vocab           # the project Config (search rule included) and its Vocab
-
 The checkpoints are PyTorch Lightning 1.x files of Green-Wood/BTTR (keys `bttr.*`) and
 Green-Wood/CoMER (keys `comer_model.*`).
 

@@ -4,9 +4,6 @@ A metric registered after a run was trained (the papers' lgeval measures, issue 
 the predictions it stored (`artifacts.predictions_artifact`): the run is given every registered one
 it lacks, under the key it would have logged (`test_2014_lgeval_le1`), at the split's scores' step.
 
-    plans = plan_rescoring(client, select_runs(client, studies=["ablate_direction-cpu"]))
-    logged = write_rescoring(client, plans)      # the metrics the plans add; nothing for a second pass
-
 Planning writes nothing (a dry run plans only), so a bad input stops before the store changes. A
 metric a run has is never logged again; a split whose predictions do not give its logged scores is
 left, the plan saying why.

@@ -1,11 +1,4 @@
-"""One training run in MLflow, from its first tags to its final status.
-
-    run = TrainingRun.start(experiment="hmer", variant="tiny-transformer", device="cpu (x86_64, 2 threads)")
-    with run:                                  # the run's status is settled on the way out
-        run.log_params(cfg.to_flat_dict())
-        for epoch in ...:
-            run.log_metrics(metrics, step=epoch)
-    # or, to continue a killed run in place:  TrainingRun.resume(run_id, from_epoch=3)
+"""One training run in MLflow, from its first tags to its final status (`TrainingRun.start`, `.resume`).
 
 How a run ends, by how its `with` block ends:
 
@@ -66,14 +59,8 @@ class TrainingRun:
         """A new run tagged with its variant, commit, device and status `running`, and `tags` (which
         win); `parent_run_id` nests it under a study's parent run."""
         client, experiment_id = open_experiment(tracking_uri, experiment)
-        run_tags = {
-            keys.VARIANT: variant,
-            keys.GIT_COMMIT: git_commit(),
-            keys.DEVICE: device,
-            keys.STATUS: "running",
-            **_process_tags(),
-            **(tags or {}),
-        }
+        run_tags = {keys.VARIANT: variant, keys.GIT_COMMIT: git_commit(), keys.DEVICE: device,
+                    keys.STATUS: "running", **_process_tags(), **(tags or {})}
         if parent_run_id:
             run_tags[keys.MLFLOW_PARENT_RUN_ID] = parent_run_id
         run = client.create_run(experiment_id, run_name=run_name, tags=run_tags)
@@ -172,10 +159,9 @@ def fail_runs_of_dead_processes(experiment: str, tracking_uri: str | None = None
     found = client.get_experiment_by_name(experiment)
     if found is None:
         return []
-    experiment_ids = [found.experiment_id]
     filter_string = f"attributes.status = 'RUNNING' and tags.`{keys.HOST}` = '{socket.gethostname()}'"
     marked = []
-    for run in search_all_runs(client, experiment_ids, filter_string):
+    for run in search_all_runs(client, [found.experiment_id], filter_string):
         gone = process_gone(run.data.tags)
         if gone is not None:
             close_failed(client, run.info.run_id, f"{gone}: it ended without closing the run")

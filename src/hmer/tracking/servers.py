@@ -1,10 +1,6 @@
 """The two web UIs on a store, on this machine: `mlflow ui` over its MLflow database and artifacts,
 optuna-dashboard over its Optuna database, both listening on 127.0.0.1 only.
 
-    with serve_store(Path("mlruns"), mlflow_port=5000, dashboard_port=8080, from_copy=True) as served:
-        print(served.mlflow, served.dashboard)
-        served.wait()          # until Ctrl-C (or SIGTERM), or until one of the servers stops
-
 Opening a store writes nothing (MLflow pinned at 3.17.2: newer releases migrate the schema;
 tests/test_ui.py checks), but both UIs write what a user does in them, so a committed store
 (`from_copy`) is served from a temporary copy of its databases; any other store in place, live.

@@ -1,9 +1,5 @@
 """Move MLflow runs between stores as one file: `hmer runs export` and `hmer runs import`.
 
-    hmer runs export gpu-runs.tar.gz                       # every run of the store
-    hmer runs export --experiment gpu-campaign gpu-runs.tar.gz
-    hmer runs import gpu-runs.tar.gz                       # into mlruns/ (or --tracking-uri)
-
 The file's layout and checks: `tracking.export_file`. The import uses MLflow's public client API
 only (SQLite and servers alike), which gives each created run a new id, so the original is kept as
 `hmer.source_run_id` (unless already set) and the import merges by it: a file imported twice, or
@@ -65,8 +61,6 @@ def find_by_source_id(client, run_id: str) -> str | None:
     found = search_all_runs(client, filter_string=f"tags.`{keys.SOURCE_RUN_ID}` = '{run_id}'")
     return found[0].info.run_id if found else None
 
-
-# ---- export ------------------------------------------------------------------------------------
 
 def export_runs(out_file: str | os.PathLike[str], *, tracking_uri: str | None = None,
                 experiments: Sequence[str] | None = None, run_ids: Sequence[str] | None = None,
@@ -142,8 +136,6 @@ def export_runs(out_file: str | os.PathLike[str], *, tracking_uri: str | None = 
     return ExportResult(files=files, runs=len(records), omitted_artifacts=omitted)
 
 
-# ---- import ------------------------------------------------------------------------------------
-
 def import_runs(path: str | os.PathLike[str], *, tracking_uri: str | None = None,
                 tags: dict[str, str] | None = None) -> ImportResult:
     """Merge the export at `path` (or its parts) into the store; see the module docstring."""
@@ -164,7 +156,8 @@ def _merge(client, manifest: dict, unpacked: Path, path: Path, tags: dict[str, s
     label = Path(path).name.split(PART_SUFFIX)[0]
     exp_ids = {name: ensure_experiment(client, name, manifest.get("experiment_tags", {}).get(name, {}))
                for name in manifest["experiments"]}
-    existing = _existing_by_source(client)
+    existing = {r.data.tags[keys.SOURCE_RUN_ID]: r.info.run_id
+                for r in search_all_runs(client, filter_string=f"tags.`{keys.SOURCE_RUN_ID}` != ''")}
     for rec in _parents_first(manifest["runs"]):
         src = rec["tags"].get(keys.SOURCE_RUN_ID) or rec["run_id"]
         target = existing.get(src)
@@ -211,11 +204,6 @@ def _merge(client, manifest: dict, unpacked: Path, path: Path, tags: dict[str, s
         status = rec.get("status")
         if status in _TERMINAL and newer:
             client.set_terminated(target, status=status, end_time=rec.get("end_time"))
-
-
-def _existing_by_source(client) -> dict[str, str]:
-    return {r.data.tags[keys.SOURCE_RUN_ID]: r.info.run_id
-            for r in search_all_runs(client, filter_string=f"tags.`{keys.SOURCE_RUN_ID}` != ''")}
 
 
 def _run_exists(client, run_id: str) -> bool:
