@@ -29,6 +29,7 @@ RUN = (
     r"hmer report --study ablate_\w+-cpu(-\w+)?( --metric le2)?",
     r"hmer report --claims( --metric (le2|lgeval_exprate))?",
     r"hmer report --experiment [\w-]+",
+    r"hmer report --frontier",
     r"hmer config [a-z][\w-]*( .*)?",
 )
 
