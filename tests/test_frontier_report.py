@@ -100,3 +100,21 @@ def test_a_missing_flop_table_is_one_line_naming_the_script(tmp_path):
     with pytest.raises(FileNotFoundError, match="frontier_flops.py"):
         read_flops(tmp_path / "none.csv")
     assert input_label(0.0) == "48 px" and input_label(0.5) == "x0.5"
+
+
+def test_the_frontier_notebook_draws_the_points_and_what_each_doubling_bought(frontier_store, tmp_path):
+    from hmer.cli.notebooks import run_notebooks
+
+    root, uri, data = frontier_store
+    (done,) = run_notebooks(notebooks_dir=ROOT / "notebooks", out_dir=tmp_path, tracking_uri=uri,
+                            study="frontier-smoke", names=("frontier",), env={"OMP_NUM_THREADS": "1"})
+    import nbformat
+
+    nb = nbformat.read(done.path, as_version=4)
+    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
+    text = "\n".join(str(o.get("text", "")) + str(o.get("data", {}).get("text/markdown", "")) for o in outputs)
+    assert "frontier-smoke: 2 finished points" in text
+    assert all(variant in text for variant in POINTS)  # the table of points
+    assert "no line has two finished points yet" in text  # one length a line: no step to read
+    assert "no input has a point at the compute of a 48 px point" in text
+    assert sum("image/png" in o.get("data", {}) for o in outputs) == 1  # the figure

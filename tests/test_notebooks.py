@@ -93,6 +93,9 @@ def test_notebook_runs_against_a_smoke_study(name, store, tmp_path):
     elif name == "sweep":  # given a grid study, the sweep notebook says so and draws nothing
         assert not images
         assert f"{STUDY_NAME} is a grid study, not a sweep" in "\n".join(_streams(nb))
+    elif name == "frontier":  # given another study, the frontier notebook says so and has no point
+        assert f"{STUDY_NAME} is a study of ablate_coverage, not the frontier: no point to draw" in "\n".join(_streams(nb))
+        assert "no line has two finished points yet" in "\n".join(_streams(nb))
     else:
         assert len(images) >= 2  # per expression: what each model read, then on the truth
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .errors import UserError
 
-NAMES = ("exprate_tables", "training_curves", "attention_maps", "sweep", "paper_claims")
+NAMES = ("exprate_tables", "training_curves", "attention_maps", "sweep", "paper_claims", "frontier")
 METADATA_KEY = "hmer"  # notebook.metadata["hmer"]: what produced the outputs
 CELL_TIMEOUT_S = 600
 

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-BUDGET_NAMES = ("smoke", "cpu", "long", "short", "paper")
+BUDGET_NAMES = ("smoke", "cpu", "long", "scaled", "short", "paper")
 
 
 @dataclass(frozen=True)
@@ -142,6 +142,12 @@ _CPU_TRIAL_SECONDS = 70 * 60.0
 # bi transformer trains about 150 CPU-s an epoch on one thread: 100 epochs are about 4 CPU-hours.
 _LONG_EPOCHS = 100
 _LONG_TRIAL_SECONDS = _LONG_EPOCHS * 150.0 + 15 * 60.0
+# The scaled budget: the frontier study's best point (hmer.studies.suite.frontier; docs/studies.md, "The
+# frontier"): images drawn at 0.7 of the standard images' own scale, 64 epochs of the wsd schedule decaying
+# over the last 13, fp32 as every frontier cell. On the Xeon of 2026-12-06 a 0.7-scale epoch of the fusion model took 760 CPU-s; the test
+# years' decoding at that scale is reserved half an hour.
+_SCALED_EPOCHS, _SCALED_DECAY_EPOCHS, _SCALED_RENDER_SCALE = 64, 13, 0.7
+_SCALED_TRIAL_SECONDS = _SCALED_EPOCHS * 760.0 + 30 * 60.0
 # The papers train 300 epochs over the CROHME training set (8,835 expressions).
 _PAPER_EPOCHS = 300
 CROHME_TRAIN_EXPRESSIONS = 8835
@@ -226,6 +232,22 @@ BUDGETS["long"] = dataclasses.replace(
            "\"The long budget\"",),
     sweep_trial_cpu_minutes=0.0,
 )
+
+BUDGETS["scaled"] = dataclasses.replace(
+    BUDGETS["long"],
+    name="scaled",
+    summary=(f"the cpu budget's model and recipe with images drawn at {_SCALED_RENDER_SCALE} of the standard "
+             f"images' own scale (a symbol keeps one size), {_SCALED_EPOCHS} epochs of the wsd schedule decaying "
+             f"over the last {_SCALED_DECAY_EPOCHS}, the full test years with beam 10; one seed, one thread per "
+             "worker, runs that span several sessions"),
+    overrides={**BUDGETS["cpu"].overrides, "data.render_height": 0, "data.render_scale": _SCALED_RENDER_SCALE,
+               "train.epochs": _SCALED_EPOCHS, "train.schedule": "wsd", "train.decay_epochs": _SCALED_DECAY_EPOCHS,
+               "train.precision": "fp32"},
+    trial_seconds=_SCALED_TRIAL_SECONDS,
+    notes=("the frontier study's best point (docs/studies.md, \"The frontier\"); epochs are fixed: stop it at "
+           "any time and run the same command again",),
+)
+
 
 def get_budget(name: str) -> StudyBudget:
     """The budget called `name`."""

@@ -5,7 +5,7 @@ Grid: model width (the `swept` size's d 192; d 256 with growth 16 and FFN 512) x
 today's fixed 48 px high; 0.5 and 0.7: drawn at that multiple of the standard images' own scale, so a
 symbol keeps one size across expressions) x weight average (off; 0.999) x epochs (8, 16, 32, 64), CoMER's
 fusion coverage, bidirectional, fp32 on every host, one seed. Only the planned variants train
-(`variants` below); the rest of the grid is there to be named.
+(`variants` below), in their order; the rest of the grid is there to be named.
 
 Every cell trains the `wsd` schedule: the `swept` recipe's warm-up and rate, held until the last fifth of
 its epochs and then decayed (1 - sqrt). Before its decay a cell computes what the longer cells of its
@@ -47,13 +47,16 @@ FRONTIER = StudySpec(
     },
     # Each input's lengths in a row on one worker, each starting where the one before began to decay.
     # Planned to the issue's 40 CPU-hours on the 2-core AVX2 host of 2026-12-02 (48 px: 9.6 CPU-min an
-    # epoch): the three inputs' 8/16/32-epoch chains (about 6, 8 and 12 CPU-hours), the wider model and the
-    # weight average at 8 epochs, the wider model at 16; last one 64-epoch cell (about 14 CPU-hours as a
-    # point, 8 more after its 32-epoch cell), if the budget leaves room. The grid names every value of
+    # epoch): the three inputs' 8/16/32-epoch chains (about 6, 8 and 12 CPU-hours, measured 16.5 for the
+    # first eight points), then the 64-epoch cell of the input that still gains (0.7: 48 px flattens, 43.7
+    # at 0.5 PFLOP and the long budget's 44.7 at 1.6), from the 32-epoch cell's stable phase (about 8
+    # CPU-hours more on the Xeon of 2026-12-06): the best CPU model (the `scaled` budget,
+    # `hmer.studies.budgets`, trains it from scratch); then the wider model and the weight
+    # average at 8 epochs, the wider model at 16 if the cap leaves room. The grid names every value of
     # every axis, as the study began with (a resumed study must search the space it began with).
     variants=(
         *(f"192/{scale}/0.0/{e}" for scale in ("0.0", "0.5", "0.7") for e in (8, 16, 32)),
-        "256/0.5/0.0/8", "192/0.5/0.999/8", "256/0.5/0.0/16", "192/0.5/0.0/64",
+        "192/0.7/0.0/64", "256/0.5/0.0/8", "192/0.5/0.999/8", "256/0.5/0.0/16",
     ),
 )
 
