@@ -72,11 +72,20 @@ def test_a_paused_run_is_killed_and_resumes_in_place(store):
     client = MlflowClient(store)
     got = client.get_run(run.run_id)
     assert got.info.status == "KILLED" and got.data.tags[keys.STATUS] == "paused"
-    again = TrainingRun.resume(run.run_id, tracking_uri=store, from_epoch=4)
+    before = got.data.tags[keys.DEVICE]
+    again = TrainingRun.resume(run.run_id, tracking_uri=store, from_epoch=4, device=before)
     got = client.get_run(run.run_id)
     assert got.info.status == "RUNNING" and got.data.tags[keys.STATUS] == "running"
     assert got.data.tags[keys.RESUMED] == "4"
+    assert got.data.tags[keys.DEVICE] == before  # the same host: named once
     with again:
+        again.pause()
+    # continued on another host: both trained it, in the order first used, each named once
+    for host in ("cpu (another CPU, AVX2, 1 threads)", before, "cpu (another CPU, AVX2, 1 threads)"):
+        with TrainingRun.resume(run.run_id, tracking_uri=store, from_epoch=6, device=host) as again:
+            again.pause()
+    assert client.get_run(run.run_id).data.tags[keys.DEVICE] == f"{before}; cpu (another CPU, AVX2, 1 threads)"
+    with TrainingRun.resume(run.run_id, tracking_uri=store, from_epoch=8, device=before):
         pass
     assert client.get_run(run.run_id).info.status == "FINISHED"
 

@@ -3,7 +3,7 @@
 The x-axis is host-independent: PFLOP, the FLOPs of a training image at the run's setting
 (`benchmarks/frontier_flops.py`, in `benchmarks/results/frontier_flops.csv`) times the images of its
 epochs. Beside it: `cpu_hours`, its training clock as if trained alone (a branched run counts its
-shared epochs), `study_cpu_hours` (less those), and `cpu`, its last session's `hmer.device`. The y-axis:
+shared epochs), `study_cpu_hours` (less those), and `cpu`, every CPU that trained it (`hmer.device`). The y-axis:
 `val_final_exprate` (final weights, beam 10, joint search for `bi`) beside `best_val_exprate` (best
 greedy reading). Running and failed runs are no point: nothing is extrapolated.
 """

@@ -26,7 +26,8 @@ ERROR = "hmer.error"              # one line: why a run or trial failed
 GIT_COMMIT = "hmer.git_commit"    # the commit that produced the run, "-dirty" with uncommitted changes
 FINGERPRINT = "hmer.fingerprint"  # what its training code computes (hmer.training.fingerprint), or "unknown: why"
 FINGERPRINT_CHANGED = "hmer.fingerprint_changed"  # "epoch N: <fingerprint>" where a resume ran other code
-DEVICE = "hmer.device"            # the device it trained on, in words
+DEVICE = "hmer.device"            # the devices it trained on, in words, in the order first used
+DEVICE_SEPARATOR = "; "           # between them
 RESUMED = "hmer.resumed"          # the epoch a resumed run continued from
 # A wsd run that started from a shorter run's state where its decay began (hmer.studies.branch):
 # "<run id>@<epoch>", and that run's train_cpu_seconds there (the cost the two share).

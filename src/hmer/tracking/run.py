@@ -67,11 +67,12 @@ class TrainingRun:
         return cls(client, run.info.run_id)
 
     @classmethod
-    def resume(cls, run_id: str, *, tracking_uri: str | None = None, from_epoch: int,
+    def resume(cls, run_id: str, *, tracking_uri: str | None = None, from_epoch: int, device: str,
                marks: tuple[str, ...] = ()) -> TrainingRun:
-        """The run `run_id` running again from epoch `from_epoch` (`hmer.resumed`), its experiment made
-        MLflow's current one. Each tag of `marks` (`hmer.warm_restart`) gets `from_epoch` appended to
-        its comma-separated epochs, kept whole across resumes."""
+        """The run `run_id` running again from epoch `from_epoch` (`hmer.resumed`) on `device`, its experiment
+        made MLflow's current one. `hmer.device` gets `device` appended where it is new (a run continued on
+        another host names both: its CPU-hours are theirs). Each tag of `marks` (`hmer.warm_restart`) gets
+        `from_epoch` appended to its comma-separated epochs, kept whole across resumes."""
         import mlflow
 
         client = mlflow_client(point_mlflow_at(tracking_uri))
@@ -79,7 +80,10 @@ class TrainingRun:
         tags = run.data.tags
         mlflow.set_experiment(experiment_id=run.info.experiment_id)
         client.update_run(run_id, status="RUNNING")
-        for key, value in {keys.STATUS: "running", keys.RESUMED: str(from_epoch), **_process_tags()}.items():
+        devices = [d for d in tags.get(keys.DEVICE, "").split(keys.DEVICE_SEPARATOR) if d]
+        devices += [device] * (device not in devices)
+        for key, value in {keys.STATUS: "running", keys.RESUMED: str(from_epoch), **_process_tags(),
+                           keys.DEVICE: keys.DEVICE_SEPARATOR.join(devices)}.items():
             client.set_tag(run_id, key, value)
         for key in marks:
             epochs = [e for e in tags.get(key, "").split(",") if e]

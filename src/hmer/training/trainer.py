@@ -240,7 +240,8 @@ def _open_run(setup: Setup, state: TrainState, *, tracking_uri: str | None, expe
     fingerprint = _code_fingerprint()
     if state.run_id is not None:
         marks = (keys.WARM_RESTART,) * state.optimizer_restarted + (keys.BEST_RESET,) * state.best_reset
-        resumed = TrainingRun.resume(state.run_id, tracking_uri=tracking_uri, from_epoch=state.epoch + 1, marks=marks)
+        resumed = TrainingRun.resume(state.run_id, tracking_uri=tracking_uri, from_epoch=state.epoch + 1,
+                                       device=device_description(setup.device), marks=marks)
         tags_before = resumed.client.get_run(resumed.run_id).data.tags
         if tags_before.get(keys.FINGERPRINT, fingerprint) != fingerprint:
             # the run goes on with other code: say from which epoch, with which
