@@ -4,24 +4,8 @@
     print(format_claims(df))              # aligned text; fmt="markdown" for a README
 
 A claim (`CLAIMS`) names its study, the (claimed winner, claimed loser) comparisons and its paper,
-whose figures are rows of `paper_claims.csv` (none where no citable source gives one). Each
-comparison is a `variant_table` of its two variants, the loser the baseline, computed as `hmer
-report --study` computes it. Two verdicts:
-
-- **all seeds** (`verdict`, the headline): the exact paired sign-flip test of the seed-averaged
-  difference;
-- **per-seed McNemar** (`verdict_mcnemar`): a verdict per seed-matched pair; theirs when they agree,
-  else `split` with the counts (the largest p alone hid pairs significant for opposite sides).
-
-The paired bootstrap gives the interval only. An unfinished study answers nothing yet: its rows say
-how far it is. The first of `budgets` answers every claim ("no study yet" where missing); a later
-one only the comparisons its study trains.
-
-The papers count ≤1 / ≤2 in the symbol label graph (lgeval), the suite's `le1` / `le2` token edits (a
-few points apart). With `metric="le2"` the table is on `lgeval_le2` where every answered study's runs
-carry it (`hmer runs rescore`), the token metric kept as `winner_token_*` / `loser_token_*`; else on
-the token metric, `attrs["lacking"]` naming the studies. ExpRate stays the suite's own `exprate`: it
-agrees with lgeval's but for a few expressions a year.
+whose figures are rows of `paper_claims.csv`. Each comparison is a `variant_table` of its two variants,
+the loser the baseline; the verdicts, budgets and metrics: docs/reports.md ("The papers' claims").
 """
 
 from __future__ import annotations

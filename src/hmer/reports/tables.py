@@ -3,20 +3,9 @@
     df = study_table("ablate_direction-smoke")     # the study's runs, its baseline, paired tests
     print(format_table(df))                        # aligned text; fmt="markdown" for a README
 
-`variant_table(runs)` builds the frame from any `load_runs` frame. Its columns:
-
-- `baseline`, `seeds` (runs with test scores), `excluded` (failed, pruned or unfinished runs);
-- per test year `Y`: `Y_n`, `Y_<metric>_mean` / `_std` (percent, over seeds), `Y_delta` (points
-  against the baseline on `metric`) with `Y_delta_low` / `_high` (paired bootstrap CI),
-  `Y_p_bootstrap`, `Y_p_mcnemar` (the largest over seed pairs), `Y_p_mcnemar_pairs`,
-  `Y_mcnemar_favours` (per pair: 1 the variant, -1 the baseline, 0 neither), `Y_p_sign_flip`,
-  `Y_sign_flip_favours` (`hmer.evaluation.significance`); NaN without predictions artifacts;
-- cost: `gpu_minutes`, `train_minutes`, `cpu_minutes`, `images_per_second`, `num_params`;
-- validation: `val_n`, `val_<metric>_mean` / `_std` (`val_final_*`), `val_alt_exprate_*`
-  (`data.val_alt`), `best_val_exprate_*` (the ExpRate that picked the checkpoint);
-- `paper` and `Y_published` (`hmer.reports.published`).
-
-`attrs` carry the title, baseline, years, excluded counts and test settings for `format_table`.
+`variant_table(runs)` builds the frame from any `load_runs` frame; its columns: docs/reports.md ("Columns
+of `table.csv`"). `attrs` carry the title, baseline, years, excluded counts and test settings for
+`format_table`.
 """
 
 from __future__ import annotations
