@@ -26,7 +26,8 @@ from ..registry import METRICS
 from .buckets import (ALL, AXES, LENGTH_BUCKETS, LENGTH_LABELS, NO_STRUCTURE, STRUCTURE_LABELS, STRUCTURE_TOKENS,
                       length_bucket, structures)
 from .markup import MISSING, bold, difference, layout, metric_label, metric_list, number
-from .runs import PredictionsNotFound, client_for, load_predictions
+from ..tracking.store import mlflow_client
+from .runs import PredictionsNotFound, load_predictions
 
 __all__ = [
     "ALL", "AXES", "DEFAULT_TOP", "EDIT_KINDS", "LENGTH_BUCKETS", "NO_STRUCTURE", "STRUCTURE_TOKENS",
@@ -67,7 +68,7 @@ def prediction_years(run_id: str, tracking_uri: str | None = None) -> list[str]:
     from ..tracking.portable import list_run_artifacts
 
     try:  # (a committed store's runs are listed from any working directory, the notebooks' too)
-        names = list_run_artifacts(client_for(tracking_uri), run_id, "predictions")
+        names = list_run_artifacts(mlflow_client(tracking_uri), run_id, "predictions")
     except Exception:  # noqa: BLE001 - an artifact store without that folder: no years
         return []
     years = [m.group("year") for name in names if (m := _PREDICTIONS_FILE.match(name))]

@@ -21,9 +21,9 @@ from typing import Any
 import pandas as pd
 
 from ..tracking import keys
-from ..tracking.store import search_all_runs, study_filter
+from ..tracking.store import mlflow_client, search_all_runs, study_filter
 from ..reports.plots import plot_exprate, variant_colors
-from ..reports.runs import client_for, load_runs, resolve_tracking_uri, study_parent
+from ..reports.runs import load_runs, resolve_tracking_uri, study_parent
 from ..reports.tables import format_table, scored, study_table
 
 TABLE_ARTIFACT = "table.md"
@@ -79,7 +79,7 @@ def annotate_study(study: str, tracking_uri: str | None = None, *, runs: pd.Data
         return []
     runs = load_runs(uri, study=study) if runs is None else runs
     table = study_table(study, uri, runs=runs) if table is None else table
-    client = client_for(uri)
+    client = mlflow_client(uri)
     run = client.get_run(parent["run_id"])
     if table.empty:
         return []
@@ -146,7 +146,7 @@ def comparison_metric(study: str, tracking_uri: str | None = None) -> str:
 
     uri = resolve_tracking_uri(tracking_uri)
     parent = study_parent(study, uri)
-    if parent is not None and summary_runs(client_for(uri), str(parent["experiment_id"]), study):
+    if parent is not None and summary_runs(mlflow_client(uri), str(parent["experiment_id"]), study):
         years = scored_years(load_runs(uri, study=study))
         if years:
             return summary_metric(years[0])
