@@ -104,11 +104,6 @@ def _figures() -> pd.DataFrame:
     return df
 
 
-def paper_figures() -> pd.DataFrame:
-    """Every figure the papers give for a side of a claim."""
-    return _figures().copy()
-
-
 def paper_figure(claim: str, variant: str, year: str, metric: str = "exprate") -> float:
     """The paper's figure (%) for that side, year and metric; NaN when none was found."""
     df = _figures()
@@ -366,7 +361,7 @@ def format_claims(df: pd.DataFrame, fmt: str = "text", *, sources: bool = True) 
         studies = [s for s in dict.fromkeys(df.loc[df["claim"] == c.name, "study"])]
         notes.append(f"- {c.name}: {c.statement}; {c.paper or NO_SINGLE_PAPER}; "
                      f"{'studies' if len(studies) > 1 else 'study'} {', '.join(studies) or MISSING}")
-    figures = paper_figures()
+    figures = _figures()
     cited = []
     for (claim, variant), part in figures.groupby(["claim", "variant"], sort=False):
         where = "; ".join(f"{', '.join(metric_label(m) for m in sub['metric'].unique())} from {source}"
