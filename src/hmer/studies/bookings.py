@@ -27,6 +27,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ..tracking import keys
+from ..tracking.run import process_alive
 from .spec import SEED_KEY, cell_key
 from .storage import StaleTrials
 
@@ -81,13 +82,7 @@ def worker_alive(attr: Mapping[str, Any] | None) -> bool | None:
             return False
         started = attr.get("started") or ""
         return not started or _start_time(fields) == started  # a reused pid is another process
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return process_alive(pid)
 
 
 def mark_failed(storage: optuna.storages.BaseStorage, trial_id: int, reason: str) -> bool:
