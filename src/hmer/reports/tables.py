@@ -147,7 +147,9 @@ def variant_table(
                                    confidence, seed))
         row.update(_cost_cells(mine))
         row.update(_validation_cells(mine))
-        row.update(_published_cells(mine, years))
+        paper = paper_of(mine)
+        figures = published_exprate(paper) if paper else {}
+        row.update({"paper": paper or "", **{f"{y}_published": figures.get(str(y), math.nan) for y in years}})
         rows.append(row)
     df = pd.DataFrame(rows, columns=_columns(years)).set_index("variant")
     excluded = bad["state"].value_counts() if "state" in bad.columns else pd.Series(dtype=int)
@@ -184,7 +186,7 @@ def _metric(runs: pd.DataFrame, name: str) -> pd.Series:
     return runs[col] if col in runs.columns else pd.Series(dtype=float)
 
 
-# the differences and paired tests per year, columns `Y_<cell>` (see the module docstring)
+# the differences and paired tests per year, columns `Y_<cell>` (docs/reports.md)
 _TEST_CELLS = ("delta", "delta_low", "delta_high", "p_bootstrap", "p_mcnemar", "p_mcnemar_pairs", "mcnemar_favours",
                "p_sign_flip", "sign_flip_favours")
 
@@ -249,12 +251,6 @@ def _validation_cells(mine: pd.DataFrame) -> dict[str, Any]:
         best = pd.Series(dtype=float)
     cells["best_val_exprate_mean"], cells["best_val_exprate_std"] = _mean_std(best)
     return cells
-
-
-def _published_cells(mine: pd.DataFrame, years: Sequence[str]) -> dict[str, Any]:
-    paper = paper_of(mine)
-    figures = published_exprate(paper) if paper else {}
-    return {"paper": paper or "", **{f"{y}_published": figures.get(str(y), math.nan) for y in years}}
 
 
 def study_table(
@@ -324,7 +320,8 @@ def format_table(df: pd.DataFrame, fmt: str = "text") -> str:
     render = layout(fmt)
     strong = bold(fmt)
     title = df.attrs.get("title") or "runs"
-    years = _years_of(df)
+    years = ([str(y) for y in df.attrs["years"]] if df.attrs.get("years") else  # else from the columns
+             sorted({c.split("_", 1)[0] for c in map(str, df.columns) if c.endswith("_exprate_mean")}))
     if df.empty:
         return f"{title}: no runs to tabulate" + _excluded_note(df)
     baseline = df.attrs.get("baseline")
@@ -359,13 +356,6 @@ def format_table(df: pd.DataFrame, fmt: str = "text") -> str:
     blocks += _validation_block(df, years, render, strong) + _published_block(df, years, render, strong)
     blocks.append(" ".join(_notes(df, years)))
     return "\n\n".join(blocks) + "\n"
-
-
-def _years_of(df: pd.DataFrame) -> list[str]:
-    years = df.attrs.get("years")
-    if years:
-        return [str(y) for y in years]
-    return sorted({c.split("_", 1)[0] for c in map(str, df.columns) if c.endswith("_exprate_mean")})
 
 
 def _delta(row: pd.Series, year: str) -> str:

@@ -196,7 +196,8 @@ def _merge(client, manifest: dict, unpacked: Path, path: Path, tags: dict[str, s
             else:
                 _set_tags(client, target, {k: v for k, v in new_tags.items() if k not in have.data.tags})
         result.id_map[src] = target
-        _merge_params(client, target, rec["params"])
+        have = client.get_run(target).data.params  # a param keeps the value it has: MLflow params are write-once
+        log_params(client, target, {k: v for k, v in rec["params"].items() if k not in have})
         _merge_metrics(client, target, rec["metrics"])
         folder = unpacked / "artifacts" / rec["run_id"]
         if folder.is_dir() and any(folder.iterdir()):
@@ -239,12 +240,6 @@ def _set_tags(client, run_id: str, tags: dict[str, str]) -> None:
     items = [RunTag(k, str(v)) for k, v in tags.items()]
     for i in range(0, len(items), 100):
         client.log_batch(run_id, tags=items[i:i + 100])
-
-
-def _merge_params(client, run_id: str, params: dict[str, str]) -> None:
-    have = client.get_run(run_id).data.params
-    # A param that already has a value keeps it: MLflow params are write-once.
-    log_params(client, run_id, {k: v for k, v in params.items() if k not in have})
 
 
 def _merge_metrics(client, run_id: str, history: dict[str, list]) -> None:
