@@ -1,11 +1,7 @@
 """Reports: MLflow runs turned into the tables a paper prints, plots, and `hmer report`.
 
-    from hmer.reports import study_table, format_table, plot_exprate
-    df = study_table("ablate_direction-smoke")   # one row per variant, per-year columns
-    print(format_table(df, "markdown"))
-
 `hmer report` (`hmer.cli.report`) writes them as files. The names below load on first use, so
-`import hmer.reports` stays cheap.
+`import hmer.reports` stays cheap; their use: docs/reports.md, "Library".
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """Error analysis of the predictions a run logs: where a model fails, and where one run beats another.
 
-    rows = run_expressions(run_id)                  # one row per test expression, every year
-    table = breakdown(rows)                         # ExpRate, <=1, <=2 by target length and structure
-    edits = confusions(rows)                        # token substitutions, insertions, deletions
-    print(format_breakdown(table), format_confusions(top_confusions(edits)))
-    both = compare_runs(rows_a, rows_b)             # per bucket: A, B, B - A, only A / only B right
-
 The input is each run's `predictions/test_<year>.csv`; `hmer analyze RUN [RUN_B]` and `hmer report
---analysis` print these tables.
+--analysis` print these tables (docs/reports.md, "Error analysis").
 """
 
 from __future__ import annotations

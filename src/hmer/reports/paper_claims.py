@@ -1,11 +1,9 @@
 """The papers' claims, answered from the studies in the store: `hmer report --claims`.
 
-    df = claims_table()                   # one row per claim, budget, comparison and test year
-    print(format_claims(df))              # aligned text; fmt="markdown" for a README
-
-A claim (`CLAIMS`) names its study, the (claimed winner, claimed loser) comparisons and its paper,
-whose figures are rows of `paper_claims.csv`. Each comparison is a `variant_table` of its two variants,
-the loser the baseline; the verdicts, budgets and metrics: docs/reports.md ("The papers' claims").
+`claims_table()` has a row per claim, budget, comparison and test year, which `format_claims` prints. A
+claim (`CLAIMS`) names its study, the (claimed winner, claimed loser) comparisons and its paper, whose
+figures are rows of `paper_claims.csv`. Each comparison is a `variant_table` of its two variants, the
+loser the baseline; the verdicts, budgets and metrics: docs/reports.md ("The papers' claims").
 """
 
 from __future__ import annotations

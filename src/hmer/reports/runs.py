@@ -1,9 +1,5 @@
 """Runs out of MLflow, as typed pandas frames: the input of every table and plot.
 
-    runs = load_runs(study="ablate_direction-smoke")          # one row per training run
-    history = load_history(runs, ["val_exprate", "train_loss"])  # long: one row per logged point
-    preds = load_predictions(run_id, "2014")                  # name, truth, prediction, distance, correct
-
 `load_runs` gives `mlflow.search_runs`' columns plus `experiment`, `run_name`, `variant` (tag
 `hmer.variant`), `seed`, `trial` and `state` (tag `hmer.status`, else MLflow's status), params parsed
 back to their types. It searches with an `MlflowClient` bound to the store: `mlflow.search_runs`

@@ -1,8 +1,5 @@
 """The tables a paper prints: one row per variant, ExpRate / <=1 / <=2 per CROHME year.
 
-    df = study_table("ablate_direction-smoke")     # the study's runs, its baseline, paired tests
-    print(format_table(df))                        # aligned text; fmt="markdown" for a README
-
 `variant_table(runs)` builds the frame from any `load_runs` frame; its columns: docs/reports.md ("Columns
 of `table.csv`"). `attrs` carry the title, baseline, years, excluded counts and test settings for
 `format_table`.
