@@ -32,7 +32,6 @@ def variant_colors(order: Sequence[str]) -> dict[str, str]:
 def plot_exprate(
     runs: pd.DataFrame,
     *,
-    variant_col: str = "variant",
     order: Sequence[str] | None = None,
     years: Sequence[str] | None = None,
     metrics: Sequence[str] = ("exprate",),
@@ -45,11 +44,11 @@ def plot_exprate(
     pixel for pixel from the same runs."""
     import seaborn as sns
 
-    data = scores_long(runs, variant_col, years, metrics)
+    data = scores_long(runs, years, metrics)
     if data.empty:
         raise ValueError("no run with test scores to plot")
     present = set(data["variant"].unique())
-    hue_order = [v for v in (order if order is not None else variant_order(runs, variant_col)) if v in present]
+    hue_order = [v for v in (order if order is not None else variant_order(runs)) if v in present]
     year_order = sorted(data["year"].unique())
     panel_width = max(4.0, 1.5 + 0.35 * len(year_order) * len(hue_order))  # room for every bar
     fig = Figure(figsize=(panel_width * len(metrics) + 1.5, 4.2), layout="constrained")
@@ -71,7 +70,7 @@ def plot_exprate(
             ax.get_legend().remove()
     legend = axes[-1].get_legend()
     if legend is not None:
-        legend.set_title(variant_col if variant_col != "variant" else "variant")
+        legend.set_title("variant")
         sns.move_legend(axes[-1], "upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     seeds = data.groupby("variant")["run_id"].nunique()
     spread = f"mean ± std over {seeds.min()}–{seeds.max()} seeds" if seeds.min() != seeds.max() \

@@ -47,13 +47,12 @@ def scored(runs: pd.DataFrame, years: Sequence[str] | None = None) -> pd.Series:
     return has_scores & ~state.isin(EXCLUDED_STATES)
 
 
-def variant_order(runs: pd.DataFrame, variant_col: str = "variant", baseline: str | None = None,
-                  preferred: Sequence[str] | None = None) -> list[str]:
+def variant_order(runs: pd.DataFrame, baseline: str | None = None, preferred: Sequence[str] | None = None) -> list[str]:
     """The variants, the baseline first, then `preferred` (e.g. grid order), then as they first ran."""
     keys = runs.assign(_trial=runs["trial"] if "trial" in runs.columns else np.nan,
                        _start=runs["start_time"] if "start_time" in runs.columns else pd.NaT)
     keys["_trial"] = pd.to_numeric(keys["_trial"], errors="coerce")
-    firsts = keys.groupby(variant_col, sort=False).agg(trial=("_trial", "min"), start=("_start", "min"))
+    firsts = keys.groupby("variant", sort=False).agg(trial=("_trial", "min"), start=("_start", "min"))
     order = list(firsts.sort_values(["trial", "start"], na_position="last", kind="stable").index)
     if preferred:
         order = [v for v in preferred if v in order] + [v for v in order if v not in set(preferred)]
@@ -63,27 +62,26 @@ def variant_order(runs: pd.DataFrame, variant_col: str = "variant", baseline: st
     return order
 
 
-def resolve_baseline(runs: pd.DataFrame, baseline: str | Mapping[str, Any] | None = None,
-                     variant_col: str = "variant") -> str | None:
+def resolve_baseline(runs: pd.DataFrame, baseline: str | Mapping[str, Any] | None = None) -> str | None:
     """The baseline's label, from a variant label ("l2r"), an `hmer.cell` tag ("model.direction=l2r"),
     axis values (a mapping or JSON: the parent run's `baseline` param), or None: the runs tagged
     `hmer.baseline=true`, else the first variant that ran."""
-    variants = list(runs[variant_col].dropna().unique())
+    variants = list(runs["variant"].dropna().unique())
     if not variants:
         return None
     if baseline is None:
         if BASELINE_TAG in runs.columns:
-            tagged = runs.loc[runs[BASELINE_TAG].astype(str).str.lower() == "true", variant_col]
+            tagged = runs.loc[runs[BASELINE_TAG].astype(str).str.lower() == "true", "variant"]
             if not tagged.empty:
                 return str(tagged.iloc[0])
-        return variant_order(runs, variant_col)[0]
+        return variant_order(runs)[0]
     candidates = _baseline_candidates(baseline)
     for candidate in candidates:
         if candidate in variants:
             return candidate
     if CELL_TAG in runs.columns:
         for candidate in candidates:
-            hit = runs.loc[runs[CELL_TAG] == candidate, variant_col]
+            hit = runs.loc[runs[CELL_TAG] == candidate, "variant"]
             if not hit.empty:
                 return str(hit.iloc[0])
     raise ValueError(f"baseline {baseline!r} is none of the variants {', '.join(map(str, variants))}")
@@ -110,7 +108,6 @@ def _baseline_candidates(baseline: str | Mapping[str, Any]) -> list[str]:
 
 def variant_table(
     runs: pd.DataFrame,
-    variant_col: str = "variant",
     baseline: str | Mapping[str, Any] | None = None,
     *,
     years: Sequence[str] | None = None,
@@ -131,14 +128,13 @@ def variant_table(
     good, bad = runs[counts], runs[~counts]
     # A named baseline is looked up among all runs: unscored yet (a study in progress), it stays
     # the baseline, with no seeds, and nothing is measured against another.
-    base = resolve_baseline(runs if baseline is not None or good.empty else good, baseline,
-                            variant_col) if not runs.empty else None
+    base = resolve_baseline(runs if baseline is not None or good.empty else good, baseline) if not runs.empty else None
     correctness = CorrectnessCache(predictions, metric)
     rows = []
-    for variant in variant_order(runs, variant_col, base, order) if not runs.empty else []:
-        mine, base_runs = good[good[variant_col] == variant], good[good[variant_col] == base]
+    for variant in variant_order(runs, base, order) if not runs.empty else []:
+        mine, base_runs = good[good["variant"] == variant], good[good["variant"] == base]
         row: dict[str, Any] = {"variant": variant, "baseline": variant == base, "seeds": len(mine),
-                               "excluded": int((bad[variant_col] == variant).sum())}
+                               "excluded": int((bad["variant"] == variant).sum())}
         for year in years:
             row.update(_year_cells(year, mine, base_runs, variant == base, correctness, metric, n_resamples,
                                    confidence, seed))
@@ -151,7 +147,7 @@ def variant_table(
     df = pd.DataFrame(rows, columns=_columns(years)).set_index("variant")
     excluded = bad["state"].value_counts() if "state" in bad.columns else pd.Series(dtype=int)
     df.attrs.update({
-        "title": title, "baseline": base, "years": list(years), "variant_col": variant_col,
+        "title": title, "baseline": base, "years": list(years),
         "excluded": {str(k): int(v) for k, v in excluded.items()},
         "n_resamples": n_resamples, "confidence": confidence, "tested": correctness.used, "metric": metric,
     })
@@ -277,7 +273,7 @@ def study_table(
     def loader(run_id: str, year: str) -> pd.DataFrame:
         return load_predictions(run_id, year, tracking_uri)
 
-    return variant_table(runs, "variant", baseline, predictions=loader, metric=metric, order=grid_order(parent),
+    return variant_table(runs, baseline, predictions=loader, metric=metric, order=grid_order(parent),
                          n_resamples=n_resamples, confidence=confidence, seed=seed, title=study_name)
 
 
@@ -295,7 +291,7 @@ def grid_order(parent: pd.Series | None) -> list[str]:
     return ["/".join(str(v) for v in cell) for cell in itertools.product(*axes)] if axes else []
 
 
-def scores_long(runs: pd.DataFrame, variant_col: str = "variant", years: Sequence[str] | None = None,
+def scores_long(runs: pd.DataFrame, years: Sequence[str] | None = None,
                 metrics: Sequence[str] | None = None) -> pd.DataFrame:
     """One row per (scored run, year, metric), the tidy form seaborn plots; `metrics` default: all."""
     metrics = tuple(metrics) if metrics is not None else METRICS.names()
@@ -307,7 +303,7 @@ def scores_long(runs: pd.DataFrame, variant_col: str = "variant", years: Sequenc
             for m in metrics:
                 value = run.get(f"metrics.test_{year}_{m}")
                 if value is not None and not pd.isna(value):
-                    rows.append({"variant": run[variant_col], "seed": run.get("seed"), "run_id": run["run_id"],
+                    rows.append({"variant": run["variant"], "seed": run.get("seed"), "run_id": run["run_id"],
                                  "year": year, "metric": m, "label": metric_label(m), "value": float(value)})
     return pd.DataFrame(rows, columns=["variant", "seed", "run_id", "year", "metric", "label", "value"])
 
