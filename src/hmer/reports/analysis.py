@@ -69,12 +69,10 @@ def prediction_years(run_id: str, tracking_uri: str | None = None) -> list[str]:
     return sorted(years)
 
 
-def run_expressions(run_id: str, tracking_uri: str | None = None, label: str | None = None,
-                    years: Sequence[str] | None = None) -> pd.DataFrame:
-    """`expressions` of every test year (or `years`) the run has predictions for."""
-    years = list(years) if years is not None else prediction_years(run_id, tracking_uri)
+def run_expressions(run_id: str, tracking_uri: str | None = None, label: str | None = None) -> pd.DataFrame:
+    """`expressions` of every test year the run has predictions for."""
     frames = []
-    for year in years:
+    for year in prediction_years(run_id, tracking_uri):
         try:
             frames.append(expressions(load_predictions(run_id, year, tracking_uri), year, label or run_id, run_id))
         except PredictionsNotFound:

@@ -251,30 +251,27 @@ def study_table(
     tracking_uri: str | None = None,
     *,
     runs: pd.DataFrame | None = None,
-    baseline: str | Mapping[str, Any] | None = None,
     metric: str = "exprate",
     n_resamples: int = DEFAULT_RESAMPLES,
-    confidence: float = DEFAULT_CONFIDENCE,
-    seed: int = 0,
 ) -> pd.DataFrame:
-    """A study's `variant_table`; the baseline is `baseline`, else the parent run's param, else
-    `resolve_baseline`'s. No runs give an empty table, so a study script can always end with it."""
+    """A study's `variant_table`; the baseline is the parent run's param, else `resolve_baseline`'s. No
+    runs give an empty table, so a study script can always end with it."""
     runs = load_runs(tracking_uri, study=study_name) if runs is None else runs
     parent = study_parent(study_name, tracking_uri)
-    if baseline is None:
-        if parent is not None and isinstance(parent.get("params.baseline"), str):
-            baseline = parent["params.baseline"]
-        if baseline is not None and not runs.empty:
-            try:
-                resolve_baseline(runs, baseline)
-            except ValueError:
-                baseline = None  # the parent names a cell no run has (e.g. all failed): fall back
+    baseline = parent.get("params.baseline") if parent is not None else None
+    if not isinstance(baseline, str):
+        baseline = None
+    elif not runs.empty:
+        try:
+            resolve_baseline(runs, baseline)
+        except ValueError:
+            baseline = None  # the parent names a cell no run has (e.g. all failed): fall back
 
     def loader(run_id: str, year: str) -> pd.DataFrame:
         return load_predictions(run_id, year, tracking_uri)
 
     return variant_table(runs, baseline, predictions=loader, metric=metric, order=grid_order(parent),
-                         n_resamples=n_resamples, confidence=confidence, seed=seed, title=study_name)
+                         n_resamples=n_resamples, title=study_name)
 
 
 def grid_order(parent: pd.Series | None) -> list[str]:

@@ -136,8 +136,7 @@ def export_runs(out_file: str | os.PathLike[str], *, tracking_uri: str | None = 
     return ExportResult(files=files, runs=len(records), omitted_artifacts=omitted)
 
 
-def import_runs(path: str | os.PathLike[str], *, tracking_uri: str | None = None,
-                tags: dict[str, str] | None = None) -> ImportResult:
+def import_runs(path: str | os.PathLike[str], *, tracking_uri: str | None = None) -> ImportResult:
     """Merge the export at `path` (or its parts) into the store; see the module docstring."""
     client = _client(tracking_uri)
     parts = resolve_parts(path)
@@ -146,12 +145,11 @@ def import_runs(path: str | os.PathLike[str], *, tracking_uri: str | None = None
         unpacked = Path(tmp) / "unpacked"
         manifest = unpack_parts(parts, unpacked, Path(path))  # a bad file fails here, before the store is touched
         with database_store_lock(client.tracking_uri, f"hmer runs import {Path(path).resolve()}"):
-            _merge(client, manifest, unpacked, Path(path), tags, result)
+            _merge(client, manifest, unpacked, Path(path), result)
     return result
 
 
-def _merge(client, manifest: dict, unpacked: Path, path: Path, tags: dict[str, str] | None,
-           result: ImportResult) -> None:
+def _merge(client, manifest: dict, unpacked: Path, path: Path, result: ImportResult) -> None:
     """The checked export unpacked in `unpacked` merged into the store (`import_runs`)."""
     label = Path(path).name.split(PART_SUFFIX)[0]
     exp_ids = {name: ensure_experiment(client, name, manifest.get("experiment_tags", {}).get(name, {}))
@@ -167,7 +165,6 @@ def _merge(client, manifest: dict, unpacked: Path, path: Path, tags: dict[str, s
                     if k not in (keys.MLFLOW_PARENT_RUN_ID, keys.MLFLOW_RUN_NAME)}
         new_tags[keys.SOURCE_RUN_ID] = src
         new_tags[keys.IMPORTED_FROM] = new_tags.get(keys.IMPORTED_FROM) or label
-        new_tags.update(tags or {})
         parent = rec["tags"].get(keys.MLFLOW_PARENT_RUN_ID)
         if parent:
             parent_src = next((r["tags"].get(keys.SOURCE_RUN_ID) or r["run_id"] for r in manifest["runs"]
