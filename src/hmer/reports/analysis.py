@@ -235,7 +235,7 @@ def run_label(run: pd.Series) -> str:
 
 
 def variant_analysis(runs: pd.DataFrame, tracking_uri: str | None = None,
-                     order: Sequence[str] | None = None, top: int = DEFAULT_TOP) -> Analysis | None:
+                     order: Sequence[str] | None = None) -> Analysis | None:
     """The analysis per variant, seeds pooled; None when no run has predictions."""
     from .tables import scored
 
@@ -250,7 +250,7 @@ def variant_analysis(runs: pd.DataFrame, tracking_uri: str | None = None,
                 continue
     if not frames:
         return None
-    return analyze(pd.concat(frames, ignore_index=True), top=top)
+    return analyze(pd.concat(frames, ignore_index=True))
 
 
 def _row_name(axis: str, bucket: str) -> str:

@@ -186,8 +186,6 @@ def claims_table(
     metric: str = "exprate",
     claims: Sequence[Claim] = CLAIMS,
     n_resamples: int = DEFAULT_RESAMPLES,
-    confidence: float = DEFAULT_CONFIDENCE,
-    alpha: float = ALPHA,
 ) -> pd.DataFrame:
     """One row per claim, budget, comparison and test year; `budgets` a name, "a,b" or a sequence.
     `attrs`: `metric` (the one shown), `token_metric`, `lacking`."""
@@ -197,10 +195,10 @@ def claims_table(
     studies = [study for i, budget in enumerate(names) for study in _studies(budget, uri, claims, first=i == 0)]
     lacking = [s.name for s in studies if graph and s.answers and not _carries(s.good, graph)]
     shown = graph if graph and not lacking else token
-    rows = [row for s in studies for row in _study_rows(s, uri, shown, token, n_resamples, confidence, alpha)]
+    rows = [row for s in studies for row in _study_rows(s, uri, shown, token, n_resamples)]
     df = pd.DataFrame(rows, columns=COLUMNS)
     df.attrs.update({"budgets": names, "metric": shown, "token_metric": token, "lacking": lacking,
-                     "confidence": confidence, "alpha": alpha, "n_resamples": n_resamples, "claims": list(claims)})
+                     "n_resamples": n_resamples, "claims": list(claims)})
     return df
 
 
@@ -233,8 +231,7 @@ def _carries(runs: pd.DataFrame, metric: str) -> bool:
     return True
 
 
-def _study_rows(s: _Study, uri: str, metric: str, token: str, n_resamples: int, confidence: float,
-                alpha: float) -> list[dict[str, Any]]:
+def _study_rows(s: _Study, uri: str, metric: str, token: str, n_resamples: int) -> list[dict[str, Any]]:
     claim, budget, study = s.claim, s.budget, s.name
     if not s.answers:
         # a row per year the paper gives figures for (one, year empty, without any)
@@ -254,7 +251,7 @@ def _study_rows(s: _Study, uri: str, metric: str, token: str, n_resamples: int, 
             continue
         pair = s.runs[s.runs["variant"].isin([winner, loser])]
         table = variant_table(pair, baseline=loser, years=years, predictions=load, metric=metric,
-                              n_resamples=n_resamples, confidence=confidence, title=study)
+                              n_resamples=n_resamples, title=study)
         won, lost = table.loc[winner], table.loc[loser]
         for year in years:
             row = _empty_row(claim, budget, study, winner, loser, year, metric, token, "")
@@ -273,10 +270,10 @@ def _study_rows(s: _Study, uri: str, metric: str, token: str, n_resamples: int, 
                    for name, side_row in (("winner", won), ("loser", lost))
                    for part, m in (("", metric), ("_token", token)) for stat in ("mean", "std")},
                 "sign_flip_favours": math.nan if is_missing(cells["p_sign_flip"]) else side[flip_favours],
-                "verdict": verdict(cells["p_sign_flip"], flip_favours, alpha),
+                "verdict": verdict(cells["p_sign_flip"], flip_favours),
                 "p_mcnemar_pairs": pair_ps or math.nan,
                 "mcnemar_favours": tuple(side[int(f)] for f in pair_favours) or math.nan,
-                "verdict_mcnemar": verdict_per_seed(pair_ps, pair_favours, alpha),
+                "verdict_mcnemar": verdict_per_seed(pair_ps, pair_favours),
             })
             rows.append(row)
     return rows
@@ -317,8 +314,6 @@ def format_claims(df: pd.DataFrame, fmt: str = "text", *, sources: bool = True) 
     the first) without the claims and sources."""
     render = layout(fmt)
     strong = bold(fmt)
-    confidence = float(df.attrs.get("confidence", DEFAULT_CONFIDENCE))
-    alpha = float(df.attrs.get("alpha", ALPHA))
     metric = df.attrs.get("metric", "exprate")
     token = df.attrs.get("token_metric", metric)
     label = metric_label(token)
@@ -327,8 +322,8 @@ def format_claims(df: pd.DataFrame, fmt: str = "text", *, sources: bool = True) 
         f"{label} lgeval", f"{label} lgeval" if on_graphs else f"{label} tokens")
     kept = [f"ours {label} tokens (winner)", f"ours {label} tokens (loser)"] if on_graphs else []
     head = ["claim", "budget", "year", "claimed", f"paper {paper_label}", f"ours {ours_label} (winner)",
-            f"ours {ours_label} (loser)", *kept, f"Δ {ours_label} [{confidence:.0%} CI]", "p boot", "p all seeds",
-            "verdict, all seeds", "p McNemar per seed pair", "verdict, per-seed McNemar"]
+            f"ours {ours_label} (loser)", *kept, f"Δ {ours_label} [{DEFAULT_CONFIDENCE:.0%} CI]", "p boot",
+            "p all seeds", "verdict, all seeds", "p McNemar per seed pair", "verdict, per-seed McNemar"]
     body = []
     for _, r in df.iterrows():
         paper = (MISSING if is_missing(r["paper_winner"]) and is_missing(r["paper_loser"])
@@ -346,7 +341,7 @@ def format_claims(df: pd.DataFrame, fmt: str = "text", *, sources: bool = True) 
     intro = (f"{strong('The papers’ claims')} against the studies at {at} (column budget; "
              f"hmer.studies.budgets): ours are mean ± std over seeds (%, the number of seeds in brackets; one "
              f"seed is one run, with no std); Δ = claimed winner − claimed loser in percentage points "
-             f"with its paired-bootstrap interval and p (p boot). Two tests, each with its verdict at α = {alpha:g}: "
+             f"with its paired-bootstrap interval and p (p boot). Two tests, each with its verdict at α = {ALPHA:g}: "
              f"{REPRODUCED} (significant in the claimed direction), {NOT_SIGNIFICANT}, or {REVERSED} (significant "
              f"against the claim). All seeds: the exact paired sign-flip test over test expressions of the "
              f"seed-averaged difference (each expression once, its correctness averaged over each side's seeds). "

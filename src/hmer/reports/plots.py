@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ..atomic import save_figure
+from ..evaluation.significance import DEFAULT_CONFIDENCE
 from .buckets import LENGTH_LABELS, STRUCTURE_LABELS
 from .markup import metric_label
 from .tables import scores_long, variant_order
@@ -123,7 +124,6 @@ def plot_claims(claims: pd.DataFrame, *, max_columns: int = 3, title: str | None
     if claims.empty:
         raise ValueError("no claims to plot")
     metric = claims.attrs.get("metric", "exprate")
-    confidence = float(claims.attrs.get("confidence", 0.95))
     verdicts = (REPRODUCED, NOT_SIGNIFICANT, REVERSED)
     green, grey, red = (sns.color_palette(PALETTE)[i] for i in (2, 7, 3))
     colors = dict(zip(verdicts, (green, grey, red)))
@@ -172,7 +172,7 @@ def plot_claims(claims: pd.DataFrame, *, max_columns: int = 3, title: str | None
     budget = " and ".join(dict.fromkeys(claims["budget"]))
     fig.suptitle(f"{title + ': ' if title else ''}the papers' claims at the {budget} budget\n"
                  f"claimed winner − claimed loser in {metric_label(metric)}, means over seeds, "
-                 f"{confidence:.0%} paired-bootstrap intervals")
+                 f"{DEFAULT_CONFIDENCE:.0%} paired-bootstrap intervals")
     if path is not None:
         save_figure(fig, path)
     return fig

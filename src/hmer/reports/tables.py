@@ -115,11 +115,9 @@ def variant_table(
     metric: str = "exprate",
     order: Sequence[str] | None = None,
     n_resamples: int = DEFAULT_RESAMPLES,
-    confidence: float = DEFAULT_CONFIDENCE,
-    seed: int = 0,
     title: str = "",
 ) -> pd.DataFrame:
-    """One row per variant of a `load_runs` frame (columns: module docstring). Without
+    """One row per variant of a `load_runs` frame (columns: docs/reports.md). Without
     `predictions` (a bound `load_predictions`) the differences come from the metrics, untested;
     `metric` is what they and the tests are on (`le1` / `le2` tell apart models that read few
     formulas exactly); `order` the rows after the baseline."""
@@ -136,8 +134,7 @@ def variant_table(
         row: dict[str, Any] = {"variant": variant, "baseline": variant == base, "seeds": len(mine),
                                "excluded": int((bad["variant"] == variant).sum())}
         for year in years:
-            row.update(_year_cells(year, mine, base_runs, variant == base, correctness, metric, n_resamples,
-                                   confidence, seed))
+            row.update(_year_cells(year, mine, base_runs, variant == base, correctness, metric, n_resamples))
         row.update(_cost_cells(mine))
         row.update(_validation_cells(mine))
         paper = paper_of(mine)
@@ -149,7 +146,7 @@ def variant_table(
     df.attrs.update({
         "title": title, "baseline": base, "years": list(years),
         "excluded": {str(k): int(v) for k, v in excluded.items()},
-        "n_resamples": n_resamples, "confidence": confidence, "tested": correctness.used, "metric": metric,
+        "n_resamples": n_resamples, "tested": correctness.used, "metric": metric,
     })
     return df
 
@@ -194,8 +191,7 @@ def _score_cells(mine: pd.DataFrame, name: str, logged: str) -> dict[str, Any]:
 
 
 def _year_cells(year: str, mine: pd.DataFrame, base_runs: pd.DataFrame, is_base: bool,
-                correctness: CorrectnessCache, metric: str, n_resamples: int, confidence: float,
-                seed: int) -> dict[str, Any]:
+                correctness: CorrectnessCache, metric: str, n_resamples: int) -> dict[str, Any]:
     cells = _score_cells(mine, year, f"test_{year}")
     mean, _ = _mean_std(_metric(mine, f"test_{year}_{metric}"))
     base_mean, _ = _mean_std(_metric(base_runs, f"test_{year}_{metric}"))
@@ -207,8 +203,7 @@ def _year_cells(year: str, mine: pd.DataFrame, base_runs: pd.DataFrame, is_base:
         matrices = correctness.aligned(base_runs, mine, year)
         if matrices is not None:
             (b, b_seeds), (v, v_seeds) = matrices
-            result = compare(b, v, baseline_seeds=b_seeds, variant_seeds=v_seeds, n_resamples=n_resamples,
-                             confidence=confidence, seed=seed)
+            result = compare(b, v, baseline_seeds=b_seeds, variant_seeds=v_seeds, n_resamples=n_resamples)
             delta = {"delta": result.difference, "delta_low": result.low, "delta_high": result.high,
                      "p_bootstrap": result.p_bootstrap, "p_mcnemar": result.p_mcnemar,
                      "p_mcnemar_pairs": tuple(t.p_value for t in result.mcnemar),
@@ -337,10 +332,9 @@ def format_table(df: pd.DataFrame, fmt: str = "text") -> str:
              + ([number(r.get("cpu_minutes"))] if cpu else [])
              + [number(r.get("images_per_second"), 0), parameter_count(r.get("num_params"))]
              for v, r in df.iterrows()]
-    confidence = float(df.attrs.get("confidence", DEFAULT_CONFIDENCE))
     intro1 = f"{strong(title)}: {metric_list(shown)} edits (%) per test year, mean ± std over seeds"
     intro2 = (f"Against the baseline {strong(str(baseline))}: Δ {tested} in percentage points "
-              f"[{confidence:.0%} CI, paired bootstrap over test expressions], p = paired bootstrap / exact "
+              f"[{DEFAULT_CONFIDENCE:.0%} CI, paired bootstrap over test expressions], p = paired bootstrap / exact "
               f"McNemar; training cost (means over seeds)")
     blocks = [intro1, render(head1, body1), intro2, render(head2, body2)]
     blocks += _validation_block(df, years, render, strong) + _published_block(df, years, render, strong)
