@@ -16,7 +16,7 @@ import pytest
 from hmer.reports.analysis import (ALL, NO_STRUCTURE, Edit, align, analyze, breakdown, compare_runs, confusions,
                                    edit_count, expressions, format_breakdown, length_bucket, structures,
                                    top_confusions)
-from hmer.reports.published import PAPER_OF_PRESET, format_published, paper_of, published_exprate, published_table
+from hmer.reports.published import PAPER_OF_PRESET, format_published, _load, paper_of, published_exprate
 from hmer.reports.tables import MISSING, format_table, variant_table
 from study_store import STUDY_NAME, TEST_SPLITS, study_store
 
@@ -207,7 +207,7 @@ def test_hmer_analyze_bad_runs_give_one_line_and_status_2(logged, capsys):
 # ---- published figures and validation in the tables ---------------------------------------------------
 
 def test_published_figures_carry_their_sources():
-    table = published_table()
+    table = _load()
     assert published_exprate("BTTR") == {"2014": 53.96, "2016": 52.31, "2019": 52.96}
     assert published_exprate("CoMER") == {"2014": 59.33, "2016": 59.81, "2019": 62.97}
     assert (table["paper"] != "").all() and (table["venue"] != "").all() and (table["source"] != "").all()

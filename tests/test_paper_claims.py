@@ -19,7 +19,7 @@ from study_store import OVERRIDES, TEST_SPLITS, studying_into
 from tiny_dataset import write_dataset
 
 from hmer.reports.paper_claims import (CLAIMS, NO_STUDY, NO_TEST, NOT_SIGNIFICANT, REPRODUCED, REVERSED, Claim,
-                                       claims_table, format_claims, metric_sides, paper_figure, paper_figures, verdict,
+                                       claims_table, format_claims, metric_sides, _figures, paper_figure, verdict,
                                        verdict_per_seed)
 from hmer.evaluation.significance import compare
 
@@ -37,7 +37,7 @@ def test_each_claim_compares_variants_of_its_study_grid():
         for winner, loser in claim.comparisons:
             assert {winner, loser} <= labels, (claim.name, winner, loser)
     assert {c.name for c in CLAIMS} == {"direction", "coverage", "decoder", "posenc", "counting"}
-    figures = paper_figures()
+    figures = _figures()
     sides = {(c.name, v) for c in CLAIMS for pair in c.comparisons for v in pair}
     assert set(zip(figures["claim"], figures["variant"])) <= sides  # every figure is a side of a claim
     assert not figures.duplicated(["claim", "variant", "year", "metric"]).any()

@@ -83,11 +83,12 @@ def study_links(tracking_uri: str, storage: str | None, mlflow_port: int, dashbo
     """Two lines a study: `  <study> (kind, state[, superseded by X])`, then its links."""
     import optuna
 
-    from ..reports.runs import client_for, list_studies
+    from ..reports.runs import list_studies
     from ..store.study_run import comparison_metric
+    from ..tracking.store import mlflow_client
     from ..tracking.ui import dashboard_url, study_url
 
-    client = client_for(tracking_uri)
+    client = mlflow_client(tracking_uri)
     optuna_ids: dict[str, int] = {}
     if storage is not None and dashboard_port is not None:
         opened = optuna.storages.RDBStorage(storage)

@@ -1,11 +1,7 @@
 """Reports: MLflow runs turned into the tables a paper prints, plots, and `hmer report`.
 
-    from hmer.reports import study_table, format_table, plot_exprate
-    df = study_table("ablate_direction-smoke")   # one row per variant, per-year columns
-    print(format_table(df, "markdown"))
-
 `hmer report` (`hmer.cli.report`) writes them as files. The names below load on first use, so
-`import hmer.reports` stays cheap.
+`import hmer.reports` stays cheap; their use: docs/reports.md, "Library".
 """
 
 from __future__ import annotations
@@ -22,7 +18,7 @@ _EXPORTS = {
     "compare_runs": "analysis", "confusions": "analysis", "format_breakdown": "analysis",
     "format_comparison": "analysis", "format_confusions": "analysis", "plot_breakdown": "plots",
     "run_expressions": "analysis", "top_confusions": "analysis", "variant_analysis": "analysis",
-    "format_published": "published", "paper_of": "published", "published_table": "published",
+    "format_published": "published", "paper_of": "published",
     "CLAIMS": "paper_claims", "claims_table": "paper_claims", "format_claims": "paper_claims", "plot_claims": "plots",
 }
 

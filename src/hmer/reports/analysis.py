@@ -1,13 +1,7 @@
 """Error analysis of the predictions a run logs: where a model fails, and where one run beats another.
 
-    rows = run_expressions(run_id)                  # one row per test expression, every year
-    table = breakdown(rows)                         # ExpRate, <=1, <=2 by target length and structure
-    edits = confusions(rows)                        # token substitutions, insertions, deletions
-    print(format_breakdown(table), format_confusions(top_confusions(edits)))
-    both = compare_runs(rows_a, rows_b)             # per bucket: A, B, B - A, only A / only B right
-
 The input is each run's `predictions/test_<year>.csv`; `hmer analyze RUN [RUN_B]` and `hmer report
---analysis` print these tables.
+--analysis` print these tables (docs/reports.md, "Error analysis").
 """
 
 from __future__ import annotations
@@ -26,7 +20,8 @@ from ..registry import METRICS
 from .buckets import (ALL, AXES, LENGTH_BUCKETS, LENGTH_LABELS, NO_STRUCTURE, STRUCTURE_LABELS, STRUCTURE_TOKENS,
                       length_bucket, structures)
 from .markup import MISSING, bold, difference, layout, metric_label, metric_list, number
-from .runs import PredictionsNotFound, client_for, load_predictions
+from ..tracking.store import mlflow_client
+from .runs import PredictionsNotFound, load_predictions
 
 __all__ = [
     "ALL", "AXES", "DEFAULT_TOP", "EDIT_KINDS", "LENGTH_BUCKETS", "NO_STRUCTURE", "STRUCTURE_TOKENS",
@@ -67,19 +62,17 @@ def prediction_years(run_id: str, tracking_uri: str | None = None) -> list[str]:
     from ..tracking.portable import list_run_artifacts
 
     try:  # (a committed store's runs are listed from any working directory, the notebooks' too)
-        names = list_run_artifacts(client_for(tracking_uri), run_id, "predictions")
+        names = list_run_artifacts(mlflow_client(tracking_uri), run_id, "predictions")
     except Exception:  # noqa: BLE001 - an artifact store without that folder: no years
         return []
     years = [m.group("year") for name in names if (m := _PREDICTIONS_FILE.match(name))]
     return sorted(years)
 
 
-def run_expressions(run_id: str, tracking_uri: str | None = None, label: str | None = None,
-                    years: Sequence[str] | None = None) -> pd.DataFrame:
-    """`expressions` of every test year (or `years`) the run has predictions for."""
-    years = list(years) if years is not None else prediction_years(run_id, tracking_uri)
+def run_expressions(run_id: str, tracking_uri: str | None = None, label: str | None = None) -> pd.DataFrame:
+    """`expressions` of every test year the run has predictions for."""
     frames = []
-    for year in years:
+    for year in prediction_years(run_id, tracking_uri):
         try:
             frames.append(expressions(load_predictions(run_id, year, tracking_uri), year, label or run_id, run_id))
         except PredictionsNotFound:
@@ -242,7 +235,7 @@ def run_label(run: pd.Series) -> str:
 
 
 def variant_analysis(runs: pd.DataFrame, tracking_uri: str | None = None,
-                     order: Sequence[str] | None = None, top: int = DEFAULT_TOP) -> Analysis | None:
+                     order: Sequence[str] | None = None) -> Analysis | None:
     """The analysis per variant, seeds pooled; None when no run has predictions."""
     from .tables import scored
 
@@ -257,7 +250,7 @@ def variant_analysis(runs: pd.DataFrame, tracking_uri: str | None = None,
                 continue
     if not frames:
         return None
-    return analyze(pd.concat(frames, ignore_index=True), top=top)
+    return analyze(pd.concat(frames, ignore_index=True))
 
 
 def _row_name(axis: str, bucket: str) -> str:

@@ -1,11 +1,9 @@
 """The same cells trained at two budgets: does a claim's gap grow, shrink or hold as training
 lengthens, and did the longer runs stop learning?
 
-    history = budget_history(["direction", "coverage"])     # validation ExpRate, cpu and long runs
-    print(format_budgets(history))  # `budget_summary` and `gap_summary`, as `hmer report --claims`
-
-A claim's cells are those of its comparisons that its LAST budget's study trains (two each).
-One epoch's validation ExpRate over 465 expressions has a standard error of about 1.8 points at
+`budget_history` reads the runs; `format_budgets` prints `budget_summary` and `gap_summary`, as `hmer
+report --claims` does. A claim's cells are those of its comparisons that its LAST budget's study trains
+(two each). One epoch's validation ExpRate over 465 expressions has a standard error of about 1.8 points at
 20 % (sqrt(0.2 * 0.8 / 465)), so both rules read means:
 
 - **plateau**: the mean of the last `PLATEAU_EPOCHS` epochs against the `PLATEAU_EPOCHS` before

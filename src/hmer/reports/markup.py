@@ -1,8 +1,5 @@
 """The one formatter of every report: numbers as strings, rows as Markdown or aligned text.
 
-    render = layout("markdown")                       # or "text"
-    print(render(["variant", "2014 ExpRate"], [["bttr", mean_pm_std(55.2, 0.4)]]))
-
 Not `DataFrame.to_markdown`: tabulate pads every cell, and the committed README tables are unpadded.
 """
 

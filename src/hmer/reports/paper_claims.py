@@ -1,27 +1,9 @@
 """The papers' claims, answered from the studies in the store: `hmer report --claims`.
 
-    df = claims_table()                   # one row per claim, budget, comparison and test year
-    print(format_claims(df))              # aligned text; fmt="markdown" for a README
-
-A claim (`CLAIMS`) names its study, the (claimed winner, claimed loser) comparisons and its paper,
-whose figures are rows of `paper_claims.csv` (none where no citable source gives one). Each
-comparison is a `variant_table` of its two variants, the loser the baseline, computed as `hmer
-report --study` computes it. Two verdicts:
-
-- **all seeds** (`verdict`, the headline): the exact paired sign-flip test of the seed-averaged
-  difference;
-- **per-seed McNemar** (`verdict_mcnemar`): a verdict per seed-matched pair; theirs when they agree,
-  else `split` with the counts (the largest p alone hid pairs significant for opposite sides).
-
-The paired bootstrap gives the interval only. An unfinished study answers nothing yet: its rows say
-how far it is. The first of `budgets` answers every claim ("no study yet" where missing); a later
-one only the comparisons its study trains.
-
-The papers count ≤1 / ≤2 in the symbol label graph (lgeval), the suite's `le1` / `le2` token edits (a
-few points apart). With `metric="le2"` the table is on `lgeval_le2` where every answered study's runs
-carry it (`hmer runs rescore`), the token metric kept as `winner_token_*` / `loser_token_*`; else on
-the token metric, `attrs["lacking"]` naming the studies. ExpRate stays the suite's own `exprate`: it
-agrees with lgeval's but for a few expressions a year.
+`claims_table()` has a row per claim, budget, comparison and test year, which `format_claims` prints. A
+claim (`CLAIMS`) names its study, the (claimed winner, claimed loser) comparisons and its paper, whose
+figures are rows of `paper_claims.csv`. Each comparison is a `variant_table` of its two variants, the
+loser the baseline; the verdicts, budgets and metrics: docs/reports.md ("The papers' claims").
 """
 
 from __future__ import annotations
@@ -120,11 +102,6 @@ def _figures() -> pd.DataFrame:
     return df
 
 
-def paper_figures() -> pd.DataFrame:
-    """Every figure the papers give for a side of a claim."""
-    return _figures().copy()
-
-
 def paper_figure(claim: str, variant: str, year: str, metric: str = "exprate") -> float:
     """The paper's figure (%) for that side, year and metric; NaN when none was found."""
     df = _figures()
@@ -209,8 +186,6 @@ def claims_table(
     metric: str = "exprate",
     claims: Sequence[Claim] = CLAIMS,
     n_resamples: int = DEFAULT_RESAMPLES,
-    confidence: float = DEFAULT_CONFIDENCE,
-    alpha: float = ALPHA,
 ) -> pd.DataFrame:
     """One row per claim, budget, comparison and test year; `budgets` a name, "a,b" or a sequence.
     `attrs`: `metric` (the one shown), `token_metric`, `lacking`."""
@@ -220,10 +195,10 @@ def claims_table(
     studies = [study for i, budget in enumerate(names) for study in _studies(budget, uri, claims, first=i == 0)]
     lacking = [s.name for s in studies if graph and s.answers and not _carries(s.good, graph)]
     shown = graph if graph and not lacking else token
-    rows = [row for s in studies for row in _study_rows(s, uri, shown, token, n_resamples, confidence, alpha)]
+    rows = [row for s in studies for row in _study_rows(s, uri, shown, token, n_resamples)]
     df = pd.DataFrame(rows, columns=COLUMNS)
     df.attrs.update({"budgets": names, "metric": shown, "token_metric": token, "lacking": lacking,
-                     "confidence": confidence, "alpha": alpha, "n_resamples": n_resamples, "claims": list(claims)})
+                     "n_resamples": n_resamples, "claims": list(claims)})
     return df
 
 
@@ -256,8 +231,7 @@ def _carries(runs: pd.DataFrame, metric: str) -> bool:
     return True
 
 
-def _study_rows(s: _Study, uri: str, metric: str, token: str, n_resamples: int, confidence: float,
-                alpha: float) -> list[dict[str, Any]]:
+def _study_rows(s: _Study, uri: str, metric: str, token: str, n_resamples: int) -> list[dict[str, Any]]:
     claim, budget, study = s.claim, s.budget, s.name
     if not s.answers:
         # a row per year the paper gives figures for (one, year empty, without any)
@@ -277,7 +251,7 @@ def _study_rows(s: _Study, uri: str, metric: str, token: str, n_resamples: int, 
             continue
         pair = s.runs[s.runs["variant"].isin([winner, loser])]
         table = variant_table(pair, baseline=loser, years=years, predictions=load, metric=metric,
-                              n_resamples=n_resamples, confidence=confidence, title=study)
+                              n_resamples=n_resamples, title=study)
         won, lost = table.loc[winner], table.loc[loser]
         for year in years:
             row = _empty_row(claim, budget, study, winner, loser, year, metric, token, "")
@@ -296,10 +270,10 @@ def _study_rows(s: _Study, uri: str, metric: str, token: str, n_resamples: int, 
                    for name, side_row in (("winner", won), ("loser", lost))
                    for part, m in (("", metric), ("_token", token)) for stat in ("mean", "std")},
                 "sign_flip_favours": math.nan if is_missing(cells["p_sign_flip"]) else side[flip_favours],
-                "verdict": verdict(cells["p_sign_flip"], flip_favours, alpha),
+                "verdict": verdict(cells["p_sign_flip"], flip_favours),
                 "p_mcnemar_pairs": pair_ps or math.nan,
                 "mcnemar_favours": tuple(side[int(f)] for f in pair_favours) or math.nan,
-                "verdict_mcnemar": verdict_per_seed(pair_ps, pair_favours, alpha),
+                "verdict_mcnemar": verdict_per_seed(pair_ps, pair_favours),
             })
             rows.append(row)
     return rows
@@ -340,8 +314,6 @@ def format_claims(df: pd.DataFrame, fmt: str = "text", *, sources: bool = True) 
     the first) without the claims and sources."""
     render = layout(fmt)
     strong = bold(fmt)
-    confidence = float(df.attrs.get("confidence", DEFAULT_CONFIDENCE))
-    alpha = float(df.attrs.get("alpha", ALPHA))
     metric = df.attrs.get("metric", "exprate")
     token = df.attrs.get("token_metric", metric)
     label = metric_label(token)
@@ -350,8 +322,8 @@ def format_claims(df: pd.DataFrame, fmt: str = "text", *, sources: bool = True) 
         f"{label} lgeval", f"{label} lgeval" if on_graphs else f"{label} tokens")
     kept = [f"ours {label} tokens (winner)", f"ours {label} tokens (loser)"] if on_graphs else []
     head = ["claim", "budget", "year", "claimed", f"paper {paper_label}", f"ours {ours_label} (winner)",
-            f"ours {ours_label} (loser)", *kept, f"Δ {ours_label} [{confidence:.0%} CI]", "p boot", "p all seeds",
-            "verdict, all seeds", "p McNemar per seed pair", "verdict, per-seed McNemar"]
+            f"ours {ours_label} (loser)", *kept, f"Δ {ours_label} [{DEFAULT_CONFIDENCE:.0%} CI]", "p boot",
+            "p all seeds", "verdict, all seeds", "p McNemar per seed pair", "verdict, per-seed McNemar"]
     body = []
     for _, r in df.iterrows():
         paper = (MISSING if is_missing(r["paper_winner"]) and is_missing(r["paper_loser"])
@@ -369,7 +341,7 @@ def format_claims(df: pd.DataFrame, fmt: str = "text", *, sources: bool = True) 
     intro = (f"{strong('The papers’ claims')} against the studies at {at} (column budget; "
              f"hmer.studies.budgets): ours are mean ± std over seeds (%, the number of seeds in brackets; one "
              f"seed is one run, with no std); Δ = claimed winner − claimed loser in percentage points "
-             f"with its paired-bootstrap interval and p (p boot). Two tests, each with its verdict at α = {alpha:g}: "
+             f"with its paired-bootstrap interval and p (p boot). Two tests, each with its verdict at α = {ALPHA:g}: "
              f"{REPRODUCED} (significant in the claimed direction), {NOT_SIGNIFICANT}, or {REVERSED} (significant "
              f"against the claim). All seeds: the exact paired sign-flip test over test expressions of the "
              f"seed-averaged difference (each expression once, its correctness averaged over each side's seeds). "
@@ -382,7 +354,7 @@ def format_claims(df: pd.DataFrame, fmt: str = "text", *, sources: bool = True) 
         studies = [s for s in dict.fromkeys(df.loc[df["claim"] == c.name, "study"])]
         notes.append(f"- {c.name}: {c.statement}; {c.paper or NO_SINGLE_PAPER}; "
                      f"{'studies' if len(studies) > 1 else 'study'} {', '.join(studies) or MISSING}")
-    figures = paper_figures()
+    figures = _figures()
     cited = []
     for (claim, variant), part in figures.groupby(["claim", "variant"], sort=False):
         where = "; ".join(f"{', '.join(metric_label(m) for m in sub['metric'].unique())} from {source}"

@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from ..atomic import save_figure
+from ..evaluation.significance import DEFAULT_CONFIDENCE
 from .buckets import LENGTH_LABELS, STRUCTURE_LABELS
 from .markup import metric_label
 from .tables import scores_long, variant_order
@@ -32,7 +33,6 @@ def variant_colors(order: Sequence[str]) -> dict[str, str]:
 def plot_exprate(
     runs: pd.DataFrame,
     *,
-    variant_col: str = "variant",
     order: Sequence[str] | None = None,
     years: Sequence[str] | None = None,
     metrics: Sequence[str] = ("exprate",),
@@ -45,11 +45,11 @@ def plot_exprate(
     pixel for pixel from the same runs."""
     import seaborn as sns
 
-    data = scores_long(runs, variant_col, years, metrics)
+    data = scores_long(runs, years, metrics)
     if data.empty:
         raise ValueError("no run with test scores to plot")
     present = set(data["variant"].unique())
-    hue_order = [v for v in (order if order is not None else variant_order(runs, variant_col)) if v in present]
+    hue_order = [v for v in (order if order is not None else variant_order(runs)) if v in present]
     year_order = sorted(data["year"].unique())
     panel_width = max(4.0, 1.5 + 0.35 * len(year_order) * len(hue_order))  # room for every bar
     fig = Figure(figsize=(panel_width * len(metrics) + 1.5, 4.2), layout="constrained")
@@ -71,7 +71,7 @@ def plot_exprate(
             ax.get_legend().remove()
     legend = axes[-1].get_legend()
     if legend is not None:
-        legend.set_title(variant_col if variant_col != "variant" else "variant")
+        legend.set_title("variant")
         sns.move_legend(axes[-1], "upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     seeds = data.groupby("variant")["run_id"].nunique()
     spread = f"mean ± std over {seeds.min()}–{seeds.max()} seeds" if seeds.min() != seeds.max() \
@@ -124,7 +124,6 @@ def plot_claims(claims: pd.DataFrame, *, max_columns: int = 3, title: str | None
     if claims.empty:
         raise ValueError("no claims to plot")
     metric = claims.attrs.get("metric", "exprate")
-    confidence = float(claims.attrs.get("confidence", 0.95))
     verdicts = (REPRODUCED, NOT_SIGNIFICANT, REVERSED)
     green, grey, red = (sns.color_palette(PALETTE)[i] for i in (2, 7, 3))
     colors = dict(zip(verdicts, (green, grey, red)))
@@ -173,7 +172,7 @@ def plot_claims(claims: pd.DataFrame, *, max_columns: int = 3, title: str | None
     budget = " and ".join(dict.fromkeys(claims["budget"]))
     fig.suptitle(f"{title + ': ' if title else ''}the papers' claims at the {budget} budget\n"
                  f"claimed winner − claimed loser in {metric_label(metric)}, means over seeds, "
-                 f"{confidence:.0%} paired-bootstrap intervals")
+                 f"{DEFAULT_CONFIDENCE:.0%} paired-bootstrap intervals")
     if path is not None:
         save_figure(fig, path)
     return fig

@@ -34,10 +34,6 @@ def _load() -> pd.DataFrame:
     return package_csv("published.csv", COLUMNS, ["year", "model"], "exprate")
 
 
-def published_table() -> pd.DataFrame:
-    return _load().copy()
-
-
 def published_exprate(model: str) -> dict[str, float]:
     df = _load()
     part = df[df["model"] == model]

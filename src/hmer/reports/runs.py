@@ -1,9 +1,5 @@
 """Runs out of MLflow, as typed pandas frames: the input of every table and plot.
 
-    runs = load_runs(study="ablate_direction-smoke")          # one row per training run
-    history = load_history(runs, ["val_exprate", "train_loss"])  # long: one row per logged point
-    preds = load_predictions(run_id, "2014")                  # name, truth, prediction, distance, correct
-
 `load_runs` gives `mlflow.search_runs`' columns plus `experiment`, `run_name`, `variant` (tag
 `hmer.variant`), `seed`, `trial` and `state` (tag `hmer.status`, else MLflow's status), params parsed
 back to their types. It searches with an `MlflowClient` bound to the store: `mlflow.search_runs`
@@ -26,8 +22,6 @@ from ..tracking import keys
 from ..tracking.store import default_tracking_uri, mlflow_client, search_all_runs, study_filter
 from .params import config_types, parse_value, typed_column
 
-STUDY_TAG = keys.STUDY
-ROLE_TAG = keys.ROLE
 STUDY_ROLES = (keys.ROLE_STUDY, keys.ROLE_SUMMARY)  # a study's own runs, beside its trials
 EPOCH_METRICS = ("val_exprate", "val_loss", "train_loss", "lr", "images_per_second", "epoch_seconds",
                  "train_cpu_seconds")
@@ -48,10 +42,6 @@ class PredictionsNotFound(LookupError):
 def resolve_tracking_uri(tracking_uri: str | None = None) -> str:
     """The given URI, else the project default."""
     return tracking_uri or default_tracking_uri()
-
-
-def client_for(tracking_uri: str | None = None):
-    return mlflow_client(tracking_uri)
 
 
 # ---- runs -----------------------------------------------------------------------------------------
@@ -146,7 +136,7 @@ def load_runs(
     """Runs of a study (tag `hmer.study`), an experiment (name or id), run ids (`NoRunsError` for an
     unknown one) or the whole store, oldest first; a study's parent and summary runs (`hmer.role`)
     only with `include_parents`."""
-    client = client_for(tracking_uri)
+    client = mlflow_client(tracking_uri)
     if run_ids:
         from mlflow.exceptions import MlflowException
 
@@ -163,17 +153,17 @@ def load_runs(
         ids, names = _experiment_ids(client, experiment)
         where = study_filter(study) if study else ""
         df = runs_frame(search_all_runs(client, ids, where, oldest_first=True) if ids else [], names)
-    if not include_parents and not df.empty and f"tags.{ROLE_TAG}" in df.columns:
-        df = df[~df[f"tags.{ROLE_TAG}"].isin(STUDY_ROLES)].reset_index(drop=True)
+    if not include_parents and not df.empty and f"tags.{keys.ROLE}" in df.columns:
+        df = df[~df[f"tags.{keys.ROLE}"].isin(STUDY_ROLES)].reset_index(drop=True)
     return df
 
 
 def study_parent(study: str, tracking_uri: str | None = None) -> pd.Series | None:
     """A study's parent run (tag `hmer.role=study`) as a `load_runs` row, or None."""
     parents = load_runs(tracking_uri, study=study, include_parents=True)
-    if parents.empty or f"tags.{ROLE_TAG}" not in parents.columns:
+    if parents.empty or f"tags.{keys.ROLE}" not in parents.columns:
         return None
-    parents = parents[parents[f"tags.{ROLE_TAG}"] == keys.ROLE_STUDY]
+    parents = parents[parents[f"tags.{keys.ROLE}"] == keys.ROLE_STUDY]
     return None if parents.empty else parents.iloc[0]
 
 
@@ -189,12 +179,12 @@ def study_budget(head: pd.Series) -> str | None:
 def study_progress(study: str, tracking_uri: str | None = None) -> str | None:
     """How far an unfinished study is: "in progress, 4 of 9 trials finished"; else None."""
     runs = load_runs(tracking_uri, study=study, include_parents=True)
-    if runs.empty or f"tags.{ROLE_TAG}" not in runs.columns:
+    if runs.empty or f"tags.{keys.ROLE}" not in runs.columns:
         return None
-    parent = runs[runs[f"tags.{ROLE_TAG}"] == keys.ROLE_STUDY]
+    parent = runs[runs[f"tags.{keys.ROLE}"] == keys.ROLE_STUDY]
     if parent.empty or parent.iloc[0]["state"] == "finished":
         return None
-    trials = runs[~runs[f"tags.{ROLE_TAG}"].isin(STUDY_ROLES)]
+    trials = runs[~runs[f"tags.{keys.ROLE}"].isin(STUDY_ROLES)]
     try:
         of = f" of {int(parent.iloc[0].get('params.n_trials'))}"  # a grid's cells, the trials a sweep aims for
     except (TypeError, ValueError):
@@ -206,12 +196,12 @@ def list_studies(tracking_uri: str | None = None) -> pd.DataFrame:
     """Every study in the store, newest first; `trials` counts runs by state ("6 finished, 2 failed")."""
     runs = load_runs(tracking_uri, include_parents=True)
     columns = ["study", "experiment", "kind", "budget", "state", "superseded_by", "runs", "trials", "started"]
-    if runs.empty or f"tags.{STUDY_TAG}" not in runs.columns:
+    if runs.empty or f"tags.{keys.STUDY}" not in runs.columns:
         return pd.DataFrame(columns=columns)
-    runs = runs[runs[f"tags.{STUDY_TAG}"].notna()]
-    role = runs.get(f"tags.{ROLE_TAG}", pd.Series("", index=runs.index)).fillna("")
+    runs = runs[runs[f"tags.{keys.STUDY}"].notna()]
+    role = runs.get(f"tags.{keys.ROLE}", pd.Series("", index=runs.index)).fillna("")
     rows = []
-    for name, group in runs.groupby(f"tags.{STUDY_TAG}", sort=False):
+    for name, group in runs.groupby(f"tags.{keys.STUDY}", sort=False):
         parent = group[role.loc[group.index] == keys.ROLE_STUDY]
         head = parent.iloc[0] if not parent.empty else group.iloc[0]
         trials = ~role.loc[group.index].isin(STUDY_ROLES)
@@ -258,7 +248,7 @@ def load_history(
     `variant` and `seed` are joined in."""
     runs = run_ids if isinstance(run_ids, pd.DataFrame) else None
     ids = list(runs["run_id"]) if runs is not None else list(run_ids)
-    client = client_for(tracking_uri)
+    client = mlflow_client(tracking_uri)
     rows: list[dict[str, Any]] = []
     for run_id in ids:
         start = client.get_run(run_id).info.start_time
@@ -295,7 +285,7 @@ def load_predictions(run_id: str, year: str | int, tracking_uri: str | None = No
 
     from ..tracking.portable import download_run_artifact
 
-    client = client_for(tracking_uri)
+    client = mlflow_client(tracking_uri)
     artifact = f"predictions/test_{year}.csv"
     with tempfile.TemporaryDirectory(prefix="hmer-report-") as tmp, _quiet_downloads():
         try:

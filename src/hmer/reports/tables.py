@@ -1,22 +1,8 @@
 """The tables a paper prints: one row per variant, ExpRate / <=1 / <=2 per CROHME year.
 
-    df = study_table("ablate_direction-smoke")     # the study's runs, its baseline, paired tests
-    print(format_table(df))                        # aligned text; fmt="markdown" for a README
-
-`variant_table(runs)` builds the frame from any `load_runs` frame. Its columns:
-
-- `baseline`, `seeds` (runs with test scores), `excluded` (failed, pruned or unfinished runs);
-- per test year `Y`: `Y_n`, `Y_<metric>_mean` / `_std` (percent, over seeds), `Y_delta` (points
-  against the baseline on `metric`) with `Y_delta_low` / `_high` (paired bootstrap CI),
-  `Y_p_bootstrap`, `Y_p_mcnemar` (the largest over seed pairs), `Y_p_mcnemar_pairs`,
-  `Y_mcnemar_favours` (per pair: 1 the variant, -1 the baseline, 0 neither), `Y_p_sign_flip`,
-  `Y_sign_flip_favours` (`hmer.evaluation.significance`); NaN without predictions artifacts;
-- cost: `gpu_minutes`, `train_minutes`, `cpu_minutes`, `images_per_second`, `num_params`;
-- validation: `val_n`, `val_<metric>_mean` / `_std` (`val_final_*`), `val_alt_exprate_*`
-  (`data.val_alt`), `best_val_exprate_*` (the ExpRate that picked the checkpoint);
-- `paper` and `Y_published` (`hmer.reports.published`).
-
-`attrs` carry the title, baseline, years, excluded counts and test settings for `format_table`.
+`variant_table(runs)` builds the frame from any `load_runs` frame; its columns: docs/reports.md ("Columns
+of `table.csv`"). `attrs` carry the title, baseline, years, excluded counts and test settings for
+`format_table`.
 """
 
 from __future__ import annotations
@@ -61,13 +47,12 @@ def scored(runs: pd.DataFrame, years: Sequence[str] | None = None) -> pd.Series:
     return has_scores & ~state.isin(EXCLUDED_STATES)
 
 
-def variant_order(runs: pd.DataFrame, variant_col: str = "variant", baseline: str | None = None,
-                  preferred: Sequence[str] | None = None) -> list[str]:
+def variant_order(runs: pd.DataFrame, baseline: str | None = None, preferred: Sequence[str] | None = None) -> list[str]:
     """The variants, the baseline first, then `preferred` (e.g. grid order), then as they first ran."""
     keys = runs.assign(_trial=runs["trial"] if "trial" in runs.columns else np.nan,
                        _start=runs["start_time"] if "start_time" in runs.columns else pd.NaT)
     keys["_trial"] = pd.to_numeric(keys["_trial"], errors="coerce")
-    firsts = keys.groupby(variant_col, sort=False).agg(trial=("_trial", "min"), start=("_start", "min"))
+    firsts = keys.groupby("variant", sort=False).agg(trial=("_trial", "min"), start=("_start", "min"))
     order = list(firsts.sort_values(["trial", "start"], na_position="last", kind="stable").index)
     if preferred:
         order = [v for v in preferred if v in order] + [v for v in order if v not in set(preferred)]
@@ -77,27 +62,26 @@ def variant_order(runs: pd.DataFrame, variant_col: str = "variant", baseline: st
     return order
 
 
-def resolve_baseline(runs: pd.DataFrame, baseline: str | Mapping[str, Any] | None = None,
-                     variant_col: str = "variant") -> str | None:
+def resolve_baseline(runs: pd.DataFrame, baseline: str | Mapping[str, Any] | None = None) -> str | None:
     """The baseline's label, from a variant label ("l2r"), an `hmer.cell` tag ("model.direction=l2r"),
     axis values (a mapping or JSON: the parent run's `baseline` param), or None: the runs tagged
     `hmer.baseline=true`, else the first variant that ran."""
-    variants = list(runs[variant_col].dropna().unique())
+    variants = list(runs["variant"].dropna().unique())
     if not variants:
         return None
     if baseline is None:
         if BASELINE_TAG in runs.columns:
-            tagged = runs.loc[runs[BASELINE_TAG].astype(str).str.lower() == "true", variant_col]
+            tagged = runs.loc[runs[BASELINE_TAG].astype(str).str.lower() == "true", "variant"]
             if not tagged.empty:
                 return str(tagged.iloc[0])
-        return variant_order(runs, variant_col)[0]
+        return variant_order(runs)[0]
     candidates = _baseline_candidates(baseline)
     for candidate in candidates:
         if candidate in variants:
             return candidate
     if CELL_TAG in runs.columns:
         for candidate in candidates:
-            hit = runs.loc[runs[CELL_TAG] == candidate, variant_col]
+            hit = runs.loc[runs[CELL_TAG] == candidate, "variant"]
             if not hit.empty:
                 return str(hit.iloc[0])
     raise ValueError(f"baseline {baseline!r} is none of the variants {', '.join(map(str, variants))}")
@@ -124,7 +108,6 @@ def _baseline_candidates(baseline: str | Mapping[str, Any]) -> list[str]:
 
 def variant_table(
     runs: pd.DataFrame,
-    variant_col: str = "variant",
     baseline: str | Mapping[str, Any] | None = None,
     *,
     years: Sequence[str] | None = None,
@@ -132,11 +115,9 @@ def variant_table(
     metric: str = "exprate",
     order: Sequence[str] | None = None,
     n_resamples: int = DEFAULT_RESAMPLES,
-    confidence: float = DEFAULT_CONFIDENCE,
-    seed: int = 0,
     title: str = "",
 ) -> pd.DataFrame:
-    """One row per variant of a `load_runs` frame (columns: module docstring). Without
+    """One row per variant of a `load_runs` frame (columns: docs/reports.md). Without
     `predictions` (a bound `load_predictions`) the differences come from the metrics, untested;
     `metric` is what they and the tests are on (`le1` / `le2` tell apart models that read few
     formulas exactly); `order` the rows after the baseline."""
@@ -145,27 +126,27 @@ def variant_table(
     good, bad = runs[counts], runs[~counts]
     # A named baseline is looked up among all runs: unscored yet (a study in progress), it stays
     # the baseline, with no seeds, and nothing is measured against another.
-    base = resolve_baseline(runs if baseline is not None or good.empty else good, baseline,
-                            variant_col) if not runs.empty else None
+    base = resolve_baseline(runs if baseline is not None or good.empty else good, baseline) if not runs.empty else None
     correctness = CorrectnessCache(predictions, metric)
     rows = []
-    for variant in variant_order(runs, variant_col, base, order) if not runs.empty else []:
-        mine, base_runs = good[good[variant_col] == variant], good[good[variant_col] == base]
+    for variant in variant_order(runs, base, order) if not runs.empty else []:
+        mine, base_runs = good[good["variant"] == variant], good[good["variant"] == base]
         row: dict[str, Any] = {"variant": variant, "baseline": variant == base, "seeds": len(mine),
-                               "excluded": int((bad[variant_col] == variant).sum())}
+                               "excluded": int((bad["variant"] == variant).sum())}
         for year in years:
-            row.update(_year_cells(year, mine, base_runs, variant == base, correctness, metric, n_resamples,
-                                   confidence, seed))
+            row.update(_year_cells(year, mine, base_runs, variant == base, correctness, metric, n_resamples))
         row.update(_cost_cells(mine))
         row.update(_validation_cells(mine))
-        row.update(_published_cells(mine, years))
+        paper = paper_of(mine)
+        figures = published_exprate(paper) if paper else {}
+        row.update({"paper": paper or "", **{f"{y}_published": figures.get(str(y), math.nan) for y in years}})
         rows.append(row)
     df = pd.DataFrame(rows, columns=_columns(years)).set_index("variant")
     excluded = bad["state"].value_counts() if "state" in bad.columns else pd.Series(dtype=int)
     df.attrs.update({
-        "title": title, "baseline": base, "years": list(years), "variant_col": variant_col,
+        "title": title, "baseline": base, "years": list(years),
         "excluded": {str(k): int(v) for k, v in excluded.items()},
-        "n_resamples": n_resamples, "confidence": confidence, "tested": correctness.used, "metric": metric,
+        "n_resamples": n_resamples, "tested": correctness.used, "metric": metric,
     })
     return df
 
@@ -195,7 +176,7 @@ def _metric(runs: pd.DataFrame, name: str) -> pd.Series:
     return runs[col] if col in runs.columns else pd.Series(dtype=float)
 
 
-# the differences and paired tests per year, columns `Y_<cell>` (see the module docstring)
+# the differences and paired tests per year, columns `Y_<cell>` (docs/reports.md)
 _TEST_CELLS = ("delta", "delta_low", "delta_high", "p_bootstrap", "p_mcnemar", "p_mcnemar_pairs", "mcnemar_favours",
                "p_sign_flip", "sign_flip_favours")
 
@@ -210,8 +191,7 @@ def _score_cells(mine: pd.DataFrame, name: str, logged: str) -> dict[str, Any]:
 
 
 def _year_cells(year: str, mine: pd.DataFrame, base_runs: pd.DataFrame, is_base: bool,
-                correctness: CorrectnessCache, metric: str, n_resamples: int, confidence: float,
-                seed: int) -> dict[str, Any]:
+                correctness: CorrectnessCache, metric: str, n_resamples: int) -> dict[str, Any]:
     cells = _score_cells(mine, year, f"test_{year}")
     mean, _ = _mean_std(_metric(mine, f"test_{year}_{metric}"))
     base_mean, _ = _mean_std(_metric(base_runs, f"test_{year}_{metric}"))
@@ -223,8 +203,7 @@ def _year_cells(year: str, mine: pd.DataFrame, base_runs: pd.DataFrame, is_base:
         matrices = correctness.aligned(base_runs, mine, year)
         if matrices is not None:
             (b, b_seeds), (v, v_seeds) = matrices
-            result = compare(b, v, baseline_seeds=b_seeds, variant_seeds=v_seeds, n_resamples=n_resamples,
-                             confidence=confidence, seed=seed)
+            result = compare(b, v, baseline_seeds=b_seeds, variant_seeds=v_seeds, n_resamples=n_resamples)
             delta = {"delta": result.difference, "delta_low": result.low, "delta_high": result.high,
                      "p_bootstrap": result.p_bootstrap, "p_mcnemar": result.p_mcnemar,
                      "p_mcnemar_pairs": tuple(t.p_value for t in result.mcnemar),
@@ -262,41 +241,32 @@ def _validation_cells(mine: pd.DataFrame) -> dict[str, Any]:
     return cells
 
 
-def _published_cells(mine: pd.DataFrame, years: Sequence[str]) -> dict[str, Any]:
-    paper = paper_of(mine)
-    figures = published_exprate(paper) if paper else {}
-    return {"paper": paper or "", **{f"{y}_published": figures.get(str(y), math.nan) for y in years}}
-
-
 def study_table(
     study_name: str,
     tracking_uri: str | None = None,
     *,
     runs: pd.DataFrame | None = None,
-    baseline: str | Mapping[str, Any] | None = None,
     metric: str = "exprate",
     n_resamples: int = DEFAULT_RESAMPLES,
-    confidence: float = DEFAULT_CONFIDENCE,
-    seed: int = 0,
 ) -> pd.DataFrame:
-    """A study's `variant_table`; the baseline is `baseline`, else the parent run's param, else
-    `resolve_baseline`'s. No runs give an empty table, so a study script can always end with it."""
+    """A study's `variant_table`; the baseline is the parent run's param, else `resolve_baseline`'s. No
+    runs give an empty table, so a study script can always end with it."""
     runs = load_runs(tracking_uri, study=study_name) if runs is None else runs
     parent = study_parent(study_name, tracking_uri)
-    if baseline is None:
-        if parent is not None and isinstance(parent.get("params.baseline"), str):
-            baseline = parent["params.baseline"]
-        if baseline is not None and not runs.empty:
-            try:
-                resolve_baseline(runs, baseline)
-            except ValueError:
-                baseline = None  # the parent names a cell no run has (e.g. all failed): fall back
+    baseline = parent.get("params.baseline") if parent is not None else None
+    if not isinstance(baseline, str):
+        baseline = None
+    elif not runs.empty:
+        try:
+            resolve_baseline(runs, baseline)
+        except ValueError:
+            baseline = None  # the parent names a cell no run has (e.g. all failed): fall back
 
     def loader(run_id: str, year: str) -> pd.DataFrame:
         return load_predictions(run_id, year, tracking_uri)
 
-    return variant_table(runs, "variant", baseline, predictions=loader, metric=metric, order=grid_order(parent),
-                         n_resamples=n_resamples, confidence=confidence, seed=seed, title=study_name)
+    return variant_table(runs, baseline, predictions=loader, metric=metric, order=grid_order(parent),
+                         n_resamples=n_resamples, title=study_name)
 
 
 def grid_order(parent: pd.Series | None) -> list[str]:
@@ -313,7 +283,7 @@ def grid_order(parent: pd.Series | None) -> list[str]:
     return ["/".join(str(v) for v in cell) for cell in itertools.product(*axes)] if axes else []
 
 
-def scores_long(runs: pd.DataFrame, variant_col: str = "variant", years: Sequence[str] | None = None,
+def scores_long(runs: pd.DataFrame, years: Sequence[str] | None = None,
                 metrics: Sequence[str] | None = None) -> pd.DataFrame:
     """One row per (scored run, year, metric), the tidy form seaborn plots; `metrics` default: all."""
     metrics = tuple(metrics) if metrics is not None else METRICS.names()
@@ -325,7 +295,7 @@ def scores_long(runs: pd.DataFrame, variant_col: str = "variant", years: Sequenc
             for m in metrics:
                 value = run.get(f"metrics.test_{year}_{m}")
                 if value is not None and not pd.isna(value):
-                    rows.append({"variant": run[variant_col], "seed": run.get("seed"), "run_id": run["run_id"],
+                    rows.append({"variant": run["variant"], "seed": run.get("seed"), "run_id": run["run_id"],
                                  "year": year, "metric": m, "label": metric_label(m), "value": float(value)})
     return pd.DataFrame(rows, columns=["variant", "seed", "run_id", "year", "metric", "label", "value"])
 
@@ -335,7 +305,8 @@ def format_table(df: pd.DataFrame, fmt: str = "text") -> str:
     render = layout(fmt)
     strong = bold(fmt)
     title = df.attrs.get("title") or "runs"
-    years = _years_of(df)
+    years = ([str(y) for y in df.attrs["years"]] if df.attrs.get("years") else  # else from the columns
+             sorted({c.split("_", 1)[0] for c in map(str, df.columns) if c.endswith("_exprate_mean")}))
     if df.empty:
         return f"{title}: no runs to tabulate" + _excluded_note(df)
     baseline = df.attrs.get("baseline")
@@ -361,22 +332,14 @@ def format_table(df: pd.DataFrame, fmt: str = "text") -> str:
              + ([number(r.get("cpu_minutes"))] if cpu else [])
              + [number(r.get("images_per_second"), 0), parameter_count(r.get("num_params"))]
              for v, r in df.iterrows()]
-    confidence = float(df.attrs.get("confidence", DEFAULT_CONFIDENCE))
     intro1 = f"{strong(title)}: {metric_list(shown)} edits (%) per test year, mean ± std over seeds"
     intro2 = (f"Against the baseline {strong(str(baseline))}: Δ {tested} in percentage points "
-              f"[{confidence:.0%} CI, paired bootstrap over test expressions], p = paired bootstrap / exact "
+              f"[{DEFAULT_CONFIDENCE:.0%} CI, paired bootstrap over test expressions], p = paired bootstrap / exact "
               f"McNemar; training cost (means over seeds)")
     blocks = [intro1, render(head1, body1), intro2, render(head2, body2)]
     blocks += _validation_block(df, years, render, strong) + _published_block(df, years, render, strong)
     blocks.append(" ".join(_notes(df, years)))
     return "\n\n".join(blocks) + "\n"
-
-
-def _years_of(df: pd.DataFrame) -> list[str]:
-    years = df.attrs.get("years")
-    if years:
-        return [str(y) for y in years]
-    return sorted({c.split("_", 1)[0] for c in map(str, df.columns) if c.endswith("_exprate_mean")})
 
 
 def _delta(row: pd.Series, year: str) -> str:

@@ -35,7 +35,8 @@ def present_study(study: str, *, tracking_uri: str | None = None, storage: str |
 def _present(study: str, uri: str, storage: str | None) -> list[str]:
     import optuna
 
-    from ..reports.runs import client_for, load_runs, study_parent
+    from ..reports.runs import load_runs, study_parent
+    from ..tracking.store import mlflow_client
     from .study_run import annotate_study, mark_killed_attempts
 
     parent = study_parent(study, uri)
@@ -48,7 +49,7 @@ def _present(study: str, uri: str, storage: str | None) -> list[str]:
         if kind == "grid":
             runs = load_runs(uri, study=study)
             # a killed attempt leaves the comparison once its cell is trained again, finished study or not
-            changes += mark_killed_attempts(client_for(uri), runs)
+            changes += mark_killed_attempts(mlflow_client(uri), runs)
         if kind == "grid" and (parent["state"] == "finished" or superseded_by):
             from ..reports.tables import study_table
 
@@ -117,12 +118,12 @@ def _description(study, parent, tracking_uri: str) -> str | None:
         import json
         import tempfile
 
-        from ..reports.runs import client_for
+        from ..tracking.store import mlflow_client
         from ..tracking.portable import download_run_artifact
 
         try:
             with tempfile.TemporaryDirectory(prefix="hmer-present-") as tmp:
-                path = download_run_artifact(client_for(tracking_uri), str(parent["run_id"]), "study.json", tmp)
+                path = download_run_artifact(mlflow_client(tracking_uri), str(parent["run_id"]), "study.json", tmp)
                 found = _text(json.loads(Path(path).read_text()).get("description"))
             if found:
                 return found
@@ -143,8 +144,9 @@ def annotate_sweep(study: str, tracking_uri: str | None = None, storage: str | N
     MLflow store) onto its parent run, where it differs; returns what was written."""
     import optuna
 
-    from ..reports.runs import client_for, resolve_tracking_uri, study_parent
+    from ..reports.runs import resolve_tracking_uri, study_parent
     from ..studies.sweep_report import sweep_storage, sweep_table
+    from ..tracking.store import mlflow_client
     from .study_run import TABLE_ARTIFACT, _write_artifact_if_changed
 
     uri = resolve_tracking_uri(tracking_uri)
@@ -153,7 +155,7 @@ def annotate_sweep(study: str, tracking_uri: str | None = None, storage: str | N
         return []
     text = sweep_table(optuna.load_study(study_name=study, storage=sweep_storage(uri, storage)))
     table_md = f"```\n{text}\n```\n"
-    client = client_for(uri)
+    client = mlflow_client(uri)
     run = client.get_run(parent["run_id"])
     changes: list[str] = []
     note = sweep_description(study, text)

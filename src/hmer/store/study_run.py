@@ -21,9 +21,9 @@ from typing import Any
 import pandas as pd
 
 from ..tracking import keys
-from ..tracking.store import search_all_runs, study_filter
+from ..tracking.store import mlflow_client, search_all_runs, study_filter
 from ..reports.plots import plot_exprate, variant_colors
-from ..reports.runs import client_for, load_runs, resolve_tracking_uri, study_parent
+from ..reports.runs import load_runs, resolve_tracking_uri, study_parent
 from ..reports.tables import format_table, scored, study_table
 
 TABLE_ARTIFACT = "table.md"
@@ -79,7 +79,7 @@ def annotate_study(study: str, tracking_uri: str | None = None, *, runs: pd.Data
         return []
     runs = load_runs(uri, study=study) if runs is None else runs
     table = study_table(study, uri, runs=runs) if table is None else table
-    client = client_for(uri)
+    client = mlflow_client(uri)
     run = client.get_run(parent["run_id"])
     if table.empty:
         return []
@@ -146,7 +146,7 @@ def comparison_metric(study: str, tracking_uri: str | None = None) -> str:
 
     uri = resolve_tracking_uri(tracking_uri)
     parent = study_parent(study, uri)
-    if parent is not None and summary_runs(client_for(uri), str(parent["experiment_id"]), study):
+    if parent is not None and summary_runs(mlflow_client(uri), str(parent["experiment_id"]), study):
         years = scored_years(load_runs(uri, study=study))
         if years:
             return summary_metric(years[0])
@@ -158,7 +158,7 @@ def _summary_runs(client, parent, study: str, table: pd.DataFrame, colors: dict[
     from mlflow.entities import Metric
 
     wanted = summary_values(table)
-    when = _millis(parent)  # the study's end: a summary made again is the same record
+    when = int(parent.info.end_time or parent.info.start_time or 0)  # the study's end: made again, the same record
     changes: list[str] = []
     existing = _one_summary_each(client, parent.info.experiment_id, study, wanted, changes)
     created = updated = 0
@@ -173,7 +173,8 @@ def _summary_runs(client, parent, study: str, table: pd.DataFrame, colors: dict[
             created += 1
             stale, stored_tags = metrics, {}
         else:
-            stale = {k: v for k, v in metrics.items() if not _same(run.data.metrics.get(k), v)}
+            stale = {k: v for k, v in metrics.items() if k not in run.data.metrics
+                     or not math.isclose(run.data.metrics[k], v, rel_tol=1e-12, abs_tol=1e-12)}
             stored_tags = run.data.tags
             name = summary_run_name(variant, seeds)
             retag = {k: v for k, v in tags.items() if stored_tags.get(k) != v}
@@ -223,15 +224,6 @@ def _png(figure) -> bytes:
         if width <= FIGURE_WIDTH_PX or dpi < 20:
             return png
         dpi *= (FIGURE_WIDTH_PX - 2) / width
-
-
-def _same(stored: Any, value: float) -> bool:
-    return stored is not None and math.isclose(float(stored), value, rel_tol=1e-12, abs_tol=1e-12)
-
-
-def _millis(run) -> int:
-    """The summaries' timestamp: the parent run's end (or start), so that annotating is reproducible."""
-    return int(run.info.end_time or run.info.start_time or 0)
 
 
 def _local_artifact(client, run, name: str) -> Path | None:

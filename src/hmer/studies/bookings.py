@@ -27,10 +27,12 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from ..tracking import keys
+from ..tracking.run import process_alive
 from .spec import SEED_KEY, cell_key
 from .storage import StaleTrials
 
 _Booked = TypeVar("_Booked")  # what a booking key stands for: a grid cell, a dead trial
+BOOKING_ATTEMPTS = 50  # races a worker may lose in a row before booking fails
 
 
 def _stat_fields(pid: int) -> list[str]:
@@ -81,13 +83,7 @@ def worker_alive(attr: Mapping[str, Any] | None) -> bool | None:
             return False
         started = attr.get("started") or ""
         return not started or _start_time(fields) == started  # a reused pid is another process
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return process_alive(pid)
 
 
 def mark_failed(storage: optuna.storages.BaseStorage, trial_id: int, reason: str) -> bool:
@@ -201,8 +197,7 @@ class CellBookings:
         return out
 
     # -- booking --------------------------------------------------------------------------------
-    def book(self, cells: Sequence[Mapping[str, Any]], skip: set[str],
-              max_attempts: int = 50) -> dict[str, Any] | None:
+    def book(self, cells: Sequence[Mapping[str, Any]], skip: set[str]) -> dict[str, Any] | None:
         """Book an open cell: the first in `cells` order, or after a lost race a random one of the lowest open
         seed; None when none is open. `started` or `release` releases it."""
         def open_cells() -> dict[str, dict[str, Any]]:
@@ -212,7 +207,7 @@ class CellBookings:
             first_seed = next(iter(candidates.values()))[SEED_KEY]
             return self.rng.choice([key for key, c in candidates.items() if c[SEED_KEY] == first_seed])
 
-        return self._book_open(open_cells, of_the_lowest_seed, "a grid cell", max_attempts, before=self.reap)
+        return self._book_open(open_cells, of_the_lowest_seed, "a grid cell", before=self.reap)
 
     def open_continuations(self) -> list[FrozenTrial]:
         """A sweep's trials that died with their configuration complete, that no later trial continues and
@@ -224,21 +219,21 @@ class CellBookings:
                 and keys.ERROR not in t.user_attrs and t.number not in taken
                 and continuation_key(t.number) not in booked]
 
-    def book_continuation(self, max_attempts: int = 50) -> FrozenTrial | None:
+    def book_continuation(self) -> FrozenTrial | None:
         """Book a dead sweep trial to continue (the oldest, or after a lost race a random one), as `book` does;
         None when none is open. Released by `continuing` or `release`."""
         def open_trials() -> dict[str, FrozenTrial]:
             return {continuation_key(t.number): t for t in self.open_continuations()}
 
         return self._book_open(open_trials, lambda candidates: self.rng.choice(list(candidates)),
-                                "a dead trial to continue", max_attempts)
+                                "a dead trial to continue")
 
     def _book_open(self, open_now: Callable[[], dict[str, _Booked]],
-                    after_a_lost_race: Callable[[dict[str, _Booked]], str], what: str, max_attempts: int,
+                    after_a_lost_race: Callable[[dict[str, _Booked]], str], what: str,
                     before: Callable[[], Any] | None = None) -> _Booked | None:
         """Book the first of `open_now()` ({booking key: what it books}), or after a lost race the key
         `after_a_lost_race` picks; keep it if still open on reading again, else withdraw and pause."""
-        for attempt in range(max_attempts):
+        for attempt in range(BOOKING_ATTEMPTS):
             if before is not None:
                 before()
             candidates = open_now()
@@ -250,7 +245,7 @@ class CellBookings:
                 return candidates[key]
             self.release()
             time.sleep(self.rng.uniform(0.05, 1.0))  # two workers raced for it: separate them
-        raise RuntimeError(f"could not book {what} in {max_attempts} attempts")
+        raise RuntimeError(f"could not book {what} in {BOOKING_ATTEMPTS} attempts")
 
     def continuing(self, trial: FrozenTrial, dead_number: int) -> None:
         """Record the worker and the dead trial it continues on the new trial, then release."""

@@ -188,7 +188,8 @@ def _objective(session: Session, spec: SweepSpec, data_for: StudyData,
             if param.share_of_training:
                 drawn.update(param.overrides(value, base_flat, training_steps=steps))
         cfg = cell_resolution(session.base, spec, drawn, name).config
-        label = ",".join(f"{k}={_short(v)}" for k, v in sweep_trial_values(spec, session.base.config, drawn).items())
+        label = ",".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                         for k, v in sweep_trial_values(spec, session.base.config, drawn).items())
         trial.set_user_attr(keys.CELL, label)
         trial.set_user_attr(keys.CELL_KEY, label)  # what a trial continuing this one must match
         tags = {keys.CELL: label, keys.SEED: str(cfg.train.seed), keys.VARIANT: f"trial {trial.number}",
@@ -239,7 +240,3 @@ def _finished_trials(study: optuna.Study) -> int:
     return sum(t.state in (TrialState.COMPLETE, TrialState.PRUNED)
                or (t.state == TrialState.FAIL and keys.ERROR in t.user_attrs)
                for t in study.get_trials(deepcopy=False))
-
-
-def _short(value: Any) -> str:
-    return f"{value:.4g}" if isinstance(value, float) else str(value)

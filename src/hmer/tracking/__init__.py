@@ -1,12 +1,7 @@
 """Experiment tracking: the MLflow store, training runs, their artifacts, reloading trained models.
 
-`keys` (every tag and attribute key, named once); `store` (where runs are recorded); `run` (one
-training run from start or resume to its end); `artifacts`, `attention` (attention maps, prediction
-files); `models` (a model reloaded from a run or a checkpoint); `transfer`, `export_file` (runs moved
-between stores as one file); `portable` (the committed store read from any folder);
-`reference_checkpoint`, `import_reference` (a published BTTR / CoMER checkpoint as a run).
-
-The names below load on first use: `from hmer.tracking import keys` does not import torch.
+The modules: docs/architecture.md ("The modules, by layer"). The names below load on first use: `from
+hmer.tracking import keys` does not import torch.
 """
 
 from __future__ import annotations

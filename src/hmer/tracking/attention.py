@@ -70,8 +70,8 @@ class AttentionResult:
         return "misread"
 
 
-def decode_tokens(model: Any, cfg: Any, vocab: Any, image: np.ndarray, *, device: str | torch.device = "cpu",
-                  beam_size: int | None = None) -> list[str]:
+def decode_tokens(model: Any, cfg: Any, vocab: Any, image: np.ndarray, *,
+                  device: str | torch.device = "cpu") -> list[str]:
     """What the model reads in `image`, with the decoding its run was scored with (beam from cfg)."""
     from ..data import Expression
     from ..device import autocast_dtype
@@ -79,7 +79,7 @@ def decode_tokens(model: Any, cfg: Any, vocab: Any, image: np.ndarray, *, device
 
     device = torch.device(device)
     preds, _ = predict(model, [Expression(name="", tokens=[], image=image)], vocab,
-                       **decode_options(cfg, device, autocast_dtype(cfg.train.precision, device), beam=beam_size))
+                       **decode_options(cfg, device, autocast_dtype(cfg.train.precision, device)))
     return preds[0]
 
 

@@ -142,7 +142,7 @@ def _process_tags() -> dict[str, str]:
     return {keys.PID: str(os.getpid()), keys.HOST: socket.gethostname()}
 
 
-def _process_alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -177,7 +177,7 @@ def process_gone(tags: dict[str, str]) -> str | None:
     """Why a RUNNING run trains no more: its process (`hmer.pid` on `hmer.host`) ran here and is gone.
     None where it is alive, ran elsewhere, or was not recorded."""
     pid, host = tags.get(keys.PID, ""), tags.get(keys.HOST)
-    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid() or _process_alive(int(pid)):
+    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid() or process_alive(int(pid)):
         return None
     return f"its process (pid {pid} on {host}) is gone, killed outright (SIGKILL, out of memory)"
 

@@ -136,8 +136,7 @@ def export_runs(out_file: str | os.PathLike[str], *, tracking_uri: str | None = 
     return ExportResult(files=files, runs=len(records), omitted_artifacts=omitted)
 
 
-def import_runs(path: str | os.PathLike[str], *, tracking_uri: str | None = None,
-                tags: dict[str, str] | None = None) -> ImportResult:
+def import_runs(path: str | os.PathLike[str], *, tracking_uri: str | None = None) -> ImportResult:
     """Merge the export at `path` (or its parts) into the store; see the module docstring."""
     client = _client(tracking_uri)
     parts = resolve_parts(path)
@@ -146,12 +145,11 @@ def import_runs(path: str | os.PathLike[str], *, tracking_uri: str | None = None
         unpacked = Path(tmp) / "unpacked"
         manifest = unpack_parts(parts, unpacked, Path(path))  # a bad file fails here, before the store is touched
         with database_store_lock(client.tracking_uri, f"hmer runs import {Path(path).resolve()}"):
-            _merge(client, manifest, unpacked, Path(path), tags, result)
+            _merge(client, manifest, unpacked, Path(path), result)
     return result
 
 
-def _merge(client, manifest: dict, unpacked: Path, path: Path, tags: dict[str, str] | None,
-           result: ImportResult) -> None:
+def _merge(client, manifest: dict, unpacked: Path, path: Path, result: ImportResult) -> None:
     """The checked export unpacked in `unpacked` merged into the store (`import_runs`)."""
     label = Path(path).name.split(PART_SUFFIX)[0]
     exp_ids = {name: ensure_experiment(client, name, manifest.get("experiment_tags", {}).get(name, {}))
@@ -167,7 +165,6 @@ def _merge(client, manifest: dict, unpacked: Path, path: Path, tags: dict[str, s
                     if k not in (keys.MLFLOW_PARENT_RUN_ID, keys.MLFLOW_RUN_NAME)}
         new_tags[keys.SOURCE_RUN_ID] = src
         new_tags[keys.IMPORTED_FROM] = new_tags.get(keys.IMPORTED_FROM) or label
-        new_tags.update(tags or {})
         parent = rec["tags"].get(keys.MLFLOW_PARENT_RUN_ID)
         if parent:
             parent_src = next((r["tags"].get(keys.SOURCE_RUN_ID) or r["run_id"] for r in manifest["runs"]
@@ -196,7 +193,8 @@ def _merge(client, manifest: dict, unpacked: Path, path: Path, tags: dict[str, s
             else:
                 _set_tags(client, target, {k: v for k, v in new_tags.items() if k not in have.data.tags})
         result.id_map[src] = target
-        _merge_params(client, target, rec["params"])
+        have = client.get_run(target).data.params  # a param keeps the value it has: MLflow params are write-once
+        log_params(client, target, {k: v for k, v in rec["params"].items() if k not in have})
         _merge_metrics(client, target, rec["metrics"])
         folder = unpacked / "artifacts" / rec["run_id"]
         if folder.is_dir() and any(folder.iterdir()):
@@ -239,12 +237,6 @@ def _set_tags(client, run_id: str, tags: dict[str, str]) -> None:
     items = [RunTag(k, str(v)) for k, v in tags.items()]
     for i in range(0, len(items), 100):
         client.log_batch(run_id, tags=items[i:i + 100])
-
-
-def _merge_params(client, run_id: str, params: dict[str, str]) -> None:
-    have = client.get_run(run_id).data.params
-    # A param that already has a value keeps it: MLflow params are write-once.
-    log_params(client, run_id, {k: v for k, v in params.items() if k not in have})
 
 
 def _merge_metrics(client, run_id: str, history: dict[str, list]) -> None:

@@ -20,6 +20,7 @@ from urllib.parse import quote, urlencode
 from . import keys
 from .portable import sqlite_path
 
+HOST = "127.0.0.1"  # both UIs listen on this machine alone (`servers.py`)
 DEFAULT_PORT = 5000  # `mlflow ui`'s default
 DASHBOARD_PORT = 8080  # optuna-dashboard's default
 WORKFLOW_TYPE_TRAINING = "machine_learning"
@@ -30,32 +31,30 @@ STUDY_COMPARISON_RUNS = (f"attributes.status != 'FAILED' and tags.`{keys.MLFLOW_
 TRAINING_EXPERIMENT_TAGS = {keys.MLFLOW_EXPERIMENT_KIND: keys.EXPERIMENT_KIND_TRAINING}
 
 
-def ui_url(experiment_id: str | None = None, *, charts: bool = True, port: int = DEFAULT_PORT,
-           host: str = "127.0.0.1", order_by: str | None = None, search: str | None = None) -> str:
-    """The `mlflow ui` link to an experiment's training runs matching `search` (`charts`: as charts),
-    highest `order_by` first; without an experiment, the list of experiments."""
+def ui_url(experiment_id: str | None = None, *, port: int = DEFAULT_PORT, order_by: str | None = None,
+           search: str | None = None) -> str:
+    """The `mlflow ui` link to an experiment's training runs matching `search`, as charts, highest
+    `order_by` first; without an experiment, the list of experiments."""
     query = {"workflowType": WORKFLOW_TYPE_TRAINING}
     if experiment_id is None:
-        return f"http://{host}:{port}/#/experiments?{urlencode(query)}"
-    if charts:
-        query["compareRunsMode"] = "CHART"
+        return f"http://{HOST}:{port}/#/experiments?{urlencode(query)}"
+    query["compareRunsMode"] = "CHART"
     if order_by:
         query.update(orderByKey=f"metrics.`{order_by}`", orderByAsc="false")
     if search:
         query["searchFilter"] = search
-    return f"http://{host}:{port}/#/experiments/{experiment_id}/runs?{urlencode(query, quote_via=quote)}"
+    return f"http://{HOST}:{port}/#/experiments/{experiment_id}/runs?{urlencode(query, quote_via=quote)}"
 
 
-def study_url(experiment_id: str, *, order_by: str | None = None, port: int = DEFAULT_PORT,
-              host: str = "127.0.0.1") -> str:
+def study_url(experiment_id: str, *, order_by: str | None = None, port: int = DEFAULT_PORT) -> str:
     """The link to a study's comparison (`STUDY_COMPARISON_RUNS`), best `order_by` first, as charts."""
-    return ui_url(experiment_id, order_by=order_by, port=port, host=host, search=STUDY_COMPARISON_RUNS)
+    return ui_url(experiment_id, order_by=order_by, port=port, search=STUDY_COMPARISON_RUNS)
 
 
-def run_url(experiment_id: str, run_id: str, *, port: int = DEFAULT_PORT, host: str = "127.0.0.1") -> str:
+def run_url(experiment_id: str, run_id: str, *, port: int = DEFAULT_PORT) -> str:
     """The link that opens one run (its parameters, metrics and artifacts) in `mlflow ui`."""
     query = urlencode({"workflowType": WORKFLOW_TYPE_TRAINING})
-    return f"http://{host}:{port}/#/experiments/{experiment_id}/runs/{run_id}?{query}"
+    return f"http://{HOST}:{port}/#/experiments/{experiment_id}/runs/{run_id}?{query}"
 
 
 def ui_command(tracking_uri: str, cwd: str | os.PathLike[str] | None = None) -> str:
@@ -79,9 +78,9 @@ def ui_hint(tracking_uri: str, experiment_id: str, order_by: str | None = None) 
             f"prints every study's link)")
 
 
-def dashboard_url(study_id: int | None = None, *, port: int = DASHBOARD_PORT, host: str = "127.0.0.1") -> str:
+def dashboard_url(study_id: int | None = None, *, port: int = DASHBOARD_PORT) -> str:
     """The optuna-dashboard link to a study (its storage's id), else to the list of studies."""
-    base = f"http://{host}:{port}/dashboard/"
+    base = f"http://{HOST}:{port}/dashboard/"
     return base if study_id is None else f"{base}studies/{study_id}"
 
 
