@@ -50,11 +50,6 @@ class Ink:
     source: str = "<memory>"
     notes: list[str] = field(default_factory=list)  # oddities that did not stop the reading
 
-    def group_strokes(self, group: TraceGroup) -> list[np.ndarray]:
-        """The strokes a trace group refers to (unknown trace ids are left out)."""
-        index = {tid: i for i, tid in enumerate(self.trace_ids)}
-        return [self.strokes[index[t]] for t in group.trace_ids if t in index]
-
 
 def read_inkml(path: str | os.PathLike[str]) -> Ink:
     """Read one InkML file; raises `InkMLError` (naming the file) when it is unusable."""
