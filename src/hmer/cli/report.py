@@ -353,7 +353,7 @@ def sweep_report(study: str, tracking_uri: str, out_dir: str | Path | None = Non
 
 
 def claims_command(budgets: str | None = None, tracking_uri: str | None = None, out_dir: str | None = None, *,
-                   metric: str | None = None, n_resamples: int | None = None) -> int:
+                   metric: str | None = None) -> int:
     """`hmer report --claims`: the claims table at `budgets` (comma-separated) on `metric`, else on each
     of `CLAIM_METRICS`; at several budgets also how the same cells read at each (`format_budgets`).
     With `out_dir`, also as files (`claims.png`: the first metric at the first budget). Returns 0: a
@@ -361,13 +361,11 @@ def claims_command(budgets: str | None = None, tracking_uri: str | None = None, 
     import pandas as pd
 
     from ..atomic import write_text_atomically
-    from ..evaluation.significance import DEFAULT_RESAMPLES
     from ..reports.budget_curves import budget_history, format_budgets, plot_budget_curves
     from ..reports.paper_claims import CLAIM_METRICS, DEFAULT_BUDGETS, claims_table, format_claims
     from ..reports.plots import plot_claims
 
-    n_resamples = DEFAULT_RESAMPLES if n_resamples is None else n_resamples
-    tables = [claims_table(budgets or DEFAULT_BUDGETS, tracking_uri, metric=m, n_resamples=n_resamples)
+    tables = [claims_table(budgets or DEFAULT_BUDGETS, tracking_uri, metric=m)
               for m in ([metric] if metric else CLAIM_METRICS)]
     df = tables[0]
     texts = [format_claims(t, "text", sources=i == 0) for i, t in enumerate(tables)]
