@@ -100,8 +100,7 @@ class ConvS2SDecoder(Decoder):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         d = cfg.d_model
-        self.embed = TokenEmbedding(cfg.vocab_size, d, cfg.token_pos, cfg.max_len, norm=cfg.embed_norm,
-                                    pos_norm=cfg.embed_pos_norm)
+        self.embed = TokenEmbedding(cfg)
         # a ModuleList (its blocks are submodules), typed by what it holds
         self.blocks = cast(Sequence[ConvBlock], nn.ModuleList(
             ConvBlock(d, cfg.conv_kernel, cfg.dropout, cfg.conv_attention) for _ in range(cfg.conv_layers)))

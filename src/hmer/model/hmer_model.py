@@ -63,15 +63,7 @@ class HMERModel(nn.Module):
         super().__init__()
         cfg.validate()
         self.cfg = dataclasses.replace(cfg)
-        self.encoder = DenseNetB(
-            growth_rate=cfg.growth_rate,
-            num_layers=cfg.num_dense_layers,
-            num_blocks=cfg.num_dense_blocks,
-            compression=cfg.compression,
-            bottleneck=cfg.bottleneck,
-            dropout=cfg.encoder_dropout,
-            mask_padding=cfg.mask_padding,
-        )
+        self.encoder = DenseNetB(cfg)
         self.feature_proj = PointwiseConv(self.encoder.out_channels, cfg.d_model)
         self.feature_norm = nn.LayerNorm(cfg.d_model)
         self.image_pos = make_image_positions(cfg.image_pos, cfg.d_model, cfg.cape_grid)

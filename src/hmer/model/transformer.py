@@ -88,8 +88,7 @@ class TransformerDecoder(Decoder):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         d = cfg.d_model
-        self.embed = TokenEmbedding(cfg.vocab_size, d, cfg.token_pos, cfg.max_len, norm=cfg.embed_norm,
-                                    pos_norm=cfg.embed_pos_norm)
+        self.embed = TokenEmbedding(cfg)
         # a ModuleList (its layers are submodules), typed by what it holds
         self.layers = cast(Sequence[TransformerDecoderLayer], nn.ModuleList(
             TransformerDecoderLayer(d, cfg.nhead, cfg.dim_feedforward, cfg.dropout)
