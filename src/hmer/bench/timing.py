@@ -94,8 +94,7 @@ def timed(b: Bench, batches, make, step, warmup: int, before_timing=None) -> Tim
     return Timing(done, elapsed, cpu, waited, batches)
 
 
-def flop_line(b: Bench, timing: Timing, run_steps, make, default_batches: int,
-              epoch: Sequence | None = None) -> str:
+def flop_line(b: Bench, timing: Timing, run_steps, make, default_batches: int, epoch: Sequence | None = None) -> str:
     """FLOPs an image over the first batches, against the peak of the step's precision ('' with
     bench.flop_batches=0). With `bench.flop_spread=1` and the epoch's batches, the counted batches
     are spread evenly over the epoch sorted by padded size, each standing for its share: a batch's

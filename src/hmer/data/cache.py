@@ -227,14 +227,10 @@ def write_cache_file(path: Path, names: Sequence[str], images: dict[str, np.ndar
     packed: dict[str, Any] = {"bits": np.packbits(pixels == 255)} if binary else {"pixels": pixels}
 
     def write(f: BinaryIO) -> None:
-        np.savez_compressed(
-            f,
-            **packed, n_pixels=np.array(pixels.size), offsets=offsets, shapes=shapes,
-            names=np.array(kept, dtype=str),
-            failed_names=np.array(list(failures), dtype=str),
-            failed_reasons=np.array(list(failures.values()), dtype=str),
-            meta=np.array(json.dumps(meta or {}, sort_keys=True)),
-        )
+        np.savez_compressed(f, **packed, n_pixels=np.array(pixels.size), offsets=offsets, shapes=shapes,
+                            names=np.array(kept, dtype=str), failed_names=np.array(list(failures), dtype=str),
+                            failed_reasons=np.array(list(failures.values()), dtype=str),
+                            meta=np.array(json.dumps(meta or {}, sort_keys=True)))
         f.flush()
         os.fsync(f.fileno())
 

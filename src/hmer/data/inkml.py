@@ -154,8 +154,7 @@ def _channel_names(root: ET.Element) -> list[str]:
     return []
 
 
-def _parse_points(text: str, n_channels: int, x_index: int, y_index: int, source: str,
-                  trace_id: str) -> np.ndarray:
+def _parse_points(text: str, n_channels: int, x_index: int, y_index: int, source: str, trace_id: str) -> np.ndarray:
     """Trace text -> float32 [N, 2] of (x, y)."""
     if _DIFFERENCE_MARKS.search(text):
         raise InkMLError(f"{source}: trace {trace_id} uses InkML difference encoding, which is not supported")

@@ -74,18 +74,9 @@ def joint_beam_search(model: torch.nn.Module, feats: Tensor, mask: Tensor, sos_i
 RESCORE_CELLS = 1 << 21
 
 
-def sequence_log_probs(
-    model: torch.nn.Module,
-    feats: Tensor,
-    mask: Tensor,
-    images: Sequence[int],
-    sequences: Sequence[Sequence[int]],
-    start_ids: Sequence[int],
-    end_ids: Sequence[int],
-    *,
-    pad_id: int = 0,
-    max_cells: int = RESCORE_CELLS,
-) -> list[float]:
+def sequence_log_probs(model: torch.nn.Module, feats: Tensor, mask: Tensor, images: Sequence[int],
+                       sequences: Sequence[Sequence[int]], start_ids: Sequence[int], end_ids: Sequence[int], *,
+                       pad_id: int = 0, max_cells: int = RESCORE_CELLS) -> list[float]:
     """Teacher-forced summed log-probability of each `sequences[j]` (in the decoder's reading
     order, end token included), read from image `images[j]`, decoded from `start_ids[j]`.
 

@@ -116,9 +116,7 @@ def token_distance(prediction: Sequence[Hashable], truth: Sequence[Hashable]) ->
     return _distances([prediction], [truth])[0]
 
 
-def expression_metrics(
-    predictions: Sequence[Sequence[Hashable]], truths: Sequence[Sequence[Hashable]]
-) -> Scores:
+def expression_metrics(predictions: Sequence[Sequence[Hashable]], truths: Sequence[Sequence[Hashable]]) -> Scores:
     """Score predicted token sequences against the true ones, pairwise in order."""
     if len(predictions) != len(truths):
         raise ValueError(
@@ -131,9 +129,7 @@ def expression_metrics(
     return Scores(n=len(distances), **papers, distances=distances, extra=values)
 
 
-def _distances(
-    predictions: Sequence[Sequence[Hashable]], truths: Sequence[Sequence[Hashable]]
-) -> list[int]:
+def _distances(predictions: Sequence[Sequence[Hashable]], truths: Sequence[Sequence[Hashable]]) -> list[int]:
     # Tokens become small ints through one shared table: editdistance compares elements by
     # hash, so distinct ids make the comparison exact rather than hash-collision-prone.
     ids: dict[Hashable, int] = {}

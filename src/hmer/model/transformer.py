@@ -119,14 +119,8 @@ class TransformerDecoder(Decoder):
         return lambda unrefined: arm(coverage_of_steps(self.coverage_kind, below, unrefined), row_mask)
 
     # ---- teacher forcing ----------------------------------------------------------------------
-    def forward(
-        self,
-        feats: Tensor,
-        feat_mask: Tensor,
-        tgt_in: Tensor,
-        tgt_pad_mask: Optional[Tensor] = None,
-        return_attention: bool = False,
-    ):
+    def forward(self, feats: Tensor, feat_mask: Tensor, tgt_in: Tensor, tgt_pad_mask: Optional[Tensor] = None,
+                return_attention: bool = False):
         if self.packs_tokens and self.training and self.arm is None and not return_attention:
             tokens = PackedTokens.of(tgt_in, tgt_pad_mask)
             if tokens is not None:

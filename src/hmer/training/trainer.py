@@ -36,8 +36,7 @@ from .branch import Branch, shares_stable_phase, stable_end
 from .final import final_evaluation
 from .loader import Redraw, train_batches
 from .result import TrainResult
-from .resume import (Clock, TrainState, best_weights_recoverable, checkpoint_dir, keep_stable_phase, restore,
-                     save_last)
+from .resume import Clock, TrainState, best_weights_recoverable, checkpoint_dir, keep_stable_phase, restore, save_last
 from . import planning
 from .fingerprint import code_fingerprint
 from .setup import Setup, build, seed_everything
@@ -46,25 +45,12 @@ from .step import train_step
 EpochCallback = Callable[[int, dict[str, float]], None]
 
 
-def train(
-    cfg: Config,
-    data: dict[str, list] | None = None,
-    *,
-    tracking_uri: str | None = None,
-    experiment: str = "hmer",
-    run_name: str | None = None,
-    parent_run_id: str | None = None,
-    tags: dict[str, str] | None = None,
-    epoch_callback: EpochCallback | None = None,
-    resume: str | Path | Literal[False] | None = False,
-    run_dir: str | Path | None = None,
-    progress: bool = False,
-    log_prefix: str = "",
-    pause_after_epochs: int = 0,
-    pause_at: float = 0.0,
-    final_seconds: float = 0.0,
-    start_from: Branch | None = None,
-) -> TrainResult:
+def train(cfg: Config, data: dict[str, list] | None = None, *, tracking_uri: str | None = None,
+          experiment: str = "hmer", run_name: str | None = None, parent_run_id: str | None = None,
+          tags: dict[str, str] | None = None, epoch_callback: EpochCallback | None = None,
+          resume: str | Path | Literal[False] | None = False, run_dir: str | Path | None = None, progress: bool = False,
+          log_prefix: str = "", pause_after_epochs: int = 0, pause_at: float = 0.0, final_seconds: float = 0.0,
+          start_from: Branch | None = None) -> TrainResult:
     """Train `cfg` and score it on every test year; see the module docstring.
 
     `progress`: progress bars, else one line per epoch after `log_prefix`. `pause_after_epochs` > 0: checkpoint
@@ -309,8 +295,7 @@ def _train_epoch(setup: Setup, state: TrainState, epoch: int, clock: Clock,
     if progress and dist.is_main:
         from tqdm.auto import tqdm
 
-        iterator = tqdm(epoch_batches, total=len(batches), desc=f"epoch {epoch}/{tc.epochs}", unit="batch",
-                        leave=False)
+        iterator = tqdm(epoch_batches, total=len(batches), desc=f"epoch {epoch}/{tc.epochs}", unit="batch", leave=False)
     loss_sum = torch.zeros((), device=setup.device)
     n_images, n_steps, over_budget = 0, 0, False
     try:
@@ -368,8 +353,7 @@ def _validate(setup: Setup, state: TrainState, epoch: int, metrics: dict[str, fl
         val_exprate, val_le1 = val.scores.exprate, val.scores.le1
         metrics["val_exprate"] = val_exprate
         metrics["val_le1"] = val_le1
-        metrics["val_loss"] = _mean_loss(setup.model, setup.val_set, setup.vocab, cfg, setup.device,
-                                         setup.amp_dtype)
+        metrics["val_loss"] = _mean_loss(setup.model, setup.val_set, setup.vocab, cfg, setup.device, setup.amp_dtype)
     val_exprate = ddp.broadcast_float(val_exprate, dist, setup.device)
     val_le1 = ddp.broadcast_float(val_le1, dist, setup.device)
     setup.schedule.step_validation(val_exprate)
