@@ -68,12 +68,8 @@ class LoadedImages:
 def cache_key(source: DatasetSource, split: str, names: Sequence[str], render_cfg: RenderConfig | None) -> str:
     """A hash of everything the split's cached pixels depend on (see the module docstring); with no
     `render_cfg`, of what its strokes depend on (`hmer.data.augment.load_strokes`)."""
-    payload = {
-        "format": CACHE_FORMAT,
-        "source": source.identity(split),
-        "split": split,
-        "names": hashlib.sha256("\n".join(names).encode()).hexdigest(),
-    }
+    payload = {"format": CACHE_FORMAT, "source": source.identity(split), "split": split,
+               "names": hashlib.sha256("\n".join(names).encode()).hexdigest()}
     if render_cfg is not None:
         payload["render"] = render_cfg.key()
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:20]

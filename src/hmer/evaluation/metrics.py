@@ -42,13 +42,8 @@ class Scores:
         """The MLflow keys: `as_dict("test_2014")` -> `test_2014_exprate`, `_le1`, `_le2`, `_n` and one
         per extra metric; no prefix, the bare names."""
         head = f"{prefix}_" if prefix else ""
-        return {
-            f"{head}exprate": self.exprate,
-            f"{head}le1": self.le1,
-            f"{head}le2": self.le2,
-            f"{head}n": self.n,
-            **{f"{head}{name}": value for name, value in self.extra.items()},
-        }
+        return {f"{head}exprate": self.exprate, f"{head}le1": self.le1, f"{head}le2": self.le2, f"{head}n": self.n,
+                **{f"{head}{name}": value for name, value in self.extra.items()}}
 
 
 @dataclass(frozen=True)

@@ -322,12 +322,8 @@ def _train_epoch(setup: Setup, state: TrainState, epoch: int, clock: Clock,
     train_loss = float(loss_sum.item()) / max(n_steps, 1)
     if not math.isfinite(train_loss):
         raise FloatingPointError(f"training loss became {train_loss} in epoch {epoch}")
-    return {
-        "train_loss": train_loss,
-        "lr": setup.schedule.lr,
-        "images_per_second": n_images * dist.world_size / max(seconds, 1e-9),
-        "epoch_seconds": seconds,
-    }, over_budget
+    return {"train_loss": train_loss, "lr": setup.schedule.lr,
+            "images_per_second": n_images * dist.world_size / max(seconds, 1e-9), "epoch_seconds": seconds}, over_budget
 
 
 def _scored_weights(setup: Setup) -> contextlib.AbstractContextManager:
