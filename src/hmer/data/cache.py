@@ -244,8 +244,6 @@ def read_cache_file(path: Path) -> LoadedImages:
             pixels = npz["pixels"]
         names = npz["names"].tolist()
         failures = dict(zip(npz["failed_names"].tolist(), npz["failed_reasons"].tolist()))
-    images = {
-        name: pixels[offsets[i]:offsets[i + 1]].reshape(int(shapes[i, 0]), int(shapes[i, 1]))
-        for i, name in enumerate(names)
-    }
+    images = {name: pixels[offsets[i]:offsets[i + 1]].reshape(int(shapes[i, 0]), int(shapes[i, 1]))
+              for i, name in enumerate(names)}
     return LoadedImages(images=images, failures=failures, from_cache=True)

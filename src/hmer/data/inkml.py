@@ -205,10 +205,8 @@ def _trace_groups(root: ET.Element) -> list[TraceGroup]:
     for element in root.iter():
         if _local(element.tag) != "traceGroup":
             continue
-        refs = tuple(
-            (view.get("traceDataRef") or "").lstrip("#")
-            for view in element if _local(view.tag) == "traceView"
-        )
+        refs = tuple((view.get("traceDataRef") or "").lstrip("#")
+                     for view in element if _local(view.tag) == "traceView")
         refs = tuple(r for r in refs if r)
         if not refs:
             continue  # the outer "Segmentation" group only holds other groups

@@ -112,10 +112,8 @@ def beam_search(model: torch.nn.Module, feats: Tensor, mask: Tensor, start_id: T
                 _add(pools[active[a]], Hypothesis(toks, length_normalized(lp, t, alpha), lp), k)
 
         best_live = new_scores.max(dim=1).values.tolist()
-        keep = [
-            a for a in range(n)
-            if not _image_done(pools[active[a]], best_live[a], t + 1, k, max_len, alpha, exhaustive)
-        ]
+        keep = [a for a in range(n)
+                if not _image_done(pools[active[a]], best_live[a], t + 1, k, max_len, alpha, exhaustive)]
         if not keep:
             break
         keep_t = torch.tensor(keep, dtype=torch.long, device=device)

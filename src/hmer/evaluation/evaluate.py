@@ -24,10 +24,8 @@ class SplitResult:
 
     def rows(self) -> list[dict[str, object]]:
         """Rows of the predictions CSV: name, truth, prediction, distance."""
-        return [
-            {"name": n, "truth": " ".join(t), "prediction": " ".join(p), "distance": d}
-            for n, t, p, d in zip(self.names, self.truths, self.predictions, self.scores.distances)
-        ]
+        return [{"name": n, "truth": " ".join(t), "prediction": " ".join(p), "distance": d}
+                for n, t, p, d in zip(self.names, self.truths, self.predictions, self.scores.distances)]
 
 
 def decode_options(cfg, device: torch.device, autocast_dtype: torch.dtype | None, beam: int | None = None,

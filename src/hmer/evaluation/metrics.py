@@ -114,10 +114,8 @@ def token_distance(prediction: Sequence[Hashable], truth: Sequence[Hashable]) ->
 def expression_metrics(predictions: Sequence[Sequence[Hashable]], truths: Sequence[Sequence[Hashable]]) -> Scores:
     """Score predicted token sequences against the true ones, pairwise in order."""
     if len(predictions) != len(truths):
-        raise ValueError(
-            f"expression_metrics: {len(predictions)} predictions for {len(truths)} truths; "
-            "they must pair up one to one"
-        )
+        raise ValueError(f"expression_metrics: {len(predictions)} predictions for {len(truths)} truths; "
+                         "they must pair up one to one")
     distances = _distances(predictions, truths)
     values = {name: METRICS.get(name).rate(distances, predictions, truths) for name in METRICS.names()}
     papers = {name: values.pop(name) for name in ("exprate", "le1", "le2")}
@@ -132,10 +130,8 @@ def _distances(predictions: Sequence[Sequence[Hashable]], truths: Sequence[Seque
     for j, (pred, truth) in enumerate(zip(predictions, truths)):
         for what, seq in (("prediction", pred), ("truth", truth)):
             if isinstance(seq, (str, bytes)):
-                raise TypeError(
-                    f"expression_metrics: {what} {j} is a string ({seq[:40]!r}); pass a list of tokens "
-                    "(e.g. latex.split()) so that distances count tokens, not characters"
-                )
+                raise TypeError(f"expression_metrics: {what} {j} is a string ({seq[:40]!r}); pass a list of tokens "
+                                "(e.g. latex.split()) so that distances count tokens, not characters")
         p = [ids.setdefault(tok, len(ids)) for tok in pred]
         t = [ids.setdefault(tok, len(ids)) for tok in truth]
         out.append(int(editdistance.eval(p, t)))
