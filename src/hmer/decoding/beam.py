@@ -21,15 +21,8 @@ from typing import cast
 import torch
 from torch import Tensor
 
-from .hypothesis import (
-    Hypothesis,
-    SearchModel,
-    TokenIds,
-    at_least_float32,
-    check_search_args,
-    length_normalized,
-    per_image_ids,
-)
+from .hypothesis import (Hypothesis, SearchModel, TokenIds, at_least_float32, check_search_args, length_normalized,
+                         per_image_ids)
 
 NEG_INF = float("-inf")
 
