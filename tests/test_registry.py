@@ -85,7 +85,7 @@ class GlanceDecoder(Decoder):
 
     def __init__(self, cfg):
         super().__init__()
-        self.embed = TokenEmbedding(cfg.vocab_size, cfg.d_model, cfg.token_pos, cfg.max_len)
+        self.embed = TokenEmbedding(cfg)
         self.query = nn.Linear(cfg.d_model, cfg.d_model)
         self.out = nn.Linear(cfg.d_model, cfg.vocab_size)
 

@@ -200,8 +200,7 @@ class Resolution:
         return [(key, value, self.sources[key]) for key, value in self.config.to_flat_dict().items()]
 
 
-def resolve_preset(name: str, *, size: str | None = None, recipe: str | None = None,
-                   named_by: str = "") -> Resolution:
+def resolve_preset(name: str, *, size: str | None = None, recipe: str | None = None, named_by: str = "") -> Resolution:
     """Preset `name` resolved up to its recipe (or `size`, `recipe` instead of its own). `named_by` labels who
     named them ("budget cpu", "--recipe")."""
     if name not in PRESETS:

@@ -3,10 +3,11 @@ training) and the lines it prints."""
 
 from __future__ import annotations
 
+import itertools
 import resource
 import time
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Sequence
 
 import torch
 
@@ -56,18 +57,13 @@ def timed(b: Bench, batches, make, step, warmup: int, before_timing=None) -> Tim
     else:
         # Warm-up on the smallest batches (allocator, kernels, optimiser state; compile traces
         # with dynamic shapes): a random batch can cost minutes on a CPU and teaches nothing more.
-        area = {id(idx): _padded_area(b, idx) for idx in batches}
-        smallest = sorted(batches, key=lambda idx: area[id(idx)])
+        smallest = sorted(batches, key=lambda idx: _padded_area(b, idx))
         warmup_batches = [smallest[k % len(smallest)] for k in range(warmup)]
-
-    def order() -> Iterator[Sequence[int]]:
-        while True:
-            yield from batches
 
     for idx in warmup_batches:
         step(make(idx))
     synchronize(dev)
-    stream = prefetched(make, order(), auto_prefetch(b.cfg.data.prefetch, dev))
+    stream = prefetched(make, itertools.cycle(batches), auto_prefetch(b.cfg.data.prefetch, dev))
     if before_timing is not None:
         before_timing()
     if b.gpu:
@@ -94,8 +90,7 @@ def timed(b: Bench, batches, make, step, warmup: int, before_timing=None) -> Tim
     return Timing(done, elapsed, cpu, waited, batches)
 
 
-def flop_line(b: Bench, timing: Timing, run_steps, make, default_batches: int,
-              epoch: Sequence | None = None) -> str:
+def flop_line(b: Bench, timing: Timing, run_steps, make, default_batches: int, epoch: Sequence | None = None) -> str:
     """FLOPs an image over the first batches, against the peak of the step's precision ('' with
     bench.flop_batches=0). With `bench.flop_spread=1` and the epoch's batches, the counted batches
     are spread evenly over the epoch sorted by padded size, each standing for its share: a batch's

@@ -69,8 +69,7 @@ def bench_train(b: Bench) -> int:
               + (f" first_failure={next(iter(graphed.failures.values()))[:200]!r}" if graphed.failures else ""),
               file=out)
     # FLOPs through the ordinary step: a graph's replay runs no operator the counter could see
-    flops = flop_line(b, timing, lambda items: [ordinary(tb) for tb in items], make, default_batches=8,
-                      epoch=batches)
+    flops = flop_line(b, timing, lambda items: [ordinary(tb) for tb in items], make, default_batches=8, epoch=batches)
     print_timing(b, timing, flops)
     print(f"epoch_seconds_8835={8835 / timing.images_per_second:.1f}", file=out)
     print_rate(b, timing)

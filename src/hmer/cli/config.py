@@ -28,8 +28,7 @@ def add_parser(sub) -> None:
                        help="a grid cell's axis values (an axis left out: the baseline's; the hmer.cell tag of a "
                             "run, commas and all, is one), or a sweep trial's drawn values")
     study.add_argument("--seed", type=int, default=None, help="the grid cell's seed (default: the first of the axis)")
-    study.add_argument("--seeds", default=None,
-                       help="the seed axis, as the study's --seeds (default: the budget's)")
+    study.add_argument("--seeds", default=None, help="the seed axis, as the study's --seeds (default: the budget's)")
     study.add_argument("--variants", default=None,
                        help="the variants trained, as the study's --variants (default: every one)")
     study.add_argument("--n-jobs", type=int, default=None, help="workers, as the study's --n-jobs: a windowed "

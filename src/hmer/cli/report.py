@@ -109,8 +109,7 @@ def cmd_report(args) -> int:
                           metric=args.metric or "exprate", code_fingerprint=code_fingerprint())
 
 
-def report_name(study: str | None = None, experiment: str | None = None,
-                run_ids: Sequence[str] | None = None) -> str:
+def report_name(study: str | None = None, experiment: str | None = None, run_ids: Sequence[str] | None = None) -> str:
     """The study, the experiment, or runs-<first id>: the report's name (and default folder)."""
     if study:
         return study
@@ -200,8 +199,7 @@ def write_report(runs: pd.DataFrame, table: pd.DataFrame, out_dir: Path, *, name
         figures.append(("ExpRate by variant and year", "plots/exprate.png"))
         logged = [m for m in METRICS.names() if any(c.startswith("metrics.test_") and c.endswith(f"_{m}")
                                                and good[c].notna().any() for c in good.columns)]
-        written.append(save_figure(plot_exprate(runs, order=order, metrics=logged, title=name),
-                                   plots / "scores.png"))
+        written.append(save_figure(plot_exprate(runs, order=order, metrics=logged, title=name), plots / "scores.png"))
         figures.append((f"{metric_list(logged)} by variant and year", "plots/scores.png"))
         history = load_history(curve_runs(runs), tracking_uri=tracking_uri)
         if not history.empty:
@@ -217,8 +215,7 @@ def write_report(runs: pd.DataFrame, table: pd.DataFrame, out_dir: Path, *, name
     return written
 
 
-def write_variant_analysis(runs: pd.DataFrame, out: Path, name: str, order: list[str],
-                           tracking_uri: str) -> list[Path]:
+def write_variant_analysis(runs: pd.DataFrame, out: Path, name: str, order: list[str], tracking_uri: str) -> list[Path]:
     """The error analysis per variant (seeds pooled) into `out/analysis/`, linked from table.md."""
     from ..reports.analysis import variant_analysis
 
@@ -270,18 +267,10 @@ def list_command(tracking_uri: str | None = None) -> int:
     return EXIT_OK
 
 
-def report_command(
-    study: str | None = None,
-    experiment: str | None = None,
-    run_ids: Sequence[str] | None = None,
-    tracking_uri: str | None = None,
-    out_dir: str | Path | None = None,
-    *,
-    n_resamples: int | None = None,
-    analysis: bool = False,
-    metric: str = "exprate",
-    code_fingerprint: str | None = None,
-) -> int:
+def report_command(study: str | None = None, experiment: str | None = None, run_ids: Sequence[str] | None = None,
+                   tracking_uri: str | None = None, out_dir: str | Path | None = None, *,
+                   n_resamples: int | None = None, analysis: bool = False, metric: str = "exprate",
+                   code_fingerprint: str | None = None) -> int:
     """`hmer report`: tables and plots of a study, an experiment or runs, as files; with `code_fingerprint`
     (today's), the runs trained by other code named. Returns 0, or 1 when no run has test scores (the
     table still written); `NoRunsError` when nothing matches.
@@ -353,7 +342,7 @@ def sweep_report(study: str, tracking_uri: str, out_dir: str | Path | None = Non
 
 
 def claims_command(budgets: str | None = None, tracking_uri: str | None = None, out_dir: str | None = None, *,
-                   metric: str | None = None, n_resamples: int | None = None) -> int:
+                   metric: str | None = None) -> int:
     """`hmer report --claims`: the claims table at `budgets` (comma-separated) on `metric`, else on each
     of `CLAIM_METRICS`; at several budgets also how the same cells read at each (`format_budgets`).
     With `out_dir`, also as files (`claims.png`: the first metric at the first budget). Returns 0: a
@@ -361,13 +350,11 @@ def claims_command(budgets: str | None = None, tracking_uri: str | None = None, 
     import pandas as pd
 
     from ..atomic import write_text_atomically
-    from ..evaluation.significance import DEFAULT_RESAMPLES
     from ..reports.budget_curves import budget_history, format_budgets, plot_budget_curves
     from ..reports.paper_claims import CLAIM_METRICS, DEFAULT_BUDGETS, claims_table, format_claims
     from ..reports.plots import plot_claims
 
-    n_resamples = DEFAULT_RESAMPLES if n_resamples is None else n_resamples
-    tables = [claims_table(budgets or DEFAULT_BUDGETS, tracking_uri, metric=m, n_resamples=n_resamples)
+    tables = [claims_table(budgets or DEFAULT_BUDGETS, tracking_uri, metric=m)
               for m in ([metric] if metric else CLAIM_METRICS)]
     df = tables[0]
     texts = [format_claims(t, "text", sources=i == 0) for i, t in enumerate(tables)]

@@ -108,17 +108,11 @@ def _padded_shape(sizes: Sequence[tuple[int, int]], ladder: PadLadder) -> tuple[
     return len(sizes), ladder.rung(max(h for h, _ in sizes)), ladder.rung(max(w for _, w in sizes))
 
 
-def largest_sizes(exprs: Sequence[Expression], batches: Sequence[Sequence[int]],
-                  max_image_pixels: int | None = None) -> list[tuple[int, int, int]]:
-    """(images, largest height, largest width) of each batch before any padding or augmentation."""
-    return [_padded_shape(sizes, NO_LADDER) for sizes in _fitted_sizes(exprs, batches, max_image_pixels)]
-
-
 def padded_shapes(exprs: Sequence[Expression], batches: Sequence[Sequence[int]],
                   max_image_pixels: int | None = None, ladder: PadLadder = NO_LADDER,
                   scales: Sequence[float] | None = None) -> list[tuple[int, int, int]]:
     """(images, height, width) of each batch as `collate` pads it; `scales`: each batch's scale
-    augmentation (None: none)."""
+    augmentation (None: none). With neither ladder nor scales: each batch's largest sizes."""
     fitted = _fitted_sizes(exprs, batches, max_image_pixels)
     return [_padded_shape(_scaled(sizes, scales[k] if scales is not None else None), ladder)
             for k, sizes in enumerate(fitted)]

@@ -68,12 +68,8 @@ class LoadedImages:
 def cache_key(source: DatasetSource, split: str, names: Sequence[str], render_cfg: RenderConfig | None) -> str:
     """A hash of everything the split's cached pixels depend on (see the module docstring); with no
     `render_cfg`, of what its strokes depend on (`hmer.data.augment.load_strokes`)."""
-    payload = {
-        "format": CACHE_FORMAT,
-        "source": source.identity(split),
-        "split": split,
-        "names": hashlib.sha256("\n".join(names).encode()).hexdigest(),
-    }
+    payload = {"format": CACHE_FORMAT, "source": source.identity(split), "split": split,
+               "names": hashlib.sha256("\n".join(names).encode()).hexdigest()}
     if render_cfg is not None:
         payload["render"] = render_cfg.key()
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:20]
@@ -227,14 +223,10 @@ def write_cache_file(path: Path, names: Sequence[str], images: dict[str, np.ndar
     packed: dict[str, Any] = {"bits": np.packbits(pixels == 255)} if binary else {"pixels": pixels}
 
     def write(f: BinaryIO) -> None:
-        np.savez_compressed(
-            f,
-            **packed, n_pixels=np.array(pixels.size), offsets=offsets, shapes=shapes,
-            names=np.array(kept, dtype=str),
-            failed_names=np.array(list(failures), dtype=str),
-            failed_reasons=np.array(list(failures.values()), dtype=str),
-            meta=np.array(json.dumps(meta or {}, sort_keys=True)),
-        )
+        np.savez_compressed(f, **packed, n_pixels=np.array(pixels.size), offsets=offsets, shapes=shapes,
+                            names=np.array(kept, dtype=str), failed_names=np.array(list(failures), dtype=str),
+                            failed_reasons=np.array(list(failures.values()), dtype=str),
+                            meta=np.array(json.dumps(meta or {}, sort_keys=True)))
         f.flush()
         os.fsync(f.fileno())
 
@@ -252,8 +244,6 @@ def read_cache_file(path: Path) -> LoadedImages:
             pixels = npz["pixels"]
         names = npz["names"].tolist()
         failures = dict(zip(npz["failed_names"].tolist(), npz["failed_reasons"].tolist()))
-    images = {
-        name: pixels[offsets[i]:offsets[i + 1]].reshape(int(shapes[i, 0]), int(shapes[i, 1]))
-        for i, name in enumerate(names)
-    }
+    images = {name: pixels[offsets[i]:offsets[i + 1]].reshape(int(shapes[i, 0]), int(shapes[i, 1]))
+              for i, name in enumerate(names)}
     return LoadedImages(images=images, failures=failures, from_cache=True)

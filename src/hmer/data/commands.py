@@ -105,13 +105,11 @@ def check_split(source: DatasetSource, split: str, vocab: Vocab, workers: int | 
     return SplitReport(split, captions=len(names), files=len(files), usable=usable, problems=problems)
 
 
-def check_command(data: str | None, out: TextIO = sys.stdout, *, data_cfg: DataConfig | None = None,
-                  vocab: Vocab | None = None, workers: int | None = None) -> int:
+def check_command(data: str | None, out: TextIO = sys.stdout, *, workers: int | None = None) -> int:
     """Print the count of each split and every problem; 0 when there is no error, else 1. The
-    hold-out sizes shown use `data_cfg` (default: `DataConfig()`)."""
-    cfg = data_cfg if data_cfg is not None else DataConfig()
-    vocab = vocab or Vocab()
-    with open_source(data or cfg.path or None) as source:
+    hold-out sizes shown are those of the default `DataConfig()`."""
+    cfg, vocab = DataConfig(), Vocab()
+    with open_source(data or None) as source:
         print(f"dataset: {source.location}", file=out)
         present = source.split_names()
         reports = [check_split(source, split, vocab, workers) for split in present]
@@ -220,8 +218,8 @@ IMAGE_FORMATS = {"bmp": zipfile.ZIP_DEFLATED, "png": zipfile.ZIP_STORED}
 
 def render_command(data: str | None, out_zip: str | os.PathLike[str], render_cfg: RenderConfig | None = None,
                    workers: int | None = None, out: TextIO = sys.stdout, *, limit: int = 0,
-                   splits: Sequence[str] | None = None, use_cache: bool = True, image_format: str = "bmp") -> int:
-    """Write every split (or `splits`) as `data/<split>/{caption.txt,writers.txt,<name>.bmp}` into
+                   image_format: str = "bmp") -> int:
+    """Write every split as `data/<split>/{caption.txt,writers.txt,<name>.bmp}` into
     `out_zip`, whole or not at all; `image_format="png"`: 1-bit PNGs, refusing an image that is not
     binary. `limit` > 0 keeps the first `limit` captions of each split. 1 when files were skipped."""
     if image_format not in IMAGE_FORMATS:
@@ -234,9 +232,8 @@ def render_command(data: str | None, out_zip: str | os.PathLike[str], render_cfg
     def write(f: BinaryIO) -> None:
         nonlocal skipped
         with zipfile.ZipFile(f, "w", compression=IMAGE_FORMATS[image_format]) as archive:
-            for split in list(splits) if splits else source.split_names():
-                written, failed = _render_split(source, split, archive, render_cfg, workers, limit, use_cache,
-                                                image_format)
+            for split in source.split_names():
+                written, failed = _render_split(source, split, archive, render_cfg, workers, limit, image_format)
                 skipped += failed
                 note = f", {failed} skipped (unreadable; see `hmer data check`)" if failed else ""
                 print(f"{split}: {written} images{note}", file=out)
@@ -248,13 +245,13 @@ def render_command(data: str | None, out_zip: str | os.PathLike[str], render_cfg
 
 
 def _render_split(source: DatasetSource, split: str, archive: zipfile.ZipFile, render_cfg: RenderConfig,
-                  workers: int | None, limit: int, use_cache: bool, image_format: str) -> tuple[int, int]:
+                  workers: int | None, limit: int, image_format: str) -> tuple[int, int]:
     captions = parse_captions(source.caption_text(split), source.describe(split, CAPTION_FILE))
     if limit > 0:
         captions = captions[:limit]
     files = files_for_captions(source, split, captions)
     loaded = load_images(source, split, [c.name for c in captions], files, render_cfg,
-                         use_cache=use_cache and limit <= 0, workers=workers)
+                         use_cache=limit <= 0, workers=workers)
     kept = [c for c in captions if c.name in loaded.images]
     folder = f"{RENDERED_TOP_FOLDER}/{split}"
     archive.writestr(f"{folder}/{CAPTION_FILE}", "".join(f"{c.name}\t{' '.join(c.tokens)}\n" for c in kept))

@@ -50,11 +50,6 @@ class Ink:
     source: str = "<memory>"
     notes: list[str] = field(default_factory=list)  # oddities that did not stop the reading
 
-    def group_strokes(self, group: TraceGroup) -> list[np.ndarray]:
-        """The strokes a trace group refers to (unknown trace ids are left out)."""
-        index = {tid: i for i, tid in enumerate(self.trace_ids)}
-        return [self.strokes[index[t]] for t in group.trace_ids if t in index]
-
 
 def read_inkml(path: str | os.PathLike[str]) -> Ink:
     """Read one InkML file; raises `InkMLError` (naming the file) when it is unusable."""
@@ -159,8 +154,7 @@ def _channel_names(root: ET.Element) -> list[str]:
     return []
 
 
-def _parse_points(text: str, n_channels: int, x_index: int, y_index: int, source: str,
-                  trace_id: str) -> np.ndarray:
+def _parse_points(text: str, n_channels: int, x_index: int, y_index: int, source: str, trace_id: str) -> np.ndarray:
     """Trace text -> float32 [N, 2] of (x, y)."""
     if _DIFFERENCE_MARKS.search(text):
         raise InkMLError(f"{source}: trace {trace_id} uses InkML difference encoding, which is not supported")
@@ -211,10 +205,8 @@ def _trace_groups(root: ET.Element) -> list[TraceGroup]:
     for element in root.iter():
         if _local(element.tag) != "traceGroup":
             continue
-        refs = tuple(
-            (view.get("traceDataRef") or "").lstrip("#")
-            for view in element if _local(view.tag) == "traceView"
-        )
+        refs = tuple((view.get("traceDataRef") or "").lstrip("#")
+                     for view in element if _local(view.tag) == "traceView")
         refs = tuple(r for r in refs if r)
         if not refs:
             continue  # the outer "Segmentation" group only holds other groups

@@ -93,8 +93,7 @@ def render_ink(ink: Ink | Sequence[np.ndarray], cfg: RenderConfig | None = None,
         drawn = render_ink(ink, dataclasses.replace(cfg, height=0, scale=1.0, downscale=False), scale=scale,
                            stroke_widths=stroke_widths)
         return to_model_scale(drawn, cfg)
-    strokes = [np.asarray(s, dtype=np.float64).reshape(-1, 2) for s in
-               (ink.strokes if isinstance(ink, Ink) else ink)]
+    strokes = [np.asarray(s, dtype=np.float64).reshape(-1, 2) for s in (ink.strokes if isinstance(ink, Ink) else ink)]
     if stroke_widths is not None:
         if len(stroke_widths) != len(strokes):
             raise ValueError(f"{len(stroke_widths)} stroke widths for {len(strokes)} strokes")

@@ -283,9 +283,7 @@ class ZipSource(DatasetSource):
 def open_source(path: str | os.PathLike[str] | None = None) -> DatasetSource:
     """Open the dataset at `path` (or $HMER_DATA, or the default place)."""
     found = resolve_data_path(path)
-    if found.is_dir():
-        return FolderSource(found)
-    return ZipSource(found)
+    return FolderSource(found) if found.is_dir() else ZipSource(found)
 
 
 def open_source_spec(spec: tuple[str, str]) -> DatasetSource:
@@ -302,9 +300,8 @@ def files_for_captions(source: DatasetSource, split: str, captions: Sequence[Cap
     for caption in captions:
         filename = source.file_for(split, caption.name)
         if filename is None:
-            raise CaptionError(
-                f"{source.describe(split, CAPTION_FILE)}:{caption.line}: no file for {caption.name!r} "
-                f"(looked for {caption.name}{{{','.join(CONTENT_SUFFIXES)}}} in {source.describe(split)})"
-            )
+            raise CaptionError(f"{source.describe(split, CAPTION_FILE)}:{caption.line}: no file for {caption.name!r} "
+                               f"(looked for {caption.name}{{{','.join(CONTENT_SUFFIXES)}}} in "
+                               f"{source.describe(split)})")
         files.append(filename)
     return files

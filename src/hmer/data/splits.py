@@ -107,8 +107,7 @@ def writers_file_text(writers: Mapping[str, str | None]) -> str:
     return "".join(f"{name}\t{writer}\n" for name, writer in writers.items() if writer)
 
 
-def split_source_validation(source: DatasetSource, data_cfg: DataConfig, *,
-                            vocab: Vocab | None = None) -> HoldOut:
+def split_source_validation(source: DatasetSource, data_cfg: DataConfig, *, vocab: Vocab | None = None) -> HoldOut:
     """`holdout.split_validation` of the source's train split by `data.val_split`, from captions and
     InkML headers only (no rendering, so `hmer data split` is quick)."""
     captions = parse_captions(source.caption_text(TRAIN), source.describe(TRAIN, CAPTION_FILE), vocab)

@@ -27,20 +27,14 @@ STANDARD_SUFFIX = "_0.bmp"
 def iter_standard_images(tar_path: str | Path, names: Iterable[str] | None = None) -> Iterator[tuple[str, np.ndarray]]:
     """(name, uint8 [H, W]) for each standard image, or for `names` only, in archive order."""
     wanted = set(names) if names is not None else None
-    for name, img in _standard_images(tar_path):
-        if wanted is None or name in wanted:
-            yield name, np.asarray(img.convert("L"), dtype=np.uint8)
-
-
-def _standard_images(tar_path: str | Path) -> Iterator[tuple[str, Image.Image]]:
-    """(name, the image opened but not yet decoded) for each standard image, in archive order."""
     with tarfile.open(tar_path, "r:*") as tar:
         for member in tar:
-            if member.isfile() and member.name.endswith(STANDARD_SUFFIX):
+            name = Path(member.name).name[: -len(STANDARD_SUFFIX)]
+            if member.isfile() and member.name.endswith(STANDARD_SUFFIX) and (wanted is None or name in wanted):
                 file = tar.extractfile(member)
                 assert file is not None, member.name  # None only for what is not a regular file
                 with Image.open(io.BytesIO(file.read())) as img:
-                    yield Path(member.name).name[: -len(STANDARD_SUFFIX)], img
+                    yield name, np.asarray(img.convert("L"), dtype=np.uint8)
 
 
 STANDARD_2014 = "2014-std"  # the split name its scores are logged under (test_2014-std_exprate)
@@ -80,33 +74,16 @@ def standard_2014_expressions(tar_path: str | Path, captions: dict[str, list[str
     return out
 
 
-def standard_2014_if_available(exprs_2014: Sequence, render: RenderConfig | None = None,
-                               tar_path: str | Path | None = None) -> list | None:
+def standard_2014_if_available(exprs_2014: Sequence, render: RenderConfig | None = None) -> list | None:
     """`standard_2014_expressions` for a run's 2014 test split (what it scores as `test_2014-std_*`),
-    or None when the tarball (default: `default_standard_tar()`) is absent or lacks one of them."""
-    tar = Path(tar_path) if tar_path is not None else default_standard_tar()
+    or None when the tarball (`default_standard_tar()`) is absent or lacks one of them."""
+    tar = default_standard_tar()
     if not exprs_2014 or not tar.is_file():
         return None
     try:
         return standard_2014_expressions(tar, {e.name: e.tokens for e in exprs_2014}, render)
     except FileNotFoundError:
         return None
-
-
-def standard_sizes(tar_path: str | Path) -> dict[str, tuple[int, int]]:
-    """{name: (height, width)} of every standard image (decodes headers, not pixels)."""
-    return {name: img.size[::-1] for name, img in _standard_images(tar_path)}
-
-
-def size_statistics(shapes: Sequence[tuple[int, int]]) -> dict[str, float]:
-    """Median height, median width and largest area of a list of (H, W)."""
-    arr = np.asarray(shapes, dtype=np.int64)
-    return {
-        "n": float(len(arr)),
-        "median_height": float(np.median(arr[:, 0])),
-        "median_width": float(np.median(arr[:, 1])),
-        "max_area": float((arr[:, 0] * arr[:, 1]).max()),
-    }
 
 
 def side_by_side(pairs: Sequence[tuple[str, np.ndarray, np.ndarray]], gap: int = 12,

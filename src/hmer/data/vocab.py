@@ -67,6 +67,3 @@ class Vocab:
     def decode(self, ids: Iterable[int]) -> list[str]:
         """Ids -> tokens, dropping pad, sos and eos."""
         return [self.itos[i] for i in ids if i > 2]
-
-    def to_latex(self, ids: Iterable[int]) -> str:
-        return " ".join(self.decode(ids))

@@ -21,33 +21,16 @@ from typing import cast
 import torch
 from torch import Tensor
 
-from .hypothesis import (
-    Hypothesis,
-    SearchModel,
-    TokenIds,
-    at_least_float32,
-    check_search_args,
-    length_normalized,
-    per_image_ids,
-)
+from .hypothesis import (Hypothesis, SearchModel, TokenIds, at_least_float32, check_search_args, length_normalized,
+                         per_image_ids)
 
 NEG_INF = float("-inf")
 
 
 @torch.inference_mode()
-def beam_search(
-    model: torch.nn.Module,
-    feats: Tensor,
-    mask: Tensor,
-    start_id: TokenIds,
-    end_id: TokenIds,
-    beam_size: int = 10,
-    max_len: int = 200,
-    length_penalty: float = 1.0,
-    *,
-    pad_id: int = 0,
-    exhaustive: bool = False,
-) -> list[list[Hypothesis]]:
+def beam_search(model: torch.nn.Module, feats: Tensor, mask: Tensor, start_id: TokenIds, end_id: TokenIds,
+                beam_size: int = 10, max_len: int = 200, length_penalty: float = 1.0, *, pad_id: int = 0,
+                exhaustive: bool = False) -> list[list[Hypothesis]]:
     """Up to `beam_size` finished hypotheses per image, best first (tokens in decoding order).
 
     feats [B, h, w, d], mask [B, h, w] (True = pad) from `model.encode`; start_id, end_id: an
@@ -122,19 +105,15 @@ def beam_search(
                 _add(pools[active[a]], Hypothesis(toks, length_normalized(lp, t, alpha), lp), k)
 
         best_live = new_scores.max(dim=1).values.tolist()
-        keep = [
-            a for a in range(n)
-            if not _image_done(pools[active[a]], best_live[a], t + 1, k, max_len, alpha, exhaustive)
-        ]
+        keep = [a for a in range(n)
+                if not _image_done(pools[active[a]], best_live[a], t + 1, k, max_len, alpha, exhaustive)]
         if not keep:
             break
         keep_t = torch.tensor(keep, dtype=torch.long, device=device)
         # Rows of the next state: each kept image's surviving beams, in one reorder.
         rows = (keep_t.unsqueeze(1) * k + new_beam[keep_t]).view(-1)
         state = decoder.reorder_state(state, rows, group=k)
-        history = torch.cat(
-            [history.view(n * k, t)[rows].view(len(keep), k, t), new_token[keep_t].unsqueeze(2)], dim=2
-        )
+        history = torch.cat([history.view(n * k, t)[rows].view(len(keep), k, t), new_token[keep_t].unsqueeze(2)], dim=2)
         scores = new_scores[keep_t]
         prev = new_token[keep_t].view(-1)
         starts, ends = starts[keep_t], ends[keep_t]
@@ -153,15 +132,8 @@ def _add(pool: list[Hypothesis], hyp: Hypothesis, capacity: int) -> None:
     del pool[capacity:]
 
 
-def _image_done(
-    pool: list[Hypothesis],
-    best_live: float,
-    live_len: int,
-    beam_size: int,
-    max_len: int,
-    alpha: float,
-    exhaustive: bool,
-) -> bool:
+def _image_done(pool: list[Hypothesis], best_live: float, live_len: int, beam_size: int, max_len: int, alpha: float,
+                exhaustive: bool) -> bool:
     """Whether to stop decoding this image. Exact rule (always on): no continuation of a live
     hypothesis can beat the pool's best. Default rule (off when `exhaustive`): the pool is full and
     the best live one, at its current length, ranks below its worst (Hugging Face's

@@ -19,19 +19,9 @@ from .joint import joint_beam_search
 
 
 @torch.inference_mode()
-def decode_batch(
-    model: torch.nn.Module,
-    images: Tensor,
-    image_mask: Tensor,
-    direction: str,
-    beam_size: int = 10,
-    max_len: int = 200,
-    length_penalty: float = 1.0,
-    sos_id: int = 1,
-    eos_id: int = 2,
-    pad_id: int = 0,
-    search_rule: str = "hmer",
-) -> list[list[int]]:
+def decode_batch(model: torch.nn.Module, images: Tensor, image_mask: Tensor, direction: str, beam_size: int = 10,
+                 max_len: int = 200, length_penalty: float = 1.0, sos_id: int = 1, eos_id: int = 2, pad_id: int = 0,
+                 search_rule: str = "hmer") -> list[list[int]]:
     """Per image, the decoded symbol ids left to right, without sos/eos; images [B, 1, H, W],
     image_mask [B, H, W] (True = pad). beam_size 1 is greedy whatever the rule (r2l from `<eos>`,
     reversed); else the search registered as `search_rule`. The model should be in eval mode
@@ -57,8 +47,7 @@ def hmer_search(model, feats: Tensor, mask: Tensor, direction: str, *, beam_size
                 length_penalty: float, sos_id: int, eos_id: int, pad_id: int) -> list[list[int]]:
     """The project's batched searches: beam search in one direction; BTTR's joint search for bi."""
     if direction == "bi":
-        hyps = joint_beam_search(model, feats, mask, sos_id, eos_id, beam_size, max_len, length_penalty,
-                                 pad_id=pad_id)
+        hyps = joint_beam_search(model, feats, mask, sos_id, eos_id, beam_size, max_len, length_penalty, pad_id=pad_id)
         return [h.tokens for h in hyps]
     start, end = (eos_id, sos_id) if direction == "r2l" else (sos_id, eos_id)
     pools = beam_search(model, feats, mask, start, end, beam_size, max_len, length_penalty, pad_id=pad_id)

@@ -12,16 +12,8 @@ from .hypothesis import SearchModel, at_least_float32, check_search_args
 
 
 @torch.inference_mode()
-def greedy_search(
-    model: torch.nn.Module,
-    feats: Tensor,
-    mask: Tensor,
-    start_id: int,
-    end_id: int,
-    max_len: int,
-    *,
-    pad_id: int = 0,
-) -> list[list[int]]:
+def greedy_search(model: torch.nn.Module, feats: Tensor, mask: Tensor, start_id: int, end_id: int, max_len: int, *,
+                  pad_id: int = 0) -> list[list[int]]:
     """Greedy token ids per image, in decoding order, without start/end tokens, cut at `max_len`;
     feats and mask from `model.encode`. Pad and start tokens are never chosen."""
     check_search_args(1, max_len)

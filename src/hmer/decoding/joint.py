@@ -22,19 +22,9 @@ from .hypothesis import Hypothesis, at_least_float32, check_search_args, length_
 
 
 @torch.inference_mode()
-def joint_beam_search(
-    model: torch.nn.Module,
-    feats: Tensor,
-    mask: Tensor,
-    sos_id: int = 1,
-    eos_id: int = 2,
-    beam_size: int = 10,
-    max_len: int = 200,
-    length_penalty: float = 1.0,
-    *,
-    pad_id: int = 0,
-    exhaustive: bool = False,
-) -> list[Hypothesis]:
+def joint_beam_search(model: torch.nn.Module, feats: Tensor, mask: Tensor, sos_id: int = 1, eos_id: int = 2,
+                      beam_size: int = 10, max_len: int = 200, length_penalty: float = 1.0, *,
+                      pad_id: int = 0) -> list[Hypothesis]:
     """The best hypothesis per image by joint score, tokens left to right, `log_prob` the joint
     sum. The model also needs `.decode(feats, feat_mask, tgt_in, group=g) -> logits [N, L, V]`
     (teacher forcing, row r reading image r // g)."""
@@ -42,18 +32,8 @@ def joint_beam_search(
     batch = feats.shape[0]
     if batch == 0:
         return []
-    pools = beam_search(
-        model,
-        torch.cat([feats, feats]),
-        torch.cat([mask, mask]),
-        [sos_id] * batch + [eos_id] * batch,
-        [eos_id] * batch + [sos_id] * batch,
-        beam_size,
-        max_len,
-        length_penalty,
-        pad_id=pad_id,
-        exhaustive=exhaustive,
-    )
+    pools = beam_search(model, torch.cat([feats, feats]), torch.cat([mask, mask]), [sos_id] * batch + [eos_id] * batch,
+                        [eos_id] * batch + [sos_id] * batch, beam_size, max_len, length_penalty, pad_id=pad_id)
 
     # Every candidate left to right, with what the opposite direction must score.
     images: list[int] = []
@@ -94,18 +74,9 @@ def joint_beam_search(
 RESCORE_CELLS = 1 << 21
 
 
-def sequence_log_probs(
-    model: torch.nn.Module,
-    feats: Tensor,
-    mask: Tensor,
-    images: Sequence[int],
-    sequences: Sequence[Sequence[int]],
-    start_ids: Sequence[int],
-    end_ids: Sequence[int],
-    *,
-    pad_id: int = 0,
-    max_cells: int = RESCORE_CELLS,
-) -> list[float]:
+def sequence_log_probs(model: torch.nn.Module, feats: Tensor, mask: Tensor, images: Sequence[int],
+                       sequences: Sequence[Sequence[int]], start_ids: Sequence[int], end_ids: Sequence[int], *,
+                       pad_id: int = 0, max_cells: int = RESCORE_CELLS) -> list[float]:
     """Teacher-forced summed log-probability of each `sequences[j]` (in the decoder's reading
     order, end token included), read from image `images[j]`, decoded from `start_ids[j]`.
 

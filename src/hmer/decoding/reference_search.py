@@ -22,7 +22,6 @@ model gets that direction's search and the final normalisation, without the resc
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -218,11 +217,8 @@ def comer_search(model, feats, mask, direction: str, sos_id: int, eos_id: int, b
 
 
 def _first_max(values: list[float]) -> int:
-    best: Optional[int] = None
-    for i, v in enumerate(values):
-        if best is None or v > values[best]:
-            best = i
-    return best or 0
+    """The index of the first of the largest values (0 for none): ties keep the earlier one."""
+    return max(range(len(values)), key=values.__getitem__, default=0)
 
 
 # The references' searches by rule name; each is also registered as a beam search rule below.

@@ -24,10 +24,8 @@ class SplitResult:
 
     def rows(self) -> list[dict[str, object]]:
         """Rows of the predictions CSV: name, truth, prediction, distance."""
-        return [
-            {"name": n, "truth": " ".join(t), "prediction": " ".join(p), "distance": d}
-            for n, t, p, d in zip(self.names, self.truths, self.predictions, self.scores.distances)
-        ]
+        return [{"name": n, "truth": " ".join(t), "prediction": " ".join(p), "distance": d}
+                for n, t, p, d in zip(self.names, self.truths, self.predictions, self.scores.distances)]
 
 
 def decode_options(cfg, device: torch.device, autocast_dtype: torch.dtype | None, beam: int | None = None,
@@ -43,24 +41,11 @@ def decode_options(cfg, device: torch.device, autocast_dtype: torch.dtype | None
 
 
 @torch.inference_mode()
-def predict(
-    model: torch.nn.Module,
-    exprs: Sequence[Expression],
-    vocab: Vocab,
-    *,
-    direction: str,
-    device: torch.device,
-    beam_size: int = 10,
-    max_len: int = 200,
-    length_penalty: float = 1.0,
-    search_rule: str = "hmer",
-    batch_pixels: int = 1_600_000,
-    max_batch_size: int = 64,
-    max_image_pixels: int = 400_000,
-    ladder: PadLadder = NO_LADDER,
-    autocast_dtype: torch.dtype | None = None,
-    progress: str | None = None,
-) -> tuple[list[list[str]], int]:
+def predict(model: torch.nn.Module, exprs: Sequence[Expression], vocab: Vocab, *, direction: str, device: torch.device,
+            beam_size: int = 10, max_len: int = 200, length_penalty: float = 1.0, search_rule: str = "hmer",
+            batch_pixels: int = 1_600_000, max_batch_size: int = 64, max_image_pixels: int = 400_000,
+            ladder: PadLadder = NO_LADDER, autocast_dtype: torch.dtype | None = None,
+            progress: str | None = None) -> tuple[list[list[str]], int]:
     """Predicted token sequences in the order of `exprs`, and the count of resized images."""
     model.eval()
     batches = make_batches(exprs, batch_pixels, max_batch_size, shuffle=False, seed=0,

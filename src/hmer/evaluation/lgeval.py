@@ -41,14 +41,10 @@ def _graph(tokens: tuple[str, ...]) -> SymbolGraph | None:
 
 def graph_errors(output: SymbolGraph, truth: SymbolGraph) -> int:
     """lgeval's D_B of `output` against `truth`: node label errors plus relation label errors."""
-    nodes = sum(
-        1 for path in output.nodes.keys() | truth.nodes.keys()
-        if not output.nodes.get(path, _ABSENT) & truth.nodes.get(path, _ABSENT)
-    )
-    relations = sum(
-        1 for pair in output.edges.keys() | truth.edges.keys()
-        if not output.edges.get(pair, _NO_RELATION) & truth.edges.get(pair, _NO_RELATION)
-    )
+    nodes = sum(1 for path in output.nodes.keys() | truth.nodes.keys()
+                if not output.nodes.get(path, _ABSENT) & truth.nodes.get(path, _ABSENT))
+    relations = sum(1 for pair in output.edges.keys() | truth.edges.keys()
+                    if not output.edges.get(pair, _NO_RELATION) & truth.edges.get(pair, _NO_RELATION))
     return nodes + relations
 
 

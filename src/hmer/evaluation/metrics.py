@@ -42,13 +42,8 @@ class Scores:
         """The MLflow keys: `as_dict("test_2014")` -> `test_2014_exprate`, `_le1`, `_le2`, `_n` and one
         per extra metric; no prefix, the bare names."""
         head = f"{prefix}_" if prefix else ""
-        return {
-            f"{head}exprate": self.exprate,
-            f"{head}le1": self.le1,
-            f"{head}le2": self.le2,
-            f"{head}n": self.n,
-            **{f"{head}{name}": value for name, value in self.extra.items()},
-        }
+        return {f"{head}exprate": self.exprate, f"{head}le1": self.le1, f"{head}le2": self.le2, f"{head}n": self.n,
+                **{f"{head}{name}": value for name, value in self.extra.items()}}
 
 
 @dataclass(frozen=True)
@@ -116,24 +111,18 @@ def token_distance(prediction: Sequence[Hashable], truth: Sequence[Hashable]) ->
     return _distances([prediction], [truth])[0]
 
 
-def expression_metrics(
-    predictions: Sequence[Sequence[Hashable]], truths: Sequence[Sequence[Hashable]]
-) -> Scores:
+def expression_metrics(predictions: Sequence[Sequence[Hashable]], truths: Sequence[Sequence[Hashable]]) -> Scores:
     """Score predicted token sequences against the true ones, pairwise in order."""
     if len(predictions) != len(truths):
-        raise ValueError(
-            f"expression_metrics: {len(predictions)} predictions for {len(truths)} truths; "
-            "they must pair up one to one"
-        )
+        raise ValueError(f"expression_metrics: {len(predictions)} predictions for {len(truths)} truths; "
+                         "they must pair up one to one")
     distances = _distances(predictions, truths)
     values = {name: METRICS.get(name).rate(distances, predictions, truths) for name in METRICS.names()}
     papers = {name: values.pop(name) for name in ("exprate", "le1", "le2")}
     return Scores(n=len(distances), **papers, distances=distances, extra=values)
 
 
-def _distances(
-    predictions: Sequence[Sequence[Hashable]], truths: Sequence[Sequence[Hashable]]
-) -> list[int]:
+def _distances(predictions: Sequence[Sequence[Hashable]], truths: Sequence[Sequence[Hashable]]) -> list[int]:
     # Tokens become small ints through one shared table: editdistance compares elements by
     # hash, so distinct ids make the comparison exact rather than hash-collision-prone.
     ids: dict[Hashable, int] = {}
@@ -141,10 +130,8 @@ def _distances(
     for j, (pred, truth) in enumerate(zip(predictions, truths)):
         for what, seq in (("prediction", pred), ("truth", truth)):
             if isinstance(seq, (str, bytes)):
-                raise TypeError(
-                    f"expression_metrics: {what} {j} is a string ({seq[:40]!r}); pass a list of tokens "
-                    "(e.g. latex.split()) so that distances count tokens, not characters"
-                )
+                raise TypeError(f"expression_metrics: {what} {j} is a string ({seq[:40]!r}); pass a list of tokens "
+                                "(e.g. latex.split()) so that distances count tokens, not characters")
         p = [ids.setdefault(tok, len(ids)) for tok in pred]
         t = [ids.setdefault(tok, len(ids)) for tok in truth]
         out.append(int(editdistance.eval(p, t)))

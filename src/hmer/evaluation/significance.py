@@ -104,14 +104,10 @@ def _paired(baseline, variant) -> tuple[np.ndarray, np.ndarray]:
     return base, var
 
 
-def paired_bootstrap(
-    baseline: Sequence[bool] | Sequence[Sequence[bool]] | np.ndarray,
-    variant: Sequence[bool] | Sequence[Sequence[bool]] | np.ndarray,
-    *,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    confidence: float = DEFAULT_CONFIDENCE,
-    seed: int = 0,
-) -> BootstrapResult:
+def paired_bootstrap(baseline: Sequence[bool] | Sequence[Sequence[bool]] | np.ndarray,
+                     variant: Sequence[bool] | Sequence[Sequence[bool]] | np.ndarray, *,
+                     n_resamples: int = DEFAULT_RESAMPLES, confidence: float = DEFAULT_CONFIDENCE,
+                     seed: int = 0) -> BootstrapResult:
     """Paired bootstrap of the ExpRate difference `variant - baseline` over test expressions, from
     correctness `[expressions]` or `[seeds, expressions]` (averaged over seeds): the difference in
     percentage points, its percentile interval and the two-sided p-value
@@ -162,10 +158,8 @@ def mcnemar(baseline: Sequence[bool] | np.ndarray, variant: Sequence[bool] | np.
     return McNemarResult(baseline_only=baseline_only, variant_only=variant_only, p_value=p, n=int(base.shape[0]))
 
 
-def sign_flip(
-    baseline: Sequence[bool] | Sequence[Sequence[bool]] | np.ndarray,
-    variant: Sequence[bool] | Sequence[Sequence[bool]] | np.ndarray,
-) -> SignFlipResult:
+def sign_flip(baseline: Sequence[bool] | Sequence[Sequence[bool]] | np.ndarray,
+              variant: Sequence[bool] | Sequence[Sequence[bool]] | np.ndarray) -> SignFlipResult:
     """Exact two-sided sign-flip test (arguments as `paired_bootstrap`'s): `p = P(|sum of s_i d_i| >=
     |sum of d_i|)` over fair signs s_i; 1 when the difference is 0."""
     base, var = _paired(baseline, variant)
@@ -208,16 +202,9 @@ def seed_pairs(baseline_seeds: Sequence[int], variant_seeds: Sequence[int]) -> l
     return list(zip(b_order, v_order))
 
 
-def compare(
-    baseline: Sequence[Sequence[bool]] | np.ndarray,
-    variant: Sequence[Sequence[bool]] | np.ndarray,
-    *,
-    baseline_seeds: Sequence[int] | None = None,
-    variant_seeds: Sequence[int] | None = None,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    confidence: float = DEFAULT_CONFIDENCE,
-    seed: int = 0,
-) -> Comparison:
+def compare(baseline: Sequence[Sequence[bool]] | np.ndarray, variant: Sequence[Sequence[bool]] | np.ndarray, *,
+            baseline_seeds: Sequence[int] | None = None, variant_seeds: Sequence[int] | None = None,
+            n_resamples: int = DEFAULT_RESAMPLES, confidence: float = DEFAULT_CONFIDENCE, seed: int = 0) -> Comparison:
     """The three tests for a variant against the baseline on one test year, from correctness `[seeds,
     expressions]`; the seed of each row (default: rows in order) pairs runs for McNemar."""
     base = _as_matrix(baseline, "baseline")

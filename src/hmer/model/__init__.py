@@ -18,5 +18,4 @@ from .hmer_model import HMERModel
 
 import_submodules(__name__, __path__)
 
-__all__ = ["Decoder", "DecoderState", "HMERModel", "build_model", "count_parameters", "list_presets",
-           "make_targets"]
+__all__ = ["Decoder", "DecoderState", "HMERModel", "build_model", "count_parameters", "list_presets", "make_targets"]

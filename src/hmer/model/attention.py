@@ -76,17 +76,9 @@ class MultiHeadAttention(nn.Module):
             nn.init.zeros_(lin.bias)
         nn.init.zeros_(self.out_proj.bias)
 
-    def forward(
-        self,
-        x: Tensor,
-        memory: Optional[Tensor] = None,
-        key_padding_mask: Optional[Tensor] = None,
-        causal: bool = False,
-        refine: Optional[Refinement] = None,
-        need_weights: bool = False,
-        kv: Optional[tuple[Tensor, Tensor]] = None,
-        need_unrefined: bool = False,
-    ) -> Attended:
+    def forward(self, x: Tensor, memory: Optional[Tensor] = None, key_padding_mask: Optional[Tensor] = None,
+                causal: bool = False, refine: Optional[Refinement] = None, need_weights: bool = False,
+                kv: Optional[tuple[Tensor, Tensor]] = None, need_unrefined: bool = False) -> Attended:
         """Self-attention over x [N, L, d], or cross-attention to memory [B, S, d], or to keys and
         values projected already (`kv`, [B, H, S, dh] each: incremental decoding's caches)."""
         k, v = kv if kv is not None else self.project_kv(x if memory is None else memory)
@@ -114,17 +106,9 @@ class MultiHeadAttention(nn.Module):
         times fewer multiplies than to the scores (and as many fewer in backward)."""
         return torch.matmul(q * (1.0 / math.sqrt(self.head_dim)), k.transpose(-2, -1))
 
-    def attend(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        key_padding_mask: Optional[Tensor] = None,
-        causal: bool = False,
-        refine: Optional[Refinement] = None,
-        need_weights: bool = False,
-        need_unrefined: bool = False,
-    ) -> Attended:
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Optional[Tensor] = None, causal: bool = False,
+               refine: Optional[Refinement] = None, need_weights: bool = False,
+               need_unrefined: bool = False) -> Attended:
         """q [N, L, d] (projected) against k, v [B, H, S, dh]: the heads' outputs side by side
         [N, L, d], before out_proj (so that it can run on packed tokens, accelerations.PackedTokens),
         with the weights [N, H, L, S] where the explicit path computed them."""

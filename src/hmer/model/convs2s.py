@@ -58,9 +58,8 @@ class ImageAttention(nn.Module):
         self.scaled = kind == "scaled"
         self.score_scale = 1.0 / math.sqrt(d_model) if self.scaled else 1.0
 
-    def forward(
-        self, x: Tensor, target_embedding: Tensor, memory: Tensor, pad: Tensor, need_weights: bool
-    ) -> tuple[Tensor, Optional[Tensor]]:
+    def forward(self, x: Tensor, target_embedding: Tensor, memory: Tensor, pad: Tensor,
+                need_weights: bool) -> tuple[Tensor, Optional[Tensor]]:
         """x, target_embedding [N, L, d]; memory [N, S, d]; pad [N, S] (True = pad)."""
         q = (self.in_proj(x) + target_embedding) * HALF
         if need_weights:
@@ -100,22 +99,15 @@ class ConvS2SDecoder(Decoder):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         d = cfg.d_model
-        self.embed = TokenEmbedding(cfg.vocab_size, d, cfg.token_pos, cfg.max_len, norm=cfg.embed_norm,
-                                    pos_norm=cfg.embed_pos_norm)
+        self.embed = TokenEmbedding(cfg)
         # a ModuleList (its blocks are submodules), typed by what it holds
         self.blocks = cast(Sequence[ConvBlock], nn.ModuleList(
             ConvBlock(d, cfg.conv_kernel, cfg.dropout, cfg.conv_attention) for _ in range(cfg.conv_layers)))
         self.dropout = Dropout(cfg.dropout)
         self.out = nn.Linear(d, cfg.vocab_size)
 
-    def forward(
-        self,
-        feats: Tensor,
-        feat_mask: Tensor,
-        tgt_in: Tensor,
-        tgt_pad_mask: Optional[Tensor] = None,
-        return_attention: bool = False,
-    ):
+    def forward(self, feats: Tensor, feat_mask: Tensor, tgt_in: Tensor, tgt_pad_mask: Optional[Tensor] = None,
+                return_attention: bool = False):
         b, h, w, d = feats.shape
         memory = feats.reshape(b, h * w, d)
         pad = feat_mask.reshape(b, h * w)
@@ -137,9 +129,7 @@ class ConvS2SDecoder(Decoder):
 
     def init_state(self, feats: Tensor, feat_mask: Tensor) -> DecoderState:
         b, h, w, d = feats.shape
-        cache = {
-            f"history{i}": feats.new_zeros(b, block.kernel_size - 1, d) for i, block in enumerate(self.blocks)
-        }
+        cache = {f"history{i}": feats.new_zeros(b, block.kernel_size - 1, d) for i, block in enumerate(self.blocks)}
         return DecoderState(t=0, memory={"feats": feats.reshape(b, h * w, d), "mask": feat_mask}, cache=cache)
 
     def step(self, state: DecoderState, tokens: Tensor) -> tuple[Tensor, DecoderState]:

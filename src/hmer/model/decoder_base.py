@@ -66,14 +66,8 @@ class Decoder(nn.Module):
 
     reads_grouped_memory = False
 
-    def forward(
-        self,
-        feats: Tensor,
-        feat_mask: Tensor,
-        tgt_in: Tensor,
-        tgt_pad_mask: Optional[Tensor] = None,
-        return_attention: bool = False,
-    ):
+    def forward(self, feats: Tensor, feat_mask: Tensor, tgt_in: Tensor, tgt_pad_mask: Optional[Tensor] = None,
+                return_attention: bool = False):
         raise NotImplementedError
 
     def init_state(self, feats: Tensor, feat_mask: Tensor) -> DecoderState:

@@ -41,12 +41,8 @@ def directions_of(direction: str) -> tuple[str, ...]:
 # Host-side list work: under torch.compile this is a graph break, rather than a graph
 # specialised (and recompiled) on every batch's token ids.
 @torch.compiler.disable
-def make_targets(
-    token_ids: Sequence[Sequence[int]],
-    direction: str,
-    vocab=None,
-    device: Optional[torch.device | str] = None,
-) -> tuple[Tensor, Tensor, Tensor]:
+def make_targets(token_ids: Sequence[Sequence[int]], direction: str, vocab=None,
+                 device: Optional[torch.device | str] = None) -> tuple[Tensor, Tensor, Tensor]:
     """(tgt_in, tgt_out, pad_mask), long/long/bool [B', L] with B' = B (l2r, r2l) or 2B (bi).
 
     token_ids: per expression, symbol ids without sos/eos. `vocab`: a Vocab (anything with

@@ -43,6 +43,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..config import ModelConfig
 from .accelerations import Dropout, PointwiseConv, free_to_read
 
 
@@ -127,29 +128,21 @@ class Transition(nn.Module):
 class DenseNetB(nn.Module):
     """Images [B, 1, H, W] + mask [B, H, W] -> features [B, C, h, w] + mask [B, h, w] (True = pad)."""
 
-    def __init__(
-        self,
-        growth_rate: int = 24,
-        num_layers: int = 16,
-        num_blocks: int = 3,
-        compression: float = 0.5,
-        bottleneck: bool = True,
-        dropout: float = 0.2,
-        mask_padding: bool = True,
-    ):
+    def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.mask_padding = mask_padding
-        channels = 2 * growth_rate
+        growth, num_blocks, dropout = cfg.growth_rate, cfg.num_dense_blocks, cfg.encoder_dropout
+        self.mask_padding = cfg.mask_padding
+        channels = 2 * growth
         self.stem_conv = nn.Conv2d(1, channels, kernel_size=7, stride=2, padding=3, bias=False)
         self.stem_norm = nn.BatchNorm2d(channels)
         self.blocks = nn.ModuleList()
         self.transitions = nn.ModuleList()
         for i in range(num_blocks):
-            block = DenseBlock(channels, num_layers, growth_rate, bottleneck, dropout)
+            block = DenseBlock(channels, cfg.num_dense_layers, growth, cfg.bottleneck, dropout)
             self.blocks.append(block)
             channels = block.out_channels
             if i < num_blocks - 1:
-                out = int(math.floor(channels * compression))
+                out = int(math.floor(channels * cfg.compression))
                 self.transitions.append(Transition(channels, out, dropout))
                 channels = out
         self.final_norm = nn.BatchNorm2d(channels)

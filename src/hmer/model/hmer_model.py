@@ -63,15 +63,7 @@ class HMERModel(nn.Module):
         super().__init__()
         cfg.validate()
         self.cfg = dataclasses.replace(cfg)
-        self.encoder = DenseNetB(
-            growth_rate=cfg.growth_rate,
-            num_layers=cfg.num_dense_layers,
-            num_blocks=cfg.num_dense_blocks,
-            compression=cfg.compression,
-            bottleneck=cfg.bottleneck,
-            dropout=cfg.encoder_dropout,
-            mask_padding=cfg.mask_padding,
-        )
+        self.encoder = DenseNetB(cfg)
         self.feature_proj = PointwiseConv(self.encoder.out_channels, cfg.d_model)
         self.feature_norm = nn.LayerNorm(cfg.d_model)
         self.image_pos = make_image_positions(cfg.image_pos, cfg.d_model, cfg.cape_grid)
@@ -94,15 +86,8 @@ class HMERModel(nn.Module):
             x = x.masked_fill(mask[..., None], 0.0)
         return x, mask
 
-    def decode(
-        self,
-        feats: Tensor,
-        feat_mask: Tensor,
-        tgt_in: Tensor,
-        tgt_pad_mask: Optional[Tensor] = None,
-        return_attention: bool = False,
-        group: int = 0,
-    ):
+    def decode(self, feats: Tensor, feat_mask: Tensor, tgt_in: Tensor, tgt_pad_mask: Optional[Tensor] = None,
+               return_attention: bool = False, group: int = 0):
         """Teacher forcing on encoded features; tgt_in may have k * B rows (see module doc).
 
         group > 0: tgt_in has B * group rows instead, image-major (row r reads image r // group),
@@ -121,19 +106,13 @@ class HMERModel(nn.Module):
         feats, feat_mask = repeat_rows(feats, feat_mask, tgt_in.shape[0])
         return self.decoder(feats, feat_mask, tgt_in, tgt_pad_mask, return_attention=return_attention)
 
-    def forward(
-        self, images: Tensor, image_mask: Tensor, tgt_in: Tensor, tgt_pad_mask: Optional[Tensor] = None
-    ) -> Tensor:
+    def forward(self, images: Tensor, image_mask: Tensor, tgt_in: Tensor,
+                tgt_pad_mask: Optional[Tensor] = None) -> Tensor:
         feats, feat_mask = self.encode(images, image_mask)
         return self.decode(feats, feat_mask, tgt_in, tgt_pad_mask)
 
-    def loss(
-        self,
-        images: Tensor,
-        image_mask: Tensor,
-        token_ids: Sequence[Sequence[int]],
-        direction: Optional[str] = None,
-    ) -> Tensor:
+    def loss(self, images: Tensor, image_mask: Tensor, token_ids: Sequence[Sequence[int]],
+             direction: Optional[str] = None) -> Tensor:
         """Mean cross-entropy over the non-pad target tokens, in cfg.direction (or `direction`).
 
         For `bi` both halves hold the same number of tokens (the same sequences, reversed), so
@@ -162,9 +141,7 @@ class HMERModel(nn.Module):
         return loss + counting_weight * counting_loss(branches, mean, target)
 
     @torch.no_grad()
-    def attention_maps(
-        self, images: Tensor, image_mask: Tensor, tgt_in: Tensor, coverage: bool = False
-    ) -> Tensor:
+    def attention_maps(self, images: Tensor, image_mask: Tensor, tgt_in: Tensor, coverage: bool = False) -> Tensor:
         """Cross-attention maps [B', L, h, w] for teacher-forced `tgt_in`: the last decoder layer's,
         averaged over heads (row t: where the model looked to predict token t+1). With
         coverage=True, the coverage instead: the sum of the maps of the steps before t."""

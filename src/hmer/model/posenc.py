@@ -238,6 +238,5 @@ IMAGE_POSITIONS.register("sin2d-bttr", lambda d_model, grid: BTTRSinusoidal2DIma
                          description="BTTR's 2-D sinusoids: d/2 frequencies per axis")
 IMAGE_POSITIONS.register("cape", ContentAwareImagePositions,
                          description="content-aware positions pooled on an n x n grid (StyTr^2)")
-IMAGE_POSITIONS.register("learned", LearnedImagePositions,
-                         description="a learned n x n table resized to each image")
+IMAGE_POSITIONS.register("learned", LearnedImagePositions, description="a learned n x n table resized to each image")
 IMAGE_POSITIONS.register("none", lambda d_model, grid: NoImagePositions(), description="no image positions")

@@ -46,9 +46,7 @@ class CoverageAttention(nn.Module):
         self.coverage = nn.Conv2d(1, att_dim, kernel_size, padding=kernel_size // 2, bias=False)  # U_f Q
         self.energy = nn.Linear(att_dim, 1)  # v, c
 
-    def forward(
-        self, h: Tensor, keys: Tensor, feats: Tensor, coverage: Tensor, mask: Tensor
-    ) -> tuple[Tensor, Tensor]:
+    def forward(self, h: Tensor, keys: Tensor, feats: Tensor, coverage: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """h [N, hid]; keys [N, S, att] (= U_a a, precomputed); feats [N, S, d]; coverage [N, S];
         mask [N, h, w] (True = pad). Returns context [N, d] and alpha [N, S]."""
         n, hh, ww = mask.shape
@@ -98,14 +96,8 @@ class GRUDecoder(Decoder):
         x = x.unflatten(-1, (-1, 2)).amax(-1)  # maxout over pairs
         return self.out(self.dropout(x))
 
-    def forward(
-        self,
-        feats: Tensor,
-        feat_mask: Tensor,
-        tgt_in: Tensor,
-        tgt_pad_mask: Optional[Tensor] = None,
-        return_attention: bool = False,
-    ):
+    def forward(self, feats: Tensor, feat_mask: Tensor, tgt_in: Tensor, tgt_pad_mask: Optional[Tensor] = None,
+                return_attention: bool = False):
         b, h, w, d = feats.shape
         memory = feats.reshape(b, h * w, d)
         pad = feat_mask.reshape(b, h * w)
@@ -131,11 +123,8 @@ class GRUDecoder(Decoder):
         b, h, w, d = feats.shape
         memory = feats.reshape(b, h * w, d)
         pad = feat_mask.reshape(b, h * w)
-        return DecoderState(
-            t=0,
-            memory={"feats": memory, "keys": self.attention.key(memory), "mask": feat_mask},
-            cache={"hidden": self._initial_hidden(memory, pad), "coverage": memory.new_zeros(b, h * w)},
-        )
+        return DecoderState(t=0, memory={"feats": memory, "keys": self.attention.key(memory), "mask": feat_mask},
+                            cache={"hidden": self._initial_hidden(memory, pad), "coverage": memory.new_zeros(b, h * w)})
 
     def step(self, state: DecoderState, tokens: Tensor) -> tuple[Tensor, DecoderState]:
         emb = self.embed(tokens)

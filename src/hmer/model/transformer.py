@@ -88,8 +88,7 @@ class TransformerDecoder(Decoder):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         d = cfg.d_model
-        self.embed = TokenEmbedding(cfg.vocab_size, d, cfg.token_pos, cfg.max_len, norm=cfg.embed_norm,
-                                    pos_norm=cfg.embed_pos_norm)
+        self.embed = TokenEmbedding(cfg)
         # a ModuleList (its layers are submodules), typed by what it holds
         self.layers = cast(Sequence[TransformerDecoderLayer], nn.ModuleList(
             TransformerDecoderLayer(d, cfg.nhead, cfg.dim_feedforward, cfg.dropout)
@@ -120,14 +119,8 @@ class TransformerDecoder(Decoder):
         return lambda unrefined: arm(coverage_of_steps(self.coverage_kind, below, unrefined), row_mask)
 
     # ---- teacher forcing ----------------------------------------------------------------------
-    def forward(
-        self,
-        feats: Tensor,
-        feat_mask: Tensor,
-        tgt_in: Tensor,
-        tgt_pad_mask: Optional[Tensor] = None,
-        return_attention: bool = False,
-    ):
+    def forward(self, feats: Tensor, feat_mask: Tensor, tgt_in: Tensor, tgt_pad_mask: Optional[Tensor] = None,
+                return_attention: bool = False):
         if self.packs_tokens and self.training and self.arm is None and not return_attention:
             tokens = PackedTokens.of(tgt_in, tgt_pad_mask)
             if tokens is not None:

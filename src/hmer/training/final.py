@@ -31,14 +31,10 @@ def final_evaluation(run: RunLogger, setup: Setup, result: TrainResult, best_pat
     if best is not None:
         model.load_state_dict(best["model"])
     model.eval()
-    final: dict[str, float] = {
-        "best_val_exprate": max(result.best_val_exprate, 0.0),
-        "best_epoch": result.best_epoch,
-        "train_seconds": result.train_seconds,
-        "train_cpu_seconds": result.train_cpu_seconds,
-        "gpu_minutes": result.train_seconds / 60.0 if setup.device.type == "cuda" else 0.0,
-        "num_params": result.num_params,
-    }
+    final: dict[str, float] = {"best_val_exprate": max(result.best_val_exprate, 0.0), "best_epoch": result.best_epoch,
+                               "train_seconds": result.train_seconds, "train_cpu_seconds": result.train_cpu_seconds,
+                               "gpu_minutes": result.train_seconds / 60.0 if setup.device.type == "cuda" else 0.0,
+                               "num_params": result.num_params}
     if result.step_seconds > 0:  # training steps only; validation passes are not counted
         final["train_images_per_second"] = result.images_trained / result.step_seconds
     with tempfile.TemporaryDirectory() as tmp:

@@ -123,8 +123,7 @@ class GraphedStep:
         self.optimizer.zero_grad(set_to_none=False)
         device_type = static.images.device.type
         # autocast's cache of cast weights must not outlive a capture (torch.cuda.graphs' rule)
-        with torch.autocast(device_type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None,
-                            cache_enabled=False):
+        with torch.autocast(device_type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None, cache_enabled=False):
             loss = self.loss_module(static.images, static.image_mask, static.tgt_in, static.tgt_out)
         loss.backward()
         return loss

@@ -70,10 +70,8 @@ class LRSchedule:
                              f"({self.warmup_steps} steps): fewer train.decay_epochs")
         self.min_lr = tc.min_lr
         self.base_lrs = [g["lr"] for g in optimizer.param_groups]
-        self.plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(
-            optimizer, mode="max", factor=tc.plateau_factor, patience=tc.plateau_patience,
-            min_lr=tc.min_lr,
-        )
+        self.plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="max", factor=tc.plateau_factor,
+                                                                  patience=tc.plateau_patience, min_lr=tc.min_lr)
         self.step_count = 0
         self._apply_warmup()
 
@@ -121,8 +119,7 @@ class LRSchedule:
         return float(self.optimizer.param_groups[0]["lr"])
 
     def state_dict(self) -> dict[str, Any]:
-        return {"plateau": self.plateau.state_dict(), "step_count": self.step_count,
-                "base_lrs": list(self.base_lrs)}
+        return {"plateau": self.plateau.state_dict(), "step_count": self.step_count, "base_lrs": list(self.base_lrs)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.plateau.load_state_dict(state["plateau"])

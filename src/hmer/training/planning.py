@@ -34,7 +34,7 @@ from ..model import HMERModel
 from ..config import Config
 from ..device import size_cudnn_plan_cache
 from ..data import Expression, make_batches
-from ..data.batching import largest_sizes, padded_shapes
+from ..data.batching import padded_shapes
 from ..data.ladder import PadLadder, ladder_shapes
 from ..model.accelerations import PointwiseConv
 
@@ -48,7 +48,7 @@ def training_shapes(cfg: Config, exprs: Sequence[Expression]) -> set[tuple[int, 
     data = cfg.data
     batches = make_batches(exprs, data.batch_pixels, data.max_batch_size, shuffle=False)
     scale_range = (data.scale_aug_min, data.scale_aug_max) if data.scale_aug_max > 0 else None
-    return ladder_shapes(largest_sizes(exprs, batches), PadLadder.from_data_config(data), scale_range)
+    return ladder_shapes(padded_shapes(exprs, batches), PadLadder.from_data_config(data), scale_range)
 
 
 def plans_per_shape(model: torch.nn.Module) -> int:

@@ -115,8 +115,7 @@ def build(cfg: Config, data: dict[str, list] | None, device: torch.device, dist:
     schedule = LRSchedule(optimizer, tc, total_steps=steps_per_epoch * tc.epochs,
                           warmup=warmup_steps(tc, steps_per_epoch))
     counted = counted_classes(vocab).to(device) if cfg.model.counting else None
-    loss_module: Any = ddp.wrap(LossModule(model, cfg.train.label_smoothing, counted, tc.counting_weight), dist,
-                                device)
+    loss_module: Any = ddp.wrap(LossModule(model, cfg.train.label_smoothing, counted, tc.counting_weight), dist, device)
     if tc.compile:
         loss_module = torch.compile(loss_module, dynamic=True)
     ema = WeightAverage(model, tc.ema_decay) if tc.ema_decay > 0 else None

@@ -36,8 +36,7 @@ from .branch import Branch, shares_stable_phase, stable_end
 from .final import final_evaluation
 from .loader import Redraw, train_batches
 from .result import TrainResult
-from .resume import (Clock, TrainState, best_weights_recoverable, checkpoint_dir, keep_stable_phase, restore,
-                     save_last)
+from .resume import Clock, TrainState, best_weights_recoverable, checkpoint_dir, keep_stable_phase, restore, save_last
 from . import planning
 from .fingerprint import code_fingerprint
 from .setup import Setup, build, seed_everything
@@ -46,25 +45,12 @@ from .step import train_step
 EpochCallback = Callable[[int, dict[str, float]], None]
 
 
-def train(
-    cfg: Config,
-    data: dict[str, list] | None = None,
-    *,
-    tracking_uri: str | None = None,
-    experiment: str = "hmer",
-    run_name: str | None = None,
-    parent_run_id: str | None = None,
-    tags: dict[str, str] | None = None,
-    epoch_callback: EpochCallback | None = None,
-    resume: str | Path | Literal[False] | None = False,
-    run_dir: str | Path | None = None,
-    progress: bool = False,
-    log_prefix: str = "",
-    pause_after_epochs: int = 0,
-    pause_at: float = 0.0,
-    final_seconds: float = 0.0,
-    start_from: Branch | None = None,
-) -> TrainResult:
+def train(cfg: Config, data: dict[str, list] | None = None, *, tracking_uri: str | None = None,
+          experiment: str = "hmer", run_name: str | None = None, parent_run_id: str | None = None,
+          tags: dict[str, str] | None = None, epoch_callback: EpochCallback | None = None,
+          resume: str | Path | Literal[False] | None = False, run_dir: str | Path | None = None, progress: bool = False,
+          log_prefix: str = "", pause_after_epochs: int = 0, pause_at: float = 0.0, final_seconds: float = 0.0,
+          start_from: Branch | None = None) -> TrainResult:
     """Train `cfg` and score it on every test year; see the module docstring.
 
     `progress`: progress bars, else one line per epoch after `log_prefix`. `pause_after_epochs` > 0: checkpoint
@@ -72,11 +58,94 @@ def train(
     after the last epoch that leaves time for the next, counting `final_seconds` for the test years
     (`--pause-within`). `start_from`: a shorter wsd run's state to take over (`hmer.training.branch`)."""
     with stop_on_signals(), _writing(tracking_uri, run_dir, resume):
-        return _train(cfg, data, tracking_uri=tracking_uri, experiment=experiment, run_name=run_name,
-                      parent_run_id=parent_run_id, tags=tags, epoch_callback=epoch_callback, resume=resume,
-                      run_dir=run_dir, progress=progress, log_prefix=log_prefix,
-                      pause_after_epochs=pause_after_epochs, pause_at=pause_at, final_seconds=final_seconds,
-                      start_from=start_from)
+        ckpt = load_checkpoint(resume, map_location="cpu") if resume else None
+        if ckpt is not None:
+            cfg = Config.from_dict(ckpt["config"])
+        branch = load_checkpoint(start_from.checkpoint, map_location="cpu") if start_from is not None else None
+        cfg.validate()
+        tc = cfg.train
+        dist, device = ddp.init_distributed(resolve_device(tc.device))
+        seed_everything(tc.seed + dist.rank)
+        setup = build(cfg, data, device, dist)
+        state = restore(ckpt, setup) if ckpt is not None else TrainState()
+        if branch is not None:
+            state = _take_over(setup, branch)
+        if ckpt is not None and dist.is_main:  # before the run reopens: a refusal leaves it as it was
+            _restore_best(setup, state, checkpoint_dir(run_dir, resume, state.run_id, tracking_uri) / "best.pt", resume)
+        with deferred():  # a run is opened whole: tags, params and config together
+            run = _open_run(setup, state, tracking_uri=tracking_uri, experiment=experiment, run_name=run_name,
+                            parent_run_id=parent_run_id, tags=tags)
+            if start_from is not None and dist.is_main:
+                _branch_history(run, start_from, state, tracking_uri)
+        state.run_id = run.run_id
+        folder = checkpoint_dir(run_dir, resume, state.run_id, tracking_uri)
+        if start_from is not None and dist.is_main and start_from.best.is_file():
+            folder.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(start_from.best, folder / "best.pt")
+        last_path, best_path = folder / "last.pt", folder / "best.pt"
+        first_epoch, epoch, stopped_by, finishing = state.epoch + 1, state.epoch, "epochs", False
+        clock = Clock(before=state.train_seconds, cpu_before=state.train_cpu_seconds)
+        try:
+            with run:  # settles the run's status: finished, paused, pruned, killed (a signal) or failed
+                try:
+                    _prepare_shapes(setup, run, state, log_prefix, progress)
+                    if pause_at and state.epoch >= tc.epochs and time.time() + final_seconds > pause_at:
+                        stopped_by = "paused"  # resumed for its test years only, and they do not fit
+                    for epoch in range(first_epoch, tc.epochs + 1):
+                        epoch_start = time.monotonic()
+                        metrics, over_budget = _train_epoch(setup, state, epoch, clock, progress)
+                        with _scored_weights(setup):
+                            val_exprate = _validate(setup, state, epoch, metrics, best_path, last=over_budget)
+                        with deferred():  # the epoch's metrics and its checkpoint, both or neither
+                            state.epoch, state.train_seconds = epoch, clock.elapsed()
+                            state.train_cpu_seconds = clock.cpu_elapsed()
+                            # cumulative: wall time on a shared machine counts other jobs and pauses
+                            metrics["train_cpu_seconds"] = state.train_cpu_seconds
+                            run.log_metrics(metrics, step=epoch)
+                            if dist.is_main:
+                                save_last(last_path, setup, state)
+                                if epoch == stable_end(cfg):
+                                    keep_stable_phase(folder)
+                        ddp.barrier(dist)
+                        if dist.is_main and not progress:
+                            print(_epoch_line(log_prefix, epoch, tc.epochs, metrics, state.train_seconds, first_epoch,
+                                              state.train_seconds - clock.before), flush=True)
+                        if epoch_callback is not None and dist.is_main:
+                            epoch_callback(epoch, metrics)
+                        stopped_by = _stop_reason(cfg, epoch, first_epoch, over_budget, val_exprate, pause_after_epochs)
+                        # (every rank stops alike: their clocks may disagree by a little)
+                        if stopped_by == "epochs" and pause_at and ddp.any_rank(_out_of_time(
+                                pause_at, time.monotonic() - epoch_start, final_seconds, epoch, tc.epochs),
+                                dist, setup.device):
+                            stopped_by = "paused"
+                        if stopped_by != "epochs":
+                            break
+                    result = TrainResult(run_id=str(state.run_id), best_val_exprate=state.best_val_exprate,
+                                         best_epoch=state.best_epoch, epochs=epoch, stopped_by=stopped_by,
+                                         checkpoint=best_path, num_params=setup.num_params,
+                                         train_seconds=clock.elapsed(), train_cpu_seconds=clock.cpu_elapsed(),
+                                         step_seconds=state.step_seconds,
+                                         images_trained=state.images_trained)
+                    # All ranks leave the group together before rank 0 decodes alone, or they can hang
+                    # (pytorch/pytorch#75097: a CI torchrun job never ended); the DDP wrapper, which holds the
+                    # group, is let go first, so no rank frees it alone later (where that CI run's rank 1 hung).
+                    setup.loss_module = None
+                    ddp.leave(dist)
+                    if stopped_by == "paused":  # the run goes on with `resume`; it is not over
+                        run.pause()
+                    elif dist.is_main:
+                        finishing = True
+                        final_evaluation(run, setup, result, best_path, progress)
+                    return result
+                except Stopped as stop:
+                    where = (f"in the final evaluation after epoch {state.epoch}" if finishing else
+                             f"in epoch {state.epoch + 1} of {tc.epochs}, which is dropped")
+                    stop.detail = (f"{where}; continue from the checkpoint of epoch {state.epoch} with "
+                                   f"hmer train --resume {state.run_id}" if state.epoch else
+                                   f"{where}; no epoch was complete, so there is no checkpoint to continue from")
+                    raise
+        finally:
+            ddp.cleanup(dist)
 
 
 @contextlib.contextmanager
@@ -96,101 +165,6 @@ def _writing(tracking_uri: str | None, run_dir: str | Path | None, resume) -> It
             folder = checkpoint_dir(run_dir, resume, None, tracking_uri)
             held.enter_context(run_lock(folder, folder.name if not run_dir else str(resume), command))
         yield
-
-
-def _train(cfg: Config, data: dict[str, list] | None, *, tracking_uri: str | None, experiment: str,
-           run_name: str | None, parent_run_id: str | None, tags: dict[str, str] | None,
-           epoch_callback: EpochCallback | None, resume: str | Path | Literal[False] | None, run_dir: str | Path | None,
-           progress: bool, log_prefix: str, pause_after_epochs: int, pause_at: float,
-           final_seconds: float, start_from: Branch | None) -> TrainResult:
-    ckpt = load_checkpoint(resume, map_location="cpu") if resume else None
-    if ckpt is not None:
-        cfg = Config.from_dict(ckpt["config"])
-    branch = load_checkpoint(start_from.checkpoint, map_location="cpu") if start_from is not None else None
-    cfg.validate()
-    tc = cfg.train
-    dist, device = ddp.init_distributed(resolve_device(tc.device))
-    seed_everything(tc.seed + dist.rank)
-    setup = build(cfg, data, device, dist)
-    state = restore(ckpt, setup) if ckpt is not None else TrainState()
-    if branch is not None:
-        state = _take_over(setup, branch)
-    if ckpt is not None and dist.is_main:  # before the run reopens: a refusal leaves it as it was
-        _restore_best(setup, state, checkpoint_dir(run_dir, resume, state.run_id, tracking_uri) / "best.pt", resume)
-    with deferred():  # a run is opened whole: tags, params and config together
-        run = _open_run(setup, state, tracking_uri=tracking_uri, experiment=experiment, run_name=run_name,
-                        parent_run_id=parent_run_id, tags=tags)
-        if start_from is not None and dist.is_main:
-            _branch_history(run, start_from, state, tracking_uri)
-    state.run_id = run.run_id
-    folder = checkpoint_dir(run_dir, resume, state.run_id, tracking_uri)
-    if start_from is not None and dist.is_main and start_from.best.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(start_from.best, folder / "best.pt")
-    last_path, best_path = folder / "last.pt", folder / "best.pt"
-    first_epoch, epoch, stopped_by, finishing = state.epoch + 1, state.epoch, "epochs", False
-    clock = Clock(before=state.train_seconds, cpu_before=state.train_cpu_seconds)
-    try:
-        with run:  # settles the run's status: finished, paused, pruned, killed (a signal) or failed
-            try:
-                _prepare_shapes(setup, run, state, log_prefix, progress)
-                if pause_at and state.epoch >= tc.epochs and time.time() + final_seconds > pause_at:
-                    stopped_by = "paused"  # resumed for its test years only, and they do not fit
-                for epoch in range(first_epoch, tc.epochs + 1):
-                    epoch_start = time.monotonic()
-                    metrics, over_budget = _train_epoch(setup, state, epoch, clock, progress)
-                    with _scored_weights(setup):
-                        val_exprate = _validate(setup, state, epoch, metrics, best_path, last=over_budget)
-                    with deferred():  # the epoch's metrics and its checkpoint, both or neither
-                        state.epoch, state.train_seconds = epoch, clock.elapsed()
-                        state.train_cpu_seconds = clock.cpu_elapsed()
-                        # cumulative: wall time on a shared machine counts other jobs and pauses
-                        metrics["train_cpu_seconds"] = state.train_cpu_seconds
-                        run.log_metrics(metrics, step=epoch)
-                        if dist.is_main:
-                            save_last(last_path, setup, state)
-                            if epoch == stable_end(cfg):
-                                keep_stable_phase(folder)
-                    ddp.barrier(dist)
-                    if dist.is_main and not progress:
-                        print(_epoch_line(log_prefix, epoch, tc.epochs, metrics, state.train_seconds, first_epoch,
-                                          state.train_seconds - clock.before), flush=True)
-                    if epoch_callback is not None and dist.is_main:
-                        epoch_callback(epoch, metrics)
-                    stopped_by = _stop_reason(cfg, epoch, first_epoch, over_budget, val_exprate, pause_after_epochs)
-                    # (every rank stops alike: their clocks may disagree by a little)
-                    if stopped_by == "epochs" and pause_at and ddp.any_rank(_out_of_time(
-                            pause_at, time.monotonic() - epoch_start, final_seconds, epoch, tc.epochs),
-                            dist, setup.device):
-                        stopped_by = "paused"
-                    if stopped_by != "epochs":
-                        break
-                result = TrainResult(run_id=str(state.run_id), best_val_exprate=state.best_val_exprate,
-                                     best_epoch=state.best_epoch, epochs=epoch, stopped_by=stopped_by,
-                                     checkpoint=best_path, num_params=setup.num_params,
-                                     train_seconds=clock.elapsed(), train_cpu_seconds=clock.cpu_elapsed(),
-                                     step_seconds=state.step_seconds,
-                                     images_trained=state.images_trained)
-                # All ranks leave the group together before rank 0 decodes alone, or they can hang
-                # (pytorch/pytorch#75097: a CI torchrun job never ended); the DDP wrapper, which holds the
-                # group, is let go first, so no rank frees it alone later (where that CI run's rank 1 hung).
-                setup.loss_module = None
-                ddp.leave(dist)
-                if stopped_by == "paused":  # the run goes on with `resume`; it is not over
-                    run.pause()
-                elif dist.is_main:
-                    finishing = True
-                    final_evaluation(run, setup, result, best_path, progress)
-                return result
-            except Stopped as stop:
-                where = (f"in the final evaluation after epoch {state.epoch}" if finishing else
-                         f"in epoch {state.epoch + 1} of {tc.epochs}, which is dropped")
-                stop.detail = (f"{where}; continue from the checkpoint of epoch {state.epoch} with "
-                               f"hmer train --resume {state.run_id}" if state.epoch else
-                               f"{where}; no epoch was complete, so there is no checkpoint to continue from")
-                raise
-    finally:
-        ddp.cleanup(dist)
 
 
 def _take_over(setup: Setup, branch: dict) -> TrainState:
@@ -310,8 +284,7 @@ def _train_epoch(setup: Setup, state: TrainState, epoch: int, clock: Clock,
     if progress and dist.is_main:
         from tqdm.auto import tqdm
 
-        iterator = tqdm(epoch_batches, total=len(batches), desc=f"epoch {epoch}/{tc.epochs}", unit="batch",
-                        leave=False)
+        iterator = tqdm(epoch_batches, total=len(batches), desc=f"epoch {epoch}/{tc.epochs}", unit="batch", leave=False)
     loss_sum = torch.zeros((), device=setup.device)
     n_images, n_steps, over_budget = 0, 0, False
     try:
@@ -338,12 +311,8 @@ def _train_epoch(setup: Setup, state: TrainState, epoch: int, clock: Clock,
     train_loss = float(loss_sum.item()) / max(n_steps, 1)
     if not math.isfinite(train_loss):
         raise FloatingPointError(f"training loss became {train_loss} in epoch {epoch}")
-    return {
-        "train_loss": train_loss,
-        "lr": setup.schedule.lr,
-        "images_per_second": n_images * dist.world_size / max(seconds, 1e-9),
-        "epoch_seconds": seconds,
-    }, over_budget
+    return {"train_loss": train_loss, "lr": setup.schedule.lr,
+            "images_per_second": n_images * dist.world_size / max(seconds, 1e-9), "epoch_seconds": seconds}, over_budget
 
 
 def _scored_weights(setup: Setup) -> contextlib.AbstractContextManager:
@@ -369,8 +338,7 @@ def _validate(setup: Setup, state: TrainState, epoch: int, metrics: dict[str, fl
         val_exprate, val_le1 = val.scores.exprate, val.scores.le1
         metrics["val_exprate"] = val_exprate
         metrics["val_le1"] = val_le1
-        metrics["val_loss"] = _mean_loss(setup.model, setup.val_set, setup.vocab, cfg, setup.device,
-                                         setup.amp_dtype)
+        metrics["val_loss"] = _mean_loss(setup.model, setup.val_set, setup.vocab, cfg, setup.device, setup.amp_dtype)
     val_exprate = ddp.broadcast_float(val_exprate, dist, setup.device)
     val_le1 = ddp.broadcast_float(val_le1, dist, setup.device)
     setup.schedule.step_validation(val_exprate)
