@@ -94,8 +94,9 @@ def test_notebook_runs_against_a_smoke_study(name, store, tmp_path):
         assert not images
         assert f"{STUDY_NAME} is a grid study, not a sweep" in "\n".join(_streams(nb))
     elif name == "frontier":  # given another study, the frontier notebook says so and has no point
-        assert f"{STUDY_NAME} is a study of ablate_coverage, not the frontier: no point to draw" in "\n".join(_streams(nb))
-        assert "no line has two finished points yet" in "\n".join(_streams(nb))
+        said = "\n".join(_streams(nb))
+        assert f"{STUDY_NAME} is a study of ablate_coverage, not the frontier: no point to draw" in said
+        assert "no line has two finished points yet" in said
     else:
         assert len(images) >= 2  # per expression: what each model read, then on the truth
 

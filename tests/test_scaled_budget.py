@@ -10,9 +10,10 @@ import sys
 
 
 def _config(tmp_path, *args: str) -> dict:
-    stores = ["--storage", f"sqlite:///{tmp_path / 'optuna.db'}", "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"]
-    done = subprocess.run([sys.executable, "-m", "hmer.cli", "config", *args, *stores, "--seed", "1", "--format", "json"],
-                          capture_output=True, text=True, check=True)
+    stores = ["--storage", f"sqlite:///{tmp_path / 'optuna.db'}",
+              "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"]
+    command = [sys.executable, "-m", "hmer.cli", "config", *args, *stores, "--seed", "1", "--format", "json"]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
     return {key: entry["value"] for key, entry in json.loads(done.stdout).items()}
 
 

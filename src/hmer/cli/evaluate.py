@@ -21,8 +21,9 @@ def add_parser(sub) -> None:
     ev.add_argument("--search-rule", choices=SEARCH_RULES, default=None,
                     help="beam search rule (default: the run's train.search_rule)")
     ev.add_argument("--standard-2014", nargs="?", const="", default=None, metavar="TAR",
-                    help="also score the WAP authors' standard 2014 images as 2014-std, scaled to the run's "
-                         "rendering height (default: ../shared/crohme/wap-offline-2014-test.tar.gz)")
+                    help="also score the WAP authors' standard 2014 images as 2014-std, at the size the run's "
+                         "images had (its data.render_height, else its data.render_scale) (default: "
+                         "../shared/crohme/wap-offline-2014-test.tar.gz)")
     ev.add_argument("--log", action="store_true",
                     help="record the scores (test_<year>_*) and predictions in the run itself")
     ev.add_argument("--device", default="auto", help=options.DEVICE)

@@ -143,9 +143,9 @@ _CPU_TRIAL_SECONDS = 70 * 60.0
 _LONG_EPOCHS = 100
 _LONG_TRIAL_SECONDS = _LONG_EPOCHS * 150.0 + 15 * 60.0
 # The scaled budget: the frontier study's best point (hmer.studies.suite.frontier; docs/studies.md, "The
-# frontier"): images drawn at 0.7 of the standard images' own scale, 64 epochs of the wsd schedule decaying
-# over the last 13, fp32 as every frontier cell. On the Xeon of 2026-12-06 a 0.7-scale epoch of the fusion model took 760 CPU-s; the test
-# years' decoding at that scale is reserved half an hour.
+# frontier"): images drawn at 0.7 of the standard images' own scale, 64 epochs of the wsd schedule
+# decaying over the last 13, fp32 as every frontier cell. On the Xeon of 2026-12-06 a 0.7-scale epoch of
+# the fusion model took 760 CPU-s; the test years' decoding at that scale is reserved half an hour.
 _SCALED_EPOCHS, _SCALED_DECAY_EPOCHS, _SCALED_RENDER_SCALE = 64, 13, 0.7
 _SCALED_TRIAL_SECONDS = _SCALED_EPOCHS * 760.0 + 30 * 60.0
 # The papers train 300 epochs over the CROHME training set (8,835 expressions).
