@@ -45,11 +45,10 @@ def continuations(trials: list[FrozenTrial]) -> dict[int, tuple[int, str]]:
     return {number: how for number, how in taken.items() if number in failed}
 
 
-def failure_reason(trial: FrozenTrial, chars: int = 300) -> str:
-    """Why a FAIL trial failed, on one line of at most `chars`: its error, who marked it FAIL, or NO_ERROR
-    (without either, Optuna failed it: its heartbeat went stale or it was interrupted)."""
+def failure_reason(trial: FrozenTrial) -> str:
+    """Why a FAIL trial failed, on one line: its error, who marked it FAIL, or NO_ERROR."""
     why = str(trial.user_attrs.get(keys.ERROR) or trial.user_attrs.get(keys.FAILED_BY) or "")
-    return why.splitlines()[0][:chars] if why.strip() else NO_ERROR
+    return why.splitlines()[0][:300] if why.strip() else NO_ERROR
 
 
 def trial_note(trial: FrozenTrial, taken: Mapping[int, tuple[int, str]]) -> str:

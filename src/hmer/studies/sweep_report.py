@@ -94,13 +94,19 @@ def continued_by(trials: list[FrozenTrial]) -> dict[int, int]:
 
 def failures(study: optuna.Study) -> list[str]:
     """One line per FAIL trial: why, and the trial that continued it, if one did."""
-    from ..store.dashboard import failure_reason
-
     trials = study.get_trials(deepcopy=False)
     continued = continued_by(trials)
-    return [f"trial {t.number} failed: {failure_reason(t, 200)}"
-            + (f"; trial {continued[t.number]} continued it" if t.number in continued else "")
-            for t in trials if t.state == TrialState.FAIL]
+    lines = []
+    for t in trials:
+        if t.state != TrialState.FAIL:
+            continue
+        # Without an error or `hmer.failed_by`, Optuna failed it: its heartbeat went stale or it was interrupted.
+        unknown = "no error recorded (its worker died or was interrupted)"
+        why = str(t.user_attrs.get(keys.ERROR) or t.user_attrs.get(keys.FAILED_BY) or unknown)
+        why = why.splitlines()[0][:200] if why.strip() else unknown
+        then = f"; trial {continued[t.number]} continued it" if t.number in continued else ""
+        lines.append(f"trial {t.number} failed: {why}{then}")
+    return lines
 
 
 def why_no_importances(study: optuna.Study) -> str | None:
