@@ -41,6 +41,7 @@ from hmer.recipes import RECIPES
 from hmer.cli import study as study_cli
 from hmer.studies.budgets import BUDGETS
 from hmer.studies.resolution import check_cells, range_ends, study_resolution
+from hmer.studies.sweeps import Sweep
 from hmer.studies import ABLATIONS, DIRECTION, SWEEP, SweepParam, SweepSpec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -519,6 +520,10 @@ def test_every_preset_size_recipe_budget_and_study_is_allowed():
         # one trial: whether a whole grid fits a budget's window is the budget's own check, not a value's
         for spec in ABLATIONS.values():
             check_cells(study_resolution(spec, budget, n_trials=1, n_jobs=1), spec, spec.cells(budget.seeds))
+        if any(param.name in budget.overrides for param in SWEEP.params):  # the scaled budget's schedule and input
+            with pytest.raises(ValueError, match=f"budget '{budget.name}' fixes .*, which the sweep searches"):
+                Sweep(SWEEP, n_trials=1, pruner=None).plan(budget)
+            continue
         base = study_resolution(SWEEP, budget, n_trials=1, n_jobs=1)
         check_cells(base, SWEEP, range_ends(SWEEP, base.config))
 

@@ -60,6 +60,10 @@ class Sweep(StudyKind):
         self.objective: Callable[[optuna.Trial], float] | None = None
 
     def plan(self, budget: StudyBudget) -> int:
+        searched = [p.name for p in self.spec.params if p.name in budget.overrides]
+        if searched:  # (the scaled budget's schedule and input are the frontier's best, not a start to search from)
+            raise ValueError(f"budget {budget.name!r} fixes {', '.join(searched)}, which the {self.spec.name} "
+                             f"searches; give it another --budget")
         self.n_trials = int(self.requested_trials or budget.sweep_trials)
         return self.n_trials
 
