@@ -60,9 +60,11 @@ class Sweep(StudyKind):
         self.objective: Callable[[optuna.Trial], float] | None = None
 
     def plan(self, budget: StudyBudget) -> int:
-        searched = [p.name for p in self.spec.params if p.name in budget.overrides]
-        if searched:  # (the scaled budget's schedule and input are the frontier's best, not a start to search from)
-            raise ValueError(f"budget {budget.name!r} fixes {', '.join(searched)}, which the {self.spec.name} "
+        # (the scaled budget's wsd schedule and ink-scale input are no value the sweep searches from)
+        outside = [p.name for p in self.spec.params
+                   if p.choices and p.name in budget.overrides and budget.overrides[p.name] not in p.choices]
+        if outside:
+            raise ValueError(f"budget {budget.name!r} fixes {', '.join(outside)} outside what the {self.spec.name} "
                              f"searches; give it another --budget")
         self.n_trials = int(self.requested_trials or budget.sweep_trials)
         return self.n_trials
