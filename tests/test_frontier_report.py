@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from hmer.studies.frontier_report import frontier_points, input_label, read_flops
+from hmer.studies.frontier_report import frontier_points, hosts, input_label, read_flops
 from hmer.studies.suite.frontier import FRONTIER
 from study_store import studying_into
 from tiny_dataset import write_dataset
@@ -100,6 +100,12 @@ def test_a_missing_flop_table_is_one_line_naming_the_script(tmp_path):
     with pytest.raises(FileNotFoundError, match="frontier_flops.py"):
         read_flops(tmp_path / "none.csv")
     assert input_label(0.0) == "48 px" and input_label(0.5) == "x0.5"
+
+
+def test_a_run_continued_on_another_host_names_each_host_once():
+    # hmer.tracking.run appends the host a run resumes on; the figure's footnote lists each CPU once
+    tags = ["Xeon 207", "EPYC 9B14; Xeon 207", None, float("nan"), "EPYC 9B14"]
+    assert hosts(tags) == ["EPYC 9B14", "Xeon 207"]
 
 
 def test_the_frontier_notebook_draws_the_points_and_what_each_doubling_bought(frontier_store, tmp_path):

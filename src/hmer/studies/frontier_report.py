@@ -11,7 +11,7 @@ greedy reading). Running and failed runs are no point: nothing is extrapolated.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -93,8 +93,14 @@ def budget_points(flops: pd.DataFrame, tracking_uri: str | None = None) -> pd.Da
                      "val_final_exprate": runs["metrics.val_final_exprate"].mean(),
                      "pflop": epoch_gflop * epochs / 1e6,
                      "cpu_hours": runs["metrics.train_cpu_seconds"].mean() / 3600,
-                     "cpu": "; ".join(sorted(set(runs[f"tags.{keys.DEVICE}"].dropna())))})
+                     "cpu": keys.DEVICE_SEPARATOR.join(hosts(runs[f"tags.{keys.DEVICE}"]))})
     return pd.DataFrame(rows, columns=["budget", "epochs", "seeds", "val_final_exprate", "pflop", "cpu_hours", "cpu"])
+
+
+def hosts(device_tags: Iterable) -> list[str]:
+    """Each CPU named in `hmer.device` tags once, sorted: a tag names every host a run trained on."""
+    return sorted({host for tag in device_tags if isinstance(tag, str)
+                   for host in tag.split(keys.DEVICE_SEPARATOR) if host})
 
 
 def _epoch_gflop(flops: pd.DataFrame, setting: Sequence) -> float | None:
@@ -127,8 +133,7 @@ def plot_frontier(points: pd.DataFrame, title: str | None = None, budgets: pd.Da
     ax.set_xscale("log")
     ax.set_xlabel("training compute (PFLOP: FLOPs an image x images trained)")
     ax.set_ylabel("hold-out ExpRate, beam 10 (%)")
-    cpus = sorted({str(c) for c in points["cpu"].dropna()}
-                  | {c for b in (budgets["cpu"] if budgets is not None else []) for c in str(b).split("; ") if c})
+    cpus = hosts([*points["cpu"], *(budgets["cpu"] if budgets is not None else [])])
     ax.set_title(title or "What a CPU-hour buys", fontsize=10)
     if cpus:
         fig.text(0.01, -0.02, "CPU-hours on: " + "; ".join(cpus), fontsize=7)
