@@ -97,11 +97,16 @@ def make_batches(exprs: Sequence[Expression], pixel_budget: int, max_batch_size:
     return batches
 
 
-def _fitted_sizes(exprs: Sequence[Expression], batches: Sequence[Sequence[int]],
-                  max_image_pixels: int | None) -> list[list[tuple[int, int]]]:
-    """Each batch's image sizes as `collate` sees them (after any evaluation resize)."""
-    return [[fit_to_pixels(exprs[i].image.shape[0], exprs[i].image.shape[1], max_image_pixels) for i in idx]
-            for idx in batches]
+def _batch_sizes(exprs: Sequence[Expression], batches: Sequence[Sequence[int]], max_image_pixels: int | None,
+                 scales: Sequence[float] | None) -> list[list[tuple[int, int]]]:
+    """Each batch's image sizes as `collate` sees them: after any evaluation resize, then the batch's
+    scale augmentation (`scales`, one per batch; None: none)."""
+    out = []
+    for k, idx in enumerate(batches):
+        scale = scales[k] if scales is not None else None
+        fitted = (fit_to_pixels(exprs[i].image.shape[0], exprs[i].image.shape[1], max_image_pixels) for i in idx)
+        out.append([(scaled_size(h, scale), scaled_size(w, scale)) for h, w in fitted])
+    return out
 
 
 def _padded_shape(sizes: Sequence[tuple[int, int]], ladder: PadLadder) -> tuple[int, int, int]:
@@ -113,26 +118,17 @@ def padded_shapes(exprs: Sequence[Expression], batches: Sequence[Sequence[int]],
                   scales: Sequence[float] | None = None) -> list[tuple[int, int, int]]:
     """(images, height, width) of each batch as `collate` pads it; `scales`: each batch's scale
     augmentation (None: none). With neither ladder nor scales: each batch's largest sizes."""
-    fitted = _fitted_sizes(exprs, batches, max_image_pixels)
-    return [_padded_shape(_scaled(sizes, scales[k] if scales is not None else None), ladder)
-            for k, sizes in enumerate(fitted)]
+    return [_padded_shape(sizes, ladder) for sizes in _batch_sizes(exprs, batches, max_image_pixels, scales)]
 
 
 def padding_share(exprs: Sequence[Expression], batches: Sequence[Sequence[int]],
                   max_image_pixels: int | None = None, ladder: PadLadder = NO_LADDER,
                   scales: Sequence[float] | None = None) -> float:
     """Padded pixels / all pixels of the padded batches (`scales`: as in `padded_shapes`)."""
-    total = real = 0
-    for k, sizes in enumerate(_fitted_sizes(exprs, batches, max_image_pixels)):
-        sizes = _scaled(sizes, scales[k] if scales is not None else None)
-        n, height, width = _padded_shape(sizes, ladder)
-        total += n * height * width
-        real += sum(h * w for h, w in sizes)
+    sizes = _batch_sizes(exprs, batches, max_image_pixels, scales)
+    total = sum(n * height * width for n, height, width in (_padded_shape(s, ladder) for s in sizes))
+    real = sum(h * w for batch in sizes for h, w in batch)
     return 1.0 - real / total if total else 0.0
-
-
-def _scaled(sizes: list[tuple[int, int]], scale: float | None) -> list[tuple[int, int]]:
-    return [(scaled_size(h, scale), scaled_size(w, scale)) for h, w in sizes]
 
 
 def resize_image(image: np.ndarray, height: int, width: int) -> np.ndarray:

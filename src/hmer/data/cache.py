@@ -93,9 +93,9 @@ def load_images(source: DatasetSource, split: str, names: Sequence[str], files: 
 
     images: dict[str, np.ndarray] = {}
     failures: dict[str, str] = {}
-    for index, image, error in render_files(source, split, files, render_cfg, workers=workers):
+    for index, image, error in _run_files(_render_one, source, split, files, render_cfg, workers, f"rendering {split}"):
         if image is None:
-            assert error is not None  # render_files gives an error wherever it gives no image
+            assert error is not None  # _render_one gives an error wherever it gives no image
             kind, message = error
             if strict:
                 raise _ERRORS.get(kind, DataError)(message)
@@ -116,13 +116,6 @@ RenderResult = tuple[int, "np.ndarray | None", "tuple[str, str] | None"]
 _worker_state: tuple[DatasetSource, str, RenderConfig] | None = None
 
 
-def render_files(source: DatasetSource, split: str, files: Sequence[str], render_cfg: RenderConfig,
-                 workers: int | None = None) -> Iterator[RenderResult]:
-    """(index, image or None, (error kind, message) or None) for each file, in order; a process pool
-    when there are enough files, each worker reopening the source (a zip handle cannot be shared)."""
-    return _run_files(_render_one, source, split, files, render_cfg, workers, f"rendering {split}")
-
-
 def check_files(source: DatasetSource, split: str, files: Sequence[str],
                 workers: int | None = None) -> Iterator[tuple[int, str | None, list[str]]]:
     """(index, error or None, notes) for each file, parsed or decoded unrendered (`hmer data check`)."""
@@ -131,9 +124,14 @@ def check_files(source: DatasetSource, split: str, files: Sequence[str],
 
 def _run_files(work, source: DatasetSource, split: str, files: Sequence[str], render_cfg: RenderConfig,
                workers: int | None, desc: str) -> Iterator:
+    """`work((index, file))` for each file, in order, with a tqdm bar on an interactive terminal; a
+    process pool when there are enough files, each worker reopening the source (a zip handle cannot
+    be shared)."""
+    from tqdm.auto import tqdm
+
     workers = workers or default_workers()
     tasks = list(enumerate(files))
-    progress = _progress(len(tasks), desc)
+    progress = tqdm(total=len(tasks), desc=desc, unit="file", leave=False, disable=None)
     try:
         if workers <= 1 or len(tasks) < _MIN_FILES_FOR_POOL:
             global _worker_state
@@ -194,13 +192,6 @@ def _check_one(task: tuple[int, str]) -> tuple[int, str | None, list[str]]:
     except (DataError, OSError) as exc:
         return index, str(exc) if where in str(exc) else f"{where}: {exc}", []
     return index, None, []
-
-
-def _progress(total: int, desc: str):
-    """A tqdm bar on an interactive terminal, silent otherwise."""
-    from tqdm.auto import tqdm
-
-    return tqdm(total=total, desc=desc, unit="file", leave=False, disable=None)
 
 
 # ---- the .npz entries -------------------------------------------------------------------------------

@@ -73,8 +73,7 @@ def split_validation(names: Sequence[str], captions: Mapping[str, str], writers:
         return HoldOut(rule="none", train=list(names), val=[])
     target = min(len(names) - 1, max(1, round(len(names) * fraction)))
     if rule == "random":
-        chosen = _random_names(names, target, seed)
-        return _record(names, chosen, rule="random")
+        return _record(names, set(_seeded_order(names, seed)[:target]), rule="random")
     if any(writers.get(n) for n in names):
         return _writer_hold_out(names, captions, writers, target, seed, min_edits)
     held = _caption_hold_out(names, captions, target, seed)
@@ -92,13 +91,7 @@ def _record(names: Sequence[str], val_names: set[str], rule: str, left_out: Abst
                    val_writers=sorted(val_writers))
 
 
-def _random_names(names: Sequence[str], count: int, seed: int) -> set[str]:
-    ordered = sorted(names)
-    picked = np.random.default_rng(seed).permutation(len(ordered))[:count]
-    return {ordered[i] for i in picked}
-
-
-def _seeded_order(keys: set[str], seed: int) -> list[str]:
+def _seeded_order(keys: Iterable[str], seed: int) -> list[str]:
     ordered = sorted(keys)
     return [ordered[i] for i in np.random.default_rng(seed).permutation(len(ordered))]
 

@@ -151,7 +151,7 @@ def render_ink(ink: Ink | Sequence[np.ndarray], cfg: RenderConfig | None = None,
     if factor > 1:
         canvas = canvas.reduce(factor)
     pixels = np.asarray(canvas, dtype=np.uint8)
-    return _grow_3x3(pixels) if grow else pixels.copy()
+    return _grow_square(pixels, 3) if grow else pixels.copy()
 
 
 def _paths(strokes: list[np.ndarray], transform: tuple[np.ndarray, float, float]) -> list[list[tuple[int, int]]]:
@@ -192,59 +192,34 @@ def _brushed(paths: list[list[tuple[int, int]]], pens: list[int], size: tuple[in
 
 
 def _grow_square(pixels: np.ndarray, pen: int) -> np.ndarray:
-    """Dilation by a pen x pen square, centred (the extra row and column of an even pen below and right)."""
+    """Dilation by a pen x pen square, centred (the extra row and column of an even pen below and
+    right), as two separable maxima: ~40x faster than PIL's MaxFilter."""
     low, high = (pen - 1) // 2, pen // 2
-    grown = pixels.copy()
     for axis in (0, 1):
-        source = grown.copy()
-        n = source.shape[axis]
-        for shift in range(1, max(low, high) + 1):
-            if shift <= high and shift < n:  # ink spreads down / right
-                dst = [slice(None)] * 2
-                src = [slice(None)] * 2
-                dst[axis], src[axis] = slice(shift, None), slice(None, n - shift)
-                np.maximum(grown[tuple(dst)], source[tuple(src)], out=grown[tuple(dst)])
-            if shift <= low and shift < n:  # and up / left
-                dst = [slice(None)] * 2
-                src = [slice(None)] * 2
-                dst[axis], src[axis] = slice(None, n - shift), slice(shift, None)
-                np.maximum(grown[tuple(dst)], source[tuple(src)], out=grown[tuple(dst)])
-    return grown
-
-
-def scale_to_height(image: np.ndarray, height: int) -> np.ndarray:
-    """`image` scaled to `height` px, bilinear, keeping its aspect."""
-    if height <= 0 or image.shape[0] == height:
-        return image
-    width = max(1, round(image.shape[1] * height / image.shape[0]))
-    return np.asarray(Image.fromarray(image).resize((width, height), Image.Resampling.BILINEAR), dtype=np.uint8)
-
-
-def scale_by(image: np.ndarray, factor: float) -> np.ndarray:
-    """`image` scaled by `factor`, bilinear (at least 1 x 1 px)."""
-    if factor == 1.0:
-        return image
-    height, width = (max(1, round(n * factor)) for n in image.shape[:2])
-    return np.asarray(Image.fromarray(image).resize((width, height), Image.Resampling.BILINEAR), dtype=np.uint8)
+        source = np.moveaxis(pixels, axis, 0)
+        grown = source.copy(order="K")
+        for shift in range(1, high + 1):  # ink spreads down / right
+            np.maximum(grown[shift:], source[:-shift], out=grown[shift:])
+        for shift in range(1, low + 1):  # and up / left
+            np.maximum(grown[:-shift], source[shift:], out=grown[:-shift])
+        pixels = np.moveaxis(grown, 0, axis)
+    return pixels
 
 
 def to_model_scale(image: np.ndarray, cfg: RenderConfig) -> np.ndarray:
     """An image drawn at the ink's own scale (a standard image, a `standard-like` drawing) at the size
-    a model trained on `cfg` renderings reads: scaled to `cfg.height`, else by `cfg.scale`."""
+    a model trained on `cfg` renderings reads: scaled to `cfg.height` keeping its aspect, else by
+    `cfg.scale` (at least 1 x 1 px), bilinear."""
+    height, width = image.shape[:2]
     if cfg.height > 0:
-        return scale_to_height(image, cfg.height)
-    return scale_by(image, cfg.scale)
-
-
-def _grow_3x3(pixels: np.ndarray) -> np.ndarray:
-    """3x3 max filter as two separable 3-tap maxima: ~40x faster than PIL's MaxFilter."""
-    rows = pixels.copy()
-    np.maximum(rows[1:], pixels[:-1], out=rows[1:])
-    np.maximum(rows[:-1], pixels[1:], out=rows[:-1])
-    grown = rows.copy()
-    np.maximum(grown[:, 1:], rows[:, :-1], out=grown[:, 1:])
-    np.maximum(grown[:, :-1], rows[:, 1:], out=grown[:, :-1])
-    return grown
+        if height == cfg.height:
+            return image
+        size = (max(1, round(width * cfg.height / height)), cfg.height)
+    elif cfg.scale == 1.0:
+        return image
+    else:
+        size = (max(1, round(width * cfg.scale)), max(1, round(height * cfg.scale)))
+    return np.asarray(Image.fromarray(image).resize(size, Image.Resampling.BILINEAR), dtype=np.uint8)
 
 
 def _snap(values: np.ndarray | float) -> np.ndarray:

@@ -8,6 +8,7 @@ years. Model selection uses `val`, never a test year.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 import zlib
@@ -38,18 +39,14 @@ def load_split(path: str | os.PathLike[str] | DatasetSource | None, split: str,
     (`hmer.data.source`): structure errors raise; an unusable file raises when `strict`, else it is
     skipped with one counted warning."""
     render_cfg = render_cfg or RenderConfig()
-    owned = not isinstance(path, DatasetSource)
-    source = path if isinstance(path, DatasetSource) else open_source(path)
-    try:
+    # (a source given is left open for its owner)
+    with contextlib.nullcontext(path) if isinstance(path, DatasetSource) else open_source(path) as source:
         captions = parse_captions(source.caption_text(split), source.describe(split, CAPTION_FILE), vocab)
         if limit > 0:
             captions = captions[:limit]
         files = files_for_captions(source, split, captions)
         loaded = load_images(source, split, [c.name for c in captions], files, render_cfg,
                              strict=strict, use_cache=use_cache and limit <= 0, workers=workers)
-    finally:
-        if owned:
-            source.close()
 
     if loaded.failures:
         shown = "; ".join(list(loaded.failures.values())[:3])
@@ -139,9 +136,8 @@ def load_dataset(path: str | os.PathLike[str] | None, data_cfg: DataConfig | Non
     wanted = tuple(splits) if splits is not None else default_splits(cfg)
     render_cfg = RenderConfig.from_data_config(cfg)
     seed = cfg.val_seed
-    source: DatasetSource = open_source(path or cfg.path or None)
     out: dict[str, list[Expression]] = {}
-    try:
+    with open_source(path or cfg.path or None) as source:
         if TRAIN in wanted or VAL in wanted:
             held = split_source_validation(source, cfg, vocab=vocab)
             full = {e.name: e for e in load_split(source, TRAIN, render_cfg, vocab=vocab, workers=workers)}
@@ -156,6 +152,4 @@ def load_dataset(path: str | os.PathLike[str] | None, data_cfg: DataConfig | Non
             if split not in (TRAIN, VAL):
                 exprs = load_split(source, split, render_cfg, vocab=vocab, workers=workers)
                 out[split] = subset(exprs, cfg.test_limit, seed, split)
-    finally:
-        source.close()
     return {split: out[split] for split in wanted}

@@ -116,26 +116,6 @@ def bttr_direction(model, feats, mask, start: int, stop: int, beam_size: int, ma
     return completed
 
 
-def bttr_search(model, feats, mask, direction: str, sos_id: int, eos_id: int, beam_size: int, max_len: int,
-                alpha: float, pad_id: int = 0) -> ReferenceSearchResult:
-    """BTTR's `beam_search` + `_cross_rate_score` + `LitBTTR`'s choice, for one image."""
-    result = ReferenceSearchResult()
-    for side in ("l2r", "r2l") if direction == "bi" else (direction,):
-        start, stop = (sos_id, eos_id) if side == "l2r" else (eos_id, sos_id)
-        found = bttr_direction(model, feats, mask, start, stop, beam_size, max_len, pad_id)
-        hyps = [ReferenceHypothesis(toks if side == "l2r" else toks[::-1], side, score) for toks, score in found]
-        if direction == "bi":  # rated by the other direction, the sequence in its reading order
-            rev_start, rev_stop = stop, start
-            seqs = [h.tokens[::-1] if side == "l2r" else h.tokens for h in hyps]
-            for h, rev in zip(hyps, sequence_scores(model, feats, mask, seqs, rev_start, rev_stop, pad_id)[0]):
-                h.rev_score = rev
-        for h in hyps:
-            h.total = (h.score + h.rev_score) / (max(len(h.tokens), 1) ** alpha)
-        getattr(result, side).extend(hyps)
-    result.best_index = _first_max([h.total for h in result.l2r + result.r2l])
-    return result
-
-
 # ---- CoMER ----------------------------------------------------------------------------------
 
 class _CoMERHypotheses:
@@ -196,21 +176,28 @@ def comer_direction(model, feats, mask, start: int, stop: int, beam_size: int, m
     return [(prefix[1:], score) for score, prefix in finished.beams]
 
 
-def comer_search(model, feats, mask, direction: str, sos_id: int, eos_id: int, beam_size: int, max_len: int,
-                 alpha: float, pad_id: int = 0) -> ReferenceSearchResult:
-    """CoMER's `beam_search` (`approximate_joint_search`), for one image."""
+# ---- either, for one image and for a batch ------------------------------------------------------
+
+def search_one_image(model, feats, mask, rule: str, direction: str, sos_id: int, eos_id: int, beam_size: int,
+                     max_len: int, alpha: float, pad_id: int = 0) -> ReferenceSearchResult:
+    """BTTR's `beam_search` + `_cross_rate_score` + `LitBTTR`'s choice, or CoMER's `beam_search`
+    (`approximate_joint_search`), for one image; the scores as in the module's table."""
+    comer = rule == "comer"
     result = ReferenceSearchResult()
     for side in ("l2r", "r2l") if direction == "bi" else (direction,):
         start, stop = (sos_id, eos_id) if side == "l2r" else (eos_id, sos_id)
-        found = comer_direction(model, feats, mask, start, stop, beam_size, max_len, alpha, pad_id)
+        if comer:
+            found = comer_direction(model, feats, mask, start, stop, beam_size, max_len, alpha, pad_id)
+        else:
+            found = bttr_direction(model, feats, mask, start, stop, beam_size, max_len, pad_id)
         hyps = [ReferenceHypothesis(toks if side == "l2r" else toks[::-1], side, score) for toks, score in found]
-        if direction == "bi":
+        if direction == "bi":  # rated by the other direction, the sequence in its reading order
             seqs = [h.tokens[::-1] if side == "l2r" else h.tokens for h in hyps]
             sums, counts = sequence_scores(model, feats, mask, seqs, stop, start, pad_id)
             for h, total, count in zip(hyps, sums, counts):
-                h.rev_score = total / (count ** alpha)
+                h.rev_score = total / (count ** alpha) if comer else total
         for h in hyps:
-            h.total = h.score + h.rev_score
+            h.total = h.score + h.rev_score if comer else (h.score + h.rev_score) / (max(len(h.tokens), 1) ** alpha)
         getattr(result, side).extend(hyps)
     result.best_index = _first_max([h.total for h in result.l2r + result.r2l])
     return result
@@ -221,19 +208,14 @@ def _first_max(values: list[float]) -> int:
     return max(range(len(values)), key=values.__getitem__, default=0)
 
 
-# The references' searches by rule name; each is also registered as a beam search rule below.
-SEARCHES = {"bttr": bttr_search, "comer": comer_search}
-
-
 @torch.inference_mode()
 def reference_decode(model, feats: Tensor, mask: Tensor, rule: str, direction: str, sos_id: int, eos_id: int,
                      beam_size: int, max_len: int, alpha: float, pad_id: int = 0) -> list[ReferenceSearchResult]:
     """`rule`'s search for every image of encoded features feats [B, h, w, d] / mask [B, h, w]."""
-    search = SEARCHES.get(rule)
-    if search is None:
-        raise ValueError(f"search rule {rule!r} is not one of {', '.join(SEARCHES)}")
-    return [search(model, feats[i:i + 1], mask[i:i + 1], direction, sos_id, eos_id, beam_size, max_len,
-                   float(alpha), pad_id) for i in range(feats.shape[0])]
+    if rule not in ("bttr", "comer"):
+        raise ValueError(f"search rule {rule!r} is not one of bttr, comer")
+    return [search_one_image(model, feats[i:i + 1], mask[i:i + 1], rule, direction, sos_id, eos_id, beam_size,
+                             max_len, float(alpha), pad_id) for i in range(feats.shape[0])]
 
 
 def _best_tokens(rule: str):

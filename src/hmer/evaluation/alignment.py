@@ -27,11 +27,7 @@ def align(truth: Sequence[str], prediction: Sequence[str]) -> list[Edit]:
     """The edits that turn `truth` into `prediction`, in reading order."""
     n, m = len(truth), len(prediction)
     # cost[i][j]: fewest edits turning truth[:i] into prediction[:j]
-    cost = [[0] * (m + 1) for _ in range(n + 1)]
-    for i in range(n + 1):
-        cost[i][0] = i
-    for j in range(m + 1):
-        cost[0][j] = j
+    cost = [list(range(m + 1))] + [[i] + [0] * m for i in range(1, n + 1)]
     for i in range(1, n + 1):
         row, above, t = cost[i], cost[i - 1], truth[i - 1]
         for j in range(1, m + 1):

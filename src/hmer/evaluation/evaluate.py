@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
+from tqdm.auto import tqdm
 
 from ..data import Expression, Vocab, collate, make_batches
 from ..data.ladder import NO_LADDER, PadLadder
@@ -50,14 +51,9 @@ def predict(model: torch.nn.Module, exprs: Sequence[Expression], vocab: Vocab, *
     model.eval()
     batches = make_batches(exprs, batch_pixels, max_batch_size, shuffle=False, seed=0,
                            max_image_pixels=max_image_pixels)
-    predictions: list[list[str] | None] = [None] * len(exprs)
+    predictions: list[list[str]] = [[] for _ in exprs]  # (every expression is in one batch)
     resized = 0
-    iterator = batches
-    if progress:
-        from tqdm.auto import tqdm
-
-        iterator = tqdm(batches, desc=progress, unit="batch", leave=False)
-    for idx in iterator:
+    for idx in tqdm(batches, desc=progress, unit="batch", leave=False, disable=not progress):
         batch = collate([exprs[i] for i in idx], vocab, max_pixels=max_image_pixels, ladder=ladder).to(device)
         resized += batch.resized
         with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
@@ -66,7 +62,7 @@ def predict(model: torch.nn.Module, exprs: Sequence[Expression], vocab: Vocab, *
                                 sos_id=vocab.sos_id, eos_id=vocab.eos_id, search_rule=search_rule)
         for i, ids in zip(idx, hyps):
             predictions[i] = vocab.decode(ids)
-    return [p if p is not None else [] for p in predictions], resized
+    return predictions, resized
 
 
 def evaluate_split(model, exprs: Sequence[Expression], vocab: Vocab, **kwargs) -> SplitResult:

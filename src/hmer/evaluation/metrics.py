@@ -85,11 +85,6 @@ class Metric:
         scored = scored[~np.isnan(scored)]
         return 100.0 * float(scored.sum()) / len(scored) if len(scored) else 0.0
 
-    def __call__(self, distances: Sequence[float] | np.ndarray) -> float:
-        """The rate over `distances`, in percent (0 for none); a judging metric needs `rate`."""
-        right = self.read_right(distances)
-        return 100.0 * int(right.sum()) / len(right) if len(right) else 0.0
-
 
 def within(max_errors: int, label: str) -> Metric:
     """The metric of readings within `max_errors` token edits of the truth."""

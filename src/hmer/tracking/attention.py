@@ -22,7 +22,7 @@ from ..atomic import save_figure
 # The maps themselves are computed where a run's logged pictures are drawn from them too.
 from .artifacts import KINDS, token_maps
 
-__all__ = ["KINDS", "AttentionResult", "attend", "decode_tokens", "plot_attention", "token_maps"]
+__all__ = ["KINDS", "AttentionResult", "attend", "plot_attention", "token_maps"]
 
 
 @dataclass
@@ -70,27 +70,20 @@ class AttentionResult:
         return "misread"
 
 
-def decode_tokens(model: Any, cfg: Any, vocab: Any, image: np.ndarray, *,
-                  device: str | torch.device = "cpu") -> list[str]:
-    """What the model reads in `image`, with the decoding its run was scored with (beam from cfg)."""
-    from ..data import Expression
-    from ..device import autocast_dtype
-    from ..evaluation.evaluate import decode_options, predict
-
-    device = torch.device(device)
-    preds, _ = predict(model, [Expression(name="", tokens=[], image=image)], vocab,
-                       **decode_options(cfg, device, autocast_dtype(cfg.train.precision, device)))
-    return preds[0]
-
-
 def attend(model: Any, vocab: Any, expr: Any, *, tokens: Sequence[str] | None = None, label: str = "",
            cfg: Any = None, kind: str = "attention", device: str | torch.device = "cpu") -> AttentionResult:
-    """`model` on an `Expression` and `tokens` (what it read, e.g. from its predictions CSV; decoded
-    with `cfg` when None)."""
+    """`model` on an `Expression` and `tokens` (what it read, e.g. from its predictions CSV; when None,
+    decoded as its run was scored, with `cfg`)."""
     if tokens is None:
         if cfg is None:
             raise ValueError("give the decoded tokens, or the model's cfg to decode them")
-        tokens = decode_tokens(model, cfg, vocab, expr.image, device=device)
+        from ..data import Expression
+        from ..device import autocast_dtype
+        from ..evaluation.evaluate import decode_options, predict
+
+        dev = torch.device(device)
+        tokens = predict(model, [Expression(name="", tokens=[], image=expr.image)], vocab,
+                         **decode_options(cfg, dev, autocast_dtype(cfg.train.precision, dev)))[0][0]
     tokens = [t for t in tokens if t in vocab]
     maps = token_maps(model, vocab, expr.image, tokens, kind=kind, device=device)
     return AttentionResult(label=label, name=expr.name, image=expr.image.astype(np.float32) / 255.0,

@@ -126,19 +126,15 @@ def _plan(client, run, tmp: Path) -> RunPlan:
         if not math.isclose(scores.exprate, metrics[anchor], abs_tol=1e-6):
             plan.left[key] = f"{artifact} reads {scores.exprate:.4f} % exactly where {anchor} is {metrics[anchor]:.4f}"
             continue
-        step = _latest_step(client, run.info.run_id, anchor)
+        # the step of the anchor's latest value, as MLflow picks it: the largest step, then the latest time
+        history = client.get_metric_history(run.info.run_id, anchor)
+        step = max(history, key=lambda m: (m.step, m.timestamp)).step if history else 0
         values = scores.as_dict(key)
         plan.added.update({f"{key}_{name}": (float(values[f"{key}_{name}"]), step) for name in lacking})
         plan.scored[key] = lacking
     if not plan.added:
         plan.why = "; ".join(f"{key}: {why}" for key, why in plan.left.items()) or UP_TO_DATE
     return plan
-
-
-def _latest_step(client, run_id: str, key: str) -> int:
-    """The step of a metric's latest value, as MLflow picks it (the largest step, then the latest time)."""
-    history = client.get_metric_history(run_id, key)
-    return max(history, key=lambda m: (m.step, m.timestamp)).step if history else 0
 
 
 def _label(run) -> str:

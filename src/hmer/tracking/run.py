@@ -24,7 +24,7 @@ from typing import Any, Literal, Protocol
 from . import keys
 from .store import git_commit, mlflow_client, open_experiment, point_mlflow_at, search_all_runs
 
-MAX_PARAMS_PER_BATCH = 100  # MLflow refuses larger log_batch calls
+MAX_PARAMS_PER_BATCH = MAX_TAGS_PER_BATCH = 100  # MLflow refuses larger log_batch calls
 MAX_METRICS_PER_BATCH = 1000
 
 
@@ -226,6 +226,14 @@ def log_params(client, run_id: str, params: dict[str, Any]) -> None:
 
     _in_batches([Param(k, str(v)) for k, v in params.items()], MAX_PARAMS_PER_BATCH,
                 lambda items: client.log_batch(run_id, params=items))
+
+
+def set_tags(client, run_id: str, tags: dict[str, str]) -> None:
+    """Every tag (values as strings), in as few requests as MLflow allows."""
+    from mlflow.entities import RunTag
+
+    _in_batches([RunTag(k, str(v)) for k, v in tags.items()], MAX_TAGS_PER_BATCH,
+                lambda items: client.log_batch(run_id, tags=items))
 
 
 def log_metrics(client, run_id: str, metrics: dict[str, float], step: int) -> None:

@@ -229,17 +229,10 @@ def _stop(process: subprocess.Popen) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(group, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_S
-    while _group_alive(group) and time.monotonic() < deadline:
-        process.poll()  # reap the leader, so that it does not count as alive
-        time.sleep(0.1)
-    with contextlib.suppress(ProcessLookupError):
+    with contextlib.suppress(ProcessLookupError):  # (signal 0 to a group that is gone: it is stopped)
+        while time.monotonic() < deadline:
+            os.killpg(group, 0)
+            process.poll()  # reap the leader, so that it does not count as alive
+            time.sleep(0.1)
         os.killpg(group, signal.SIGKILL)
     process.wait()
-
-
-def _group_alive(group: int) -> bool:
-    try:
-        os.killpg(group, 0)
-    except ProcessLookupError:
-        return False
-    return True

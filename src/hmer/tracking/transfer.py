@@ -25,7 +25,7 @@ from .store import ensure_experiment, search_all_runs
 from .export_file import FORMAT, MANIFEST, PART_SUFFIX, part_files, resolve_parts, split_file, unpack_parts
 from .lock import database_store_lock
 from .portable import download_run_artifact, list_run_artifacts
-from .run import log_metric_points, log_params
+from .run import log_metric_points, log_params, set_tags
 
 _TERMINAL = ("FINISHED", "FAILED", "KILLED")
 
@@ -186,12 +186,12 @@ def _merge(client, manifest: dict, unpacked: Path, path: Path, result: ImportRes
             have = client.get_run(target)
             newer = (rec.get("end_time") or 0) >= (have.info.end_time or 0)
             if newer:
-                _set_tags(client, target, new_tags)
+                set_tags(client, target, new_tags)
                 for key in set(have.data.tags) - set(new_tags):
                     if not key.startswith("mlflow.") and key != keys.MLFLOW_PARENT_RUN_ID:
                         client.delete_tag(target, key)  # e.g. hmer.error of an interruption since resumed
             else:
-                _set_tags(client, target, {k: v for k, v in new_tags.items() if k not in have.data.tags})
+                set_tags(client, target, {k: v for k, v in new_tags.items() if k not in have.data.tags})
         result.id_map[src] = target
         have = client.get_run(target).data.params  # a param keeps the value it has: MLflow params are write-once
         log_params(client, target, {k: v for k, v in rec["params"].items() if k not in have})
@@ -229,14 +229,6 @@ def _parents_first(records: list[dict]) -> list[dict]:
     for rec in records:
         visit(rec)
     return ordered
-
-
-def _set_tags(client, run_id: str, tags: dict[str, str]) -> None:
-    from mlflow.entities import RunTag
-
-    items = [RunTag(k, str(v)) for k, v in tags.items()]
-    for i in range(0, len(items), 100):
-        client.log_batch(run_id, tags=items[i:i + 100])
 
 
 def _merge_metrics(client, run_id: str, history: dict[str, list]) -> None:

@@ -38,18 +38,14 @@ def main(argv: list[str]) -> int:
             return status if status >= 0 else 128 - status
         readable, _, _ = select.select([parent_end], [], [], POLL_S)
         if readable and not os.read(parent_end, 1):  # the end of the pipe: `hmer ui` is gone
-            _stop_group(server, folder)
-
-
-def _stop_group(server: subprocess.Popen, folder: str) -> None:
-    """SIGTERM to this process group, FOLDER removed, SIGKILL after STOP_TIMEOUT_S (this script too)."""
-    group = os.getpgid(0)
-    os.killpg(group, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_S
-    while server.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.1)
-    shutil.rmtree(folder, ignore_errors=True)
-    os.killpg(group, signal.SIGKILL)
+            # SIGTERM to this process group, FOLDER removed, SIGKILL after STOP_TIMEOUT_S (this script too)
+            group = os.getpgid(0)
+            os.killpg(group, signal.SIGTERM)
+            deadline = time.monotonic() + STOP_TIMEOUT_S
+            while server.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            shutil.rmtree(folder, ignore_errors=True)
+            os.killpg(group, signal.SIGKILL)
 
 
 if __name__ == "__main__":
