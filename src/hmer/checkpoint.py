@@ -1,6 +1,4 @@
-"""Checkpoints and model files: written atomically, loaded safely.
-
-Below training and tracking alike, so that neither imports the other for it.
+"""Checkpoints and model files: written atomically (`hmer.atomic`), loaded safely.
 
 A training checkpoint (`last.pt`, `best.pt`) holds only tensors and plain Python values, so it
 loads with `torch.load(weights_only=True)`: opening a checkpoint from someone else cannot run code.
@@ -9,9 +7,6 @@ safetensors: the weights as raw tensors and the config, vocabulary, epoch and va
 JSON in its metadata, read without unpickling anything. The tensors are the same bits as the
 checkpoint's, so a model reloaded from it decodes exactly as the run's final evaluation did. Runs
 logged before it have `model/model.pt`, the checkpoint's own format, and still load.
-
-Files are written to a temporary file in the same folder and moved into place with
-`os.replace`, so a run killed mid-write leaves the previous file intact.
 """
 
 from __future__ import annotations
