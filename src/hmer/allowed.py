@@ -136,7 +136,7 @@ def check_section(section: Any, prefix: str, rules: Iterable[Rule] = (), only: t
 
 def check_value(key: str, value: Any, typ: type, rule: Allowed) -> None:
     """`value` is of `typ` and allowed by `rule`; else the ConfigError that names `key`."""
-    if not _of_type(value, typ) or not rule.admits(value, typ):
+    if not of_type(value, typ) or not rule.admits(value, typ):
         raise _refuse(key, value, typ, rule)
 
 
@@ -156,7 +156,7 @@ def _refuse(key: str, value: Any, typ: type, rule: Allowed) -> ConfigError:
     return ConfigError(f"{key}={value!r} is not allowed: {key} takes {rule.describe(typ)}")
 
 
-def _of_type(value: Any, typ: type) -> bool:
+def of_type(value: Any, typ: type) -> bool:
     if typ is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if typ is int:
@@ -180,4 +180,4 @@ def _as_type(raw: Any, typ: Any) -> Any:
         return float(raw)
     if typ is int and isinstance(raw, float) and raw.is_integer():
         return int(raw)
-    return raw if _of_type(raw, typ) else None
+    return raw if of_type(raw, typ) else None

@@ -1,6 +1,4 @@
-"""Checkpoints and model files: written atomically, loaded safely.
-
-Below training and tracking alike, so that neither imports the other for it.
+"""Checkpoints and model files: written atomically (`hmer.atomic`), loaded safely.
 
 A training checkpoint (`last.pt`, `best.pt`) holds only tensors and plain Python values, so it
 loads with `torch.load(weights_only=True)`: opening a checkpoint from someone else cannot run code.
@@ -9,9 +7,6 @@ safetensors: the weights as raw tensors and the config, vocabulary, epoch and va
 JSON in its metadata, read without unpickling anything. The tensors are the same bits as the
 checkpoint's, so a model reloaded from it decodes exactly as the run's final evaluation did. Runs
 logged before it have `model/model.pt`, the checkpoint's own format, and still load.
-
-Files are written to a temporary file in the same folder and moved into place with
-`os.replace`, so a run killed mid-write leaves the previous file intact.
 """
 
 from __future__ import annotations
@@ -54,19 +49,6 @@ def save_model_file(artifact: dict[str, Any], path: str | Path) -> None:
     write_atomically(path, lambda f: f.write(data))
 
 
-def _load_model_file(path: Path, map_location: str | torch.device) -> dict[str, Any]:
-    from safetensors import SafetensorError, safe_open
-    from safetensors.torch import load_file
-
-    try:
-        weights = load_file(path, device=str(map_location))
-        with safe_open(path, framework="pt") as f:
-            described = json.loads((f.metadata() or {})[_METADATA_KEY])
-    except (SafetensorError, KeyError, ValueError, OSError) as e:
-        raise ValueError(f"{path}: not a readable hmer model file ({type(e).__name__}: {e})") from None
-    return {**described, "model": weights}
-
-
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """A checkpoint or model file as a dict ("model": the state dict, "config", ...): safetensors
     for a `.safetensors` file, else torch's format loaded with `weights_only=True`."""
@@ -74,10 +56,18 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
     if path.suffix == ".safetensors":
-        ckpt = _load_model_file(path, map_location)
-        if "config" not in ckpt:
+        from safetensors import SafetensorError, safe_open
+        from safetensors.torch import load_file
+
+        try:
+            weights = load_file(path, device=str(map_location))
+            with safe_open(path, framework="pt") as f:
+                described = json.loads((f.metadata() or {})[_METADATA_KEY])
+        except (SafetensorError, KeyError, ValueError, OSError) as e:
+            raise ValueError(f"{path}: not a readable hmer model file ({type(e).__name__}: {e})") from None
+        if "config" not in described:
             raise ValueError(f"{path}: not an hmer model file (no config inside)")
-        return ckpt
+        return {**described, "model": weights}
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # corrupt file or foreign pickle
@@ -108,11 +98,12 @@ def rng_state() -> dict[str, Any]:
     """Every random generator the training loop touches, as tensors and plain values."""
     np_state = np.random.get_state(legacy=True)
     assert isinstance(np_state, tuple)  # the legacy form of the global MT19937 generator
+    version, internal, gauss = random.getstate()
     state: dict[str, Any] = {
         "torch": torch.get_rng_state(),
         "numpy": {"keys": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
                   "has_gauss": int(np_state[3]), "gauss": float(np_state[4])},
-        "python": _python_state_to_plain(random.getstate()),
+        "python": [version, list(internal), gauss],
     }
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -128,8 +119,3 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate((version, tuple(internal), gauss))
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
-
-
-def _python_state_to_plain(st: tuple) -> list:
-    version, internal, gauss = st
-    return [version, list(internal), gauss]

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from .allowed import ConfigError, Rule, allowed, allowed_of, check_section, coerce
+from .allowed import ConfigError, Rule, allowed, allowed_of, check_section, coerce, of_type
 from .recipes import recipe_labels  # the labels `train.recipe` takes (plain values, importing nothing)
 
 # The swappable parts register themselves by name where they are defined (hmer.registry).
@@ -330,6 +330,10 @@ class TrainConfig:
     attention_maps: int = allowed(4, ge=0)  # validation images whose attention maps are logged as PNG
 
 
+# The sections of a Config, by the name that starts their dotted keys.
+SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
+
+
 @dataclass
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -356,16 +360,9 @@ class Config:
         for key, raw in values.items():
             if key == "name":
                 new.name = coerce(key, raw, str, allowed_of(Config, "name"))
-                continue
-            section, _, attr = key.partition(".")
-            if section not in ("model", "data", "train") or not attr:
-                raise KeyError(f"unknown config key {key!r}: use model.X, data.X or train.X")
-            target = getattr(new, section)
-            hints = get_type_hints(type(target))
-            if attr not in hints:
-                known = ", ".join(f"{section}.{f.name}" for f in fields(target))
-                raise KeyError(f"unknown config key {key!r}; known {section} keys: {known}")
-            setattr(target, attr, coerce(key, raw, hints[attr], allowed_of(type(target), attr)))
+            else:
+                section, _, attr = key.partition(".")
+                setattr(getattr(new, section), attr, check_value(key, raw))
         return new.validate()
 
     def validate(self) -> "Config":
@@ -423,14 +420,13 @@ def _check_file_config(data: Any) -> None:
     """What `Config.load` refuses before any value is read: anything but an object of the sections
     `model`, `data`, `train` (objects) and `name`, a key no section has, a value of another JSON type
     than its key's (a string for a boolean, a boolean for a number)."""
-    sections = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}
     if not isinstance(data, dict):
-        raise ConfigError(f"a config is a JSON object of the sections {', '.join(sections)} (and name), "
+        raise ConfigError(f"a config is a JSON object of the sections {', '.join(SECTIONS)} (and name), "
                           f"not a {type(data).__name__}")
-    unknown = [key for key in data if key not in (*sections, "name")]
+    unknown = [key for key in data if key not in (*SECTIONS, "name")]
     if unknown:
-        raise ConfigError(f"unknown section {unknown[0]!r}: a config has the sections {', '.join(sections)} and name")
-    for section, cls in sections.items():
+        raise ConfigError(f"unknown section {unknown[0]!r}: a config has the sections {', '.join(SECTIONS)} and name")
+    for section, cls in SECTIONS.items():
         values = data.get(section, {})
         if not isinstance(values, dict):
             raise ConfigError(f"section {section!r} is a {type(values).__name__}, not an object of {section} keys")
@@ -440,11 +436,7 @@ def _check_file_config(data: Any) -> None:
                 raise ConfigError(f"unknown config key '{section}.{key}'; known {section} keys: "
                                   f"{', '.join(f.name for f in fields(cls))}")
             want = hints[key]
-            fits = isinstance(value, bool) if want is bool else \
-                (isinstance(value, int) and not isinstance(value, bool)) if want is int else \
-                (isinstance(value, (int, float)) and not isinstance(value, bool)) if want is float else \
-                isinstance(value, str)
-            if not fits:
+            if not of_type(value, want):
                 kind = {bool: "true or false", int: "a whole number", float: "a number"}.get(want, "a string")
                 raise ConfigError(f"{section}.{key} is {json.dumps(value)}, a JSON {type(value).__name__}: it takes "
                                   f"{kind}")
@@ -479,8 +471,13 @@ def check_value(key: str, value: Any, option: str = "") -> Any:
     against what the field allows; the value, of the field's type. For options that stand for a field
     (`hmer evaluate --beam` is train.beam_size): `option` names it in the error."""
     section, _, attr = key.partition(".")
-    cls = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig}[section]
+    if section not in SECTIONS or not attr:
+        raise KeyError(f"unknown config key {key!r}: use model.X, data.X or train.X")
+    hints = get_type_hints(SECTIONS[section])
+    if attr not in hints:
+        known = ", ".join(f"{section}.{name}" for name in hints)
+        raise KeyError(f"unknown config key {key!r}; known {section} keys: {known}")
     try:
-        return coerce(key, value, get_type_hints(cls)[attr], allowed_of(cls, attr))
+        return coerce(key, value, hints[attr], allowed_of(SECTIONS[section], attr))
     except ConfigError as exc:
         raise ConfigError(f"{option} {value}: {exc}" if option else str(exc)) from None

@@ -1,24 +1,10 @@
 """Registries: every swappable part of the suite, looked up by the name a config gives it.
 
-    from hmer.registry import DECODERS
-
-    @DECODERS.register("my-decoder")
-    class MyDecoder(Decoder):
-        ...
-
-    DECODERS.get("my-decoder")      # the class; an unknown name raises one line naming the known ones
-    DECODERS.names()                # ("convs2s", "my-decoder", "rnn", "transformer")
-
-A choice registers itself in the module that defines it, with a decorator (or
-`register(name, obj)`). Nothing else names it: the factory, config validation, `hmer models`
-and the study specs all read the registry. The packages that hold the built-in choices
-(`hmer.model`, `hmer.decoding`) import every one of their modules, so a new module there
-registers itself without a line anywhere else; a choice defined outside the package (a
-notebook, a test) registers when its own module runs.
-
-Each registry names the package whose import fills it (`home`, relative to `hmer`), imported at the
-first lookup so that config validation in a fresh process sees the built-in choices too: the
-registry's only dependency on a higher layer, by name, at use time.
+A choice registers itself in the module that defines it (`@DECODERS.register("name")`); the factory,
+config validation, `hmer models` and the study specs read the registry, nothing else names it
+(docs/architecture.md, "Add a decoder in one file"). Each registry names the package whose import fills
+it (`home`, relative to `hmer`), imported at the first lookup so that config validation in a fresh process
+sees the built-in choices too: the registry's only dependency on a higher layer, by name, at use time.
 """
 
 from __future__ import annotations

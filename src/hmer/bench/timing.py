@@ -121,7 +121,9 @@ def print_timing(b: Bench, timing: Timing, flops: str) -> None:
     print(f"images={timing.images} seconds={timing.seconds:.2f} cpu_seconds={timing.cpu_seconds:.2f} "
           f"images_per_cpu_second={timing.images / timing.cpu_seconds:.3f} "
           f"data_wait_share={timing.waited / timing.seconds:.3f}", file=b.out)
-    print(f"peak_memory_mb={_peak_memory_mb(b.device):.0f}", file=b.out)
+    peak = torch.cuda.max_memory_allocated(b.device) / 2**20 if b.device.type == "cuda" else \
+        resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    print(f"peak_memory_mb={peak:.0f}", file=b.out)
     if flops:
         print(flops, file=b.out)
 
@@ -129,9 +131,3 @@ def print_timing(b: Bench, timing: Timing, flops: str) -> None:
 def print_rate(b: Bench, timing: Timing) -> None:
     ips = timing.images_per_second
     print(f"images_per_second={ips:.2f}" if ips >= 1 else f"images_per_second={ips:.3g}", file=b.out)
-
-
-def _peak_memory_mb(device: torch.device) -> float:
-    if device.type == "cuda":
-        return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux

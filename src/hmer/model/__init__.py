@@ -1,13 +1,8 @@
 """Models: DenseNet-B encoder, positional encodings, attention + CoMER ARM, transformer / GRU /
-ConvS2S decoders, direction helpers, and the factory that builds them (the presets it builds by
-name are `hmer.model_presets`).
+ConvS2S decoders, direction helpers, and the factory that builds them (`build_model`).
 
-    from hmer.model import build_model, list_presets
-    model = build_model("bttr")            # or build_model(cfg.model)
-
-Decoders, position encodings and coverage kinds register themselves by name in the module
-that defines them (hmer.registry). Every module of this package is imported here, so a new
-choice is one new module: nothing else names it.
+Every module of this package is imported here, so a decoder, position encoding or coverage kind
+that registers itself (hmer.registry) is one new module: nothing else names it.
 """
 
 from ..registry import import_submodules

@@ -1,14 +1,10 @@
 """CAN's symbol counting (Li et al., ECCV 2022, "Counting-Aware Network"), for any decoder (`model.counting`).
 
-The multi-scale counting module reads the encoded image and predicts, for every symbol class, how
-many times it appears: two branches, a 3x3 and a 5x5 convolution (`model.counting_channels` wide, with
-batch norm), a channel attention (squeeze-and-excitation, reduction 16), a 1x1 convolution to the
-vocabulary and a sigmoid give a density map per class; its sum over the image's positions is the
-count. The two branches' counts are averaged. A counting loss (smooth L1 against the caption's counts
-of each class, on each branch and on their mean, as CAN sums them) is added to the decoder's loss with
-weight `train.counting_weight`; the classes counted are the symbols, not the pad, start and end tokens
-nor the structure tokens `{ } ^ _` (CAN's counting labels leave the same out), given by the trainer as
-`counted` (the model does not know the vocabulary's strings).
+The multi-scale counting module (`SymbolCounter`) predicts from the encoded image how many times every
+symbol class appears; its counting loss is added to the decoder's loss with weight `train.counting_weight`.
+The classes counted are the symbols, not the pad, start and end tokens nor the structure tokens `{ } ^ _`
+(CAN's counting labels leave the same out), given by the trainer as `counted` (the model does not know the
+vocabulary's strings).
 
 Where the count is read: CAN's GRU adds a linear embedding of the count vector to the sum that feeds
 its classifier at every step. `CountingDecoder` does that for every family, `out(x + E c) = out(x) +

@@ -59,10 +59,9 @@ class DecoderState:
 class Decoder(nn.Module):
     """Base class: subclasses implement forward, init_state and step; reorder_state is shared.
 
-    A decoder whose `reads_grouped_memory` is True also takes feats [B, ...] with tgt_in [B * g, L],
-    row r reading image r // g, each image's memory projected once (joint search's rescoring, and
-    `bi` training's rows); HMERModel.decode repeats the features for the others.
-    """
+    A decoder whose `reads_grouped_memory` is True also takes feats [B, ...] with tgt_in [B * g, L], row r
+    reading image r // g (joint search's rescoring, `bi` training); HMERModel.decode repeats the features
+    for the others."""
 
     reads_grouped_memory = False
 
@@ -77,12 +76,8 @@ class Decoder(nn.Module):
         raise NotImplementedError
 
     def reorder_state(self, state: DecoderState, index: Tensor, group: int = 0) -> DecoderState:
-        """Rows `index` [N'] of the state (beam expansion B -> B*beam, or beam reordering).
-
-        group > 0 promises that the new rows come in contiguous groups of `group` rows of one
-        image each (beam search's image-major layout): memory is then cut down to the images of
-        the groups, in order (a copy only when that set changes), and `state.groups` reads it.
-        """
+        """Rows `index` [N'] of the state (beam expansion B -> B*beam, or beam reordering); with group > 0
+        (the module docstring) memory is cut down to the groups' images, a copy only when that set changes."""
         index = index.to(device=next(iter(state.memory.values())).device, dtype=torch.long)
         src = index if state.src_index is None else state.src_index.index_select(0, index)
         cache = {k: v.index_select(0, index) for k, v in state.cache.items()}

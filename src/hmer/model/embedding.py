@@ -6,7 +6,7 @@ import torch.nn as nn
 from torch import Tensor
 
 from ..config import ModelConfig
-from .posenc import make_token_positions
+from ..registry import TOKEN_POSITIONS
 
 
 class TokenEmbedding(nn.Module):
@@ -20,7 +20,7 @@ class TokenEmbedding(nn.Module):
         super().__init__()
         d, norm = cfg.d_model, cfg.embed_norm
         self.table = nn.Embedding(cfg.vocab_size, d)
-        self.positions = make_token_positions(cfg.token_pos, d, cfg.max_len)
+        self.positions = TOKEN_POSITIONS.get(cfg.token_pos)(d, cfg.max_len)
         self.embed_norm = nn.LayerNorm(d) if norm else nn.Identity()
         self.out_norm = nn.LayerNorm(d) if norm and cfg.embed_pos_norm else nn.Identity()
 

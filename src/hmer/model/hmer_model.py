@@ -10,11 +10,10 @@ The encoder tail (`model.encoder_tail`) after the 1x1 conv (with bias) is BTTR's
 positions -> LayerNorm, no ReLU). Padded feature positions are masked out of every attention;
 with `model.mask_padding` they are also zeroed (the references leave them as computed).
 
-Bidirectional training: `tgt_in` may hold k times as many rows as there are images (k = 2
-for `bi`: l2r rows, then r2l rows); each image is encoded once and its features repeated k times
-in the rows' order (BTTR's `torch.cat([x, x])`). Training switches on `groups_directions`
-(hmer.model.accelerations): a decoder that reads grouped memory (the transformer's) then attends
-to each image once with its k rows as one block of queries.
+Bidirectional training: `tgt_in` may hold k times as many rows as there are images (k = 2 for `bi`: l2r
+rows, then r2l rows); each image is encoded once and its features repeated k times in the rows' order (BTTR's
+`torch.cat([x, x])`), or read once by a decoder that takes grouped memory (`groups_directions`,
+hmer.model.accelerations).
 """
 
 from __future__ import annotations
@@ -28,21 +27,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..config import ModelConfig
-from ..registry import DECODERS
+from ..registry import DECODERS, IMAGE_POSITIONS
 from .accelerations import PointwiseConv, grouped_directions
 from .counting import CountingDecoder, caption_counts, counting_loss
 from .decoder_base import Decoder
 from .direction import PAD_ID, make_targets
 from .encoder import DenseNetB
-from .posenc import make_image_positions
 from .refinement import sums_before
-
-
-def make_decoder(cfg: ModelConfig) -> Decoder:
-    """The decoder registered as `cfg.decoder` (hmer.registry.DECODERS), built from the config; with
-    `model.counting`, its classifier also reads CAN's symbol counts (hmer.model.counting)."""
-    decoder = DECODERS.get(cfg.decoder)(cfg)
-    return CountingDecoder(decoder, cfg) if cfg.counting else decoder
 
 
 def repeat_rows(feats: Tensor, feat_mask: Tensor, rows: int) -> tuple[Tensor, Tensor]:
@@ -66,8 +57,10 @@ class HMERModel(nn.Module):
         self.encoder = DenseNetB(cfg)
         self.feature_proj = PointwiseConv(self.encoder.out_channels, cfg.d_model)
         self.feature_norm = nn.LayerNorm(cfg.d_model)
-        self.image_pos = make_image_positions(cfg.image_pos, cfg.d_model, cfg.cape_grid)
-        self.decoder = make_decoder(cfg)
+        self.image_pos = IMAGE_POSITIONS.get(cfg.image_pos)(cfg.d_model, cfg.cape_grid)
+        # the decoder `model.decoder` names; with `model.counting`, its classifier also reads CAN's symbol counts
+        decoder: Decoder = DECODERS.get(cfg.decoder)(cfg)
+        self.decoder = CountingDecoder(decoder, cfg) if cfg.counting else decoder
 
     @property
     def stride(self) -> int:
@@ -88,11 +81,8 @@ class HMERModel(nn.Module):
 
     def decode(self, feats: Tensor, feat_mask: Tensor, tgt_in: Tensor, tgt_pad_mask: Optional[Tensor] = None,
                return_attention: bool = False, group: int = 0):
-        """Teacher forcing on encoded features; tgt_in may have k * B rows (see module doc).
-
-        group > 0: tgt_in has B * group rows instead, image-major (row r reads image r // group),
-        and a decoder that can (`reads_grouped_memory`) reads each image's memory once for them.
-        """
+        """Teacher forcing on encoded features; tgt_in may have k * B rows (see module doc). group > 0: tgt_in has
+        B * group rows instead, image-major (row r reads image r // group; `Decoder.reads_grouped_memory`)."""
         if group > 0:
             if tgt_in.shape[0] != feats.shape[0] * group:
                 raise ValueError(f"{tgt_in.shape[0]} target rows for {feats.shape[0]} images in groups of {group}")

@@ -70,11 +70,6 @@ class LearnedTokenPositions(nn.Module):
         return self.table.weight[start:start + length]
 
 
-def make_token_positions(kind: str, d_model: int, max_len: int) -> nn.Module:
-    """The token position encoding registered as `kind` (`model.token_pos`)."""
-    return TOKEN_POSITIONS.get(kind)(d_model, max_len)
-
-
 # ---- helpers: per-image extents, resizing and pooling as matrices ------------------------------
 # Resizing to, or pooling over, each image's unpadded region as small per-image matrices applied
 # with einsum: no Python loop over the batch, no host sync.
@@ -224,11 +219,6 @@ class ContentAwareImagePositions(nn.Module):
         rows = resize_matrix(n, heights, h).to(feats.dtype)  # [B, h, n]
         cols = resize_matrix(n, widths, w).to(feats.dtype)  # [B, w, n]
         return feats + torch.einsum("bri,bijd,bcj->brcd", rows, codes, cols)
-
-
-def make_image_positions(kind: str, d_model: int, grid: int) -> nn.Module:
-    """The image position encoding registered as `kind` (`model.image_pos`)."""
-    return IMAGE_POSITIONS.get(kind)(d_model, grid)
 
 
 # Registered in the order `hmer models` lists them; `grid` is n of the n x n tables.

@@ -15,11 +15,6 @@ Given one, pad keys are masked as in BTTR's and CoMER's decoders (which changes 
 pad positions and of a sequence with a pad inside). CPU training computes the per-token layers on
 the real tokens alone (`packs_tokens`, hmer.model.accelerations).
 
-Rows grouped by image: `tgt_in` may hold g rows per image ([B * g, L], row r reading image
-r // g, the layout of a `bi` batch in training, of beam search and of joint search's rescoring);
-each image's keys/values are then projected once and attended by its rows as one block
-(`accelerations.grouped_attention`), the ARM still reading each row's own maps.
-
 Incremental decoding caches, per layer, the keys/values of every token fed so far (each step
 projects only the new token) and, once per image, the keys/values of the image features.
 With coverage, the cache also holds each ARM layer's running sum of past attention maps.
@@ -82,7 +77,7 @@ class TransformerDecoder(Decoder):
     """BTTR's transformer decoder; with a coverage (model.coverage), CoMER's."""
 
     supports_coverage = True  # the ARM refines its cross-attention (config validation reads this)
-    reads_grouped_memory = True  # rows grouped by image read its keys/values once (module docstring)
+    reads_grouped_memory = True  # rows grouped by image read its keys/values once (accelerations.grouped_attention)
     packs_tokens = False  # hmer.model.accelerations
 
     def __init__(self, cfg: ModelConfig):

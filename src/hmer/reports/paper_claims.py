@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cache, lru_cache
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import pandas as pd
 
@@ -20,8 +20,7 @@ from ..evaluation.significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES
 from ..registry import METRICS
 from .markup import MISSING, bold, difference, is_missing, layout, mean_pm_std, metric_label, number, p_value
 from .published import package_csv
-from .runs import (PredictionsNotFound, load_predictions, load_runs, resolve_tracking_uri, scored_years, study_parent,
-                   study_progress)
+from .runs import load_predictions, load_runs, resolve_tracking_uri, scored_years, study_parent, study_progress
 from .tables import grid_order, scored, variant_table
 
 ALPHA = 0.05  # the level of the verdict, matching the 95 % interval
@@ -136,24 +135,6 @@ def verdict_per_seed(p_pairs: Sequence[float], favours_pairs: Sequence[int], alp
 
 # ---- the table ------------------------------------------------------------------------------------
 
-def _cached_loader(tracking_uri: str) -> Callable[[str, str], pd.DataFrame]:
-    """`load_predictions` fetching each artifact once across a study's comparisons."""
-    @cache
-    def fetch(run_id: str, year: str) -> pd.DataFrame | PredictionsNotFound:
-        try:
-            return load_predictions(run_id, year, tracking_uri)
-        except PredictionsNotFound as exc:
-            return exc
-
-    def load(run_id: str, year: str) -> pd.DataFrame:
-        hit = fetch(run_id, str(year))
-        if isinstance(hit, PredictionsNotFound):
-            raise hit
-        return hit
-
-    return load
-
-
 def metric_sides(metric: str) -> tuple[str, str | None]:
     """(token metric, graph metric or None) of the metric asked for: `le2` and `lgeval_le2` give
     (`le2`, `lgeval_le2`), `exprate` (`exprate`, None); paper figures go by the token metric's name."""
@@ -241,7 +222,7 @@ def _study_rows(s: _Study, uri: str, metric: str, token: str, n_resamples: int) 
                 for winner, loser in s.comparisons for y in paper_years]
     rows: list[dict[str, Any]] = []
     years = scored_years(s.runs)
-    load = _cached_loader(uri)
+    load = cache(lambda run_id, year: load_predictions(run_id, year, uri))  # each artifact once across comparisons
     for winner, loser in s.comparisons:
         present = set(s.good["variant"])
         absent = [v for v in (winner, loser) if v not in present]

@@ -4,7 +4,6 @@ other to an int, float or bool when it is one."""
 from __future__ import annotations
 
 import math
-from dataclasses import fields
 from functools import lru_cache
 from typing import Any, Iterable
 
@@ -16,16 +15,10 @@ def config_types() -> dict[str, type]:
     """{dotted config key: its Python type}, e.g. {"train.lr": float}."""
     from typing import get_type_hints
 
-    from ..config import Config
+    from ..config import SECTIONS
 
-    cfg = Config()
-    out: dict[str, type] = {"name": str}
-    for section in ("model", "data", "train"):
-        obj = getattr(cfg, section)
-        hints = get_type_hints(type(obj))
-        for f in fields(obj):
-            out[f"{section}.{f.name}"] = hints[f.name]
-    return out
+    return {"name": str, **{f"{section}.{key}": typ for section, cls in SECTIONS.items()
+                            for key, typ in get_type_hints(cls).items()}}
 
 
 def parse_value(text: Any, typ: type | None = None) -> Any:

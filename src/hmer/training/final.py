@@ -1,11 +1,6 @@
-"""The end of a run: the best-on-validation weights decoded on every test year, and what is logged.
-
-Final metrics (step = the last epoch): `best_val_exprate`, `best_epoch`, `train_seconds`, `train_cpu_seconds`,
-`cpu_seconds` (training and every final decoding), `num_params`, then
-`<key>_exprate|le1|le2|n|resized|decode_seconds|decode_cpu_seconds` for `val_final`, `val-alt_final` and each
-`test_<year>` (`test_2014-std` too: `setup._add_restyled_splits`). Artifacts: `predictions/test_<year>.csv`,
-`split/val_predictions.csv`, `split/val-alt_predictions.csv`, `model/model.safetensors` (the best weights, what
-`hmer evaluate RUN` and `hmer predict RUN` fetch) and `attention/*.png`.
+"""The end of a run: the best-on-validation weights decoded on every test year, and what is logged (its metrics
+and artifacts: docs/architecture.md, "MLflow records"; `model/model.safetensors` is what `hmer evaluate RUN` and
+`hmer predict RUN` fetch).
 """
 
 from __future__ import annotations

@@ -6,26 +6,21 @@ one by one. A CUDA graph records them once and launches them as one. A graph hol
 fixed addresses, so it needs static shapes: the pad ladder gives the images a few (hmer.data.ladder),
 and here the captions are padded to a ladder of lengths too (`LENGTH_LADDER`).
 
-How a step runs (`GraphedStep.__call__`):
+How a step runs (`GraphedStep.__call__`): the targets are padded with the pad token to the next rung of
+`LENGTH_LADDER` (the loss ignores pad targets and no real position attends to a later one, so the loss is the
+same; CoMER's attention refinement does take BatchNorm statistics over the padded steps, as it does over the
+padding of shorter captions); the batch is copied into the static tensors of its shape; its graph replays the
+gradients zeroed, forward, loss and backward into `.grad` tensors allocated once before the first capture (so
+every graph writes the addresses the optimiser reads); clipping and the optimiser's step run eagerly, as in
+`step.train_step` (they take the schedule's rate, a Python number that a graph would freeze).
 
-1. the targets are padded with the pad token to the next rung of `LENGTH_LADDER` (the loss ignores
-   pad targets, and no real position attends to a later one, so the loss is the same; CoMER's
-   attention refinement does take BatchNorm statistics over the padded steps too, as it does over
-   the padding of shorter captions);
-2. the batch is copied into the static input tensors of its shape (allocated at first sight);
-3. the graph of that shape replays: gradients zeroed, forward under autocast, loss, backward into the
-   parameters' `.grad` tensors, which are allocated once before the first capture so that every
-   graph writes the same addresses the optimiser reads;
-4. gradient clipping and the optimiser's step run eagerly as in `step.train_step` (they take the
-   learning rate of the schedule, a Python number that a graph would freeze).
-
-The first batch of a shape takes steps 1-4 eagerly (the real step for that batch, warming cuDNN,
+The first batch of a shape takes that step eagerly (the real step for that batch, warming cuDNN,
 cuBLAS and the allocator), then a warm-up pass on a side stream and the capture, with the buffers
 (BatchNorm statistics) and the RNG put back afterwards, so neither changes the training. Graphs share
 one memory pool: they never run at once, and the only tensors that outlive a replay (the loss) are
 kept. A shape whose capture fails stays eager, its reason kept in `failures`.
 
-On a CPU there is no graph: steps 1-4 run eagerly on the static tensors, which is what
+On a CPU there is no graph: the step runs eagerly on the static tensors, which is what
 tests/test_training_graphs.py holds to the ordinary step (the same losses and weights).
 """
 
@@ -92,7 +87,9 @@ class GraphedStep:
         key = (tuple(images.shape), tuple(tgt_in.shape), images.is_contiguous(memory_format=torch.channels_last))
         # Gradients live in fixed tensors that every graph writes and the optimiser reads: they are
         # zeroed in place, never set to None (which `train_step` does).
-        self._ensure_grads()
+        for p in self.model.parameters():
+            if p.requires_grad and p.grad is None:
+                p.grad = torch.zeros_like(p)
         static = self.statics.get(key)
         first = static is None
         if first:
@@ -127,11 +124,6 @@ class GraphedStep:
             loss = self.loss_module(static.images, static.image_mask, static.tgt_in, static.tgt_out)
         loss.backward()
         return loss
-
-    def _ensure_grads(self) -> None:
-        for p in self.model.parameters():
-            if p.requires_grad and p.grad is None:
-                p.grad = torch.zeros_like(p)
 
     def _capture(self, key: tuple, static: _Static) -> None:
         """Record `static`'s graph; the warm-up's effects on the buffers and the RNG are undone (the

@@ -24,8 +24,6 @@ class LossModule(torch.nn.Module):
         self.counted = counted  # the classes a counting model counts (hmer.model.counting), on its device
 
     def forward(self, images, image_mask, tgt_in, tgt_out):
-        if self.counted is None:
-            return self.model.loss_from_targets(images, image_mask, tgt_in, tgt_out, self.label_smoothing)
         return self.model.loss_from_targets(images, image_mask, tgt_in, tgt_out, self.label_smoothing,
                                             counted=self.counted, counting_weight=self.counting_weight)
 

@@ -94,7 +94,8 @@ def train(cfg: Config, data: dict[str, list] | None = None, *, tracking_uri: str
                     for epoch in range(first_epoch, tc.epochs + 1):
                         epoch_start = time.monotonic()
                         metrics, over_budget = _train_epoch(setup, state, epoch, clock, progress)
-                        with _scored_weights(setup):
+                        # the weights validation reads and the best checkpoint keeps: the EMA, else the model's own
+                        with setup.ema.swapped_in(setup.model) if setup.ema is not None else contextlib.nullcontext():
                             val_exprate = _validate(setup, state, epoch, metrics, best_path, last=over_budget)
                         with deferred():  # the epoch's metrics and its checkpoint, both or neither
                             state.epoch, state.train_seconds = epoch, clock.elapsed()
@@ -313,11 +314,6 @@ def _train_epoch(setup: Setup, state: TrainState, epoch: int, clock: Clock,
         raise FloatingPointError(f"training loss became {train_loss} in epoch {epoch}")
     return {"train_loss": train_loss, "lr": setup.schedule.lr,
             "images_per_second": n_images * dist.world_size / max(seconds, 1e-9), "epoch_seconds": seconds}, over_budget
-
-
-def _scored_weights(setup: Setup) -> contextlib.AbstractContextManager:
-    """The weights validation reads and the best checkpoint keeps: the EMA, else the model's own."""
-    return setup.ema.swapped_in(setup.model) if setup.ema is not None else contextlib.nullcontext()
 
 
 def _validate(setup: Setup, state: TrainState, epoch: int, metrics: dict[str, float], best_path: Path,
