@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from ..studies.spec import StudySpec, SweepSpec
 
 EXIT_INCOMPLETE = 1
+# What every grid study does, said once under each grid's own `--help` text (its module's docstring).
+GRID_EPILOG = """Each cell is one training run (an MLflow child run of the study's parent run); the study ends
+with the per-year ExpRate table (mean and standard deviation over seeds, within 1 and 2 edits, and
+the paired difference of each variant against the baseline).
+"""
 
 
 def add_parser(sub) -> None:
@@ -87,7 +92,8 @@ def build_parser(spec: StudySpec | SweepSpec, doc: str | None = None,
     p = argparse.ArgumentParser(
         prog=prog or f"studies/{spec.name}.py", description=doc or spec.description,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Run the same command again to resume a killed study. See docs/studies.md.")
+        epilog=("" if sweep else GRID_EPILOG) + "Run the same command again to resume a killed study. See "
+                                                "docs/studies.md.")
     p.add_argument("--budget", dest="budget", choices=BUDGET_NAMES, default=None,
                    help="compute budget (default: short on a GPU, cpu otherwise; smoke: a 3-minute "
                         "pipeline check)")
