@@ -174,7 +174,7 @@ def cmd_runs_show(args) -> int:
     uri = existing_store(args.tracking_uri)  # read alone: a mistyped path creates no store
     client = mlflow_client(uri)
     run_id = whole_run_id(client, args.run)
-    for line in run_provenance(client, run_id, code_fingerprint()).lines():
+    for line in run_provenance(client, run_id, code_fingerprint()):
         print(line)
     return 0
 
