@@ -188,9 +188,13 @@ def _run(spec: StudySpec | SweepSpec, args) -> int:
 
 def present(outcome) -> None:
     """Present the study of `outcome` (a `StudyOutcome`) in both UIs, its trials ended, and print its link."""
-    from ..store.present import comparison_hint, present_study
+    from ..reports.runs import study_parent
+    from ..store.present import present_study
+    from ..store.study_run import comparison_metric
+    from ..tracking.ui import ui_hint
 
-    present_study(outcome.study_name, tracking_uri=outcome.tracking_uri, storage=outcome.storage)
-    hint = comparison_hint(outcome.study_name, outcome.tracking_uri)
-    if hint and outcome.table:
-        print(hint, flush=True)
+    name, uri = outcome.study_name, outcome.tracking_uri
+    present_study(name, tracking_uri=uri, storage=outcome.storage)
+    parent = study_parent(name, uri)
+    if parent is not None and outcome.table:
+        print(ui_hint(uri, str(parent["experiment_id"]), order_by=comparison_metric(name, uri)), flush=True)
