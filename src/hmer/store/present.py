@@ -101,16 +101,12 @@ def _description(study, parent, tracking_uri: str) -> str | None:
     if stored:
         return stored
     if parent is not None:
-        import json
-        import tempfile
-
+        from ..tracking.portable import load_run_json
         from ..tracking.store import mlflow_client
-        from ..tracking.portable import download_run_artifact
 
         try:
-            with tempfile.TemporaryDirectory(prefix="hmer-present-") as tmp:
-                path = download_run_artifact(mlflow_client(tracking_uri), str(parent["run_id"]), "study.json", tmp)
-                found = _text(json.loads(Path(path).read_text()).get("description"))
+            found = _text(load_run_json(mlflow_client(tracking_uri), str(parent["run_id"]), "study.json")
+                          .get("description"))
             if found:
                 return found
         except Exception:  # noqa: BLE001 - a parent run without its study.json: the spec says it

@@ -76,17 +76,13 @@ def training_progress(client, run, stored: dict[str, Any]) -> Progress:
 
 def run_provenance(client, run_id: str, today_fingerprint: str) -> list[str]:
     """What trained run `run_id` of the MLflow store `client` (see the module docstring), line by line."""
-    import tempfile
-
-    from ..tracking.portable import download_run_artifact, list_run_artifacts
+    from ..tracking.portable import list_run_artifacts, load_run_json
 
     run = client.get_run(run_id)
-    with tempfile.TemporaryDirectory(prefix="hmer-show-") as tmp:
-        try:
-            stored = json.loads(open(download_run_artifact(client, run_id, "config.json", tmp)).read())
-            config = Config.from_dict(stored).to_flat_dict()
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"run {run_id} has no readable config.json ({exc}): it trained nothing here") from None
+    try:
+        config = Config.from_dict(load_run_json(client, run_id, "config.json")).to_flat_dict()
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"run {run_id} has no readable config.json ({exc}): it trained nothing here") from None
     tags, metrics = run.data.tags, run.data.metrics
     out = [f"run {run_id}" + (f" ({tags[keys.MLFLOW_RUN_NAME]})" if keys.MLFLOW_RUN_NAME in tags else "")]
     if keys.STUDY in tags:
