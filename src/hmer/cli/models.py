@@ -47,19 +47,8 @@ def models_table() -> str:
 
 def swept_size_rows() -> list[tuple[str, int, int]]:
     """(CPU preset, its parameters at the `swept` size, what symbol counting adds) for each CPU family."""
-    import dataclasses
-
-    import torch
-
-    from ..model import build_model
-    from ..model.factory import count_parameters
+    from ..model.factory import parameter_counts
     from ..model_presets import resolve_preset
 
-    rows = []
-    for name in ("tiny-transformer", "tiny-comer", "tiny-rnn", "tiny-convs2s"):
-        cfg = resolve_preset(name, size="swept").config.model
-        with torch.device("meta"):
-            params = count_parameters(build_model(cfg))
-            counting = count_parameters(build_model(dataclasses.replace(cfg, counting=True))) - params
-        rows.append((name, params, counting))
-    return rows
+    return [(name, *parameter_counts(resolve_preset(name, size="swept").config.model))
+            for name in ("tiny-transformer", "tiny-comer", "tiny-rnn", "tiny-convs2s")]

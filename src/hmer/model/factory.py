@@ -34,11 +34,12 @@ def list_presets() -> list[tuple[str, str, int, int]]:
     """(name, description, number of parameters, what CAN's symbol counting adds to them:
     `model.counting`, hmer.model.counting) for every preset, in definition order. Models are built on
     the meta device: no memory, no initialisation cost."""
-    rows = []
-    for name in PRESETS:
-        cfg = preset_config(name)
-        with torch.device("meta"):
-            params = count_parameters(build_model(cfg))
-            counting = count_parameters(build_model(dataclasses.replace(cfg, counting=True))) - params
-        rows.append((name, PRESETS[name].description, params, counting))
-    return rows
+    return [(name, PRESETS[name].description, *parameter_counts(preset_config(name))) for name in PRESETS]
+
+
+def parameter_counts(cfg: ModelConfig) -> tuple[int, int]:
+    """The parameters of the model `cfg`, and what CAN's symbol counting adds to them, built on the meta
+    device."""
+    with torch.device("meta"):
+        params = count_parameters(build_model(cfg))
+        return params, count_parameters(build_model(dataclasses.replace(cfg, counting=True))) - params
