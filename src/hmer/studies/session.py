@@ -76,8 +76,7 @@ class Session:
     study: optuna.Study
     storage: optuna.storages.BaseStorage
     tracking_uri: str
-    experiment: str
-    experiment_id: str
+    experiment_id: str  # the study's MLflow experiment, named as the study
     parent_run_id: str
     base: Resolution
     worker: Worker
@@ -346,7 +345,7 @@ def open_session(settings: StudySettings, storage: optuna.storages.BaseStorage, 
                                        params=params, tags=tags, artifact=artifact, reopen=reopen)
     if study.user_attrs.get(keys.PARENT_RUN_ID) != parent:
         study.set_user_attr(keys.PARENT_RUN_ID, parent)
-    session = Session(study=study, storage=storage, tracking_uri=settings.tracking_uri, experiment=settings.name,
+    session = Session(study=study, storage=storage, tracking_uri=settings.tracking_uri,
                       experiment_id=experiment_id, parent_run_id=parent, base=base, worker=worker,
                       bookings=bookings, budget=settings.budget, say=settings.say)
     session.fail_dead_trial_runs()
