@@ -154,11 +154,8 @@ def code_notes(runs: pd.DataFrame, today: str) -> list[str]:
 
     from ..tracking import keys
 
-    def column(tag: str) -> pd.Series:
-        key = f"tags.{tag}"
-        return runs[key] if key in runs.columns else pd.Series([None] * len(runs), index=runs.index, dtype=object)
-
-    fingerprint, changed = column(keys.FINGERPRINT), column(keys.FINGERPRINT_CHANGED)
+    untagged = pd.Series(None, index=runs.index, dtype=object)
+    fingerprint, changed = (runs.get(f"tags.{tag}", untagged) for tag in (keys.FINGERPRINT, keys.FINGERPRINT_CHANGED))
     label = runs["variant"].astype(str) + " seed " + runs["seed"].astype(str) + " (" + runs["run_id"].str[:8] + ")"
     groups: dict[str, list[str]] = {}
     for i in runs.index:

@@ -36,13 +36,11 @@ def add_parser(sub) -> None:
     ex.add_argument("--runs", nargs="*", default=None, metavar="RUN_ID", help="only these runs")
     ex.add_argument("--max-artifact-mb", type=float, default=0.0, help="leave out larger artifact files")
     ex.add_argument("--part-mb", type=float, default=0.0, help="split into FILE.part-NNN of at most N MiB")
-    ex.add_argument("--tracking-uri", default=None, help=options.TRACKING_URI)
     ex.set_defaults(func=cmd_runs_export)
     # the tag written out (tracking.keys.SOURCE_RUN_ID): importing hmer.tracking would slow `hmer --help`
     im = rsub.add_parser("import", help="merge an export into the store (idempotent; keeps the source run id "
                          "as tag hmer.source_run_id)")
     im.add_argument("files", nargs="+", metavar="FILE", help="an export, or any of its FILE.part-NNN")
-    im.add_argument("--tracking-uri", default=None, help=options.TRACKING_URI)
     im.set_defaults(func=cmd_runs_import)
     pub = rsub.add_parser("publish", help="copy a store (FOLDER/mlflow.db, optuna.db, artifacts/) into mlruns/, "
                           "made clean to be committed (unfinished studies, checkpoints, RUNNING states and machine "
@@ -68,19 +66,16 @@ def add_parser(sub) -> None:
                          "tag and its Optuna study (run again to finish an interrupted rename)")
     rn.add_argument("study", metavar="STUDY", help="the study's name, e.g. ablate_direction-cpu")
     rn.add_argument("new", metavar="NEW_NAME", help="its new name")
-    rn.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
     rn.add_argument("--storage", default=None, help="Optuna storage (default: optuna.db beside the MLflow store)")
     rn.set_defaults(func=cmd_runs_rename)
     sp = rsub.add_parser("supersede", help="label a kept study as superseded by another (after `rename`): tag "
                          "hmer.superseded_by, a RUNNING parent run closed; `hmer report --list` shows it")
     sp.add_argument("study", metavar="STUDY", help="the study kept for reference")
     sp.add_argument("by", metavar="NEW_STUDY", help="the study that replaces it")
-    sp.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
     sp.set_defaults(func=cmd_runs_supersede)
     sh = rsub.add_parser("show", help="what trained a run: study, cell, seed, commit, progress, fingerprint, "
                          "config, scores and files (hmer.store.provenance)")
     sh.add_argument("run", metavar="RUN", help="a run id, or its first 8 or more characters")
-    sh.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
     sh.set_defaults(func=cmd_runs_show)
     pr = rsub.add_parser("present", help="bring every study of the store FOLDER up to date for the MLflow UI and "
                          "optuna-dashboard, as a study that ends now is (hmer.store.present); writes what differs")
@@ -93,8 +88,9 @@ def add_parser(sub) -> None:
     rs.add_argument("--study", action="append", default=[], metavar="STUDY",
                     help="the runs of this study (tag hmer.study; repeatable)")
     rs.add_argument("--dry-run", action="store_true", help="say what would be logged, and log nothing")
-    rs.add_argument("--tracking-uri", default=None, help="MLflow store (default: sqlite mlruns/mlflow.db)")
     rs.set_defaults(func=cmd_runs_rescore)
+    for command in (ex, im, rn, sp, sh, rs):  # (publish, workspace and present name a store's folder)
+        command.add_argument("--tracking-uri", default=None, help=options.TRACKING_URI)
 
 
 def cmd_runs_export(args) -> int:
@@ -174,7 +170,7 @@ def cmd_runs_show(args) -> int:
     uri = existing_store(args.tracking_uri)  # read alone: a mistyped path creates no store
     client = mlflow_client(uri)
     run_id = whole_run_id(client, args.run)
-    for line in run_provenance(client, run_id, code_fingerprint()).lines():
+    for line in run_provenance(client, run_id, code_fingerprint()):
         print(line)
     return 0
 

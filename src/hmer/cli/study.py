@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from ..studies.spec import StudySpec, SweepSpec
 
 EXIT_INCOMPLETE = 1
+# What every grid study does, said once under each grid's own `--help` text (its module's docstring).
+GRID_EPILOG = """Each cell is one training run (an MLflow child run of the study's parent run); the study ends
+with the per-year ExpRate table (mean and standard deviation over seeds, within 1 and 2 edits, and
+the paired difference of each variant against the baseline).
+"""
 
 
 def add_parser(sub) -> None:
@@ -87,7 +92,8 @@ def build_parser(spec: StudySpec | SweepSpec, doc: str | None = None,
     p = argparse.ArgumentParser(
         prog=prog or f"studies/{spec.name}.py", description=doc or spec.description,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="Run the same command again to resume a killed study. See docs/studies.md.")
+        epilog=("" if sweep else GRID_EPILOG) + "Run the same command again to resume a killed study. See "
+                                                "docs/studies.md.")
     p.add_argument("--budget", dest="budget", choices=BUDGET_NAMES, default=None,
                    help="compute budget (default: short on a GPU, cpu otherwise; smoke: a 3-minute "
                         "pipeline check)")
@@ -182,9 +188,13 @@ def _run(spec: StudySpec | SweepSpec, args) -> int:
 
 def present(outcome) -> None:
     """Present the study of `outcome` (a `StudyOutcome`) in both UIs, its trials ended, and print its link."""
-    from ..store.present import comparison_hint, present_study
+    from ..reports.runs import study_parent
+    from ..store.present import present_study
+    from ..store.study_run import comparison_metric
+    from ..tracking.ui import ui_hint
 
-    present_study(outcome.study_name, tracking_uri=outcome.tracking_uri, storage=outcome.storage)
-    hint = comparison_hint(outcome.study_name, outcome.tracking_uri)
-    if hint and outcome.table:
-        print(hint, flush=True)
+    name, uri = outcome.study_name, outcome.tracking_uri
+    present_study(name, tracking_uri=uri, storage=outcome.storage)
+    parent = study_parent(name, uri)
+    if parent is not None and outcome.table:
+        print(ui_hint(uri, str(parent["experiment_id"]), order_by=comparison_metric(name, uri)), flush=True)

@@ -7,6 +7,7 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from . import options
 from .errors import UserError
@@ -74,9 +75,9 @@ def cmd_train(args) -> int:
     from ..training import train
 
     check_time_flags(args)
-    pause_at = time.time() + args.pause_within if args.pause_within is not None else 0.0
-    final_seconds = args.final_seconds or 0.0
-    pause_after_epochs = args.pause_after_epochs or 0
+    how: dict[str, Any] = dict(progress=not args.no_progress, pause_after_epochs=args.pause_after_epochs or 0,
+                               pause_at=time.time() + args.pause_within if args.pause_within is not None else 0.0,
+                               final_seconds=args.final_seconds or 0.0)
     if args.resume is not None:
         from ..tracking.run import fail_runs_of_dead_processes
         from ..tracking.store import existing_store
@@ -87,10 +88,7 @@ def cmd_train(args) -> int:
             print(f"run {run_id}: its process is gone; marked FAILED", file=sys.stderr)
         ckpt = find_resume_checkpoint(args.resume, uri, args.experiment)
         print(f"resuming from {ckpt}", flush=True)
-        result = train(Config(), tracking_uri=uri, experiment=args.experiment, resume=ckpt,
-                       progress=not args.no_progress, pause_after_epochs=pause_after_epochs,
-                       pause_at=pause_at, final_seconds=final_seconds)
-        return print_result(result)
+        return print_result(train(Config(), tracking_uri=uri, experiment=args.experiment, resume=ckpt, **how))
     if args.config and args.preset:
         raise UserError("give --preset or --config, not both")
     if args.config and (args.recipe or args.budget):
@@ -111,10 +109,8 @@ def cmd_train(args) -> int:
              "train.time_budget_s": args.time_budget}
     overrides.update({key: str(value) for key, value in flags.items() if value is not None})
     cfg = cfg.override(overrides).validate()
-    result = train(cfg, tracking_uri=args.tracking_uri, experiment=args.experiment, run_name=args.run_name,
-                   progress=not args.no_progress, pause_after_epochs=pause_after_epochs,
-                   pause_at=pause_at, final_seconds=final_seconds)
-    return print_result(result)
+    return print_result(train(cfg, tracking_uri=args.tracking_uri, experiment=args.experiment, run_name=args.run_name,
+                              **how))
 
 
 # (flag, argparse name) of what makes a new run's config: a resumed run keeps its own, so each would be

@@ -15,11 +15,9 @@ import optuna
 import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
+from ..studies.bookings import failure_reason
 from ..studies.opening import name_objective
 from ..tracking import keys
-
-NO_ERROR = "no error recorded (its worker died or was interrupted)"
-
 
 def continuations(trials: list[FrozenTrial]) -> dict[int, tuple[int, str]]:
     """{FAIL trial's number: (the later trial that took it over, how)}: the one naming it
@@ -43,12 +41,6 @@ def continuations(trials: list[FrozenTrial]) -> dict[int, tuple[int, str]]:
         if later:
             taken[t.number] = (later[0].number, "ran its cell again from the first epoch")
     return {number: how for number, how in taken.items() if number in failed}
-
-
-def failure_reason(trial: FrozenTrial) -> str:
-    """Why a FAIL trial failed, on one line: its error, who marked it FAIL, or NO_ERROR."""
-    why = str(trial.user_attrs.get(keys.ERROR) or trial.user_attrs.get(keys.FAILED_BY) or "")
-    return why.splitlines()[0][:300] if why.strip() else NO_ERROR
 
 
 def trial_note(trial: FrozenTrial, taken: Mapping[int, tuple[int, str]]) -> str:

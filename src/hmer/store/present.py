@@ -56,7 +56,7 @@ def _present(study: str, uri: str, storage: str | None) -> list[str]:
             table = study_table(study, uri, runs=runs)
             changes += annotate_study(study, uri, runs=runs, table=table)
         elif kind == "sweep" and parent["state"] == "finished":
-            changes += annotate_sweep(study, uri, url)
+            changes += annotate_sweep(study, str(parent["run_id"]), uri, url)
     if url is not None and study in optuna.get_all_study_names(url):
         from ..studies.session import OBJECTIVE_NAMES
         from .dashboard import annotate_optuna_study, load_for_notes
@@ -67,20 +67,6 @@ def _present(study: str, uri: str, storage: str | None) -> list[str]:
             optuna_study, optuna_storage, objective_name=OBJECTIVE_NAMES.get(kind or "", ""), kind=kind or "",
             description=_description(optuna_study, parent, uri), superseded_by=superseded_by, table=table)
     return changes
-
-
-def comparison_hint(study: str, tracking_uri: str | None = None) -> str | None:
-    """The line that says how to open the comparison of `study`'s runs in the MLflow UI; None for a
-    study without a parent run."""
-    from ..reports.runs import resolve_tracking_uri, study_parent
-    from .study_run import comparison_metric
-    from ..tracking.ui import ui_hint
-
-    uri = resolve_tracking_uri(tracking_uri)
-    parent = study_parent(study, uri)
-    if parent is None:
-        return None
-    return ui_hint(uri, str(parent["experiment_id"]), order_by=comparison_metric(study, uri))
 
 
 def present_studies(tracking_uri: str | None = None, storage: str | None = None) -> dict[str, list[str]]:
@@ -115,16 +101,12 @@ def _description(study, parent, tracking_uri: str) -> str | None:
     if stored:
         return stored
     if parent is not None:
-        import json
-        import tempfile
-
+        from ..tracking.portable import load_run_json
         from ..tracking.store import mlflow_client
-        from ..tracking.portable import download_run_artifact
 
         try:
-            with tempfile.TemporaryDirectory(prefix="hmer-present-") as tmp:
-                path = download_run_artifact(mlflow_client(tracking_uri), str(parent["run_id"]), "study.json", tmp)
-                found = _text(json.loads(Path(path).read_text()).get("description"))
+            found = _text(load_run_json(mlflow_client(tracking_uri), str(parent["run_id"]), "study.json")
+                          .get("description"))
             if found:
                 return found
         except Exception:  # noqa: BLE001 - a parent run without its study.json: the spec says it
@@ -139,24 +121,19 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def annotate_sweep(study: str, tracking_uri: str | None = None, storage: str | None = None) -> list[str]:
+def annotate_sweep(study: str, run_id: str, tracking_uri: str, storage: str | None) -> list[str]:
     """Write the sweep's table (`sweep_table`, from its Optuna storage: default optuna.db beside the
-    MLflow store) onto its parent run, where it differs; returns what was written."""
+    MLflow store) onto its parent run `run_id`, where it differs; returns what was written."""
     import optuna
 
-    from ..reports.runs import resolve_tracking_uri, study_parent
     from ..studies.sweep_report import sweep_storage, sweep_table
     from ..tracking.store import mlflow_client
     from .study_run import TABLE_ARTIFACT, _write_artifact_if_changed
 
-    uri = resolve_tracking_uri(tracking_uri)
-    parent = study_parent(study, uri)
-    if parent is None:
-        return []
-    text = sweep_table(optuna.load_study(study_name=study, storage=sweep_storage(uri, storage)))
+    text = sweep_table(optuna.load_study(study_name=study, storage=sweep_storage(tracking_uri, storage)))
     table_md = f"```\n{text}\n```\n"
-    client = mlflow_client(uri)
-    run = client.get_run(parent["run_id"])
+    client = mlflow_client(tracking_uri)
+    run = client.get_run(run_id)
     changes: list[str] = []
     note = sweep_description(study, text)
     if run.data.tags.get(keys.MLFLOW_NOTE) != note:

@@ -7,7 +7,7 @@ fingerprint against today's, its config as it trained, its scores per year, and 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..config import Config
@@ -74,90 +74,58 @@ def training_progress(client, run, stored: dict[str, Any]) -> Progress:
     return Progress(status, epochs, int(planned) if planned else None, cpu, validation, stopped_by)
 
 
-@dataclass
-class Provenance:
-    """What trained one run (see the module docstring)."""
-
-    run_id: str
-    tags: dict[str, str]
-    config: dict[str, Any]  # flat, as it trained
-    today_fingerprint: str
-    scores: dict[str, dict[str, float]] = field(default_factory=dict)  # year -> metric -> value
-    artifacts: list[str] = field(default_factory=list)
-    artifact_uri: str = ""
-    progress: Progress | None = None
-
-    def lines(self) -> list[str]:
-        tags = self.tags
-        out = [f"run {self.run_id}" + (f" ({tags[keys.MLFLOW_RUN_NAME]})" if keys.MLFLOW_RUN_NAME in tags else "")]
-        if keys.STUDY in tags:
-            out.append(f"  study {tags[keys.STUDY]} (budget {tags.get(keys.BUDGET, '?')}), trial "
-                       f"{tags.get(keys.TRIAL, '?')}, cell {tags.get(keys.CELL, '?')}, seed {tags.get(keys.SEED, '?')}")
-        if keys.REUSED_FROM in tags:
-            out.append(f"  copied from run {tags[keys.REUSED_FROM]} (the same config and seed, trained once)")
-        out.append(f"  trained at commit {tags.get(keys.GIT_COMMIT, 'unknown')} (`git show` it), on "
-                   f"{tags.get(keys.DEVICE, 'an unknown device')}")
-        if self.progress is not None:
-            out += self.progress.lines()
-        out.append(self._fingerprint_line())
-        if keys.FINGERPRINT_CHANGED in tags:
-            out.append(f"  resumed with other code: {tags[keys.FINGERPRINT_CHANGED]}")
-        for tag, words in ((keys.WARM_RESTART, "optimiser restarted (warm restart) at epoch(s)"),
-                           (keys.BEST_RESET, "best chosen afresh from epoch(s)")):
-            if tag in tags:
-                out.append(f"  {words} {tags[tag]}")
-        out += self._config_lines()
-        out += self._score_lines()
-        out.append(f"  files: {self.artifact_uri}")
-        weights = [a for a in self.artifacts if a.startswith("model")]
-        predictions = [a for a in self.artifacts if a.startswith("predictions/")]
-        out.append(f"    weights: {', '.join(weights) or 'none'}")
-        out.append(f"    predictions: {', '.join(predictions) or 'none'}")
-        return out
-
-    def _fingerprint_line(self) -> str:
-        fingerprint = self.tags.get(keys.FINGERPRINT)
-        if fingerprint is None:
-            return f"  training code: no fingerprint recorded; today's is {self.today_fingerprint}"
-        same = "the same as today's" if fingerprint == self.today_fingerprint else \
-            f"not today's ({self.today_fingerprint}): another computation"
-        return f"  training code: fingerprint {fingerprint}, {same}"
-
-    def _config_lines(self) -> list[str]:
-        """The config as it trained, a key a line."""
-        shown = {key: json.dumps(value) if isinstance(value, str) else str(value) for key, value in self.config.items()}
-        width = max(len(key) for key in shown)
-        return ["  config it trained with (its config.json):", *(f"    {key:<{width}}  {value}"
-                                                               for key, value in shown.items())]
-
-    def _score_lines(self) -> list[str]:
-        if not self.scores:
-            return ["  no test scores (not finished, or stopped before its test years)"]
-        return ["  scores (%):", *(f"    {year}: " + ", ".join(f"{m} {v:.0f}" if m == "n" else f"{m} {v:.2f}"
-                                                            for m, v in values.items())
-                                  for year, values in self.scores.items())]
-
-
-def run_provenance(client, run_id: str, today_fingerprint: str) -> Provenance:
-    """What trained run `run_id` of the MLflow store `client`."""
-    import tempfile
-
-    from ..tracking.portable import download_run_artifact, list_run_artifacts
+def run_provenance(client, run_id: str, today_fingerprint: str) -> list[str]:
+    """What trained run `run_id` of the MLflow store `client` (see the module docstring), line by line."""
+    from ..tracking.portable import list_run_artifacts, load_run_json
 
     run = client.get_run(run_id)
-    with tempfile.TemporaryDirectory(prefix="hmer-show-") as tmp:
-        try:
-            stored = json.loads(open(download_run_artifact(client, run_id, "config.json", tmp)).read())
-            config = Config.from_dict(stored).to_flat_dict()
-        except (OSError, ValueError) as exc:
-            raise ValueError(f"run {run_id} has no readable config.json ({exc}): it trained nothing here") from None
-    metrics = run.data.metrics
+    try:
+        config = Config.from_dict(load_run_json(client, run_id, "config.json")).to_flat_dict()
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"run {run_id} has no readable config.json ({exc}): it trained nothing here") from None
+    tags, metrics = run.data.tags, run.data.metrics
+    out = [f"run {run_id}" + (f" ({tags[keys.MLFLOW_RUN_NAME]})" if keys.MLFLOW_RUN_NAME in tags else "")]
+    if keys.STUDY in tags:
+        out.append(f"  study {tags[keys.STUDY]} (budget {tags.get(keys.BUDGET, '?')}), trial "
+                   f"{tags.get(keys.TRIAL, '?')}, cell {tags.get(keys.CELL, '?')}, seed {tags.get(keys.SEED, '?')}")
+    if keys.REUSED_FROM in tags:
+        out.append(f"  copied from run {tags[keys.REUSED_FROM]} (the same config and seed, trained once)")
+    out.append(f"  trained at commit {tags.get(keys.GIT_COMMIT, 'unknown')} (`git show` it), on "
+               f"{tags.get(keys.DEVICE, 'an unknown device')}")
+    out += training_progress(client, run, config).lines()
+    fingerprint = tags.get(keys.FINGERPRINT)
+    if fingerprint is None:
+        out.append(f"  training code: no fingerprint recorded; today's is {today_fingerprint}")
+    else:
+        same = "the same as today's" if fingerprint == today_fingerprint else \
+            f"not today's ({today_fingerprint}): another computation"
+        out.append(f"  training code: fingerprint {fingerprint}, {same}")
+    if keys.FINGERPRINT_CHANGED in tags:
+        out.append(f"  resumed with other code: {tags[keys.FINGERPRINT_CHANGED]}")
+    for tag, words in ((keys.WARM_RESTART, "optimiser restarted (warm restart) at epoch(s)"),
+                       (keys.BEST_RESET, "best chosen afresh from epoch(s)")):
+        if tag in tags:
+            out.append(f"  {words} {tags[tag]}")
+    shown = {key: json.dumps(value) if isinstance(value, str) else str(value) for key, value in config.items()}
+    width = max(len(key) for key in shown)
+    out += ["  config it trained with (its config.json):", *(f"    {key:<{width}}  {value}"
+                                                            for key, value in shown.items())]
     # the years from test_<year>_n, one a scored split (test_2014_lgeval_exprate would give "2014_lgeval")
     years = sorted(key[len("test_"):-len("_n")] for key in metrics if key.startswith("test_") and key.endswith("_n"))
     scores = {year: {m: metrics[f"test_{year}_{m}"] for m in (*METRICS.names(), "n") if f"test_{year}_{m}" in metrics}
               for year in years}
+    if not scores:
+        out.append("  no test scores (not finished, or stopped before its test years)")
+    else:
+        out += ["  scores (%):", *(f"    {year}: " + ", ".join(f"{m} {v:.0f}" if m == "n" else f"{m} {v:.2f}"
+                                                         for m, v in values.items())
+                                   for year, values in scores.items())]
     artifacts = list_run_artifacts(client, run_id)
     if "predictions" in artifacts:
         artifacts += [f"predictions/{name}" for name in list_run_artifacts(client, run_id, "predictions")]
-    return Provenance(run_id, dict(run.data.tags), config, today_fingerprint, scores, sorted(artifacts),
-                      run.info.artifact_uri, training_progress(client, run, config))
+    weights = [a for a in sorted(artifacts) if a.startswith("model")]
+    predictions = [a for a in sorted(artifacts) if a.startswith("predictions/")]
+    out.append(f"  files: {run.info.artifact_uri}")
+    out.append(f"    weights: {', '.join(weights) or 'none'}")
+    out.append(f"    predictions: {', '.join(predictions) or 'none'}")
+    return out

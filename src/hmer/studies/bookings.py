@@ -95,6 +95,15 @@ def mark_failed(storage: optuna.storages.BaseStorage, trial_id: int, reason: str
         return False
 
 
+NO_ERROR = "no error recorded (its worker died or was interrupted)"
+
+
+def failure_reason(trial: FrozenTrial, chars: int = 300) -> str:
+    """Why a FAIL trial failed, on one line: its error, who marked it FAIL (`mark_failed`), or NO_ERROR."""
+    why = str(trial.user_attrs.get(keys.ERROR) or trial.user_attrs.get(keys.FAILED_BY) or "")
+    return why.splitlines()[0][:chars] if why.strip() else NO_ERROR
+
+
 @dataclass
 class GridStatus:
     """Where every cell stands, as one worker sees it now."""

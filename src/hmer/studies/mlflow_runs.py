@@ -5,6 +5,7 @@ reopened on resume, and the child runs `hmer.training.train` makes for its trial
 from __future__ import annotations
 
 import json
+from statistics import mean
 from typing import Any, Mapping, Sequence
 
 import optuna
@@ -104,9 +105,6 @@ def measured_cost(client, experiment_id: str, study_name: str) -> str:
     copied = len(finished) - len(done)
     if not done:
         return f"{copied} trial(s) copied from other studies, none trained yet" if copied else ""
-
-    def mean(values: list[float]) -> float:
-        return sum(values) / len(values)
 
     wall = [r.data.metrics["train_seconds"] + sum(v for k, v in r.data.metrics.items() if k.endswith("_decode_seconds"))
             for r in done]

@@ -45,7 +45,7 @@ def train_trial(trial: optuna.Trial, cfg: Config, session: Session, data: dict[s
         session.say(f"trial {trial.number}: {name} ...")
     t0 = time.monotonic()
     try:
-        result = train(cfg, data=data, tracking_uri=session.tracking_uri, experiment=session.experiment,
+        result = train(cfg, data=data, tracking_uri=session.tracking_uri, experiment=session.name,
                        run_name=run_name, parent_run_id=session.parent_run_id, tags=tags, epoch_callback=report,
                        resume=resumable.checkpoint if resumable else False, start_from=branch,
                        run_dir=checkpoint_dir(resumable.run_id, session.tracking_uri) if resumable else None)

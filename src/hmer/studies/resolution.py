@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 from ..config import Config, check_value
 from ..model_presets import Resolution, resolve_preset
 from .budgets import StudyBudget
-from .spec import SEED_KEY, SearchSpaceError, StudySpec, SweepSpec, cell_label
+from .spec import SEED_KEY, SearchSpaceError, StudySpec, SweepSpec, cell_label, preset_of
 
 
 def budget_resolution(preset: str, budget: StudyBudget, n_trials: int = 1, n_jobs: int = 1) -> Resolution:
@@ -27,7 +27,7 @@ def study_resolution(spec: StudySpec | SweepSpec, budget: StudyBudget, *, n_tria
                      overrides: Mapping[str, Any] | None = None, data_path: str | None = None) -> Resolution:
     """The config every cell of `spec` starts from: the spec's preset under the budget, its fixed keys (and
     a sweep's seed), then `overrides` (--set) and `data_path` (--data)."""
-    resolution = budget_resolution(spec.model_preset(budget.preset_size), budget, n_trials, n_jobs)
+    resolution = budget_resolution(preset_of(spec, budget.preset_size), budget, n_trials, n_jobs)
     fixed = dict(spec.fixed)
     if isinstance(spec, SweepSpec):
         fixed[SEED_KEY] = spec.seed  # a sweep varies hyperparameters, not luck

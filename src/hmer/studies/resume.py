@@ -54,20 +54,11 @@ def find_resumable(session, cell_key: str, cfg: Config) -> Resumable | None:
         return None
     runs = trial_runs(session.client, session.experiment_id, session.name)
     for number, run_id in dead_trial_runs(trials, runs, cell_key):
-        found = _checkpoint(checkpoint_dir(run_id, session.tracking_uri), cfg)
-        if found is not None:
-            path, epoch = found
-            return Resumable(trial=number, run_id=run_id, checkpoint=path, epoch=epoch)
+        path = checkpoint_dir(run_id, session.tracking_uri) / "last.pt"
+        ckpt = read_checkpoint(path)  # the run's own, holding `cfg`
+        if ckpt is not None and ckpt.get("run_id") == run_id and same_config(ckpt["config"], cfg):
+            return Resumable(trial=number, run_id=run_id, checkpoint=path, epoch=int(ckpt["epoch"]))
     return None
-
-
-def _checkpoint(folder: Path, cfg: Config) -> tuple[Path, int] | None:
-    """The last.pt in `folder` (named by its run id) and its epoch, if it belongs to the run and holds `cfg`."""
-    path = folder / "last.pt"
-    ckpt = read_checkpoint(path)
-    if ckpt is None or ckpt.get("run_id") != folder.name or not same_config(ckpt["config"], cfg):
-        return None
-    return path, int(ckpt["epoch"])
 
 
 def read_checkpoint(path: Path) -> dict | None:

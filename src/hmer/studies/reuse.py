@@ -11,7 +11,6 @@ histories, artifacts and times, tagged `hmer.reused_from`. Copies count no cost
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from typing import Mapping
 
 from ..config import Config
 from ..tracking import keys
-from ..tracking.portable import download_run_artifact, list_run_artifacts
+from ..tracking.portable import download_run_artifact, list_run_artifacts, load_run_json
 from ..tracking.store import search_all_runs
 from .resume import same_config
 
@@ -52,20 +51,13 @@ def find_trained(client, cfg: Config, own_study: str) -> TrainedRun | None:
             continue
         if "best_val_exprate" not in run.data.metrics:
             continue
-        stored = _stored_config(client, run.info.run_id)
-        if stored is not None and same_config(stored, cfg):
+        try:
+            stored = load_run_json(client, run.info.run_id, "config.json")
+        except Exception:  # noqa: BLE001 - a run without its config is not comparable
+            continue
+        if same_config(stored, cfg):
             return TrainedRun(run.info.run_id, study, run.data.metrics["best_val_exprate"])
     return None
-
-
-def _stored_config(client, run_id: str) -> dict | None:
-    with tempfile.TemporaryDirectory(prefix="hmer-reuse-") as tmp:
-        try:
-            path = download_run_artifact(client, run_id, "config.json", tmp)
-        except Exception:  # noqa: BLE001 - a run without its config is not comparable
-            return None
-        with open(path) as f:
-            return json.load(f)
 
 
 def copy_run(client, source: TrainedRun, *, experiment_id: str, parent_run_id: str, run_name: str,

@@ -9,6 +9,7 @@ refused (`opening.open_study`). The caller presents the study in the UIs once it
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import os
@@ -28,6 +29,7 @@ from .bookings import CellBookings, Worker
 from .mlflow_runs import fail_dead_trial_runs, finish_parent, measured_cost, parent_run
 from .opening import asked_keys, open_study, wait_for_attr
 from .resolution import study_resolution
+from .spec import preset_of
 from .storage import default_storage, mask_url, open_storage, study_exists
 
 POLL_S = 5.0  # how often a worker with no trial to start looks at the others' trials
@@ -74,8 +76,7 @@ class Session:
     study: optuna.Study
     storage: optuna.storages.BaseStorage
     tracking_uri: str
-    experiment: str
-    experiment_id: str
+    experiment_id: str  # the study's MLflow experiment, named as the study
     parent_run_id: str
     base: Resolution
     worker: Worker
@@ -113,7 +114,12 @@ class StudyData:
             return self.given
         key = cfg.data.loading_key()
         if key not in self._loaded:
-            self._loaded[key] = load_data(cfg, self.say)
+            from ..data import load_dataset
+
+            t0 = time.monotonic()
+            self._loaded[key] = load_dataset(cfg.data.path or None, cfg.data)
+            sizes = ", ".join(f"{split} {len(items)}" for split, items in self._loaded[key].items())
+            self.say(f"data loaded in {time.monotonic() - t0:.0f} s: {sizes}")
         return self._loaded[key]
 
 
@@ -217,7 +223,7 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
                     tracking_uri=tracking_uri, storage=storage)
     budget, n_jobs, name, main, say = settings.budget, settings.n_jobs, settings.name, settings.main, settings.say
     n_trials = kind.plan(budget)
-    model_preset = spec.model_preset(budget.preset_size)
+    model_preset = preset_of(spec, budget.preset_size)
     base = study_resolution(spec, budget, n_trials=n_trials, n_jobs=n_jobs, overrides=overrides, data_path=data_path)
     kind.check(base)  # a value its key does not allow fails before any trial, not after the trials before it
     described = kind.described(base.config)
@@ -323,10 +329,10 @@ def resolve(spec_name: str, budget: str | StudyBudget, *, n_jobs: int | None, da
     main = role == "main"
     tracking_uri = tracking_uri or (scratch_tracking_uri() if scratch else default_tracking_uri())
     check_tracking_server(tracking_uri)
+    say = functools.partial(print, "" if main else f"[worker {os.getpid()}] ", sep="", flush=True)
     return StudySettings(budget=budget, n_jobs=n_jobs, name=study_name or f"{spec_name}-{budget.name}", main=main,
-                 say=printer("" if main else f"[worker {os.getpid()}] "), tracking_uri=tracking_uri,
-                 storage_url=storage or default_storage(tracking_uri), scratch=scratch)
-
+                         say=say, tracking_uri=tracking_uri, storage_url=storage or default_storage(tracking_uri),
+                         scratch=scratch)
 
 
 def open_session(settings: StudySettings, storage: optuna.storages.BaseStorage, study: optuna.Study, base: Resolution,
@@ -339,7 +345,7 @@ def open_session(settings: StudySettings, storage: optuna.storages.BaseStorage, 
                                        params=params, tags=tags, artifact=artifact, reopen=reopen)
     if study.user_attrs.get(keys.PARENT_RUN_ID) != parent:
         study.set_user_attr(keys.PARENT_RUN_ID, parent)
-    session = Session(study=study, storage=storage, tracking_uri=settings.tracking_uri, experiment=settings.name,
+    session = Session(study=study, storage=storage, tracking_uri=settings.tracking_uri,
                       experiment_id=experiment_id, parent_run_id=parent, base=base, worker=worker,
                       bookings=bookings, budget=settings.budget, say=settings.say)
     session.fail_dead_trial_runs()
@@ -347,24 +353,6 @@ def open_session(settings: StudySettings, storage: optuna.storages.BaseStorage, 
 
     fail_runs_of_dead_processes(settings.name, settings.tracking_uri)  # e.g. a trial's process killed with -9
     return session
-
-
-# ---- data ----------------------------------------------------------------------------------------
-
-def load_data(cfg: Config, say: Callable[[str], None]) -> dict[str, list]:
-    from ..data import load_dataset
-
-    t0 = time.monotonic()
-    data = load_dataset(cfg.data.path or None, cfg.data)
-    sizes = ", ".join(f"{split} {len(items)}" for split, items in data.items())
-    say(f"data loaded in {time.monotonic() - t0:.0f} s: {sizes}")
-    return data
-
-
-def printer(prefix: str) -> Callable[[str], None]:
-    def say(message: str) -> None:
-        print(f"{prefix}{message}", flush=True)
-    return say
 
 
 # ---- extra workers -------------------------------------------------------------------------------

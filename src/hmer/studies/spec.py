@@ -78,13 +78,6 @@ class StudySpec:
             return {key: self.baseline[key] for key in self.axes}
         return {key: values[0] for key, values in self.axes.items()}
 
-    def model_preset(self, size: str) -> str:
-        """The model preset for a budget's preset size."""
-        try:
-            return self.model_presets[size]
-        except KeyError:
-            raise ValueError(f"study {self.name!r} has no model preset of size {size!r}") from None
-
     def search_space(self, seeds: Sequence[int], variants: Sequence[str] | None = None) -> dict[str, list[Any]]:
         """The Optuna grid: every axis (only `variants`' values, where given) and the seed axis."""
         chosen = self.variant_cells(variants)
@@ -215,18 +208,20 @@ class SweepSpec:
     fixed: Mapping[str, Any] = field(default_factory=dict)
     seed: int = 1  # every trial trains with this seed: the sweep varies hyperparameters, not luck
 
-    def model_preset(self, size: str) -> str:
-        try:
-            return self.model_presets[size]
-        except KeyError:
-            raise ValueError(f"sweep {self.name!r} has no model preset of size {size!r}") from None
-
 
 # ---- every study of the suite, by name ----------------------------------------------------------------
 
 STUDIES: Registry[StudySpec | SweepSpec] = Registry("study", home=".studies.suite")
 """Every study by its name ("ablate_direction", "sweep"): each module of `hmer.studies.suite` registers
 its spec here, and the package imports them all at the first lookup (`hmer.registry`)."""
+
+
+def preset_of(spec: StudySpec | SweepSpec, size: str) -> str:
+    """The model preset of `spec` for a budget's preset size."""
+    try:
+        return spec.model_presets[size]
+    except KeyError:
+        raise ValueError(f"study {spec.name!r} has no model preset of size {size!r}") from None
 
 
 def ablations() -> dict[str, StudySpec]:

@@ -70,7 +70,7 @@ def existing_storage(tracking_uri: str, storage: str | None = None) -> str | Non
 class StaleTrials:
     """Optuna's callback for the trials its heartbeat check marks FAIL in this process, kept until `take`:
     a worker restarted after the grace period finds its dead trials already stale and must still take
-    them up, as it does those whose process it finds gone."""
+    them up, as it does those whose process it finds gone. (Not a list: Optuna drops a falsy callback.)"""
 
     def __init__(self) -> None:
         self.failed: list[optuna.trial.FrozenTrial] = []

@@ -17,6 +17,7 @@ import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
 from ..tracking import keys
+from .bookings import failure_reason
 
 # The objective a sweep maximises (`hmer.studies.sweeps.sweep_objective`), as the plots label it.
 OBJECTIVE_NAME = "validation ExpRate (%)"
@@ -100,12 +101,8 @@ def failures(study: optuna.Study) -> list[str]:
     for t in trials:
         if t.state != TrialState.FAIL:
             continue
-        # Without an error or `hmer.failed_by`, Optuna failed it: its heartbeat went stale or it was interrupted.
-        unknown = "no error recorded (its worker died or was interrupted)"
-        why = str(t.user_attrs.get(keys.ERROR) or t.user_attrs.get(keys.FAILED_BY) or unknown)
-        why = why.splitlines()[0][:200] if why.strip() else unknown
         then = f"; trial {continued[t.number]} continued it" if t.number in continued else ""
-        lines.append(f"trial {t.number} failed: {why}{then}")
+        lines.append(f"trial {t.number} failed: {failure_reason(t, chars=200)}{then}")
     return lines
 
 

@@ -232,3 +232,12 @@ def download_run_artifact(client, run_id: str, path: str, dest: str) -> str:
 
     root = resolve_artifact_uri(client.get_run(run_id).info.artifact_uri, client.tracking_uri)
     return mlflow.artifacts.download_artifacts(artifact_uri=f"{root}/{path}" if path else root, dst_path=dest)
+
+
+def load_run_json(client, run_id: str, path: str):
+    """A run's JSON artifact `path`, read through a temporary download (`download_run_artifact`)."""
+    import json
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="hmer-artifact-") as tmp:
+        return json.loads(Path(download_run_artifact(client, run_id, path, tmp)).read_text())

@@ -9,10 +9,6 @@ the seeds of the budget; every other setting held equal. The transformer's cells
 the width of 384 are the other studies' bi transformer cells, field for field, and are copied from them
 where the store has them trained by code of today's fingerprint (docs/studies.md, "Cells that studies
 share"); the GRU's left-to-right cells are no other study's and train here.
-
-    python studies/ablate_counting.py                   # budget cpu without a GPU, short with one
-
-Run it again to resume. Options: --help, and docs/studies.md.
 """
 
 from ..spec import STUDIES, StudySpec

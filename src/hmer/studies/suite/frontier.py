@@ -18,8 +18,6 @@ the joint search, `val_final_exprate`), never a test year; the best setting is t
 budget and scored on the test years. `hmer report --frontier` draws the figure.
 
     python studies/frontier.py --budget cpu --seeds 1 --n-jobs 1     # one worker, one thread
-
-Run it again to resume. Options: --help, and docs/studies.md.
 """
 
 from ..spec import STUDIES, StudySpec
