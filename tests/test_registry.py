@@ -222,7 +222,7 @@ def test_a_metric_registered_here_is_logged_and_reported_under_its_name(tmp_path
     for key, csv in (("test_2014", "predictions/test_2014.csv"), ("val_final", "split/val_predictions.csv")):
         with open(client.download_artifacts(results[0].run_id, csv, str(tmp_path))) as f:
             distances = [int(row["distance"]) for row in DictReader(f)]
-        assert distances and metrics[f"{key}_le3"] == pytest.approx(le3(distances))
+        assert distances and metrics[f"{key}_le3"] == pytest.approx(le3.rate(distances))
     assert results[0].test_scores["2014"].extra["le3"] == pytest.approx(metrics["test_2014_le3"])
 
     # The report: its label heads a column of the scores and of the differences, tested on it.
