@@ -123,8 +123,9 @@ def run_provenance(client, run_id: str, today_fingerprint: str) -> list[str]:
     artifacts = list_run_artifacts(client, run_id)
     if "predictions" in artifacts:
         artifacts += [f"predictions/{name}" for name in list_run_artifacts(client, run_id, "predictions")]
-    weights = [a for a in sorted(artifacts) if a.startswith("model")]
-    predictions = [a for a in sorted(artifacts) if a.startswith("predictions/")]
+    artifacts.sort()
+    weights = [a for a in artifacts if a.startswith("model")]
+    predictions = [a for a in artifacts if a.startswith("predictions/")]
     out.append(f"  files: {run.info.artifact_uri}")
     out.append(f"    weights: {', '.join(weights) or 'none'}")
     out.append(f"    predictions: {', '.join(predictions) or 'none'}")
