@@ -55,20 +55,6 @@ class StudyOutcome:
 
 
 @dataclass
-class StudySettings:
-    """What a grid study and a sweep resolve the same way before opening their study."""
-
-    budget: StudyBudget
-    n_jobs: int
-    name: str  # the study's, and its MLflow experiment's
-    main: bool
-    say: Callable[[str], None]
-    tracking_uri: str
-    storage_url: str
-    scratch: bool = False  # tracked in the scratch store, its budget trying the pipeline
-
-
-@dataclass
 class Session:
     """One worker's handles on a study: Optuna study and storage, MLflow, the base config every cell is
     built on, and the bookings."""
@@ -199,45 +185,52 @@ class StudyKind:
         raise NotImplementedError
 
 
-def _banner(kind: StudyKind, settings: StudySettings, n_trials: int, model_preset: str, left: int) -> list[str]:
-    """The banner after the study's name: `kind.banner`, its storage, and how to read a scratch store."""
-    budget, name = settings.budget, settings.name
-    lines = kind.banner(budget, n_trials, settings.n_jobs, model_preset, left)
-    lines.append(f"  Optuna storage {mask_url(settings.storage_url)}; MLflow {mask_password(settings.tracking_uri)}, "
-                 f"experiment {name}")
-    if settings.scratch:
-        db = sqlite_path(settings.tracking_uri)
-        assert db is not None  # the scratch store is a SQLite file
-        lines.append(f"  budget {budget.name} tries the pipeline in the scratch store {db.parent}, not the committed "
-                     f"store (a store named by --tracking-uri or HMER_MLRUNS is used instead); read it with "
-                     f"HMER_MLRUNS={db.parent} hmer report --study {name}")
-    return lines
-
-
 def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | None, tracking_uri: str | None,
                 n_jobs: int | None, data_path: str | None, data: dict[str, list] | None, study_name: str | None,
                 overrides: Mapping[str, Any] | None, role: str) -> StudyOutcome:
     """Run (or resume) the study `kind` describes; the arguments are `run_grid_study`'s."""
+    from ..tracking.store import check_tracking_server, default_tracking_uri, scratch_tracking_uri, store_named
+
     spec = kind.spec
-    settings = resolve(spec.name, budget, n_jobs=n_jobs, data=data, study_name=study_name, role=role,
-                    tracking_uri=tracking_uri, storage=storage)
-    budget, n_jobs, name, main, say = settings.budget, settings.n_jobs, settings.name, settings.main, settings.say
+    budget = get_budget(budget) if isinstance(budget, str) else budget
+    scratch = budget.scratch and tracking_uri is None and not store_named()  # its budget trying the pipeline
+    n_jobs = max(1, n_jobs or budget.default_jobs)
+    if data is not None and n_jobs > 1:
+        raise ValueError("n_jobs > 1 starts worker processes that load the data themselves: give data_path")
+    main = role == "main"
+    uri = tracking_uri or (scratch_tracking_uri() if scratch else default_tracking_uri())
+    check_tracking_server(uri)
+    say = functools.partial(print, "" if main else f"[worker {os.getpid()}] ", sep="", flush=True)
+    name = study_name or f"{spec.name}-{budget.name}"  # the study's, and its MLflow experiment's
+    storage_url = storage or default_storage(uri)
     n_trials = kind.plan(budget)
     model_preset = preset_of(spec, budget.preset_size)
     base = study_resolution(spec, budget, n_trials=n_trials, n_jobs=n_jobs, overrides=overrides, data_path=data_path)
     kind.check(base)  # a value its key does not allow fails before any trial, not after the trials before it
     described = kind.described(base.config)
-    exists = study_exists(settings.storage_url, name)
+    exists = study_exists(storage_url, name)
+
+    def banner(left: int) -> None:
+        """The banner after the study's name: `kind.banner`, its storage, and how to read a scratch store."""
+        lines = kind.banner(budget, n_trials, n_jobs, model_preset, left)
+        lines.append(f"  Optuna storage {mask_url(storage_url)}; MLflow {mask_password(uri)}, experiment {name}")
+        db = sqlite_path(uri)
+        if scratch and db is not None:  # (the scratch store is a SQLite file)
+            lines.append(f"  budget {budget.name} tries the pipeline in the scratch store {db.parent}, not the "
+                         f"committed store (a store named by --tracking-uri or HMER_MLRUNS is used instead); read "
+                         f"it with HMER_MLRUNS={db.parent} hmer report --study {name}")
+        for line in lines:
+            say(line)
+
     if main:
         say(f"study {name}: {spec.description}")
         if not exists:  # a new study: what it is and costs, before its data loads
-            for line in _banner(kind, settings, n_trials, model_preset, left=n_trials):
-                say(line)
+            banner(left=n_trials)
 
     study_data = StudyData(data, say)
     if not study_data.has(base.config) and not exists:
         study_data(base.config)  # bad data fails here, before a study or an MLflow run exists
-    store = open_storage(settings.storage_url)
+    store = open_storage(storage_url)
     study, base, created = open_study(
         name, store, kind=kind.name, sampler=kind.sampler(), pruner=kind.pruner(n_trials),
         attrs={keys.SPEC: spec.name, keys.BUDGET: budget.name, keys.EXPERIMENT: name,
@@ -253,33 +246,45 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
     if done and main:
         say(f"resuming: {done} of {n_trials} {kind.noun} already {kind.done_word}")
     if exists and main:  # what is done first, then what is left costs (nothing, for a study that is done)
-        for line in _banner(kind, settings, n_trials, model_preset, left=n_trials - done):
-            say(line)
+        banner(left=n_trials - done)
+
+    # The study's MLflow parent run, reopened unless nothing is left to run; runs of trials whose worker
+    # died are marked FAILED on the way.
+    known = None if created else wait_for_attr(lambda: study.user_attrs, keys.PARENT_RUN_ID, timeout_s=60.0)
     plain = {keys.plain_name(key): value for key, value in described.items()}  # the parent run's names
-    session = open_session(
-        settings, store, study, base, created, worker, bookings,
+    experiment_id, parent = parent_run(
+        study, known, tracking_uri=uri, experiment=name,
         params={"study": name, "kind": kind.name, "spec": spec.name, "budget": budget.name,
-                "storage": mask_url(settings.storage_url), "n_trials": n_trials, "model_preset": model_preset,
+                "storage": mask_url(storage_url), "n_trials": n_trials, "model_preset": model_preset,
                 **{key: json.dumps(value) for key, value in plain.items()}},
         tags={keys.BUDGET: budget.name, keys.KIND: kind.name},
         artifact={"spec": spec.name, "description": spec.description, **plain, "config": base.config.to_flat_dict()},
         reopen=done < n_trials)
+    if study.user_attrs.get(keys.PARENT_RUN_ID) != parent:
+        study.set_user_attr(keys.PARENT_RUN_ID, parent)
+    session = Session(study=study, storage=store, tracking_uri=uri, experiment_id=experiment_id,
+                      parent_run_id=parent, base=base, worker=worker, bookings=bookings, budget=budget, say=say)
+    session.fail_dead_trial_runs()
+    from ..tracking.run import fail_runs_of_dead_processes
+
+    fail_runs_of_dead_processes(name, uri)  # e.g. a trial's process killed with -9
     if main and done:
-        cost = measured_cost(session.client, session.experiment_id, name)
+        cost = measured_cost(session.client, experiment_id, name)
         if cost:
             say(f"  cost {cost}")
 
     children: list = []  # the extra workers of n_jobs
     interrupted = False
     try:
-        if not study_data.has(session.base.config) and kind.open_trials(bookings):
-            study_data(session.base.config)  # once per process; the extra workers then read the warm cache
+        if not study_data.has(base.config) and kind.open_trials(bookings):
+            study_data(base.config)  # once per process; the extra workers then read the warm cache
         if main:
-            children = start_workers(kind.run_study, spec, budget, n_jobs, settings.storage_url, settings.tracking_uri,
-                                     data_path, name, overrides, **kind.worker_options())
+            children = start_workers(kind.run_study, spec, budget, n_jobs, storage=storage_url, tracking_uri=uri,
+                                     data_path=data_path, study_name=name, overrides=dict(overrides or {}),
+                                     **kind.worker_options())
         from ..device import resolve_device, share_device  # (torch: loaded once a trial is to run)
 
-        share_device(resolve_device(session.base.config.train.device), n_jobs)  # threads, and a GPU's memory
+        share_device(resolve_device(base.config.train.device), n_jobs)  # threads, and a GPU's memory
         while True:
             if not kind.run_next(session, study_data):
                 if not main or not kind.others_running(bookings):
@@ -301,77 +306,29 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
         failed = kind.failed()
         if main:
             session.fail_dead_trial_runs()
-            finish_parent(session.client, study, session.parent_run_id, complete, failed, interrupted)
-    outcome = StudyOutcome(study_name=name, storage=settings.storage_url, tracking_uri=settings.tracking_uri,
-                           experiment=name, parent_run_id=session.parent_run_id, complete=complete,
-                           n_complete=n_done, n_expected=n_trials, failed=failed)
+            finish_parent(session.client, study, parent, complete, failed, interrupted)
+    outcome = StudyOutcome(study_name=name, storage=storage_url, tracking_uri=uri, experiment=name,
+                           parent_run_id=parent, complete=complete, n_complete=n_done, n_expected=n_trials,
+                           failed=failed)
     if main:
         outcome.table = kind.table(session, outcome)
         if kind.print_table and outcome.table:
             print(outcome.table, flush=True)
-            cost = measured_cost(session.client, session.experiment_id, name)
+            cost = measured_cost(session.client, experiment_id, name)
             if cost:
                 say(f"study {name}: cost {cost}")
     return outcome
 
 
-# ---- opening a study -----------------------------------------------------------------------------
-
-def resolve(spec_name: str, budget: str | StudyBudget, *, n_jobs: int | None, data, study_name: str | None,
-            role: str, tracking_uri: str | None, storage: str | None) -> StudySettings:
-    from ..tracking.store import check_tracking_server, default_tracking_uri, scratch_tracking_uri, store_named
-
-    budget = get_budget(budget) if isinstance(budget, str) else budget
-    scratch = budget.scratch and tracking_uri is None and not store_named()
-    n_jobs = max(1, n_jobs or budget.default_jobs)
-    if data is not None and n_jobs > 1:
-        raise ValueError("n_jobs > 1 starts worker processes that load the data themselves: give data_path")
-    main = role == "main"
-    tracking_uri = tracking_uri or (scratch_tracking_uri() if scratch else default_tracking_uri())
-    check_tracking_server(tracking_uri)
-    say = functools.partial(print, "" if main else f"[worker {os.getpid()}] ", sep="", flush=True)
-    return StudySettings(budget=budget, n_jobs=n_jobs, name=study_name or f"{spec_name}-{budget.name}", main=main,
-                         say=say, tracking_uri=tracking_uri, storage_url=storage or default_storage(tracking_uri),
-                         scratch=scratch)
-
-
-def open_session(settings: StudySettings, storage: optuna.storages.BaseStorage, study: optuna.Study, base: Resolution,
-                 created: bool, worker: Worker, bookings: CellBookings, *, params: Mapping[str, Any],
-                 tags: Mapping[str, str], artifact: Mapping[str, Any], reopen: bool = True) -> Session:
-    """The study's MLflow parent run (reopened unless `reopen` is False: nothing left to run) and this
-    worker's session; runs of trials whose worker died are marked FAILED on the way."""
-    known = None if created else wait_for_attr(lambda: study.user_attrs, keys.PARENT_RUN_ID, timeout_s=60.0)
-    experiment_id, parent = parent_run(study, known, tracking_uri=settings.tracking_uri, experiment=settings.name,
-                                       params=params, tags=tags, artifact=artifact, reopen=reopen)
-    if study.user_attrs.get(keys.PARENT_RUN_ID) != parent:
-        study.set_user_attr(keys.PARENT_RUN_ID, parent)
-    session = Session(study=study, storage=storage, tracking_uri=settings.tracking_uri,
-                      experiment_id=experiment_id, parent_run_id=parent, base=base, worker=worker,
-                      bookings=bookings, budget=settings.budget, say=settings.say)
-    session.fail_dead_trial_runs()
-    from ..tracking.run import fail_runs_of_dead_processes
-
-    fail_runs_of_dead_processes(settings.name, settings.tracking_uri)  # e.g. a trial's process killed with -9
-    return session
-
-
-# ---- extra workers -------------------------------------------------------------------------------
-
-def start_workers(run_study: Callable[..., Any], spec, budget: StudyBudget, n_jobs: int, storage_url: str,
-                  tracking_uri: str, data_path: str | None, name: str, overrides, **options: Any):
+def start_workers(run_study: Callable[..., Any], spec, budget: StudyBudget, n_jobs: int, **kwargs: Any) -> list:
     """The n_jobs - 1 extra workers (spawned interpreters, safe with torch and SQLite) sharing only the
     Optuna storage and the MLflow store, as other machines' workers do. Each runs
-    `run_study(spec, budget, role="worker", ...)` (the caller's study function) with `options`."""
-    if n_jobs <= 1:
-        return []
+    `run_study(spec, budget, role="worker", n_jobs=n_jobs, **kwargs)` (the caller's study function)."""
     ctx = multiprocessing.get_context("spawn")
-    procs = []
-    for _ in range(n_jobs - 1):
-        proc = ctx.Process(target=worker_main, args=(run_study, spec, budget), kwargs=dict(
-            n_jobs=n_jobs, storage=storage_url, tracking_uri=tracking_uri, data_path=data_path,
-            study_name=name, overrides=dict(overrides or {}), **options))
+    procs = [ctx.Process(target=worker_main, args=(run_study, spec, budget), kwargs=dict(n_jobs=n_jobs, **kwargs))
+             for _ in range(n_jobs - 1)]
+    for proc in procs:
         proc.start()
-        procs.append(proc)
     return procs
 
 
