@@ -12,7 +12,7 @@ import sqlite3
 from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from ..atomic import write_text_atomically
 from ..checkpoint import LEGACY_MODEL_FILE, MODEL_FILE, atomic_torch_save, load_checkpoint, save_model_file
@@ -118,23 +118,15 @@ def _files(folder: Path) -> Iterator[Path]:
 def _file_paths(path: Path) -> list[str]:
     if path.suffix.lower() in TEXT_FILES:
         return machine_paths(path.read_text(errors="replace"))
-    return [found for text in _model_strings(path) for found in machine_paths(text)]
+    found: list[str] = []
 
+    def find(text: str) -> str:
+        found.extend(machine_paths(text))
+        return text
 
-def _model_strings(path: Path) -> list[str]:
-    """Every string a model file or checkpoint holds besides its tensors (its config, vocabulary)."""
-    return list(_strings({k: v for k, v in load_checkpoint(path).items() if k not in ("model", "optimizer")}))
-
-
-def _strings(value) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            yield from _strings(item)
+    # every string a model file or checkpoint holds besides its tensors (its config, vocabulary)
+    _map_strings({k: v for k, v in load_checkpoint(path).items() if k not in ("model", "optimizer")}, find)
+    return found
 
 
 # ---- fixing ----------------------------------------------------------------------------------------
@@ -156,13 +148,13 @@ def make_paths_portable(folder: str | Path, stores: Sequence[Path] = ()) -> list
     if (folder / OPTUNA_DB).is_file():
         changed += _portable_study_attrs(f"sqlite:///{folder / OPTUNA_DB}", stores)
     for path in _files(folder):
-        where = path.relative_to(folder).as_posix()
+        if not _file_paths(path):
+            continue
         if path.suffix.lower() in TEXT_FILES:
-            if machine_paths(path.read_text(errors="replace")):
-                write_text_atomically(path, portable_text(path.read_text(), stores))
-                changed.append(where)
-        elif any(machine_paths(text) for text in _model_strings(path)):
-            changed.append(_portable_model_file(path, stores).relative_to(folder).as_posix())
+            write_text_atomically(path, portable_text(path.read_text(), stores))
+        else:
+            path = _portable_model_file(path, stores)
+        changed.append(path.relative_to(folder).as_posix())
     return changed
 
 
@@ -194,28 +186,29 @@ def _portable_study_attrs(storage: str, stores: Sequence[Path]) -> list[str]:
         for kind, read, write in (("user", store.get_study_user_attrs, store.set_study_user_attr),
                                   ("system", store.get_study_system_attrs, store.set_study_system_attr)):
             for key, value in read(study_id).items():
-                portable = _portable_json(value, stores)
+                portable = _map_strings(value, lambda text: portable_text(text, stores))
                 if portable != value:
                     write(study_id, key, portable)
                     changed.append(f"Optuna study {summary.study_name} {kind} attr {key}")
     return changed
 
 
-def _portable_json(value, stores: Sequence[Path]):
-    """A JSON-like value with each string made portable."""
+def _map_strings(value, change: Callable[[str], str]):
+    """A JSON-like value with `change` applied to each string."""
     if isinstance(value, str):
-        return portable_text(value, stores)
+        return change(value)
     if isinstance(value, dict):
-        return {k: _portable_json(v, stores) for k, v in value.items()}
+        return {k: _map_strings(v, change) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return type(value)(_portable_json(v, stores) for v in value)
+        return type(value)(_map_strings(v, change) for v in value)
     return value
 
 
 def _portable_model_file(path: Path, stores: Sequence[Path]) -> Path:
     """Rewrite a model file or checkpoint with portable strings; returns where it is now."""
     ckpt = load_checkpoint(path)
-    portable = {k: (v if k in ("model", "optimizer") else _portable_json(v, stores)) for k, v in ckpt.items()}
+    portable = {k: (v if k in ("model", "optimizer") else _map_strings(v, lambda text: portable_text(text, stores)))
+                for k, v in ckpt.items()}
     if path.name in (MODEL_FILE, LEGACY_MODEL_FILE):  # a run's model artifact: safetensors, the same every time
         target = path.with_name(MODEL_FILE)
         save_model_file(portable, target)

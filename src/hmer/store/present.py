@@ -128,7 +128,7 @@ def annotate_sweep(study: str, run_id: str, tracking_uri: str, storage: str | No
 
     from ..studies.sweep_report import sweep_storage, sweep_table
     from ..tracking.store import mlflow_client
-    from .study_run import TABLE_ARTIFACT, _write_artifact_if_changed
+    from .study_run import TABLE_ARTIFACT, _write_artifact
 
     text = sweep_table(optuna.load_study(study_name=study, storage=sweep_storage(tracking_uri, storage)))
     table_md = f"```\n{text}\n```\n"
@@ -139,7 +139,7 @@ def annotate_sweep(study: str, run_id: str, tracking_uri: str, storage: str | No
     if run.data.tags.get(keys.MLFLOW_NOTE) != note:
         client.set_tag(run.info.run_id, keys.MLFLOW_NOTE, note)
         changes.append("description")
-    if _write_artifact_if_changed(client, run, TABLE_ARTIFACT, table_md.encode()):
+    if _write_artifact(client, run, TABLE_ARTIFACT, table_md.encode()):
         changes.append(TABLE_ARTIFACT)
     return changes
 

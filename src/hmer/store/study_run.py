@@ -86,10 +86,10 @@ def annotate_study(study: str, tracking_uri: str | None = None, *, runs: pd.Data
     changes: list[str] = []
     order = [str(v) for v, row in table.iterrows() if int(row.get("seeds", 0) or 0) > 0]
     colors = variant_colors(order)
-    table_changed = _write_artifact_if_changed(client, run, TABLE_ARTIFACT, format_table(table, "markdown").encode())
+    table_changed = _write_artifact(client, run, TABLE_ARTIFACT, format_table(table, "markdown").encode())
     if table_changed:
         changes.append(TABLE_ARTIFACT)
-    if order and (table_changed or not _has_artifact(client, run, FIGURE_ARTIFACT)):
+    if order and (table_changed or _stored_artifact(client, run, FIGURE_ARTIFACT) is None):
         figure = plot_exprate(runs[scored(runs)], order=order, title=study, jitter=0.0)
         _write_artifact(client, run, FIGURE_ARTIFACT, _png(figure))
         changes.append(FIGURE_ARTIFACT)
@@ -240,43 +240,34 @@ def _local_artifact(client, run, name: str) -> Path | None:
     return None
 
 
-def _has_artifact(client, run, name: str) -> bool:
+def _stored_artifact(client, run, name: str) -> bytes | None:
+    """The artifact `name` of `run` as stored, None where there is none yet."""
     path = _local_artifact(client, run, name)
     if path is not None:
-        return path.is_file()
-    return any(entry.path == name for entry in client.list_artifacts(run.info.run_id))
+        return path.read_bytes() if path.is_file() else None
+    import mlflow.artifacts
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="hmer-artifact-") as tmp:
+            return Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path=name, dst_path=tmp,
+                                                            tracking_uri=client.tracking_uri)).read_bytes()
+    except Exception:  # noqa: BLE001 - not there yet
+        return None
 
 
-def _write_artifact(client, run, name: str, content: bytes) -> None:
+def _write_artifact(client, run, name: str, content: bytes) -> bool:
+    """Write the artifact `name` of `run` unless it holds `content` already; True if written."""
     from ..atomic import write_atomically
 
+    if _stored_artifact(client, run, name) == content:
+        return False
     path = _local_artifact(client, run, name)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(path, lambda f: f.write(content))
-        return
+        return True
     with tempfile.TemporaryDirectory(prefix="hmer-artifact-") as tmp:
         local = Path(tmp) / name
         local.write_bytes(content)
         client.log_artifact(run.info.run_id, str(local))
-
-
-def _write_artifact_if_changed(client, run, name: str, content: bytes) -> bool:
-    """Write the artifact `name` of `run` unless it holds `content` already; True if written."""
-    path = _local_artifact(client, run, name)
-    if path is not None:
-        if path.is_file() and path.read_bytes() == content:
-            return False
-    else:
-        import mlflow.artifacts
-
-        try:
-            with tempfile.TemporaryDirectory(prefix="hmer-artifact-") as tmp:
-                local = mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path=name,
-                                                            dst_path=tmp, tracking_uri=client.tracking_uri)
-                if Path(local).read_bytes() == content:
-                    return False
-        except Exception:  # noqa: BLE001 - not there yet
-            pass
-    _write_artifact(client, run, name, content)
     return True

@@ -16,8 +16,7 @@ from optuna.trial import TrialState
 from ..config import Config
 from ..tracking import keys
 from ..tracking.store import study_filter
-from .branch import find_branch
-from .resume import Resumable, adopt, checkpoint_dir, find_resumable
+from .resume import Resumable, adopt, checkpoint_dir, find_branch, find_resumable
 from .session import Session
 from .storage import GRACE_HEARTBEATS, heartbeat_s, trial_id
 
@@ -88,7 +87,7 @@ def copy_trial(trial: optuna.Trial, session: Session, trained, *, name: str, tag
 
 def _drop_finished_checkpoints(folder: Path) -> None:
     """Delete a finished trial's checkpoints (its model is in MLflow) but the state where a wsd run's decay
-    began, which its longer cells start from (`hmer.studies.branch`)."""
+    began, which its longer cells start from (`hmer.studies.resume.find_branch`)."""
     from ..training.resume import STABLE, STABLE_BEST
 
     kept = [folder / name for name in (STABLE, STABLE_BEST) if (folder / name).is_file()]

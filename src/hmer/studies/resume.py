@@ -6,12 +6,16 @@ that did not fail by itself (no `hmer.error`), the latest first; its MLflow run;
 (`checkpoints/<run id>/` beside the store); and the checkpoint's config, which must be the cell's.
 Found, the new trial adopts the run (tagged with its number, so `fail_dead_trial_runs` leaves it) and
 trains on in it; otherwise the cell trains from scratch in a new run.
+
+A longer `wsd` cell starts from the latest state that a shorter cell of its variant kept where its decay
+began (`find_branch`; `hmer.training.branch` says why the two compute the same).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import optuna
 from optuna.trial import TrialState
@@ -19,6 +23,9 @@ from optuna.trial import TrialState
 from ..config import Config, stored_config
 from ..tracking import keys
 from .mlflow_runs import trial_runs
+
+if TYPE_CHECKING:  # (the training package imports torch: a study's planning does not need it)
+    from ..training.branch import Branch
 
 
 @dataclass(frozen=True)
@@ -95,3 +102,24 @@ def adopt(resumable: Resumable, trial: optuna.Trial, session) -> None:
         pass
     trial.set_user_attr(keys.RESUMED_FROM, {"trial": resumable.trial, "run": resumable.run_id,
                                             "epoch": resumable.epoch})
+
+
+def find_branch(session, cfg: Config) -> Branch | None:
+    """The latest `stable.pt` of the study's runs that `cfg`'s run can start from (the same config, shorter,
+    its decay begun at or before `cfg`'s), or None."""
+    from ..training.branch import Branch, shares_stable_phase, stable_end
+    from ..training.resume import STABLE, STABLE_BEST
+
+    end = stable_end(cfg)
+    if end <= 0:
+        return None
+    best: Branch | None = None
+    for run in trial_runs(session.client, session.experiment_id, session.name):
+        folder = checkpoint_dir(run.info.run_id, session.tracking_uri)
+        ckpt = read_checkpoint(folder / STABLE)
+        if ckpt is None:
+            continue
+        epoch = int(ckpt["epoch"])
+        if epoch <= end and (best is None or epoch > best.epoch) and shares_stable_phase(ckpt["config"], cfg):
+            best = Branch(run_id=run.info.run_id, checkpoint=folder / STABLE, best=folder / STABLE_BEST, epoch=epoch)
+    return best

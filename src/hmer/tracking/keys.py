@@ -29,7 +29,7 @@ FINGERPRINT_CHANGED = "hmer.fingerprint_changed"  # "epoch N: <fingerprint>" whe
 DEVICE = "hmer.device"            # the devices it trained on, in words, in the order first used
 DEVICE_SEPARATOR = "; "           # between them
 RESUMED = "hmer.resumed"          # the epoch a resumed run continued from
-# A wsd run that started from a shorter run's state where its decay began (hmer.studies.branch):
+# A wsd run that started from a shorter run's state where its decay began (hmer.studies.resume.find_branch):
 # "<run id>@<epoch>", and that run's train_cpu_seconds there (the cost the two share).
 BRANCHED_FROM = "hmer.branched_from"
 BRANCH_CPU_SECONDS = "hmer.branch_cpu_seconds"

@@ -4,7 +4,7 @@ Under `train.schedule=wsd` the rate is held until the last `train.decay_epochs`,
 run's length (batches and augmentation are drawn from (seed, epoch), the warm-up is in steps). So a 32-epoch run
 computes what the 16-epoch run computes until its decay (epoch 13), where the trainer keeps `stable.pt` and
 `stable-best.pt` (`resume.keep_stable_phase`). `train(cfg, start_from=...)` (found by
-`hmer.studies.branch.find_branch`) takes over that state and curve as a new run tagged `hmer.branched_from`
+`hmer.studies.resume.find_branch`) takes over that state and curve as a new run tagged `hmer.branched_from`
 (`<run id>@<epoch>`) and ends as the longer run would have (tests/test_branch.py: weight for weight). Its
 `train_cpu_seconds` counts the shared epochs; the study's own cost is `hmer.branch_cpu_seconds`.
 

@@ -9,7 +9,7 @@ fusion coverage, bidirectional, fp32 on every host, one seed. Only the planned v
 
 Every cell trains the `wsd` schedule: the `swept` recipe's warm-up and rate, held until the last fifth of
 its epochs and then decayed (1 - sqrt). Before its decay a cell computes what the longer cells of its
-variant compute, so each longer cell starts where the shorter one's decay began (`hmer.studies.branch`):
+variant compute, so each longer cell starts where the shorter one's decay began (`hmer.studies.resume.find_branch`):
 the four lengths of a variant cost its longest stable phase plus the four decays, not the sum of four
 runs, where the state is still on the machine (it is never committed).
 
