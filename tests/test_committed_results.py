@@ -83,7 +83,7 @@ def test_committed_checkpoints_are_the_smallest_files_that_continue_the_unfinish
     in flight, the run its next trial continues, with `last.pt` and, only where its weights are not
     the best so far, `best.pt`; nothing else is committed for good (issue 49)."""
     from hmer.checkpoint import load_checkpoint
-    from hmer.store.unfinished import resumable_runs, unfinished_studies
+    from hmer.store.publish import resumable_runs, unfinished_studies
 
     client = MlflowClient(f"sqlite:///{MLRUNS / 'mlflow.db'}")
     continued = resumable_runs(client, f"sqlite:///{MLRUNS / 'optuna.db'}", sorted(unfinished_studies(client)), MLRUNS)

@@ -234,7 +234,7 @@ def test_a_superseded_study_that_stopped_unfinished_is_published_as_it_stopped_a
     # a publish without --keep-unfinished must not drop it as if it were still training, and one
     # with it must not carry its runs' checkpoints to be continued. Superseding it closed its parent.
     from hmer.store.rename import mark_superseded
-    from hmer.store.unfinished import unfinished_studies
+    from hmer.store.publish import unfinished_studies
     from hmer.tracking import keys
 
     work = tmp_path / "work"

@@ -804,7 +804,7 @@ def test_a_cell_another_study_trained_with_the_same_config_is_copied_not_trained
     """The direction study's bi cell is a decoder comparison's transformer cell: the second study
     copies that run (metrics, artifacts, parent link) instead of training it, and counts no cost for it."""
     from hmer.studies.mlflow_runs import measured_cost
-    from hmer.studies.reuse import find_trained
+    from hmer.studies.objective import find_trained
     from hmer.config import Config
 
     tracking, storage = stores

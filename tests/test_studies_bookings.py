@@ -15,7 +15,7 @@ from optuna.trial import TrialState
 from hmer.studies import BUDGETS, DIRECTION, StudySpec, get_budget
 from hmer.studies.bookings import CellBookings, Worker, worker_alive
 from hmer.cli.study import build_parser, parse_seeds
-from hmer.studies.sampler import BookedCellSampler
+from hmer.studies.bookings import BookedCellSampler
 from hmer.studies.storage import mask_url, open_storage, trial_id
 from hmer.studies.spec import SEED_KEY, cell_key
 from hmer.tracking import keys
@@ -39,7 +39,7 @@ WORKER = START_TOGETHER + textwrap.dedent("""
     import sys, time
     import optuna
     from hmer.studies.bookings import CellBookings, Worker
-    from hmer.studies.sampler import BookedCellSampler
+    from hmer.studies.bookings import BookedCellSampler
     from hmer.studies.storage import open_storage
     from hmer.studies.spec import StudySpec, cell_key
 
@@ -73,7 +73,7 @@ CONTINUER = START_TOGETHER + textwrap.dedent("""
     import sys, time
     import optuna
     from hmer.studies.bookings import CellBookings, Worker
-    from hmer.studies.sampler import BookedCellSampler
+    from hmer.studies.bookings import BookedCellSampler
     from hmer.studies.storage import open_storage
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)

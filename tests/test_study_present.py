@@ -25,8 +25,7 @@ from hmer.cli import main as hmer_main
 from hmer.reports.runs import list_studies, load_runs, study_parent
 from hmer.store.study_run import FIGURE_ARTIFACT, summary_metric, summary_run_name, summary_runs
 from hmer.reports.tables import study_table
-from hmer.store.dashboard import load_for_notes
-from hmer.store.present import present_studies
+from hmer.store.present import load_for_notes, present_studies
 from hmer.studies.session import OBJECTIVE_NAMES
 from hmer.tracking import keys
 

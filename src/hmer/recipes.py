@@ -37,7 +37,7 @@ RECIPES: dict[str, dict[str, Any]] = {
     # model shape is the `swept` size (hmer.model_presets.SIZES).
     "swept": {
         # `train.recipe` names the papers' recipes only; every config this one trained stores `custom`
-        # (a study's cell is compared with the store's runs field for field: hmer.studies.reuse)
+        # (a study's cell is compared with the store's runs field for field: hmer.studies.objective.find_trained)
         "train.recipe": "custom", "train.optimizer": "adamw", "train.lr": 6.5e-4, "train.weight_decay": 0.01,
         "train.eps": 1e-8, "train.label_smoothing": 0.173, "train.warmup_steps": 163,
         "train.schedule": "cosine", "train.min_lr": 1e-5,

@@ -116,7 +116,7 @@ def build_parser(spec: StudySpec | SweepSpec, doc: str | None = None,
                             "variant of the grid; two axes: rnn/l2r)")
         p.add_argument("--train-every-cell", action="store_true",
                        help="train a cell even where another study in the store has trained its config and "
-                            "seed (by default that run is copied: hmer.studies.reuse)")
+                            "seed (by default that run is copied: hmer.studies.objective)")
     p.add_argument("--set", dest="overrides", nargs="+", default=[], metavar="KEY=VALUE",
                    help="config overrides held equal in every trial, e.g. train.epochs=2")
     return p

@@ -215,7 +215,7 @@ def list_studies(tracking_uri: str | None = None) -> pd.DataFrame:
             "superseded_by": head.get(f"tags.{keys.SUPERSEDED_BY}") if not parent.empty else None,
             "runs": int(trials.sum()),
             "trials": ", ".join(f"{n} {state}" for state, n in states.items()) or "none",
-            # the parent run's start: a study's trials may be copies of older runs (hmer.studies.reuse)
+            # the parent run's start: a study's trials may be copies of older runs (hmer.studies.objective.copy_run)
             "started": head["start_time"] if not parent.empty else group["start_time"].min(),
         })
     return pd.DataFrame(rows, columns=columns).sort_values("started", ascending=False).reset_index(drop=True)

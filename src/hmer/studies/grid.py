@@ -17,11 +17,9 @@ from ..config import Config
 from ..model_presets import Resolution
 from ..tracking import keys
 from .budgets import StudyBudget
-from .bookings import CellBookings, describe_cell_key
-from .objective import copy_trial, run_one_trial, train_trial
+from .bookings import BookedCellSampler, CellBookings, describe_cell_key
+from .objective import copy_trial, find_trained, run_one_trial, train_trial
 from .resolution import cell_resolution, check_cells
-from .reuse import find_trained
-from .sampler import BookedCellSampler
 from .session import Session, StudyData, StudyKind, StudyOutcome, run_session
 from .spec import SEED_KEY, StudySpec, cell_key, cell_label, variant_label
 
@@ -45,7 +43,7 @@ def run_grid_study(spec: StudySpec, budget: str | StudyBudget = "smoke", *, stor
         seeds: the seed axis; default the budget's.
         variants: only these variants (`spec.variant_label`), the baseline among them; default all.
         overrides: Config overrides held equal in every cell (`--set`).
-        reuse: copy a cell another study of the store trained with the same config and seed (`reuse.py`).
+        reuse: copy a cell another study of the store trained with the same config and seed (`objective.py`).
         role: "main" prints banner and table and waits for the others; "worker" only runs trials."""
     return run_session(Grid(spec, seeds, print_table, reuse, variants), budget, storage=storage,
                        tracking_uri=tracking_uri, n_jobs=n_jobs, data_path=data_path, data=data,

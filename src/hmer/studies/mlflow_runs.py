@@ -115,5 +115,5 @@ def measured_cost(client, experiment_id: str, study_name: str) -> str:
         parts.append(f"{mean(cpu) / 60:.0f} CPU-min a trial (training, validation and final decoding"
                      + (f"; {len(cpu)} of the trials record it)" if len(cpu) < len(done) else ")"))
     if copied:
-        parts.append(f"and {copied} trial(s) copied from other studies at no cost (hmer.studies.reuse)")
+        parts.append(f"and {copied} trial(s) copied from other studies at no cost (hmer.studies.objective)")
     return ", ".join(parts)

@@ -123,7 +123,7 @@ class StudyKind:
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        if cls.name:  # for the studies in a store, read back by kind (`hmer.store.dashboard`)
+        if cls.name:  # for the studies in a store, read back by kind (`hmer.store.present`)
             OBJECTIVE_NAMES[cls.name] = cls.objective_name
 
     def __init__(self, spec, run_study: Callable[..., Any]):

@@ -22,10 +22,9 @@ from ..model_presets import Resolution
 from ..tracking import keys
 from ..training.cost import epochs_for_budget, train_seconds_per_image
 from .budgets import StudyBudget
-from .bookings import CellBookings
+from .bookings import BookedCellSampler, CellBookings
 from .objective import run_one_trial, train_trial
 from .resolution import cell_resolution, check_cells, range_ends, sweep_trial_values
-from .sampler import BookedCellSampler
 from .session import Session, StudyData, StudyKind, StudyOutcome, run_session
 from .spec import SEED_KEY, SweepSpec
 
