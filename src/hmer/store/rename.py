@@ -35,7 +35,7 @@ def rename_study(study: str, new: str, *, tracking_uri: str | None = None, stora
     """Rename `study` to `new` in the MLflow store and the Optuna storage. Refuses, changing nothing, a
     study not there, a name taken, and a RUNNING trial whose worker may run (a dead one is marked FAIL)."""
     from ..tracking.store import default_tracking_uri, mlflow_client
-    from ..studies.storage import default_storage, open_storage
+    from ..studies.storage import default_storage, open_storage, trial_id
 
     if not new or new == study:
         raise ValueError(f"rename {study!r}: give a new name other than the study's own")
@@ -58,17 +58,16 @@ def rename_study(study: str, new: str, *, tracking_uri: str | None = None, stora
     if taken is not None and experiment is not None:
         raise ValueError(f"{uri} already has an experiment {new!r}: choose another name")
     if study in names:
-        running = optuna.load_study(study_name=study, storage=optuna_storage).get_trials(
-            deepcopy=False, states=(TrialState.RUNNING,))
+        old = optuna.load_study(study_name=study, storage=optuna_storage)
+        running = old.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         dead = [t for t in running if worker_alive(t.user_attrs.get(keys.WORKER)) is False]
         live = [t for t in running if t not in dead]
         if live:
             raise ValueError(f"study {study!r} has {len(live)} RUNNING trial(s) "
                              f"({', '.join(str(t.number) for t in live)}): stop its workers, or let it finish")
-        study_id = optuna_storage.get_study_id_from_name(study)
         for trial in dead:  # what the study's next worker would do (bookings.CellBookings.reap)
-            tid = optuna_storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
-            mark_failed(optuna_storage, tid, "worker is gone; marked FAIL by hmer runs rename")
+            mark_failed(optuna_storage, trial_id(optuna_storage, old, trial.number),
+                        "worker is gone; marked FAIL by hmer runs rename")
 
     if study in names and not copied:
         optuna.copy_study(from_study_name=study, from_storage=optuna_storage, to_storage=optuna_storage,

@@ -172,36 +172,25 @@ class CellBookings:
     def status(self) -> GridStatus:
         """Bookings first, then trials: a booking released after our read shows as its trial."""
         booked = self._live_bookings()
-        trials = self.study.get_trials(deepcopy=False)
-        complete, running = set(), set()
-        for t in trials:
-            key = t.user_attrs.get(keys.CELL_KEY)
-            if key is None:
-                continue
-            if t.state == TrialState.COMPLETE:
-                complete.add(key)
-            elif t.state == TrialState.RUNNING:
-                running.add(key)
-        return GridStatus(complete=complete, running=running, booked=booked)
+        cells = [(t.state, t.user_attrs[keys.CELL_KEY]) for t in self.study.get_trials(deepcopy=False)
+                 if keys.CELL_KEY in t.user_attrs]
+        return GridStatus(complete={key for state, key in cells if state == TrialState.COMPLETE},
+                          running={key for state, key in cells if state == TrialState.RUNNING}, booked=booked)
 
     def errored_since(self, since: float) -> set[str]:
         """Cells whose trial raised an error in a live worker since `since` (Unix time): not retried in this
         session; a rerun does."""
-        out = set()
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
-            key = t.user_attrs.get(keys.CELL_KEY)
-            if key and keys.ERROR in t.user_attrs and t.datetime_start and t.datetime_start.timestamp() >= since:
-                out.add(key)
-        return out
+        return {t.user_attrs[keys.CELL_KEY] for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+                if t.user_attrs.get(keys.CELL_KEY) and keys.ERROR in t.user_attrs and t.datetime_start
+                and t.datetime_start.timestamp() >= since}
 
     def _live_bookings(self) -> set[str]:
         out = set()
         now = time.time()
         for key, value in self.storage.get_study_system_attrs(self.study_id).items():
-            if not key.startswith(keys.BOOKING_PREFIX) or key == self.booking_key or not isinstance(value, dict):
+            if not key.startswith(keys.BOOKING_PREFIX) or key == self.booking_key or not isinstance(value, dict) \
+                    or not value.get("cell"):  # another worker's booking, not released
                 continue
-            if not value.get("cell"):
-                continue  # released
             alive = worker_alive(value.get("worker"))
             if alive is False or (alive is None and now - float(value.get("at", 0.0)) > self.booking_ttl_s):
                 continue  # its worker died before it became a trial

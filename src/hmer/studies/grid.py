@@ -122,7 +122,7 @@ class Grid(StudyKind):
         if not data.has(cfg):  # another cell than the one loaded for (a worker died, a race was lost)
             bookings.release()
             return True
-        if self._run_cell(session, cell, data(cfg)) != TrialState.COMPLETE:
+        if self._run_cell(session, cell, cfg, data(cfg)) != TrialState.COMPLETE:
             self.failed_here.add(cell_key(cell))  # not again in this command: a rerun retries it
         return True
 
@@ -134,7 +134,6 @@ class Grid(StudyKind):
         return [describe_cell_key(k) for k in sorted(self.failed_here)]
 
     def table(self, session: Session, outcome: StudyOutcome) -> str:
-        """The per-year table."""
         session.say(f"study {outcome.study_name}: {outcome.n_complete} of {outcome.n_expected} cells complete"
                     + ("" if outcome.complete else f"; failed: {'; '.join(outcome.failed) or 'none here'} "
                        f"(run the same command to retry them)"))
@@ -142,25 +141,24 @@ class Grid(StudyKind):
 
         return format_table(study_table(session.name, session.tracking_uri))
 
-    def _run_cell(self, session: Session, cell: Mapping[str, Any], data: dict[str, list]) -> TrialState:
-        """One trial of the booked `cell`, a plain Optuna objective over the grid."""
+    def _run_cell(self, session: Session, cell: Mapping[str, Any], cfg: Config, data: dict[str, list]) -> TrialState:
+        """One trial of the booked `cell`, which trains `cfg`: a plain Optuna objective over the grid."""
         spec, space, bookings = self.spec, self.space, session.bookings
         ordered = {**{k: cell[k] for k in spec.axes}, SEED_KEY: cell[SEED_KEY]}
         variant, label, seed = variant_label(ordered), cell_label(ordered), int(cell[SEED_KEY])
         baseline = all(ordered[k] == v for k, v in spec.baseline_cell.items())
         self.cell_sampler.assign(ordered, lambda study, trial: bookings.started(
             trial, ordered, {keys.CELL: label, keys.VARIANT: variant, keys.SEED: seed}))
+        tags = {keys.CELL: label, keys.SEED: str(seed), keys.VARIANT: variant, keys.BUDGET: session.budget.name,
+                keys.BASELINE: str(baseline).lower()}
+        named: dict[str, Any] = {"name": f"{label}, seed {seed}", "tags": tags, "run_name": f"{variant} seed {seed}"}
 
         def objective(trial: optuna.Trial) -> float:
-            params = {key: trial.suggest_categorical(key, list(values)) for key, values in space.items()}
-            cfg = cell_resolution(session.base, spec, params).config
-            tags = {keys.CELL: label, keys.SEED: str(seed), keys.VARIANT: variant, keys.BUDGET: session.budget.name,
-                    keys.BASELINE: str(baseline).lower()}
-            named: dict[str, Any] = {"name": f"{label}, seed {seed}", "tags": tags,
-                                     "run_name": f"{variant} seed {seed}"}
+            for key, values in space.items():  # the booked cell's values (the sampler's), the trial's params
+                trial.suggest_categorical(key, list(values))
             trained = find_trained(session.client, cfg, session.name) if self.reuse else None
             if trained is not None:
                 return copy_trial(trial, session, trained, **named)
-            return train_trial(trial, cfg, session, data, cell_key=cell_key(params), **named).best_val_exprate
+            return train_trial(trial, cfg, session, data, cell_key=cell_key(cell), **named).best_val_exprate
 
         return run_one_trial(session, objective)

@@ -15,7 +15,7 @@ import multiprocessing
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import optuna
 
@@ -31,6 +31,10 @@ from .opening import asked_keys, open_study, wait_for_attr
 from .resolution import study_resolution
 from .spec import preset_of
 from .storage import default_storage, mask_url, open_storage, study_exists
+
+if TYPE_CHECKING:
+    from .grid import Grid
+    from .sweeps import Sweep
 
 POLL_S = 5.0  # how often a worker with no trial to start looks at the others' trials
 # Each kind's objective in words (`keys.KIND` -> name), filled by every `StudyKind` subclass as
@@ -110,9 +114,24 @@ class StudyData:
 
 
 class StudyKind:
-    """What a kind of study adds to `run_session`; one object per command and process. Hooks in order:
-    `plan`, `check`, `described`, `banner`, `sampler`, `pruner`, `take_up`, `done`, `open_trials`; then
-    `run_next` until it has no trial left, `others_running` while it waits; `done`, `failed`, `table`."""
+    """What a kind of study (`grid.Grid`, `sweeps.Sweep`) adds to `run_session`; one object per command and
+    process. Its hooks, in the order the session calls them:
+
+    - `plan(budget)`: how many trials the study runs under `budget`;
+    - `check(base)`: refuse, before anything runs, a base config that a trial's values would make invalid;
+    - `described(base config)`: what the study searches, by study attribute (`keys.GRID`, ...), checked on
+      resume;
+    - `banner(budget, n_trials, n_jobs, model_preset, left)`: the banner's lines after the study's name, no
+      expected cost when `left` is 0;
+    - `sampler()`, `pruner(n_trials)`, `worker_options()`: the study function's own arguments for the extra
+      workers;
+    - `take_up(bookings, dead)`: what becomes of trials whose worker died, in words;
+    - `done(bookings)`: how many trials count as done; `open_trials(bookings)`: whether a trial is left for
+      a worker to start (it then needs the data);
+    - `run_next(session, data)`: run this worker's next trial, until it has none now (False);
+      `others_running(bookings)`, while it waits: whether other workers still run (or are about to run)
+      trials of the study;
+    - `done`, then `failed()`: what failed in this command, in words; `table(session, outcome)`."""
 
     name = ""  # the study's kind (keys.KIND): "grid" or "sweep"
     objective_name = ""  # what a trial's value is, in words: its name in optuna-dashboard (`opening`)
@@ -130,62 +149,20 @@ class StudyKind:
         self.spec = spec
         self.run_study = run_study  # the module-level study function the extra workers run
 
-    # -- before the study opens ---------------------------------------------------------------------
-    def plan(self, budget: StudyBudget) -> int:
-        """How many trials the study runs under `budget`."""
-        raise NotImplementedError
-
     def check(self, base: Resolution) -> None:
-        """Refuse, before anything runs, a base config that a trial's values would make invalid."""
-
-    def described(self, base: Config) -> dict[str, Any]:
-        """What the study searches, by study attribute (`keys.GRID`, ...), checked on resume."""
-        raise NotImplementedError
-
-    def banner(self, budget: StudyBudget, n_trials: int, n_jobs: int, model_preset: str, left: int) -> list[str]:
-        """The banner's lines after the study's name; no expected cost when `left` is 0."""
-        raise NotImplementedError
-
-    def sampler(self) -> optuna.samplers.BaseSampler:
-        raise NotImplementedError
+        pass
 
     def pruner(self, n_trials: int) -> optuna.pruners.BasePruner:
         return optuna.pruners.NopPruner()
 
     def worker_options(self) -> dict[str, Any]:
-        """The study function's own arguments for the extra workers."""
         return {}
 
-    # -- once it is open ----------------------------------------------------------------------------
-    def take_up(self, bookings: CellBookings, dead: list) -> str:
-        """What becomes of trials whose worker died, in words."""
-        raise NotImplementedError
-
-    def done(self, bookings: CellBookings) -> int:
-        """The trials that count as done."""
-        raise NotImplementedError
-
-    def open_trials(self, bookings: CellBookings) -> bool:
-        """Whether a trial is left for a worker to start (it then needs the data)."""
-        raise NotImplementedError
-
-    def run_next(self, session: Session, data: StudyData) -> bool:
-        """Run this worker's next trial; False when there is none for it now."""
-        raise NotImplementedError
-
-    def others_running(self, bookings: CellBookings) -> bool:
-        """Whether other workers still run (or are about to run) trials of the study."""
-        raise NotImplementedError
-
     def failed(self) -> list[str]:
-        """What failed in this command, in words."""
         return []
 
-    def table(self, session: Session, outcome: StudyOutcome) -> str:
-        raise NotImplementedError
 
-
-def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | None, tracking_uri: str | None,
+def run_session(kind: Grid | Sweep, budget: str | StudyBudget, *, storage: str | None, tracking_uri: str | None,
                 n_jobs: int | None, data_path: str | None, data: dict[str, list] | None, study_name: str | None,
                 overrides: Mapping[str, Any] | None, role: str) -> StudyOutcome:
     """Run (or resume) the study `kind` describes; the arguments are `run_grid_study`'s."""

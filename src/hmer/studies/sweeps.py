@@ -174,21 +174,21 @@ def _objective(session: Session, spec: SweepSpec, data_for: StudyData,
         name = f"trial {trial.number}"
         cfg = cell_resolution(session.base, spec, drawn, name).config
         data = data_for(cfg)
+        epochs = cfg.train.epochs
         if cpu_minutes > 0:
             if dead is not None and keys.TRIAL_FITTED_EPOCHS in dead.user_attrs:
                 per_image = float(dead.user_attrs[keys.TRIAL_CPU_SECONDS_PER_IMAGE])
-                drawn["train.epochs"] = int(dead.user_attrs[keys.TRIAL_FITTED_EPOCHS])
+                epochs = int(dead.user_attrs[keys.TRIAL_FITTED_EPOCHS])
             else:
                 per_image = train_seconds_per_image(cfg, data["train"])
-                drawn["train.epochs"] = epochs_for_budget(cpu_minutes * 60, per_image, len(data["train"]),
-                                                          MAX_SWEEP_EPOCHS)
+                epochs = epochs_for_budget(cpu_minutes * 60, per_image, len(data["train"]), MAX_SWEEP_EPOCHS)
+            drawn["train.epochs"] = epochs
             trial.set_user_attr(keys.TRIAL_CPU_SECONDS_PER_IMAGE, per_image)
-            trial.set_user_attr(keys.TRIAL_FITTED_EPOCHS, drawn["train.epochs"])
+            trial.set_user_attr(keys.TRIAL_FITTED_EPOCHS, epochs)
             session.say(f"trial {trial.number}: {per_image * 1000:.1f} CPU-ms per training image: "
-                        f"{drawn['train.epochs']} epochs fit its {cpu_minutes:g} CPU-minutes")
-        cfg = cell_resolution(session.base, spec, drawn, name).config
-        steps = cfg.train.epochs * len(make_batches(data["train"], cfg.data.batch_pixels, cfg.data.max_batch_size,
-                                                    shuffle=True, seed=0))
+                        f"{epochs} epochs fit its {cpu_minutes:g} CPU-minutes")
+        steps = epochs * len(make_batches(data["train"], cfg.data.batch_pixels, cfg.data.max_batch_size,
+                                          shuffle=True, seed=0))
         for param, value in sampled.items():
             if param.share_of_training:
                 drawn.update(param.overrides(value, base_flat, training_steps=steps))
