@@ -14,8 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+import optuna
+
 from ..atomic import write_text_atomically
 from ..checkpoint import LEGACY_MODEL_FILE, MODEL_FILE, atomic_torch_save, load_checkpoint, save_model_file
+from ..studies.storage import open_storage
 from ..tracking import keys
 from ..tracking.portable import (ARTIFACTS, CHECKPOINTS, STORE_FOLDER, machine_paths, make_values_portable,
                                 portable_text, set_params)
@@ -175,10 +178,6 @@ def _published_storages(folder: Path) -> dict[tuple[str, str], str]:
 
 
 def _portable_study_attrs(storage: str, stores: Sequence[Path]) -> list[str]:
-    import optuna
-
-    from ..studies.storage import open_storage
-
     store = open_storage(storage)
     changed = []
     for summary in optuna.get_all_study_summaries(store, include_best_trial=False):

@@ -19,21 +19,26 @@ from typing import Any, Mapping
 
 import optuna
 import pandas as pd
+from mlflow.exceptions import MlflowException
 from optuna.trial import FrozenTrial, TrialState
 
+from ..reports.markup import markdown, mean_pm_std
+from ..reports.runs import list_studies, load_runs, resolve_tracking_uri, study_parent
 from ..studies.bookings import failure_reason
 from ..studies.opening import name_objective
+from ..studies.session import OBJECTIVE_NAMES
+from ..studies.spec import STUDIES
+from ..studies.storage import default_storage, first_use_lock, trial_id
+from ..studies.sweep_report import sweep_storage, sweep_table
 from ..tracking import keys
+from ..tracking.portable import load_run_json
+from ..tracking.store import mlflow_client
+from .study_run import TABLE_ARTIFACT, _write_artifact, annotate_study, mark_killed_attempts
 
 
 def present_study(study: str, *, tracking_uri: str | None = None, storage: str | None = None) -> list[str]:
     """Present `study` in both UIs; returns what was written, in words. The Optuna side is skipped when
     `storage` (default: `optuna.db` beside a SQLite store) has no such study; no SQLite file is created."""
-    from mlflow.exceptions import MlflowException
-
-    from ..reports.runs import resolve_tracking_uri
-    from ..studies.storage import first_use_lock
-
     uri = resolve_tracking_uri(tracking_uri)
     with first_use_lock(uri):  # a study's workers on one machine that end together take turns
         try:
@@ -45,10 +50,6 @@ def present_study(study: str, *, tracking_uri: str | None = None, storage: str |
 
 
 def _present(study: str, uri: str, storage: str | None) -> list[str]:
-    from ..reports.runs import load_runs, study_parent
-    from ..tracking.store import mlflow_client
-    from .study_run import annotate_study, mark_killed_attempts
-
     parent = study_parent(study, uri)
     url = _storage_url(storage, uri)
     changes: list[str] = []
@@ -68,8 +69,6 @@ def _present(study: str, uri: str, storage: str | None) -> list[str]:
         elif kind == "sweep" and parent["state"] == "finished":
             changes += annotate_sweep(study, str(parent["run_id"]), uri, url)
     if url is not None and study in optuna.get_all_study_names(url):
-        from ..studies.session import OBJECTIVE_NAMES
-
         optuna_study, optuna_storage = load_for_notes(study, url)
         kind = _text(optuna_study.user_attrs.get(keys.KIND)) or kind
         changes += annotate_optuna_study(
@@ -80,8 +79,6 @@ def _present(study: str, uri: str, storage: str | None) -> list[str]:
 
 def present_studies(tracking_uri: str | None = None, storage: str | None = None) -> dict[str, list[str]]:
     """`present_study` for every study of the MLflow store and of the Optuna storage: {study: changes}."""
-    from ..reports.runs import list_studies, resolve_tracking_uri
-
     uri = resolve_tracking_uri(tracking_uri)
     names = [str(name) for name in list_studies(uri)["study"]]
     url = _storage_url(storage, uri)
@@ -92,14 +89,10 @@ def present_studies(tracking_uri: str | None = None, storage: str | None = None)
 
 def _storage_url(storage: str | None, tracking_uri: str) -> str | None:
     """The Optuna storage to present, None where there is none (a SQLite file that opening would create)."""
-    from ..studies.storage import default_storage
-
-    if storage is None and not tracking_uri.startswith("sqlite:///"):
-        return None
-    url = default_storage(tracking_uri) if storage is None else storage
-    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).is_file():
-        return None
-    return url
+    if storage is None:
+        storage = default_storage(tracking_uri) if tracking_uri.startswith("sqlite:///") else None
+    missing = storage is not None and storage.startswith("sqlite:///") and not Path(storage[10:]).is_file()
+    return None if missing else storage
 
 
 def _description(study, parent, tracking_uri: str) -> str | None:
@@ -108,9 +101,6 @@ def _description(study, parent, tracking_uri: str) -> str | None:
     if stored:
         return stored
     if parent is not None:
-        from ..tracking.portable import load_run_json
-        from ..tracking.store import mlflow_client
-
         try:
             found = _text(load_run_json(mlflow_client(tracking_uri), str(parent["run_id"]), "study.json")
                           .get("description"))
@@ -118,8 +108,6 @@ def _description(study, parent, tracking_uri: str) -> str | None:
                 return found
         except Exception:  # noqa: BLE001 - a parent run without its study.json: the spec says it
             pass
-    from ..studies.spec import STUDIES
-
     name = _text(study.user_attrs.get(keys.SPEC))
     return STUDIES.get(name).description if name is not None and name in STUDIES else None
 
@@ -131,10 +119,6 @@ def _text(value: Any) -> str | None:
 def annotate_sweep(study: str, run_id: str, tracking_uri: str, storage: str | None) -> list[str]:
     """Write the sweep's table (`sweep_table`, from its Optuna storage: default optuna.db beside the
     MLflow store) onto its parent run `run_id`, where it differs; returns what was written."""
-    from ..studies.sweep_report import sweep_storage, sweep_table
-    from ..tracking.store import mlflow_client
-    from .study_run import TABLE_ARTIFACT, _write_artifact
-
     text = sweep_table(optuna.load_study(study_name=study, storage=sweep_storage(tracking_uri, storage)))
     table_md = f"```\n{text}\n```\n"
     client = mlflow_client(tracking_uri)
@@ -154,8 +138,6 @@ NOTE_CHARS = 6000  # a description longer than MLflow's 8000-character tag limit
 
 def sweep_description(study: str, text: str) -> str:
     """The sweep's parent-run description: as much of its table (best trials first) as fits; `table.md` holds all."""
-    from .study_run import TABLE_ARTIFACT  # (the reports' plotting stays out of a study's start)
-
     lines = text.splitlines()
     header, rows = lines[:2], [line for line in lines[2:] if line.startswith(" ") or line[:1].isdigit()]
     shown: list[str] = []
@@ -203,8 +185,6 @@ def trial_note(trial: FrozenTrial, taken: Mapping[int, tuple[int, str]]) -> str:
 
 def scores_table(table: pd.DataFrame) -> str:
     """A `study_table`'s ExpRate per variant and test year, mean ± std over seeds, in Markdown."""
-    from ..reports.markup import markdown, mean_pm_std
-
     years = [str(y) for y in table.attrs.get("years", [])]
     body = [[f"{variant} (baseline)" if bool(row.get("baseline", False)) else str(variant), str(int(row["seeds"]))]
             + [mean_pm_std(row.get(f"{y}_exprate_mean"), row.get(f"{y}_exprate_std")) for y in years]
@@ -248,8 +228,6 @@ def annotate_optuna_study(study: optuna.Study, storage: optuna.storages.BaseStor
                           table: pd.DataFrame | None = None) -> list[str]:
     """Write what differs (module docstring); returns what was written. `storage`: `load_for_notes`'s."""
     from optuna_dashboard import get_note, save_note
-
-    from ..studies.storage import trial_id
 
     changes = []
     if objective_name and study.metric_names != [objective_name]:

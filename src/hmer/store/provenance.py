@@ -13,6 +13,7 @@ from typing import Any
 from ..config import Config
 from ..registry import METRICS
 from ..tracking import keys
+from ..tracking.portable import list_run_artifacts, load_run_json
 from ..tracking.run import process_gone
 
 
@@ -76,8 +77,6 @@ def training_progress(client, run, stored: dict[str, Any]) -> Progress:
 
 def run_provenance(client, run_id: str, today_fingerprint: str) -> list[str]:
     """What trained run `run_id` of the MLflow store `client` (see the module docstring), line by line."""
-    from ..tracking.portable import list_run_artifacts, load_run_json
-
     run = client.get_run(run_id)
     try:
         config = Config.from_dict(load_run_json(client, run_id, "config.json")).to_flat_dict()

@@ -28,11 +28,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+import optuna
+from mlflow.entities import RunStatus
+from optuna.trial import TrialState
+
 from ..signals import deferred
+from ..studies.bookings import mark_failed
+from ..studies.mlflow_runs import trial_runs
+from ..studies.resume import dead_trial_runs
+from ..studies.storage import open_storage, trial_id
 from ..tracking import keys
 from ..tracking.lock import no_training, store_lock
-from ..tracking.portable import ARTIFACTS, CHECKPOINTS, STORE_FILES, copy_store, make_portable
-from ..tracking.store import search_all_runs
+from ..tracking.portable import ARTIFACTS, CHECKPOINTS, STORE_FILES, copy_store, make_portable, snapshot_database
+from ..tracking.store import mlflow_client, search_all_runs
+from ..tracking.ui import mark_training_experiments
+from .clean import make_paths_portable, store_problems
+from .present import present_studies
+from .rename import close_superseded_parent
 
 STAGING = ".publishing"  # the copy being made, inside the committed store's folder (git-ignored)
 
@@ -63,11 +75,6 @@ def publish(source: str | Path, dest: str | Path, *, keep_unfinished: bool, weig
 def not_a_continuation(copy: Path, dest: Path) -> str | None:
     """Why the store `copy` is not `dest`'s continuation (holding each run, deleted too, and Optuna study
     of `dest`), or None: a store made for something else would replace all of `dest` (issue 70)."""
-    import optuna
-
-    from ..tracking.portable import snapshot_database
-    from ..tracking.store import mlflow_client
-
     # dest's databases read from snapshots: one that is not a database is named in one line
     target = copy / "target"
     target.mkdir()
@@ -98,11 +105,6 @@ def not_a_continuation(copy: Path, dest: Path) -> str | None:
 
 
 def _publish(source: Path, dest: Path, *, keep_unfinished: bool, weights_only: bool, replace: bool) -> Published:
-    from .clean import make_paths_portable, store_problems
-    from .present import present_studies
-    from ..tracking.store import mlflow_client
-    from ..tracking.ui import mark_training_experiments
-
     staging = dest / STAGING
     shutil.rmtree(staging, ignore_errors=True)  # a publish that was killed
     try:
@@ -158,13 +160,16 @@ def _replace(staging: Path, dest: Path) -> None:
 def close_running(client, storage: str | None) -> list[str]:
     """Close, in a copy of a store, what was running (module docstring); returns what was closed, in words."""
     closed = []
-    if storage is not None:
-        closed += _fail_running_trials(storage)
-    from mlflow.entities import RunStatus
-
+    if storage is not None:  # its RUNNING trials FAIL, as a next worker marks a dead worker's (`CellBookings.reap`)
+        store = open_storage(storage)
+        reason = (f"its worker was training it in the workspace when it was published (hmer runs publish, "
+                  f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}); marked FAIL in the published copy")
+        for summary in optuna.get_all_study_summaries(store, include_best_trial=False):
+            study = optuna.load_study(study_name=summary.study_name, storage=store)
+            for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+                if mark_failed(store, trial_id(store, study, trial.number), reason):
+                    closed.append(f"Optuna study {summary.study_name} trial {trial.number}: FAIL")
     running = search_all_runs(client, filter_string="attributes.status = 'RUNNING'", deleted_too=True)
-    from .rename import close_superseded_parent
-
     for run in running:
         tags = run.data.tags
         if tags.get(keys.ROLE) == "study" and keys.SUPERSEDED_BY in tags:
@@ -179,27 +184,6 @@ def close_running(client, storage: str | None) -> list[str]:
                                "the published copy holds it as it stood")
             client.set_terminated(run.info.run_id, status=RunStatus.to_string(RunStatus.KILLED))
         closed.append(f"run {run.info.run_id} ({tags.get(keys.STUDY) or run.info.run_name}): {status}")
-    return closed
-
-
-def _fail_running_trials(storage: str) -> list[str]:
-    """Mark FAIL the RUNNING trials of every study in `storage`, as a next worker does a dead worker's
-    (`bookings.CellBookings.reap`), and continues them."""
-    import optuna
-    from optuna.trial import TrialState
-
-    from ..studies.bookings import mark_failed
-    from ..studies.storage import open_storage, trial_id
-
-    store = open_storage(storage)
-    closed = []
-    reason = (f"its worker was training it in the workspace when it was published (hmer runs publish, "
-              f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}); marked FAIL in the published copy")
-    for summary in optuna.get_all_study_summaries(store, include_best_trial=False):
-        study = optuna.load_study(study_name=summary.study_name, storage=store)
-        for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if mark_failed(store, trial_id(store, study, trial.number), reason):
-                closed.append(f"Optuna study {summary.study_name} trial {trial.number}: FAIL")
     return closed
 
 
@@ -218,12 +202,6 @@ def resumable_runs(client, storage: str, studies: list[str], store: Path) -> set
     """The runs of `studies` a resumed study continues from their checkpoints in the store folder `store`:
     per unfinished cell, the latest dead trial's with a `last.pt` (as `resume.find_resumable` takes it),
     in a copy whose running trials are closed."""
-    import optuna
-    from optuna.trial import TrialState
-
-    from ..studies.mlflow_runs import trial_runs
-    from ..studies.resume import dead_trial_runs
-
     known = set(optuna.get_all_study_names(storage))
     runs = set()
     for name in studies:
@@ -279,10 +257,6 @@ def keep_resumable_checkpoints(store: Path, keep: set[str], *, client=None,
 
 def drop_studies(names: list[str], *, tracking_uri: str, storage: str | None) -> None:
     """Purge the studies `names` (MLflow experiments, runs, artifacts, Optuna studies) from a copy of a store."""
-    import optuna
-
-    from ..tracking.store import mlflow_client
-
     client = mlflow_client(tracking_uri)
     in_storage = set(optuna.get_all_study_names(storage)) if storage is not None else set()
     ids = []

@@ -18,7 +18,8 @@ from ..studies.bookings import mark_failed, worker_alive
 from ..studies.spec import check_study_name
 from ..tracking import keys
 from ..tracking.portable import set_params, sqlite_path
-from ..tracking.store import search_all_runs, study_filter
+from ..studies.storage import default_storage, open_storage, trial_id
+from ..tracking.store import default_tracking_uri, mlflow_client, search_all_runs, study_filter
 from .clean import STUDY_PARAM
 
 
@@ -34,9 +35,6 @@ class Renamed:
 def rename_study(study: str, new: str, *, tracking_uri: str | None = None, storage: str | None = None) -> Renamed:
     """Rename `study` to `new` in the MLflow store and the Optuna storage. Refuses, changing nothing, a
     study not there, a name taken, and a RUNNING trial whose worker may run (a dead one is marked FAIL)."""
-    from ..tracking.store import default_tracking_uri, mlflow_client
-    from ..studies.storage import default_storage, open_storage, trial_id
-
     if not new or new == study:
         raise ValueError(f"rename {study!r}: give a new name other than the study's own")
     check_study_name(new)
@@ -106,8 +104,6 @@ def _same_trials(storage, study: str, new: str) -> bool:
 def mark_superseded(study: str, by: str, *, tracking_uri: str | None = None) -> str:
     """Label `study` as superseded by `by`: tag `hmer.superseded_by` on its experiment and parent run, the
     experiment's description, a RUNNING parent closed, its table written; returns the description."""
-    from ..tracking.store import default_tracking_uri, mlflow_client
-
     uri = tracking_uri or default_tracking_uri()
     client = mlflow_client(uri)
     if study == by:

@@ -17,13 +17,18 @@ import math
 import tempfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
+import mlflow.artifacts
 import pandas as pd
+from mlflow.entities import Metric
 
+from ..atomic import FIGURE_DPI, write_atomically
 from ..tracking import keys
+from ..tracking.portable import resolve_artifact_uri
 from ..tracking.store import mlflow_client, search_all_runs, study_filter
 from ..reports.plots import plot_exprate, variant_colors
-from ..reports.runs import load_runs, resolve_tracking_uri, study_parent
+from ..reports.runs import load_runs, resolve_tracking_uri, scored_years, study_parent
 from ..reports.tables import format_table, scored, study_table
 
 TABLE_ARTIFACT = "table.md"
@@ -142,8 +147,6 @@ def summary_runs(client, experiment_id: str, study: str) -> list:
 def comparison_metric(study: str, tracking_uri: str | None = None) -> str:
     """The metric a study's comparison in the MLflow UI is ordered by: its summary runs' first test year
     (`2014 ExpRate`), else what every trial logs (`best_val_exprate`: a sweep's trials are not tested)."""
-    from ..reports.runs import scored_years
-
     uri = resolve_tracking_uri(tracking_uri)
     parent = study_parent(study, uri)
     if parent is not None and summary_runs(mlflow_client(uri), str(parent["experiment_id"]), study):
@@ -155,8 +158,6 @@ def comparison_metric(study: str, tracking_uri: str | None = None) -> str:
 
 def _summary_runs(client, parent, study: str, table: pd.DataFrame, colors: dict[str, str]) -> list[str]:
     """Create or bring up to date one summary run per variant; delete those of variants gone."""
-    from mlflow.entities import Metric
-
     wanted = summary_values(table)
     when = int(parent.info.end_time or parent.info.start_time or 0)  # the study's end: made again, the same record
     changes: list[str] = []
@@ -213,8 +214,6 @@ def _one_summary_each(client, experiment_id: str, study: str, wanted: dict, chan
 def _png(figure) -> bytes:
     """The figure as PNG at most `FIGURE_WIDTH_PX` wide: at the reports' resolution, then lower until it
     fits (its tight box is only known once drawn)."""
-    from ..atomic import FIGURE_DPI
-
     dpi = float(FIGURE_DPI)
     while True:
         buffer = io.BytesIO()
@@ -228,10 +227,6 @@ def _png(figure) -> bytes:
 
 def _local_artifact(client, run, name: str) -> Path | None:
     """Where the artifact `name` of `run` lies on this machine, None for a remote store."""
-    from urllib.parse import unquote, urlparse
-
-    from ..tracking.portable import resolve_artifact_uri
-
     root = resolve_artifact_uri(run.info.artifact_uri, client.tracking_uri)
     if root.startswith("file:"):
         return Path(unquote(urlparse(root).path)) / name
@@ -245,8 +240,6 @@ def _stored_artifact(client, run, name: str) -> bytes | None:
     path = _local_artifact(client, run, name)
     if path is not None:
         return path.read_bytes() if path.is_file() else None
-    import mlflow.artifacts
-
     try:
         with tempfile.TemporaryDirectory(prefix="hmer-artifact-") as tmp:
             return Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path=name, dst_path=tmp,
@@ -257,8 +250,6 @@ def _stored_artifact(client, run, name: str) -> bytes | None:
 
 def _write_artifact(client, run, name: str, content: bytes) -> bool:
     """Write the artifact `name` of `run` unless it holds `content` already; True if written."""
-    from ..atomic import write_atomically
-
     if _stored_artifact(client, run, name) == content:
         return False
     path = _local_artifact(client, run, name)

@@ -17,6 +17,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..tracking import keys
+from ..tracking.store import project_root
 from ..reports.runs import load_runs
 
 SETTING_KEYS = ("model.d_model", "data.render_scale")  # what an image's FLOPs depend on in the study
@@ -30,8 +31,6 @@ COLUMNS = ("variant", "width", "input", "ema", "epochs", "val_final_exprate", "b
 
 def read_flops(path: str | Path | None = None) -> pd.DataFrame:
     """The measured FLOPs an image of each setting; default the checkout's `frontier_flops.csv`."""
-    from ..tracking.store import project_root
-
     path = Path(path) if path else project_root() / "benchmarks" / "results" / "frontier_flops.csv"
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no FLOP measurement; run python benchmarks/frontier_flops.py")

@@ -29,6 +29,7 @@ from optuna.trial import TrialState
 from ..config import Config
 from ..tracking import keys
 from ..tracking.portable import download_run_artifact, list_run_artifacts, load_run_json
+from ..tracking.run import log_metric_points, log_params
 from ..tracking.store import search_all_runs, study_filter
 from .resume import Resumable, adopt, checkpoint_dir, find_branch, find_resumable, same_config
 from .session import Session
@@ -207,8 +208,6 @@ def copy_run(client, source: TrainedRun, *, experiment_id: str, parent_run_id: s
              tags: Mapping[str, str]) -> str:
     """A copy of `source` as a child run of `parent_run_id`, `tags` over its own; its id."""
     from mlflow.entities import Metric
-
-    from ..tracking.run import log_metric_points, log_params
 
     original = client.get_run(source.run_id)
     own = {k: v for k, v in original.data.tags.items() if not k.startswith("mlflow.") and k not in _NOT_COPIED}

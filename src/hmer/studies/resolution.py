@@ -12,8 +12,10 @@ from typing import Any, Mapping, Sequence
 
 from ..config import Config, check_value
 from ..model_presets import Resolution, resolve_preset
+from ..tracking import keys
 from .budgets import StudyBudget
 from .spec import SEED_KEY, SearchSpaceError, StudySpec, SweepSpec, cell_label, preset_of
+from .storage import open_storage
 
 
 def budget_resolution(preset: str, budget: StudyBudget, n_trials: int = 1, n_jobs: int = 1) -> Resolution:
@@ -117,9 +119,6 @@ def stored_base(storage_url: str, study_name: str, spec_name: str) -> dict[str, 
     ValueError when the study is of another spec."""
     if storage_url.startswith("sqlite:///") and not Path(storage_url[len("sqlite:///"):]).is_file():
         return None
-    from ..tracking import keys
-    from .storage import open_storage
-
     storage = open_storage(storage_url)
     try:
         study_id = storage.get_study_id_from_name(study_name)

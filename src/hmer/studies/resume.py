@@ -22,6 +22,7 @@ from optuna.trial import TrialState
 
 from ..config import Config, stored_config
 from ..tracking import keys
+from ..tracking.store import checkpoint_root
 from .mlflow_runs import trial_runs
 
 if TYPE_CHECKING:  # (the training package imports torch: a study's planning does not need it)
@@ -40,8 +41,6 @@ class Resumable:
 
 def checkpoint_dir(run_id: str, tracking_uri: str) -> Path:
     """Where a study's trial keeps its checkpoints while it trains, the study tracked in `tracking_uri`."""
-    from ..tracking.store import checkpoint_root
-
     return checkpoint_root(tracking_uri) / str(run_id)
 
 

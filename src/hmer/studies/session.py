@@ -23,7 +23,9 @@ from ..config import Config
 from ..model_presets import Resolution
 from ..tracking import keys
 from ..tracking.portable import sqlite_path
-from ..tracking.store import mask_password, mlflow_client
+from ..tracking.run import fail_runs_of_dead_processes
+from ..tracking.store import (check_tracking_server, default_tracking_uri, mask_password, mlflow_client,
+                              scratch_tracking_uri, store_named)
 from .budgets import StudyBudget, get_budget
 from .bookings import CellBookings, Worker
 from .mlflow_runs import fail_dead_trial_runs, finish_parent, measured_cost, parent_run
@@ -166,8 +168,6 @@ def run_session(kind: Grid | Sweep, budget: str | StudyBudget, *, storage: str |
                 n_jobs: int | None, data_path: str | None, data: dict[str, list] | None, study_name: str | None,
                 overrides: Mapping[str, Any] | None, role: str) -> StudyOutcome:
     """Run (or resume) the study `kind` describes; the arguments are `run_grid_study`'s."""
-    from ..tracking.store import check_tracking_server, default_tracking_uri, scratch_tracking_uri, store_named
-
     spec = kind.spec
     budget = get_budget(budget) if isinstance(budget, str) else budget
     scratch = budget.scratch and tracking_uri is None and not store_named()  # its budget trying the pipeline
@@ -242,8 +242,6 @@ def run_session(kind: Grid | Sweep, budget: str | StudyBudget, *, storage: str |
     session = Session(study=study, storage=store, tracking_uri=uri, experiment_id=experiment_id,
                       parent_run_id=parent, base=base, worker=worker, bookings=bookings, budget=budget, say=say)
     session.fail_dead_trial_runs()
-    from ..tracking.run import fail_runs_of_dead_processes
-
     fail_runs_of_dead_processes(name, uri)  # e.g. a trial's process killed with -9
     if main and done:
         cost = measured_cost(session.client, experiment_id, name)

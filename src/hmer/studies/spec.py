@@ -11,10 +11,13 @@ Adadelta at 1.0 and SGD at 0.08). Each study is one module of `hmer.studies.suit
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
+
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 
 from ..registry import Registry, linked_overrides
 
@@ -87,8 +90,6 @@ class StudySpec:
     def variant_cells(self, variants: Sequence[str] | None = None) -> list[dict[str, Any]]:
         """The variants without the seed, baseline first: all, or those of `variants` in their order. A
         ValueError names one the grid lacks, or a choice without the baseline (the paired comparisons need it)."""
-        import itertools
-
         keys = list(self.axes)
         baseline = tuple(self.baseline_cell[k] for k in keys)
         every = [dict(zip(keys, values)) for values in
@@ -160,8 +161,6 @@ class SweepParam:
 
     def distribution(self, base: Mapping[str, Any]):
         """The Optuna distribution given the base config's flat values."""
-        from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
-
         factor = float(base[self.key]) if self.relative else 1.0
         if self.choices:
             values = [c * factor for c in self.choices] if self.relative else list(self.choices)
@@ -175,8 +174,6 @@ class SweepParam:
 
     def suggest(self, trial, base: Mapping[str, Any]) -> Any:
         """Ask the Optuna trial for a value, under this parameter's name."""
-        from optuna.distributions import CategoricalDistribution, IntDistribution
-
         dist = self.distribution(base)
         if isinstance(dist, CategoricalDistribution):
             return trial.suggest_categorical(self.name, list(dist.choices))

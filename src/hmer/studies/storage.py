@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import os
 import sys
+import tempfile
 import threading
 import time
 import warnings
@@ -20,7 +22,12 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import optuna
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import make_url
 
+from ..tracking.portable import sqlite_path
+from ..tracking.servers import check_database
+from ..tracking.store import NoStoreThere, default_tracking_uri, mlruns_dir
 from .optuna_compat import wrap_database_calls
 
 OUTAGE_S = 600.0  # how long a worker waits for its database to come back before it gives up
@@ -35,9 +42,6 @@ RESTART_WAIT_S = 120.0
 def default_storage(tracking_uri: str | None = None, create: bool = True) -> str:
     """SQLite `optuna.db` beside the MLflow SQLite store, else in the MLflow home; its folder made
     where `create`."""
-    from ..tracking.portable import sqlite_path
-    from ..tracking.store import default_tracking_uri, mlruns_dir
-
     db = sqlite_path(tracking_uri or default_tracking_uri())
     folder = db.parent if db is not None else mlruns_dir()
     if create:
@@ -49,10 +53,6 @@ def existing_storage(tracking_uri: str, storage: str | None = None) -> str | Non
     """The Optuna storage a command that reads a store opens: `storage`, else `optuna.db` beside the SQLite
     store `tracking_uri` where it exists, else None (opening it would create it). A local SQLite file is
     checked whole first (`servers.check_database`), and one named but missing is not created."""
-    from ..tracking.portable import sqlite_path
-    from ..tracking.servers import check_database
-    from ..tracking.store import NoStoreThere
-
     if storage is None:
         store = sqlite_path(tracking_uri)
         if store is None or not (store.parent / "optuna.db").is_file():
@@ -160,9 +160,6 @@ def first_use_lock(url: str) -> Iterator[None]:
         yield
         return
     # The lock lives in the temporary folder: a read-only store could not hold it.
-    import hashlib
-    import tempfile
-
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:16]
     lock_path = Path(tempfile.gettempdir()) / f"hmer-first-use-{digest}.lock"
@@ -177,8 +174,6 @@ def first_use_lock(url: str) -> Iterator[None]:
 def mask_url(url: str) -> str:
     """A storage URL without its password."""
     try:
-        from sqlalchemy.engine import make_url
-
         return make_url(url).render_as_string(hide_password=True)
     except Exception:  # noqa: BLE001 - not an SQLAlchemy URL: print as given
         return url
@@ -188,8 +183,6 @@ def connection_error(exc: BaseException | None) -> BaseException | None:
     """The driver error in `exc`'s chain if it says the database cannot be reached, else None.
     PendingRollbackError counts: a thread's session answers it after its connection died mid-transaction
     (CI's workers met it after a restart), and a fresh session cures it."""
-    from sqlalchemy import exc as sa_exc
-
     seen = 0
     while exc is not None and seen < 8:
         if isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.PendingRollbackError)):

@@ -17,7 +17,11 @@ import pandas as pd
 from optuna.trial import FrozenTrial, TrialState
 
 from ..tracking import keys
+from ..tracking.portable import sqlite_path
+from ..tracking.store import default_tracking_uri, mlflow_client, project_root
+from ..tracking.ui import run_url, ui_command
 from .bookings import failure_reason
+from .storage import default_storage
 
 # The objective a sweep maximises (`hmer.studies.sweeps.sweep_objective`), as the plots label it.
 OBJECTIVE_NAME = "validation ExpRate (%)"
@@ -33,8 +37,6 @@ class NoSweepError(LookupError):
 
 def sweep_storage(tracking_uri: str | None = None, storage: str | None = None) -> str:
     """The Optuna storage of a store: `storage` if given, else where a study puts it (never created)."""
-    from .storage import default_storage
-
     return storage or default_storage(tracking_uri, create=False)
 
 
@@ -42,8 +44,6 @@ def find_sweep(tracking_uri: str | None = None, storage: str | None = None,
                study: str | None = None) -> optuna.Study:
     """The sweep `study` of the store's Optuna storage, else its newest sweep; `NoSweepError` in one plain
     line when there is none."""
-    from ..tracking.portable import sqlite_path
-
     url = sweep_storage(tracking_uri, storage)
     db = sqlite_path(url)
     if db is not None and str(db) != ":memory:" and not db.is_file():
@@ -171,8 +171,6 @@ def best_trial(study: optuna.Study, tracking_uri: str | None = None) -> BestTria
     with its MLflow run's values) and summary (run and link, validation ExpRates decoded as the test
     years, `val` and `val-alt`, and measured cost)."""
     from ..data.augment import VAL_ALT
-    from ..tracking.store import default_tracking_uri, mlflow_client, project_root
-    from ..tracking.ui import run_url, ui_command
 
     trial = study.best_trial
     assert trial.value is not None  # the best trial is a finished one

@@ -27,6 +27,7 @@ from .objective import run_one_trial, train_trial
 from .resolution import cell_resolution, check_cells, range_ends, sweep_trial_values
 from .session import Session, StudyData, StudyKind, StudyOutcome, run_session
 from .spec import SEED_KEY, SweepSpec
+from .sweep_report import sweep_table
 
 
 def run_sweep(spec: SweepSpec, budget: str | StudyBudget = "smoke", *, storage: str | None = None,
@@ -142,8 +143,6 @@ class Sweep(StudyKind):
         return bool(bookings.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
 
     def table(self, session: Session, outcome: StudyOutcome) -> str:
-        from .sweep_report import sweep_table
-
         return sweep_table(session.study)
 
 
