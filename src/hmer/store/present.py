@@ -14,6 +14,7 @@ trial's attributes): why it failed, and the trial that continued it. Only what d
 from __future__ import annotations
 
 import collections
+import contextlib
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -97,19 +98,13 @@ def _storage_url(storage: str | None, tracking_uri: str) -> str | None:
 
 def _description(study, parent, tracking_uri: str) -> str | None:
     """What the study compares: its stored description, else its parent run's `study.json`'s, else its spec's."""
-    stored = _text(study.user_attrs.get(keys.DESCRIPTION))
-    if stored:
-        return stored
-    if parent is not None:
-        try:
+    found = _text(study.user_attrs.get(keys.DESCRIPTION))
+    if not found and parent is not None:
+        with contextlib.suppress(Exception):  # a parent run without its study.json: the spec says it
             found = _text(load_run_json(mlflow_client(tracking_uri), str(parent["run_id"]), "study.json")
                           .get("description"))
-            if found:
-                return found
-        except Exception:  # noqa: BLE001 - a parent run without its study.json: the spec says it
-            pass
     name = _text(study.user_attrs.get(keys.SPEC))
-    return STUDIES.get(name).description if name is not None and name in STUDIES else None
+    return found or (STUDIES.get(name).description if name is not None and name in STUDIES else None)
 
 
 def _text(value: Any) -> str | None:

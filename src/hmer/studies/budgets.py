@@ -22,37 +22,28 @@ BUDGET_NAMES = ("smoke", "cpu", "long", "scaled", "short", "paper")
 
 @dataclass(frozen=True)
 class StudyBudget:
-    """The compute a study may spend; see the module docstring.
-
-    Attributes:
-        preset_size: which of a spec's model presets to start from, "tiny" or "full".
-        size, recipe: a size (`hmer.model_presets.SIZES`) and recipe replacing the preset's; None keeps it.
-        overrides: the budget's own Config keys (dotted), over the preset's size and recipe.
-        seeds: a grid study's default seed axis; `sweep_trials`: a sweep's default finished trials.
-        window_s: the wall-clock window a study is sized for (0: unbounded); `load_s`: reserved for loading
-            the data; `eval_reserve_s`: per trial, reserved after training for the test years.
-        trial_seconds, hardware: what a trial takes without a window and where, for the printed cost.
-        scratch: its studies try the pipeline: without a store named they are tracked in the scratch
-            store (`tracking.store.scratch_tracking_uri`)."""
+    """The compute a study may spend; see the module docstring."""
 
     name: str
     summary: str
-    preset_size: str
-    overrides: Mapping[str, Any]
-    sweep_trials: int
-    hardware: str
-    seeds: tuple[int, ...] = (1, 2, 3)
-    window_s: float = 0.0
-    load_s: float = 60.0
-    eval_reserve_s: float = 0.0
+    preset_size: str  # which of a spec's model presets to start from, "tiny" or "full"
+    overrides: Mapping[str, Any]  # the budget's own Config keys (dotted), over the preset's size and recipe
+    sweep_trials: int  # a sweep's default finished trials
+    hardware: str  # where a trial takes `trial_seconds`, for the printed cost
+    seeds: tuple[int, ...] = (1, 2, 3)  # a grid study's default seed axis
+    window_s: float = 0.0  # the wall-clock window a study is sized for (0: unbounded)
+    load_s: float = 60.0  # reserved for loading the data
+    eval_reserve_s: float = 0.0  # per trial, reserved after training for the test years
     default_jobs: int = 1
-    trial_seconds: float = 0.0
-    size: str | None = None
-    recipe: str | None = None
+    trial_seconds: float = 0.0  # what a trial takes without a window, for the printed cost
+    size: str | None = None  # a size (`hmer.model_presets.SIZES`) replacing the preset's; None keeps it
+    recipe: str | None = None  # a recipe (`hmer.recipes`) replacing the preset's; None keeps it
     notes: tuple[str, ...] = field(default_factory=tuple)
     # A sweep trial's training in CPU-minutes of one thread: it measures its cost per image and trains the
     # epochs that fit (hmer.training.cost); 0: the budget's epochs.
     sweep_trial_cpu_minutes: float = 0.0
+    # Its studies try the pipeline: without a store named they are tracked in the scratch store
+    # (`tracking.store.scratch_tracking_uri`).
     scratch: bool = False
 
     def trial_budget_s(self, n_trials: int, n_jobs: int) -> float:

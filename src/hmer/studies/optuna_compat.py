@@ -30,16 +30,13 @@ _NOT_DATABASE_CALLS = ("upgrade", "remove_session", "get_heartbeat_interval", "g
                        "get_failed_trial_callback", "get_current_version", "get_head_version", "get_all_versions")
 
 
-def private_storage_calls() -> tuple[str, ...]:
-    """`PRIVATE_STORAGE_CALLS` that this Optuna still has."""
-    return tuple(name for name in PRIVATE_STORAGE_CALLS if callable(getattr(optuna.storages.RDBStorage, name, None)))
-
-
 def wrap_database_calls(subclass: type, wrap: Callable[[Callable], Callable]) -> None:
     """Give `subclass` (of `RDBStorage`) `wrap(method)` in place of every `RDBStorage` method that reaches
-    the database: the public ones (the heartbeat's included) and `private_storage_calls`."""
+    the database: the public ones (the heartbeat's included) and the `PRIVATE_STORAGE_CALLS` this Optuna
+    still has."""
     base = optuna.storages.RDBStorage
     public = [name for name in vars(base) if not name.startswith("_") and callable(getattr(base, name))]
-    for name in public + list(private_storage_calls()):
+    private = [name for name in PRIVATE_STORAGE_CALLS if callable(getattr(base, name, None))]
+    for name in public + private:
         if name not in _NOT_DATABASE_CALLS:
             setattr(subclass, name, wrap(getattr(base, name)))

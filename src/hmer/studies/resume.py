@@ -13,6 +13,7 @@ began (`find_branch`; `hmer.training.branch` says why the two compute the same).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -95,10 +96,8 @@ def adopt(resumable: Resumable, trial: optuna.Trial, session) -> None:
     client = session.client
     client.set_tag(resumable.run_id, keys.TRIAL, str(trial.number))
     client.set_tag(resumable.run_id, keys.RESUMED_FROM, str(resumable.trial))
-    try:
+    with contextlib.suppress(Exception):  # no such tag (the run was never marked failed)
         client.delete_tag(resumable.run_id, keys.ERROR)
-    except Exception:  # noqa: BLE001 - no such tag (the run was never marked failed)
-        pass
     trial.set_user_attr(keys.RESUMED_FROM, {"trial": resumable.trial, "run": resumable.run_id,
                                             "epoch": resumable.epoch})
 

@@ -40,24 +40,17 @@ class SearchSpaceError(ValueError):
 
 @dataclass(frozen=True)
 class StudySpec:
-    """A grid ablation; see the module docstring.
+    """A grid ablation; see the module docstring."""
 
-    Attributes:
-        name: the study and script name, e.g. "ablate_direction"; `description`: one line.
-        axes: dotted key -> values; the first value of each axis is the baseline.
-        model_presets: the preset per budget size: {"tiny": "tiny-transformer", "full": "bttr"}.
-        fixed: overrides held equal in every cell.
-        linked: axis key -> value -> the overrides that come with it, besides its registry entry's.
-        baseline: the baseline cell; default the first value of each axis.
-        variants: the `variant_label`s trained, the baseline among them; default all (`--variants`)."""
-
-    name: str
-    description: str
-    axes: Mapping[str, Sequence[Any]]
-    model_presets: Mapping[str, str]
-    fixed: Mapping[str, Any] = field(default_factory=dict)
+    name: str  # the study and script name, e.g. "ablate_direction"
+    description: str  # one line
+    axes: Mapping[str, Sequence[Any]]  # dotted key -> values; the first value of each axis is the baseline
+    model_presets: Mapping[str, str]  # the preset per budget size: {"tiny": "tiny-transformer", "full": "bttr"}
+    fixed: Mapping[str, Any] = field(default_factory=dict)  # overrides held equal in every cell
+    # axis key -> value -> the overrides that come with it, besides its registry entry's
     linked: Mapping[str, Mapping[Any, Mapping[str, Any]]] = field(default_factory=dict)
-    baseline: Mapping[str, Any] | None = None
+    baseline: Mapping[str, Any] | None = None  # the baseline cell; default the first value of each axis
+    # the `variant_label`s trained, the baseline among them; default all (`--variants`)
     variants: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:

@@ -164,11 +164,8 @@ def first_use_lock(url: str) -> Iterator[None]:
     digest = hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:16]
     lock_path = Path(tempfile.gettempdir()) / f"hmer-first-use-{digest}.lock"
     with open(lock_path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+        fcntl.flock(handle, fcntl.LOCK_EX)  # released as the file closes
+        yield
 
 
 def mask_url(url: str) -> str:
@@ -185,9 +182,8 @@ def connection_error(exc: BaseException | None) -> BaseException | None:
     (CI's workers met it after a restart), and a fresh session cures it."""
     seen = 0
     while exc is not None and seen < 8:
-        if isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.PendingRollbackError)):
-            return exc
-        if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
+        if isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.PendingRollbackError)) \
+                or (isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated):
             return exc
         exc, seen = exc.__cause__ or exc.__context__, seen + 1
     return None
