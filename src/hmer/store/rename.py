@@ -52,8 +52,7 @@ def rename_study(study: str, new: str, *, tracking_uri: str | None = None, stora
         raise ValueError(f"no study {study!r} in {uri} or {url}")
     if new in names and not copied:
         raise ValueError(f"{url} already has an Optuna study {new!r}: choose another name")
-    taken = client.get_experiment_by_name(new)
-    if taken is not None and experiment is not None:
+    if experiment is not None and client.get_experiment_by_name(new) is not None:
         raise ValueError(f"{uri} already has an experiment {new!r}: choose another name")
     if study in names:
         old = optuna.load_study(study_name=study, storage=optuna_storage)

@@ -22,6 +22,7 @@ import socket
 import time
 import uuid
 import warnings
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
@@ -70,7 +71,7 @@ class Worker:
                    token=f"{socket.gethostname()}:{pid}:{uuid.uuid4().hex[:8]}")
 
     def as_attr(self) -> dict[str, Any]:
-        return {"host": self.host, "pid": self.pid, "started": self.started, "token": self.token}
+        return dataclasses.asdict(self)
 
 
 def worker_alive(attr: Mapping[str, Any] | None) -> bool | None:

@@ -151,14 +151,8 @@ class StudyKind:
         self.spec = spec
         self.run_study = run_study  # the module-level study function the extra workers run
 
-    def check(self, base: Resolution) -> None:
-        pass
-
     def pruner(self, n_trials: int) -> optuna.pruners.BasePruner:
         return optuna.pruners.NopPruner()
-
-    def worker_options(self) -> dict[str, Any]:
-        return {}
 
     def failed(self) -> list[str]:
         return []
