@@ -26,8 +26,7 @@ from optuna.trial import FrozenTrial, TrialState
 from ..reports.markup import markdown, mean_pm_std
 from ..reports.runs import list_studies, load_runs, resolve_tracking_uri, study_parent
 from ..studies.bookings import failure_reason
-from ..studies.opening import name_objective
-from ..studies.session import OBJECTIVE_NAMES
+from ..studies.session import OBJECTIVE_NAMES, name_objective
 from ..studies.spec import STUDIES
 from ..studies.storage import default_storage, first_use_lock, trial_id
 from ..studies.sweep_report import sweep_storage, sweep_table

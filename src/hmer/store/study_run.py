@@ -19,13 +19,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-import mlflow.artifacts
 import pandas as pd
 from mlflow.entities import Metric
 
 from ..atomic import FIGURE_DPI, write_atomically
 from ..tracking import keys
-from ..tracking.portable import resolve_artifact_uri
+from ..tracking.portable import download_run_artifact, resolve_artifact_uri
 from ..tracking.store import mlflow_client, search_all_runs, study_filter
 from ..reports.plots import plot_exprate, variant_colors
 from ..reports.runs import load_runs, resolve_tracking_uri, scored_years, study_parent
@@ -88,12 +87,10 @@ def annotate_study(study: str, tracking_uri: str | None = None, *, runs: pd.Data
     run = client.get_run(parent["run_id"])
     if table.empty:
         return []
-    changes: list[str] = []
     order = [str(v) for v, row in table.iterrows() if int(row.get("seeds", 0) or 0) > 0]
     colors = variant_colors(order)
     table_changed = _write_artifact(client, run, TABLE_ARTIFACT, format_table(table, "markdown").encode())
-    if table_changed:
-        changes.append(TABLE_ARTIFACT)
+    changes = [TABLE_ARTIFACT] if table_changed else []
     if order and (table_changed or _stored_artifact(client, run, FIGURE_ARTIFACT) is None):
         figure = plot_exprate(runs[scored(runs)], order=order, title=study, jitter=0.0)
         _write_artifact(client, run, FIGURE_ARTIFACT, _png(figure))
@@ -164,27 +161,23 @@ def _summary_runs(client, parent, study: str, table: pd.DataFrame, colors: dict[
     existing = _one_summary_each(client, parent.info.experiment_id, study, wanted, changes)
     created = updated = 0
     for variant, metrics in wanted.items():
-        seeds = int(table.loc[variant, "seeds"])
+        name = summary_run_name(variant, int(table.loc[variant, "seeds"]))
         tags = {keys.MLFLOW_PARENT_RUN_ID: parent.info.run_id, keys.STUDY: study, keys.ROLE: keys.ROLE_SUMMARY,
                 keys.VARIANT: variant, keys.MLFLOW_RUN_COLOR: colors[variant]}
         run = existing.get(variant)
         if run is None:
-            run = client.create_run(parent.info.experiment_id, start_time=when, tags=tags,
-                                    run_name=summary_run_name(variant, seeds))
+            run = client.create_run(parent.info.experiment_id, start_time=when, tags=tags, run_name=name)
             created += 1
-            stale, stored_tags = metrics, {}
+            stale = metrics
         else:
             stale = {k: v for k, v in metrics.items() if k not in run.data.metrics
                      or not math.isclose(run.data.metrics[k], v, rel_tol=1e-12, abs_tol=1e-12)}
-            stored_tags = run.data.tags
-            name = summary_run_name(variant, seeds)
-            retag = {k: v for k, v in tags.items() if stored_tags.get(k) != v}
+            retag = {k: v for k, v in tags.items() if run.data.tags.get(k) != v}
             if run.info.run_name != name:
                 retag[keys.MLFLOW_RUN_NAME] = name
             for key, value in retag.items():
                 client.set_tag(run.info.run_id, key, value)
-            if stale or retag:
-                updated += 1
+            updated += bool(stale or retag)
         if stale:
             client.log_batch(run.info.run_id, metrics=[Metric(k, v, when, 0) for k, v in sorted(stale.items())])
         if run.info.status != "FINISHED":
@@ -237,13 +230,9 @@ def _local_artifact(client, run, name: str) -> Path | None:
 
 def _stored_artifact(client, run, name: str) -> bytes | None:
     """The artifact `name` of `run` as stored, None where there is none yet."""
-    path = _local_artifact(client, run, name)
-    if path is not None:
-        return path.read_bytes() if path.is_file() else None
     try:
         with tempfile.TemporaryDirectory(prefix="hmer-artifact-") as tmp:
-            return Path(mlflow.artifacts.download_artifacts(run_id=run.info.run_id, artifact_path=name, dst_path=tmp,
-                                                            tracking_uri=client.tracking_uri)).read_bytes()
+            return Path(download_run_artifact(client, run.info.run_id, name, tmp)).read_bytes()
     except Exception:  # noqa: BLE001 - not there yet
         return None
 

@@ -89,7 +89,11 @@ def copy_trial(trial: optuna.Trial, session: Session, trained, *, name: str, tag
     run_id = copy_run(session.client, trained, experiment_id=session.experiment_id,
                       parent_run_id=session.parent_run_id, run_name=run_name,
                       tags={keys.STUDY: session.name, keys.TRIAL: str(trial.number), **tags})
-    for key, value in trial_attrs(session.client, run_id).items():
+    # what `record_result` puts on a trial, read from the copied run (its epochs: the last step of its loss)
+    metrics = session.client.get_run(run_id).data.metrics
+    epochs = max((m.step for m in session.client.get_metric_history(run_id, "train_loss")), default=0)
+    for key, value in {keys.TRIAL_RUN_ID: run_id, keys.TRIAL_EPOCHS: int(epochs), keys.TRIAL_STOPPED_BY: "epochs",
+                       **{keys.trial_score(k): v for k, v in metrics.items() if k.startswith("test_")}}.items():
         trial.set_user_attr(key, value)
     trial.set_user_attr(keys.REUSED_FROM, {"run": trained.run_id, "study": trained.study})
     session.say(f"trial {trial.number}: {name}: copied run {trained.run_id} of study {trained.study} "
@@ -230,11 +234,3 @@ def copy_run(client, source: TrainedRun, *, experiment_id: str, parent_run_id: s
     client.set_terminated(run_id, status="FINISHED", end_time=original.info.end_time)
     return run_id
 
-
-def trial_attrs(client, run_id: str) -> dict[str, float | int | str]:
-    """What `objective.record_result` puts on a trial, read from the copied run (its epochs: the last step
-    of its training loss)."""
-    metrics = client.get_run(run_id).data.metrics
-    epochs = max((m.step for m in client.get_metric_history(run_id, "train_loss")), default=0)
-    return {keys.TRIAL_RUN_ID: run_id, keys.TRIAL_EPOCHS: int(epochs), keys.TRIAL_STOPPED_BY: "epochs",
-            **{keys.trial_score(k): v for k, v in metrics.items() if k.startswith("test_")}}

@@ -3,8 +3,13 @@
 `run_session` runs the lifecycle (banner, data, the study and its MLflow parent run, dead workers'
 trials, extra workers, trials, Ctrl-C, table); a `StudyKind` (`grid.Grid`, `sweeps.Sweep`) adds what is
 its own. Bad data fail before anything is written, and a resumed study asking for something else is
-refused (`opening.open_study`). The caller presents the study in the UIs once it ends
+refused (`open_study`). The caller presents the study in the UIs once it ends
 (`hmer.store.present.present_study`, as `hmer.cli.study` and `studies/` do).
+
+Opening a study: a new study records its kind, spec, budget, grid or space, and its base config. An
+existing study is resumed under its stored base config, so every trial trains under one config whatever
+changed in the code; a command asking for something else is refused before anything runs (docs/studies.md,
+"Resume").
 """
 
 from __future__ import annotations
@@ -14,12 +19,13 @@ import json
 import multiprocessing
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 import optuna
 
-from ..config import Config
+from ..config import MACHINE_KEYS, Config
 from ..model_presets import Resolution
 from ..tracking import keys
 from ..tracking.portable import sqlite_path
@@ -29,14 +35,9 @@ from ..tracking.store import (check_tracking_server, default_tracking_uri, mask_
 from .budgets import StudyBudget, get_budget
 from .bookings import CellBookings, Worker
 from .mlflow_runs import fail_dead_trial_runs, finish_parent, measured_cost, parent_run
-from .opening import asked_keys, open_study, wait_for_attr
 from .resolution import study_resolution
 from .spec import preset_of
 from .storage import default_storage, mask_url, open_storage, study_exists
-
-if TYPE_CHECKING:
-    from .grid import Grid
-    from .sweeps import Sweep
 
 POLL_S = 5.0  # how often a worker with no trial to start looks at the others' trials
 # Each kind's objective in words (`keys.KIND` -> name), filled by every `StudyKind` subclass as
@@ -116,27 +117,12 @@ class StudyData:
 
 
 class StudyKind:
-    """What a kind of study (`grid.Grid`, `sweeps.Sweep`) adds to `run_session`; one object per command and
-    process. Its hooks, in the order the session calls them:
-
-    - `plan(budget)`: how many trials the study runs under `budget`;
-    - `check(base)`: refuse, before anything runs, a base config that a trial's values would make invalid;
-    - `described(base config)`: what the study searches, by study attribute (`keys.GRID`, ...), checked on
-      resume;
-    - `banner(budget, n_trials, n_jobs, model_preset, left)`: the banner's lines after the study's name, no
-      expected cost when `left` is 0;
-    - `sampler()`, `pruner(n_trials)`, `worker_options()`: the study function's own arguments for the extra
-      workers;
-    - `take_up(bookings, dead)`: what becomes of trials whose worker died, in words;
-    - `done(bookings)`: how many trials count as done; `open_trials(bookings)`: whether a trial is left for
-      a worker to start (it then needs the data);
-    - `run_next(session, data)`: run this worker's next trial, until it has none now (False);
-      `others_running(bookings)`, while it waits: whether other workers still run (or are about to run)
-      trials of the study;
-    - `done`, then `failed()`: what failed in this command, in words; `table(session, outcome)`."""
+    """What a kind of study adds to `run_session`; one object per command and process. Hooks in order:
+    `plan`, `check`, `described`, `banner`, `sampler`, `pruner`, `take_up`, `done`, `open_trials`; then
+    `run_next` until it has no trial left, `others_running` while it waits; `done`, `failed`, `table`."""
 
     name = ""  # the study's kind (keys.KIND): "grid" or "sweep"
-    objective_name = ""  # what a trial's value is, in words: its name in optuna-dashboard (`opening`)
+    objective_name = ""  # what a trial's value is, in words: its name in optuna-dashboard (`open_study`)
     noun, done_word = "trials", "finished"  # "resuming: 3 of 6 trials already finished"
     print_table = True
     # Keys the spec sets beyond its fixed ones (a sweep's seed): a resumed study must keep them too.
@@ -151,14 +137,62 @@ class StudyKind:
         self.spec = spec
         self.run_study = run_study  # the module-level study function the extra workers run
 
+    # -- before the study opens ---------------------------------------------------------------------
+    def plan(self, budget: StudyBudget) -> int:
+        """How many trials the study runs under `budget`."""
+        raise NotImplementedError
+
+    def check(self, base: Resolution) -> None:
+        """Refuse, before anything runs, a base config that a trial's values would make invalid."""
+
+    def described(self, base: Config) -> dict[str, Any]:
+        """What the study searches, by study attribute (`keys.GRID`, ...), checked on resume."""
+        raise NotImplementedError
+
+    def banner(self, budget: StudyBudget, n_trials: int, n_jobs: int, model_preset: str, left: int) -> list[str]:
+        """The banner's lines after the study's name; no expected cost when `left` is 0."""
+        raise NotImplementedError
+
+    def sampler(self) -> optuna.samplers.BaseSampler:
+        raise NotImplementedError
+
     def pruner(self, n_trials: int) -> optuna.pruners.BasePruner:
         return optuna.pruners.NopPruner()
 
+    def worker_options(self) -> dict[str, Any]:
+        """The study function's own arguments for the extra workers."""
+        return {}
+
+    # -- once it is open ----------------------------------------------------------------------------
+    def take_up(self, bookings: CellBookings, dead: list) -> str:
+        """What becomes of trials whose worker died, in words."""
+        raise NotImplementedError
+
+    def done(self, bookings: CellBookings) -> int:
+        """The trials that count as done."""
+        raise NotImplementedError
+
+    def open_trials(self, bookings: CellBookings) -> bool:
+        """Whether a trial is left for a worker to start (it then needs the data)."""
+        raise NotImplementedError
+
+    def run_next(self, session: Session, data: StudyData) -> bool:
+        """Run this worker's next trial; False when there is none for it now."""
+        raise NotImplementedError
+
+    def others_running(self, bookings: CellBookings) -> bool:
+        """Whether other workers still run (or are about to run) trials of the study."""
+        raise NotImplementedError
+
     def failed(self) -> list[str]:
+        """What failed in this command, in words."""
         return []
 
+    def table(self, session: Session, outcome: StudyOutcome) -> str:
+        raise NotImplementedError
 
-def run_session(kind: Grid | Sweep, budget: str | StudyBudget, *, storage: str | None, tracking_uri: str | None,
+
+def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | None, tracking_uri: str | None,
                 n_jobs: int | None, data_path: str | None, data: dict[str, list] | None, study_name: str | None,
                 overrides: Mapping[str, Any] | None, role: str) -> StudyOutcome:
     """Run (or resume) the study `kind` describes; the arguments are `run_grid_study`'s."""
@@ -287,6 +321,84 @@ def run_session(kind: Grid | Sweep, budget: str | StudyBudget, *, storage: str |
             if cost:
                 say(f"study {name}: cost {cost}")
     return outcome
+
+
+def asked_keys(fixed: Mapping[str, Any], overrides: Mapping[str, Any] | None, more: Collection[str] = ()) -> set[str]:
+    """The config keys a study's command sets by value: the spec's fixed ones (and `more`) and `--set`;
+    the rest comes from the code and may have changed since the study began."""
+    return (set(fixed) | set(overrides or {}) | set(more)) - set(MACHINE_KEYS)
+
+
+# The study attributes a resumed study must have as the command asks, and what they are in words.
+CHECKED_ATTRS = {keys.SPEC: "spec", keys.BUDGET: "budget", keys.GRID: "grid", keys.SPACE: "search space"}
+
+
+def open_study(name: str, storage: optuna.storages.BaseStorage, *, kind: str, sampler: optuna.samplers.BaseSampler,
+               pruner: optuna.pruners.BasePruner, attrs: Mapping[str, Any], base: Resolution,
+               asked: Collection[str] = (), objective_name: str = "") -> tuple[optuna.Study, Resolution, bool]:
+    """Create the study (recording `attrs`, its objective's name and the base config), or load it: the
+    stored base config wins (`Resolution.take_stored`), and a command that asks for another kind, spec,
+    budget or space (`attrs`) or another value of an `asked` key is refused. Returns the study, the base
+    config every trial uses and whether this call created the study."""
+    try:
+        study = optuna.create_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner,
+                                    direction="maximize")
+        created = True
+    except optuna.exceptions.DuplicatedStudyError:
+        study = optuna.load_study(study_name=name, storage=storage, sampler=sampler, pruner=pruner)
+        created = False
+    study_id = storage.get_study_id_from_name(name)
+    flat = base.config.to_flat_dict()
+
+    def record() -> None:
+        for key, value in attrs.items():
+            study.set_user_attr(key, value)
+        study.set_user_attr(keys.KIND, kind)
+        if objective_name:
+            name_objective(study, objective_name)
+        storage.set_study_system_attr(study_id, keys.CONFIG, flat)
+
+    if created:
+        record()
+        return study, base, True
+    stored = wait_for_attr(lambda: storage.get_study_system_attrs(study_id), keys.CONFIG, timeout_s=60.0)
+    if stored is None:  # its creator died before recording it: this worker records it now
+        record()
+        return study, base, False
+    if study.user_attrs.get(keys.KIND, kind) != kind:
+        raise ValueError(f"study {name!r} is a {study.user_attrs[keys.KIND]} study, not a {kind}; "
+                         f"choose another --study-name")
+    for key, word in CHECKED_ATTRS.items():
+        if key in attrs and study.user_attrs.get(key) != attrs[key]:
+            raise ValueError(f"study {name!r} exists with {word} {study.user_attrs.get(key)!r}, "
+                             f"but this command asks for {attrs[key]!r}; use the same options to resume "
+                             f"it, or another --study-name for a new study")
+    resumed = base.take_stored(stored, name)
+    kept = resumed.config.to_flat_dict()
+    differences = [f"{k}: study {kept.get(k)!r}, now {flat.get(k)!r}" for k in sorted(asked)
+                   if kept.get(k) != flat.get(k)]
+    if differences:
+        raise ValueError(f"study {name!r} exists with other settings ({'; '.join(differences[:6])}); "
+                         f"use the same options to resume it, or another --study-name for a new study")
+    return study, resumed, False
+
+
+def name_objective(study: optuna.Study, name: str) -> None:
+    """`study.set_metric_names([name])` (experimental, stable since 3.2): the objective's name in
+    optuna-dashboard."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        study.set_metric_names([name])
+
+
+def wait_for_attr(read: Callable[[], Mapping[str, Any]], key: str, timeout_s: float) -> Any:
+    """A study attribute another worker is about to set; `read` reads them afresh on every call."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = read().get(key)
+        if value is not None or time.monotonic() > deadline:
+            return value
+        time.sleep(0.5)
 
 
 def start_workers(run_study: Callable[..., Any], spec, budget: StudyBudget, n_jobs: int, **kwargs: Any) -> list:
