@@ -42,7 +42,7 @@ from ..tracking.lock import no_training, store_lock
 from ..tracking.portable import ARTIFACTS, CHECKPOINTS, STORE_FILES, copy_store, make_portable, snapshot_database
 from ..tracking.store import mlflow_client, search_all_runs
 from ..tracking.ui import mark_training_experiments
-from .clean import make_paths_portable, store_problems
+from .clean import MLFLOW_DB, OPTUNA_DB, _read_only, make_paths_portable, store_problems
 from .present import present_studies
 from .rename import close_superseded_parent
 
@@ -82,18 +82,15 @@ def not_a_continuation(copy: Path, dest: Path) -> str | None:
         if (dest / name).is_file():
             snapshot_database(dest / name, target / name)
 
-    def runs(folder: Path) -> set[str]:
-        db = folder / "mlflow.db"
-        return {r.info.run_id for r in search_all_runs(mlflow_client(f"sqlite:///{db}"), deleted_too=True)} \
-            if db.is_file() else set()
+    def names(folder: Path, db: str, query: str) -> set[str]:  # every run (deleted too), every Optuna study
+        if not (folder / db).is_file():
+            return set()
+        with _read_only(folder / db) as connection:
+            return {name for (name,) in connection.execute(query)}
 
-    def studies(folder: Path) -> set[str]:
-        db = folder / "optuna.db"
-        return {s.study_name for s in optuna.get_all_study_summaries(f"sqlite:///{db}", include_best_trial=False)} \
-            if db.is_file() else set()
-
-    theirs, ours = runs(target), runs(copy)
-    lost = sorted(studies(target) - studies(copy))
+    runs, studies = "SELECT run_uuid FROM runs", "SELECT study_name FROM studies"
+    theirs, ours = names(target, MLFLOW_DB, runs), names(copy, MLFLOW_DB, runs)
+    lost = sorted(names(target, OPTUNA_DB, studies) - names(copy, OPTUNA_DB, studies))
     shutil.rmtree(target)
     missing = sorted(theirs - ours)
     if missing:
@@ -112,7 +109,7 @@ def _publish(source: Path, dest: Path, *, keep_unfinished: bool, weights_only: b
         # to the working folder), then made portable
         db = copy_store(source, staging, portable=False, checkpoints=keep_unfinished)
         uri = f"sqlite:///{db}"
-        optuna_db = staging / "optuna.db"
+        optuna_db = staging / OPTUNA_DB
         storage = f"sqlite:///{optuna_db}" if optuna_db.is_file() else None
         client = mlflow_client(uri)
         done = Published(store=dest, unfinished=unfinished_studies(client))

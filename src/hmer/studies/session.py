@@ -236,11 +236,14 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
     if not study_data.has(base.config) and not exists:
         study_data(base.config)  # bad data fails here, before a study or an MLflow run exists
     store = open_storage(storage_url)
+    # Asked: the keys the command sets by value (the spec's fixed ones, `kind.asked` and `--set`); the rest
+    # comes from the code and may have changed since the study began.
     study, base, created = open_study(
         name, store, kind=kind.name, sampler=kind.sampler(), pruner=kind.pruner(n_trials),
         attrs={keys.SPEC: spec.name, keys.BUDGET: budget.name, keys.EXPERIMENT: name,
                keys.DESCRIPTION: spec.description, **described},
-        base=base, asked=asked_keys(spec.fixed, overrides, kind.asked), objective_name=kind.objective_name)
+        base=base, asked=(set(spec.fixed) | set(overrides or {}) | set(kind.asked)) - set(MACHINE_KEYS),
+        objective_name=kind.objective_name)
     worker = Worker.current()
     bookings = CellBookings(study, worker, store)
     dead = bookings.reap()
@@ -321,12 +324,6 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
             if cost:
                 say(f"study {name}: cost {cost}")
     return outcome
-
-
-def asked_keys(fixed: Mapping[str, Any], overrides: Mapping[str, Any] | None, more: Collection[str] = ()) -> set[str]:
-    """The config keys a study's command sets by value: the spec's fixed ones (and `more`) and `--set`;
-    the rest comes from the code and may have changed since the study began."""
-    return (set(fixed) | set(overrides or {}) | set(more)) - set(MACHINE_KEYS)
 
 
 # The study attributes a resumed study must have as the command asks, and what they are in words.
