@@ -97,13 +97,9 @@ def failures(study: optuna.Study) -> list[str]:
     """One line per FAIL trial: why, and the trial that continued it, if one did."""
     trials = study.get_trials(deepcopy=False)
     continued = continued_by(trials)
-    lines = []
-    for t in trials:
-        if t.state != TrialState.FAIL:
-            continue
-        then = f"; trial {continued[t.number]} continued it" if t.number in continued else ""
-        lines.append(f"trial {t.number} failed: {failure_reason(t, chars=200)}{then}")
-    return lines
+    return [f"trial {t.number} failed: {failure_reason(t, chars=200)}"
+            + (f"; trial {continued[t.number]} continued it" if t.number in continued else "")
+            for t in trials if t.state == TrialState.FAIL]
 
 
 def why_no_importances(study: optuna.Study) -> str | None:
@@ -224,9 +220,8 @@ def sweep_table(study: optuna.Study) -> str:
                                "trained %": last if last is not None else math.nan,
                                "val <=1 then": t.intermediate_values[last] if last is not None else math.nan}
         scored = keys.trial_score("test_")
-        for key, value in t.user_attrs.items():
-            if key.startswith(scored) and key.endswith("_exprate"):
-                row[key[len(scored):-len("_exprate")] + " ExpRate"] = value
+        row.update({key[len(scored):-len("_exprate")] + " ExpRate": value for key, value in t.user_attrs.items()
+                    if key.startswith(scored) and key.endswith("_exprate")})
         row.update({k: f"{v:.4g}" if isinstance(v, float) else str(v) for k, v in t.params.items()})
         rows.append(row)
     if not rows:
