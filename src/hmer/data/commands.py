@@ -17,6 +17,7 @@ import io
 import os
 import sys
 import zipfile
+from itertools import accumulate
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Sequence, TextIO
@@ -27,7 +28,7 @@ from PIL import Image
 from ..config import DataConfig
 from ..atomic import write_atomically, write_text_atomically
 from .cache import check_files, load_images
-from .captions import parse_caption_line, parse_captions
+from .captions import caption_lines, parse_captions
 from .render import INK_LEVEL, RenderConfig
 from .holdout import near_captions
 from .source import CAPTION_FILE, SPLITS, WRITER_FILE, DatasetSource, files_for_captions, open_source
@@ -60,27 +61,17 @@ def check_split(source: DatasetSource, split: str, vocab: Vocab, workers: int | 
     caption_where = source.describe(split, CAPTION_FILE)
     names: dict[str, int] = {}
     bad_captions: set[str] = set()
-    for number, raw in enumerate(source.caption_text(split).splitlines(), start=1):
-        caption, problem = parse_caption_line(raw, number)
-        if problem:
-            problems.append(Problem("error", f"{caption_where}:{number}: {problem}"))
+    for caption, errors in caption_lines(source.caption_text(split), caption_where, vocab):
+        problems.extend(Problem("error", str(e)) for e in errors)
         if caption is None:
             continue
-        if caption.name in names:
-            problems.append(Problem("error", f"{caption_where}:{number}: {caption.name!r} already has a caption "
-                                             f"on line {names[caption.name]}"))
-            continue
-        names[caption.name] = number
-        for token in caption.tokens:
-            if token not in vocab:
-                bad_captions.add(caption.name)
-                problems.append(Problem("error", f"{caption_where}:{number}: token {token!r} is not in the vocabulary"))
-        depth, unbalanced = 0, False
-        for token in caption.tokens:
-            depth += (token == "{") - (token == "}")
-            unbalanced |= depth < 0
-        if unbalanced or depth:
-            problems.append(Problem("warning", f"{caption_where}:{number}: unbalanced braces in {caption.name!r}"))
+        names[caption.name] = caption.line
+        if errors:
+            bad_captions.add(caption.name)
+        depths = list(accumulate((t == "{") - (t == "}") for t in caption.tokens))
+        if min(depths) < 0 or depths[-1]:
+            problems.append(Problem("warning",
+                                    f"{caption_where}:{caption.line}: unbalanced braces in {caption.name!r}"))
 
     files = source.list_files(split)
     for name, line in names.items():

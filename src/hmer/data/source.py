@@ -54,17 +54,13 @@ def default_data_paths() -> list[Path]:
 
 def resolve_data_path(path: str | os.PathLike[str] | None = None) -> Path:
     """Explicit path, else $HMER_DATA, else the first default that exists."""
-    if path:
-        found = Path(path).expanduser()
-        if not found.exists():
-            raise DatasetNotFoundError(f"dataset not found: {found} (expected a folder or zip with "
-                                       f"<split>/{CAPTION_FILE})")
-        return found
     env = os.environ.get("HMER_DATA")
-    if env:
-        found = Path(env).expanduser()
+    if path or env:
+        found = Path(path or env or "").expanduser()
         if not found.exists():
-            raise DatasetNotFoundError(f"dataset not found: $HMER_DATA={env} does not exist")
+            why = f"{found} (expected a folder or zip with <split>/{CAPTION_FILE})" if path else \
+                f"$HMER_DATA={env} does not exist"
+            raise DatasetNotFoundError(f"dataset not found: {why}")
         return found
     for candidate in default_data_paths():
         if candidate.exists():
@@ -77,8 +73,8 @@ def resolve_data_path(path: str | os.PathLike[str] | None = None) -> Path:
 # ---- one dataset: a folder or a zip --------------------------------------------------------------
 
 class DatasetSource:
-    """Read access to one dataset's splits, the same for a folder and a zip. `spec()` is a picklable
-    description from which `open_source_spec` reopens it in a worker process."""
+    """Read access to one dataset's splits, the same for a folder and a zip (a worker process reopens
+    it with `open_source(location)`)."""
 
     location: Path
     _files: dict[str, dict[str, list[str]]]  # list_files, by split
@@ -116,9 +112,6 @@ class DatasetSource:
 
     def identity(self, split: str) -> dict[str, object]:
         """What the split's contents depend on (paths, sizes, mtimes), for cache keys."""
-        raise NotImplementedError
-
-    def spec(self) -> tuple[str, str]:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -209,9 +202,6 @@ class FolderSource(DatasetSource):
                 digest.update(f"{entry.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
         return {"kind": "folder", "path": str(folder.resolve()), "files": digest.hexdigest()}
 
-    def spec(self) -> tuple[str, str]:
-        return ("folder", str(self.location))
-
 
 class ZipSource(DatasetSource):
     def __init__(self, path: Path):
@@ -273,9 +263,6 @@ class ZipSource(DatasetSource):
         return {"kind": "zip", "path": str(self.location.resolve()), "size": st.st_size,
                 "mtime_ns": st.st_mtime_ns, "member": f"{self.prefix}{split}/"}
 
-    def spec(self) -> tuple[str, str]:
-        return ("zip", str(self.location))
-
     def close(self) -> None:
         self.zip.close()
 
@@ -284,12 +271,6 @@ def open_source(path: str | os.PathLike[str] | None = None) -> DatasetSource:
     """Open the dataset at `path` (or $HMER_DATA, or the default place)."""
     found = resolve_data_path(path)
     return FolderSource(found) if found.is_dir() else ZipSource(found)
-
-
-def open_source_spec(spec: tuple[str, str]) -> DatasetSource:
-    """Reopen a source from its `spec()` (in a worker process)."""
-    kind, location = spec
-    return FolderSource(Path(location)) if kind == "folder" else ZipSource(Path(location))
 
 
 # ---- captions to files ----------------------------------------------------------------------------
