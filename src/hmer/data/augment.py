@@ -57,11 +57,9 @@ class AugmentConfig:
 
     @classmethod
     def from_data_config(cls, data_cfg: DataConfig) -> "AugmentConfig":
-        return cls(share=data_cfg.aug_share, width_min=data_cfg.aug_width_min or 1.0,
-                   width_max=data_cfg.aug_width_max or 1.0, pressure=data_cfg.aug_pressure,
-                   antialias=data_cfg.aug_antialias, downscale=data_cfg.aug_downscale, blur=data_cfg.aug_blur,
-                   slant=data_cfg.aug_slant, rotate=data_cfg.aug_rotate, jitter=data_cfg.aug_jitter,
-                   elastic=data_cfg.aug_elastic)
+        """From the `data.aug_*` key of each field's name (a pen width of 0: 1.0)."""
+        keys = {f.name: getattr(data_cfg, f"aug_{f.name}") for f in dataclasses.fields(cls)}
+        return cls(**{**keys, "width_min": keys["width_min"] or 1.0, "width_max": keys["width_max"] or 1.0})
 
     @property
     def enabled(self) -> bool:

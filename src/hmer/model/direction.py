@@ -21,23 +21,6 @@ from ..config import DIRECTIONS
 PAD_ID, SOS_ID, EOS_ID = 0, 1, 2  # the project's fixed special ids (hmer.data.vocab.Vocab)
 
 
-def special_ids(vocab=None) -> tuple[int, int, int]:
-    """(pad, sos, eos) from a Vocab-like object, a (pad, sos, eos) tuple, or the fixed ones."""
-    if vocab is None:
-        return PAD_ID, SOS_ID, EOS_ID
-    if isinstance(vocab, (tuple, list)):
-        pad, sos, eos = vocab
-        return int(pad), int(sos), int(eos)
-    return vocab.pad_id, vocab.sos_id, vocab.eos_id
-
-
-def directions_of(direction: str) -> tuple[str, ...]:
-    """The row blocks `make_targets` produces for `direction`."""
-    if direction not in DIRECTIONS:
-        raise ValueError(f"direction={direction!r} is not one of {', '.join(DIRECTIONS)}")
-    return ("l2r", "r2l") if direction == "bi" else (direction,)
-
-
 # Host-side list work: under torch.compile this is a graph break, rather than a graph
 # specialised (and recompiled) on every batch's token ids.
 @torch.compiler.disable
@@ -49,12 +32,16 @@ def make_targets(token_ids: Sequence[Sequence[int]], direction: str, vocab=None,
     pad_id, sos_id, eos_id) or a (pad, sos, eos) tuple; default the project's fixed 0, 1, 2.
     pad_mask is True at padding (the same positions in tgt_in and tgt_out).
     """
-    pad, sos, eos = special_ids(vocab)
-    blocks = directions_of(direction)
+    if direction not in DIRECTIONS:
+        raise ValueError(f"direction={direction!r} is not one of {', '.join(DIRECTIONS)}")
+    if isinstance(vocab, (tuple, list)):
+        pad, sos, eos = map(int, vocab)
+    else:
+        pad, sos, eos = (PAD_ID, SOS_ID, EOS_ID) if vocab is None else (vocab.pad_id, vocab.sos_id, vocab.eos_id)
     length = max((len(s) for s in token_ids), default=0) + 1
     ins: list[list[int]] = []
     outs: list[list[int]] = []
-    for block in blocks:
+    for block in ("l2r", "r2l") if direction == "bi" else (direction,):
         start, stop = (sos, eos) if block == "l2r" else (eos, sos)
         for seq in token_ids:
             seq = list(seq) if block == "l2r" else list(seq)[::-1]

@@ -58,11 +58,10 @@ class CoverageKind:
         """Channels of the coverage the ARM reads: nhead per attention it sums."""
         return nhead * (int(self.reads_below) + int(self.reads_self))
 
-    def maps(self, below: Optional[Tensor], own: Tensor) -> Tensor:
-        """The maps to accumulate, heads as channels [*, C_in, ...]: [below, own] (fusion, as CoMER)."""
+    def maps(self, below: Optional[Tensor], own: Tensor) -> list[Tensor]:
+        """The maps to accumulate, [below, own] (fusion, as CoMER) or the one read, heads as channels."""
         assert below is not None or not self.reads_below  # a layer that reads below has one
-        parts = ([below] if self.reads_below and below is not None else []) + ([own] if self.reads_self else [])
-        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
+        return ([below] if self.reads_below and below is not None else []) + ([own] if self.reads_self else [])
 
 
 COVERAGES.register("none", CoverageKind(reads_below=False, reads_self=False), description="no coverage (BTTR)")
@@ -119,9 +118,7 @@ def coverage_of_steps(kind: CoverageKind, below: Optional[Tensor], own: Tensor) 
 
     below / own: attention maps [B, H, L, S], copied once into the step-major layout and summed
     along the steps (`sums_before`)."""
-    assert below is not None or not kind.reads_below  # a layer that reads below has one
-    parts = ([below] if kind.reads_below and below is not None else []) + ([own] if kind.reads_self else [])
-    return sums_before(torch.cat([maps.transpose(1, 2) for maps in parts], dim=2))
+    return sums_before(torch.cat([maps.transpose(1, 2) for maps in kind.maps(below, own)], dim=2))
 
 
 class MaskedBatchNorm(nn.Module):

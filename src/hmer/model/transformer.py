@@ -35,7 +35,7 @@ from ..registry import COVERAGES, DECODERS
 from .accelerations import Attended, Dropout, PackedTokens, packed_forward
 from .attention import MultiHeadAttention, Refinement
 from .decoder_base import Decoder, DecoderState
-from .embedding import TokenEmbedding
+from .posenc import TokenEmbedding
 from .refinement import AttentionRefinementModule, CoverageKind, coverage_of_steps
 
 
@@ -178,7 +178,8 @@ class TransformerDecoder(Decoder):
                                      need_weights=self._needs_weights(i), need_unrefined=self._has_arm(i))
             if self._has_arm(i):  # this step's attention joins the running sum
                 assert attended.unrefined is not None  # asked for
-                cache[f"cov{i}"] = cache[f"cov{i}"] + self.coverage_kind.maps(below, attended.unrefined)[:, :, 0]
+                cache[f"cov{i}"] = cache[f"cov{i}"] + torch.cat(self.coverage_kind.maps(below, attended.unrefined),
+                                                                 dim=1)[:, :, 0]
             below = attended.weights
         logits = self.out(x[:, 0])
         return logits, replace(state, t=state.t + 1, cache=cache)
