@@ -85,7 +85,9 @@ class DatasetSource:
 
     def caption_text(self, split: str) -> str:
         """The split's caption.txt as text; `MissingSplitError` when the split is not there."""
-        raise NotImplementedError
+        if split not in self.split_names():
+            raise self.missing_split_error(split)
+        return self.read_bytes(split, CAPTION_FILE).decode("utf-8")
 
     def list_files(self, split: str) -> dict[str, list[str]]:
         """{name: [file names with a content suffix]} of the split's folder, listed once."""
@@ -175,12 +177,6 @@ class FolderSource(DatasetSource):
     def split_names(self) -> list[str]:
         return _order_splits([c.name for c in self.root.iterdir() if (c / CAPTION_FILE).is_file()])
 
-    def caption_text(self, split: str) -> str:
-        path = self.root / split / CAPTION_FILE
-        if not path.is_file():
-            raise self.missing_split_error(split)
-        return path.read_bytes().decode("utf-8")
-
     def _filenames(self, split: str) -> list[str]:
         folder = self.root / split
         if not folder.is_dir():
@@ -238,11 +234,6 @@ class ZipSource(DatasetSource):
 
     def split_names(self) -> list[str]:
         return _order_splits([s for s, files in self._by_split.items() if CAPTION_FILE in files])
-
-    def caption_text(self, split: str) -> str:
-        if CAPTION_FILE not in self._by_split.get(split, []):
-            raise self.missing_split_error(split)
-        return self.zip.read(f"{self.prefix}{split}/{CAPTION_FILE}").decode("utf-8")
 
     def _filenames(self, split: str) -> list[str]:
         if split not in self._by_split:

@@ -121,14 +121,12 @@ class HMERModel(nn.Module):
         the host (which would wait for the GPU). `label_smoothing`: Szegedy et al., 2016. With
         `model.counting` and `counted` [V] (bool), CAN's counting loss is added with `counting_weight`;
         without them, the decoder's loss alone (what validation's `val_loss` reads for every model)."""
-        if counted is None or not isinstance(self.decoder, CountingDecoder):
-            logits = self(images, image_mask, tgt_in)
-            return F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=PAD_ID,
-                                   label_smoothing=label_smoothing)
         feats, feat_mask = self.encode(images, image_mask)
         logits = self.decode(feats, feat_mask, tgt_in)
         loss = F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=PAD_ID,
                                label_smoothing=label_smoothing)
+        if counted is None or not isinstance(self.decoder, CountingDecoder):
+            return loss
         mean, branches = self.decoder.counter(feats, feat_mask)
         target = caption_counts(tgt_out, images.shape[0], counted)
         return loss + counting_weight * counting_loss(branches, mean, target)

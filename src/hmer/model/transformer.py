@@ -141,11 +141,10 @@ class TransformerDecoder(Decoder):
         b, h, w, d = feats.shape
         memory_feats = feats.reshape(b, h * w, d)
         memory: dict[str, Tensor] = {"mask": feat_mask}
-        for i, layer in enumerate(self.layers):
-            memory[f"k{i}"], memory[f"v{i}"] = layer.cross_attn.project_kv(memory_feats)
         cache: dict[str, Tensor] = {}
         nhead, head_dim = self.layers[0].self_attn.nhead, self.layers[0].self_attn.head_dim
-        for i in range(len(self.layers)):
+        for i, layer in enumerate(self.layers):
+            memory[f"k{i}"], memory[f"v{i}"] = layer.cross_attn.project_kv(memory_feats)
             cache[f"self_k{i}"] = feats.new_zeros(b, nhead, 0, head_dim)
             cache[f"self_v{i}"] = feats.new_zeros(b, nhead, 0, head_dim)
             if self._has_arm(i):
