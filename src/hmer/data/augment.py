@@ -197,10 +197,6 @@ def _write_strokes(path: Path, strokes: dict[str, list[np.ndarray]]) -> None:
 def _read_strokes(path: Path) -> dict[str, list[np.ndarray]]:
     with np.load(path, allow_pickle=False) as npz:
         names, counts, lengths, points = npz["names"].tolist(), npz["counts"], npz["lengths"], npz["points"]
-    ends = np.cumsum(lengths)
-    flat = np.split(points, ends[:-1]) if len(lengths) else []
-    out, at = {}, 0
-    for name, count in zip(names, counts.tolist()):
-        out[name] = flat[at:at + count]
-        at += count
-    return out
+    flat = np.split(points, np.cumsum(lengths)[:-1]) if len(lengths) else []
+    starts = np.cumsum([0, *counts.tolist()]).tolist()
+    return {name: flat[a:b] for name, a, b in zip(names, starts, starts[1:])}

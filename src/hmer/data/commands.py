@@ -28,10 +28,10 @@ from PIL import Image
 from ..config import DataConfig
 from ..atomic import write_atomically, write_text_atomically
 from .cache import check_files, load_images
-from .captions import caption_lines, parse_captions
 from .render import INK_LEVEL, RenderConfig
 from .holdout import near_captions
-from .source import CAPTION_FILE, SPLITS, WRITER_FILE, DatasetSource, files_for_captions, open_source
+from .source import (CAPTION_FILE, SPLITS, WRITER_FILE, DatasetSource, caption_lines, files_for_captions,
+                     open_source, parse_captions)
 from .splits import TRAIN, read_writers, split_source_validation, writers_file_text
 from .vocab import Vocab
 

@@ -165,12 +165,9 @@ def _paths(strokes: list[np.ndarray], transform: tuple[np.ndarray, float, float]
     keep[1:] = np.any(xy[1:] != xy[:-1], axis=1)
     keep[starts] = True
     kept_per_stroke = np.add.reduceat(keep, starts) if len(strokes) else np.array([], dtype=np.int64)
-    points = xy[keep].tolist()
-    out, at = [], 0
-    for n in kept_per_stroke.tolist():
-        out.append([tuple(p) for p in points[at:at + n]])
-        at += n
-    return out
+    points = [tuple(p) for p in xy[keep].tolist()]
+    ends = np.cumsum(kept_per_stroke).tolist()
+    return [points[a:b] for a, b in zip([0, *ends], ends)]
 
 
 def _brushed(paths: list[list[tuple[int, int]]], pens: list[int], size: tuple[int, int]) -> np.ndarray:

@@ -12,8 +12,9 @@ Splits are `train`, `2014`, `2016`, `2019` (any other folder with a caption.txt 
 Found at an explicit path, else `$HMER_DATA`, else `data/crohme` or `data/crohme.zip` under the
 repository root.
 
-A wrong structure always raises, naming file and line; bulk loading skips an unusable content file
-with one warning (docs/data.md, "Error policy").
+caption.txt is read strictly (`parse_captions`): a malformed line, a name given twice or a token
+outside the vocabulary raises. A wrong structure always raises, naming file and line; bulk loading
+skips an unusable content file with one warning (docs/data.md, "Error policy").
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from __future__ import annotations
 import hashlib
 import os
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Sequence
+from typing import Iterator, Sequence
 
-from .captions import Caption
 from .errors import CaptionError, DatasetNotFoundError, MissingSplitError
 from .inkml import Ink, parse_inkml
+from .vocab import UnknownTokenError, Vocab
 
 SPLITS = ("train", "2014", "2016", "2019")
 IMAGE_SUFFIXES = (".bmp", ".png", ".jpg", ".jpeg")
@@ -264,7 +266,49 @@ def open_source(path: str | os.PathLike[str] | None = None) -> DatasetSource:
     return FolderSource(found) if found.is_dir() else ZipSource(found)
 
 
-# ---- captions to files ----------------------------------------------------------------------------
+# ---- caption.txt, and the files of its captions --------------------------------------------------
+
+@dataclass(frozen=True)
+class Caption:
+    name: str
+    tokens: list[str]
+    line: int  # 1-based line number in caption.txt
+
+
+def parse_captions(text: str, where: str, vocab: Vocab | None = None) -> list[Caption]:
+    """caption.txt -> captions, strictly: the first malformed line, duplicate name or unknown
+    token raises (naming `where`, the line and the token)."""
+    captions: list[Caption] = []
+    for caption, errors in caption_lines(text, where, vocab or Vocab()):
+        if errors:
+            raise errors[0]
+        assert caption is not None  # a line without a caption has an error
+        captions.append(caption)
+    return captions
+
+
+def caption_lines(text: str, where: str, vocab: Vocab) -> Iterator[tuple[Caption | None, list[ValueError]]]:
+    """Each non-blank line's caption and its errors (the caption is None where the line is malformed
+    or its name has a caption already): what `parse_captions` raises and `hmer data check` lists."""
+    seen: dict[str, int] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        # The layout uses a tab; a space after the name is accepted as well.
+        name, _, rest = line.partition("\t") if "\t" in line else line.partition(" ")
+        name, tokens = name.strip(), rest.split()
+        if not tokens:
+            yield None, [CaptionError(f"{where}:{number}: no tokens after the name {name!r} "
+                                      "(expected <name> TAB <tokens>)")]
+        elif name in seen:
+            yield None, [CaptionError(f"{where}:{number}: {name!r} already has a caption on line {seen[name]}")]
+        else:
+            seen[name] = number
+            yield (Caption(name=name, tokens=tokens, line=number),
+                   [UnknownTokenError(token, f"{where}:{number}") for token in tokens if token not in vocab])
+
+
 
 def files_for_captions(source: DatasetSource, split: str, captions: Sequence[Caption]) -> list[str]:
     """The file of each caption; `CaptionError` (file and line) for the first one without."""

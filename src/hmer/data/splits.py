@@ -22,9 +22,8 @@ from .expression import Expression
 from .holdout import HoldOut, split_validation
 from .inkml import UNKNOWN_WRITERS, writer_of
 from .render import RenderConfig
-from .captions import parse_captions
 from .errors import WriterFileError
-from .source import CAPTION_FILE, WRITER_FILE, DatasetSource, files_for_captions, open_source
+from .source import CAPTION_FILE, WRITER_FILE, DatasetSource, files_for_captions, open_source, parse_captions
 from .vocab import Vocab
 
 VAL = "val"

@@ -13,9 +13,8 @@ so a new rule is one new module.
 
 from ..config import DIRECTIONS
 from ..registry import import_submodules
-from .beam import beam_search
+from .beam import Hypothesis, beam_search, length_normalized
 from .decode import decode_batch, greedy_search
-from .hypothesis import Hypothesis, length_normalized
 from .joint import joint_beam_search, sequence_log_probs
 
 import_submodules(__name__, __path__)

@@ -14,8 +14,7 @@ from torch import Tensor
 
 from ..config import DIRECTIONS
 from ..registry import SEARCH_RULES
-from .beam import beam_search
-from .hypothesis import SearchModel, at_least_float32, check_search_args
+from .beam import SearchModel, at_least_float32, beam_search, check_search_args
 from .joint import joint_beam_search
 
 

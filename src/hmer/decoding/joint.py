@@ -17,8 +17,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from .beam import NEG_INF, beam_search
-from .hypothesis import Hypothesis, at_least_float32, check_search_args, length_normalized
+from .beam import NEG_INF, Hypothesis, at_least_float32, beam_search, check_search_args, length_normalized
 
 
 @torch.inference_mode()

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..registry import SEARCH_RULES
-from .hypothesis import at_least_float32
+from .beam import at_least_float32
 
 
 @dataclass
