@@ -32,7 +32,7 @@ from .recipes import recipe_labels  # the labels `train.recipe` takes (plain val
 # The swappable parts register themselves by name where they are defined (hmer.registry).
 from .registry import COVERAGES, DECODERS, IMAGE_POSITIONS, SEARCH_RULES, TOKEN_POSITIONS
 
-# Decoding directions, defined once (hmer.model.direction builds their targets, hmer.decoding
+# Decoding directions, defined once (hmer.model.decoder_base builds their targets, hmer.decoding
 # their searches): l2r, r2l, or bi (one decoder trained on both, BTTR).
 DIRECTIONS = ("l2r", "r2l", "bi")
 ENCODER_TAILS = ("relu-norm-pos", "pos-norm")

@@ -67,11 +67,8 @@ def standard_2014_expressions(tar_path: str | Path, captions: dict[str, list[str
     if missing:
         raise FileNotFoundError(f"{tar_path}: no standard image for {len(missing)} 2014 caption(s), "
                                 f"e.g. {missing[0]}{STANDARD_SUFFIX}")
-    out = []
-    for name, tokens in captions.items():
-        image = images[name] if render is None else to_model_scale(images[name], render)
-        out.append(Expression(name=name, tokens=tokens, image=image))
-    return out
+    return [Expression(name=name, tokens=tokens, image=images[name] if render is None else
+                       to_model_scale(images[name], render)) for name, tokens in captions.items()]
 
 
 def standard_2014_if_available(exprs_2014: Sequence, render: RenderConfig | None = None) -> list | None:

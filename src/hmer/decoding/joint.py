@@ -34,29 +34,17 @@ def joint_beam_search(model: torch.nn.Module, feats: Tensor, mask: Tensor, sos_i
     pools = beam_search(model, torch.cat([feats, feats]), torch.cat([mask, mask]), [sos_id] * batch + [eos_id] * batch,
                         [eos_id] * batch + [sos_id] * batch, beam_size, max_len, length_penalty, pad_id=pad_id)
 
-    # Every candidate left to right, with what the opposite direction must score.
-    images: list[int] = []
-    l2r_tokens: list[list[int]] = []
-    own_log_prob: list[float] = []
-    targets: list[list[int]] = []  # the sequence in the rescoring direction's order
-    starts: list[int] = []
-    ends: list[int] = []
-    for i in range(batch):
-        for found_l2r, pool in ((True, pools[i]), (False, pools[batch + i])):
-            for hyp in pool:  # rescored in the other direction
-                seq = hyp.tokens if found_l2r else hyp.tokens[::-1]
-                images.append(i)
-                l2r_tokens.append(seq)
-                own_log_prob.append(hyp.log_prob)
-                targets.append(seq[::-1] if found_l2r else seq)
-                starts.append(eos_id if found_l2r else sos_id)
-                ends.append(sos_id if found_l2r else eos_id)
-
-    other_log_prob = sequence_log_probs(model, feats, mask, images, targets, starts, ends, pad_id=pad_id)
-
+    # Every candidate (image, tokens left to right, log-prob, found l2r), rescored in the other direction,
+    # the sequence in that direction's reading order.
+    found = [(i, hyp.tokens if l2r else hyp.tokens[::-1], hyp.log_prob, l2r)
+             for i in range(batch) for l2r, pool in ((True, pools[i]), (False, pools[batch + i])) for hyp in pool]
+    other_log_prob = sequence_log_probs(model, feats, mask, [i for i, *_ in found],
+                                        [seq[::-1] if l2r else seq for _, seq, _, l2r in found],
+                                        [eos_id if l2r else sos_id for *_, l2r in found],
+                                        [sos_id if l2r else eos_id for *_, l2r in found], pad_id=pad_id)
     alpha = float(length_penalty)
     best: list[Hypothesis | None] = [None] * batch
-    for i, seq, own, other in zip(images, l2r_tokens, own_log_prob, other_log_prob):
+    for (i, seq, own, _), other in zip(found, other_log_prob):
         total = own + other
         cand = Hypothesis(list(seq), length_normalized(total, len(seq), alpha), total)
         current = best[i]

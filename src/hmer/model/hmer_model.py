@@ -33,8 +33,7 @@ from ..model_presets import PRESETS, preset_config
 from ..registry import DECODERS, IMAGE_POSITIONS
 from .accelerations import PointwiseConv, grouped_directions
 from .counting import CountingDecoder, caption_counts, counting_loss
-from .decoder_base import Decoder
-from .direction import PAD_ID, make_targets
+from .decoder_base import PAD_ID, Decoder, make_targets
 from .encoder import DenseNetB
 from .refinement import sums_before
 

@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from ..data.ladder import PadLadder
-from ..model.direction import PAD_ID
+from ..model.decoder_base import PAD_ID
 
 # Caption lengths (target positions) padded to multiples of 8, each rung at least 1.25 times the one
 # below: 8, 16, 24, 32, 40, 56, 72, 96, 120, 152, 192, 240 for the lengths CROHME has.
