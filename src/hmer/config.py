@@ -207,7 +207,7 @@ class DataConfig:
     eval_max_batch_size: int = allowed(64, ge=1)
     max_image_pixels: int = allowed(400_000, ge=1)  # an evaluation image above this is resized, and counted
     # Every batch's padded height and width rounded up to a rung of a ladder, after the scale
-    # augmentation: a few shapes instead of one a batch, which a GPU needs (hmer.data.ladder). The
+    # augmentation: a few shapes instead of one a batch, which a GPU needs (hmer.data.batching). The
     # rungs are multiples of pad_multiple, each at least pad_growth times the one below (1 and 1:
     # no ladder, the batch's own largest image; pad_growth 1: every multiple of pad_multiple).
     pad_multiple: int = allowed(1, ge=1)

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from ..data import Batch, Expression, RenderConfig, Vocab, collate
 from ..data.augment import AugmentConfig, augmented_image
-from ..data.ladder import NO_LADDER, PadLadder
+from ..data.batching import NO_LADDER, PadLadder
 from ..model.decoder_base import make_targets
 
 
