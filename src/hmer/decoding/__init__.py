@@ -14,8 +14,7 @@ so a new rule is one new module.
 from ..config import DIRECTIONS
 from ..registry import import_submodules
 from .beam import Hypothesis, beam_search, length_normalized
-from .decode import decode_batch, greedy_search
-from .joint import joint_beam_search, sequence_log_probs
+from .decode import decode_batch, greedy_search, joint_beam_search, sequence_log_probs
 
 import_submodules(__name__, __path__)
 
