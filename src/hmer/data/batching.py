@@ -1,4 +1,5 @@
-"""Bucketing expressions into batches under a pixel budget, and collating a batch into tensors.
+"""The unit every later stage works on (`Expression`: one expression's name, caption tokens and
+image), bucketed into batches under a pixel budget, and a batch collated into tensors.
 
 Training (BTTR's scheme, with a better sort): sort by image size, fill each batch while
 `B * maxH * maxW` stays within the budget (BTTR: 320,000 px) and B within `max_batch_size`, then
@@ -43,8 +44,21 @@ import numpy as np
 import torch
 from PIL import Image
 
-from .expression import Expression
 from .vocab import Vocab
+
+
+@dataclass(eq=False)  # images are arrays: compare expressions by name when needed, not with ==
+class Expression:
+    """`image` is uint8 [H, W] with 255 = ink on a 0 background; `tokens` may be empty when the
+    expression has no caption (e.g. a file given to `hmer predict`)."""
+
+    name: str
+    tokens: list[str]
+    image: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return int(self.image.shape[0]), int(self.image.shape[1])
 
 
 @dataclass(frozen=True)

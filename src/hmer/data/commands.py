@@ -138,11 +138,9 @@ def split_command(data: str | None, data_cfg: DataConfig, out_dir: str | os.Path
         captions = {c.name: c.tokens for c in parse_captions(source.caption_text(TRAIN),
                                                               source.describe(TRAIN, CAPTION_FILE))}
         writers = read_writers(source, TRAIN, list(captions))
-        years = [s for s in source.split_names() if s != TRAIN]
         year_captions = {y: [c.tokens for c in parse_captions(source.caption_text(y), source.describe(y))]
-                         for y in years}
+                         for y in source.split_names() if y != TRAIN}
         location = source.location
-    year_lengths = {y: [len(t) for t in tokens] for y, tokens in year_captions.items()}
 
     n = len(captions)
     print(f"dataset: {location}", file=out)
@@ -155,7 +153,8 @@ def split_command(data: str | None, data_cfg: DataConfig, out_dir: str | os.Path
         known = {writers[x] for x in names if writers[x]}
         print(f"{side:<10}{len(names):>12}{len(names) / n:>8.1%}{len(known):>9}"
               f"{sum(not writers[x] for x in names):>11}{_mean([len(captions[x]) for x in names]):>13.1f}", file=out)
-    for year, lengths in year_lengths.items():
+    for year, tokens in year_captions.items():
+        lengths = [len(t) for t in tokens]
         print(f"{'test ' + year:<10}{len(lengths):>12}{'':>8}{'':>9}{'':>11}{_mean(lengths):>13.1f}", file=out)
     train_captions = {" ".join(captions[x]) for x in held.train}
     train_writers = {writers[x] for x in held.train if writers[x]}

@@ -25,7 +25,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from .errors import DataError, ImageReadError, NoInkError
-from .expression import Expression
+from .batching import Expression
 from .inkml import parse_inkml, read_inkml
 from .render import INK_LEVEL, RenderConfig, render_ink, to_model_scale
 from .source import CONTENT_SUFFIXES, IMAGE_SUFFIXES

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..config import DataConfig
 from .cache import load_images
-from .expression import Expression
+from .batching import Expression
 from .holdout import HoldOut, split_validation
 from .inkml import UNKNOWN_WRITERS, writer_of
 from .render import RenderConfig

@@ -60,7 +60,7 @@ def standard_2014_expressions(tar_path: str | Path, captions: dict[str, list[str
     """The standard 2014 images as Expressions with the 2014 captions, in caption order, brought to
     the size of `render`'s renderings (`to_model_scale`; None: as they are), the scale a model trained
     on them knows. An image missing from the archive is an error naming it."""
-    from .expression import Expression
+    from .batching import Expression
 
     images = dict(iter_standard_images(tar_path, captions))
     missing = [n for n in captions if n not in images]

@@ -35,7 +35,7 @@ import numpy as np
 
 from ..registry import METRICS
 from .latex_mathml import Element, NotConverted, to_mathml
-from .metrics import Metric
+from .metrics import within
 
 # The tools' spelling of symbol texts (the rest keep their text).
 _LABELS = {
@@ -241,19 +241,14 @@ def errors_per_expression(predictions: Sequence[Sequence[str]], truths: Sequence
                      for p, t in zip(predictions, truths)], dtype=float)
 
 
-def within_graph_errors(max_errors: int, label: str) -> Metric:
-    """The metric of readings within `max_errors` symbol label graph errors of the truth."""
-    return Metric(label, lambda d: d <= max_errors, judge=errors_per_expression)
-
-
 lgeval_exprate = METRICS.register(
-    "lgeval_exprate", within_graph_errors(0, "ExpRate (lgeval)"),
+    "lgeval_exprate", within(0, "ExpRate (lgeval)", errors_per_expression),
     description="The papers' ExpRate: no symbol label graph error (lgeval D_B = 0), in percent")
 lgeval_le1 = METRICS.register(
-    "lgeval_le1", within_graph_errors(1, "≤1 (lgeval)"),
+    "lgeval_le1", within(1, "≤1 (lgeval)", errors_per_expression),
     description="The papers' ≤1: at most one symbol label graph error (lgeval D_B), in percent")
 lgeval_le2 = METRICS.register(
-    "lgeval_le2", within_graph_errors(2, "≤2 (lgeval)"),
+    "lgeval_le2", within(2, "≤2 (lgeval)", errors_per_expression),
     description="The papers' ≤2: at most two symbol label graph errors (lgeval D_B), in percent")
 
 # Each graph metric's counterpart among ours on token edits (`metrics`): the same question asked of the tokens.

@@ -91,9 +91,9 @@ class Metric:
         return 100.0 * float(scored.sum()) / len(scored) if len(scored) else 0.0
 
 
-def within(max_errors: int, label: str) -> Metric:
-    """The metric of readings within `max_errors` token edits of the truth."""
-    return Metric(label, lambda d: d <= max_errors)
+def within(max_errors: int, label: str, judge: Callable | None = None) -> Metric:
+    """The metric of readings within `max_errors` token edits of the truth (or errors `judge` counts)."""
+    return Metric(label, lambda d: d <= max_errors, judge=judge)
 
 
 exprate = METRICS.register("exprate", within(0, "ExpRate"), description="ExpRate: exact matches, in percent")
