@@ -49,11 +49,8 @@ def cache_dir() -> Path:
 
 
 def default_workers() -> int:
-    """All the cores this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
+    """All the cores this process may run on (all the machine's where the system does not say: not Linux)."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
 @dataclass
