@@ -35,7 +35,7 @@ from .accelerations import PointwiseConv, grouped_directions
 from .counting import CountingDecoder, caption_counts, counting_loss
 from .decoder_base import PAD_ID, Decoder, make_targets
 from .encoder import DenseNetB
-from .refinement import sums_before
+from .transformer import sums_before
 
 
 def repeat_rows(feats: Tensor, feat_mask: Tensor, rows: int) -> tuple[Tensor, Tensor]:
