@@ -16,7 +16,7 @@ from hmer.config import DataConfig
 from hmer.data.commands import split_command
 import editdistance
 
-from hmer.data.holdout import MAX_LEFT_OUT, HoldOutError, near_captions, split_validation
+from hmer.data.splits import MAX_LEFT_OUT, HoldOutError, near_captions, split_validation
 from hmer.data.inkml import writer_of
 from hmer.data.source import parse_captions
 from hmer.data.source import open_source

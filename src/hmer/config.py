@@ -188,7 +188,7 @@ class DataConfig:
     render_style: str = allowed("direct", one_of=RENDER_STYLES)
     # Validation hold-out from train (never a test year). `writer`: whole writers held out and no
     # caption on both sides, so validation looks like a test year; `random`: the old random
-    # expressions, which share captions with training (see hmer.data.holdout).
+    # expressions, which share captions with training (see hmer.data.splits).
     val_split: str = allowed("writer", one_of=VAL_SPLITS)  # writer | random
     val_fraction: float = allowed(0.05, ge=0, lt=1)
     val_seed: int = allowed(7, ge=0)

@@ -29,10 +29,9 @@ from ..config import DataConfig
 from ..atomic import write_atomically, write_text_atomically
 from .cache import check_files, load_images
 from .render import INK_LEVEL, RenderConfig
-from .holdout import near_captions
 from .source import (CAPTION_FILE, SPLITS, WRITER_FILE, DatasetSource, caption_lines, files_for_captions,
                      open_source, parse_captions)
-from .splits import TRAIN, read_writers, split_source_validation, writers_file_text
+from .splits import TRAIN, near_captions, read_writers, split_source_validation, writers_file_text
 from .vocab import Vocab
 
 RENDERED_TOP_FOLDER = "data"  # BTTR / CoMER read data/<split>/...
