@@ -19,7 +19,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from hmer.model.refinement import sums_before
+from hmer.model.transformer import sums_before
 
 
 def timed(fn, calls: int) -> float:

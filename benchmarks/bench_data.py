@@ -28,7 +28,7 @@ def main() -> int:
     from hmer.data import (RenderConfig, load_dataset, make_batches, open_source, padded_shapes, padding_share,
                            parse_inkml, render_ink)
     from hmer.data.cache import default_workers
-    from hmer.data.ladder import PadLadder
+    from hmer.data.batching import PadLadder
 
     shared = Path(__file__).resolve().parents[2] / "shared" / "crohme" / "crohme-inkml.zip"
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

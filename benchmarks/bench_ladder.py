@@ -1,4 +1,4 @@
-"""What the pad ladder (`data.pad_multiple`, `data.pad_growth`; hmer.data.ladder) costs and saves on
+"""What the pad ladder (`data.pad_multiple`, `data.pad_growth`; hmer.data.batching) costs and saves on
 the real training split: distinct batch shapes against padding, without and with scale augmentation.
 
     python benchmarks/bench_ladder.py [--data ZIP] [--ladders 1:1,64:1,16:1.25,32:1.33] [--epochs 5]
@@ -32,7 +32,7 @@ import numpy as np
 
 def main() -> int:
     from hmer.data import load_dataset, make_batches, padded_shapes, padding_share
-    from hmer.data.ladder import PadLadder
+    from hmer.data.batching import PadLadder
     from hmer.model import build_model
     from hmer.model.accelerations import use_matmul
     from hmer.model_presets import preset_with_recipe

@@ -11,7 +11,7 @@ from hmer.data import Vocab
 from hmer.decoding import beam_search, decode_batch, sequence_log_probs
 from hmer.model import build_model
 from hmer.model.counting import CountingDecoder, caption_counts
-from hmer.model.direction import make_targets
+from hmer.model.decoder_base import make_targets
 from hmer.model_presets import preset_config
 from hmer.training import train
 from hmer.training.setup import counted_classes

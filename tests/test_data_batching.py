@@ -8,7 +8,7 @@ import torch
 
 from hmer.data import Batch, Expression, Vocab, collate, fit_to_pixels, make_batches, padded_shapes, padding_share
 from hmer.data.batching import HEIGHT_BIN
-from hmer.data.ladder import PadLadder, ladder_shapes, shapes_under_scale
+from hmer.data.batching import PadLadder, ladder_shapes, shapes_under_scale
 
 
 def random_expressions(n: int, seed: int = 0) -> list[Expression]:

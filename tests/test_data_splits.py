@@ -6,7 +6,7 @@ import numpy as np
 
 from hmer.config import DataConfig
 from hmer.data import Expression, load_dataset
-from hmer.data.holdout import split_validation
+from hmer.data.splits import split_validation
 from hmer.data.splits import default_splits, subset
 
 

@@ -16,9 +16,9 @@ from hmer.config import DataConfig
 from hmer.data.commands import split_command
 import editdistance
 
-from hmer.data.holdout import MAX_LEFT_OUT, HoldOutError, near_captions, split_validation
+from hmer.data.splits import MAX_LEFT_OUT, HoldOutError, near_captions, split_validation
 from hmer.data.inkml import writer_of
-from hmer.data.captions import parse_captions
+from hmer.data.source import parse_captions
 from hmer.data.source import open_source
 from hmer.data.splits import read_writers, split_source_validation
 from hmer.training import train

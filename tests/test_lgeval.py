@@ -77,7 +77,7 @@ def test_the_registered_metrics_give_the_official_rates_and_denominators(year):
 
 
 def _captions(year: str) -> dict[str, list[str]]:
-    from hmer.data.captions import parse_captions
+    from hmer.data.source import parse_captions
     from hmer.data.source import DatasetNotFoundError, open_source, resolve_data_path
 
     try:

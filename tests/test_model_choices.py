@@ -288,7 +288,7 @@ def test_coverage_uses_only_past_attention(coverage):
     # The refinement term itself: an ARM fed attention that differs only from step t on
     # gives the same term up to step t.
     arm, feat_mask = model.decoder.arm, model.encode(images, mask)[1]
-    from hmer.model.refinement import sums_before
+    from hmer.model.transformer import sums_before
     maps = torch.rand(2, 6, arm.conv.in_channels, feat_mask[0].numel())  # [B, L, C_in, S]
     later = maps.clone()
     later[:, t:] = torch.rand_like(later[:, t:])

@@ -15,7 +15,7 @@ from hmer.data.vocab import Vocab
 from hmer.model import build_model, count_parameters, list_presets, make_targets
 from hmer.model.attention import MultiHeadAttention
 from hmer.model.posenc import ContentAwareImagePositions, adaptive_pool_matrix, resize_matrix
-from hmer.model.refinement import MaskedBatchNorm, sums_before
+from hmer.model.transformer import MaskedBatchNorm, sums_before
 from hmer.model_presets import PRESETS, preset_config
 from tiny_dataset import make_images
 

@@ -84,7 +84,7 @@ def test_a_photographed_standard_image_is_read_as_the_standard_image_is(standard
     import numpy as np
     from PIL import Image
 
-    from hmer.data.files import read_expression_file
+    from hmer.data.images import read_expression_file
     from hmer.data.render import RenderConfig
 
     rng = np.random.default_rng(70)

@@ -21,7 +21,7 @@ from conftest import peers_or_skip
 from hmer.decoding.reference_search import reference_decode
 from hmer.data.vocab import Vocab
 from hmer.model import build_model
-from hmer.model.factory import count_parameters
+from hmer.model.hmer_model import count_parameters
 from hmer.model.accelerations import accelerate, use_matmul
 from hmer.model.posenc import sinusoid_table
 from hmer.model_presets import preset_config

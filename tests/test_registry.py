@@ -20,7 +20,7 @@ from hmer.config import Config
 from hmer.decoding import decode_batch
 from hmer.evaluation import expression_metrics
 from hmer.model import Decoder, DecoderState, build_model, make_targets
-from hmer.model.embedding import TokenEmbedding
+from hmer.model.posenc import TokenEmbedding
 from hmer.registry import DECODERS, METRICS, SEARCH_RULES, Registry
 from hmer.tracking import keys
 from tiny_dataset import make_images, tiny_config, tiny_data

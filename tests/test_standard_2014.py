@@ -11,7 +11,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from hmer.data.render import RenderConfig
-from hmer.data.captions import parse_captions
+from hmer.data.source import parse_captions
 from hmer.data.source import open_source
 from hmer.data.standard import STANDARD_2014, standard_2014_expressions
 from hmer.reports.runs import load_runs, scored_years

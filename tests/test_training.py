@@ -36,7 +36,7 @@ def test_recipes_fill_the_papers_optimisers():
 
 def test_label_smoothing_spreads_the_target_probability():
     from hmer.model import build_model
-    from hmer.model.direction import make_targets
+    from hmer.model.decoder_base import make_targets
     from hmer.data import Vocab, collate
     from hmer.training.step import LossModule
 

@@ -68,7 +68,7 @@ def test_the_planned_shapes_are_the_shapes_the_epochs_collate(one_thread):
 
 
 def cfg_ladder(cfg):
-    from hmer.data.ladder import PadLadder
+    from hmer.data.batching import PadLadder
 
     return PadLadder.from_data_config(cfg.data)
 

@@ -32,7 +32,7 @@ from .recipes import recipe_labels  # the labels `train.recipe` takes (plain val
 # The swappable parts register themselves by name where they are defined (hmer.registry).
 from .registry import COVERAGES, DECODERS, IMAGE_POSITIONS, SEARCH_RULES, TOKEN_POSITIONS
 
-# Decoding directions, defined once (hmer.model.direction builds their targets, hmer.decoding
+# Decoding directions, defined once (hmer.model.decoder_base builds their targets, hmer.decoding
 # their searches): l2r, r2l, or bi (one decoder trained on both, BTTR).
 DIRECTIONS = ("l2r", "r2l", "bi")
 ENCODER_TAILS = ("relu-norm-pos", "pos-norm")
@@ -188,7 +188,7 @@ class DataConfig:
     render_style: str = allowed("direct", one_of=RENDER_STYLES)
     # Validation hold-out from train (never a test year). `writer`: whole writers held out and no
     # caption on both sides, so validation looks like a test year; `random`: the old random
-    # expressions, which share captions with training (see hmer.data.holdout).
+    # expressions, which share captions with training (see hmer.data.splits).
     val_split: str = allowed("writer", one_of=VAL_SPLITS)  # writer | random
     val_fraction: float = allowed(0.05, ge=0, lt=1)
     val_seed: int = allowed(7, ge=0)
@@ -207,7 +207,7 @@ class DataConfig:
     eval_max_batch_size: int = allowed(64, ge=1)
     max_image_pixels: int = allowed(400_000, ge=1)  # an evaluation image above this is resized, and counted
     # Every batch's padded height and width rounded up to a rung of a ladder, after the scale
-    # augmentation: a few shapes instead of one a batch, which a GPU needs (hmer.data.ladder). The
+    # augmentation: a few shapes instead of one a batch, which a GPU needs (hmer.data.batching). The
     # rungs are multiples of pad_multiple, each at least pad_growth times the one below (1 and 1:
     # no ladder, the batch's own largest image; pad_growth 1: every multiple of pad_multiple).
     pad_multiple: int = allowed(1, ge=1)

@@ -127,7 +127,7 @@ IMAGE_POSITIONS: Registry[Callable[..., Any]] = Registry("model.image_pos", home
 """Image position encodings: `make(d_model, grid)` -> module; `module(feats, mask)` -> feats + positions."""
 
 COVERAGES: Registry[Any] = Registry("model.coverage", home=".model")
-"""CoMER coverage kinds (`hmer.model.refinement.CoverageKind`): which attention maps the ARM sums."""
+"""CoMER coverage kinds (`hmer.model.transformer.CoverageKind`): which attention maps the ARM sums."""
 
 SEARCH_RULES: Registry[Callable[..., Any]] = Registry("train.search_rule", home=".decoding")
 """Beam search rules: `search(model, feats, mask, direction, *, beam_size, max_len, length_penalty,

@@ -11,7 +11,7 @@ from .timing import flop_line, print_batching, print_rate, print_timing, timed
 
 def bench_decode(b: Bench) -> int:
     from ..data import Vocab, collate, make_batches
-    from ..data.ladder import PadLadder
+    from ..data.batching import PadLadder
     from ..decoding import decode_batch
 
     cfg, exprs, dev, out = b.cfg, b.exprs, b.device, b.out

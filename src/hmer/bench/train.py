@@ -11,7 +11,7 @@ from .timing import flop_line, print_batching, print_rate, print_timing, timed
 
 def bench_train(b: Bench) -> int:
     from ..data import Vocab, make_batches
-    from ..data.ladder import PadLadder
+    from ..data.batching import PadLadder
     from ..training.graphs import GraphedStep
     from ..training.loader import make_train_batch
     from ..training.optim import build_optimizer

@@ -47,7 +47,7 @@ def models_table() -> str:
 
 def swept_size_rows() -> list[tuple[str, int, int]]:
     """(CPU preset, its parameters at the `swept` size, what symbol counting adds) for each CPU family."""
-    from ..model.factory import parameter_counts
+    from ..model.hmer_model import parameter_counts
     from ..model_presets import resolve_preset
 
     return [(name, *parameter_counts(resolve_preset(name, size="swept").config.model))

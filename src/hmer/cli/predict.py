@@ -25,7 +25,7 @@ def add_parser(sub) -> None:
 def cmd_predict(args) -> int:
     from ..data import RenderConfig
     from ..data.errors import NoInkError
-    from ..data.files import check_expression_file, read_expression_file
+    from ..data.images import check_expression_file, read_expression_file
     from ..evaluation.evaluate import decode_options, predict
     from ..tracking import load_model
     from ..device import autocast_dtype, resolve_device

@@ -8,12 +8,10 @@
 See docs/data.md for the layout, where to put CROHME, the error policy and the cache.
 """
 
-from .batching import Batch, collate, fit_to_pixels, make_batches, padded_shapes, padding_share
+from .batching import Batch, Expression, collate, fit_to_pixels, make_batches, padded_shapes, padding_share
 from .errors import (CaptionError, DataError, DatasetNotFoundError, ImageReadError, InkMLError, MissingSplitError,
                      UnknownTokenError, WriterFileError)
-from .expression import Expression
-from .files import read_expression_file
-from .images import read_image
+from .images import read_expression_file, read_image
 from .inkml import Ink, TraceGroup, parse_inkml, read_inkml
 from .render import RenderConfig, render_ink
 from .source import SPLITS, open_source

@@ -57,11 +57,9 @@ class AugmentConfig:
 
     @classmethod
     def from_data_config(cls, data_cfg: DataConfig) -> "AugmentConfig":
-        return cls(share=data_cfg.aug_share, width_min=data_cfg.aug_width_min or 1.0,
-                   width_max=data_cfg.aug_width_max or 1.0, pressure=data_cfg.aug_pressure,
-                   antialias=data_cfg.aug_antialias, downscale=data_cfg.aug_downscale, blur=data_cfg.aug_blur,
-                   slant=data_cfg.aug_slant, rotate=data_cfg.aug_rotate, jitter=data_cfg.aug_jitter,
-                   elastic=data_cfg.aug_elastic)
+        """From the `data.aug_*` key of each field's name (a pen width of 0: 1.0)."""
+        keys = {f.name: getattr(data_cfg, f"aug_{f.name}") for f in dataclasses.fields(cls)}
+        return cls(**{**keys, "width_min": keys["width_min"] or 1.0, "width_max": keys["width_max"] or 1.0})
 
     @property
     def enabled(self) -> bool:
@@ -199,10 +197,6 @@ def _write_strokes(path: Path, strokes: dict[str, list[np.ndarray]]) -> None:
 def _read_strokes(path: Path) -> dict[str, list[np.ndarray]]:
     with np.load(path, allow_pickle=False) as npz:
         names, counts, lengths, points = npz["names"].tolist(), npz["counts"], npz["lengths"], npz["points"]
-    ends = np.cumsum(lengths)
-    flat = np.split(points, ends[:-1]) if len(lengths) else []
-    out, at = {}, 0
-    for name, count in zip(names, counts.tolist()):
-        out[name] = flat[at:at + count]
-        at += count
-    return out
+    flat = np.split(points, np.cumsum(lengths)[:-1]) if len(lengths) else []
+    starts = np.cumsum([0, *counts.tolist()]).tolist()
+    return {name: flat[a:b] for name, a, b in zip(names, starts, starts[1:])}

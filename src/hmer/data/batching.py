@@ -1,4 +1,5 @@
-"""Bucketing expressions into batches under a pixel budget, and collating a batch into tensors.
+"""The unit every later stage works on (`Expression`: one expression's name, caption tokens and
+image), bucketed into batches under a pixel budget, and a batch collated into tensors.
 
 Training (BTTR's scheme, with a better sort): sort by image size, fill each batch while
 `B * maxH * maxW` stays within the budget (BTTR: 320,000 px) and B within `max_batch_size`, then
@@ -10,28 +11,138 @@ widths, which vary far more, line up. On CROHME this cuts the padding of trainin
 px, <= 16 images) from 10.1 % to 5.3 %, and of evaluation batches (1.6 M px, <= 64 images, 2014
 test) from 53 % to 35 % (`python benchmarks/bench_data.py`).
 
-`ladder` (`hmer.data.ladder`) rounds every batch's padded height and width up to a rung, so that a
-GPU sees a few shapes instead of one a batch (a first pass ran at 7 images/s against 71 once the
-shapes were seen, docs/benchmarks.md section 5); the pixel budget applies to the images' own sizes.
-
 Evaluation never drops an expression: an image above `max_image_pixels` is resized down (keeping
 its aspect) in `collate(..., max_pixels=...)` and counted in `Batch.resized`; pass the same limit
 to `make_batches` so the bucketing sees the resized sizes.
+
+The pad ladder (`PadLadder`, `collate`'s `ladder`) rounds every batch's padded height and width up to
+a rung, so that a GPU sees a few shapes instead of one a batch; the pixel budget applies to the
+images' own sizes. Why: cuDNN plans every convolution at every new shape, and torch.compile and CUDA
+graphs need static shapes; the leases measured a training step at about 0.6 s for a new shape against
+0.06-0.1 s for a seen one, and a first pass ran at 7 images/s against 71 once the shapes
+were seen (docs/benchmarks.md section 5). Scale augmentation makes every batch's shape new each epoch.
+
+The rungs (`data.pad_multiple` = m, `data.pad_growth` = g): multiples of m from m up, each at least
+g times the one below; g = 1 is every multiple of m, m = g = 1 no ladder. A geometric ladder pads a
+wide batch by at most a fixed share: on CROHME train at the reference batch setting, m = 16 and
+g = 1.25 make 176 shapes at 24.4 % padding against 188 at 30.9 % for multiples of 64
+(`python benchmarks/bench_data.py`).
+
+`collate` applies the ladder after the scale augmentation. `shapes_under_scale` lists every shape a
+batch can take over the augmentation's range, which a planning pass warms up (hmer.training.planning).
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, replace
-from typing import Sequence
+from functools import lru_cache
+from typing import Iterable, Sequence
 
 import numpy as np
 import torch
 from PIL import Image
 
-from .expression import Expression
-from .ladder import NO_LADDER, PadLadder, scaled_size
 from .vocab import Vocab
+
+
+@dataclass(eq=False)  # images are arrays: compare expressions by name when needed, not with ==
+class Expression:
+    """`image` is uint8 [H, W] with 255 = ink on a 0 background; `tokens` may be empty when the
+    expression has no caption (e.g. a file given to `hmer predict`)."""
+
+    name: str
+    tokens: list[str]
+    image: np.ndarray
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return int(self.image.shape[0]), int(self.image.shape[1])
+
+
+@dataclass(frozen=True)
+class PadLadder:
+    """Rungs: multiples of `multiple`, from `multiple` up, each at least `growth` times the one below."""
+
+    multiple: int = 1
+    growth: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.multiple < 1 or not self.growth >= 1.0:
+            raise ValueError(f"a pad ladder needs multiple >= 1 and growth >= 1, not {self.multiple}, {self.growth}")
+
+    @classmethod
+    def from_data_config(cls, data_cfg) -> "PadLadder":
+        return cls(data_cfg.pad_multiple, data_cfg.pad_growth)
+
+    @property
+    def enabled(self) -> bool:
+        """False when every size is its own rung (no padding beyond the batch's largest image)."""
+        return self.multiple > 1 or self.growth > 1.0
+
+    def rung(self, size: int) -> int:
+        """The smallest rung >= `size` (`size` itself when the ladder is off)."""
+        if self.growth == 1.0:
+            return -(-size // self.multiple) * self.multiple
+        rungs = _rungs(self.multiple, self.growth, size)
+        return rungs[bisect.bisect_left(rungs, size)]
+
+    def rungs_up_to(self, size: int) -> list[int]:
+        """Every rung up to the first one >= `size`."""
+        if self.growth == 1.0:
+            return list(range(self.multiple, self.rung(size) + 1, self.multiple))
+        rungs = _rungs(self.multiple, self.growth, size)
+        return list(rungs[: bisect.bisect_left(rungs, size) + 1])
+
+
+@lru_cache(maxsize=64)
+def _rungs(multiple: int, growth: float, at_least: int) -> tuple[int, ...]:
+    # grown in powers of two of the asked size, so the cache holds a few tuples per ladder
+    top = 1 << max(0, int(at_least) - 1).bit_length()
+    rungs = [multiple]
+    while rungs[-1] < top:
+        below = rungs[-1]
+        rungs.append(max(below + multiple, -(-math.ceil(below * growth - 1e-9) // multiple) * multiple))
+    return tuple(rungs)
+
+
+NO_LADDER = PadLadder()
+
+
+def scaled_size(size: int, scale: float | None) -> int:
+    """An image side after the scale augmentation, as `collate` resizes it."""
+    return size if scale is None or scale == 1.0 else max(1, round(size * scale))
+
+
+def shapes_under_scale(images: int, height: int, width: int, ladder: PadLadder,
+                       scale_range: tuple[float, float] | None = None) -> set[tuple[int, int, int]]:
+    """Every (images, padded height, padded width) `collate` can give a batch whose largest image is
+    `height` x `width`, for any scale in `scale_range` (None: no augmentation). round(side * s) is
+    monotone in s, so the shape changes only where it crosses a rung: probing the range's ends and
+    between every two such scales finds them all."""
+    if scale_range is None or scale_range[1] <= 0:
+        return {(images, ladder.rung(height), ladder.rung(width))}
+    low, high = scale_range
+    cuts = {low, high}
+    for side in (height, width):
+        for rung in ladder.rungs_up_to(scaled_size(side, high) + 1):
+            s = (rung + 0.5) / side  # round(side * s) > rung from here on
+            if low < s < high:
+                cuts.add(s)
+    ordered = sorted(cuts)
+    probes = ordered + [(a + b) / 2 for a, b in zip(ordered, ordered[1:])]
+    return {(images, ladder.rung(scaled_size(height, s)), ladder.rung(scaled_size(width, s))) for s in probes}
+
+
+def ladder_shapes(batch_sizes: Iterable[tuple[int, int, int]], ladder: PadLadder,
+                  scale_range: tuple[float, float] | None = None) -> set[tuple[int, int, int]]:
+    """The union of `shapes_under_scale` over batches given as (images, largest height, largest width)."""
+    shapes: set[tuple[int, int, int]] = set()
+    for n, h, w in batch_sizes:
+        shapes |= shapes_under_scale(n, h, w, ladder, scale_range)
+    return shapes
+
 
 
 @dataclass

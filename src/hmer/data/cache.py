@@ -30,7 +30,7 @@ from .errors import DataError, ImageReadError, InkMLError
 from .images import decode_image, file_to_image
 from .inkml import parse_inkml
 from .render import RenderConfig
-from .source import DatasetSource, open_source_spec, repo_root
+from .source import DatasetSource, open_source, repo_root
 
 log = logging.getLogger(__name__)
 
@@ -49,11 +49,8 @@ def cache_dir() -> Path:
 
 
 def default_workers() -> int:
-    """All the cores this process may run on."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not on Linux
-        return max(1, os.cpu_count() or 1)
+    """All the cores this process may run on (all the machine's where the system does not say: not Linux)."""
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
 
 
 @dataclass
@@ -94,12 +91,10 @@ def load_images(source: DatasetSource, split: str, names: Sequence[str], files: 
     images: dict[str, np.ndarray] = {}
     failures: dict[str, str] = {}
     for index, image, error in _run_files(_render_one, source, split, files, render_cfg, workers, f"rendering {split}"):
-        if image is None:
-            assert error is not None  # _render_one gives an error wherever it gives no image
-            kind, message = error
+        if error is not None:
             if strict:
-                raise _ERRORS.get(kind, DataError)(message)
-            failures[names[index]] = message
+                raise error
+            failures[names[index]] = str(error)
         else:
             images[names[index]] = image
     if path is not None:
@@ -109,9 +104,6 @@ def load_images(source: DatasetSource, split: str, names: Sequence[str], files: 
 
 
 # ---- parallel rendering ---------------------------------------------------------------------------
-
-_ERRORS: dict[str, type[DataError]] = {"inkml": InkMLError, "image": ImageReadError, "data": DataError}
-RenderResult = tuple[int, "np.ndarray | None", "tuple[str, str] | None"]
 
 _worker_state: tuple[DatasetSource, str, RenderConfig] | None = None
 
@@ -149,7 +141,7 @@ def _run_files(work, source: DatasetSource, split: str, files: Sequence[str], re
         # process that had trained and logged runs hung that way).
         methods = multiprocessing.get_all_start_methods()
         context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-        with context.Pool(workers, initializer=_init_worker, initargs=(source.spec(), split, render_cfg)) as pool:
+        with context.Pool(workers, initializer=_init_worker, initargs=(source.location, split, render_cfg)) as pool:
             chunk = max(1, min(64, len(tasks) // (workers * 8)))
             for result in pool.imap(work, tasks, chunksize=chunk):
                 yield result
@@ -158,25 +150,30 @@ def _run_files(work, source: DatasetSource, split: str, files: Sequence[str], re
         progress.close()
 
 
-def _init_worker(spec: tuple[str, str], split: str, render_cfg: RenderConfig) -> None:
+def _init_worker(location: Path, split: str, render_cfg: RenderConfig) -> None:
     global _worker_state
-    _worker_state = (open_source_spec(spec), split, render_cfg)
+    _worker_state = (open_source(location), split, render_cfg)
 
 
-def _render_one(task: tuple[int, str]) -> RenderResult:
+def _render_one(task: tuple[int, str]) -> tuple[int, np.ndarray | None, DataError | None]:
+    """(index, image, None), or (index, None, the error naming the file): errors travel back from the
+    worker processes whole, so that a strict load raises the worker's own."""
     index, filename = task
     assert _worker_state is not None
     source, split, cfg = _worker_state
     where = source.describe(split, filename)
     try:
         image = file_to_image(source.read_bytes(split, filename), filename, where, cfg)
-    except InkMLError as exc:
-        return index, None, ("inkml", str(exc))
-    except ImageReadError as exc:
-        return index, None, ("image", str(exc))
+    except (InkMLError, ImageReadError) as exc:
+        return index, None, exc
     except (DataError, OSError) as exc:
-        return index, None, ("data", str(exc) if where in str(exc) else f"{where}: {exc}")
+        return index, None, DataError(_naming(where, exc))
     return index, image, None
+
+
+def _naming(where: str, exc: Exception) -> str:
+    """The error's message, naming the file first unless it names it already."""
+    return str(exc) if where in str(exc) else f"{where}: {exc}"
 
 
 def _check_one(task: tuple[int, str]) -> tuple[int, str | None, list[str]]:
@@ -190,7 +187,7 @@ def _check_one(task: tuple[int, str]) -> tuple[int, str | None, list[str]]:
             return index, None, [f"{where}: {note}" for note in parse_inkml(data, source=where).notes]
         decode_image(data, where)
     except (DataError, OSError) as exc:
-        return index, str(exc) if where in str(exc) else f"{where}: {exc}", []
+        return index, _naming(where, exc), []
     return index, None, []
 
 

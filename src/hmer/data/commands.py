@@ -17,6 +17,7 @@ import io
 import os
 import sys
 import zipfile
+from itertools import accumulate
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Sequence, TextIO
@@ -27,11 +28,10 @@ from PIL import Image
 from ..config import DataConfig
 from ..atomic import write_atomically, write_text_atomically
 from .cache import check_files, load_images
-from .captions import parse_caption_line, parse_captions
 from .render import INK_LEVEL, RenderConfig
-from .holdout import near_captions
-from .source import CAPTION_FILE, SPLITS, WRITER_FILE, DatasetSource, files_for_captions, open_source
-from .splits import TRAIN, read_writers, split_source_validation, writers_file_text
+from .source import (CAPTION_FILE, SPLITS, WRITER_FILE, DatasetSource, caption_lines, files_for_captions,
+                     open_source, parse_captions)
+from .splits import TRAIN, near_captions, read_writers, split_source_validation, writers_file_text
 from .vocab import Vocab
 
 RENDERED_TOP_FOLDER = "data"  # BTTR / CoMER read data/<split>/...
@@ -60,27 +60,17 @@ def check_split(source: DatasetSource, split: str, vocab: Vocab, workers: int | 
     caption_where = source.describe(split, CAPTION_FILE)
     names: dict[str, int] = {}
     bad_captions: set[str] = set()
-    for number, raw in enumerate(source.caption_text(split).splitlines(), start=1):
-        caption, problem = parse_caption_line(raw, number)
-        if problem:
-            problems.append(Problem("error", f"{caption_where}:{number}: {problem}"))
+    for caption, errors in caption_lines(source.caption_text(split), caption_where, vocab):
+        problems.extend(Problem("error", str(e)) for e in errors)
         if caption is None:
             continue
-        if caption.name in names:
-            problems.append(Problem("error", f"{caption_where}:{number}: {caption.name!r} already has a caption "
-                                             f"on line {names[caption.name]}"))
-            continue
-        names[caption.name] = number
-        for token in caption.tokens:
-            if token not in vocab:
-                bad_captions.add(caption.name)
-                problems.append(Problem("error", f"{caption_where}:{number}: token {token!r} is not in the vocabulary"))
-        depth, unbalanced = 0, False
-        for token in caption.tokens:
-            depth += (token == "{") - (token == "}")
-            unbalanced |= depth < 0
-        if unbalanced or depth:
-            problems.append(Problem("warning", f"{caption_where}:{number}: unbalanced braces in {caption.name!r}"))
+        names[caption.name] = caption.line
+        if errors:
+            bad_captions.add(caption.name)
+        depths = list(accumulate((t == "{") - (t == "}") for t in caption.tokens))
+        if min(depths) < 0 or depths[-1]:
+            problems.append(Problem("warning",
+                                    f"{caption_where}:{caption.line}: unbalanced braces in {caption.name!r}"))
 
     files = source.list_files(split)
     for name, line in names.items():
@@ -147,11 +137,9 @@ def split_command(data: str | None, data_cfg: DataConfig, out_dir: str | os.Path
         captions = {c.name: c.tokens for c in parse_captions(source.caption_text(TRAIN),
                                                               source.describe(TRAIN, CAPTION_FILE))}
         writers = read_writers(source, TRAIN, list(captions))
-        years = [s for s in source.split_names() if s != TRAIN]
         year_captions = {y: [c.tokens for c in parse_captions(source.caption_text(y), source.describe(y))]
-                         for y in years}
+                         for y in source.split_names() if y != TRAIN}
         location = source.location
-    year_lengths = {y: [len(t) for t in tokens] for y, tokens in year_captions.items()}
 
     n = len(captions)
     print(f"dataset: {location}", file=out)
@@ -164,7 +152,8 @@ def split_command(data: str | None, data_cfg: DataConfig, out_dir: str | os.Path
         known = {writers[x] for x in names if writers[x]}
         print(f"{side:<10}{len(names):>12}{len(names) / n:>8.1%}{len(known):>9}"
               f"{sum(not writers[x] for x in names):>11}{_mean([len(captions[x]) for x in names]):>13.1f}", file=out)
-    for year, lengths in year_lengths.items():
+    for year, tokens in year_captions.items():
+        lengths = [len(t) for t in tokens]
         print(f"{'test ' + year:<10}{len(lengths):>12}{'':>8}{'':>9}{'':>11}{_mean(lengths):>13.1f}", file=out)
     train_captions = {" ".join(captions[x]) for x in held.train}
     train_writers = {writers[x] for x in held.train if writers[x]}

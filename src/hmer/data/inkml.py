@@ -163,8 +163,7 @@ def _parse_points(text: str, n_channels: int, x_index: int, y_index: int, source
         lines = [line for line in text.splitlines() if line.strip()]
         if len(lines) > 1:  # no commas: one point per line
             chunks = lines
-    rows = [chunk.split() for chunk in chunks]
-    rows = [row for row in rows if row]  # a trailing comma or blank line leaves an empty chunk
+    rows = [row for row in map(str.split, chunks) if row]  # a trailing comma or blank line leaves an empty chunk
     if not rows:
         return np.zeros((0, 2), dtype=np.float32)
     per_point = max(n_channels, 2)

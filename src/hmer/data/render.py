@@ -106,7 +106,7 @@ def render_ink(ink: Ink | Sequence[np.ndarray], cfg: RenderConfig | None = None,
     points = np.concatenate(strokes)
     low = points.min(axis=0)
     extent = points.max(axis=0) - low  # (width, height) in device units
-    scale = _scale(strokes, extent, cfg) if scale is None else float(scale)
+    scale = ink_scale(strokes, cfg) if scale is None else float(scale)
 
     width_px = max(1.0, cfg.stroke_width if stroke_widths is None else max(widths))
     # Room for the pen itself around the centre line, then the blank margin.
@@ -165,12 +165,9 @@ def _paths(strokes: list[np.ndarray], transform: tuple[np.ndarray, float, float]
     keep[1:] = np.any(xy[1:] != xy[:-1], axis=1)
     keep[starts] = True
     kept_per_stroke = np.add.reduceat(keep, starts) if len(strokes) else np.array([], dtype=np.int64)
-    points = xy[keep].tolist()
-    out, at = [], 0
-    for n in kept_per_stroke.tolist():
-        out.append([tuple(p) for p in points[at:at + n]])
-        at += n
-    return out
+    points = [tuple(p) for p in xy[keep].tolist()]
+    ends = np.cumsum(kept_per_stroke).tolist()
+    return [points[a:b] for a, b in zip([0, *ends], ends)]
 
 
 def _brushed(paths: list[list[tuple[int, int]]], pens: list[int], size: tuple[int, int]) -> np.ndarray:
@@ -231,12 +228,9 @@ def _snap(values: np.ndarray | float) -> np.ndarray:
 def ink_scale(strokes: Sequence[np.ndarray], cfg: RenderConfig | None = None) -> float:
     """Pixels per device unit that `render_ink` would use before size clamping."""
     cfg = cfg or RenderConfig()
-    arrays = [np.asarray(s, dtype=np.float64).reshape(-1, 2) for s in strokes if len(s)]
-    points = np.concatenate(arrays)
-    return _scale(arrays, points.max(axis=0) - points.min(axis=0), cfg)
-
-
-def _scale(strokes: list[np.ndarray], extent: np.ndarray, cfg: RenderConfig) -> float:
+    strokes = [np.asarray(s, dtype=np.float64).reshape(-1, 2) for s in strokes if len(s)]
+    points = np.concatenate(strokes)
+    extent = points.max(axis=0) - points.min(axis=0)
     width_px = max(1.0, cfg.stroke_width)
     if cfg.height > 0:
         room = cfg.height - 2 * (cfg.padding + (width_px - 1) / 2) - 1

@@ -12,8 +12,9 @@ Splits are `train`, `2014`, `2016`, `2019` (any other folder with a caption.txt 
 Found at an explicit path, else `$HMER_DATA`, else `data/crohme` or `data/crohme.zip` under the
 repository root.
 
-A wrong structure always raises, naming file and line; bulk loading skips an unusable content file
-with one warning (docs/data.md, "Error policy").
+caption.txt is read strictly (`parse_captions`): a malformed line, a name given twice or a token
+outside the vocabulary raises. A wrong structure always raises, naming file and line; bulk loading
+skips an unusable content file with one warning (docs/data.md, "Error policy").
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from __future__ import annotations
 import hashlib
 import os
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Sequence
+from typing import Iterator, Sequence
 
-from .captions import Caption
 from .errors import CaptionError, DatasetNotFoundError, MissingSplitError
 from .inkml import Ink, parse_inkml
+from .vocab import UnknownTokenError, Vocab
 
 SPLITS = ("train", "2014", "2016", "2019")
 IMAGE_SUFFIXES = (".bmp", ".png", ".jpg", ".jpeg")
@@ -54,17 +56,13 @@ def default_data_paths() -> list[Path]:
 
 def resolve_data_path(path: str | os.PathLike[str] | None = None) -> Path:
     """Explicit path, else $HMER_DATA, else the first default that exists."""
-    if path:
-        found = Path(path).expanduser()
-        if not found.exists():
-            raise DatasetNotFoundError(f"dataset not found: {found} (expected a folder or zip with "
-                                       f"<split>/{CAPTION_FILE})")
-        return found
     env = os.environ.get("HMER_DATA")
-    if env:
-        found = Path(env).expanduser()
+    if path or env:
+        found = Path(path or env or "").expanduser()
         if not found.exists():
-            raise DatasetNotFoundError(f"dataset not found: $HMER_DATA={env} does not exist")
+            why = f"{found} (expected a folder or zip with <split>/{CAPTION_FILE})" if path else \
+                f"$HMER_DATA={env} does not exist"
+            raise DatasetNotFoundError(f"dataset not found: {why}")
         return found
     for candidate in default_data_paths():
         if candidate.exists():
@@ -77,8 +75,8 @@ def resolve_data_path(path: str | os.PathLike[str] | None = None) -> Path:
 # ---- one dataset: a folder or a zip --------------------------------------------------------------
 
 class DatasetSource:
-    """Read access to one dataset's splits, the same for a folder and a zip. `spec()` is a picklable
-    description from which `open_source_spec` reopens it in a worker process."""
+    """Read access to one dataset's splits, the same for a folder and a zip (a worker process reopens
+    it with `open_source(location)`)."""
 
     location: Path
     _files: dict[str, dict[str, list[str]]]  # list_files, by split
@@ -89,7 +87,9 @@ class DatasetSource:
 
     def caption_text(self, split: str) -> str:
         """The split's caption.txt as text; `MissingSplitError` when the split is not there."""
-        raise NotImplementedError
+        if split not in self.split_names():
+            raise self.missing_split_error(split)
+        return self.read_bytes(split, CAPTION_FILE).decode("utf-8")
 
     def list_files(self, split: str) -> dict[str, list[str]]:
         """{name: [file names with a content suffix]} of the split's folder, listed once."""
@@ -116,9 +116,6 @@ class DatasetSource:
 
     def identity(self, split: str) -> dict[str, object]:
         """What the split's contents depend on (paths, sizes, mtimes), for cache keys."""
-        raise NotImplementedError
-
-    def spec(self) -> tuple[str, str]:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -182,12 +179,6 @@ class FolderSource(DatasetSource):
     def split_names(self) -> list[str]:
         return _order_splits([c.name for c in self.root.iterdir() if (c / CAPTION_FILE).is_file()])
 
-    def caption_text(self, split: str) -> str:
-        path = self.root / split / CAPTION_FILE
-        if not path.is_file():
-            raise self.missing_split_error(split)
-        return path.read_bytes().decode("utf-8")
-
     def _filenames(self, split: str) -> list[str]:
         folder = self.root / split
         if not folder.is_dir():
@@ -208,9 +199,6 @@ class FolderSource(DatasetSource):
                 st = entry.stat()
                 digest.update(f"{entry.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
         return {"kind": "folder", "path": str(folder.resolve()), "files": digest.hexdigest()}
-
-    def spec(self) -> tuple[str, str]:
-        return ("folder", str(self.location))
 
 
 class ZipSource(DatasetSource):
@@ -249,11 +237,6 @@ class ZipSource(DatasetSource):
     def split_names(self) -> list[str]:
         return _order_splits([s for s, files in self._by_split.items() if CAPTION_FILE in files])
 
-    def caption_text(self, split: str) -> str:
-        if CAPTION_FILE not in self._by_split.get(split, []):
-            raise self.missing_split_error(split)
-        return self.zip.read(f"{self.prefix}{split}/{CAPTION_FILE}").decode("utf-8")
-
     def _filenames(self, split: str) -> list[str]:
         if split not in self._by_split:
             raise self.missing_split_error(split)
@@ -273,9 +256,6 @@ class ZipSource(DatasetSource):
         return {"kind": "zip", "path": str(self.location.resolve()), "size": st.st_size,
                 "mtime_ns": st.st_mtime_ns, "member": f"{self.prefix}{split}/"}
 
-    def spec(self) -> tuple[str, str]:
-        return ("zip", str(self.location))
-
     def close(self) -> None:
         self.zip.close()
 
@@ -286,13 +266,49 @@ def open_source(path: str | os.PathLike[str] | None = None) -> DatasetSource:
     return FolderSource(found) if found.is_dir() else ZipSource(found)
 
 
-def open_source_spec(spec: tuple[str, str]) -> DatasetSource:
-    """Reopen a source from its `spec()` (in a worker process)."""
-    kind, location = spec
-    return FolderSource(Path(location)) if kind == "folder" else ZipSource(Path(location))
+# ---- caption.txt, and the files of its captions --------------------------------------------------
+
+@dataclass(frozen=True)
+class Caption:
+    name: str
+    tokens: list[str]
+    line: int  # 1-based line number in caption.txt
 
 
-# ---- captions to files ----------------------------------------------------------------------------
+def parse_captions(text: str, where: str, vocab: Vocab | None = None) -> list[Caption]:
+    """caption.txt -> captions, strictly: the first malformed line, duplicate name or unknown
+    token raises (naming `where`, the line and the token)."""
+    captions: list[Caption] = []
+    for caption, errors in caption_lines(text, where, vocab or Vocab()):
+        if errors:
+            raise errors[0]
+        assert caption is not None  # a line without a caption has an error
+        captions.append(caption)
+    return captions
+
+
+def caption_lines(text: str, where: str, vocab: Vocab) -> Iterator[tuple[Caption | None, list[ValueError]]]:
+    """Each non-blank line's caption and its errors (the caption is None where the line is malformed
+    or its name has a caption already): what `parse_captions` raises and `hmer data check` lists."""
+    seen: dict[str, int] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        # The layout uses a tab; a space after the name is accepted as well.
+        name, _, rest = line.partition("\t") if "\t" in line else line.partition(" ")
+        name, tokens = name.strip(), rest.split()
+        if not tokens:
+            yield None, [CaptionError(f"{where}:{number}: no tokens after the name {name!r} "
+                                      "(expected <name> TAB <tokens>)")]
+        elif name in seen:
+            yield None, [CaptionError(f"{where}:{number}: {name!r} already has a caption on line {seen[name]}")]
+        else:
+            seen[name] = number
+            yield (Caption(name=name, tokens=tokens, line=number),
+                   [UnknownTokenError(token, f"{where}:{number}") for token in tokens if token not in vocab])
+
+
 
 def files_for_captions(source: DatasetSource, split: str, captions: Sequence[Caption]) -> list[str]:
     """The file of each caption; `CaptionError` (file and line) for the first one without."""

@@ -60,18 +60,15 @@ def standard_2014_expressions(tar_path: str | Path, captions: dict[str, list[str
     """The standard 2014 images as Expressions with the 2014 captions, in caption order, brought to
     the size of `render`'s renderings (`to_model_scale`; None: as they are), the scale a model trained
     on them knows. An image missing from the archive is an error naming it."""
-    from .expression import Expression
+    from .batching import Expression
 
     images = dict(iter_standard_images(tar_path, captions))
     missing = [n for n in captions if n not in images]
     if missing:
         raise FileNotFoundError(f"{tar_path}: no standard image for {len(missing)} 2014 caption(s), "
                                 f"e.g. {missing[0]}{STANDARD_SUFFIX}")
-    out = []
-    for name, tokens in captions.items():
-        image = images[name] if render is None else to_model_scale(images[name], render)
-        out.append(Expression(name=name, tokens=tokens, image=image))
-    return out
+    return [Expression(name=name, tokens=tokens, image=images[name] if render is None else
+                       to_model_scale(images[name], render)) for name, tokens in captions.items()]
 
 
 def standard_2014_if_available(exprs_2014: Sequence, render: RenderConfig | None = None) -> list | None:

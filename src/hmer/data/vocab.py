@@ -56,13 +56,10 @@ class Vocab:
 
     def encode(self, tokens: Iterable[str], source: str | None = None) -> list[int]:
         """Tokens -> ids, without sos/eos. `source` (file and line) goes into the error."""
-        ids = []
-        for tok in tokens:
-            try:
-                ids.append(self.stoi[tok])
-            except KeyError:
-                raise UnknownTokenError(tok, source) from None
-        return ids
+        try:
+            return [self.stoi[tok] for tok in tokens]
+        except KeyError as missing:
+            raise UnknownTokenError(missing.args[0], source) from None
 
     def decode(self, ids: Iterable[int]) -> list[str]:
         """Ids -> tokens, dropping pad, sos and eos."""

@@ -13,11 +13,8 @@ so a new rule is one new module.
 
 from ..config import DIRECTIONS
 from ..registry import import_submodules
-from .beam import beam_search
-from .decode import decode_batch
-from .greedy import greedy_search
-from .hypothesis import Hypothesis, length_normalized
-from .joint import joint_beam_search, sequence_log_probs
+from .beam import Hypothesis, beam_search, length_normalized
+from .decode import decode_batch, greedy_search, joint_beam_search, sequence_log_probs
 
 import_submodules(__name__, __path__)
 

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..registry import SEARCH_RULES
-from .hypothesis import at_least_float32
+from .beam import at_least_float32
 
 
 @dataclass
@@ -86,10 +86,11 @@ def sequence_scores(model, feats: Tensor, mask: Tensor, seqs: list[list[int]], s
 
 # ---- BTTR -----------------------------------------------------------------------------------
 
-def bttr_direction(model, feats, mask, start: int, stop: int, beam_size: int, max_len: int,
+def bttr_direction(model, feats, mask, start: int, stop: int, beam_size: int, max_len: int, alpha: float,
                    pad_id: int) -> list[tuple[list[int], float]]:
     """BTTR's `Decoder._beam_search`: (tokens in decoding order, summed log-prob incl. stop) in
-    completion order; the live beam shrinks with every finished hypothesis."""
+    completion order; the live beam shrinks with every finished hypothesis. (`alpha` is CoMER's:
+    BTTR normalises the final choice only.)"""
     hyps: list[list[int]] = [[start]]
     scores = torch.zeros(1, dtype=torch.float32, device=feats.device)
     completed: list[tuple[list[int], float]] = []
@@ -176,6 +177,9 @@ def comer_direction(model, feats, mask, start: int, stop: int, beam_size: int, m
     return [(prefix[1:], score) for score, prefix in finished.beams]
 
 
+DIRECTION_SEARCHES = {"bttr": bttr_direction, "comer": comer_direction}
+
+
 # ---- either, for one image and for a batch ------------------------------------------------------
 
 def search_one_image(model, feats, mask, rule: str, direction: str, sos_id: int, eos_id: int, beam_size: int,
@@ -186,10 +190,7 @@ def search_one_image(model, feats, mask, rule: str, direction: str, sos_id: int,
     result = ReferenceSearchResult()
     for side in ("l2r", "r2l") if direction == "bi" else (direction,):
         start, stop = (sos_id, eos_id) if side == "l2r" else (eos_id, sos_id)
-        if comer:
-            found = comer_direction(model, feats, mask, start, stop, beam_size, max_len, alpha, pad_id)
-        else:
-            found = bttr_direction(model, feats, mask, start, stop, beam_size, max_len, pad_id)
+        found = DIRECTION_SEARCHES[rule](model, feats, mask, start, stop, beam_size, max_len, alpha, pad_id)
         hyps = [ReferenceHypothesis(toks if side == "l2r" else toks[::-1], side, score) for toks, score in found]
         if direction == "bi":  # rated by the other direction, the sequence in its reading order
             seqs = [h.tokens[::-1] if side == "l2r" else h.tokens for h in hyps]
@@ -199,21 +200,17 @@ def search_one_image(model, feats, mask, rule: str, direction: str, sos_id: int,
         for h in hyps:
             h.total = h.score + h.rev_score if comer else (h.score + h.rev_score) / (max(len(h.tokens), 1) ** alpha)
         getattr(result, side).extend(hyps)
-    result.best_index = _first_max([h.total for h in result.l2r + result.r2l])
+    totals = [h.total for h in result.l2r + result.r2l]
+    result.best_index = max(range(len(totals)), key=totals.__getitem__, default=0)  # ties: the earlier one
     return result
-
-
-def _first_max(values: list[float]) -> int:
-    """The index of the first of the largest values (0 for none): ties keep the earlier one."""
-    return max(range(len(values)), key=values.__getitem__, default=0)
 
 
 @torch.inference_mode()
 def reference_decode(model, feats: Tensor, mask: Tensor, rule: str, direction: str, sos_id: int, eos_id: int,
                      beam_size: int, max_len: int, alpha: float, pad_id: int = 0) -> list[ReferenceSearchResult]:
     """`rule`'s search for every image of encoded features feats [B, h, w, d] / mask [B, h, w]."""
-    if rule not in ("bttr", "comer"):
-        raise ValueError(f"search rule {rule!r} is not one of bttr, comer")
+    if rule not in DIRECTION_SEARCHES:
+        raise ValueError(f"search rule {rule!r} is not one of {', '.join(DIRECTION_SEARCHES)}")
     return [search_one_image(model, feats[i:i + 1], mask[i:i + 1], rule, direction, sos_id, eos_id, beam_size,
                              max_len, float(alpha), pad_id) for i in range(feats.shape[0])]
 

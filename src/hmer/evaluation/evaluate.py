@@ -10,7 +10,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data import Expression, Vocab, collate, make_batches
-from ..data.ladder import NO_LADDER, PadLadder
+from ..data.batching import NO_LADDER, PadLadder
 from ..decoding import decode_batch
 from .metrics import Scores, expression_metrics
 

@@ -13,12 +13,17 @@ registered one (beyond the papers' three, into `Scores.extra`) and the reports t
 registry (docs/architecture.md, "Add a metric in one file"). A metric is a share of expressions, so
 that the paired tests compare runs expression by expression. `lgeval` registers the graph measures,
 which judge the tokens themselves (`Metric.judge`).
+
+`align` gives the edits themselves: a Levenshtein dynamic programme with a backtrace, whose edit
+count is `editdistance`'s. Among equally short alignments the backtrace, from the ends, prefers the
+diagonal (a match or a substitution), then a deletion, then an insertion: the same pair always gives
+the same edits.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Hashable, Sequence
+from typing import Callable, Hashable, Iterable, Sequence
 
 import editdistance
 import numpy as np
@@ -86,9 +91,9 @@ class Metric:
         return 100.0 * float(scored.sum()) / len(scored) if len(scored) else 0.0
 
 
-def within(max_errors: int, label: str) -> Metric:
-    """The metric of readings within `max_errors` token edits of the truth."""
-    return Metric(label, lambda d: d <= max_errors)
+def within(max_errors: int, label: str, judge: Callable | None = None) -> Metric:
+    """The metric of readings within `max_errors` token edits of the truth (or errors `judge` counts)."""
+    return Metric(label, lambda d: d <= max_errors, judge=judge)
 
 
 exprate = METRICS.register("exprate", within(0, "ExpRate"), description="ExpRate: exact matches, in percent")
@@ -132,3 +137,50 @@ def _distances(predictions: Sequence[Sequence[Hashable]], truths: Sequence[Seque
         out.append(int(editdistance.eval(p, t)))
     return out
 
+
+# ---- the token edits ------------------------------------------------------------------------------
+
+EDIT_KINDS = ("substitution", "insertion", "deletion")  # every kind but "match", in the order tables list them
+
+
+@dataclass(frozen=True)
+class Edit:
+    """One step of an alignment (match, substitution, insertion or deletion); `truth` is None for an
+    insertion, `prediction` for a deletion."""
+
+    kind: str
+    truth: str | None
+    prediction: str | None
+
+
+def align(truth: Sequence[str], prediction: Sequence[str]) -> list[Edit]:
+    """The edits that turn `truth` into `prediction`, in reading order."""
+    n, m = len(truth), len(prediction)
+    # cost[i][j]: fewest edits turning truth[:i] into prediction[:j]
+    cost = [list(range(m + 1))] + [[i] + [0] * m for i in range(1, n + 1)]
+    for i in range(1, n + 1):
+        row, above, t = cost[i], cost[i - 1], truth[i - 1]
+        for j in range(1, m + 1):
+            row[j] = min(above[j - 1] + (t != prediction[j - 1]), above[j] + 1, row[j - 1] + 1)
+    edits: list[Edit] = []
+    i, j = n, m
+    while i > 0 or j > 0:
+        if i > 0 and j > 0:
+            same = truth[i - 1] == prediction[j - 1]
+            if cost[i][j] == cost[i - 1][j - 1] + (not same):
+                edits.append(Edit("match" if same else "substitution", truth[i - 1], prediction[j - 1]))
+                i, j = i - 1, j - 1
+                continue
+        if i > 0 and cost[i][j] == cost[i - 1][j] + 1:
+            edits.append(Edit("deletion", truth[i - 1], None))
+            i -= 1
+        else:
+            edits.append(Edit("insertion", None, prediction[j - 1]))
+            j -= 1
+    edits.reverse()
+    return edits
+
+
+def edit_count(edits: Iterable[Edit]) -> int:
+    """The distance an alignment stands for: its edits other than matches."""
+    return sum(e.kind != "match" for e in edits)

@@ -207,8 +207,7 @@ def compare(baseline: Sequence[Sequence[bool]] | np.ndarray, variant: Sequence[S
             n_resamples: int = DEFAULT_RESAMPLES, confidence: float = DEFAULT_CONFIDENCE, seed: int = 0) -> Comparison:
     """The three tests for a variant against the baseline on one test year, from correctness `[seeds,
     expressions]`; the seed of each row (default: rows in order) pairs runs for McNemar."""
-    base = _as_matrix(baseline, "baseline")
-    var = _as_matrix(variant, "variant")
+    base, var = _paired(baseline, variant)
     boot = paired_bootstrap(base, var, n_resamples=n_resamples, confidence=confidence, seed=seed)
     b_seeds = list(baseline_seeds) if baseline_seeds is not None else list(range(base.shape[0]))
     v_seeds = list(variant_seeds) if variant_seeds is not None else list(range(var.shape[0]))

@@ -6,10 +6,8 @@ that registers itself (hmer.registry) is one new module: nothing else names it.
 """
 
 from ..registry import import_submodules
-from .decoder_base import Decoder, DecoderState
-from .direction import make_targets
-from .factory import build_model, count_parameters, list_presets
-from .hmer_model import HMERModel
+from .decoder_base import Decoder, DecoderState, make_targets
+from .hmer_model import HMERModel, build_model, count_parameters, list_presets
 
 import_submodules(__name__, __path__)
 

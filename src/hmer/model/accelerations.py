@@ -34,7 +34,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from .direction import PAD_ID
+from .decoder_base import PAD_ID
 
 # The switches `accelerate` sets, and the modules that declare them.
 SWITCHES = (

@@ -122,21 +122,15 @@ class MultiHeadAttention(nn.Module):
         fused = refine is None and not need_weights and not need_unrefined and \
             (dropout_p == 0.0 or not self.dropout.cheap_masks)
         weights = unrefined = None
-        if fused:
-            attn_mask = None
-            if key_padding_mask is not None:
-                attn_mask = ~key_padding_mask[:, None, None, :]  # SDPA: True = may attend
-                if causal:
-                    attn_mask = attn_mask & ~causal_pad_mask(q.shape[2], q.device)
-                    causal = False
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=causal)
+        pad = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
+        if causal and (pad is not None or not fused):  # (SDPA's is_causal alone, without a padding mask)
+            c = causal_pad_mask(q.shape[2], q.device)
+            pad = c if pad is None else pad | c
+            causal = False
+        if fused:  # SDPA's mask: True = may attend
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=None if pad is None else ~pad, dropout_p=dropout_p,
+                                                 is_causal=causal)
         else:
-            pad = None
-            if key_padding_mask is not None:
-                pad = key_padding_mask[:, None, None, :]
-            if causal:
-                c = causal_pad_mask(q.shape[2], q.device)
-                pad = c if pad is None else pad | c
             scores = self.scores(q, k)
             mask = additive_mask(pad, scores.dtype) if pad is not None else None
             weights = unrefined = masked_softmax(scores, mask)

@@ -43,7 +43,7 @@ from ..config import ModelConfig
 from ..registry import DECODERS
 from .decoder_base import Decoder, DecoderState
 from .accelerations import Dropout
-from .embedding import TokenEmbedding
+from .posenc import TokenEmbedding
 
 HALF = math.sqrt(0.5)
 

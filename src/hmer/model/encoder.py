@@ -52,14 +52,6 @@ def downsample_mask(mask: Tensor) -> Tensor:
     return mask[:, 0::2, 0::2]
 
 
-def masked_avg_pool2x2(x: Tensor, valid: Tensor) -> Tensor:
-    """2x2 ceil-mode average over each window's valid pixels: x [B, C, H, W], valid [B, 1, H, W] float
-    (1 = image). Both pools share a divisor, so their ratio is sum(x * valid) / count(valid)."""
-    num = F.avg_pool2d(x * valid, 2, ceil_mode=True)
-    den = F.avg_pool2d(valid, 2, ceil_mode=True)
-    return num / den.clamp_min(1e-6)
-
-
 class BottleneckLayer(nn.Module):
     """1x1 conv (4*growth) -> BN -> ReLU -> 3x3 conv (growth) -> BN -> ReLU; output concatenated to the input."""
 
@@ -122,7 +114,9 @@ class Transition(nn.Module):
         x = self.dropout(F.relu(self.norm(self.conv(x))))
         if valid is None:
             return F.avg_pool2d(x, 2, ceil_mode=True)
-        return masked_avg_pool2x2(x, valid)
+        # the average over each window's valid pixels: both pools share a divisor, so their ratio is
+        # sum(x * valid) / count(valid)
+        return F.avg_pool2d(x * valid, 2, ceil_mode=True) / F.avg_pool2d(valid, 2, ceil_mode=True).clamp_min(1e-6)
 
 
 class DenseNetB(nn.Module):

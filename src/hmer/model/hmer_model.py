@@ -1,5 +1,7 @@
-"""HMERModel: DenseNet-B encoder -> 1x1 conv to d_model -> image positions -> decoder.
+"""HMERModel: DenseNet-B encoder -> 1x1 conv to d_model -> image positions -> decoder; and `build_model`,
+one from a ModelConfig, a full Config or a preset's name (`hmer.model_presets`).
 
+    model = build_model("comer-fusion")                     # or build_model(cfg.model)
     feats, feat_mask = model.encode(images, image_mask)     # [B, h, w, d], bool [B, h, w]
     logits = model(images, image_mask, tgt_in)              # [B', L, V]
     loss = model.loss(images, image_mask, token_ids)        # what the trainer minimises
@@ -26,14 +28,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..config import ModelConfig
+from ..config import Config, ModelConfig
+from ..model_presets import PRESETS, preset_config
 from ..registry import DECODERS, IMAGE_POSITIONS
 from .accelerations import PointwiseConv, grouped_directions
 from .counting import CountingDecoder, caption_counts, counting_loss
-from .decoder_base import Decoder
-from .direction import PAD_ID, make_targets
+from .decoder_base import PAD_ID, Decoder, make_targets
 from .encoder import DenseNetB
-from .refinement import sums_before
+from .transformer import sums_before
 
 
 def repeat_rows(feats: Tensor, feat_mask: Tensor, rows: int) -> tuple[Tensor, Tensor]:
@@ -118,14 +120,12 @@ class HMERModel(nn.Module):
         the host (which would wait for the GPU). `label_smoothing`: Szegedy et al., 2016. With
         `model.counting` and `counted` [V] (bool), CAN's counting loss is added with `counting_weight`;
         without them, the decoder's loss alone (what validation's `val_loss` reads for every model)."""
-        if counted is None or not isinstance(self.decoder, CountingDecoder):
-            logits = self(images, image_mask, tgt_in)
-            return F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=PAD_ID,
-                                   label_smoothing=label_smoothing)
         feats, feat_mask = self.encode(images, image_mask)
         logits = self.decode(feats, feat_mask, tgt_in)
         loss = F.cross_entropy(logits.flatten(0, 1).float(), tgt_out.flatten(), ignore_index=PAD_ID,
                                label_smoothing=label_smoothing)
+        if counted is None or not isinstance(self.decoder, CountingDecoder):
+            return loss
         mean, branches = self.decoder.counter(feats, feat_mask)
         target = caption_counts(tgt_out, images.shape[0], counted)
         return loss + counting_weight * counting_loss(branches, mean, target)
@@ -138,3 +138,29 @@ class HMERModel(nn.Module):
         feats, feat_mask = self.encode(images, image_mask)
         _, attn = self.decode(feats, feat_mask, tgt_in, return_attention=True)
         return sums_before(attn) if coverage else attn
+
+
+def build_model(cfg: ModelConfig | Config | str) -> HMERModel:
+    """An HMERModel from a ModelConfig, a full Config (its .model) or a preset name."""
+    if isinstance(cfg, str):
+        cfg = preset_config(cfg)
+    elif isinstance(cfg, Config):
+        cfg = cfg.model
+    return HMERModel(cfg)
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def parameter_counts(cfg: ModelConfig) -> tuple[int, int]:
+    """(number of parameters, what CAN's symbol counting adds to them: `model.counting`, hmer.model.counting).
+    The models are built on the meta device: no memory, no initialisation cost."""
+    with torch.device("meta"):
+        params = count_parameters(build_model(cfg))
+        return params, count_parameters(build_model(dataclasses.replace(cfg, counting=True))) - params
+
+
+def list_presets() -> list[tuple[str, str, int, int]]:
+    """(name, description, `parameter_counts`) for every preset, in definition order."""
+    return [(name, PRESETS[name].description, *parameter_counts(preset_config(name))) for name in PRESETS]

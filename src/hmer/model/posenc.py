@@ -1,4 +1,4 @@
-"""Positional encodings for target tokens (1-D) and image features (2-D).
+"""Positional encodings for target tokens (1-D) and image features (2-D), and the token embedding.
 
 Token positions (`ModelConfig.token_pos`), added to token embeddings [B, L, d]: `sin1d` (fixed
 sinusoids; Vaswani et al., BTTR's WordPosEnc) or `learned` (a table of `max_len` rows; ConvS2S).
@@ -19,6 +19,7 @@ import torch
 import torch.nn as nn
 from torch import Tensor
 
+from ..config import ModelConfig
 from ..registry import IMAGE_POSITIONS, TOKEN_POSITIONS
 
 TEMPERATURE = 10000.0
@@ -68,6 +69,27 @@ class LearnedTokenPositions(nn.Module):
 
     def forward(self, length: int, start: int = 0) -> Tensor:
         return self.table.weight[start:start + length]
+
+
+class TokenEmbedding(nn.Module):
+    """tokens [B, L] -> [B, L, d] = embed(tokens) + position(start .. start+L-1).
+
+    embed_norm: LayerNorm(embed(tokens)) + position (BTTR's `word_embed`);
+    embed_norm and embed_pos_norm: LayerNorm(LayerNorm(embed(tokens)) + position) (CoMER's).
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        d, norm = cfg.d_model, cfg.embed_norm
+        self.table = nn.Embedding(cfg.vocab_size, d)
+        self.positions = TOKEN_POSITIONS.get(cfg.token_pos)(d, cfg.max_len)
+        self.embed_norm = nn.LayerNorm(d) if norm else nn.Identity()
+        self.out_norm = nn.LayerNorm(d) if norm and cfg.embed_pos_norm else nn.Identity()
+
+    def forward(self, tokens: Tensor, start: int = 0) -> Tensor:
+        x = self.embed_norm(self.table(tokens))
+        x = x + self.positions(tokens.shape[1], start).to(x.dtype)
+        return self.out_norm(x)
 
 
 # ---- helpers: per-image extents, resizing and pooling as matrices ------------------------------
@@ -139,18 +161,20 @@ class Sinusoidal2DImagePositions(nn.Module):
         eps = 1e-6
         return y / (y[:, -1:, :] + eps) * (2 * math.pi), x / (x[:, :, -1:] + eps) * (2 * math.pi)
 
+    def frequencies(self, device: torch.device) -> tuple[Tensor, Tensor]:
+        """The frequencies of the sines and of the cosines, interleaved per axis: d/4 shared ones.
+        Computed here rather than stored, so that model.to(bfloat16) cannot round them."""
+        inv_freq = self.temperature ** (
+            -torch.arange(0, self.axis_dims, 2, device=device, dtype=torch.float32) / self.axis_dims
+        )
+        return inv_freq, inv_freq
+
     def encoding(self, mask: Tensor) -> Tensor:
         """[B, h, w, d] float32 encoding of the unpadded positions (meaningless at padding)."""
+        sin_freq, cos_freq = self.frequencies(mask.device)
         y, x = self.normalized_positions(mask)
-        # Computed here rather than stored, so that model.to(bfloat16) cannot round the frequencies.
-        inv_freq = self.temperature ** (
-            -torch.arange(0, self.axis_dims, 2, device=mask.device, dtype=torch.float32) / self.axis_dims
-        )
-        pos_x = x[..., None] * inv_freq
-        pos_y = y[..., None] * inv_freq
-        pos_x = torch.stack((pos_x.sin(), pos_x.cos()), dim=-1).flatten(-2)
-        pos_y = torch.stack((pos_y.sin(), pos_y.cos()), dim=-1).flatten(-2)
-        return torch.cat((pos_x, pos_y), dim=-1)
+        return torch.cat([torch.stack(((p[..., None] * sin_freq).sin(), (p[..., None] * cos_freq).cos()), dim=-1)
+                          .flatten(-2) for p in (x, y)], dim=-1)
 
     def forward(self, feats: Tensor, mask: Tensor) -> Tensor:
         return feats + self.encoding(mask).to(feats.dtype)
@@ -160,16 +184,11 @@ class BTTRSinusoidal2DImagePositions(Sinusoidal2DImagePositions):
     """BTTR's ImgPosEnc (normalize=True): the positions of `sin2d`, encoded with d/2 frequencies
     f_j = temperature^(-j / (d/2)) per axis, dim j = sin(p f_j) for even j, cos(p f_j) for odd j."""
 
-    def encoding(self, mask: Tensor) -> Tensor:
-        y, x = self.normalized_positions(mask)
+    def frequencies(self, device: torch.device) -> tuple[Tensor, Tensor]:
         inv_freq = 1.0 / self.temperature ** (
-            torch.arange(self.axis_dims, device=mask.device, dtype=torch.float32) / self.axis_dims
+            torch.arange(self.axis_dims, device=device, dtype=torch.float32) / self.axis_dims
         )
-        pos_x = x[..., None] * inv_freq
-        pos_y = y[..., None] * inv_freq
-        pos_x = torch.stack((pos_x[..., 0::2].sin(), pos_x[..., 1::2].cos()), dim=-1).flatten(-2)
-        pos_y = torch.stack((pos_y[..., 0::2].sin(), pos_y[..., 1::2].cos()), dim=-1).flatten(-2)
-        return torch.cat((pos_x, pos_y), dim=-1)
+        return inv_freq[0::2], inv_freq[1::2]
 
 
 class LearnedImagePositions(nn.Module):

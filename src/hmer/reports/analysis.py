@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from ..evaluation.alignment import EDIT_KINDS, Edit, align, edit_count
+from ..evaluation.metrics import EDIT_KINDS, Edit, align, edit_count
 from ..registry import METRICS
 from .buckets import (ALL, AXES, LENGTH_BUCKETS, LENGTH_LABELS, NO_STRUCTURE, STRUCTURE_LABELS, STRUCTURE_TOKENS,
                       length_bucket, structures)

@@ -40,7 +40,7 @@ def token_maps(model: Any, vocab: Any, image: np.ndarray, tokens: Sequence[str],
     """float [len(tokens), H, W]: where `model` looks (or its coverage) to emit each of `tokens`, in
     reading order, over the uint8 `image` (255 = ink); `direction` defaults to the model's."""
     from ..data import Expression, collate
-    from ..model.direction import make_targets
+    from ..model.decoder_base import make_targets
 
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")

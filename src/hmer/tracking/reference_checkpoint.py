@@ -25,7 +25,7 @@ from torch import Tensor
 
 from ..config import Config
 from ..data.vocab import CROHME_SYMBOLS, SPECIALS, Vocab
-from ..model.factory import build_model
+from ..model.hmer_model import build_model
 from ..model.posenc import sinusoid_table
 from ..model_presets import preset_with_recipe
 

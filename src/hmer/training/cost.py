@@ -17,7 +17,7 @@ import torch
 
 from ..config import Config
 from ..data import Expression, Vocab, make_batches
-from ..data.ladder import PadLadder
+from ..data.batching import PadLadder
 
 
 def train_seconds_per_image(cfg: Config, exprs: Sequence[Expression], n_batches: int = 8, seed: int = 0) -> float:

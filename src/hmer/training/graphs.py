@@ -3,7 +3,7 @@
 Why. With its shapes seen, a reference step of `bttr` still takes 60-100 ms on an H100 or H200 for
 about 6 ms of arithmetic (docs/benchmarks.md section 5): the host launching some thousand kernels
 one by one. A CUDA graph records them once and launches them as one. A graph holds fixed shapes and
-fixed addresses, so it needs static shapes: the pad ladder gives the images a few (hmer.data.ladder),
+fixed addresses, so it needs static shapes: the pad ladder gives the images a few (hmer.data.batching),
 and here the captions are padded to a ladder of lengths too (`LENGTH_LADDER`).
 
 How a step runs (`GraphedStep.__call__`): the targets are padded with the pad token to the next rung of
@@ -32,8 +32,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..data.ladder import PadLadder
-from ..model.direction import PAD_ID
+from ..data.batching import PadLadder
+from ..model.decoder_base import PAD_ID
 
 # Caption lengths (target positions) padded to multiples of 8, each rung at least 1.25 times the one
 # below: 8, 16, 24, 32, 40, 56, 72, 96, 120, 152, 192, 240 for the lengths CROHME has.

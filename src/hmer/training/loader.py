@@ -24,8 +24,8 @@ from torch import Tensor
 
 from ..data import Batch, Expression, RenderConfig, Vocab, collate
 from ..data.augment import AugmentConfig, augmented_image
-from ..data.ladder import NO_LADDER, PadLadder
-from ..model.direction import make_targets
+from ..data.batching import NO_LADDER, PadLadder
+from ..model.decoder_base import make_targets
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The batch shapes a training will see, planned before its first step.
 
-With the pad ladder (`data.pad_multiple`, `data.pad_growth`; hmer.data.ladder) a training split's
+With the pad ladder (`data.pad_multiple`, `data.pad_growth`; hmer.data.batching) a training split's
 batches take a known, finite set of shapes, scale augmentation included: `training_shapes` lists
 them. On a GPU every one of them costs cuDNN an execution plan per convolution (forward and both
 backward passes) the first time it is seen, about 0.5 s a shape on the leases so far, spread over
@@ -35,7 +35,7 @@ from ..config import Config
 from ..device import size_cudnn_plan_cache
 from ..data import Expression, make_batches
 from ..data.batching import padded_shapes
-from ..data.ladder import PadLadder, ladder_shapes
+from ..data.batching import PadLadder, ladder_shapes
 from ..model.accelerations import PointwiseConv
 
 

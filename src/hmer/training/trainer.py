@@ -25,7 +25,7 @@ from ..checkpoint import atomic_torch_save, load_checkpoint, model_artifact
 from ..config import Config
 from ..data import RenderConfig, Vocab, collate, make_batches
 from ..data.augment import AugmentConfig
-from ..data.ladder import PadLadder
+from ..data.batching import PadLadder
 from ..device import device_description, resolve_device
 from ..evaluation.evaluate import decode_options, evaluate_split
 from ..signals import Stopped, deferred, stop_on_signals
