@@ -38,6 +38,6 @@ def cmd_bench(args) -> int:
 
 
 def cmd_peak(args) -> int:
-    from ..bench.peak import run_peak
+    from ..bench.timing import run_peak
 
     return run_peak(threads=args.threads, size=args.size)
