@@ -97,7 +97,7 @@ def wrap_up(args) -> int:
     from hmer.device import device_description, resolve_device
     from hmer.tracking import keys
     from hmer.tracking.store import checkpoint_root, ensure_experiment, git_commit, mlflow_client
-    from hmer.tracking.export_file import split_file
+    from hmer.tracking.transfer import split_file
     from hmer.tracking.transfer import export_runs
     from hmer.training.carry import pack_run
 
@@ -220,7 +220,7 @@ def home(args) -> int:
     from hmer.atomic import write_atomically
     from hmer.tracking.lock import database_store_lock
     from hmer.tracking.store import default_tracking_uri
-    from hmer.tracking.export_file import resolve_parts
+    from hmer.tracking.transfer import resolve_parts
     from hmer.tracking.transfer import import_runs
 
     if new is not None and keep.is_file():
@@ -295,7 +295,7 @@ def check_returned(files: Path) -> Returned:
         if name in listed and (files / name).stat().st_size != size:
             raise ValueError(f"{files / name}: {(files / name).stat().st_size} bytes, but it left the lease with "
                              f"{size} ({status_path.name}): cut short in transfer?")
-    from hmer.tracking.export_file import PART_SUFFIX, read_export, resolve_parts
+    from hmer.tracking.transfer import PART_SUFFIX, read_export, resolve_parts
 
     for piece in sorted(files.glob(f"*{PART_SUFFIX}*")):
         if piece.name not in listed:

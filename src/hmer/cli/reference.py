@@ -22,7 +22,7 @@ def add_parser(sub) -> None:
 
 
 def cmd_import(args) -> int:
-    from ..tracking.import_reference import import_reference
+    from ..tracking.reference_checkpoint import import_reference
 
     years = [y.strip() for y in args.years.split(",") if y.strip()]
     result = import_reference(args.checkpoint, tracking_uri=args.tracking_uri, experiment=args.experiment,

@@ -217,7 +217,7 @@ def _not_a_workspace_folder(folder, what: str) -> int:
 
 def cmd_runs_import(args) -> int:
     from ..tracking.store import default_tracking_uri
-    from ..tracking.export_file import read_export
+    from ..tracking.transfer import read_export
     from ..tracking.transfer import import_runs
 
     for f in args.files:  # every file read whole first: a bad one merges none of them
