@@ -9,14 +9,10 @@ def add_parser(sub) -> None:
 
 
 def cmd_models(args) -> int:
-    print(models_table())
-    return 0
-
-
-def models_table() -> str:
     """The presets with their parameter counts, then the registered choices a config can name."""
     from ..model import list_presets
-    from ..model_presets import PRESETS
+    from ..model.factory import parameter_counts
+    from ..model_presets import PRESETS, resolve_preset
     from ..registry import catalogue
 
     rows = [(name, params, counting, PRESETS[name], description)
@@ -32,7 +28,8 @@ def models_table() -> str:
         lines.append(f"{cells}  {params / 1e6:>8.2f}M  {counting / 1e6:>8.2f}M  {description}")
     # the CPU budgets' model is a size, not a preset: each CPU family at it
     lines += ["", "at the `swept` size (the cpu and long budgets' model):"]
-    for name, params, counting in swept_size_rows():
+    for name in ("tiny-transformer", "tiny-comer", "tiny-rnn", "tiny-convs2s"):
+        params, counting = parameter_counts(resolve_preset(name, size="swept").config.model)
         lines.append(f"  {name:<{width[0]}}  {params / 1e6:>8.2f}M  {counting / 1e6:>8.2f}M")
     choices = catalogue()
     key_width = max(len(key) for key, _, _ in choices)
@@ -42,13 +39,5 @@ def models_table() -> str:
     for key, name, description in choices:
         lines.append(f"{key if key != previous else '':<{key_width}}  {name:<{name_width}}  {description}")
         previous = key
-    return "\n".join(lines)
-
-
-def swept_size_rows() -> list[tuple[str, int, int]]:
-    """(CPU preset, its parameters at the `swept` size, what symbol counting adds) for each CPU family."""
-    from ..model.factory import parameter_counts
-    from ..model_presets import resolve_preset
-
-    return [(name, *parameter_counts(resolve_preset(name, size="swept").config.model))
-            for name in ("tiny-transformer", "tiny-comer", "tiny-rnn", "tiny-convs2s")]
+    print("\n".join(lines))
+    return 0

@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
 def cmd_ui(args) -> int:
     from ..signals import stop_on_signals
     from ..tracking.portable import STORE_FOLDER
-    from ..tracking.servers import serve_store
+    from ..tracking.ui import serve_store
     from ..tracking.store import mlruns_dir, project_root, quiet_mlflow
 
     for option, port in (("--mlflow-port", args.mlflow_port), ("--dashboard-port", args.dashboard_port)):

@@ -48,9 +48,9 @@ def default_storage(tracking_uri: str | None = None, create: bool = True) -> str
 def existing_storage(tracking_uri: str, storage: str | None = None) -> str | None:
     """The Optuna storage a command that reads a store opens: `storage`, else `optuna.db` beside the SQLite
     store `tracking_uri` where it exists, else None (opening it would create it). A local SQLite file is
-    checked whole first (`servers.check_database`), and one named but missing is not created."""
+    checked whole first (`tracking.ui.check_database`), and one named but missing is not created."""
     from ..tracking.portable import sqlite_path
-    from ..tracking.servers import check_database
+    from ..tracking.ui import check_database
     from ..tracking.store import NoStoreThere
 
     if storage is None:

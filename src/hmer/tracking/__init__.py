@@ -11,7 +11,7 @@ import sys
 from typing import Any, Callable
 
 _EXPORTS = {
-    "RunNotFoundError": "models", "load_model": "models", "checkpoint_file": "models",
+    "RunNotFoundError": "models", "load_model": "models",
     "default_tracking_uri": "store", "mlruns_dir": "store", "project_root": "store", "setup_mlflow": "store",
 }
 

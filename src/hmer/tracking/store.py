@@ -69,9 +69,9 @@ def check_store_folder(folder: Path) -> None:
 def existing_store(tracking_uri: str | None = None) -> str:
     """The store `tracking_uri` names (default: the project's), for a command that reads or amends it,
     creating nothing: a mistyped path must not become a new empty store reported on as the one meant.
-    NoStoreThere names a missing `mlflow.db`, or one damaged or not MLflow's (`servers.check_database`)."""
+    NoStoreThere names a missing `mlflow.db`, or one damaged or not MLflow's (`ui.check_database`)."""
     from .portable import sqlite_path
-    from .servers import check_database
+    from .ui import check_database
 
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{mlruns_dir() / 'mlflow.db'}"
     db = sqlite_path(uri)
