@@ -220,8 +220,7 @@ def home(args) -> int:
     from hmer.atomic import write_atomically
     from hmer.tracking.lock import database_store_lock
     from hmer.tracking.store import default_tracking_uri
-    from hmer.tracking.transfer import resolve_parts
-    from hmer.tracking.transfer import import_runs
+    from hmer.tracking.transfer import import_runs, resolve_parts
 
     if new is not None and keep.is_file():
         from hmer.training.carry import read_carried
@@ -233,9 +232,7 @@ def home(args) -> int:
         if new.epoch < old.epoch:
             raise ValueError(f"{came}: epoch {new.epoch}, older than {args.keep}'s {old.epoch}; nothing merged or kept")
     uri = args.tracking_uri or default_tracking_uri()
-    with database_store_lock(uri, f"gpu_campaign.py home {files.resolve()}") as lock:
-        if lock is not None and lock.stale is not None:
-            print(lock.stale_line(), file=sys.stderr)
+    with database_store_lock(uri, f"gpu_campaign.py home {files.resolve()}"):
         res = import_runs(back.runs, tracking_uri=uri)
         print(f"runs: {len(res.created)} created, {len(res.updated)} brought up to date")
         for src, rid in res.id_map.items():

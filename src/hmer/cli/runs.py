@@ -8,23 +8,8 @@ from __future__ import annotations
 import contextlib
 import sys
 
+from ..tracking.lock import database_store_lock  # (standard library alone: `hmer --help` stays fast)
 from . import options
-from typing import Iterator
-
-
-@contextlib.contextmanager
-def _writing(tracking_uri: str, command: str) -> Iterator[None]:
-    """The store's lock (`tracking.lock`) around a command that writes it, a stale one named on stderr."""
-    from ..tracking.lock import database_store_lock
-
-    with database_store_lock(tracking_uri, command) as lock:
-        _say_stale(lock)
-        yield
-
-
-def _say_stale(lock) -> None:
-    if lock is not None and lock.stale is not None:
-        print(f"hmer: {lock.stale_line()}", file=sys.stderr)
 
 
 def add_parser(sub) -> None:
@@ -121,8 +106,7 @@ def cmd_runs_publish(args) -> int:
               "trial); without it no checkpoint is published", file=sys.stderr)
         return 2
     # the lock before the seconds of imports: a second publish is refused at once (publish() takes it too)
-    with store_lock(mlruns_dir(), f"hmer runs publish {Path(args.folder).resolve()}") as lock:
-        _say_stale(lock)
+    with store_lock(mlruns_dir(), f"hmer runs publish {Path(args.folder).resolve()}"):
         return _publish(args)
 
 
@@ -196,8 +180,7 @@ def cmd_runs_workspace(args) -> int:
     folder = Path(args.folder)
     if folder.exists() and not folder.is_dir():
         return _not_a_workspace_folder(folder, "is a file")
-    with store_lock(args.folder, f"hmer runs workspace {Path(args.folder).resolve()}") as lock:
-        _say_stale(lock)
+    with store_lock(args.folder, f"hmer runs workspace {Path(args.folder).resolve()}"):
         if any(path.name != LOCK_FILE for path in folder.iterdir()):
             return _not_a_workspace_folder(folder, "holds a store already" if (folder / "mlflow.db").exists()
                                            else "is not empty")
@@ -223,7 +206,7 @@ def cmd_runs_import(args) -> int:
     for f in args.files:  # every file read whole first: a bad one merges none of them
         read_export(f)
     uri = args.tracking_uri or default_tracking_uri()
-    with _writing(uri, f"hmer runs import {' '.join(args.files)}"):
+    with database_store_lock(uri, f"hmer runs import {' '.join(args.files)}"):
         for f in args.files:
             res = import_runs(f, tracking_uri=uri)
             print(f"{f}: {len(res.created)} runs created, {len(res.updated)} already there (brought up to date)")
@@ -240,7 +223,7 @@ def cmd_runs_rename(args) -> int:
     quiet_mlflow()
     uri = existing_store(args.tracking_uri)
     existing_storage(uri, args.storage)  # a damaged one named before anything is written
-    with _writing(uri, f"hmer runs rename {args.study} {args.new}"):
+    with database_store_lock(uri, f"hmer runs rename {args.study} {args.new}"):
         done = rename_study(args.study, args.new, tracking_uri=uri, storage=args.storage)
     print(f"renamed study {done.study} to {done.new}: {done.runs} run(s) retagged, "
           f"{'the experiment renamed' if done.experiment else 'no experiment of that name'}, "
@@ -257,7 +240,7 @@ def cmd_runs_supersede(args) -> int:
     quiet_mlflow()
     uri = existing_store(args.tracking_uri)
     existing_storage(uri)  # read by present_study: a damaged one is named before anything is written
-    with _writing(uri, f"hmer runs supersede {args.study} --by {args.by}"):
+    with database_store_lock(uri, f"hmer runs supersede {args.study} --by {args.by}"):
         print(mark_superseded(args.study, args.by, tracking_uri=uri))
         changes = present_study(args.study, tracking_uri=uri)  # its table, and the mark in Optuna
     if changes:
@@ -279,7 +262,7 @@ def cmd_runs_present(args) -> int:
         raise ValueError(f"{folder} holds no MLflow store (no mlflow.db)")
     uri = existing_store(f"sqlite:///{folder.resolve() / 'mlflow.db'}")  # both databases whole, before a write
     storage = existing_storage(uri)
-    with _writing(uri, f"hmer runs present {folder.resolve()}"):
+    with database_store_lock(uri, f"hmer runs present {folder.resolve()}"):
         done = present_studies(uri, storage)
     for study, changes in done.items():
         print(f"study {study}: {', '.join(changes) if changes else 'up to date'}")
@@ -300,7 +283,7 @@ def cmd_runs_rescore(args) -> int:
     run_ids = [whole_run_id(client, given) for given in args.runs]
     command = " ".join(["hmer runs rescore", *args.runs, *(f"--study {s}" for s in args.study)])
     # planned under the lock, so that no writer changes the runs in between; a dry run takes none
-    with _writing(uri, command) if not args.dry_run else contextlib.nullcontext():
+    with database_store_lock(uri, command) if not args.dry_run else contextlib.nullcontext():
         plans = plan_rescoring(client, select_runs(client, run_ids, args.study))
         logged = 0 if args.dry_run else write_rescoring(client, plans)
     added = [plan for plan in plans if plan.added]

@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import socket
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -54,36 +55,17 @@ class StoreNotWritable(ValueError):
     """The store's lock cannot be written there (a read-only store): one line naming it."""
 
 
-@dataclass
-class TakenLock:
-    """A store's lock as this process holds it; `stale` is the record a killed writer left, if any."""
-
-    path: Path
-    stale: Holder | str | None = None  # a Holder, or the unreadable text of a half-written record
-
-    def stale_line(self) -> str:
-        who = self.stale.describe() if isinstance(self.stale, Holder) else "a writer whose record is unreadable"
-        return (f"{self.path}: a stale lock, left by {who}, which ended without releasing it (killed); "
-                f"taken over")
-
-
-_held: dict[Path, list] = {}  # lock file -> [its descriptor, how many times this process holds it, TakenLock]
+_held: set[Path] = set()  # the lock files this process holds
 
 
 @contextlib.contextmanager
-def store_lock(folder: str | os.PathLike[str], command: str) -> Iterator[TakenLock]:
+def store_lock(folder: str | os.PathLike[str], command: str) -> Iterator[None]:
     """Hold the lock of the store in `folder` (made if missing, removed again if left empty) while the
-    block runs; StoreLocked when another process holds it."""
+    block runs; StoreLocked when another process holds it. A stale one, that a killed writer left, is
+    taken over and named on stderr."""
     path = Path(folder).resolve() / LOCK_FILE
-    if path in _held:
-        _held[path][1] += 1
-        try:
-            yield _held[path][2]
-        finally:
-            _held[path][1] -= 1
-        return
-    if not FLOCK:
-        yield TakenLock(path)
+    if path in _held or not FLOCK:  # (this process holds it already: a publish's command and its library call)
+        yield
         return
     created = not path.parent.exists()
     _make_folder(path.parent, path.name)
@@ -95,15 +77,18 @@ def store_lock(folder: str | os.PathLike[str], command: str) -> Iterator[TakenLo
         who = holder.describe() if isinstance(holder, Holder) else "another process (its record unreadable)"
         raise StoreLocked(f"{path.parent}: {who} is writing this store and holds its lock ({path.name}); "
                           f"nothing was changed: run this again once it has ended")
-    stale = _read_record(path) or None
+    stale = _read_record(path)  # a Holder, or the unreadable text of a half-written record
+    if stale:
+        who = stale.describe() if isinstance(stale, Holder) else "a writer whose record is unreadable"
+        print(f"hmer: {path}: a stale lock, left by {who}, which ended without releasing it (killed); taken over",
+              file=sys.stderr)
     _write_record(fd, command)
     os.fsync(fd)
-    taken = TakenLock(path, stale)
-    _held[path] = [fd, 1, taken]
+    _held.add(path)
     try:
-        yield taken
+        yield
     finally:
-        del _held[path]
+        _held.discard(path)
         _release(fd, path)
         if created:  # a store folder made for the lock alone, by a command that then wrote nothing
             with contextlib.suppress(OSError):
@@ -245,9 +230,9 @@ def _holder_of(path: Path) -> str:
     return holder.describe() if isinstance(holder, Holder) else "another process"
 
 
-def database_store_lock(tracking_uri: str, command: str) -> ContextManager[TakenLock | None]:
-    """`store_lock` on a `sqlite:///` store's folder; none (yields None) for a server or a database
-    server, which serialise their writers themselves."""
+def database_store_lock(tracking_uri: str, command: str) -> ContextManager[None]:
+    """`store_lock` on a `sqlite:///` store's folder; none for a server or a database server, which
+    serialise their writers themselves."""
     db = sqlite_path(tracking_uri)
     return contextlib.nullcontext() if db is None else store_lock(db.parent, command)
 
