@@ -16,7 +16,7 @@ import sys
 
 from . import (analyze, bench, config, data, evaluate, models, notebooks, predict, reference, report, runs, study,
                train, ui)
-from .errors import EXIT_USAGE, UserError
+from .options import EXIT_USAGE, UserError
 
 __all__ = ["EXIT_USAGE", "UserError", "build_parser", "main"]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from . import options
-from .errors import UserError
+from .options import UserError
 
 
 def add_parser(sub) -> None:

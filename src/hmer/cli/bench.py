@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
 
 def cmd_bench(args) -> int:
     from ..bench import run_benchmark
-    from .errors import UserError
+    from .options import UserError
 
     if args.config and args.preset:
         raise UserError("give --preset or --config, not both")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .errors import UserError
+from .options import UserError
 
 
 def add_parser(sub) -> None:
@@ -137,7 +137,8 @@ def _study(args):
             notes.append(f"study {name} exists: its stored base config wins, as on resume (--fresh: a new study)")
         else:
             notes.append(f"no stored base config of study {name}: a new study's config")
-    given = _pairs(args.cell)
+    # a hmer.cell tag, "a=1,b=2", is several pairs
+    given = parse_overrides([pair for item in args.cell for pair in item.split(",") if pair.strip()])
     if isinstance(spec, SweepSpec):
         if given:
             resolution = cell_resolution(resolution, spec, given)
@@ -153,10 +154,3 @@ def _study(args):
     cell = pick_cell(spec, given, args.seed if args.seed is not None else seeds[0])
     notes.append(f"cell {cell_label(cell)}, seed {cell['train.seed']}")
     return notes, cell_resolution(resolution, spec, cell)
-
-
-def _pairs(items: list[str]) -> dict[str, str]:
-    """["model.direction=bi", "a=1,b=2"] -> {"model.direction": "bi", "a": "1", "b": "2"} (a hmer.cell tag)."""
-    from ..config import parse_overrides
-
-    return parse_overrides([pair for item in items for pair in item.split(",") if pair.strip()])

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .errors import UserError
+from .options import UserError
 
 DATA_HELP = "folder or zip (default: $HMER_DATA, then data/crohme)"
 

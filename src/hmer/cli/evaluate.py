@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from . import options
-from .errors import UserError
+from .options import UserError
 
 
 def add_parser(sub) -> None:

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import UserError
+from .options import UserError
 
 NAMES = ("exprate_tables", "training_curves", "attention_maps", "sweep", "paper_claims", "frontier")
 METADATA_KEY = "hmer"  # notebook.metadata["hmer"]: what produced the outputs

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 
 from . import options
-from .errors import EXIT_USAGE
+from .options import EXIT_USAGE
 
 
 def add_parser(sub) -> None:

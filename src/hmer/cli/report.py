@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from ..registry import METRICS
 from . import options
-from .errors import UserError
+from .options import UserError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -94,7 +94,7 @@ def cmd_report(args) -> int:
     if args.list:
         return list_command(args.tracking_uri)
     if not (args.study or args.experiment or args.runs):  # as `optuna`/`mlflow` do: a useful default
-        args.study = latest_study(args.tracking_uri)
+        args.study = str(_studies(args.tracking_uri, "; give --experiment NAME or --runs ID")[1].loc[0, "study"])
         print(f"hmer report: the latest study, {args.study} (hmer report --list shows them all)", flush=True)
     from ..training.fingerprint import code_fingerprint
 
@@ -107,17 +107,6 @@ def cmd_report(args) -> int:
     return report_command(study=args.study, experiment=args.experiment, run_ids=args.runs,
                           tracking_uri=args.tracking_uri, out_dir=args.out, analysis=args.analysis,
                           metric=args.metric or "exprate", code_fingerprint=code_fingerprint())
-
-
-def report_name(study: str | None = None, experiment: str | None = None, run_ids: Sequence[str] | None = None) -> str:
-    """The study, the experiment, or runs-<first id>: the report's name (and default folder)."""
-    if study:
-        return study
-    if experiment:
-        return experiment
-    if run_ids:
-        return f"runs-{run_ids[0][:8]}" + (f"-and-{len(run_ids) - 1}-more" if len(run_ids) > 1 else "")
-    raise ValueError("give a study, an experiment or run ids")
 
 
 def default_out_dir(name: str) -> Path:
@@ -239,11 +228,6 @@ def _studies(tracking_uri: str | None, hint: str = ""):
     return uri, studies
 
 
-def latest_study(tracking_uri: str | None = None) -> str:
-    """The name of the newest study in the store."""
-    return str(_studies(tracking_uri, "; give --experiment NAME or --runs ID")[1].loc[0, "study"])
-
-
 def list_command(tracking_uri: str | None = None) -> int:
     """`hmer report --list`: every study in the store, newest first, with its state and trials."""
     import pandas as pd
@@ -281,7 +265,11 @@ def report_command(study: str | None = None, experiment: str | None = None, run_
     from ..tracking.ui import ui_hint
 
     n_resamples = DEFAULT_RESAMPLES if n_resamples is None else n_resamples
-    name = report_name(study, experiment, run_ids)
+    name = study or experiment  # the report's name (and default folder)
+    if not name:
+        if not run_ids:
+            raise ValueError("give a study, an experiment or run ids")
+        name = f"runs-{run_ids[0][:8]}" + (f"-and-{len(run_ids) - 1}-more" if len(run_ids) > 1 else "")
     uri = resolve_tracking_uri(tracking_uri)
     if study:
         parent = study_parent(study, uri)

@@ -162,7 +162,7 @@ def cmd_runs_show(args) -> int:
 def whole_run_id(client, given: str) -> str:
     """The run whose id is `given` or begins with it (8 characters at least); a UserError otherwise."""
     from ..tracking.models import RunNotFoundError, run_by_prefix
-    from .errors import UserError
+    from .options import UserError
 
     try:
         return run_by_prefix(client, given)
@@ -200,8 +200,7 @@ def _not_a_workspace_folder(folder, what: str) -> int:
 
 def cmd_runs_import(args) -> int:
     from ..tracking.store import default_tracking_uri
-    from ..tracking.transfer import read_export
-    from ..tracking.transfer import import_runs
+    from ..tracking.transfer import import_runs, read_export
 
     for f in args.files:  # every file read whole first: a bad one merges none of them
         read_export(f)

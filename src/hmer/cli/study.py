@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Sequence
 
-from .errors import EXIT_USAGE
+from .options import EXIT_USAGE
 
 if TYPE_CHECKING:
     from ..studies.spec import StudySpec, SweepSpec

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from . import options
-from .errors import UserError
+from .options import UserError
 from .evaluate import print_scores
 
 EXIT_PAUSED = 3  # `hmer train --pause-after-epochs`: checkpointed, to be continued with --resume

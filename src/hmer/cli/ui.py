@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .errors import UserError
+from .options import UserError
 
 
 def add_parser(sub) -> None:

@@ -18,11 +18,7 @@ import torch
 from matplotlib.figure import Figure
 
 from ..atomic import save_figure
-
-# The maps themselves are computed where a run's logged pictures are drawn from them too.
-from .artifacts import KINDS, token_maps
-
-__all__ = ["KINDS", "AttentionResult", "attend", "plot_attention", "token_maps"]
+from .artifacts import token_maps  # (where a run's logged pictures are drawn from them too)
 
 
 @dataclass

@@ -111,13 +111,6 @@ def read_dictionary(path: str | Path) -> list[str]:
     return symbols
 
 
-def _coverage(hp: Mapping[str, Any], path) -> str:
-    cross, self_ = bool(hp.get("cross_coverage")), bool(hp.get("self_coverage"))
-    if not (cross or self_):
-        raise ReferenceCheckpointError(f"{path}: hyper_parameters have neither cross_coverage nor self_coverage")
-    return "fusion" if cross and self_ else ("cross" if cross else "self")
-
-
 def reference_config(family: str, hp: Mapping[str, Any], vocab_size: int, path="checkpoint") -> Config:
     """The project Config computing the reference model of `hyper_parameters` `hp`, with its search."""
     needed = ("d_model", "growth_rate", "num_layers", "nhead", "num_decoder_layers", "dim_feedforward", "dropout")
@@ -131,7 +124,10 @@ def reference_config(family: str, hp: Mapping[str, Any], vocab_size: int, path="
         if float(hp.get("temperature", 1.0)) != 1.0:
             raise ReferenceCheckpointError(f"{path}: hyper_parameters temperature={hp['temperature']} "
                                            "is not supported (only 1.0)")
-    preset = "bttr" if family == "bttr" else f"comer-{_coverage(hp, path)}"
+        cross, self_ = bool(hp.get("cross_coverage")), bool(hp.get("self_coverage"))
+        if not (cross or self_):
+            raise ReferenceCheckpointError(f"{path}: hyper_parameters have neither cross_coverage nor self_coverage")
+    preset = "bttr" if family == "bttr" else f"comer-{'fusion' if cross and self_ else 'cross' if cross else 'self'}"
     values: dict[str, Any] = {
         "model.vocab_size": vocab_size, "model.d_model": hp["d_model"], "model.growth_rate": hp["growth_rate"],
         "model.num_dense_layers": hp["num_layers"], "model.num_dense_blocks": 3, "model.nhead": hp["nhead"],
@@ -169,7 +165,7 @@ _PLAIN = {  # reference key (prefix removed) -> project key, where only the name
 }
 _BN_PREFIXES = {"encoder.model.norm1.": "encoder.stem_norm.", "encoder.model.post_norm.": "encoder.final_norm.",
                 "decoder.model.arm.post_norm.bn.": "decoder.arm.norm."}
-_POSITION_TABLE = "decoder.pos_enc.pe"  # fixed sinusoids; the project recomputes them
+_POSITION_TABLE = "decoder.pos_enc.pe"
 _ROWS_BY_SYMBOL = ("decoder.embed.table.weight", "decoder.out.weight", "decoder.out.bias")
 
 
@@ -241,8 +237,9 @@ def map_state_dict(state_dict: Mapping[str, Tensor], prefix: str, mapping: Vocab
             unmapped.append(key)
             continue
         ref_key = key[len(prefix):]
-        if ref_key == _POSITION_TABLE:
-            _check_position_table(value, path)
+        if ref_key == _POSITION_TABLE:  # fixed sinusoids: the project recomputes them
+            if not torch.allclose(value.float(), sinusoid_table(value.shape[0], value.shape[1]), atol=1e-4):
+                raise ReferenceCheckpointError(f"{path}: decoder.pos_enc.pe is not the standard sinusoid table")
             continue
         mapped = project_keys(ref_key, value)
         if mapped is None:
@@ -263,12 +260,6 @@ def map_state_dict(state_dict: Mapping[str, Tensor], prefix: str, mapping: Vocab
         raise ReferenceCheckpointError(f"{path}: the weights do not fit the project model ("
                                        + "; ".join(p for p in parts if p) + ")")
     return out
-
-
-def _check_position_table(table: Tensor, path) -> None:
-    ours = sinusoid_table(table.shape[0], table.shape[1])
-    if not torch.allclose(table.float(), ours, atol=1e-4):
-        raise ReferenceCheckpointError(f"{path}: decoder.pos_enc.pe is not the standard sinusoid table")
 
 
 # ---- everything together ------------------------------------------------------------------------------

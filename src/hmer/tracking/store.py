@@ -247,18 +247,12 @@ def ensure_experiment(client, name: str, tags: dict[str, str] | None = None) -> 
 def git_commit(short: bool = False, root: str | os.PathLike[str] | None = None) -> str:
     """The commit of the checkout at `root` (default: `project_root()`), '-dirty' with changes to
     tracked files, or 'unknown'; `short`: abbreviated, as the benchmark scripts print it."""
-    root = root or project_root()
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root or project_root(), capture_output=True, text=True,
+                              timeout=5).stdout.strip()
+
     try:
-        sha = subprocess.run(
-            ["git", "rev-parse", *(["--short"] if short else []), "HEAD"], cwd=root, capture_output=True,
-            text=True, timeout=5,
-        ).stdout.strip()
-        if not sha:
-            return "unknown"
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root, capture_output=True, text=True, timeout=5,
-        ).stdout.strip()
-        return sha + ("-dirty" if dirty else "")
+        sha = git("rev-parse", *(["--short"] if short else []), "HEAD")
+        return sha + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "") if sha else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
