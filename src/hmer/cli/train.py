@@ -150,14 +150,23 @@ def print_result(result) -> int:
 def find_resume_checkpoint(what: str, tracking_uri: str, experiment: str) -> Path:
     """The checkpoint of `what`: a checkpoint file, a run id (8 characters at least), or 'latest' (the
     newest unfinished run with one); a UserError or RunNotFoundError where there is none."""
+    from mlflow.exceptions import MlflowException
+
+    from ..checkpoint import load_checkpoint
     from ..tracking.models import run_by_prefix
     from ..tracking.store import checkpoint_root, mlflow_client, quiet_mlflow
 
     quiet_mlflow()
     client = mlflow_client(tracking_uri)
     path = Path(what)
-    if path.is_file():
-        check_checkpoint_run(path, client)
+    if path.is_file():  # its run must be in this store (else it had ended in an MlflowException after the data loaded)
+        run_id = load_checkpoint(path, map_location="cpu").get("run_id")
+        try:
+            if run_id is not None:  # (a checkpoint of no run: a new run begins from it)
+                client.get_run(run_id)
+        except MlflowException:
+            raise UserError(f"{path}: its run {run_id} is not in {client.tracking_uri}: resume it against the store "
+                            f"it was trained in (--tracking-uri, HMER_MLRUNS)") from None
         return path
     root = checkpoint_root(tracking_uri)
     if what != "latest":
@@ -175,19 +184,3 @@ def find_resume_checkpoint(what: str, tracking_uri: str, experiment: str) -> Pat
             continue
     raise UserError(f"no unfinished run with a checkpoint under {root}")
 
-
-def check_checkpoint_run(path: Path, client) -> None:
-    """A UserError naming the checkpoint `path` when the store of `client` lacks its run (resumed against
-    another store, it had ended in an MlflowException after its data had loaded)."""
-    from mlflow.exceptions import MlflowException
-
-    from ..checkpoint import load_checkpoint
-
-    run_id = load_checkpoint(path, map_location="cpu").get("run_id")
-    if run_id is None:
-        return  # (a checkpoint of no run: a new run begins from it)
-    try:
-        client.get_run(run_id)
-    except MlflowException:
-        raise UserError(f"{path}: its run {run_id} is not in {client.tracking_uri}: resume it against the store "
-                        f"it was trained in (--tracking-uri, HMER_MLRUNS)") from None

@@ -126,7 +126,6 @@ START_TIMEOUT_S = 300.0  # `mlflow ui` takes 10-60 s to answer on a busy 2-core 
 @dataclass
 class Server:
     name: str  # "mlflow ui" or "optuna-dashboard"
-    url: str  # http://127.0.0.1:PORT
     ready: str  # the address that answers 200 once it serves
     process: subprocess.Popen
     log: Path
@@ -140,15 +139,7 @@ class ServedStore:
     copy: Path | None  # the temporary folder its databases were copied to, when served from a copy
     tracking_uri: str  # the MLflow database `mlflow ui` reads (the copy's, when there is one)
     storage: str | None  # the Optuna database optuna-dashboard reads; None without one
-    servers: list[Server] = field(default_factory=list)
-
-    @property
-    def mlflow(self) -> str:
-        return self.servers[0].url
-
-    @property
-    def dashboard(self) -> str | None:
-        return self.servers[1].url if len(self.servers) > 1 else None
+    servers: list[Server] = field(default_factory=list)  # `mlflow ui`, then optuna-dashboard where there is `storage`
 
     def wait(self) -> str:
         """Block until a server stops (returns its name); Ctrl-C or SIGTERM interrupts it."""
@@ -287,8 +278,7 @@ def _start(name: str, cmd: list[str], *, port: int, ready: str, log: Path, cwd: 
         process = subprocess.Popen([sys.executable, str(WATCHDOG), str(watched), str(log.parent), "--", *cmd],
                                    stdout=out, stderr=subprocess.STDOUT, cwd=cwd, start_new_session=True,
                                    env={**os.environ, **(env or {})}, pass_fds=(watched,))
-    url = f"http://{HOST}:{port}"
-    return Server(name=name, url=url, ready=url + ready, process=process, log=log)
+    return Server(name=name, ready=f"http://{HOST}:{port}{ready}", process=process, log=log)
 
 
 def _wait_until_ready(servers: list[Server]) -> None:
