@@ -28,12 +28,6 @@ _FINAL = "_final"  # the metric prefix of a validation split decoded at the end:
 _PREDICTIONS_FILE = "_predictions.csv"
 
 
-def _reading_direction(model: Any, direction: str | None) -> str:
-    """l2r or r2l: the direction the maps are computed in (a bidirectional model reads l2r)."""
-    direction = direction or getattr(getattr(model, "cfg", None), "direction", "l2r")
-    return "r2l" if direction == "r2l" else "l2r"
-
-
 @torch.inference_mode()
 def token_maps(model: Any, vocab: Any, image: np.ndarray, tokens: Sequence[str], *, direction: str | None = None,
                kind: str = "attention", device: str | torch.device = "cpu") -> np.ndarray:
@@ -49,7 +43,8 @@ def token_maps(model: Any, vocab: Any, image: np.ndarray, tokens: Sequence[str],
         return np.zeros((0, height, width), dtype=np.float32)
     model.eval()
     batch = collate([Expression(name="", tokens=list(tokens), image=image)], vocab).to(device)
-    reading = _reading_direction(model, direction)
+    # the direction the maps are computed in (a bidirectional model reads l2r)
+    reading = "r2l" if (direction or getattr(getattr(model, "cfg", None), "direction", "l2r")) == "r2l" else "l2r"
     tgt_in, _, _ = make_targets(batch.token_ids, reading, vocab, device=batch.images.device)
     maps = model.attention_maps(batch.images, batch.image_mask, tgt_in, coverage=kind == "coverage")
     maps = maps[0, : len(tokens)].float()  # row t emits token t; the last row would emit <eos>
@@ -88,27 +83,23 @@ def _panel(image: np.ndarray, attn: np.ndarray | None, label: str) -> Image.Imag
     return panel
 
 
-@torch.inference_mode()
-def _greedy_tokens(model, exprs: Sequence[Any], vocab: Any, cfg: Any, device) -> list[list[str]]:
-    """What the model reads in each image, decoded greedily in one batch (cheap: pictures only)."""
+def log_attention_maps(run, model, exprs: Sequence[Any], vocab: Any, cfg: Any, device, count: int) -> None:
+    """`attention/<name>.png` for the first `count` of `exprs`, into `run` (anything with `log_artifacts`),
+    each showing what the model reads, decoded greedily in one batch (cheap: pictures only)."""
     from ..data import collate
     from ..decoding import decode_batch
 
-    model.eval()
-    batch = collate(list(exprs), vocab).to(device)
-    direction = "l2r" if cfg.model.direction == "bi" else cfg.model.direction
-    hyps = decode_batch(model, batch.images, batch.image_mask, direction, beam_size=1,
-                        max_len=cfg.train.max_decode_len, sos_id=vocab.sos_id, eos_id=vocab.eos_id)
-    return [vocab.decode(ids) for ids in hyps]
-
-
-def log_attention_maps(run, model, exprs: Sequence[Any], vocab: Any, cfg: Any, device, count: int) -> None:
-    """`attention/<name>.png` for the first `count` of `exprs`, into `run` (anything with `log_artifacts`)."""
     if count <= 0 or not exprs or not hasattr(model, "attention_maps"):
         return
     chosen = list(exprs[:count])
+    model.eval()
+    batch = collate(chosen, vocab).to(device)
+    with torch.inference_mode():
+        hyps = decode_batch(model, batch.images, batch.image_mask, "l2r" if cfg.model.direction == "bi" else
+                            cfg.model.direction, beam_size=1, max_len=cfg.train.max_decode_len, sos_id=vocab.sos_id,
+                            eos_id=vocab.eos_id)
     with tempfile.TemporaryDirectory() as tmp:
-        for expr, tokens in zip(chosen, _greedy_tokens(model, chosen, vocab, cfg, device)):
+        for expr, tokens in zip(chosen, [vocab.decode(ids) for ids in hyps]):
             maps = token_maps(model, vocab, expr.image, tokens, direction=cfg.model.direction, device=device)
             attention_grid(expr.image, maps, tokens).save(Path(tmp) / f"{expr.name}.png")
         run.log_artifacts(tmp, "attention")
