@@ -68,7 +68,6 @@ def store_lock(folder: str | os.PathLike[str], command: str) -> Iterator[None]:
         yield
         return
     created = not path.parent.exists()
-    _make_folder(path.parent, path.name)
     fd = _flocked(path, fcntl.LOCK_EX)
     if fd is None:  # the holder writes its record just after its flock: wait a moment for it
         deadline = time.monotonic() + RECORD_WAIT_S
@@ -109,7 +108,6 @@ def training_lock(folder: str | os.PathLike[str], command: str) -> Iterator[None
         yield
         return
     store = Path(folder).resolve()
-    _make_folder(store, TRAINERS_LOCK)
     fd = _flocked(store / TRAINERS_LOCK, fcntl.LOCK_SH)
     if fd is None:
         raise StoreLocked(f"{store}: {_holder_of(store / LOCK_FILE)} is replacing this store and holds its lock "
@@ -144,13 +142,16 @@ def no_training(folder: str | os.PathLike[str]) -> Iterator[None]:
 
 
 def _flocked(path: Path, kind: int) -> int | None:
-    """A descriptor of `path` (made if missing) holding a flock of `kind`, or None when another
-    process's lock excludes it; a file its holder removed meanwhile is opened again."""
+    """A descriptor of `path` (made if missing, and its folder) holding a flock of `kind`, or None when
+    another process's lock excludes it; a file its holder removed meanwhile is opened again."""
     while True:
         try:  # a store that cannot be locked here (read-only, another user's) is not written at all
+            path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise _not_writable(path.parent, path.name, exc) from None
+            raise StoreNotWritable(f"{path.parent}: cannot write the store's lock {path.name} there "
+                                   f"({exc.strerror or exc}): a read-only store can be read, not written; nothing "
+                                   f"was changed") from None
         try:
             fcntl.flock(fd, kind | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -159,12 +160,9 @@ def _flocked(path: Path, kind: int) -> int | None:
         except BaseException:
             os.close(fd)
             raise
-        try:
-            same = os.stat(path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            return fd
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
         os.close(fd)
 
 
@@ -192,7 +190,6 @@ def run_lock(folder: str | os.PathLike[str], run: str, command: str) -> Iterator
         yield
         return
     path = Path(folder).resolve() / RUN_LOCK
-    _make_folder(path.parent, path.name)
     fd = _flocked(path, fcntl.LOCK_EX)
     if fd is None:
         raise StoreLocked(f"run {run}: {_holder_of(path)} is training it; one process trains a run at a time: "
@@ -209,19 +206,6 @@ def _release(fd: int, path: Path) -> None:
     gone, `_flocked`), then close `fd`."""
     path.unlink(missing_ok=True)
     os.close(fd)
-
-
-def _make_folder(folder: Path, lock: str) -> None:
-    """`folder` made where missing, or StoreNotWritable naming it and the lock it is for."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise _not_writable(folder, lock, exc) from None
-
-
-def _not_writable(folder: Path, lock: str, exc: OSError) -> StoreNotWritable:
-    return StoreNotWritable(f"{folder}: cannot write the store's lock {lock} there ({exc.strerror or exc}): a "
-                            f"read-only store can be read, not written; nothing was changed")
 
 
 def _holder_of(path: Path) -> str:
