@@ -56,14 +56,10 @@ def served_lines(served, committed: bool, mlflow_port: int, dashboard_port: int 
     """What `hmer ui` prints once both UIs answer: where they are, and each study's links."""
     from ..tracking.ui import dashboard_url, ui_url
 
-    lines = []
-    if served.copy is not None:
-        lines.append(f"The committed store {served.folder} is served from a copy of its databases ({served.copy}): "
-                     f"what is done in the UIs is not kept." if committed else
-                     f"{served.folder} is served from a copy of its databases ({served.copy}).")
-    else:
-        lines.append(f"{served.folder} is served in place: what is done in the UIs is written there.")
-    lines.append(f"  MLflow UI         {ui_url(port=mlflow_port)}")
+    lines = [f"The committed store {served.folder} is served from a copy of its databases ({served.copy}): what is "
+             f"done in the UIs is not kept." if committed else
+             f"{served.folder} is served in place: what is done in the UIs is written there.",
+             f"  MLflow UI         {ui_url(port=mlflow_port)}"]
     if dashboard_port is not None:
         lines.append(f"  optuna-dashboard  {dashboard_url(port=dashboard_port)}")
     else:
