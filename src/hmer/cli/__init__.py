@@ -14,13 +14,13 @@ import argparse
 import os
 import sys
 
-from . import bench, config, data, evaluate, notebooks, reference, report, runs, study, train, ui
+from . import bench, config, data, evaluate, notebooks, report, runs, study, train, ui
 from .options import EXIT_USAGE, UserError
 
 __all__ = ["EXIT_USAGE", "UserError", "build_parser", "main"]
 
 # In the order `hmer --help` lists them.
-COMMANDS = (data, config, train, study, evaluate, reference, report, runs, ui, notebooks, bench)
+COMMANDS = (data, config, train, study, evaluate, report, runs, ui, notebooks, bench)
 
 
 def main(argv: list[str] | None = None) -> int:
