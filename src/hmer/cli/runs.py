@@ -107,17 +107,13 @@ def cmd_runs_publish(args) -> int:
         return 2
     # the lock before the seconds of imports: a second publish is refused at once (publish() takes it too)
     with store_lock(mlruns_dir(), f"hmer runs publish {Path(args.folder).resolve()}"):
-        return _publish(args)
+        from ..reports.runs import study_progress
+        from ..store.publish import publish
+        from ..tracking.store import quiet_mlflow
 
-
-def _publish(args) -> int:
-    from ..reports.runs import study_progress
-    from ..store.publish import publish
-    from ..tracking.store import mlruns_dir, quiet_mlflow
-
-    quiet_mlflow()
-    done = publish(args.folder, mlruns_dir(), keep_unfinished=args.keep_unfinished, weights_only=args.weights_only,
-                   replace=args.replace)
+        quiet_mlflow()
+        done = publish(args.folder, mlruns_dir(), keep_unfinished=args.keep_unfinished,
+                       weights_only=args.weights_only, replace=args.replace)
     uri = f"sqlite:///{done.store / 'mlflow.db'}"
     print(f"published {args.folder} to {done.store} (artifact locations relative to the checkout)")
     for study, status in sorted(done.unfinished.items()):
