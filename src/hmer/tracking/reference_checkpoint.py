@@ -86,29 +86,11 @@ def load_lightning_checkpoint(path: str | Path) -> dict[str, Any]:
 
 # ---- family, dictionary, config -----------------------------------------------------------------
 
-def reference_family(state_dict: Mapping[str, Tensor], path: str | Path = "checkpoint") -> str:
-    """"bttr" or "comer", from the keys' Lightning prefix."""
-    for family, (_, prefix) in REFERENCES.items():
-        if any(k.startswith(prefix) for k in state_dict):
-            return family
-    sample = ", ".join(list(state_dict)[:3])
-    raise ReferenceCheckpointError(f"{path}: neither a BTTR (bttr.*) nor a CoMER (comer_model.*) checkpoint; "
-                                   f"keys start {sample}")
-
-
 def reference_dictionary(family: str) -> list[str]:
     """The symbols of the family's `dictionary.txt`, in order (ids 3, 4, ...)."""
     if family == "bttr":
         return list(CROHME_SYMBOLS)
     return sorted((set(CROHME_SYMBOLS) - {"'"}) | {"\\Pi"})
-
-
-def read_dictionary(path: str | Path) -> list[str]:
-    symbols = [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]
-    if len(set(symbols)) != len(symbols):
-        dupes = sorted({s for s in symbols if symbols.count(s) > 1})
-        raise ReferenceCheckpointError(f"{path}: repeated symbols {' '.join(dupes)}")
-    return symbols
 
 
 def reference_config(family: str, hp: Mapping[str, Any], vocab_size: int, path="checkpoint") -> Config:
@@ -284,9 +266,18 @@ def read_reference_checkpoint(path: str | Path, dictionary: str | Path | None = 
     path = Path(path)
     ckpt = load_lightning_checkpoint(path)
     state = ckpt["state_dict"]
-    family = reference_family(state, path)
+    # the family, from the keys' Lightning prefix
+    family = next((name for name, (_, prefix) in REFERENCES.items() if any(k.startswith(prefix) for k in state)), None)
+    if family is None:
+        raise ReferenceCheckpointError(f"{path}: neither a BTTR (bttr.*) nor a CoMER (comer_model.*) checkpoint; "
+                                       f"keys start {', '.join(list(state)[:3])}")
     _, prefix = REFERENCES[family]
-    symbols = read_dictionary(dictionary) if dictionary else reference_dictionary(family)
+    symbols = reference_dictionary(family)
+    if dictionary:
+        symbols = [line.strip() for line in Path(dictionary).read_text().splitlines() if line.strip()]
+        dupes = sorted({s for s in symbols if symbols.count(s) > 1})
+        if dupes:
+            raise ReferenceCheckpointError(f"{dictionary}: repeated symbols {' '.join(dupes)}")
     rows = state.get(prefix + "decoder.proj.bias")
     if rows is None:
         raise ReferenceCheckpointError(f"{path}: no {prefix}decoder.proj.bias (the output layer)")
