@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from ..atomic import write_atomically
 from . import keys
 from .store import ensure_experiment, search_all_runs
 from .lock import database_store_lock
@@ -247,15 +248,12 @@ def export_runs(out_file: str | os.PathLike[str], *, tracking_uri: str | None = 
             "runs": records, "omitted_artifacts": omitted,
         }
         (tmp_path / MANIFEST).write_text(json.dumps(manifest, indent=1))
-        partial = out.with_name(out.name + ".tmp")
-        try:
-            with tarfile.open(partial, "w:gz") as tar:
+
+        def pack(f) -> None:
+            with tarfile.open(fileobj=f, mode="w:gz") as tar:
                 tar.add(tmp_path / MANIFEST, arcname=MANIFEST)  # first: a reader can stop after it
                 tar.add(tmp_path / "artifacts", arcname="artifacts")
-        except BaseException:
-            partial.unlink(missing_ok=True)
-            raise
-        os.replace(partial, out)
+        write_atomically(out, pack)
     files = split_file(out, int(part_mb * 2**20))
     return ExportResult(files=files, runs=len(records), omitted_artifacts=omitted)
 
