@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import sys
 
-from ..tracking.lock import database_store_lock  # (standard library alone: `hmer --help` stays fast)
 from . import options
 
 
@@ -195,6 +194,7 @@ def _not_a_workspace_folder(folder, what: str) -> int:
 
 
 def cmd_runs_import(args) -> int:
+    from ..tracking.lock import database_store_lock
     from ..tracking.store import default_tracking_uri
     from ..tracking.transfer import import_runs, read_export
 
@@ -213,6 +213,7 @@ def cmd_runs_import(args) -> int:
 def cmd_runs_rename(args) -> int:
     from ..store.rename import rename_study
     from ..studies.storage import existing_storage
+    from ..tracking.lock import database_store_lock
     from ..tracking.store import existing_store, quiet_mlflow
 
     quiet_mlflow()
@@ -230,6 +231,7 @@ def cmd_runs_supersede(args) -> int:
     from ..store.present import present_study
     from ..store.rename import mark_superseded
     from ..studies.storage import existing_storage
+    from ..tracking.lock import database_store_lock
     from ..tracking.store import existing_store, quiet_mlflow
 
     quiet_mlflow()
@@ -248,6 +250,7 @@ def cmd_runs_present(args) -> int:
 
     from ..store.present import present_studies
     from ..studies.storage import existing_storage
+    from ..tracking.lock import database_store_lock
     from ..tracking.store import check_store_folder, existing_store, quiet_mlflow
 
     quiet_mlflow()
@@ -267,6 +270,7 @@ def cmd_runs_present(args) -> int:
 
 
 def cmd_runs_rescore(args) -> int:
+    from ..tracking.lock import database_store_lock
     from ..tracking.portable import sqlite_path
     from ..tracking.rescore import plan_rescoring, select_runs, write_rescoring
     from ..tracking.store import existing_store, mlflow_client, quiet_mlflow
