@@ -144,14 +144,16 @@ def cmd_analyze(args) -> int:
     return 0
 
 
-def default_out_dir(name: str) -> Path:
-    """`reports/<name>` under the project root (the checkout, else the current folder)."""
+def out_folder(out_dir: str | Path | None, name: str) -> Path:
+    """`out_dir`, else `reports/<name>` under the project root (the checkout, else the current folder); made."""
     import re
 
     from ..tracking.store import project_root
 
     safe = re.sub(r"[^A-Za-z0-9._=-]+", "_", name).strip("_") or "report"
-    return project_root() / "reports" / safe
+    out = Path(out_dir) if out_dir else project_root() / "reports" / safe
+    out.mkdir(parents=True, exist_ok=True)
+    return out
 
 
 def runs_summary(runs: pd.DataFrame, years: Sequence[str]) -> pd.DataFrame:
@@ -209,7 +211,6 @@ def write_report(runs: pd.DataFrame, table: pd.DataFrame, out_dir: Path, *, name
     from ..reports.runs import curve_runs, load_history, scored_years
     from ..reports.tables import format_table, scored
 
-    out_dir.mkdir(parents=True, exist_ok=True)
     plots = out_dir / "plots"
     written: list[Path] = []
     order = list(table.index)
@@ -319,7 +320,7 @@ def report_command(study: str | None = None, experiment: str | None = None, run_
     else:
         table = variant_table(runs, predictions=lambda run_id, year: load_predictions(run_id, year, uri),
                               metric=metric, n_resamples=n_resamples, title=name)
-    out = Path(out_dir) if out_dir else default_out_dir(name)
+    out = out_folder(out_dir, name)
     written = write_report(runs, table, out, name=name, tracking_uri=uri)
     progress = study_progress(study, uri) if study else None
     if progress:
@@ -350,8 +351,7 @@ def sweep_report(study: str, tracking_uri: str, out_dir: str | Path | None = Non
 
     sweep = find_sweep(tracking_uri, None, study)
     text = "\n".join([describe_sweep(sweep), "", sweep_table(sweep), *failures(sweep)]) + "\n"
-    out = Path(out_dir) if out_dir else default_out_dir(study)
-    out.mkdir(parents=True, exist_ok=True)
+    out = out_folder(out_dir, study)
     write_text_atomically(out / "sweep.txt", text)
     print(text, end="")
     print(f"wrote {out / 'sweep.txt'}; `hmer notebooks sweep` plots its history, importances and slices")
@@ -386,8 +386,7 @@ def claims_command(budgets: str | None = None, tracking_uri: str | None = None, 
     text = "\n".join(texts)
     print(text, end="" if text.endswith("\n") else "\n")
     if out_dir:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+        out = out_folder(out_dir, "claims")
         write_text_atomically(out / "claims.md", "\n".join(format_claims(t, "markdown", sources=i == 0)
                                                            for i, t in enumerate(tables)))
         write_text_atomically(out / "claims.csv", pd.concat(tables, ignore_index=True).to_csv(index=False))
@@ -420,8 +419,7 @@ def frontier_command(study: str, planned: Sequence[str], tracking_uri: str | Non
         text += "\n\nWhere today's budgets sit (their fusion cells, 48 px, cosine schedule, mean over seeds):\n\n"
         text += budgets.to_markdown(index=False, floatfmt=".2f")
     print(text)
-    out = Path(out_dir) if out_dir else default_out_dir(study)
-    out.mkdir(parents=True, exist_ok=True)
+    out = out_folder(out_dir, study)
     write_text_atomically(out / "frontier.md", f"# {study}: the frontier\n\n{frontier_summary(points, planned)}\n\n"
                           f"{text}\n\n![the frontier](plots/frontier.png)\n")
     write_text_atomically(out / "frontier.csv", points.to_csv(index=False))

@@ -380,9 +380,8 @@ def _score_years(client, run_id: str, ref: ReferenceModel, data: str | None, yea
     cfg = ref.config
     dev = resolve_device(device)
     model = ref.model.to(dev)
-    data_cfg = cfg.data
-    data_cfg.test_limit = limit
-    splits = load_dataset(data or cfg.data.path or None, data_cfg, splits=tuple(years))
+    cfg.data.test_limit = limit
+    splits = load_dataset(data or cfg.data.path or None, cfg.data, splits=tuple(years))
     metrics: dict[str, float] = {}
     results = {}
     for year in years:
