@@ -23,7 +23,7 @@ import time
 import torch
 
 from hmer.allocator import tune_malloc
-from hmer.bench.synthetic import synthetic_expressions
+from hmer.bench.setup import synthetic_expressions
 from hmer.config import parse_overrides
 from hmer.data import Vocab, load_dataset, make_batches
 from hmer.device import autocast_dtype, resolve_device

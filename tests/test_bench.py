@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hmer.bench.peak import datasheet_peak_gflops, peak_gflops_for
-from hmer.bench.setup import split_overrides
-from hmer.bench.synthetic import synthetic_expressions
+from hmer.bench.timing import datasheet_peak_gflops, peak_gflops_for
+from hmer.bench.setup import split_overrides, synthetic_expressions
 from hmer.cli import main
 from hmer.device import cpu_description
 

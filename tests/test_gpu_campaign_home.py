@@ -22,7 +22,7 @@ from mlflow.tracking import MlflowClient
 
 from hmer.training import train
 from hmer.training.carry import pack_run
-from hmer.tracking.export_file import split_file
+from hmer.tracking.transfer import split_file
 from hmer.tracking.transfer import export_runs, import_runs
 from tiny_dataset import tiny_config, tiny_data
 

@@ -483,7 +483,7 @@ def test_hmer_report_command_line_for_a_study_an_experiment_and_runs(store, tmp_
 def test_attention_maps_of_a_model_with_and_without_coverage(store):
     from hmer.data import load_dataset
     from hmer.reports import load_runs
-    from hmer.tracking.attention import attend, plot_attention, token_maps
+    from hmer.tracking.artifacts import attend, plot_attention, token_maps
     from hmer.tracking import load_model
 
     runs = load_runs(store.tracking_uri, study=store.study)

@@ -97,7 +97,7 @@ def wrap_up(args) -> int:
     from hmer.device import device_description, resolve_device
     from hmer.tracking import keys
     from hmer.tracking.store import checkpoint_root, ensure_experiment, git_commit, mlflow_client
-    from hmer.tracking.export_file import split_file
+    from hmer.tracking.transfer import split_file
     from hmer.tracking.transfer import export_runs
     from hmer.training.carry import pack_run
 
@@ -220,8 +220,7 @@ def home(args) -> int:
     from hmer.atomic import write_atomically
     from hmer.tracking.lock import database_store_lock
     from hmer.tracking.store import default_tracking_uri
-    from hmer.tracking.export_file import resolve_parts
-    from hmer.tracking.transfer import import_runs
+    from hmer.tracking.transfer import import_runs, resolve_parts
 
     if new is not None and keep.is_file():
         from hmer.training.carry import read_carried
@@ -233,9 +232,7 @@ def home(args) -> int:
         if new.epoch < old.epoch:
             raise ValueError(f"{came}: epoch {new.epoch}, older than {args.keep}'s {old.epoch}; nothing merged or kept")
     uri = args.tracking_uri or default_tracking_uri()
-    with database_store_lock(uri, f"gpu_campaign.py home {files.resolve()}") as lock:
-        if lock is not None and lock.stale is not None:
-            print(lock.stale_line(), file=sys.stderr)
+    with database_store_lock(uri, f"gpu_campaign.py home {files.resolve()}"):
         res = import_runs(back.runs, tracking_uri=uri)
         print(f"runs: {len(res.created)} created, {len(res.updated)} brought up to date")
         for src, rid in res.id_map.items():
@@ -295,7 +292,7 @@ def check_returned(files: Path) -> Returned:
         if name in listed and (files / name).stat().st_size != size:
             raise ValueError(f"{files / name}: {(files / name).stat().st_size} bytes, but it left the lease with "
                              f"{size} ({status_path.name}): cut short in transfer?")
-    from hmer.tracking.export_file import PART_SUFFIX, read_export, resolve_parts
+    from hmer.tracking.transfer import PART_SUFFIX, read_export, resolve_parts
 
     for piece in sorted(files.glob(f"*{PART_SUFFIX}*")):
         if piece.name not in listed:

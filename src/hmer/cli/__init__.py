@@ -14,15 +14,13 @@ import argparse
 import os
 import sys
 
-from . import (analyze, bench, config, data, evaluate, models, notebooks, predict, reference, report, runs, study,
-               train, ui)
-from .errors import EXIT_USAGE, UserError
+from . import bench, config, data, evaluate, notebooks, report, runs, study, train, ui
+from .options import EXIT_USAGE, UserError
 
 __all__ = ["EXIT_USAGE", "UserError", "build_parser", "main"]
 
 # In the order `hmer --help` lists them.
-COMMANDS = (data, models, config, train, study, evaluate, predict, reference, report, runs, ui, analyze, notebooks,
-            bench)
+COMMANDS = (data, config, train, study, evaluate, report, runs, ui, notebooks, bench)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,19 +45,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"hmer: {exc}" if getattr(exc, "signal_name", None) else "hmer: interrupted", file=sys.stderr)
         return getattr(exc, "exit_status", 130)  # 128 + the signal's number, as a shell reports it
     except Exception as exc:  # noqa: BLE001 - sorted into user errors and bugs below
-        if _is_user_error(exc):
+        from ..tracking.models import RunNotFoundError
+
+        if isinstance(exc, (UserError, RunNotFoundError, FileNotFoundError, IsADirectoryError, PermissionError,
+                            KeyError, ValueError)):
             # one line, whatever the library's message: a log reader greps for it
             print(f"hmer: error: {' '.join(str(exc).split())}", file=sys.stderr)
             return EXIT_USAGE
         raise
-
-
-def _is_user_error(exc: BaseException) -> bool:
-    from ..tracking.models import RunNotFoundError
-
-    user_types: tuple[type[BaseException], ...] = (UserError, RunNotFoundError, FileNotFoundError,
-                                                   IsADirectoryError, PermissionError, KeyError, ValueError)
-    return isinstance(exc, user_types)
 
 
 def build_parser() -> argparse.ArgumentParser:

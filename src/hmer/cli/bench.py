@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
 
 def cmd_bench(args) -> int:
     from ..bench import run_benchmark
-    from .errors import UserError
+    from .options import UserError
 
     if args.config and args.preset:
         raise UserError("give --preset or --config, not both")
@@ -38,6 +38,6 @@ def cmd_bench(args) -> int:
 
 
 def cmd_peak(args) -> int:
-    from ..bench.peak import run_peak
+    from ..bench.timing import run_peak
 
     return run_peak(threads=args.threads, size=args.size)

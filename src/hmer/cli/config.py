@@ -1,4 +1,5 @@
-"""`hmer config`: the flat config a preset or a study's cell trains with, and the layer of each value.
+"""`hmer config`: the flat config a preset or a study's cell trains with, and the layer of each value;
+`hmer models`: the model presets with their parameter counts, then every registered choice.
 
 The layers are `hmer.model_presets.LAYERS` (docs/training.md). A study that exists in its storage
 shows its stored base config, as on resume (`--fresh`: a new study's). Nothing is written.
@@ -9,10 +10,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from .errors import UserError
+from .options import UserError
 
 
 def add_parser(sub) -> None:
+    models = sub.add_parser("models", help="list the model presets with their parameter counts")
+    models.set_defaults(func=cmd_models)
     p = sub.add_parser("config", help="the config a preset or a study's cell trains with, and where each value "
                                       "comes from")
     p.add_argument("name", metavar="PRESET|STUDY",
@@ -42,6 +45,41 @@ def add_parser(sub) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table",
                    help="table (key, value, layer) or JSON ({key: {value, layer}}) (default: table)")
     p.set_defaults(func=cmd_config)
+
+
+def cmd_models(args) -> int:
+    """The presets with their parameter counts, then the registered choices a config can name."""
+    from ..model import list_presets
+    from ..model.hmer_model import parameter_counts
+    from ..model_presets import PRESETS, resolve_preset
+    from ..registry import catalogue
+
+    rows = [(name, params, counting, PRESETS[name], description)
+            for name, description, params, counting in list_presets()]
+    columns = ("preset", "family", "size", "recipe")
+    width = [max(len(c), *(len(v) for v in values)) for c, values in
+             zip(columns, zip(*((name, p.family, p.size, p.recipe) for name, _, _, p, _ in rows)))]
+    head = "  ".join(f"{c:<{w}}" for c, w in zip(columns, width))
+    # "+counting": what model.counting (CAN's symbol counting, at the default model.counting_channels) adds
+    lines = [f"{head}  {'params':>9}  {'+counting':>9}  description"]
+    for name, params, counting, preset, description in rows:
+        cells = "  ".join(f"{v:<{w}}" for v, w in zip((name, preset.family, preset.size, preset.recipe), width))
+        lines.append(f"{cells}  {params / 1e6:>8.2f}M  {counting / 1e6:>8.2f}M  {description}")
+    # the CPU budgets' model is a size, not a preset: each CPU family at it
+    lines += ["", "at the `swept` size (the cpu and long budgets' model):"]
+    for name in ("tiny-transformer", "tiny-comer", "tiny-rnn", "tiny-convs2s"):
+        params, counting = parameter_counts(resolve_preset(name, size="swept").config.model)
+        lines.append(f"  {name:<{width[0]}}  {params / 1e6:>8.2f}M  {counting / 1e6:>8.2f}M")
+    choices = catalogue()
+    key_width = max(len(key) for key, _, _ in choices)
+    name_width = max(len(name) for _, name, _ in choices)
+    lines += ["", f"{'choice of':<{key_width}}  {'name':<{name_width}}  description"]
+    previous = None
+    for key, name, description in choices:
+        lines.append(f"{key if key != previous else '':<{key_width}}  {name:<{name_width}}  {description}")
+        previous = key
+    print("\n".join(lines))
+    return 0
 
 
 def cmd_config(args) -> int:
@@ -137,7 +175,8 @@ def _study(args):
             notes.append(f"study {name} exists: its stored base config wins, as on resume (--fresh: a new study)")
         else:
             notes.append(f"no stored base config of study {name}: a new study's config")
-    given = _pairs(args.cell)
+    # a hmer.cell tag, "a=1,b=2", is several pairs
+    given = parse_overrides([pair for item in args.cell for pair in item.split(",") if pair.strip()])
     if isinstance(spec, SweepSpec):
         if given:
             resolution = cell_resolution(resolution, spec, given)
@@ -153,10 +192,3 @@ def _study(args):
     cell = pick_cell(spec, given, args.seed if args.seed is not None else seeds[0])
     notes.append(f"cell {cell_label(cell)}, seed {cell['train.seed']}")
     return notes, cell_resolution(resolution, spec, cell)
-
-
-def _pairs(items: list[str]) -> dict[str, str]:
-    """["model.direction=bi", "a=1,b=2"] -> {"model.direction": "bi", "a": "1", "b": "2"} (a hmer.cell tag)."""
-    from ..config import parse_overrides
-
-    return parse_overrides([pair for item in items for pair in item.split(",") if pair.strip()])

@@ -2,33 +2,29 @@
 
 from __future__ import annotations
 
-from .errors import UserError
-
-DATA_HELP = "folder or zip (default: $HMER_DATA, then data/crohme)"
+from . import options
+from .options import UserError
 
 
 def add_parser(sub) -> None:
     data = sub.add_parser("data", help="check or render a CROHME dataset")
     dsub = data.add_subparsers(title="data commands", metavar="COMMAND")
     check = dsub.add_parser("check", help="count every split and list every problem")
-    check.add_argument("data", nargs="?", help=DATA_HELP)
-    check.set_defaults(func=cmd_data_check)
     split = dsub.add_parser("split", help="the validation hold-out a run would use: sizes, writers, lengths")
-    split.add_argument("data", nargs="?", help=DATA_HELP)
+    render = dsub.add_parser("render", help="render InkML into the BTTR/CoMER data.zip layout")
+    for command, func in ((check, cmd_data_check), (split, cmd_data_split), (render, cmd_data_render)):
+        command.add_argument("data", nargs="?", help=options.DATA)
+        command.set_defaults(func=func)
     split.add_argument("--preset", default=None, help="a preset from `hmer models` (default: bttr)")
     split.add_argument("--config", default=None, help="a config.json")
     split.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE",
                        help="config overrides, e.g. data.val_split=random data.val_seed=3")
     split.add_argument("--out", default=None, metavar="DIR", help="write DIR/train.txt and DIR/val.txt")
-    split.set_defaults(func=cmd_data_split)
-    render = dsub.add_parser("render", help="render InkML into the BTTR/CoMER data.zip layout")
-    render.add_argument("data", nargs="?", help=DATA_HELP)
     render.add_argument("--out", required=True, help="the zip to write")
     render.add_argument("--workers", type=int, default=None, help="render processes (default: all cores)")
     render.add_argument("--limit", type=int, default=0, help="only the first N expressions of each split")
     render.add_argument("--format", choices=("bmp", "png"), default="bmp",
                         help="8-bit grey BMP, as BTTR's and CoMER's data.zip (default), or 1-bit PNG (smaller)")
-    render.set_defaults(func=cmd_data_render)
 
 
 def cmd_data_check(args) -> int:

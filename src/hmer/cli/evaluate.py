@@ -1,4 +1,5 @@
-"""`hmer evaluate`: a run or checkpoint scored on every test year (ExpRate, <=1, <=2)."""
+"""`hmer evaluate`: a run or checkpoint scored on every test year (ExpRate, <=1, <=2); `hmer predict`: LaTeX
+for image or InkML files, read by a run's or a checkpoint's model."""
 
 from __future__ import annotations
 
@@ -6,14 +7,19 @@ import sys
 from pathlib import Path
 
 from . import options
-from .errors import UserError
+from .options import EXIT_USAGE, UserError
 
 
 def add_parser(sub) -> None:
     from ..config import SEARCH_RULES
 
     ev = sub.add_parser("evaluate", help="score a run or checkpoint on every test year")
-    ev.add_argument("model", metavar="RUN_OR_CHECKPOINT", help=options.RUN_OR_CHECKPOINT)
+    pr = sub.add_parser("predict", help="print LaTeX for images or InkML files (exit status 2 when a file is "
+                        "refused: one with no ink is named on stderr and gets no prediction, the others do)")
+    for p in (ev, pr):
+        p.add_argument("model", metavar="RUN_OR_CHECKPOINT", help=options.RUN_OR_CHECKPOINT)
+        p.add_argument("--device", default="auto", help=options.DEVICE)
+        p.add_argument("--tracking-uri", default=None, help=options.TRACKING_URI)
     ev.add_argument("--data", default=None, help=options.DATA)
     ev.add_argument("--years", default="2014,2016,2019", help="the test years to score (default: 2014,2016,2019)")
     ev.add_argument("--beam", type=int, default=None, help="beam size (default: the run's, 10)")
@@ -26,9 +32,13 @@ def add_parser(sub) -> None:
                          "../shared/crohme/wap-offline-2014-test.tar.gz)")
     ev.add_argument("--log", action="store_true",
                     help="record the scores (test_<year>_*) and predictions in the run itself")
-    ev.add_argument("--device", default="auto", help=options.DEVICE)
-    ev.add_argument("--tracking-uri", default=None, help=options.TRACKING_URI)
     ev.set_defaults(func=cmd_evaluate)
+    pr.add_argument("files", nargs="+", metavar="FILE",
+                    help="InkML, drawn as the run's training data was, or images (PNG, JPEG, BMP) of one formula "
+                         "(a scan or photograph too: dark ink on evenly lit plain paper), made what the standard "
+                         "2014 images are and scaled as the run's evaluation scales them, else refused saying why")
+    pr.add_argument("--beam", type=int, default=None, help="beam width (default: the run's train.beam_size)")
+    pr.set_defaults(func=cmd_predict)
 
 
 def print_scores(scores) -> None:
@@ -85,3 +95,37 @@ def cmd_evaluate(args) -> int:
         log_evaluation(args.model, results, args.tracking_uri)
         print(f"recorded in run {args.model}: " + ", ".join(f"test_{y}_*" for y in results))
     return 0
+
+
+def cmd_predict(args) -> int:
+    from ..config import check_value
+    from ..data import RenderConfig
+    from ..data.errors import NoInkError
+    from ..data.images import check_expression_file, read_expression_file
+    from ..device import autocast_dtype, resolve_device
+    from ..evaluation.evaluate import decode_options, predict
+    from ..tracking import load_model
+
+    if args.beam is not None:
+        check_value("train.beam_size", args.beam, "--beam")
+    for f in args.files:  # a missing file or a wrong suffix fails before the model is loaded
+        check_expression_file(f)
+    device = resolve_device(args.device)
+    model, cfg, vocab = load_model(args.model, args.tracking_uri, device)
+    # each file read once, InkML rendered as the training data was; a corrupt file fails here, named
+    render_cfg = RenderConfig.from_data_config(cfg.data)
+    exprs, blank = [], 0
+    for f in args.files:
+        try:
+            exprs.append(read_expression_file(f, render_cfg))
+        except NoInkError as exc:  # named, and the other files are still read
+            print(f"hmer: error: {exc}", file=sys.stderr)
+            blank += 1
+    if exprs:
+        preds, _ = predict(model, exprs, vocab,
+                           **decode_options(cfg, device, autocast_dtype(cfg.train.precision, device),
+                                            beam=args.beam or None, progress="decoding" if len(exprs) > 1 else None))
+        for expr, tokens in zip(exprs, preds):
+            latex = " ".join(tokens)
+            print(f"{expr.name}\t{latex}" if len(args.files) > 1 else latex)
+    return EXIT_USAGE if blank else 0

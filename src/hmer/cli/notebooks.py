@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import UserError
+from .options import UserError
 
 NAMES = ("exprate_tables", "training_curves", "attention_maps", "sweep", "paper_claims", "frontier")
 METADATA_KEY = "hmer"  # notebook.metadata["hmer"]: what produced the outputs
@@ -71,20 +71,6 @@ def run_notebooks(*, notebooks_dir: str | Path = "notebooks", out_dir: str | Pat
     return done
 
 
-def clear_outputs(*, notebooks_dir: str | Path = "notebooks", names: tuple[str, ...] = NAMES) -> list[Path]:
-    """Strip every output, execution count and the run record: the notebooks as sources."""
-    import nbformat
-
-    paths = []
-    for name in names:
-        path = Path(notebooks_dir) / f"{name}.ipynb"
-        nb = _without_outputs(nbformat.read(path, as_version=4))
-        nb.metadata.pop(METADATA_KEY, None)
-        _write(nb, path)
-        paths.append(path)
-    return paths
-
-
 def _without_outputs(nb):
     """`nb` with no output and no execution count in any code cell (changed in place)."""
     for cell in nb.cells:
@@ -121,8 +107,14 @@ def cmd_notebooks(args) -> int:
     if unknown:
         raise UserError(f"unknown notebook {', '.join(unknown)}: choose from {', '.join(NAMES)}")
     names = tuple(args.names) or NAMES
-    if args.clear:
-        for path in clear_outputs(notebooks_dir=args.notebooks, names=names):
+    if args.clear:  # every output, execution count and the run record stripped: the notebooks as sources
+        import nbformat
+
+        for name in names:
+            path = Path(args.notebooks) / f"{name}.ipynb"
+            nb = _without_outputs(nbformat.read(path, as_version=4))
+            nb.metadata.pop(METADATA_KEY, None)
+            _write(nb, path)
             print(f"cleared {path}")
         return 0
     env = {}

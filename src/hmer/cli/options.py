@@ -1,6 +1,14 @@
-"""The options many commands share, said once: what each takes and its default."""
+"""The options many commands share, said once: what each takes and its default; and how a command says
+the user asked for something wrong: one line on stderr, exit status 2 (`UserError`)."""
 
 from __future__ import annotations
+
+EXIT_USAGE = 2
+
+
+class UserError(Exception):
+    """An error in what the user asked for; printed as one line, exit status 2."""
+
 
 DEVICE = "auto, cpu, cuda, cuda:N or mps (default: auto, a GPU where there is one)"
 TRACKING_URI = "the MLflow store (default: $MLFLOW_TRACKING_URI, else $HMER_MLRUNS, else the checkout's mlruns/)"

@@ -1,5 +1,6 @@
 """`hmer report`: a study's (an experiment's, some runs') tables and plots as files; `--list`: every study;
 `--claims`: the papers' claims answered from the studies; `--frontier`: the frontier study's points.
+`hmer analyze`: the error analysis of a run's predictions, or of two runs compared.
 
 writes table.md, table.csv, runs.csv and plots/*.png (docs/reports.md lists them; with `--analysis`
 also `analysis/`), and prints the text table and the link that compares the runs in the MLflow UI.
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from ..registry import METRICS
 from . import options
-from .errors import UserError
+from .options import UserError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -47,6 +48,14 @@ def add_parser(sub) -> None:
                     help="the metric (`hmer models`) of the differences against the baseline and the paired "
                          "tests (default: exprate; --claims: exprate, le1 and le2 in turn)")
     rp.set_defaults(func=cmd_report)
+    an = sub.add_parser("analyze", help="error analysis of a run's predictions, or two runs compared")
+    an.add_argument("runs", nargs="+", metavar="RUN_ID", help="one run, or two to compare (A then B)")
+    an.add_argument("--format", dest="fmt", choices=("markdown", "csv"), default="markdown",
+                    help="how the tables are printed (default: markdown)")
+    an.add_argument("--out", default=None, help="also write the tables (Markdown, CSV) and a plot here")
+    an.add_argument("--top", type=int, default=10, help="token edits listed per kind (default 10)")
+    an.add_argument("--tracking-uri", default=None, help=options.TRACKING_URI)
+    an.set_defaults(func=cmd_analyze)
 
 
 def cmd_report(args) -> int:
@@ -94,7 +103,7 @@ def cmd_report(args) -> int:
     if args.list:
         return list_command(args.tracking_uri)
     if not (args.study or args.experiment or args.runs):  # as `optuna`/`mlflow` do: a useful default
-        args.study = latest_study(args.tracking_uri)
+        args.study = str(_studies(args.tracking_uri, "; give --experiment NAME or --runs ID")[1].loc[0, "study"])
         print(f"hmer report: the latest study, {args.study} (hmer report --list shows them all)", flush=True)
     from ..training.fingerprint import code_fingerprint
 
@@ -109,25 +118,42 @@ def cmd_report(args) -> int:
                           metric=args.metric or "exprate", code_fingerprint=code_fingerprint())
 
 
-def report_name(study: str | None = None, experiment: str | None = None, run_ids: Sequence[str] | None = None) -> str:
-    """The study, the experiment, or runs-<first id>: the report's name (and default folder)."""
-    if study:
-        return study
-    if experiment:
-        return experiment
-    if run_ids:
-        return f"runs-{run_ids[0][:8]}" + (f"-and-{len(run_ids) - 1}-more" if len(run_ids) > 1 else "")
-    raise ValueError("give a study, an experiment or run ids")
+def cmd_analyze(args) -> int:
+    """The tables on stdout (markdown or csv), and with `--out` every table and the plot as files. An
+    unknown run or one without predictions raises a ValueError (`hmer` prints it as one line, exit 2)."""
+    from ..reports.analysis import analyze, run_expressions, run_label
+    from ..reports.runs import NoRunsError, load_runs, resolve_tracking_uri
+    from ..tracking.store import existing_store
+
+    if len(args.runs) > 2:
+        raise UserError(f"give one run to analyze or two to compare, not {len(args.runs)}")
+    if len(args.runs) == 2 and args.runs[0] == args.runs[1]:
+        raise ValueError("the two runs to compare are the same run")
+    existing_store(args.tracking_uri)  # read alone: a mistyped path is named, not made a new store
+    uri = resolve_tracking_uri(args.tracking_uri)
+    runs = load_runs(uri, run_ids=list(args.runs), include_parents=True)
+    if runs.empty:
+        raise NoRunsError(f"no run {', '.join(args.runs)} in the MLflow store {uri}")
+    labels = [run_label(runs.iloc[i]) for i in range(len(runs))]
+    sides = [run_expressions(run_id, uri, label) for run_id, label in zip(args.runs, labels)]
+    result = analyze(sides[0], sides[1] if len(sides) == 2 else None, top=args.top)
+    print(result.main_csv() if args.fmt == "csv" else result.markdown("markdown"), end="")
+    if args.out is not None:
+        written = result.write(args.out, " vs ".join(labels))
+        print(f"wrote {len(written)} files to {args.out}", file=sys.stderr)
+    return 0
 
 
-def default_out_dir(name: str) -> Path:
-    """`reports/<name>` under the project root (the checkout, else the current folder)."""
+def out_folder(out_dir: str | Path | None, name: str) -> Path:
+    """`out_dir`, else `reports/<name>` under the project root (the checkout, else the current folder); made."""
     import re
 
     from ..tracking.store import project_root
 
     safe = re.sub(r"[^A-Za-z0-9._=-]+", "_", name).strip("_") or "report"
-    return project_root() / "reports" / safe
+    out = Path(out_dir) if out_dir else project_root() / "reports" / safe
+    out.mkdir(parents=True, exist_ok=True)
+    return out
 
 
 def runs_summary(runs: pd.DataFrame, years: Sequence[str]) -> pd.DataFrame:
@@ -185,7 +211,6 @@ def write_report(runs: pd.DataFrame, table: pd.DataFrame, out_dir: Path, *, name
     from ..reports.runs import curve_runs, load_history, scored_years
     from ..reports.tables import format_table, scored
 
-    out_dir.mkdir(parents=True, exist_ok=True)
     plots = out_dir / "plots"
     written: list[Path] = []
     order = list(table.index)
@@ -239,11 +264,6 @@ def _studies(tracking_uri: str | None, hint: str = ""):
     return uri, studies
 
 
-def latest_study(tracking_uri: str | None = None) -> str:
-    """The name of the newest study in the store."""
-    return str(_studies(tracking_uri, "; give --experiment NAME or --runs ID")[1].loc[0, "study"])
-
-
 def list_command(tracking_uri: str | None = None) -> int:
     """`hmer report --list`: every study in the store, newest first, with its state and trials."""
     import pandas as pd
@@ -281,7 +301,11 @@ def report_command(study: str | None = None, experiment: str | None = None, run_
     from ..tracking.ui import ui_hint
 
     n_resamples = DEFAULT_RESAMPLES if n_resamples is None else n_resamples
-    name = report_name(study, experiment, run_ids)
+    name = study or experiment  # the report's name (and default folder)
+    if not name:
+        if not run_ids:
+            raise ValueError("give a study, an experiment or run ids")
+        name = f"runs-{run_ids[0][:8]}" + (f"-and-{len(run_ids) - 1}-more" if len(run_ids) > 1 else "")
     uri = resolve_tracking_uri(tracking_uri)
     if study:
         parent = study_parent(study, uri)
@@ -296,7 +320,7 @@ def report_command(study: str | None = None, experiment: str | None = None, run_
     else:
         table = variant_table(runs, predictions=lambda run_id, year: load_predictions(run_id, year, uri),
                               metric=metric, n_resamples=n_resamples, title=name)
-    out = Path(out_dir) if out_dir else default_out_dir(name)
+    out = out_folder(out_dir, name)
     written = write_report(runs, table, out, name=name, tracking_uri=uri)
     progress = study_progress(study, uri) if study else None
     if progress:
@@ -327,8 +351,7 @@ def sweep_report(study: str, tracking_uri: str, out_dir: str | Path | None = Non
 
     sweep = find_sweep(tracking_uri, None, study)
     text = "\n".join([describe_sweep(sweep), "", sweep_table(sweep), *failures(sweep)]) + "\n"
-    out = Path(out_dir) if out_dir else default_out_dir(study)
-    out.mkdir(parents=True, exist_ok=True)
+    out = out_folder(out_dir, study)
     write_text_atomically(out / "sweep.txt", text)
     print(text, end="")
     print(f"wrote {out / 'sweep.txt'}; `hmer notebooks sweep` plots its history, importances and slices")
@@ -363,8 +386,7 @@ def claims_command(budgets: str | None = None, tracking_uri: str | None = None, 
     text = "\n".join(texts)
     print(text, end="" if text.endswith("\n") else "\n")
     if out_dir:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+        out = out_folder(out_dir, "claims")
         write_text_atomically(out / "claims.md", "\n".join(format_claims(t, "markdown", sources=i == 0)
                                                            for i, t in enumerate(tables)))
         write_text_atomically(out / "claims.csv", pd.concat(tables, ignore_index=True).to_csv(index=False))
@@ -397,8 +419,7 @@ def frontier_command(study: str, planned: Sequence[str], tracking_uri: str | Non
         text += "\n\nWhere today's budgets sit (their fusion cells, 48 px, cosine schedule, mean over seeds):\n\n"
         text += budgets.to_markdown(index=False, floatfmt=".2f")
     print(text)
-    out = Path(out_dir) if out_dir else default_out_dir(study)
-    out.mkdir(parents=True, exist_ok=True)
+    out = out_folder(out_dir, study)
     write_text_atomically(out / "frontier.md", f"# {study}: the frontier\n\n{frontier_summary(points, planned)}\n\n"
                           f"{text}\n\n![the frontier](plots/frontier.png)\n")
     write_text_atomically(out / "frontier.csv", points.to_csv(index=False))

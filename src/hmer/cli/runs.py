@@ -9,22 +9,6 @@ import contextlib
 import sys
 
 from . import options
-from typing import Iterator
-
-
-@contextlib.contextmanager
-def _writing(tracking_uri: str, command: str) -> Iterator[None]:
-    """The store's lock (`tracking.lock`) around a command that writes it, a stale one named on stderr."""
-    from ..tracking.lock import database_store_lock
-
-    with database_store_lock(tracking_uri, command) as lock:
-        _say_stale(lock)
-        yield
-
-
-def _say_stale(lock) -> None:
-    if lock is not None and lock.stale is not None:
-        print(f"hmer: {lock.stale_line()}", file=sys.stderr)
 
 
 def add_parser(sub) -> None:
@@ -121,19 +105,14 @@ def cmd_runs_publish(args) -> int:
               "trial); without it no checkpoint is published", file=sys.stderr)
         return 2
     # the lock before the seconds of imports: a second publish is refused at once (publish() takes it too)
-    with store_lock(mlruns_dir(), f"hmer runs publish {Path(args.folder).resolve()}") as lock:
-        _say_stale(lock)
-        return _publish(args)
+    with store_lock(mlruns_dir(), f"hmer runs publish {Path(args.folder).resolve()}"):
+        from ..reports.runs import study_progress
+        from ..store.publish import publish
+        from ..tracking.store import quiet_mlflow
 
-
-def _publish(args) -> int:
-    from ..reports.runs import study_progress
-    from ..store.publish import publish
-    from ..tracking.store import mlruns_dir, quiet_mlflow
-
-    quiet_mlflow()
-    done = publish(args.folder, mlruns_dir(), keep_unfinished=args.keep_unfinished, weights_only=args.weights_only,
-                   replace=args.replace)
+        quiet_mlflow()
+        done = publish(args.folder, mlruns_dir(), keep_unfinished=args.keep_unfinished,
+                       weights_only=args.weights_only, replace=args.replace)
     uri = f"sqlite:///{done.store / 'mlflow.db'}"
     print(f"published {args.folder} to {done.store} (artifact locations relative to the checkout)")
     for study, status in sorted(done.unfinished.items()):
@@ -178,7 +157,7 @@ def cmd_runs_show(args) -> int:
 def whole_run_id(client, given: str) -> str:
     """The run whose id is `given` or begins with it (8 characters at least); a UserError otherwise."""
     from ..tracking.models import RunNotFoundError, run_by_prefix
-    from .errors import UserError
+    from .options import UserError
 
     try:
         return run_by_prefix(client, given)
@@ -196,8 +175,7 @@ def cmd_runs_workspace(args) -> int:
     folder = Path(args.folder)
     if folder.exists() and not folder.is_dir():
         return _not_a_workspace_folder(folder, "is a file")
-    with store_lock(args.folder, f"hmer runs workspace {Path(args.folder).resolve()}") as lock:
-        _say_stale(lock)
+    with store_lock(args.folder, f"hmer runs workspace {Path(args.folder).resolve()}"):
         if any(path.name != LOCK_FILE for path in folder.iterdir()):
             return _not_a_workspace_folder(folder, "holds a store already" if (folder / "mlflow.db").exists()
                                            else "is not empty")
@@ -216,14 +194,14 @@ def _not_a_workspace_folder(folder, what: str) -> int:
 
 
 def cmd_runs_import(args) -> int:
+    from ..tracking.lock import database_store_lock
     from ..tracking.store import default_tracking_uri
-    from ..tracking.export_file import read_export
-    from ..tracking.transfer import import_runs
+    from ..tracking.transfer import import_runs, read_export
 
     for f in args.files:  # every file read whole first: a bad one merges none of them
         read_export(f)
     uri = args.tracking_uri or default_tracking_uri()
-    with _writing(uri, f"hmer runs import {' '.join(args.files)}"):
+    with database_store_lock(uri, f"hmer runs import {' '.join(args.files)}"):
         for f in args.files:
             res = import_runs(f, tracking_uri=uri)
             print(f"{f}: {len(res.created)} runs created, {len(res.updated)} already there (brought up to date)")
@@ -235,12 +213,13 @@ def cmd_runs_import(args) -> int:
 def cmd_runs_rename(args) -> int:
     from ..store.rename import rename_study
     from ..studies.storage import existing_storage
+    from ..tracking.lock import database_store_lock
     from ..tracking.store import existing_store, quiet_mlflow
 
     quiet_mlflow()
     uri = existing_store(args.tracking_uri)
     existing_storage(uri, args.storage)  # a damaged one named before anything is written
-    with _writing(uri, f"hmer runs rename {args.study} {args.new}"):
+    with database_store_lock(uri, f"hmer runs rename {args.study} {args.new}"):
         done = rename_study(args.study, args.new, tracking_uri=uri, storage=args.storage)
     print(f"renamed study {done.study} to {done.new}: {done.runs} run(s) retagged, "
           f"{'the experiment renamed' if done.experiment else 'no experiment of that name'}, "
@@ -252,12 +231,13 @@ def cmd_runs_supersede(args) -> int:
     from ..store.present import present_study
     from ..store.rename import mark_superseded
     from ..studies.storage import existing_storage
+    from ..tracking.lock import database_store_lock
     from ..tracking.store import existing_store, quiet_mlflow
 
     quiet_mlflow()
     uri = existing_store(args.tracking_uri)
     existing_storage(uri)  # read by present_study: a damaged one is named before anything is written
-    with _writing(uri, f"hmer runs supersede {args.study} --by {args.by}"):
+    with database_store_lock(uri, f"hmer runs supersede {args.study} --by {args.by}"):
         print(mark_superseded(args.study, args.by, tracking_uri=uri))
         changes = present_study(args.study, tracking_uri=uri)  # its table, and the mark in Optuna
     if changes:
@@ -270,6 +250,7 @@ def cmd_runs_present(args) -> int:
 
     from ..store.present import present_studies
     from ..studies.storage import existing_storage
+    from ..tracking.lock import database_store_lock
     from ..tracking.store import check_store_folder, existing_store, quiet_mlflow
 
     quiet_mlflow()
@@ -279,7 +260,7 @@ def cmd_runs_present(args) -> int:
         raise ValueError(f"{folder} holds no MLflow store (no mlflow.db)")
     uri = existing_store(f"sqlite:///{folder.resolve() / 'mlflow.db'}")  # both databases whole, before a write
     storage = existing_storage(uri)
-    with _writing(uri, f"hmer runs present {folder.resolve()}"):
+    with database_store_lock(uri, f"hmer runs present {folder.resolve()}"):
         done = present_studies(uri, storage)
     for study, changes in done.items():
         print(f"study {study}: {', '.join(changes) if changes else 'up to date'}")
@@ -289,6 +270,7 @@ def cmd_runs_present(args) -> int:
 
 
 def cmd_runs_rescore(args) -> int:
+    from ..tracking.lock import database_store_lock
     from ..tracking.portable import sqlite_path
     from ..tracking.rescore import plan_rescoring, select_runs, write_rescoring
     from ..tracking.store import existing_store, mlflow_client, quiet_mlflow
@@ -300,7 +282,7 @@ def cmd_runs_rescore(args) -> int:
     run_ids = [whole_run_id(client, given) for given in args.runs]
     command = " ".join(["hmer runs rescore", *args.runs, *(f"--study {s}" for s in args.study)])
     # planned under the lock, so that no writer changes the runs in between; a dry run takes none
-    with _writing(uri, command) if not args.dry_run else contextlib.nullcontext():
+    with database_store_lock(uri, command) if not args.dry_run else contextlib.nullcontext():
         plans = plan_rescoring(client, select_runs(client, run_ids, args.study))
         logged = 0 if args.dry_run else write_rescoring(client, plans)
     added = [plan for plan in plans if plan.added]

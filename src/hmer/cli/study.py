@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Sequence
 
-from .errors import EXIT_USAGE
+from .options import EXIT_USAGE
 
 if TYPE_CHECKING:
     from ..studies.spec import StudySpec, SweepSpec
@@ -140,50 +140,46 @@ def main(spec: StudySpec | SweepSpec, argv: Sequence[str] | None = None, doc: st
     import optuna
 
     from ..allocator import tune_malloc
-    from ..signals import stop_on_signals
-
-    tune_malloc()  # as `hmer` does: the bi cell trained about 7 % faster (docs/benchmarks.md section 0)
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the runner prints every trial itself
-    try:
-        with stop_on_signals():  # SIGTERM as Ctrl-C: the trial in progress closes KILLED, resumable
-            return _run(spec, args)
-    except KeyboardInterrupt as exc:
-        print(f"{spec.name}: {'stopped by ' + exc.signal_name if hasattr(exc, 'signal_name') else 'interrupted'}; "
-              f"run the same command to resume", file=sys.stderr)
-        return getattr(exc, "exit_status", 130)
-
-
-def _run(spec: StudySpec | SweepSpec, args) -> int:
     from ..config import parse_overrides
+    from ..signals import stop_on_signals
     from ..studies.budgets import pick_budget
     from ..studies.grid import run_grid_study
     from ..studies.spec import SweepSpec
     from ..studies.storage import StorageUnreachable
     from ..studies.sweeps import run_sweep
 
+    tune_malloc()  # as `hmer` does: the bi cell trained about 7 % faster (docs/benchmarks.md section 0)
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the runner prints every trial itself
     try:
-        if args.n_jobs is not None and args.n_jobs < 1:
-            raise ValueError("--n-jobs must be at least 1")
-        budget, why = pick_budget(args.budget)
-        print(f"using {why}", flush=True)
-        common = dict(storage=args.storage, tracking_uri=args.tracking_uri, n_jobs=args.n_jobs,
-                      data_path=args.data, study_name=args.study_name, overrides=parse_overrides(args.overrides))
-        if isinstance(spec, SweepSpec):
-            outcome = run_sweep(spec, budget, n_trials=args.trials, **common)
-        else:
-            outcome = run_grid_study(spec, budget, seeds=args.seeds, variants=args.variants,
-                                     reuse=not args.train_every_cell, **common)
-    except StorageUnreachable as exc:  # the database stayed down: nothing is lost, the study resumes
-        print(f"{spec.name}: error: {exc}; run the same command to resume once it is back", file=sys.stderr)
-        return EXIT_INCOMPLETE
-    except (ValueError, KeyError, FileNotFoundError, ImportError) as exc:  # ImportError: a storage's driver
-        missing = isinstance(exc, ImportError) and "DB access" in str(exc)
-        hint = " (for postgresql:// URLs: pip install psycopg2-binary)" if missing else ""
-        print(f"{spec.name}: error: {exc}{hint}", file=sys.stderr)
-        return EXIT_USAGE
-    present(outcome)
-    return 0 if outcome.complete else EXIT_INCOMPLETE
+        with stop_on_signals():  # SIGTERM as Ctrl-C: the trial in progress closes KILLED, resumable
+            try:
+                if args.n_jobs is not None and args.n_jobs < 1:
+                    raise ValueError("--n-jobs must be at least 1")
+                budget, why = pick_budget(args.budget)
+                print(f"using {why}", flush=True)
+                common = dict(storage=args.storage, tracking_uri=args.tracking_uri, n_jobs=args.n_jobs,
+                              data_path=args.data, study_name=args.study_name,
+                              overrides=parse_overrides(args.overrides))
+                if isinstance(spec, SweepSpec):
+                    outcome = run_sweep(spec, budget, n_trials=args.trials, **common)
+                else:
+                    outcome = run_grid_study(spec, budget, seeds=args.seeds, variants=args.variants,
+                                             reuse=not args.train_every_cell, **common)
+            except StorageUnreachable as exc:  # the database stayed down: nothing is lost, the study resumes
+                print(f"{spec.name}: error: {exc}; run the same command to resume once it is back", file=sys.stderr)
+                return EXIT_INCOMPLETE
+            except (ValueError, KeyError, FileNotFoundError, ImportError) as exc:  # ImportError: a storage's driver
+                missing = isinstance(exc, ImportError) and "DB access" in str(exc)
+                hint = " (for postgresql:// URLs: pip install psycopg2-binary)" if missing else ""
+                print(f"{spec.name}: error: {exc}{hint}", file=sys.stderr)
+                return EXIT_USAGE
+            present(outcome)
+            return 0 if outcome.complete else EXIT_INCOMPLETE
+    except KeyboardInterrupt as exc:
+        print(f"{spec.name}: {'stopped by ' + exc.signal_name if hasattr(exc, 'signal_name') else 'interrupted'}; "
+              f"run the same command to resume", file=sys.stderr)
+        return getattr(exc, "exit_status", 130)
 
 
 def present(outcome) -> None:

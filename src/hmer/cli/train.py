@@ -1,5 +1,6 @@
 """`hmer train`: a preset (its model with its recipe, or at a study budget) or a config file, trained and
-tracked in MLflow. `hmer config` prints what the same options resolve to, layer by layer."""
+tracked in MLflow. `hmer config` prints what the same options resolve to, layer by layer. `hmer import`: a
+published BTTR or CoMER Lightning checkpoint, read safely and recorded as a run."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from . import options
-from .errors import UserError
+from .options import UserError
 from .evaluate import print_scores
 
 EXIT_PAUSED = 3  # `hmer train --pause-after-epochs`: checkpointed, to be continued with --resume
@@ -18,22 +19,24 @@ EXIT_PAUSED = 3  # `hmer train --pause-after-epochs`: checkpointed, to be contin
 
 def add_parser(sub) -> None:
     tr = sub.add_parser("train", help="train a preset or config file, tracked in MLflow")
+    im = sub.add_parser("import", help="record a BTTR or CoMER Lightning checkpoint as a run (read safely)")
+    for p in (tr, im):
+        p.add_argument("--data", default=None, help=options.DATA)
+        p.add_argument("--experiment", default="hmer", help="MLflow experiment (default: hmer)")
+        p.add_argument("--tracking-uri", default=None, help=options.TRACKING_URI)
     tr.add_argument("--preset", default=None, help="a preset from `hmer models` (default: bttr)")
     tr.add_argument("--config", default=None, help="a JSON config file (as logged in a run's config.json)")
     tr.add_argument("--recipe", default=None, help="a recipe in place of the preset's own (bttr, comer, swept)")
     tr.add_argument("--budget", default=None, help="a study budget (smoke, cpu, long, short, paper): its size, recipe "
                                                    "and keys, as a study trains its preset (`hmer config` shows them)")
     tr.add_argument("--set", dest="overrides", nargs="*", default=[], metavar="KEY=VALUE", help=options.SET)
-    tr.add_argument("--data", default=None, help=options.DATA)
     tr.add_argument("--device", default=None,
                     help="auto, cpu, cuda, cuda:N or mps (train.device; default: the config's)")
     tr.add_argument("--epochs", type=int, default=None, help="epochs to train (train.epochs; default: the config's)")
     # ("budget" alone is a study's compute budget, by name)
     tr.add_argument("--time-budget", dest="time_budget", type=float, default=None, metavar="SECONDS",
                     help="wall-clock limit for training (train.time_budget_s); then it checkpoints and evaluates")
-    tr.add_argument("--experiment", default="hmer", help="MLflow experiment (default: hmer)")
     tr.add_argument("--run-name", default=None, help="the MLflow run's name (default: the preset's name)")
-    tr.add_argument("--tracking-uri", default=None, help=options.TRACKING_URI)
     tr.add_argument("--resume", nargs="?", const="latest", default=None, metavar="RUN_OR_CHECKPOINT",
                     help="continue a killed run with its own config: a run id (8 characters at least), its "
                          "checkpoint file, or alone the latest unfinished run (default: a new run)")
@@ -46,6 +49,14 @@ def add_parser(sub) -> None:
     tr.add_argument("--final-seconds", type=float, default=None, metavar="SECONDS",
                     help="with --pause-within: the test years' time, counted before the last epoch")
     tr.set_defaults(func=cmd_train)
+    im.add_argument("checkpoint", metavar="CHECKPOINT", help="a BTTR or CoMER Lightning checkpoint (.ckpt)")
+    im.add_argument("--dictionary", default=None, help="its dictionary.txt (default: the family's own)")
+    im.add_argument("--register", default="", metavar="NAME", help="registered model (default: <preset>-reference)")
+    im.add_argument("--years", default="", help="test years to score now, e.g. 2014,2016,2019 (default: none)")
+    im.add_argument("--limit", type=int, default=0, help="score only the first N of each year")
+    im.add_argument("--device", default="auto", help=options.DEVICE)
+    im.add_argument("--run-name", default=None, help="the MLflow run's name (default: the checkpoint's file name)")
+    im.set_defaults(func=cmd_import)
 
 
 def check_time_flags(args) -> None:
@@ -113,6 +124,25 @@ def cmd_train(args) -> int:
                               **how))
 
 
+def cmd_import(args) -> int:
+    from ..tracking.reference_checkpoint import import_reference
+
+    years = [y.strip() for y in args.years.split(",") if y.strip()]
+    result = import_reference(args.checkpoint, tracking_uri=args.tracking_uri, experiment=args.experiment,
+                              run_name=args.run_name, dictionary=args.dictionary, register_as=args.register,
+                              data=args.data, years=years, limit=args.limit, device=args.device)
+    ref = result.reference
+    print(f"run {result.run_id}: {ref.preset} from {ref.path.name} (search rule {ref.config.train.search_rule}"
+          + (f", registered as {result.registered}" if result.registered else "") + ")")
+    for what, symbols in (("symbols only the reference has (appended)", ref.mapping.reference_only),
+                          ("project symbols it never predicts", ref.mapping.project_only)):
+        if symbols:
+            print(f"{what}: {' '.join(symbols)}")
+    if result.scores:
+        print_scores(result.scores)
+    return 0
+
+
 # (flag, argparse name) of what makes a new run's config: a resumed run keeps its own, so each would be
 # dropped without a word (issue 70: even an unknown preset was)
 NEW_RUN_FLAGS = (("--preset", "preset"), ("--config", "config"), ("--recipe", "recipe"), ("--budget", "budget"),
@@ -150,14 +180,23 @@ def print_result(result) -> int:
 def find_resume_checkpoint(what: str, tracking_uri: str, experiment: str) -> Path:
     """The checkpoint of `what`: a checkpoint file, a run id (8 characters at least), or 'latest' (the
     newest unfinished run with one); a UserError or RunNotFoundError where there is none."""
+    from mlflow.exceptions import MlflowException
+
+    from ..checkpoint import load_checkpoint
     from ..tracking.models import run_by_prefix
     from ..tracking.store import checkpoint_root, mlflow_client, quiet_mlflow
 
     quiet_mlflow()
     client = mlflow_client(tracking_uri)
     path = Path(what)
-    if path.is_file():
-        check_checkpoint_run(path, client)
+    if path.is_file():  # its run must be in this store (else it had ended in an MlflowException after the data loaded)
+        run_id = load_checkpoint(path, map_location="cpu").get("run_id")
+        try:
+            if run_id is not None:  # (a checkpoint of no run: a new run begins from it)
+                client.get_run(run_id)
+        except MlflowException:
+            raise UserError(f"{path}: its run {run_id} is not in {client.tracking_uri}: resume it against the store "
+                            f"it was trained in (--tracking-uri, HMER_MLRUNS)") from None
         return path
     root = checkpoint_root(tracking_uri)
     if what != "latest":
@@ -175,19 +214,3 @@ def find_resume_checkpoint(what: str, tracking_uri: str, experiment: str) -> Pat
             continue
     raise UserError(f"no unfinished run with a checkpoint under {root}")
 
-
-def check_checkpoint_run(path: Path, client) -> None:
-    """A UserError naming the checkpoint `path` when the store of `client` lacks its run (resumed against
-    another store, it had ended in an MlflowException after its data had loaded)."""
-    from mlflow.exceptions import MlflowException
-
-    from ..checkpoint import load_checkpoint
-
-    run_id = load_checkpoint(path, map_location="cpu").get("run_id")
-    if run_id is None:
-        return  # (a checkpoint of no run: a new run begins from it)
-    try:
-        client.get_run(run_id)
-    except MlflowException:
-        raise UserError(f"{path}: its run {run_id} is not in {client.tracking_uri}: resume it against the store "
-                        f"it was trained in (--tracking-uri, HMER_MLRUNS)") from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from .errors import UserError
+from .options import UserError
 
 
 def add_parser(sub) -> None:
@@ -23,7 +23,7 @@ def add_parser(sub) -> None:
 def cmd_ui(args) -> int:
     from ..signals import stop_on_signals
     from ..tracking.portable import STORE_FOLDER
-    from ..tracking.servers import serve_store
+    from ..tracking.ui import serve_store
     from ..tracking.store import mlruns_dir, project_root, quiet_mlflow
 
     for option, port in (("--mlflow-port", args.mlflow_port), ("--dashboard-port", args.dashboard_port)):
@@ -38,7 +38,8 @@ def cmd_ui(args) -> int:
         try:
             with serve_store(folder, mlflow_port=args.mlflow_port, dashboard_port=args.dashboard_port,
                              from_copy=committed) as served:
-                for line in served_lines(served, committed):
+                dashboard_port = args.dashboard_port if served.storage is not None else None
+                for line in served_lines(served, committed, args.mlflow_port, dashboard_port):
                     print(line, flush=True)
                 stopped = served.wait()
                 print(f"hmer ui: {stopped} stopped; the other is stopped too", flush=True)
@@ -51,23 +52,17 @@ def cmd_ui(args) -> int:
             return 2
 
 
-def served_lines(served, committed: bool) -> list[str]:
+def served_lines(served, committed: bool, mlflow_port: int, dashboard_port: int | None) -> list[str]:
     """What `hmer ui` prints once both UIs answer: where they are, and each study's links."""
     from ..tracking.ui import dashboard_url, ui_url
 
-    mlflow_port = int(served.mlflow.rsplit(":", 1)[1])
-    lines = []
-    if served.copy is not None:
-        lines.append(f"The committed store {served.folder} is served from a copy of its databases ({served.copy}): "
-                     f"what is done in the UIs is not kept." if committed else
-                     f"{served.folder} is served from a copy of its databases ({served.copy}).")
-    else:
-        lines.append(f"{served.folder} is served in place: what is done in the UIs is written there.")
-    lines.append(f"  MLflow UI         {ui_url(port=mlflow_port)}")
-    dashboard_port = int(served.dashboard.rsplit(":", 1)[1]) if served.dashboard else None
+    lines = [f"The committed store {served.folder} is served from a copy of its databases ({served.copy}): what is "
+             f"done in the UIs is not kept." if committed else
+             f"{served.folder} is served in place: what is done in the UIs is written there.",
+             f"  MLflow UI         {ui_url(port=mlflow_port)}"]
     if dashboard_port is not None:
         lines.append(f"  optuna-dashboard  {dashboard_url(port=dashboard_port)}")
-    elif served.storage is None:
+    else:
         lines.append("  optuna-dashboard  not started: the store has no optuna.db, or optuna-dashboard is not "
                      "installed (pip install -e .)")
     studies = study_links(served.tracking_uri, served.storage, mlflow_port, dashboard_port)

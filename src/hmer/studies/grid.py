@@ -36,7 +36,7 @@ def run_grid_study(spec: StudySpec, budget: str | StudyBudget = "smoke", *, stor
     Args:
         budget: smoke, cpu, long, short or paper, or a StudyBudget.
         storage: an RDB URL shared by every worker; default SQLite beside the MLflow store.
-        tracking_uri: the MLflow store; default `hmer.tracking.default_tracking_uri()`.
+        tracking_uri: the MLflow store; default `hmer.tracking.store.default_tracking_uri()`.
         n_jobs: worker processes on this machine (default: the budget's); each loads the data.
         data_path: the dataset (folder or zip); `data`: loaded splits for a single worker (tests).
         study_name: default "<spec name>-<budget>".

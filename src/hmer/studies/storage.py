@@ -26,7 +26,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import make_url
 
 from ..tracking.portable import sqlite_path
-from ..tracking.servers import check_database
+from ..tracking.ui import check_database
 from ..tracking.store import NoStoreThere, default_tracking_uri, mlruns_dir
 from .optuna_compat import wrap_database_calls
 
@@ -52,7 +52,7 @@ def default_storage(tracking_uri: str | None = None, create: bool = True) -> str
 def existing_storage(tracking_uri: str, storage: str | None = None) -> str | None:
     """The Optuna storage a command that reads a store opens: `storage`, else `optuna.db` beside the SQLite
     store `tracking_uri` where it exists, else None (opening it would create it). A local SQLite file is
-    checked whole first (`servers.check_database`), and one named but missing is not created."""
+    checked whole first (`tracking.ui.check_database`), and one named but missing is not created."""
     if storage is None:
         store = sqlite_path(tracking_uri)
         if store is None or not (store.parent / "optuna.db").is_file():

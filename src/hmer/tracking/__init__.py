@@ -10,10 +10,7 @@ import importlib
 import sys
 from typing import Any, Callable
 
-_EXPORTS = {
-    "RunNotFoundError": "models", "load_model": "models", "checkpoint_file": "models",
-    "default_tracking_uri": "store", "mlruns_dir": "store", "project_root": "store", "setup_mlflow": "store",
-}
+_EXPORTS = {"load_model": "models"}  # the name scripts and notebooks reload a model by
 
 __all__ = sorted(_EXPORTS)
 

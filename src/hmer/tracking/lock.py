@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import socket
+import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -54,39 +55,19 @@ class StoreNotWritable(ValueError):
     """The store's lock cannot be written there (a read-only store): one line naming it."""
 
 
-@dataclass
-class TakenLock:
-    """A store's lock as this process holds it; `stale` is the record a killed writer left, if any."""
-
-    path: Path
-    stale: Holder | str | None = None  # a Holder, or the unreadable text of a half-written record
-
-    def stale_line(self) -> str:
-        who = self.stale.describe() if isinstance(self.stale, Holder) else "a writer whose record is unreadable"
-        return (f"{self.path}: a stale lock, left by {who}, which ended without releasing it (killed); "
-                f"taken over")
-
-
-_held: dict[Path, list] = {}  # lock file -> [its descriptor, how many times this process holds it, TakenLock]
+_held: set[Path] = set()  # the lock files this process holds
 
 
 @contextlib.contextmanager
-def store_lock(folder: str | os.PathLike[str], command: str) -> Iterator[TakenLock]:
+def store_lock(folder: str | os.PathLike[str], command: str) -> Iterator[None]:
     """Hold the lock of the store in `folder` (made if missing, removed again if left empty) while the
-    block runs; StoreLocked when another process holds it."""
+    block runs; StoreLocked when another process holds it. A stale one, that a killed writer left, is
+    taken over and named on stderr."""
     path = Path(folder).resolve() / LOCK_FILE
-    if path in _held:
-        _held[path][1] += 1
-        try:
-            yield _held[path][2]
-        finally:
-            _held[path][1] -= 1
-        return
-    if not FLOCK:
-        yield TakenLock(path)
+    if path in _held or not FLOCK:  # (this process holds it already: a publish's command and its library call)
+        yield
         return
     created = not path.parent.exists()
-    _make_folder(path.parent, path.name)
     fd = _flocked(path, fcntl.LOCK_EX)
     if fd is None:  # the holder writes its record just after its flock: wait a moment for it
         deadline = time.monotonic() + RECORD_WAIT_S
@@ -95,15 +76,18 @@ def store_lock(folder: str | os.PathLike[str], command: str) -> Iterator[TakenLo
         who = holder.describe() if isinstance(holder, Holder) else "another process (its record unreadable)"
         raise StoreLocked(f"{path.parent}: {who} is writing this store and holds its lock ({path.name}); "
                           f"nothing was changed: run this again once it has ended")
-    stale = _read_record(path) or None
+    stale = _read_record(path)  # a Holder, or the unreadable text of a half-written record
+    if stale:
+        who = stale.describe() if isinstance(stale, Holder) else "a writer whose record is unreadable"
+        print(f"hmer: {path}: a stale lock, left by {who}, which ended without releasing it (killed); taken over",
+              file=sys.stderr)
     _write_record(fd, command)
     os.fsync(fd)
-    taken = TakenLock(path, stale)
-    _held[path] = [fd, 1, taken]
+    _held.add(path)
     try:
-        yield taken
+        yield
     finally:
-        del _held[path]
+        _held.discard(path)
         _release(fd, path)
         if created:  # a store folder made for the lock alone, by a command that then wrote nothing
             with contextlib.suppress(OSError):
@@ -124,7 +108,6 @@ def training_lock(folder: str | os.PathLike[str], command: str) -> Iterator[None
         yield
         return
     store = Path(folder).resolve()
-    _make_folder(store, TRAINERS_LOCK)
     fd = _flocked(store / TRAINERS_LOCK, fcntl.LOCK_SH)
     if fd is None:
         raise StoreLocked(f"{store}: {_holder_of(store / LOCK_FILE)} is replacing this store and holds its lock "
@@ -159,13 +142,16 @@ def no_training(folder: str | os.PathLike[str]) -> Iterator[None]:
 
 
 def _flocked(path: Path, kind: int) -> int | None:
-    """A descriptor of `path` (made if missing) holding a flock of `kind`, or None when another
-    process's lock excludes it; a file its holder removed meanwhile is opened again."""
+    """A descriptor of `path` (made if missing, and its folder) holding a flock of `kind`, or None when
+    another process's lock excludes it; a file its holder removed meanwhile is opened again."""
     while True:
         try:  # a store that cannot be locked here (read-only, another user's) is not written at all
+            path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
-            raise _not_writable(path.parent, path.name, exc) from None
+            raise StoreNotWritable(f"{path.parent}: cannot write the store's lock {path.name} there "
+                                   f"({exc.strerror or exc}): a read-only store can be read, not written; nothing "
+                                   f"was changed") from None
         try:
             fcntl.flock(fd, kind | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -174,12 +160,9 @@ def _flocked(path: Path, kind: int) -> int | None:
         except BaseException:
             os.close(fd)
             raise
-        try:
-            same = os.stat(path).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            return fd
+        with contextlib.suppress(FileNotFoundError):
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
         os.close(fd)
 
 
@@ -207,7 +190,6 @@ def run_lock(folder: str | os.PathLike[str], run: str, command: str) -> Iterator
         yield
         return
     path = Path(folder).resolve() / RUN_LOCK
-    _make_folder(path.parent, path.name)
     fd = _flocked(path, fcntl.LOCK_EX)
     if fd is None:
         raise StoreLocked(f"run {run}: {_holder_of(path)} is training it; one process trains a run at a time: "
@@ -226,28 +208,15 @@ def _release(fd: int, path: Path) -> None:
     os.close(fd)
 
 
-def _make_folder(folder: Path, lock: str) -> None:
-    """`folder` made where missing, or StoreNotWritable naming it and the lock it is for."""
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise _not_writable(folder, lock, exc) from None
-
-
-def _not_writable(folder: Path, lock: str, exc: OSError) -> StoreNotWritable:
-    return StoreNotWritable(f"{folder}: cannot write the store's lock {lock} there ({exc.strerror or exc}): a "
-                            f"read-only store can be read, not written; nothing was changed")
-
-
 def _holder_of(path: Path) -> str:
     """Who a lock or record file names, in words."""
     holder = _read_record(path)
     return holder.describe() if isinstance(holder, Holder) else "another process"
 
 
-def database_store_lock(tracking_uri: str, command: str) -> ContextManager[TakenLock | None]:
-    """`store_lock` on a `sqlite:///` store's folder; none (yields None) for a server or a database
-    server, which serialise their writers themselves."""
+def database_store_lock(tracking_uri: str, command: str) -> ContextManager[None]:
+    """`store_lock` on a `sqlite:///` store's folder; none for a server or a database server, which
+    serialise their writers themselves."""
     db = sqlite_path(tracking_uri)
     return contextlib.nullcontext() if db is None else store_lock(db.parent, command)
 

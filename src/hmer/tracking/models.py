@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
-import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator
 
 import torch
 
@@ -20,16 +17,29 @@ class RunNotFoundError(LookupError):
     """Neither a checkpoint file nor a run id in the tracking store."""
 
 
-@contextlib.contextmanager
-def checkpoint_file(run_or_checkpoint: str, tracking_uri: str | None = None) -> Iterator[Path]:
-    """A checkpoint path as given, or the run's `model/model.safetensors` (an older run's `model.pt`)
-    downloaded into a temporary folder removed when the block ends."""
+def load_model(run_or_checkpoint: str, tracking_uri: str | None = None,
+               device: str | torch.device = "cpu"):
+    """(model in eval mode, Config, Vocab) from a checkpoint or model file (best.pt / last.pt /
+    model.safetensors / model.pt), or a run id: its `model/model.safetensors` (an older run's
+    `model.pt`), downloaded into a temporary folder."""
+    from ..model import build_model
+
     path = Path(run_or_checkpoint)
     if path.is_file():
-        yield path
-        return
-    if path.suffix in (".pt", ".pth", ".safetensors") or "/" in run_or_checkpoint:
+        ckpt = load_checkpoint(path, map_location=device)
+    elif path.suffix in (".pt", ".pth", ".safetensors") or "/" in run_or_checkpoint:
         raise RunNotFoundError(f"{run_or_checkpoint}: no such checkpoint file")
+    else:
+        ckpt = _load_run_model(run_or_checkpoint, tracking_uri, device)
+    cfg = Config.from_dict(ckpt["config"])
+    vocab = Vocab(ckpt["vocab"][3:]) if "vocab" in ckpt else Vocab()
+    model = build_model(cfg.model)
+    model.load_state_dict(ckpt["model"])
+    model.to(device).eval()
+    return model, cfg, vocab
+
+
+def _load_run_model(run_id: str, tracking_uri: str | None, device: str | torch.device) -> dict:
     from mlflow.exceptions import MlflowException
 
     from .portable import download_run_artifact, list_run_artifacts
@@ -39,37 +49,18 @@ def checkpoint_file(run_or_checkpoint: str, tracking_uri: str | None = None) -> 
     try:
         uri = existing_store(tracking_uri)  # read alone: a mistyped path creates no store
     except NoStoreThere as exc:
-        raise RunNotFoundError(f"{run_or_checkpoint}: not a checkpoint file, and {exc}") from None
+        raise RunNotFoundError(f"{run_id}: not a checkpoint file, and {exc}") from None
     client = mlflow_client(uri)
-    run_or_checkpoint = _run_id_in_store(client, run_or_checkpoint, "not a checkpoint file, nor a run in")
-    dest = Path(tempfile.mkdtemp(prefix="hmer-model-"))
-    try:
+    run_id = _run_id_in_store(client, run_id, "not a checkpoint file, nor a run in")
+    with tempfile.TemporaryDirectory(prefix="hmer-model-") as dest:
         try:
-            logged = list_run_artifacts(client, run_or_checkpoint, "model")
+            logged = list_run_artifacts(client, run_id, "model")
             name = next(f for f in MODEL_FILES if f in logged)
-            local = download_run_artifact(client, run_or_checkpoint, f"model/{name}", str(dest))
+            local = download_run_artifact(client, run_id, f"model/{name}", dest)
         except (MlflowException, OSError, StopIteration):
-            raise RunNotFoundError(f"run {run_or_checkpoint} has no model artifact (model/{MODEL_FILES[0]}) "
+            raise RunNotFoundError(f"run {run_id} has no model artifact (model/{MODEL_FILES[0]}) "
                                    "(it may have failed before finishing)") from None
-        yield Path(local)
-    finally:
-        shutil.rmtree(dest, ignore_errors=True)
-
-
-def load_model(run_or_checkpoint: str, tracking_uri: str | None = None,
-               device: str | torch.device = "cpu"):
-    """(model in eval mode, Config, Vocab) from a run id or a checkpoint or model file (best.pt /
-    last.pt / model.safetensors / model.pt)."""
-    from ..model import build_model
-
-    with checkpoint_file(run_or_checkpoint, tracking_uri) as path:
-        ckpt = load_checkpoint(path, map_location=device)
-    cfg = Config.from_dict(ckpt["config"])
-    vocab = Vocab(ckpt["vocab"][3:]) if "vocab" in ckpt else Vocab()
-    model = build_model(cfg.model)
-    model.load_state_dict(ckpt["model"])
-    model.to(device).eval()
-    return model, cfg, vocab
+        return load_checkpoint(Path(local), map_location=device)
 
 
 def log_evaluation(run_id: str, results: dict, tracking_uri: str | None = None) -> None:

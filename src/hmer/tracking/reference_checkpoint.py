@@ -11,11 +11,19 @@ Vocabulary: the checkpoint has none. BTTR's `dictionary.txt` is the project's sy
 is the sorted list with `\\Pi` in place of `'` (or give `dictionary=`). Shared symbols keep project
 ids (rows permuted); a reference-only symbol is appended (still predicted); a project symbol the
 reference lacks gets output bias -inf. The model thus ranks exactly the reference's symbols.
+
+`hmer import` (`import_reference`) records one as a run holding what a trained run holds for
+reloading: params (the flat Config, with the reference's search rule), `config.json` and
+`model/model.safetensors` (`hmer.checkpoint`), so `hmer evaluate RUN` and `hmer predict RUN` work on
+it; the model is also registered (default `<preset>-reference`). With `years`, the test years are
+scored and logged as trained runs log them, for `hmer report --runs`.
 """
 
 from __future__ import annotations
 
+import json
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
@@ -23,11 +31,15 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import torch
 from torch import Tensor
 
+from ..checkpoint import MODEL_FILE, model_artifact, save_model_file
 from ..config import Config
 from ..data.vocab import CROHME_SYMBOLS, SPECIALS, Vocab
 from ..model.hmer_model import build_model
 from ..model.posenc import sinusoid_table
 from ..model_presets import preset_with_recipe
+from . import keys
+from .run import log_metrics, log_params, split_metrics
+from .store import git_commit, open_experiment
 
 REFERENCES = {
     "bttr": ("https://github.com/Green-Wood/BTTR", "bttr."),
@@ -74,36 +86,11 @@ def load_lightning_checkpoint(path: str | Path) -> dict[str, Any]:
 
 # ---- family, dictionary, config -----------------------------------------------------------------
 
-def reference_family(state_dict: Mapping[str, Tensor], path: str | Path = "checkpoint") -> str:
-    """"bttr" or "comer", from the keys' Lightning prefix."""
-    for family, (_, prefix) in REFERENCES.items():
-        if any(k.startswith(prefix) for k in state_dict):
-            return family
-    sample = ", ".join(list(state_dict)[:3])
-    raise ReferenceCheckpointError(f"{path}: neither a BTTR (bttr.*) nor a CoMER (comer_model.*) checkpoint; "
-                                   f"keys start {sample}")
-
-
 def reference_dictionary(family: str) -> list[str]:
     """The symbols of the family's `dictionary.txt`, in order (ids 3, 4, ...)."""
     if family == "bttr":
         return list(CROHME_SYMBOLS)
     return sorted((set(CROHME_SYMBOLS) - {"'"}) | {"\\Pi"})
-
-
-def read_dictionary(path: str | Path) -> list[str]:
-    symbols = [line.strip() for line in Path(path).read_text().splitlines() if line.strip()]
-    if len(set(symbols)) != len(symbols):
-        dupes = sorted({s for s in symbols if symbols.count(s) > 1})
-        raise ReferenceCheckpointError(f"{path}: repeated symbols {' '.join(dupes)}")
-    return symbols
-
-
-def _coverage(hp: Mapping[str, Any], path) -> str:
-    cross, self_ = bool(hp.get("cross_coverage")), bool(hp.get("self_coverage"))
-    if not (cross or self_):
-        raise ReferenceCheckpointError(f"{path}: hyper_parameters have neither cross_coverage nor self_coverage")
-    return "fusion" if cross and self_ else ("cross" if cross else "self")
 
 
 def reference_config(family: str, hp: Mapping[str, Any], vocab_size: int, path="checkpoint") -> Config:
@@ -119,7 +106,10 @@ def reference_config(family: str, hp: Mapping[str, Any], vocab_size: int, path="
         if float(hp.get("temperature", 1.0)) != 1.0:
             raise ReferenceCheckpointError(f"{path}: hyper_parameters temperature={hp['temperature']} "
                                            "is not supported (only 1.0)")
-    preset = "bttr" if family == "bttr" else f"comer-{_coverage(hp, path)}"
+        cross, self_ = bool(hp.get("cross_coverage")), bool(hp.get("self_coverage"))
+        if not (cross or self_):
+            raise ReferenceCheckpointError(f"{path}: hyper_parameters have neither cross_coverage nor self_coverage")
+    preset = "bttr" if family == "bttr" else f"comer-{'fusion' if cross and self_ else 'cross' if cross else 'self'}"
     values: dict[str, Any] = {
         "model.vocab_size": vocab_size, "model.d_model": hp["d_model"], "model.growth_rate": hp["growth_rate"],
         "model.num_dense_layers": hp["num_layers"], "model.num_dense_blocks": 3, "model.nhead": hp["nhead"],
@@ -157,7 +147,7 @@ _PLAIN = {  # reference key (prefix removed) -> project key, where only the name
 }
 _BN_PREFIXES = {"encoder.model.norm1.": "encoder.stem_norm.", "encoder.model.post_norm.": "encoder.final_norm.",
                 "decoder.model.arm.post_norm.bn.": "decoder.arm.norm."}
-_POSITION_TABLE = "decoder.pos_enc.pe"  # fixed sinusoids; the project recomputes them
+_POSITION_TABLE = "decoder.pos_enc.pe"
 _ROWS_BY_SYMBOL = ("decoder.embed.table.weight", "decoder.out.weight", "decoder.out.bias")
 
 
@@ -229,8 +219,9 @@ def map_state_dict(state_dict: Mapping[str, Tensor], prefix: str, mapping: Vocab
             unmapped.append(key)
             continue
         ref_key = key[len(prefix):]
-        if ref_key == _POSITION_TABLE:
-            _check_position_table(value, path)
+        if ref_key == _POSITION_TABLE:  # fixed sinusoids: the project recomputes them
+            if not torch.allclose(value.float(), sinusoid_table(value.shape[0], value.shape[1]), atol=1e-4):
+                raise ReferenceCheckpointError(f"{path}: decoder.pos_enc.pe is not the standard sinusoid table")
             continue
         mapped = project_keys(ref_key, value)
         if mapped is None:
@@ -251,12 +242,6 @@ def map_state_dict(state_dict: Mapping[str, Tensor], prefix: str, mapping: Vocab
         raise ReferenceCheckpointError(f"{path}: the weights do not fit the project model ("
                                        + "; ".join(p for p in parts if p) + ")")
     return out
-
-
-def _check_position_table(table: Tensor, path) -> None:
-    ours = sinusoid_table(table.shape[0], table.shape[1])
-    if not torch.allclose(table.float(), ours, atol=1e-4):
-        raise ReferenceCheckpointError(f"{path}: decoder.pos_enc.pe is not the standard sinusoid table")
 
 
 # ---- everything together ------------------------------------------------------------------------------
@@ -281,9 +266,18 @@ def read_reference_checkpoint(path: str | Path, dictionary: str | Path | None = 
     path = Path(path)
     ckpt = load_lightning_checkpoint(path)
     state = ckpt["state_dict"]
-    family = reference_family(state, path)
+    # the family, from the keys' Lightning prefix
+    family = next((name for name, (_, prefix) in REFERENCES.items() if any(k.startswith(prefix) for k in state)), None)
+    if family is None:
+        raise ReferenceCheckpointError(f"{path}: neither a BTTR (bttr.*) nor a CoMER (comer_model.*) checkpoint; "
+                                       f"keys start {', '.join(list(state)[:3])}")
     _, prefix = REFERENCES[family]
-    symbols = read_dictionary(dictionary) if dictionary else reference_dictionary(family)
+    symbols = reference_dictionary(family)
+    if dictionary:
+        symbols = [line.strip() for line in Path(dictionary).read_text().splitlines() if line.strip()]
+        dupes = sorted({s for s in symbols if symbols.count(s) > 1})
+        if dupes:
+            raise ReferenceCheckpointError(f"{dictionary}: repeated symbols {' '.join(dupes)}")
     rows = state.get(prefix + "decoder.proj.bias")
     if rows is None:
         raise ReferenceCheckpointError(f"{path}: no {prefix}decoder.proj.bias (the output layer)")
@@ -303,3 +297,98 @@ def read_reference_checkpoint(path: str | Path, dictionary: str | Path | None = 
     return ReferenceModel(path, family, cfg.name, cfg, mapping.vocab, mapping, model, hp,
                           str(ckpt.get("pytorch-lightning_version", "")), int(ckpt.get("epoch", -1)),
                           int(ckpt.get("global_step", -1)))
+
+
+@dataclass
+class ImportResult:
+    run_id: str
+    reference: ReferenceModel
+    registered: Optional[str]  # "name/version", or None
+    scores: dict  # year -> Scores, for the years scored at import
+
+
+def import_reference(checkpoint: str | Path, *, tracking_uri: str | None = None, experiment: str = "hmer",
+                     run_name: str | None = None, dictionary: str | Path | None = None,
+                     register_as: str | None = "", data: str | None = None, years: Sequence[str] = (),
+                     limit: int = 0, device: str = "cpu") -> ImportResult:
+    """Record `checkpoint` as a run (module doc). register_as: "" = `<preset>-reference`, None = not."""
+    ref = read_reference_checkpoint(checkpoint, dictionary)
+    cfg = ref.config
+    client, experiment_id = open_experiment(tracking_uri, experiment)
+    repo, _ = REFERENCES[ref.family]
+    tags = {
+        keys.VARIANT: f"{cfg.name} (reference)",
+        keys.STATUS: "running",
+        keys.GIT_COMMIT: git_commit(),
+        keys.IMPORT_SOURCE: str(Path(checkpoint).resolve()),
+        keys.IMPORT_REFERENCE: repo,
+        keys.IMPORT_LIGHTNING_VERSION: ref.lightning_version,
+        keys.IMPORT_EPOCH: str(ref.epoch),
+        keys.IMPORT_HYPER_PARAMETERS: json.dumps(ref.hyper_parameters, sort_keys=True, default=str)[:5000],
+        keys.IMPORT_REFERENCE_ONLY_SYMBOLS: " ".join(ref.mapping.reference_only),
+        keys.IMPORT_NEVER_PREDICTED_SYMBOLS: " ".join(ref.mapping.project_only),
+    }
+    run = client.create_run(experiment_id, run_name=run_name or f"{cfg.name}-reference", tags=tags)
+    run_id = run.info.run_id
+    status = "FAILED"
+    try:
+        num_params = sum(p.numel() for p in ref.model.parameters())
+        log_params(client, run_id, {**cfg.to_flat_dict(), "num_params": num_params})
+        client.log_text(run_id, json.dumps(cfg.to_dict(), indent=2, sort_keys=True), "config.json")
+        artifact = model_artifact(ref.model, cfg, ref.vocab, ref.epoch, -1.0)
+        with tempfile.TemporaryDirectory() as tmp:
+            save_model_file(artifact, Path(tmp) / "model" / MODEL_FILE)
+            client.log_artifacts(run_id, str(Path(tmp) / "model"), "model")
+        scores = _score_years(client, run_id, ref, data, years, limit, device) if years else {}
+        registered = None
+        if register_as is not None:
+            name = register_as or f"{cfg.name}-reference"
+            registered = _register(client, name, run_id)
+            client.set_tag(run_id, keys.REGISTERED_MODEL, registered)
+        client.set_tag(run_id, keys.STATUS, "finished")
+        status = "FINISHED"
+        return ImportResult(run_id, ref, registered, scores)
+    finally:
+        client.set_terminated(run_id, status=status)
+
+
+def _register(client, name: str, run_id: str) -> str:
+    """A new version of registered model `name` from the run's `model/` folder (not an MLflow flavour,
+    which `mlflow.register_model` would want)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_registered_model(name)
+    except MlflowException:
+        client.create_registered_model(name, description="imported with `hmer import`; reload with "
+                                                         "`hmer evaluate RUN` / `hmer predict RUN`")
+    source = f"{client.get_run(run_id).info.artifact_uri}/model"
+    version = client.create_model_version(name, source, run_id=run_id)
+    return f"{name}/{version.version}"
+
+
+def _score_years(client, run_id: str, ref: ReferenceModel, data: str | None, years: Sequence[str], limit: int,
+                 device: str) -> dict:
+    """Decode and score the test years as training's final evaluation does, logged the same way."""
+    import time
+
+    from ..data import load_dataset
+    from ..device import autocast_dtype, resolve_device
+    from ..evaluation.evaluate import decode_options, evaluate_split
+    from .artifacts import log_test_predictions
+
+    cfg = ref.config
+    dev = resolve_device(device)
+    model = ref.model.to(dev)
+    cfg.data.test_limit = limit
+    splits = load_dataset(data or cfg.data.path or None, cfg.data, splits=tuple(years))
+    metrics: dict[str, float] = {}
+    results = {}
+    for year in years:
+        t0 = time.monotonic()
+        results[year] = evaluate_split(model, splits[year], ref.vocab,
+                                       **decode_options(cfg, dev, autocast_dtype(cfg.train.precision, dev)))
+        metrics.update(split_metrics(f"test_{year}", results[year], time.monotonic() - t0))
+    log_test_predictions(client, run_id, results)
+    log_metrics(client, run_id, metrics, step=0)
+    return {year: res.scores for year, res in results.items()}

@@ -24,8 +24,7 @@ from typing import Any, Literal, Protocol
 from . import keys
 from .store import git_commit, mlflow_client, open_experiment, point_mlflow_at, search_all_runs
 
-MAX_PARAMS_PER_BATCH = MAX_TAGS_PER_BATCH = 100  # MLflow refuses larger log_batch calls
-MAX_METRICS_PER_BATCH = 1000
+BATCH_SIZES = {"params": 100, "tags": 100, "metrics": 1000}  # MLflow refuses larger log_batch calls
 
 
 class RunLogger(Protocol):
@@ -224,16 +223,14 @@ def log_params(client, run_id: str, params: dict[str, Any]) -> None:
     """Every param (values as strings), in as few requests as MLflow allows."""
     from mlflow.entities import Param
 
-    _in_batches([Param(k, str(v)) for k, v in params.items()], MAX_PARAMS_PER_BATCH,
-                lambda items: client.log_batch(run_id, params=items))
+    _log_batch(client, run_id, "params", [Param(k, str(v)) for k, v in params.items()])
 
 
 def set_tags(client, run_id: str, tags: dict[str, str]) -> None:
     """Every tag (values as strings), in as few requests as MLflow allows."""
     from mlflow.entities import RunTag
 
-    _in_batches([RunTag(k, str(v)) for k, v in tags.items()], MAX_TAGS_PER_BATCH,
-                lambda items: client.log_batch(run_id, tags=items))
+    _log_batch(client, run_id, "tags", [RunTag(k, str(v)) for k, v in tags.items()])
 
 
 def log_metrics(client, run_id: str, metrics: dict[str, float], step: int) -> None:
@@ -246,10 +243,10 @@ def log_metrics(client, run_id: str, metrics: dict[str, float], step: int) -> No
 
 def log_metric_points(client, run_id: str, points: list) -> None:
     """MLflow `Metric` points as they are (a history copied from another run), in few requests."""
-    _in_batches(points, MAX_METRICS_PER_BATCH, lambda items: client.log_batch(run_id, metrics=items))
+    _log_batch(client, run_id, "metrics", points)
 
 
-def _in_batches(items: list, size: int, send) -> None:
+def _log_batch(client, run_id: str, field: str, items: list) -> None:
+    size = BATCH_SIZES[field]
     for i in range(0, len(items), size):
-        send(items[i:i + size])
-
+        client.log_batch(run_id, **{field: items[i:i + size]})

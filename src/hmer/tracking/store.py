@@ -69,9 +69,9 @@ def check_store_folder(folder: Path) -> None:
 def existing_store(tracking_uri: str | None = None) -> str:
     """The store `tracking_uri` names (default: the project's), for a command that reads or amends it,
     creating nothing: a mistyped path must not become a new empty store reported on as the one meant.
-    NoStoreThere names a missing `mlflow.db`, or one damaged or not MLflow's (`servers.check_database`)."""
+    NoStoreThere names a missing `mlflow.db`, or one damaged or not MLflow's (`ui.check_database`)."""
     from .portable import sqlite_path
-    from .servers import check_database
+    from .ui import check_database
 
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{mlruns_dir() / 'mlflow.db'}"
     db = sqlite_path(uri)
@@ -247,18 +247,12 @@ def ensure_experiment(client, name: str, tags: dict[str, str] | None = None) -> 
 def git_commit(short: bool = False, root: str | os.PathLike[str] | None = None) -> str:
     """The commit of the checkout at `root` (default: `project_root()`), '-dirty' with changes to
     tracked files, or 'unknown'; `short`: abbreviated, as the benchmark scripts print it."""
-    root = root or project_root()
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root or project_root(), capture_output=True, text=True,
+                              timeout=5).stdout.strip()
+
     try:
-        sha = subprocess.run(
-            ["git", "rev-parse", *(["--short"] if short else []), "HEAD"], cwd=root, capture_output=True,
-            text=True, timeout=5,
-        ).stdout.strip()
-        if not sha:
-            return "unknown"
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=root, capture_output=True, text=True, timeout=5,
-        ).stdout.strip()
-        return sha + ("-dirty" if dirty else "")
+        sha = git("rev-parse", *(["--short"] if short else []), "HEAD")
+        return sha + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "") if sha else "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"

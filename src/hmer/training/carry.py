@@ -26,8 +26,7 @@ import torch
 from ..checkpoint import atomic_torch_save, load_checkpoint, weights_artifact
 from ..data import Vocab
 from ..tracking.store import checkpoint_root, mlflow_client, quiet_mlflow
-from ..tracking.export_file import read_to_end, resolve_parts
-from ..tracking.transfer import export_runs, import_runs, source_id
+from ..tracking.transfer import export_runs, import_runs, read_to_end, resolve_parts, source_id
 from .resume import standalone_continuation
 
 FORMAT = 1
