@@ -129,28 +129,20 @@ PRESETS.update({
 })
 
 
-def family_fields(name: str) -> dict[str, Any]:
-    """The ModelConfig fields family `name` sets: what its decoder brings, then its own."""
-    fields, _ = FAMILIES[name]
-    brought = linked_overrides("model.decoder", fields["decoder"])
-    return {**{key.removeprefix("model."): value for key, value in brought.items()}, **fields}
-
-
-def size_fields(name: str) -> dict[str, Any]:
-    """The ModelConfig fields size `name` sets; a KeyError that lists the sizes when there is none."""
-    if name not in SIZES:
-        raise KeyError(f"unknown model size {name!r}; known: {', '.join(SIZES)}")
-    return dict(SIZES[name][0])
-
-
 def preset_layers(name: str, size: str | None = None) -> list[tuple[str, str, dict[str, Any]]]:
     """The model layers of preset `name`, in the order they apply: (layer, its name, ModelConfig
-    fields) for its family, its size (or `size`, a budget's) and the preset itself (its direction)."""
+    fields) for its family (what its decoder brings, then its own fields), its size (or `size`, a
+    budget's) and the preset itself (its direction)."""
     if name not in PRESETS:
-        raise KeyError(f"unknown model preset {name!r}; known: {', '.join(PRESETS)}")
+        raise KeyError(f"unknown model preset {name!r}; `hmer models` lists them: {', '.join(sorted(PRESETS))}")
     preset = PRESETS[name]
     size = size or preset.size
-    return [("family", preset.family, family_fields(preset.family)), ("size", size, size_fields(size)),
+    if size not in SIZES:
+        raise KeyError(f"unknown model size {size!r}; known: {', '.join(SIZES)}")
+    own, _ = FAMILIES[preset.family]
+    brought = linked_overrides("model.decoder", own["decoder"])
+    family = {**{key.removeprefix("model."): value for key, value in brought.items()}, **own}
+    return [("family", preset.family, family), ("size", size, dict(SIZES[size][0])),
             ("preset", name, {"direction": preset.direction})]
 
 
@@ -188,12 +180,8 @@ class Resolution:
     def take_stored(self, stored: Mapping[str, Any], name: str) -> "Resolution":
         """The `stored` layer: a study's stored base config (flat keys) wins over every layer below
         (`hmer.config.stored_config`). A key whose stored value is the one resolved keeps its layer."""
-        if LAYERS.index("stored") < LAYERS.index(self.last):
-            raise ValueError(f"the stored layer comes before the {self.last} layer (hmer.model_presets.LAYERS)")
-        resumed = stored_config(dict(stored), self.config)
-        before, after = self.config.to_flat_dict(), resumed.to_flat_dict()
-        changed = {key: f"stored {name}" for key in after if after[key] != before[key]}
-        return Resolution(resumed, {**self.sources, **changed}, "stored")
+        before, after = self.config.to_flat_dict(), stored_config(dict(stored), self.config).to_flat_dict()
+        return self.apply("stored", name, {key: value for key, value in after.items() if value != before[key]})
 
     def rows(self) -> list[tuple[str, Any, str]]:
         """(key, value, layer) for every key, in the config's order."""
@@ -203,8 +191,6 @@ class Resolution:
 def resolve_preset(name: str, *, size: str | None = None, recipe: str | None = None, named_by: str = "") -> Resolution:
     """Preset `name` resolved up to its recipe (or `size`, `recipe` instead of its own). `named_by` labels who
     named them ("budget cpu", "--recipe")."""
-    if name not in PRESETS:
-        raise KeyError(f"unknown preset {name!r}; `hmer models` lists them: {', '.join(sorted(PRESETS))}")
     resolution = Resolution()
     for layer, layer_name, fields in preset_layers(name, size):
         values = {f"model.{key}": value for key, value in fields.items()}

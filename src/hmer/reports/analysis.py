@@ -239,7 +239,7 @@ def variant_analysis(runs: pd.DataFrame, tracking_uri: str | None = None,
     """The analysis per variant, seeds pooled; None when no run has predictions."""
     from .tables import scored
 
-    good = runs[scored(runs)] if not runs.empty else runs
+    good = runs[scored(runs)]
     frames = []
     variants = list(order) if order is not None else list(dict.fromkeys(good["variant"]))
     for variant in variants:

@@ -81,14 +81,9 @@ def _with_time_axis(history: pd.DataFrame, points: pd.DataFrame) -> tuple[pd.Dat
             "wall-clock minutes since the start", "against wall-clock time since each run started")
 
 
-def plot_training_curves(
-    history: pd.DataFrame,
-    *,
-    metrics: Sequence[str] = CURVE_METRICS,
-    order: Sequence[str] | None = None,
-    title: str | None = None,
-    path: str | Path | None = None,
-) -> Figure:
+def plot_training_curves(history: pd.DataFrame, *, metrics: Sequence[str] = CURVE_METRICS,
+                         order: Sequence[str] | None = None, title: str | None = None,
+                         path: str | Path | None = None) -> Figure:
     """A column per metric: against the epoch (mean ± std over seeds) and below against time (a line
     per run); `history` a `load_history` frame with `variant`."""
     import seaborn as sns

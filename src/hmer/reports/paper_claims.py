@@ -160,14 +160,9 @@ class _Study:
         return not self.good.empty and not self.progress
 
 
-def claims_table(
-    budgets: str | Sequence[str] = DEFAULT_BUDGETS,
-    tracking_uri: str | None = None,
-    *,
-    metric: str = "exprate",
-    claims: Sequence[Claim] = CLAIMS,
-    n_resamples: int = DEFAULT_RESAMPLES,
-) -> pd.DataFrame:
+def claims_table(budgets: str | Sequence[str] = DEFAULT_BUDGETS, tracking_uri: str | None = None, *,
+                 metric: str = "exprate", claims: Sequence[Claim] = CLAIMS,
+                 n_resamples: int = DEFAULT_RESAMPLES) -> pd.DataFrame:
     """One row per claim, budget, comparison and test year; `budgets` a name, "a,b" or a sequence.
     `attrs`: `metric` (the one shown), `token_metric`, `lacking`."""
     uri = resolve_tracking_uri(tracking_uri)
@@ -197,7 +192,7 @@ def _studies(budget: str, uri: str, claims: Sequence[Claim], first: bool) -> lis
             trained = set(grid_order(parent))
             comparisons = tuple((w, lo) for w, lo in comparisons if w in trained and lo in trained)
         runs = load_runs(uri, study=study)
-        good = runs[scored(runs)] if not runs.empty else runs
+        good = runs[scored(runs)]
         studies.append(_Study(claim, budget, study, comparisons, runs, good, study_progress(study, uri)))
     return studies
 

@@ -30,16 +30,9 @@ def variant_colors(order: Sequence[str]) -> dict[str, str]:
     return dict(zip(order, sns.color_palette(PALETTE, len(order)).as_hex()))
 
 
-def plot_exprate(
-    runs: pd.DataFrame,
-    *,
-    order: Sequence[str] | None = None,
-    years: Sequence[str] | None = None,
-    metrics: Sequence[str] = ("exprate",),
-    title: str | None = None,
-    path: str | Path | None = None,
-    jitter: float = 0.08,
-) -> Figure:
+def plot_exprate(runs: pd.DataFrame, *, order: Sequence[str] | None = None, years: Sequence[str] | None = None,
+                 metrics: Sequence[str] = ("exprate",), title: str | None = None, path: str | Path | None = None,
+                 jitter: float = 0.08) -> Figure:
     """Test scores by year and variant: bars at the mean, whiskers ± 1 std, a dot per seed; a panel
     per metric. `jitter` spreads the dots with numpy's global generator; 0 makes the figure the same
     pixel for pixel from the same runs."""

@@ -125,14 +125,8 @@ def _seed(row: dict[str, Any]) -> int | None:
     return None
 
 
-def load_runs(
-    tracking_uri: str | None = None,
-    experiment: str | None = None,
-    study: str | None = None,
-    run_ids: Sequence[str] | None = None,
-    *,
-    include_parents: bool = False,
-) -> pd.DataFrame:
+def load_runs(tracking_uri: str | None = None, experiment: str | None = None, study: str | None = None,
+              run_ids: Sequence[str] | None = None, *, include_parents: bool = False) -> pd.DataFrame:
     """Runs of a study (tag `hmer.study`), an experiment (name or id), run ids (`NoRunsError` for an
     unknown one) or the whole store, oldest first; a study's parent and summary runs (`hmer.role`)
     only with `include_parents`."""
@@ -239,11 +233,8 @@ def curve_runs(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[runs[again].isna()] if again in runs.columns else runs
 
 
-def load_history(
-    run_ids: Sequence[str] | pd.DataFrame,
-    metrics: Sequence[str] = EPOCH_METRICS,
-    tracking_uri: str | None = None,
-) -> pd.DataFrame:
+def load_history(run_ids: Sequence[str] | pd.DataFrame, metrics: Sequence[str] = EPOCH_METRICS,
+                 tracking_uri: str | None = None) -> pd.DataFrame:
     """One row per (run, metric, step) logged, `seconds` from the run's start; a `load_runs` frame's
     `variant` and `seed` are joined in."""
     runs = run_ids if isinstance(run_ids, pd.DataFrame) else None
