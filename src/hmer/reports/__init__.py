@@ -13,7 +13,7 @@ _EXPORTS = {
     "load_history": "runs", "load_predictions": "runs", "load_runs": "runs", "scored_years": "runs",
     "format_table": "tables", "scored": "tables", "scores_long": "tables", "study_table": "tables",
     "variant_order": "tables", "variant_table": "tables",
-    "plot_exprate": "plots", "plot_training_curves": "curves",
+    "plot_exprate": "plots", "plot_training_curves": "plots",
     "analyze": "analysis", "breakdown": "analysis",
     "compare_runs": "analysis", "confusions": "analysis", "format_breakdown": "analysis",
     "format_comparison": "analysis", "format_confusions": "analysis", "plot_breakdown": "plots",

@@ -1,36 +1,40 @@
 """Error analysis of the predictions a run logs: where a model fails, and where one run beats another.
 
 The input is each run's `predictions/test_<year>.csv`; `hmer analyze RUN [RUN_B]` and `hmer report
---analysis` print these tables (docs/reports.md, "Error analysis").
+--analysis` print these tables (docs/reports.md, "Error analysis"). Expressions are bucketed by target
+length (truth tokens: 1-10, 11-20, 21-40, >40), which partitions a year, and by structure (`\\frac`,
+`^ or _`, `\\sqrt`: the truth holds that token; "none of these"), which does not:
+`x ^ { \\frac { 1 } { 2 } }` is under both `\\frac` and `^ or _`.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
 
-from ..evaluation.alignment import EDIT_KINDS, Edit, align, edit_count
+from ..evaluation.alignment import EDIT_KINDS, align, edit_count
 from ..registry import METRICS
-from .buckets import (ALL, AXES, LENGTH_BUCKETS, LENGTH_LABELS, NO_STRUCTURE, STRUCTURE_LABELS, STRUCTURE_TOKENS,
-                      length_bucket, structures)
 from .markup import MISSING, bold, difference, layout, metric_label, metric_list, number
 from ..tracking.store import mlflow_client
 from .runs import PredictionsNotFound, load_predictions
 
-__all__ = [
-    "ALL", "AXES", "DEFAULT_TOP", "EDIT_KINDS", "LENGTH_BUCKETS", "NO_STRUCTURE", "STRUCTURE_TOKENS",
-    "Analysis", "AnalysisError", "Edit", "align", "analyze", "breakdown", "compare_runs",
-    "confusions", "edit_count", "expressions", "format_breakdown", "format_comparison", "format_confusions",
-    "length_bucket", "prediction_years", "run_expressions", "run_label", "structures",
-    "top_confusions", "variant_analysis",
-]
-
+LENGTH_BUCKETS: tuple[tuple[str, float], ...] = (("1-10", 10), ("11-20", 20), ("21-40", 40), (">40", math.inf))
+STRUCTURE_TOKENS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("\\frac", frozenset({"\\frac"})),
+    ("^ or _", frozenset({"^", "_"})),
+    ("\\sqrt", frozenset({"\\sqrt"})),
+)
+NO_STRUCTURE = "none of these"
+ALL = "all"  # the bucket of every expression (axis "all")
+LENGTH_LABELS = [label for label, _ in LENGTH_BUCKETS]
+STRUCTURE_LABELS = [label for label, _ in STRUCTURE_TOKENS] + [NO_STRUCTURE]
 DEFAULT_TOP = 10
 _PREDICTIONS_FILE = re.compile(r"^test_(?P<year>[^/]+)\.csv$")
 
@@ -40,6 +44,17 @@ class AnalysisError(ValueError):
 
 
 # ---- expressions ------------------------------------------------------------------------------
+
+def length_bucket(n_tokens: int) -> str:
+    """The target-length bucket of `n_tokens` (an empty truth is 1-10)."""
+    return next(label for label, upper in LENGTH_BUCKETS if n_tokens <= upper)  # the last has no bound
+
+
+def structures(tokens: Iterable[str]) -> list[str]:
+    present = set(tokens)
+    found = [label for label, marks in STRUCTURE_TOKENS if present & marks]
+    return found or [NO_STRUCTURE]
+
 
 def expressions(predictions: pd.DataFrame, year: str, label: str, run_id: str = "") -> pd.DataFrame:
     """One row per expression of a `load_predictions` frame, truth and prediction as token lists."""
@@ -115,13 +130,11 @@ def _buckets(group: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
 
 def confusions(rows: pd.DataFrame) -> pd.DataFrame:
     """Every edit of every wrong expression, counted, most frequent first."""
-    counts: dict[tuple[str, str, str, str, str], int] = {}
     wrong = rows[rows["distance"] > 0]
-    for label, year, truth, pred in zip(wrong["label"], wrong["year"], wrong["truth"], wrong["prediction"]):
-        for edit in align(truth, pred):
-            if edit.kind != "match":
-                key = (label, year, edit.kind, edit.truth or "", edit.prediction or "")
-                counts[key] = counts.get(key, 0) + 1
+    counts = Counter((label, year, edit.kind, edit.truth or "", edit.prediction or "")
+                     for label, year, truth, pred in zip(wrong["label"], wrong["year"], wrong["truth"],
+                                                         wrong["prediction"])
+                     for edit in align(truth, pred) if edit.kind != "match")
     df = pd.DataFrame([(*k, v) for k, v in counts.items()],
                       columns=["label", "year", "kind", "truth", "prediction", "count"])
     return df.sort_values(["label", "kind", "count", "year", "truth", "prediction"],

@@ -2,7 +2,8 @@
 
 `load_runs` gives `mlflow.search_runs`' columns plus `experiment`, `run_name`, `variant` (tag
 `hmer.variant`), `seed`, `trial` and `state` (tag `hmer.status`, else MLflow's status), params parsed
-back to their types. It searches with an `MlflowClient` bound to the store: `mlflow.search_runs`
+back to their types (a config key to its `Config` field's type, any other to an int, float or bool when
+it is one). It searches with an `MlflowClient` bound to the store: `mlflow.search_runs`
 would change the process-wide tracking URI (and child processes').
 """
 
@@ -13,14 +14,15 @@ import os
 import re
 import tempfile
 from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence, get_type_hints
 
 import pandas as pd
 
 from ..tracking import keys
 from ..tracking.store import default_tracking_uri, mlflow_client, search_all_runs, study_filter
-from .params import config_types, parse_value, typed_column
+from ..config import SECTIONS
 
 STUDY_ROLES = (keys.ROLE_STUDY, keys.ROLE_SUMMARY)  # a study's own runs, beside its trials
 EPOCH_METRICS = ("val_exprate", "val_loss", "train_loss", "lr", "images_per_second", "epoch_seconds",
@@ -35,6 +37,54 @@ class NoRunsError(ValueError):
 
 class PredictionsNotFound(LookupError):
     """A run has no `predictions/test_{year}.csv` artifact."""
+
+
+# ---- params ---------------------------------------------------------------------------------------
+
+@lru_cache(maxsize=1)
+def config_types() -> dict[str, type]:
+    """{dotted config key: its Python type}, e.g. {"train.lr": float}."""
+    return {"name": str, **{f"{section}.{key}": typ for section, cls in SECTIONS.items()
+                            for key, typ in get_type_hints(cls).items()}}
+
+
+_BOOLS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+# how a param string is read as a number: any as an int, else a float; an int also as "1e3"
+_CASTS: dict[Any, tuple] = {None: (int, float), int: (int, lambda text: int(float(text))), float: (float,)}
+
+
+def parse_value(text: Any, typ: type | None = None) -> Any:
+    """One param string as `typ` (inferred when None); unparseable stays a string: an old run may hold
+    a value a newer Config refuses, and a report must still load it."""
+    if text is None or (isinstance(text, float) and math.isnan(text)):
+        return None
+    if not isinstance(text, str) or typ is str:
+        return text
+    low = text.strip().lower()
+    if typ is bool or (typ is None and low in ("true", "false")):
+        return _BOOLS.get(low, text)
+    for cast in _CASTS.get(typ, ()):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def typed_column(values: Iterable[Any]) -> pd.Series:
+    """Parsed values with a fitting (nullable) dtype."""
+    series = pd.Series(list(values), dtype=object)
+    present = series.dropna()
+    if present.empty:
+        return series
+    kinds = {type(v) for v in present}
+    if kinds == {bool}:
+        return series.astype("boolean")
+    if kinds == {int}:
+        return series.astype("Int64")
+    if kinds <= {int, float}:
+        return series.astype("float64")
+    return series
 
 
 # ---- the store --------------------------------------------------------------------------------
