@@ -16,7 +16,7 @@ _EXPORTS = {
     "plot_exprate": "plots", "plot_training_curves": "plots",
     "analyze": "analysis", "breakdown": "analysis",
     "compare_runs": "analysis", "confusions": "analysis", "format_breakdown": "analysis",
-    "format_comparison": "analysis", "format_confusions": "analysis", "plot_breakdown": "plots",
+    "format_comparison": "analysis", "format_confusions": "analysis", "plot_breakdown": "analysis",
     "run_expressions": "analysis", "top_confusions": "analysis", "variant_analysis": "analysis",
     "format_published": "published", "paper_of": "published",
     "CLAIMS": "paper_claims", "claims_table": "paper_claims", "format_claims": "paper_claims", "plot_claims": "plots",

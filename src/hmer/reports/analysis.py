@@ -18,6 +18,7 @@ from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
 from ..evaluation.alignment import EDIT_KINDS, align, edit_count
 from ..registry import METRICS
@@ -164,6 +165,10 @@ def compare_runs(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> pd.DataFrame:
     """Per year and bucket, on the expressions both scored: ExpRate of A, B and B - A, the counts read
     right by both / only A / only B / neither, and the other token metrics. One run a side."""
     others = [m for m in token_metrics() if m != "exprate"]
+
+    def pct(mask: np.ndarray) -> float:
+        return 100.0 * float(mask.mean()) if mask.size else math.nan
+
     for side, rows in (("A", rows_a), ("B", rows_b)):
         if rows.duplicated(["year", "name"]).any():
             raise ValueError(f"compare_runs: side {side} has several rows per expression; give one run per side")
@@ -175,13 +180,8 @@ def compare_runs(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> pd.DataFrame:
         for axis, bucket, part in _buckets(pair[pair["year"] == year]):
             distance_a, distance_b = part["distance_a"].to_numpy(float), part["distance_b"].to_numpy(float)
             a_ok, b_ok = METRICS.get("exprate").read_right(distance_a), METRICS.get("exprate").read_right(distance_b)
-            n = len(part)
-
-            def pct(mask: np.ndarray) -> float:
-                return 100.0 * float(mask.mean()) if mask.size else math.nan
-
             out.append({
-                "year": year, "axis": axis, "bucket": bucket, "n": n,
+                "year": year, "axis": axis, "bucket": bucket, "n": len(part),
                 "a_exprate": pct(a_ok), "b_exprate": pct(b_ok), "delta": pct(b_ok) - pct(a_ok),
                 "both": int((a_ok & b_ok).sum()), "only_a": int((a_ok & ~b_ok).sum()),
                 "only_b": int((~a_ok & b_ok).sum()), "neither": int((~a_ok & ~b_ok).sum()),
@@ -219,19 +219,17 @@ class Analysis:
 
     def write(self, out_dir: str | Path, title: str) -> list[Path]:
         from ..atomic import save_figure
-        from .plots import plot_breakdown
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        written = [save_figure(plot_breakdown(self.breakdown, title), out / "analysis.png")]
-        (out / "analysis.md").write_text(f"# Error analysis: {title}\n\n{self.markdown()}\n"
-                                         "![ExpRate by target length and structure](analysis.png)\n")
-        self.breakdown.to_csv(out / "breakdown.csv", index=False)
-        self.confusions.to_csv(out / "confusions.csv", index=False)
-        written += [out / "analysis.md", out / "breakdown.csv", out / "confusions.csv"]
-        if self.comparison is not None:
-            self.comparison.to_csv(out / "comparison.csv", index=False)
-            written.append(out / "comparison.csv")
+        written = [save_figure(plot_breakdown(self.breakdown, title), out / "analysis.png"), out / "analysis.md"]
+        written[-1].write_text(f"# Error analysis: {title}\n\n{self.markdown()}\n"
+                               "![ExpRate by target length and structure](analysis.png)\n")
+        tables = {"breakdown": self.breakdown, "confusions": self.confusions, "comparison": self.comparison}
+        for name, table in tables.items():
+            if table is not None:
+                table.to_csv(out / f"{name}.csv", index=False)
+                written.append(out / f"{name}.csv")
         return written
 
 
@@ -270,6 +268,36 @@ def _row_name(axis: str, bucket: str) -> str:
     if axis == "all":
         return "all"
     return f"{'length' if axis == 'length' else 'has'} {bucket}" if bucket != NO_STRUCTURE else bucket
+
+
+def plot_breakdown(table: pd.DataFrame, title: str | None = None) -> Figure:
+    """ExpRate of a `breakdown` frame: a row per axis, a column per year, a bar per label."""
+    import seaborn as sns
+
+    data = table[table["axis"].isin(["length", "structure"])].copy()
+    if data.empty:
+        raise ValueError("nothing to plot: the breakdown is empty")
+    years = list(dict.fromkeys(data["year"]))
+    axes_names = ["length", "structure"]
+    labels = list(dict.fromkeys(data["label"]))
+    fig = Figure(figsize=(4.2 * len(years), 6.4), layout="constrained")
+    grid = fig.subplots(len(axes_names), len(years), squeeze=False, sharey=True)
+    palette = dict(zip(labels, sns.color_palette("colorblind", len(labels))))
+    for r, axis in enumerate(axes_names):
+        order = LENGTH_LABELS if axis == "length" else STRUCTURE_LABELS
+        for c, year in enumerate(years):
+            ax = grid[r][c]
+            part = data[(data["axis"] == axis) & (data["year"] == year)]
+            sns.barplot(part, x="bucket", y="exprate", hue="label", order=order, hue_order=labels,
+                        palette=palette, ax=ax, legend=(r == 0 and c == len(years) - 1))
+            ax.set_title(f"{year}: by {'target length' if axis == 'length' else 'structure'}", fontsize=10)
+            ax.set_xlabel("tokens" if axis == "length" else "")
+            ax.set_ylabel("ExpRate (%)" if c == 0 else "")
+            ax.set_ylim(0, 100)
+            ax.tick_params(axis="x", labelsize=8)
+    if title:
+        fig.suptitle(title)
+    return fig
 
 
 def format_breakdown(table: pd.DataFrame, fmt: str = "markdown") -> str:

@@ -3,6 +3,7 @@ paired tests of `hmer.evaluation.significance`."""
 
 from __future__ import annotations
 
+from functools import reduce
 from typing import Callable
 
 import numpy as np
@@ -63,13 +64,9 @@ class CorrectnessCache:
             if not series:
                 return None
             sides.append((series, seeds))
-        names = None
-        for series, _ in sides:
-            for s in series:
-                names = s.index if names is None else names.intersection(s.index)
-        if names is None or len(names) == 0:
+        names = reduce(pd.Index.intersection, (s.index for series, _ in sides for s in series)).sort_values()
+        if len(names) == 0:
             return None
-        names = names.sort_values()
         self.used = True
         return tuple((np.stack([s[~s.index.duplicated()].reindex(names).to_numpy(bool) for s in series]), seeds)
                      for series, seeds in sides)

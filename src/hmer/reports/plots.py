@@ -1,4 +1,4 @@
-"""Plots of the runs: ExpRate by variant and year (`plot_exprate`), the error analysis, the claims, and
+"""Plots of the runs: ExpRate by variant and year (`plot_exprate`), the claims, and
 the training curves against the epoch and the training's time (`plot_training_curves(load_history(runs))`).
 
 Figures use matplotlib's object-oriented API, never `pyplot`: no global state (no figure leaks in
@@ -18,7 +18,6 @@ from matplotlib.ticker import MaxNLocator
 
 from ..atomic import save_figure
 from ..evaluation.significance import DEFAULT_CONFIDENCE
-from .analysis import LENGTH_LABELS, STRUCTURE_LABELS
 from .markup import metric_label
 from .tables import scores_long, variant_order
 
@@ -75,36 +74,6 @@ def plot_exprate(runs: pd.DataFrame, *, order: Sequence[str] | None = None, year
                  f"and year ({spread}; dots: seeds)")
     if path is not None:
         save_figure(fig, path)
-    return fig
-
-
-def plot_breakdown(table: pd.DataFrame, title: str | None = None) -> Figure:
-    """ExpRate of a `breakdown` frame: a row per axis, a column per year, a bar per label."""
-    import seaborn as sns
-
-    data = table[table["axis"].isin(["length", "structure"])].copy()
-    if data.empty:
-        raise ValueError("nothing to plot: the breakdown is empty")
-    years = list(dict.fromkeys(data["year"]))
-    axes_names = ["length", "structure"]
-    labels = list(dict.fromkeys(data["label"]))
-    fig = Figure(figsize=(4.2 * len(years), 6.4), layout="constrained")
-    grid = fig.subplots(len(axes_names), len(years), squeeze=False, sharey=True)
-    palette = dict(zip(labels, sns.color_palette("colorblind", len(labels))))
-    for r, axis in enumerate(axes_names):
-        order = LENGTH_LABELS if axis == "length" else STRUCTURE_LABELS
-        for c, year in enumerate(years):
-            ax = grid[r][c]
-            part = data[(data["axis"] == axis) & (data["year"] == year)]
-            sns.barplot(part, x="bucket", y="exprate", hue="label", order=order, hue_order=labels,
-                        palette=palette, ax=ax, legend=(r == 0 and c == len(years) - 1))
-            ax.set_title(f"{year}: by {'target length' if axis == 'length' else 'structure'}", fontsize=10)
-            ax.set_xlabel("tokens" if axis == "length" else "")
-            ax.set_ylabel("ExpRate (%)" if c == 0 else "")
-            ax.set_ylim(0, 100)
-            ax.tick_params(axis="x", labelsize=8)
-    if title:
-        fig.suptitle(title)
     return fig
 
 

@@ -115,27 +115,21 @@ def runs_frame(runs: Sequence[Any], experiment_names: dict[str, str] | None = No
     rows: list[dict[str, Any]] = []
     for run in runs:
         info, data = run.info, run.data
-        row: dict[str, Any] = {
-            "run_id": info.run_id,
-            "experiment_id": info.experiment_id,
+        rows.append({
+            "run_id": info.run_id, "experiment_id": info.experiment_id,
             "experiment": (experiment_names or {}).get(info.experiment_id, info.experiment_id),
-            "run_name": info.run_name,
-            "status": info.status,
+            "run_name": info.run_name, "status": info.status,
             "start_time": pd.to_datetime(info.start_time, unit="ms", utc=True) if info.start_time else pd.NaT,
             "end_time": pd.to_datetime(info.end_time, unit="ms", utc=True) if info.end_time else pd.NaT,
-            "artifact_uri": info.artifact_uri,
-        }
-        row.update({f"metrics.{k}": float(v) for k, v in data.metrics.items()})
-        row.update({f"params.{k}": v for k, v in data.params.items()})
-        row.update({f"tags.{k}": v for k, v in data.tags.items()})
-        rows.append(row)
+            "artifact_uri": info.artifact_uri, **{f"metrics.{k}": float(v) for k, v in data.metrics.items()},
+            **{f"params.{k}": v for k, v in data.params.items()}, **{f"tags.{k}": v for k, v in data.tags.items()},
+        })
     df = pd.DataFrame(rows)
     if df.empty:
         return pd.DataFrame(columns=["run_id", "experiment_id", "experiment", "run_name", "status", "start_time",
                                      "end_time", "artifact_uri", "variant", "seed", "trial", "state"])
     for col in [c for c in df.columns if c.startswith("params.")]:
-        key = col[len("params."):]
-        df[col] = typed_column(parse_value(v, types.get(key)) for v in df[col])
+        df[col] = typed_column(parse_value(v, types.get(col.removeprefix("params."))) for v in df[col])
     df["variant"] = [_variant(r) for r in df.to_dict("records")]
     df["seed"] = typed_column(_seed(r) for r in df.to_dict("records"))
     df["variant"] = _distinct_standalone_runs(df)
@@ -204,10 +198,8 @@ def load_runs(tracking_uri: str | None = None, experiment: str | None = None, st
 
 def study_parent(study: str, tracking_uri: str | None = None) -> pd.Series | None:
     """A study's parent run (tag `hmer.role=study`) as a `load_runs` row, or None."""
-    parents = load_runs(tracking_uri, study=study, include_parents=True)
-    if parents.empty or f"tags.{keys.ROLE}" not in parents.columns:
-        return None
-    parents = parents[parents[f"tags.{keys.ROLE}"] == keys.ROLE_STUDY]
+    runs = load_runs(tracking_uri, study=study, include_parents=True)
+    parents = runs[runs.get(f"tags.{keys.ROLE}", pd.Series("", index=runs.index)) == keys.ROLE_STUDY]
     return None if parents.empty else parents.iloc[0]
 
 
@@ -223,12 +215,11 @@ def study_budget(head: pd.Series) -> str | None:
 def study_progress(study: str, tracking_uri: str | None = None) -> str | None:
     """How far an unfinished study is: "in progress, 4 of 9 trials finished"; else None."""
     runs = load_runs(tracking_uri, study=study, include_parents=True)
-    if runs.empty or f"tags.{keys.ROLE}" not in runs.columns:
-        return None
-    parent = runs[runs[f"tags.{keys.ROLE}"] == keys.ROLE_STUDY]
+    role = runs.get(f"tags.{keys.ROLE}", pd.Series("", index=runs.index))
+    parent = runs[role == keys.ROLE_STUDY]
     if parent.empty or parent.iloc[0]["state"] == "finished":
         return None
-    trials = runs[~runs[f"tags.{keys.ROLE}"].isin(STUDY_ROLES)]
+    trials = runs[~role.isin(STUDY_ROLES)]
     try:
         of = f" of {int(parent.iloc[0].get('params.n_trials'))}"  # a grid's cells, the trials a sweep aims for
     except (TypeError, ValueError):

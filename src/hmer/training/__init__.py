@@ -2,7 +2,7 @@
 it builds (setup), exact resume (resume), the final scoring on the test years (final), input
 pipeline (loader) and multi-process scale-out (distributed). Checkpoint I/O lives below, in `hmer.checkpoint`."""
 
-from .result import TrainResult
+from .final import TrainResult
 from .trainer import train
 
 __all__ = ["TrainResult", "train"]

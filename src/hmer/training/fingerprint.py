@@ -22,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..atomic import write_text_atomically
+
 # The kernels that give the same roundings on every x86-64 CPU (see the module docstring).
 PORTABLE_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41",
                     "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -67,9 +69,7 @@ def fingerprint_of_source(src: str | os.PathLike[str], timeout: float = 900) -> 
     measured = json.loads(done.stdout.strip().splitlines()[-1])
     value = digest(measured)
     cached.parent.mkdir(parents=True, exist_ok=True)
-    partial = cached.with_name(cached.name + f".{os.getpid()}.tmp")
-    partial.write_text(json.dumps({"fingerprint": value, "measured": measured}, sort_keys=True))
-    os.replace(partial, cached)
+    write_text_atomically(cached, json.dumps({"fingerprint": value, "measured": measured}, sort_keys=True))
     return value, measured
 
 

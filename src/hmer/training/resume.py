@@ -2,7 +2,7 @@
 
 An epoch's batches and augmentation are drawn from (seed, epoch), so with weights, optimiser, schedule, RNGs and
 `TrainState` restored, a resumed run takes the same steps. Without the optimiser's state
-(`without_optimizer_state`) it is a warm restart, tagged `hmer.warm_restart` (cost: docs/benchmarks.md section 5).
+(`standalone_continuation`) it is a warm restart, tagged `hmer.warm_restart` (cost: docs/benchmarks.md section 5).
 """
 
 from __future__ import annotations
@@ -57,13 +57,6 @@ OPTIMIZER_STATE_DROPPED = "optimizer_state_dropped"
 BEST_RESET = "best_reset"
 
 
-def without_optimizer_state(ckpt: dict[str, Any]) -> dict[str, Any]:
-    """`ckpt` without the optimiser's per-parameter state: the smallest checkpoint that resumes the run. Its
-    param groups stay (they hold the plateau-reduced rate): the same rate, fresh buffers."""
-    return {**ckpt, "optimizer": {"state": {}, "param_groups": ckpt["optimizer"]["param_groups"]},
-            OPTIMIZER_STATE_DROPPED: True}
-
-
 def standalone_continuation(ckpt: dict[str, Any], best_weights: dict[str, Any] | None,
                             readings: Callable[[int], tuple[float, float]], *,
                             optimizer_state: bool = False) -> tuple[dict[str, Any], str, bool]:
@@ -83,7 +76,10 @@ def standalone_continuation(ckpt: dict[str, Any], best_weights: dict[str, Any] |
             exprate, le1 = readings(epoch)
             ckpt = {**ckpt, "best_epoch": epoch, "best_val_exprate": exprate, "best_val_le1": le1, BEST_RESET: True}
             best_reset = True
-    return (ckpt if optimizer_state else without_optimizer_state(ckpt)), weights, best_reset
+    if not optimizer_state:  # its param groups stay (they hold the plateau-reduced rate): the same rate, fresh buffers
+        ckpt = {**ckpt, "optimizer": {"state": {}, "param_groups": ckpt["optimizer"]["param_groups"]},
+                OPTIMIZER_STATE_DROPPED: True}
+    return ckpt, weights, best_reset
 
 
 def save_last(path: Path, setup: Setup, state: TrainState) -> None:

@@ -33,9 +33,8 @@ from ..tracking import keys
 from ..tracking.run import NullRun, RunLogger, TrainingRun
 from . import distributed as ddp
 from .branch import Branch, shares_stable_phase, stable_end
-from .final import final_evaluation
+from .final import TrainResult, final_evaluation
 from .loader import Redraw, train_batches
-from .result import TrainResult
 from .resume import Clock, TrainState, best_weights_recoverable, checkpoint_dir, keep_stable_phase, restore, save_last
 from . import planning
 from .fingerprint import code_fingerprint
@@ -125,8 +124,7 @@ def train(cfg: Config, data: dict[str, list] | None = None, *, tracking_uri: str
                                          best_epoch=state.best_epoch, epochs=epoch, stopped_by=stopped_by,
                                          checkpoint=best_path, num_params=setup.num_params,
                                          train_seconds=clock.elapsed(), train_cpu_seconds=clock.cpu_elapsed(),
-                                         step_seconds=state.step_seconds,
-                                         images_trained=state.images_trained)
+                                         step_seconds=state.step_seconds, images_trained=state.images_trained)
                     # All ranks leave the group together before rank 0 decodes alone, or they can hang
                     # (pytorch/pytorch#75097: a CI torchrun job never ended); the DDP wrapper, which holds the
                     # group, is let go first, so no rank frees it alone later (where that CI run's rank 1 hung).
@@ -332,9 +330,8 @@ def _validate(setup: Setup, state: TrainState, epoch: int, metrics: dict[str, fl
         val = evaluate_split(setup.model, setup.val_set, setup.vocab,
                              **decode_options(cfg, setup.device, setup.amp_dtype, beam=tc.val_beam_size))
         val_exprate, val_le1 = val.scores.exprate, val.scores.le1
-        metrics["val_exprate"] = val_exprate
-        metrics["val_le1"] = val_le1
-        metrics["val_loss"] = _mean_loss(setup.model, setup.val_set, setup.vocab, cfg, setup.device, setup.amp_dtype)
+        metrics.update(val_exprate=val_exprate, val_le1=val_le1, val_loss=_mean_loss(
+            setup.model, setup.val_set, setup.vocab, cfg, setup.device, setup.amp_dtype))
     val_exprate = ddp.broadcast_float(val_exprate, dist, setup.device)
     val_le1 = ddp.broadcast_float(val_le1, dist, setup.device)
     setup.schedule.step_validation(val_exprate)
