@@ -366,7 +366,7 @@ class Config:
         naming the key, the value and what is allowed) at the first value that is not. Returns self."""
         for section in ("model", "data", "train"):
             check_section(getattr(self, section), section, RULES)
-        check_section(self, "", only=("name",))
+        coerce("name", self.name, str, allowed_of(Config, "name"))  # a label, of its type
         flat = self.to_flat_dict()
         for rule in RULES:
             rule.check(flat)

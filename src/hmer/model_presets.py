@@ -10,25 +10,10 @@ lists them.
 tests/test_reference_fidelity.py); the project's alternatives are config values (`studies/ablate_encoder.py`).
 The CPU sizes pin the project's choices, so the tiny presets compute what they always have.
 
-A config is resolved in layers; the last layer that sets a key decides it. In order (`LAYERS`):
-
-    default   the ModelConfig / DataConfig / TrainConfig defaults (hmer.config)
-    family    what the model computes: the preset's family (FAMILIES)
-    size      how big: the preset's size, or the one a study budget names (SIZES)
-    preset    the preset itself: its name and direction (PRESETS)
-    recipe    how it trains: the preset's recipe, or the one a budget or --recipe names (hmer.recipes)
-    budget    a study budget's own keys: epochs, decoding, limits (hmer.studies.budgets)
-    study     the study spec's fixed keys, held equal in every cell (a sweep's seed too)
-    set       --set KEY=VALUE, and the options that stand for a key (--data, --device, --epochs)
-    stored    on resume: the study's stored base config wins (hmer.config.stored_config)
-    cell      the grid cell's axis values, what they bring (hmer.registry linked values), its seed
-
-A size or recipe named by a budget or --recipe replaces the preset's own (not applied underneath). This module
-resolves up to the recipe; `hmer.studies.resolution` the rest; `hmer config` prints each value's layer.
-
-    preset_with_recipe("comer-fusion")             # CoMER fusion, CoMER's recipe (SGD, scale augmentation)
-    resolve_preset("tiny-transformer", size="swept", recipe="swept").sources["model.d_model"]   # 'size swept'
-    preset_config("tiny-rnn")                      # its ModelConfig alone
+A config is resolved in layers (`LAYERS`: default, family, size, preset, recipe, budget, study, set, stored,
+cell; docs/training.md, "What a run trains with", says what each sets); the last layer that sets a key decides
+it. A size or recipe named by a budget or --recipe replaces the preset's own (not applied underneath). This
+module resolves up to the recipe; `hmer.studies.resolution` the rest; `hmer config` prints each value's layer.
 
 Plain values: a preset with its recipe needs neither the model nor the training code.
 """

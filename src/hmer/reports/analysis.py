@@ -61,10 +61,7 @@ def expressions(predictions: pd.DataFrame, year: str, label: str, run_id: str = 
     """One row per expression of a `load_predictions` frame, truth and prediction as token lists."""
     truth = [str(t).split() for t in predictions["truth"]]
     pred = [str(p).split() for p in predictions["prediction"]]
-    if "distance" in predictions.columns:
-        distance = pd.to_numeric(predictions["distance"], errors="coerce").to_numpy(dtype=float)
-    else:
-        distance = np.full(len(truth), np.nan)
+    distance = pd.to_numeric(predictions.reindex(columns=["distance"])["distance"], errors="coerce").to_numpy(float)
     distance = [int(d) if not np.isnan(d) else edit_count(align(t, p)) for d, t, p in zip(distance, truth, pred)]
     return pd.DataFrame({
         "label": label, "run_id": run_id, "year": str(year), "name": predictions["name"].astype(str).to_numpy(),
@@ -81,8 +78,7 @@ def prediction_years(run_id: str, tracking_uri: str | None = None) -> list[str]:
         names = list_run_artifacts(mlflow_client(tracking_uri), run_id, "predictions")
     except Exception:  # noqa: BLE001 - an artifact store without that folder: no years
         return []
-    years = [m.group("year") for name in names if (m := _PREDICTIONS_FILE.match(name))]
-    return sorted(years)
+    return sorted(m.group("year") for name in names if (m := _PREDICTIONS_FILE.match(name)))
 
 
 def run_expressions(run_id: str, tracking_uri: str | None = None, label: str | None = None) -> pd.DataFrame:
@@ -150,13 +146,11 @@ def top_confusions(edits: pd.DataFrame, top: int = DEFAULT_TOP) -> pd.DataFrame:
                              aggfunc="sum", fill_value=0)
     wide.columns = [str(c) for c in wide.columns]
     wide.insert(0, "count", wide.sum(axis=1))
-    wide = wide.reset_index()
     kind_order = {k: i for i, k in enumerate(EDIT_KINDS)}
-    wide["_kind"] = wide["kind"].map(kind_order)
-    wide = wide.sort_values(["label", "_kind", "count", "truth", "prediction"],
-                            ascending=[True, True, False, True, True], kind="stable")
-    wide = wide.groupby(["label", "kind"], sort=False).head(top).drop(columns="_kind")
-    return wide.reset_index(drop=True)
+    wide = wide.reset_index().sort_values(["label", "kind", "count", "truth", "prediction"],
+                                          ascending=[True, True, False, True, True], kind="stable",
+                                          key=lambda col: col.map(kind_order) if col.name == "kind" else col)
+    return wide.groupby(["label", "kind"], sort=False).head(top).reset_index(drop=True)
 
 
 # ---- two runs --------------------------------------------------------------------------------------
@@ -259,9 +253,7 @@ def variant_analysis(runs: pd.DataFrame, tracking_uri: str | None = None,
                 frames.append(run_expressions(run_id, tracking_uri, str(variant)))
             except AnalysisError:
                 continue
-    if not frames:
-        return None
-    return analyze(pd.concat(frames, ignore_index=True))
+    return analyze(pd.concat(frames, ignore_index=True)) if frames else None
 
 
 def _row_name(axis: str, bucket: str) -> str:

@@ -4,7 +4,9 @@
 `hmer.variant`), `seed`, `trial` and `state` (tag `hmer.status`, else MLflow's status), params parsed
 back to their types (a config key to its `Config` field's type, any other to an int, float or bool when
 it is one). It searches with an `MlflowClient` bound to the store: `mlflow.search_runs`
-would change the process-wide tracking URI (and child processes').
+would change the process-wide tracking URI (and child processes'). `CorrectnessCache` lines up which test
+expressions each run read right (same expressions, same order) for the paired tests of
+`hmer.evaluation.significance`.
 """
 
 from __future__ import annotations
@@ -14,15 +16,17 @@ import os
 import re
 import tempfile
 from contextlib import contextmanager
-from functools import lru_cache
+from functools import lru_cache, reduce
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence, get_type_hints
+from typing import Any, Callable, Iterable, Iterator, Sequence, get_type_hints
 
+import numpy as np
 import pandas as pd
 
 from ..tracking import keys
 from ..tracking.store import default_tracking_uri, mlflow_client, search_all_runs, study_filter
 from ..config import SECTIONS
+from ..registry import METRICS
 
 STUDY_ROLES = (keys.ROLE_STUDY, keys.ROLE_SUMMARY)  # a study's own runs, beside its trials
 EPOCH_METRICS = ("val_exprate", "val_loss", "train_loss", "lr", "images_per_second", "epoch_seconds",
@@ -301,14 +305,13 @@ def load_history(run_ids: Sequence[str] | pd.DataFrame, metrics: Sequence[str] =
 def _quiet_downloads() -> Iterator[None]:
     """No MLflow progress bar per file (a table fetches a CSV per run and year)."""
     key = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
-    if key in os.environ:  # the user's own choice
-        yield
-        return
-    os.environ[key] = "false"
+    mine = key not in os.environ  # else the user's own choice, kept
+    os.environ.setdefault(key, "false")
     try:
         yield
     finally:
-        os.environ.pop(key, None)
+        if mine:
+            os.environ.pop(key, None)
 
 
 def load_predictions(run_id: str, year: str | int, tracking_uri: str | None = None) -> pd.DataFrame:
@@ -331,3 +334,63 @@ def load_predictions(run_id: str, year: str | int, tracking_uri: str | None = No
     df["distance"] = pd.to_numeric(df["distance"], errors="coerce").astype("Int64")
     df["correct"] = (df["distance"] == 0).fillna(False).astype(bool)
     return df
+
+
+# (run_id, year) -> a frame with the columns name, correct and (for a metric other than exprate)
+# distance, e.g. a bound `load_predictions`
+PredictionLoader = Callable[[str, str], pd.DataFrame]
+
+
+class CorrectnessCache:
+    """Per-run correctness per year, each artifact fetched once; right is `metric`'s verdict."""
+
+    def __init__(self, loader: PredictionLoader | None, metric: str = "exprate"):
+        if metric not in METRICS:
+            raise ValueError(f"unknown metric {metric!r}; known: {', '.join(METRICS)}")
+        self.loader = loader
+        self.metric_name = metric
+        self.metric = METRICS.get(metric)
+        self.cache: dict[tuple[str, str], pd.Series | None] = {}
+        self.used = False  # whether any pair of runs was aligned: the table carries tests
+
+    def get(self, run_id: str, year: str) -> pd.Series | None:
+        """{expression name: read right} of one run and year; None without the artifact."""
+        if self.loader is None:
+            return None
+        key = (run_id, year)
+        if key not in self.cache:
+            try:
+                df = self.loader(run_id, year)
+                if self.metric_name == "exprate":
+                    right = pd.Series(df["correct"].to_numpy(bool), index=df["name"].astype(str))
+                else:
+                    # A metric judging the tokens (lgeval) gives NaN where it does not score: unpaired.
+                    distances = pd.to_numeric(df["distance"], errors="coerce").to_numpy(float)
+                    verdicts = self.metric.verdicts(distances) if getattr(self.metric, "judge", None) is None else \
+                        self.metric.verdicts(distances, [str(p).split() for p in df["prediction"]],
+                                             [str(t).split() for t in df["truth"]])
+                    right = pd.Series(verdicts, index=df["name"].astype(str)).dropna().astype(bool)
+                self.cache[key] = right
+            except PredictionsNotFound:
+                self.cache[key] = None
+        return self.cache[key]
+
+    def aligned(self, base_runs: pd.DataFrame, runs: pd.DataFrame, year: str):
+        """((baseline [seeds, n], seeds), (variant [seeds, n], seeds)) on the shared expressions, or None."""
+        sides = []
+        for frame in (base_runs, runs):
+            series, seeds = [], []
+            for i, (run_id, seed) in enumerate(zip(frame["run_id"], frame.get("seed", [None] * len(frame)))):
+                s = self.get(run_id, year)
+                if s is not None:
+                    series.append(s)
+                    seeds.append(int(seed) if seed is not None and not pd.isna(seed) else i)
+            if not series:
+                return None
+            sides.append((series, seeds))
+        names = reduce(pd.Index.intersection, (s.index for series, _ in sides for s in series)).sort_values()
+        if len(names) == 0:
+            return None
+        self.used = True
+        return tuple((np.stack([s[~s.index.duplicated()].reindex(names).to_numpy(bool) for s in series]), seeds)
+                     for series, seeds in sides)

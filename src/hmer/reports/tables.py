@@ -19,11 +19,10 @@ import pandas as pd
 from ..tracking import keys
 from ..evaluation.significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, compare
 from ..registry import METRICS
-from .correctness import CorrectnessCache, PredictionLoader
 from .markup import (MISSING, Layout, bold, count, difference, is_missing, layout, mean_pm_std, metric_label,
                      metric_list, number, p_value, parameter_count)
 from .published import paper_of, published_exprate
-from .runs import load_predictions, load_runs, scored_years, study_parent
+from .runs import CorrectnessCache, PredictionLoader, load_predictions, load_runs, scored_years, study_parent
 
 EXCLUDED_STATES = ("failed", "pruned")
 SEED_KEY = "train.seed"  # the seed axis of a study grid (hmer.studies.spec.SEED_KEY)

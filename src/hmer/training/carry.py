@@ -1,9 +1,6 @@
 """A run carried to another machine as one file: its MLflow record and the smallest checkpoint that
-continues it (docs/training.md, "One run across machines"; what it leaves out and what that changes).
-
-    pack_run(run_id, "carried.tar.gz")                     # where it trained: after an epoch
-    moved = unpack_run("carried.tar.gz", data_path=...)    # where it goes on: the run imported, its checkpoint in place
-    train(Config(), resume=moved.checkpoint)                # the same run continues (`hmer train --resume`)
+continues it (docs/training.md, "One run across machines"; what it leaves out and what that changes):
+`pack_run` where it trained, `unpack_run` where it goes on, then `hmer train --resume`.
 
 For machines lent for minutes (a GPU lease: 64 MiB in, 16 MiB files back). One gzipped tar (fp32 weights shrink
 by about a twelfth, 24.6 to 22.6 MiB for `comer-fusion`, in about 3 s): `carried.json` (first id, epoch, what was

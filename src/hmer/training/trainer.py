@@ -67,8 +67,12 @@ def train(cfg: Config, data: dict[str, list] | None = None, *, tracking_uri: str
         seed_everything(tc.seed + dist.rank)
         setup = build(cfg, data, device, dist)
         state = restore(ckpt, setup) if ckpt is not None else TrainState()
-        if branch is not None:
-            state = _take_over(setup, branch)
+        if branch is not None:  # a shorter wsd run's state where its decay began, for a new run at this schedule's rate
+            if not shares_stable_phase(branch["config"], cfg):
+                raise ValueError("the state to start from is another config's, not a shorter run of this one")
+            state = restore(branch, setup)
+            setup.schedule.refresh()
+            state.run_id = None
         if ckpt is not None and dist.is_main:  # before the run reopens: a refusal leaves it as it was
             _restore_best(setup, state, checkpoint_dir(run_dir, resume, state.run_id, tracking_uri) / "best.pt", resume)
         with deferred():  # a run is opened whole: tags, params and config together
@@ -166,16 +170,6 @@ def _writing(tracking_uri: str | None, run_dir: str | Path | None, resume) -> It
         yield
 
 
-def _take_over(setup: Setup, branch: dict) -> TrainState:
-    """A shorter wsd run's state where its decay began, put into `setup` for a new run, at this schedule's rate."""
-    if not shares_stable_phase(branch["config"], setup.cfg):
-        raise ValueError("the state to start from is another config's, not a shorter run of this one")
-    state = restore(branch, setup)
-    setup.schedule.refresh()
-    state.run_id = None
-    return state
-
-
 def _branch_history(run: RunLogger, start_from: Branch, state: TrainState, tracking_uri: str | None) -> None:
     """The shorter run's curve up to the branch, as this run's own epochs, and the tags that say so."""
     from ..tracking.store import mlflow_client
@@ -210,7 +204,10 @@ def _open_run(setup: Setup, state: TrainState, *, tracking_uri: str | None, expe
     """The run this process logs to: rank 0's new or resumed run, a NullRun on the other ranks."""
     if not setup.dist.is_main:
         return NullRun(state.run_id)
-    fingerprint = _code_fingerprint()
+    try:
+        fingerprint = code_fingerprint()
+    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:  # a run is never refused for it
+        fingerprint = f"unknown: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
     if state.run_id is not None:
         marks = (keys.WARM_RESTART,) * state.optimizer_restarted + (keys.BEST_RESET,) * state.best_reset
         resumed = TrainingRun.resume(state.run_id, tracking_uri=tracking_uri, from_epoch=state.epoch + 1,
@@ -233,14 +230,6 @@ def _open_run(setup: Setup, state: TrainState, *, tracking_uri: str | None, expe
     for split, exprs in (("train", setup.train_set), ("val", setup.val_set)):
         run.log_text("".join(f"{e.name}\n" for e in exprs), f"split/{split}.txt")
     return run
-
-
-def _code_fingerprint() -> str:
-    """The code's fingerprint, or "unknown: why": a run is never refused for want of it."""
-    try:
-        return code_fingerprint()
-    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
-        return f"unknown: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
 
 
 def _redraw(setup: Setup, epoch: int) -> Redraw | None:
