@@ -102,7 +102,6 @@ class Rule:
 
 
 def allowed_of(cls: type, name: str) -> Allowed:
-    """The `Allowed` declared for field `name` of dataclass `cls`."""
     found = next(f for f in fields(cls) if f.name == name)
     try:
         return found.metadata[ALLOWED]

@@ -133,12 +133,8 @@ def preset_layers(name: str, size: str | None = None) -> list[tuple[str, str, di
 
 def preset_config(name: str, size: str | None = None) -> ModelConfig:
     """The ModelConfig of preset `name`: the defaults, then its layers (`preset_layers`)."""
-    fields: dict[str, Any] = {}
-    for _, _, values in preset_layers(name, size):
-        fields.update(values)
-    cfg = dataclasses.replace(ModelConfig(), **fields)
-    cfg.validate()
-    return cfg
+    fields = {key: value for _, _, values in preset_layers(name, size) for key, value in values.items()}
+    return dataclasses.replace(ModelConfig(), **fields).validate()
 
 
 # ---- a config, layer by layer ----------------------------------------------------------------------

@@ -192,8 +192,7 @@ def _studies(budget: str, uri: str, claims: Sequence[Claim], first: bool) -> lis
             trained = set(grid_order(parent))
             comparisons = tuple((w, lo) for w, lo in comparisons if w in trained and lo in trained)
         runs = load_runs(uri, study=study)
-        good = runs[scored(runs)]
-        studies.append(_Study(claim, budget, study, comparisons, runs, good, study_progress(study, uri)))
+        studies.append(_Study(claim, budget, study, comparisons, runs, runs[scored(runs)], study_progress(study, uri)))
     return studies
 
 

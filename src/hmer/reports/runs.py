@@ -94,7 +94,6 @@ def typed_column(values: Iterable[Any]) -> pd.Series:
 # ---- the store --------------------------------------------------------------------------------
 
 def resolve_tracking_uri(tracking_uri: str | None = None) -> str:
-    """The given URI, else the project default."""
     return tracking_uri or default_tracking_uri()
 
 
@@ -261,7 +260,6 @@ def list_studies(tracking_uri: str | None = None) -> pd.DataFrame:
 
 
 def scored_years(runs: pd.DataFrame) -> list[str]:
-    """The test years the runs were scored on, in order."""
     return sorted({m.group("year") for c in runs.columns if (m := _YEAR_METRIC.match(str(c)))})
 
 
@@ -270,8 +268,6 @@ def scored_years(runs: pd.DataFrame) -> list[str]:
 def curve_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """The runs whose curves are worth drawing: not failed ones (a few points bend the mean) nor
     killed attempts trained again (`hmer.trained_again_in`: counted twice); pruned and running stay."""
-    if runs.empty:
-        return runs
     if "state" in runs.columns:
         runs = runs[runs["state"] != "failed"]
     again = f"tags.{keys.TRAINED_AGAIN_IN}"

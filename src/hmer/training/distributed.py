@@ -49,7 +49,6 @@ def init_distributed(device: torch.device) -> tuple[DistInfo, torch.device]:
 
 
 def wrap(module: torch.nn.Module, info: DistInfo, device: torch.device) -> torch.nn.Module:
-    """`module` as DistributedDataParallel when there are several processes, else as it is."""
     if not info.enabled:
         return module
     device_ids = [device.index] if device.type == "cuda" else None

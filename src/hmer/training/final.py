@@ -66,10 +66,7 @@ def final_evaluation(run: RunLogger, setup: Setup, result: TrainResult, best_pat
             res = evaluate_split(model, exprs, setup.vocab, **decode_options(
                 cfg, setup.device, setup.amp_dtype, beam=cfg.train.beam_size,
                 progress=f"{key} decoding" if progress else None))
-            if split in ("val", VAL_ALT):
-                result.validation_scores[split] = res.scores
-            else:
-                result.test_scores[split] = res.scores
+            (result.validation_scores if split in ("val", VAL_ALT) else result.test_scores)[split] = res.scores
             final.update(split_metrics(key, res, time.monotonic() - t0))
             final[f"{key}_decode_cpu_seconds"] = time.process_time() - cpu0
             write_predictions_csv(tmp_path / predictions_artifact(key), res.rows())

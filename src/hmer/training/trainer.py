@@ -175,9 +175,8 @@ def _branch_history(run: RunLogger, start_from: Branch, state: TrainState, track
     from ..tracking.store import mlflow_client
 
     client = mlflow_client(tracking_uri)
-    source = client.get_run(start_from.run_id)
     epochs: dict[int, dict[str, float]] = {}
-    for key in source.data.metrics:
+    for key in client.get_run(start_from.run_id).data.metrics:
         for metric in client.get_metric_history(start_from.run_id, key):
             if 0 < metric.step <= start_from.epoch:
                 epochs.setdefault(metric.step, {})[key] = metric.value
