@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -45,8 +45,7 @@ def restore(ckpt: dict[str, Any], setup: Setup) -> TrainState:
     set_rng_state(ckpt["rng"])
     if setup.ema is not None:
         setup.ema.load_state_dict(ckpt["ema"])
-    numbers = {f.name: type(f.default)(ckpt.get(f.name, f.default)) for f in fields(TrainState)
-               if type(f.default) in (int, float)}
+    numbers = {k: type(v)(ckpt.get(k, v)) for k, v in asdict(TrainState()).items() if type(v) in (int, float)}
     return TrainState(**numbers, run_id=ckpt.get("run_id"),
                       optimizer_restarted=bool(ckpt.get(OPTIMIZER_STATE_DROPPED, False)),
                       best_reset=bool(ckpt.get(BEST_RESET, False)))
