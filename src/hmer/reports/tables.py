@@ -107,7 +107,8 @@ def variant_table(runs: pd.DataFrame, baseline: str | Mapping[str, Any] | None =
     `metric` is what they and the tests are on (`le1` / `le2` tell apart models that read few
     formulas exactly); `order` the rows after the baseline."""
     years = [str(y) for y in years] if years is not None else scored_years(runs)
-    good, bad = runs[scored(runs, years)], runs[~scored(runs, years)]
+    counts = scored(runs, years)
+    good, bad = runs[counts], runs[~counts]
     # A named baseline is looked up among all runs: unscored yet (a study in progress), it stays
     # the baseline, with no seeds, and nothing is measured against another.
     base = resolve_baseline(runs if baseline is not None or good.empty else good, baseline) if not runs.empty else None
