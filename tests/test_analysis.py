@@ -13,9 +13,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hmer.reports.analysis import (ALL, NO_STRUCTURE, Edit, align, analyze, breakdown, compare_runs, confusions,
-                                   edit_count, expressions, format_breakdown, length_bucket, structures,
-                                   top_confusions)
+from hmer.evaluation.alignment import Edit, align, edit_count
+from hmer.reports.analysis import (ALL, NO_STRUCTURE, analyze, breakdown, compare_runs, confusions, expressions,
+                                   format_breakdown, length_bucket, structures, top_confusions)
 from hmer.reports.published import PAPER_OF_PRESET, format_published, _load, paper_of, published_exprate
 from hmer.reports.tables import MISSING, format_table, variant_table
 from study_store import STUDY_NAME, TEST_SPLITS, study_store

@@ -508,7 +508,7 @@ def test_attention_maps_of_a_model_with_and_without_coverage(store):
 @pytest.mark.slow
 def test_training_curves_are_drawn_against_cpu_time_when_every_run_logged_it(store):
     from hmer.reports import load_history, load_runs
-    from hmer.reports.curves import plot_training_curves
+    from hmer.reports.plots import plot_training_curves
 
     runs = load_runs(store.tracking_uri, study=store.study)
     history = load_history(runs, tracking_uri=store.tracking_uri)
@@ -528,7 +528,7 @@ def test_a_cpu_time_logged_only_at_the_end_is_spread_over_the_epochs():
     its curve spreads that total evenly over its epochs rather than use the wall-clock time of
     its steps, which counts every pause (a study's worker stopped for the tests) and every
     other job on the core. A run that logged it every epoch keeps its own figures beside it."""
-    from hmer.reports.curves import _with_time_axis
+    from hmer.reports.plots import _with_time_axis
 
     rows = [("r", "val_exprate", step, 1.0 * step, 0.0) for step in (1, 2, 3)]
     rows += [("r", "epoch_seconds", step, 60.0 * step, 0.0) for step in (1, 2, 3)]

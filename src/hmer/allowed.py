@@ -1,16 +1,9 @@
 """What a config field allows, declared beside the field, and the checks that hold values to it.
 
-Every field of `hmer.config` is declared with `allowed(default, ...)`, which says once what values
-it takes; `Config.validate` (run by every build and override) checks them all, then the cross-field
-`Rule`s of `hmer.config.RULES`. A field declared without it fails tests/test_bad_input.py. One line
-per field:
-
-    epochs: int = allowed(300, ge=1)                      # numbers: ge / gt / le / lt bounds
-    dropout: float = allowed(0.3, ge=0, lt=1)
-    direction: str = allowed("bi", one_of=DIRECTIONS)     # a tuple, a Registry or a function of ()
-    compile: bool = allowed(False)                        # bools and numbers: the type is the rule
-    path: str = allowed("", text="a dataset folder...")   # free text, described
-    device: str = allowed("auto", check=fn, says="...", bad_example="gpu")  # anything else
+Every field of `hmer.config` is declared with `allowed(default, ...)`, which says once what values it
+takes, in one line per field (docs/training.md, "What each config value allows"); `Config.validate` (run
+by every build and override) checks them all, then the cross-field `Rule`s of `hmer.config.RULES`. A
+field declared without it fails tests/test_bad_input.py.
 
 A value that is not allowed is a `ConfigError`: one line naming the key, the value and what the key
 takes. This module knows nothing of the config's sections; `hmer.config` is the schema.
@@ -109,7 +102,6 @@ class Rule:
 
 
 def allowed_of(cls: type, name: str) -> Allowed:
-    """The `Allowed` declared for field `name` of dataclass `cls`."""
     found = next(f for f in fields(cls) if f.name == name)
     try:
         return found.metadata[ALLOWED]
@@ -118,20 +110,16 @@ def allowed_of(cls: type, name: str) -> Allowed:
             from None
 
 
-def check_section(section: Any, prefix: str, rules: Iterable[Rule] = (), only: tuple[str, ...] | None = None) -> None:
+def check_section(section: Any, prefix: str, rules: Iterable[Rule] = ()) -> None:
     """Each field of `section` (a dataclass) is of its type and allowed; then the `rules` among its own
     keys ("prefix.field"). ConfigError at the first that is not."""
     hints = get_type_hints(type(section))
     for f in fields(section):
-        if only is not None and f.name not in only:
-            continue
-        key = f"{prefix}.{f.name}" if prefix else f.name
-        check_value(key, getattr(section, f.name), hints[f.name], allowed_of(type(section), f.name))
-    if prefix:
-        flat = {f"{prefix}.{f.name}": getattr(section, f.name) for f in fields(section)}
-        for rule in rules:
-            if all(k in flat for k in rule.keys):
-                rule.check(flat)
+        check_value(f"{prefix}.{f.name}", getattr(section, f.name), hints[f.name], allowed_of(type(section), f.name))
+    flat = {f"{prefix}.{f.name}": getattr(section, f.name) for f in fields(section)}
+    for rule in rules:
+        if all(k in flat for k in rule.keys):
+            rule.check(flat)
 
 
 def check_value(key: str, value: Any, typ: type, rule: Allowed) -> None:

@@ -34,7 +34,6 @@ def write_atomically(path: str | Path, write: Callable[[BinaryIO], object]) -> N
 
 
 def write_text_atomically(path: str | Path, text: str) -> None:
-    """Replace `path` with `text` (UTF-8) in one step (`write_atomically`)."""
     write_atomically(path, lambda f: f.write(text.encode("utf-8")))
 
 

@@ -89,7 +89,6 @@ def model_artifact(model: Any, cfg: Any, vocab: Any, epoch: int, val_exprate: fl
 
 def weights_artifact(state_dict: dict[str, Any], config: dict[str, Any], itos: list[str], epoch: int,
                      val_exprate: float) -> dict[str, Any]:
-    """`model_artifact` from plain values: a state_dict, a config dict and the vocabulary's tokens."""
     return {"format": 1, "model": state_dict, "config": config, "vocab": itos, "epoch": epoch,
             "val_exprate": val_exprate}
 

@@ -247,7 +247,6 @@ class DataConfig:
         return tuple(getattr(self, name) for name in self.LOADING_FIELDS)
 
 
-
 @dataclass
 class TrainConfig:
     """Optimisation, schedule, limits, decoding at evaluation, and bookkeeping."""
@@ -344,11 +343,8 @@ class Config:
     # ---- dotted-key access -------------------------------------------------------------
     def to_flat_dict(self) -> dict[str, Any]:
         """{"model.decoder": "transformer", ...}: the form MLflow params and Optuna use."""
-        flat: dict[str, Any] = {"name": self.name}
-        for section in ("model", "data", "train"):
-            for f in fields(getattr(self, section)):
-                flat[f"{section}.{f.name}"] = getattr(getattr(self, section), f.name)
-        return flat
+        return {"name": self.name, **{f"{section}.{f.name}": getattr(getattr(self, section), f.name)
+                                      for section, cls in SECTIONS.items() for f in fields(cls)}}
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -370,7 +366,7 @@ class Config:
         naming the key, the value and what is allowed) at the first value that is not. Returns self."""
         for section in ("model", "data", "train"):
             check_section(getattr(self, section), section, RULES)
-        check_section(self, "", only=("name",))
+        coerce("name", self.name, str, allowed_of(Config, "name"))  # a label, of its type
         flat = self.to_flat_dict()
         for rule in RULES:
             rule.check(flat)
@@ -383,13 +379,10 @@ class Config:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Config":
         """From nested sections; a key `d` lacks takes its default."""
-        cfg = cls()
         flat = {"name": d.get("name", "")}
-        for section in ("model", "data", "train"):
-            known = {f.name for f in fields(getattr(cfg, section))}
-            for k, v in (d.get(section) or {}).items():
-                if k in known:  # tolerate fields of older versions
-                    flat[f"{section}.{k}"] = v
+        for section, section_cls in SECTIONS.items():  # a key no field has (an older version's) is left out
+            known = {f.name for f in fields(section_cls)}
+            flat.update({f"{section}.{k}": v for k, v in (d.get(section) or {}).items() if k in known})
         return cls.from_flat_dict(flat)
 
     @classmethod

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+from contextlib import suppress
 
 import torch
 
@@ -48,11 +49,8 @@ def cpu_description() -> str:
     """The processor's model name (Linux's /proc/cpuinfo, else what `platform` knows of it) and the
     widest vector instructions torch's kernels use on it: "AMD EPYC, AVX2"."""
     model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
-    except OSError:
-        pass
+    with suppress(OSError), open("/proc/cpuinfo") as f:
+        model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
     return f"{model}, {torch.backends.cpu.get_cpu_capability()}"
 
 

@@ -10,25 +10,10 @@ lists them.
 tests/test_reference_fidelity.py); the project's alternatives are config values (`studies/ablate_encoder.py`).
 The CPU sizes pin the project's choices, so the tiny presets compute what they always have.
 
-A config is resolved in layers; the last layer that sets a key decides it. In order (`LAYERS`):
-
-    default   the ModelConfig / DataConfig / TrainConfig defaults (hmer.config)
-    family    what the model computes: the preset's family (FAMILIES)
-    size      how big: the preset's size, or the one a study budget names (SIZES)
-    preset    the preset itself: its name and direction (PRESETS)
-    recipe    how it trains: the preset's recipe, or the one a budget or --recipe names (hmer.recipes)
-    budget    a study budget's own keys: epochs, decoding, limits (hmer.studies.budgets)
-    study     the study spec's fixed keys, held equal in every cell (a sweep's seed too)
-    set       --set KEY=VALUE, and the options that stand for a key (--data, --device, --epochs)
-    stored    on resume: the study's stored base config wins (hmer.config.stored_config)
-    cell      the grid cell's axis values, what they bring (hmer.registry linked values), its seed
-
-A size or recipe named by a budget or --recipe replaces the preset's own (not applied underneath). This module
-resolves up to the recipe; `hmer.studies.resolution` the rest; `hmer config` prints each value's layer.
-
-    preset_with_recipe("comer-fusion")             # CoMER fusion, CoMER's recipe (SGD, scale augmentation)
-    resolve_preset("tiny-transformer", size="swept", recipe="swept").sources["model.d_model"]   # 'size swept'
-    preset_config("tiny-rnn")                      # its ModelConfig alone
+A config is resolved in layers (`LAYERS`: default, family, size, preset, recipe, budget, study, set, stored,
+cell; docs/training.md, "What a run trains with", says what each sets); the last layer that sets a key decides
+it. A size or recipe named by a budget or --recipe replaces the preset's own (not applied underneath). This
+module resolves up to the recipe; `hmer.studies.resolution` the rest; `hmer config` prints each value's layer.
 
 Plain values: a preset with its recipe needs neither the model nor the training code.
 """
@@ -129,39 +114,27 @@ PRESETS.update({
 })
 
 
-def family_fields(name: str) -> dict[str, Any]:
-    """The ModelConfig fields family `name` sets: what its decoder brings, then its own."""
-    fields, _ = FAMILIES[name]
-    brought = linked_overrides("model.decoder", fields["decoder"])
-    return {**{key.removeprefix("model."): value for key, value in brought.items()}, **fields}
-
-
-def size_fields(name: str) -> dict[str, Any]:
-    """The ModelConfig fields size `name` sets; a KeyError that lists the sizes when there is none."""
-    if name not in SIZES:
-        raise KeyError(f"unknown model size {name!r}; known: {', '.join(SIZES)}")
-    return dict(SIZES[name][0])
-
-
 def preset_layers(name: str, size: str | None = None) -> list[tuple[str, str, dict[str, Any]]]:
     """The model layers of preset `name`, in the order they apply: (layer, its name, ModelConfig
-    fields) for its family, its size (or `size`, a budget's) and the preset itself (its direction)."""
+    fields) for its family (what its decoder brings, then its own fields), its size (or `size`, a
+    budget's) and the preset itself (its direction)."""
     if name not in PRESETS:
-        raise KeyError(f"unknown model preset {name!r}; known: {', '.join(PRESETS)}")
+        raise KeyError(f"unknown model preset {name!r}; `hmer models` lists them: {', '.join(sorted(PRESETS))}")
     preset = PRESETS[name]
     size = size or preset.size
-    return [("family", preset.family, family_fields(preset.family)), ("size", size, size_fields(size)),
+    if size not in SIZES:
+        raise KeyError(f"unknown model size {size!r}; known: {', '.join(SIZES)}")
+    own, _ = FAMILIES[preset.family]
+    brought = linked_overrides("model.decoder", own["decoder"])
+    family = {**{key.removeprefix("model."): value for key, value in brought.items()}, **own}
+    return [("family", preset.family, family), ("size", size, dict(SIZES[size][0])),
             ("preset", name, {"direction": preset.direction})]
 
 
 def preset_config(name: str, size: str | None = None) -> ModelConfig:
     """The ModelConfig of preset `name`: the defaults, then its layers (`preset_layers`)."""
-    fields: dict[str, Any] = {}
-    for _, _, values in preset_layers(name, size):
-        fields.update(values)
-    cfg = dataclasses.replace(ModelConfig(), **fields)
-    cfg.validate()
-    return cfg
+    fields = {key: value for _, _, values in preset_layers(name, size) for key, value in values.items()}
+    return dataclasses.replace(ModelConfig(), **fields).validate()
 
 
 # ---- a config, layer by layer ----------------------------------------------------------------------
@@ -188,12 +161,8 @@ class Resolution:
     def take_stored(self, stored: Mapping[str, Any], name: str) -> "Resolution":
         """The `stored` layer: a study's stored base config (flat keys) wins over every layer below
         (`hmer.config.stored_config`). A key whose stored value is the one resolved keeps its layer."""
-        if LAYERS.index("stored") < LAYERS.index(self.last):
-            raise ValueError(f"the stored layer comes before the {self.last} layer (hmer.model_presets.LAYERS)")
-        resumed = stored_config(dict(stored), self.config)
-        before, after = self.config.to_flat_dict(), resumed.to_flat_dict()
-        changed = {key: f"stored {name}" for key in after if after[key] != before[key]}
-        return Resolution(resumed, {**self.sources, **changed}, "stored")
+        before, after = self.config.to_flat_dict(), stored_config(dict(stored), self.config).to_flat_dict()
+        return self.apply("stored", name, {key: value for key, value in after.items() if value != before[key]})
 
     def rows(self) -> list[tuple[str, Any, str]]:
         """(key, value, layer) for every key, in the config's order."""
@@ -203,8 +172,6 @@ class Resolution:
 def resolve_preset(name: str, *, size: str | None = None, recipe: str | None = None, named_by: str = "") -> Resolution:
     """Preset `name` resolved up to its recipe (or `size`, `recipe` instead of its own). `named_by` labels who
     named them ("budget cpu", "--recipe")."""
-    if name not in PRESETS:
-        raise KeyError(f"unknown preset {name!r}; `hmer models` lists them: {', '.join(sorted(PRESETS))}")
     resolution = Resolution()
     for layer, layer_name, fields in preset_layers(name, size):
         values = {f"model.{key}": value for key, value in fields.items()}

@@ -22,9 +22,7 @@ class Registry(Generic[T]):
     def __init__(self, key: str, home: str | None = None):
         self.key = key
         self.home = home
-        self._entries: dict[str, T] = {}
-        self._linked: dict[str, dict[str, Any]] = {}
-        self._descriptions: dict[str, str] = {}
+        self._entries: dict[str, tuple[T, dict[str, Any], str]] = {}  # name -> (choice, linked, description)
         self._home_imported = home is None
 
     # ---- registering ---------------------------------------------------------------------
@@ -38,10 +36,9 @@ class Registry(Generic[T]):
         """
         def add(target: T) -> T:
             if name in self._entries:
-                raise ValueError(f"{self.key}={name!r} is registered already (by {_origin(self._entries[name])})")
-            self._entries[name] = target
-            self._linked[name] = dict(linked or {})
-            self._descriptions[name] = description or _first_line(getattr(target, "__doc__", None))
+                raise ValueError(f"{self.key}={name!r} is registered already (by {_origin(self._entries[name][0])})")
+            self._entries[name] = (target, dict(linked or {}),
+                                   description or _first_line(getattr(target, "__doc__", None)))
             return target
 
         return add if obj is None else add(obj)
@@ -49,15 +46,14 @@ class Registry(Generic[T]):
     def unregister(self, name: str) -> None:
         """Forget `name` (tests that register a choice of their own clean up with this)."""
         self.get(name)
-        for table in (self._entries, self._linked, self._descriptions):
-            del table[name]
+        del self._entries[name]
 
     # ---- looking up ----------------------------------------------------------------------
     def get(self, name: str) -> T:
         entries = self._filled()
         if name not in entries:
             raise ValueError(f"{self.key}={name!r} is not one of {', '.join(entries)}")
-        return entries[name]
+        return entries[name][0]
 
     def names(self) -> tuple[str, ...]:
         """Every registered name, in registration order."""
@@ -66,11 +62,11 @@ class Registry(Generic[T]):
     def linked(self, name: str) -> dict[str, Any]:
         """The config overrides that come with choice `name` in a study (often none)."""
         self.get(name)
-        return dict(self._linked[name])
+        return dict(self._entries[name][1])
 
     def description(self, name: str) -> str:
         self.get(name)
-        return self._descriptions[name]
+        return self._entries[name][2]
 
     # A registry stands where a tuple of names stood (`choices=` of argparse, `in`, `join`).
     def __contains__(self, name: object) -> bool:
@@ -85,7 +81,7 @@ class Registry(Generic[T]):
     def __repr__(self) -> str:
         return f"Registry({self.key!r}: {', '.join(self._entries) or 'nothing yet'})"
 
-    def _filled(self) -> dict[str, T]:
+    def _filled(self) -> dict[str, tuple[T, dict[str, Any], str]]:
         if not self._home_imported:
             # Set first: the home package's own import may read this registry (and must not recurse).
             self._home_imported = True

@@ -17,6 +17,7 @@ from __future__ import annotations
 import signal
 import threading
 from contextlib import contextmanager
+from types import SimpleNamespace
 from typing import Iterator
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -42,15 +43,9 @@ class Stopped(KeyboardInterrupt):
         return f"stopped by {self.signal_name}" + (f" {self.detail}" if self.detail else "")
 
 
-class _State:
-    def __init__(self) -> None:
-        self.depth = 0  # nested stop_on_signals() blocks
-        self.deferring = 0  # nested deferred() blocks
-        self.pending: int | None = None
-        self.stopping = False
-
-
-_state = _State()
+# depth: nested stop_on_signals() blocks; deferring: nested deferred() blocks; pending: the signal a
+# deferred block holds back; stopping: a signal is being acted on
+_state = SimpleNamespace(depth=0, deferring=0, pending=None, stopping=False)
 
 
 def _handle(signum: int, frame) -> None:  # noqa: ARG001 - the signal module's signature

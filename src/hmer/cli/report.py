@@ -204,7 +204,7 @@ def code_notes(runs: pd.DataFrame, today: str) -> list[str]:
 def write_report(runs: pd.DataFrame, table: pd.DataFrame, out_dir: Path, *, name: str,
                  tracking_uri: str | None = None) -> list[Path]:
     """Write every file of the report (see the module docstring); returns their paths."""
-    from ..reports.curves import plot_training_curves
+    from ..reports.plots import plot_training_curves
     from ..reports.markup import metric_list
     from ..atomic import save_figure
     from ..reports.plots import plot_exprate

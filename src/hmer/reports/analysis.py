@@ -1,36 +1,41 @@
 """Error analysis of the predictions a run logs: where a model fails, and where one run beats another.
 
 The input is each run's `predictions/test_<year>.csv`; `hmer analyze RUN [RUN_B]` and `hmer report
---analysis` print these tables (docs/reports.md, "Error analysis").
+--analysis` print these tables (docs/reports.md, "Error analysis"). Expressions are bucketed by target
+length (truth tokens: 1-10, 11-20, 21-40, >40), which partitions a year, and by structure (`\\frac`,
+`^ or _`, `\\sqrt`: the truth holds that token; "none of these"), which does not:
+`x ^ { \\frac { 1 } { 2 } }` is under both `\\frac` and `^ or _`.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import pandas as pd
+from matplotlib.figure import Figure
 
-from ..evaluation.metrics import EDIT_KINDS, Edit, align, edit_count
+from ..evaluation.metrics import EDIT_KINDS, align, edit_count
 from ..registry import METRICS
-from .buckets import (ALL, AXES, LENGTH_BUCKETS, LENGTH_LABELS, NO_STRUCTURE, STRUCTURE_LABELS, STRUCTURE_TOKENS,
-                      length_bucket, structures)
 from .markup import MISSING, bold, difference, layout, metric_label, metric_list, number
 from ..tracking.store import mlflow_client
 from .runs import PredictionsNotFound, load_predictions
 
-__all__ = [
-    "ALL", "AXES", "DEFAULT_TOP", "EDIT_KINDS", "LENGTH_BUCKETS", "NO_STRUCTURE", "STRUCTURE_TOKENS",
-    "Analysis", "AnalysisError", "Edit", "align", "analyze", "breakdown", "compare_runs",
-    "confusions", "edit_count", "expressions", "format_breakdown", "format_comparison", "format_confusions",
-    "length_bucket", "prediction_years", "run_expressions", "run_label", "structures",
-    "top_confusions", "variant_analysis",
-]
-
+LENGTH_BUCKETS: tuple[tuple[str, float], ...] = (("1-10", 10), ("11-20", 20), ("21-40", 40), (">40", math.inf))
+STRUCTURE_TOKENS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("\\frac", frozenset({"\\frac"})),
+    ("^ or _", frozenset({"^", "_"})),
+    ("\\sqrt", frozenset({"\\sqrt"})),
+)
+NO_STRUCTURE = "none of these"
+ALL = "all"  # the bucket of every expression (axis "all")
+LENGTH_LABELS = [label for label, _ in LENGTH_BUCKETS]
+STRUCTURE_LABELS = [label for label, _ in STRUCTURE_TOKENS] + [NO_STRUCTURE]
 DEFAULT_TOP = 10
 _PREDICTIONS_FILE = re.compile(r"^test_(?P<year>[^/]+)\.csv$")
 
@@ -41,14 +46,22 @@ class AnalysisError(ValueError):
 
 # ---- expressions ------------------------------------------------------------------------------
 
+def length_bucket(n_tokens: int) -> str:
+    """The target-length bucket of `n_tokens` (an empty truth is 1-10)."""
+    return next(label for label, upper in LENGTH_BUCKETS if n_tokens <= upper)  # the last has no bound
+
+
+def structures(tokens: Iterable[str]) -> list[str]:
+    present = set(tokens)
+    found = [label for label, marks in STRUCTURE_TOKENS if present & marks]
+    return found or [NO_STRUCTURE]
+
+
 def expressions(predictions: pd.DataFrame, year: str, label: str, run_id: str = "") -> pd.DataFrame:
     """One row per expression of a `load_predictions` frame, truth and prediction as token lists."""
     truth = [str(t).split() for t in predictions["truth"]]
     pred = [str(p).split() for p in predictions["prediction"]]
-    if "distance" in predictions.columns:
-        distance = pd.to_numeric(predictions["distance"], errors="coerce").to_numpy(dtype=float)
-    else:
-        distance = np.full(len(truth), np.nan)
+    distance = pd.to_numeric(predictions.reindex(columns=["distance"])["distance"], errors="coerce").to_numpy(float)
     distance = [int(d) if not np.isnan(d) else edit_count(align(t, p)) for d, t, p in zip(distance, truth, pred)]
     return pd.DataFrame({
         "label": label, "run_id": run_id, "year": str(year), "name": predictions["name"].astype(str).to_numpy(),
@@ -65,8 +78,7 @@ def prediction_years(run_id: str, tracking_uri: str | None = None) -> list[str]:
         names = list_run_artifacts(mlflow_client(tracking_uri), run_id, "predictions")
     except Exception:  # noqa: BLE001 - an artifact store without that folder: no years
         return []
-    years = [m.group("year") for name in names if (m := _PREDICTIONS_FILE.match(name))]
-    return sorted(years)
+    return sorted(m.group("year") for name in names if (m := _PREDICTIONS_FILE.match(name)))
 
 
 def run_expressions(run_id: str, tracking_uri: str | None = None, label: str | None = None) -> pd.DataFrame:
@@ -115,13 +127,11 @@ def _buckets(group: pd.DataFrame) -> list[tuple[str, str, pd.DataFrame]]:
 
 def confusions(rows: pd.DataFrame) -> pd.DataFrame:
     """Every edit of every wrong expression, counted, most frequent first."""
-    counts: dict[tuple[str, str, str, str, str], int] = {}
     wrong = rows[rows["distance"] > 0]
-    for label, year, truth, pred in zip(wrong["label"], wrong["year"], wrong["truth"], wrong["prediction"]):
-        for edit in align(truth, pred):
-            if edit.kind != "match":
-                key = (label, year, edit.kind, edit.truth or "", edit.prediction or "")
-                counts[key] = counts.get(key, 0) + 1
+    counts = Counter((label, year, edit.kind, edit.truth or "", edit.prediction or "")
+                     for label, year, truth, pred in zip(wrong["label"], wrong["year"], wrong["truth"],
+                                                         wrong["prediction"])
+                     for edit in align(truth, pred) if edit.kind != "match")
     df = pd.DataFrame([(*k, v) for k, v in counts.items()],
                       columns=["label", "year", "kind", "truth", "prediction", "count"])
     return df.sort_values(["label", "kind", "count", "year", "truth", "prediction"],
@@ -136,13 +146,11 @@ def top_confusions(edits: pd.DataFrame, top: int = DEFAULT_TOP) -> pd.DataFrame:
                              aggfunc="sum", fill_value=0)
     wide.columns = [str(c) for c in wide.columns]
     wide.insert(0, "count", wide.sum(axis=1))
-    wide = wide.reset_index()
     kind_order = {k: i for i, k in enumerate(EDIT_KINDS)}
-    wide["_kind"] = wide["kind"].map(kind_order)
-    wide = wide.sort_values(["label", "_kind", "count", "truth", "prediction"],
-                            ascending=[True, True, False, True, True], kind="stable")
-    wide = wide.groupby(["label", "kind"], sort=False).head(top).drop(columns="_kind")
-    return wide.reset_index(drop=True)
+    wide = wide.reset_index().sort_values(["label", "kind", "count", "truth", "prediction"],
+                                          ascending=[True, True, False, True, True], kind="stable",
+                                          key=lambda col: col.map(kind_order) if col.name == "kind" else col)
+    return wide.groupby(["label", "kind"], sort=False).head(top).reset_index(drop=True)
 
 
 # ---- two runs --------------------------------------------------------------------------------------
@@ -151,6 +159,10 @@ def compare_runs(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> pd.DataFrame:
     """Per year and bucket, on the expressions both scored: ExpRate of A, B and B - A, the counts read
     right by both / only A / only B / neither, and the other token metrics. One run a side."""
     others = [m for m in token_metrics() if m != "exprate"]
+
+    def pct(mask: np.ndarray) -> float:
+        return 100.0 * float(mask.mean()) if mask.size else math.nan
+
     for side, rows in (("A", rows_a), ("B", rows_b)):
         if rows.duplicated(["year", "name"]).any():
             raise ValueError(f"compare_runs: side {side} has several rows per expression; give one run per side")
@@ -162,13 +174,8 @@ def compare_runs(rows_a: pd.DataFrame, rows_b: pd.DataFrame) -> pd.DataFrame:
         for axis, bucket, part in _buckets(pair[pair["year"] == year]):
             distance_a, distance_b = part["distance_a"].to_numpy(float), part["distance_b"].to_numpy(float)
             a_ok, b_ok = METRICS.get("exprate").read_right(distance_a), METRICS.get("exprate").read_right(distance_b)
-            n = len(part)
-
-            def pct(mask: np.ndarray) -> float:
-                return 100.0 * float(mask.mean()) if mask.size else math.nan
-
             out.append({
-                "year": year, "axis": axis, "bucket": bucket, "n": n,
+                "year": year, "axis": axis, "bucket": bucket, "n": len(part),
                 "a_exprate": pct(a_ok), "b_exprate": pct(b_ok), "delta": pct(b_ok) - pct(a_ok),
                 "both": int((a_ok & b_ok).sum()), "only_a": int((a_ok & ~b_ok).sum()),
                 "only_b": int((~a_ok & b_ok).sum()), "neither": int((~a_ok & ~b_ok).sum()),
@@ -206,19 +213,17 @@ class Analysis:
 
     def write(self, out_dir: str | Path, title: str) -> list[Path]:
         from ..atomic import save_figure
-        from .plots import plot_breakdown
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        written = [save_figure(plot_breakdown(self.breakdown, title), out / "analysis.png")]
-        (out / "analysis.md").write_text(f"# Error analysis: {title}\n\n{self.markdown()}\n"
-                                         "![ExpRate by target length and structure](analysis.png)\n")
-        self.breakdown.to_csv(out / "breakdown.csv", index=False)
-        self.confusions.to_csv(out / "confusions.csv", index=False)
-        written += [out / "analysis.md", out / "breakdown.csv", out / "confusions.csv"]
-        if self.comparison is not None:
-            self.comparison.to_csv(out / "comparison.csv", index=False)
-            written.append(out / "comparison.csv")
+        written = [save_figure(plot_breakdown(self.breakdown, title), out / "analysis.png"), out / "analysis.md"]
+        written[-1].write_text(f"# Error analysis: {title}\n\n{self.markdown()}\n"
+                               "![ExpRate by target length and structure](analysis.png)\n")
+        tables = {"breakdown": self.breakdown, "confusions": self.confusions, "comparison": self.comparison}
+        for name, table in tables.items():
+            if table is not None:
+                table.to_csv(out / f"{name}.csv", index=False)
+                written.append(out / f"{name}.csv")
         return written
 
 
@@ -239,7 +244,7 @@ def variant_analysis(runs: pd.DataFrame, tracking_uri: str | None = None,
     """The analysis per variant, seeds pooled; None when no run has predictions."""
     from .tables import scored
 
-    good = runs[scored(runs)] if not runs.empty else runs
+    good = runs[scored(runs)]
     frames = []
     variants = list(order) if order is not None else list(dict.fromkeys(good["variant"]))
     for variant in variants:
@@ -248,15 +253,43 @@ def variant_analysis(runs: pd.DataFrame, tracking_uri: str | None = None,
                 frames.append(run_expressions(run_id, tracking_uri, str(variant)))
             except AnalysisError:
                 continue
-    if not frames:
-        return None
-    return analyze(pd.concat(frames, ignore_index=True))
+    return analyze(pd.concat(frames, ignore_index=True)) if frames else None
 
 
 def _row_name(axis: str, bucket: str) -> str:
     if axis == "all":
         return "all"
     return f"{'length' if axis == 'length' else 'has'} {bucket}" if bucket != NO_STRUCTURE else bucket
+
+
+def plot_breakdown(table: pd.DataFrame, title: str | None = None) -> Figure:
+    """ExpRate of a `breakdown` frame: a row per axis, a column per year, a bar per label."""
+    import seaborn as sns
+
+    data = table[table["axis"].isin(["length", "structure"])].copy()
+    if data.empty:
+        raise ValueError("nothing to plot: the breakdown is empty")
+    years = list(dict.fromkeys(data["year"]))
+    axes_names = ["length", "structure"]
+    labels = list(dict.fromkeys(data["label"]))
+    fig = Figure(figsize=(4.2 * len(years), 6.4), layout="constrained")
+    grid = fig.subplots(len(axes_names), len(years), squeeze=False, sharey=True)
+    palette = dict(zip(labels, sns.color_palette("colorblind", len(labels))))
+    for r, axis in enumerate(axes_names):
+        order = LENGTH_LABELS if axis == "length" else STRUCTURE_LABELS
+        for c, year in enumerate(years):
+            ax = grid[r][c]
+            part = data[(data["axis"] == axis) & (data["year"] == year)]
+            sns.barplot(part, x="bucket", y="exprate", hue="label", order=order, hue_order=labels,
+                        palette=palette, ax=ax, legend=(r == 0 and c == len(years) - 1))
+            ax.set_title(f"{year}: by {'target length' if axis == 'length' else 'structure'}", fontsize=10)
+            ax.set_xlabel("tokens" if axis == "length" else "")
+            ax.set_ylabel("ExpRate (%)" if c == 0 else "")
+            ax.set_ylim(0, 100)
+            ax.tick_params(axis="x", labelsize=8)
+    if title:
+        fig.suptitle(title)
+    return fig
 
 
 def format_breakdown(table: pd.DataFrame, fmt: str = "markdown") -> str:

@@ -160,14 +160,9 @@ class _Study:
         return not self.good.empty and not self.progress
 
 
-def claims_table(
-    budgets: str | Sequence[str] = DEFAULT_BUDGETS,
-    tracking_uri: str | None = None,
-    *,
-    metric: str = "exprate",
-    claims: Sequence[Claim] = CLAIMS,
-    n_resamples: int = DEFAULT_RESAMPLES,
-) -> pd.DataFrame:
+def claims_table(budgets: str | Sequence[str] = DEFAULT_BUDGETS, tracking_uri: str | None = None, *,
+                 metric: str = "exprate", claims: Sequence[Claim] = CLAIMS,
+                 n_resamples: int = DEFAULT_RESAMPLES) -> pd.DataFrame:
     """One row per claim, budget, comparison and test year; `budgets` a name, "a,b" or a sequence.
     `attrs`: `metric` (the one shown), `token_metric`, `lacking`."""
     uri = resolve_tracking_uri(tracking_uri)
@@ -197,8 +192,7 @@ def _studies(budget: str, uri: str, claims: Sequence[Claim], first: bool) -> lis
             trained = set(grid_order(parent))
             comparisons = tuple((w, lo) for w, lo in comparisons if w in trained and lo in trained)
         runs = load_runs(uri, study=study)
-        good = runs[scored(runs)] if not runs.empty else runs
-        studies.append(_Study(claim, budget, study, comparisons, runs, good, study_progress(study, uri)))
+        studies.append(_Study(claim, budget, study, comparisons, runs, runs[scored(runs)], study_progress(study, uri)))
     return studies
 
 
@@ -213,29 +207,27 @@ def _carries(runs: pd.DataFrame, metric: str) -> bool:
 
 
 def _study_rows(s: _Study, uri: str, metric: str, token: str, n_resamples: int) -> list[dict[str, Any]]:
-    claim, budget, study = s.claim, s.budget, s.name
     if not s.answers:
         # a row per year the paper gives figures for (one, year empty, without any)
         figures = _figures()
-        paper_years = sorted(set(figures.loc[figures["claim"] == claim.name, "year"])) or [""]
-        return [_empty_row(claim, budget, study, winner, loser, y, metric, token, s.progress or NO_STUDY)
+        paper_years = sorted(set(figures.loc[figures["claim"] == s.claim.name, "year"])) or [""]
+        return [_empty_row(s, winner, loser, y, metric, token, s.progress or NO_STUDY)
                 for winner, loser in s.comparisons for y in paper_years]
     rows: list[dict[str, Any]] = []
     years = scored_years(s.runs)
     load = cache(lambda run_id, year: load_predictions(run_id, year, uri))  # each artifact once across comparisons
     for winner, loser in s.comparisons:
-        present = set(s.good["variant"])
-        absent = [v for v in (winner, loser) if v not in present]
+        absent = [v for v in (winner, loser) if v not in set(s.good["variant"])]
         if absent:
-            rows += [_empty_row(claim, budget, study, winner, loser, y, metric, token,
-                                f"no runs of {' and '.join(absent)}") for y in years]
+            word = f"no runs of {' and '.join(absent)}"
+            rows += [_empty_row(s, winner, loser, y, metric, token, word) for y in years]
             continue
         pair = s.runs[s.runs["variant"].isin([winner, loser])]
         table = variant_table(pair, baseline=loser, years=years, predictions=load, metric=metric,
-                              n_resamples=n_resamples, title=study)
+                              n_resamples=n_resamples, title=s.name)
         won, lost = table.loc[winner], table.loc[loser]
         for year in years:
-            row = _empty_row(claim, budget, study, winner, loser, year, metric, token, "")
+            row = _empty_row(s, winner, loser, year, metric, token, "")
             cells = {k: won.get(f"{year}_{k}") for k in ("delta", "delta_low", "delta_high", "p_bootstrap",
                                                            "p_sign_flip", "p_mcnemar")}
             row.update(cells)
@@ -260,16 +252,13 @@ def _study_rows(s: _Study, uri: str, metric: str, token: str, n_resamples: int) 
     return rows
 
 
-def _empty_row(claim: Claim, budget: str, study: str, winner: str, loser: str, year: str, metric: str, token: str,
-               word: str) -> dict[str, Any]:
+def _empty_row(s: _Study, winner: str, loser: str, year: str, metric: str, token: str, word: str) -> dict[str, Any]:
     """A row with the claim and the paper's figures, measuring nothing."""
-    row: dict[str, Any] = {c: math.nan for c in COLUMNS}
-    row.update({"claim": claim.name, "budget": budget, "study": study, "winner": winner, "loser": loser, "year": year,
-                "metric": metric,
-                "paper_winner": paper_figure(claim.name, winner, year, token) if year else math.nan,
-                "paper_loser": paper_figure(claim.name, loser, year, token) if year else math.nan, "verdict": word,
-                "verdict_mcnemar": word})
-    return row
+    name = s.claim.name
+    return {**dict.fromkeys(COLUMNS, math.nan), "claim": name, "budget": s.budget, "study": s.name, "winner": winner,
+            "loser": loser, "year": year, "metric": metric, "verdict": word, "verdict_mcnemar": word,
+            "paper_winner": paper_figure(name, winner, year, token) if year else math.nan,
+            "paper_loser": paper_figure(name, loser, year, token) if year else math.nan}
 
 
 # printed under a table on token edits: a paper's (lgeval) figure there is context, never a target

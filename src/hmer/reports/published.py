@@ -42,7 +42,7 @@ def published_exprate(model: str) -> dict[str, float]:
 
 def _model_fields_match(run: pd.Series, preset: str) -> bool:
     from ..model_presets import preset_with_recipe
-    from .params import parse_value
+    from .runs import parse_value
 
     expected = {f"params.model.{k}": v for k, v in vars(preset_with_recipe(preset).model).items()}
     for col, want in expected.items():

@@ -2,8 +2,11 @@
 
 `load_runs` gives `mlflow.search_runs`' columns plus `experiment`, `run_name`, `variant` (tag
 `hmer.variant`), `seed`, `trial` and `state` (tag `hmer.status`, else MLflow's status), params parsed
-back to their types. It searches with an `MlflowClient` bound to the store: `mlflow.search_runs`
-would change the process-wide tracking URI (and child processes').
+back to their types (a config key to its `Config` field's type, any other to an int, float or bool when
+it is one). It searches with an `MlflowClient` bound to the store: `mlflow.search_runs`
+would change the process-wide tracking URI (and child processes'). `CorrectnessCache` lines up which test
+expressions each run read right (same expressions, same order) for the paired tests of
+`hmer.evaluation.significance`.
 """
 
 from __future__ import annotations
@@ -13,14 +16,17 @@ import os
 import re
 import tempfile
 from contextlib import contextmanager
+from functools import lru_cache, reduce
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence, get_type_hints
 
+import numpy as np
 import pandas as pd
 
 from ..tracking import keys
 from ..tracking.store import default_tracking_uri, mlflow_client, search_all_runs, study_filter
-from .params import config_types, parse_value, typed_column
+from ..config import SECTIONS
+from ..registry import METRICS
 
 STUDY_ROLES = (keys.ROLE_STUDY, keys.ROLE_SUMMARY)  # a study's own runs, beside its trials
 EPOCH_METRICS = ("val_exprate", "val_loss", "train_loss", "lr", "images_per_second", "epoch_seconds",
@@ -37,10 +43,57 @@ class PredictionsNotFound(LookupError):
     """A run has no `predictions/test_{year}.csv` artifact."""
 
 
+# ---- params ---------------------------------------------------------------------------------------
+
+@lru_cache(maxsize=1)
+def config_types() -> dict[str, type]:
+    """{dotted config key: its Python type}, e.g. {"train.lr": float}."""
+    return {"name": str, **{f"{section}.{key}": typ for section, cls in SECTIONS.items()
+                            for key, typ in get_type_hints(cls).items()}}
+
+
+_BOOLS = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False, "off": False}
+# how a param string is read as a number: any as an int, else a float; an int also as "1e3"
+_CASTS: dict[Any, tuple] = {None: (int, float), int: (int, lambda text: int(float(text))), float: (float,)}
+
+
+def parse_value(text: Any, typ: type | None = None) -> Any:
+    """One param string as `typ` (inferred when None); unparseable stays a string: an old run may hold
+    a value a newer Config refuses, and a report must still load it."""
+    if text is None or (isinstance(text, float) and math.isnan(text)):
+        return None
+    if not isinstance(text, str) or typ is str:
+        return text
+    low = text.strip().lower()
+    if typ is bool or (typ is None and low in ("true", "false")):
+        return _BOOLS.get(low, text)
+    for cast in _CASTS.get(typ, ()):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return text
+
+
+def typed_column(values: Iterable[Any]) -> pd.Series:
+    """Parsed values with a fitting (nullable) dtype."""
+    series = pd.Series(list(values), dtype=object)
+    present = series.dropna()
+    if present.empty:
+        return series
+    kinds = {type(v) for v in present}
+    if kinds == {bool}:
+        return series.astype("boolean")
+    if kinds == {int}:
+        return series.astype("Int64")
+    if kinds <= {int, float}:
+        return series.astype("float64")
+    return series
+
+
 # ---- the store --------------------------------------------------------------------------------
 
 def resolve_tracking_uri(tracking_uri: str | None = None) -> str:
-    """The given URI, else the project default."""
     return tracking_uri or default_tracking_uri()
 
 
@@ -65,27 +118,21 @@ def runs_frame(runs: Sequence[Any], experiment_names: dict[str, str] | None = No
     rows: list[dict[str, Any]] = []
     for run in runs:
         info, data = run.info, run.data
-        row: dict[str, Any] = {
-            "run_id": info.run_id,
-            "experiment_id": info.experiment_id,
+        rows.append({
+            "run_id": info.run_id, "experiment_id": info.experiment_id,
             "experiment": (experiment_names or {}).get(info.experiment_id, info.experiment_id),
-            "run_name": info.run_name,
-            "status": info.status,
+            "run_name": info.run_name, "status": info.status,
             "start_time": pd.to_datetime(info.start_time, unit="ms", utc=True) if info.start_time else pd.NaT,
             "end_time": pd.to_datetime(info.end_time, unit="ms", utc=True) if info.end_time else pd.NaT,
-            "artifact_uri": info.artifact_uri,
-        }
-        row.update({f"metrics.{k}": float(v) for k, v in data.metrics.items()})
-        row.update({f"params.{k}": v for k, v in data.params.items()})
-        row.update({f"tags.{k}": v for k, v in data.tags.items()})
-        rows.append(row)
+            "artifact_uri": info.artifact_uri, **{f"metrics.{k}": float(v) for k, v in data.metrics.items()},
+            **{f"params.{k}": v for k, v in data.params.items()}, **{f"tags.{k}": v for k, v in data.tags.items()},
+        })
     df = pd.DataFrame(rows)
     if df.empty:
         return pd.DataFrame(columns=["run_id", "experiment_id", "experiment", "run_name", "status", "start_time",
                                      "end_time", "artifact_uri", "variant", "seed", "trial", "state"])
     for col in [c for c in df.columns if c.startswith("params.")]:
-        key = col[len("params."):]
-        df[col] = typed_column(parse_value(v, types.get(key)) for v in df[col])
+        df[col] = typed_column(parse_value(v, types.get(col.removeprefix("params."))) for v in df[col])
     df["variant"] = [_variant(r) for r in df.to_dict("records")]
     df["seed"] = typed_column(_seed(r) for r in df.to_dict("records"))
     df["variant"] = _distinct_standalone_runs(df)
@@ -125,14 +172,8 @@ def _seed(row: dict[str, Any]) -> int | None:
     return None
 
 
-def load_runs(
-    tracking_uri: str | None = None,
-    experiment: str | None = None,
-    study: str | None = None,
-    run_ids: Sequence[str] | None = None,
-    *,
-    include_parents: bool = False,
-) -> pd.DataFrame:
+def load_runs(tracking_uri: str | None = None, experiment: str | None = None, study: str | None = None,
+              run_ids: Sequence[str] | None = None, *, include_parents: bool = False) -> pd.DataFrame:
     """Runs of a study (tag `hmer.study`), an experiment (name or id), run ids (`NoRunsError` for an
     unknown one) or the whole store, oldest first; a study's parent and summary runs (`hmer.role`)
     only with `include_parents`."""
@@ -160,10 +201,8 @@ def load_runs(
 
 def study_parent(study: str, tracking_uri: str | None = None) -> pd.Series | None:
     """A study's parent run (tag `hmer.role=study`) as a `load_runs` row, or None."""
-    parents = load_runs(tracking_uri, study=study, include_parents=True)
-    if parents.empty or f"tags.{keys.ROLE}" not in parents.columns:
-        return None
-    parents = parents[parents[f"tags.{keys.ROLE}"] == keys.ROLE_STUDY]
+    runs = load_runs(tracking_uri, study=study, include_parents=True)
+    parents = runs[runs.get(f"tags.{keys.ROLE}", pd.Series("", index=runs.index)) == keys.ROLE_STUDY]
     return None if parents.empty else parents.iloc[0]
 
 
@@ -179,12 +218,11 @@ def study_budget(head: pd.Series) -> str | None:
 def study_progress(study: str, tracking_uri: str | None = None) -> str | None:
     """How far an unfinished study is: "in progress, 4 of 9 trials finished"; else None."""
     runs = load_runs(tracking_uri, study=study, include_parents=True)
-    if runs.empty or f"tags.{keys.ROLE}" not in runs.columns:
-        return None
-    parent = runs[runs[f"tags.{keys.ROLE}"] == keys.ROLE_STUDY]
+    role = runs.get(f"tags.{keys.ROLE}", pd.Series("", index=runs.index))
+    parent = runs[role == keys.ROLE_STUDY]
     if parent.empty or parent.iloc[0]["state"] == "finished":
         return None
-    trials = runs[~runs[f"tags.{keys.ROLE}"].isin(STUDY_ROLES)]
+    trials = runs[~role.isin(STUDY_ROLES)]
     try:
         of = f" of {int(parent.iloc[0].get('params.n_trials'))}"  # a grid's cells, the trials a sweep aims for
     except (TypeError, ValueError):
@@ -222,7 +260,6 @@ def list_studies(tracking_uri: str | None = None) -> pd.DataFrame:
 
 
 def scored_years(runs: pd.DataFrame) -> list[str]:
-    """The test years the runs were scored on, in order."""
     return sorted({m.group("year") for c in runs.columns if (m := _YEAR_METRIC.match(str(c)))})
 
 
@@ -231,19 +268,14 @@ def scored_years(runs: pd.DataFrame) -> list[str]:
 def curve_runs(runs: pd.DataFrame) -> pd.DataFrame:
     """The runs whose curves are worth drawing: not failed ones (a few points bend the mean) nor
     killed attempts trained again (`hmer.trained_again_in`: counted twice); pruned and running stay."""
-    if runs.empty:
-        return runs
     if "state" in runs.columns:
         runs = runs[runs["state"] != "failed"]
     again = f"tags.{keys.TRAINED_AGAIN_IN}"
     return runs[runs[again].isna()] if again in runs.columns else runs
 
 
-def load_history(
-    run_ids: Sequence[str] | pd.DataFrame,
-    metrics: Sequence[str] = EPOCH_METRICS,
-    tracking_uri: str | None = None,
-) -> pd.DataFrame:
+def load_history(run_ids: Sequence[str] | pd.DataFrame, metrics: Sequence[str] = EPOCH_METRICS,
+                 tracking_uri: str | None = None) -> pd.DataFrame:
     """One row per (run, metric, step) logged, `seconds` from the run's start; a `load_runs` frame's
     `variant` and `seed` are joined in."""
     runs = run_ids if isinstance(run_ids, pd.DataFrame) else None
@@ -269,14 +301,13 @@ def load_history(
 def _quiet_downloads() -> Iterator[None]:
     """No MLflow progress bar per file (a table fetches a CSV per run and year)."""
     key = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
-    if key in os.environ:  # the user's own choice
-        yield
-        return
-    os.environ[key] = "false"
+    mine = key not in os.environ  # else the user's own choice, kept
+    os.environ.setdefault(key, "false")
     try:
         yield
     finally:
-        os.environ.pop(key, None)
+        if mine:
+            os.environ.pop(key, None)
 
 
 def load_predictions(run_id: str, year: str | int, tracking_uri: str | None = None) -> pd.DataFrame:
@@ -299,3 +330,63 @@ def load_predictions(run_id: str, year: str | int, tracking_uri: str | None = No
     df["distance"] = pd.to_numeric(df["distance"], errors="coerce").astype("Int64")
     df["correct"] = (df["distance"] == 0).fillna(False).astype(bool)
     return df
+
+
+# (run_id, year) -> a frame with the columns name, correct and (for a metric other than exprate)
+# distance, e.g. a bound `load_predictions`
+PredictionLoader = Callable[[str, str], pd.DataFrame]
+
+
+class CorrectnessCache:
+    """Per-run correctness per year, each artifact fetched once; right is `metric`'s verdict."""
+
+    def __init__(self, loader: PredictionLoader | None, metric: str = "exprate"):
+        if metric not in METRICS:
+            raise ValueError(f"unknown metric {metric!r}; known: {', '.join(METRICS)}")
+        self.loader = loader
+        self.metric_name = metric
+        self.metric = METRICS.get(metric)
+        self.cache: dict[tuple[str, str], pd.Series | None] = {}
+        self.used = False  # whether any pair of runs was aligned: the table carries tests
+
+    def get(self, run_id: str, year: str) -> pd.Series | None:
+        """{expression name: read right} of one run and year; None without the artifact."""
+        if self.loader is None:
+            return None
+        key = (run_id, year)
+        if key not in self.cache:
+            try:
+                df = self.loader(run_id, year)
+                if self.metric_name == "exprate":
+                    right = pd.Series(df["correct"].to_numpy(bool), index=df["name"].astype(str))
+                else:
+                    # A metric judging the tokens (lgeval) gives NaN where it does not score: unpaired.
+                    distances = pd.to_numeric(df["distance"], errors="coerce").to_numpy(float)
+                    verdicts = self.metric.verdicts(distances) if getattr(self.metric, "judge", None) is None else \
+                        self.metric.verdicts(distances, [str(p).split() for p in df["prediction"]],
+                                             [str(t).split() for t in df["truth"]])
+                    right = pd.Series(verdicts, index=df["name"].astype(str)).dropna().astype(bool)
+                self.cache[key] = right
+            except PredictionsNotFound:
+                self.cache[key] = None
+        return self.cache[key]
+
+    def aligned(self, base_runs: pd.DataFrame, runs: pd.DataFrame, year: str):
+        """((baseline [seeds, n], seeds), (variant [seeds, n], seeds)) on the shared expressions, or None."""
+        sides = []
+        for frame in (base_runs, runs):
+            series, seeds = [], []
+            for i, (run_id, seed) in enumerate(zip(frame["run_id"], frame.get("seed", [None] * len(frame)))):
+                s = self.get(run_id, year)
+                if s is not None:
+                    series.append(s)
+                    seeds.append(int(seed) if seed is not None and not pd.isna(seed) else i)
+            if not series:
+                return None
+            sides.append((series, seeds))
+        names = reduce(pd.Index.intersection, (s.index for series, _ in sides for s in series)).sort_values()
+        if len(names) == 0:
+            return None
+        self.used = True
+        return tuple((np.stack([s[~s.index.duplicated()].reindex(names).to_numpy(bool) for s in series]), seeds)
+                     for series, seeds in sides)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from functools import partial
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -18,14 +19,10 @@ import pandas as pd
 from ..tracking import keys
 from ..evaluation.significance import DEFAULT_CONFIDENCE, DEFAULT_RESAMPLES, compare
 from ..registry import METRICS
-from .correctness import CorrectnessCache, PredictionLoader
 from .markup import (MISSING, Layout, bold, count, difference, is_missing, layout, mean_pm_std, metric_label,
                      metric_list, number, p_value, parameter_count)
 from .published import paper_of, published_exprate
-from .runs import load_predictions, load_runs, scored_years, study_parent
-
-__all__ = ["MISSING", "format_table", "grid_order", "resolve_baseline", "scored",
-           "scores_long", "study_table", "variant_order", "variant_table"]
+from .runs import CorrectnessCache, PredictionLoader, load_predictions, load_runs, scored_years, study_parent
 
 EXCLUDED_STATES = ("failed", "pruned")
 SEED_KEY = "train.seed"  # the seed axis of a study grid (hmer.studies.spec.SEED_KEY)
@@ -37,22 +34,17 @@ CELL_TAG = f"tags.{keys.CELL}"
 
 def scored(runs: pd.DataFrame, years: Sequence[str] | None = None) -> pd.Series:
     """True for the runs scored on a test year, and not failed or pruned."""
-    years = list(years) if years is not None else scored_years(runs)
-    has_scores = pd.Series(False, index=runs.index)
-    for year in years:
-        col = f"metrics.test_{year}_exprate"
-        if col in runs.columns:
-            has_scores |= runs[col].notna()
+    columns = [f"metrics.test_{year}_exprate" for year in (scored_years(runs) if years is None else years)]
+    has_scores = runs.reindex(columns=columns).notna().any(axis=1)
     state = runs["state"] if "state" in runs.columns else pd.Series("", index=runs.index)
     return has_scores & ~state.isin(EXCLUDED_STATES)
 
 
 def variant_order(runs: pd.DataFrame, baseline: str | None = None, preferred: Sequence[str] | None = None) -> list[str]:
     """The variants, the baseline first, then `preferred` (e.g. grid order), then as they first ran."""
-    keys = runs.assign(_trial=runs["trial"] if "trial" in runs.columns else np.nan,
-                       _start=runs["start_time"] if "start_time" in runs.columns else pd.NaT)
-    keys["_trial"] = pd.to_numeric(keys["_trial"], errors="coerce")
-    firsts = keys.groupby("variant", sort=False).agg(trial=("_trial", "min"), start=("_start", "min"))
+    firsts = (runs.assign(_trial=pd.to_numeric(runs.get("trial", np.nan), errors="coerce"),
+                          _start=runs.get("start_time", pd.NaT))
+              .groupby("variant", sort=False).agg(trial=("_trial", "min"), start=("_start", "min")))
     order = list(firsts.sort_values(["trial", "start"], na_position="last", kind="stable").index)
     if preferred:
         order = [v for v in preferred if v in order] + [v for v in order if v not in set(preferred)]
@@ -106,23 +98,16 @@ def _baseline_candidates(baseline: str | Mapping[str, Any]) -> list[str]:
 
 # ---- the table ------------------------------------------------------------------------------------
 
-def variant_table(
-    runs: pd.DataFrame,
-    baseline: str | Mapping[str, Any] | None = None,
-    *,
-    years: Sequence[str] | None = None,
-    predictions: PredictionLoader | None = None,
-    metric: str = "exprate",
-    order: Sequence[str] | None = None,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    title: str = "",
-) -> pd.DataFrame:
+def variant_table(runs: pd.DataFrame, baseline: str | Mapping[str, Any] | None = None, *,
+                  years: Sequence[str] | None = None, predictions: PredictionLoader | None = None,
+                  metric: str = "exprate", order: Sequence[str] | None = None, n_resamples: int = DEFAULT_RESAMPLES,
+                  title: str = "") -> pd.DataFrame:
     """One row per variant of a `load_runs` frame (columns: docs/reports.md). Without
     `predictions` (a bound `load_predictions`) the differences come from the metrics, untested;
     `metric` is what they and the tests are on (`le1` / `le2` tell apart models that read few
     formulas exactly); `order` the rows after the baseline."""
     years = [str(y) for y in years] if years is not None else scored_years(runs)
-    counts = scored(runs, years) if not runs.empty else pd.Series(False, index=runs.index)
+    counts = scored(runs, years)
     good, bad = runs[counts], runs[~counts]
     # A named baseline is looked up among all runs: unscored yet (a study in progress), it stays
     # the baseline, with no seeds, and nothing is measured against another.
@@ -143,11 +128,9 @@ def variant_table(
         rows.append(row)
     df = pd.DataFrame(rows, columns=_columns(years)).set_index("variant")
     excluded = bad["state"].value_counts() if "state" in bad.columns else pd.Series(dtype=int)
-    df.attrs.update({
-        "title": title, "baseline": base, "years": list(years),
-        "excluded": {str(k): int(v) for k, v in excluded.items()},
-        "n_resamples": n_resamples, "tested": correctness.used, "metric": metric,
-    })
+    df.attrs.update({"title": title, "baseline": base, "years": list(years), "metric": metric,
+                     "excluded": {str(k): int(v) for k, v in excluded.items()}, "n_resamples": n_resamples,
+                     "tested": correctness.used})
     return df
 
 
@@ -172,8 +155,7 @@ def _mean_std(values: pd.Series) -> tuple[float, float]:
 
 
 def _metric(runs: pd.DataFrame, name: str) -> pd.Series:
-    col = f"metrics.{name}"
-    return runs[col] if col in runs.columns else pd.Series(dtype=float)
+    return runs.get(f"metrics.{name}", pd.Series(dtype=float))
 
 
 # the differences and paired tests per year, columns `Y_<cell>` (docs/reports.md)
@@ -232,23 +214,13 @@ def _validation_cells(mine: pd.DataFrame) -> dict[str, Any]:
     cells = _score_cells(mine, "val", "val_final")
     # the same writers in the other rendering style (`data.val_alt`, issue 26)
     cells["val_alt_exprate_mean"], cells["val_alt_exprate_std"] = _mean_std(_metric(mine, "val-alt_final_exprate"))
-    best = _metric(mine, "best_val_exprate")
-    if "metrics.val_exprate" in mine.columns and not best.empty:
-        best = best.where(mine["metrics.val_exprate"].notna())
-    else:
-        best = pd.Series(dtype=float)
+    best = _metric(mine, "best_val_exprate").where(_metric(mine, "val_exprate").notna())
     cells["best_val_exprate_mean"], cells["best_val_exprate_std"] = _mean_std(best)
     return cells
 
 
-def study_table(
-    study_name: str,
-    tracking_uri: str | None = None,
-    *,
-    runs: pd.DataFrame | None = None,
-    metric: str = "exprate",
-    n_resamples: int = DEFAULT_RESAMPLES,
-) -> pd.DataFrame:
+def study_table(study_name: str, tracking_uri: str | None = None, *, runs: pd.DataFrame | None = None,
+                metric: str = "exprate", n_resamples: int = DEFAULT_RESAMPLES) -> pd.DataFrame:
     """A study's `variant_table`; the baseline is the parent run's param, else `resolve_baseline`'s. No
     runs give an empty table, so a study script can always end with it."""
     runs = load_runs(tracking_uri, study=study_name) if runs is None else runs
@@ -261,12 +233,8 @@ def study_table(
             resolve_baseline(runs, baseline)
         except ValueError:
             baseline = None  # the parent names a cell no run has (e.g. all failed): fall back
-
-    def loader(run_id: str, year: str) -> pd.DataFrame:
-        return load_predictions(run_id, year, tracking_uri)
-
-    return variant_table(runs, baseline, predictions=loader, metric=metric, order=grid_order(parent),
-                         n_resamples=n_resamples, title=study_name)
+    return variant_table(runs, baseline, predictions=partial(load_predictions, tracking_uri=tracking_uri),
+                         metric=metric, order=grid_order(parent), n_resamples=n_resamples, title=study_name)
 
 
 def grid_order(parent: pd.Series | None) -> list[str]:
@@ -288,7 +256,7 @@ def scores_long(runs: pd.DataFrame, years: Sequence[str] | None = None,
     """One row per (scored run, year, metric), the tidy form seaborn plots; `metrics` default: all."""
     metrics = tuple(metrics) if metrics is not None else METRICS.names()
     years = list(years) if years is not None else scored_years(runs)
-    good = runs[scored(runs, years)] if not runs.empty else runs
+    good = runs[scored(runs, years)]
     rows = []
     for _, run in good.iterrows():
         for year in years:

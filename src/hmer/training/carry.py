@@ -1,9 +1,6 @@
 """A run carried to another machine as one file: its MLflow record and the smallest checkpoint that
-continues it (docs/training.md, "One run across machines"; what it leaves out and what that changes).
-
-    pack_run(run_id, "carried.tar.gz")                     # where it trained: after an epoch
-    moved = unpack_run("carried.tar.gz", data_path=...)    # where it goes on: the run imported, its checkpoint in place
-    train(Config(), resume=moved.checkpoint)                # the same run continues (`hmer train --resume`)
+continues it (docs/training.md, "One run across machines"; what it leaves out and what that changes):
+`pack_run` where it trained, `unpack_run` where it goes on, then `hmer train --resume`.
 
 For machines lent for minutes (a GPU lease: 64 MiB in, 16 MiB files back). One gzipped tar (fp32 weights shrink
 by about a twelfth, 24.6 to 22.6 MiB for `comer-fusion`, in about 3 s): `carried.json` (first id, epoch, what was
@@ -23,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+from ..atomic import write_atomically
 from ..checkpoint import atomic_torch_save, load_checkpoint, weights_artifact
 from ..data import Vocab
 from ..tracking.store import checkpoint_root, mlflow_client, quiet_mlflow
@@ -75,16 +73,15 @@ def pack_run(run_id: str, out_file: str | os.PathLike[str], *, tracking_uri: str
         folder = Path(tmp)
         export_runs(folder / RUN_EXPORT, tracking_uri=tracking_uri, run_ids=[run_id], max_artifact_mb=MAX_ARTIFACT_MB)
         torch.save(ckpt, folder / CHECKPOINT)
-        (folder / MANIFEST).write_text(json.dumps({"format": FORMAT, **_fields(carried)}, indent=1))
-        partial = out.with_name(out.name + ".tmp")
-        try:
-            with tarfile.open(partial, "w:gz", compresslevel=6) as tar:
+        fields = {k: v for k, v in vars(carried).items() if k != "checkpoint"}
+        (folder / MANIFEST).write_text(json.dumps({"format": FORMAT, **fields}, indent=1))
+
+        def pack(f) -> None:
+            with tarfile.open(fileobj=f, mode="w:gz", compresslevel=6) as tar:
                 for name in (MANIFEST, RUN_EXPORT, CHECKPOINT):
                     tar.add(folder / name, arcname=name)
-        except BaseException:
-            partial.unlink(missing_ok=True)
-            raise
-        os.replace(partial, out)
+
+        write_atomically(out, pack)
     return carried
 
 
@@ -158,7 +155,3 @@ def _extract(path: str | os.PathLike[str], folder: Path) -> tuple[Carried, dict]
     except TypeError as exc:
         raise ValueError(f"{path}: {MANIFEST} does not describe a carried run ({exc})") from None
     return carried, load_checkpoint(folder / CHECKPOINT)
-
-
-def _fields(carried: Carried) -> dict:
-    return {k: v for k, v in carried.__dict__.items() if k != "checkpoint"}

@@ -16,22 +16,20 @@ import numpy as np
 import torch
 
 from ..config import Config
-from ..data import Expression, Vocab, make_batches
+from ..data import Expression, RenderConfig, Vocab, make_batches, open_source
+from ..data.augment import AugmentConfig, load_strokes
 from ..data.batching import PadLadder
+from ..model import build_model
+from .loader import Redraw, train_batches
+from .optim import build_optimizer
+from .setup import prepare_model
+from .step import LossModule, train_step
 
 
 def train_seconds_per_image(cfg: Config, exprs: Sequence[Expression], n_batches: int = 8, seed: int = 0) -> float:
     """CPU seconds (all threads) per training image of `cfg`'s step on a sample of its batches, after one
     untimed step. Batch preparation counts (redrawing every image costs as much as the step itself). A fresh
     model; the torch RNG state is restored, so the training that follows is unchanged."""
-    from ..data import RenderConfig, open_source
-    from ..data.augment import AugmentConfig, load_strokes
-    from ..model import build_model
-    from .loader import Redraw, train_batches
-    from .optim import build_optimizer
-    from .setup import prepare_model
-    from .step import LossModule, train_step
-
     batches = make_batches(list(exprs), cfg.data.batch_pixels, cfg.data.max_batch_size, shuffle=True, seed=seed)
     sample = batches[: n_batches + 1]
     redraw = None

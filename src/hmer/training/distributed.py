@@ -43,16 +43,12 @@ def init_distributed(device: torch.device) -> tuple[DistInfo, torch.device]:
     if device.type == "cuda":
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-        backend = "nccl"
-    else:
-        backend = "gloo"
     if not dist.is_initialized():
-        dist.init_process_group(backend=backend)
+        dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo")
     return DistInfo(rank=rank, world_size=world_size, local_rank=local_rank), device
 
 
 def wrap(module: torch.nn.Module, info: DistInfo, device: torch.device) -> torch.nn.Module:
-    """`module` as DistributedDataParallel when there are several processes, else as it is."""
     if not info.enabled:
         return module
     device_ids = [device.index] if device.type == "cuda" else None

@@ -21,8 +21,7 @@ class WeightAverage:
         self.decay = decay
         self.updates = 0
         self.names = [name for name, p in model.named_parameters() if p.dtype.is_floating_point]
-        params = dict(model.named_parameters())
-        self.average = [params[name].detach().clone() for name in self.names]
+        self.average = [p.clone() for p in self._params(model)]
 
     def _params(self, model: torch.nn.Module) -> list[torch.Tensor]:
         params = dict(model.named_parameters())

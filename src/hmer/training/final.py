@@ -1,22 +1,42 @@
 """The end of a run: the best-on-validation weights decoded on every test year, and what is logged (its metrics
 and artifacts: docs/architecture.md, "MLflow records"; `model/model.safetensors` is what `hmer evaluate RUN` and
-`hmer predict RUN` fetch).
+`hmer predict RUN` fetch). `TrainResult` is what `train(cfg)` returns, which the final scoring fills in and the
+studies record on their trials.
 """
 
 from __future__ import annotations
 
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..checkpoint import MODEL_FILE, load_checkpoint, save_model_file
 from ..data.augment import VAL_ALT
 from ..evaluation.evaluate import decode_options, evaluate_split
+from ..evaluation.metrics import Scores
 from ..tracking import keys
 from ..tracking.artifacts import PREDICTIONS, SPLIT, log_attention_maps, predictions_artifact, write_predictions_csv
 from ..tracking.run import RunLogger, split_metrics
-from .result import TrainResult
 from .setup import Setup
+
+
+@dataclass
+class TrainResult:
+    run_id: str
+    best_val_exprate: float
+    best_epoch: int
+    epochs: int
+    stopped_by: str  # "epochs" | "budget" | "target" (stop_at_val_exprate reached) | "paused"
+    test_scores: dict[str, Scores] = field(default_factory=dict)
+    # validation decoded as the test years are at the end ("val", and "val-alt" with data.val_alt)
+    validation_scores: dict[str, Scores] = field(default_factory=dict)
+    checkpoint: Path | None = None
+    num_params: int = 0
+    train_seconds: float = 0.0  # wall clock of the whole loop, validation included
+    train_cpu_seconds: float = 0.0  # CPU time of the same, the process's threads summed
+    step_seconds: float = 0.0  # time in training steps only (what images per second divides by)
+    images_trained: int = 0  # images seen by training steps, all ranks and epochs
 
 
 def final_evaluation(run: RunLogger, setup: Setup, result: TrainResult, best_path: Path, progress: bool) -> None:
@@ -46,10 +66,7 @@ def final_evaluation(run: RunLogger, setup: Setup, result: TrainResult, best_pat
             res = evaluate_split(model, exprs, setup.vocab, **decode_options(
                 cfg, setup.device, setup.amp_dtype, beam=cfg.train.beam_size,
                 progress=f"{key} decoding" if progress else None))
-            if split in ("val", VAL_ALT):
-                result.validation_scores[split] = res.scores
-            else:
-                result.test_scores[split] = res.scores
+            (result.validation_scores if split in ("val", VAL_ALT) else result.test_scores)[split] = res.scores
             final.update(split_metrics(key, res, time.monotonic() - t0))
             final[f"{key}_decode_cpu_seconds"] = time.process_time() - cpu0
             write_predictions_csv(tmp_path / predictions_artifact(key), res.rows())

@@ -1,9 +1,6 @@
 """A fingerprint of what the training code computes: equal fingerprints, the same numbers
 (docs/studies.md, "The training-code fingerprint": what it trains and why the commit cannot say it).
 
-    fingerprint = code_fingerprint()            # this checkout's code, cached by its source (seconds once)
-    fingerprint_of_source("/tmp/wt/src")        # another commit's code, in a worktree of it
-
 The training (`fingerprint_training.py`, run against any commit's `src/`) runs in a child process with the
 portable kernels, so one code has one fingerprint on every x86-64 machine with the same torch (the fast kernels'
 roundings differ between CPUs). The torch version and architecture are hashed too. Runs record it as the tag
@@ -22,6 +19,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..atomic import write_text_atomically
+
 # The kernels that give the same roundings on every x86-64 CPU (see the module docstring).
 PORTABLE_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE", "ONEDNN_MAX_CPU_ISA": "SSE41",
                     "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -37,17 +36,16 @@ NOT_INHERITED = frozenset({
 TRAINING_SCRIPT = Path(__file__).with_name("fingerprint_training.py")
 
 
-def digest(measured: dict) -> str:
-    """The fingerprint of a measurement: the hash of everything in it, as `TAG_LENGTH` hex digits."""
-    return hashlib.sha256(json.dumps(measured, sort_keys=True).encode()).hexdigest()[:TAG_LENGTH]
-
-
 def fingerprint_of_source(src: str | os.PathLike[str], timeout: float = 900) -> tuple[str, dict]:
     """(fingerprint, measurement) of the `hmer` package under `src`; cached by `source_key`."""
     import torch
 
+    from ..data.source import repo_root
+
     src = Path(src).resolve()
-    cached = _cache_folder() / f"{source_key(src)}-{torch.__version__}-{platform.machine()}.json"
+    root = repo_root()  # .cache/fingerprints/ in the checkout, else ~/.cache/hmer/; $HMER_CACHE may be anywhere
+    cached = ((root / ".cache" if root else Path.home() / ".cache" / "hmer") / "fingerprints"
+              / f"{source_key(src)}-{torch.__version__}-{platform.machine()}.json")
     if cached.is_file():
         try:
             entry = json.loads(cached.read_text())
@@ -65,11 +63,9 @@ def fingerprint_of_source(src: str | os.PathLike[str], timeout: float = 900) -> 
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise RuntimeError(f"the fingerprint of the code in {src} failed: {last}")
     measured = json.loads(done.stdout.strip().splitlines()[-1])
-    value = digest(measured)
+    value = hashlib.sha256(json.dumps(measured, sort_keys=True).encode()).hexdigest()[:TAG_LENGTH]  # all of it
     cached.parent.mkdir(parents=True, exist_ok=True)
-    partial = cached.with_name(cached.name + f".{os.getpid()}.tmp")
-    partial.write_text(json.dumps({"fingerprint": value, "measured": measured}, sort_keys=True))
-    os.replace(partial, cached)
+    write_text_atomically(cached, json.dumps({"fingerprint": value, "measured": measured}, sort_keys=True))
     return value, measured
 
 
@@ -80,14 +76,6 @@ def source_key(src: Path) -> str:
         h.update(path.relative_to(src).as_posix().encode())
         h.update(path.read_bytes())
     return h.hexdigest()[:32]
-
-
-def _cache_folder() -> Path:
-    """`.cache/fingerprints/` of the checkout (else `~/.cache/hmer/`), not `$HMER_CACHE`, which may be anywhere."""
-    from ..data.source import repo_root
-
-    root = repo_root()
-    return (root / ".cache" if root else Path.home() / ".cache" / "hmer") / "fingerprints"
 
 
 @functools.lru_cache(maxsize=1)

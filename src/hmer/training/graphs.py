@@ -90,16 +90,14 @@ class GraphedStep:
         for p in self.model.parameters():
             if p.requires_grad and p.grad is None:
                 p.grad = torch.zeros_like(p)
-        static = self.statics.get(key)
-        first = static is None
+        first = key not in self.statics
         if first:
-            static = self.statics[key] = _Static(
+            self.statics[key] = _Static(
                 torch.empty_like(images), torch.empty_like(mask), torch.empty_like(tgt_in), torch.empty_like(tgt_out))
-        assert static is not None  # made just above where it was missing
-        static.images.copy_(images)
-        static.image_mask.copy_(mask)
-        static.tgt_in.copy_(tgt_in)
-        static.tgt_out.copy_(tgt_out)
+        static = self.statics[key]
+        for target, source in zip((static.images, static.image_mask, static.tgt_in, static.tgt_out),
+                                  (images, mask, tgt_in, tgt_out)):
+            target.copy_(source)
         if static.graph is not None:
             static.graph.replay()
             assert static.loss is not None  # the capture recorded it

@@ -30,7 +30,6 @@ from typing import Iterable, Sequence
 import torch
 
 from ..model import HMERModel
-
 from ..config import Config
 from ..device import size_cudnn_plan_cache
 from ..data import Expression, make_batches
@@ -78,26 +77,18 @@ def prepare(setup) -> dict[str, float]:
         return {}
     shapes = training_shapes(cfg, setup.train_set)
     done: dict[str, float] = {"ladder_shapes": float(len(shapes))}
-    if setup.device.type == "cuda":
-        plans = cache_plans(setup.model, len(shapes), len(evaluation_shapes(cfg, setup)))
-        limit, _ = size_cudnn_plan_cache(plans)
+    if setup.device.type == "cuda":  # and the shapes of validation and the test years (forward only)
+        data, evaluated = cfg.data, set[tuple[int, int, int]]()
+        for exprs in (setup.data.get(split) or [] for split in ("val", *setup.test_years)):
+            batches = make_batches(exprs, data.eval_batch_pixels, data.eval_max_batch_size, shuffle=False,
+                                   max_image_pixels=data.max_image_pixels)
+            evaluated |= set(padded_shapes(exprs, batches, data.max_image_pixels, PadLadder.from_data_config(data)))
+        limit, _ = size_cudnn_plan_cache(cache_plans(setup.model, len(shapes), len(evaluated)))
         done["cudnn_plan_cache"] = float(limit)
     if cfg.train.plan_shapes:
         n, seconds = plan(setup.model, shapes, setup.device, setup.amp_dtype, cfg.train.channels_last)
         done.update(planned_shapes=float(n), plan_seconds=seconds)
     return done
-
-
-def evaluation_shapes(cfg: Config, setup) -> set[tuple[int, int, int]]:
-    """The batch shapes of validation and the test years under the ladder (forward only)."""
-    data, ladder = cfg.data, PadLadder.from_data_config(cfg.data)
-    shapes: set[tuple[int, int, int]] = set()
-    for split in ("val", *setup.test_years):
-        exprs = setup.data.get(split) or []
-        batches = make_batches(exprs, data.eval_batch_pixels, data.eval_max_batch_size, shuffle=False,
-                               max_image_pixels=data.max_image_pixels)
-        shapes |= set(padded_shapes(exprs, batches, data.max_image_pixels, ladder))
-    return shapes
 
 
 def plan(model: HMERModel, shapes: Iterable[tuple[int, int, int]], device: torch.device,

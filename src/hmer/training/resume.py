@@ -2,7 +2,7 @@
 
 An epoch's batches and augmentation are drawn from (seed, epoch), so with weights, optimiser, schedule, RNGs and
 `TrainState` restored, a resumed run takes the same steps. Without the optimiser's state
-(`without_optimizer_state`) it is a warm restart, tagged `hmer.warm_restart` (cost: docs/benchmarks.md section 5).
+(`standalone_continuation`) it is a warm restart, tagged `hmer.warm_restart` (cost: docs/benchmarks.md section 5).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -45,12 +45,8 @@ def restore(ckpt: dict[str, Any], setup: Setup) -> TrainState:
     set_rng_state(ckpt["rng"])
     if setup.ema is not None:
         setup.ema.load_state_dict(ckpt["ema"])
-    return TrainState(epoch=int(ckpt["epoch"]), best_val_exprate=float(ckpt["best_val_exprate"]),
-                      best_val_le1=float(ckpt.get("best_val_le1", -1.0)), best_epoch=int(ckpt["best_epoch"]),
-                      train_seconds=float(ckpt.get("train_seconds", 0.0)),
-                      train_cpu_seconds=float(ckpt.get("train_cpu_seconds", 0.0)),
-                      step_seconds=float(ckpt.get("step_seconds", 0.0)),
-                      images_trained=int(ckpt.get("images_trained", 0)), run_id=ckpt.get("run_id"),
+    numbers = {k: type(v)(ckpt.get(k, v)) for k, v in asdict(TrainState()).items() if type(v) in (int, float)}
+    return TrainState(**numbers, run_id=ckpt.get("run_id"),
                       optimizer_restarted=bool(ckpt.get(OPTIMIZER_STATE_DROPPED, False)),
                       best_reset=bool(ckpt.get(BEST_RESET, False)))
 
@@ -58,13 +54,6 @@ def restore(ckpt: dict[str, Any], setup: Setup) -> TrainState:
 # Checkpoint keys of a carried checkpoint: what it left out (see the module docstring).
 OPTIMIZER_STATE_DROPPED = "optimizer_state_dropped"
 BEST_RESET = "best_reset"
-
-
-def without_optimizer_state(ckpt: dict[str, Any]) -> dict[str, Any]:
-    """`ckpt` without the optimiser's per-parameter state: the smallest checkpoint that resumes the run. Its
-    param groups stay (they hold the plateau-reduced rate): the same rate, fresh buffers."""
-    return {**ckpt, "optimizer": {"state": {}, "param_groups": ckpt["optimizer"]["param_groups"]},
-            OPTIMIZER_STATE_DROPPED: True}
 
 
 def standalone_continuation(ckpt: dict[str, Any], best_weights: dict[str, Any] | None,
@@ -86,21 +75,19 @@ def standalone_continuation(ckpt: dict[str, Any], best_weights: dict[str, Any] |
             exprate, le1 = readings(epoch)
             ckpt = {**ckpt, "best_epoch": epoch, "best_val_exprate": exprate, "best_val_le1": le1, BEST_RESET: True}
             best_reset = True
-    return (ckpt if optimizer_state else without_optimizer_state(ckpt)), weights, best_reset
+    if not optimizer_state:  # its param groups stay (they hold the plateau-reduced rate): the same rate, fresh buffers
+        ckpt = {**ckpt, "optimizer": {"state": {}, "param_groups": ckpt["optimizer"]["param_groups"]},
+                OPTIMIZER_STATE_DROPPED: True}
+    return ckpt, weights, best_reset
 
 
 def save_last(path: Path, setup: Setup, state: TrainState) -> None:
     """Everything `restore` needs, written atomically (a kill mid-write keeps the previous file)."""
     ema = {"ema": setup.ema.state_dict()} if setup.ema is not None else {}
-    atomic_torch_save({**ema,
-        "format": 1, "model": setup.model.state_dict(), "optimizer": setup.optimizer.state_dict(),
-        "schedule": setup.schedule.state_dict(), "rng": rng_state(), "epoch": state.epoch,
-        "best_val_exprate": state.best_val_exprate, "best_val_le1": state.best_val_le1,
-        "best_epoch": state.best_epoch,
-        "train_seconds": state.train_seconds, "train_cpu_seconds": state.train_cpu_seconds,
-        "step_seconds": state.step_seconds,
-        "images_trained": state.images_trained, "config": setup.cfg.to_dict(), "run_id": state.run_id,
-    }, path)
+    kept = {k: v for k, v in asdict(state).items() if k not in ("optimizer_restarted", "best_reset")}
+    atomic_torch_save({**ema, "format": 1, "model": setup.model.state_dict(), "optimizer": setup.optimizer.state_dict(),
+                       "schedule": setup.schedule.state_dict(), "rng": rng_state(), **kept,
+                       "config": setup.cfg.to_dict()}, path)
 
 
 # A wsd run's state where its decay begins (`keep_stable_phase`): a longer run of the same config

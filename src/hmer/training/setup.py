@@ -40,8 +40,7 @@ def counted_classes(vocab: Vocab) -> torch.Tensor:
     """[V] bool: the classes CAN's counting loss counts, every symbol but the pad, start and end tokens
     and the structure tokens `{ } ^ _` (hmer.model.counting)."""
     counted = torch.ones(len(vocab), dtype=torch.bool)
-    for token in (*SPECIALS, *STRUCTURE_TOKENS):
-        counted[vocab.stoi[token]] = False
+    counted[[vocab.stoi[token] for token in (*SPECIALS, *STRUCTURE_TOKENS)]] = False
     return counted
 
 
@@ -127,10 +126,9 @@ def build(cfg: Config, data: dict[str, list] | None, device: torch.device, dist:
         graphed = GraphedStep(loss_module, optimizer, model, tc.grad_clip, amp_dtype)
     return Setup(cfg=cfg, vocab=vocab, data=data, test_years=test_years, model=model, loss_module=loss_module,
                  optimizer=optimizer, schedule=schedule, device=device, ema=ema, graphed=graphed,
-                 amp_dtype=amp_dtype, dist=dist,
-                 prefetch=auto_prefetch(cfg.data.prefetch, device),
-                 num_params=sum(p.numel() for p in model.parameters()), train_strokes=train_strokes,
-                 lr=lr, batch_scale=batch_scale)
+                 amp_dtype=amp_dtype, dist=dist, prefetch=auto_prefetch(cfg.data.prefetch, device),
+                 num_params=sum(p.numel() for p in model.parameters()), train_strokes=train_strokes, lr=lr,
+                 batch_scale=batch_scale)
 
 
 def _add_restyled_splits(cfg: Config, data: dict[str, list], test_years: list[str]) -> dict | None:

@@ -33,9 +33,8 @@ from ..tracking import keys
 from ..tracking.run import NullRun, RunLogger, TrainingRun
 from . import distributed as ddp
 from .branch import Branch, shares_stable_phase, stable_end
-from .final import final_evaluation
+from .final import TrainResult, final_evaluation
 from .loader import Redraw, train_batches
-from .result import TrainResult
 from .resume import Clock, TrainState, best_weights_recoverable, checkpoint_dir, keep_stable_phase, restore, save_last
 from . import planning
 from .fingerprint import code_fingerprint
@@ -68,8 +67,12 @@ def train(cfg: Config, data: dict[str, list] | None = None, *, tracking_uri: str
         seed_everything(tc.seed + dist.rank)
         setup = build(cfg, data, device, dist)
         state = restore(ckpt, setup) if ckpt is not None else TrainState()
-        if branch is not None:
-            state = _take_over(setup, branch)
+        if branch is not None:  # a shorter wsd run's state where its decay began, for a new run at this schedule's rate
+            if not shares_stable_phase(branch["config"], cfg):
+                raise ValueError("the state to start from is another config's, not a shorter run of this one")
+            state = restore(branch, setup)
+            setup.schedule.refresh()
+            state.run_id = None
         if ckpt is not None and dist.is_main:  # before the run reopens: a refusal leaves it as it was
             _restore_best(setup, state, checkpoint_dir(run_dir, resume, state.run_id, tracking_uri) / "best.pt", resume)
         with deferred():  # a run is opened whole: tags, params and config together
@@ -125,8 +128,7 @@ def train(cfg: Config, data: dict[str, list] | None = None, *, tracking_uri: str
                                          best_epoch=state.best_epoch, epochs=epoch, stopped_by=stopped_by,
                                          checkpoint=best_path, num_params=setup.num_params,
                                          train_seconds=clock.elapsed(), train_cpu_seconds=clock.cpu_elapsed(),
-                                         step_seconds=state.step_seconds,
-                                         images_trained=state.images_trained)
+                                         step_seconds=state.step_seconds, images_trained=state.images_trained)
                     # All ranks leave the group together before rank 0 decodes alone, or they can hang
                     # (pytorch/pytorch#75097: a CI torchrun job never ended); the DDP wrapper, which holds the
                     # group, is let go first, so no rank frees it alone later (where that CI run's rank 1 hung).
@@ -168,24 +170,13 @@ def _writing(tracking_uri: str | None, run_dir: str | Path | None, resume) -> It
         yield
 
 
-def _take_over(setup: Setup, branch: dict) -> TrainState:
-    """A shorter wsd run's state where its decay began, put into `setup` for a new run, at this schedule's rate."""
-    if not shares_stable_phase(branch["config"], setup.cfg):
-        raise ValueError("the state to start from is another config's, not a shorter run of this one")
-    state = restore(branch, setup)
-    setup.schedule.refresh()
-    state.run_id = None
-    return state
-
-
 def _branch_history(run: RunLogger, start_from: Branch, state: TrainState, tracking_uri: str | None) -> None:
     """The shorter run's curve up to the branch, as this run's own epochs, and the tags that say so."""
     from ..tracking.store import mlflow_client
 
     client = mlflow_client(tracking_uri)
-    source = client.get_run(start_from.run_id)
     epochs: dict[int, dict[str, float]] = {}
-    for key in source.data.metrics:
+    for key in client.get_run(start_from.run_id).data.metrics:
         for metric in client.get_metric_history(start_from.run_id, key):
             if 0 < metric.step <= start_from.epoch:
                 epochs.setdefault(metric.step, {})[key] = metric.value
@@ -212,7 +203,10 @@ def _open_run(setup: Setup, state: TrainState, *, tracking_uri: str | None, expe
     """The run this process logs to: rank 0's new or resumed run, a NullRun on the other ranks."""
     if not setup.dist.is_main:
         return NullRun(state.run_id)
-    fingerprint = _code_fingerprint()
+    try:
+        fingerprint = code_fingerprint()
+    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:  # a run is never refused for it
+        fingerprint = f"unknown: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
     if state.run_id is not None:
         marks = (keys.WARM_RESTART,) * state.optimizer_restarted + (keys.BEST_RESET,) * state.best_reset
         resumed = TrainingRun.resume(state.run_id, tracking_uri=tracking_uri, from_epoch=state.epoch + 1,
@@ -235,14 +229,6 @@ def _open_run(setup: Setup, state: TrainState, *, tracking_uri: str | None, expe
     for split, exprs in (("train", setup.train_set), ("val", setup.val_set)):
         run.log_text("".join(f"{e.name}\n" for e in exprs), f"split/{split}.txt")
     return run
-
-
-def _code_fingerprint() -> str:
-    """The code's fingerprint, or "unknown: why": a run is never refused for want of it."""
-    try:
-        return code_fingerprint()
-    except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as exc:
-        return f"unknown: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
 
 
 def _redraw(setup: Setup, epoch: int) -> Redraw | None:
@@ -332,9 +318,8 @@ def _validate(setup: Setup, state: TrainState, epoch: int, metrics: dict[str, fl
         val = evaluate_split(setup.model, setup.val_set, setup.vocab,
                              **decode_options(cfg, setup.device, setup.amp_dtype, beam=tc.val_beam_size))
         val_exprate, val_le1 = val.scores.exprate, val.scores.le1
-        metrics["val_exprate"] = val_exprate
-        metrics["val_le1"] = val_le1
-        metrics["val_loss"] = _mean_loss(setup.model, setup.val_set, setup.vocab, cfg, setup.device, setup.amp_dtype)
+        metrics.update(val_exprate=val_exprate, val_le1=val_le1, val_loss=_mean_loss(
+            setup.model, setup.val_set, setup.vocab, cfg, setup.device, setup.amp_dtype))
     val_exprate = ddp.broadcast_float(val_exprate, dist, setup.device)
     val_le1 = ddp.broadcast_float(val_le1, dist, setup.device)
     setup.schedule.step_validation(val_exprate)
