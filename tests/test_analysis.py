@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from hmer.evaluation.alignment import Edit, align, edit_count
+from hmer.evaluation.metrics import Edit, align, edit_count
 from hmer.reports.analysis import (ALL, NO_STRUCTURE, analyze, breakdown, compare_runs, confusions, expressions,
                                    format_breakdown, length_bucket, structures, top_confusions)
 from hmer.reports.published import PAPER_OF_PRESET, format_published, _load, paper_of, published_exprate
