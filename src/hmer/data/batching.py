@@ -1,35 +1,18 @@
 """The unit every later stage works on (`Expression`: one expression's name, caption tokens and
 image), bucketed into batches under a pixel budget, and a batch collated into tensors.
 
-Training (BTTR's scheme, with a better sort): sort by image size, fill each batch while
-`B * maxH * maxW` stays within the budget (BTTR: 320,000 px) and B within `max_batch_size`, then
-shuffle the batches with the epoch's seed. Every expression lands in one batch; an image larger than
-the budget forms a batch of its own.
+Training batches follow BTTR's scheme with a better sort key, (height // 16, width): 16 px is the
+encoder's stride, and within a height bin the widths, which vary far more, line up. Evaluation never
+drops an expression: an image above `max_image_pixels` is resized down in `collate` and counted in
+`Batch.resized`; pass the same limit to `make_batches` so the bucketing sees the resized sizes.
+See docs/data.md, "Batching", for the measured padding.
 
-The sort key is (height // 16, width): 16 px is the encoder's stride, and within a height bin the
-widths, which vary far more, line up. On CROHME this cuts the padding of training batches (320,000
-px, <= 16 images) from 10.1 % to 5.3 %, and of evaluation batches (1.6 M px, <= 64 images, 2014
-test) from 53 % to 35 % (`python benchmarks/bench_data.py`).
-
-Evaluation never drops an expression: an image above `max_image_pixels` is resized down (keeping
-its aspect) in `collate(..., max_pixels=...)` and counted in `Batch.resized`; pass the same limit
-to `make_batches` so the bucketing sees the resized sizes.
-
-The pad ladder (`PadLadder`, `collate`'s `ladder`) rounds every batch's padded height and width up to
-a rung, so that a GPU sees a few shapes instead of one a batch; the pixel budget applies to the
-images' own sizes. Why: cuDNN plans every convolution at every new shape, and torch.compile and CUDA
-graphs need static shapes; the leases measured a training step at about 0.6 s for a new shape against
-0.06-0.1 s for a seen one, and a first pass ran at 7 images/s against 71 once the shapes
-were seen (docs/benchmarks.md section 5). Scale augmentation makes every batch's shape new each epoch.
-
-The rungs (`data.pad_multiple` = m, `data.pad_growth` = g): multiples of m from m up, each at least
-g times the one below; g = 1 is every multiple of m, m = g = 1 no ladder. A geometric ladder pads a
-wide batch by at most a fixed share: on CROHME train at the reference batch setting, m = 16 and
-g = 1.25 make 176 shapes at 24.4 % padding against 188 at 30.9 % for multiples of 64
-(`python benchmarks/bench_data.py`).
-
-`collate` applies the ladder after the scale augmentation. `shapes_under_scale` lists every shape a
-batch can take over the augmentation's range, which a planning pass warms up (hmer.training.planning).
+The pad ladder (`PadLadder`) rounds every batch's padded height and width up to a rung, so that a
+GPU sees a few shapes instead of one a batch (a new shape costs a step about 0.6 s against 0.06-0.1 s,
+and a first pass ran at 7 images/s against 71 once the shapes were seen); the pixel budget applies to
+the images' own sizes. `collate` applies it after the scale augmentation; `shapes_under_scale` lists
+every shape a batch can take over the augmentation's range, which a planning pass warms up
+(hmer.training.planning). See docs/training.md, "Recipes", and docs/benchmarks.md section 5.
 """
 
 from __future__ import annotations

@@ -5,28 +5,13 @@ years. Model selection uses `val`, never a test year.
     ds = load_dataset(None, cfg.data)                    # train, val and cfg.data.test_years
     ds = load_dataset("data/crohme.zip", cfg.data, splits=("2014",))
 
-The validation hold-out (`split_validation`) is which training expressions a run selects its checkpoints
-on. A CROHME test year has writers and captions that training never saw (3.0 / 1.6 / 0.3 % of the
-2014 / 2016 / 2019 captions occur in train), but half the training expressions share their caption
-with another. A random hold-out thus puts most of validation beside a twin in training and measures
-memorisation: a `tiny-transformer` model read 18.3 % validation ExpRate against 4-5 % on the test
-years, a bias that best checkpoint, plateau schedule, pruning and the sweep's objective inherit.
-
-Rules (`data.val_split`):
-
-- ``writer`` (the default): whole writers are held out, in a seeded order, until validation holds
-  `data.val_fraction` of train; expressions without a known writer (a third of CROHME train) stay in
-  training. A held-out expression whose caption is fewer than `data.val_min_edits` token edits from
-  a training caption is left out of both sides. A dataset that names no writer (an image dataset in
-  the BTTR/CoMER `data.zip` layout) holds out whole captions instead (rule ``caption``), and says so.
-- `data.val_min_edits` (default 2; 1 leaves out exact twins only, what older configs get). With
-  exact twins alone, a fifth of the writer hold-out had a training caption one edit away (`x ^ { 2 }`
-  beside `y ^ { 2 }`), against 8-14 % of a test year; a model read those at 45 % against 19-31 % on
-  the test years' ones, and validation read 13.5 % (beam) where the test years averaged 5.9 %.
-- ``random``: a seeded random `val_fraction` of expressions (captions shared).
-
-`split_validation` returns a `HoldOut`: the two name lists and what was done, which `hmer data
-split` prints and every run logs.
+The validation hold-out (`split_validation`, rule `data.val_split`: ``writer`` by default, else
+``random``; ``caption`` for a dataset that names no writer) holds out whole writers and leaves out of
+both sides any caption within `data.val_min_edits` token edits of a training caption: a random
+hold-out puts most of validation beside a twin in training and measures memorisation, a bias that
+best checkpoint, plateau schedule, pruning and the sweep's objective inherit. It returns a `HoldOut`:
+the two name lists and what was done, which `hmer data split` prints and every run logs. The rules and
+their measurements: docs/data.md, "The validation hold-out".
 """
 
 from __future__ import annotations
