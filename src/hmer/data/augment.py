@@ -1,21 +1,10 @@
 """Renderer augmentation: training images redrawn from their strokes with a random pen, blur and
 small distortions, so that a model does not learn one renderer's look; and a second rendering style
-for validation (`data.val_alt`) that scores how much a model cares.
+for validation (`data.val_alt`, `val_alt_render_config`) that scores how much a model cares.
 
-Why: a model trained at `data.render_height=64` reads the standard 2014 images 6.5 points lower
-than our renderings of the same ink (issue 26): at that height ours have 3-px binary strokes, theirs
-(3-px strokes at about 94 px, scaled to 64) ~2-px grey ones (docs/data.md).
-
-A drawn share `data.aug_share` of each batch's training images is, in this order, slanted and
-rotated, jittered and elastically displaced, drawn with a random pen (width, pressure, antialiasing),
-maybe downscaled as the standard images are, and blurred (the keys: docs/data.md, "Renderer
-augmentation"); the others keep their cached image. Draws come from a generator seeded by (train.seed, epoch), taken
-in batch order: reproducible, the same with or without prefetching, and a resumed run continues the
-stream. The training strokes are parsed once and cached beside the rendered cache (`strokes-*.npz`).
-
-`data.val_alt` (`val_alt_render_config`) draws validation again in the other `data.render_style`,
-e.g. `standard-like` (drawn at the ink's own scale, scaled bilinearly: the standard images'
-pipeline with our pen) for a run trained on `direct` renderings.
+Draws come from a generator seeded by (train.seed, epoch), taken in batch order: reproducible, the
+same with or without prefetching, and a resumed run continues the stream. The keys, their order,
+costs and why (issue 26): docs/data.md, "Renderer augmentation" and "Choosing without the test years".
 """
 
 from __future__ import annotations

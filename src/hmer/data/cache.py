@@ -1,15 +1,9 @@
 """The rendered cache: every split's images, rendered once, so training never waits on InkML.
 
-The first load of a split renders (or decodes) its files in parallel, one process per core, into
-one `.npz` per split: all pixels in one buffer (bit packed when binary, as the default renderings
-are), plus offsets, shapes, names and the files that could not be read (with why). Later loads
-read it back in a second or two, each image a view into one uint8 buffer.
-
-The file name carries a hash of everything the pixels depend on: the renderer settings and
-`RENDERER_VERSION`, the split's source identity (a zip's path, size and mtime; a folder's every
-file name, size and mtime) and the names. Change any and a new entry is rendered; stale entries are
-never read (delete the folder to reclaim space). Where: `$HMER_CACHE`, else `<repository>/.cache/hmer`
-(gitignored), else `~/.cache/hmer`. Entries are written whole or not at all (`hmer.atomic`).
+One `.npz` per split (pixels in one buffer, bit packed when binary), read back as views into one
+uint8 buffer; its file name hashes everything the pixels depend on, so stale entries are never read.
+Entries are written whole or not at all (`hmer.atomic`). Where, the key and timings: docs/data.md,
+"The rendered cache".
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """Pen strokes -> an 8-bit grey image, white ink (255) on black (0), in the style of the standard
 CROHME offline images (the WAP authors' renderings that WAP/BTTR/CoMER papers score on).
 
-Size. CROHME devices write coordinates at any scale, so each expression is scaled so that the mean
-height of its tall strokes (taller than `tall_stroke_fraction` of its tallest; flat `-`, `=` and dots
-would drag the mean to zero) is `stroke_height` px. Over the 986 standard 2014 images this is the
-number they hold constant: fitted on them it is 28.5 px, and it predicts each image's height within
-4 % (symbol or expression heights vary by 20-50 %), without the symbol segmentation. An expression of
-flat strokes only (a lone `-`) is scaled by stroke width instead.
-
-Look. The standard images are binary with 3-px strokes (no ink run shorter than 3) and 11-12 blank
-pixels around the ink. The defaults draw a 1-px centre line grown by a 3x3 max filter (a 3x3 brush),
-which matches their ink run-length histogram within 0.3 % per bin. Sizes are clamped to `max_height`
-x `max_width`; `antialias=True` draws at 4x and box-filters down, for grey edges.
-
-Deterministic: the same strokes and settings give the same bytes, at any coordinate scale.
+Each expression is scaled so that the mean height of its tall strokes (taller than
+`tall_stroke_fraction` of its tallest) is `stroke_height` px, the number the standard images hold
+constant; an expression of flat strokes only (a lone `-`) is scaled by stroke width instead. Strokes
+are a 1-px centre line grown by a 3x3 max filter. Deterministic: the same strokes and settings give
+the same bytes, at any coordinate scale. The measurements behind both: docs/data.md, "Rendering".
 """
 
 from __future__ import annotations

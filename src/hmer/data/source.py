@@ -1,16 +1,7 @@
 """Where a dataset lives and how its files are read: a folder or a zip in the BTTR/CoMER
-`data.zip` layout, one folder per split:
-
-    <split>/caption.txt          one line per expression: <name> TAB <space-separated tokens>
-    <split>/<name>.inkml         pen strokes (rendered on load), or
-    <split>/<name>.bmp|png|jpg   an image (read as grey; black-on-white images are inverted)
-    <split>/writers.txt          optional: <name> TAB <writer>, the writers of an image dataset
-                                 rendered from InkML (for the writer hold-out; `splits.read_writers`)
-
-possibly under one top folder (the shared zip has `crohme/<split>/...`, BTTR's `data/<split>/...`).
-Splits are `train`, `2014`, `2016`, `2019` (any other folder with a caption.txt loads by name).
-Found at an explicit path, else `$HMER_DATA`, else `data/crohme` or `data/crohme.zip` under the
-repository root.
+`data.zip` layout, one folder per split (`<split>/caption.txt`, `<name>.inkml` or an image, optional
+`writers.txt`), possibly under one top folder; the layout and where it is looked for: docs/data.md,
+"Where to put CROHME".
 
 caption.txt is read strictly (`parse_captions`): a malformed line, a name given twice or a token
 outside the vocabulary raises. A wrong structure always raises, naming file and line; bulk loading

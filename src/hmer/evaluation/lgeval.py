@@ -1,12 +1,8 @@
 """The papers' ExpRate, ≤1 and ≤2: errors in the symbol label graph, counted as the CROHME lgeval does.
 
-The papers score with the official pipeline CoMER ships: LaTeX to MathML with pandoc (`latex_mathml`),
-MathML to a symbol label graph (`symbol_graph`), graphs compared by `lgeval`. An expression's error
-count is lgeval's D_B: the paths whose label sets share no label (ABSENT where a graph lacks the path)
-plus the ordered pairs of paths whose relation label sets share no label (`_` for no relation). A
-truth that does not convert leaves the denominator; a prediction that does not is compared with an
-empty graph. More, and the pandoc version followed (2.17.1.1, the fixtures' in `tests/fixtures/lgeval/`):
-docs/reports.md, "The papers' metrics".
+The official pipeline CoMER ships, in Python: LaTeX to MathML as pandoc does (`latex_mathml`), MathML
+to a symbol label graph (`symbol_graph`), graphs compared as `lgeval` does (D_B). What it counts, which
+expressions, and the pandoc version followed: docs/reports.md, "The papers' metrics".
 
 The symbol label graph (symLG) is made from pandoc's MathML as CoMER's `convert2symLG` makes it, in one
 pass over `latex_mathml.Element` trees (`symbol_graph`):
