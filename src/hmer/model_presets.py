@@ -3,19 +3,13 @@
 A **family** is what a model computes (decoder, coverage, positions, norms), a **size** its widths and depths,
 both ModelConfig fields over the defaults (BTTR's sizes). A **preset** is a family at a size, with its direction
 and recipe (`hmer.recipes`): `<family>` trains bidirectionally (as BTTR and CoMER), `<family>-l2r` left-to-right;
-`tiny*` are the families shrunk for CPU tests (stride 8: two dense blocks), `small` twice as wide. `hmer models`
-lists them.
+`tiny*` are the families shrunk for CPU tests (stride 8: two dense blocks), `small` twice as wide. `bttr` and
+`comer-*` compute the reference code's functions (docs/fidelity.md); the CPU sizes pin the project's choices,
+so the tiny presets compute what they always have.
 
-`bttr` and `comer-*` compute the reference code's functions (Green-Wood/BTTR 43cabd4, Green-Wood/CoMER ee15cdb;
-tests/test_reference_fidelity.py); the project's alternatives are config values (`studies/ablate_encoder.py`).
-The CPU sizes pin the project's choices, so the tiny presets compute what they always have.
-
-A config is resolved in layers (`LAYERS`: default, family, size, preset, recipe, budget, study, set, stored,
-cell; docs/training.md, "What a run trains with", says what each sets); the last layer that sets a key decides
-it. A size or recipe named by a budget or --recipe replaces the preset's own (not applied underneath). This
-module resolves up to the recipe; `hmer.studies.resolution` the rest; `hmer config` prints each value's layer.
-
-Plain values: a preset with its recipe needs neither the model nor the training code.
+This module resolves the layers (`LAYERS`) up to the recipe, `hmer.studies.resolution` the rest; what each
+layer sets: docs/training.md, "What a run trains with". Plain values: a preset with its recipe needs neither
+the model nor the training code.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """SIGTERM and SIGINT end a training as a kill -9 would not: its run closed KILLED, its store true.
 
-`timeout`, batch schedulers and container runtimes send SIGTERM before they kill. Inside
-`stop_on_signals()` either signal raises `Stopped` (a KeyboardInterrupt, so every handler of
-Ctrl-C sees it) in the main thread, at once: the epoch in progress is dropped, and the run
-continues from the checkpoint of the last whole epoch (`hmer train --resume`), exactly as after a
-kill -9. Inside `deferred()` (writing a checkpoint, logging an epoch, opening or closing a run) the
-signal waits for the block to end, so no record is half-written. A second signal while stopping is
-ignored: the first one is already being acted on.
-
-The exit status is the shell's convention for a process ended by a signal: 128 + its number
-(143 for SIGTERM, 130 for SIGINT).
+Inside `stop_on_signals()` either signal raises `Stopped` (a KeyboardInterrupt, so every handler of
+Ctrl-C sees it) in the main thread, at once: the epoch in progress is dropped, as after a kill -9.
+Inside `deferred()` (writing a checkpoint, logging an epoch, opening or closing a run) the signal waits
+for the block to end, so no record is half-written. A second signal while stopping is ignored: the
+first one is already being acted on. The exit status is 128 + the signal's number (docs/training.md,
+"Checkpoints and resume").
 """
 
 from __future__ import annotations

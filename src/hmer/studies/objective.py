@@ -2,15 +2,9 @@
 run of the study's parent (`hmer.training.train`), its run id and test scores recorded on the trial.
 A trial that continues a killed one (`resume.py`) continues its run from the last checkpoint.
 
-A grid cell that another study has already trained is copied, not trained again.
-
-Studies share cells (the decoder study's transformer cell is the direction study's bi cell at one
-budget). `find_trained` looks for a FINISHED trial run of another study whose `config.json` is the
-cell's (`resume.same_config`), with its seed, trained by code of this code's fingerprint
-(`hmer.training.fingerprint`) and never resumed under other code: the same config is not the same
-computation otherwise. `copy_run` makes it a child run of this study's parent, with its params, metric
-histories, artifacts and times, tagged `hmer.reused_from`. Copies count no cost
-(`mlflow_runs.measured_cost`); `--train-every-cell` (`reuse=False`) trains every cell.
+A grid cell that another study has already trained, by code of this code's fingerprint and never resumed
+under other code, is copied (`find_trained`, `copy_run`), not trained again: docs/studies.md, "Cells that
+studies share".
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """A longer `wsd` run starts where a shorter run of its config began to decay.
 
-Under `train.schedule=wsd` the rate is held until the last `train.decay_epochs`, and nothing else depends on a
-run's length (batches and augmentation are drawn from (seed, epoch), the warm-up is in steps). So a 32-epoch run
-computes what the 16-epoch run computes until its decay (epoch 13), where the trainer keeps `stable.pt` and
-`stable-best.pt` (`resume.keep_stable_phase`). `train(cfg, start_from=...)` (found by
-`hmer.studies.resume.find_branch`) takes over that state and curve as a new run tagged `hmer.branched_from`
-(`<run id>@<epoch>`) and ends as the longer run would have (tests/test_branch.py: weight for weight). Its
+Before its decay nothing a `wsd` run computes depends on its length, so `train(cfg, start_from=...)`
+(found by `hmer.studies.resume.find_branch`) takes over the state the trainer kept there (`stable.pt`,
+`stable-best.pt`) and ends as the longer run would have, weight for weight (tests/test_branch.py). Its
 `train_cpu_seconds` counts the shared epochs; the study's own cost is `hmer.branch_cpu_seconds`.
-
-The files stay in `checkpoints/<run id>/` on the machine that trained it (`studies.objective.train_trial`),
-never committed; where they are gone the longer run trains from scratch: the same numbers at a higher cost.
+See docs/training.md, "Budgets that share a run".
 """
 
 from __future__ import annotations
