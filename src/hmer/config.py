@@ -1,20 +1,13 @@
 """One plain config object for every experiment.
 
-A `Config` holds three sections, `model`, `data` and `train`, each a flat dataclass of
-plain values. Every field is addressable by a dotted key (`model.decoder`,
-`train.lr`), which is how the command line overrides it (`--set train.lr=0.1`), how
-Optuna studies vary it, and how MLflow logs it as a param. Changing one field and
-holding every other equal is the whole point of an ablation, so nothing about a run
-lives outside this object.
+A `Config` holds three sections, `model`, `data` and `train`, each a flat dataclass of plain values,
+every field addressable by a dotted key (`train.lr`): how `--set` overrides it, how Optuna studies vary
+it, how MLflow logs it. Changing one field and holding every other equal is the whole point of an
+ablation, so nothing about a run lives outside this object.
 
 This module is the schema: the fields, what each allows (declared with `hmer.allowed`) and the rules
-between them. What a run's config is made of, layer by layer (a preset's family, size and recipe, a
-study's budget and cell, `--set`), is `hmer.model_presets` and `hmer.studies.resolution`; `hmer config`
-prints it.
-
-A stored config (a run's `config.json`, a study's base config, a checkpoint's) reloads with the
-values it holds; a key added after it was stored takes its default, so a new key's default is what
-the code did before the key existed.
+between them. How a run's config is resolved in layers (`hmer.model_presets`, `hmer.studies.resolution`)
+and how a stored config reloads: docs/training.md, "What a run trains with" and "Stored configs".
 """
 
 from __future__ import annotations

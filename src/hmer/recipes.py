@@ -1,13 +1,8 @@
 """How a model is trained, by name: the recipes a preset states and a budget names (`hmer.model_presets`).
 
-A recipe owns every key it sets: optimiser, schedule and, where it has them, regularisation and the
-data pipeline's training-time choices. It is one config layer (docs/training.md, "What a run trains
-with"), after family and size; a budget's or `--recipe`'s replaces the preset's whole. Every key stays
-overridable (`--recipe comer --set train.lr=0.04`). The optimiser fields build `hmer.training.optim`.
-
-`bttr` and `comer` are the papers' (CoMER's with its scale augmentation); `swept` is the committed
-sweep's best trial (`sweep-cpu` trial 25, chosen on the writer hold-out; docs/cpu_protocol.md) with a
-cosine decay: what the `cpu` study budget trains with.
+A recipe owns every key it sets (optimiser, schedule and, where it has them, regularisation and the data
+pipeline's training-time choices) and is one config layer: a budget's or `--recipe`'s replaces the
+preset's whole; every key stays overridable. What each recipe is: docs/training.md, "Recipes".
 
 Plain values, importing nothing of the suite: `hmer.config` reads the labels from here.
 """

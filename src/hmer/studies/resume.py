@@ -1,11 +1,9 @@
-"""A killed trial continues from its last epoch, not from scratch.
+"""A killed trial continues from its last epoch, not from scratch (docs/studies.md, "Resume").
 
-The trainer checkpoints everything after every epoch (`last.pt`), and `train(cfg, resume=last.pt)`
-reaches what an uninterrupted run would. So a cell's new trial first looks for a FAIL trial of its cell
-that did not fail by itself (no `hmer.error`), the latest first; its MLflow run; that run's `last.pt`
-(`checkpoints/<run id>/` beside the store); and the checkpoint's config, which must be the cell's.
-Found, the new trial adopts the run (tagged with its number, so `fail_dead_trial_runs` leaves it) and
-trains on in it; otherwise the cell trains from scratch in a new run.
+A cell's new trial looks for a FAIL trial of its cell that did not fail by itself (no `hmer.error`), the
+latest first; its MLflow run; that run's `last.pt`; and the checkpoint's config, which must be the cell's.
+Found, the new trial adopts the run (tagged with its number, so `fail_dead_trial_runs` leaves it);
+otherwise the cell trains from scratch in a new run.
 
 A longer `wsd` cell starts from the latest state that a shorter cell of its variant kept where its decay
 began (`find_branch`; `hmer.training.branch` says why the two compute the same).

@@ -1,17 +1,10 @@
 """The batch shapes a training will see, planned before its first step.
 
-With the pad ladder (`data.pad_multiple`, `data.pad_growth`; hmer.data.batching) a training split's
-batches take a known, finite set of shapes, scale augmentation included: `training_shapes` lists
-them. On a GPU every one of them costs cuDNN an execution plan per convolution (forward and both
-backward passes) the first time it is seen, about 0.5 s a shape on the leases so far, spread over
-the first epochs. Two things follow:
-
-- **the plan cache is sized to the ladder** (`cache_plans`, `hmer.device.size_cudnn_plan_cache`):
-  cuDNN keeps 10,000 plans by default, fewer than a ladder's shapes times the encoder's
-  convolutions, and a plan it evicts is built again at the next epoch;
-- **one planning pass** (`train.plan_shapes`, `plan`): before the first step, the encoder's forward
-  and backward at every shape, in the training's precision and memory layout, so that the
-  epochs that follow run at the speed of seen shapes from their first batch.
+With the pad ladder a training split's batches take a known, finite set of shapes, scale augmentation
+included (`training_shapes`). On a GPU each costs cuDNN an execution plan per convolution the first
+time it is seen (about 0.5 s a shape on the leases so far), so the plan cache is sized to the ladder
+(`cache_plans`: cuDNN keeps 10,000 plans by default, fewer than a ladder's shapes times the encoder's
+convolutions) and `plan` runs one pass over every shape (`train.plan_shapes`; docs/training.md, "Recipes").
 
 The pass runs in eval mode with gradients on: the training's convolutions (plans do not depend on
 the mode), BatchNorm's statistics untouched, no dropout draws, its gradients dropped; so a training
