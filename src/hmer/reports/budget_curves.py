@@ -3,13 +3,8 @@ lengthens, and did the longer runs stop learning?
 
 `budget_history` reads the runs; `format_budgets` prints `budget_summary` and `gap_summary`, as `hmer
 report --claims` does. A claim's cells are those of its comparisons that its LAST budget's study trains
-(two each). One epoch's validation ExpRate over 465 expressions has a standard error of about 1.8 points at
-20 % (sqrt(0.2 * 0.8 / 465)), so both rules read means:
-
-- **plateau**: the mean of the last `PLATEAU_EPOCHS` epochs against the `PLATEAU_EPOCHS` before
-  (about 0.4 points each) within `PLATEAU_POINTS`; a shorter run (every `cpu` run) is too short.
-- **grows / shrinks / holds**: the long budget's test gap against the first's mean over seeds, per
-  year, by more than `GAP_POINTS`; the paired tests of `hmer report --claims` say if it is one at all.
+(two each). Both rules (`PLATEAU_EPOCHS`, `PLATEAU_POINTS`, `GAP_POINTS`) read means, not single epochs:
+docs/reports.md, "The same cells at two budgets".
 """
 
 from __future__ import annotations

@@ -11,9 +11,7 @@ there, the store may be part old, part new; the next publish names the stale loc
 
 An unfinished study has no answer yet, so the published copy keeps only the finished (and superseded)
 studies; the others are purged from the copy (`mlflow gc`, the Optuna study), not from the workspace.
-`--keep-unfinished` keeps them with the smallest files that continue each cell from a workspace made
-from the commit (every committed file stays in history): the run its next trial continues, `last.pt`,
-and `best.pt` only where the best weights are not last.pt's.
+`--keep-unfinished` keeps them with the smallest files that continue each cell (docs/studies.md, "Resume").
 """
 
 from __future__ import annotations

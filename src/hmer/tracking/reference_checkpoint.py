@@ -1,22 +1,11 @@
 """Published BTTR and CoMER checkpoints as project models: safe loading, config, weight mapping.
 
 The checkpoints are PyTorch Lightning 1.x files of Green-Wood/BTTR (keys `bttr.*`) and
-Green-Wood/CoMER (keys `comer_model.*`).
-
-Safe loading: `torch.load(weights_only=True)` allowing Lightning's `AttributeDict` (read as a `dict`)
-and its callback classes (inert stand-ins: `callbacks` is keyed by them); anything else the file
-refers to is refused by name, so nothing in it can run code.
-
-Vocabulary: the checkpoint has none. BTTR's `dictionary.txt` is the project's symbol list; CoMER's
-is the sorted list with `\\Pi` in place of `'` (or give `dictionary=`). Shared symbols keep project
-ids (rows permuted); a reference-only symbol is appended (still predicted); a project symbol the
-reference lacks gets output bias -inf. The model thus ranks exactly the reference's symbols.
-
-`hmer import` (`import_reference`) records one as a run holding what a trained run holds for
-reloading: params (the flat Config, with the reference's search rule), `config.json` and
-`model/model.safetensors` (`hmer.checkpoint`), so `hmer evaluate RUN` and `hmer predict RUN` work on
-it; the model is also registered (default `<preset>-reference`). With `years`, the test years are
-scored and logged as trained runs log them, for `hmer report --runs`.
+Green-Wood/CoMER (keys `comer_model.*`). Nothing in a file can run code: only Lightning's
+`AttributeDict` (read as a `dict`) and inert stand-ins for its callback classes are allowed. The
+checkpoint has no vocabulary: rows are permuted to the project's ids, so that the model ranks exactly
+the reference's symbols. `hmer import` (`import_reference`) records one as a run that `hmer evaluate`
+and `hmer predict` reload. See docs/fidelity.md, "`hmer import CHECKPOINT`".
 """
 
 from __future__ import annotations

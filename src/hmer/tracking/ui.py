@@ -1,10 +1,8 @@
 """How MLflow's web UI opens the suite's experiments: as model training, on the runs, compared.
 
-MLflow 3's UI (3.17.2, pinned) picks an experiment's view (GenAI or model training) from the page's
-`workflowType` parameter, else the visitor's last choice (starting as GenAI); the experiment tag
-`mlflow.experimentKind` decided it up to 3.9 (mlflow/mlflow#20161). So every experiment the suite
-creates carries the tag (`TRAINING_EXPERIMENT_TAGS`; `mark_training_experiments` for an older store),
-and its links `workflowType=machine_learning`.
+Every experiment the suite creates carries the tag `mlflow.experimentKind` (`TRAINING_EXPERIMENT_TAGS`;
+`mark_training_experiments` for an older store), and its links `workflowType=machine_learning`: MLflow
+3.17.2 picks the view from the link, not the tag (docs/studies.md, "Opening a study as model training").
 
 A study's link orders its runs by a metric (`orderByKey`, best first): the table lists every run
 flat, and the charts (the first ten listed) draw the variants' summary runs first (`store.study_run`:
