@@ -5,10 +5,9 @@ functions returning an exit status.
     split_command(data, cfg.data, out_dir)    the validation hold-out a run would use, audited
     render_command(data, "crohme-bmp.zip")    the BTTR/CoMER data.zip layout, rendered
 
-The rendered zip holds `data/<split>/caption.txt` and `<name>.bmp` (8-bit grey, white on black),
-the layout BTTR's and CoMER's data modules read, plus `writers.txt` (which they ignore) so that the
-writer hold-out is the InkML's; it loads back through `load_split` with the same names and counts.
-`--format png` writes 1-bit PNGs, less than half the size.
+The rendered zip is the layout BTTR's and CoMER's data modules read, plus `writers.txt` so that the
+writer hold-out is the InkML's; `--format png` writes 1-bit PNGs, less than half the size (docs/data.md,
+"`hmer data render`").
 """
 
 from __future__ import annotations

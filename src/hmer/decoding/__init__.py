@@ -1,9 +1,5 @@
-"""Decoding: greedy, batched beam search, and BTTR's bidirectional approximate joint search.
-
-    from hmer.decoding import decode_batch
-    ids = decode_batch(model, images, image_mask, "bi", beam_size=10, max_len=200,
-                       length_penalty=1.0, sos_id=vocab.sos_id, eos_id=vocab.eos_id)
-    # -> list[list[int]] per image, left-to-right, without sos/eos
+"""Decoding: greedy, batched beam search, and BTTR's bidirectional approximate joint search
+(`decode_batch`; docs/architecture.md, "decoding -> evaluation").
 
 Searches run on `model.decoder.init_state / step / reorder_state`; joint search also rescores
 with teacher forcing (`model.decode`). `reference_search` holds BTTR's and CoMER's own searches.
