@@ -81,19 +81,16 @@ def resolve_baseline(runs: pd.DataFrame, baseline: str | Mapping[str, Any] | Non
 
 def _baseline_candidates(baseline: str | Mapping[str, Any]) -> list[str]:
     """Labels a baseline may go by: itself, or for axis values the cell and variant labels."""
-    cell: Mapping[str, Any] | None = baseline if isinstance(baseline, Mapping) else None
     if isinstance(baseline, str):
         try:
             parsed = json.loads(baseline)
         except json.JSONDecodeError:
             parsed = None
-        if isinstance(parsed, dict):
-            cell = parsed
-        elif isinstance(parsed, str):
+        if isinstance(parsed, (dict, str)):
             baseline = parsed
-    if cell is None:
+    if not isinstance(baseline, Mapping):
         return [str(baseline)]
-    return [",".join(f"{k}={v}" for k, v in cell.items()), "/".join(str(v) for v in cell.values())]
+    return [",".join(f"{k}={v}" for k, v in baseline.items()), "/".join(str(v) for v in baseline.values())]
 
 
 # ---- the table ------------------------------------------------------------------------------------
