@@ -379,24 +379,19 @@ def _validation_block(df: pd.DataFrame, years: Sequence[str], render: Layout,
              f"(val {', '.join(metric_label(m) for m in shown)}), "
              + ("the same writers drawn in the other rendering style (val-alt, `data.val_alt`), " if restyled else "")
              + "and as it was when it picked the checkpoint (selection); mean ± std over seeds")
-    blocks = [intro, render(head, body)]
-    ranks = _rank_agreement(df, years)
-    if ranks:
-        blocks.append("Spearman rank correlation of validation and test ExpRate over the variants: " + ranks + ".")
-    return blocks
-
-
-def _rank_agreement(df: pd.DataFrame, years: Sequence[str]) -> str:
-    """Spearman of validation against each test year over the variants (three or more)."""
-    parts = []
+    ranks = []  # Spearman of validation against each test year over the variants (three or more)
     for y in years:
         col = f"{y}_exprate_mean"
         if col not in df.columns or "val_exprate_mean" not in df.columns:
             continue
         pair = df[["val_exprate_mean", col]].dropna()
         if len(pair) >= 3 and pair.nunique().min() > 1:
-            parts.append(f"{y} {pair['val_exprate_mean'].corr(pair[col], method='spearman'):+.2f}")
-    return ", ".join(parts)
+            ranks.append(f"{y} {pair['val_exprate_mean'].corr(pair[col], method='spearman'):+.2f}")
+    blocks = [intro, render(head, body)]
+    if ranks:
+        blocks.append("Spearman rank correlation of validation and test ExpRate over the variants: "
+                      + ", ".join(ranks) + ".")
+    return blocks
 
 
 def _published_block(df: pd.DataFrame, years: Sequence[str], render: Layout,
