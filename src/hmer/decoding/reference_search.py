@@ -86,11 +86,11 @@ def sequence_scores(model, feats: Tensor, mask: Tensor, seqs: list[list[int]], s
 
 # ---- BTTR -----------------------------------------------------------------------------------
 
-def bttr_direction(model, feats, mask, start: int, stop: int, beam_size: int, max_len: int, alpha: float,
+def bttr_direction(model, feats, mask, start: int, stop: int, beam_size: int, max_len: int,
                    pad_id: int) -> list[tuple[list[int], float]]:
     """BTTR's `Decoder._beam_search`: (tokens in decoding order, summed log-prob incl. stop) in
-    completion order; the live beam shrinks with every finished hypothesis. (`alpha` is CoMER's:
-    BTTR normalises the final choice only.)"""
+    completion order; the live beam shrinks with every finished hypothesis. (No `alpha`: BTTR
+    normalises the final choice only.)"""
     hyps: list[list[int]] = [[start]]
     scores = torch.zeros(1, dtype=torch.float32, device=feats.device)
     completed: list[tuple[list[int], float]] = []
@@ -177,9 +177,6 @@ def comer_direction(model, feats, mask, start: int, stop: int, beam_size: int, m
     return [(prefix[1:], score) for score, prefix in finished.beams]
 
 
-DIRECTION_SEARCHES = {"bttr": bttr_direction, "comer": comer_direction}
-
-
 # ---- either, for one image and for a batch ------------------------------------------------------
 
 def search_one_image(model, feats, mask, rule: str, direction: str, sos_id: int, eos_id: int, beam_size: int,
@@ -190,7 +187,8 @@ def search_one_image(model, feats, mask, rule: str, direction: str, sos_id: int,
     result = ReferenceSearchResult()
     for side in ("l2r", "r2l") if direction == "bi" else (direction,):
         start, stop = (sos_id, eos_id) if side == "l2r" else (eos_id, sos_id)
-        found = DIRECTION_SEARCHES[rule](model, feats, mask, start, stop, beam_size, max_len, alpha, pad_id)
+        found = (comer_direction(model, feats, mask, start, stop, beam_size, max_len, alpha, pad_id) if comer
+                 else bttr_direction(model, feats, mask, start, stop, beam_size, max_len, pad_id))
         hyps = [ReferenceHypothesis(toks if side == "l2r" else toks[::-1], side, score) for toks, score in found]
         if direction == "bi":  # rated by the other direction, the sequence in its reading order
             seqs = [h.tokens[::-1] if side == "l2r" else h.tokens for h in hyps]
@@ -209,8 +207,8 @@ def search_one_image(model, feats, mask, rule: str, direction: str, sos_id: int,
 def reference_decode(model, feats: Tensor, mask: Tensor, rule: str, direction: str, sos_id: int, eos_id: int,
                      beam_size: int, max_len: int, alpha: float, pad_id: int = 0) -> list[ReferenceSearchResult]:
     """`rule`'s search for every image of encoded features feats [B, h, w, d] / mask [B, h, w]."""
-    if rule not in DIRECTION_SEARCHES:
-        raise ValueError(f"search rule {rule!r} is not one of {', '.join(DIRECTION_SEARCHES)}")
+    if rule not in ("bttr", "comer"):
+        raise ValueError(f"search rule {rule!r} is not one of bttr, comer")
     return [search_one_image(model, feats[i:i + 1], mask[i:i + 1], rule, direction, sos_id, eos_id, beam_size,
                              max_len, float(alpha), pad_id) for i in range(feats.shape[0])]
 

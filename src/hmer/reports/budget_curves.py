@@ -44,7 +44,7 @@ def claim_cells(claim: Claim, variants: Sequence[str]) -> tuple[str, str] | None
     baseline first) the first with either."""
     both = [pair for pair in claim.comparisons if pair[0] in variants and pair[1] in variants]
     either = [pair for pair in claim.comparisons if pair[0] in variants or pair[1] in variants]
-    return (both or either)[0] if both or either else None
+    return next(iter(both or either), None)
 
 
 def budget_history(claims: Sequence[Claim | str] = ("direction", "coverage"),
@@ -93,11 +93,6 @@ def plateau(curve: pd.Series) -> str:
     return "plateau" if abs(gain) <= PLATEAU_POINTS else "still rising" if gain > 0 else "falling"
 
 
-def _last_spread(curve: pd.Series) -> float:
-    last = curve.iloc[-PLATEAU_EPOCHS:]
-    return float(last.max() - last.min()) if len(curve) >= PLATEAU_EPOCHS else np.nan
-
-
 def budget_summary(history: pd.DataFrame) -> pd.DataFrame:
     """Per claim, budget and variant: the best validation ExpRate and epoch, the last epochs' spread,
     the plateau reading per run, CPU-hours and test ExpRate (means over seeds)."""
@@ -107,9 +102,10 @@ def budget_summary(history: pd.DataFrame) -> pd.DataFrame:
         per_run = []
         for _, run in group.groupby("run_id", sort=False):
             run = run.sort_values("step")
-            best = run.loc[run["val_exprate"].idxmax()]
+            best, last = run.loc[run["val_exprate"].idxmax()], run["val_exprate"].iloc[-PLATEAU_EPOCHS:]
+            spread = float(last.max() - last.min()) if len(run) >= PLATEAU_EPOCHS else np.nan
             per_run.append({"best": best["val_exprate"], "best_epoch": int(best["step"]),
-                            "epochs": int(run["step"].max()), "spread": _last_spread(run["val_exprate"]),
+                            "epochs": int(run["step"].max()), "spread": spread,
                             "plateau": plateau(run["val_exprate"]), "cpu_hours": run["cpu_hours"].max(),
                             "state": run["state"].iloc[0], **{t: run[t].iloc[0] for t in tests}})
         runs = pd.DataFrame(per_run)

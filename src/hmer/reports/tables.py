@@ -81,19 +81,16 @@ def resolve_baseline(runs: pd.DataFrame, baseline: str | Mapping[str, Any] | Non
 
 def _baseline_candidates(baseline: str | Mapping[str, Any]) -> list[str]:
     """Labels a baseline may go by: itself, or for axis values the cell and variant labels."""
-    cell: Mapping[str, Any] | None = baseline if isinstance(baseline, Mapping) else None
     if isinstance(baseline, str):
         try:
             parsed = json.loads(baseline)
         except json.JSONDecodeError:
             parsed = None
-        if isinstance(parsed, dict):
-            cell = parsed
-        elif isinstance(parsed, str):
+        if isinstance(parsed, (dict, str)):
             baseline = parsed
-    if cell is None:
+    if not isinstance(baseline, Mapping):
         return [str(baseline)]
-    return [",".join(f"{k}={v}" for k, v in cell.items()), "/".join(str(v) for v in cell.values())]
+    return [",".join(f"{k}={v}" for k, v in baseline.items()), "/".join(str(v) for v in baseline.values())]
 
 
 # ---- the table ------------------------------------------------------------------------------------
@@ -382,24 +379,19 @@ def _validation_block(df: pd.DataFrame, years: Sequence[str], render: Layout,
              f"(val {', '.join(metric_label(m) for m in shown)}), "
              + ("the same writers drawn in the other rendering style (val-alt, `data.val_alt`), " if restyled else "")
              + "and as it was when it picked the checkpoint (selection); mean ± std over seeds")
-    blocks = [intro, render(head, body)]
-    ranks = _rank_agreement(df, years)
-    if ranks:
-        blocks.append("Spearman rank correlation of validation and test ExpRate over the variants: " + ranks + ".")
-    return blocks
-
-
-def _rank_agreement(df: pd.DataFrame, years: Sequence[str]) -> str:
-    """Spearman of validation against each test year over the variants (three or more)."""
-    parts = []
+    ranks = []  # Spearman of validation against each test year over the variants (three or more)
     for y in years:
         col = f"{y}_exprate_mean"
         if col not in df.columns or "val_exprate_mean" not in df.columns:
             continue
         pair = df[["val_exprate_mean", col]].dropna()
         if len(pair) >= 3 and pair.nunique().min() > 1:
-            parts.append(f"{y} {pair['val_exprate_mean'].corr(pair[col], method='spearman'):+.2f}")
-    return ", ".join(parts)
+            ranks.append(f"{y} {pair['val_exprate_mean'].corr(pair[col], method='spearman'):+.2f}")
+    blocks = [intro, render(head, body)]
+    if ranks:
+        blocks.append("Spearman rank correlation of validation and test ExpRate over the variants: "
+                      + ", ".join(ranks) + ".")
+    return blocks
 
 
 def _published_block(df: pd.DataFrame, years: Sequence[str], render: Layout,

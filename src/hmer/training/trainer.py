@@ -231,16 +231,6 @@ def _open_run(setup: Setup, state: TrainState, *, tracking_uri: str | None, expe
     return run
 
 
-def _redraw(setup: Setup, epoch: int) -> Redraw | None:
-    """The epoch's renderer augmentation, or None. Seeded by (seed, epoch, 1), apart from the scale draws'
-    (seed, epoch): turning it on leaves the scale stream as it was, and a resumed epoch redraws the same."""
-    aug = AugmentConfig.from_data_config(setup.cfg.data)
-    if not aug.enabled or setup.train_strokes is None:
-        return None
-    return Redraw(setup.train_strokes, RenderConfig.from_data_config(setup.cfg.data), aug,
-                  np.random.default_rng([setup.cfg.train.seed, epoch, 1]))
-
-
 def _prepare_shapes(setup: Setup, run: RunLogger, state: TrainState, log_prefix: str, progress: bool) -> None:
     """The pad ladder's shapes before this process's first step (hmer.training.planning); its figures logged
     at the last finished epoch's step (its cost is outside every epoch's images/s)."""
@@ -260,13 +250,19 @@ def _train_epoch(setup: Setup, state: TrainState, epoch: int, clock: Clock,
     loss_module = setup.loss_module
     assert loss_module is not None, "the training is over: its DDP wrapper was let go"
     loss_module.train()
+    # The renderer augmentation, seeded by (seed, epoch, 1), apart from the scale draws' (seed, epoch):
+    # turning it on leaves the scale stream as it was, and a resumed epoch redraws the same.
+    aug = AugmentConfig.from_data_config(cfg.data)
+    redraw = (Redraw(setup.train_strokes, RenderConfig.from_data_config(cfg.data), aug,
+                     np.random.default_rng([tc.seed, epoch, 1])) if aug.enabled and setup.train_strokes is not None
+              else None)
     batches = ddp.shard(make_batches(setup.train_set, cfg.data.batch_pixels, cfg.data.max_batch_size,
                                      shuffle=True, seed=tc.seed * 100_003 + epoch), dist)
     epoch_batches = train_batches(
         setup.train_set, batches, setup.vocab, cfg.model.direction, setup.device,
         scale_range=(cfg.data.scale_aug_min, cfg.data.scale_aug_max),
         rng=np.random.default_rng([tc.seed, epoch]), prefetch=setup.prefetch, channels_last=tc.channels_last,
-        redraw=_redraw(setup, epoch), ladder=PadLadder.from_data_config(cfg.data))
+        redraw=redraw, ladder=PadLadder.from_data_config(cfg.data))
     iterator = epoch_batches
     if progress and dist.is_main:
         from tqdm.auto import tqdm
