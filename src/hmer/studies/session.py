@@ -259,7 +259,7 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
     # The study's MLflow parent run, reopened unless nothing is left to run; runs of trials whose worker
     # died are marked FAILED on the way.
     known = None if created else wait_for_attr(lambda: study.user_attrs, keys.PARENT_RUN_ID, timeout_s=60.0)
-    plain = {keys.plain_name(key): value for key, value in described.items()}  # the parent run's names
+    plain = {key.removeprefix(keys.PREFIX): value for key, value in described.items()}  # the parent run's names
     experiment_id, parent = parent_run(
         study, known, tracking_uri=uri, experiment=name,
         params={"study": name, "kind": kind.name, "spec": spec.name, "budget": budget.name,
