@@ -117,7 +117,7 @@ KILLED_ATTEMPT = " (killed attempt)"  # the end of a killed attempt's run name
 
 def mark_killed_attempts(client, runs: pd.DataFrame) -> list[str]:
     """Tag `hmer.trained_again_in` on each killed trial run whose cell (variant, seed) a later run trained,
-    and end its name with KILLED_ATTEMPT: the comparison link (`tracking.ui.study_url`) leaves it out."""
+    and end its name with KILLED_ATTEMPT: the comparison link (`tracking.ui.ui_url`) leaves it out."""
     if runs.empty or "status" not in runs.columns:
         return []
     finished = runs[runs["status"] == "FINISHED"]
