@@ -307,11 +307,11 @@ def test_hmer_ui_and_runs_present_refuse_a_folder_without_a_store_and_a_port_in_
 
 
 def test_hmer_ui_names_a_damaged_database_in_one_line_and_refuses_a_port_that_is_not_one(tmp_path, capsys):
-    from hmer.tracking.store import setup_mlflow
+    from hmer.tracking.store import open_experiment
 
     good = tmp_path / "good"
     good.mkdir()
-    setup_mlflow(f"sqlite:///{good / 'mlflow.db'}", "results")
+    open_experiment(f"sqlite:///{good / 'mlflow.db'}", "results")
     optuna.create_study(storage=f"sqlite:///{good / 'optuna.db'}", study_name="any")
     whole = (good / "mlflow.db").read_bytes()
     damaged = {"truncated": ("mlflow.db", whole[: len(whole) // 2], "a truncated SQLite database"),
@@ -739,11 +739,11 @@ def _small_store(folder: Path) -> str:
     """A store of one finished run of `hmer train --preset tiny-transformer` (its config.json) and an Optuna study
     beside it; returns the run's id."""
     from hmer.model_presets import preset_with_recipe
-    from hmer.tracking.store import setup_mlflow
+    from hmer.tracking.store import open_experiment
 
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     client = MlflowClient(uri)
-    run = client.create_run(setup_mlflow(uri, "hmer"))
+    run = client.create_run(open_experiment(uri, "hmer")[1])
     client.log_text(run.info.run_id, json.dumps(preset_with_recipe("tiny-transformer").to_dict()), "config.json")
     client.set_terminated(run.info.run_id)
     optuna.create_study(storage=f"sqlite:///{folder / 'optuna.db'}", study_name="any")

@@ -12,13 +12,13 @@ from mlflow.tracking import MlflowClient
 
 from hmer.reports.analysis import prediction_years
 from hmer.tracking.portable import download_run_artifact, list_run_artifacts, make_portable, resolve_artifact_uri
-from hmer.tracking.store import artifact_root_for, setup_mlflow
+from hmer.tracking.store import artifact_root_for, open_experiment
 
 
 def _store_with_one_run(checkout):
     (checkout / "mlruns").mkdir(parents=True)
     uri = f"sqlite:///{checkout / 'mlruns' / 'mlflow.db'}"
-    experiment_id = setup_mlflow(uri, "results")
+    experiment_id = open_experiment(uri, "results")[1]
     client = MlflowClient(uri)
     run = client.create_run(experiment_id)
     client.log_text(run.info.run_id, "name,truth,prediction,distance\nx,a,a,0\n", "predictions/test_2014.csv")
@@ -78,7 +78,7 @@ def test_publish_and_workspace_round_trip(tmp_path):
     study.optimize(lambda trial: trial.suggest_float("x", 0, 1), n_trials=2)
     # a study still training in the workspace: its parent run says so, its trial has a run and an artifact
     client = MlflowClient(f"sqlite:///{work / 'mlruns' / 'mlflow.db'}")
-    # its artifacts in the workspace, as a study's are (setup_mlflow): MLflow's default is ./mlruns/<id> under the
+    # its artifacts in the workspace, as a study's are (open_experiment): MLflow's default is ./mlruns/<id> under the
     # working folder, the checkout's own mlruns/ when the tests run from it (issue 70: an empty mlruns/2/<id> left)
     training = client.create_experiment("ablate_x-cpu",
                                         artifact_location=(work / "mlruns" / "artifacts" / "ablate_x-cpu").as_uri())
@@ -164,7 +164,7 @@ def test_loading_a_run_s_model_leaves_no_download_behind(tmp_path, monkeypatch):
     uri = f"sqlite:///{tmp_path / 'mlruns' / 'mlflow.db'}"
     (tmp_path / "mlruns").mkdir()
     client = MlflowClient(uri)
-    run_id = client.create_run(setup_mlflow(uri, "results")).info.run_id
+    run_id = client.create_run(open_experiment(uri, "results")[1]).info.run_id
     cfg = Config(model=preset_with_recipe("tiny-transformer").model)
     atomic_torch_save(model_artifact(build_model(cfg.model), cfg, Vocab(), 1, 0.0), tmp_path / "model.pt")
     client.log_artifact(run_id, str(tmp_path / "model.pt"), "model")
@@ -243,7 +243,7 @@ def test_a_superseded_study_that_stopped_unfinished_is_published_as_it_stopped_a
     client = MlflowClient(uri)
     running = {}
     for study in ("decoder-first", "decoder"):
-        experiment = setup_mlflow(uri, study)
+        experiment = open_experiment(uri, study)[1]
         parent = client.create_run(experiment, run_name=study,  # as a study names its parent run
                                    tags={keys.STUDY: study, keys.ROLE: "study", keys.STATUS: "running"})
         running[study] = {parent.info.run_id, client.create_run(experiment, tags={keys.STUDY: study}).info.run_id}
@@ -307,7 +307,7 @@ def _workspace_with_what_a_store_must_not_publish(tmp_path_factory, tmp_path):
     client = MlflowClient(uri)
     optuna.load_study(study_name=STUDY_NAME, storage=storage).ask()  # a worker's trial, RUNNING
 
-    experiment = setup_mlflow(uri, "results")
+    experiment = open_experiment(uri, "results")[1]
     running = client.create_run(experiment, run_name="still training").info.run_id
     cfg = Config(model=preset_with_recipe("tiny-transformer").model).override(
         {"data.path": "/data/crohme/crohme-inkml.zip"})
@@ -318,7 +318,7 @@ def _workspace_with_what_a_store_must_not_publish(tmp_path_factory, tmp_path):
     sweep = optuna.create_study(study_name="sweep-smoke", storage=storage, direction="maximize")
     sweep.set_user_attr(keys.KIND, "sweep")
     sweep.optimize(lambda trial: trial.suggest_float("train.lr", 1e-4, 1e-2, log=True) * 1000, n_trials=3)
-    parent = client.create_run(setup_mlflow(uri, "sweep-smoke"), run_name="sweep-smoke", tags={
+    parent = client.create_run(open_experiment(uri, "sweep-smoke")[1], run_name="sweep-smoke", tags={
         keys.STUDY: "sweep-smoke", keys.ROLE: "study", keys.KIND: "sweep", keys.STATUS: "finished"}).info.run_id
     client.set_terminated(parent)
     return work, shared, running, parent

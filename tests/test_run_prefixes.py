@@ -19,11 +19,11 @@ SHARED = "feedbeef"  # the first 8 characters of both runs' ids
 def _two_runs_with_one_prefix(folder: Path) -> list[str]:
     """A store of two finished runs whose ids both begin with `SHARED` (MLflow makes random ids: the
     two are renamed in its database, in every table that names a run)."""
-    from hmer.tracking.store import setup_mlflow
+    from hmer.tracking.store import open_experiment
 
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     client = MlflowClient(uri)
-    experiment = setup_mlflow(uri, "hmer")
+    experiment = open_experiment(uri, "hmer")[1]
     made = []
     for _ in range(2):
         run = client.create_run(experiment).info.run_id

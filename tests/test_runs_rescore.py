@@ -211,11 +211,11 @@ def test_a_run_whose_process_is_gone_is_shown_interrupted_and_rescored(store, ca
 def _many_runs_to_rescore(folder: Path, n: int) -> str:
     """A store of `n` finished runs, each with stored predictions and the ExpRate logged from them, and
     none of the metrics registered since: what `rescore` plans for one after the other."""
-    from hmer.tracking.store import setup_mlflow
+    from hmer.tracking.store import open_experiment
 
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     client = MlflowClient(uri)
-    experiment = setup_mlflow(uri, "many")
+    experiment = open_experiment(uri, "many")[1]
     rows = "name,truth,prediction,distance\nx,a + b,a + b,0\ny,\\frac { 1 } { 2 },\\frac { 1 } { 3 },1\n"
     for _ in range(n):
         run = client.create_run(experiment).info.run_id

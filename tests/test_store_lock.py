@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 
 from hmer import cli
 from hmer.tracking.lock import LOCK_FILE
-from hmer.tracking.store import setup_mlflow
+from hmer.tracking.store import open_experiment
 from hmer.tracking.transfer import export_runs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,7 +30,7 @@ def _workspace(tmp_path: Path) -> tuple[Path, dict]:
     work.mkdir()
     uri = f"sqlite:///{work / 'mlflow.db'}"
     client = MlflowClient(uri)
-    run = client.create_run(setup_mlflow(uri, "results"))
+    run = client.create_run(open_experiment(uri, "results")[1])
     client.log_text(run.info.run_id, "name,truth,prediction,distance\nx,a,a,0\n", "predictions/test_2014.csv")
     client.set_terminated(run.info.run_id)
     checkout = tmp_path / "checkout"

@@ -532,14 +532,14 @@ def test_a_study_published_unfinished_is_continued_from_the_committed_store_on_a
 
 def _checkout_with_a_committed_store(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
     """A checkout (its project file) whose mlruns/ holds a committed store, and that store's files' bytes."""
-    from hmer.tracking.store import setup_mlflow
+    from hmer.tracking.store import open_experiment
 
     checkout = tmp_path / "checkout"
     (checkout / "mlruns").mkdir(parents=True)
     (checkout / "pyproject.toml").write_text('[project]\nname = "hmer"\n')
     uri = f"sqlite:///{checkout / 'mlruns' / 'mlflow.db'}"
     client = MlflowClient(uri)
-    client.set_terminated(client.create_run(setup_mlflow(uri, "committed")).info.run_id)
+    client.set_terminated(client.create_run(open_experiment(uri, "committed")[1]).info.run_id)
     optuna.create_study(study_name="committed", storage=f"sqlite:///{checkout / 'mlruns' / 'optuna.db'}")
     return checkout, _files_of(checkout / "mlruns")
 

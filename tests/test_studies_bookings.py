@@ -16,7 +16,8 @@ from hmer.studies import BUDGETS, DIRECTION, StudySpec, get_budget
 from hmer.studies.bookings import CellBookings, Worker, worker_alive
 from hmer.cli.study import build_parser, parse_seeds
 from hmer.studies.bookings import BookedCellSampler
-from hmer.studies.storage import mask_url, open_storage, trial_id
+from hmer.studies.storage import open_storage, trial_id
+from hmer.tracking.store import mask_password
 from hmer.studies.spec import SEED_KEY, cell_key
 from hmer.tracking import keys
 
@@ -229,7 +230,7 @@ def test_command_line_options():
     args = build_parser(DIRECTION).parse_args(["--budget", "smoke", "--seeds", "2", "--n-jobs", "2", "--storage",
                                                "postgresql://u:secret@db/hmer", "--set", "train.epochs=1"])
     assert (args.budget, args.seeds, args.n_jobs, args.overrides) == ("smoke", (1, 2), 2, ["train.epochs=1"])
-    assert "secret" not in mask_url(args.storage) and "db/hmer" in mask_url(args.storage)
+    assert "secret" not in mask_password(args.storage) and "db/hmer" in mask_password(args.storage)
     with pytest.raises(SystemExit):  # a preset is a model; a study's compute is its --budget
         build_parser(DIRECTION).parse_args(["--preset", "smoke"])
 

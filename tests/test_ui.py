@@ -377,11 +377,11 @@ def _refused(port: int) -> bool:
 def test_a_kill_9_of_hmer_ui_takes_both_servers_with_it(tmp_path):
     """Issue 70: a kill -9 of `hmer ui` left both servers holding their ports. Each runs under a watchdog
     (hmer.tracking.watchdog) that stops it when `hmer ui` dies, and removes the copy it served."""
-    from hmer.tracking.store import setup_mlflow
+    from hmer.tracking.store import open_experiment
 
     store = tmp_path / "store"
     store.mkdir()
-    setup_mlflow(f"sqlite:///{store / 'mlflow.db'}", "results")
+    open_experiment(f"sqlite:///{store / 'mlflow.db'}", "results")
     optuna.create_study(storage=f"sqlite:///{store / 'optuna.db'}", study_name="any")
     temporary = tmp_path / "tmp"
     temporary.mkdir()

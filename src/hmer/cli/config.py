@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from .options import UserError
+from .options import UserError, preset_resolution
 
 
 def add_parser(sub) -> None:
@@ -110,9 +110,7 @@ def cmd_config(args) -> int:
 
 def _preset(args):
     from ..config import parse_overrides
-    from ..model_presets import resolve_preset
     from ..studies.budgets import get_budget
-    from ..studies.resolution import budget_resolution
 
     study_only = [option for option, given in (("--cell", args.cell), ("--seed", args.seed is not None),
                                                ("--seeds", args.seeds), ("--variants", args.variants),
@@ -121,15 +119,10 @@ def _preset(args):
                                                ("--storage", args.storage), ("--fresh", args.fresh)) if given]
     if study_only:
         raise UserError(f"{', '.join(study_only)}: options of a study; {args.name!r} is a preset")
-    if args.budget and args.recipe:
-        raise UserError("--budget names its recipe; give --budget or --recipe")
     notes = [f"preset {args.name}"]
+    resolution = preset_resolution(args.name, args.budget, args.recipe)
     if args.budget:
-        budget = get_budget(args.budget)
-        resolution = budget_resolution(args.name, budget)
-        notes.append(f"at budget {budget.name}, as one trial on one worker")
-    else:
-        resolution = resolve_preset(args.name, recipe=args.recipe, named_by="--recipe")
+        notes.append(f"at budget {get_budget(args.budget).name}, as one trial on one worker")
     return notes, resolution.apply("set", "--set", parse_overrides(args.overrides))
 
 

@@ -108,11 +108,11 @@ def cmd_report(args) -> int:
     from ..training.fingerprint import code_fingerprint
 
     if args.runs:
+        from ..tracking.models import run_by_prefix
         from ..tracking.store import mlflow_client
-        from .runs import whole_run_id
 
         client = mlflow_client(args.tracking_uri)
-        args.runs = [whole_run_id(client, given) for given in args.runs]
+        args.runs = [run_by_prefix(client, given) for given in args.runs]
     return report_command(study=args.study, experiment=args.experiment, run_ids=args.runs,
                           tracking_uri=args.tracking_uri, out_dir=args.out, analysis=args.analysis,
                           metric=args.metric or "exprate", code_fingerprint=code_fingerprint())

@@ -142,27 +142,17 @@ def cmd_runs_publish(args) -> int:
 
 def cmd_runs_show(args) -> int:
     from ..store.provenance import run_provenance
+    from ..tracking.models import run_by_prefix
     from ..tracking.store import existing_store, mlflow_client, quiet_mlflow
     from ..training.fingerprint import code_fingerprint
 
     quiet_mlflow()
     uri = existing_store(args.tracking_uri)  # read alone: a mistyped path creates no store
     client = mlflow_client(uri)
-    run_id = whole_run_id(client, args.run)
+    run_id = run_by_prefix(client, args.run)  # (hmer prints a RunNotFoundError as one line)
     for line in run_provenance(client, run_id, code_fingerprint()):
         print(line)
     return 0
-
-
-def whole_run_id(client, given: str) -> str:
-    """The run whose id is `given` or begins with it (8 characters at least); a UserError otherwise."""
-    from ..tracking.models import RunNotFoundError, run_by_prefix
-    from .options import UserError
-
-    try:
-        return run_by_prefix(client, given)
-    except RunNotFoundError as exc:
-        raise UserError(str(exc)) from None
 
 
 def cmd_runs_workspace(args) -> int:
@@ -271,6 +261,7 @@ def cmd_runs_present(args) -> int:
 
 def cmd_runs_rescore(args) -> int:
     from ..tracking.lock import database_store_lock
+    from ..tracking.models import run_by_prefix
     from ..tracking.portable import sqlite_path
     from ..tracking.rescore import plan_rescoring, select_runs, write_rescoring
     from ..tracking.store import existing_store, mlflow_client, quiet_mlflow
@@ -279,7 +270,7 @@ def cmd_runs_rescore(args) -> int:
     uri = existing_store(args.tracking_uri)  # MLflow would create an empty store at a mistyped path
     db = sqlite_path(uri)
     client = mlflow_client(uri)
-    run_ids = [whole_run_id(client, given) for given in args.runs]
+    run_ids = [run_by_prefix(client, given) for given in args.runs]
     command = " ".join(["hmer runs rescore", *args.runs, *(f"--study {s}" for s in args.study)])
     # planned under the lock, so that no writer changes the runs in between; a dry run takes none
     with database_store_lock(uri, command) if not args.dry_run else contextlib.nullcontext():

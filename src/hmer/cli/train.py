@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from . import options
-from .options import UserError
+from .options import UserError, preset_resolution
 from .evaluate import print_scores
 
 EXIT_PAUSED = 3  # `hmer train --pause-after-epochs`: checkpointed, to be continued with --resume
@@ -82,7 +82,6 @@ def cmd_train(args) -> int:
     import time
 
     from ..config import Config, parse_overrides
-    from ..model_presets import resolve_preset
     from ..training import train
 
     check_time_flags(args)
@@ -104,17 +103,10 @@ def cmd_train(args) -> int:
         raise UserError("give --preset or --config, not both")
     if args.config and (args.recipe or args.budget):
         raise UserError("--recipe and --budget resolve a --preset; a --config file holds its values (use --set)")
-    if args.recipe and args.budget:
-        raise UserError("--budget names its recipe; give --budget or --recipe")
     if args.config:
         cfg = Config.load(args.config)
-    elif args.budget:
-        from ..studies.budgets import get_budget
-        from ..studies.resolution import budget_resolution
-
-        cfg = budget_resolution(args.preset or "bttr", get_budget(args.budget)).config
     else:
-        cfg = resolve_preset(args.preset or "bttr", recipe=args.recipe, named_by="--recipe").config
+        cfg = preset_resolution(args.preset or "bttr", args.budget, args.recipe).config
     overrides = parse_overrides(args.overrides)
     flags = {"data.path": args.data or None, "train.device": args.device or None, "train.epochs": args.epochs,
              "train.time_budget_s": args.time_budget}

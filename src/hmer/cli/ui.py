@@ -81,7 +81,7 @@ def study_links(tracking_uri: str, storage: str | None, mlflow_port: int, dashbo
     from ..reports.runs import list_studies
     from ..store.study_run import comparison_metric
     from ..tracking.store import mlflow_client
-    from ..tracking.ui import dashboard_url, study_url
+    from ..tracking.ui import dashboard_url, ui_url
 
     client = mlflow_client(tracking_uri)
     optuna_ids: dict[str, int] = {}
@@ -98,7 +98,8 @@ def study_links(tracking_uri: str, storage: str | None, mlflow_port: int, dashbo
             state += f"; superseded by {row['superseded_by']}"
         lines.append(f"  {name} ({state})")
         if experiment is not None:
-            link = study_url(experiment.experiment_id, order_by=comparison_metric(name, tracking_uri), port=mlflow_port)
+            link = ui_url(experiment.experiment_id, order_by=comparison_metric(name, tracking_uri), port=mlflow_port,
+                          study=True)
             lines.append(f"    MLflow  {link}")
         if name in optuna_ids and dashboard_port is not None:
             lines.append(f"    Optuna  {dashboard_url(optuna_ids[name], port=dashboard_port)}")

@@ -29,7 +29,7 @@ from ..studies.bookings import failure_reason
 from ..studies.session import OBJECTIVE_NAMES, name_objective
 from ..studies.spec import STUDIES
 from ..studies.storage import default_storage, first_use_lock, trial_id
-from ..studies.sweep_report import sweep_storage, sweep_table
+from ..studies.sweep_report import sweep_table
 from ..tracking import keys
 from ..tracking.portable import load_run_json
 from ..tracking.store import mlflow_client
@@ -113,7 +113,8 @@ def _text(value: Any) -> str | None:
 def annotate_sweep(study: str, run_id: str, tracking_uri: str, storage: str | None) -> list[str]:
     """Write the sweep's table (`sweep_table`, from its Optuna storage: default optuna.db beside the
     MLflow store) onto its parent run `run_id`, where it differs; returns what was written."""
-    text = sweep_table(optuna.load_study(study_name=study, storage=sweep_storage(tracking_uri, storage)))
+    storage = storage or default_storage(tracking_uri, create=False)
+    text = sweep_table(optuna.load_study(study_name=study, storage=storage))
     table_md = f"```\n{text}\n```\n"
     client = mlflow_client(tracking_uri)
     run = client.get_run(run_id)

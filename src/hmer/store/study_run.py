@@ -117,7 +117,7 @@ KILLED_ATTEMPT = " (killed attempt)"  # the end of a killed attempt's run name
 
 def mark_killed_attempts(client, runs: pd.DataFrame) -> list[str]:
     """Tag `hmer.trained_again_in` on each killed trial run whose cell (variant, seed) a later run trained,
-    and end its name with KILLED_ATTEMPT: the comparison link (`tracking.ui.study_url`) leaves it out."""
+    and end its name with KILLED_ATTEMPT: the comparison link (`tracking.ui.ui_url`) leaves it out."""
     if runs.empty or "status" not in runs.columns:
         return []
     finished = runs[runs["status"] == "FINISHED"]
@@ -218,16 +218,6 @@ def _png(figure) -> bytes:
         dpi *= (FIGURE_WIDTH_PX - 2) / width
 
 
-def _local_artifact(client, run, name: str) -> Path | None:
-    """Where the artifact `name` of `run` lies on this machine, None for a remote store."""
-    root = resolve_artifact_uri(run.info.artifact_uri, client.tracking_uri)
-    if root.startswith("file:"):
-        return Path(unquote(urlparse(root).path)) / name
-    if root.startswith("/"):
-        return Path(root) / name
-    return None
-
-
 def _stored_artifact(client, run, name: str) -> bytes | None:
     """The artifact `name` of `run` as stored, None where there is none yet."""
     try:
@@ -241,8 +231,9 @@ def _write_artifact(client, run, name: str, content: bytes) -> bool:
     """Write the artifact `name` of `run` unless it holds `content` already; True if written."""
     if _stored_artifact(client, run, name) == content:
         return False
-    path = _local_artifact(client, run, name)
-    if path is not None:
+    root = resolve_artifact_uri(run.info.artifact_uri, client.tracking_uri)
+    if root.startswith(("file:", "/")):  # on this machine: written in place
+        path = Path(unquote(urlparse(root).path) if root.startswith("file:") else root) / name
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(path, lambda f: f.write(content))
         return True

@@ -245,8 +245,7 @@ def get_budget(name: str) -> StudyBudget:
     try:
         return BUDGETS[name]
     except KeyError:
-        raise ValueError(f"unknown study budget {name!r}; known budgets: {', '.join(BUDGET_NAMES)}") \
-            from None
+        raise ValueError(f"unknown study budget {name!r}; known budgets: {', '.join(BUDGET_NAMES)}") from None
 
 
 def pick_budget(requested: str | None = None) -> tuple[StudyBudget, str]:

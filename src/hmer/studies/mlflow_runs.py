@@ -13,7 +13,7 @@ from optuna.trial import TrialState
 
 from ..tracking import keys
 from ..tracking.run import close_failed, log_params
-from ..tracking.store import mlflow_client, search_all_runs, setup_mlflow, study_filter
+from ..tracking.store import open_experiment, search_all_runs, study_filter
 from .storage import first_use_lock
 
 
@@ -24,8 +24,7 @@ def parent_run(study: optuna.Study, known: str | None, *, tracking_uri: str, exp
     recorded run id (a run of another store is found by its tags); `reopen=False` finds it without
     marking it RUNNING, so that reading a finished study writes nothing."""
     with first_use_lock(tracking_uri):  # MLflow's first use of a new store migrates its schema
-        experiment_id = setup_mlflow(tracking_uri, experiment)
-    client = mlflow_client(tracking_uri)
+        client, experiment_id = open_experiment(tracking_uri, experiment)
     run_id = known
     if run_id is not None:
         try:

@@ -23,7 +23,7 @@ from optuna.trial import TrialState
 from ..config import Config
 from ..tracking import keys
 from ..tracking.portable import download_run_artifact, list_run_artifacts, load_run_json
-from ..tracking.run import log_metric_points, log_params
+from ..tracking.run import log_batch, log_params
 from ..tracking.store import search_all_runs, study_filter
 from .resume import Resumable, adopt, checkpoint_dir, find_branch, find_resumable, same_config
 from .session import Session
@@ -215,8 +215,8 @@ def copy_run(client, source: TrainedRun, *, experiment_id: str, parent_run_id: s
                           f"copied instead of trained again (hmer.studies.objective)."})
     run_id = run.info.run_id
     log_params(client, run_id, original.data.params)
-    log_metric_points(client, run_id, [Metric(m.key, m.value, m.timestamp, m.step) for key in original.data.metrics
-                                       for m in client.get_metric_history(source.run_id, key)])
+    log_batch(client, run_id, "metrics", [Metric(m.key, m.value, m.timestamp, m.step) for key in original.data.metrics
+                                          for m in client.get_metric_history(source.run_id, key)])
     with tempfile.TemporaryDirectory(prefix="hmer-reuse-") as tmp:
         for name in list_run_artifacts(client, source.run_id):
             local = download_run_artifact(client, source.run_id, name, tmp)

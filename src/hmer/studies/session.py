@@ -37,7 +37,7 @@ from .bookings import CellBookings, Worker
 from .mlflow_runs import fail_dead_trial_runs, finish_parent, measured_cost, parent_run
 from .resolution import study_resolution
 from .spec import preset_of
-from .storage import default_storage, mask_url, open_storage, study_exists
+from .storage import default_storage, open_storage, study_exists
 
 POLL_S = 5.0  # how often a worker with no trial to start looks at the others' trials
 # Each kind's objective in words (`keys.KIND` -> name), filled by every `StudyKind` subclass as
@@ -218,7 +218,7 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
     def banner(left: int) -> None:
         """The banner after the study's name: `kind.banner`, its storage, and how to read a scratch store."""
         lines = kind.banner(budget, n_trials, n_jobs, model_preset, left)
-        lines.append(f"  Optuna storage {mask_url(storage_url)}; MLflow {mask_password(uri)}, experiment {name}")
+        lines.append(f"  Optuna storage {mask_password(storage_url)}; MLflow {mask_password(uri)}, experiment {name}")
         db = sqlite_path(uri)
         if scratch and db is not None:  # (the scratch store is a SQLite file)
             lines.append(f"  budget {budget.name} tries the pipeline in the scratch store {db.parent}, not the "
@@ -259,11 +259,11 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
     # The study's MLflow parent run, reopened unless nothing is left to run; runs of trials whose worker
     # died are marked FAILED on the way.
     known = None if created else wait_for_attr(lambda: study.user_attrs, keys.PARENT_RUN_ID, timeout_s=60.0)
-    plain = {keys.plain_name(key): value for key, value in described.items()}  # the parent run's names
+    plain = {key.removeprefix(keys.PREFIX): value for key, value in described.items()}  # the parent run's names
     experiment_id, parent = parent_run(
         study, known, tracking_uri=uri, experiment=name,
         params={"study": name, "kind": kind.name, "spec": spec.name, "budget": budget.name,
-                "storage": mask_url(storage_url), "n_trials": n_trials, "model_preset": model_preset,
+                "storage": mask_password(storage_url), "n_trials": n_trials, "model_preset": model_preset,
                 **{key: json.dumps(value) for key, value in plain.items()}},
         tags={keys.BUDGET: budget.name, keys.KIND: kind.name},
         artifact={"spec": spec.name, "description": spec.description, **plain, "config": base.config.to_flat_dict()},

@@ -23,11 +23,10 @@ from typing import Any, Callable, Iterator
 
 import optuna
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine import make_url
 
 from ..tracking.portable import sqlite_path
 from ..tracking.ui import check_database
-from ..tracking.store import NoStoreThere, default_tracking_uri, mlruns_dir
+from ..tracking.store import NoStoreThere, default_tracking_uri, mask_password, mlruns_dir
 from .optuna_compat import wrap_database_calls
 
 OUTAGE_S = 600.0  # how long a worker waits for its database to come back before it gives up
@@ -113,9 +112,9 @@ def open_storage(url: str) -> optuna.storages.RDBStorage:
             if any(state in str(cause) for state in _RESTARTING) and time.monotonic() < deadline:
                 time.sleep(1.0)
                 continue
-            raise ValueError(f"cannot open the Optuna storage {mask_url(url)}: {first_line(cause)}") from None
+            raise ValueError(f"cannot open the Optuna storage {mask_password(url)}: {first_line(cause)}") from None
     if isinstance(storage, PatientRDBStorage):
-        storage.display_url = mask_url(url)
+        storage.display_url = mask_password(url)
     return storage
 
 
@@ -166,14 +165,6 @@ def first_use_lock(url: str) -> Iterator[None]:
     with open(lock_path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)  # released as the file closes
         yield
-
-
-def mask_url(url: str) -> str:
-    """A storage URL without its password."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - not an SQLAlchemy URL: print as given
-        return url
 
 
 def connection_error(exc: BaseException | None) -> BaseException | None:

@@ -35,16 +35,11 @@ class NoSweepError(LookupError):
     """The store holds no sweep (or not the one asked for); the message says what it holds."""
 
 
-def sweep_storage(tracking_uri: str | None = None, storage: str | None = None) -> str:
-    """The Optuna storage of a store: `storage` if given, else where a study puts it (never created)."""
-    return storage or default_storage(tracking_uri, create=False)
-
-
 def find_sweep(tracking_uri: str | None = None, storage: str | None = None,
                study: str | None = None) -> optuna.Study:
     """The sweep `study` of the store's Optuna storage, else its newest sweep; `NoSweepError` in one plain
     line when there is none."""
-    url = sweep_storage(tracking_uri, storage)
+    url = storage or default_storage(tracking_uri, create=False)  # where a study puts it, not created
     db = sqlite_path(url)
     if db is not None and str(db) != ":memory:" and not db.is_file():
         raise NoSweepError("no sweep in this store yet: it has no Optuna storage (optuna.db beside mlflow.db); "

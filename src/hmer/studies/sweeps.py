@@ -74,7 +74,11 @@ class Sweep(StudyKind):
 
     def described(self, base: Config) -> dict[str, Any]:
         flat = base.to_flat_dict()
-        self.space = {p.name: _describe_param(p, flat) for p in self.spec.params}
+        self.space: dict[str, str] = {}
+        for param in self.spec.params:
+            dist = param.distribution(flat)
+            self.space[param.name] = f"in {list(dist.choices)}" if hasattr(dist, "choices") else \
+                f"in [{dist.low:g}, {dist.high:g}]" + (" (log)" if dist.log else "")
         return {keys.SPACE: self.space, keys.N_TRIALS: self.n_trials}
 
     def banner(self, budget: StudyBudget, n_trials: int, n_jobs: int, model_preset: str, left: int) -> list[str]:
@@ -230,13 +234,6 @@ def sweep_objective(result) -> float:
     Without a final validation decode: the best greedy validation ExpRate."""
     scores = [s.exprate for key, s in sorted(result.validation_scores.items()) if s.n > 0]
     return sum(scores) / len(scores) if scores else result.best_val_exprate
-
-
-def _describe_param(param, base_flat: Mapping[str, Any]) -> str:
-    dist = param.distribution(base_flat)
-    if hasattr(dist, "choices"):
-        return f"in {list(dist.choices)}"
-    return f"in [{dist.low:g}, {dist.high:g}]" + (" (log)" if dist.log else "")
 
 
 def _finished_trials(study: optuna.Study) -> int:

@@ -14,11 +14,6 @@ def trial_score(metric: str) -> str:
     return PREFIX + metric
 
 
-def plain_name(key: str) -> str:
-    """A key without the prefix: the name a study's parent run logs its attribute under."""
-    return key.removeprefix(PREFIX)
-
-
 # ---- MLflow tags on every training run ----------------------------------------------------------
 VARIANT = "hmer.variant"          # the run's variant label (config name or decoder), or a study's spec
 STATUS = "hmer.status"            # running | finished | failed | pruned | paused | killed | interrupted | incomplete

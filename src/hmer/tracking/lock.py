@@ -88,7 +88,8 @@ def store_lock(folder: str | os.PathLike[str], command: str) -> Iterator[None]:
         yield
     finally:
         _held.discard(path)
-        _release(fd, path)
+        path.unlink(missing_ok=True)  # while `fd` holds it: a process that opened it before sees it gone (_flocked)
+        os.close(fd)
         if created:  # a store folder made for the lock alone, by a command that then wrote nothing
             with contextlib.suppress(OSError):
                 path.parent.rmdir()
@@ -198,14 +199,8 @@ def run_lock(folder: str | os.PathLike[str], run: str, command: str) -> Iterator
     try:
         yield
     finally:
-        _release(fd, path)
-
-
-def _release(fd: int, path: Path) -> None:
-    """Remove the lock file `path` while `fd` still holds it (a process that opened it before sees it
-    gone, `_flocked`), then close `fd`."""
-    path.unlink(missing_ok=True)
-    os.close(fd)
+        path.unlink(missing_ok=True)  # as store_lock's
+        os.close(fd)
 
 
 def _holder_of(path: Path) -> str:

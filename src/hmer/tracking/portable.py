@@ -99,34 +99,26 @@ def _relative(location: str) -> str | None:
     return f"{STORE_FOLDER}/{ARTIFACTS}/{path.rsplit(marker, 1)[1]}"
 
 
-def make_portable(db_path: str | Path) -> int:
+def make_portable(db_path: str | Path, local: bool = False) -> int:
     """Artifact locations in the store's `artifacts/` made relative (module docstring), an experiment's
-    local one elsewhere (MLflow's Default, `<cwd>/mlruns/0`) `mlruns/artifacts/<id>`; returns the rows changed."""
+    local one elsewhere (MLflow's Default, `<cwd>/mlruns/0`) `mlruns/artifacts/<id>`; `local`: the inverse,
+    relative ones made absolute (new runs log from any working folder). Returns the rows changed."""
+    folder = Path(db_path).resolve().parent
     changed = 0
     with sqlite3.connect(db_path) as db:
         for table, key, column in (("experiments", "experiment_id", "artifact_location"),
                                    ("runs", "run_uuid", "artifact_uri")):
             for row_id, location in db.execute(f"SELECT {key}, {column} FROM {table}").fetchall():
-                relative = _relative(location or "")
-                if relative is None and table == "experiments" and _is_local(location or ""):
-                    relative = f"{STORE_FOLDER}/{ARTIFACTS}/{row_id}"
-                if relative and relative != location:
-                    db.execute(f"UPDATE {table} SET {column} = ? WHERE {key} = ?", (relative, row_id))
-                    changed += 1
-    return changed
-
-
-def make_local(db_path: str | Path) -> int:
-    """The inverse of `make_portable` (new runs log from any working folder); returns the rows changed."""
-    db_path = Path(db_path).resolve()
-    changed = 0
-    with sqlite3.connect(db_path) as db:
-        for table, key, column in (("experiments", "experiment_id", "artifact_location"),
-                                   ("runs", "run_uuid", "artifact_uri")):
-            for row_id, location in db.execute(f"SELECT {key}, {column} FROM {table}").fetchall():
-                if location and location.startswith(f"{STORE_FOLDER}/{ARTIFACTS}/"):
-                    absolute = (db_path.parent / location[len(STORE_FOLDER) + 1:]).as_uri()
-                    db.execute(f"UPDATE {table} SET {column} = ? WHERE {key} = ?", (absolute, row_id))
+                location = location or ""
+                if local:
+                    new = (folder / location[len(STORE_FOLDER) + 1:]).as_uri() \
+                        if location.startswith(f"{STORE_FOLDER}/{ARTIFACTS}/") else None
+                else:
+                    new = _relative(location)
+                    if new is None and table == "experiments" and _is_local(location):
+                        new = f"{STORE_FOLDER}/{ARTIFACTS}/{row_id}"
+                if new and new != location:
+                    db.execute(f"UPDATE {table} SET {column} = ? WHERE {key} = ?", (new, row_id))
                     changed += 1
     return changed
 
@@ -188,7 +180,7 @@ def copy_store(source: str | Path, dest: str | Path, *, portable: bool, checkpoi
         os.replace(staged, dest / CHECKPOINTS)
     make_portable(dest / "mlflow.db")  # from wherever the source was
     if not portable:
-        make_local(dest / "mlflow.db")  # to where the copy is
+        make_portable(dest / "mlflow.db", local=True)  # to where the copy is
     return dest / "mlflow.db"
 
 

@@ -150,14 +150,14 @@ def write_rescoring(client, plans: Sequence[RunPlan]) -> int:
     from mlflow.entities import Metric
 
     from ..signals import deferred
-    from .run import log_metric_points
+    from .run import log_batch
 
     now = int(time.time() * 1000)
     logged = 0
     for plan in plans:
         if plan.added:
             with deferred():  # a SIGTERM waits for the run's metrics: each run is rescored whole or not at all
-                log_metric_points(client, plan.run_id, [Metric(key, value, now, step)
-                                                        for key, (value, step) in plan.added.items()])
+                log_batch(client, plan.run_id, "metrics", [Metric(key, value, now, step)
+                                                           for key, (value, step) in plan.added.items()])
             logged += len(plan.added)
     return logged

@@ -223,14 +223,14 @@ def log_params(client, run_id: str, params: dict[str, Any]) -> None:
     """Every param (values as strings), in as few requests as MLflow allows."""
     from mlflow.entities import Param
 
-    _log_batch(client, run_id, "params", [Param(k, str(v)) for k, v in params.items()])
+    log_batch(client, run_id, "params", [Param(k, str(v)) for k, v in params.items()])
 
 
 def set_tags(client, run_id: str, tags: dict[str, str]) -> None:
     """Every tag (values as strings), in as few requests as MLflow allows."""
     from mlflow.entities import RunTag
 
-    _log_batch(client, run_id, "tags", [RunTag(k, str(v)) for k, v in tags.items()])
+    log_batch(client, run_id, "tags", [RunTag(k, str(v)) for k, v in tags.items()])
 
 
 def log_metrics(client, run_id: str, metrics: dict[str, float], step: int) -> None:
@@ -238,15 +238,12 @@ def log_metrics(client, run_id: str, metrics: dict[str, float], step: int) -> No
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
-    log_metric_points(client, run_id, [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None])
+    log_batch(client, run_id, "metrics", [Metric(k, float(v), now, step) for k, v in metrics.items() if v is not None])
 
 
-def log_metric_points(client, run_id: str, points: list) -> None:
-    """MLflow `Metric` points as they are (a history copied from another run), in few requests."""
-    _log_batch(client, run_id, "metrics", points)
-
-
-def _log_batch(client, run_id: str, field: str, items: list) -> None:
+def log_batch(client, run_id: str, field: str, items: list) -> None:
+    """MLflow entities as they are (`field`: params, tags or metrics, such as a metric history copied from
+    another run), in as few requests as MLflow allows."""
     size = BATCH_SIZES[field]
     for i in range(0, len(items), size):
         client.log_batch(run_id, **{field: items[i:i + size]})

@@ -147,12 +147,13 @@ def artifact_root_for(tracking_uri: str) -> str | None:
 
 
 def mask_password(uri: str) -> str:
-    """`uri` with the password of its user part replaced by *** (scheme://user:***@host/...)."""
+    """`uri` (an MLflow store's, or an Optuna storage's) with the password of its user part replaced by ***
+    (scheme://user:***@host/...)."""
     parsed = urlparse(uri)
     if parsed.password is None:
         return uri
-    netloc = f"{parsed.username}:***@{parsed.hostname}" + (f":{parsed.port}" if parsed.port else "")
-    return parsed._replace(netloc=netloc).geturl()
+    user, _, host = parsed.netloc.rpartition("@")
+    return parsed._replace(netloc=f"{user.partition(':')[0]}:***@{host}").geturl()
 
 
 def check_tracking_server(uri: str, timeout_s: float = 10.0) -> None:
@@ -207,11 +208,6 @@ def point_mlflow_at(tracking_uri: str | None = None) -> str:
     uri = tracking_uri or default_tracking_uri()
     mlflow.set_tracking_uri(uri)
     return uri
-
-
-def setup_mlflow(tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT) -> str:
-    """`open_experiment`'s experiment id."""
-    return open_experiment(tracking_uri, experiment)[1]
 
 
 def open_experiment(tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT) -> tuple[Any, str]:

@@ -33,7 +33,7 @@ from . import keys
 from .store import ensure_experiment, search_all_runs
 from .lock import database_store_lock
 from .portable import download_run_artifact, list_run_artifacts
-from .run import log_metric_points, log_params, set_tags
+from .run import log_batch, log_params, set_tags
 
 MANIFEST = "hmer-runs.json"
 FORMAT = 1
@@ -364,5 +364,5 @@ def _merge_metrics(client, run_id: str, history: dict[str, list]) -> None:
             if key in have_keys else set()
         items += [Metric(key, float(v), int(ts), int(step)) for v, ts, step in points
                   if (repr(float(v)), int(ts), int(step)) not in have]
-    log_metric_points(client, run_id, items)
+    log_batch(client, run_id, "metrics", items)
 

@@ -53,23 +53,18 @@ TRAINING_EXPERIMENT_TAGS = {keys.MLFLOW_EXPERIMENT_KIND: keys.EXPERIMENT_KIND_TR
 
 
 def ui_url(experiment_id: str | None = None, *, port: int = DEFAULT_PORT, order_by: str | None = None,
-           search: str | None = None) -> str:
-    """The `mlflow ui` link to an experiment's training runs matching `search`, as charts, highest
-    `order_by` first; without an experiment, the list of experiments."""
+           study: bool = False) -> str:
+    """The `mlflow ui` link to an experiment's training runs (`study`: a study's comparison,
+    `STUDY_COMPARISON_RUNS`), as charts, highest `order_by` first; without an experiment, the list of experiments."""
     query = {"workflowType": WORKFLOW_TYPE_TRAINING}
     if experiment_id is None:
         return f"http://{HOST}:{port}/#/experiments?{urlencode(query)}"
     query["compareRunsMode"] = "CHART"
     if order_by:
         query.update(orderByKey=f"metrics.`{order_by}`", orderByAsc="false")
-    if search:
-        query["searchFilter"] = search
+    if study:
+        query["searchFilter"] = STUDY_COMPARISON_RUNS
     return f"http://{HOST}:{port}/#/experiments/{experiment_id}/runs?{urlencode(query, quote_via=quote)}"
-
-
-def study_url(experiment_id: str, *, order_by: str | None = None, port: int = DEFAULT_PORT) -> str:
-    """The link to a study's comparison (`STUDY_COMPARISON_RUNS`), best `order_by` first, as charts."""
-    return ui_url(experiment_id, order_by=order_by, port=port, search=STUDY_COMPARISON_RUNS)
 
 
 def run_url(experiment_id: str, run_id: str, *, port: int = DEFAULT_PORT) -> str:
@@ -95,7 +90,7 @@ def ui_command(tracking_uri: str, cwd: str | os.PathLike[str] | None = None) -> 
 def ui_hint(tracking_uri: str, experiment_id: str, order_by: str | None = None) -> str:
     """One line for the end of a study or a report: the command and the link to its comparison."""
     return (f"compare in the MLflow UI: {ui_command(tracking_uri)}, then open "
-            f"{study_url(experiment_id, order_by=order_by)} (`hmer ui` starts it beside optuna-dashboard and "
+            f"{ui_url(experiment_id, order_by=order_by, study=True)} (`hmer ui` starts it beside optuna-dashboard and "
             f"prints every study's link)")
 
 
