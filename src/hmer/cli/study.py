@@ -123,15 +123,20 @@ def build_parser(spec: StudySpec | SweepSpec, doc: str | None = None,
 
 
 def run_study(name: str, argv: Sequence[str] | None = None, prog: str | None = None) -> int:
-    """Run the registered study `name` with the options `argv` (default: the command line), print its table,
-    present it; returns the exit status. Its module's docstring (`hmer.studies.suite.<name>`), else its
-    description, is the `--help` text."""
+    """Run the registered study `name` with the options `argv` (default: the command line); its module's
+    docstring (`hmer.studies.suite.<name>`), else its description, is the `--help` text."""
     from ..studies import suite
     from ..studies.spec import STUDIES
 
     spec = STUDIES.get(name)
     module = sys.modules.get(f"{suite.__name__}.{name}")
-    args = build_parser(spec, module.__doc__ if module is not None else None, prog).parse_args(argv)
+    return main(spec, argv, doc=module.__doc__ if module is not None else None, prog=prog)
+
+
+def main(spec: StudySpec | SweepSpec, argv: Sequence[str] | None = None, doc: str | None = None,
+         prog: str | None = None) -> int:
+    """Parse the options, run the study, print its table, present it; returns the exit status."""
+    args = build_parser(spec, doc, prog).parse_args(argv)
     import optuna
 
     from ..allocator import tune_malloc
