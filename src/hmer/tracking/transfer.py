@@ -83,6 +83,17 @@ def read_export(path: str | os.PathLike[str]) -> dict:
         return unpack_parts(resolve_parts(path), Path(tmp) / "unpacked", Path(path))
 
 
+def join_parts(parts: list[Path], joined: Path) -> Path:
+    """The one file the `parts` of a split file make: the first part where it is alone, else `joined`."""
+    if len(parts) == 1:
+        return parts[0]
+    with joined.open("wb") as dst:
+        for part in parts:
+            with part.open("rb") as src:
+                shutil.copyfileobj(src, dst)
+    return joined
+
+
 def read_to_end(archive: Path, named: str | os.PathLike[str], what: str) -> None:
     """Read the gzip stream of `archive` to its end; ValueError naming `named` when it stops short or
     fails its checksum: tarfile alone stops at the tar's end blocks, before a cut in gzip's trailer."""
@@ -106,13 +117,7 @@ def unpack_parts(parts: list[Path], folder: Path, named: Path) -> dict:
     `folder`; its checked manifest, or ValueError naming `named` (the file given) and what is wrong."""
     import zlib
 
-    archive = parts[0]
-    if len(parts) > 1:
-        archive = folder.parent / "joined.tar.gz"
-        with archive.open("wb") as joined:
-            for part in parts:
-                with part.open("rb") as src:
-                    shutil.copyfileobj(src, joined)
+    archive = join_parts(parts, folder.parent / "joined.tar.gz")
     read_to_end(archive, named, "an hmer runs export (a .tar.gz from `hmer runs export`)")
 
     try:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tarfile
 import tempfile
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from ..atomic import write_atomically
 from ..checkpoint import atomic_torch_save, load_checkpoint, weights_artifact
 from ..data import Vocab
 from ..tracking.store import checkpoint_root, mlflow_client, quiet_mlflow
-from ..tracking.transfer import export_runs, import_runs, read_to_end, resolve_parts, source_id
+from ..tracking.transfer import export_runs, import_runs, join_parts, read_to_end, resolve_parts, source_id
 from .resume import standalone_continuation
 
 FORMAT = 1
@@ -127,11 +126,7 @@ def unpack_run(path: str | os.PathLike[str], *, tracking_uri: str | None = None,
 def _extract(path: str | os.PathLike[str], folder: Path) -> tuple[Carried, dict]:
     """Unpack the carried file into `folder`: (what it holds, its checkpoint), or a ValueError saying why not."""
     parts = resolve_parts(path)
-    joined = folder / "joined.tar"
-    with joined.open("wb") as dst:
-        for part in parts:
-            with part.open("rb") as src:
-                shutil.copyfileobj(src, dst)
+    joined = join_parts(parts, folder / "joined.tar")
     read_to_end(joined, path, "a carried run (a .tar.gz from pack_run)")
     try:
         with tarfile.open(joined, "r:gz") as tar:  # as pack_run writes it
@@ -139,7 +134,8 @@ def _extract(path: str | os.PathLike[str], folder: Path) -> tuple[Carried, dict]
     except (tarfile.TarError, EOFError, OSError) as exc:
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"{path}: not a carried run (a .tar.gz from pack_run): {reason}") from None
-    joined.unlink()
+    if joined not in parts:  # the copy the parts were joined into, never the carried file itself
+        joined.unlink()
     missing = [name for name in (MANIFEST, RUN_EXPORT, CHECKPOINT) if not (folder / name).is_file()]
     if missing:
         raise ValueError(f"{path}: not a carried run: it lacks {', '.join(missing)}")
