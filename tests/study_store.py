@@ -70,10 +70,10 @@ def study_store(root: Path) -> StudyStore:
     global _STORE
     if _STORE is not None:
         return _STORE
-    from hmer.studies import COVERAGE, StudySpec, run_grid_study
+    from hmer.studies import STUDIES, StudySpec, run_grid_study
 
     spec = StudySpec(name="ablate_coverage", description="coverage: none against cross (report tests)",
-                     axes={"model.coverage": VARIANTS}, model_presets=COVERAGE.model_presets)
+                     axes={"model.coverage": VARIANTS}, model_presets=STUDIES.get("ablate_coverage").model_presets)
     root.mkdir(parents=True, exist_ok=True)
     data_path = write_dataset(root / "data", TEST_SPLITS)
     tracking_uri = f"sqlite:///{root / 'mlflow.db'}"

@@ -42,7 +42,7 @@ from hmer.cli import study as study_cli
 from hmer.studies.budgets import BUDGETS
 from hmer.studies.resolution import check_cells, range_ends, study_resolution
 from hmer.studies.sweeps import Sweep
-from hmer.studies import ABLATIONS, DIRECTION, SWEEP, SweepParam, SweepSpec
+from hmer.studies import STUDIES, SweepParam, SweepSpec, ablations
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY_SCRIPT = REPO / "studies" / "ablate_direction.py"
@@ -50,6 +50,7 @@ TINY = ["--preset", "tiny-transformer", "--device", "cpu", "--no-progress", "--e
         "train.beam_size=2", "train.max_decode_len=12", "data.batch_pixels=20000", "data.max_batch_size=8",
         "train.attention_maps=0"]
 MISSING_RUN = "0123456789abcdef0123456789abcdef"
+DIRECTION, SWEEP = STUDIES.get("ablate_direction"), STUDIES.get("sweep")
 
 pytestmark = pytest.mark.slow
 
@@ -518,7 +519,7 @@ def test_every_preset_size_recipe_budget_and_study_is_allowed():
             resolve_preset(name, size=size)
     for budget in BUDGETS.values():
         # one trial: whether a whole grid fits a budget's window is the budget's own check, not a value's
-        for spec in ABLATIONS.values():
+        for spec in ablations().values():
             check_cells(study_resolution(spec, budget, n_trials=1, n_jobs=1), spec, spec.cells(budget.seeds))
         if any(param.choices and budget.overrides.get(param.name, param.choices[0]) not in param.choices
                for param in SWEEP.params):  # the scaled budget's schedule and input

@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 from hmer.checkpoint import load_checkpoint
 from hmer.config import ConfigError
 from hmer.training import train
-from hmer.training.branch import Branch
+from hmer.training.resume import Branch
 from hmer.training.optim import LRSchedule, build_optimizer
 from tiny_dataset import tiny_config, tiny_data
 

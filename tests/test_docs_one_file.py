@@ -115,16 +115,16 @@ STUDY_USE = """
 import json, sys
 import hmer
 import hmer.studies
-from hmer.studies import ABLATIONS, STUDIES, get_budget
+from hmer.studies import STUDIES, ablations, get_budget
 from hmer.studies.resolution import cell_resolution, study_resolution
 
-name, constant, package = sys.argv[1:]
+name, package = sys.argv[1:]
 assert hmer.__file__.startswith(package), hmer.__file__
 spec = STUDIES.get(name)
 cells = spec.cells([0, 1])
 base = study_resolution(spec, get_budget("smoke"), n_trials=len(cells), n_jobs=1)
 resolved = [cell_resolution(base, spec, cell) for cell in cells]
-print(json.dumps({"exported": getattr(hmer.studies, constant) is spec, "grid": name in ABLATIONS,
+print(json.dumps({"found": spec.name == name, "grid": name in ablations(),
                   "cells": [{key: cell[key] for key in spec.axes} for cell in cells],
                   "trained": [{key: r.config.to_flat_dict()[key] for key in spec.axes} for r in resolved],
                   "layers": sorted({r.sources[key].split()[0] for r in resolved for key in spec.axes})}))
@@ -159,13 +159,12 @@ def test_a_metric_is_one_file(copy):
 def test_a_study_is_one_file(copy):
     path, code = the_change(STUDIES, "Add a study in one file")
     name = Path(path).stem
-    constant = re.search(r"^(\w+) = StudySpec\(", code, re.M).group(1)
     _add(copy, path, code)
     _lists_hold(copy)
     help_text = _run(copy, "-m", "hmer.cli", "study", name, "--help")
     docstring = re.match(r'"""(.+?)"""', code, re.S).group(1)
     assert " ".join(docstring.split()) in " ".join(help_text.split()), help_text
-    used = json.loads(_run(copy, "-c", STUDY_USE, name, constant, str(copy / "src" / "hmer")).splitlines()[-1])
-    assert used["exported"] and used["grid"]
+    used = json.loads(_run(copy, "-c", STUDY_USE, name, str(copy / "src" / "hmer")).splitlines()[-1])
+    assert used["found"] and used["grid"]
     assert used["trained"] == used["cells"] and len(used["cells"]) >= 4  # two seeds of at least two variants
     assert used["layers"] == ["cell"]

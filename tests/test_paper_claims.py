@@ -28,10 +28,10 @@ YEARS = ["2014", "2016", "2019"]
 
 
 def test_each_claim_compares_variants_of_its_study_grid():
-    from hmer.studies import ABLATIONS
+    from hmer.studies import ablations
 
     for claim in CLAIMS:
-        spec = ABLATIONS[claim.study]
+        spec = ablations()[claim.study]
         # a one-axis grid's variants are its values; a grid of several axes names its variants
         labels = set(spec.variants) if spec.variants else {str(v) for values in spec.axes.values() for v in values}
         for winner, loser in claim.comparisons:
@@ -96,11 +96,12 @@ def test_seed_pairs_that_disagree_are_not_read_as_not_significant():
 def direction_store(tmp_path_factory):
     """A real grid study named as the direction claim reads it: l2r (baseline) and bi, one seed, trained
     before the lgeval metrics were registered."""
-    from hmer.studies import DIRECTION, StudySpec, run_grid_study
+    from hmer.studies import STUDIES, StudySpec, run_grid_study
 
     root = tmp_path_factory.mktemp("claims-store")
     spec = StudySpec(name="ablate_direction", description="direction: l2r against bi (claims tests)",
-                     axes={"model.direction": ("l2r", "bi")}, model_presets=DIRECTION.model_presets)
+                     axes={"model.direction": ("l2r", "bi")},
+                     model_presets=STUDIES.get("ablate_direction").model_presets)
     data_path = write_dataset(root / "data", TEST_SPLITS)
     tracking_uri = f"sqlite:///{root / 'mlflow.db'}"
     with studying_into(root), metrics_absent():

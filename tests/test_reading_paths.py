@@ -104,16 +104,17 @@ def test_a_training_step_opens_the_modules_it_lists_and_the_forward_passs(one_th
 
 
 def test_a_study_cells_config_opens_the_modules_it_lists():
-    from hmer.studies import DIRECTION
+    from hmer.studies import STUDIES
     from hmer.studies.budgets import get_budget
     from hmer.studies.resolution import cell_resolution, study_resolution
 
     listed = _listed(CELL_CONFIG)
     assert 0 < len(listed) <= 9
     budget = get_budget("cpu")
-    study_resolution(DIRECTION, budget, n_trials=9, n_jobs=2)  # the registries imported before the count
-    reached = _reached(lambda: cell_resolution(study_resolution(DIRECTION, budget, n_trials=9, n_jobs=2), DIRECTION,
-                                               DIRECTION.cells((1,))[0]))
+    direction = STUDIES.get("ablate_direction")
+    study_resolution(direction, budget, n_trials=9, n_jobs=2)  # the registries imported before the count
+    reached = _reached(lambda: cell_resolution(study_resolution(direction, budget, n_trials=9, n_jobs=2), direction,
+                                               direction.cells((1,))[0]))
     assert reached == set(listed), f"reached {sorted(reached)}, listed {listed}"
 
 

@@ -148,23 +148,24 @@ def test_the_sweep_searches_its_whole_space_on_ink(crohme_data, tmp_path, monkey
     # space runs only on InkML: one trial on a few real expressions, scored on both styles.
     import optuna
 
-    from hmer.studies import SWEEP, run_sweep
+    from hmer.studies import STUDIES, run_sweep
     from hmer.studies.sweeps import sweep_objective  # noqa: F401  (the objective the value comes from)
 
+    sweep = STUDIES.get("sweep")
     monkeypatch.setenv("HMER_MLRUNS", str(tmp_path / "mlruns"))
     storage, store = f"sqlite:///{tmp_path / 'optuna.db'}", f"sqlite:///{tmp_path / 'mlflow.db'}"
-    outcome = run_sweep(SWEEP, "smoke", storage=storage, tracking_uri=store, data_path=str(crohme_data),
+    outcome = run_sweep(sweep, "smoke", storage=storage, tracking_uri=store, data_path=str(crohme_data),
                         n_trials=1, study_name="sweep-ink", overrides={
                             "data.train_limit": 16, "data.val_limit": 4, "train.epochs": 1, "train.beam_size": 2,
                             "train.max_decode_len": 12, "train.attention_maps": 0, "train.device": "cpu"})
     assert outcome.complete
     (trial,) = optuna.load_study(study_name="sweep-ink", storage=storage).trials
-    assert set(trial.params) == {p.name for p in SWEEP.params}
+    assert set(trial.params) == {p.name for p in sweep.params}
     (run,) = MlflowClient(store).search_runs(
         [MlflowClient(store).get_experiment_by_name("sweep-ink").experiment_id], "tags.`hmer.trial` = '0'")
     metrics = run.data.metrics
     assert not any(key.startswith("test_") for key in metrics)  # a sweep reads no test year
-    if trial.params["data.render_style"] == SWEEP.fixed["data.val_alt"]:  # validation is already drawn so
+    if trial.params["data.render_style"] == sweep.fixed["data.val_alt"]:  # validation is already drawn so
         assert "val-alt_final_n" not in metrics and metrics["val_final_n"] == 4
         assert trial.value == pytest.approx(metrics["val_final_exprate"])
     else:

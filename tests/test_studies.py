@@ -26,7 +26,7 @@ from optuna.trial import TrialState
 from sqlalchemy.exc import OperationalError
 
 from hmer.cli.study import present
-from hmer.studies import DIRECTION, SWEEP, StudySpec, get_budget, run_grid_study, run_sweep
+from hmer.studies import STUDIES, StudySpec, ablations, get_budget, run_grid_study, run_sweep
 from hmer.studies.sweep_report import sweep_table
 from hmer.tracking import keys
 from hmer.checkpoint import load_checkpoint
@@ -34,6 +34,7 @@ from tiny_dataset import tiny_data, write_dataset
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "studies" / "ablate_direction.py"
+DIRECTION, SWEEP = STUDIES.get("ablate_direction"), STUDIES.get("sweep")
 
 # Held equal in every cell: a one-epoch tiny model, short decoding, one test year.
 TINY = {"train.epochs": 1, "train.beam_size": 2, "train.max_decode_len": 12, "train.attention_maps": 0,
@@ -762,24 +763,18 @@ def test_a_killed_sweep_trial_continues_from_its_checkpoint_with_its_parameters_
 def test_every_module_of_the_suite_registers_its_study_under_its_own_name():
     import pkgutil
 
-    import hmer.studies as studies
-    from hmer.studies import STUDIES, suite
+    from hmer.studies import suite
 
     modules = [info.name for info in pkgutil.iter_modules(suite.__path__)]
     assert sorted(STUDIES) == sorted(modules) and "ablate_direction" in modules and "sweep" in modules
-    # Each binds its spec to a constant, which hmer.studies exports; ABLATIONS are the grid studies.
-    constants = studies.study_constants()
-    assert sorted(spec.name for spec in constants.values()) == sorted(modules)
-    assert studies.DIRECTION is STUDIES.get("ablate_direction") and studies.SWEEP is STUDIES.get("sweep")
-    assert set(studies.ABLATIONS) == set(modules) - {"sweep"}
-    with pytest.raises(AttributeError):
-        studies.NO_SUCH_STUDY  # noqa: B018 - the lookup is what must raise
+    assert all(STUDIES.get(name).name == name for name in modules)
+    assert set(ablations()) == set(modules) - {"sweep"}  # the grid studies
+    with pytest.raises(ValueError, match="no_such_study"):
+        STUDIES.get("no_such_study")
 
 
 def test_a_study_registered_here_alone_runs_by_name(stores, tmp_path, capsys):
     """A spec registered in this file is found by `hmer.studies` and run by name as a script runs its own."""
-    import hmer.studies as studies
-    from hmer.studies import STUDIES
     from hmer.cli.study import run_study
 
     tracking, storage = stores
@@ -788,13 +783,13 @@ def test_a_study_registered_here_alone_runs_by_name(stores, tmp_path, capsys):
                      axes={"model.direction": ("l2r", "r2l")}, model_presets=DIRECTION.model_presets)
     STUDIES.register(spec.name, spec)
     try:
-        assert studies.ABLATIONS["toy_direction"] is spec
+        assert ablations()["toy_direction"] is spec
         status = run_study("toy_direction", [
             "--budget", "smoke", "--seeds", "1", "--data", str(tmp_path / "data"), "--tracking-uri", tracking,
             "--storage", storage, "--set", *[f"{k}={v}" for k, v in TINY.items()]])
     finally:
         STUDIES.unregister("toy_direction")
-    assert status == 0 and "toy_direction" not in studies.ABLATIONS
+    assert status == 0 and "toy_direction" not in ablations()
     parents, children = _child_runs(tracking, "toy_direction-smoke")
     assert len(parents) == 1 and sorted(r.data.params["model.direction"] for r in children) == ["l2r", "r2l"]
     assert all(r.info.status == "FINISHED" for r in children)

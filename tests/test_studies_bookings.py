@@ -12,7 +12,7 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from hmer.studies import BUDGETS, DIRECTION, StudySpec, get_budget
+from hmer.studies import BUDGETS, STUDIES, StudySpec, ablations, get_budget
 from hmer.studies.bookings import CellBookings, Worker, worker_alive
 from hmer.cli.study import build_parser, parse_seeds
 from hmer.studies.bookings import BookedCellSampler
@@ -21,6 +21,7 @@ from hmer.tracking.store import mask_password
 from hmer.studies.spec import SEED_KEY, cell_key
 from hmer.tracking import keys
 
+DIRECTION = STUDIES.get("ablate_direction")
 SPEC = StudySpec(name="bookings", description="", axes={"model.direction": ("l2r", "r2l", "bi")}, model_presets={})
 
 # The scripts below start booking together: a worker that imports first must not take every booking
@@ -252,10 +253,9 @@ def test_hmer_study_runs_a_study_by_name_and_refuses_an_unknown_one(capsys):
 
 
 def test_every_ablation_cell_is_a_valid_config():
-    from hmer.studies import ABLATIONS
     from hmer.studies.resolution import cell_resolution, study_resolution
 
-    for spec in ABLATIONS.values():
+    for spec in ablations().values():
         for name in ("smoke", "cpu", "paper"):
             budget = get_budget(name)
             base = study_resolution(spec, budget, n_trials=9, n_jobs=1)

@@ -200,16 +200,25 @@ def cmd_runs_import(args) -> int:
     return 0
 
 
-def cmd_runs_rename(args) -> int:
-    from ..store.rename import rename_study
+@contextlib.contextmanager
+def amending(tracking_uri: str | None, command: str, storage: str | None = None, lock: bool = True):
+    """A command that amends a store: MLflow quiet, the store and its Optuna storage read whole first (a damaged
+    one is named before anything is written), then the store's lock held while it writes; (store URI, storage)."""
     from ..studies.storage import existing_storage
     from ..tracking.lock import database_store_lock
     from ..tracking.store import existing_store, quiet_mlflow
 
     quiet_mlflow()
-    uri = existing_store(args.tracking_uri)
-    existing_storage(uri, args.storage)  # a damaged one named before anything is written
-    with database_store_lock(uri, f"hmer runs rename {args.study} {args.new}"):
+    uri = existing_store(tracking_uri)  # MLflow would create an empty store at a mistyped path
+    storage = existing_storage(uri, storage)
+    with database_store_lock(uri, command) if lock else contextlib.nullcontext():
+        yield uri, storage
+
+
+def cmd_runs_rename(args) -> int:
+    from ..store.rename import rename_study
+
+    with amending(args.tracking_uri, f"hmer runs rename {args.study} {args.new}", args.storage) as (uri, _):
         done = rename_study(args.study, args.new, tracking_uri=uri, storage=args.storage)
     print(f"renamed study {done.study} to {done.new}: {done.runs} run(s) retagged, "
           f"{'the experiment renamed' if done.experiment else 'no experiment of that name'}, "
@@ -220,14 +229,8 @@ def cmd_runs_rename(args) -> int:
 def cmd_runs_supersede(args) -> int:
     from ..store.present import present_study
     from ..store.rename import mark_superseded
-    from ..studies.storage import existing_storage
-    from ..tracking.lock import database_store_lock
-    from ..tracking.store import existing_store, quiet_mlflow
 
-    quiet_mlflow()
-    uri = existing_store(args.tracking_uri)
-    existing_storage(uri)  # read by present_study: a damaged one is named before anything is written
-    with database_store_lock(uri, f"hmer runs supersede {args.study} --by {args.by}"):
+    with amending(args.tracking_uri, f"hmer runs supersede {args.study} --by {args.by}") as (uri, _):
         print(mark_superseded(args.study, args.by, tracking_uri=uri))
         changes = present_study(args.study, tracking_uri=uri)  # its table, and the mark in Optuna
     if changes:
@@ -239,18 +242,14 @@ def cmd_runs_present(args) -> int:
     from pathlib import Path
 
     from ..store.present import present_studies
-    from ..studies.storage import existing_storage
-    from ..tracking.lock import database_store_lock
-    from ..tracking.store import check_store_folder, existing_store, quiet_mlflow
+    from ..tracking.store import check_store_folder
 
-    quiet_mlflow()
     folder = Path(args.folder)
     check_store_folder(folder.resolve())
     if not (folder / "mlflow.db").is_file():
         raise ValueError(f"{folder} holds no MLflow store (no mlflow.db)")
-    uri = existing_store(f"sqlite:///{folder.resolve() / 'mlflow.db'}")  # both databases whole, before a write
-    storage = existing_storage(uri)
-    with database_store_lock(uri, f"hmer runs present {folder.resolve()}"):
+    store = f"sqlite:///{folder.resolve() / 'mlflow.db'}"
+    with amending(store, f"hmer runs present {folder.resolve()}") as (uri, storage):
         done = present_studies(uri, storage)
     for study, changes in done.items():
         print(f"study {study}: {', '.join(changes) if changes else 'up to date'}")
@@ -260,20 +259,16 @@ def cmd_runs_present(args) -> int:
 
 
 def cmd_runs_rescore(args) -> int:
-    from ..tracking.lock import database_store_lock
     from ..tracking.models import run_by_prefix
     from ..tracking.portable import sqlite_path
     from ..tracking.rescore import plan_rescoring, select_runs, write_rescoring
-    from ..tracking.store import existing_store, mlflow_client, quiet_mlflow
+    from ..tracking.store import mlflow_client
 
-    quiet_mlflow()
-    uri = existing_store(args.tracking_uri)  # MLflow would create an empty store at a mistyped path
-    db = sqlite_path(uri)
-    client = mlflow_client(uri)
-    run_ids = [run_by_prefix(client, given) for given in args.runs]
     command = " ".join(["hmer runs rescore", *args.runs, *(f"--study {s}" for s in args.study)])
     # planned under the lock, so that no writer changes the runs in between; a dry run takes none
-    with database_store_lock(uri, command) if not args.dry_run else contextlib.nullcontext():
+    with amending(args.tracking_uri, command, lock=not args.dry_run) as (uri, _):
+        client = mlflow_client(uri)
+        run_ids = [run_by_prefix(client, given) for given in args.runs]
         plans = plan_rescoring(client, select_runs(client, run_ids, args.study))
         logged = 0 if args.dry_run else write_rescoring(client, plans)
     added = [plan for plan in plans if plan.added]
@@ -298,6 +293,7 @@ def cmd_runs_rescore(args) -> int:
     studies = sorted({plan.study for plan in added if plan.study})
     # presenting (the UIs' tables, figures and notes) is `hmer runs present`'s: rescoring writes metrics alone
     if studies and not args.dry_run:
+        db = sqlite_path(uri)
         print(f"the tables on the parent runs of {', '.join(studies)} (what the UIs show) predate these scores: "
               f"`hmer runs present {db.parent if db is not None else 'FOLDER'}` brings them up to date")
     return 0

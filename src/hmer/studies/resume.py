@@ -6,7 +6,7 @@ Found, the new trial adopts the run (tagged with its number, so `fail_dead_trial
 otherwise the cell trains from scratch in a new run.
 
 A longer `wsd` cell starts from the latest state that a shorter cell of its variant kept where its decay
-began (`find_branch`; `hmer.training.branch` says why the two compute the same).
+began (`find_branch`; `hmer.training.resume` says why the two compute the same).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from ..tracking.store import checkpoint_root
 from .mlflow_runs import trial_runs
 
 if TYPE_CHECKING:  # (the training package imports torch: a study's planning does not need it)
-    from ..training.branch import Branch
+    from ..training.resume import Branch
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ def adopt(resumable: Resumable, trial: optuna.Trial, session) -> None:
 def find_branch(session, cfg: Config) -> Branch | None:
     """The latest `stable.pt` of the study's runs that `cfg`'s run can start from (the same config, shorter,
     its decay begun at or before `cfg`'s), or None."""
-    from ..training.branch import Branch, shares_stable_phase, stable_end
+    from ..training.resume import Branch, shares_stable_phase, stable_end
     from ..training.resume import STABLE, STABLE_BEST
 
     end = stable_end(cfg)

@@ -3,6 +3,10 @@
 An epoch's batches and augmentation are drawn from (seed, epoch), so with weights, optimiser, schedule, RNGs and
 `TrainState` restored, a resumed run takes the same steps. Without the optimiser's state
 (`standalone_continuation`) it is a warm restart, tagged `hmer.warm_restart` (cost: docs/benchmarks.md section 5).
+
+A longer `wsd` run starts where a shorter run of its config began to decay (`Branch`): nothing before the decay
+depends on the length, so it takes over the state kept there (`stable.pt`, `stable-best.pt`) and ends as the longer
+run would have, weight for weight (tests/test_branch.py; docs/training.md, "Budgets that share a run").
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from ..config import MACHINE_KEYS, Config
 from ..checkpoint import atomic_torch_save, rng_state, set_rng_state
 from ..tracking.store import checkpoint_root
 from .setup import Setup
@@ -91,8 +96,41 @@ def save_last(path: Path, setup: Setup, state: TrainState) -> None:
 
 
 # A wsd run's state where its decay begins (`keep_stable_phase`): a longer run of the same config
-# computes the same up to there, and can start from it (hmer.training.branch).
+# computes the same up to there, and can start from it (`Branch`).
 STABLE, STABLE_BEST = "stable.pt", "stable-best.pt"
+# Keys in which a longer wsd run of the same variant differs from a shorter one: its length alone.
+LENGTH_KEYS = ("train.epochs", "train.decay_epochs")
+
+
+@dataclass(frozen=True)
+class Branch:
+    """The state a longer wsd run starts from: a shorter run's at the end of its stable phase. Its
+    `train_cpu_seconds` counts the shared epochs; the study's own cost is `hmer.branch_cpu_seconds`."""
+
+    run_id: str  # the shorter run
+    checkpoint: Path  # its stable.pt
+    best: Path  # its stable-best.pt (the best weights up to that epoch), or a path that does not exist
+    epoch: int  # the epoch the state is at
+
+    @property
+    def tag(self) -> str:
+        return f"{self.run_id}@{self.epoch}"
+
+
+def stable_end(cfg: Config) -> int:
+    """The last epoch before a wsd run's decay (0 for another schedule)."""
+    return cfg.train.epochs - cfg.train.decay_epochs if cfg.train.schedule == "wsd" else 0
+
+
+def shares_stable_phase(stored: dict, cfg: Config) -> bool:
+    """Whether a checkpoint's config (`Config.to_dict()`) is a wsd `cfg` but for its length and machine keys."""
+    try:
+        other = Config.from_dict(stored).to_flat_dict()
+    except (KeyError, TypeError, ValueError):
+        return False
+    mine = cfg.to_flat_dict()
+    ignored = set(LENGTH_KEYS) | set(MACHINE_KEYS)
+    return other.get("train.schedule") == "wsd" and all(other.get(k) == v for k, v in mine.items() if k not in ignored)
 
 
 def keep_stable_phase(folder: Path) -> None:

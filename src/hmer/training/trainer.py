@@ -32,10 +32,10 @@ from ..signals import Stopped, deferred, stop_on_signals
 from ..tracking import keys
 from ..tracking.run import NullRun, RunLogger, TrainingRun
 from . import distributed as ddp
-from .branch import Branch, shares_stable_phase, stable_end
 from .final import TrainResult, final_evaluation
 from .loader import Redraw, train_batches
-from .resume import Clock, TrainState, best_weights_recoverable, checkpoint_dir, keep_stable_phase, restore, save_last
+from .resume import (Branch, Clock, TrainState, best_weights_recoverable, checkpoint_dir, keep_stable_phase, restore,
+                     save_last, shares_stable_phase, stable_end)
 from . import planning
 from .fingerprint import code_fingerprint
 from .setup import Setup, build, seed_everything
@@ -55,7 +55,7 @@ def train(cfg: Config, data: dict[str, list] | None = None, *, tracking_uri: str
     `progress`: progress bars, else one line per epoch after `log_prefix`. `pause_after_epochs` > 0: checkpoint
     and return (stopped_by "paused", no test years) after that many epochs. `pause_at` (a `time.time()`): pause
     after the last epoch that leaves time for the next, counting `final_seconds` for the test years
-    (`--pause-within`). `start_from`: a shorter wsd run's state to take over (`hmer.training.branch`)."""
+    (`--pause-within`). `start_from`: a shorter wsd run's state to take over (`hmer.training.resume.Branch`)."""
     with stop_on_signals(), _writing(tracking_uri, run_dir, resume):
         ckpt = load_checkpoint(resume, map_location="cpu") if resume else None
         if ckpt is not None:

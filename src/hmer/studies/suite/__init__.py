@@ -5,9 +5,6 @@ imported when the registry is first read, so a new study needs no line anywhere 
 
     STUDIES.get("ablate_direction")            # its spec
     hmer study ablate_direction                # runs it, as python studies/ablate_direction.py does
-
-Each module also binds its spec to a constant (`DIRECTION`, `SWEEP`), which `hmer.studies`
-exports under that name.
 """
 
 from ...registry import import_submodules
