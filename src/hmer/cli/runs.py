@@ -201,16 +201,18 @@ def cmd_runs_import(args) -> int:
 
 
 @contextlib.contextmanager
-def amending(tracking_uri: str | None, command: str, storage: str | None = None, lock: bool = True):
-    """A command that amends a store: MLflow quiet, the store and its Optuna storage read whole first (a damaged
-    one is named before anything is written), then the store's lock held while it writes; (store URI, storage)."""
+def amending(tracking_uri: str | None, command: str, storage: str | None = None, *, lock: bool = True,
+             optuna: bool = True):
+    """A command that amends a store: MLflow quiet, the store (and with `optuna` its Optuna storage) read whole
+    first (a damaged one is named before anything is written), then the store's lock held while it writes;
+    (store URI, storage)."""
     from ..studies.storage import existing_storage
     from ..tracking.lock import database_store_lock
     from ..tracking.store import existing_store, quiet_mlflow
 
     quiet_mlflow()
     uri = existing_store(tracking_uri)  # MLflow would create an empty store at a mistyped path
-    storage = existing_storage(uri, storage)
+    storage = existing_storage(uri, storage) if optuna else None
     with database_store_lock(uri, command) if lock else contextlib.nullcontext():
         yield uri, storage
 
@@ -265,8 +267,9 @@ def cmd_runs_rescore(args) -> int:
     from ..tracking.store import mlflow_client
 
     command = " ".join(["hmer runs rescore", *args.runs, *(f"--study {s}" for s in args.study)])
-    # planned under the lock, so that no writer changes the runs in between; a dry run takes none
-    with amending(args.tracking_uri, command, lock=not args.dry_run) as (uri, _):
+    # planned under the lock, so that no writer changes the runs in between (a dry run takes none); the runs
+    # alone are read, so a damaged optuna.db beside them does not stop it
+    with amending(args.tracking_uri, command, lock=not args.dry_run, optuna=False) as (uri, _):
         client = mlflow_client(uri)
         run_ids = [run_by_prefix(client, given) for given in args.runs]
         plans = plan_rescoring(client, select_runs(client, run_ids, args.study))
