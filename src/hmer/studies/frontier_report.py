@@ -143,9 +143,9 @@ def plot_frontier(points: pd.DataFrame, title: str | None = None, budgets: pd.Da
 
 
 def format_frontier(points: pd.DataFrame) -> str:
-    """The points as a Markdown table."""
+    """The points as a Markdown table (the weight average's decay as given: 0.999 is not 1.00)."""
     shown = points.drop(columns=["run_id"]).assign(run=points["run_id"].str[:8])
-    return shown.to_markdown(index=False, floatfmt=".2f")
+    return shown.to_markdown(index=False, floatfmt=tuple(".3g" if c == "ema" else ".2f" for c in shown.columns))
 
 
 def frontier_summary(points: pd.DataFrame, planned: Sequence[str]) -> str:
