@@ -51,8 +51,8 @@ def frontier_points(study: str, flops: pd.DataFrame, tracking_uri: str | None = 
     rows = []
     for run in runs.to_dict("records"):
         setting = tuple(run[f"params.{k}"] for k in SETTING_KEYS)
-        epoch_gflop = _epoch_gflop(flops, setting)
-        if epoch_gflop is None:
+        an_epoch = epoch_gflop(flops, setting)
+        if an_epoch is None:
             raise LookupError(f"run {run['run_id'][:8]} ({run['variant']}): no FLOP measurement of "
                               f"{dict(zip(SETTING_KEYS, setting))}; run python benchmarks/frontier_flops.py")
         epochs = int(run["params.train.epochs"])
@@ -62,7 +62,7 @@ def frontier_points(study: str, flops: pd.DataFrame, tracking_uri: str | None = 
             "variant": run["variant"], "width": int(setting[0]), "input": input_label(setting[1]),
             "ema": float(run["params.train.ema_decay"]), "epochs": epochs,
             "val_final_exprate": run["metrics.val_final_exprate"], "best_val_exprate": run["metrics.best_val_exprate"],
-            "pflop": epoch_gflop * epochs / 1e6,
+            "pflop": an_epoch * epochs / 1e6,
             "cpu_hours": run["metrics.train_cpu_seconds"] / 3600,
             "study_cpu_hours": (run["metrics.cpu_seconds"] - shared) / 3600,
             "cpu": run.get(f"tags.{keys.DEVICE}"),
@@ -76,11 +76,11 @@ def frontier_points(study: str, flops: pd.DataFrame, tracking_uri: str | None = 
 def budget_points(flops: pd.DataFrame, tracking_uri: str | None = None) -> pd.DataFrame:
     """Where the `cpu` and `long` budgets sit: the mean over seeds of their fusion cells' finished runs; a
     budget whose study the store lacks is left out."""
-    epoch_gflop = _epoch_gflop(flops, BUDGET_SETTING)
+    an_epoch = epoch_gflop(flops, BUDGET_SETTING)
     rows = []
     for budget, study in BUDGET_STUDIES.items():
         runs = load_runs(tracking_uri, study=study)
-        if runs.empty or epoch_gflop is None:
+        if runs.empty or an_epoch is None:
             continue
         runs = runs[(runs["state"] == "finished") & (runs["variant"] == BUDGET_VARIANT)]
         scored = runs.get("metrics.val_final_exprate", pd.Series(index=runs.index, dtype=float)).notna()
@@ -90,7 +90,7 @@ def budget_points(flops: pd.DataFrame, tracking_uri: str | None = None) -> pd.Da
         epochs = int(runs["params.train.epochs"].iloc[0])
         rows.append({"budget": budget, "epochs": epochs, "seeds": len(runs),
                      "val_final_exprate": runs["metrics.val_final_exprate"].mean(),
-                     "pflop": epoch_gflop * epochs / 1e6,
+                     "pflop": an_epoch * epochs / 1e6,
                      "cpu_hours": runs["metrics.train_cpu_seconds"].mean() / 3600,
                      "cpu": keys.DEVICE_SEPARATOR.join(hosts(runs[f"tags.{keys.DEVICE}"]))})
     return pd.DataFrame(rows, columns=["budget", "epochs", "seeds", "val_final_exprate", "pflop", "cpu_hours", "cpu"])
@@ -102,7 +102,7 @@ def hosts(device_tags: Iterable) -> list[str]:
                    for host in tag.split(keys.DEVICE_SEPARATOR) if host})
 
 
-def _epoch_gflop(flops: pd.DataFrame, setting: Sequence) -> float | None:
+def epoch_gflop(flops: pd.DataFrame, setting: Sequence) -> float | None:
     """The GFLOPs an epoch trains at `setting` (the values of SETTING_KEYS); None where unmeasured."""
     row = flops[(flops[SETTING_KEYS[0]] == setting[0]) & (flops[SETTING_KEYS[1]] == setting[1])]
     return None if row.empty else float(row["gflop_per_image"].iloc[0]) * int(row["train_images"].iloc[0])
