@@ -51,18 +51,18 @@ def frontier_points(study: str, flops: pd.DataFrame, tracking_uri: str | None = 
     rows = []
     for run in runs.to_dict("records"):
         setting = tuple(run[f"params.{k}"] for k in SETTING_KEYS)
-        an_epoch = epoch_gflop(flops, setting)
-        if an_epoch is None:
+        epochs = int(run["params.train.epochs"])
+        pflop = training_pflop(flops, setting, epochs)
+        if pflop is None:
             raise LookupError(f"run {run['run_id'][:8]} ({run['variant']}): no FLOP measurement of "
                               f"{dict(zip(SETTING_KEYS, setting))}; run python benchmarks/frontier_flops.py")
-        epochs = int(run["params.train.epochs"])
         shared = run.get(f"tags.{keys.BRANCH_CPU_SECONDS}")
         shared = 0.0 if pd.isna(shared) else float(shared)
         rows.append({
             "variant": run["variant"], "width": int(setting[0]), "input": input_label(setting[1]),
             "ema": float(run["params.train.ema_decay"]), "epochs": epochs,
             "val_final_exprate": run["metrics.val_final_exprate"], "best_val_exprate": run["metrics.best_val_exprate"],
-            "pflop": an_epoch * epochs / 1e6,
+            "pflop": pflop,
             "cpu_hours": run["metrics.train_cpu_seconds"] / 3600,
             "study_cpu_hours": (run["metrics.cpu_seconds"] - shared) / 3600,
             "cpu": run.get(f"tags.{keys.DEVICE}"),
@@ -75,12 +75,11 @@ def frontier_points(study: str, flops: pd.DataFrame, tracking_uri: str | None = 
 
 def budget_points(flops: pd.DataFrame, tracking_uri: str | None = None) -> pd.DataFrame:
     """Where the `cpu` and `long` budgets sit: the mean over seeds of their fusion cells' finished runs; a
-    budget whose study the store lacks is left out."""
-    an_epoch = epoch_gflop(flops, BUDGET_SETTING)
+    budget whose study the store lacks, or whose setting has no FLOP measurement, is left out."""
     rows = []
     for budget, study in BUDGET_STUDIES.items():
         runs = load_runs(tracking_uri, study=study)
-        if runs.empty or an_epoch is None:
+        if runs.empty:
             continue
         runs = runs[(runs["state"] == "finished") & (runs["variant"] == BUDGET_VARIANT)]
         scored = runs.get("metrics.val_final_exprate", pd.Series(index=runs.index, dtype=float)).notna()
@@ -88,9 +87,12 @@ def budget_points(flops: pd.DataFrame, tracking_uri: str | None = None) -> pd.Da
         if runs.empty:
             continue
         epochs = int(runs["params.train.epochs"].iloc[0])
+        pflop = training_pflop(flops, BUDGET_SETTING, epochs)
+        if pflop is None:
+            continue
         rows.append({"budget": budget, "epochs": epochs, "seeds": len(runs),
                      "val_final_exprate": runs["metrics.val_final_exprate"].mean(),
-                     "pflop": an_epoch * epochs / 1e6,
+                     "pflop": pflop,
                      "cpu_hours": runs["metrics.train_cpu_seconds"].mean() / 3600,
                      "cpu": keys.DEVICE_SEPARATOR.join(hosts(runs[f"tags.{keys.DEVICE}"]))})
     return pd.DataFrame(rows, columns=["budget", "epochs", "seeds", "val_final_exprate", "pflop", "cpu_hours", "cpu"])
@@ -102,10 +104,13 @@ def hosts(device_tags: Iterable) -> list[str]:
                    for host in tag.split(keys.DEVICE_SEPARATOR) if host})
 
 
-def epoch_gflop(flops: pd.DataFrame, setting: Sequence) -> float | None:
-    """The GFLOPs an epoch trains at `setting` (the values of SETTING_KEYS); None where unmeasured."""
+def training_pflop(flops: pd.DataFrame, setting: Sequence, epochs: int) -> float | None:
+    """The PFLOPs of training `epochs` epochs at `setting` (the values of SETTING_KEYS): the FLOPs an image
+    times the images an epoch trains, times the epochs; None where the setting is unmeasured."""
     row = flops[(flops[SETTING_KEYS[0]] == setting[0]) & (flops[SETTING_KEYS[1]] == setting[1])]
-    return None if row.empty else float(row["gflop_per_image"].iloc[0]) * int(row["train_images"].iloc[0])
+    if row.empty:
+        return None
+    return float(row["gflop_per_image"].iloc[0]) * int(row["train_images"].iloc[0]) * epochs / 1e6
 
 
 def plot_frontier(points: pd.DataFrame, title: str | None = None, budgets: pd.DataFrame | None = None) -> Figure:
