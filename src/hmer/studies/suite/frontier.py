@@ -50,11 +50,13 @@ FRONTIER = StudySpec(
     # at 0.5 PFLOP and the long budget's 44.7 at 1.6), from the 32-epoch cell's stable phase (about 8
     # CPU-hours more on the Xeon of 2026-12-06): the best CPU model (the `scaled` budget,
     # `hmer.studies.budgets`, trains it from scratch); then the wider model and the weight
-    # average at 8 epochs, the wider model at 16 if the cap leaves room. The grid names every value of
-    # every axis, as the study began with (a resumed study must search the space it began with).
+    # average at 8 epochs, the wider model at 16 if the cap leaves room; then the wider model at 0.7 and
+    # 8 epochs (about 2.5 CPU-hours), which says whether width still pays at the input that pays most. The
+    # grid names every value of every axis, as the study began with (a resumed study must search the
+    # space it began with).
     variants=(
         *(f"192/{scale}/0.0/{e}" for scale in ("0.0", "0.5", "0.7") for e in (8, 16, 32)),
-        "192/0.7/0.0/64", "256/0.5/0.0/8", "192/0.5/0.999/8", "256/0.5/0.0/16",
+        "192/0.7/0.0/64", "256/0.5/0.0/8", "192/0.5/0.999/8", "256/0.5/0.0/16", "256/0.7/0.0/8",
     ),
 )
 
