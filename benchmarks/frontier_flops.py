@@ -32,10 +32,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from hmer.studies.frontier_report import SETTING_KEYS
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "frontier_flops.csv"
-# The keys that change what an image costs; the others of the grid (weight average, epochs) do not.
-SETTING_KEYS = ("model.d_model", "data.render_scale")
 
 
 def planned_settings(budget_name: str) -> list[tuple[tuple, dict]]:

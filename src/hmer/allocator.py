@@ -7,13 +7,19 @@ its pages again on the next first touch; it also trims the top of the heap above
 Decoding the then best CPU model (run `7ef3f758`) on 2014 made 17,670 `munmap` calls for 102 images, and most of its
 time was system time (issue 24). `tune_malloc` keeps freed memory in the process instead:
 
-    M_MMAP_THRESHOLD  32 MiB (glibc's maximum; fixing it also stops the dynamic threshold)
-    M_TRIM_THRESHOLD  1 GiB  (free memory at the top of the heap is kept, up to this)
+    M_MMAP_MAX        0       (every block comes from the heap, however large)
+    M_TRIM_THRESHOLD  1 GiB   (free memory at the top of the heap is kept, up to this)
     M_TOP_PAD         256 MiB (the heap grows in large steps: fewer `brk` calls)
 
-As MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ / MALLOC_TOP_PAD_, which a process cannot set
-for itself once started. Called by the `hmer` command; Linux with glibc only, a no-op elsewhere.
-After a peak the process keeps up to about the trim threshold, as one that keeps decoding wants.
+No mmap threshold is high enough: glibc caps it at 32 MiB, and beam search at the input scale 0.7
+(64 images of 10 hypotheses a batch) allocates blocks above that at every step. With the threshold at
+its cap they were still mapped and zeroed afresh: decoding 96 images of 2014 with `c8117245` spent
+13.4 s of 89 in the kernel, and 1.9 of 75 with no mapping at all (docs/benchmarks.md section 6).
+
+As MALLOC_MMAP_MAX_ / MALLOC_TRIM_THRESHOLD_ / MALLOC_TOP_PAD_, which a process cannot set for
+itself once started. Called by the `hmer` command and by studies; Linux with glibc only, a no-op
+elsewhere. After a peak the process keeps up to about the trim threshold, as one that keeps decoding
+wants.
 """
 
 from __future__ import annotations
@@ -26,10 +32,10 @@ import platform
 # mallopt parameters (glibc's malloc.h)
 M_TRIM_THRESHOLD = -1
 M_TOP_PAD = -2
-M_MMAP_THRESHOLD = -3
+M_MMAP_MAX = -4
 
-SETTINGS = {M_MMAP_THRESHOLD: 32 << 20, M_TRIM_THRESHOLD: 1 << 30, M_TOP_PAD: 256 << 20}
-ENV_NAMES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
+SETTINGS = {M_MMAP_MAX: 0, M_TRIM_THRESHOLD: 1 << 30, M_TOP_PAD: 256 << 20}
+ENV_NAMES = ("MALLOC_MMAP_MAX_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
 
 _tuned: bool | None = None
 
