@@ -671,6 +671,42 @@ def test_two_workers_on_one_study_never_run_a_cell_twice(stores, tmp_path):
     assert all("l2r (baseline)" in out for out in outputs)  # each command ends with the table
 
 
+def test_a_waiting_worker_interrupted_says_it_ran_no_trial_and_the_others_trials_go_on(stores, tmp_path):
+    """A command whose study has no cell left to book waits for the workers that run them; stopped with
+    SIGTERM there, it says it ran none, and the others' trials run on, none marked FAIL."""
+    tracking, storage = stores
+    write_dataset(tmp_path / "data", {"train": 12, "2014": 4})
+    cmd, env = _command(tmp_path, tracking, storage, "1", epochs=500), _env(tmp_path)  # three long cells
+    with open(tmp_path / "busy.log", "w") as busy_log, open(tmp_path / "waiting.log", "w") as waiting_log:
+        busy = subprocess.Popen([*cmd, "--n-jobs", "3"], env=env, stdout=busy_log, stderr=subprocess.STDOUT,
+                                cwd=REPO, start_new_session=True)
+        try:
+            def all_three_running() -> bool:
+                try:
+                    study = optuna.load_study(study_name="direction-cli", storage=storage)
+                except KeyError:
+                    return False
+                return len(study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))) == 3
+
+            _wait_for(all_three_running, busy, 240, "three trials running")
+            os.kill(busy.pid, signal.SIGCONT)
+            waiting = subprocess.Popen(cmd, env=env, stdout=waiting_log, stderr=subprocess.STDOUT, cwd=REPO)
+            _wait_for(lambda: "waiting: other workers run the last trials" in (tmp_path / "waiting.log").read_text(),
+                      waiting, 240, "the second command waiting")
+            waiting.send_signal(signal.SIGTERM)
+            os.kill(waiting.pid, signal.SIGCONT)
+            waiting.wait(timeout=60)
+            study = optuna.load_study(study_name="direction-cli", storage=storage)
+            states = [t.state for t in study.trials]
+        finally:
+            os.killpg(busy.pid, signal.SIGKILL)  # the command and its two extra workers
+            busy.wait()
+    said = (tmp_path / "waiting.log").read_text()
+    assert "interrupted while waiting: this worker ran no trial; the other workers' trials go on" in said, said
+    assert "marked FAIL" not in said, said
+    assert states == [TrialState.RUNNING] * 3, states
+
+
 # The tiny datasets are images, not ink: the sweep without what redraws strokes (renderer
 # augmentation, the second validation style). tests/test_data_shared.py runs the whole space on InkML.
 IMAGE_SWEEP = dataclasses.replace(
