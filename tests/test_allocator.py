@@ -14,11 +14,16 @@ glibc = pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0
 PROBE = "from hmer.allocator import tune_malloc; print(tune_malloc(), tune_malloc())"
 
 
-def _probe(**env: str) -> str:
+def _python(code: str, *args: str, **env: str) -> str:
+    """The output of `python -c code args` in a fresh process, without the caller's glibc MALLOC_* variables."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-    out = subprocess.run([sys.executable, "-c", PROBE], env={**clean, **env}, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", code, *args], env={**clean, **env}, capture_output=True, text=True,
                          check=True)
     return out.stdout.strip()
+
+
+def _probe(**env: str) -> str:
+    return _python(PROBE, **env)
 
 
 @glibc
@@ -34,9 +39,7 @@ def test_the_users_malloc_variables_win():
 @glibc
 def test_the_hmer_command_tunes_malloc_before_it_runs():
     code = "import hmer.cli, hmer.allocator as m; hmer.cli.main(['models']); print('tuned', m._tuned)"
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-    out = subprocess.run([sys.executable, "-c", code], env=clean, capture_output=True, text=True, check=True)
-    assert out.stdout.strip().splitlines()[-1] == "tuned True"
+    assert _python(code).splitlines()[-1] == "tuned True"
 
 
 REUSE = """
@@ -61,14 +64,7 @@ print(first_touch_faults())
 
 @glibc
 def test_a_freed_large_block_is_reused_not_mapped_and_zeroed_again():
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
-
-    def second_block_faults(mode: str) -> int:
-        out = subprocess.run([sys.executable, "-c", REUSE, mode], env=clean, capture_output=True, text=True,
-                             check=True)
-        return int(out.stdout.strip())
-
-    tuned, untuned = second_block_faults("tuned"), second_block_faults("untuned")
+    tuned, untuned = int(_python(REUSE, "tuned")), int(_python(REUSE, "untuned"))
     # glibc's own: a fresh mapping, its pages faulted (and zeroed) again: one a page, or one a huge page
     # where transparent huge pages are always on; tuned: the heap's pages, touched once, stay mapped
     assert tuned < untuned

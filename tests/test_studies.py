@@ -677,6 +677,7 @@ def test_a_waiting_worker_interrupted_says_it_ran_no_trial_and_the_others_trials
     tracking, storage = stores
     write_dataset(tmp_path / "data", {"train": 12, "2014": 4})
     cmd, env = _command(tmp_path, tracking, storage, "1", epochs=500), _env(tmp_path)  # three long cells
+    waiting = None
     with open(tmp_path / "busy.log", "w") as busy_log, open(tmp_path / "waiting.log", "w") as waiting_log:
         busy = subprocess.Popen([*cmd, "--n-jobs", "3"], env=env, stdout=busy_log, stderr=subprocess.STDOUT,
                                 cwd=REPO, start_new_session=True)
@@ -699,6 +700,9 @@ def test_a_waiting_worker_interrupted_says_it_ran_no_trial_and_the_others_trials
             study = optuna.load_study(study_name="direction-cli", storage=storage)
             states = [t.state for t in study.trials]
         finally:
+            if waiting is not None and waiting.poll() is None:  # it did not end on SIGTERM: not left to take up
+                waiting.kill()                                    # the killed command's trials
+                waiting.wait()
             os.killpg(busy.pid, signal.SIGKILL)  # the command and its two extra workers
             busy.wait()
     said = (tmp_path / "waiting.log").read_text()
