@@ -12,9 +12,9 @@ time was system time (issue 24). `tune_malloc` keeps freed memory in the process
     M_TOP_PAD         256 MiB (the heap grows in large steps: fewer `brk` calls)
 
 No mmap threshold is high enough: glibc caps it at 32 MiB, and beam search at the input scale 0.7
-(64 images of 10 hypotheses a batch) allocates blocks above that at every step. With the threshold at
-its cap they were still mapped and zeroed afresh: decoding 96 images of 2014 with `c8117245` spent
-13.4 s of 89 in the kernel, and 1.9 of 75 with no mapping at all (docs/benchmarks.md section 6).
+(batches of up to 64 images of 10 hypotheses) allocates blocks above that. With the threshold at its
+cap they were still mapped and zeroed afresh: decoding 96 images of 2014 with `c8117245` spent 13-16 s
+of 90-94 in the kernel, and 1.4-2.8 s of 76-91 with no mapping at all (docs/benchmarks.md section 6).
 
 As MALLOC_MMAP_MAX_ / MALLOC_TRIM_THRESHOLD_ / MALLOC_TOP_PAD_, which a process cannot set for
 itself once started. Called by the `hmer` command and by studies; Linux with glibc only, a no-op
