@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
-from readme_tables import frontier_block, replace_fenced, replace_markdown_table, study_block  # noqa: E402
+from readme_tables import (  # noqa: E402
+    frontier_block,
+    replace_fenced,
+    replace_markdown_table,
+    study_block,
+    write_unless_changed,
+)
 
 PRINTED = """study s: 2 of 2 trials
 variant  2014 ExpRate  2016 ExpRate
@@ -61,3 +67,12 @@ def test_the_nth_claims_table_is_replaced_to_its_last_row():
     assert replace_markdown_table(text, 1, new) == "a\n| claim | x |\n|---|---|\n| d | 1 |\nbetween\n" + new + "\nend\n"
     with pytest.raises(ValueError, match="2 claims table"):
         replace_markdown_table(text, 2, new)
+
+
+def test_an_edit_made_while_the_reports_ran_is_not_written_over(tmp_path):
+    readme = tmp_path / "README.md"
+    readme.write_text("read\n")
+    assert write_unless_changed(readme, "read\n", "tables\n") and readme.read_text() == "tables\n"
+    readme.write_text("edited meanwhile\n")
+    assert not write_unless_changed(readme, "tables\n", "tables again\n")
+    assert readme.read_text() == "edited meanwhile\n" and sorted(tmp_path.iterdir()) == [readme]

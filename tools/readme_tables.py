@@ -127,6 +127,17 @@ def written(text: str, figure: Path | None = None) -> str:
     return text
 
 
+def write_unless_changed(path: Path, before: str, after: str) -> bool:
+    """Write `after` over `path` whole, unless the file no longer holds `before`: the reports take
+    minutes, and an edit made meanwhile would be written over with the text read before it."""
+    if path.read_text() != before:
+        return False
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(after)
+    tmp.replace(path)  # whole or not at all
+    return True
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--check", action="store_true", help="say which tables differ; change nothing")
@@ -139,10 +150,9 @@ def main() -> int:
     if args.check:
         print("\n".join(changed) if changed else "README.md prints every table as the store does")
         return 1 if changed else 0
-    if after != before:
-        tmp = readme.with_suffix(".md.tmp")
-        tmp.write_text(after)
-        tmp.replace(readme)  # whole or not at all
+    if after != before and not write_unless_changed(readme, before, after):
+        print("README.md: changed while the reports ran; nothing written, run again", file=sys.stderr)
+        return 1
     print(f"README.md: {len(changed)} line(s) written anew")
     return 0
 

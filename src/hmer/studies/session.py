@@ -280,7 +280,8 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
             say(f"  cost {cost}")
 
     children: list = []  # the extra workers of n_jobs
-    interrupted = waiting = False
+    interrupted = False
+    doing = "loading"  # what an interruption says: loading the data, a trial of this worker's, or waiting
     try:
         if not study_data.has(base.config) and kind.open_trials(bookings):
             study_data(base.config)  # once per process; the extra workers then read the warm cache
@@ -293,7 +294,7 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
         share_device(resolve_device(base.config.train.device), n_jobs)  # threads, and a GPU's memory
         told_waiting = False
         while True:
-            waiting = False  # (what an interruption says: whether a trial of this worker's was running)
+            doing = "trial"
             if not kind.run_next(session, study_data):
                 if not main or not kind.others_running(bookings):
                     break
@@ -301,13 +302,15 @@ def run_session(kind: StudyKind, budget: str | StudyBudget, *, storage: str | No
                     say("waiting: other workers run the last trials; this one ends when they do, "
                         "or takes up the trial of a worker that dies")
                     told_waiting = True
-                waiting = True
+                doing = "waiting"
                 time.sleep(POLL_S)  # another worker runs the last trials; if it dies they open again
             kind.take_up(bookings, bookings.reap())
             session.fail_dead_trial_runs()
     except KeyboardInterrupt:
         interrupted = True
-        if not waiting:
+        if doing == "loading":
+            say("interrupted while loading the data: no trial had begun; run the same command to start")
+        elif doing == "trial":
             say("interrupted: the trial in progress is marked FAIL; run the same command to resume it")
         elif children:
             say("interrupted while waiting: this command's other workers stop their trials (marked FAIL); "
