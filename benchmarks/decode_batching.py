@@ -28,7 +28,7 @@ def decode(run: str, year: str, limit: int | None, pixels: int, tracking_uri: st
     """Decode in this process and measure it (the child's side)."""
     from hmer.allocator import tune_malloc
     from hmer.data import load_dataset
-    from hmer.device import cpu_description, resolve_device
+    from hmer.device import autocast_dtype, cpu_description, resolve_device
     from hmer.evaluation.evaluate import decode_options, evaluate_split
     from hmer.tracking import load_model
 
@@ -39,7 +39,8 @@ def decode(run: str, year: str, limit: int | None, pixels: int, tracking_uri: st
     exprs = load_dataset(cfg.data.path or None, cfg.data, splits=(year,))[year]
     rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     wall, cpu = time.perf_counter(), time.process_time()
-    result = evaluate_split(model, exprs, vocab, **decode_options(cfg, device, None))
+    result = evaluate_split(model, exprs, vocab,
+                            **decode_options(cfg, device, autocast_dtype(cfg.train.precision, device)))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return dict(host=cpu_description(), pixels=pixels, n=len(exprs), wall_s=wall, cpu_s=cpu,
@@ -81,6 +82,14 @@ def main() -> int:
     if args.child:
         print(json.dumps(decode(args.run, args.year, args.limit, pixels[0], args.tracking_uri)))
         return 0
+    from hmer.tracking import load_model
+    from hmer.tracking.models import RunNotFoundError
+
+    try:  # a mistyped run: one line here, not a traceback from each child
+        load_model(args.run, args.tracking_uri)
+    except RunNotFoundError as exc:
+        print(f"decode_batching: error: {exc}", file=sys.stderr)
+        return 2
     rows = measure(args, pixels)
     first = rows[0]["predictions"]
     print(f"# {args.run}, {args.year}, {rows[0]['n']} expressions, one thread a size, two sizes side by side; "

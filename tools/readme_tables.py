@@ -130,11 +130,11 @@ def written(text: str, figure: Path | None = None) -> str:
 def write_unless_changed(path: Path, before: str, after: str) -> bool:
     """Write `after` over `path` whole, unless the file no longer holds `before`: the reports take
     minutes, and an edit made meanwhile would be written over with the text read before it."""
+    from hmer.atomic import write_text_atomically
+
     if path.read_text() != before:
         return False
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(after)
-    tmp.replace(path)  # whole or not at all
+    write_text_atomically(path, after)
     return True
 
 
